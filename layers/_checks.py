@@ -1,0 +1,40 @@
+"""Input validation shared by the layers: every error names the layer and the shapes."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def check_tensor(owner: str, name: str, t: object) -> Tensor:
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{owner}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    return t
+
+
+def check_like(owner: str, name: str, t: Tensor, ref: Tensor, ref_name: str) -> None:
+    """Refuse a tensor whose dtype or device differs from ``ref`` (no silent casts)."""
+    if t.dtype != ref.dtype:
+        raise ValueError(f"{owner}: {name} has dtype {t.dtype} but {ref_name} has dtype {ref.dtype}; "
+                         f"convert one of them (e.g. net.to(dtype={t.dtype}))")
+    if t.device != ref.device:
+        raise ValueError(f"{owner}: {name} is on {t.device} but {ref_name} is on {ref.device}; "
+                         f"move one of them (e.g. net.to(device='{t.device}'))")
+
+
+def check_floating(owner: str, name: str, t: Tensor) -> None:
+    if not t.is_floating_point():
+        raise ValueError(f"{owner}: {name} must be a floating-point tensor, got dtype {t.dtype}")
+
+
+def check_dout(owner: str, dout: object, out_shape: torch.Size | None, ref: Tensor | None) -> Tensor:
+    """Validate an upstream gradient against the shape of the cached forward output."""
+    if out_shape is None:
+        raise RuntimeError(f"{owner}: backward called before forward (or twice after one forward: "
+                           f"each backward consumes the cache of the forward before it)")
+    dout = check_tensor(owner, "dout", dout)
+    if dout.shape != out_shape:
+        raise ValueError(f"{owner}: dout has shape {tuple(dout.shape)} but the forward output had shape "
+                         f"{tuple(out_shape)}")
+    if ref is not None:
+        check_like(owner, "dout", dout, ref, "the forward output")
+    return dout

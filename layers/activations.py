@@ -1,0 +1,110 @@
+"""Parameter-free activations: ReLU, Tanh, Sigmoid, Softmax.
+
+Each caches the one tensor its backward needs.  For tanh, sigmoid and softmax
+that is the *output* (the derivative is a cheap function of it); ReLU's output
+also tells where the input was positive, so nothing else is kept.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+from torch import Tensor
+
+from ._checks import check_dout, check_floating, check_tensor
+
+
+class _Activation(ABC):
+    """Shared plumbing: validation, the cache, and the empty parameter list."""
+
+    def __init__(self) -> None:
+        self._out: Tensor | None = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return self.forward(x)
+
+    def parameters(self) -> list[Tensor]:
+        return []
+
+    def named_parameters(self) -> list[tuple[str, Tensor]]:
+        return []
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x: any shape -> out: same shape."""
+        check_tensor(repr(self), "x", x)
+        check_floating(repr(self), "x", x)
+        self._out = out = self._forward(x)
+        return out
+
+    def backward(self, dout: Tensor) -> Tensor:
+        """dout: shape of out -> dx: shape of x."""
+        out = self._out
+        dout = check_dout(repr(self), dout, None if out is None else out.shape, out)
+        self._out = None
+        return self._backward(dout, out)
+
+    @abstractmethod
+    def _forward(self, x: Tensor) -> Tensor:
+        """The activation itself; its result is cached for ``_backward``."""
+
+    @abstractmethod
+    def _backward(self, dout: Tensor, out: Tensor) -> Tensor:
+        """dL/dx from the upstream gradient and the cached output."""
+
+
+class ReLU(_Activation):
+    """out = max(x, 0);  dx = dout where out > 0, else 0."""
+
+    def _forward(self, x: Tensor) -> Tensor:
+        return torch.relu(x)
+
+    def _backward(self, dout: Tensor, out: Tensor) -> Tensor:
+        return dout.masked_fill(out <= 0, 0)
+
+
+class Tanh(_Activation):
+    """out = tanh(x);  dx = dout * (1 - out^2)."""
+
+    def _forward(self, x: Tensor) -> Tensor:
+        return torch.tanh(x)
+
+    def _backward(self, dout: Tensor, out: Tensor) -> Tensor:
+        return dout * (1 - out * out)
+
+
+class Sigmoid(_Activation):
+    """out = 1 / (1 + exp(-x));  dx = dout * out * (1 - out)."""
+
+    def _forward(self, x: Tensor) -> Tensor:
+        return torch.sigmoid(x)
+
+    def _backward(self, dout: Tensor, out: Tensor) -> Tensor:
+        return dout * out * (1 - out)
+
+
+class Softmax(_Activation):
+    """s = exp(x) / sum(exp(x), dim);  dx = s * (dout - sum(dout * s, dim)).
+
+    The Jacobian ds_i/dx_j = s_i (delta_ij - s_j) is never formed: contracting
+    it with dout gives the row-wise expression above, O(N*C) instead of O(N*C^2).
+    """
+
+    def __init__(self, dim: int = -1) -> None:
+        super().__init__()
+        if isinstance(dim, bool) or not isinstance(dim, int):
+            raise ValueError(f"Softmax: dim must be an int, got {dim!r}")
+        self.dim = dim
+
+    def __repr__(self) -> str:
+        return f"Softmax(dim={self.dim})"
+
+    def _forward(self, x: Tensor) -> Tensor:
+        if not -x.dim() <= self.dim < max(x.dim(), 1):
+            raise ValueError(f"{self!r}: dim {self.dim} is out of range for an input of shape {tuple(x.shape)}")
+        return torch.softmax(x, self.dim)  # subtracts the row max: stable for large logits
+
+    def _backward(self, dout: Tensor, out: Tensor) -> Tensor:
+        return out * (dout - (dout * out).sum(self.dim, keepdim=True))
