@@ -46,8 +46,12 @@ class CrossEntropyLoss:
         if target.device != logits.device:
             raise ValueError(f"{owner}: target is on {target.device} but logits are on {logits.device}")
         eps = self.label_smoothing
-        lse = torch.logsumexp(logits, 1)  # (N,)
-        probs = torch.exp(logits - lse[:, None])  # (N, C) softmax, from the same stable lse
+        # Stable softmax and log-sum-exp from one exp: shift by the row max so the largest term is exp(0) = 1.
+        m = logits.amax(1, keepdim=True)  # (N, 1)
+        e = torch.exp(logits - m)  # (N, C), in (0, 1]
+        s = e.sum(1, keepdim=True)  # (N, 1), in [1, C]
+        probs = e / s  # (N, C) softmax
+        lse = (m + torch.log(s)).squeeze(1)  # (N,)
         if target.is_floating_point():
             if target.shape != logits.shape:
                 raise ValueError(f"{owner}: a floating-point target holds class probabilities and must have the "

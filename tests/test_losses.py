@@ -1,0 +1,136 @@
+"""Losses: gradients (numeric + autograd), parity with torch.nn.functional, stability, bad input."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from gradcheck import check_loss
+from losses import CrossEntropyLoss, MSELoss
+
+f64 = torch.float64
+
+
+def assert_all_pass(results):
+    assert results
+    for r in results:
+        assert r.rel_numeric < 1e-7, r.describe()
+        assert r.rel_autograd is not None and r.rel_autograd < 1e-7, r.describe()
+
+
+def torch_ce(logits, target, reduction, smoothing):
+    x = logits.clone().requires_grad_()
+    loss = F.cross_entropy(x, target, reduction=reduction, label_smoothing=smoothing)
+    loss.backward()
+    return loss.detach(), x.grad
+
+
+@pytest.mark.parametrize("n,c", [(1, 3), (5, 4), (32, 10)])
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("kind", ["index", "probs"])
+def test_cross_entropy_matches_torch_and_gradchecks(n, c, reduction, smoothing, kind):
+    torch.manual_seed(n + c)
+    logits = torch.randn(n, c, dtype=f64) * 3
+    target = torch.randint(0, c, (n,)) if kind == "index" else torch.softmax(torch.randn(n, c, dtype=f64), 1)
+    crit = CrossEntropyLoss(reduction, label_smoothing=smoothing)
+    loss = crit(logits, target)
+    grad = crit.backward()
+    ref_loss, ref_grad = torch_ce(logits, target, reduction, smoothing)
+    assert loss.shape == ()
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(grad, ref_grad, rtol=1e-12, atol=1e-14)
+    if n <= 5:
+        assert_all_pass(check_loss(CrossEntropyLoss(reduction, label_smoothing=smoothing), logits, target))
+
+
+def test_cross_entropy_unnormalised_probability_target():
+    """Targets that do not sum to 1 still get torch's gradient (softmax * sum(q) - q)."""
+    logits, target = torch.randn(3, 4, dtype=f64), torch.rand(3, 4, dtype=f64)
+    crit = CrossEntropyLoss()
+    loss = crit(logits, target)
+    ref_loss, ref_grad = torch_ce(logits, target, "mean", 0.0)
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-12, atol=0)
+    torch.testing.assert_close(crit.backward(), ref_grad, rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, f64])
+def test_cross_entropy_is_stable_for_huge_logits(dtype):
+    logits = torch.tensor([[1e4, -1e4, 0.0], [-1e4, 1e4 - 1.0, 1e4]], dtype=dtype)
+    target = torch.tensor([0, 1])
+    crit = CrossEntropyLoss()
+    loss = crit(logits, target)
+    grad = crit.backward()
+    assert torch.isfinite(loss) and torch.isfinite(grad).all()
+    # row 0: loss ~0 (e^-1e4 underflows); row 1: lse - (1e4 - 1) = 1 + log(1 + e^-1)
+    expected = (0.0 + 1.0 + torch.log1p(torch.exp(torch.tensor(-1.0, dtype=f64))).item()) / 2
+    tol = 1e-12 if dtype == f64 else 2e-3  # float32 cannot resolve better than ~1e-3 at magnitude 1e4
+    assert abs(loss.item() - expected) < tol
+    torch.testing.assert_close(grad, torch_ce(logits, target, "mean", 0.0)[1])
+
+
+def test_cross_entropy_dout_scales_gradient():
+    logits, target = torch.randn(4, 3, dtype=f64), torch.tensor([0, 1, 2, 1])
+    crit = CrossEntropyLoss()
+    crit(logits, target)
+    g1 = crit.backward()
+    crit(logits, target)
+    torch.testing.assert_close(crit.backward(2.5), 2.5 * g1)
+
+
+@pytest.mark.parametrize("shape", [(1, 4), (5, 3), (2, 3, 4)])
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_mse_matches_torch_and_gradchecks(shape, reduction):
+    torch.manual_seed(len(shape))
+    x, y = torch.randn(*shape, dtype=f64), torch.randn(*shape, dtype=f64)
+    crit = MSELoss(reduction)
+    loss = crit(x, y)
+    grad = crit.backward()
+    xr = x.clone().requires_grad_()
+    ref = F.mse_loss(xr, y, reduction=reduction)
+    ref.backward()
+    torch.testing.assert_close(loss, ref.detach(), rtol=1e-12, atol=0)
+    torch.testing.assert_close(grad, xr.grad, rtol=1e-12, atol=1e-15)
+    assert_all_pass(check_loss(MSELoss(reduction), x, y))
+
+
+# -- bad input -----------------------------------------------------------------------------------------
+
+def test_target_out_of_range():
+    with pytest.raises(ValueError, match=r"target contains class 3, outside \[0, 2\] for 3 classes"):
+        CrossEntropyLoss()(torch.randn(2, 3), torch.tensor([0, 3]))
+    with pytest.raises(ValueError, match="target contains class -1"):
+        CrossEntropyLoss()(torch.randn(2, 3), torch.tensor([-1, 0]))
+
+
+def test_target_wrong_length():
+    with pytest.raises(ValueError, match=r"integer tensor of shape \(2,\), got torch.int64 of shape \(3,\)"):
+        CrossEntropyLoss()(torch.randn(2, 3), torch.tensor([0, 1, 2]))
+
+
+def test_float_target_of_wrong_shape():
+    with pytest.raises(ValueError, match=r"floating-point target holds class probabilities .* \(2, 3\), got \(2,\)"):
+        CrossEntropyLoss()(torch.randn(2, 3), torch.tensor([0.0, 1.0]))
+
+
+def test_logits_must_be_2d():
+    with pytest.raises(ValueError, match=r"logits must have shape \(N, C\)"):
+        CrossEntropyLoss()(torch.randn(3), torch.tensor([0, 1, 2]))
+
+
+def test_bad_reduction_and_smoothing():
+    with pytest.raises(ValueError, match=r"reduction must be one of \('mean', 'sum'\), got 'avg'"):
+        CrossEntropyLoss("avg")
+    with pytest.raises(ValueError, match="label_smoothing must be in"):
+        CrossEntropyLoss(label_smoothing=1.5)
+    with pytest.raises(ValueError, match="reduction must be one of"):
+        MSELoss("none")
+
+
+def test_mse_shape_mismatch_is_an_error_not_a_broadcast():
+    with pytest.raises(ValueError, match=r"input has shape \(4, 1\) but target has shape \(4,\)"):
+        MSELoss()(torch.randn(4, 1), torch.randn(4))
+
+
+@pytest.mark.parametrize("crit", [CrossEntropyLoss(), MSELoss()])
+def test_loss_backward_before_forward(crit):
+    with pytest.raises(RuntimeError, match="backward called before forward"):
+        crit.backward()
