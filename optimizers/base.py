@@ -1,0 +1,81 @@
+"""HandOptimizer: torch.optim.Optimizer plumbing around a hand-written, vectorised update.
+
+Subclassing ``torch.optim.Optimizer`` gives param_groups, state_dict /
+load_state_dict, zero_grad, add_param_group, hooks and every lr_scheduler for
+free; each subclass writes only ``_update(group, params, grads)``, the update
+equations, with ``torch._foreach_*`` ops across the group (one kernel per
+operation for the whole group rather than one per tensor).
+"""
+from __future__ import annotations
+
+import numbers
+from abc import abstractmethod
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+
+
+def check_hyper(owner: str, name: str, value: object, *, lo: float = 0.0, hi: float | None = None,
+                hi_open: bool = False) -> float:
+    """Refuse a hyper-parameter that is not a real number in [lo, hi] (or [lo, hi) with hi_open)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{owner}: {name} must be a number, got {value!r}")
+    ok = value >= lo and (hi is None or (value < hi if hi_open else value <= hi))
+    if not ok:
+        upper = "" if hi is None else f", {hi})" if hi_open else f", {hi}]"
+        rng = f">= {lo}" if hi is None else f"in [{lo}{upper}"
+        raise ValueError(f"{owner}: invalid {name} {value!r}: must be {rng}")
+    return float(value)
+
+
+def check_betas(owner: str, betas: object) -> tuple[float, float]:
+    if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+        raise ValueError(f"{owner}: betas must be a pair (beta1, beta2), got {betas!r}")
+    return (check_hyper(owner, "beta1 (betas[0])", betas[0], hi=1.0, hi_open=True),
+            check_hyper(owner, "beta2 (betas[1])", betas[1], hi=1.0, hi_open=True))
+
+
+def scalar_step(device: torch.device | None = None) -> Tensor:
+    """A fresh ``step`` counter, typed as torch.optim types it (a 0-d float tensor)."""
+    dtype = torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
+    return torch.zeros((), dtype=dtype, device=device)
+
+
+class HandOptimizer(Optimizer):
+    """Base class: ``step`` gathers the parameters that have a gradient and calls ``_update``."""
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """One update.  ``closure`` (optional) re-evaluates the model and returns the loss."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        stepped = False
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            stepped = True
+            grads = [p.grad for p in params]
+            for p, g in zip(params, grads):
+                if g.is_sparse:
+                    raise RuntimeError(f"{type(self).__name__} does not support sparse gradients")
+                if g.shape != p.shape:
+                    raise RuntimeError(f"{type(self).__name__}: a gradient has shape {tuple(g.shape)} but its "
+                                       f"parameter has shape {tuple(p.shape)}")
+            if group["maximize"]:
+                grads = torch._foreach_neg(grads)
+            self._update(group, params, grads)
+        if not stepped:
+            raise RuntimeError(f"{type(self).__name__}.step(): no parameter has a gradient (every .grad is None); "
+                               f"call backward first")
+        return loss
+
+    @abstractmethod
+    def _update(self, group: dict, params: list[Tensor], grads: list[Tensor]) -> None:
+        """Apply the update to ``params`` in place; ``grads`` are already negated if maximize.
+
+        Must not modify ``grads`` in place (they may be the parameters' own .grad tensors).
+        """

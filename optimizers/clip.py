@@ -1,0 +1,56 @@
+"""Gradient clipping by total norm and by value (same results as torch.nn.utils.clip_grad_*_)."""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import torch
+from torch import Tensor
+
+
+def _grads(parameters: Iterable[Tensor] | Tensor) -> list[Tensor]:
+    if isinstance(parameters, Tensor):
+        parameters = [parameters]
+    return [p.grad for p in parameters if p.grad is not None]
+
+
+def clip_grad_norm_(parameters: Iterable[Tensor] | Tensor, max_norm: float, norm_type: float = 2.0,
+                    error_if_nonfinite: bool = False) -> Tensor:
+    """Scale all gradients in place so that their joint ``norm_type``-norm is at most ``max_norm``.
+
+    total = ||(||g_1||, ..., ||g_k||)||   (the norm of all gradients as one vector)
+    g_i  *= min(1, max_norm / (total + 1e-6))
+    Returns ``total`` (before clipping) as a 0-d tensor.
+    """
+    max_norm, norm_type = float(max_norm), float(norm_type)
+    if max_norm < 0 or math.isnan(max_norm):
+        raise ValueError(f"clip_grad_norm_: max_norm must be >= 0, got {max_norm}")
+    if not (norm_type > 0 or math.isinf(norm_type)):
+        raise ValueError(f"clip_grad_norm_: norm_type must be > 0 or inf, got {norm_type}")
+    grads = _grads(parameters)
+    if not grads:
+        return torch.tensor(0.0)
+    device = grads[0].device
+    if math.isinf(norm_type):
+        per_tensor = [g.abs().max() for g in grads]
+        total = torch.stack([n.to(device) for n in per_tensor]).max()
+    else:
+        per_tensor = torch._foreach_norm(grads, norm_type)
+        total = torch.stack([n.to(device) for n in per_tensor]).pow(norm_type).sum().pow(1.0 / norm_type)
+    if error_if_nonfinite and not torch.isfinite(total):
+        raise RuntimeError(f"clip_grad_norm_: the total norm of order {norm_type} is non-finite ({total.item()}), "
+                           f"so the gradients cannot be clipped; pass error_if_nonfinite=False to clip anyway")
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    torch._foreach_mul_(grads, coef.to(grads[0].dtype))
+    return total
+
+
+def clip_grad_value_(parameters: Iterable[Tensor] | Tensor, clip_value: float) -> None:
+    """Clamp every gradient element into [-clip_value, clip_value] in place."""
+    clip_value = float(clip_value)
+    if clip_value < 0:
+        raise ValueError(f"clip_grad_value_: clip_value must be >= 0, got {clip_value}")
+    grads = _grads(parameters)
+    if grads:
+        torch._foreach_clamp_min_(grads, -clip_value)
+        torch._foreach_clamp_max_(grads, clip_value)

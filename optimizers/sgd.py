@@ -1,0 +1,51 @@
+"""Stochastic gradient descent with momentum, dampening, Nesterov and weight decay (torch.optim.SGD's equations)."""
+from __future__ import annotations
+
+import torch
+
+from .base import HandOptimizer, check_hyper
+
+
+class SGD(HandOptimizer):
+    r"""g = grad + wd * p
+    b = g                              on the first step
+    b = momentum * b + (1 - dampening) * g   afterwards
+    g = g + momentum * b  (nesterov)   or   g = b
+    p = p - lr * g
+
+    State per parameter: ``momentum_buffer`` (only when momentum != 0).
+    """
+
+    def __init__(self, params, lr: float = 1e-3, momentum: float = 0, dampening: float = 0, nesterov: bool = False,
+                 weight_decay: float = 0, *, maximize: bool = False):
+        check_hyper("SGD", "lr", lr)
+        check_hyper("SGD", "momentum", momentum)
+        check_hyper("SGD", "weight_decay", weight_decay)
+        check_hyper("SGD", "dampening", dampening)
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError(f"SGD: nesterov=True requires momentum > 0 and dampening == 0, "
+                             f"got momentum={momentum!r}, dampening={dampening!r}")
+        defaults = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov,
+                        maximize=maximize)
+        super().__init__(params, defaults)
+
+    def _update(self, group, params, grads):
+        lr, momentum, wd = group["lr"], group["momentum"], group["weight_decay"]
+        if wd != 0:
+            grads = torch._foreach_add(grads, params, alpha=wd)
+        if momentum != 0:
+            bufs, old_bufs, old_grads = [], [], []
+            for p, g in zip(params, grads):
+                state = self.state[p]
+                buf = state.get("momentum_buffer")
+                if buf is None:
+                    buf = state["momentum_buffer"] = g.clone()
+                else:
+                    old_bufs.append(buf)
+                    old_grads.append(g)
+                bufs.append(buf)
+            if old_bufs:
+                torch._foreach_mul_(old_bufs, momentum)
+                torch._foreach_add_(old_bufs, old_grads, alpha=1 - group["dampening"])
+            grads = torch._foreach_add(grads, bufs, alpha=momentum) if group["nesterov"] else bufs
+        torch._foreach_add_(params, grads, alpha=-lr)
