@@ -34,15 +34,18 @@ class _Activation(ABC):
 
     def forward(self, x: Tensor) -> Tensor:
         """x: any shape -> out: same shape."""
-        check_tensor(repr(self), "x", x)
-        check_floating(repr(self), "x", x)
+        if not (isinstance(x, Tensor) and x.is_floating_point()):
+            check_tensor(repr(self), "x", x)
+            check_floating(repr(self), "x", x)
         self._out = out = self._forward(x)
         return out
 
     def backward(self, dout: Tensor) -> Tensor:
         """dout: shape of out -> dx: shape of x."""
         out = self._out
-        dout = check_dout(repr(self), dout, None if out is None else out.shape, out)
+        if not (out is not None and isinstance(dout, Tensor) and dout.shape == out.shape
+                and dout.dtype == out.dtype and dout.device == out.device):
+            check_dout(repr(self), dout, None if out is None else out.shape, out)
         self._out = None
         return self._backward(dout, out)
 
@@ -56,13 +59,15 @@ class _Activation(ABC):
 
 
 class ReLU(_Activation):
-    """out = max(x, 0);  dx = dout where out > 0, else 0."""
+    """out = max(x, 0);  dx = dout where out > 0, else 0 (the derivative at 0 is taken as 0, as torch does)."""
 
     def _forward(self, x: Tensor) -> Tensor:
         return torch.relu(x)
 
     def _backward(self, dout: Tensor, out: Tensor) -> Tensor:
-        return dout.masked_fill(out <= 0, 0)
+        # out >= 0, so sign(out) is exactly the 0/1 mask (out > 0).  Multiplying by it is one fused
+        # float kernel; dout * (out > 0) computes the same numbers 3-5x slower on CPU (bool temporaries).
+        return dout * out.sign()
 
 
 class Tanh(_Activation):

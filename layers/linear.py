@@ -47,10 +47,10 @@ class Linear:
 
     def forward(self, x: Tensor) -> Tensor:
         """x: (N, D) -> out: (N, H)."""
-        check_tensor(repr(self), "x", x)
-        if x.dim() != 2 or x.shape[1] != self.in_features:
-            raise ValueError(f"{self!r}: expected input of shape (N, {self.in_features}), got {tuple(x.shape)}")
-        check_like(repr(self), "input", x, self.weight, "weight")
+        w = self.weight
+        if not (isinstance(x, Tensor) and x.dim() == 2 and x.shape[1] == self.in_features
+                and x.dtype == w.dtype and x.device == w.device):
+            self._reject_input(x)  # the cheap test above failed: find out what is wrong and say so
         self._x = x
         if self.bias is None:
             return x @ self.weight  # (N, H)
@@ -62,9 +62,10 @@ class Linear:
         ``need_input_grad=False`` skips the dx product (the first layer of a net
         does not need it) and returns None.
         """
-        x = self._x
-        dout = check_dout(repr(self), dout, None if x is None else torch.Size((x.shape[0], self.out_features)),
-                          self.weight)
+        x, w = self._x, self.weight
+        if not (x is not None and isinstance(dout, Tensor) and dout.dim() == 2 and dout.shape[0] == x.shape[0]
+                and dout.shape[1] == self.out_features and dout.dtype == w.dtype and dout.device == w.device):
+            check_dout(repr(self), dout, None if x is None else torch.Size((x.shape[0], self.out_features)), w)
         self._x = None
         w_grad = self.weight.grad
         if w_grad is None:
@@ -74,6 +75,12 @@ class Linear:
         if self.bias is not None:
             accumulate_grad(self.bias, dout.sum(0))  # (H,)
         return dout @ self.weight.t() if need_input_grad else None  # (N, D)
+
+    def _reject_input(self, x: object) -> None:
+        check_tensor(repr(self), "x", x)
+        if x.dim() != 2 or x.shape[1] != self.in_features:
+            raise ValueError(f"{self!r}: expected input of shape (N, {self.in_features}), got {tuple(x.shape)}")
+        check_like(repr(self), "input", x, self.weight, "weight")
 
     def state_dict(self) -> dict[str, Tensor]:
         """nn.Linear's key names and layout: weight (H, D)."""

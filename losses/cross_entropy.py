@@ -15,10 +15,13 @@ class CrossEntropyLoss:
     dtype, or class probabilities (N, C) of the logits' dtype.  Matches
     ``torch.nn.CrossEntropyLoss`` (reduction "mean" or "sum", label_smoothing).
 
-    With q the target distribution after smoothing, q = (1 - eps) * target + eps / C,
-        loss_n = logsumexp(z_n) - sum_c q_nc z_nc        (stable for |z| ~ 1e4)
-        dL/dz_n = softmax(z_n) * sum_c q_nc - q_n        (= softmax - q when q sums to 1)
-    scaled by 1/N for "mean".
+    With log p = log_softmax(z) and q the target distribution after smoothing,
+    q = (1 - eps) * target + eps / C:
+        loss_n  = -sum_c q_nc log p_nc
+        dL/dz_n = p_n * sum_c q_nc - q_n        (= softmax - q when q sums to 1)
+    scaled by 1/N for "mean".  log_softmax subtracts the row maximum before
+    exponentiating, so logits of magnitude 1e4 give finite, exact values; the
+    softmax for the gradient is exp(log p), accurate to the last bits.
     """
 
     def __init__(self, reduction: str = "mean", label_smoothing: float = 0.0):
@@ -26,7 +29,7 @@ class CrossEntropyLoss:
         if not 0.0 <= float(label_smoothing) <= 1.0:
             raise ValueError(f"CrossEntropyLoss: label_smoothing must be in [0, 1], got {label_smoothing!r}")
         self.label_smoothing = float(label_smoothing)
-        self._cache: tuple[Tensor, Tensor, float] | None = None
+        self._cache: tuple[Tensor, Tensor, float] | None = None  # log p, target, scale
 
     def __repr__(self) -> str:
         return f"CrossEntropyLoss(reduction={self.reduction!r}, label_smoothing={self.label_smoothing})"
@@ -36,6 +39,43 @@ class CrossEntropyLoss:
 
     def forward(self, logits: Tensor, target: Tensor) -> Tensor:
         """logits (N, C), target (N,) int or (N, C) float -> loss, a 0-d tensor."""
+        self._check(logits, target)
+        n, c = logits.shape
+        eps = self.label_smoothing
+        scale = 1.0 / n if self.reduction == "mean" else 1.0
+        logp = torch.log_softmax(logits, 1)  # (N, C)
+        if target.is_floating_point():
+            q = target * (1 - eps) + eps / c if eps else target  # (N, C)
+            total = (q * logp).sum()
+        else:
+            target = target.long()  # uint8/int32 targets too (a uint8 index would otherwise act as a mask)
+            total = (1 - eps) * logp.gather(1, target.unsqueeze(1)).sum()  # sum_n log p[n, y_n]
+            if eps:
+                total = total + eps / c * logp.sum()
+        self._cache = (logp, target, scale)
+        return total * -scale
+
+    def backward(self, dout: float | Tensor = 1.0) -> Tensor:
+        """-> dL/dlogits (N, C), times ``dout`` (the upstream gradient of the scalar loss, default 1)."""
+        if self._cache is None:
+            raise RuntimeError(f"{self!r}: backward called before forward (or twice after one forward)")
+        if isinstance(dout, Tensor) and dout.numel() != 1:
+            raise ValueError(f"{self!r}: dout must be a scalar, got shape {tuple(dout.shape)}")
+        logp, target, scale = self._cache
+        self._cache = None
+        eps, c = self.label_smoothing, logp.shape[1]
+        grad = torch.exp(logp)  # (N, C) softmax
+        if target.is_floating_point():
+            q = target * (1 - eps) + eps / c if eps else target
+            grad.mul_(q.sum(1, keepdim=True)).sub_(q)  # p * sum(q) - q
+        else:
+            onehot = torch.full((grad.shape[0], 1), eps - 1, dtype=grad.dtype, device=grad.device)
+            grad.scatter_add_(1, target.unsqueeze(1), onehot)  # p - (1 - eps) * onehot(target) ...
+            if eps:
+                grad.sub_(eps / c)  # ... - eps / C
+        return grad.mul_(dout * scale)
+
+    def _check(self, logits: Tensor, target: Tensor) -> None:
         owner = repr(self)
         check_tensor(owner, "logits", logits)
         check_tensor(owner, "target", target)
@@ -45,48 +85,17 @@ class CrossEntropyLoss:
         n, c = logits.shape
         if target.device != logits.device:
             raise ValueError(f"{owner}: target is on {target.device} but logits are on {logits.device}")
-        eps = self.label_smoothing
-        # Stable softmax and log-sum-exp from one exp: shift by the row max so the largest term is exp(0) = 1.
-        m = logits.amax(1, keepdim=True)  # (N, 1)
-        e = torch.exp(logits - m)  # (N, C), in (0, 1]
-        s = e.sum(1, keepdim=True)  # (N, 1), in [1, C]
-        probs = e / s  # (N, C) softmax
-        lse = (m + torch.log(s)).squeeze(1)  # (N,)
         if target.is_floating_point():
             if target.shape != logits.shape:
                 raise ValueError(f"{owner}: a floating-point target holds class probabilities and must have the "
                                  f"logits' shape {tuple(logits.shape)}, got {tuple(target.shape)} "
                                  f"(class indices must be an integer tensor of shape ({n},))")
             check_like(owner, "target", target, logits, "logits")
-            q = target * (1 - eps) + eps / c if eps else target  # (N, C)
-            per_row = lse * q.sum(1) - (q * logits).sum(1)  # (N,)
-            grad = probs * q.sum(1, keepdim=True) - q  # (N, C)
-        else:
-            if target.dtype == torch.bool or target.shape != (n,):
-                raise ValueError(f"{owner}: class-index target must be an integer tensor of shape ({n},), "
-                                 f"got {target.dtype} of shape {tuple(target.shape)}")
-            lo, hi = torch.stack(torch.aminmax(target)).tolist()  # one host sync for both bounds
-            if lo < 0 or hi >= c:
-                bad = lo if lo < 0 else hi
-                raise ValueError(f"{owner}: target contains class {bad}, outside [0, {c - 1}] for {c} classes")
-            rows = torch.arange(n, device=logits.device)
-            per_row = lse - (1 - eps) * logits[rows, target]  # (N,)
-            grad = probs  # (N, C): probs is ours, modified in place
-            if eps:
-                per_row = per_row - eps / c * logits.sum(1)
-                grad.sub_(eps / c)
-            grad[rows, target] -= 1 - eps
-        scale = 1.0 / n if self.reduction == "mean" else 1.0
-        loss = per_row.sum() * scale
-        self._cache = (grad, loss, scale)
-        return loss
-
-    def backward(self, dout: float | Tensor = 1.0) -> Tensor:
-        """-> dL/dlogits (N, C), times ``dout`` (the upstream gradient of the scalar loss, default 1)."""
-        if self._cache is None:
-            raise RuntimeError(f"{self!r}: backward called before forward (or twice after one forward)")
-        grad, _, scale = self._cache
-        self._cache = None
-        if isinstance(dout, Tensor) and dout.numel() != 1:
-            raise ValueError(f"{self!r}: dout must be a scalar, got shape {tuple(dout.shape)}")
-        return grad.mul_(dout * scale)
+            return
+        if target.dtype == torch.bool or target.is_complex() or target.shape != (n,):
+            raise ValueError(f"{owner}: class-index target must be an integer tensor of shape ({n},), "
+                             f"got {target.dtype} of shape {tuple(target.shape)}")
+        lo, hi = torch.stack(torch.aminmax(target)).tolist()  # one host sync for both bounds
+        if lo < 0 or hi >= c:
+            raise ValueError(f"{owner}: target contains class {lo if lo < 0 else hi}, outside [0, {c - 1}] "
+                             f"for {c} classes")

@@ -73,6 +73,21 @@ class HandOptimizer(Optimizer):
                                f"call backward first")
         return loss
 
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear the gradients: to None (default, as torch.optim) or to zeros in place."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if set_to_none:
+                    p.grad = None
+                else:
+                    if p.grad.grad_fn is not None:
+                        p.grad.detach_()
+                    else:
+                        p.grad.requires_grad_(False)
+                    p.grad.zero_()
+
     @abstractmethod
     def _update(self, group: dict, params: list[Tensor], grads: list[Tensor]) -> None:
         """Apply the update to ``params`` in place; ``grads`` are already negated if maximize.

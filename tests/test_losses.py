@@ -67,6 +67,16 @@ def test_cross_entropy_is_stable_for_huge_logits(dtype):
     torch.testing.assert_close(grad, torch_ce(logits, target, "mean", 0.0)[1])
 
 
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int32, torch.int64])
+def test_cross_entropy_accepts_any_integer_target_dtype(dtype):
+    logits, target = torch.randn(4, 3, dtype=f64), torch.tensor([0, 2, 1, 1])
+    crit = CrossEntropyLoss()
+    loss = crit(logits, target.to(dtype))
+    ref_loss, ref_grad = torch_ce(logits, target, "mean", 0.0)
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-12, atol=0)
+    torch.testing.assert_close(crit.backward(), ref_grad, rtol=1e-12, atol=1e-15)
+
+
 def test_cross_entropy_dout_scales_gradient():
     logits, target = torch.randn(4, 3, dtype=f64), torch.tensor([0, 1, 2, 1])
     crit = CrossEntropyLoss()
