@@ -16,6 +16,7 @@ default tolerance is 1e-7.
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -64,15 +65,14 @@ def rel_error(a: Tensor, b: Tensor) -> float:
 def numeric_grad(f: Callable[[], float], t: Tensor, eps: float = EPS) -> Tensor:
     """Central differences of the scalar f() with respect to every element of t (perturbed in place)."""
     grad = torch.zeros_like(t)
-    flat, gflat = t.view(-1), grad.view(-1)
-    for i in range(flat.numel()):
-        orig = flat[i].item()
-        flat[i] = orig + eps
+    for idx in itertools.product(*(range(n) for n in t.shape)):  # works for non-contiguous t too
+        orig = t[idx].item()
+        t[idx] = orig + eps
         fp = f()
-        flat[i] = orig - eps
+        t[idx] = orig - eps
         fm = f()
-        flat[i] = orig
-        gflat[i] = (fp - fm) / (2 * eps)
+        t[idx] = orig
+        grad[idx] = (fp - fm) / (2 * eps)
     return grad
 
 

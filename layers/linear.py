@@ -13,8 +13,12 @@ from .layer import accumulate_grad
 class Linear:
     """Affine map ``out = x @ weight + bias``.
 
-    ``weight`` is stored as (D, H) (the transpose of ``torch.nn.Linear.weight``)
-    so the forward is a single ``addmm``.  Initialised exactly as nn.Linear:
+    ``weight`` has shape (D, H), so the forward reads ``x @ weight + bias`` and is
+    a single ``addmm``.  In memory it is the transpose of an (H, D) row-major
+    block -- nn.Linear's layout -- so every matrix product below is the very
+    BLAS call that autograd makes for nn.Linear, with the same rounding (the
+    forward output is bit-for-bit nn.Linear's, in float32 too).
+    Initialised exactly as nn.Linear:
     Kaiming-uniform with a=sqrt(5), i.e. U(-1/sqrt(D), 1/sqrt(D)) for weight and
     bias, drawing from the global RNG in the same order, so under the same
     ``torch.manual_seed`` a Linear and an nn.Linear get identical weights.
@@ -29,7 +33,7 @@ class Linear:
         bound = 1.0 / math.sqrt(in_features)
         w = torch.empty(out_features, in_features, device=device, dtype=dtype)  # (H, D), nn.Linear's layout
         w.uniform_(-bound, bound)
-        self.weight = w.t().contiguous()  # (D, H)
+        self.weight = w.t()  # (D, H), strides (1, D): nn.Linear's memory layout
         self.bias = torch.empty(out_features, device=device, dtype=dtype).uniform_(-bound, bound) if bias else None
         self._x: Tensor | None = None  # cached input, needed for dW
 
@@ -67,14 +71,14 @@ class Linear:
                 and dout.shape[1] == self.out_features and dout.dtype == w.dtype and dout.device == w.device):
             check_dout(repr(self), dout, None if x is None else torch.Size((x.shape[0], self.out_features)), w)
         self._x = None
-        w_grad = self.weight.grad
-        if w_grad is None:
-            self.weight.grad = x.t() @ dout  # (D, H)
+        # dW = x^T @ dout, (D, H), computed as (dout^T @ x)^T so that it is laid out like the weight.
+        if w.grad is None:
+            w.grad = (dout.t() @ x).t()
         else:
-            w_grad.addmm_(x.t(), dout)  # (D, H), accumulated in place: no temporary
+            w.grad.t().addmm_(dout.t(), x)  # accumulated in place: no temporary
         if self.bias is not None:
             accumulate_grad(self.bias, dout.sum(0))  # (H,)
-        return dout @ self.weight.t() if need_input_grad else None  # (N, D)
+        return dout @ w.t() if need_input_grad else None  # (N, D)
 
     def _reject_input(self, x: object) -> None:
         check_tensor(repr(self), "x", x)

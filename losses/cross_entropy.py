@@ -64,16 +64,18 @@ class CrossEntropyLoss:
         logp, target, scale = self._cache
         self._cache = None
         eps, c = self.label_smoothing, logp.shape[1]
+        s = dout * scale
         grad = torch.exp(logp)  # (N, C) softmax
         if target.is_floating_point():
             q = target * (1 - eps) + eps / c if eps else target
-            grad.mul_(q.sum(1, keepdim=True)).sub_(q)  # p * sum(q) - q
-        else:
-            onehot = torch.full((grad.shape[0], 1), eps - 1, dtype=grad.dtype, device=grad.device)
-            grad.scatter_add_(1, target.unsqueeze(1), onehot)  # p - (1 - eps) * onehot(target) ...
-            if eps:
-                grad.sub_(eps / c)  # ... - eps / C
-        return grad.mul_(dout * scale)
+            return grad.mul_(q.sum(1, keepdim=True)).sub_(q).mul_(s)  # (p * sum(q) - q) * s
+        # (p - (1 - eps) * onehot(target) - eps / C) * s, rounded as autograd rounds it: p * s first.
+        grad.mul_(s)
+        onehot = torch.full((grad.shape[0], 1), (eps - 1) * s, dtype=grad.dtype, device=grad.device)
+        grad.scatter_add_(1, target.unsqueeze(1), onehot)
+        if eps:
+            grad.sub_(eps / c * s)
+        return grad
 
     def _check(self, logits: Tensor, target: Tensor) -> None:
         owner = repr(self)

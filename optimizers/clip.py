@@ -36,7 +36,8 @@ def clip_grad_norm_(parameters: Iterable[Tensor] | Tensor, max_norm: float, norm
         total = torch.stack([n.to(device) for n in per_tensor]).max()
     else:
         per_tensor = torch._foreach_norm(grads, norm_type)
-        total = torch.stack([n.to(device) for n in per_tensor]).pow(norm_type).sum().pow(1.0 / norm_type)
+        # ||(n_1, ..., n_k)||_p = (sum_i n_i^p)^(1/p): the norm of the per-tensor norms.
+        total = torch.linalg.vector_norm(torch.stack([n.to(device) for n in per_tensor]), norm_type)
     if error_if_nonfinite and not torch.isfinite(total):
         raise RuntimeError(f"clip_grad_norm_: the total norm of order {norm_type} is non-finite ({total.item()}), "
                            f"so the gradients cannot be clipped; pass error_if_nonfinite=False to clip anyway")

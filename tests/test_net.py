@@ -46,6 +46,13 @@ def test_net_matches_pytorchnet(dtype, tol, arch):
     assert rel(dx, xr.grad) < tol
 
 
+def test_forward_is_bit_identical_to_twin_in_float32():
+    """Weight memory in nn.Linear's layout: the forward GEMMs are the very calls nn.Linear makes."""
+    net, twin = twin_pair(torch.float32, hidden_size=256)
+    x = torch.randn(64, 784)
+    assert torch.equal(net(x), twin(x).detach())
+
+
 def test_same_seed_same_initial_weights():
     torch.manual_seed(5)
     net = Net(**SMALL)
