@@ -28,7 +28,7 @@ class Adagrad(HandOptimizer):
         super().__init__(params, defaults)
 
     def add_param_group(self, param_group: dict) -> None:
-        super().add_param_group(param_group)
+        super().add_param_group(param_group)  # HandOptimizer's: engine Tensors become their torch tensors
         group = self.param_groups[-1]
         for p in group["params"]:
             state = self.state[p]

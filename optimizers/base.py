@@ -36,6 +36,16 @@ def check_betas(owner: str, betas: object) -> tuple[float, float]:
             check_hyper(owner, "beta2 (betas[1])", betas[1], hi=1.0, hi_open=True))
 
 
+def _as_torch_param(p: object) -> Tensor:
+    """A torch.Tensor parameter, or an engine Tensor's ``.data`` (where its gradient lives)."""
+    if isinstance(p, Tensor):
+        return p
+    data = getattr(p, "data", None)
+    if isinstance(data, Tensor):
+        return data
+    raise TypeError(f"optimizer params must be tensors, got {type(p).__name__}")
+
+
 def scalar_step(device: torch.device | None = None) -> Tensor:
     """A fresh ``step`` counter, typed as torch.optim types it (a 0-d float tensor)."""
     dtype = torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
@@ -43,7 +53,17 @@ def scalar_step(device: torch.device | None = None) -> Tensor:
 
 
 class HandOptimizer(Optimizer):
-    """Base class: ``step`` gathers the parameters that have a gradient and calls ``_update``."""
+    """Base class: ``step`` gathers the parameters that have a gradient and calls ``_update``.
+
+    Parameters may be torch Tensors or autodiff engine Tensors (whose torch tensor ``.data``
+    carries ``.grad``): the optimizer keeps and updates the torch tensor.
+    """
+
+    def add_param_group(self, param_group: dict) -> None:
+        params = param_group["params"]
+        params = [params] if isinstance(params, Tensor) else list(params)
+        param_group["params"] = [_as_torch_param(p) for p in params]
+        super().add_param_group(param_group)
 
     @torch.no_grad()
     def step(self, closure=None):

@@ -1,0 +1,448 @@
+"""A reverse-mode autograd engine on torch tensors, in the spirit of micrograd.
+
+Each operation computes its result with plain torch ops (no torch.autograd) and,
+when an input requires grad, records its parents and a closure ``_backward(g)``
+that turns the gradient of its output into gradients of its inputs: the chain
+rule, written by hand per operation.  ``backward()`` orders the graph with an
+explicit stack (no recursion, so 100,000-op chains work) and replays the
+closures in reverse.
+
+Where gradients live: on ``tensor.data.grad`` (exposed as ``tensor.grad``), so
+handgrad's optimizers -- torch.optim.Optimizer subclasses -- update engine
+parameters directly.  Leaves accumulate gradients across backward calls, as in
+PyTorch; a non-leaf's ``.grad`` holds its gradient from the latest backward.
+Unlike micrograd, the closures are released after backward (so is the memory
+they hold) unless ``retain_graph=True``.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import threading
+from collections.abc import Callable, Sequence
+from contextlib import ContextDecorator
+
+import torch
+
+_state = threading.local()
+
+
+def is_grad_enabled() -> bool:
+    return getattr(_state, "enabled", True)
+
+
+class no_grad(ContextDecorator):
+    """Inside, operations build no graph (like torch.no_grad); also usable as a decorator."""
+
+    def __enter__(self):
+        self._prev = is_grad_enabled()
+        _state.enabled = False
+        return self
+
+    def __exit__(self, *exc):
+        _state.enabled = self._prev
+        return False
+
+
+def _unbroadcast(g: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """Sum a gradient over the dimensions that broadcasting added or stretched, back to ``shape``."""
+    if g.shape == shape:
+        return g
+    extra = g.dim() - len(shape)
+    dims = tuple(range(extra)) + tuple(extra + i for i, n in enumerate(shape) if n == 1 and g.shape[extra + i] != 1)
+    g = g.sum(dims, keepdim=True) if dims else g
+    return g.reshape(shape)
+
+
+class Tensor:
+    """A node of the graph: ``data`` (a torch.Tensor), ``grad``, ``requires_grad``, and how it was made."""
+
+    __slots__ = ("data", "requires_grad", "_prev", "_backward", "_op", "_released", "__weakref__")
+
+    def __init__(self, data, requires_grad: bool = False, *, _prev: tuple = (), _op: str = ""):
+        if isinstance(data, Tensor):
+            data = data.data
+        if isinstance(data, torch.Tensor):
+            data = data.detach()  # our own tensor object (sharing storage), so its .grad is ours
+        else:
+            data = torch.as_tensor(data, dtype=torch.get_default_dtype())
+        if requires_grad and not (data.is_floating_point() or data.is_complex()):
+            raise TypeError(f"only floating-point tensors can require gradients, got dtype {data.dtype}")
+        self.data = data
+        self.requires_grad = bool(requires_grad)
+        self._prev = _prev
+        self._backward: Callable[[torch.Tensor], None] | None = None
+        self._op = _op
+        self._released = False
+
+    # -- plumbing -----------------------------------------------------------------------------------
+
+    @property
+    def grad(self) -> torch.Tensor | None:
+        return self.data.grad
+
+    @grad.setter
+    def grad(self, value: torch.Tensor | None) -> None:
+        self.data.grad = value
+
+    shape = property(lambda self: self.data.shape)
+    dtype = property(lambda self: self.data.dtype)
+    device = property(lambda self: self.data.device)
+    ndim = property(lambda self: self.data.dim())
+    is_leaf = property(lambda self: not self._op)
+
+    def dim(self) -> int:
+        return self.data.dim()
+
+    def numel(self) -> int:
+        return self.data.numel()
+
+    def item(self) -> float:
+        return self.data.item()
+
+    def numpy(self):
+        return self.data.cpu().numpy()
+
+    def tolist(self):
+        return self.data.tolist()
+
+    def detach(self) -> "Tensor":
+        return Tensor(self.data)
+
+    def zero_grad(self) -> None:
+        self.data.grad = None
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __repr__(self) -> str:
+        body = repr(self.data)[len("tensor("):-1] if self.data.dim() else repr(self.data.item())
+        extra = f", op={self._op!r}" if self._op else (", requires_grad=True" if self.requires_grad else "")
+        return f"Tensor({body}{extra})"
+
+    def _lift(self, x) -> "Tensor":
+        """The other operand as a Tensor.  A Python number becomes a 0-d tensor of *our* dtype (on the
+        CPU, which torch combines with any device), so 0.1 stays the float64 0.1 in float64 math."""
+        if isinstance(x, Tensor):
+            return x
+        if isinstance(x, numbers.Number) and not isinstance(x, bool):
+            dtype = self.dtype if self.data.is_floating_point() else torch.get_default_dtype()
+            return Tensor._wrap(torch.tensor(x, dtype=dtype), False, (), "")
+        if isinstance(x, (torch.Tensor, list, tuple)):
+            return Tensor(x)
+        raise TypeError(f"cannot combine an autodiff Tensor with {type(x).__name__}")
+
+    @classmethod
+    def _wrap(cls, data: torch.Tensor, requires_grad: bool, prev: tuple, op: str) -> "Tensor":
+        """Fast constructor for an op's result (a tensor no one else holds: no conversion, no detach)."""
+        out = cls.__new__(cls)
+        out.data, out.requires_grad, out._prev, out._op = data, requires_grad, prev, op
+        out._backward, out._released = None, False
+        return out
+
+    def _make(self, data: torch.Tensor, parents: tuple["Tensor", ...], op: str,
+              backward: Callable[[torch.Tensor], None]) -> "Tensor":
+        """Wrap an op's result; record the graph only if some parent needs a gradient."""
+        if is_grad_enabled() and any(p.requires_grad for p in parents):
+            out = Tensor._wrap(data, True, parents, op)
+            out._backward = backward
+            return out
+        return Tensor._wrap(data, False, (), "")
+
+    # -- arithmetic (broadcasting) ---------------------------------------------------------------------
+
+    def __add__(self, other) -> "Tensor":
+        a, b = self, self._lift(other)
+
+        def backward(g):  # d(a+b)/da = d(a+b)/db = 1
+            if a.requires_grad:
+                _accum(a, _unbroadcast(g, a.shape), fresh=a.shape != g.shape)
+            if b.requires_grad:
+                _accum(b, _unbroadcast(g, b.shape), fresh=b.shape != g.shape)
+        return self._make(a.data + b.data, (a, b), "add", backward)
+
+    def __mul__(self, other) -> "Tensor":
+        a, b = self, self._lift(other)
+
+        def backward(g):  # d(ab)/da = b, d(ab)/db = a
+            if a.requires_grad:
+                _accum(a, _unbroadcast(g * b.data, a.shape))
+            if b.requires_grad:
+                _accum(b, _unbroadcast(g * a.data, b.shape))
+        return self._make(a.data * b.data, (a, b), "mul", backward)
+
+    def __neg__(self) -> "Tensor":
+        a = self
+        return self._make(-a.data, (a,), "neg", lambda g: _accum(a, -g))
+
+    def __sub__(self, other) -> "Tensor":
+        a, b = self, self._lift(other)
+
+        def backward(g):  # d(a-b)/da = 1, d(a-b)/db = -1
+            if a.requires_grad:
+                _accum(a, _unbroadcast(g, a.shape), fresh=a.shape != g.shape)
+            if b.requires_grad:
+                _accum(b, _unbroadcast(-g, b.shape))
+        return self._make(a.data - b.data, (a, b), "sub", backward)
+
+    def __truediv__(self, other) -> "Tensor":
+        a, b = self, self._lift(other)
+
+        def backward(g):  # d(a/b)/da = 1/b, d(a/b)/db = -a/b^2
+            if a.requires_grad:
+                _accum(a, _unbroadcast(g / b.data, a.shape))
+            if b.requires_grad:
+                _accum(b, _unbroadcast(-g * a.data / (b.data * b.data), b.shape))
+        return self._make(a.data / b.data, (a, b), "div", backward)
+
+    def __pow__(self, exponent) -> "Tensor":
+        a = self
+        if isinstance(exponent, numbers.Number) and not isinstance(exponent, bool):
+            p = exponent
+
+            def backward(g):  # d(a^p)/da = p a^(p-1)
+                _accum(a, g * p * a.data ** (p - 1))
+            return self._make(a.data ** p, (a,), "pow", backward)
+        b = self._lift(exponent)
+        out_data = a.data ** b.data
+
+        def backward_t(g):  # d(a^b)/da = b a^(b-1), d(a^b)/db = a^b log a
+            if a.requires_grad:
+                _accum(a, _unbroadcast(g * b.data * a.data ** (b.data - 1), a.shape))
+            if b.requires_grad:
+                _accum(b, _unbroadcast(g * out_data * torch.log(a.data), b.shape))
+        return self._make(out_data, (a, b), "pow", backward_t)
+
+    def __radd__(self, other) -> "Tensor":
+        return self + other
+
+    def __rmul__(self, other) -> "Tensor":
+        return self * other
+
+    def __rsub__(self, other) -> "Tensor":
+        return self._lift(other) - self
+
+    def __rtruediv__(self, other) -> "Tensor":
+        return self._lift(other) / self
+
+    def __rpow__(self, other) -> "Tensor":
+        return self._lift(other) ** self
+
+    # -- matrix product ------------------------------------------------------------------------------
+
+    def __matmul__(self, other) -> "Tensor":
+        """As torch.matmul: 1-D operands are promoted (and the added dimension removed), batch dims broadcast."""
+        a, b = self, self._lift(other)
+        if a.data.dim() == 0 or b.data.dim() == 0:
+            raise ValueError(f"matmul: both operands need at least one dimension, got shapes "
+                             f"{tuple(a.shape)} and {tuple(b.shape)}")
+        out = a.data @ b.data
+
+        def backward(g):
+            A = a.data.unsqueeze(0) if a.data.dim() == 1 else a.data  # (..., n, k)
+            B = b.data.unsqueeze(-1) if b.data.dim() == 1 else b.data  # (..., k, m)
+            G = g
+            if b.data.dim() == 1:
+                G = G.unsqueeze(-1)
+            if a.data.dim() == 1:
+                G = G.unsqueeze(-2)  # (..., n, m)
+            if a.requires_grad:  # dA = G @ B^T
+                _accum(a, _unbroadcast(G @ B.mT, A.shape).reshape(a.shape))
+            if b.requires_grad:  # dB = A^T @ G, laid out like B when B is a transposed (column-major) matrix
+                if B.dim() == 2 and G.dim() == 2 and B.stride(0) == 1 and B.shape[0] > 1:
+                    gb = (G.mT @ A).mT
+                else:
+                    gb = _unbroadcast(A.mT @ G, B.shape)
+                _accum(b, gb.reshape(b.shape))
+        return self._make(out, (a, b), "matmul", backward)
+
+    def __rmatmul__(self, other) -> "Tensor":
+        return self._lift(other) @ self
+
+    # -- element-wise functions ----------------------------------------------------------------------
+
+    def exp(self) -> "Tensor":
+        a, out = self, torch.exp(self.data)
+        return self._make(out, (a,), "exp", lambda g: _accum(a, g * out))  # d e^a = e^a
+
+    def log(self) -> "Tensor":
+        a = self
+        return self._make(torch.log(a.data), (a,), "log", lambda g: _accum(a, g / a.data))  # d log a = 1/a
+
+    def tanh(self) -> "Tensor":
+        a, out = self, torch.tanh(self.data)
+        return self._make(out, (a,), "tanh", lambda g: _accum(a, g * (1 - out * out)))
+
+    def sigmoid(self) -> "Tensor":
+        a, out = self, torch.sigmoid(self.data)
+        return self._make(out, (a,), "sigmoid", lambda g: _accum(a, g * out * (1 - out)))
+
+    def relu(self) -> "Tensor":
+        a, out = self, torch.relu(self.data)
+        return self._make(out, (a,), "relu", lambda g: _accum(a, g * out.sign()))  # 1 where out > 0
+
+    # -- reductions ----------------------------------------------------------------------------------
+
+    def sum(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> "Tensor":
+        a = self
+        out = a.data.sum() if dim is None else a.data.sum(dim, keepdim=keepdim)
+
+        def backward(g):  # every summed element receives the output's gradient
+            if dim is not None and not keepdim:
+                for d in sorted(_dims(dim, a.data.dim())):
+                    g = g.unsqueeze(d)
+            fresh = g.shape != a.shape
+            _accum(a, g.expand(a.shape).contiguous() if fresh else g, fresh=fresh)
+        return self._make(out, (a,), "sum", backward)
+
+    def mean(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> "Tensor":
+        count = self.data.numel() if dim is None else math.prod(self.shape[d] for d in _dims(dim, self.data.dim()))
+        return self.sum(dim, keepdim) * (1.0 / count)
+
+    def max(self, dim: int | None = None, keepdim: bool = False) -> "Tensor":
+        """Largest value (over ``dim``); the gradient goes to the arg-max (shared equally among ties when dim=None)."""
+        a = self
+        if dim is None:
+            out = a.data.max()
+
+            def backward_all(g):
+                mask = (a.data == out).to(a.dtype)
+                _accum(a, g * mask / mask.sum())
+            return self._make(out, (a,), "max", backward_all)
+        values, idx = a.data.max(dim, keepdim=True)
+
+        def backward(g):
+            if not keepdim:
+                g = g.unsqueeze(dim)
+            _accum(a, torch.zeros_like(a.data).scatter_(dim, idx, g))
+        return self._make(values if keepdim else values.squeeze(dim), (a,), "max", backward)
+
+    def log_softmax(self, dim: int = -1) -> "Tensor":
+        """log p = x - logsumexp(x, dim);  dx = g - softmax(x) * sum(g, dim)."""
+        a, out = self, torch.log_softmax(self.data, dim)
+
+        def backward(g):
+            _accum(a, g - torch.exp(out) * g.sum(dim, keepdim=True))
+        return self._make(out, (a,), "log_softmax", backward)
+
+    # -- shape -----------------------------------------------------------------------------------------
+
+    def reshape(self, *shape) -> "Tensor":
+        a = self
+        shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)) else shape
+        return self._make(a.data.reshape(shape), (a,), "reshape", lambda g: _accum(a, g.reshape(a.shape), fresh=False))
+
+    view = reshape
+
+    def transpose(self, dim0: int, dim1: int) -> "Tensor":
+        a = self
+        return self._make(a.data.transpose(dim0, dim1), (a,), "transpose",
+                          lambda g: _accum(a, g.transpose(dim0, dim1), fresh=False))
+
+    @property
+    def T(self) -> "Tensor":
+        """Dimensions reversed (for a matrix: its transpose)."""
+        a = self
+        perm = tuple(reversed(range(a.data.dim())))
+        return self._make(a.data.permute(perm), (a,), "T", lambda g: _accum(a, g.permute(perm), fresh=False))
+
+    def __getitem__(self, index) -> "Tensor":
+        a = self
+        index = _unwrap_index(index)
+        out = a.data[index]
+
+        def backward(g):
+            grad = torch.zeros_like(a.data)
+            if _is_basic(index):
+                grad[index] += g  # a view: each element selected at most once
+            else:
+                # Advanced indexing may pick an element several times: find each output's source element
+                # by indexing a tensor of element ids the same way, then add with index_add_ (sums repeats).
+                ids = torch.arange(a.data.numel(), device=a.device).reshape(a.shape)[index]
+                grad.view(-1).index_add_(0, ids.reshape(-1), g.reshape(-1))
+            _accum(a, grad)
+        return self._make(out, (a,), "index", backward)
+
+    # -- backpropagation ---------------------------------------------------------------------------------
+
+    def backward(self, gradient: torch.Tensor | None = None, retain_graph: bool = False) -> None:
+        """Accumulate d(self)/d(leaf) into every leaf's .grad that requires it.
+
+        ``gradient`` is d(loss)/d(self); it may be omitted only for a single-element tensor.
+        """
+        if not self.requires_grad:
+            raise RuntimeError("backward: this tensor does not require grad and has no graph "
+                               "(no input had requires_grad=True, or it was made under no_grad)")
+        if gradient is None:
+            if self.data.numel() != 1:
+                raise RuntimeError(f"grad can be implicitly created only for scalar outputs; this tensor has "
+                                   f"shape {tuple(self.shape)}: pass backward(gradient) of that shape")
+            gradient = torch.ones_like(self.data)
+        else:
+            gradient = gradient.data if isinstance(gradient, Tensor) else torch.as_tensor(gradient)
+            if gradient.shape != self.shape:
+                raise RuntimeError(f"backward: gradient has shape {tuple(gradient.shape)}, expected "
+                                   f"{tuple(self.shape)}")
+            gradient = gradient.to(self.dtype)
+        topo = _topological_order(self)
+        for node in topo:
+            if node._released:
+                raise RuntimeError("trying to backward through the graph a second time: its saved tensors were "
+                                   "freed by the first backward; pass retain_graph=True to the first one")
+            if node._op:
+                node.data.grad = None  # a non-leaf's .grad is this backward's, not accumulated
+        _accum(self, gradient, fresh=False)
+        for node in reversed(topo):
+            if node._backward is not None and node.data.grad is not None:
+                node._backward(node.data.grad)
+        if not retain_graph:
+            for node in topo:
+                if node._op:
+                    node._backward, node._prev, node._released = None, (), True
+
+
+def _accum(node: Tensor, g: torch.Tensor, fresh: bool = True) -> None:
+    """node.grad += g.  ``fresh=False`` says g may be shared with another node, so a leaf gets a copy."""
+    if not node.requires_grad:
+        return
+    if node.data.grad is None:
+        node.data.grad = g if fresh or node._op else g.clone()
+    else:
+        node.data.grad = node.data.grad + g  # out of place: never writes into a tensor another node holds
+
+
+def _topological_order(root: Tensor) -> list[Tensor]:
+    """Every node that requires grad, parents before children, by depth-first search with an explicit stack."""
+    order, seen = [], set()
+    stack: list[tuple[Tensor, bool]] = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        stack.extend((p, False) for p in node._prev if p.requires_grad and id(p) not in seen)
+    return order
+
+
+def _dims(dim: int | Sequence[int], ndim: int) -> tuple[int, ...]:
+    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    return tuple(d % ndim if ndim else 0 for d in dims)
+
+
+def _unwrap_index(index):
+    if isinstance(index, Tensor):
+        return index.data
+    if isinstance(index, tuple):
+        return tuple(i.data if isinstance(i, Tensor) else i for i in index)
+    return index
+
+
+def _is_basic(index) -> bool:
+    """Ints, slices, None and Ellipsis only: the result is a view and no element repeats."""
+    items = index if isinstance(index, tuple) else (index,)
+    return all((isinstance(i, (int, slice)) and not isinstance(i, bool)) or i is None or i is Ellipsis
+               for i in items)

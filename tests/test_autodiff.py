@@ -1,0 +1,310 @@
+"""The autodiff engine: every operation against torch.autograd in float64, and the graph mechanics."""
+import pytest
+import torch
+
+import optimizers
+from autodiff import EngineNet, MLP, Tensor, cross_entropy, no_grad
+from layers import Net, PytorchNet
+from losses import CrossEntropyLoss
+
+f64 = torch.float64
+
+
+def compare(fn, *shapes_or_tensors, tol=1e-9, seed=0, positive=False):
+    """fn applied to engine Tensors and to torch tensors; outputs and every input gradient must agree."""
+    g = torch.Generator().manual_seed(seed)
+    raw = [s if isinstance(s, torch.Tensor) else torch.randn(s, generator=g, dtype=f64) for s in shapes_or_tensors]
+    if positive:
+        raw = [r.abs() + 0.5 for r in raw]
+    ours = [Tensor(r.clone(), requires_grad=True) for r in raw]
+    ref = [r.clone().requires_grad_() for r in raw]
+    out, out_ref = fn(*ours), fn(*ref)
+    upstream = torch.randn(out_ref.shape, generator=g, dtype=f64)
+    out.backward(upstream if out_ref.dim() else None)
+    out_ref.backward(upstream if out_ref.dim() else None)
+    assert out.shape == out_ref.shape
+    torch.testing.assert_close(out.data, out_ref.detach(), rtol=tol, atol=1e-12)
+    for i, (a, b) in enumerate(zip(ours, ref)):
+        assert a.grad is not None and a.grad.shape == b.shape, f"input {i}"
+        err = ((a.grad - b.grad).abs().max() / b.grad.abs().max().clamp_min(1e-30)).item()
+        assert err < tol, f"input {i}: relative error {err:.2e}"
+
+
+BINARY = [lambda a, b: a + b, lambda a, b: a - b, lambda a, b: a * b, lambda a, b: a / b]
+BROADCAST = [((3, 4), (3, 4)), ((3, 4), (4,)), ((4,), (3, 4)), ((3, 1), (1, 4)), ((2, 3, 4), (3, 1)), ((5,), ())]
+
+
+@pytest.mark.parametrize("op", BINARY, ids=["add", "sub", "mul", "div"])
+@pytest.mark.parametrize("sa,sb", BROADCAST)
+def test_binary_ops_with_broadcasting(op, sa, sb):
+    compare(op, sa, sb)
+
+
+@pytest.mark.parametrize("fn", [lambda a: a + 2.5, lambda a: 2.5 + a, lambda a: a - 0.1, lambda a: 0.1 - a,
+                                lambda a: a * 0.1, lambda a: 3 * a, lambda a: a / 7.0, lambda a: 7.0 / a, lambda a: -a],
+                         ids=["add", "radd", "sub", "rsub", "mul", "rmul", "div", "rdiv", "neg"])
+def test_ops_with_python_numbers(fn):
+    compare(fn, (3, 4))
+
+
+@pytest.mark.parametrize("fn", [lambda a: a ** 2, lambda a: a ** 3.5, lambda a: a ** -1.5, lambda a: 2.0 ** a],
+                         ids=["sq", "pow3.5", "pow-1.5", "rpow"])
+def test_pow_with_number(fn):
+    compare(fn, (3, 4), positive=True)
+
+
+@pytest.mark.parametrize("sa,sb", [((3, 4), (3, 4)), ((3, 4), (4,)), ((4,), (2, 4))])
+def test_pow_with_tensor_exponent(sa, sb):
+    compare(lambda a, b: a ** b, sa, sb, positive=True)
+
+
+@pytest.mark.parametrize("sa,sb", [((3, 4), (4, 5)), ((4,), (4, 5)), ((3, 4), (4,)), ((4,), (4,)),
+                                   ((2, 3, 4), (4, 5)), ((3, 4), (2, 4, 5)), ((2, 3, 4), (2, 4, 5)),
+                                   ((2, 1, 3, 4), (5, 4, 2)), ((1, 4), (4, 1))])
+def test_matmul_shapes(sa, sb):
+    compare(lambda a, b: a @ b, sa, sb)
+
+
+def test_matmul_with_transposed_operand():
+    w = torch.randn(5, 4, dtype=f64).t()  # column-major (4, 5), the engine Linear's layout
+    compare(lambda a, b: a @ b, (3, 4), w)
+
+
+@pytest.mark.parametrize("name", ["exp", "log", "tanh", "sigmoid", "relu"])
+@pytest.mark.parametrize("shape", [(5,), (3, 4), (2, 3, 4)])
+def test_elementwise(name, shape):
+    compare(lambda a: getattr(a, name)(), shape, positive=(name == "log"))
+
+
+@pytest.mark.parametrize("dim,keepdim", [(None, False), (0, False), (1, True), (-1, False), ((0, 2), False), ((0, 2), True)])
+@pytest.mark.parametrize("red", ["sum", "mean"])
+def test_sum_and_mean(dim, keepdim, red):
+    if dim is None:
+        compare(lambda a: getattr(a, red)(), (2, 3, 4))
+    else:
+        compare(lambda a: getattr(a, red)(dim, keepdim=keepdim), (2, 3, 4))
+
+
+@pytest.mark.parametrize("dim,keepdim", [(0, False), (1, True), (-1, False)])
+def test_max_over_dim(dim, keepdim):
+    def ref_or_ours(a):
+        out = a.max(dim, keepdim=keepdim)
+        return out.values if isinstance(out, tuple) else out
+    compare(ref_or_ours, (3, 4, 5))
+
+
+def test_max_over_everything_with_ties():
+    compare(lambda a: a.max(), torch.tensor([[1.0, 3.0], [3.0, 2.0]], dtype=f64))
+
+
+@pytest.mark.parametrize("fn", [lambda a: a.reshape(4, 6), lambda a: a.view(-1), lambda a: a.reshape((3, 8)),
+                                lambda a: a.transpose(0, 2), lambda a: a.reshape(6, 4).T, lambda a: a.sum(0).T])
+def test_shape_ops(fn):
+    compare(fn, (2, 3, 4))
+
+
+@pytest.mark.parametrize("index", [1, -1, (0, 2), slice(1, 3), (slice(None), 1), (Ellipsis, 2), (None, 0),
+                                   torch.tensor([0, 2, 0]), (torch.tensor([0, 1, 1]), torch.tensor([2, 2, 0])),
+                                   (slice(None), torch.tensor([3, 3, 0]))],
+                         ids=["int", "neg", "tuple", "slice", "slice-int", "ellipsis", "none", "repeat-idx",
+                              "pairs", "slice-idx"])
+def test_indexing(index):
+    compare(lambda a: a[index], (3, 4))
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_log_softmax(dim):
+    compare(lambda a: a.log_softmax(dim) if isinstance(a, Tensor) else torch.log_softmax(a, dim), (4, 5))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_cross_entropy(reduction):
+    t = torch.tensor([0, 3, 1, 1, 4])
+    compare(lambda z: cross_entropy(z, t, reduction) if isinstance(z, Tensor)
+            else torch.nn.functional.cross_entropy(z, t, reduction=reduction), (5, 5))
+
+
+def test_composite_expression():
+    compare(lambda a, b, c: ((a @ b).tanh() * c + (a.sum(1, keepdim=True) / 3.0).exp()).mean(), (3, 4), (4, 2), (2,))
+
+
+# -- graph mechanics -----------------------------------------------------------------------------------
+
+def test_node_reused_receives_the_sum():
+    x = Tensor([2.0, -3.0], requires_grad=True)
+    y = x * x + x * 3.0 + x  # dy/dx = 2x + 4
+    y.sum().backward()
+    assert x.grad.tolist() == [8.0, -2.0]
+
+
+def test_gradients_accumulate_across_backwards():
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    (x * x).sum().backward()
+    (x * 3.0).sum().backward()
+    assert x.grad.tolist() == [5.0, 7.0]
+    x.zero_grad()
+    assert x.grad is None
+
+
+def test_two_leaves_never_share_a_gradient_tensor():
+    a, b = Tensor([1.0, 2.0], requires_grad=True), Tensor([3.0, 4.0], requires_grad=True)
+    (a + b).sum().backward()
+    a.grad.mul_(10)  # e.g. gradient clipping in place
+    assert b.grad.tolist() == [1.0, 1.0]
+
+
+def test_chain_of_100000_operations():
+    x = Tensor(torch.tensor(1.0, dtype=f64), requires_grad=True)
+    y = x
+    for _ in range(100_000):
+        y = y * 1.00001 + 0.0
+    y.backward()
+    assert x.grad.item() == pytest.approx(1.00001 ** 100_000, rel=1e-9)
+
+
+def test_no_grad_builds_no_graph():
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    with no_grad():
+        y = x * 2.0
+    assert not y.requires_grad and y.is_leaf
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        y.sum().backward()
+    z = x * 2.0
+    assert z.requires_grad  # restored after the block
+
+    @no_grad()
+    def f(t):
+        return t * 3.0
+    assert not f(x).requires_grad
+
+
+def test_constants_build_no_graph():
+    c = Tensor([1.0, 2.0])
+    y = c * 2.0 + 1.0
+    assert not y.requires_grad and y._backward is None
+
+
+def test_graph_released_after_backward_unless_retained():
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    y = (x * x).sum()
+    y.backward(retain_graph=True)
+    y.backward()  # allowed: the first one kept the graph
+    assert x.grad.tolist() == [4.0, 8.0]
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        y.backward()
+
+
+def test_non_scalar_backward_needs_a_gradient():
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    y = x * 2.0
+    with pytest.raises(RuntimeError, match="only for scalar outputs"):
+        y.backward()
+    with pytest.raises(RuntimeError, match=r"gradient has shape \(3,\), expected \(2,\)"):
+        y.backward(torch.ones(3))
+    y.backward(torch.tensor([1.0, 10.0]))
+    assert x.grad.tolist() == [2.0, 20.0]
+
+
+def test_non_leaf_grad_is_from_the_latest_backward():
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    h = x * 2.0
+    y = (h * h).sum()
+    y.backward(retain_graph=True)
+    y.backward()
+    assert h.grad.tolist() == [4.0, 8.0]  # 2h, not accumulated
+    assert x.grad.tolist() == [16.0, 32.0]  # accumulated twice
+
+
+def test_construction_and_accessors():
+    t = Tensor([[1, 2], [3, 4]])
+    assert t.dtype == torch.get_default_dtype() and t.shape == (2, 2) and t.device.type == "cpu"
+    assert Tensor(2.5).item() == 2.5 and t.numpy().tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    assert "requires_grad=True" in repr(Tensor([1.0], requires_grad=True))
+    assert "op='mul'" in repr(Tensor([1.0], requires_grad=True) * 2.0)
+    d = (Tensor([1.0], requires_grad=True) * 2.0).detach()
+    assert not d.requires_grad and d.is_leaf
+    with pytest.raises(TypeError, match="only floating-point"):
+        Tensor(torch.tensor([1, 2]), requires_grad=True)
+    with pytest.raises(TypeError, match="cannot combine"):
+        Tensor([1.0]) + "a"
+
+
+# -- the engine Net --------------------------------------------------------------------------------------
+
+def test_engine_net_gradients_equal_hand_written_and_autograd():
+    torch.manual_seed(0)
+    net = Net(hidden_size=64, dtype=f64)
+    eng = EngineNet(hidden_size=64, dtype=f64)
+    twin = PytorchNet(hidden_size=64, dtype=f64)
+    eng.load_state_dict(net.state_dict())
+    twin.load_state_dict(net.state_dict())
+    x, y = torch.randn(16, 1, 28, 28, dtype=f64), torch.randint(0, 10, (16,))
+
+    crit = CrossEntropyLoss()
+    loss_hand = crit(net(x), y)
+    net.backward(crit.backward())
+    loss_eng = cross_entropy(eng(x), y)
+    loss_eng.backward()
+    loss_ref = torch.nn.functional.cross_entropy(twin(x), y)
+    loss_ref.backward()
+
+    assert abs(loss_eng.item() - loss_ref.item()) < 1e-12 and abs(loss_hand.item() - loss_ref.item()) < 1e-12
+    hand = dict(net.named_parameters())
+    eng_p = dict(eng.named_parameters())
+    for name, p in twin.named_parameters():
+        t = (lambda g: g.t()) if name.endswith("weight") else (lambda g: g)
+        for label, g in (("engine", t(eng_p[name].grad)), ("hand", t(hand[name].grad))):
+            assert ((g - p.grad).abs().max() / p.grad.abs().max()).item() < 1e-12, (label, name)
+
+
+def test_engine_net_same_seed_same_weights_as_twin():
+    torch.manual_seed(3)
+    eng = EngineNet(hidden_size=32)
+    torch.manual_seed(3)
+    twin = PytorchNet(hidden_size=32)
+    for k, v in twin.state_dict().items():
+        assert torch.equal(eng.state_dict()[k], v), k
+
+
+def test_engine_training_equals_nn_module_training():
+    torch.manual_seed(0)
+    eng = EngineNet(hidden_size=64, dtype=f64)
+    twin = PytorchNet(hidden_size=64, dtype=f64)
+    twin.load_state_dict(eng.state_dict())
+    opt, ref_opt = optimizers.Adam(eng.parameters(), lr=1e-3), torch.optim.Adam(twin.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(15):
+        x, y = torch.randn(32, 784, generator=g, dtype=f64), torch.randint(0, 10, (32,), generator=g)
+        opt.zero_grad()
+        cross_entropy(eng(x), y).backward()
+        optimizers.clip_grad_norm_(eng.parameters(), 1.0)
+        opt.step()
+        ref_opt.zero_grad()
+        torch.nn.functional.cross_entropy(twin(x), y).backward()
+        torch.nn.utils.clip_grad_norm_(twin.parameters(), 1.0)
+        ref_opt.step()
+    for k, v in twin.state_dict().items():
+        assert ((eng.state_dict()[k] - v).abs().max() / v.abs().max()).item() < 1e-10, k
+
+
+def test_mlp_learns_xor_with_scalars():
+    torch.manual_seed(1)
+    model = MLP([2, 8, 1], dtype=f64)
+    xs = [[0.0, 0.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0]]
+    ys = [0.0, 1.0, 1.0, 0.0]
+    opt = optimizers.Adam(model.parameters(), lr=0.05)
+    for _ in range(300):
+        opt.zero_grad()
+        loss = sum(((model(Tensor(torch.tensor([x], dtype=f64))) - y) ** 2).sum()
+                   for x, y in zip(xs, ys)) * 0.25
+        loss.backward()
+        opt.step()
+    assert loss.item() < 0.01
+
+
+def test_cross_entropy_bad_target():
+    z = Tensor(torch.randn(2, 3), requires_grad=True)
+    with pytest.raises(ValueError, match="target contains class 3"):
+        cross_entropy(z, torch.tensor([0, 3]))
+    with pytest.raises(ValueError, match=r"integer class indices of shape \(2,\)"):
+        cross_entropy(z, torch.tensor([0.0, 1.0]))
