@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from autodiff import EngineNet, cross_entropy, no_grad
 from layers import Net, PytorchNet
 from losses import CrossEntropyLoss
 from optimizers import OPTIMIZERS, clip_grad_norm_, get_optimizer
@@ -35,7 +36,8 @@ DATASETS = {"mnist": "MNIST", "fashion-mnist": "FashionMNIST"}
 DEBIAN_FASHION = Path("/usr/share/datasets/fashion-mnist")
 SPLIT_FILES = {True: ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
                False: ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
-IMPLS = ("manual", "torch")
+IMPLS = ("manual", "engine", "torch")  # hand-written layers, the autodiff engine, nn.Module + autograd
+IMPL_GROUPS = {"both": ("manual", "torch"), "all": IMPLS}
 # Settings that determine the numbers a run produces: a resumed run must keep them.
 MATH_ARGS = ("dataset", "impl", "batch_size", "lr", "optimizer", "momentum", "weight_decay", "hidden", "depth",
              "seed", "dtype", "clip_grad", "limit_train", "val_split")
@@ -63,7 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     a("--dataset", choices=list(DATASETS), default="mnist")
     a("--data-dir", type=Path, default=Path("data"), help="torchvision root: DIR/MNIST/raw, DIR/FashionMNIST/raw")
     a("--no-download", action="store_true", help="never try the network for missing files")
-    a("--impl", choices=[*IMPLS, "both"], default="both")
+    a("--impl", choices=[*IMPLS, *IMPL_GROUPS], default="both",
+      help="manual: hand-written Net; engine: the autodiff engine's Net; torch: the nn.Module twin; "
+           "both: manual and torch; all: all three")
     a("--epochs", type=int, default=10)
     a("--batch-size", type=int, default=128)
     a("--lr", type=float, default=1e-3)
@@ -305,6 +309,34 @@ class ManualImpl:
         return list(self.model.named_parameters())
 
 
+class EngineImpl:
+    """The same Net on handgrad's autodiff engine: gradients from per-operation closures, handgrad optimizer."""
+
+    name = "engine"
+
+    def __init__(self, model: EngineNet, args):
+        self.model = model
+        self.opt = get_optimizer(args.optimizer, model.parameters(), **_optimizer_kwargs(args))
+        self.clip = args.clip_grad
+
+    def train_step(self, x: Tensor, y: Tensor):
+        self.opt.zero_grad()
+        logits = self.model(x)
+        loss = cross_entropy(logits, y)
+        loss.backward()
+        norm = clip_grad_norm_(self.model.parameters(), self.clip) if self.clip else None
+        self.opt.step()
+        return loss.data, logits.data, norm
+
+    @no_grad()
+    def eval_batch(self, x: Tensor, y: Tensor):
+        logits = self.model(x)
+        return cross_entropy(logits, y, reduction="sum").data, logits.data
+
+    def named_parameters(self):
+        return [(name, p.data) for name, p in self.model.named_parameters()]
+
+
 class TorchImpl:
     """The nn.Module twin: autograd backward, torch.optim optimizer."""
 
@@ -342,15 +374,19 @@ def _optimizer_kwargs(args) -> dict:
 
 
 def build_impls(args, device: torch.device, dtype: torch.dtype) -> dict:
-    names = IMPLS if args.impl == "both" else (args.impl,)
+    names = IMPL_GROUPS.get(args.impl, (args.impl,))
     torch.manual_seed(args.seed)
     net = Net(hidden_size=args.hidden, depth=args.depth, device=device, dtype=dtype)
     impls = {}
     if "manual" in names:
         impls["manual"] = ManualImpl(net, args)
+    if "engine" in names:
+        engine = EngineNet(hidden_size=args.hidden, depth=args.depth, device=device, dtype=dtype)
+        engine.load_state_dict(net.state_dict())  # the same initial weights
+        impls["engine"] = EngineImpl(engine, args)
     if "torch" in names:
         twin = PytorchNet(hidden_size=args.hidden, depth=args.depth, device=device, dtype=dtype)
-        twin.load_state_dict(net.state_dict())  # the same initial weights
+        twin.load_state_dict(net.state_dict())
         impls["torch"] = TorchImpl(twin, args)
     return impls
 
@@ -590,7 +626,7 @@ def run(argv: list[str] | None = None) -> int:
                     f"{val} | {rec['seconds']:.2f} s")
             diff = max_param_abs_diff(impls)
             if diff is not None:
-                say(f"epoch {epoch:>3} max |w_manual - w_torch| = {diff:.3e}")
+                say(f"epoch {epoch:>3} largest weight difference between {', '.join(impls)}: {diff:.3e}")
             save_checkpoint(ckpt_path, checkpoint_state(impls, args, epoch, history, batch_gen))
             if args.dry_run:
                 break
@@ -620,7 +656,8 @@ def run(argv: list[str] | None = None) -> int:
         say(f"{name:<8}{r['test_accuracy']:>10.2%}{r['test_loss']:>11.4f}{r['train_loss']:>12.4f}"
             f"{r['seconds_per_epoch']:>10.2f}")
     if summary["max_param_abs_diff"] is not None:
-        say(f"max |w_manual - w_torch| after {summary['epochs']} epochs: {summary['max_param_abs_diff']:.3e}")
+        say(f"largest weight difference between implementations after {summary['epochs']} epochs: "
+            f"{summary['max_param_abs_diff']:.3e}")
     say(f"wrote {out}/summary.json, metrics.jsonl, curves.png{', grad_norms.png' if args.monitor else ''}, "
         f"checkpoint.pt")
     return 0

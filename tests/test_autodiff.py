@@ -302,6 +302,16 @@ def test_mlp_learns_xor_with_scalars():
     assert loss.item() < 0.01
 
 
+def test_xor_example_runs():
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "examples/xor.py"], cwd=root, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "loss" in r.stdout and "(target 1.0)" in r.stdout
+
+
 def test_cross_entropy_bad_target():
     z = Tensor(torch.randn(2, 3), requires_grad=True)
     with pytest.raises(ValueError, match="target contains class 3"):

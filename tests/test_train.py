@@ -79,6 +79,17 @@ def test_end_to_end_both_impls_agree_and_write_outputs(tiny, tmp_path):
     assert ckpt["epoch"] == 2 and set(ckpt["models"]) == {"manual", "torch"}
 
 
+def test_all_three_implementations_agree(tiny, tmp_path):
+    out = tmp_path / "run"
+    assert run("--data-dir", tiny, "--out", out, "--epochs", "2", "--impl", "all", "--dtype", "float64",
+               "--monitor", "--log-interval", "4", *FAST) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert list(summary["results"]) == ["manual", "engine", "torch"]
+    assert summary["max_param_abs_diff"] < 1e-10
+    accs = {r["test_accuracy"] for r in summary["results"].values()}
+    assert len(accs) == 1
+
+
 def test_single_impl_summary_has_only_that_impl(tiny, tmp_path):
     out = tmp_path / "run"
     assert run("--data-dir", tiny, "--out", out, "--epochs", "1", "--impl", "manual", "--val-split", "0", *FAST) == 0
@@ -93,9 +104,10 @@ def test_dry_run(tiny, tmp_path):
     assert {s["step"] for s in steps} == {1}
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_resume_equals_uninterrupted(tiny, tmp_path, dtype):
-    common = ["--data-dir", tiny, "--dtype", dtype, "--optimizer", "sgd", "--momentum", "0.9", "--lr", "0.05", *FAST]
+@pytest.mark.parametrize("dtype,impl", [("float32", "both"), ("float64", "all")])
+def test_resume_equals_uninterrupted(tiny, tmp_path, dtype, impl):
+    common = ["--data-dir", tiny, "--dtype", dtype, "--optimizer", "sgd", "--momentum", "0.9", "--lr", "0.05",
+              "--impl", impl, *FAST]
     assert run(*common, "--out", tmp_path / "straight", "--epochs", "2") == 0
     assert run(*common, "--out", tmp_path / "half", "--epochs", "1") == 0
     assert run("--resume", tmp_path / "half" / "checkpoint.pt", "--epochs", "2", "--data-dir", tiny, "--quiet",
@@ -103,13 +115,13 @@ def test_resume_equals_uninterrupted(tiny, tmp_path, dtype):
     a = torch.load(tmp_path / "straight" / "checkpoint.pt", weights_only=True)
     b = torch.load(tmp_path / "half" / "checkpoint.pt", weights_only=True)
     assert b["epoch"] == 2
-    for impl in ("manual", "torch"):
-        for k, v in a["models"][impl].items():
-            assert torch.equal(v, b["models"][impl][k]), (impl, k)
+    for name in a["models"]:
+        for k, v in a["models"][name].items():
+            assert torch.equal(v, b["models"][name][k]), (name, k)
     strip = lambda h: [{k: v for k, v in r.items() if k != "seconds"} for r in h]  # noqa: E731
     assert strip(a["history"]) == strip(b["history"])
     lines = (tmp_path / "half" / "metrics.jsonl").read_text().splitlines()
-    assert sum('"type": "epoch"' in line for line in lines) == 4
+    assert sum('"type": "epoch"' in line for line in lines) == 2 * len(a["models"])
 
 
 def test_resume_refuses_changed_settings(tiny, tmp_path):
