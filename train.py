@@ -524,6 +524,7 @@ def write_plots(out: Path, history: list, steps: list, monitor: bool) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    history = [h for h in history if h["type"] == "epoch"]
     impls = sorted({h["impl"] for h in history})
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
     for name in impls:
@@ -626,6 +627,7 @@ def run(argv: list[str] | None = None) -> int:
                     f"{val} | {rec['seconds']:.2f} s")
             diff = max_param_abs_diff(impls)
             if diff is not None:
+                log({"type": "drift", "epoch": epoch, "impls": list(impls), "max_param_abs_diff": diff})
                 say(f"epoch {epoch:>3} largest weight difference between {', '.join(impls)}: {diff:.3e}")
             save_checkpoint(ckpt_path, checkpoint_state(impls, args, epoch, history, batch_gen))
             if args.dry_run:
@@ -643,7 +645,7 @@ def run(argv: list[str] | None = None) -> int:
     results = {}
     for name, impl in impls.items():
         test_loss, test_acc = evaluate(impl, data.test_x, data.test_y)
-        rows = [h for h in history if h["impl"] == name]
+        rows = [h for h in history if h["type"] == "epoch" and h["impl"] == name]
         results[name] = {"test_accuracy": test_acc, "test_loss": test_loss, "train_loss": rows[-1]["train_loss"],
                          "seconds_per_epoch": sum(h["seconds"] for h in rows) / len(rows)}
     summary = {"dataset": args.dataset, "epochs": max(h["epoch"] for h in history), "results": results,

@@ -68,6 +68,8 @@ def test_end_to_end_both_impls_agree_and_write_outputs(tiny, tmp_path):
     epochs = [r for r in recs if r["type"] == "epoch"]
     assert [(r["impl"], r["epoch"]) for r in epochs] == [("manual", 1), ("torch", 1), ("manual", 2), ("torch", 2)]
     assert all(r["val_acc"] is not None for r in epochs)
+    drift = [r for r in recs if r["type"] == "drift"]
+    assert [r["epoch"] for r in drift] == [1, 2] and all(r["max_param_abs_diff"] < 1e-10 for r in drift)
     mon = [r for r in recs if r["type"] == "step"]
     assert mon and all(r["grad_norm_after_clip"] <= 1.0 + 1e-6 for r in mon)
     assert all(r["grad_norm_before_clip"] >= r["grad_norm_after_clip"] - 1e-12 for r in mon)
