@@ -484,14 +484,14 @@ def save_checkpoint(path: Path, state: dict) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def checkpoint_state(impls: dict, args, epoch: int, history: list, batch_gen: torch.Generator) -> dict:
+def checkpoint_state(impls: dict, args, epoch: int, records: list, batch_gen: torch.Generator) -> dict:
     return {
         "format": "handgrad-train-1", "epoch": epoch, "args": {k: getattr(args, k) for k in MATH_ARGS},
         "models": {name: impl.model.state_dict() for name, impl in impls.items()},
         "optimizers": {name: impl.opt.state_dict() for name, impl in impls.items()},
         "rng": {"torch": torch.get_rng_state(), "batches": batch_gen.get_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
-        "history": history,
+        "records": records,  # every metrics.jsonl line so far
     }
 
 
@@ -519,12 +519,13 @@ def load_checkpoint(path: Path, args, parser_defaults: dict) -> dict:
 
 # -- outputs ---------------------------------------------------------------------------------------------------
 
-def write_plots(out: Path, history: list, steps: list, monitor: bool) -> None:
+def write_plots(out: Path, records: list, monitor: bool) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    history = [h for h in history if h["type"] == "epoch"]
+    history = [r for r in records if r["type"] == "epoch"]
+    steps = [r for r in records if r["type"] == "step"]
     impls = sorted({h["impl"] for h in history})
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
     for name in impls:
@@ -585,8 +586,7 @@ def run(argv: list[str] | None = None) -> int:
     data_seconds = time.perf_counter() - t0
     impls = build_impls(args, device, dtype)
     batch_gen = torch.Generator().manual_seed(args.seed + 1)
-    history: list[dict] = []
-    steps: list[dict] = []
+    records: list[dict] = []  # everything logged, in order; epochs are the records of type "epoch"
     start_epoch = 1
     if ckpt is not None:
         for name, impl in impls.items():
@@ -596,18 +596,18 @@ def run(argv: list[str] | None = None) -> int:
         batch_gen.set_state(ckpt["rng"]["batches"])
         if ckpt["rng"]["cuda"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
-        history = list(ckpt["history"])
+        records = list(ckpt["records"])
         start_epoch = ckpt["epoch"] + 1
         say(f"resuming from {args.resume} after epoch {ckpt['epoch']}")
     metrics_path = out / "metrics.jsonl"
     # Rewrite the log from what the checkpoint vouches for, so a half-finished epoch leaves no stray lines.
-    _atomic_write_text(metrics_path, "".join(json.dumps(h) + "\n" for h in history))
+    _atomic_write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in records))
     metrics_file = open(metrics_path, "a")
 
     def log(rec: dict) -> None:
         metrics_file.write(json.dumps(rec) + "\n")
         metrics_file.flush()
-        (steps if rec["type"] == "step" else history).append(rec)
+        records.append(rec)
 
     say(f"{args.dataset}: {data.train_x.shape[0]} train, {0 if data.val_x is None else data.val_x.shape[0]} val, "
         f"{data.test_x.shape[0]} test on {device} ({args.dtype}); loaded in {data_seconds:.2f} s; "
@@ -629,7 +629,7 @@ def run(argv: list[str] | None = None) -> int:
             if diff is not None:
                 log({"type": "drift", "epoch": epoch, "impls": list(impls), "max_param_abs_diff": diff})
                 say(f"epoch {epoch:>3} largest weight difference between {', '.join(impls)}: {diff:.3e}")
-            save_checkpoint(ckpt_path, checkpoint_state(impls, args, epoch, history, batch_gen))
+            save_checkpoint(ckpt_path, checkpoint_state(impls, args, epoch, records, batch_gen))
             if args.dry_run:
                 break
     except NonFiniteLoss as e:
@@ -645,13 +645,13 @@ def run(argv: list[str] | None = None) -> int:
     results = {}
     for name, impl in impls.items():
         test_loss, test_acc = evaluate(impl, data.test_x, data.test_y)
-        rows = [h for h in history if h["type"] == "epoch" and h["impl"] == name]
+        rows = [r for r in records if r["type"] == "epoch" and r["impl"] == name]
         results[name] = {"test_accuracy": test_acc, "test_loss": test_loss, "train_loss": rows[-1]["train_loss"],
                          "seconds_per_epoch": sum(h["seconds"] for h in rows) / len(rows)}
-    summary = {"dataset": args.dataset, "epochs": max(h["epoch"] for h in history), "results": results,
+    summary = {"dataset": args.dataset, "epochs": max(r["epoch"] for r in records), "results": results,
                "max_param_abs_diff": max_param_abs_diff(impls)}
     _atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
-    write_plots(out, history, steps, args.monitor)
+    write_plots(out, records, args.monitor)
 
     say(f"\n{'impl':<8}{'test acc':>10}{'test loss':>11}{'train loss':>12}{'s/epoch':>10}")
     for name, r in results.items():
@@ -668,6 +668,9 @@ def run(argv: list[str] | None = None) -> int:
 def main(argv: list[str] | None = None) -> int:
     try:
         return run(argv)
+    except KeyboardInterrupt:  # before training started (loading data, say): nothing was written
+        print("\ninterrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except UsageError as e:
         msg = str(e)
         print(msg if msg.startswith("error:") else f"train.py: error: {msg}", file=sys.stderr)
