@@ -62,7 +62,8 @@ class HandOptimizer(Optimizer):
     def add_param_group(self, param_group: dict) -> None:
         params = param_group["params"]
         params = [params] if isinstance(params, Tensor) else list(params)
-        param_group["params"] = [_as_torch_param(p) for p in params]
+        param_group["params"] = [(p[0], _as_torch_param(p[1])) if isinstance(p, tuple) else _as_torch_param(p)
+                                 for p in params]  # (name, tensor) pairs stay pairs, as torch.optim takes them
         super().add_param_group(param_group)
 
     @torch.no_grad()

@@ -235,6 +235,13 @@ def test_invalid_hyper_parameters(make, match):
         make(make_params())
 
 
+def test_named_parameters():
+    params = make_params()
+    opt = hg.Adam([(f"p{i}", p) for i, p in enumerate(params)])
+    assert opt.param_groups[0]["param_names"] == ["p0", "p1", "p2"]
+    assert all(a is b for a, b in zip(opt.param_groups[0]["params"], params))
+
+
 def test_unknown_keyword_is_refused():
     with pytest.raises(TypeError, match="momentun"):
         hg.SGD(make_params(), lr=0.1, momentun=0.9)
