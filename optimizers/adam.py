@@ -14,6 +14,7 @@ class Adam(HandOptimizer):
     v = beta2 * v + (1 - beta2) * g^2       (exp_avg_sq)
     v_max = max(v_max, v)                   (amsgrad; max_exp_avg_sq, used in place of v below)
     p = p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+    (computed as p - lr * sqrt(1 - beta2^t) / (1 - beta1^t) * m / (sqrt(v) + eps * sqrt(1 - beta2^t)))
     """
 
     _decoupled = False
@@ -52,18 +53,19 @@ class Adam(HandOptimizer):
         torch._foreach_mul_(exp_avg_sqs, beta2)
         torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1 - beta2)
 
-        # Bias corrections per parameter: a loaded state may hold different step counts.
+        # Bias corrections per parameter (a loaded state may hold different step counts), folded into
+        # scalars: lr/c1 * m / (sqrt(v)/sqrt(c2) + eps) = (lr*sqrt(c2)/c1) * m / (sqrt(v) + eps*sqrt(c2)),
+        # which saves a pass over v.
         ts = [t.item() for t in steps]
-        neg_step_sizes = [-lr / (1 - beta1 ** t) for t in ts]
-        bias_correction2_sqrts = [(1 - beta2 ** t) ** 0.5 for t in ts]
+        sqrt_c2 = [(1 - beta2 ** t) ** 0.5 for t in ts]
+        neg_step_sizes = [-lr * r / (1 - beta1 ** t) for t, r in zip(ts, sqrt_c2)]
         if amsgrad:
             max_sqs = [s["max_exp_avg_sq"] for s in states]
             torch._foreach_maximum_(max_sqs, exp_avg_sqs)
             denom = torch._foreach_sqrt(max_sqs)
         else:
             denom = torch._foreach_sqrt(exp_avg_sqs)
-        torch._foreach_div_(denom, bias_correction2_sqrts)
-        torch._foreach_add_(denom, group["eps"])
+        torch._foreach_add_(denom, [group["eps"] * r for r in sqrt_c2])
         torch._foreach_addcdiv_(params, exp_avgs, denom, neg_step_sizes)
 
 
