@@ -271,3 +271,30 @@ def test_real_mnist_test_split_loads(tmp_path, recwarn):
     assert images.shape == (10000, 28, 28) and images.dtype == torch.uint8
     assert labels[:10].tolist() == [7, 2, 1, 0, 4, 1, 4, 9, 5, 9]  # the well-known first test digits
     assert torch.bincount(labels).tolist() == [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
+
+
+def test_real_sigint_keeps_a_loadable_checkpoint(tiny, tmp_path):
+    """Send Ctrl-C (SIGINT) to a running train.py: exit 130, the last complete checkpoint intact."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    out = tmp_path / "r"
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen([sys.executable, "train.py", "--data-dir", str(tiny), "--out", str(out),
+                             "--epochs", "100000", *FAST], cwd=root, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 60
+        while not (out / "checkpoint.pt").exists():
+            assert proc.poll() is None and time.time() < deadline, "train.py ended or wrote no checkpoint"
+            time.sleep(0.05)
+        time.sleep(0.3)  # let it get somewhere into later epochs (and maybe into a checkpoint write)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "last complete checkpoint" in err
+    ckpt = torch.load(out / "checkpoint.pt", weights_only=True)
+    assert ckpt["epoch"] >= 1 and set(ckpt["models"]) == {"manual", "torch"}
+    assert not list(out.glob(".*tmp*"))
