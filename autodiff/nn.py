@@ -10,6 +10,8 @@ from collections.abc import Iterator, Mapping
 
 import torch
 
+from layers.architecture import mlp_layers
+
 from .engine import Tensor
 
 
@@ -126,13 +128,8 @@ class EngineNet(Sequential):
 
     def __init__(self, hidden_size: int = 1024, num_classes: int = 10, in_features: int = 784, depth: int = 3,
                  *, device=None, dtype=None):
-        layers: list[Module] = []
-        width = in_features
-        for _ in range(depth):
-            layers += [Linear(width, hidden_size, device=device, dtype=dtype), ReLU()]
-            width = hidden_size
-        layers.append(Linear(width, num_classes, device=device, dtype=dtype))
-        super().__init__(*layers)
+        super().__init__(*mlp_layers(Linear, ReLU, hidden_size, num_classes, in_features, depth,
+                                     device=device, dtype=dtype))
 
     def forward(self, x):
         data = x.data if isinstance(x, Tensor) else x

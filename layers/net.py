@@ -9,15 +9,9 @@ from torch import Tensor
 
 from ._checks import check_tensor
 from .activations import ReLU
+from .architecture import mlp_layers
 from .layer import Layer, named_parameters_of
 from .linear import Linear
-
-
-def validate_architecture(hidden_size: int, num_classes: int, in_features: int, depth: int) -> None:
-    for name, v, lo in (("hidden_size", hidden_size, 1), ("num_classes", num_classes, 1),
-                        ("in_features", in_features, 1), ("depth", depth, 0)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-            raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
 
 
 class Net:
@@ -36,14 +30,7 @@ class Net:
                  *, layers: Sequence[Layer] | None = None,
                  device: torch.device | str | None = None, dtype: torch.dtype | None = None):
         if layers is None:
-            validate_architecture(hidden_size, num_classes, in_features, depth)
-            built: list[Layer] = []
-            width = in_features
-            for _ in range(depth):
-                built += [Linear(width, hidden_size, device=device, dtype=dtype), ReLU()]
-                width = hidden_size
-            built.append(Linear(width, num_classes, device=device, dtype=dtype))
-            layers = built
+            layers = mlp_layers(Linear, ReLU, hidden_size, num_classes, in_features, depth, device=device, dtype=dtype)
         layers = list(layers)
         if not layers:
             raise ValueError("Net: needs at least one layer")

@@ -4,6 +4,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from .architecture import mlp_layers
+
 
 class PytorchNet(nn.Module):
     """in_features -> [hidden_size -> ReLU] x depth -> num_classes, in an nn.Sequential named ``layers``.
@@ -15,15 +17,8 @@ class PytorchNet(nn.Module):
     def __init__(self, hidden_size: int = 1024, num_classes: int = 10, in_features: int = 784, depth: int = 3,
                  *, device: torch.device | str | None = None, dtype: torch.dtype | None = None):
         super().__init__()
-        from .net import validate_architecture
-        validate_architecture(hidden_size, num_classes, in_features, depth)
-        mods: list[nn.Module] = []
-        width = in_features
-        for _ in range(depth):
-            mods += [nn.Linear(width, hidden_size, device=device, dtype=dtype), nn.ReLU()]
-            width = hidden_size
-        mods.append(nn.Linear(width, num_classes, device=device, dtype=dtype))
-        self.layers = nn.Sequential(*mods)
+        self.layers = nn.Sequential(*mlp_layers(nn.Linear, nn.ReLU, hidden_size, num_classes, in_features, depth,
+                                                device=device, dtype=dtype))
 
     def forward(self, x: Tensor) -> Tensor:
         return self.layers(x.flatten(1) if x.dim() > 2 else x)

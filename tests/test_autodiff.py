@@ -312,6 +312,11 @@ def test_xor_example_runs():
     assert "loss" in r.stdout and "(target 1.0)" in r.stdout
 
 
+def test_engine_net_refuses_bad_architecture():
+    with pytest.raises(ValueError, match="hidden_size must be an int >= 1, got 0"):
+        EngineNet(hidden_size=0)
+
+
 def test_cross_entropy_bad_target():
     z = Tensor(torch.randn(2, 3), requires_grad=True)
     with pytest.raises(ValueError, match="target contains class 3"):
