@@ -58,13 +58,12 @@ def test_cross_entropy_range_check_on_cuda():
 
 def test_train_py_runs_on_cuda(tmp_path):
     import train
-    from tests.test_train import FAST, write_split
-    raw = tmp_path / "data" / "MNIST" / "raw"
-    write_split(raw, "train", 300, 0, compress=True)
-    write_split(raw, "t10k", 80, 1, compress=False)
+    from tests.conftest import write_tiny_mnist
+    write_tiny_mnist(tmp_path / "data")
     out = tmp_path / "run"
     assert train.main(["--data-dir", str(tmp_path / "data"), "--out", str(out), "--device", "cuda",
-                       "--epochs", "2", "--dtype", "float64", "--monitor", *FAST]) == 0
+                       "--epochs", "2", "--dtype", "float64", "--monitor", "--hidden", "16", "--depth", "2",
+                       "--batch-size", "32", "--no-download", "--quiet"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["max_param_abs_diff"] < 1e-10
     assert train.main(["--resume", str(out / "checkpoint.pt"), "--epochs", "3", "--device", "cuda",

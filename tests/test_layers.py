@@ -8,16 +8,10 @@ from torch import nn
 
 from gradcheck import check_layer
 from layers import Layer, Linear, ReLU, Sigmoid, Softmax, Tanh
+from tests.conftest import assert_all_pass
 
 f64 = torch.float64
 SHAPES_2D = [(1, 5), (4, 7), (16, 3)]
-
-
-def assert_all_pass(results):
-    assert results, "no tensor was checked"
-    for r in results:
-        assert r.rel_numeric < 1e-7, r.describe()
-        assert r.rel_autograd is not None and r.rel_autograd < 1e-7, r.describe()
 
 
 def off_kink(x):

@@ -5,15 +5,9 @@ import torch.nn.functional as F
 
 from gradcheck import check_loss
 from losses import CrossEntropyLoss, MSELoss
+from tests.conftest import assert_all_pass
 
 f64 = torch.float64
-
-
-def assert_all_pass(results):
-    assert results
-    for r in results:
-        assert r.rel_numeric < 1e-7, r.describe()
-        assert r.rel_autograd is not None and r.rel_autograd < 1e-7, r.describe()
 
 
 def torch_ce(logits, target, reduction, smoothing):

@@ -4,20 +4,9 @@ import torch
 
 from layers import Linear, Net, PytorchNet, ReLU, Tanh
 from losses import CrossEntropyLoss
+from tests.conftest import rel, twin_pair
 
 SMALL = dict(hidden_size=32, num_classes=10, in_features=784, depth=3)
-
-
-def twin_pair(dtype, **arch):
-    torch.manual_seed(0)
-    net = Net(**arch, dtype=dtype)
-    twin = PytorchNet(**arch, dtype=dtype)
-    twin.load_state_dict(net.state_dict())
-    return net, twin
-
-
-def rel(a, b):
-    return ((a - b).abs().max() / b.abs().max()).item()
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-10), (torch.float32, 1e-5)])

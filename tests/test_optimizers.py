@@ -8,6 +8,7 @@ import torch
 import optimizers as hg
 from layers import Net, PytorchNet
 from losses import CrossEntropyLoss
+from tests.conftest import rel
 
 f64 = torch.float64
 SHAPES = [(7, 5), (5,), (3, 4, 2)]
@@ -43,10 +44,6 @@ def set_grads(params, step, seed=1):
     g = torch.Generator().manual_seed(seed * 100_000 + step)
     for p in params:
         p.grad = torch.sin(3 * p) + 0.5 * torch.randn(p.shape, generator=g, dtype=f64)
-
-
-def rel(a, b):
-    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-300)).item()
 
 
 def assert_same(ours, theirs, tol=1e-10, what="param"):

@@ -1,51 +1,15 @@
 """train.py end to end on a tiny IDX dataset written here, through the real loading code; no network."""
-import gzip
 import json
 import shutil
-import struct
 from pathlib import Path
 
 import pytest
 import torch
 
 import train
+from tests.conftest import SHARED_MNIST, write_split
 
-# The real MNIST test split sits in shared/ beside the checkout (CI's clone has it there too).
-SHARED_MNIST = next((p for p in (Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist",
-                                 Path("/work/shared/data/mnist")) if p.is_dir()),
-                    Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist")
 FAST = ["--hidden", "16", "--depth", "2", "--batch-size", "32", "--no-download", "--quiet"]
-
-
-def idx_bytes(t: torch.Tensor) -> bytes:
-    """IDX (big-endian) encoding of a uint8 tensor."""
-    header = struct.pack(">BBBB", 0, 0, 0x08, t.dim()) + b"".join(struct.pack(">I", s) for s in t.shape)
-    return header + t.contiguous().numpy().tobytes()
-
-
-def write_split(raw: Path, prefix: str, n: int, seed: int, compress: bool) -> None:
-    g = torch.Generator().manual_seed(seed)
-    labels = torch.randint(0, 10, (n,), generator=g, dtype=torch.uint8)
-    # Learnable images: a bright square whose position is the label, plus noise.
-    images = torch.randint(0, 60, (n, 28, 28), generator=g, dtype=torch.uint8)
-    for i, c in enumerate(labels.tolist()):
-        images[i, 2 * c: 2 * c + 6, 4:10] = 250
-    raw.mkdir(parents=True, exist_ok=True)
-    for name, t in ((f"{prefix}-images-idx3-ubyte", images), (f"{prefix}-labels-idx1-ubyte", labels)):
-        data = idx_bytes(t)
-        if compress:
-            (raw / f"{name}.gz").write_bytes(gzip.compress(data))
-        else:
-            (raw / name).write_bytes(data)
-
-
-@pytest.fixture
-def tiny(tmp_path):
-    """A tiny MNIST in torchvision's layout: DIR/MNIST/raw, train as .gz, test decompressed."""
-    raw = tmp_path / "data" / "MNIST" / "raw"
-    write_split(raw, "train", 300, 0, compress=True)
-    write_split(raw, "t10k", 80, 1, compress=False)
-    return tmp_path / "data"
 
 
 def run(*argv):
