@@ -5,12 +5,13 @@ gradients come from the engine's per-operation closures, not from code in this f
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping
 
 import torch
 
-from layers.architecture import mlp_layers
+from layers.architecture import CLASSES, DEPTH, HIDDEN, IN_FEATURES, mlp_layers
+from layers.init import torch_default_params
+from layers.layer import zero_grad_
 
 from .engine import Tensor
 
@@ -32,9 +33,9 @@ class Module:
     def parameters(self) -> list[Tensor]:
         return [p for _, p in self.named_parameters()]
 
-    def zero_grad(self) -> None:
-        for p in self.parameters():
-            p.zero_grad()
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear every parameter's .grad (to None by default, as torch does)."""
+        zero_grad_((p.data for p in self.parameters()), set_to_none)
 
     def __call__(self, x):
         return self.forward(x)
@@ -65,11 +66,9 @@ class Linear(Module):
     """out = x @ weight + bias, weight (in, out) laid out in memory as nn.Linear's (out, in); nn.Linear's init."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, device=None, dtype=None):
-        bound = 1.0 / math.sqrt(in_features)
-        w = torch.empty(out_features, in_features, device=device, dtype=dtype).uniform_(-bound, bound)
+        w, b = torch_default_params((out_features, in_features), bias, device=device, dtype=dtype)
         self.weight = Tensor(w.t(), requires_grad=True)  # (in, out)
-        self.bias = (Tensor(torch.empty(out_features, device=device, dtype=dtype).uniform_(-bound, bound),
-                            requires_grad=True) if bias else None)
+        self.bias = Tensor(b, requires_grad=True) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
         out = x @ self.weight  # (N, out)
@@ -126,8 +125,8 @@ class EngineNet(Sequential):
     and under the same ``torch.manual_seed`` the same initial weights.  Inputs of rank > 2 are flattened.
     """
 
-    def __init__(self, hidden_size: int = 1024, num_classes: int = 10, in_features: int = 784, depth: int = 3,
-                 *, device=None, dtype=None):
+    def __init__(self, hidden_size: int = HIDDEN, num_classes: int = CLASSES, in_features: int = IN_FEATURES,
+                 depth: int = DEPTH, *, device=None, dtype=None):
         super().__init__(*mlp_layers(Linear, ReLU, hidden_size, num_classes, in_features, depth,
                                      device=device, dtype=dtype))
 

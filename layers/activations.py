@@ -11,26 +11,15 @@ from abc import ABC, abstractmethod
 import torch
 from torch import Tensor
 
-from ._checks import check_dout, check_floating, check_tensor
+from .checks import check_dout, check_floating, check_tensor
+from .layer import BaseLayer
 
 
-class _Activation(ABC):
-    """Shared plumbing: validation, the cache, and the empty parameter list."""
+class _Activation(BaseLayer, ABC):
+    """Shared plumbing of the element-wise activations: validation and the cache of the output."""
 
     def __init__(self) -> None:
         self._out: Tensor | None = None
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
-
-    def __call__(self, x: Tensor) -> Tensor:
-        return self.forward(x)
-
-    def parameters(self) -> list[Tensor]:
-        return []
-
-    def named_parameters(self) -> list[tuple[str, Tensor]]:
-        return []
 
     def forward(self, x: Tensor) -> Tensor:
         """x: any shape -> out: same shape."""
@@ -61,6 +50,8 @@ class _Activation(ABC):
 class ReLU(_Activation):
     """out = max(x, 0);  dx = dout where out > 0, else 0 (the derivative at 0 is taken as 0, as torch does)."""
 
+    torch_class = torch.nn.ReLU
+
     def _forward(self, x: Tensor) -> Tensor:
         return torch.relu(x)
 
@@ -73,6 +64,8 @@ class ReLU(_Activation):
 class Tanh(_Activation):
     """out = tanh(x);  dx = dout * (1 - out^2)."""
 
+    torch_class = torch.nn.Tanh
+
     def _forward(self, x: Tensor) -> Tensor:
         return torch.tanh(x)
 
@@ -82,6 +75,8 @@ class Tanh(_Activation):
 
 class Sigmoid(_Activation):
     """out = 1 / (1 + exp(-x));  dx = dout * out * (1 - out)."""
+
+    torch_class = torch.nn.Sigmoid
 
     def _forward(self, x: Tensor) -> Tensor:
         return torch.sigmoid(x)
@@ -97,14 +92,17 @@ class Softmax(_Activation):
     it with dout gives the row-wise expression above, O(N*C) instead of O(N*C^2).
     """
 
+    torch_class = torch.nn.Softmax
+    _ctor_args = ("dim",)
+
     def __init__(self, dim: int = -1) -> None:
         super().__init__()
         if isinstance(dim, bool) or not isinstance(dim, int):
             raise ValueError(f"Softmax: dim must be an int, got {dim!r}")
         self.dim = dim
 
-    def __repr__(self) -> str:
-        return f"Softmax(dim={self.dim})"
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
 
     def _forward(self, x: Tensor) -> Tensor:
         if not -x.dim() <= self.dim < max(x.dim(), 1):

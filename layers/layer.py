@@ -1,7 +1,9 @@
-"""The Layer protocol: what every hand-written layer provides.
+"""What a layer is: the ``Layer`` protocol, and ``BaseLayer``, the plumbing every built-in layer shares.
 
 Shape legend used throughout ``layers/``:
-    N = batch size, D = in_features, H = out_features, C = classes.
+    N = batch size, D = in_features, H = out_features, C = classes or channels,
+    (H_in, W_in) / (H_out, W_out) = image height and width before / after a layer,
+    (kH, kW) = kernel size.
 
 A layer is any object with
 
@@ -11,14 +13,22 @@ A layer is any object with
     __call__(x)     == forward(x)
 
 Gradients *accumulate* (``p.grad += ...``) as in PyTorch; ``zero_grad()`` on a
-``Net`` or an optimizer clears them.  Each backward consumes the cache of the
+model or an optimizer clears them.  Each backward consumes the cache of the
 forward before it, so calling backward twice without a forward is an error,
 never a silent doubling.
+
+Layers whose input gradient costs real work (Linear, Conv2d) take
+``backward(dout, need_input_grad=True)``; ``False`` skips dx and returns None.
+A container (``Sequential``, ``Net``) is the whole model, whose input is data:
+like torch, which computes ``x.grad`` only for an input that requires it, a
+container skips its first layer's dx unless asked with ``need_input_grad=True``.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Protocol, runtime_checkable
 
+import torch
 from torch import Tensor
 
 
@@ -41,9 +51,198 @@ def accumulate_grad(param: Tensor, grad: Tensor) -> None:
         param.grad.add_(grad)
 
 
+def zero_grad_(params: Iterable[Tensor], set_to_none: bool = True) -> None:
+    """Clear every ``.grad``: to None (the default, as torch does) or to zeros in place."""
+    for p in params:
+        if p.grad is None:
+            continue
+        if set_to_none:
+            p.grad = None
+        else:
+            p.grad.zero_()
+
+
 def named_parameters_of(layer: Layer) -> list[tuple[str, Tensor]]:
     """``layer.named_parameters()`` where the layer has it, else its parameters numbered 0, 1, ..."""
     named = getattr(layer, "named_parameters", None)
     if named is not None:
         return list(named())
     return [(str(j), p) for j, p in enumerate(layer.parameters())]
+
+
+class BaseLayer:
+    """Parameters, buffers, train/eval, state_dict and ``to`` for a hand-written layer.
+
+    A subclass names its tensors in ``_param_names`` (learned, with ``.grad``) and
+    ``_buffer_names`` (state such as batch norm's running statistics), as attributes
+    that may be None (``bias=False``).  Containers override ``named_children``.
+    ``state_dict`` uses torch.nn's key names and layouts: where a layer stores a
+    tensor in another layout (Linear keeps its weight as (D, H)), ``_torch_view``
+    returns the torch-layout view of the same memory.
+    """
+
+    _param_names: tuple[str, ...] = ()
+    _buffer_names: tuple[str, ...] = ()
+    training: bool = True
+    torch_class: type[torch.nn.Module] | None = None  # the torch.nn module this layer is the twin of
+    _ctor_args: tuple[str, ...] = ()  # constructor arguments, named as the torch.nn module names them
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return self.forward(x)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.extra_repr()})"
+
+    def extra_repr(self) -> str:
+        return ""
+
+    # -- the tree -------------------------------------------------------------------------------------
+
+    def named_children(self) -> Iterator[tuple[str, Layer]]:
+        return iter(())
+
+    def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, Tensor]]:
+        """Every parameter with torch's dotted name ("0.weight", "layers.2.bias", ...)."""
+        for name in self._param_names:
+            t = getattr(self, name)
+            if t is not None:
+                yield prefix + name, t
+        for cname, child in self.named_children():
+            if isinstance(child, BaseLayer):
+                yield from child.named_parameters(f"{prefix}{cname}.")
+            else:
+                yield from ((f"{prefix}{cname}.{n}", p) for n, p in named_parameters_of(child))
+
+    def parameters(self) -> list[Tensor]:
+        return [p for _, p in self.named_parameters()]
+
+    def named_buffers(self, prefix: str = "") -> Iterator[tuple[str, Tensor]]:
+        for name in self._buffer_names:
+            t = getattr(self, name)
+            if t is not None:
+                yield prefix + name, t
+        for cname, child in self.named_children():
+            if isinstance(child, BaseLayer):
+                yield from child.named_buffers(f"{prefix}{cname}.")
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear every parameter's .grad (to None by default, as torch does)."""
+        zero_grad_(self.parameters(), set_to_none)
+
+    def train(self, mode: bool = True):
+        """Training mode (batch statistics, dropout on) or, with ``mode=False``, eval mode; for every child too."""
+        self.training = bool(mode)
+        for _, child in self.named_children():
+            if hasattr(child, "train"):
+                child.train(mode)
+            elif hasattr(child, "training"):
+                child.training = bool(mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None):
+        """Move/cast parameters and buffers in place (their identity is kept, so optimizers built earlier
+        still see them).  Integer buffers (``num_batches_tracked``) keep their dtype, as in torch."""
+        if dtype is not None and not dtype.is_floating_point:
+            raise ValueError(f"{type(self).__name__}.to: dtype must be floating point, got {dtype}")
+        for t in [*self.parameters(), *(b for _, b in self.named_buffers())]:
+            cast = dtype if t.is_floating_point() else None
+            t.data = t.data.to(device=device, dtype=cast)
+            if t.grad is not None:
+                t.grad = t.grad.to(device=device, dtype=cast)
+        return self
+
+    # -- state_dict -----------------------------------------------------------------------------------
+
+    def _torch_view(self, name: str, t: Tensor) -> Tensor:
+        """The tensor ``name`` in torch.nn's layout, sharing memory with ``t`` (identity unless overridden)."""
+        return t
+
+    def _own_state(self) -> Iterator[tuple[str, Tensor]]:
+        for name in (*self._param_names, *self._buffer_names):
+            t = getattr(self, name)
+            if t is not None:
+                yield name, self._torch_view(name, t)
+
+    def state_dict(self, prefix: str = "") -> dict[str, Tensor]:
+        """torch.nn's keys and layouts, parameters then buffers per layer; tensors share memory with ours."""
+        sd = {prefix + name: t for name, t in self._own_state()}
+        for cname, child in self.named_children():
+            if isinstance(child, BaseLayer):
+                sd.update(child.state_dict(f"{prefix}{cname}."))
+            else:
+                own = getattr(child, "state_dict", None)
+                pairs = own().items() if own is not None else named_parameters_of(child)
+                sd.update((f"{prefix}{cname}.{n}", t) for n, t in pairs)
+        return sd
+
+    def load_state_dict(self, state_dict: Mapping[str, Tensor], strict: bool = True) -> None:
+        """Copy values in (from this model's or its torch twin's state_dict); keys and shapes must match."""
+        own = self.state_dict()
+        missing, unexpected = sorted(set(own) - set(state_dict)), sorted(set(state_dict) - set(own))
+        if strict and (missing or unexpected):
+            raise KeyError(f"{type(self).__name__}.load_state_dict: missing keys {missing}, "
+                           f"unexpected keys {unexpected}")
+        for key, dst in own.items():
+            if key not in state_dict:
+                continue
+            src = state_dict[key]
+            if not isinstance(src, Tensor):
+                raise TypeError(f"{type(self).__name__}.load_state_dict: '{key}' is a {type(src).__name__}, "
+                                f"not a tensor")
+            if src.shape != dst.shape:
+                raise ValueError(f"{type(self).__name__}.load_state_dict: '{key}' has shape {tuple(src.shape)}, "
+                                 f"expected {tuple(dst.shape)}")
+            with torch.no_grad():
+                dst.copy_(src)
+
+    # -- conversion to and from torch.nn ----------------------------------------------------------------
+
+    @classmethod
+    def _ctor_kwargs(cls, obj: object) -> dict:
+        """Constructor arguments read off ``obj``, a layer of this class or its torch.nn twin: both name
+        them alike (``bias`` is an argument but a tensor attribute: it becomes ``bias is not None``)."""
+        kw = {}
+        for name in cls._ctor_args:
+            v = getattr(obj, name)
+            kw[name] = (v is not None) if name == "bias" else v
+        return kw
+
+    def _device_dtype(self) -> dict:
+        for t in (*self.parameters(), *(b for _, b in self.named_buffers())):
+            if t.is_floating_point():
+                return {"device": t.device, "dtype": t.dtype}
+        return {}
+
+    @classmethod
+    def from_torch(cls, module: torch.nn.Module):
+        """The hand-written layer equivalent to ``module``, holding a copy of its weights and buffers."""
+        if cls.torch_class is None or not isinstance(module, cls.torch_class):
+            raise TypeError(f"{cls.__name__}.from_torch: expected a {getattr(cls.torch_class, '__name__', None)}, "
+                            f"got {type(module).__name__}")
+        tensors = [*module.parameters(), *module.buffers()]
+        placed = {"device": tensors[0].device, "dtype": next((t.dtype for t in tensors if t.is_floating_point()),
+                                                              None)} if tensors and cls._param_names else {}
+        with _rng_untouched(placed.get("device")):  # the throwaway initialisation draws nothing from the RNG
+            layer = cls(**cls._ctor_kwargs(module), **placed)
+        layer.load_state_dict(module.state_dict())
+        return layer.train(module.training)
+
+    def to_torch(self) -> torch.nn.Module:
+        """The equivalent torch.nn module, holding a copy of these weights and buffers, in the same mode."""
+        if self.torch_class is None:
+            raise TypeError(f"{type(self).__name__} has no torch.nn twin")
+        placed = self._device_dtype() if self._param_names else {}
+        with _rng_untouched(placed.get("device")):
+            module = self.torch_class(**self._ctor_kwargs(self), **placed)
+        module.load_state_dict(self.state_dict())
+        return module.train(self.training)
+
+
+def _rng_untouched(device: torch.device | None):
+    """Run a throwaway initialisation without moving the global CPU (or that CUDA device's) RNG."""
+    cuda = [device.index if device.index is not None else torch.cuda.current_device()] \
+        if device is not None and device.type == "cuda" else []
+    return torch.random.fork_rng(devices=cuda)

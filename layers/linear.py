@@ -1,16 +1,15 @@
 """Linear layer: out = x @ W + b, with a hand-written backward."""
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
-from ._checks import check_dout, check_like, check_tensor
-from .layer import accumulate_grad
+from .checks import check_dout, check_int, check_like, check_tensor
+from .init import torch_default_params
+from .layer import BaseLayer, accumulate_grad
 
 
-class Linear:
+class Linear(BaseLayer):
     """Affine map ``out = x @ weight + bias``.
 
     ``weight`` has shape (D, H), so the forward reads ``x @ weight + bias`` and is
@@ -18,36 +17,25 @@ class Linear:
     block -- nn.Linear's layout -- so every matrix product below is the very
     BLAS call that autograd makes for nn.Linear, with the same rounding (the
     forward output is bit-for-bit nn.Linear's, in float32 too).
-    Initialised exactly as nn.Linear:
-    Kaiming-uniform with a=sqrt(5), i.e. U(-1/sqrt(D), 1/sqrt(D)) for weight and
-    bias, drawing from the global RNG in the same order, so under the same
+    Initialised exactly as nn.Linear (``layers.init``), so under the same
     ``torch.manual_seed`` a Linear and an nn.Linear get identical weights.
+    ``state_dict()`` and ``to_torch()`` use nn.Linear's (H, D) layout.
     """
+
+    _param_names = ("weight", "bias")
+    torch_class = torch.nn.Linear
+    _ctor_args = ("in_features", "out_features", "bias")
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
                  device: torch.device | str | None = None, dtype: torch.dtype | None = None):
-        for name, v in (("in_features", in_features), ("out_features", out_features)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"Linear: {name} must be a positive int, got {v!r}")
-        self.in_features, self.out_features = in_features, out_features
-        bound = 1.0 / math.sqrt(in_features)
-        w = torch.empty(out_features, in_features, device=device, dtype=dtype)  # (H, D), nn.Linear's layout
-        w.uniform_(-bound, bound)
+        self.in_features = check_int("Linear", "in_features", in_features)
+        self.out_features = check_int("Linear", "out_features", out_features)
+        w, self.bias = torch_default_params((out_features, in_features), bias, device=device, dtype=dtype)
         self.weight = w.t()  # (D, H), strides (1, D): nn.Linear's memory layout
-        self.bias = torch.empty(out_features, device=device, dtype=dtype).uniform_(-bound, bound) if bias else None
         self._x: Tensor | None = None  # cached input, needed for dW
 
-    def __repr__(self) -> str:
-        return f"Linear(in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None})"
-
-    def __call__(self, x: Tensor) -> Tensor:
-        return self.forward(x)
-
-    def parameters(self) -> list[Tensor]:
-        return [self.weight] if self.bias is None else [self.weight, self.bias]
-
-    def named_parameters(self) -> list[tuple[str, Tensor]]:
-        return [("weight", self.weight)] + ([] if self.bias is None else [("bias", self.bias)])
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
     def forward(self, x: Tensor) -> Tensor:
         """x: (N, D) -> out: (N, H)."""
@@ -86,23 +74,5 @@ class Linear:
             raise ValueError(f"{self!r}: expected input of shape (N, {self.in_features}), got {tuple(x.shape)}")
         check_like(repr(self), "input", x, self.weight, "weight")
 
-    def state_dict(self) -> dict[str, Tensor]:
-        """nn.Linear's key names and layout: weight (H, D)."""
-        sd = {"weight": self.weight.t()}
-        if self.bias is not None:
-            sd["bias"] = self.bias
-        return sd
-
-    def load_state_dict(self, sd: dict[str, Tensor], prefix: str = "") -> None:
-        expected = {"weight": (self.out_features, self.in_features)}
-        if self.bias is not None:
-            expected["bias"] = (self.out_features,)
-        for key, shape in expected.items():
-            t = sd[key]
-            if tuple(t.shape) != shape:
-                raise ValueError(f"{self!r}: state_dict entry '{prefix}{key}' has shape {tuple(t.shape)}, "
-                                 f"expected {shape} (nn.Linear layout, out_features x in_features)")
-        with torch.no_grad():
-            self.weight.copy_(sd["weight"].t())
-            if self.bias is not None:
-                self.bias.copy_(sd["bias"])
+    def _torch_view(self, name: str, t: Tensor) -> Tensor:
+        return t.t() if name == "weight" else t  # (H, D), nn.Linear's layout, the same memory

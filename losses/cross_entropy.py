@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from layers._checks import check_floating, check_like, check_tensor
+from layers.checks import check_floating, check_like, check_tensor
 from ._reduction import check_reduction
 
 

@@ -32,9 +32,27 @@ def test_activation_gradcheck(make, shape):
     assert_all_pass(check_layer(make(), off_kink(torch.randn(*shape, dtype=f64) * 2)))
 
 
-def test_layers_satisfy_protocol():
-    for layer in (Linear(2, 3), ReLU(), Tanh(), Sigmoid(), Softmax()):
-        assert isinstance(layer, Layer)
+@pytest.mark.parametrize("make", [lambda: Linear(3, 3), ReLU, Tanh, Sigmoid, Softmax])
+def test_layers_keep_the_protocol(make):
+    """Through the protocol alone: call == forward, backward(dout) returns dx of x's shape and fills every
+    parameter's .grad, and parameters() are plain tensors that autograd does not track."""
+    layer = make()
+    assert isinstance(layer, Layer)
+    x = torch.randn(4, 3)
+    out = layer(x)
+    assert torch.equal(out, layer.forward(x))
+    dx = layer.backward(torch.randn_like(out))
+    assert isinstance(dx, torch.Tensor) and dx.shape == x.shape
+    for p in layer.parameters():
+        assert not p.requires_grad and p.grad is not None and p.grad.shape == p.shape
+
+
+def test_protocol_rejects_an_object_without_backward():
+    class NoBackward:
+        def __call__(self, x): return x
+        def forward(self, x): return x
+        def parameters(self): return []
+    assert not isinstance(NoBackward(), Layer)
 
 
 def test_linear_init_matches_nn_linear_under_same_seed():
@@ -176,7 +194,7 @@ def test_non_tensor_input_refused():
 
 
 def test_bad_constructor_arguments():
-    with pytest.raises(ValueError, match="in_features must be a positive int, got 0"):
+    with pytest.raises(ValueError, match=r"Linear: in_features must be an int >= 1, got 0"):
         Linear(0, 3)
     with pytest.raises(ValueError, match="dim must be an int"):
         Softmax(dim=1.5)

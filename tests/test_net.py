@@ -20,7 +20,7 @@ def test_net_matches_pytorchnet(dtype, tol, arch):
 
     crit = CrossEntropyLoss()
     loss = crit(net(x), y)
-    dx = net.backward(crit.backward())
+    dx = net.backward(crit.backward(), need_input_grad=True)
     assert dx.shape == x.shape
 
     xr = x.clone().requires_grad_()
@@ -137,7 +137,12 @@ def test_default_architecture():
     net = Net()
     shapes = [tuple(p.shape) for p in net.parameters()]
     assert shapes == [(784, 1024), (1024,), (1024, 1024), (1024,), (1024, 1024), (1024,), (1024, 10), (10,)]
-    assert sum(p.numel() for p in net.parameters()) == sum(p.numel() for p in PytorchNet().parameters())
+    written_out = torch.nn.Sequential(torch.nn.Linear(784, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
+                                      torch.nn.ReLU(), torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
+                                      torch.nn.Linear(1024, 10))
+    assert {f"layers.{k}": tuple(v.shape) for k, v in written_out.state_dict().items()} == \
+        {k: tuple(v.shape) for k, v in net.state_dict().items()} == \
+        {k: tuple(v.shape) for k, v in PytorchNet().state_dict().items()}
 
 
 # -- bad input -----------------------------------------------------------------------------------------
@@ -158,7 +163,7 @@ def test_net_errors():
     with pytest.raises(ValueError, match="depth must be an int >= 0"):
         PytorchNet(depth=-1)
     relu = ReLU()
-    with pytest.raises(ValueError, match="same layer object appears twice"):
+    with pytest.raises(ValueError, match=r"the same layer object \(ReLU\(\)\) appears twice"):
         Net(layers=[Linear(2, 2), relu, Linear(2, 2), relu])
     with pytest.raises(TypeError, match=r"layers\[1\] \(str\) does not implement the Layer protocol"):
         Net(layers=[Linear(2, 2), "relu"])

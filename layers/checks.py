@@ -1,4 +1,4 @@
-"""Input validation shared by the layers: every error names the layer and the shapes."""
+"""Input validation shared by the layers and losses: every error names the layer, the argument and the shapes."""
 from __future__ import annotations
 
 import torch
@@ -38,3 +38,10 @@ def check_dout(owner: str, dout: object, out_shape: torch.Size | None, ref: Tens
     if ref is not None:
         check_like(owner, "dout", dout, ref, "the forward output")
     return dout
+
+
+def check_int(owner: str, name: str, value: object, lo: int = 1) -> int:
+    """Refuse anything but an int >= lo (a bool is not an int here), naming the argument and the value."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+        raise ValueError(f"{owner}: {name} must be an int >= {lo}, got {value!r}")
+    return value

@@ -1,0 +1,140 @@
+"""Sequential: layers applied in order; its backward walks them in reverse.
+
+The one implementation of the reverse walk, the parameter tree and the state_dict
+for every container (``Net`` is a Sequential too).  Keys and layouts are
+``torch.nn.Sequential``'s ("0.weight", "1.running_mean", "2.0.bias" when nested).
+"""
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator
+
+import torch
+from torch import Tensor
+
+from .layer import BaseLayer, Layer
+
+
+def _takes_need_input_grad(layer: Layer) -> bool:
+    try:
+        return "need_input_grad" in inspect.signature(layer.backward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _leaves(layer: Layer) -> Iterator[Layer]:
+    """The layer and, for a container, every layer inside it (depth first, explicit stack)."""
+    stack = [layer]
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, Sequential):
+            stack.extend(node.layers)
+
+
+class _HookHandle:
+    def __init__(self, hooks: list, fn: Callable) -> None:
+        self._hooks, self._fn = hooks, fn
+
+    def remove(self) -> None:
+        if self._fn in self._hooks:
+            self._hooks.remove(self._fn)
+
+
+class Sequential(BaseLayer):
+    """``Sequential(Conv2d(1, 8, 3), ReLU(), Flatten(), Linear(8 * 26 * 26, 10))``; containers nest.
+
+    forward(x): each layer in order.  backward(dout, need_input_grad=False): each layer's
+    backward in reverse order, feeding each one's dx to the layer before it.  The first
+    layer's dx -- the gradient with respect to the model's input, which is data in
+    training -- is computed only when asked (``need_input_grad=True``), as torch computes
+    ``x.grad`` only for an input that requires it.
+    """
+
+    _key_prefix = ""  # Net names its children "layers.0", "layers.1", ... as its nn.Module twin does
+
+    def __init__(self, *layers: Layer) -> None:
+        if len(layers) == 1 and isinstance(layers[0], (list, tuple)):
+            layers = tuple(layers[0])
+        self._set_layers(list(layers))
+
+    def _set_layers(self, layers: list[Layer]) -> None:
+        owner = type(self).__name__
+        if not layers:
+            raise ValueError(f"{owner}: needs at least one layer")
+        for i, layer in enumerate(layers):
+            if not isinstance(layer, Layer):
+                raise TypeError(f"{owner}: layers[{i}] ({type(layer).__name__}) does not implement the Layer "
+                                f"protocol (forward, backward, parameters, __call__)")
+        seen: dict[int, Layer] = {}
+        for layer in (leaf for top in layers for leaf in _leaves(top)):
+            if id(layer) in seen:
+                # A layer caches only its latest input: used twice in one pass, its backward would be wrong.
+                raise ValueError(f"{owner}: the same layer object ({layer!r}) appears twice; use separate instances")
+            seen[id(layer)] = layer
+        self.layers = layers
+        self.training = all(getattr(layer, "training", True) for layer in layers)
+        self._skips_dx = [_takes_need_input_grad(layer) for layer in layers]
+        self._backward_hooks: list[Callable[[Layer], None]] = []
+
+    # -- the container ----------------------------------------------------------------------------------
+
+    def named_children(self) -> Iterator[tuple[str, Layer]]:
+        return ((f"{self._key_prefix}{i}", layer) for i, layer in enumerate(self.layers))
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def __iter__(self) -> Iterator[Layer]:
+        return iter(self.layers)
+
+    def __getitem__(self, i: int) -> Layer:
+        return self.layers[i]
+
+    def __repr__(self) -> str:
+        inner = "\n".join(f"  ({i}): " + repr(layer).replace("\n", "\n  ") for i, layer in enumerate(self.layers))
+        return f"{type(self).__name__}(\n{inner}\n)"
+
+    # -- forward and backward ------------------------------------------------------------------------------
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x: the first layer's input -> the last layer's output."""
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+    def backward(self, dout: Tensor, need_input_grad: bool = False) -> Tensor | None:
+        """dout: dL/d(output) -> dL/dx (None unless ``need_input_grad``); fills every parameter's .grad."""
+        layers, hooks = self.layers, self._backward_hooks
+        for i in range(len(layers) - 1, 0, -1):
+            layer = layers[i]
+            dout = layer.backward(dout, need_input_grad=True) if self._skips_dx[i] else layer.backward(dout)
+            for hook in hooks:
+                hook(layer)
+        first = layers[0]
+        if self._skips_dx[0]:
+            dx = first.backward(dout, need_input_grad=need_input_grad)
+        else:
+            dx = first.backward(dout)
+        for hook in hooks:
+            hook(first)
+        return dx if need_input_grad else None
+
+    def register_backward_hook(self, fn: Callable[[Layer], None]) -> _HookHandle:
+        """Call ``fn(layer)`` right after each child's backward, in the reverse walk (its gradients are final
+        for this backward then: data-parallel training starts their all-reduce there).  ``.remove()`` undoes."""
+        self._backward_hooks.append(fn)
+        return _HookHandle(self._backward_hooks, fn)
+
+    # -- conversion ---------------------------------------------------------------------------------------
+
+    def to_torch(self) -> torch.nn.Sequential:
+        """The equivalent torch.nn.Sequential, holding copies of every weight and buffer, in the same mode."""
+        return torch.nn.Sequential(*(_to_torch(layer) for layer in self.layers)).train(self.training)
+
+
+def _to_torch(layer: Layer) -> torch.nn.Module:
+    convert = getattr(layer, "to_torch", None)
+    if convert is None:
+        raise TypeError(f"{type(layer).__name__} has no to_torch(): it cannot be turned into a torch.nn module")
+    return convert()
