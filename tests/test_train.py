@@ -7,9 +7,11 @@ import pytest
 import torch
 
 import train
+import training
+import training.trainer
 from tests.conftest import SHARED_MNIST, write_split
 
-FAST = ["--hidden", "16", "--depth", "2", "--batch-size", "32", "--no-download", "--quiet"]
+FAST = ["--hidden", "16", "--depth", "2", "--batch-size", "32", "--no-download", "--quiet", "--no-plots"]
 
 
 def run(*argv):
@@ -23,7 +25,7 @@ def test_end_to_end_both_impls_agree_and_write_outputs(tiny, tmp_path):
                    "--log-interval", "3", "--clip-grad", "1.0", "--lr", "0.01", *FAST)
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
-    assert set(summary) == {"dataset", "epochs", "results", "max_param_abs_diff"}
+    assert set(summary) == {"dataset", "model", "epochs", "results", "max_param_abs_diff"}
     assert summary["dataset"] == "mnist" and summary["epochs"] == 2
     assert set(summary["results"]) == {"manual", "torch"}
     for r in summary["results"].values():
@@ -42,8 +44,7 @@ def test_end_to_end_both_impls_agree_and_write_outputs(tiny, tmp_path):
     assert all(r["grad_norm_before_clip"] >= r["grad_norm_after_clip"] - 1e-12 for r in mon)
     assert set(mon[0]["params"]["layers.0.weight"]) == {"grad_mean", "grad_std", "grad_norm", "param_mean",
                                                         "param_std", "param_norm"}
-    for png in ("curves.png", "grad_norms.png"):
-        assert (out / png).read_bytes()[:4] == b"\x89PNG"
+    assert not list(out.glob("*.png"))  # --no-plots: figures are rendered once, in test_plots.py
     ckpt = torch.load(out / "checkpoint.pt", weights_only=True)
     assert ckpt["epoch"] == 2 and set(ckpt["models"]) == {"manual", "torch"}
 
@@ -93,12 +94,49 @@ def test_resume_equals_uninterrupted(tiny, tmp_path, dtype, impl):
     assert strip(lines) == strip(a["records"])  # the resumed log reads as the uninterrupted one
 
 
-def test_resume_refuses_changed_settings(tiny, tmp_path):
-    assert run("--data-dir", tiny, "--out", tmp_path / "r", "--epochs", "1", *FAST) == 0
+def test_resume_refuses_changed_settings(tiny, tmp_path, capsys):
+    assert run("--data-dir", tiny, "--out", tmp_path / "r", "--epochs", "1", "--optimizer", "sgd", *FAST) == 0
     ckpt = tmp_path / "r" / "checkpoint.pt"
+    capsys.readouterr()
     assert run("--resume", ckpt, "--epochs", "2", "--hidden", "32", "--data-dir", tiny, "--no-download") == 2
+    assert "trained with --hidden 16, but --hidden 32 was given" in capsys.readouterr().err
+    # An explicit flag equal to its default still conflicts: adam is the default, the run used sgd.
+    assert run("--resume", ckpt, "--epochs", "2", "--optimizer", "adam", "--data-dir", tiny, "--no-download") == 2
+    assert "trained with --optimizer sgd, but --optimizer adam was given" in capsys.readouterr().err
+    # Flags repeating the checkpoint's values are fine; the others are adopted from it.
+    assert run("--resume", ckpt, "--epochs", "2", "--optimizer", "sgd", "--data-dir", tiny, "--no-download",
+               "--quiet", "--no-plots") == 0
+    assert torch.load(ckpt, weights_only=True)["config"]["optimizer"] == "sgd"
     assert run("--resume", ckpt, "--epochs", "1", "--data-dir", tiny, "--no-download") == 2
+    assert "already holds 2 epochs, more than --epochs 1" in capsys.readouterr().err
     assert run("--resume", tmp_path / "nope.pt", "--epochs", "2") == 2
+    assert "nope.pt: no such file" in capsys.readouterr().err
+
+
+def test_resume_of_a_finished_checkpoint_completes_the_outputs(tiny, tmp_path):
+    out = tmp_path / "r"
+    assert run("--data-dir", tiny, "--out", out, "--epochs", "2", *FAST) == 0
+    first = json.loads((out / "summary.json").read_text())
+    (out / "summary.json").unlink()
+    before = (out / "checkpoint.pt").read_bytes()
+    assert run("--resume", out / "checkpoint.pt", "--data-dir", tiny, "--no-download", "--quiet", "--no-plots") == 0
+    again = json.loads((out / "summary.json").read_text())
+    assert again["epochs"] == 2 and again["results"].keys() == first["results"].keys()
+    for name, r in first["results"].items():
+        assert again["results"][name]["test_accuracy"] == r["test_accuracy"]
+        assert again["results"][name]["test_loss"] == r["test_loss"]
+    assert (out / "checkpoint.pt").read_bytes() == before  # nothing was trained
+
+
+def test_corrupt_resume_file_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "checkpoint.pt"
+    bad.write_bytes(b"not a checkpoint at all")
+    assert run("--resume", bad) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"--resume {bad} is not a handgrad checkpoint" in err and len(err.splitlines()) == 1
+    torch.save({"something": "else"}, bad)
+    assert run("--resume", bad) == 2
+    assert "is not a handgrad train.py checkpoint" in capsys.readouterr().err
 
 
 def test_non_finite_loss_stops_and_keeps_last_checkpoint(tiny, tmp_path, capsys):
@@ -114,14 +152,14 @@ def test_non_finite_loss_stops_and_keeps_last_checkpoint(tiny, tmp_path, capsys)
 
 
 def test_ctrl_c_leaves_the_last_complete_checkpoint(tiny, tmp_path, monkeypatch, capsys):
-    real = train.train_epoch
+    real = training.trainer.train_epoch
 
-    def interrupt_in_epoch_2(impl, data, perm, epoch, args, log):
+    def interrupt_in_epoch_2(impl, data, perm, epoch, *rest):
         if epoch == 2:
             raise KeyboardInterrupt
-        return real(impl, data, perm, epoch, args, log)
+        return real(impl, data, perm, epoch, *rest)
 
-    monkeypatch.setattr(train, "train_epoch", interrupt_in_epoch_2)
+    monkeypatch.setattr(training.trainer, "train_epoch", interrupt_in_epoch_2)
     out = tmp_path / "r"
     assert run("--data-dir", tiny, "--out", out, "--epochs", "3", *FAST) == 130
     assert "last complete checkpoint" in capsys.readouterr().err
@@ -131,7 +169,7 @@ def test_ctrl_c_leaves_the_last_complete_checkpoint(tiny, tmp_path, monkeypatch,
 
 def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
     path = tmp_path / "checkpoint.pt"
-    train.save_checkpoint(path, {"epoch": 1})
+    training.save_checkpoint(path, {"epoch": 1})
 
     def broken_save(obj, f):
         f.write(b"half a checkpoint")
@@ -139,120 +177,38 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
 
     monkeypatch.setattr(torch, "save", broken_save)
     with pytest.raises(OSError, match="disk full"):
-        train.save_checkpoint(path, {"epoch": 2})
+        training.save_checkpoint(path, {"epoch": 2})
     assert torch.load(path, weights_only=True) == {"epoch": 1}
     assert list(tmp_path.iterdir()) == [path]
 
 
-@pytest.mark.parametrize("argv,match", [
-    (["--epochs", "-1"], "--epochs -1 is out of range"),
-    (["--batch-size", "0"], "--batch-size 0 is out of range"),
-    (["--optimizer", "adamax"], "unknown optimizer 'adamax'; known: sgd, rmsprop, adam, adamw, adagrad"),
-    (["--lr", "-1"], "--lr -1.0 is out of range"),
-    (["--dataset", "cifar"], "invalid choice: 'cifar'"),
-    (["--epochs", "two"], "invalid int value: 'two'"),
-    (["--momentum", "0.9"], "--momentum applies to sgd and rmsprop, not adam"),
-    (["--device", "tpu"], "--device"),
-])
-def test_bad_arguments_exit_2_with_one_line(argv, match, capsys):
-    assert run(*argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert match in err and len(err.splitlines()) == 1
+def _wait_for(predicate, proc, what: str, timeout: float = 120.0) -> None:
+    """Poll until predicate() holds; fail if the process ended first or the time ran out."""
+    import time
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert proc.poll() is None, f"the process ended before {what}: {proc.communicate()[1][-2000:]}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
-def test_cuda_without_cuda_exits_2(capsys):
-    assert run("--device", "cuda") == 2
-    assert "sees no CUDA device" in capsys.readouterr().err
-
-
-def test_missing_data_says_where_it_looked_and_how_to_fix(tmp_path, capsys):
-    code = run("--data-dir", tmp_path / "empty", "--no-download", "--quiet")
-    assert code == 2
-    err = capsys.readouterr().err
-    assert str(tmp_path / "empty" / "MNIST" / "raw") in err
-    assert "apt-get install -y dataset-fashion-mnist" in err and "Traceback" not in err
-
-
-def test_missing_data_with_download_failure_is_the_same_message(tmp_path, monkeypatch, capsys):
-    from torchvision import datasets
-
-    def no_network(self):
-        raise RuntimeError("Error downloading train-images-idx3-ubyte.gz")
-    monkeypatch.setattr(datasets.MNIST, "download", no_network)
-    assert run("--data-dir", tmp_path / "empty", "--quiet") == 2
-    err = capsys.readouterr().err
-    assert "torchvision download" in err and "missing train-images-idx3-ubyte" in err
-
-
-@pytest.mark.parametrize("damage", ["truncate", "garbage"])
-def test_corrupt_idx_file(tiny, tmp_path, damage, capsys):
-    f = tiny / "MNIST" / "raw" / "t10k-images-idx3-ubyte"
-    data = f.read_bytes()
-    f.write_bytes(data[: len(data) // 2] if damage == "truncate" else b"\x00\x00\x01\x01garbage")
-    assert run("--data-dir", tiny, *FAST) == 2
-    err = capsys.readouterr().err
-    assert "corrupt or truncated" in err and str(f) in err and "Traceback" not in err
-
-
-def test_corrupt_gzip(tiny, capsys):
-    (tiny / "MNIST" / "raw" / "train-labels-idx1-ubyte.gz").write_bytes(b"not gzip at all")
-    assert run("--data-dir", tiny, *FAST) == 2
-    assert "not a readable gzip file" in capsys.readouterr().err
-
-
-def test_fashion_mnist_found_in_debian_location(tmp_path, monkeypatch):
-    debian = tmp_path / "debian"
-    write_split(debian, "train", 120, 2, compress=True)
-    write_split(debian, "t10k", 40, 3, compress=True)
-    monkeypatch.setattr(train, "DEBIAN_FASHION", debian)
-    out = tmp_path / "run"
-    assert run("--dataset", "fashion-mnist", "--data-dir", tmp_path / "data", "--out", out, "--epochs", "1", *FAST) == 0
-    raw = tmp_path / "data" / "FashionMNIST" / "raw"
-    assert sorted(p.name for p in raw.iterdir()) == sorted(n for pair in train.SPLIT_FILES.values() for n in pair)
-    assert json.loads((out / "summary.json").read_text())["dataset"] == "fashion-mnist"
-
-
-def test_data_is_normalised_with_training_statistics(tiny):
-    args = train.parse_args(["--data-dir", str(tiny), "--no-download", "--val-split", "30"])
-    data = train.load_data(args, torch.device("cpu"), torch.float64, say=lambda *a: None)
-    assert data.train_x.shape == (270, 784) and data.val_x.shape == (30, 784) and data.test_x.shape == (80, 784)
-    assert abs(data.train_x.mean().item()) < 1e-12 and abs(data.train_x.std().item() - 1) < 1e-12
-    again = train.load_data(args, torch.device("cpu"), torch.float64, say=lambda *a: None)
-    assert torch.equal(again.val_y, data.val_y)  # the split is seeded
-
-
-@pytest.mark.skipif(not (SHARED_MNIST / "t10k-images-idx3-ubyte.gz").is_file(),
-                    reason=f"real MNIST test split not found at {SHARED_MNIST}")
-def test_real_mnist_test_split_loads(tmp_path, recwarn):
-    raw = tmp_path / "MNIST" / "raw"
-    raw.mkdir(parents=True)
-    for name in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
-        shutil.copy(SHARED_MNIST / name, raw / name)
-    found = train.prepare_raw(tmp_path, "mnist", train=False, download=False)
-    assert not [w for w in recwarn if "MD5" in str(w.message)]  # the official files pass the MD5 check
-    images, labels = train.read_split(found, train=False)
-    assert images.shape == (10000, 28, 28) and images.dtype == torch.uint8
-    assert labels[:10].tolist() == [7, 2, 1, 0, 4, 1, 4, 9, 5, 9]  # the well-known first test digits
-    assert torch.bincount(labels).tolist() == [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
+def _logged_epoch_2(out: Path) -> bool:
+    path = out / "metrics.jsonl"
+    return path.exists() and '"epoch": 2' in path.read_text()
 
 
 def test_real_sigint_keeps_a_loadable_checkpoint(tiny, tmp_path):
-    """Send Ctrl-C (SIGINT) to a running train.py: exit 130, the last complete checkpoint intact."""
+    """Send Ctrl-C (SIGINT) to a running train.py in its second epoch: exit 130, the last checkpoint intact."""
     import signal
     import subprocess
     import sys
-    import time
     out = tmp_path / "r"
     root = Path(__file__).resolve().parents[1]
     proc = subprocess.Popen([sys.executable, "train.py", "--data-dir", str(tiny), "--out", str(out),
-                             "--epochs", "100000", *FAST], cwd=root, stderr=subprocess.PIPE, text=True)
+                             "--epochs", "100000", "--log-interval", "1", *FAST], cwd=root,
+                            stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.time() + 60
-        while not (out / "checkpoint.pt").exists():
-            assert proc.poll() is None and time.time() < deadline, "train.py ended or wrote no checkpoint"
-            time.sleep(0.05)
-        time.sleep(0.3)  # let it get somewhere into later epochs (and maybe into a checkpoint write)
+        _wait_for(lambda: _logged_epoch_2(out), proc, "a step of epoch 2 was logged")  # the readiness signal
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -262,3 +218,30 @@ def test_real_sigint_keeps_a_loadable_checkpoint(tiny, tmp_path):
     ckpt = torch.load(out / "checkpoint.pt", weights_only=True)
     assert ckpt["epoch"] >= 1 and set(ckpt["models"]) == {"manual", "torch"}
     assert not list(out.glob(".*tmp*"))
+
+
+def test_sigkill_after_the_last_checkpoint_then_resume_completes(tiny, tmp_path):
+    """A run SIGKILLed after its last epoch's checkpoint, before its summary: --resume writes the outputs, exit 0."""
+    import signal
+    import subprocess
+    import sys
+    out = tmp_path / "r"
+    ready = tmp_path / "ready"
+    root = Path(__file__).resolve().parents[1]
+    # The real train.py, with a pause between the last checkpoint and the final outputs, announced by a file.
+    script = (f"import sys, time, pathlib, training.trainer as r\n"
+              f"def stop(*a, **k):\n    pathlib.Path({str(ready)!r}).touch(); time.sleep(600)\n"
+              f"r._finish = stop\nimport train\nsys.exit(train.main(sys.argv[1:]))\n")
+    argv = ["--data-dir", str(tiny), "--out", str(out), "--epochs", "2", *FAST]
+    proc = subprocess.Popen([sys.executable, "-c", script, *argv], cwd=root, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(ready.exists, proc, "the run reached its final outputs")
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+    assert not (out / "summary.json").exists()
+    assert torch.load(out / "checkpoint.pt", weights_only=True)["epoch"] == 2
+    assert run("--resume", out / "checkpoint.pt", "--data-dir", tiny, "--no-download", "--quiet", "--no-plots") == 0
+    assert json.loads((out / "summary.json").read_text())["epochs"] == 2

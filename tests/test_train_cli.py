@@ -1,0 +1,89 @@
+"""train.py's command line: every bad argument or unusable path is one line naming it, exit status 2."""
+import pytest
+import torch
+
+import train
+from training import TrainConfig, UsageError
+
+
+def run(*argv):
+    return train.main([str(a) for a in argv])
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--epochs", "-1"], "--epochs -1 is out of range (at least 1)"),
+    (["--batch-size", "0"], "--batch-size 0 is out of range (at least 1)"),
+    (["--optimizer", "adamax"], "unknown optimizer 'adamax'; known: sgd, rmsprop, adam, adamw, adagrad"),
+    (["--lr", "-1"], "--lr -1.0 is out of range"),
+    (["--lr", "nan"], "--lr nan is out of range"),
+    (["--clip-grad", "0"], "--clip-grad 0.0 is out of range (need a positive number)"),
+    (["--val-split", "-3"], "--val-split -3 is out of range"),
+    (["--dataset", "cifar"], "argument --dataset: invalid choice: 'cifar'"),
+    (["--epochs", "two"], "argument --epochs: invalid int value: 'two'"),
+    (["--momentum", "0.9"], "--momentum applies to sgd and rmsprop, not adam"),
+    (["--device", "tpu"], "--device 'tpu' is not a device"),
+    (["--device", "meta"], "--device meta: only cpu and cuda are supported, not meta"),
+    (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+])
+def test_bad_arguments_exit_2_with_one_line_naming_the_problem(argv, match, capsys):
+    assert run(*argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert match in err, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_without_cuda_exits_2(capsys):
+    assert run("--device", "cuda") == 2
+    assert "--device cuda asked for CUDA, but torch" in capsys.readouterr().err
+
+
+def test_unwritable_output_folder_is_one_line_before_any_data_is_read(tmp_path, capsys):
+    # /proc refuses new folders; the data folder is empty, so reaching the data would be a different error.
+    assert run("--out", "/proc/forbidden", "--data-dir", tmp_path, "--no-download") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("train.py: error: --out /proc/forbidden: cannot write there") and len(err.splitlines()) == 1
+
+
+def test_out_is_a_file(tmp_path, capsys):
+    f = tmp_path / "file"
+    f.write_text("x")
+    assert run("--out", f, "--data-dir", tmp_path, "--no-download") == 2
+    assert f"--out {f}: cannot write there" in capsys.readouterr().err
+
+
+def test_data_dir_that_is_a_file_is_one_line(tmp_path, capsys):
+    assert run("--data-dir", "/etc/passwd", "--out", tmp_path / "o") == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "train.py: error: --data-dir /etc/passwd is not a folder"
+
+
+def test_flags_map_onto_the_config_and_remember_what_was_given():
+    config = train.parse_config(["--optimizer", "adam", "--no-download", "--epochs", "3"])
+    assert config.optimizer == "adam" and config.download is False and config.epochs == 3
+    assert config.given == {"optimizer", "download", "epochs"}  # adam is the default, yet it was given
+    assert train.parse_config([]).given == frozenset()
+    # Every flag lands on a TrainConfig field of the same name (or its negation).
+    dests = {a.dest for a in train.build_parser()._actions if a.dest != "help"}
+    fields = set(TrainConfig.__dataclass_fields__)
+    assert {"no_download": "download", "no_plots": "plots"}.keys() <= dests
+    assert dests - {"no_download", "no_plots"} <= fields
+
+
+def test_config_validates_in_one_place():
+    with pytest.raises(UsageError, match="--hidden 0 is out of range"):
+        TrainConfig(hidden=0)
+    with pytest.raises(UsageError, match="--epochs must be an integer, got 2.5"):
+        TrainConfig(epochs=2.5)
+    with pytest.raises(UsageError, match="unknown impl 'jax'"):
+        TrainConfig(impl="jax")
+    assert TrainConfig(optimizer="SGD").optimizer == "sgd"
+    assert TrainConfig(impl="all").impls == ("manual", "engine", "torch")
+
+
+def test_training_imports_nothing_from_the_command_line():
+    import subprocess
+    import sys
+    code = "import sys, training, training.trainer, training.distributed, training.allreduce; " \
+           "sys.exit('train' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -1,0 +1,84 @@
+"""Checkpoints: everything a run needs to continue exactly (weights, buffers, optimizer state, random
+streams, the log so far), written atomically after every epoch, and read back with the settings it fixes.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from .config import MATH_FIELDS, TrainConfig, flag
+from .errors import UsageError
+from .files import atomic_write
+
+FORMAT = "handgrad-train-2"
+READABLE_FORMATS = ("handgrad-train-1", FORMAT)  # version 1 stored the settings under "args", had no --model
+
+
+def save_checkpoint(path: Path, state: dict) -> None:
+    """Atomically: a crash or Ctrl-C during the write leaves the previous checkpoint whole."""
+    atomic_write(path, lambda f: torch.save(state, f))
+
+
+def checkpoint_state(impls: dict, config: TrainConfig, epoch: int, records: list, batch_gen: torch.Generator,
+                     ) -> dict:
+    return {
+        "format": FORMAT, "epoch": epoch,
+        "config": {**{k: getattr(config, k) for k in MATH_FIELDS}, "epochs": config.epochs},
+        "models": {name: impl.model.state_dict() for name, impl in impls.items()},
+        "optimizers": {name: impl.opt.state_dict() for name, impl in impls.items()},
+        "rng": {"torch": torch.get_rng_state(), "batches": batch_gen.get_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
+        "records": records,  # every metrics.jsonl line so far
+    }
+
+
+def load_checkpoint(path: Path, config: TrainConfig) -> tuple[TrainConfig, dict]:
+    """Read a checkpoint; return the config it continues (its settings adopted) and the checkpoint.
+
+    A setting given explicitly that differs from the checkpoint's is an error naming both values.  Without
+    --epochs the run's own target is kept; a checkpoint that already holds every requested epoch is returned as
+    is (the run then only completes its outputs).
+    """
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise UsageError(f"--resume {path}: no such file") from None
+    except IsADirectoryError:
+        raise UsageError(f"--resume {path} is a folder; pass the checkpoint.pt inside it") from None
+    except PermissionError as e:
+        raise UsageError(f"--resume {path}: cannot read it ({e.strerror})") from None
+    except Exception as e:  # torch's weights_only explanation is pages long: one line is enough
+        first = str(e).strip().splitlines()[0][:120] if str(e).strip() else ""
+        raise UsageError(f"--resume {path} is not a handgrad checkpoint ({type(e).__name__}: {first})") from None
+    if not isinstance(ckpt, dict) or ckpt.get("format") not in READABLE_FORMATS:
+        raise UsageError(f"--resume {path} is not a handgrad train.py checkpoint")
+    saved = dict(ckpt.get("config") or ckpt["args"])
+    saved.setdefault("model", "mlp")
+    changes = {}
+    for key in MATH_FIELDS:
+        if key not in saved:
+            continue
+        value = getattr(config, key)
+        if key in config.given and value != saved[key]:
+            raise UsageError(f"--resume: the checkpoint was trained with {flag(key)} {saved[key]}, but {flag(key)} "
+                             f"{value} was given; drop {flag(key)} to continue it")
+        changes[key] = saved[key]
+    if "epochs" not in config.given and "epochs" in saved:
+        changes["epochs"] = max(saved["epochs"], ckpt["epoch"])
+    config = config.replace(**changes)
+    if ckpt["epoch"] > config.epochs:
+        raise UsageError(f"--resume: the checkpoint already holds {ckpt['epoch']} epochs, more than --epochs "
+                         f"{config.epochs}; pass --epochs >= {ckpt['epoch']}")
+    return config, ckpt
+
+
+def restore(impls: dict, ckpt: dict, batch_gen: torch.Generator, device: torch.device) -> None:
+    """Load weights, buffers, optimizer states and random streams from ``ckpt`` into a freshly built run."""
+    for name, impl in impls.items():
+        impl.model.load_state_dict({k: v.to(device) for k, v in ckpt["models"][name].items()})
+        impl.opt.load_state_dict(ckpt["optimizers"][name])
+    torch.set_rng_state(ckpt["rng"]["torch"])
+    batch_gen.set_state(ckpt["rng"]["batches"])
+    if ckpt["rng"]["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])

@@ -1,0 +1,131 @@
+"""TrainConfig: every setting of a training run, validated in one place; the tables of choices it refers to.
+
+The command line (train.py) turns its flags into a TrainConfig; the library functions take a TrainConfig.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+import torch
+
+from optimizers import OPTIMIZERS
+
+from .errors import UsageError
+
+DATASETS = {"mnist": "MNIST", "fashion-mnist": "FashionMNIST"}  # name -> torchvision dataset class
+MODELS = ("mlp",)
+IMPLS = ("manual", "engine", "torch")  # hand-written layers, the autodiff engine, nn.Module + autograd
+IMPL_GROUPS = {"both": ("manual", "torch"), "all": IMPLS}
+DTYPES = ("float32", "float64")
+# Settings that determine the numbers a run produces: a resumed run keeps them.
+MATH_FIELDS = ("dataset", "model", "impl", "batch_size", "lr", "optimizer", "momentum", "weight_decay", "hidden",
+               "depth", "seed", "dtype", "clip_grad", "limit_train", "val_split")
+
+
+def flag(name: str) -> str:
+    """The command-line spelling of a field: batch_size -> --batch-size."""
+    return "--" + name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    dataset: str = "mnist"
+    data_dir: Path = Path("data")
+    download: bool = True            # try torchvision's download for missing files
+    model: str = "mlp"
+    impl: str = "both"               # one of IMPLS or IMPL_GROUPS
+    epochs: int = 10
+    batch_size: int = 128
+    lr: float = 1e-3
+    optimizer: str = "adam"
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    hidden: int = 1024
+    depth: int = 3
+    seed: int = 0
+    device: str = "auto"
+    dtype: str = "float32"
+    log_interval: int = 50
+    val_interval: int = 1
+    val_split: int | None = None     # None: 10% of the training samples
+    clip_grad: float | None = None
+    limit_train: int | None = None
+    monitor: bool = False
+    out: Path | None = None          # None: runs/<timestamp>, or the checkpoint's folder when resuming
+    resume: Path | None = None
+    dry_run: bool = False
+    quiet: bool = False
+    plots: bool = True               # render PNG figures at the end
+    given: frozenset[str] = field(default=frozenset(), compare=False)  # fields set explicitly by the user
+
+    def __post_init__(self):
+        object.__setattr__(self, "optimizer", str(self.optimizer).lower())
+        for name in ("data_dir", "out", "resume"):  # accept str paths from library callers
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, Path(getattr(self, name)))
+        self.validate()
+
+    @property
+    def impls(self) -> tuple[str, ...]:
+        return IMPL_GROUPS.get(self.impl, (self.impl,))
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return getattr(torch, self.dtype)
+
+    def replace(self, **changes) -> "TrainConfig":
+        return replace(self, **changes)
+
+    def validate(self) -> None:
+        """Raise UsageError naming the first setting that is out of range or unknown."""
+        choices = {"dataset": DATASETS, "model": MODELS, "impl": (*IMPLS, *IMPL_GROUPS), "dtype": DTYPES,
+                   "optimizer": OPTIMIZERS}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise UsageError(f"{flag(name)}: unknown {name} {getattr(self, name)!r}; known: {', '.join(allowed)}")
+        lowest = {"epochs": 1, "batch_size": 1, "hidden": 1, "depth": 0, "log_interval": 1, "val_interval": 1,
+                  "val_split": 0, "limit_train": 1}
+        for name, low in lowest.items():
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise UsageError(f"{flag(name)} must be an integer, got {value!r}")
+            if value < low:
+                raise UsageError(f"{flag(name)} {value} is out of range (at least {low})")
+        for name in ("lr", "momentum", "weight_decay", "clip_grad"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0) \
+                    or (name == "clip_grad" and value == 0):
+                need = "a positive number" if name == "clip_grad" else "a finite number >= 0"
+                raise UsageError(f"{flag(name)} {value} is out of range (need {need})")
+        if self.momentum and self.optimizer not in ("sgd", "rmsprop"):
+            raise UsageError(f"--momentum applies to sgd and rmsprop, not {self.optimizer}")
+        if self.model != "mlp" and "engine" in self.impls:
+            raise UsageError(f"--impl {self.impl}: the autodiff engine builds only the MLP, not --model {self.model}; "
+                             f"use --impl manual, torch or both")
+        unknown = set(self.given) - {f.name for f in fields(self)}
+        if unknown:
+            raise UsageError(f"unknown settings given: {', '.join(sorted(unknown))}")
+
+
+def resolve_device(name: str) -> torch.device:
+    """'auto' -> cuda when available, else cpu; anything else is checked and must exist here."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as e:
+        raise UsageError(f"--device {name!r} is not a device ({e})") from None
+    if device.type not in ("cpu", "cuda"):
+        raise UsageError(f"--device {name}: only cpu and cuda are supported, not {device.type}")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {name} asked for CUDA, but torch {torch.__version__} sees no CUDA device here; "
+                         f"use --device cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise UsageError(f"--device {name}: there are only {torch.cuda.device_count()} CUDA devices here")
+    return device

@@ -1,0 +1,12 @@
+"""What a training run can end with: its exit statuses and the two errors the command line reports."""
+from __future__ import annotations
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class UsageError(Exception):
+    """Bad arguments, missing data or an unusable path: the command prints the one-line message, exit 2."""
+
+
+class NonFiniteLoss(Exception):
+    """The training loss became inf or nan: the run stops, exit 1, keeping the last complete checkpoint."""

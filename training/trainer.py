@@ -1,0 +1,152 @@
+"""run(config): a whole training run — data, models, epochs, checkpoints, evaluation, summary and figures.
+
+Outputs go to config.out: metrics.jsonl (every logged record), checkpoint.pt (atomically, after every epoch),
+summary.json and PNG figures at the end.  A run resumed from its checkpoint writes the same files as one that
+was never interrupted; a checkpoint that already holds every epoch only completes the outputs.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from .checkpoint import checkpoint_state, load_checkpoint, restore, save_checkpoint
+from .config import TrainConfig, resolve_device
+from .data import check_data_dir, load_data
+from .errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, NonFiniteLoss, UsageError
+from .files import atomic_write_text
+from .impls import build_impls, max_param_abs_diff
+from .loop import evaluate, train_epoch
+from .models import SAMPLE_SHAPES
+
+
+def prepare_output(out: Path) -> Path:
+    """Create the output folder and prove it writable, before any data is loaded or anything trains."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".write-test-{id(out)}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise UsageError(f"--out {out}: cannot write there ({e.strerror or type(e).__name__})") from None
+    return out
+
+
+def _grad_stats(impl, rec: dict) -> None:
+    """--monitor: total gradient norm and per-parameter gradient/parameter statistics, one transfer."""
+    names, rows = [], []
+    for name, p in impl.named_parameters():
+        g, w = p.grad, p.detach()
+        names.append(name)
+        rows.append(torch.stack([g.mean(), g.std(), g.norm(), w.mean(), w.std(), w.norm()]))
+    table = torch.stack(rows)
+    total = torch.linalg.vector_norm(table[:, 2])
+    values = torch.cat([table.flatten(), total.reshape(1)]).tolist()
+    keys = ("grad_mean", "grad_std", "grad_norm", "param_mean", "param_std", "param_norm")
+    rec["grad_norm_before_clip"] = rec["grad_norm_after_clip"] = values[-1]  # measured after the step's clipping
+    rec["params"] = {n: dict(zip(keys, values[6 * i: 6 * i + 6])) for i, n in enumerate(names)}
+
+
+def run(config: TrainConfig, say: Callable | None = None) -> int:
+    """Train as ``config`` says; return the exit status (0, or 1 for a non-finite loss, 130 for Ctrl-C).
+
+    Raises UsageError for bad settings, missing data or unusable paths, before anything is trained.
+    """
+    say = say or ((lambda *a, **k: None) if config.quiet else print)
+    device = resolve_device(config.device)
+    ckpt = None
+    if config.resume is not None:
+        config, ckpt = load_checkpoint(config.resume, config)
+    out = config.out or (config.resume.parent if config.resume else Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
+    check_data_dir(config.data_dir)
+    prepare_output(out)
+
+    t0 = time.perf_counter()
+    data = load_data(config, device, config.torch_dtype, say, sample_shape=SAMPLE_SHAPES[config.model])
+    data_seconds = time.perf_counter() - t0
+    impls = build_impls(config, device, config.torch_dtype)
+    batch_gen = torch.Generator().manual_seed(config.seed + 1)
+    records: list[dict] = []  # everything logged, in order; epochs are the records of type "epoch"
+    start_epoch = 1
+    if ckpt is not None:
+        restore(impls, ckpt, batch_gen, device)
+        records = list(ckpt["records"])
+        start_epoch = ckpt["epoch"] + 1
+        say(f"resuming from {config.resume} after epoch {ckpt['epoch']}")
+    metrics_path = out / "metrics.jsonl"
+    # Rewrite the log from what the checkpoint vouches for, so a half-finished epoch leaves no stray lines.
+    atomic_write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in records))
+    metrics_file = open(metrics_path, "a")
+
+    def log(rec: dict) -> None:
+        metrics_file.write(json.dumps(rec) + "\n")
+        metrics_file.flush()
+        records.append(rec)
+
+    n_val = 0 if data.val_x is None else data.val_x.shape[0]
+    say(f"{config.dataset}: {data.train_x.shape[0]} train, {n_val} val, {data.test_x.shape[0]} test on {device} "
+        f"({config.dtype}); loaded in {data_seconds:.2f} s; model {config.model}; impl {', '.join(impls)}; "
+        f"output {out}")
+    ckpt_path = out / "checkpoint.pt"
+    on_log = _grad_stats if config.monitor else None
+    try:
+        for epoch in range(start_epoch, config.epochs + 1):
+            perm = torch.randperm(data.train_x.shape[0], generator=batch_gen).to(device)
+            for name, impl in impls.items():
+                rec = {"type": "epoch", "impl": name, "epoch": epoch,
+                       **train_epoch(impl, data, perm, epoch, config, log, on_log)}
+                rec["val_loss"] = rec["val_acc"] = None
+                if data.val_x is not None and (epoch % config.val_interval == 0 or epoch == config.epochs):
+                    rec["val_loss"], rec["val_acc"] = evaluate(impl, data.val_x, data.val_y)
+                log(rec)
+                val = "" if rec["val_loss"] is None else f" | val loss {rec['val_loss']:.4f} acc {rec['val_acc']:.2%}"
+                say(f"epoch {epoch:>3} {name:<6} train loss {rec['train_loss']:.4f} acc {rec['train_acc']:.2%}"
+                    f"{val} | {rec['seconds']:.2f} s")
+            diff = max_param_abs_diff(impls)
+            if diff is not None:
+                log({"type": "drift", "epoch": epoch, "impls": list(impls), "max_param_abs_diff": diff})
+                say(f"epoch {epoch:>3} largest weight difference between {', '.join(impls)}: {diff:.3e}")
+            save_checkpoint(ckpt_path, checkpoint_state(impls, config, epoch, records, batch_gen))
+            if config.dry_run:
+                break
+    except NonFiniteLoss as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print(f"\ninterrupted; the last complete checkpoint is {ckpt_path if ckpt_path.exists() else 'none yet'}",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        metrics_file.close()
+    _finish(config, out, impls, data, records, say)
+    return EXIT_OK
+
+
+def _finish(config: TrainConfig, out: Path, impls: dict, data, records: list, say: Callable) -> None:
+    """Evaluate on the test split; write summary.json and the figures; print the table."""
+    results = {}
+    for name, impl in impls.items():
+        test_loss, test_acc = evaluate(impl, data.test_x, data.test_y)
+        rows = [r for r in records if r["type"] == "epoch" and r["impl"] == name]
+        results[name] = {"test_accuracy": test_acc, "test_loss": test_loss, "train_loss": rows[-1]["train_loss"],
+                         "seconds_per_epoch": sum(h["seconds"] for h in rows) / len(rows)}
+    summary = {"dataset": config.dataset, "model": config.model, "epochs": max(r["epoch"] for r in records),
+               "results": results, "max_param_abs_diff": max_param_abs_diff(impls)}
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    written = ["summary.json", "metrics.jsonl", "checkpoint.pt"]
+    if config.plots:
+        from .plots import write_plots
+        written += [p.name for p in write_plots(out, records, config.monitor)]
+
+    say(f"\n{'impl':<8}{'test acc':>10}{'test loss':>11}{'train loss':>12}{'s/epoch':>10}")
+    for name, r in results.items():
+        say(f"{name:<8}{r['test_accuracy']:>10.2%}{r['test_loss']:>11.4f}{r['train_loss']:>12.4f}"
+            f"{r['seconds_per_epoch']:>10.2f}")
+    if summary["max_param_abs_diff"] is not None:
+        say(f"largest weight difference between implementations after {summary['epochs']} epochs: "
+            f"{summary['max_param_abs_diff']:.3e}")
+    say(f"wrote {', '.join(str(out / w) if i == 0 else w for i, w in enumerate(written))}")
