@@ -58,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--limit-train", type=int, default=None, metavar="N", help="use the first N training samples")
     a("--monitor", action="store_true", help="log gradient and parameter statistics")
     a("--no-plots", action="store_true", help="skip rendering the PNG figures")
+    a("--dist-timeout", type=float, default=d["dist_timeout"].default,
+      help="under torchrun: seconds a collective may wait before the run fails")
     a("--out", type=Path, default=None, help="output folder (default runs/<timestamp>)")
     a("--resume", type=Path, default=None, metavar="PATH", help="checkpoint.pt to continue from")
     a("--dry-run", action="store_true", help="one batch of each, for a smoke test")

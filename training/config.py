@@ -58,6 +58,7 @@ class TrainConfig:
     dry_run: bool = False
     quiet: bool = False
     plots: bool = True               # render PNG figures at the end
+    dist_timeout: float = 120.0      # seconds a collective may wait under torchrun before the run fails
     given: frozenset[str] = field(default=frozenset(), compare=False)  # fields set explicitly by the user
 
     def __post_init__(self):
@@ -95,6 +96,8 @@ class TrainConfig:
                 raise UsageError(f"{flag(name)} must be an integer, got {value!r}")
             if value < low:
                 raise UsageError(f"{flag(name)} {value} is out of range (at least {low})")
+        if not (isinstance(self.dist_timeout, (int, float)) and self.dist_timeout > 0):
+            raise UsageError(f"--dist-timeout {self.dist_timeout} is out of range (need seconds > 0)")
         for name in ("lr", "momentum", "weight_decay", "clip_grad"):
             value = getattr(self, name)
             if value is None:

@@ -16,7 +16,9 @@ from autodiff import cross_entropy, no_grad
 from losses import CrossEntropyLoss
 from optimizers import OPTIMIZERS, clip_grad_norm_, get_optimizer
 
+from .allreduce import GradBuckets
 from .config import TrainConfig
+from .distributed import SINGLE, DistInfo, broadcast_
 from .models import build_models
 
 
@@ -25,8 +27,12 @@ class Impl(Protocol):
     model: object               # has state_dict() / load_state_dict()
     opt: torch.optim.Optimizer
 
-    def train_step(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
-        """One optimizer step -> (loss, logits, total grad norm before clipping or None); device tensors."""
+    def train_step(self, x: Tensor, y: Tensor, total: int) -> tuple[Tensor, Tensor, Tensor | None]:
+        """One optimizer step on this rank's part (x, y) of a global batch of ``total`` samples.
+
+        -> (the loss summed over (x, y), logits, total grad norm before clipping or None); device tensors.
+        The gradient is that of the mean loss over the global batch (over (x, y) in one process).
+        """
 
     def eval_batch(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         """-> (summed loss, logits), no gradients."""
@@ -45,18 +51,27 @@ def optimizer_kwargs(config: TrainConfig) -> dict:
 class ManualImpl:
     name = "manual"
 
-    def __init__(self, model, config: TrainConfig):
+    def __init__(self, model, config: TrainConfig, info: DistInfo = SINGLE):
         self.model = model
         self.opt = get_optimizer(config.optimizer, model.parameters(), **optimizer_kwargs(config))
         self.crit = CrossEntropyLoss()
         self.eval_crit = CrossEntropyLoss(reduction="sum")
         self.clip = config.clip_grad
+        self.buckets = None
+        if info.enabled:  # each rank's share of the global mean, summed over ranks by hand-written all-reduces
+            self.crit = CrossEntropyLoss(reduction="sum")
+            self.buckets = GradBuckets(model.parameters(), scale=1.0).attach(model)
 
-    def train_step(self, x, y):
+    def train_step(self, x, y, total):
         self.opt.zero_grad()
         logits = self.model(x)
         loss = self.crit(logits, y)
-        self.model.backward(self.crit.backward())  # containers skip the first layer's input gradient by default
+        if self.buckets is None:
+            self.model.backward(self.crit.backward())  # containers skip the first layer's input gradient
+            loss = loss * y.shape[0]
+        else:
+            self.model.backward(self.crit.backward(1.0 / total))  # buckets launch as their layers finish
+            self.buckets.finish()
         norm = clip_grad_norm_(self.model.parameters(), self.clip) if self.clip else None
         self.opt.step()
         return loss, logits, norm
@@ -72,19 +87,28 @@ class ManualImpl:
 class EngineImpl:
     name = "engine"
 
-    def __init__(self, model, config: TrainConfig):
+    def __init__(self, model, config: TrainConfig, info: DistInfo = SINGLE):
         self.model = model
         self.opt = get_optimizer(config.optimizer, model.parameters(), **optimizer_kwargs(config))
         self.clip = config.clip_grad
+        # The engine's graph has no per-layer hook: its gradients are all-reduced after the whole backward.
+        self.buckets = GradBuckets([p.data for p in model.parameters()], scale=1.0) if info.enabled else None
 
-    def train_step(self, x, y):
+    def train_step(self, x, y, total):
         self.opt.zero_grad()
         logits = self.model(x)
-        loss = cross_entropy(logits, y)
-        loss.backward()
+        if self.buckets is None:
+            loss = cross_entropy(logits, y)
+            loss.backward()
+            loss_sum = loss.data * y.shape[0]
+        else:
+            loss = cross_entropy(logits, y, reduction="sum")
+            (loss * (1.0 / total)).backward()
+            self.buckets.reduce_all()
+            loss_sum = loss.data
         norm = clip_grad_norm_(self.model.parameters(), self.clip) if self.clip else None
         self.opt.step()
-        return loss.data, logits.data, norm
+        return loss_sum, logits.data, norm
 
     @no_grad()
     def eval_batch(self, x, y):
@@ -98,20 +122,29 @@ class EngineImpl:
 class TorchImpl:
     name = "torch"
 
-    def __init__(self, model: torch.nn.Module, config: TrainConfig):
+    def __init__(self, model: torch.nn.Module, config: TrainConfig, info: DistInfo = SINGLE):
         self.model = model
         cls = getattr(torch.optim, OPTIMIZERS[config.optimizer].__name__)  # handgrad's twin in torch.optim
         self.opt = cls(model.parameters(), **optimizer_kwargs(config))
         self.clip = config.clip_grad
+        self.world = info.world_size if info.enabled else None
+        # Under torchrun the twin trains as PyTorch users train: DistributedDataParallel (it averages over ranks).
+        self.forward = torch.nn.parallel.DistributedDataParallel(model) if info.enabled else model
 
-    def train_step(self, x, y):
+    def train_step(self, x, y, total):
         self.opt.zero_grad()
-        logits = self.model(x)
-        loss = F.cross_entropy(logits, y)
-        loss.backward()
+        logits = self.forward(x)
+        if self.world is None:
+            loss = F.cross_entropy(logits, y)
+            loss.backward()
+            loss_sum = loss.detach() * y.shape[0]
+        else:
+            loss_sum = F.cross_entropy(logits, y, reduction="sum")
+            (loss_sum * (self.world / total)).backward()  # DDP divides by the world size: the global mean remains
+            loss_sum = loss_sum.detach()
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip) if self.clip else None
         self.opt.step()
-        return loss.detach(), logits.detach(), norm
+        return loss_sum, logits.detach(), norm
 
     @torch.no_grad()
     def eval_batch(self, x, y):
@@ -125,9 +158,20 @@ class TorchImpl:
 IMPL_CLASSES = {"manual": ManualImpl, "engine": EngineImpl, "torch": TorchImpl}
 
 
-def build_impls(config: TrainConfig, device: torch.device, dtype: torch.dtype) -> dict[str, Impl]:
-    """impl name -> Impl for every implementation the config names, all from the same initial weights."""
-    return {name: IMPL_CLASSES[name](model, config) for name, model in build_models(config, device, dtype).items()}
+def build_impls(config: TrainConfig, device: torch.device, dtype: torch.dtype, info: DistInfo = SINGLE,
+                ) -> dict[str, Impl]:
+    """impl name -> Impl for every implementation the config names, all from the same initial weights.
+
+    Under torchrun rank 0's initial weights and buffers are broadcast to every rank first.
+    """
+    models = build_models(config, device, dtype)
+    if info.enabled:
+        for name, model in models.items():
+            if name == "engine":
+                broadcast_([p.data for p in model.parameters()])
+            elif name != "torch":  # DistributedDataParallel broadcasts the twin's itself
+                broadcast_([t for _, t in model.named_parameters()] + [t for _, t in model.named_buffers()])
+    return {name: IMPL_CLASSES[name](model, config, info) for name, model in models.items()}
 
 
 def set_mode(impls: dict[str, Impl], training: bool) -> None:

@@ -20,8 +20,10 @@ from .data import check_data_dir, load_data
 from .errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, NonFiniteLoss, UsageError
 from .files import atomic_write_text
 from .impls import build_impls, max_param_abs_diff
+from .distributed import DistInfo
 from .loop import evaluate, train_epoch
 from .models import SAMPLE_SHAPES
+from .parallel import under_torchrun
 
 
 def prepare_output(out: Path) -> Path:
@@ -51,24 +53,47 @@ def _grad_stats(impl, rec: dict) -> None:
     rec["params"] = {n: dict(zip(keys, values[6 * i: 6 * i + 6])) for i, n in enumerate(names)}
 
 
-def run(config: TrainConfig, say: Callable | None = None) -> int:
+def run(config: TrainConfig, say: Callable | None = None, *, init_method: str | None = None,
+        info: DistInfo | None = None) -> int:
     """Train as ``config`` says; return the exit status (0, or 1 for a non-finite loss, 130 for Ctrl-C).
 
-    Raises UsageError for bad settings, missing data or unusable paths, before anything is trained.
+    Raises UsageError for bad settings, missing data or unusable paths, before anything is trained.  Under
+    torchrun (or with ``info``/``init_method`` given, as tests do) every rank runs this; rank 0 alone prints and
+    writes files.
     """
-    say = say or ((lambda *a, **k: None) if config.quiet else print)
     device = resolve_device(config.device)
+    with under_torchrun(device, config.dist_timeout, init_method, info) as (info, device):
+        quiet = config.quiet or not info.is_main
+        return _run(config, device, info, say or ((lambda *a, **k: None) if quiet else print))
+
+
+def _check_batches(config: TrainConfig, n: int, info: DistInfo) -> None:
+    """Every global batch must give every rank at least one sample."""
+    smallest = min(config.batch_size, n % config.batch_size or config.batch_size)
+    if info.enabled and smallest < info.world_size:
+        raise UsageError(f"--batch-size {config.batch_size} over {n} samples leaves a batch of {smallest}, fewer "
+                         f"than the {info.world_size} processes; pick a batch size (or --limit-train) so every "
+                         f"batch has at least {info.world_size} samples")
+
+
+def _run(config: TrainConfig, device: torch.device, info: DistInfo, say: Callable) -> int:
     ckpt = None
     if config.resume is not None:
         config, ckpt = load_checkpoint(config.resume, config)
+        saved_world = ckpt.get("world_size", 1)
+        if saved_world != info.world_size:
+            say(f"note: the checkpoint was trained on {saved_world} process(es), this run has {info.world_size}; "
+                f"the global batch is the same, so it continues the same run (sums are taken in another order)")
     out = config.out or (config.resume.parent if config.resume else Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
     check_data_dir(config.data_dir)
-    prepare_output(out)
+    if info.is_main:
+        prepare_output(out)
 
     t0 = time.perf_counter()
     data = load_data(config, device, config.torch_dtype, say, sample_shape=SAMPLE_SHAPES[config.model])
     data_seconds = time.perf_counter() - t0
-    impls = build_impls(config, device, config.torch_dtype)
+    _check_batches(config, data.train_x.shape[0], info)
+    impls = build_impls(config, device, config.torch_dtype, info)
     batch_gen = torch.Generator().manual_seed(config.seed + 1)
     records: list[dict] = []  # everything logged, in order; epochs are the records of type "epoch"
     start_epoch = 1
@@ -77,20 +102,23 @@ def run(config: TrainConfig, say: Callable | None = None) -> int:
         records = list(ckpt["records"])
         start_epoch = ckpt["epoch"] + 1
         say(f"resuming from {config.resume} after epoch {ckpt['epoch']}")
-    metrics_path = out / "metrics.jsonl"
-    # Rewrite the log from what the checkpoint vouches for, so a half-finished epoch leaves no stray lines.
-    atomic_write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in records))
-    metrics_file = open(metrics_path, "a")
+    metrics_file = None
+    if info.is_main:
+        metrics_path = out / "metrics.jsonl"
+        # Rewrite the log from what the checkpoint vouches for, so a half-finished epoch leaves no stray lines.
+        atomic_write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in records))
+        metrics_file = open(metrics_path, "a")
 
     def log(rec: dict) -> None:
-        metrics_file.write(json.dumps(rec) + "\n")
-        metrics_file.flush()
+        if metrics_file is not None:
+            metrics_file.write(json.dumps(rec) + "\n")
+            metrics_file.flush()
         records.append(rec)
 
     n_val = 0 if data.val_x is None else data.val_x.shape[0]
     say(f"{config.dataset}: {data.train_x.shape[0]} train, {n_val} val, {data.test_x.shape[0]} test on {device} "
         f"({config.dtype}); loaded in {data_seconds:.2f} s; model {config.model}; impl {', '.join(impls)}; "
-        f"output {out}")
+        f"{f'{info.world_size} processes; ' if info.enabled else ''}output {out}")
     ckpt_path = out / "checkpoint.pt"
     on_log = _grad_stats if config.monitor else None
     try:
@@ -98,10 +126,10 @@ def run(config: TrainConfig, say: Callable | None = None) -> int:
             perm = torch.randperm(data.train_x.shape[0], generator=batch_gen).to(device)
             for name, impl in impls.items():
                 rec = {"type": "epoch", "impl": name, "epoch": epoch,
-                       **train_epoch(impl, data, perm, epoch, config, log, on_log)}
+                       **train_epoch(impl, data, perm, epoch, config, log, on_log, info)}
                 rec["val_loss"] = rec["val_acc"] = None
                 if data.val_x is not None and (epoch % config.val_interval == 0 or epoch == config.epochs):
-                    rec["val_loss"], rec["val_acc"] = evaluate(impl, data.val_x, data.val_y)
+                    rec["val_loss"], rec["val_acc"] = evaluate(impl, data.val_x, data.val_y, info=info)
                 log(rec)
                 val = "" if rec["val_loss"] is None else f" | val loss {rec['val_loss']:.4f} acc {rec['val_acc']:.2%}"
                 say(f"epoch {epoch:>3} {name:<6} train loss {rec['train_loss']:.4f} acc {rec['train_acc']:.2%}"
@@ -110,7 +138,9 @@ def run(config: TrainConfig, say: Callable | None = None) -> int:
             if diff is not None:
                 log({"type": "drift", "epoch": epoch, "impls": list(impls), "max_param_abs_diff": diff})
                 say(f"epoch {epoch:>3} largest weight difference between {', '.join(impls)}: {diff:.3e}")
-            save_checkpoint(ckpt_path, checkpoint_state(impls, config, epoch, records, batch_gen))
+            if info.is_main:
+                save_checkpoint(ckpt_path, {**checkpoint_state(impls, config, epoch, records, batch_gen),
+                                            "world_size": info.world_size})
             if config.dry_run:
                 break
     except NonFiniteLoss as e:
@@ -121,21 +151,27 @@ def run(config: TrainConfig, say: Callable | None = None) -> int:
               file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
-        metrics_file.close()
-    _finish(config, out, impls, data, records, say)
+        if metrics_file is not None:
+            metrics_file.close()
+    _finish(config, out, impls, data, records, say, info)
     return EXIT_OK
 
 
-def _finish(config: TrainConfig, out: Path, impls: dict, data, records: list, say: Callable) -> None:
-    """Evaluate on the test split; write summary.json and the figures; print the table."""
+def _finish(config: TrainConfig, out: Path, impls: dict, data, records: list, say: Callable,
+            info: DistInfo) -> None:
+    """Evaluate on the test split (every rank: it is sharded); rank 0 writes summary.json and the figures."""
     results = {}
     for name, impl in impls.items():
-        test_loss, test_acc = evaluate(impl, data.test_x, data.test_y)
+        test_loss, test_acc = evaluate(impl, data.test_x, data.test_y, info=info)
         rows = [r for r in records if r["type"] == "epoch" and r["impl"] == name]
         results[name] = {"test_accuracy": test_acc, "test_loss": test_loss, "train_loss": rows[-1]["train_loss"],
                          "seconds_per_epoch": sum(h["seconds"] for h in rows) / len(rows)}
     summary = {"dataset": config.dataset, "model": config.model, "epochs": max(r["epoch"] for r in records),
                "results": results, "max_param_abs_diff": max_param_abs_diff(impls)}
+    if info.enabled:
+        summary["world_size"] = info.world_size
+    if not info.is_main:
+        return
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     written = ["summary.json", "metrics.jsonl", "checkpoint.pt"]
     if config.plots:
