@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 
 from optimizers import OPTIMIZERS
-from training import (DATASETS, EXIT_INTERRUPTED, EXIT_USAGE, IMPL_GROUPS, IMPLS, MODELS, TrainConfig, UsageError,
-                      run)
+from training import (DATASETS, EXIT_INTERRUPTED, EXIT_USAGE, IMPL_GROUPS, IMPLS, MODELS, SCHEDULES, TrainConfig,
+                      UsageError, run)
 
 _UNSET = object()
 
@@ -46,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     a("--optimizer", default=d["optimizer"].default, help=f"one of {', '.join(OPTIMIZERS)}")
     a("--momentum", type=float, default=d["momentum"].default, help="for sgd and rmsprop")
     a("--weight-decay", type=float, default=d["weight_decay"].default)
+    a("--schedule", choices=list(SCHEDULES), default=d["schedule"].default,
+      help="learning rate per step: constant; cosine (annealed to 0); onecycle (warm-up to --lr, then annealed)")
+    a("--augment", action="store_true", help="random left-right flips and 2-pixel shifts of training images")
     a("--hidden", type=int, default=d["hidden"].default, help="MLP hidden width")
     a("--depth", type=int, default=d["depth"].default, help="number of MLP hidden layers")
     a("--seed", type=int, default=d["seed"].default)

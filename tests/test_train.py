@@ -74,14 +74,14 @@ def test_dry_run(tiny, tmp_path):
     assert {s["step"] for s in steps} == {1}
 
 
-@pytest.mark.parametrize("dtype,impl", [("float32", "both"), ("float64", "all")])
-def test_resume_equals_uninterrupted(tiny, tmp_path, dtype, impl):
+@pytest.mark.parametrize("dtype,impl,extra", [("float32", "both", []), ("float64", "all", []),
+                                             ("float64", "both", ["--schedule", "onecycle", "--augment"])])
+def test_resume_equals_uninterrupted(tiny, tmp_path, dtype, impl, extra):
     common = ["--data-dir", tiny, "--dtype", dtype, "--optimizer", "sgd", "--momentum", "0.9", "--lr", "0.05",
-              "--impl", impl, *FAST]
+              "--impl", impl, *extra, *FAST]
     assert run(*common, "--out", tmp_path / "straight", "--epochs", "2") == 0
-    assert run(*common, "--out", tmp_path / "half", "--epochs", "1") == 0
-    assert run("--resume", tmp_path / "half" / "checkpoint.pt", "--epochs", "2", "--data-dir", tiny, "--quiet",
-               "--no-download") == 0
+    _run_first_epoch_only(common, tmp_path / "half")
+    assert run("--resume", tmp_path / "half" / "checkpoint.pt", "--data-dir", tiny, "--quiet", "--no-download") == 0
     a = torch.load(tmp_path / "straight" / "checkpoint.pt", weights_only=True)
     b = torch.load(tmp_path / "half" / "checkpoint.pt", weights_only=True)
     assert b["epoch"] == 2
@@ -92,6 +92,19 @@ def test_resume_equals_uninterrupted(tiny, tmp_path, dtype, impl):
     assert strip(a["records"]) == strip(b["records"])
     lines = [json.loads(x) for x in (tmp_path / "half" / "metrics.jsonl").read_text().splitlines()]
     assert strip(lines) == strip(a["records"])  # the resumed log reads as the uninterrupted one
+
+
+def _run_first_epoch_only(argv, out):
+    """Start a 2-epoch run and stop it after its first epoch's checkpoint (as a crash would)."""
+    real = training.trainer.save_checkpoint
+
+    def save_then_stop(path, state):
+        real(path, state)
+        raise KeyboardInterrupt
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(training.trainer, "save_checkpoint", save_then_stop)
+        assert run(*argv, "--out", out, "--epochs", "2") == 130
 
 
 def test_resume_refuses_changed_settings(tiny, tmp_path, capsys):

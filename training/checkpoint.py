@@ -27,6 +27,7 @@ def checkpoint_state(impls: dict, config: TrainConfig, epoch: int, records: list
         "config": {**{k: getattr(config, k) for k in MATH_FIELDS}, "epochs": config.epochs},
         "models": {name: impl.model.state_dict() for name, impl in impls.items()},
         "optimizers": {name: impl.opt.state_dict() for name, impl in impls.items()},
+        "schedulers": {name: impl.sched.state_dict() for name, impl in impls.items() if impl.sched is not None},
         "rng": {"torch": torch.get_rng_state(), "batches": batch_gen.get_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
         "records": records,  # every metrics.jsonl line so far
@@ -66,6 +67,9 @@ def load_checkpoint(path: Path, config: TrainConfig) -> tuple[TrainConfig, dict]
         changes[key] = saved[key]
     if "epochs" not in config.given and "epochs" in saved:
         changes["epochs"] = max(saved["epochs"], ckpt["epoch"])
+    elif saved.get("schedule", "constant") != "constant" and config.epochs != saved.get("epochs"):
+        raise UsageError(f"--resume: the checkpoint's --schedule {saved['schedule']} was planned over --epochs "
+                         f"{saved['epochs']}, but --epochs {config.epochs} was given; drop --epochs to continue it")
     config = config.replace(**changes)
     if ckpt["epoch"] > config.epochs:
         raise UsageError(f"--resume: the checkpoint already holds {ckpt['epoch']} epochs, more than --epochs "
@@ -78,6 +82,8 @@ def restore(impls: dict, ckpt: dict, batch_gen: torch.Generator, device: torch.d
     for name, impl in impls.items():
         impl.model.load_state_dict({k: v.to(device) for k, v in ckpt["models"][name].items()})
         impl.opt.load_state_dict(ckpt["optimizers"][name])
+        if impl.sched is not None:
+            impl.sched.load_state_dict(ckpt["schedulers"][name])
     torch.set_rng_state(ckpt["rng"]["torch"])
     batch_gen.set_state(ckpt["rng"]["batches"])
     if ckpt["rng"]["cuda"] and torch.cuda.is_available():

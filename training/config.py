@@ -19,9 +19,10 @@ MODELS = ("mlp",)
 IMPLS = ("manual", "engine", "torch")  # hand-written layers, the autodiff engine, nn.Module + autograd
 IMPL_GROUPS = {"both": ("manual", "torch"), "all": IMPLS}
 DTYPES = ("float32", "float64")
+SCHEDULES = ("constant", "cosine", "onecycle")  # learning-rate schedules (torch.optim.lr_scheduler), per step
 # Settings that determine the numbers a run produces: a resumed run keeps them.
 MATH_FIELDS = ("dataset", "model", "impl", "batch_size", "lr", "optimizer", "momentum", "weight_decay", "hidden",
-               "depth", "seed", "dtype", "clip_grad", "limit_train", "val_split")
+               "depth", "seed", "dtype", "clip_grad", "limit_train", "val_split", "schedule", "augment")
 
 
 def flag(name: str) -> str:
@@ -42,6 +43,8 @@ class TrainConfig:
     optimizer: str = "adam"
     momentum: float = 0.0
     weight_decay: float = 0.0
+    schedule: str = "constant"       # lr over the run: constant, cosine (to 0), onecycle (warm up to lr, anneal)
+    augment: bool = False            # random flips and 2-pixel shifts of training images
     hidden: int = 1024
     depth: int = 3
     seed: int = 0
@@ -82,7 +85,7 @@ class TrainConfig:
     def validate(self) -> None:
         """Raise UsageError naming the first setting that is out of range or unknown."""
         choices = {"dataset": DATASETS, "model": MODELS, "impl": (*IMPLS, *IMPL_GROUPS), "dtype": DTYPES,
-                   "optimizer": OPTIMIZERS}
+                   "optimizer": OPTIMIZERS, "schedule": SCHEDULES}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise UsageError(f"{flag(name)}: unknown {name} {getattr(self, name)!r}; known: {', '.join(allowed)}")

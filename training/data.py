@@ -39,6 +39,7 @@ class Data:
     val_y: Tensor | None
     test_x: Tensor
     test_y: Tensor
+    background: float = 0.0  # a black pixel after normalisation (what augmentation pads with)
 
 
 def torchvision_class(dataset: str):
@@ -174,4 +175,4 @@ def load_data(config: TrainConfig, device: torch.device, dtype: torch.dtype, say
 
     return Data(train_x=prep(x[train_idx]), train_y=y[train_idx].to(device),
                 val_x=prep(x[val_idx]) if n_val else None, val_y=y[val_idx].to(device) if n_val else None,
-                test_x=prep(tx), test_y=ty.to(device))
+                test_x=prep(tx), test_y=ty.to(device), background=-mean / std)

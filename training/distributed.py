@@ -85,9 +85,13 @@ def shard(batch_idx: Tensor, info: DistInfo) -> Tensor:
     (The gradient of a mean over the global batch is restored exactly by weighting each rank's
     sum by 1 / global_batch, not by averaging per-rank means: see ``training.loop``.)
     """
-    n, w, r = batch_idx.shape[0], info.world_size, info.rank
-    start = r * n // w
-    return batch_idx[start:(r + 1) * n // w]
+    lo, hi = shard_bounds(batch_idx.shape[0], info)
+    return batch_idx[lo:hi]
+
+
+def shard_bounds(n: int, info: DistInfo) -> tuple[int, int]:
+    """[lo, hi): this rank's contiguous part of n items."""
+    return info.rank * n // info.world_size, (info.rank + 1) * n // info.world_size
 
 
 def broadcast_(tensors: list[Tensor], src: int = 0) -> None:

@@ -20,12 +20,14 @@ from .allreduce import GradBuckets
 from .config import TrainConfig
 from .distributed import SINGLE, DistInfo, broadcast_
 from .models import build_models
+from .schedule import make_scheduler
 
 
 class Impl(Protocol):
     name: str
     model: object               # has state_dict() / load_state_dict()
     opt: torch.optim.Optimizer
+    sched: object | None        # a torch.optim.lr_scheduler stepped after every step, or None
 
     def train_step(self, x: Tensor, y: Tensor, total: int) -> tuple[Tensor, Tensor, Tensor | None]:
         """One optimizer step on this rank's part (x, y) of a global batch of ``total`` samples.
@@ -50,6 +52,7 @@ def optimizer_kwargs(config: TrainConfig) -> dict:
 
 class ManualImpl:
     name = "manual"
+    sched = None
 
     def __init__(self, model, config: TrainConfig, info: DistInfo = SINGLE):
         self.model = model
@@ -86,6 +89,7 @@ class ManualImpl:
 
 class EngineImpl:
     name = "engine"
+    sched = None
 
     def __init__(self, model, config: TrainConfig, info: DistInfo = SINGLE):
         self.model = model
@@ -121,6 +125,7 @@ class EngineImpl:
 
 class TorchImpl:
     name = "torch"
+    sched = None
 
     def __init__(self, model: torch.nn.Module, config: TrainConfig, info: DistInfo = SINGLE):
         self.model = model
@@ -159,9 +164,10 @@ IMPL_CLASSES = {"manual": ManualImpl, "engine": EngineImpl, "torch": TorchImpl}
 
 
 def build_impls(config: TrainConfig, device: torch.device, dtype: torch.dtype, info: DistInfo = SINGLE,
-                ) -> dict[str, Impl]:
+                steps_per_epoch: int = 0) -> dict[str, Impl]:
     """impl name -> Impl for every implementation the config names, all from the same initial weights.
 
+    With ``steps_per_epoch`` each gets the learning-rate scheduler ``config.schedule`` asks for (``impl.sched``).
     Under torchrun rank 0's initial weights and buffers are broadcast to every rank first.
     """
     models = build_models(config, device, dtype)
@@ -171,7 +177,10 @@ def build_impls(config: TrainConfig, device: torch.device, dtype: torch.dtype, i
                 broadcast_([p.data for p in model.parameters()])
             elif name != "torch":  # DistributedDataParallel broadcasts the twin's itself
                 broadcast_([t for _, t in model.named_parameters()] + [t for _, t in model.named_buffers()])
-    return {name: IMPL_CLASSES[name](model, config, info) for name, model in models.items()}
+    impls = {name: IMPL_CLASSES[name](model, config, info) for name, model in models.items()}
+    for impl in impls.values():
+        impl.sched = make_scheduler(impl.opt, config, steps_per_epoch) if steps_per_epoch else None
+    return impls
 
 
 def set_mode(impls: dict[str, Impl], training: bool) -> None:

@@ -18,11 +18,13 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from .augment import flip_and_shift
 from .config import TrainConfig
 from .data import Data
-from .distributed import SINGLE, DistInfo, all_reduce_sum_, shard
+from .distributed import SINGLE, DistInfo, all_reduce_sum_, shard_bounds
 from .errors import NonFiniteLoss
 from .impls import Impl
+from .models import use_generator
 
 
 def _set_training(model, mode: bool) -> bool:
@@ -36,8 +38,8 @@ def _set_training(model, mode: bool) -> bool:
 def evaluate(impl: Impl, x: Tensor, y: Tensor, batch: int = 2000, info: DistInfo = SINGLE) -> tuple[float, float]:
     """Mean loss and accuracy over (x, y), in eval mode (running statistics, no dropout); sharded over ranks."""
     n = x.shape[0]
-    if info.enabled:  # this rank's contiguous part, as shard() cuts a batch
-        lo, hi = info.rank * n // info.world_size, (info.rank + 1) * n // info.world_size
+    if info.enabled:  # this rank's contiguous part
+        lo, hi = shard_bounds(n, info)
         x, y = x[lo:hi], y[lo:hi]
     was = _set_training(impl.model, False)
     sums = torch.zeros(2, dtype=torch.float64, device=x.device)  # summed loss, correct predictions
@@ -52,6 +54,12 @@ def evaluate(impl: Impl, x: Tensor, y: Tensor, batch: int = 2000, info: DistInfo
         all_reduce_sum_(sums)
     loss_sum, correct = sums.tolist()
     return loss_sum / n, correct / n
+
+
+def epoch_generator(config: TrainConfig, epoch: int, device: torch.device) -> torch.Generator:
+    """The random stream of one epoch's augmentation and dropout masks, the same for every implementation (each
+    replays it from the start of the epoch) and reproducible on resume (a function of the seed and epoch)."""
+    return torch.Generator(device=device).manual_seed(config.seed * 1_000_003 + epoch)
 
 
 def train_epoch(impl: Impl, data: Data, perm: Tensor, epoch: int, config: TrainConfig,
@@ -70,14 +78,24 @@ def train_epoch(impl: Impl, data: Data, perm: Tensor, epoch: int, config: TrainC
     bar = tqdm(total=steps, desc=f"epoch {epoch} {impl.name}", leave=False, file=sys.stdout,
                disable=config.quiet or not info.is_main or not sys.stdout.isatty())
     _set_training(impl.model, True)
+    gen = epoch_generator(config, epoch, perm.device)
+    use_generator(impl.model, gen)
     start = time.perf_counter()
     for step in range(1, steps + 1):
         idx = perm[(step - 1) * bs: step * bs]
         total = idx.shape[0]
-        if info.enabled:
-            idx = shard(idx, info)  # this rank's contiguous slice of the global batch
-        x, y = data.train_x[idx], data.train_y[idx]  # a gather on the device, no copies to it
+        if config.augment:  # the whole global batch on every rank, so each rank's slice is the one-process one's
+            x = flip_and_shift(data.train_x[idx].view(total, -1, 28, 28), gen, fill=data.background)
+            x = x.view(total, *data.train_x.shape[1:])
+        else:
+            x = data.train_x[idx]  # a gather on the device, no copies to it
+        y = data.train_y[idx]
+        if info.enabled:  # this rank's contiguous slice of the global batch
+            lo, hi = shard_bounds(total, info)
+            x, y = x[lo:hi], y[lo:hi]
         batch_loss, logits, _ = impl.train_step(x, y, total)
+        if impl.sched is not None:
+            impl.sched.step()
         row = window[len(sizes)]
         row[0].copy_(batch_loss.detach())
         row[1].copy_((logits.argmax(1) == y).sum())

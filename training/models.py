@@ -31,3 +31,23 @@ def build_models(config: TrainConfig, device: torch.device, dtype: torch.dtype) 
         twin.load_state_dict(manual.state_dict())
         models["torch"] = twin
     return models
+
+
+def _walk(model):
+    """Every module of an nn.Module, or every layer of a hand-written model (containers included)."""
+    if isinstance(model, torch.nn.Module):
+        yield from model.modules()
+        return
+    stack = [model]
+    while stack:
+        node = stack.pop()
+        yield node
+        if hasattr(node, "named_children"):
+            stack.extend(child for _, child in node.named_children())
+
+
+def use_generator(model, gen: torch.Generator) -> None:
+    """Point every dropout layer of ``model`` (hand-written, or the twin's seeded nn.Dropout) at ``gen``."""
+    for node in _walk(model):
+        if hasattr(node, "generator") and hasattr(node, "p"):
+            node.generator = gen

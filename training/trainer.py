@@ -93,7 +93,8 @@ def _run(config: TrainConfig, device: torch.device, info: DistInfo, say: Callabl
     data = load_data(config, device, config.torch_dtype, say, sample_shape=SAMPLE_SHAPES[config.model])
     data_seconds = time.perf_counter() - t0
     _check_batches(config, data.train_x.shape[0], info)
-    impls = build_impls(config, device, config.torch_dtype, info)
+    impls = build_impls(config, device, config.torch_dtype, info,
+                        steps_per_epoch=-(-data.train_x.shape[0] // config.batch_size))
     batch_gen = torch.Generator().manual_seed(config.seed + 1)
     records: list[dict] = []  # everything logged, in order; epochs are the records of type "epoch"
     start_epoch = 1
