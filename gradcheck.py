@@ -41,7 +41,7 @@ import torch
 from torch import Tensor
 
 from layers import (GELU, BatchNorm1d, BatchNorm2d, Dropout, Layer, LayerNorm, LeakyReLU, Linear, LogSoftmax, Net, ReLU,
-                    Sigmoid, SiLU, Softmax, Tanh)
+                    Sigmoid, SiLU, Softmax, SyncBatchNorm, Tanh)
 from layers.layer import named_parameters_of
 from losses import CrossEntropyLoss, MSELoss
 
@@ -370,6 +370,12 @@ def _norm_cases() -> dict[str, list[Case]]:
                         layer_case("BatchNorm2d(3)", bn2(3), 2, 3, 3, 4, mode="eval"),
                         layer_case("BatchNorm2d(2)", bn2(2), 1, 2, 3, 3, mode="train"),
                         layer_case("BatchNorm2d(2,eps=0.1)", bn2(2, eps=0.1), 3, 2, 2, 2, mode="train")],
+        # Outside a process group (as here) SyncBatchNorm is BatchNorm: tests/test_sync_batchnorm.py checks the
+        # synchronised path on 2 processes against this one.
+        "syncbatchnorm": [layer_case("SyncBatchNorm(3)", lambda: _nontrivial(SyncBatchNorm(3, dtype=F64)), 2, 3, 2, 3,
+                                     mode="train"),
+                          layer_case("SyncBatchNorm(3)", lambda: _nontrivial(SyncBatchNorm(3, dtype=F64)), 4, 3,
+                                     mode="eval")],
         "layernorm": [layer_case("LayerNorm(6)", ln(6), 4, 6), layer_case("LayerNorm(5)", ln(5), 1, 5),
                       layer_case("LayerNorm((3,4))", ln((3, 4)), 2, 3, 4),
                       layer_case("LayerNorm(4,bias=False)", ln(4, bias=False), 2, 3, 4),

@@ -8,8 +8,9 @@ from .layernorm import LayerNorm
 from .linear import Linear
 from .net import Net
 from .sequential import Sequential
+from .sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
 from .torch_net import PytorchNet
 
 __all__ = ["Layer", "BaseLayer", "Linear", "ReLU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax", "LeakyReLU", "GELU",
-           "SiLU", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "Dropout", "twin_mask_hook", "Sequential", "Net",
-           "PytorchNet", "from_torch", "to_torch"]
+           "SiLU", "BatchNorm1d", "BatchNorm2d", "SyncBatchNorm", "convert_sync_batchnorm", "LayerNorm", "Dropout",
+           "twin_mask_hook", "Sequential", "Net", "PytorchNet", "from_torch", "to_torch"]
