@@ -338,7 +338,7 @@ def _loss_cases() -> dict[str, list[Case]]:
     }
 
 
-def _nontrivial(layer):
+def nontrivial(layer):
     """Parameters away from their defaults (gamma off 1, beta off 0: a default can hide a missing term) and
     running statistics away from 0 and 1, so eval mode checks them too."""
     with torch.no_grad():
@@ -353,9 +353,9 @@ def _nontrivial(layer):
 
 
 def _norm_cases() -> dict[str, list[Case]]:
-    bn1 = lambda c, **kw: lambda: _nontrivial(BatchNorm1d(c, dtype=F64, **kw))  # noqa: E731
-    bn2 = lambda c, **kw: lambda: _nontrivial(BatchNorm2d(c, dtype=F64, **kw))  # noqa: E731
-    ln = lambda s, **kw: lambda: _nontrivial(LayerNorm(s, dtype=F64, **kw))  # noqa: E731
+    bn1 = lambda c, **kw: lambda: nontrivial(BatchNorm1d(c, dtype=F64, **kw))  # noqa: E731
+    bn2 = lambda c, **kw: lambda: nontrivial(BatchNorm2d(c, dtype=F64, **kw))  # noqa: E731
+    ln = lambda s, **kw: lambda: nontrivial(LayerNorm(s, dtype=F64, **kw))  # noqa: E731
     return {
         "batchnorm1d": [layer_case("BatchNorm1d(4)", bn1(4), 5, 4, mode="train"),
                         layer_case("BatchNorm1d(4)", bn1(4), 5, 4, mode="eval"),
@@ -372,9 +372,9 @@ def _norm_cases() -> dict[str, list[Case]]:
                         layer_case("BatchNorm2d(2,eps=0.1)", bn2(2, eps=0.1), 3, 2, 2, 2, mode="train")],
         # Outside a process group (as here) SyncBatchNorm is BatchNorm: tests/test_sync_batchnorm.py checks the
         # synchronised path on 2 processes against this one.
-        "syncbatchnorm": [layer_case("SyncBatchNorm(3)", lambda: _nontrivial(SyncBatchNorm(3, dtype=F64)), 2, 3, 2, 3,
+        "syncbatchnorm": [layer_case("SyncBatchNorm(3)", lambda: nontrivial(SyncBatchNorm(3, dtype=F64)), 2, 3, 2, 3,
                                      mode="train"),
-                          layer_case("SyncBatchNorm(3)", lambda: _nontrivial(SyncBatchNorm(3, dtype=F64)), 4, 3,
+                          layer_case("SyncBatchNorm(3)", lambda: nontrivial(SyncBatchNorm(3, dtype=F64)), 4, 3,
                                      mode="eval")],
         "layernorm": [layer_case("LayerNorm(6)", ln(6), 4, 6), layer_case("LayerNorm(5)", ln(5), 1, 5),
                       layer_case("LayerNorm((3,4))", ln((3, 4)), 2, 3, 4),

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gradcheck import _nontrivial, check_layer
+from gradcheck import nontrivial, check_layer
 from layers import (GELU, BatchNorm1d, Dropout, LayerNorm, LeakyReLU, LogSoftmax, Sequential, SiLU, from_torch,
                     twin_mask_hook)
 from tests.conftest import assert_all_pass, rel
@@ -287,7 +287,7 @@ def test_new_activations_and_dropout_on_cuda():
     drop = Dropout(0.5)
     out = drop(x)
     assert drop.mask.device == x.device and torch.equal(out, x * drop.mask)
-    ln = _nontrivial(LayerNorm(6, dtype=f64)).to("cuda")
+    ln = nontrivial(LayerNorm(6, dtype=f64)).to("cuda")
     assert_all_pass(check_layer(ln, x))
-    bn = _nontrivial(BatchNorm1d(6, dtype=f64)).to("cuda")
+    bn = nontrivial(BatchNorm1d(6, dtype=f64)).to("cuda")
     assert_all_pass(check_layer(bn, x))

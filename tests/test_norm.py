@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from gradcheck import _nontrivial, check_layer
+from gradcheck import nontrivial, check_layer
 from layers import BatchNorm1d, BatchNorm2d, LayerNorm, from_torch
 from layers import reference as ref
 from tests.conftest import assert_all_pass, rel
@@ -31,7 +31,7 @@ def ids(configs):
 @pytest.mark.parametrize("mode", ["train", "eval"])
 def test_batchnorm_gradcheck(cls, _, shape, opts, mode):
     torch.manual_seed(len(shape) + shape[0])
-    layer = _nontrivial(cls(shape[1], dtype=f64, **opts)).train(mode == "train")
+    layer = nontrivial(cls(shape[1], dtype=f64, **opts)).train(mode == "train")
     assert_all_pass(check_layer(layer, torch.randn(*shape, dtype=f64) * 2 + 1))
 
 
@@ -47,7 +47,7 @@ def test_batchnorm_equals_torch_over_steps_then_eval(cls, cls_t, shape, opts):
     """Four training steps (outputs, dx, accumulated parameter grads, running stats, num_batches_tracked),
     then eval mode (running statistics or, untracked, batch statistics) forward and backward."""
     torch.manual_seed(3)
-    ours = _nontrivial(cls(shape[1], dtype=f64, **opts))
+    ours = nontrivial(cls(shape[1], dtype=f64, **opts))
     theirs = torch_twin(ours, cls_t, **opts)
     for step in range(5):
         training = step < 4
@@ -84,7 +84,7 @@ def test_running_var_is_unbiased_and_momentum_none_is_the_cumulative_average():
 
 def test_eval_uses_running_statistics_and_does_not_update_them():
     torch.manual_seed(1)
-    bn = _nontrivial(BatchNorm2d(3, dtype=f64)).eval()
+    bn = nontrivial(BatchNorm2d(3, dtype=f64)).eval()
     before = {k: v.clone() for k, v in bn.state_dict().items()}
     x = torch.randn(2, 3, 4, 4, dtype=f64)
     out = bn(x)
@@ -100,7 +100,7 @@ def test_eval_uses_running_statistics_and_does_not_update_them():
 def test_compact_backward_equals_the_step_by_step_graph():
     torch.manual_seed(2)
     x, dout = torch.randn(7, 5, dtype=f64) * 2 + 3, torch.randn(7, 5, dtype=f64)
-    bn = _nontrivial(BatchNorm1d(5, dtype=f64))
+    bn = nontrivial(BatchNorm1d(5, dtype=f64))
     out, cache = ref.batchnorm_forward(x, bn.weight, bn.bias, bn.eps)
     dx, dgamma, dbeta = ref.batchnorm_backward(dout, cache)
     assert rel(bn(x), out) < 1e-13
@@ -108,7 +108,7 @@ def test_compact_backward_equals_the_step_by_step_graph():
     assert rel(bn.weight.grad, dgamma) < 1e-13 and rel(bn.bias.grad, dbeta) < 1e-13
     # (N, C, H, W): the same graph on channels-last rows
     x4, d4 = torch.randn(2, 3, 4, 2, dtype=f64), torch.randn(2, 3, 4, 2, dtype=f64)
-    bn2 = _nontrivial(BatchNorm2d(3, dtype=f64))
+    bn2 = nontrivial(BatchNorm2d(3, dtype=f64))
     rows = lambda t: t.permute(0, 2, 3, 1).reshape(-1, 3)  # noqa: E731
     out, cache = ref.batchnorm_forward(rows(x4), bn2.weight, bn2.bias)
     dx, _, _ = ref.batchnorm_backward(rows(d4), cache)
@@ -150,7 +150,7 @@ def test_batchnorm_from_torch_to_torch_round_trip_with_buffers(opts):
 
 def test_gradients_accumulate_across_two_backwards():
     torch.manual_seed(5)
-    bn = _nontrivial(BatchNorm1d(3, dtype=f64))
+    bn = nontrivial(BatchNorm1d(3, dtype=f64))
     x1, x2 = torch.randn(4, 3, dtype=f64), torch.randn(4, 3, dtype=f64)
     d1, d2 = torch.randn(4, 3, dtype=f64), torch.randn(4, 3, dtype=f64)
     grads = []
@@ -169,7 +169,7 @@ def test_gradients_accumulate_across_two_backwards():
 
 def test_batchnorm_float32_sane_vs_torch():
     torch.manual_seed(6)
-    ours = _nontrivial(BatchNorm2d(8))
+    ours = nontrivial(BatchNorm2d(8))
     theirs = nn.BatchNorm2d(8)
     theirs.load_state_dict(ours.state_dict())
     x, dout = torch.randn(16, 8, 6, 6) * 4 + 10, torch.randn(16, 8, 6, 6)
@@ -188,7 +188,7 @@ def test_batchnorm_float32_sane_vs_torch():
 def test_batchnorm_half_input_keeps_float32_statistics(low):
     """Issue 10's mixed precision: a bfloat16/float16 input with float32 parameters, statistics in float32."""
     torch.manual_seed(7)
-    ours = _nontrivial(BatchNorm2d(4))
+    ours = nontrivial(BatchNorm2d(4))
     theirs = nn.BatchNorm2d(4)
     theirs.load_state_dict(ours.state_dict())
     x = (torch.randn(8, 4, 5, 5) * 2 + 300).to(low)  # a large mean: sum(x^2)/M - mean^2 would cancel
@@ -256,7 +256,7 @@ LN_CONFIGS = [(6, (4, 6), {}), (5, (1, 5), {}), ((3, 4), (2, 3, 4), {}), ([4], (
 @pytest.mark.parametrize("ns,shape,opts", LN_CONFIGS, ids=str)
 def test_layernorm_gradcheck_and_equals_torch(ns, shape, opts):
     torch.manual_seed(8)
-    ours = _nontrivial(LayerNorm(ns, dtype=f64, **opts))
+    ours = nontrivial(LayerNorm(ns, dtype=f64, **opts))
     assert_all_pass(check_layer(ours, torch.randn(*shape, dtype=f64) * 2 + 1))
     theirs = nn.LayerNorm(ns, dtype=f64, **opts)
     theirs.load_state_dict(ours.state_dict())
@@ -300,7 +300,7 @@ def test_layernorm_init_conversion_and_errors():
 
 def test_layernorm_bfloat16_input_float32_params():
     torch.manual_seed(9)
-    ours = _nontrivial(LayerNorm(16))
+    ours = nontrivial(LayerNorm(16))
     theirs = nn.LayerNorm(16)
     theirs.load_state_dict(ours.state_dict())
     x = (torch.randn(8, 16) + 50).bfloat16()
@@ -312,8 +312,8 @@ def test_layernorm_bfloat16_input_float32_params():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_norm_layers_on_cuda_equal_cpu():
     torch.manual_seed(10)
-    for make, shape in ((lambda: _nontrivial(BatchNorm2d(3, momentum=None, dtype=f64)), (4, 3, 5, 5)),
-                        (lambda: _nontrivial(LayerNorm(5, dtype=f64)), (4, 3, 5))):
+    for make, shape in ((lambda: nontrivial(BatchNorm2d(3, momentum=None, dtype=f64)), (4, 3, 5, 5)),
+                        (lambda: nontrivial(LayerNorm(5, dtype=f64)), (4, 3, 5))):
         cpu = make()
         gpu = make()
         gpu.load_state_dict(cpu.state_dict())

@@ -11,10 +11,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from gradcheck import _nontrivial
+from gradcheck import nontrivial
 from layers import (BatchNorm1d, BatchNorm2d, Linear, ReLU, Sequential, SyncBatchNorm, convert_sync_batchnorm,
                     from_torch)
-from tests.conftest import rel
 
 f64 = torch.float64
 WORLD = 2
@@ -39,7 +38,7 @@ def batches(shape, seed):
 
 def make_bn(cls, opts, c):
     torch.manual_seed(11)
-    return _nontrivial(cls(c, dtype=f64, **opts))
+    return nontrivial(cls(c, dtype=f64, **opts))
 
 
 def run_bn(layer, data, rows, rank, reduce_grads):
@@ -69,7 +68,7 @@ def make_mlp():
     model = Sequential(Linear(5, 6, dtype=f64), BatchNorm1d(6, dtype=f64), ReLU(),
                        Sequential(Linear(6, 4, dtype=f64), BatchNorm1d(4, momentum=None, dtype=f64)))
     for layer in (model[1], model[3][1]):
-        _nontrivial(layer)
+        nontrivial(layer)
     return model
 
 
@@ -192,7 +191,7 @@ def test_converted_sequential_on_two_ranks_equals_one_process(two_ranks):
 def test_outside_a_process_group_it_is_batchnorm():
     assert not dist.is_initialized()
     torch.manual_seed(14)
-    sync, plain = _nontrivial(SyncBatchNorm(3, momentum=None, dtype=f64)), BatchNorm2d(3, momentum=None, dtype=f64)
+    sync, plain = nontrivial(SyncBatchNorm(3, momentum=None, dtype=f64)), BatchNorm2d(3, momentum=None, dtype=f64)
     plain.load_state_dict(sync.state_dict())
     for step in range(3):
         x, d = torch.randn(4, 3, 2, 2, dtype=f64), torch.randn(4, 3, 2, 2, dtype=f64)
@@ -210,7 +209,7 @@ def test_group_of_one_process_is_batchnorm(tmp_path):
                             timeout=datetime.timedelta(seconds=30))
     try:
         torch.manual_seed(15)
-        sync = _nontrivial(SyncBatchNorm(2, dtype=f64))
+        sync = nontrivial(SyncBatchNorm(2, dtype=f64))
         plain = BatchNorm1d(2, dtype=f64)
         plain.load_state_dict(sync.state_dict())
         x, d = torch.randn(5, 2, 3, dtype=f64), torch.randn(5, 2, 3, dtype=f64)
