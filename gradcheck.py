@@ -40,7 +40,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from layers import Layer, Linear, Net, ReLU, Sigmoid, Softmax, Tanh
+from layers import (GELU, BatchNorm1d, BatchNorm2d, Dropout, Layer, LayerNorm, LeakyReLU, Linear, LogSoftmax, Net, ReLU,
+                    Sigmoid, SiLU, Softmax, SyncBatchNorm, Tanh)
 from layers.layer import named_parameters_of
 from losses import CrossEntropyLoss, MSELoss
 
@@ -337,10 +338,67 @@ def _loss_cases() -> dict[str, list[Case]]:
     }
 
 
+def nontrivial(layer):
+    """Parameters away from their defaults (gamma off 1, beta off 0: a default can hide a missing term) and
+    running statistics away from 0 and 1, so eval mode checks them too."""
+    with torch.no_grad():
+        for name, t in layer.named_parameters():
+            t.copy_(torch.rand_like(t) + 0.5 if name.endswith("weight") else torch.randn_like(t))
+        for name, t in layer.named_buffers():
+            if name.endswith("running_mean"):
+                t.copy_(torch.randn_like(t) * 0.5)
+            elif name.endswith("running_var"):
+                t.copy_(torch.rand_like(t) + 0.5)
+    return layer
+
+
+def _norm_cases() -> dict[str, list[Case]]:
+    bn1 = lambda c, **kw: lambda: nontrivial(BatchNorm1d(c, dtype=F64, **kw))  # noqa: E731
+    bn2 = lambda c, **kw: lambda: nontrivial(BatchNorm2d(c, dtype=F64, **kw))  # noqa: E731
+    ln = lambda s, **kw: lambda: nontrivial(LayerNorm(s, dtype=F64, **kw))  # noqa: E731
+    return {
+        "batchnorm1d": [layer_case("BatchNorm1d(4)", bn1(4), 5, 4, mode="train"),
+                        layer_case("BatchNorm1d(4)", bn1(4), 5, 4, mode="eval"),
+                        layer_case("BatchNorm1d(3)", bn1(3), 2, 3, 4, mode="train"),
+                        layer_case("BatchNorm1d(3)", bn1(3), 1, 3, 5, mode="train"),
+                        layer_case("BatchNorm1d(3)", bn1(3), 1, 3, 5, mode="eval"),
+                        layer_case("BatchNorm1d(3,affine=False)", bn1(3, affine=False), 4, 3, mode="train"),
+                        layer_case("BatchNorm1d(3,momentum=None)", bn1(3, momentum=None), 4, 3, 2, mode="train"),
+                        layer_case("BatchNorm1d(3,track_running_stats=False)", bn1(3, track_running_stats=False),
+                                   4, 3, mode="eval")],
+        "batchnorm2d": [layer_case("BatchNorm2d(3)", bn2(3), 2, 3, 3, 4, mode="train"),
+                        layer_case("BatchNorm2d(3)", bn2(3), 2, 3, 3, 4, mode="eval"),
+                        layer_case("BatchNorm2d(2)", bn2(2), 1, 2, 3, 3, mode="train"),
+                        layer_case("BatchNorm2d(2,eps=0.1)", bn2(2, eps=0.1), 3, 2, 2, 2, mode="train")],
+        # Outside a process group (as here) SyncBatchNorm is BatchNorm: tests/test_sync_batchnorm.py checks the
+        # synchronised path on 2 processes against this one.
+        "syncbatchnorm": [layer_case("SyncBatchNorm(3)", lambda: nontrivial(SyncBatchNorm(3, dtype=F64)), 2, 3, 2, 3,
+                                     mode="train"),
+                          layer_case("SyncBatchNorm(3)", lambda: nontrivial(SyncBatchNorm(3, dtype=F64)), 4, 3,
+                                     mode="eval")],
+        "layernorm": [layer_case("LayerNorm(6)", ln(6), 4, 6), layer_case("LayerNorm(5)", ln(5), 1, 5),
+                      layer_case("LayerNorm((3,4))", ln((3, 4)), 2, 3, 4),
+                      layer_case("LayerNorm(4,bias=False)", ln(4, bias=False), 2, 3, 4),
+                      layer_case("LayerNorm(4,elementwise_affine=False)", ln(4, elementwise_affine=False), 3, 4)],
+        "dropout": [layer_case("Dropout(0.3)", lambda: Dropout(0.3), 4, 9, mode="train"),
+                    layer_case("Dropout(0.3)", lambda: Dropout(0.3), 1, 2, 3, 4, mode="train"),
+                    layer_case("Dropout(0.3)", lambda: Dropout(0.3), 4, 9, mode="eval")],
+        "gelu": [layer_case("GELU", GELU, 4, 9, scale=2.0), layer_case("GELU(tanh)", lambda: GELU("tanh"), 1, 5, 3,
+                                                                          scale=2.0)],
+        "leakyrelu": [layer_case("LeakyReLU", LeakyReLU, 4, 9, kink=True),
+                      layer_case("LeakyReLU(0.2)", lambda: LeakyReLU(0.2), 1, 2, 5, kink=True)],
+        "silu": [layer_case("SiLU", SiLU, 4, 9, scale=2.0), layer_case("SiLU", SiLU, 1, 5)],
+        "logsoftmax": [layer_case("LogSoftmax(1)", lambda: LogSoftmax(1), 4, 9, scale=2.0),
+                       layer_case("LogSoftmax(0)", lambda: LogSoftmax(0), 6, 3),
+                       layer_case("LogSoftmax(-1)", lambda: LogSoftmax(-1), 1, 2, 4)],
+    }
+
+
 # One function per family of layers; each returns {command-line name: [cases]}.
 CASE_FAMILIES: list[Callable[[], dict[str, list[Case]]]] = [
     _mlp_cases,
     _loss_cases,
+    _norm_cases,
 ]
 
 

@@ -1,11 +1,16 @@
 """Hand-written layers: each computes its own backward pass."""
-from .activations import ReLU, Sigmoid, Softmax, Tanh
+from .activations import GELU, LeakyReLU, LogSoftmax, ReLU, Sigmoid, SiLU, Softmax, Tanh
+from .batchnorm import BatchNorm1d, BatchNorm2d
 from .convert import from_torch, to_torch
+from .dropout import Dropout, twin_mask_hook
 from .layer import BaseLayer, Layer
+from .layernorm import LayerNorm
 from .linear import Linear
 from .net import Net
 from .sequential import Sequential
+from .sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
 from .torch_net import PytorchNet
 
-__all__ = ["Layer", "BaseLayer", "Linear", "ReLU", "Tanh", "Sigmoid", "Softmax", "Sequential", "Net", "PytorchNet",
-           "from_torch", "to_torch"]
+__all__ = ["Layer", "BaseLayer", "Linear", "ReLU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax", "LeakyReLU", "GELU",
+           "SiLU", "BatchNorm1d", "BatchNorm2d", "SyncBatchNorm", "convert_sync_batchnorm", "LayerNorm", "Dropout",
+           "twin_mask_hook", "Sequential", "Net", "PytorchNet", "from_torch", "to_torch"]

@@ -1,11 +1,14 @@
-"""Parameter-free activations: ReLU, Tanh, Sigmoid, Softmax.
+"""Parameter-free activations: ReLU, Tanh, Sigmoid, Softmax, LogSoftmax, LeakyReLU, GELU, SiLU.
 
-Each caches the one tensor its backward needs.  For tanh, sigmoid and softmax
-that is the *output* (the derivative is a cheap function of it); ReLU's output
-also tells where the input was positive, so nothing else is kept.
+Each caches what its backward needs, and no more.  For tanh, sigmoid, softmax and
+log-softmax that is the *output* (the derivative is a cheap function of it); ReLU's
+output also tells where the input was positive.  GELU keeps its input, LeakyReLU
+its input (or, in place, the mask of where it was positive), SiLU its output and
+the sigmoid of its input.
 """
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 
 import torch
@@ -19,32 +22,36 @@ class _Activation(BaseLayer, ABC):
     """Shared plumbing of the element-wise activations: validation and the cache of the output."""
 
     def __init__(self) -> None:
-        self._out: Tensor | None = None
+        self._out: Tensor | None = None  # the output: its shape/dtype/device validate dout
+        self._saved = None  # what _backward needs (the output unless _save says otherwise)
 
     def forward(self, x: Tensor) -> Tensor:
         """x: any shape -> out: same shape."""
         if not (isinstance(x, Tensor) and x.is_floating_point()):
             check_tensor(repr(self), "x", x)
             check_floating(repr(self), "x", x)
+        self._out = self._saved = None  # a forward that raises leaves nothing stale behind
         self._out = out = self._forward(x)
+        if self._saved is None:  # _forward did not save something of its own (before overwriting x in place)
+            self._saved = out
         return out
 
     def backward(self, dout: Tensor) -> Tensor:
         """dout: shape of out -> dx: shape of x."""
-        out = self._out
+        out, saved = self._out, self._saved
         if not (out is not None and isinstance(dout, Tensor) and dout.shape == out.shape
                 and dout.dtype == out.dtype and dout.device == out.device):
             check_dout(repr(self), dout, None if out is None else out.shape, out)
-        self._out = None
-        return self._backward(dout, out)
+        self._out = self._saved = None
+        return self._backward(dout, saved)
 
     @abstractmethod
     def _forward(self, x: Tensor) -> Tensor:
-        """The activation itself; its result is cached for ``_backward``."""
+        """The activation itself; its result is cached for ``_backward`` unless it sets ``self._saved``."""
 
     @abstractmethod
-    def _backward(self, dout: Tensor, out: Tensor) -> Tensor:
-        """dL/dx from the upstream gradient and the cached output."""
+    def _backward(self, dout: Tensor, saved) -> Tensor:
+        """dL/dx from the upstream gradient and what the forward saved (by default its output)."""
 
 
 class ReLU(_Activation):
@@ -111,3 +118,133 @@ class Softmax(_Activation):
 
     def _backward(self, dout: Tensor, out: Tensor) -> Tensor:
         return out * (dout - (dout * out).sum(self.dim, keepdim=True))
+
+
+class LogSoftmax(_Activation):
+    """out = x - log(sum(exp(x), dim));  dx = dout - exp(out) * sum(dout, dim).
+
+    d out_i / d x_j = delta_ij - softmax_j, so dx_j = dout_j - softmax_j * sum_i dout_i; softmax = exp(out).
+    ``dim`` must be an int: torch's default dim=None picks a dimension from the input's rank (deprecated,
+    with a warning) and is refused here, so a converted model never normalises over a guessed axis.
+    """
+
+    torch_class = torch.nn.LogSoftmax
+    _ctor_args = ("dim",)
+
+    def __init__(self, dim: int | None = None) -> None:
+        super().__init__()
+        if isinstance(dim, bool) or not isinstance(dim, int):
+            raise ValueError(f"LogSoftmax: dim must be an int (torch's implicit dim=None is not supported: "
+                             f"say which axis holds the classes, e.g. LogSoftmax(dim=1)), got {dim!r}")
+        self.dim = dim
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+    def _forward(self, x: Tensor) -> Tensor:
+        if not -x.dim() <= self.dim < max(x.dim(), 1):
+            raise ValueError(f"{self!r}: dim {self.dim} is out of range for an input of shape {tuple(x.shape)}")
+        return torch.log_softmax(x, self.dim)  # x - max - log(sum(exp(x - max))): stable
+
+    def _backward(self, dout: Tensor, out: Tensor) -> Tensor:
+        return dout - out.exp() * dout.sum(self.dim, keepdim=True)
+
+
+class LeakyReLU(_Activation):
+    """out = x where x > 0, else negative_slope * x;  dx = dout where x > 0, else negative_slope * dout
+    (at x = 0 the slope is negative_slope, as torch takes it).  Keeps x (or, with ``inplace=True``, the
+    boolean mask x > 0, taken before x is overwritten)."""
+
+    torch_class = torch.nn.LeakyReLU
+    _ctor_args = ("negative_slope", "inplace")
+
+    def __init__(self, negative_slope: float = 0.01, inplace: bool = False) -> None:
+        super().__init__()
+        if isinstance(negative_slope, bool) or not isinstance(negative_slope, (int, float)) \
+                or not math.isfinite(negative_slope):
+            raise ValueError(f"LeakyReLU: negative_slope must be a finite number, got {negative_slope!r}")
+        if not isinstance(inplace, bool):
+            raise ValueError(f"LeakyReLU: inplace must be a bool, got {inplace!r}")
+        self.negative_slope, self.inplace = float(negative_slope), inplace
+
+    def extra_repr(self) -> str:
+        return f"negative_slope={self.negative_slope}" + (", inplace=True" if self.inplace else "")
+
+    def _forward(self, x: Tensor) -> Tensor:
+        if self.inplace:
+            self._saved = x > 0  # (N, ...) bool: x itself is about to be overwritten
+            return torch.nn.functional.leaky_relu_(x, self.negative_slope)
+        self._saved = x
+        return torch.nn.functional.leaky_relu(x, self.negative_slope)
+
+    def _backward(self, dout: Tensor, saved: Tensor) -> Tensor:
+        positive = saved if saved.dtype == torch.bool else saved > 0
+        return torch.where(positive, dout, dout * self.negative_slope)
+
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+class GELU(_Activation):
+    """out = x * Phi(x), Phi the standard normal CDF ("none"), or its tanh approximation ("tanh"):
+    out = x/2 * (1 + tanh(u)),  u = sqrt(2/pi) * (x + 0.044715 x^3).
+
+        "none":  dx = dout * (Phi(x) + x * phi(x)),   phi(x) = exp(-x^2/2) / sqrt(2 pi)
+        "tanh":  dx = dout * (1/2 (1 + t) + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)),  t = tanh(u)
+
+    Keeps x; Phi/phi (or t) are recomputed in backward rather than stored.
+    """
+
+    torch_class = torch.nn.GELU
+    _ctor_args = ("approximate",)
+
+    def __init__(self, approximate: str = "none") -> None:
+        super().__init__()
+        if approximate not in ("none", "tanh"):
+            raise ValueError(f"GELU: approximate must be 'none' or 'tanh', got {approximate!r}")
+        self.approximate = approximate
+
+    def extra_repr(self) -> str:
+        return f"approximate={self.approximate!r}"
+
+    def _forward(self, x: Tensor) -> Tensor:
+        self._saved = x
+        return torch.nn.functional.gelu(x, approximate=self.approximate)
+
+    def _backward(self, dout: Tensor, x: Tensor) -> Tensor:
+        if self.approximate == "tanh":
+            x2 = x * x  # (N, ...)
+            t = torch.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x2 * x))  # (N, ...)
+            return dout * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x2))
+        cdf = 0.5 * (1 + torch.erf(x * (1 / math.sqrt(2.0))))  # (N, ...) Phi(x)
+        pdf = torch.exp(-0.5 * x * x) * _INV_SQRT_2PI  # (N, ...) phi(x)
+        return dout * (cdf + x * pdf)
+
+
+class SiLU(_Activation):
+    """out = x * s, s = sigmoid(x) (swish);  dx = dout * (s + out * (1 - s))   [= s (1 + x (1 - s))].
+
+    Keeps s and out (not x), so ``inplace=True`` -- which overwrites x with out -- needs nothing else."""
+
+    torch_class = torch.nn.SiLU
+    _ctor_args = ("inplace",)
+
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        if not isinstance(inplace, bool):
+            raise ValueError(f"SiLU: inplace must be a bool, got {inplace!r}")
+        self.inplace = inplace
+
+    def extra_repr(self) -> str:
+        return "inplace=True" if self.inplace else ""
+
+    def _forward(self, x: Tensor) -> Tensor:
+        s = torch.sigmoid(x)  # (N, ...)
+        out = x.mul_(s) if self.inplace else x * s  # (N, ...)
+        self._saved = (s, out)
+        return out
+
+    def _backward(self, dout: Tensor, saved: tuple[Tensor, Tensor]) -> Tensor:
+        s, out = saved
+        return dout * (s + out * (1 - s))

@@ -2,11 +2,12 @@
 
 The layers in this package are written for speed and for agreement with autograd to
 the last bit: Linear keeps nn.Linear's memory layout, ReLU's backward multiplies by
-sign(out), cross-entropy orders its operations as autograd rounds them.  Here is the
-same math the way a textbook writes it, in CS231n's ``out, cache = f_forward(...)`` /
-``dx, dw = f_backward(dout, cache)`` style.  Nothing in the library calls these;
-``tests/test_reference.py`` checks that the fast layers compute the same numbers,
-so you can learn from this file and trust the fast one.
+sign(out), cross-entropy orders its operations as autograd rounds them, batch norm's
+backward is one closed-form statement.  Here is the same math the way a textbook
+writes it, in CS231n's ``out, cache = f_forward(...)`` / ``dx, dw = f_backward(dout,
+cache)`` style.  Nothing in the library calls these; ``tests/test_reference.py`` (and
+``tests/test_norm.py`` for batch norm) check that the fast layers compute the same
+numbers, so you can learn from this file and trust the fast one.
 """
 from __future__ import annotations
 
@@ -46,3 +47,44 @@ def softmax_cross_entropy(logits: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
     onehot = torch.zeros_like(p)
     onehot[torch.arange(n), y] = 1
     return loss, (p - onehot) / n
+
+
+def batchnorm_forward(x: Tensor, gamma: Tensor, beta: Tensor, eps: float = 1e-5) -> tuple[Tensor, tuple]:
+    """Training-mode batch norm of x (N, D) -- statistics per column D over the batch N -- as a chain of
+    elementwise steps, each a node of the computational graph (CS231n's batchnorm_forward).
+
+    The variance is the biased one (divided by N), as torch normalises.  For (N, C, H, W) move C last and
+    flatten: x.permute(0, 2, 3, 1).reshape(-1, C).
+    """
+    n = x.shape[0]
+    mu = x.sum(0) / n  # (D,)           step 1: mean
+    xmu = x - mu  # (N, D)              step 2: centre
+    sq = xmu ** 2  # (N, D)             step 3: square
+    var = sq.sum(0) / n  # (D,)         step 4: biased variance
+    sqrtvar = torch.sqrt(var + eps)  # (D,)  step 5
+    ivar = 1.0 / sqrtvar  # (D,)        step 6: invstd
+    xhat = xmu * ivar  # (N, D)         step 7: normalise
+    gammax = gamma * xhat  # (N, D)     step 8: scale
+    out = gammax + beta  # (N, D)       step 9: shift
+    return out, (xhat, gamma, xmu, ivar, sqrtvar, var, eps)
+
+
+def batchnorm_backward(dout: Tensor, cache: tuple) -> tuple[Tensor, Tensor, Tensor]:
+    """Back through batchnorm_forward's graph one node at a time, last step first:
+    dout (N, D) -> dx (N, D), dgamma (D,), dbeta (D,)."""
+    xhat, gamma, xmu, ivar, sqrtvar, var, eps = cache
+    n = dout.shape[0]
+    dbeta = dout.sum(0)  # step 9: out = gammax + beta
+    dgammax = dout
+    dgamma = (dgammax * xhat).sum(0)  # step 8: gammax = gamma * xhat
+    dxhat = dgammax * gamma
+    divar = (dxhat * xmu).sum(0)  # step 7: xhat = xmu * ivar (xmu used twice: two paths into dxmu)
+    dxmu1 = dxhat * ivar
+    dsqrtvar = -divar / sqrtvar ** 2  # step 6: ivar = 1 / sqrtvar
+    dvar = 0.5 * dsqrtvar / torch.sqrt(var + eps)  # step 5: sqrtvar = sqrt(var + eps)
+    dsq = torch.ones_like(dout) * dvar / n  # step 4: var = sum(sq) / n
+    dxmu2 = 2 * xmu * dsq  # step 3: sq = xmu^2
+    dx1 = dxmu1 + dxmu2  # step 2: xmu = x - mu (x used twice: directly and through mu)
+    dmu = -(dxmu1 + dxmu2).sum(0)
+    dx2 = torch.ones_like(dout) * dmu / n  # step 1: mu = sum(x) / n
+    return dx1 + dx2, dgamma, dbeta

@@ -1,0 +1,216 @@
+"""Batch normalisation, BatchNorm1d and BatchNorm2d, with the compact closed-form backward.
+
+Shape legend (see layers/layer.py): N = batch, C = channels (num_features), L = sequence length,
+H, W = image height and width.  Statistics are per channel, over every other axis:
+M = N (for (N, C)), N*L (for (N, C, L)) or N*H*W (for (N, C, H, W)) values per channel.
+
+The two reductions that cross the batch -- the statistics in the forward, the two gradient sums in
+the backward -- are methods of their own (``_batch_stats``, ``_reduce_grad_sums``), so that
+``SyncBatchNorm`` (layers/sync_batchnorm.py) only all-reduces them across processes.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .checks import check_dout, check_floating, check_tensor
+from .layer import BaseLayer, accumulate_grad
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def _check_float(owner: str, name: str, value: object, lo: float, hi: float | None = None) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            value >= lo and (hi is None or value <= hi)):
+        bounds = f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"
+        raise ValueError(f"{owner}: {name} must be a number {bounds}, got {value!r}")
+    return float(value)
+
+
+class _BatchNorm(BaseLayer):
+    """out = gamma * xhat + beta,  xhat = (x - mean) / sqrt(var + eps), statistics per channel.
+
+    Training mode (or ``track_running_stats=False``): mean and var are the batch's, var BIASED
+    (divided by M), as torch normalises; the running estimates are updated with the UNBIASED
+    variance var * M / (M - 1), as torch does:
+        running = (1 - momentum) * running + momentum * batch_statistic
+    with ``momentum=None`` meaning the cumulative average (momentum = 1 / num_batches_tracked).
+    Eval mode with running statistics: mean and var are running_mean and running_var, and the layer
+    is the per-channel affine map  out = x * scale + shift.
+
+    Backward in training mode, derived on paper (CS231n's batchnorm_backward_alt; makemore's
+    "Becoming a Backprop Ninja").  Per channel, with sums over the M values of that channel,
+    mu = sum(x)/M, var = sum((x - mu)^2)/M, invstd = 1/sqrt(var + eps), xhat = (x - mu) * invstd,
+    out = gamma * xhat + beta, and dxhat = gamma * dout:
+
+        dbeta  = sum(dout)                       dgamma = sum(dout * xhat)
+        dvar   = sum(dxhat * (x - mu)) * (-1/2) * invstd^3 = -(1/2) * invstd^2 * sum(dxhat * xhat)
+                                                                   [x - mu = xhat / invstd]
+        dmu    = -invstd * sum(dxhat) + dvar * (-2/M) * sum(x - mu) = -invstd * sum(dxhat)   [sum(x - mu) = 0]
+        dx     = dxhat * invstd + dvar * 2 (x - mu) / M + dmu / M
+               = (invstd / M) * (M * dxhat - sum(dxhat) - xhat * sum(dxhat * xhat))
+
+    and since gamma is constant over the channel:
+
+        dx = (gamma * invstd / M) * (M * dout - sum(dout) - xhat * sum(dout * xhat))
+
+    One statement; the two sums are exactly dbeta and dgamma.  The code writes it as
+    gamma * invstd * (dout - sum(dout)/M - xhat * sum(dout*xhat)/M), which saves a full-size multiply.
+    ``layers/reference.py`` has the step-by-step computational-graph version; a test ties them.
+    Eval mode (running statistics): dx = dout * gamma * invstd, the affine map's backward.
+
+    Mixed precision: a float16/bfloat16 input is accepted with float32 (or matching) parameters, as
+    torch accepts it; the statistics, xhat and the gradient sums are then computed in float32, and
+    the output and dx are returned in the input's dtype.
+    """
+
+    _param_names = ("weight", "bias")
+    _buffer_names = ("running_mean", "running_var", "num_batches_tracked")
+    _ctor_args = ("num_features", "eps", "momentum", "affine", "track_running_stats")
+    _input_dims: tuple[int, ...] = ()  # ranks of input accepted, set by the subclasses
+    _shape_text = ""
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
+                 track_running_stats: bool = True, *, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None):
+        owner = type(self).__name__
+        if isinstance(num_features, bool) or not isinstance(num_features, int) or num_features < 1:
+            raise ValueError(f"{owner}: num_features must be an int >= 1, got {num_features!r}")
+        self.num_features = num_features
+        self.eps = _check_float(owner, "eps", eps, 0.0)
+        self.momentum = None if momentum is None else _check_float(owner, "momentum", momentum, 0.0, 1.0)
+        for name, flag in (("affine", affine), ("track_running_stats", track_running_stats)):
+            if not isinstance(flag, bool):
+                raise ValueError(f"{owner}: {name} must be a bool, got {flag!r}")
+        if dtype is not None and not dtype.is_floating_point:
+            raise ValueError(f"{owner}: dtype must be floating point, got {dtype}")
+        self.affine, self.track_running_stats = affine, track_running_stats
+        kw = {"device": device, "dtype": dtype if dtype is not None else torch.get_default_dtype()}
+        # torch.nn's initial values: no random draws.
+        self.weight = torch.ones(num_features, **kw) if affine else None  # (C,) gamma
+        self.bias = torch.zeros(num_features, **kw) if affine else None  # (C,) beta
+        if track_running_stats:
+            self.running_mean = torch.zeros(num_features, **kw)  # (C,)
+            self.running_var = torch.ones(num_features, **kw)  # (C,)
+            self.num_batches_tracked = torch.zeros((), dtype=torch.long, device=device)
+        else:
+            self.running_mean = self.running_var = self.num_batches_tracked = None
+        self._cache: tuple | None = None
+
+    def extra_repr(self) -> str:
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+                f"track_running_stats={self.track_running_stats}")
+
+    # -- the two cross-batch reductions (SyncBatchNorm overrides these) ----------------------------------
+
+    def _batch_stats(self, x: Tensor, dims: tuple[int, ...]) -> tuple[Tensor, Tensor, int | Tensor]:
+        """x (in the statistics dtype) -> (mean (C,), biased var (C,), M: values per channel).
+
+        torch.var_mean is a numerically good one-pass (Welford) reduction, equal to the two-pass
+        sum((x - mean)^2) / M, not the cancellation-prone sum(x^2)/M - mean^2."""
+        var, mean = torch.var_mean(x, dim=dims, correction=0)  # (C,), (C,)
+        return mean, var, x.numel() // x.shape[1]
+
+    def _reduce_grad_sums(self, sum_dout: Tensor, sum_dout_xhat: Tensor,
+                          count: int | Tensor) -> tuple[Tensor, Tensor]:
+        """The per-channel sums dx needs, over the whole batch (here: this process's batch is the batch)."""
+        return sum_dout, sum_dout_xhat
+
+    def _check_batch(self, x: Tensor, count: int) -> None:
+        if count <= 1:
+            raise ValueError(f"{self!r}: expected more than 1 value per channel when training, got input of "
+                             f"shape {tuple(x.shape)}")
+
+    # -- forward and backward ----------------------------------------------------------------------------
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x: (N, C) or (N, C, L) [BatchNorm1d], (N, C, H, W) [BatchNorm2d] -> out: same shape."""
+        ref = self.weight if self.weight is not None else self.running_mean
+        if not (isinstance(x, Tensor) and x.dim() in self._input_dims and x.shape[1] == self.num_features
+                and (ref is None or (x.device == ref.device and (x.dtype == ref.dtype or (
+                    x.dtype in _LOW_PRECISION and ref.dtype == torch.float32))))
+                and x.is_floating_point()):
+            self._reject_input(x)  # the cheap test above failed: find out what is wrong and say so
+        dims = (0, *range(2, x.dim()))  # every axis but the channel axis
+        bshape = (1, self.num_features) + (1,) * (x.dim() - 2)  # (1, C[, 1[, 1]]): broadcasts over dims
+        sdtype = torch.float32 if x.dtype in _LOW_PRECISION else x.dtype  # statistics dtype
+        xs = x if x.dtype == sdtype else x.to(sdtype)
+        batch_stats = self.training or self.running_mean is None
+        if batch_stats:
+            if self.training:
+                self._check_batch(x, x.numel() // x.shape[1])
+            mean, var, count = self._batch_stats(xs, dims)  # (C,), (C,), M
+            if self.training and self.running_mean is not None:
+                self._update_running(mean, var, count)
+        else:
+            mean, var, count = self.running_mean.to(sdtype), self.running_var.to(sdtype), None
+        invstd = torch.rsqrt(var + self.eps)  # (C,)
+        xhat = (xs - mean.view(bshape)) * invstd.view(bshape)  # (N, C, ...) in the statistics dtype
+        out = xhat if self.weight is None else torch.addcmul(self.bias.to(sdtype).view(bshape), xhat,
+                                                               self.weight.to(sdtype).view(bshape))
+        self._cache = (xhat, invstd, count, batch_stats, x.dtype)
+        return out if out.dtype == x.dtype else out.to(x.dtype)
+
+    def _update_running(self, mean: Tensor, var: Tensor, count: int | Tensor) -> None:
+        """running = (1 - f) * running + f * statistic, f = momentum or 1 / num_batches_tracked (momentum=None);
+        the variance in the running estimate is unbiased (var * M / (M - 1)), as torch keeps it."""
+        self.num_batches_tracked.add_(1)  # on the device: no host sync
+        f = self.momentum if self.momentum is not None else 1.0 / self.num_batches_tracked.to(self.running_mean.dtype)
+        unbiased = var * (count / (count - 1))  # (C,)
+        rm, rv = self.running_mean, self.running_var
+        rm.mul_(1 - f).add_(f * mean.to(rm.dtype))
+        rv.mul_(1 - f).add_(f * unbiased.to(rv.dtype))
+
+    def backward(self, dout: Tensor) -> Tensor:
+        """dout: shape of out -> dx: shape of x; adds dgamma (C,) and dbeta (C,) into weight.grad, bias.grad."""
+        cache = self._cache
+        if not (cache is not None and isinstance(dout, Tensor) and dout.shape == cache[0].shape
+                and dout.dtype == cache[4] and dout.device == cache[0].device):
+            check_dout(repr(self), dout, None if cache is None else cache[0].shape,
+                       None if cache is None else torch.empty(0, dtype=cache[4], device=cache[0].device))
+        self._cache = None
+        xhat, invstd, count, batch_stats, xdtype = cache
+        dims = (0, *range(2, xhat.dim()))
+        bshape = (1, self.num_features) + (1,) * (xhat.dim() - 2)
+        d = dout if dout.dtype == xhat.dtype else dout.to(xhat.dtype)  # the statistics dtype
+        sum_dout = d.sum(dims)  # (C,)  = dbeta
+        sum_dout_xhat = (d * xhat).sum(dims)  # (C,)  = dgamma
+        if self.weight is not None:
+            accumulate_grad(self.weight, sum_dout_xhat.to(self.weight.dtype))
+            accumulate_grad(self.bias, sum_dout.to(self.bias.dtype))
+        k = invstd if self.weight is None else self.weight.to(invstd.dtype) * invstd  # (C,) gamma * invstd
+        if not batch_stats:  # eval with running statistics: the affine map's backward
+            dx = d * k.view(bshape)
+        else:
+            sum_dout, sum_dout_xhat = self._reduce_grad_sums(sum_dout, sum_dout_xhat, count)
+            # dx = (gamma*invstd/M) * (M*dout - sum(dout) - xhat*sum(dout*xhat)), one pass over the batch:
+            dx = (d - (sum_dout / count).view(bshape) - xhat * (sum_dout_xhat / count).view(bshape)) \
+                * k.view(bshape)  # (N, C, ...)
+        return dx if dx.dtype == xdtype else dx.to(xdtype)
+
+    def _reject_input(self, x: object) -> None:
+        check_tensor(repr(self), "x", x)
+        check_floating(repr(self), "x", x)
+        if x.dim() not in self._input_dims or x.shape[1] != self.num_features:
+            raise ValueError(f"{self!r}: expected input of shape {self._shape_text.format(C=self.num_features)}, "
+                             f"got {tuple(x.shape)}")
+        ref = self.weight if self.weight is not None else self.running_mean
+        if x.device != ref.device:
+            raise ValueError(f"{self!r}: x is on {x.device} but the parameters are on {ref.device}; "
+                             f"move one of them (e.g. layer.to(device='{x.device}'))")
+        raise ValueError(f"{self!r}: x has dtype {x.dtype} but the parameters have dtype {ref.dtype} (a float16/"
+                         f"bfloat16 input is accepted with float32 parameters); convert one of them")
+
+
+class BatchNorm1d(_BatchNorm):
+    __doc__ = "Batch norm over (N, C) or (N, C, L): statistics per channel over N (and L).\n\n" + _BatchNorm.__doc__
+    torch_class = torch.nn.BatchNorm1d
+    _input_dims = (2, 3)
+    _shape_text = "(N, {C}) or (N, {C}, L)"
+
+
+class BatchNorm2d(_BatchNorm):
+    __doc__ = "Batch norm over (N, C, H, W): statistics per channel over N, H and W.\n\n" + _BatchNorm.__doc__
+    torch_class = torch.nn.BatchNorm2d
+    _input_dims = (4,)
+    _shape_text = "(N, {C}, H, W)"

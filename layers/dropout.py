@@ -1,0 +1,128 @@
+"""Inverted dropout, and ``twin_mask_hook``: the nn.Dropout twin made to use the hand-written layer's masks."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .checks import check_dout, check_floating, check_tensor
+from .layer import BaseLayer
+
+
+class Dropout(BaseLayer):
+    """Inverted dropout: in training, each element is zeroed with probability ``p`` (torch's meaning: the
+    probability of DROPPING; CS231n's p is of keeping) and the survivors are scaled by 1 / (1 - p), so the
+    expected output equals the input and eval mode is the identity:
+
+        mask = bernoulli(1 - p) / (1 - p)     (N, ...) values 0 or 1/(1-p)
+        out  = x * mask                        dx = dout * mask   (the forward's mask, reused)
+
+    ``p = 0`` and eval mode: out = x, dx = dout, nothing drawn.  ``p = 1``: zeros, as torch gives, nothing drawn.
+    The mask is drawn from torch's generator on x's device, ``torch.empty_like(x).bernoulli_(1 - p)``: the draw
+    torch's own CPU dropout makes, so under one seed a CPU forward equals F.dropout's.  Each forward under the
+    same RNG state draws the same mask (gradcheck relies on it).
+
+    ``mask``: the scaled mask (x's shape and dtype, values 0 or 1/(1-p); zeros when p = 1) of the last
+    training-mode forward, or None after an identity forward (eval, p = 0).  ``inplace=True`` writes the
+    output into x, as nn.Dropout(inplace=True) does.
+    """
+
+    torch_class = torch.nn.Dropout
+    _ctor_args = ("p", "inplace")
+
+    def __init__(self, p: float = 0.5, inplace: bool = False) -> None:
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+            raise ValueError(f"Dropout: p (the probability of an element being zeroed) must be in [0, 1], got {p!r}")
+        if not isinstance(inplace, bool):
+            raise ValueError(f"Dropout: inplace must be a bool, got {inplace!r}")
+        self.p, self.inplace = float(p), inplace
+        self.mask: Tensor | None = None  # the last mask drawn (public: twin_mask_hook reads it)
+        self._draws = 0  # forwards that drew a mask, so a twin can tell a fresh mask from a stale one
+        self._cache: tuple | None = None  # (mask or None, output shape, dtype, device)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}, inplace={self.inplace}"
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x: any shape -> out: same shape."""
+        if not (isinstance(x, Tensor) and x.is_floating_point()):
+            check_tensor(repr(self), "x", x)
+            check_floating(repr(self), "x", x)
+        if not self.training or self.p == 0.0:
+            mask, out = None, x
+        else:
+            if self.p == 1.0:
+                mask = torch.zeros_like(x)  # (N, ...)
+            else:
+                mask = torch.empty_like(x).bernoulli_(1.0 - self.p).div_(1.0 - self.p)  # (N, ...) 0 or 1/(1-p)
+            out = x.mul_(mask) if self.inplace else x * mask  # (N, ...)
+            self._draws += 1
+        self.mask = mask
+        self._cache = (mask, x.shape, x.dtype, x.device)
+        return out
+
+    def backward(self, dout: Tensor) -> Tensor:
+        """dout: shape of out -> dx = dout * mask (the forward's mask), or dout for an identity forward."""
+        cache = self._cache
+        if not (cache is not None and isinstance(dout, Tensor) and dout.shape == cache[1]
+                and dout.dtype == cache[2] and dout.device == cache[3]):
+            check_dout(repr(self), dout, None if cache is None else cache[1],
+                       None if cache is None else torch.empty(0, dtype=cache[2], device=cache[3]))
+        self._cache = None
+        mask = cache[0]
+        return dout if mask is None else dout * mask
+
+
+class _TwinMaskHandle:
+    def __init__(self, handles) -> None:
+        self._handles = handles
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+
+
+def twin_mask_hook(manual: Dropout, twin: torch.nn.Dropout) -> _TwinMaskHandle:
+    """Make the torch.nn.Dropout ``twin`` apply the mask the hand-written ``manual`` layer last drew.
+
+    Side-by-side training (a hand-written model and its nn.Module twin from the same weights and batches)
+    stays exact with dropout on only if both drop the same elements.  The hooks make the twin compute
+    ``input * manual.mask`` -- a product autograd differentiates, so its backward reuses the mask too --
+    and draw nothing from the RNG itself (a forward pre-hook sets its p to 0 for the call, where torch's
+    dropout returns the input untouched, and the forward hook restores p), so adding the twin does not
+    change the masks the hand-written model draws next.
+
+    Run the hand-written forward first, then the twin's, every step: a twin forward in training mode
+    without a fresh mask (none drawn, or this one already used) raises a RuntimeError, never reuses a
+    stale mask silently.  In eval mode (or p = 0) both are the identity.  Returns a handle; ``.remove()``
+    restores the plain nn.Dropout.
+    """
+    if not isinstance(manual, Dropout):
+        raise TypeError(f"twin_mask_hook: manual must be a layers.Dropout, got {type(manual).__name__}")
+    if not isinstance(twin, torch.nn.Dropout):
+        raise TypeError(f"twin_mask_hook: twin must be a torch.nn.Dropout, got {type(twin).__name__}")
+    state = {"used": None, "p": None}
+
+    def pre(module: torch.nn.Module, args: tuple) -> None:
+        state["p"] = module.p
+        if module.training and module.p > 0:
+            module.p = 0.0  # torch's dropout with p = 0 returns its input and draws nothing
+
+    def post(module: torch.nn.Module, args: tuple, out: Tensor) -> Tensor:
+        p, module.p = state["p"], state["p"]
+        if not module.training or p == 0:
+            return out
+        (x,) = args
+        if p != manual.p:
+            raise RuntimeError(f"twin_mask_hook: the twin has p={p} but the hand-written layer has p={manual.p}")
+        mask = manual.mask
+        if mask is None or state["used"] == manual._draws:
+            raise RuntimeError(f"twin_mask_hook: the twin {module!r} ran in training mode without a fresh mask "
+                               f"from {manual!r}; run the hand-written forward first, once per twin forward")
+        if mask.shape != x.shape:
+            raise RuntimeError(f"twin_mask_hook: the twin's input has shape {tuple(x.shape)} but the hand-written "
+                               f"layer's last mask has shape {tuple(mask.shape)}")
+        state["used"] = manual._draws
+        m = mask.to(dtype=x.dtype)
+        return x.mul_(m) if module.inplace else x * m
+
+    return _TwinMaskHandle([twin.register_forward_pre_hook(pre), twin.register_forward_hook(post)])

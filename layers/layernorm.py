@@ -1,0 +1,120 @@
+"""Layer normalisation: each sample normalised over its last dimensions, with a hand-written backward.
+
+Shape legend (see layers/layer.py): the input is (*, S), S = normalized_shape (one or more trailing
+axes), * = any leading axes (N, or N and a sequence length, ...); K = prod(S) values per row.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from .batchnorm import _LOW_PRECISION, _check_float
+from .checks import check_dout, check_floating, check_tensor
+from .layer import BaseLayer, accumulate_grad
+
+
+class LayerNorm(BaseLayer):
+    """out = gamma * xhat + beta,  xhat = (x - mean) / sqrt(var + eps), mean and biased var per row over S.
+
+    Unlike batch norm, the statistics belong to one sample: the same in training and eval mode, no
+    running estimates.  Backward, per row, with the K values of a row and dxhat = gamma * dout
+    (the batch-norm derivation with the roles of the axes swapped; see layers/batchnorm.py):
+
+        dx     = invstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))      (means over the row)
+        dgamma = sum over the leading axes of dout * xhat,   dbeta = sum over the leading axes of dout
+
+    Cached: xhat (the input's shape) and invstd (one per row); the input itself is not kept.
+    A float16/bfloat16 input with float32 parameters is accepted (statistics in float32), as torch does;
+    without parameters (elementwise_affine=False) any floating input is.
+    """
+
+    _param_names = ("weight", "bias")
+    torch_class = torch.nn.LayerNorm
+    _ctor_args = ("normalized_shape", "eps", "elementwise_affine", "bias")
+
+    def __init__(self, normalized_shape: int | Sequence[int], eps: float = 1e-5, elementwise_affine: bool = True,
+                 bias: bool = True, *, device: torch.device | str | None = None, dtype: torch.dtype | None = None):
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
+        try:
+            shape = tuple(shape)
+        except TypeError:
+            shape = None
+        if not shape or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in shape):
+            raise ValueError(f"LayerNorm: normalized_shape must be an int >= 1 or a non-empty sequence of them, "
+                             f"got {normalized_shape!r}")
+        for name, flag in (("elementwise_affine", elementwise_affine), ("bias", bias)):
+            if not isinstance(flag, bool):
+                raise ValueError(f"LayerNorm: {name} must be a bool, got {flag!r}")
+        if dtype is not None and not dtype.is_floating_point:
+            raise ValueError(f"LayerNorm: dtype must be floating point, got {dtype}")
+        self.normalized_shape = shape
+        self.eps = _check_float("LayerNorm", "eps", eps, 0.0)
+        self.elementwise_affine = elementwise_affine
+        kw = {"device": device, "dtype": dtype if dtype is not None else torch.get_default_dtype()}
+        self.weight = torch.ones(shape, **kw) if elementwise_affine else None  # S, gamma
+        self.bias = torch.zeros(shape, **kw) if elementwise_affine and bias else None  # S, beta
+        self._cache: tuple | None = None
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x: (*, S) -> out: (*, S)."""
+        k = len(self.normalized_shape)
+        if not (isinstance(x, Tensor) and x.is_floating_point() and x.dim() >= k
+                and tuple(x.shape[x.dim() - k:]) == self.normalized_shape
+                and (self.weight is None or (x.device == self.weight.device and (x.dtype == self.weight.dtype or (
+                    x.dtype in _LOW_PRECISION and self.weight.dtype == torch.float32))))):
+            self._reject_input(x)  # the cheap test above failed: find out what is wrong and say so
+        dims = tuple(range(x.dim() - k, x.dim()))  # the normalised axes
+        sdtype = torch.float32 if x.dtype in _LOW_PRECISION else x.dtype  # statistics dtype
+        xs = x if x.dtype == sdtype else x.to(sdtype)
+        var, mean = torch.var_mean(xs, dim=dims, correction=0, keepdim=True)  # (*, 1...): biased, Welford
+        invstd = torch.rsqrt(var + self.eps)  # (*, 1...)
+        xhat = (xs - mean) * invstd  # (*, S)
+        out = xhat
+        if self.weight is not None:
+            w = self.weight.to(sdtype)
+            out = xhat * w if self.bias is None else torch.addcmul(self.bias.to(sdtype), xhat, w)  # (*, S)
+        self._cache = (xhat, invstd, x.dtype)
+        return out if out.dtype == x.dtype else out.to(x.dtype)
+
+    def backward(self, dout: Tensor) -> Tensor:
+        """dout: (*, S) -> dx: (*, S); adds dgamma (S) and dbeta (S) into weight.grad and bias.grad."""
+        cache = self._cache
+        if not (cache is not None and isinstance(dout, Tensor) and dout.shape == cache[0].shape
+                and dout.dtype == cache[2] and dout.device == cache[0].device):
+            check_dout(repr(self), dout, None if cache is None else cache[0].shape,
+                       None if cache is None else torch.empty(0, dtype=cache[2], device=cache[0].device))
+        self._cache = None
+        xhat, invstd, xdtype = cache
+        k = len(self.normalized_shape)
+        dims = tuple(range(xhat.dim() - k, xhat.dim()))
+        lead = tuple(range(xhat.dim() - k))  # the axes gamma and beta are shared over
+        d = dout if dout.dtype == xhat.dtype else dout.to(xhat.dtype)
+        if self.weight is not None:
+            accumulate_grad(self.weight, (d * xhat).sum(lead).to(self.weight.dtype))  # S
+            if self.bias is not None:
+                accumulate_grad(self.bias, d.sum(lead).to(self.bias.dtype))  # S
+            dxhat = d * self.weight.to(d.dtype)  # (*, S)
+        else:
+            dxhat = d
+        dx = (dxhat - dxhat.mean(dims, keepdim=True) - xhat * (dxhat * xhat).mean(dims, keepdim=True)) \
+            * invstd  # (*, S)
+        return dx if dx.dtype == xdtype else dx.to(xdtype)
+
+    def _reject_input(self, x: object) -> None:
+        check_tensor(repr(self), "x", x)
+        check_floating(repr(self), "x", x)
+        k = len(self.normalized_shape)
+        if x.dim() < k or tuple(x.shape[x.dim() - k:]) != self.normalized_shape:
+            raise ValueError(f"{self!r}: expected input of shape (*, {', '.join(map(str, self.normalized_shape))}), "
+                             f"got {tuple(x.shape)}")
+        w = self.weight
+        if x.device != w.device:
+            raise ValueError(f"{self!r}: x is on {x.device} but the parameters are on {w.device}; "
+                             f"move one of them (e.g. layer.to(device='{x.device}'))")
+        raise ValueError(f"{self!r}: x has dtype {x.dtype} but the parameters have dtype {w.dtype} (a float16/"
+                         f"bfloat16 input is accepted with float32 parameters); convert one of them")

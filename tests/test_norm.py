@@ -1,0 +1,325 @@
+"""BatchNorm1d/2d and LayerNorm: gradient checks, torch.nn parity over several steps (running statistics,
+momentum=None, eval mode), conversion with buffers, the textbook batch norm, mixed precision, bad input."""
+import pytest
+import torch
+from torch import nn
+
+from gradcheck import nontrivial, check_layer
+from layers import BatchNorm1d, BatchNorm2d, LayerNorm, from_torch
+from layers import reference as ref
+from tests.conftest import assert_all_pass, rel
+
+f64 = torch.float64
+
+BN_CONFIGS = [  # (our class, torch's class, input shape)
+    (BatchNorm1d, nn.BatchNorm1d, (6, 4)),
+    (BatchNorm1d, nn.BatchNorm1d, (3, 4, 5)),
+    (BatchNorm1d, nn.BatchNorm1d, (1, 4, 5)),
+    (BatchNorm2d, nn.BatchNorm2d, (3, 4, 3, 5)),
+    (BatchNorm2d, nn.BatchNorm2d, (1, 4, 2, 3)),
+]
+BN_OPTIONS = [{}, {"momentum": None}, {"momentum": 0.6, "eps": 1e-3}, {"affine": False},
+              {"track_running_stats": False}, {"affine": False, "track_running_stats": False}]
+
+
+def ids(configs):
+    return [f"{c[0].__name__}{c[2]}" for c in configs]
+
+
+@pytest.mark.parametrize("cls,_,shape", BN_CONFIGS, ids=ids(BN_CONFIGS))
+@pytest.mark.parametrize("opts", BN_OPTIONS, ids=str)
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_batchnorm_gradcheck(cls, _, shape, opts, mode):
+    torch.manual_seed(len(shape) + shape[0])
+    layer = nontrivial(cls(shape[1], dtype=f64, **opts)).train(mode == "train")
+    assert_all_pass(check_layer(layer, torch.randn(*shape, dtype=f64) * 2 + 1))
+
+
+def torch_twin(ours, cls_t, **opts):
+    theirs = cls_t(ours.num_features, dtype=f64, **opts)
+    theirs.load_state_dict(ours.state_dict())
+    return theirs
+
+
+@pytest.mark.parametrize("cls,cls_t,shape", BN_CONFIGS, ids=ids(BN_CONFIGS))
+@pytest.mark.parametrize("opts", BN_OPTIONS, ids=str)
+def test_batchnorm_equals_torch_over_steps_then_eval(cls, cls_t, shape, opts):
+    """Four training steps (outputs, dx, accumulated parameter grads, running stats, num_batches_tracked),
+    then eval mode (running statistics or, untracked, batch statistics) forward and backward."""
+    torch.manual_seed(3)
+    ours = nontrivial(cls(shape[1], dtype=f64, **opts))
+    theirs = torch_twin(ours, cls_t, **opts)
+    for step in range(5):
+        training = step < 4
+        ours.train(training), theirs.train(training)
+        x = torch.randn(*shape, dtype=f64) * (1 + step) + step  # statistics change from step to step
+        dout = torch.randn(*shape, dtype=f64)
+        xr = x.clone().requires_grad_()
+        out_t = theirs(xr)
+        out_t.backward(dout)
+        out = ours(x)
+        dx = ours.backward(dout)
+        assert rel(out, out_t.detach()) < 1e-12 and rel(dx, xr.grad) < 1e-12, step
+        for (name, p), (name_t, p_t) in zip(ours.named_parameters(), theirs.named_parameters()):
+            assert name == name_t and rel(p.grad, p_t.grad) < 1e-12, (step, name)  # accumulated over steps
+        sd, sd_t = ours.state_dict(), theirs.state_dict()
+        assert list(sd) == list(sd_t)
+        for k in sd:
+            assert sd[k].dtype == sd_t[k].dtype and torch.allclose(sd[k], sd_t[k], rtol=1e-12, atol=0), (step, k)
+    if opts.get("track_running_stats", True):
+        assert ours.num_batches_tracked.item() == 4
+
+
+def test_running_var_is_unbiased_and_momentum_none_is_the_cumulative_average():
+    torch.manual_seed(0)
+    bn = BatchNorm1d(3, momentum=None, dtype=f64)
+    xs = [torch.randn(5, 3, dtype=f64) * 3 + 1 for _ in range(3)]
+    for x in xs:
+        bn(x)
+        bn.backward(torch.randn_like(x))
+    assert torch.allclose(bn.running_mean, torch.stack([x.mean(0) for x in xs]).mean(0), rtol=1e-13)
+    assert torch.allclose(bn.running_var, torch.stack([x.var(0, unbiased=True) for x in xs]).mean(0), rtol=1e-13)
+    assert bn.num_batches_tracked.dtype == torch.long and bn.num_batches_tracked.item() == 3
+
+
+def test_eval_uses_running_statistics_and_does_not_update_them():
+    torch.manual_seed(1)
+    bn = nontrivial(BatchNorm2d(3, dtype=f64)).eval()
+    before = {k: v.clone() for k, v in bn.state_dict().items()}
+    x = torch.randn(2, 3, 4, 4, dtype=f64)
+    out = bn(x)
+    scale = bn.weight / torch.sqrt(bn.running_var + bn.eps)
+    expected = (x - bn.running_mean.view(1, 3, 1, 1)) * scale.view(1, 3, 1, 1) + bn.bias.view(1, 3, 1, 1)
+    assert rel(out, expected) < 1e-14
+    dout = torch.randn_like(x)
+    assert rel(bn.backward(dout), dout * scale.view(1, 3, 1, 1)) < 1e-14  # the affine map's backward
+    for k, v in bn.state_dict().items():
+        assert torch.equal(v, before[k]), k
+
+
+def test_compact_backward_equals_the_step_by_step_graph():
+    torch.manual_seed(2)
+    x, dout = torch.randn(7, 5, dtype=f64) * 2 + 3, torch.randn(7, 5, dtype=f64)
+    bn = nontrivial(BatchNorm1d(5, dtype=f64))
+    out, cache = ref.batchnorm_forward(x, bn.weight, bn.bias, bn.eps)
+    dx, dgamma, dbeta = ref.batchnorm_backward(dout, cache)
+    assert rel(bn(x), out) < 1e-13
+    assert rel(bn.backward(dout), dx) < 1e-12
+    assert rel(bn.weight.grad, dgamma) < 1e-13 and rel(bn.bias.grad, dbeta) < 1e-13
+    # (N, C, H, W): the same graph on channels-last rows
+    x4, d4 = torch.randn(2, 3, 4, 2, dtype=f64), torch.randn(2, 3, 4, 2, dtype=f64)
+    bn2 = nontrivial(BatchNorm2d(3, dtype=f64))
+    rows = lambda t: t.permute(0, 2, 3, 1).reshape(-1, 3)  # noqa: E731
+    out, cache = ref.batchnorm_forward(rows(x4), bn2.weight, bn2.bias)
+    dx, _, _ = ref.batchnorm_backward(rows(d4), cache)
+    assert rel(rows(bn2(x4)), out) < 1e-13 and rel(rows(bn2.backward(d4)), dx) < 1e-12
+
+
+def test_batchnorm_initialisation_and_state_dict_equal_torch_and_draw_nothing():
+    state = torch.get_rng_state()
+    ours = BatchNorm2d(6)
+    assert torch.equal(state, torch.get_rng_state())
+    sd, sd_t = ours.state_dict(), nn.BatchNorm2d(6).state_dict()
+    assert list(sd) == list(sd_t) == ["weight", "bias", "running_mean", "running_var", "num_batches_tracked"]
+    for k in sd:
+        assert sd[k].dtype == sd_t[k].dtype and torch.equal(sd[k], sd_t[k]), k
+    assert [n for n, _ in ours.named_parameters()] == ["weight", "bias"]
+    assert list(BatchNorm1d(3, affine=False, track_running_stats=False).state_dict()) == []
+    assert list(BatchNorm1d(3, affine=False).state_dict()) == list(nn.BatchNorm1d(3, affine=False).state_dict())
+
+
+@pytest.mark.parametrize("opts", BN_OPTIONS, ids=str)
+def test_batchnorm_from_torch_to_torch_round_trip_with_buffers(opts):
+    torch.manual_seed(4)
+    theirs = nn.BatchNorm2d(3, dtype=f64, **opts)
+    theirs(torch.randn(4, 3, 2, 2, dtype=f64) * 3 + 2)  # non-trivial running statistics, one batch tracked
+    theirs.eval()
+    ours = from_torch(theirs)
+    assert isinstance(ours, BatchNorm2d) and not ours.training
+    assert (ours.momentum, ours.eps, ours.affine, ours.track_running_stats) == \
+        (theirs.momentum, theirs.eps, theirs.affine, theirs.track_running_stats)
+    back = ours.to_torch()
+    assert type(back) is nn.BatchNorm2d and not back.training
+    for a, b, c in [(theirs.state_dict(), ours.state_dict(), back.state_dict())]:
+        assert list(a) == list(b) == list(c)
+        for k in a:
+            assert torch.equal(a[k], b[k]) and torch.equal(a[k], c[k]) and a[k].dtype == c[k].dtype, k
+    x = torch.randn(2, 3, 2, 2, dtype=f64)
+    assert rel(ours(x), theirs(x)) < 1e-14 and rel(back(x), theirs(x)) < 1e-14
+
+
+def test_gradients_accumulate_across_two_backwards():
+    torch.manual_seed(5)
+    bn = nontrivial(BatchNorm1d(3, dtype=f64))
+    x1, x2 = torch.randn(4, 3, dtype=f64), torch.randn(4, 3, dtype=f64)
+    d1, d2 = torch.randn(4, 3, dtype=f64), torch.randn(4, 3, dtype=f64)
+    grads = []
+    for x, d in ((x1, d1), (x2, d2)):
+        bn.zero_grad()
+        bn(x)
+        bn.backward(d)
+        grads.append([p.grad.clone() for p in bn.parameters()])
+    bn.zero_grad()
+    for x, d in ((x1, d1), (x2, d2)):
+        bn(x)
+        bn.backward(d)
+    for p, g1, g2 in zip(bn.parameters(), *grads):
+        assert rel(p.grad, g1 + g2) < 1e-14
+
+
+def test_batchnorm_float32_sane_vs_torch():
+    torch.manual_seed(6)
+    ours = nontrivial(BatchNorm2d(8))
+    theirs = nn.BatchNorm2d(8)
+    theirs.load_state_dict(ours.state_dict())
+    x, dout = torch.randn(16, 8, 6, 6) * 4 + 10, torch.randn(16, 8, 6, 6)
+    xr = x.clone().requires_grad_()
+    out_t = theirs(xr)
+    out_t.backward(dout)
+    out, dx = ours(x), ours.backward(dout)
+    assert rel(out, out_t.detach()) < 1e-5 and rel(dx, xr.grad) < 1e-4
+    assert rel(ours.weight.grad, theirs.weight.grad) < 1e-4 and rel(ours.bias.grad, theirs.bias.grad) < 1e-4
+    assert rel(ours.running_mean, theirs.running_mean) < 1e-5 and rel(ours.running_var, theirs.running_var) < 1e-5
+    ours.eval(), theirs.eval()
+    assert rel(ours(x), theirs(x).detach()) < 1e-5
+
+
+@pytest.mark.parametrize("low", [torch.bfloat16, torch.float16])
+def test_batchnorm_half_input_keeps_float32_statistics(low):
+    """Issue 10's mixed precision: a bfloat16/float16 input with float32 parameters, statistics in float32."""
+    torch.manual_seed(7)
+    ours = nontrivial(BatchNorm2d(4))
+    theirs = nn.BatchNorm2d(4)
+    theirs.load_state_dict(ours.state_dict())
+    x = (torch.randn(8, 4, 5, 5) * 2 + 300).to(low)  # a large mean: sum(x^2)/M - mean^2 would cancel
+    xr = x.clone().requires_grad_()
+    out_t = theirs(xr)
+    out = ours(x)
+    dout = torch.randn_like(out)
+    out_t.backward(dout)
+    dx = ours.backward(dout)
+    assert out.dtype == low and dx.dtype == low and ours.running_mean.dtype == torch.float32
+    assert ours.weight.grad.dtype == torch.float32
+    x32 = x.float()
+    exact = (x32 - x32.mean((0, 2, 3), keepdim=True)) / torch.sqrt(x32.var((0, 2, 3), unbiased=False,
+                                                                             keepdim=True) + 1e-5)
+    exact = exact * ours.weight.view(1, 4, 1, 1) + ours.bias.view(1, 4, 1, 1)
+    assert rel(out.float(), exact) < 1e-2 and rel(out.float(), out_t.float().detach()) < 1e-2
+    assert rel(dx.float(), xr.grad.float()) < 3e-2
+    assert rel(ours.running_mean, theirs.running_mean) < 1e-5 and rel(ours.running_var, theirs.running_var) < 1e-3
+    assert rel(ours.weight.grad, theirs.weight.grad) < 2e-2
+
+
+def test_batchnorm_bad_input_and_arguments():
+    bn = BatchNorm2d(3, dtype=f64)
+    with pytest.raises(ValueError, match=r"BatchNorm2d\(3.*expected input of shape \(N, 3, H, W\), got \(2, 3, 4\)"):
+        bn(torch.randn(2, 3, 4, dtype=f64))
+    with pytest.raises(ValueError, match=r"got \(2, 4, 2, 2\)"):
+        bn(torch.randn(2, 4, 2, 2, dtype=f64))
+    with pytest.raises(ValueError, match="dtype torch.float32 but the parameters have dtype torch.float64"):
+        bn(torch.randn(2, 3, 2, 2))
+    with pytest.raises(ValueError, match="floating-point"):
+        bn(torch.ones(2, 3, 2, 2, dtype=torch.long))
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        bn([[1.0]])
+    with pytest.raises(ValueError, match=r"expected input of shape \(N, 3\) or \(N, 3, L\)"):
+        BatchNorm1d(3)(torch.randn(2, 3, 4, 4))
+    with pytest.raises(ValueError, match="more than 1 value per channel when training"):
+        bn(torch.randn(1, 3, 1, 1, dtype=f64))
+    with pytest.raises(ValueError, match="more than 1 value per channel"):
+        BatchNorm1d(3)(torch.randn(1, 3))
+    BatchNorm1d(3).eval()(torch.randn(1, 3))  # eval mode: one sample is fine, as in torch
+    with pytest.raises(RuntimeError, match="backward called before forward"):
+        bn.backward(torch.randn(2, 3, 2, 2, dtype=f64))
+    x = torch.randn(2, 3, 2, 2, dtype=f64)
+    bn(x)
+    with pytest.raises(ValueError, match=r"dout has shape \(2, 3, 2\)"):
+        bn.backward(torch.randn(2, 3, 2, dtype=f64))
+    bn.backward(torch.randn_like(x))
+    with pytest.raises(RuntimeError, match="backward called before forward"):
+        bn.backward(torch.randn_like(x))
+    for kwargs, match in [({"num_features": 0}, "num_features must be an int >= 1, got 0"),
+                          ({"num_features": 3, "momentum": 1.5}, r"momentum must be a number in \[0.0, 1.0\], got 1.5"),
+                          ({"num_features": 3, "eps": -1}, "eps must be a number >= 0.0, got -1"),
+                          ({"num_features": 3, "affine": 1}, "affine must be a bool, got 1"),
+                          ({"num_features": 3, "dtype": torch.int32}, "dtype must be floating point")]:
+        with pytest.raises(ValueError, match=match):
+            BatchNorm2d(**kwargs)
+
+
+# -- LayerNorm --------------------------------------------------------------------------------------
+
+LN_CONFIGS = [(6, (4, 6), {}), (5, (1, 5), {}), ((3, 4), (2, 3, 4), {}), ([4], (2, 3, 4), {"bias": False}),
+              (4, (3, 4), {"elementwise_affine": False}), ((2, 3, 2), (2, 2, 3, 2), {"eps": 1e-2})]
+
+
+@pytest.mark.parametrize("ns,shape,opts", LN_CONFIGS, ids=str)
+def test_layernorm_gradcheck_and_equals_torch(ns, shape, opts):
+    torch.manual_seed(8)
+    ours = nontrivial(LayerNorm(ns, dtype=f64, **opts))
+    assert_all_pass(check_layer(ours, torch.randn(*shape, dtype=f64) * 2 + 1))
+    theirs = nn.LayerNorm(ns, dtype=f64, **opts)
+    theirs.load_state_dict(ours.state_dict())
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    for _ in range(2):  # gradients accumulate like torch's
+        x, dout = torch.randn(*shape, dtype=f64) * 3 - 1, torch.randn(*shape, dtype=f64)
+        xr = x.clone().requires_grad_()
+        out_t = theirs(xr)
+        out_t.backward(dout)
+        assert rel(ours(x), out_t.detach()) < 1e-12 and rel(ours.backward(dout), xr.grad) < 1e-12
+        for (n, p), (_, p_t) in zip(ours.named_parameters(), theirs.named_parameters()):
+            assert rel(p.grad, p_t.grad) < 1e-12, n
+    ours.eval()
+    x = torch.randn(*shape, dtype=f64)
+    assert rel(ours(x), theirs.eval()(x).detach()) < 1e-12  # no running state: eval == train
+
+
+def test_layernorm_init_conversion_and_errors():
+    ours = LayerNorm((3, 4))
+    assert ours.normalized_shape == (3, 4) and torch.equal(ours.weight, torch.ones(3, 4))
+    theirs = nn.LayerNorm((3, 4), eps=1e-3, bias=False)
+    with torch.no_grad():
+        theirs.weight.uniform_()
+    conv = from_torch(theirs)
+    assert isinstance(conv, LayerNorm) and conv.bias is None and conv.eps == 1e-3
+    back = conv.to_torch()
+    assert back.bias is None and torch.equal(back.weight, theirs.weight) and list(back.state_dict()) == ["weight"]
+    assert from_torch(nn.LayerNorm(4, elementwise_affine=False)).weight is None
+    with pytest.raises(ValueError, match=r"expected input of shape \(\*, 3, 4\), got \(2, 4, 3\)"):
+        ours(torch.randn(2, 4, 3))
+    with pytest.raises(ValueError, match="dtype torch.float64 but the parameters have dtype torch.float32"):
+        ours(torch.randn(2, 3, 4, dtype=f64))
+    with pytest.raises(RuntimeError, match="backward called before forward"):
+        ours.backward(torch.randn(2, 3, 4))
+    for bad in (0, (), (3, -1), "4", 2.0):
+        with pytest.raises(ValueError, match="normalized_shape must be"):
+            LayerNorm(bad)
+    out = LayerNorm(4, elementwise_affine=False)(torch.randn(2, 4, dtype=f64))  # no parameters: any float dtype
+    assert out.dtype == f64
+
+
+def test_layernorm_bfloat16_input_float32_params():
+    torch.manual_seed(9)
+    ours = nontrivial(LayerNorm(16))
+    theirs = nn.LayerNorm(16)
+    theirs.load_state_dict(ours.state_dict())
+    x = (torch.randn(8, 16) + 50).bfloat16()
+    out = ours(x)
+    assert out.dtype == torch.bfloat16 and rel(out.float(), theirs(x).float().detach()) < 2e-2
+    assert ours.backward(torch.ones_like(out)).dtype == torch.bfloat16 and ours.weight.grad.dtype == torch.float32
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_norm_layers_on_cuda_equal_cpu():
+    torch.manual_seed(10)
+    for make, shape in ((lambda: nontrivial(BatchNorm2d(3, momentum=None, dtype=f64)), (4, 3, 5, 5)),
+                        (lambda: nontrivial(LayerNorm(5, dtype=f64)), (4, 3, 5))):
+        cpu = make()
+        gpu = make()
+        gpu.load_state_dict(cpu.state_dict())
+        gpu.to("cuda")
+        x, d = torch.randn(*shape, dtype=f64), torch.randn(*shape, dtype=f64)
+        assert rel(gpu(x.cuda()).cpu(), cpu(x)) < 1e-12
+        assert rel(gpu.backward(d.cuda()).cpu(), cpu.backward(d)) < 1e-12
+        for (n, a), (_, b) in zip(cpu.state_dict().items(), gpu.state_dict().items()):
+            assert torch.allclose(a, b.cpu(), rtol=1e-12), n
