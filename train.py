@@ -66,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--out", type=Path, default=None, help="output folder (default runs/<timestamp>)")
     a("--resume", type=Path, default=None, metavar="PATH", help="checkpoint.pt to continue from")
     a("--dry-run", action="store_true", help="one batch of each, for a smoke test")
+    a("--sanity", action="store_true", help="run the pre-flight checks (initial loss, overfitting 20 examples, "
+      "gradients vs autograd, manual vs twin) and exit 0 only if all pass")
     a("--quiet", action="store_true")
     return p
 
@@ -81,12 +83,17 @@ def parse_config(argv: list[str] | None) -> TrainConfig:
     values = vars(args)
     values["download"] = not values.pop("no_download")
     values["plots"] = not values.pop("no_plots")
-    return TrainConfig(**values, given=given)
+    values.pop("sanity")
+    return TrainConfig(**values, given=given - {"sanity"})
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        return run(parse_config(argv))
+        config = parse_config(argv)
+        if build_parser().parse_args(argv).sanity:
+            from training.sanity import run_sanity
+            return run_sanity(config)
+        return run(config)
     except KeyboardInterrupt:  # before training started (loading data, say): nothing was written
         print("\ninterrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

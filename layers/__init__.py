@@ -2,7 +2,7 @@
 from .activations import GELU, LeakyReLU, LogSoftmax, ReLU, Sigmoid, SiLU, Softmax, Tanh
 from .batchnorm import BatchNorm1d, BatchNorm2d
 from .convert import from_torch, to_torch
-from .dropout import Dropout, twin_mask_hook
+from .dropout import Dropout, SeededDropout, seeded_dropouts, twin_mask_hook
 from .layer import BaseLayer, Layer
 from .layernorm import LayerNorm
 from .linear import Linear
@@ -13,4 +13,4 @@ from .torch_net import PytorchNet
 
 __all__ = ["Layer", "BaseLayer", "Linear", "ReLU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax", "LeakyReLU", "GELU",
            "SiLU", "BatchNorm1d", "BatchNorm2d", "SyncBatchNorm", "convert_sync_batchnorm", "LayerNorm", "Dropout",
-           "twin_mask_hook", "Sequential", "Net", "PytorchNet", "from_torch", "to_torch"]
+           "twin_mask_hook", "SeededDropout", "seeded_dropouts", "Sequential", "Net", "PytorchNet", "from_torch", "to_torch"]

@@ -36,6 +36,7 @@ class Dropout(BaseLayer):
             raise ValueError(f"Dropout: inplace must be a bool, got {inplace!r}")
         self.p, self.inplace = float(p), inplace
         self.mask: Tensor | None = None  # the last mask drawn (public: twin_mask_hook reads it)
+        self.generator: torch.Generator | None = None  # where masks are drawn from (None: torch's default)
         self._draws = 0  # forwards that drew a mask, so a twin can tell a fresh mask from a stale one
         self._cache: tuple | None = None  # (mask or None, output shape, dtype, device)
 
@@ -53,7 +54,7 @@ class Dropout(BaseLayer):
             if self.p == 1.0:
                 mask = torch.zeros_like(x)  # (N, ...)
             else:
-                mask = torch.empty_like(x).bernoulli_(1.0 - self.p).div_(1.0 - self.p)  # (N, ...) 0 or 1/(1-p)
+                mask = draw_mask(x, self.p, self.generator)  # (N, ...) 0 or 1/(1-p)
             out = x.mul_(mask) if self.inplace else x * mask  # (N, ...)
             self._draws += 1
         self.mask = mask
@@ -70,6 +71,34 @@ class Dropout(BaseLayer):
         self._cache = None
         mask = cache[0]
         return dout if mask is None else dout * mask
+
+
+def draw_mask(x: Tensor, p: float, generator: torch.Generator | None = None) -> Tensor:
+    """The scaled dropout mask for x: bernoulli(1 - p) / (1 - p), x's shape, dtype and device (0 <= p < 1)."""
+    return torch.empty_like(x).bernoulli_(1.0 - p, generator=generator).div_(1.0 - p)
+
+
+class SeededDropout(torch.nn.Dropout):
+    """nn.Dropout drawing its masks as ``layers.Dropout`` does, from ``generator``: give a hand-written model and
+    its twin generators in the same state and both drop the same elements, in any order of running them.
+    Autograd differentiates ``x * mask``, so its backward reuses the mask as nn.Dropout's does."""
+
+    generator: torch.Generator | None = None
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        if self.p == 1.0:
+            return x * 0.0
+        return x * draw_mask(x, self.p, self.generator)
+
+
+def seeded_dropouts(module: torch.nn.Module) -> torch.nn.Module:
+    """Turn every nn.Dropout inside ``module`` into a SeededDropout (same p, no state to copy); returns it."""
+    for m in module.modules():
+        if type(m) is torch.nn.Dropout:
+            m.__class__ = SeededDropout
+    return module
 
 
 class _TwinMaskHandle:
