@@ -8,6 +8,34 @@ from layers.checks import check_floating, check_like, check_tensor
 from ._reduction import check_reduction
 
 
+def check_class_target(owner: str, logits: Tensor, target: Tensor) -> None:
+    """Class-index targets: integer (N,) on the logits' device, every class in [0, C).  One host sync."""
+    n, c = logits.shape
+    if target.device != logits.device:
+        raise ValueError(f"{owner}: target is on {target.device} but logits are on {logits.device}")
+    if target.is_floating_point() or target.dtype == torch.bool or target.is_complex() or target.shape != (n,):
+        raise ValueError(f"{owner}: target must be integer class indices of shape ({n},), "
+                         f"got {target.dtype} of shape {tuple(target.shape)}")
+    lo, hi = torch.stack(torch.aminmax(target)).tolist()  # one host sync for both bounds
+    if lo < 0 or hi >= c:
+        raise ValueError(f"{owner}: target contains class {lo if lo < 0 else hi}, outside [0, {c - 1}] "
+                         f"for {c} classes")
+
+
+def class_index_grad(logp: Tensor, target: Tensor, s: float | Tensor, eps: float = 0.0) -> Tensor:
+    """dL/dz for class-index targets, from log p = log_softmax(z): (p - (1 - eps) onehot - eps / C) * s.
+
+    Rounded as autograd rounds it (p * s first, then the one-hot part added), so the result equals
+    torch's cross_entropy backward to the last bits.  A new (N, C) tensor.
+    """
+    grad = torch.exp(logp).mul_(s)  # (N, C) softmax * s
+    onehot = torch.full((grad.shape[0], 1), 1.0, dtype=grad.dtype, device=grad.device).mul_((eps - 1) * s)  # (N, 1)
+    grad.scatter_add_(1, target.long().unsqueeze(1), onehot)
+    if eps:
+        grad.sub_(eps / grad.shape[1] * s)
+    return grad
+
+
 class CrossEntropyLoss:
     """``loss = crit(logits, target)``; ``dlogits = crit.backward()``.
 
@@ -65,17 +93,10 @@ class CrossEntropyLoss:
         self._cache = None
         eps, c = self.label_smoothing, logp.shape[1]
         s = dout * scale
-        grad = torch.exp(logp)  # (N, C) softmax
         if target.is_floating_point():
             q = target * (1 - eps) + eps / c if eps else target
-            return grad.mul_(q.sum(1, keepdim=True)).sub_(q).mul_(s)  # (p * sum(q) - q) * s
-        # (p - (1 - eps) * onehot(target) - eps / C) * s, rounded as autograd rounds it: p * s first.
-        grad.mul_(s)
-        onehot = torch.full((grad.shape[0], 1), (eps - 1) * s, dtype=grad.dtype, device=grad.device)
-        grad.scatter_add_(1, target.unsqueeze(1), onehot)
-        if eps:
-            grad.sub_(eps / c * s)
-        return grad
+            return torch.exp(logp).mul_(q.sum(1, keepdim=True)).sub_(q).mul_(s)  # (p * sum(q) - q) * s
+        return class_index_grad(logp, target, s, eps)
 
     def _check(self, logits: Tensor, target: Tensor) -> None:
         owner = repr(self)
@@ -85,19 +106,11 @@ class CrossEntropyLoss:
         if logits.dim() != 2 or logits.shape[0] == 0:
             raise ValueError(f"{owner}: logits must have shape (N, C) with N >= 1, got {tuple(logits.shape)}")
         n, c = logits.shape
-        if target.device != logits.device:
-            raise ValueError(f"{owner}: target is on {target.device} but logits are on {logits.device}")
-        if target.is_floating_point():
+        if target.is_floating_point() and target.device == logits.device:
             if target.shape != logits.shape:
                 raise ValueError(f"{owner}: a floating-point target holds class probabilities and must have the "
                                  f"logits' shape {tuple(logits.shape)}, got {tuple(target.shape)} "
                                  f"(class indices must be an integer tensor of shape ({n},))")
             check_like(owner, "target", target, logits, "logits")
             return
-        if target.dtype == torch.bool or target.is_complex() or target.shape != (n,):
-            raise ValueError(f"{owner}: class-index target must be an integer tensor of shape ({n},), "
-                             f"got {target.dtype} of shape {tuple(target.shape)}")
-        lo, hi = torch.stack(torch.aminmax(target)).tolist()  # one host sync for both bounds
-        if lo < 0 or hi >= c:
-            raise ValueError(f"{owner}: target contains class {lo if lo < 0 else hi}, outside [0, {c - 1}] "
-                             f"for {c} classes")
+        check_class_target(owner, logits, target)

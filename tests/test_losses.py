@@ -106,7 +106,7 @@ def test_target_out_of_range():
 
 
 def test_target_wrong_length():
-    with pytest.raises(ValueError, match=r"integer tensor of shape \(2,\), got torch.int64 of shape \(3,\)"):
+    with pytest.raises(ValueError, match=r"integer class indices of shape \(2,\), got torch.int64 of shape \(3,\)"):
         CrossEntropyLoss()(torch.randn(2, 3), torch.tensor([0, 1, 2]))
 
 
