@@ -71,9 +71,11 @@ class LayerNorm(BaseLayer):
         dims = tuple(range(x.dim() - k, x.dim()))  # the normalised axes
         sdtype = torch.float32 if x.dtype in _LOW_PRECISION else x.dtype  # statistics dtype
         xs = x if x.dtype == sdtype else x.to(sdtype)
-        var, mean = torch.var_mean(xs, dim=dims, correction=0, keepdim=True)  # (*, 1...): biased, Welford
-        invstd = torch.rsqrt(var + self.eps)  # (*, 1...)
-        xhat = (xs - mean) * invstd  # (*, S)
+        # Two passes (mean, then the mean of squared deviations): numerically good, and on CPU several
+        # times faster than torch.var_mean here (measured).
+        xc = xs - xs.mean(dims, keepdim=True)  # (*, S) x - mean
+        invstd = torch.rsqrt((xc * xc).mean(dims, keepdim=True) + self.eps)  # (*, 1...) 1/sqrt(biased var + eps)
+        xhat = xc * invstd  # (*, S)
         out = xhat
         if self.weight is not None:
             w = self.weight.to(sdtype)
@@ -94,15 +96,19 @@ class LayerNorm(BaseLayer):
         dims = tuple(range(xhat.dim() - k, xhat.dim()))
         lead = tuple(range(xhat.dim() - k))  # the axes gamma and beta are shared over
         d = dout if dout.dtype == xhat.dtype else dout.to(xhat.dtype)
+        tmp = d * xhat  # (*, S)
         if self.weight is not None:
-            accumulate_grad(self.weight, (d * xhat).sum(lead).to(self.weight.dtype))  # S
+            w = self.weight.to(d.dtype)
+            accumulate_grad(self.weight, tmp.sum(lead).to(self.weight.dtype))  # S
             if self.bias is not None:
                 accumulate_grad(self.bias, d.sum(lead).to(self.bias.dtype))  # S
-            dxhat = d * self.weight.to(d.dtype)  # (*, S)
+            tmp.mul_(w)  # (*, S) dxhat * xhat
+            dx = d * w  # (*, S) dxhat, becomes dx in place below
         else:
-            dxhat = d
-        dx = (dxhat - dxhat.mean(dims, keepdim=True) - xhat * (dxhat * xhat).mean(dims, keepdim=True)) \
-            * invstd  # (*, S)
+            dx = d.clone()
+        # dx = invstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), in dxhat's memory
+        m2 = tmp.mean(dims, keepdim=True)  # (*, 1...)
+        dx.sub_(dx.mean(dims, keepdim=True)).addcmul_(xhat, m2, value=-1).mul_(invstd)  # (*, S)
         return dx if dx.dtype == xdtype else dx.to(xdtype)
 
     def _reject_input(self, x: object) -> None:

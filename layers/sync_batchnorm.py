@@ -65,7 +65,7 @@ class SyncBatchNorm(_BatchNorm):
         if not self._syncing:
             super()._check_batch(x, count)
 
-    def _batch_stats(self, x: Tensor, dims: tuple[int, ...]) -> tuple[Tensor, Tensor, int | Tensor]:
+    def _batch_stats(self, x: Tensor, dims: tuple[int, ...]) -> tuple[Tensor, Tensor, Tensor, int | Tensor]:
         if not self._syncing:
             return super()._batch_stats(x, dims)
         c = self.num_features
@@ -77,7 +77,7 @@ class SyncBatchNorm(_BatchNorm):
         xc = x - mean.view(bshape)  # (N, C, *) centred on the GLOBAL mean
         sq = (xc * xc).sum(dims)  # (C,)
         dist.all_reduce(sq, group=self.process_group)
-        return mean, sq / count, count  # mean, biased var, M_g
+        return mean, xc, sq / count, count  # mean, x - mean, biased var, M_g
 
     def _reduce_grad_sums(self, sum_dout: Tensor, sum_dout_xhat: Tensor,
                           count: int | Tensor) -> tuple[Tensor, Tensor]:
