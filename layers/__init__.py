@@ -1,16 +1,20 @@
 """Hand-written layers: each computes its own backward pass."""
 from .activations import GELU, LeakyReLU, LogSoftmax, ReLU, Sigmoid, SiLU, Softmax, Tanh
 from .batchnorm import BatchNorm1d, BatchNorm2d
+from .conv import Conv2d
 from .convert import from_torch, to_torch
 from .dropout import Dropout, SeededDropout, seeded_dropouts, twin_mask_hook
+from .flatten import Flatten
 from .layer import BaseLayer, Layer
 from .layernorm import LayerNorm
 from .linear import Linear
 from .net import Net
+from .pool import AvgPool2d, MaxPool2d
 from .sequential import Sequential
 from .sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
 from .torch_net import PytorchNet
 
 __all__ = ["Layer", "BaseLayer", "Linear", "ReLU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax", "LeakyReLU", "GELU",
            "SiLU", "BatchNorm1d", "BatchNorm2d", "SyncBatchNorm", "convert_sync_batchnorm", "LayerNorm", "Dropout",
-           "twin_mask_hook", "SeededDropout", "seeded_dropouts", "Sequential", "Net", "PytorchNet", "from_torch", "to_torch"]
+           "twin_mask_hook", "SeededDropout", "seeded_dropouts", "Conv2d", "MaxPool2d", "AvgPool2d", "Flatten",
+           "Sequential", "Net", "PytorchNet", "from_torch", "to_torch"]

@@ -1,0 +1,203 @@
+"""Conv2d: 2-d convolution whose backward is two more convolutions, written out by hand.
+
+Shape legend (see layers/layer.py): N = batch, C_in / C_out = input / output channels, G = groups,
+(H, W) = input height and width, (H_out, W_out) = output height and width, (kH, kW) = kernel size,
+(sH, sW) = stride, (pH, pW) = padding, (dH, dW) = dilation.  Per spatial axis (rows shown):
+
+    H_out = floor((H + 2 pH - dH (kH - 1) - 1) / sH) + 1
+
+The layer's backward is its own formula, expressed through the convolution primitives (the
+textbook im2col version -- unfold, one matrix product, fold -- is ``reference.conv2d_forward`` /
+``conv2d_backward``, tied to this one by tests/test_conv.py).  With xp = x zero-padded,
+
+    out[n, o, i, j] = b[o] + sum_{c, u, v} w[o, c, u, v] * xp[n, c, i sH + u dH, j sW + v dW]
+
+(c running over the input channels of o's group), each input pixel is touched by the kernel taps
+that reach it, so
+
+    dx = conv_transpose2d(dout, w, stride=s, padding=p, dilation=d, groups=G)
+         -- the transposed convolution scatters each dout[n, o, i, j] back through the taps; its
+            ``output_padding`` restores the rows/columns the forward's floor division dropped;
+    dw[o, c, u, v] = sum_{n, i, j} dout[n, o, i, j] * xp[n, c, i sH + u dH, j sW + v dW]
+         -- a correlation of the input with dout over the batch and the output positions: a
+            convolution with the batch as the channel axis, dout as the kernel, and stride and
+            dilation trading places (the kernel dout steps by sH; the output tap u steps by dH);
+    db[o] = sum_{n, i, j} dout[n, o, i, j].
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .checks import check_dout, check_int, check_like, check_tensor
+from .init import torch_default_params
+from .layer import BaseLayer, accumulate_grad
+
+
+def pair(owner: str, name: str, value: object, lo: int) -> tuple[int, int]:
+    """An int or a pair of ints, each >= lo, as (rows, cols); anything else is a ValueError naming it."""
+    items = (value, value) if isinstance(value, int) and not isinstance(value, bool) else value
+    if not (isinstance(items, (tuple, list)) and len(items) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= lo for v in items)):
+        raise ValueError(f"{owner}: {name} must be an int >= {lo} or a pair of them, got {value!r}")
+    return int(items[0]), int(items[1])
+
+
+def conv_out_size(size: int, kernel: int, stride: int, padding: int, dilation: int) -> int:
+    """Output length of a convolution along one axis (floor division: trailing rows may go unused)."""
+    return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
+
+
+class Conv2d(BaseLayer):
+    """2-d convolution (cross-correlation, as in every framework): x (N, C_in, H, W) -> (N, C_out, H_out, W_out).
+
+    Same arguments, defaults, parameter names, layouts and initialisation as ``torch.nn.Conv2d``:
+    ``weight`` (C_out, C_in / G, kH, kW) and ``bias`` (C_out,), Kaiming-uniform as nn.Conv2d draws
+    them (``layers.init``), so one seed gives identical weights.  ``kernel_size``, ``stride``,
+    ``padding`` and ``dilation`` take an int or a pair; ``padding`` also ``"valid"`` (none) or
+    ``"same"`` (output size = input size, stride 1 only; an odd total padding puts the extra row and
+    column at the bottom and right, as torch does).  Only ``padding_mode="zeros"`` is supported.
+
+    Forward is ``F.conv2d``; backward is the hand-written formula of the module docstring:
+    ``backward(dout, need_input_grad=True)`` adds dw and db into ``.grad`` and returns dx (or None
+    with ``need_input_grad=False``: the first layer of a network skips that transposed convolution).
+    Cached between the two: the (padded) input, for dw.
+    """
+
+    _param_names = ("weight", "bias")
+    torch_class = torch.nn.Conv2d
+    _ctor_args = ("in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation", "groups", "bias",
+                  "padding_mode")
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int],
+                 stride: int | tuple[int, int] = 1, padding: int | tuple[int, int] | str = 0,
+                 dilation: int | tuple[int, int] = 1, groups: int = 1, bias: bool = True,
+                 padding_mode: str = "zeros", *, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None):
+        owner = "Conv2d"
+        self.in_channels = check_int(owner, "in_channels", in_channels)
+        self.out_channels = check_int(owner, "out_channels", out_channels)
+        self.groups = check_int(owner, "groups", groups)
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(f"{owner}: in_channels ({in_channels}) and out_channels ({out_channels}) must both be "
+                             f"divisible by groups ({groups})")
+        self.kernel_size = pair(owner, "kernel_size", kernel_size, 1)
+        self.stride = pair(owner, "stride", stride, 1)
+        self.dilation = pair(owner, "dilation", dilation, 1)
+        if not isinstance(bias, bool):
+            raise ValueError(f"{owner}: bias must be a bool, got {bias!r}")
+        if padding_mode != "zeros":
+            raise ValueError(f"{owner}: padding_mode must be 'zeros' (reflect, replicate and circular padding are "
+                             f"not supported), got {padding_mode!r}")
+        self.padding_mode = padding_mode
+        if dtype is not None and not dtype.is_floating_point:
+            raise ValueError(f"{owner}: dtype must be floating point, got {dtype}")
+        (kh, kw), (dh, dw) = self.kernel_size, self.dilation
+        if isinstance(padding, str):
+            if padding not in ("same", "valid"):
+                raise ValueError(f"{owner}: padding must be 'same', 'valid', an int >= 0 or a pair of them, "
+                                 f"got {padding!r}")
+            if padding == "same" and self.stride != (1, 1):
+                raise ValueError(f"{owner}: padding='same' needs stride 1 (as in torch), got stride={stride!r}")
+            self.padding: tuple[int, int] | str = padding
+            # "same": total padding d (k - 1) per axis, half on each side, the odd one at the bottom/right.
+            th, tw = (dh * (kh - 1), dw * (kw - 1)) if padding == "same" else (0, 0)
+            self._pad = (th // 2, tw // 2)  # symmetric part, given to the convolutions
+            self._extra = (th - 2 * (th // 2), tw - 2 * (tw // 2))  # 0 or 1 more row (bottom) / column (right)
+        else:
+            self.padding = self._pad = pair(owner, "padding", padding, 0)
+            self._extra = (0, 0)
+        self.weight, self.bias = torch_default_params((out_channels, in_channels // groups, kh, kw), bias,
+                                                      device=device, dtype=dtype)
+        self._cache: tuple[Tensor, torch.Size, tuple[int, int]] | None = None  # (padded x, out shape, (H, W))
+
+    def extra_repr(self) -> str:
+        s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
+        if self.padding != (0, 0):
+            s += f", padding={self.padding!r}"
+        if self.dilation != (1, 1):
+            s += f", dilation={self.dilation}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
+        return s + ("" if self.bias is not None else ", bias=False")
+
+    def _out_hw(self, h: int, w: int) -> tuple[int, int]:
+        """(H_out, W_out) for an input already carrying the extra "same" row/column."""
+        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = self.kernel_size, self.stride, self._pad, self.dilation
+        return conv_out_size(h, kh, sh, ph, dh), conv_out_size(w, kw, sw, pw, dw)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x: (N, C_in, H, W) -> out: (N, C_out, H_out, W_out)."""
+        w = self.weight
+        if not (isinstance(x, Tensor) and x.dim() == 4 and x.shape[1] == self.in_channels
+                and x.dtype == w.dtype and x.device == w.device):
+            self._reject_input(x)  # the cheap test above failed: find out what is wrong and say so
+        hw = (x.shape[2], x.shape[3])
+        if self._extra != (0, 0):  # "same" with an odd total padding: the extra zeros at the bottom/right
+            x = F.pad(x, (0, self._extra[1], 0, self._extra[0]))  # (N, C_in, H + 1?, W + 1?)
+        ho, wo = self._out_hw(x.shape[2], x.shape[3])
+        if ho < 1 or wo < 1:
+            raise ValueError(f"{self!r}: input of spatial size {hw} (padding {self._pad}) is smaller than the "
+                             f"dilated kernel {tuple(d * (k - 1) + 1 for k, d in zip(self.kernel_size, self.dilation))}")
+        out = F.conv2d(x, w, self.bias, self.stride, self._pad, self.dilation, self.groups)  # (N, C_out, H_out, W_out)
+        self._cache = (x, out.shape, hw)
+        return out
+
+    def backward(self, dout: Tensor, need_input_grad: bool = True) -> Tensor | None:
+        """dout: (N, C_out, H_out, W_out) -> dx: (N, C_in, H, W) (None if not ``need_input_grad``);
+        adds dw (C_out, C_in / G, kH, kW) and db (C_out,) into weight.grad and bias.grad."""
+        cache, w = self._cache, self.weight
+        if not (cache is not None and isinstance(dout, Tensor) and dout.shape == cache[1]
+                and dout.dtype == w.dtype and dout.device == w.device):
+            check_dout(repr(self), dout, None if cache is None else cache[1], w)
+        self._cache = None
+        x, _, (h, wd) = cache
+        dw = self._weight_grad(x, dout)  # (C_out, C_in / G, kH, kW)
+        if w.grad is None:
+            w.grad = dw
+        else:
+            w.grad.add_(dw)
+        if self.bias is not None:
+            accumulate_grad(self.bias, dout.sum((0, 2, 3)))  # (C_out,)
+        if not need_input_grad:
+            return None
+        return self._input_grad(dout, x.shape)[:, :, :h, :wd]  # (N, C_in, H, W): drops the extra "same" row/col
+
+    def _input_grad(self, dout: Tensor, x_shape: torch.Size) -> Tensor:
+        """dx = the transposed convolution of dout with the weight, (N, C_in, H', W') for the padded input.
+
+        conv_transpose2d's output is (H_out - 1) sH - 2 pH + dH (kH - 1) + 1 rows: the forward's floor
+        division may have left up to sH - 1 trailing input rows that no window reached; output_padding
+        adds them back (their gradient is zero), so the shape matches x's exactly."""
+        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = self.kernel_size, self.stride, self._pad, self.dilation
+        ho, wo = dout.shape[2], dout.shape[3]
+        oph = x_shape[2] - ((ho - 1) * sh - 2 * ph + dh * (kh - 1) + 1)  # in [0, sH)
+        opw = x_shape[3] - ((wo - 1) * sw - 2 * pw + dw * (kw - 1) + 1)  # in [0, sW)
+        return F.conv_transpose2d(dout, self.weight, None, self.stride, self._pad, (oph, opw), self.groups,
+                                  self.dilation)  # (N, C_in, H', W')
+
+    def _weight_grad(self, x: Tensor, dout: Tensor) -> Tensor:
+        """dw[o, c, u, v] = sum_{n,i,j} dout[n, o, i, j] xp[n, c, i sH + u dH, j sW + v dW], as one convolution.
+
+        The batch becomes the channel axis: the "input" is x as (C_in / G, G * N, H, W) -- group g's
+        channels of every sample -- and the "kernel" is dout as (C_out, N, H_out, W_out), grouped G ways,
+        so output channel o (of group g) sums over exactly the samples of g's input channels.  The kernel's
+        taps i step through the input by sH (its dilation) and the output taps u by dH (its stride).  Its
+        output (C_in / G, C_out, kH', kW') has kH' >= kH taps: beyond kH they read only the rows the forward
+        dropped, and are cut off."""
+        (kh, kw), g = self.kernel_size, self.groups
+        n, c, h, w = x.shape
+        xt = x.transpose(0, 1) if g == 1 else \
+            x.view(n, g, c // g, h, w).permute(2, 1, 0, 3, 4).reshape(c // g, g * n, h, w)  # (C_in/G, G*N, H, W)
+        dt = dout.transpose(0, 1)  # (C_out, N, H_out, W_out)
+        corr = F.conv2d(xt, dt, None, self.dilation, self._pad, self.stride, g)  # (C_in/G, C_out, kH', kW')
+        return corr[:, :, :kh, :kw].transpose(0, 1).contiguous()  # (C_out, C_in/G, kH, kW), the weight's layout
+
+    def _reject_input(self, x: object) -> None:
+        check_tensor(repr(self), "x", x)
+        if x.dim() != 4 or x.shape[1] != self.in_channels:
+            hint = "; an unbatched (C, H, W) image needs the batch axis: x.unsqueeze(0)" if x.dim() == 3 else ""
+            raise ValueError(f"{self!r}: expected input of shape (N, {self.in_channels}, H, W), "
+                             f"got {tuple(x.shape)}{hint}")
+        check_like(repr(self), "input", x, self.weight, "weight")

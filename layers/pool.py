@@ -1,0 +1,203 @@
+"""MaxPool2d and AvgPool2d: 2-d pooling with hand-written backward passes.
+
+Shape legend (see layers/layer.py): N = batch, C = channels, (H, W) -> (H_out, W_out) the spatial size
+before / after, (kH, kW) window, (sH, sW) stride, (pH, pW) padding.  Pooling acts on each (n, c) plane
+alone.  Output size per axis (rows shown; ceil_mode rounds up, but a window must start inside the input
+or its left padding, as torch has it):
+
+    H_out = floor_or_ceil((H + 2 pH - dH (kH - 1) - 1) / sH) + 1      (dH = 1 for average pooling)
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .checks import check_dout, check_floating, check_tensor
+from .conv import pair
+from .layer import BaseLayer
+
+
+def pool_out_size(size: int, kernel: int, stride: int, padding: int, dilation: int, ceil_mode: bool) -> int:
+    span = size + 2 * padding - dilation * (kernel - 1) - 1
+    out = (span + (stride - 1 if ceil_mode else 0)) // stride + 1
+    if ceil_mode and (out - 1) * stride >= size + padding:  # the last window would start in the right padding
+        out -= 1
+    return out
+
+
+class _Pool2d(BaseLayer):
+    """Validation and the cache shared by the two pools: parameter-free, (N, C, H, W) in and out."""
+
+    _dilation = (1, 1)
+
+    def _check_args(self, kernel_size, stride, padding, ceil_mode) -> None:
+        owner = type(self).__name__
+        self._k = pair(owner, "kernel_size", kernel_size, 1)
+        self._s = self._k if stride is None else pair(owner, "stride", stride, 1)
+        self._p = pair(owner, "padding", padding, 0)
+        if not isinstance(ceil_mode, bool):
+            raise ValueError(f"{owner}: ceil_mode must be a bool, got {ceil_mode!r}")
+        # torch.nn keeps the arguments as given (an int stays an int) and stride=None as kernel_size.
+        self.kernel_size, self.padding, self.ceil_mode = kernel_size, padding, ceil_mode
+        self.stride = kernel_size if stride is None else stride
+        self._cache: tuple | None = None
+
+    def _check_padding(self) -> None:
+        """torch's rule: padding at most half the (dilated) window, so every window sees an input element."""
+        for k, p, d in zip(self._k, self._p, self._dilation):
+            if p > (d * (k - 1) + 1) // 2:
+                raise ValueError(f"{type(self).__name__}: padding must be at most half of the (effective) kernel "
+                                 f"size, got padding={self.padding!r}, kernel_size={self.kernel_size!r}")
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+    def _out_hw(self, x: Tensor) -> tuple[int, int]:
+        return tuple(pool_out_size(x.shape[2 + i], self._k[i], self._s[i], self._p[i], self._dilation[i],
+                                   self.ceil_mode) for i in range(2))
+
+    def _check_input(self, x: object) -> None:
+        if not (isinstance(x, Tensor) and x.dim() == 4 and x.is_floating_point()):
+            check_tensor(repr(self), "x", x)
+            check_floating(repr(self), "x", x)
+            hint = "; an unbatched (C, H, W) image needs the batch axis: x.unsqueeze(0)" if x.dim() == 3 else ""
+            raise ValueError(f"{self!r}: expected input of shape (N, C, H, W), got {tuple(x.shape)}{hint}")
+        ho, wo = self._out_hw(x)
+        if ho < 1 or wo < 1:
+            raise ValueError(f"{self!r}: input of spatial size {tuple(x.shape[2:])} is too small for the window "
+                             f"(output size would be {(ho, wo)})")
+
+    def _take_cache(self, dout: object) -> tuple:
+        cache = self._cache
+        out_shape, dtype, device = (cache[0], cache[1], cache[2]) if cache is not None else (None, None, None)
+        if not (cache is not None and isinstance(dout, Tensor) and dout.shape == out_shape
+                and dout.dtype == dtype and dout.device == device):
+            check_dout(repr(self), dout, out_shape, None if cache is None else torch.empty(0, dtype=dtype,
+                                                                                             device=device))
+        self._cache = None
+        return cache
+
+
+class MaxPool2d(_Pool2d):
+    """out[n, c, i, j] = max over the window of x (padding is -inf: never the max).
+
+    Backward: each window's gradient goes to the one input element that was its maximum (its argmax;
+    the first one on a tie, as torch picks); where windows overlap, an element that is the maximum of
+    several receives the sum:
+
+        dx = zeros (N, C, H * W);  dx[n, c, argmax[n, c, i, j]] += dout[n, c, i, j]   (a scatter-add)
+
+    The forward gets the argmax from ``F.max_pool2d(return_indices=True)`` (flat indices into each H*W
+    plane) and caches only those and the input's shape.  ``dilation`` and ``ceil_mode`` are supported;
+    ``return_indices=True`` is not (a layer returns one tensor).
+    """
+
+    torch_class = torch.nn.MaxPool2d
+    _ctor_args = ("kernel_size", "stride", "padding", "dilation", "return_indices", "ceil_mode")
+
+    def __init__(self, kernel_size: int | tuple[int, int], stride: int | tuple[int, int] | None = None,
+                 padding: int | tuple[int, int] = 0, dilation: int | tuple[int, int] = 1,
+                 return_indices: bool = False, ceil_mode: bool = False) -> None:
+        self._check_args(kernel_size, stride, padding, ceil_mode)
+        self._dilation = pair("MaxPool2d", "dilation", dilation, 1)
+        self.dilation = dilation
+        if return_indices is not False:
+            raise ValueError(f"MaxPool2d: return_indices must be False (a layer returns one tensor; the argmax is "
+                             f"kept inside for the backward), got {return_indices!r}")
+        self.return_indices = False
+        self._check_padding()
+
+    def extra_repr(self) -> str:
+        return (super().extra_repr() + (f", dilation={self.dilation}" if self._dilation != (1, 1) else "")
+                + (", ceil_mode=True" if self.ceil_mode else ""))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x: (N, C, H, W) -> out: (N, C, H_out, W_out)."""
+        self._check_input(x)
+        out, idx = F.max_pool2d(x, self._k, self._s, self._p, self._dilation, self.ceil_mode,
+                                return_indices=True)  # (N, C, H_out, W_out) values and flat argmax in H*W
+        self._cache = (out.shape, x.dtype, x.device, idx, x.shape)
+        return out
+
+    def backward(self, dout: Tensor) -> Tensor:
+        """dout: (N, C, H_out, W_out) -> dx: (N, C, H, W), dout scattered to each window's argmax."""
+        _, _, _, idx, (n, c, h, w) = self._take_cache(dout)
+        dx = dout.new_zeros(n, c, h * w)  # (N, C, H*W)
+        dx.scatter_add_(2, idx.view(n, c, -1), dout.reshape(n, c, -1))  # overlapping windows add up
+        return dx.view(n, c, h, w)
+
+
+class AvgPool2d(_Pool2d):
+    """out[n, c, i, j] = sum of x over the window / divisor[i, j].
+
+    The divisor is kH * kW (``count_include_pad=True``: padding zeros count), or the number of real input
+    elements in the window (``count_include_pad=False``), or ``divisor_override``.  With ``ceil_mode``
+    a window may run past the padded input; torch's divisor then counts only the part inside it, and so
+    does this one (``_divisor``).
+
+    Backward: every element of a window receives that window's dout / divisor, and windows add up where
+    they overlap -- exactly a transposed convolution of dout / divisor with a kernel of ones, one channel
+    at a time:
+
+        dx = conv_transpose2d((dout / divisor) as (N*C, 1, H_out, W_out), ones (1, 1, kH, kW),
+                              stride=s, padding=p)               cut or padded to (H, W)
+
+    Cached: only the input's shape (the divisor is rebuilt from it in backward).
+    """
+
+    torch_class = torch.nn.AvgPool2d
+    _ctor_args = ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override")
+
+    def __init__(self, kernel_size: int | tuple[int, int], stride: int | tuple[int, int] | None = None,
+                 padding: int | tuple[int, int] = 0, ceil_mode: bool = False, count_include_pad: bool = True,
+                 divisor_override: int | None = None) -> None:
+        self._check_args(kernel_size, stride, padding, ceil_mode)
+        if not isinstance(count_include_pad, bool):
+            raise ValueError(f"AvgPool2d: count_include_pad must be a bool, got {count_include_pad!r}")
+        if divisor_override is not None and (isinstance(divisor_override, bool) or not isinstance(
+                divisor_override, int) or divisor_override == 0):
+            raise ValueError(f"AvgPool2d: divisor_override must be None or a non-zero int, got {divisor_override!r}")
+        self.count_include_pad, self.divisor_override = count_include_pad, divisor_override
+        self._check_padding()
+
+    def extra_repr(self) -> str:
+        return (super().extra_repr() + (", ceil_mode=True" if self.ceil_mode else "")
+                + ("" if self.count_include_pad else ", count_include_pad=False")
+                + ("" if self.divisor_override is None else f", divisor_override={self.divisor_override}"))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x: (N, C, H, W) -> out: (N, C, H_out, W_out)."""
+        self._check_input(x)
+        out = F.avg_pool2d(x, self._k, self._s, self._p, self.ceil_mode, self.count_include_pad,
+                           self.divisor_override)  # (N, C, H_out, W_out)
+        self._cache = (out.shape, x.dtype, x.device, x.shape)
+        return out
+
+    def _divisor(self, hw: tuple[int, int], out_hw: tuple[int, int], like: Tensor) -> Tensor | float:
+        """(H_out, W_out) divisors of the windows (a number where they are all kH * kW), torch's rule:
+        per axis, a window starting at i s - p ends at min(start + k, size + p) (ceil_mode may cut it
+        there); it holds end - start elements counting padding, and min(end, size) - max(start, 0) real ones."""
+        if self.divisor_override is not None:
+            return float(self.divisor_override)
+        if self.count_include_pad and not self.ceil_mode:  # every window fits inside the padded input
+            return float(self._k[0] * self._k[1])
+        counts = []
+        for size, n_out, k, s, p in zip(hw, out_hw, self._k, self._s, self._p):
+            start = torch.arange(n_out, device=like.device, dtype=like.dtype) * s - p  # (n_out,)
+            end = torch.clamp(start + k, max=size + p)
+            counts.append(end - start if self.count_include_pad else end.clamp(max=size) - start.clamp(min=0))
+        return counts[0][:, None] * counts[1][None, :]  # (H_out, W_out)
+
+    def backward(self, dout: Tensor) -> Tensor:
+        """dout: (N, C, H_out, W_out) -> dx: (N, C, H, W)."""
+        out_shape, _, _, (n, c, h, w) = self._take_cache(dout)
+        ho, wo = out_shape[2], out_shape[3]
+        (kh, kw), (sh, sw), (ph, pw) = self._k, self._s, self._p
+        g = (dout / self._divisor((h, w), (ho, wo), dout)).reshape(n * c, 1, ho, wo)  # (N*C, 1, H_out, W_out)
+        ones = dout.new_ones(1, 1, kh, kw)
+        # The transposed convolution gives (H_out - 1) sH - 2 pH + kH rows: fewer than H when the floor
+        # division dropped trailing rows (output_padding adds them, zero), more with ceil_mode (cut off).
+        full_h, full_w = (ho - 1) * sh - 2 * ph + kh, (wo - 1) * sw - 2 * pw + kw
+        dx = F.conv_transpose2d(g, ones, None, (sh, sw), (ph, pw), (max(h - full_h, 0), max(w - full_w, 0)))
+        return dx[:, :, :h, :w].reshape(n, c, h, w)  # (N, C, H, W)
