@@ -63,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--no-plots", action="store_true", help="skip rendering the PNG figures")
     a("--dist-timeout", type=float, default=d["dist_timeout"].default,
       help="under torchrun: seconds a collective may wait before the run fails")
+    a("--no-sync-bn", action="store_true", help="under torchrun: per-process batch norm statistics (the twin "
+      "then uses plain BatchNorm under DDP) instead of synchronised ones")
     a("--out", type=Path, default=None, help="output folder (default runs/<timestamp>)")
     a("--resume", type=Path, default=None, metavar="PATH", help="checkpoint.pt to continue from")
     a("--dry-run", action="store_true", help="one batch of each, for a smoke test")
@@ -78,11 +80,12 @@ def parse_config(argv: list[str] | None) -> TrainConfig:
     args = parser.parse_args(argv)
     parser.set_defaults(**{action.dest: _UNSET for action in parser._actions if action.dest != "help"})
     given = {k for k, v in vars(parser.parse_args(argv)).items() if v is not _UNSET}
-    renamed = {"no_download": "download", "no_plots": "plots"}
+    renamed = {"no_download": "download", "no_plots": "plots", "no_sync_bn": "sync_bn"}
     given = frozenset(renamed.get(k, k) for k in given)
     values = vars(args)
     values["download"] = not values.pop("no_download")
     values["plots"] = not values.pop("no_plots")
+    values["sync_bn"] = not values.pop("no_sync_bn")
     values.pop("sanity")
     return TrainConfig(**values, given=given - {"sanity"})
 

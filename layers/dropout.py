@@ -37,6 +37,9 @@ class Dropout(BaseLayer):
         self.p, self.inplace = float(p), inplace
         self.mask: Tensor | None = None  # the last mask drawn (public: twin_mask_hook reads it)
         self.generator: torch.Generator | None = None  # where masks are drawn from (None: torch's default)
+        # Data parallelism: (lo, hi, total) draws the mask of the whole global batch of `total` rows and keeps rows
+        # [lo, hi), this process's part, so N processes drop exactly what one process would.
+        self.global_rows: tuple[int, int, int] | None = None
         self._draws = 0  # forwards that drew a mask, so a twin can tell a fresh mask from a stale one
         self._cache: tuple | None = None  # (mask or None, output shape, dtype, device)
 
@@ -54,7 +57,7 @@ class Dropout(BaseLayer):
             if self.p == 1.0:
                 mask = torch.zeros_like(x)  # (N, ...)
             else:
-                mask = draw_mask(x, self.p, self.generator)  # (N, ...) 0 or 1/(1-p)
+                mask = draw_mask(x, self.p, self.generator, self.global_rows)  # (N, ...) 0 or 1/(1-p)
             out = x.mul_(mask) if self.inplace else x * mask  # (N, ...)
             self._draws += 1
         self.mask = mask
@@ -73,9 +76,20 @@ class Dropout(BaseLayer):
         return dout if mask is None else dout * mask
 
 
-def draw_mask(x: Tensor, p: float, generator: torch.Generator | None = None) -> Tensor:
-    """The scaled dropout mask for x: bernoulli(1 - p) / (1 - p), x's shape, dtype and device (0 <= p < 1)."""
-    return torch.empty_like(x).bernoulli_(1.0 - p, generator=generator).div_(1.0 - p)
+def draw_mask(x: Tensor, p: float, generator: torch.Generator | None = None,
+              global_rows: tuple[int, int, int] | None = None) -> Tensor:
+    """The scaled dropout mask for x: bernoulli(1 - p) / (1 - p), x's shape, dtype and device (0 <= p < 1).
+
+    ``global_rows=(lo, hi, total)``: x holds rows [lo, hi) of a batch of ``total``; the whole batch's mask is
+    drawn and these rows kept.
+    """
+    if global_rows is None:
+        return torch.empty_like(x).bernoulli_(1.0 - p, generator=generator).div_(1.0 - p)
+    lo, hi, total = global_rows
+    if hi - lo != x.shape[0]:
+        raise ValueError(f"Dropout: global_rows {global_rows} covers {hi - lo} rows, the input has {x.shape[0]}")
+    full = x.new_empty((total, *x.shape[1:])).bernoulli_(1.0 - p, generator=generator).div_(1.0 - p)
+    return full[lo:hi]
 
 
 class SeededDropout(torch.nn.Dropout):
@@ -84,13 +98,14 @@ class SeededDropout(torch.nn.Dropout):
     Autograd differentiates ``x * mask``, so its backward reuses the mask as nn.Dropout's does."""
 
     generator: torch.Generator | None = None
+    global_rows: tuple[int, int, int] | None = None
 
     def forward(self, x: Tensor) -> Tensor:
         if not self.training or self.p == 0.0:
             return x
         if self.p == 1.0:
             return x * 0.0
-        return x * draw_mask(x, self.p, self.generator)
+        return x * draw_mask(x, self.p, self.generator, self.global_rows)
 
 
 def seeded_dropouts(module: torch.nn.Module) -> torch.nn.Module:

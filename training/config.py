@@ -15,7 +15,7 @@ from optimizers import OPTIMIZERS
 from .errors import UsageError
 
 DATASETS = {"mnist": "MNIST", "fashion-mnist": "FashionMNIST"}  # name -> torchvision dataset class
-MODELS = ("mlp",)
+MODELS = ("mlp", "cnn")
 IMPLS = ("manual", "engine", "torch")  # hand-written layers, the autodiff engine, nn.Module + autograd
 IMPL_GROUPS = {"both": ("manual", "torch"), "all": IMPLS}
 DTYPES = ("float32", "float64")
@@ -62,6 +62,7 @@ class TrainConfig:
     quiet: bool = False
     plots: bool = True               # render PNG figures at the end
     dist_timeout: float = 120.0      # seconds a collective may wait under torchrun before the run fails
+    sync_bn: bool = True             # under torchrun: batch statistics over the global batch (SyncBatchNorm)
     given: frozenset[str] = field(default=frozenset(), compare=False)  # fields set explicitly by the user
 
     def __post_init__(self):

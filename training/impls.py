@@ -170,7 +170,7 @@ def build_impls(config: TrainConfig, device: torch.device, dtype: torch.dtype, i
     With ``steps_per_epoch`` each gets the learning-rate scheduler ``config.schedule`` asks for (``impl.sched``).
     Under torchrun rank 0's initial weights and buffers are broadcast to every rank first.
     """
-    models = build_models(config, device, dtype)
+    models = build_models(config, device, dtype, sync_bn=info.enabled and config.sync_bn)
     if info.enabled:
         for name, model in models.items():
             if name == "engine":

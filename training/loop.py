@@ -93,6 +93,7 @@ def train_epoch(impl: Impl, data: Data, perm: Tensor, epoch: int, config: TrainC
         if info.enabled:  # this rank's contiguous slice of the global batch
             lo, hi = shard_bounds(total, info)
             x, y = x[lo:hi], y[lo:hi]
+            use_generator(impl.model, gen, (lo, hi, total))  # dropout keeps its rows of the global batch's mask
         batch_loss, logits, _ = impl.train_step(x, y, total)
         if impl.sched is not None:
             impl.sched.step()
