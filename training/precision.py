@@ -2,8 +2,9 @@
 
 A mixed-precision step of a hand-written model, in the order the pieces are called::
 
-    model = to_low_precision(net, torch.bfloat16)        # matmuls in bf16; batch norm keeps float32
-    master = MasterWeights(model)                         # float32 copies: the optimizer's parameters
+    master = MasterWeights(model, cast_to=torch.bfloat16) # float32 copies of the weights (the optimizer's
+                                                          # parameters), then the model cast to bf16
+                                                          # (matmuls in bf16; batch norm keeps float32)
     opt = SGD(master.parameters(), lr=0.1, momentum=0.9)
     scaler = DynamicLossScaler()                          # float16 needs it; bfloat16 does not
 
@@ -245,24 +246,29 @@ class MasterWeights:
     allocated once and overwritten each step.
     """
 
-    def __init__(self, model, dtype: torch.dtype = torch.float32):
+    def __init__(self, model, cast_to: torch.dtype | None = None, *, dtype: torch.dtype = torch.float32,
+                 keep_norm_float32: bool = True):
+        """``model``: a hand-written model.  With ``cast_to`` (float16/bfloat16) the masters are copied from
+        the model's float32 weights first -- exactly, so the run starts from the float32 initialisation --
+        and then the model is cast with ``to_low_precision(model, cast_to, keep_norm_float32)``.  Without
+        it the model is taken as it is (already cast: the masters hold its rounded values)."""
         if dtype not in (torch.float32, torch.float64):
             raise ValueError(f"MasterWeights: master dtype must be float32 or float64, got {dtype}")
         self.model, self.dtype = model, dtype
         named = list(model.named_parameters())
         if not named:
             raise ValueError(f"MasterWeights: {type(model).__name__} has no parameters")
-        self._names = [name for name, _ in named]
-        self._model_params = [p for _, p in named]
-        self._masters = []
         for name, p in named:
             if not p.is_floating_point():
                 raise ValueError(f"MasterWeights: parameter {name!r} has dtype {p.dtype}, not floating point")
-            if p.dtype == dtype:
-                self._masters.append(p)
-            else:
-                m = torch.empty_strided(p.shape, p.stride(), dtype=dtype, device=p.device)
-                self._masters.append(m.copy_(p))
+        self._names = [name for name, _ in named]
+        self._model_params = [p for _, p in named]
+        # copies first (the same strides: Linear's (D, H) weight view stays a transposed layout) ...
+        copies = [torch.empty_strided(p.shape, p.stride(), dtype=dtype, device=p.device).copy_(p) for _, p in named]
+        if cast_to is not None:  # ... then the cast, so the masters keep every bit of the float32 weights
+            to_low_precision(model, cast_to, keep_norm_float32)
+        # a parameter still in the master dtype is its own master (no copy, no second buffer)
+        self._masters = [p if p.dtype == dtype else m for p, m in zip(self._model_params, copies)]
         # pairs that need copying, for the foreach copies
         self._copy = [(p, m) for p, m in zip(self._model_params, self._masters) if p is not m]
 
