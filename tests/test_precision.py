@@ -330,12 +330,16 @@ def test_master_weights_update_equals_float32_reference():
                                                                                       net.parameters()))
     opt, opt_ref = Adam(master.parameters(), lr=0.01), torch.optim.Adam(ref, lr=0.01)
     crit = CrossEntropyLoss()
+    buffers = None
     for _ in range(4):
         x, y = torch.randn(16, 6, dtype=torch.bfloat16), torch.randint(0, 3, (16,))
-        master.zero_grad()
+        master.zero_grad(set_to_none=False)
         crit(net(x), y)
         net.backward(crit.backward())
         master.grads_to_master()
+        ptrs = [t.grad.data_ptr() for t in master.parameters() + list(net.parameters())]
+        assert buffers is None or ptrs == buffers  # gradient buffers allocated once, then written in place
+        buffers = ptrs
         for r, p in zip(ref, net.parameters()):
             r.grad = p.grad.float()
         opt.step()

@@ -309,14 +309,18 @@ class MasterWeights:
             torch._foreach_copy_([p for p, _ in self._copy], [m for _, m in self._copy])
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Clear the model's and the masters' gradients (None by default, as torch; in place otherwise)."""
-        for t in self._model_params + [m for _, m in self._copy]:
-            if t.grad is None:
+        """Clear the model's gradients before a backward (None by default, as torch; zeros in place otherwise).
+
+        The copied masters' gradients need no clearing: ``grads_to_master`` overwrites them (or sets None),
+        so their buffers stay put from step to step.
+        """
+        for p in self._model_params:
+            if p.grad is None:
                 continue
             if set_to_none:
-                t.grad = None
+                p.grad = None
             else:
-                t.grad.zero_()
+                p.grad.zero_()
 
     def state_dict(self) -> dict[str, Tensor]:
         """Parameter name -> master tensor (float32): save this, not the rounded model weights."""
