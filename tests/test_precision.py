@@ -500,3 +500,11 @@ def test_bfloat16_cnn_reaches_float32_accuracy():
     acc = _train(make, data, torch.bfloat16, epochs=3, lr=0.05)
     assert acc32 > 90.0, acc32
     assert abs(acc - acc32) <= 0.5, (acc, acc32)
+
+
+def test_to_low_precision_keeps_layer_norm_and_sync_batch_norm_float32():
+    from layers import LayerNorm, SyncBatchNorm
+    net = Sequential(Linear(4, 6), LayerNorm(6), SyncBatchNorm(6), Linear(6, 2))
+    to_low_precision(net, torch.float16)
+    assert [p.dtype for p in net.parameters()] == [torch.float16] * 2 + [torch.float32] * 4 + [torch.float16] * 2
+    assert net(torch.randn(5, 4, dtype=torch.float16)).dtype == torch.float16

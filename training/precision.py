@@ -6,7 +6,7 @@ A mixed-precision step of a hand-written model, in the order the pieces are call
                                                           # parameters), then the model cast to bf16
                                                           # (matmuls in bf16; batch norm keeps float32)
     opt = SGD(master.parameters(), lr=0.1, momentum=0.9)
-    scaler = DynamicLossScaler()                          # float16 needs it; bfloat16 does not
+    scaler = DynamicLossScaler(device=x.device)           # float16 needs it; bfloat16 does not
 
     master.zero_grad()
     logits = model(x.to(torch.bfloat16))                  # (N, C) low precision
@@ -14,7 +14,7 @@ A mixed-precision step of a hand-written model, in the order the pieces are call
     model.backward(crit.backward(scaler.scale_loss_grad()))   # dL/dlogits * S, rounded once to bf16
     master.grads_to_master(scaler)                        # float32 grads = model grads / S, found_inf set
     scaler.step(opt)                                      # skipped when a gradient was inf/nan
-    scaler.update()                                       # S halves after an overflow, doubles after 2000 clean steps
+    scaler.update()                                       # S halves on overflow, doubles after 2000 clean steps
     master.master_to_model()                              # round the new float32 weights into the model
 
 Why each piece (Micikevicius et al., "Mixed Precision Training", 2018):
@@ -38,10 +38,13 @@ from collections.abc import Iterable, Iterator, Mapping
 import torch
 from torch import Tensor
 
+from layers.batchnorm import _BatchNorm
+from layers.layernorm import LayerNorm
+
 LOW_PRECISION = (torch.float16, torch.bfloat16)
-# Layers whose statistics want float32 parameters and running buffers; they take a half input with
-# float32 parameters and return the input's dtype (layers/batchnorm.py).
-_KEEP_FLOAT32 = ("BatchNorm1d", "BatchNorm2d", "SyncBatchNorm")
+# Normalisation layers keep float32 parameters (and running statistics): they take a half input with
+# float32 parameters, compute their statistics in float32 and return the input's dtype.
+_KEEP_FLOAT32 = (_BatchNorm, LayerNorm)
 
 
 def check_low_precision(owner: str, dtype: object) -> torch.dtype:
@@ -65,13 +68,13 @@ def _leaf_layers(model) -> Iterator:
 def to_low_precision(model, dtype: torch.dtype, keep_norm_float32: bool = True):
     """Cast a hand-written model's floating-point parameters and buffers to ``dtype`` in place; returns it.
 
-    With ``keep_norm_float32`` batch-norm layers keep float32 parameters and running statistics (they
-    normalise a half input in float32 and return its dtype), as torch's cuDNN batch norm does under
-    autocast; their float32 parameters are then their own master weights.
+    With ``keep_norm_float32`` batch norm (SyncBatchNorm included) and layer norm keep float32 parameters
+    and running statistics (they normalise a half input in float32 and return its dtype), as torch's
+    batch norm and layer norm run under autocast; their float32 parameters are their own master weights.
     """
     check_low_precision("to_low_precision", dtype)
     for layer in _leaf_layers(model):
-        if not (keep_norm_float32 and type(layer).__name__ in _KEEP_FLOAT32):
+        if not (keep_norm_float32 and isinstance(layer, _KEEP_FLOAT32)):
             layer.to(dtype=dtype)
     return model
 
