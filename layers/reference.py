@@ -3,10 +3,11 @@
 The layers in this package are written for speed and for agreement with autograd to
 the last bit: Linear keeps nn.Linear's memory layout, ReLU's backward multiplies by
 sign(out), cross-entropy orders its operations as autograd rounds them, batch norm's
-backward is one closed-form statement, convolution's backward is two more convolutions.  Here is the same math the way a textbook
-writes it, in CS231n's ``out, cache = f_forward(...)`` / ``dx, dw = f_backward(dout,
-cache)`` style.  Nothing in the library calls these; ``tests/test_reference.py`` (and
-``tests/test_norm.py`` for batch norm) check that the fast layers compute the same
+backward is one closed-form statement, convolution's backward is two more convolutions.
+Here is the same math the way a textbook writes it, in CS231n's ``out, cache =
+f_forward(...)`` / ``dx, dw = f_backward(dout, cache)`` style.  Nothing in the library
+calls these; ``tests/test_reference.py`` (``tests/test_norm.py`` for batch norm,
+``tests/test_conv.py`` for the im2col convolution) check that the fast layers compute the same
 numbers, so you can learn from this file and trust the fast one.
 """
 from __future__ import annotations
