@@ -36,6 +36,8 @@ CONV_CONFIGS = [
     (2, 2, 1, 2, 0, 1, 1, True, (1, 5, 5)),  # 1x1 strided
     (4, 8, 3, (1, 2), (2, 1), (2, 1), 4, True, (1, 6, 9)),
     (2, 5, (3, 3), 4, 1, 1, 1, True, (3, 9, 10)),  # stride larger than the kernel: input rows skipped entirely
+    (8, 3, 3, 1, 1, 1, 1, True, (2, 5, 6)),  # >= 8 input channels per group: dw runs channels-last on CPU
+    (16, 8, (3, 2), 2, (1, 0), (1, 2), 2, False, (1, 7, 6)),
 ]
 CONV_IDS = [f"{c[0]}-{c[1]}-k{c[2]}-s{c[3]}-p{c[4]}-d{c[5]}-g{c[6]}-b{int(c[7])}" for c in CONV_CONFIGS]
 
