@@ -44,7 +44,14 @@ class Layer(Protocol):
 
 
 def accumulate_grad(param: Tensor, grad: Tensor) -> None:
-    """``param.grad += grad``, creating ``.grad`` on first use (PyTorch's semantics)."""
+    """``param.grad += grad``, creating ``.grad`` on first use (PyTorch's semantics).
+
+    An existing ``.grad`` is added into in place, so its storage stays put from step to step when the
+    gradients are cleared with ``zero_grad(set_to_none=False)`` (zeros written in place): what a CUDA
+    graph replays and what a tight loop wants.  ``zero_grad()`` with torch's default ``set_to_none=True``
+    drops ``.grad``, and the next backward allocates it again (from the caching allocator on CUDA).
+    ``grad`` becomes ``.grad`` itself on first use: callers pass a tensor nothing else will write to.
+    """
     if param.grad is None:
         param.grad = grad
     else:

@@ -12,9 +12,9 @@ import importlib
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import optimizers as hg
+from tests.conftest import HostTraffic
 from tests.test_optimizers import assert_same, make_params, set_grads
 
 CAP_CASES = [
@@ -115,24 +115,6 @@ def test_state_dict_moves_between_capturable_and_default(name, kw, float64_defau
 
 # -- capture safety ---------------------------------------------------------------------------------------
 
-class HostTraffic(TorchDispatchMode):
-    """Records every op that would read a number back to the host (.item(), .tolist(), bool(t)) or that is
-    handed a CPU tensor while the work runs on another device: both break CUDA-graph capture."""
-
-    def __init__(self):
-        super().__init__()
-        self.found: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is torch.ops.aten._local_scalar_dense.default:
-            self.found.append(f"{func}: a read-back to the host")
-        for a in torch.utils._pytree.tree_leaves((args, kwargs)):
-            if isinstance(a, torch.Tensor) and a.device.type == "cpu":
-                self.found.append(f"{func}: a CPU tensor of shape {tuple(a.shape)}")
-        return func(*args, **kwargs)
-
-
 def meta_params():
     params = [torch.empty(s, device="meta") for s in [(7, 5), (5,), (3, 4, 2)]]
     for p in params:
@@ -173,3 +155,15 @@ def test_zero_grad_is_torch_optims():
     assert all(p.grad is g and not g.any() for p, g in zip(params, grads))
     opt.zero_grad()
     assert all(p.grad is None for p in params)
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, float("inf")])
+def test_clip_grad_norm_stays_on_the_device(norm_type):
+    params = meta_params()
+    with HostTraffic() as guard:
+        total = hg.clip_grad_norm_(params, 1.0, norm_type)
+        hg.clip_grad_value_(params, 0.5)
+    assert guard.found == [] and total.device.type == "meta" and total.dim() == 0
+    with HostTraffic() as guard, pytest.raises(RuntimeError):  # error_if_nonfinite must read the norm back
+        hg.clip_grad_norm_(params, 1.0, norm_type, error_if_nonfinite=True)
+    assert any("read-back" in f for f in guard.found)
