@@ -59,14 +59,13 @@ def accumulate_grad(param: Tensor, grad: Tensor) -> None:
 
 
 def zero_grad_(params: Iterable[Tensor], set_to_none: bool = True) -> None:
-    """Clear every ``.grad``: to None (the default, as torch does) or to zeros in place."""
-    for p in params:
-        if p.grad is None:
-            continue
-        if set_to_none:
+    """Clear every ``.grad``: to None (the default, as torch does) or to zeros in place (the storage stays)."""
+    params = [p for p in params if p.grad is not None]
+    if set_to_none:
+        for p in params:
             p.grad = None
-        else:
-            p.grad.zero_()
+    elif params:
+        torch._foreach_zero_([p.grad for p in params])  # one kernel per device and dtype, not one per tensor
 
 
 def named_parameters_of(layer: Layer) -> list[tuple[str, Tensor]]:
