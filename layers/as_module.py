@@ -14,22 +14,24 @@ running statistics) are registered as buffers, the very tensors the layer update
 
 One backward per forward is what a hand-written layer's cache serves.  Autograd may ask for more:
 ``backward(retain_graph=True)`` then another backward, ``torch.autograd.gradcheck`` (one backward per
-output element), or the module called twice in one graph (shared weights).  Each forward therefore keeps
-its input and a snapshot of what it changed or drew -- the buffers before the forward (running
-statistics) and the random state each dropout drew its mask from -- and a backward whose forward's cache
-is no longer in the layer (used by an earlier backward, or overwritten by a later forward) re-runs that
-forward first, from the snapshot, then restores the buffers and the random state as they are now:
-running statistics are updated once per forward call, the re-run draws the same dropout mask, and every
-backward gets the gradient of its own forward.  In the usual training step (one forward, one backward)
-nothing is re-run.
+output element), or the module called twice in one graph (shared weights, as an nn.Module may be).  Each
+forward therefore keeps its input and a snapshot of what it changed or drew -- the buffers before the
+forward (running statistics) and the state of each generator a dropout drew its mask from -- and notes
+which objects the layers' attributes held right after it.  A backward that finds any of them replaced
+(the cache used by an earlier backward, or overwritten by a later forward, through this module or by
+calling the layer directly) re-runs its forward first, from the snapshot, then puts the buffers and the
+random states back as they are now: running statistics are updated once per forward call, the re-run
+draws the same dropout mask, and every backward gets the gradient of its own forward.  In the usual
+training step (one forward, one backward) nothing is re-run.
 
-Rules: call the module, not the layer, while it is wrapped (a direct ``layer.forward`` in between would
-replace the cache without the module knowing); move or cast with ``module.to(...)`` (it moves the layer
-too); layers with ``inplace=True`` run on a copy of their input (a custom Function may not overwrite its
-input behind autograd's back).
+Rules: move or cast with ``module.to(...)`` (it moves the layer too; moving the layer alone is refused
+at the next forward); layers with ``inplace=True`` run on a copy of their input (a custom Function may
+not overwrite its input behind autograd's back); a layer's cache is recognised by assignment (a
+hand-written layer of your own must assign new cache objects in forward, not overwrite old ones in place).
 """
 from __future__ import annotations
 
+import copy
 import weakref
 from collections.abc import Iterator
 
@@ -40,10 +42,7 @@ from .dropout import Dropout
 from .layer import BaseLayer, Layer, named_parameters_of
 from .sequential import _takes_need_input_grad
 
-# The forward whose cache each hand-written layer holds now: layer -> token of that forward.  Keyed by the
-# layer, not the module, so two modules wrapping one layer (or a Net and one of its layers) cannot mistake
-# each other's caches.
-_CACHE_OWNER: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_MISSING = object()
 
 
 def _walk(layer: Layer, prefix: str = "") -> Iterator[tuple[str, Layer]]:
@@ -129,6 +128,17 @@ class HandgradModule(nn.Module):
     def __repr__(self) -> str:
         return f"as_module({self.layer!r})"
 
+    def __deepcopy__(self, memo: dict) -> HandgradModule:
+        """A copy over a deep copy of the layer (nn.Module's own deepcopy would copy the Parameters and the
+        layer's tensors apart, and they would no longer share memory); gradients are copied too."""
+        clone = HandgradModule(copy.deepcopy(self.layer, memo)).train(self.training)
+        for mine, theirs in zip(self._slots, clone._slots):
+            theirs.param.requires_grad_(mine.param.requires_grad)
+            if mine.param.grad is not None:
+                theirs.param.grad = mine.param.grad.clone()
+        memo[id(self)] = clone
+        return clone
+
     # -- modes and devices --------------------------------------------------------------------------------
 
     def train(self, mode: bool = True) -> HandgradModule:
@@ -175,8 +185,6 @@ class HandgradModule(nn.Module):
         if not torch.is_grad_enabled() or not (
                 (isinstance(x, Tensor) and x.requires_grad) or any(p.requires_grad for p in params)):
             # No graph will be recorded: a plain forward, nothing kept for a backward.
-            for node in self._leaves:
-                _CACHE_OWNER.pop(node, None)
             return layer.forward(x.clone() if self._inplace and isinstance(x, Tensor) else x)
         return _HandgradFunction.apply(self, x, *params)
 
@@ -236,6 +244,53 @@ def _device_default_generator(device: torch.device) -> torch.Generator:
                               f"(its random state cannot be saved for re-running the forward)")
 
 
+class _Seq(tuple):
+    """The fingerprint of a tuple or list attribute: its type and its elements' fingerprints."""
+
+
+def _mark(value: object) -> object:
+    """What identifies ``value`` later: a weak reference for a tensor (a strong one to a layer's cached output
+    would make a reference cycle through autograd's graph), element by element for a tuple or list, else the
+    object itself."""
+    if isinstance(value, Tensor):
+        return weakref.ref(value)
+    if type(value) in (tuple, list):
+        return _Seq((type(value), *map(_mark, value)))
+    return value
+
+
+def _same(value: object, mark: object) -> bool:
+    if isinstance(mark, weakref.ref):
+        obj = mark()
+        return obj is not None and value is obj
+    if isinstance(mark, _Seq):
+        return type(value) is mark[0] and len(value) == len(mark) - 1 and all(map(_same, value, mark[1:]))
+    return value is mark
+
+
+def _fingerprint(leaves: list[Layer]) -> list[tuple[Layer, dict]] | None:
+    """Every attribute of every layer right after a forward.  The layer's cache is still this forward's as long as
+    each attribute is the very same object: a later forward, or a backward (which clears the cache), assigns new
+    ones.  (A tensor that died cannot be matched by a new one at its address: its weak reference is dead.)"""
+    fp = []
+    for node in leaves:
+        attrs = getattr(node, "__dict__", None)
+        if attrs is None:
+            return None  # cannot tell: always re-run
+        fp.append((node, {k: _mark(v) for k, v in attrs.items()}))
+    return fp
+
+
+def _unchanged(fp: list[tuple[Layer, dict]] | None) -> bool:
+    if fp is None:
+        return False
+    for node, marks in fp:
+        attrs = vars(node)
+        if len(attrs) != len(marks) or not all(_same(attrs.get(k, _MISSING), m) for k, m in marks.items()):
+            return False
+    return True
+
+
 def _storage_key(t: Tensor) -> int:
     return t.untyped_storage().data_ptr() if t.numel() else -1
 
@@ -263,14 +318,11 @@ class _HandgradFunction(torch.autograd.Function):
         device = x.device if isinstance(x, Tensor) else torch.device("cpu")
         snapshot = module._snapshot(device)
         out = module.layer.forward(x.clone() if module._inplace else x)
-        token = object()
-        for node in module._leaves:
-            _CACHE_OWNER[node] = token
         # The output is version-checked at backward only where a layer's cache holds it (an activation's
         # output): a Linear's output may be overwritten in place by an nn.ReLU(inplace=True), as nn.Linear's may.
         saves_out = _cached_by(module._leaves, out)
         ctx.save_for_backward(x, out) if saves_out else ctx.save_for_backward(x)
-        ctx.module, ctx.token, ctx.snapshot, ctx.saves_out = module, token, snapshot, saves_out
+        ctx.module, ctx.snapshot, ctx.fingerprint = module, snapshot, _fingerprint(module._leaves)
         return out
 
     @staticmethod
@@ -279,10 +331,9 @@ class _HandgradFunction(torch.autograd.Function):
         module: HandgradModule = ctx.module
         layer, leaves, slots = module.layer, module._leaves, module._slots
         x = ctx.saved_tensors[0]  # raises torch's "modified by an inplace operation" error where it applies
-        if not all(_CACHE_OWNER.get(node) is ctx.token for node in leaves):
+        if not _unchanged(ctx.fingerprint):
             module._rerun(x, ctx.snapshot)  # this forward's cache is gone: rebuild it
-        for node in leaves:
-            _CACHE_OWNER.pop(node, None)  # the backward below consumes the cache
+        ctx.fingerprint = None  # the backward below consumes the cache: a later backward re-runs the forward
         need_dx = ctx.needs_input_grad[1]
         stash = [s.tensor.grad for s in slots]  # the layer's own .grads stay as they were
         for s in slots:

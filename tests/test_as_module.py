@@ -304,7 +304,7 @@ def test_train_eval_follow_the_module():
     assert not bn.training
 
 
-def test_no_grad_forward_keeps_nothing_and_eval_is_exact():
+def test_eval_under_no_grad_equals_the_twin():
     torch.manual_seed(0)
     net = Net(hidden_size=8, num_classes=3, in_features=5, depth=2, dtype=F64)
     module = as_module(net).eval()
@@ -396,3 +396,55 @@ def test_cuda_gradcheck_and_twin():
         return module(x)
 
     assert torch.autograd.gradcheck(f, (x, *module.parameters()), eps=1e-6, atol=1e-8, rtol=1e-6)
+
+
+def test_a_direct_call_of_the_layer_in_between_is_noticed():
+    """The layer run directly between the module's forward and backward: its cache is another input's now; the
+    backward notices (the layer's attributes are other objects) and re-runs its own forward."""
+    torch.manual_seed(0)
+    lin = Linear(3, 2, dtype=F64)
+    module = as_module(lin)
+    ref = nn.Linear(3, 2, dtype=F64)
+    ref.load_state_dict(module.state_dict())
+    x = torch.randn(4, 3, dtype=F64)
+    out = module(x)
+    lin.forward(torch.randn(5, 3, dtype=F64))
+    out.pow(2).sum().backward()
+    ref(x).pow(2).sum().backward()
+    assert rel(module.weight.grad, ref.weight.grad) < 1e-14
+
+
+def test_an_abandoned_graph_is_freed_by_reference_counting():
+    """A forward whose backward never comes (grad enabled in evaluation, say) holds no reference cycle: its output
+    is freed as soon as the user and the layer let go of it, without waiting for the garbage collector."""
+    import gc
+    import weakref
+    module = as_module(Sequential(Linear(3, 3), Tanh(), BatchNorm1d(3), SiLU()))
+    gc.disable()
+    try:
+        out = module(torch.randn(4, 3, requires_grad=True))
+        alive = weakref.ref(out)
+        module(torch.randn(4, 3, requires_grad=True))  # the layers' caches move on
+        del out
+        assert alive() is None
+    finally:
+        gc.enable()
+
+
+def test_deepcopy_keeps_parameters_and_layer_together():
+    import copy
+    torch.manual_seed(0)
+    module = as_module(Sequential(Linear(3, 4), BatchNorm1d(4)))
+    module(torch.randn(5, 3)).sum().backward()
+    clone = copy.deepcopy(module)
+    assert clone.layer is not module.layer
+    assert clone.get_submodule("0").weight.data_ptr() == clone.layer[0].weight.data_ptr()
+    for (name, a), b in zip(clone.state_dict().items(), module.state_dict().values()):
+        assert torch.equal(a, b) and a.data_ptr() != b.data_ptr(), name
+    for p, q in zip(clone.parameters(), module.parameters()):
+        assert torch.equal(p.grad, q.grad)
+    with torch.no_grad():
+        clone.layer[0].weight.add_(1.0)  # the copy's Parameters are its layer's tensors, not the original's
+    assert torch.equal(clone.get_submodule("0").weight, clone.layer[0].weight.t())
+    assert not torch.equal(module.get_submodule("0").weight, clone.get_submodule("0").weight)
+    clone(torch.randn(5, 3)).sum().backward()  # and it runs
