@@ -329,7 +329,7 @@ class _HandgradFunction(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, dout: Tensor):
         module: HandgradModule = ctx.module
-        layer, leaves, slots = module.layer, module._leaves, module._slots
+        layer, slots = module.layer, module._slots
         x = ctx.saved_tensors[0]  # raises torch's "modified by an inplace operation" error where it applies
         if not _unchanged(ctx.fingerprint):
             module._rerun(x, ctx.snapshot)  # this forward's cache is gone: rebuild it
