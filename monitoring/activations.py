@@ -4,7 +4,8 @@ Two kinds of model: a hand-written ``layers.Sequential``/``Net`` (hooks register
 ``Sequential.register_forward_hook`` on every container of the tree) and a ``torch.nn.Module``
 (``Module.register_forward_hook`` on every leaf module).  Nothing is registered until ``attach``:
 a model that is not watched runs its usual forward.  The statistics of each forward stay on the
-device (``latest``) until the monitor reads them back with the rest of an update.
+device (``latest``) until the monitor reads them back with the rest of an update.  Forwards in eval
+mode (evaluation between steps) are skipped unless ``in_eval=True``.
 """
 from __future__ import annotations
 
@@ -42,8 +43,9 @@ class ActivationWatcher:
     """Per-layer output statistics of the latest forward: ``latest`` maps a layer's dotted name (torch's,
     e.g. "layers.1") to (layer type, kind, float64 (3,) device tensor of mean, std, dead/saturated fraction)."""
 
-    def __init__(self, model) -> None:
+    def __init__(self, model, in_eval: bool = False) -> None:
         from layers import Sequential
+        self.in_eval = in_eval
         self.latest: dict[str, tuple[str, str | None, Tensor]] = {}
         self._handles: list = []
         if isinstance(model, Sequential):
@@ -73,7 +75,7 @@ class ActivationWatcher:
         return hook
 
     def _record(self, name: str, layer, out: Tensor) -> None:
-        if out.numel() == 0 or not out.is_floating_point():
+        if not (self.in_eval or getattr(layer, "training", True)) or out.numel() == 0 or not out.is_floating_point():
             return
         kind = activation_kind(layer)
         with torch.no_grad():

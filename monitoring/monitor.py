@@ -120,10 +120,13 @@ class GradientMonitor:
         with torch.no_grad():
             self._pending_clip = (record, total_norm(grads))
 
-    def watch_activations(self) -> "GradientMonitor":
-        """Gather per-layer output statistics in every forward from now on (hooks; ``remove()`` undoes)."""
+    def watch_activations(self, in_eval: bool = False) -> "GradientMonitor":
+        """Gather per-layer output statistics in every training-mode forward from now on (eval-mode forwards
+        too with ``in_eval=True``); the next recorded ``update`` stores the latest forward's.  Forward hooks:
+        ``remove()`` undoes them.  Cost: a few reductions over each layer's output in every such forward."""
         if self._activations is None:
-            self._activations = ActivationWatcher(self.model)
+            self._activations = ActivationWatcher(self.model, in_eval)
+        self._activations.in_eval = in_eval
         return self
 
     def remove(self) -> None:

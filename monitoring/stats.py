@@ -25,33 +25,47 @@ def _f64(*values: Tensor) -> Tensor:
 def histogram(g: Tensor, bins: int) -> tuple[Tensor, Tensor]:
     """Counts of g's finite values in ``bins`` equal bins over [-r, r], r = max |g| over the finite values.
 
-    -> (counts (bins,) int64, r 0-dim).  The range is chosen on the device, so it needs no read-back; a
-    value at r lands in the last bin (as torch.histc counts it).  Where every value is 0 (or none is finite)
-    r is taken as 1.  Non-finite values are left out: ``grad_nonfinite`` counts them.
+    -> (counts (bins,) int64, r), both on the device: the range is chosen there and
+    needs no read-back.  A value at r lands in the last bin (as torch.histc counts it).  Where every value
+    is 0 (or none is finite) r is taken as 1.  Non-finite values are left out of the counts (so
+    ``g.numel() - counts.sum()`` counts them).
     """
     finite = torch.isfinite(g)
-    r = torch.where(finite, g.abs(), 0).amax()
+    n_bad = g.numel() - finite.sum()
+    clean = torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0)  # non-finite read as 0: r is the finite max
+    lo, hi = torch.aminmax(clean)
+    r = torch.maximum(-lo, hi)
     r = torch.where(r > 0, r, torch.ones_like(r))
-    # Bin index as torch.histc computes it: (x - lo) * bins / (hi - lo), truncated; x = hi goes to the last bin.
-    idx = ((g + r) * bins / (2 * r)).floor().clamp_(0, bins - 1).to(torch.int64)
-    idx = torch.where(finite, idx, bins)  # non-finite values go to an overflow bin, dropped below
-    counts = torch.bincount(idx.reshape(-1), minlength=bins + 1)[:bins]
+    scale = bins / (2 * r)
+    # Bin index (x + r) * bins / 2r, truncated, clamped so that x = r falls in the last bin (torch.histc's rule).
+    idx = torch.addcmul(r * scale, clean, scale).clamp_(0, bins - 1).to(torch.int64)
+    counts = torch.bincount(idx.reshape(-1), minlength=bins)
+    # The non-finite values were binned as zeros: take them back out of 0's bin.
+    zero_bin = (r * scale).clamp(0, bins - 1).to(torch.int64).reshape(1)
+    counts.scatter_add_(0, zero_bin, -n_bad.reshape(1))
     return counts, r
 
 
 def grad_stats(g: Tensor, bins: int) -> Tensor:
-    """g: a gradient, any shape -> float64 (len(GRAD_FIELDS) + bins,): GRAD_FIELDS, then the histogram counts."""
+    """g: a gradient, any shape -> float64 (len(GRAD_FIELDS) + bins,): GRAD_FIELDS, then the histogram counts.
+
+    Every statistic is torch's on the whole of g (a NaN or inf in g shows in them), except the histogram and
+    its range, which are of the finite values; ``grad_nonfinite`` counts the others.  About ten passes over g.
+    """
     g = g.detach()
     counts, r = histogram(g, bins)
-    nonfinite = g.numel() - torch.isfinite(g).sum()
-    head = _f64(g.mean(), g.std(), torch.linalg.vector_norm(g), g.abs().amax(), g.amin(), g.amax(), nonfinite, r)
+    std, mean = torch.std_mean(g)
+    lo, hi = torch.aminmax(g)
+    nonfinite = g.numel() - counts.sum()
+    head = _f64(mean, std, torch.linalg.vector_norm(g), torch.maximum(-lo, hi), lo, hi, nonfinite, r)
     return torch.cat([head, counts.to(torch.float64)])
 
 
 def param_stats(w: Tensor) -> Tensor:
     """w: a parameter, any shape -> float64 (3,): PARAM_FIELDS (std unbiased, as torch.std)."""
     w = w.detach()
-    return _f64(w.mean(), w.std(), torch.linalg.vector_norm(w))
+    std, mean = torch.std_mean(w)
+    return _f64(mean, std, torch.linalg.vector_norm(w))
 
 
 def update_ratio(w_new: Tensor, w_old: Tensor) -> Tensor:
@@ -76,6 +90,7 @@ def activation_stats(out: Tensor, kind: str | None) -> Tensor:
     i.e. the tails where the local gradient s(1 - s) is below 0.03).  Other kinds: NaN.
     """
     out = out.detach()
+    std, mean = torch.std_mean(out)
     if kind == "relu":
         fraction = (out.amax(0) <= 0).to(torch.float64).mean() if out.dim() > 0 else (out <= 0).to(torch.float64)
     elif kind == "tanh":
@@ -84,4 +99,4 @@ def activation_stats(out: Tensor, kind: str | None) -> Tensor:
         fraction = ((out < SIGMOID_SATURATION) | (out > 1 - SIGMOID_SATURATION)).to(torch.float64).mean()
     else:
         fraction = torch.full((), float("nan"), dtype=torch.float64, device=out.device)
-    return _f64(out.mean(), out.std(), fraction)
+    return _f64(mean, std, fraction)

@@ -29,7 +29,7 @@ def to_tensorboard(writer, record: dict, prefix: str = "") -> None:
         writer.add_scalar(f"{p}grad_norm/{name}", s["grad_norm"], step)
         writer.add_scalar(f"{p}grad_abs_max/{name}", s["grad_abs_max"], step)
         num = sum(s["hist_counts"])
-        if num == 0:  # every value non-finite: TensorBoard refuses an empty histogram
+        if num == 0 or s["grad_nonfinite"]:  # NaN/inf in min, max and sums: the scalars show them instead
             continue
         writer.add_histogram_raw(f"{p}grad/{name}", min=s["grad_min"], max=s["grad_max"], num=num,
                                  sum=s["grad_mean"] * s["numel"], sum_squares=s["grad_norm"] ** 2,

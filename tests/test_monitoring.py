@@ -120,6 +120,8 @@ def test_histogram_edge_cases():
     g = torch.tensor([-2.0, 2.0, 1.0, float("nan"), float("inf")], dtype=torch.float64)
     counts, r = histogram(g, 4)
     assert r.item() == 2.0 and counts.tolist() == [1, 0, 0, 2]  # -r in the first bin, r in the last
+    counts, r = histogram(torch.tensor([0.0, float("nan"), -float("inf"), 0.5, -0.25]), 2)
+    assert r.item() == 0.5 and counts.tolist() == [1, 2]  # the non-finite values are not counted in 0's bin
     p = torch.zeros(5, dtype=torch.float64)
     p.grad = g
 
@@ -128,7 +130,11 @@ def test_histogram_edge_cases():
             return iter([("p", p)])
 
     rec = GradientMonitor(One(), hist_bins=4).update(0)
-    assert rec["params"]["p"]["grad_nonfinite"] == 2 and sum(rec["params"]["p"]["hist_counts"]) == 3
+    s = rec["params"]["p"]
+    assert s["grad_nonfinite"] == 2 and sum(s["hist_counts"]) == 3
+    assert s["hist_range"] == [-2.0, 2.0]  # the finite values' range; torch's statistics show the NaN
+    assert all(math.isnan(s[k]) for k in ("grad_mean", "grad_min", "grad_max", "grad_abs_max"))
+    assert math.isnan(rec["total_grad_norm"])
 
 
 @pytest.mark.parametrize("every", [1, 3])
@@ -497,3 +503,18 @@ def test_tensorboard_event_file(tmp_path):
     to_tensorboard(writer2, recs[0])
     writer2.close()
     assert list((tmp_path / "again").glob("events.out.tfevents.*"))
+
+
+def test_eval_mode_forwards_are_skipped_unless_asked():
+    net = crafted_net()
+    twin = net.to_torch()
+    x = torch.rand(4, 3, dtype=torch.float64)
+    for model in (net, twin):
+        mon = GradientMonitor(model).watch_activations()
+        model.eval()
+        model(x)
+        assert mon._activations.latest == {}
+        mon.watch_activations(in_eval=True)
+        model(x)
+        assert list(mon._activations.latest) == ["0", "1", "2", "3", "4", "5"]
+        mon.remove()
