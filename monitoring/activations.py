@@ -46,6 +46,7 @@ class ActivationWatcher:
     def __init__(self, model, in_eval: bool = False) -> None:
         from layers import Sequential
         self.in_eval = in_eval
+        self.active = True  # the monitor turns gathering off for forwards whose step it will not record
         self.latest: dict[str, tuple[str, str | None, Tensor]] = {}
         self._handles: list = []
         if isinstance(model, Sequential):
@@ -75,7 +76,9 @@ class ActivationWatcher:
         return hook
 
     def _record(self, name: str, layer, out: Tensor) -> None:
-        if not (self.in_eval or getattr(layer, "training", True)) or out.numel() == 0 or not out.is_floating_point():
+        if not self.active or not (self.in_eval or getattr(layer, "training", True)):
+            return
+        if out.numel() == 0 or not out.is_floating_point():
             return
         kind = activation_kind(layer)
         with torch.no_grad():

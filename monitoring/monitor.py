@@ -80,6 +80,8 @@ class GradientMonitor:
         self._pending_ratio: tuple[list[int], list[str], Tensor] | None = None  # ([t0, t1], names, ratios)
         self._pending_clip: tuple[dict, Tensor] | None = None  # (record, total norm after clipping)
         self._last_recorded: dict | None = None  # the record of the latest update() call, if it recorded
+        self._last_step: int | None = None
+        self._consecutive = True  # every update() so far came with the step after the one before
 
     # -- what the trainer calls ---------------------------------------------------------------------------
 
@@ -87,6 +89,9 @@ class GradientMonitor:
         """Record the statistics of the gradients now in the model (call after backward, before clipping and
         the optimizer step), if ``step % every == 0``; -> the new record, or None.  One read-back."""
         step = operator.index(step)
+        if self._last_step is not None and step != self._last_step + 1:
+            self._consecutive = False
+        self._last_step = step
         params = self._params()
         names = [n for n, _ in params]
         weights = [w for _, (w, _) in params]
@@ -99,8 +104,10 @@ class GradientMonitor:
                 self._pending_ratio = ([t0, step], names, ratios)
         self._last_recorded = None
         if step % self.every:
+            self._gate_activations()
             return None
         record = self._measure(step, params)
+        self._gate_activations()
         self._records.append(record)
         self._last_recorded = record
         with torch.no_grad():
@@ -121,13 +128,25 @@ class GradientMonitor:
             self._pending_clip = (record, total_norm(grads))
 
     def watch_activations(self, in_eval: bool = False) -> "GradientMonitor":
-        """Gather per-layer output statistics in every training-mode forward from now on (eval-mode forwards
-        too with ``in_eval=True``); the next recorded ``update`` stores the latest forward's.  Forward hooks:
-        ``remove()`` undoes them.  Cost: a few reductions over each layer's output in every such forward."""
+        """Gather per-layer output statistics in training-mode forwards from now on (eval-mode forwards too
+        with ``in_eval=True``); a recorded ``update`` stores those of the latest forward.  Forward hooks:
+        ``remove()`` undoes them.  Cost: a few reductions over each layer's output in a forward that gathers.
+
+        Which forwards gather: while ``update`` has been called on every step (consecutive step numbers, as
+        a trainer calls it), only those after ``update(s)`` where ``s + 1`` is a recorded step; before the
+        first ``update``, or once the steps were not consecutive, every forward."""
         if self._activations is None:
             self._activations = ActivationWatcher(self.model, in_eval)
         self._activations.in_eval = in_eval
+        self._gate_activations()
         return self
+
+    def _gate_activations(self) -> None:
+        """Gather only in the forward of a step that will be recorded, where steps come one after another
+        (the next update is then ``_last_step + 1``); in every forward otherwise."""
+        if self._activations is not None:
+            nxt = None if self._last_step is None else self._last_step + 1
+            self._activations.active = nxt is None or not self._consecutive or nxt % self.every == 0
 
     def remove(self) -> None:
         """Unregister the activation hooks (the model's forward is then as before) and drop the weight copy."""

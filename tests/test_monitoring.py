@@ -518,3 +518,24 @@ def test_eval_mode_forwards_are_skipped_unless_asked():
         model(x)
         assert list(mon._activations.latest) == ["0", "1", "2", "3", "4", "5"]
         mon.remove()
+
+
+def test_activations_are_gathered_only_before_recorded_steps():
+    net = crafted_net()
+    mon = GradientMonitor(net, every=3).watch_activations()
+    x = torch.rand(4, 3, dtype=torch.float64)
+    gathered = []
+    for step in range(7):
+        out = net(x)
+        gathered.append(bool(mon._activations.latest))
+        net.backward(torch.ones_like(out))
+        rec = mon.update(step)
+        assert (rec is not None) == (step % 3 == 0)
+        if rec is not None:
+            assert list(rec["activations"]) == ["0", "1", "2", "3", "4", "5"]
+    assert gathered == [True, False, False, True, False, False, True]
+    mon.update(9)  # not the step after 6: from now on every forward gathers
+    for _ in range(2):
+        net(x)
+        assert mon._activations.latest
+        mon._activations.take()
