@@ -16,18 +16,16 @@ A step is forward, cross-entropy, backward, total-norm clipping and SGD; the mon
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
+import statistics
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from layers import Net, Sequential  # noqa: E402
-from losses import CrossEntropyLoss  # noqa: E402
-from monitoring import GradientMonitor  # noqa: E402
-import optimizers  # noqa: E402
+from layers import Net, Sequential
+from losses import CrossEntropyLoss
+from monitoring import GradientMonitor
+import optimizers
 
 
 class _NoHookCheck(Net):
