@@ -157,11 +157,11 @@ class Conv2d(BaseLayer):
             check_dout(repr(self), dout, None if cache is None else cache[1], w)
         self._cache = None
         x, _, (h, wd) = cache
-        dw = self._weight_grad(x, dout)  # (C_out, C_in / G, kH, kW)
+        dw = self._weight_grad(x, dout)  # (C_out, C_in / G, kH, kW), a strided view of the correlation
         if w.grad is None:
-            w.grad = dw
+            w.grad = dw.contiguous()  # the weight's layout
         else:
-            w.grad.add_(dw)
+            w.grad.add_(dw)  # in place, straight from the view: no copy
         if self.bias is not None:
             accumulate_grad(self.bias, dout.sum((0, 2, 3)))  # (C_out,)
         if not need_input_grad:
@@ -201,7 +201,7 @@ class Conv2d(BaseLayer):
             # input channels (a network's first layer), where the plain layout is kept.
             xt = xt.contiguous(memory_format=torch.channels_last)
         corr = F.conv2d(xt, dt, None, self.dilation, self._pad, self.stride, g)  # (C_in/G, C_out, kH', kW')
-        return corr[:, :, :kh, :kw].transpose(0, 1).contiguous()  # (C_out, C_in/G, kH, kW), the weight's layout
+        return corr[:, :, :kh, :kw].transpose(0, 1)  # (C_out, C_in/G, kH, kW), a view (not contiguous)
 
     def _reject_input(self, x: object) -> None:
         check_tensor(repr(self), "x", x)
