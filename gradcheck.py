@@ -40,8 +40,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from layers import (GELU, BatchNorm1d, BatchNorm2d, Dropout, Layer, LayerNorm, LeakyReLU, Linear, LogSoftmax, Net, ReLU,
-                    Sigmoid, SiLU, Softmax, SyncBatchNorm, Tanh)
+from layers import (GELU, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv2d, Dropout, Flatten, Layer, LayerNorm, LeakyReLU,
+                    Linear, LogSoftmax, MaxPool2d, Net, ReLU, Sequential, Sigmoid, SiLU, Softmax, SyncBatchNorm, Tanh)
 from layers.layer import named_parameters_of
 from losses import CrossEntropyLoss, MSELoss
 
@@ -394,11 +394,67 @@ def _norm_cases() -> dict[str, list[Case]]:
     }
 
 
+def distinct(*shape: int, spacing: float = 0.05) -> Tensor:
+    """A random arrangement of evenly spaced values (centred on 0): no two entries closer than ``spacing``, so
+    a perturbation of eps << spacing never changes which entry is a window's maximum (max pooling's kink)."""
+    n = 1
+    for s in shape:
+        n *= s
+    return ((torch.randperm(n, dtype=F64) - (n - 1) / 2) * spacing).view(*shape)
+
+
+def distinct_case(label: str, make: Callable[[], Layer], *shape: int, mode: str | None = None) -> Case:
+    """``layer_case`` on an input of distinct values (``distinct``): for layers that take a maximum."""
+    def run(fast: bool) -> list[GradResult]:
+        layer = make()
+        if mode is not None:
+            layer.train(mode == "train")
+        tag = f" [{mode}]" if mode else ""
+        return check_layer(layer, distinct(*shape), name=f"{label}{tag} x{tuple(shape)}", fast=fast)
+    return run
+
+
+def _small_cnn() -> Sequential:
+    """(N, 1, 8, 8) -> conv+ReLU+max pool -> conv("same", even kernel)+ReLU+avg pool -> Flatten -> Linear -> (N, 5)."""
+    return Sequential(Conv2d(1, 3, 3, padding=1, dtype=F64), ReLU(), MaxPool2d(2),
+                      Conv2d(3, 4, (2, 3), padding="same", dtype=F64), ReLU(), AvgPool2d(2),
+                      Flatten(), Linear(16, 5, dtype=F64))
+
+
+def _conv_cases() -> dict[str, list[Case]]:
+    conv = lambda *a, **kw: lambda: Conv2d(*a, dtype=F64, **kw)  # noqa: E731
+    return {
+        "conv2d": [layer_case("Conv2d(2,3,3)", conv(2, 3, 3), 2, 2, 5, 5),
+                   layer_case("Conv2d(2,4,3,stride=2,padding=1)", conv(2, 4, 3, stride=2, padding=1), 1, 2, 6, 5),
+                   layer_case("Conv2d(2,3,(2,3),padding='same')", conv(2, 3, (2, 3), padding="same"), 2, 2, 4, 5),
+                   layer_case("Conv2d(2,2,3,padding='valid',dilation=(1,2))",
+                              conv(2, 2, 3, padding="valid", dilation=(1, 2)), 1, 2, 5, 7),
+                   layer_case("Conv2d(4,4,3,dilation=2,groups=2,bias=False)",
+                              conv(4, 4, 3, dilation=2, groups=2, bias=False), 1, 4, 6, 6),
+                   layer_case("Conv2d(3,6,(3,2),stride=(2,1),padding=(1,0),dilation=(1,2),groups=3)",
+                              conv(3, 6, (3, 2), stride=(2, 1), padding=(1, 0), dilation=(1, 2), groups=3),
+                              2, 3, 7, 6)],
+        "maxpool2d": [distinct_case("MaxPool2d(2)", lambda: MaxPool2d(2), 2, 2, 4, 5),
+                      distinct_case("MaxPool2d(3,stride=2,padding=1)", lambda: MaxPool2d(3, 2, 1), 1, 2, 5, 6),
+                      distinct_case("MaxPool2d(3,stride=1,dilation=(1,2),ceil_mode=True)",
+                                    lambda: MaxPool2d(3, 1, dilation=(1, 2), ceil_mode=True), 1, 1, 5, 7)],
+        "avgpool2d": [layer_case("AvgPool2d(2)", lambda: AvgPool2d(2), 2, 2, 4, 5),
+                      layer_case("AvgPool2d(3,stride=2,padding=1)", lambda: AvgPool2d(3, 2, 1), 1, 2, 5, 6),
+                      layer_case("AvgPool2d(3,2,1,count_include_pad=False,ceil_mode=True)",
+                                 lambda: AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False), 1, 2, 6, 6)],
+        "flatten": [layer_case("Flatten()", Flatten, 2, 3, 2, 2), layer_case("Flatten(0,1)", lambda: Flatten(0, 1), 2, 3, 4),
+                    layer_case("Flatten(-2,-1)", lambda: Flatten(-2, -1), 1, 2, 3, 2)],
+        "cnn": [layer_case("CNN(conv,relu,maxpool,conv same,relu,avgpool,flatten,linear)", _small_cnn, 2, 1, 8, 8),
+                layer_case("CNN(conv,relu,maxpool,conv same,relu,avgpool,flatten,linear)", _small_cnn, 1, 1, 8, 8)],
+    }
+
+
 # One function per family of layers; each returns {command-line name: [cases]}.
 CASE_FAMILIES: list[Callable[[], dict[str, list[Case]]]] = [
     _mlp_cases,
     _loss_cases,
     _norm_cases,
+    _conv_cases,
 ]
 
 
@@ -424,10 +480,17 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown layer {args.layer!r}; known: {', '.join(cases)}")
     selected = {k: v for k, v in cases.items() if args.layer is None or k == args.layer.lower()}
     results = []
-    for key, runs in selected.items():
-        for i, run in enumerate(runs):
-            torch.manual_seed(args.seed + 1000 * list(cases).index(key) + i)  # same inputs with or without --layer
-            results += run(args.fast)
+    # The cases are tiny: one thread.  Convolution and pooling open a parallel region even for an 8x8 image,
+    # and on a loaded machine a 2-thread region waits milliseconds for a descheduled thread (7x slower here).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for key, runs in selected.items():
+            for i, run in enumerate(runs):
+                torch.manual_seed(args.seed + 1000 * list(cases).index(key) + i)  # same inputs with or without --layer
+                results += run(args.fast)
+    finally:
+        torch.set_num_threads(threads)
 
     w = max(len(r.name) for r in results)
     tw = max(len(r.tensor) for r in results)

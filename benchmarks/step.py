@@ -1,12 +1,23 @@
-"""Median time of one training step: hand-written Net vs the nn.Module twin vs the GEMM-only bound.
+"""Median time of one training step: handgrad (the README's call, captured) vs nn.Module (eager, torch.compile)
+vs the GEMM-only bound.
 
-    python benchmarks/step.py                 # default net (batch 512) and a small one (hidden 128, batch 64)
-    python benchmarks/step.py --device cuda --repeats 200
+    python benchmarks/step.py                          # small and default nets on the CPU
+    python benchmarks/step.py --nets small,default,large --device cuda --repeats 200
+    python benchmarks/step.py --compile                # adds nn.Module under torch.compile, each mode
 
-A step is forward, cross-entropy, backward and optimizer step.  The candidates run
-interleaved in one process (round-robin, one step each per round), so drift in machine
-speed hits all of them alike.  Ratios: "speed vs nn.Module" = t_nn / t (> 1 is faster);
-"x GEMM bound" = t / t_gemm, where the bound runs the same matrix products alone.
+A step is zero_grad, forward, cross-entropy, backward and optimizer step (SGD with momentum 0.9, and
+Adam).  The candidates run interleaved in one process (round-robin, one step each per round), so drift
+in machine speed hits all of them alike.  Ratios: "vs nn.Module" = t_nn / t for the nn.Module eager
+step with the same optimizer (> 1 is faster); "x GEMM" = t / t_gemm, where the bound runs the step's
+matrix products alone into preallocated outputs.
+
+handgrad rows:
+  README call        opt.zero_grad(); crit(net(x), y); net.backward(crit.backward()); opt.step()
+                     (a container skips its first layer's input gradient unless asked for it)
+  need_input_grad    the same with net.backward(dout, need_input_grad=True): the first layer's dx too
+  captured           zero_grad(set_to_none=False), optimizer capturable=True, the step wrapped in
+                     training.cuda_graph.CapturedStep: one CUDA graph replay per step on a GPU, a plain
+                     call on the CPU (where it measures the in-place, device-counter path)
 """
 from __future__ import annotations
 
@@ -14,24 +25,34 @@ import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from autodiff import EngineNet, cross_entropy  # noqa: E402
-from layers import Net, PytorchNet  # noqa: E402
-from losses import CrossEntropyLoss  # noqa: E402
-import optimizers  # noqa: E402
+import optimizers
+from autodiff import EngineNet, cross_entropy
+from layers import Net, PytorchNet
+from losses import CrossEntropyLoss
+from training.cuda_graph import CapturedStep
+
+NETS = {  # name: (label, hidden, batch, CPU repeats by default)
+    "small": ("small net 784-128x3-10, batch 64", 128, 64, 1000),
+    "default": ("default net 784-1024x3-10, batch 512", 1024, 512, 30),
+    "large": ("large net 784-4096x3-10, batch 4096", 4096, 4096, 3),
+}
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs")
 
 
-def manual_step(net, opt, crit):
+def handgrad_step(net, opt, crit, need_input_grad=False, set_to_none=True):
     def step(x, y):
-        opt.zero_grad()
-        crit(net(x), y)
-        net.backward(crit.backward(), need_input_grad=False)
+        opt.zero_grad(set_to_none=set_to_none)
+        loss = crit(net(x), y)
+        if need_input_grad:
+            net.backward(crit.backward(), need_input_grad=True)
+        else:
+            net.backward(crit.backward())  # the README's call
         opt.step()
+        return loss
     return step
 
 
@@ -43,8 +64,10 @@ def engine_step(model, opt):
     return step
 
 
-def torch_step(model, opt):
+def torch_step(model, opt, mark_step=False):
     def step(x, y):
+        if mark_step:  # torch.compile's CUDA graphs: a new step begins, earlier outputs may be overwritten
+            torch.compiler.cudagraph_mark_step_begin()
         opt.zero_grad()
         F.cross_entropy(model(x), y).backward()
         opt.step()
@@ -69,60 +92,111 @@ def gemm_bound(net, x):
     return step
 
 
-def bench(hidden: int, batch: int, device: torch.device, repeats: int, warmup: int) -> list[tuple[str, float]]:
+def candidates(hidden, x, y, device, compile_modes):
+    """name -> (step function, the name of the nn.Module row it is compared with)."""
     torch.manual_seed(0)
-    net = Net(hidden_size=hidden, device=device)
-    twins = {name: PytorchNet(hidden_size=hidden, device=device) for name in ("sgd", "adam")}
-    for t in twins.values():
-        t.load_state_dict(net.state_dict())
-    nets = {"sgd": net, "adam": Net(hidden_size=hidden, device=device)}
-    nets["adam"].load_state_dict(net.state_dict())
+    ref = Net(hidden_size=hidden, device=device)
+    sd = ref.state_dict()
+
+    def hand():
+        net = Net(hidden_size=hidden, device=device)
+        net.load_state_dict(sd)
+        return net
+
+    def twin():
+        m = PytorchNet(hidden_size=hidden, device=device)
+        m.load_state_dict(sd)
+        return m
+
+    def sgd(params, **kw):
+        return optimizers.SGD(params, lr=1e-3, momentum=0.9, **kw)
+
+    nn_sgd, nn_adam = "nn.Module eager, SGD", "nn.Module eager, Adam"
+    c = {}
+    net = hand()
+    c["handgrad README call, SGD"] = (handgrad_step(net, sgd(net.parameters()), CrossEntropyLoss()), nn_sgd)
+    net = hand()
+    c["handgrad need_input_grad, SGD"] = (handgrad_step(net, sgd(net.parameters()), CrossEntropyLoss(), True), nn_sgd)
+    net = hand()
+    captured = CapturedStep(handgrad_step(net, sgd(net.parameters(), capturable=True), CrossEntropyLoss(),
+                                          set_to_none=False), x, y)
+    c["handgrad captured, SGD"] = (captured, nn_sgd)
+    m = twin()
+    c[nn_sgd] = (torch_step(m, torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9)), nn_sgd)
+    for mode in compile_modes:
+        m = twin()
+        cm = torch.compile(m, mode=mode)
+        c[f"nn.Module compile {mode}, SGD"] = (torch_step(cm, torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9),
+                                                          mark_step=mode == "reduce-overhead"), nn_sgd)
+    net = hand()
+    c["handgrad README call, Adam"] = (handgrad_step(net, optimizers.Adam(net.parameters(), lr=1e-4),
+                                                     CrossEntropyLoss()), nn_adam)
+    net = hand()
+    captured = CapturedStep(handgrad_step(net, optimizers.Adam(net.parameters(), lr=1e-4, capturable=True),
+                                          CrossEntropyLoss(), set_to_none=False), x, y)
+    c["handgrad captured, Adam"] = (captured, nn_adam)
+    m = twin()
+    c[nn_adam] = (torch_step(m, torch.optim.Adam(m.parameters(), lr=1e-4,
+                                                 capturable=device.type == "cuda")), nn_adam)
     engine = EngineNet(hidden_size=hidden, device=device)
-    engine.load_state_dict(net.state_dict())
-    x = torch.randn(batch, 784, device=device)
-    y = torch.randint(0, 10, (batch,), device=device)
-    cands = {
-        "handgrad Net + handgrad SGD": manual_step(nets["sgd"], optimizers.SGD(nets["sgd"].parameters(), lr=1e-3, momentum=0.9), CrossEntropyLoss()),
-        "nn.Module + torch.optim.SGD": torch_step(twins["sgd"], torch.optim.SGD(twins["sgd"].parameters(), lr=1e-3, momentum=0.9)),
-        "handgrad Net + handgrad Adam": manual_step(nets["adam"], optimizers.Adam(nets["adam"].parameters(), lr=1e-4), CrossEntropyLoss()),
-        "nn.Module + torch.optim.Adam": torch_step(twins["adam"], torch.optim.Adam(twins["adam"].parameters(), lr=1e-4)),
-        "autodiff engine + handgrad Adam": engine_step(engine, optimizers.Adam(engine.parameters(), lr=1e-4)),
-        "GEMM-only bound": gemm_bound(net, x),
-    }
+    engine.load_state_dict(sd)
+    c["autodiff engine, Adam"] = (engine_step(engine, optimizers.Adam(engine.parameters(), lr=1e-4)), nn_adam)
+    c["GEMM-only bound"] = (gemm_bound(ref, x), None)
+    return c
+
+
+def bench(hidden, batch, device, repeats, warmup, compile_modes):
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(batch, 784, generator=g).to(device)
+    y = torch.randint(0, 10, (batch,), generator=g).to(device)
+    cands = candidates(hidden, x, y, device, compile_modes)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     times: dict[str, list[float]] = {k: [] for k in cands}
     for r in range(warmup + repeats):
-        for name, step in cands.items():
+        for name, (step, _) in cands.items():
             sync()
             t0 = time.perf_counter()
             step(x, y)
             sync()
             if r >= warmup:
                 times[name].append(time.perf_counter() - t0)
-    return [(name, statistics.median(ts)) for name, ts in times.items()]
+    return {name: (statistics.median(ts), cands[name][1]) for name, ts in times.items()}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--repeats", type=int, default=None, help="timed rounds (default 30 on CPU for the default net)")
-    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--nets", default=None,
+                    help=f"comma-separated, of {', '.join(NETS)} (default: small,default on the CPU, all on CUDA)")
+    ap.add_argument("--repeats", type=int, default=None,
+                    help="timed rounds (default per net on the CPU: small 1000, default 30, large 3; CUDA 300)")
+    ap.add_argument("--warmup", type=int, default=5, help="untimed rounds first (>= 4: the captured rows capture)")
+    ap.add_argument("--compile", nargs="?", const=",".join(COMPILE_MODES), default="",
+                    help=f"add nn.Module under torch.compile, in these comma-separated modes "
+                         f"(default with the flag: {','.join(COMPILE_MODES)})")
     args = ap.parse_args(argv)
     device = torch.device(args.device)
+    names = (args.nets or ("small,default,large" if device.type == "cuda" else "small,default")).split(",")
+    unknown = [n for n in names if n not in NETS]
+    if unknown:
+        ap.error(f"--nets: unknown {unknown}; known: {', '.join(NETS)}")
+    modes = [m for m in args.compile.split(",") if m]
+    bad = [m for m in modes if m not in COMPILE_MODES]
+    if bad:
+        ap.error(f"--compile: unknown mode(s) {bad}; known: {', '.join(COMPILE_MODES)}")
     print(f"torch {torch.__version__}, device {device}"
           f"{' (' + torch.cuda.get_device_name(device) + ')' if device.type == 'cuda' else ''}, "
           f"{torch.get_num_threads()} CPU threads, float32")
-    for label, hidden, batch, default_reps in (("default net 784-1024x3-10, batch 512", 1024, 512, 30),
-                                               ("small net 784-128x3-10, batch 64", 128, 64, 1000)):
-        reps = args.repeats or (default_reps if device.type == "cpu" else 300)
-        rows = dict(bench(hidden, batch, device, reps, args.warmup))
-        gemm = rows["GEMM-only bound"]
+    for key in names:
+        label, hidden, batch, cpu_reps = NETS[key]
+        reps = args.repeats or (cpu_reps if device.type == "cpu" else 300)
+        rows = bench(hidden, batch, device, reps, args.warmup, modes)
+        gemm = rows["GEMM-only bound"][0]
         print(f"\n{label}: median of {reps} interleaved steps")
-        print(f"  {'candidate':<33}{'ms/step':>10}{'speed vs nn.Module':>20}{'x GEMM bound':>14}")
-        for name, t in rows.items():
-            ref = rows["nn.Module + torch.optim.Adam" if "Adam" in name else "nn.Module + torch.optim.SGD"]
-            vs = f"{ref / t:.2f}x" if name != "GEMM-only bound" else ""
-            print(f"  {name:<33}{t * 1e3:>10.3f}{vs:>20}{t / gemm:>13.2f}x")
+        print(f"  {'candidate':<46}{'ms/step':>10}{'vs nn.Module':>14}{'x GEMM':>9}")
+        for name, (t, ref) in rows.items():
+            vs = f"{rows[ref][0] / t:.2f}x" if ref is not None else ""
+            print(f"  {name:<46}{t * 1e3:>10.3f}{vs:>14}{t / gemm:>8.2f}x")
     return 0
 
 

@@ -1,4 +1,5 @@
 """Hand-written layers: each computes its own backward pass."""
+from .as_module import HandgradModule, as_module
 from .activations import GELU, LeakyReLU, LogSoftmax, ReLU, Sigmoid, SiLU, Softmax, Tanh
 from .batchnorm import BatchNorm1d, BatchNorm2d
 from .conv import Conv2d
@@ -17,4 +18,4 @@ from .torch_net import PytorchNet
 __all__ = ["Layer", "BaseLayer", "Linear", "ReLU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax", "LeakyReLU", "GELU",
            "SiLU", "BatchNorm1d", "BatchNorm2d", "SyncBatchNorm", "convert_sync_batchnorm", "LayerNorm", "Dropout",
            "twin_mask_hook", "SeededDropout", "seeded_dropouts", "Conv2d", "MaxPool2d", "AvgPool2d", "Flatten",
-           "Sequential", "Net", "PytorchNet", "from_torch", "to_torch"]
+           "Sequential", "Net", "PytorchNet", "from_torch", "to_torch", "as_module", "HandgradModule"]

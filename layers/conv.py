@@ -35,6 +35,9 @@ from .init import torch_default_params
 from .layer import BaseLayer, accumulate_grad
 
 
+_CHANNELS_LAST_MIN = 8  # input channels per group from which the weight-gradient correlation runs channels-last on CPU
+
+
 def pair(owner: str, name: str, value: object, lo: int) -> tuple[int, int]:
     """An int or a pair of ints, each >= lo, as (rows, cols); anything else is a ValueError naming it."""
     items = (value, value) if isinstance(value, int) and not isinstance(value, bool) else value
@@ -138,8 +141,9 @@ class Conv2d(BaseLayer):
             x = F.pad(x, (0, self._extra[1], 0, self._extra[0]))  # (N, C_in, H + 1?, W + 1?)
         ho, wo = self._out_hw(x.shape[2], x.shape[3])
         if ho < 1 or wo < 1:
+            span = tuple(d * (k - 1) + 1 for k, d in zip(self.kernel_size, self.dilation))
             raise ValueError(f"{self!r}: input of spatial size {hw} (padding {self._pad}) is smaller than the "
-                             f"dilated kernel {tuple(d * (k - 1) + 1 for k, d in zip(self.kernel_size, self.dilation))}")
+                             f"dilated kernel {span}")
         out = F.conv2d(x, w, self.bias, self.stride, self._pad, self.dilation, self.groups)  # (N, C_out, H_out, W_out)
         self._cache = (x, out.shape, hw)
         return out
@@ -153,11 +157,11 @@ class Conv2d(BaseLayer):
             check_dout(repr(self), dout, None if cache is None else cache[1], w)
         self._cache = None
         x, _, (h, wd) = cache
-        dw = self._weight_grad(x, dout)  # (C_out, C_in / G, kH, kW)
+        dw = self._weight_grad(x, dout)  # (C_out, C_in / G, kH, kW), a strided view of the correlation
         if w.grad is None:
-            w.grad = dw
+            w.grad = dw.contiguous()  # the weight's layout
         else:
-            w.grad.add_(dw)
+            w.grad.add_(dw)  # in place, straight from the view: no copy
         if self.bias is not None:
             accumulate_grad(self.bias, dout.sum((0, 2, 3)))  # (C_out,)
         if not need_input_grad:
@@ -191,8 +195,13 @@ class Conv2d(BaseLayer):
         xt = x.transpose(0, 1) if g == 1 else \
             x.view(n, g, c // g, h, w).permute(2, 1, 0, 3, 4).reshape(c // g, g * n, h, w)  # (C_in/G, G*N, H, W)
         dt = dout.transpose(0, 1)  # (C_out, N, H_out, W_out)
+        if x.device.type == "cpu" and c // g >= _CHANNELS_LAST_MIN:
+            # Measured (benchmarks/conv.py): oneDNN's brgemm kernel reads a channels-last "input" as it is,
+            # which saves a reorder; 0.8x -> 0.9-0.96x of nn.Conv2d for inner layers, but slower with 1-3
+            # input channels (a network's first layer), where the plain layout is kept.
+            xt = xt.contiguous(memory_format=torch.channels_last)
         corr = F.conv2d(xt, dt, None, self.dilation, self._pad, self.stride, g)  # (C_in/G, C_out, kH', kW')
-        return corr[:, :, :kh, :kw].transpose(0, 1).contiguous()  # (C_out, C_in/G, kH, kW), the weight's layout
+        return corr[:, :, :kh, :kw].transpose(0, 1)  # (C_out, C_in/G, kH, kW), a view (not contiguous)
 
     def _reject_input(self, x: object) -> None:
         check_tensor(repr(self), "x", x)

@@ -44,7 +44,14 @@ class Layer(Protocol):
 
 
 def accumulate_grad(param: Tensor, grad: Tensor) -> None:
-    """``param.grad += grad``, creating ``.grad`` on first use (PyTorch's semantics)."""
+    """``param.grad += grad``, creating ``.grad`` on first use (PyTorch's semantics).
+
+    An existing ``.grad`` is added into in place, so its storage stays put from step to step when the
+    gradients are cleared with ``zero_grad(set_to_none=False)`` (zeros written in place): what a CUDA
+    graph replays and what a tight loop wants.  ``zero_grad()`` with torch's default ``set_to_none=True``
+    drops ``.grad``, and the next backward allocates it again (from the caching allocator on CUDA).
+    ``grad`` becomes ``.grad`` itself on first use: callers pass a tensor nothing else will write to.
+    """
     if param.grad is None:
         param.grad = grad
     else:
@@ -52,14 +59,13 @@ def accumulate_grad(param: Tensor, grad: Tensor) -> None:
 
 
 def zero_grad_(params: Iterable[Tensor], set_to_none: bool = True) -> None:
-    """Clear every ``.grad``: to None (the default, as torch does) or to zeros in place."""
-    for p in params:
-        if p.grad is None:
-            continue
-        if set_to_none:
+    """Clear every ``.grad``: to None (the default, as torch does) or to zeros in place (the storage stays)."""
+    params = [p for p in params if p.grad is not None]
+    if set_to_none:
+        for p in params:
             p.grad = None
-        else:
-            p.grad.zero_()
+    elif params:
+        torch._foreach_zero_([p.grad for p in params])  # one kernel per device and dtype, not one per tensor
 
 
 def named_parameters_of(layer: Layer) -> list[tuple[str, Tensor]]:

@@ -3,15 +3,17 @@
 The layers in this package are written for speed and for agreement with autograd to
 the last bit: Linear keeps nn.Linear's memory layout, ReLU's backward multiplies by
 sign(out), cross-entropy orders its operations as autograd rounds them, batch norm's
-backward is one closed-form statement.  Here is the same math the way a textbook
-writes it, in CS231n's ``out, cache = f_forward(...)`` / ``dx, dw = f_backward(dout,
-cache)`` style.  Nothing in the library calls these; ``tests/test_reference.py`` (and
-``tests/test_norm.py`` for batch norm) check that the fast layers compute the same
+backward is one closed-form statement, convolution's backward is two more convolutions.
+Here is the same math the way a textbook writes it, in CS231n's ``out, cache =
+f_forward(...)`` / ``dx, dw = f_backward(dout, cache)`` style.  Nothing in the library
+calls these; ``tests/test_reference.py`` (``tests/test_norm.py`` for batch norm,
+``tests/test_conv.py`` for the im2col convolution) check that the fast layers compute the same
 numbers, so you can learn from this file and trust the fast one.
 """
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 
@@ -88,3 +90,50 @@ def batchnorm_backward(dout: Tensor, cache: tuple) -> tuple[Tensor, Tensor, Tens
     dmu = -(dxmu1 + dxmu2).sum(0)
     dx2 = torch.ones_like(dout) * dmu / n  # step 1: mu = sum(x) / n
     return dx1 + dx2, dgamma, dbeta
+
+
+def conv2d_forward(x: Tensor, w: Tensor, b: Tensor | None, stride=1, padding=0, dilation=1,
+                   groups: int = 1) -> tuple[Tensor, tuple]:
+    """Convolution as im2col + one matrix product (CS231n's conv_forward, vectorised).
+
+    x (N, C_in, H, W), w (C_out, C_in/G, kH, kW), b (C_out,) or None -> out (N, C_out, H_out, W_out).
+    ``F.unfold`` copies every receptive field into a column: cols (N, C_in*kH*kW, L), L = H_out*W_out
+    positions.  Then each output is a dot product of a kernel row with a column, per group G:
+        out[n, g] = w[g] (C_out/G, C_in/G*kH*kW)  @  cols[n, g] (C_in/G*kH*kW, L)
+    stride, padding (symmetric) and dilation: an int or a pair.
+    """
+    n, _, h, wd = x.shape
+    c_out, cg, kh, kw = w.shape
+    cols = F.unfold(x, (kh, kw), dilation=dilation, padding=padding, stride=stride)  # (N, C_in*kH*kW, L)
+    cols = cols.view(n, groups, cg * kh * kw, -1)  # (N, G, C_in/G*kH*kW, L)
+    wg = w.reshape(groups, c_out // groups, cg * kh * kw)  # (G, C_out/G, C_in/G*kH*kW)
+    out = wg @ cols  # (N, G, C_out/G, L)
+    out = out.reshape(n, c_out, -1)  # (N, C_out, L)
+    if b is not None:
+        out = out + b.view(1, c_out, 1)
+    ho, wo = _conv_out(h, kh, stride, padding, dilation, 0), _conv_out(wd, kw, stride, padding, dilation, 1)
+    return out.view(n, c_out, ho, wo), (cols, wg, x.shape, w.shape, b is not None, stride, padding, dilation)
+
+
+def conv2d_backward(dout: Tensor, cache: tuple) -> tuple[Tensor, Tensor, Tensor | None]:
+    """Back through conv2d_forward: dout (N, C_out, H_out, W_out) -> dx, dw, db (None without a bias).
+
+    The matrix product's two gradients, per group:  dw[g] = sum_n dout[n, g] @ cols[n, g]^T  and
+    dcols[n, g] = w[g]^T @ dout[n, g];  then ``F.fold`` -- unfold's adjoint -- adds each column back onto
+    the pixels it was copied from (a pixel in several receptive fields receives the sum).
+    """
+    cols, wg, x_shape, w_shape, has_bias, stride, padding, dilation = cache
+    n, c_out = dout.shape[:2]
+    groups = wg.shape[0]
+    d = dout.reshape(n, groups, c_out // groups, -1)  # (N, G, C_out/G, L)
+    dw = (d @ cols.transpose(-1, -2)).sum(0)  # (G, C_out/G, C_in/G*kH*kW)
+    dcols = wg.transpose(-1, -2) @ d  # (N, G, C_in/G*kH*kW, L)
+    dx = F.fold(dcols.reshape(n, -1, dcols.shape[-1]), x_shape[2:], w_shape[2:], dilation=dilation,
+                padding=padding, stride=stride)  # (N, C_in, H, W)
+    db = dout.sum((0, 2, 3)) if has_bias else None
+    return dx, dw.reshape(w_shape), db
+
+
+def _conv_out(size: int, k: int, stride, padding, dilation, axis: int) -> int:
+    at = lambda v: v if isinstance(v, int) else v[axis]  # noqa: E731
+    return (size + 2 * at(padding) - at(dilation) * (k - 1) - 1) // at(stride) + 1

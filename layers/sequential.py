@@ -76,6 +76,7 @@ class Sequential(BaseLayer):
         self.training = all(getattr(layer, "training", True) for layer in layers)
         self._skips_dx = [_takes_need_input_grad(layer) for layer in layers]
         self._backward_hooks: list[Callable[[Layer], None]] = []
+        self._forward_hooks: list[Callable[[Layer, Tensor], None]] = []
 
     # -- the container ----------------------------------------------------------------------------------
 
@@ -99,8 +100,18 @@ class Sequential(BaseLayer):
 
     def forward(self, x: Tensor) -> Tensor:
         """x: the first layer's input -> the last layer's output."""
+        if self._forward_hooks:
+            return self._forward_with_hooks(x)
         for layer in self.layers:
             x = layer(x)
+        return x
+
+    def _forward_with_hooks(self, x: Tensor) -> Tensor:
+        hooks = self._forward_hooks
+        for layer in self.layers:
+            x = layer(x)
+            for hook in hooks:
+                hook(layer, x)
         return x
 
     def backward(self, dout: Tensor, need_input_grad: bool = False) -> Tensor | None:
@@ -125,6 +136,12 @@ class Sequential(BaseLayer):
         for this backward then: data-parallel training starts their all-reduce there).  ``.remove()`` undoes."""
         self._backward_hooks.append(fn)
         return _HookHandle(self._backward_hooks, fn)
+
+    def register_forward_hook(self, fn: Callable[[Layer, Tensor], None]) -> _HookHandle:
+        """Call ``fn(layer, output)`` right after each child's forward (a nested container's children are not
+        visited: register on it too).  Without hooks the forward pays one list check.  ``.remove()`` undoes."""
+        self._forward_hooks.append(fn)
+        return _HookHandle(self._forward_hooks, fn)
 
     # -- conversion ---------------------------------------------------------------------------------------
 

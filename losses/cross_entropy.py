@@ -10,14 +10,28 @@ from ._reduction import check_reduction
 _LOW_PRECISION = (torch.float16, torch.bfloat16)  # computed in float32 (see CrossEntropyLoss)
 
 
+def capturing(t: Tensor) -> bool:
+    """True while ``t``'s CUDA stream is being captured into a graph, where reading a value back is illegal."""
+    return t.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
 def check_class_target(owner: str, logits: Tensor, target: Tensor) -> None:
-    """Class-index targets: integer (N,) on the logits' device, every class in [0, C).  One host sync."""
+    """Class-index targets: integer (N,) on the logits' device, every class in [0, C).
+
+    The range check reads the smallest and largest class back to the host: one synchronisation per
+    call.  While a CUDA graph is being captured that read is illegal, so the range check is skipped
+    (dtype, shape and device are still checked): a graph replays on new data without checking it, and
+    an out-of-range class there gives a garbage loss (or a device-side assert), never an error naming
+    the class.  ``training.cuda_graph.CapturedStep`` runs the step eagerly, checks included, first.
+    """
     n, c = logits.shape
     if target.device != logits.device:
         raise ValueError(f"{owner}: target is on {target.device} but logits are on {logits.device}")
     if target.is_floating_point() or target.dtype == torch.bool or target.is_complex() or target.shape != (n,):
         raise ValueError(f"{owner}: target must be integer class indices of shape ({n},), "
                          f"got {target.dtype} of shape {tuple(target.shape)}")
+    if capturing(target):
+        return
     lo, hi = torch.stack(torch.aminmax(target)).tolist()  # one host sync for both bounds
     if lo < 0 or hi >= c:
         raise ValueError(f"{owner}: target contains class {lo if lo < 0 else hi}, outside [0, {c - 1}] "

@@ -14,17 +14,23 @@ class Adagrad(HandOptimizer):
     p = p - clr * g / (sqrt(s) + eps)
 
     As in torch.optim, the state is created when a parameter joins the optimizer.
+
+    ``capturable=True`` (torch.optim.Adagrad has no such option; this one has torch's meaning for the
+    others) keeps t on the parameter's device and computes k = 1 + (t - 1) lr_decay there, in the
+    parameter's dtype: p = p - lr * g / ((sqrt(s) + eps) * k).  No number is read back.
     """
 
     def __init__(self, params, lr: float = 1e-2, lr_decay: float = 0, weight_decay: float = 0,
-                 initial_accumulator_value: float = 0, eps: float = 1e-10, *, maximize: bool = False):
+                 initial_accumulator_value: float = 0, eps: float = 1e-10, *, maximize: bool = False,
+                 capturable: bool = False):
         check_hyper("Adagrad", "lr", lr)
         check_hyper("Adagrad", "lr_decay", lr_decay)
         check_hyper("Adagrad", "weight_decay", weight_decay)
         check_hyper("Adagrad", "initial_accumulator_value", initial_accumulator_value)
         check_hyper("Adagrad", "eps", eps)
         defaults = dict(lr=lr, lr_decay=lr_decay, eps=eps, weight_decay=weight_decay,
-                        initial_accumulator_value=initial_accumulator_value, maximize=maximize)
+                        initial_accumulator_value=initial_accumulator_value, maximize=maximize,
+                        capturable=bool(capturable))
         super().__init__(params, defaults)
 
     def add_param_group(self, param_group: dict) -> None:
@@ -33,19 +39,32 @@ class Adagrad(HandOptimizer):
         for p in group["params"]:
             state = self.state[p]
             if not state:
-                state["step"] = scalar_step()
+                state["step"] = scalar_step(p, group.get("capturable", False))
                 state["sum"] = torch.full_like(p, group["initial_accumulator_value"],
                                                memory_format=torch.preserve_format)
 
     def _update(self, group, params, grads):
         states = [self.state[p] for p in params]
         steps = [s["step"] for s in states]
-        torch._foreach_add_(steps, 1.0)
+        torch._foreach_add_(steps, 1)
         if group["weight_decay"] != 0:
             grads = torch._foreach_add(grads, params, alpha=group["weight_decay"])
-        neg_clrs = [-group["lr"] / (1 + (t.item() - 1) * group["lr_decay"]) for t in steps]
         sums = [s["sum"] for s in states]
         torch._foreach_addcmul_(sums, grads, grads, value=1)
         std = torch._foreach_sqrt(sums)
         torch._foreach_add_(std, group["eps"])
-        torch._foreach_addcdiv_(params, grads, std, neg_clrs)
+        lr, lr_decay = group["lr"], group["lr_decay"]
+        if lr_decay == 0:  # clr = lr whatever t is: no counter to read
+            torch._foreach_addcdiv_(params, grads, std, value=-lr)
+        elif group.get("capturable", False):
+            # clr = lr / k with k = 1 + (t - 1) lr_decay, computed on the device: p = p - lr * g / (std * k).
+            # t (exact in float32 up to 2^24 steps) is cast to the parameter's dtype first, so k is as precise
+            # as the Python float of the default path.
+            ks = torch._foreach_sub([t.to(p.dtype) for t, p in zip(steps, params)], 1)  # new tensors, (t - 1)
+            torch._foreach_mul_(ks, lr_decay)
+            torch._foreach_add_(ks, 1)
+            torch._foreach_mul_(std, ks)
+            torch._foreach_addcdiv_(params, grads, std, value=-lr)
+        else:
+            neg_clrs = [-lr / (1 + (t.item() - 1) * lr_decay) for t in steps]  # CPU counters: no device sync
+            torch._foreach_addcdiv_(params, grads, std, neg_clrs)

@@ -5,6 +5,16 @@ load_state_dict, zero_grad, add_param_group, hooks and every lr_scheduler for
 free; each subclass writes only ``_update(group, params, grads)``, the update
 equations, with ``torch._foreach_*`` ops across the group (one kernel per
 operation for the whole group rather than one per tensor).
+
+``capturable`` has torch.optim's meaning.  Off (the default), a step counter is a
+0-d CPU tensor and the bias corrections are Python floats computed from it: cheap,
+since reading a CPU number never waits for the GPU, but a replayed CUDA graph would
+never advance such a counter.  On, the counter lives on the parameter's device and
+every scalar that depends on it (bias corrections, Adagrad's decayed rate) is a
+device tensor computed by kernels, so the step does no host synchronisation and no
+host-to-device copy and can be captured in a CUDA graph (``training.cuda_graph``).
+Hyper-parameters (lr, betas, ...) are Python numbers passed to the kernels as
+arguments: a captured graph keeps the values it was captured with.
 """
 from __future__ import annotations
 
@@ -46,10 +56,11 @@ def _as_torch_param(p: object) -> Tensor:
     raise TypeError(f"optimizer params must be tensors, got {type(p).__name__}")
 
 
-def scalar_step(device: torch.device | None = None) -> Tensor:
-    """A fresh ``step`` counter, typed as torch.optim types it (a 0-d float tensor)."""
+def scalar_step(param: Tensor, capturable: bool) -> Tensor:
+    """A fresh ``step`` counter, placed and typed as torch.optim does: a 0-d float tensor (float64 under a
+    float64 default dtype, else float32) on the CPU, or on ``param``'s device when ``capturable``."""
     dtype = torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
-    return torch.zeros((), dtype=dtype, device=device)
+    return torch.zeros((), dtype=dtype, device=param.device if capturable else "cpu")
 
 
 class HandOptimizer(Optimizer):
@@ -93,21 +104,6 @@ class HandOptimizer(Optimizer):
             raise RuntimeError(f"{type(self).__name__}.step(): no parameter has a gradient (every .grad is None); "
                                f"call backward first")
         return loss
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        """Clear the gradients: to None (default, as torch.optim) or to zeros in place."""
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                if set_to_none:
-                    p.grad = None
-                else:
-                    if p.grad.grad_fn is not None:
-                        p.grad.detach_()
-                    else:
-                        p.grad.requires_grad_(False)
-                    p.grad.zero_()
 
     @abstractmethod
     def _update(self, group: dict, params: list[Tensor], grads: list[Tensor]) -> None:

@@ -20,7 +20,13 @@ def clip_grad_norm_(parameters: Iterable[Tensor] | Tensor, max_norm: float, norm
 
     total = ||(||g_1||, ..., ||g_k||)||   (the norm of all gradients as one vector)
     g_i  *= min(1, max_norm / (total + 1e-6))
-    Returns ``total`` (before clipping) as a 0-d tensor.
+    Returns ``total`` (before clipping) as a 0-d tensor on the gradients' device.
+
+    Everything stays on the device: the norms, the clamped coefficient and the in-place scaling are
+    kernels, nothing is read back and no CPU tensor is made, so clipping can run inside a captured CUDA
+    graph and never stalls the GPU's queue.  The exception is ``error_if_nonfinite=True``, which must
+    read the norm back to decide whether to raise (one synchronisation, as in torch).  Clipping always
+    multiplies, by 1 when the norm is within bounds (no branch on the norm's value).
     """
     max_norm, norm_type = float(max_norm), float(norm_type)
     if max_norm < 0 or math.isnan(max_norm):
@@ -29,7 +35,7 @@ def clip_grad_norm_(parameters: Iterable[Tensor] | Tensor, max_norm: float, norm
         raise ValueError(f"clip_grad_norm_: norm_type must be > 0 or inf, got {norm_type}")
     grads = _grads(parameters)
     if not grads:
-        return torch.tensor(0.0)
+        return torch.tensor(0.0)  # no gradient, so no device to put it on (torch returns the same)
     device = grads[0].device
     if math.isinf(norm_type):
         per_tensor = [g.abs().max() for g in grads]

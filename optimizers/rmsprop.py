@@ -13,17 +13,21 @@ class RMSprop(HandOptimizer):
     d = sqrt(v) + eps                                          (otherwise)
     b = momentum * b + g / d ; p = p - lr * b                  (momentum > 0)
     p = p - lr * g / d                                         (otherwise)
+
+    The update does not use the step count t; it is kept (as torch.optim keeps it) for the state_dict.
+    ``capturable=True`` keeps it on the parameter's device, so that a replayed CUDA graph advances it.
     """
 
     def __init__(self, params, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8, weight_decay: float = 0,
-                 momentum: float = 0, centered: bool = False, *, maximize: bool = False):
+                 momentum: float = 0, centered: bool = False, *, maximize: bool = False,
+                 capturable: bool = False):
         check_hyper("RMSprop", "lr", lr)
         check_hyper("RMSprop", "alpha", alpha)
         check_hyper("RMSprop", "eps", eps)
         check_hyper("RMSprop", "weight_decay", weight_decay)
         check_hyper("RMSprop", "momentum", momentum)
         defaults = dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
-                        centered=centered, maximize=maximize)
+                        centered=centered, maximize=maximize, capturable=bool(capturable))
         super().__init__(params, defaults)
 
     def _update(self, group, params, grads):
@@ -31,13 +35,13 @@ class RMSprop(HandOptimizer):
         states = [self.state[p] for p in params]
         for p, state in zip(params, states):
             if not state:
-                state["step"] = scalar_step()
+                state["step"] = scalar_step(p, group.get("capturable", False))
                 state["square_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                 if momentum > 0:
                     state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                 if centered:
                     state["grad_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-        torch._foreach_add_([s["step"] for s in states], 1.0)
+        torch._foreach_add_([s["step"] for s in states], 1)
         if group["weight_decay"] != 0:
             grads = torch._foreach_add(grads, params, alpha=group["weight_decay"])
 

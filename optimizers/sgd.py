@@ -13,11 +13,13 @@ class SGD(HandOptimizer):
     g = g + momentum * b  (nesterov)   or   g = b
     p = p - lr * g
 
-    State per parameter: ``momentum_buffer`` (only when momentum != 0).
+    State per parameter: ``momentum_buffer`` (only when momentum != 0).  No step counter and no number
+    read back, so every step can be captured in a CUDA graph; ``capturable`` is accepted for a uniform
+    interface with the other optimizers (torch.optim.SGD has no such option) and changes nothing.
     """
 
     def __init__(self, params, lr: float = 1e-3, momentum: float = 0, dampening: float = 0, nesterov: bool = False,
-                 weight_decay: float = 0, *, maximize: bool = False):
+                 weight_decay: float = 0, *, maximize: bool = False, capturable: bool = False):
         check_hyper("SGD", "lr", lr)
         check_hyper("SGD", "momentum", momentum)
         check_hyper("SGD", "weight_decay", weight_decay)
@@ -26,7 +28,7 @@ class SGD(HandOptimizer):
             raise ValueError(f"SGD: nesterov=True requires momentum > 0 and dampening == 0, "
                              f"got momentum={momentum!r}, dampening={dampening!r}")
         defaults = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov,
-                        maximize=maximize)
+                        maximize=maximize, capturable=bool(capturable))
         super().__init__(params, defaults)
 
     def _update(self, group, params, grads):

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.utils._python_dispatch  # HostTraffic
+import torch.utils._pytree
 
 from gradcheck import RTOL
 
@@ -77,3 +79,25 @@ def write_tiny_mnist(root: Path, n_train: int = 300, n_test: int = 80) -> Path:
 def tiny(tmp_path) -> Path:
     """The data root of a tiny MNIST (300 train, 80 test images) written for this test."""
     return write_tiny_mnist(tmp_path / "data")
+
+
+class HostTraffic(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records every op that reads a number back to the host (.item(), bool(t), ...), copies to the host
+    (.tolist(), .cpu()), makes a CPU tensor or is handed one: run the work on the "meta" device (tensors without data) inside ``with HostTraffic()
+    as guard:`` and ``guard.found`` lists what would break CUDA-graph capture or stall a GPU's queue."""
+
+    def __init__(self):
+        super().__init__()
+        self.found: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._local_scalar_dense.default:
+            self.found.append(f"{func}: a read-back to the host")
+        for a in torch.utils._pytree.tree_leaves((args, kwargs)):
+            if isinstance(a, torch.Tensor) and a.device.type == "cpu":
+                self.found.append(f"{func}: a CPU tensor of shape {tuple(a.shape)}")
+        device = kwargs.get("device")
+        if device is not None and torch.device(device).type == "cpu":
+            self.found.append(f"{func}: makes a tensor on the CPU (a copy to the host, or a CPU tensor)")
+        return func(*args, **kwargs)

@@ -287,15 +287,24 @@ def test_engine_training_equals_nn_module_training():
         assert ((eng.state_dict()[k] - v).abs().max() / v.abs().max()).item() < 1e-10, k
 
 
-def test_xor_example_learns_xor():
-    """examples/xor.py (micrograd's demo on the engine) exits 0 only when its loss fell below 0.01."""
+def test_xor_example_learns_xor(tmp_path):
+    """examples/xor.py (micrograd's demo on the engine) exits 0 only when its loss fell below 0.01; with --draw it
+    writes the last step's graph (SVG where Graphviz's dot is installed, else the DOT text).  The example's one run
+    in the suite."""
+    import shutil
     import subprocess
     import sys
     from pathlib import Path
     root = Path(__file__).resolve().parents[1]
-    r = subprocess.run([sys.executable, "examples/xor.py"], cwd=root, capture_output=True, text=True, timeout=120)
+    out = tmp_path / ("xor.svg" if shutil.which("dot") else "xor.dot")
+    r = subprocess.run([sys.executable, "examples/xor.py", "--draw", str(out)], cwd=root, capture_output=True,
+                       text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "loss" in r.stdout and "(target 1.0)" in r.stdout
+    assert "loss" in r.stdout and "(target 1.0)" in r.stdout and f"written to {out}" in r.stdout
+    drawn = out.read_text()
+    assert ("<svg" in drawn) if out.suffix == ".svg" else drawn.startswith("digraph autodiff {")
+    for name in ("layers.0.weight", "layers.0.bias", "layers.2.weight", "layers.2.bias", "tanh", "matmul"):
+        assert name in drawn, name
 
 
 def test_engine_net_refuses_bad_architecture():

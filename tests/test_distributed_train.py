@@ -95,3 +95,18 @@ def test_torchrun_end_to_end(tiny, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["world_size"] == WORLD and set(summary["results"]) == {"manual", "torch"}
     assert r.stdout.count("test acc") == 1  # rank 0 alone prints
+
+
+def test_a_one_process_checkpoint_resumes_on_two(tiny, tmp_path):
+    """The global batch does not depend on the world size, so a run may continue on another number of processes."""
+    os.rename(tiny, tmp_path / "data")
+    data = tmp_path / "data"
+    assert training.run(config(data, tmp_path / "one", epochs=2)) == 0
+    assert training.run(config(data, tmp_path / "half", epochs=1)) == 0
+    results = spawn(tmp_path, resume=tmp_path / "half" / "checkpoint.pt", epochs=2, given=frozenset({"epochs"}))
+    assert results == {0: 0, 1: 0}, results
+    one = torch.load(tmp_path / "one" / "checkpoint.pt", weights_only=True)
+    two = torch.load(tmp_path / "dist" / "checkpoint.pt", weights_only=True)
+    assert two["epoch"] == 2 and two["world_size"] == WORLD
+    for name in ("manual", "torch"):
+        assert _max_rel(two["models"][name], one["models"][name]) < 1e-12, name

@@ -1,0 +1,98 @@
+"""One training step of the hand-written CNN (train.py --model cnn) vs its nn.Module twin, and the im2col
+reference convolution vs the fast path, interleaved in one process.
+
+    python benchmarks/cnn_step.py [--device cuda] [--batch-size 128] [--repeats 30]
+
+A step is forward, cross-entropy, backward and an Adam step, in training mode (batch statistics, dropout).
+"speed vs nn.Module" = t_nn / t (> 1 is faster).  The im2col row times the reference.py convolution (unfold,
+matrix product, fold) forward and backward against layers.Conv2d on the CNN's second convolution's shapes.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+import optimizers
+from layers import Conv2d, reference
+from losses import CrossEntropyLoss
+from training.models import cnn
+
+
+def interleaved(cands: dict, repeats: int, warmup: int, device: torch.device) -> dict[str, float]:
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    times: dict[str, list[float]] = {k: [] for k in cands}
+    for r in range(warmup + repeats):
+        for name, step in cands.items():
+            sync()
+            t0 = time.perf_counter()
+            step()
+            sync()
+            if r >= warmup:
+                times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def cnn_rows(device: torch.device, batch: int, repeats: int, warmup: int = 3) -> dict[str, float]:
+    torch.manual_seed(0)
+    ours = cnn(device=device)
+    twin = ours.to_torch()
+    opt_m, opt_t = optimizers.Adam(ours.parameters(), lr=1e-4), torch.optim.Adam(twin.parameters(), lr=1e-4)
+    crit = CrossEntropyLoss()
+    x = torch.randn(batch, 1, 28, 28, device=device)
+    y = torch.randint(0, 10, (batch,), device=device)
+
+    def manual():
+        opt_m.zero_grad()
+        crit(ours(x), y)
+        ours.backward(crit.backward())
+        opt_m.step()
+
+    def torch_step():
+        opt_t.zero_grad()
+        F.cross_entropy(twin(x), y).backward()
+        opt_t.step()
+
+    conv = Conv2d(32, 64, 3, padding=1, device=device)
+    xc = torch.randn(batch, 32, 14, 14, device=device)
+    dc = torch.randn(batch, 64, 14, 14, device=device)
+
+    def fast_conv():
+        conv(xc)
+        conv.backward(dc)
+        conv.weight.grad = conv.bias.grad = None
+
+    def im2col_conv():
+        out, cache = reference.conv2d_forward(xc, conv.weight, conv.bias, stride=1, padding=1)
+        reference.conv2d_backward(dc, cache)
+
+    return interleaved({"handgrad CNN + handgrad Adam": manual, "nn.Module CNN + torch.optim.Adam": torch_step,
+                        "Conv2d 32->64 3x3, fast path": fast_conv, "Conv2d 32->64 3x3, im2col reference": im2col_conv},
+                       repeats, warmup, device)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=30)
+    a = ap.parse_args(argv)
+    device = torch.device(a.device)
+    rows = cnn_rows(device, a.batch_size, a.repeats)
+    print(f"torch {torch.__version__}, device {device}, {torch.get_num_threads()} CPU threads, float32, batch "
+          f"{a.batch_size}, median of {a.repeats} interleaved rounds")
+    ref = {"handgrad CNN + handgrad Adam": "nn.Module CNN + torch.optim.Adam",
+           "Conv2d 32->64 3x3, im2col reference": "Conv2d 32->64 3x3, fast path"}
+    print(f"  {'candidate':<38}{'ms':>9}{'ratio':>28}")
+    for name, t in rows.items():
+        ratio = f"{rows[ref[name]] / t:.2f}x vs {'nn.Module' if 'CNN' in name else 'fast path'}" if name in ref else ""
+        print(f"  {name:<38}{t * 1e3:>9.2f}{ratio:>28}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,366 @@
+"""``as_module(layer)``: a hand-written layer (or a whole Sequential/Net) as a ``torch.nn.Module``.
+
+Autograd sees one node per wrapped layer, a ``torch.autograd.Function`` whose forward is the layer's
+hand-written forward and whose backward is the layer's hand-written backward -- no autograd graph is
+built inside it.  So a hand-written layer drops into any PyTorch model, trains with torch.optim, and is
+checked by ``torch.autograd.gradcheck(as_module(layer), x)``.
+
+The layer's parameters appear as ``nn.Parameter``s in torch.nn's layouts (Linear's weight as (H, D)),
+sharing memory with the layer's own tensors: an optimizer stepping the Parameters steps the layer.
+The gradient the hand-written backward computes is handed to autograd, which puts it in the
+Parameter's ``.grad``; the layer's own ``.grad``s are left as they were.  Buffers (batch norm's
+running statistics) are registered as buffers, the very tensors the layer updates, so the module's
+``state_dict()`` has the keys and layouts of the torch.nn twin and loads from it.
+
+One backward per forward is what a hand-written layer's cache serves.  Autograd may ask for more:
+``backward(retain_graph=True)`` then another backward, ``torch.autograd.gradcheck`` (one backward per
+output element), or the module called twice in one graph (shared weights, as an nn.Module may be).  Each
+forward therefore keeps its input and a snapshot of what it changed or drew -- the buffers before the
+forward (running statistics) and the state of each generator a dropout drew its mask from -- and notes
+which objects the layers' attributes held right after it.  A backward that finds any of them replaced
+(the cache used by an earlier backward, or overwritten by a later forward, through this module or by
+calling the layer directly) re-runs its forward first, from the snapshot, then puts the buffers and the
+random states back as they are now: running statistics are updated once per forward call, the re-run
+draws the same dropout mask, and every backward gets the gradient of its own forward.  In the usual
+training step (one forward, one backward) nothing is re-run.
+
+Rules: move or cast with ``module.to(...)`` (it moves the layer too; moving the layer alone is refused
+at the next forward); layers with ``inplace=True`` run on a copy of their input (a custom Function may
+not overwrite its input behind autograd's back); a layer's cache is recognised by assignment (a
+hand-written layer of your own must assign new cache objects in forward, not overwrite old ones in place).
+"""
+from __future__ import annotations
+
+import copy
+import weakref
+from collections.abc import Iterator
+
+import torch
+from torch import Tensor, nn
+
+from .dropout import Dropout
+from .layer import BaseLayer, Layer, named_parameters_of
+from .sequential import _takes_need_input_grad
+
+_MISSING = object()
+
+
+def _walk(layer: Layer, prefix: str = "") -> Iterator[tuple[str, Layer]]:
+    """(dotted prefix, layer) for the layer and every layer inside it, depth first (explicit stack)."""
+    stack = [(prefix, layer)]
+    while stack:
+        pre, node = stack.pop()
+        yield pre, node
+        children = list(node.named_children()) if isinstance(node, BaseLayer) else []
+        stack.extend((f"{pre}{name}.", child) for name, child in reversed(children))
+
+
+def _own_tensors(node: Layer, kind: str) -> Iterator[tuple[str, Tensor]]:
+    """A layer's own parameters (kind="param") or buffers (kind="buffer"), not its children's: (attr, tensor)."""
+    if isinstance(node, BaseLayer):
+        for attr in (node._param_names if kind == "param" else node._buffer_names):
+            t = getattr(node, attr)
+            if t is not None:
+                yield attr, t
+    elif kind == "param":
+        yield from named_parameters_of(node)
+
+
+def _torch_view(node: Layer, attr: str, t: Tensor) -> Tensor:
+    return node._torch_view(attr, t) if isinstance(node, BaseLayer) else t
+
+
+class _Slot:
+    """One parameter: where it lives in the layer tree and its Parameter (torch.nn's layout, same memory)."""
+
+    __slots__ = ("node", "attr", "name", "tensor", "param")
+
+    def __init__(self, node: Layer, attr: str, name: str, tensor: Tensor, param: nn.Parameter) -> None:
+        self.node, self.attr, self.name, self.tensor, self.param = node, attr, name, tensor, param
+
+
+class HandgradModule(nn.Module):
+    """A hand-written layer as an nn.Module; build it with ``as_module(layer)``.
+
+    ``forward(x)`` runs the layer's forward, autograd's backward runs the layer's backward.  ``.layer`` is
+    the wrapped layer.  ``train()``/``eval()`` set the layer's mode too; ``to()``/``double()``/``cuda()``
+    move the layer's tensors and keep the Parameters pointing at them.
+    """
+
+    def __init__(self, layer: Layer) -> None:
+        if isinstance(layer, nn.Module) or not isinstance(layer, Layer):
+            raise TypeError(f"as_module: expected a hand-written layer (forward, backward, parameters), got "
+                            f"{type(layer).__name__}" + (" -- it is already a torch.nn.Module"
+                                                         if isinstance(layer, nn.Module) else ""))
+        super().__init__()
+        self.layer = layer
+        nodes = list(_walk(layer))
+        self._leaves = [node for _, node in nodes]
+        self._slots: list[_Slot] = []
+        self._buffers_of: list[tuple[Layer, str, Tensor]] = []
+        for prefix, node in nodes:
+            for attr, t in _own_tensors(node, "param"):
+                if not t.is_floating_point():
+                    raise TypeError(f"as_module: parameter '{prefix}{attr}' of {node!r} has dtype {t.dtype}; "
+                                    f"parameters must be floating point")
+                param = nn.Parameter(_torch_view(node, attr, t))  # a new tensor object over the same memory
+                self._holder(prefix).register_parameter(attr, param)
+                self._slots.append(_Slot(node, attr, prefix + attr, t, param))
+            for attr, t in _own_tensors(node, "buffer"):
+                self._holder(prefix).register_buffer(attr, t)
+                self._buffers_of.append((node, attr, t))
+        self._inplace = any(getattr(node, "inplace", False) is True for node in self._leaves)
+        self._dropouts = [node for node in self._leaves if isinstance(node, Dropout)]
+        self._skips_dx = _takes_need_input_grad(layer)
+        self.train(getattr(layer, "training", True))
+
+    def _holder(self, prefix: str) -> nn.Module:
+        """The submodule that holds the tensors named ``prefix + attr`` ("layers.0." -> self.layers[0])."""
+        module: nn.Module = self
+        for part in filter(None, prefix.split(".")):
+            child = module._modules.get(part)
+            if child is None:
+                child = nn.Module()
+                module.add_module(part, child)
+            module = child
+        return module
+
+    def __repr__(self) -> str:
+        return f"as_module({self.layer!r})"
+
+    def __deepcopy__(self, memo: dict) -> HandgradModule:
+        """A copy over a deep copy of the layer (nn.Module's own deepcopy would copy the Parameters and the
+        layer's tensors apart, and they would no longer share memory); gradients are copied too."""
+        clone = HandgradModule(copy.deepcopy(self.layer, memo)).train(self.training)
+        for mine, theirs in zip(self._slots, clone._slots):
+            theirs.param.requires_grad_(mine.param.requires_grad)
+            if mine.param.grad is not None:
+                theirs.param.grad = mine.param.grad.clone()
+        memo[id(self)] = clone
+        return clone
+
+    # -- modes and devices --------------------------------------------------------------------------------
+
+    def train(self, mode: bool = True) -> HandgradModule:
+        super().train(mode)
+        if hasattr(self.layer, "train"):
+            self.layer.train(mode)
+        elif hasattr(self.layer, "training"):
+            self.layer.training = bool(mode)
+        return self
+
+    def _apply(self, fn, recurse: bool = True) -> HandgradModule:
+        """``to``/``double``/``cuda``/...: convert the layer's tensors in place (their identities kept, as
+        BaseLayer.to does) and point the Parameters (identities kept too: optimizers built earlier still
+        hold them) at the converted memory."""
+        grads = [None if s.param.grad is None else fn(s.param.grad) for s in self._slots]
+        for s in self._slots:
+            s.tensor.data = fn(s.tensor)
+            s.param.data = _torch_view(s.node, s.attr, s.tensor)
+        for s, g in zip(self._slots, grads):
+            s.param.grad = g
+        for _, _, t in self._buffers_of:
+            t.data = fn(t)
+        return self
+
+    def _check_bound(self) -> None:
+        """Every Parameter still shares memory with the layer tensor it was made from (cheap pointer tests)."""
+        for s in self._slots:
+            t, p = getattr(s.node, s.attr), s.param
+            if t is not s.tensor or t.data_ptr() != p.data_ptr() or t.dtype != p.dtype or t.device != p.device:
+                raise RuntimeError(
+                    f"as_module: parameter '{s.name}' no longer shares memory with the layer's tensor (the layer "
+                    f"was moved, cast or given a new tensor outside the module, or the Parameter's .data was "
+                    f"replaced); move or cast with module.to(...), and load weights with module.load_state_dict")
+
+    # -- forward ----------------------------------------------------------------------------------------
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x: the layer's input -> the layer's output (autograd's backward runs the hand-written backward)."""
+        layer = self.layer
+        if getattr(layer, "training", self.training) != self.training:
+            self.train(self.training)  # the module's mode was set without train() (e.g. module.training = False)
+        self._check_bound()
+        params = [s.param for s in self._slots]
+        if not torch.is_grad_enabled() or not (
+                (isinstance(x, Tensor) and x.requires_grad) or any(p.requires_grad for p in params)):
+            # No graph will be recorded: a plain forward, nothing kept for a backward.
+            return layer.forward(x.clone() if self._inplace and isinstance(x, Tensor) else x)
+        return _HandgradFunction.apply(self, x, *params)
+
+    # -- what a forward changes, so that it can be re-run exactly --------------------------------------------
+
+    def _generators(self, device: torch.device) -> list[torch.Generator]:
+        """The generators the dropout layers will draw from in this forward (once each)."""
+        gens: list[torch.Generator] = []
+        for d in self._dropouts:
+            if not (d.training and 0.0 < d.p < 1.0):
+                continue
+            g = d.generator
+            if g is None:
+                g = torch.default_generator if device.type == "cpu" else _device_default_generator(device)
+            if all(g is not h for h in gens):
+                gens.append(g)
+        return gens
+
+    def _snapshot(self, device: torch.device) -> tuple:
+        """The random states and buffers this forward starts from."""
+        gens = self._generators(device)
+        training = [getattr(node, "training", True) for node in self._leaves]
+        return ([(g, g.get_state()) for g in gens], [t.clone() for _, _, t in self._buffers_of], training)
+
+    def _rerun(self, x: Tensor, snapshot: tuple) -> None:
+        """Re-run a forward from its snapshot (refilling the layer's cache for one backward); the buffers,
+        random states and modes are as they were before this call afterwards."""
+        rng, buffers_before, training = snapshot
+        now_rng = [(g, g.get_state()) for g, _ in rng]
+        now_buffers = [t.clone() for _, _, t in self._buffers_of]
+        now_training = [getattr(node, "training", True) for node in self._leaves]
+        try:
+            for g, state in rng:
+                g.set_state(state)
+            for (_, _, t), before in zip(self._buffers_of, buffers_before):
+                t.copy_(before)
+            for node, mode in zip(self._leaves, training):
+                if hasattr(node, "training"):
+                    node.training = mode
+            self.layer.forward(x.clone() if self._inplace else x)
+        finally:
+            for g, state in now_rng:
+                g.set_state(state)
+            for (_, _, t), now in zip(self._buffers_of, now_buffers):
+                t.copy_(now)
+            for node, mode in zip(self._leaves, now_training):
+                if hasattr(node, "training"):
+                    node.training = mode
+
+
+def _device_default_generator(device: torch.device) -> torch.Generator:
+    """torch's default generator on a non-CPU device (what ``bernoulli_`` draws from without a generator)."""
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return torch.cuda.default_generators[index]
+    raise NotImplementedError(f"as_module: dropout on device type '{device.type}' is not supported "
+                              f"(its random state cannot be saved for re-running the forward)")
+
+
+class _Seq(tuple):
+    """The fingerprint of a tuple or list attribute: its type and its elements' fingerprints."""
+
+
+def _mark(value: object) -> object:
+    """What identifies ``value`` later: a weak reference for a tensor (a strong one to a layer's cached output
+    would make a reference cycle through autograd's graph), element by element for a tuple or list, else the
+    object itself."""
+    if isinstance(value, Tensor):
+        return weakref.ref(value)
+    if type(value) in (tuple, list):
+        return _Seq((type(value), *map(_mark, value)))
+    return value
+
+
+def _same(value: object, mark: object) -> bool:
+    if isinstance(mark, weakref.ref):
+        obj = mark()
+        return obj is not None and value is obj
+    if isinstance(mark, _Seq):
+        return type(value) is mark[0] and len(value) == len(mark) - 1 and all(map(_same, value, mark[1:]))
+    return value is mark
+
+
+def _fingerprint(leaves: list[Layer]) -> list[tuple[Layer, dict]] | None:
+    """Every attribute of every layer right after a forward.  The layer's cache is still this forward's as long as
+    each attribute is the very same object: a later forward, or a backward (which clears the cache), assigns new
+    ones.  (A tensor that died cannot be matched by a new one at its address: its weak reference is dead.)"""
+    fp = []
+    for node in leaves:
+        attrs = getattr(node, "__dict__", None)
+        if attrs is None:
+            return None  # cannot tell: always re-run
+        fp.append((node, {k: _mark(v) for k, v in attrs.items()}))
+    return fp
+
+
+def _unchanged(fp: list[tuple[Layer, dict]] | None) -> bool:
+    if fp is None:
+        return False
+    for node, marks in fp:
+        attrs = vars(node)
+        if len(attrs) != len(marks) or not all(_same(attrs.get(k, _MISSING), m) for k, m in marks.items()):
+            return False
+    return True
+
+
+def _storage_key(t: Tensor) -> int:
+    return t.untyped_storage().data_ptr() if t.numel() else -1
+
+
+def _cached_by(leaves: list[Layer], t: Tensor) -> bool:
+    """Whether some layer's cache holds ``t``'s memory (then changing ``t`` in place would corrupt its backward)."""
+    key = _storage_key(t)
+    if key == -1:
+        return False
+    for node in leaves:
+        for value in vars(node).values():
+            items = value if isinstance(value, (tuple, list)) else (value,)
+            for v in items:
+                if isinstance(v, Tensor) and not isinstance(v, nn.Parameter) and v.numel() \
+                        and _storage_key(v) == key:
+                    return True
+    return False
+
+
+class _HandgradFunction(torch.autograd.Function):
+    """apply(module, x, *params) -> module.layer.forward(x); backward: module.layer.backward(dout)."""
+
+    @staticmethod
+    def forward(ctx, module: HandgradModule, x: Tensor, *params: Tensor) -> Tensor:
+        device = x.device if isinstance(x, Tensor) else torch.device("cpu")
+        snapshot = module._snapshot(device)
+        out = module.layer.forward(x.clone() if module._inplace else x)
+        # The output is version-checked at backward only where a layer's cache holds it (an activation's
+        # output): a Linear's output may be overwritten in place by an nn.ReLU(inplace=True), as nn.Linear's may.
+        saves_out = _cached_by(module._leaves, out)
+        ctx.save_for_backward(x, out) if saves_out else ctx.save_for_backward(x)
+        ctx.module, ctx.snapshot, ctx.fingerprint = module, snapshot, _fingerprint(module._leaves)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dout: Tensor):
+        module: HandgradModule = ctx.module
+        layer, slots = module.layer, module._slots
+        x = ctx.saved_tensors[0]  # raises torch's "modified by an inplace operation" error where it applies
+        if not _unchanged(ctx.fingerprint):
+            module._rerun(x, ctx.snapshot)  # this forward's cache is gone: rebuild it
+        ctx.fingerprint = None  # the backward below consumes the cache: a later backward re-runs the forward
+        need_dx = ctx.needs_input_grad[1]
+        stash = [s.tensor.grad for s in slots]  # the layer's own .grads stay as they were
+        for s in slots:
+            s.tensor.grad = None
+        try:
+            dout = dout.contiguous()
+            if module._skips_dx:
+                dx = layer.backward(dout, need_input_grad=need_dx)
+            else:
+                dx = layer.backward(dout)
+            grads = [None if s.tensor.grad is None else _torch_view(s.node, s.attr, s.tensor.grad) for s in slots]
+        finally:
+            for s, g in zip(slots, stash):
+                s.tensor.grad = g
+        grads = [g if need else None for g, need in zip(grads, ctx.needs_input_grad[2:])]
+        return (None, dx if need_dx else None, *grads)
+
+
+def as_module(layer: Layer) -> HandgradModule:
+    """The hand-written ``layer`` (any layer of ``layers/``, or a Sequential/Net) as a torch.nn.Module.
+
+        model = nn.Sequential(nn.Linear(784, 256), as_module(layers.BatchNorm1d(256)), as_module(layers.ReLU()),
+                              as_module(layers.Linear(256, 10)))
+        torch.autograd.gradcheck(as_module(layers.Tanh()), torch.randn(4, 3, dtype=torch.float64,
+                                                                      requires_grad=True))
+
+    Its Parameters (torch.nn's names and layouts) share memory with the layer's tensors; autograd's
+    backward of its output runs the layer's hand-written backward (see this file's docstring).
+    """
+    return HandgradModule(layer)

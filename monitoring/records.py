@@ -1,0 +1,29 @@
+"""A monitor's records on disk (JSON lines) and the helpers that read them (histogram bin edges)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def write_jsonl(path: str | Path, records: list[dict]) -> Path:
+    """One JSON object per line, written atomically (a crash leaves the old file or the new one).
+
+    Non-finite numbers are written as JSON's common extension NaN/Infinity, which ``read_jsonl`` reads back.
+    """
+    from training.files import atomic_write_text  # imported here: training imports monitoring
+    path = Path(path)
+    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    """The records ``write_jsonl`` wrote, in order."""
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def hist_edges(param_record: dict) -> list[float]:
+    """The bins+1 edges of a recorded gradient histogram: equal bins over ``hist_range``."""
+    lo, hi = param_record["hist_range"]
+    bins = len(param_record["hist_counts"])
+    return [lo + (hi - lo) * i / bins for i in range(bins + 1)]
