@@ -7,6 +7,8 @@ from torch import Tensor
 from layers.checks import check_floating, check_like, check_tensor
 from ._reduction import check_reduction
 
+_LOW_PRECISION = (torch.float16, torch.bfloat16)  # computed in float32 (see CrossEntropyLoss)
+
 
 def capturing(t: Tensor) -> bool:
     """True while ``t``'s CUDA stream is being captured into a graph, where reading a value back is illegal."""
@@ -64,6 +66,11 @@ class CrossEntropyLoss:
     scaled by 1/N for "mean".  log_softmax subtracts the row maximum before
     exponentiating, so logits of magnitude 1e4 give finite, exact values; the
     softmax for the gradient is exp(log p), accurate to the last bits.
+
+    Mixed precision: float16/bfloat16 logits (and probability targets) are upcast to float32 first;
+    log-softmax, the loss and the gradient are computed in float32 -- as torch.autocast runs
+    cross_entropy -- the loss is returned in float32 and dL/dlogits is rounded once to the logits' dtype
+    at the end (after ``dout``, e.g. a loss scale, has been applied).  float32/float64 are untouched.
     """
 
     def __init__(self, reduction: str = "mean", label_smoothing: float = 0.0):
@@ -71,7 +78,7 @@ class CrossEntropyLoss:
         if not 0.0 <= float(label_smoothing) <= 1.0:
             raise ValueError(f"CrossEntropyLoss: label_smoothing must be in [0, 1], got {label_smoothing!r}")
         self.label_smoothing = float(label_smoothing)
-        self._cache: tuple[Tensor, Tensor, float] | None = None  # log p, target, scale
+        self._cache: tuple[Tensor, Tensor, float, torch.dtype] | None = None  # log p, target, scale, dlogits dtype
 
     def __repr__(self) -> str:
         return f"CrossEntropyLoss(reduction={self.reduction!r}, label_smoothing={self.label_smoothing})"
@@ -83,6 +90,10 @@ class CrossEntropyLoss:
         """logits (N, C), target (N,) int or (N, C) float -> loss, a 0-d tensor."""
         self._check(logits, target)
         n, c = logits.shape
+        grad_dtype = logits.dtype
+        if grad_dtype in _LOW_PRECISION:  # compute in float32, return dlogits in the logits' dtype
+            logits = logits.float()
+            target = target.float() if target.is_floating_point() else target
         eps = self.label_smoothing
         scale = 1.0 / n if self.reduction == "mean" else 1.0
         logp = torch.log_softmax(logits, 1)  # (N, C)
@@ -94,7 +105,7 @@ class CrossEntropyLoss:
             total = (1 - eps) * logp.gather(1, target.unsqueeze(1)).sum()  # sum_n log p[n, y_n]
             if eps:
                 total = total + eps / c * logp.sum()
-        self._cache = (logp, target, scale)
+        self._cache = (logp, target, scale, grad_dtype)
         return total * -scale
 
     def backward(self, dout: float | Tensor = 1.0) -> Tensor:
@@ -103,14 +114,16 @@ class CrossEntropyLoss:
             raise RuntimeError(f"{self!r}: backward called before forward (or twice after one forward)")
         if isinstance(dout, Tensor) and dout.numel() != 1:
             raise ValueError(f"{self!r}: dout must be a scalar, got shape {tuple(dout.shape)}")
-        logp, target, scale = self._cache
+        logp, target, scale, grad_dtype = self._cache
         self._cache = None
         eps, c = self.label_smoothing, logp.shape[1]
         s = dout * scale
         if target.is_floating_point():
             q = target * (1 - eps) + eps / c if eps else target
-            return torch.exp(logp).mul_(q.sum(1, keepdim=True)).sub_(q).mul_(s)  # (p * sum(q) - q) * s
-        return class_index_grad(logp, target, s, eps)
+            grad = torch.exp(logp).mul_(q.sum(1, keepdim=True)).sub_(q).mul_(s)  # (p * sum(q) - q) * s
+        else:
+            grad = class_index_grad(logp, target, s, eps)
+        return grad if grad.dtype == grad_dtype else grad.to(grad_dtype)  # one rounding, after the scale
 
     def _check(self, logits: Tensor, target: Tensor) -> None:
         owner = repr(self)
