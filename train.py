@@ -59,7 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     a("--val-split", type=int, default=None, help="training samples held out for validation (default 10%%; 0: none)")
     a("--clip-grad", type=float, default=None, metavar="MAX_NORM")
     a("--limit-train", type=int, default=None, metavar="N", help="use the first N training samples")
-    a("--monitor", action="store_true", help="log gradient and parameter statistics")
+    a("--monitor", action="store_true", help="record gradient, weight, update and activation statistics of every "
+      "implementation every --log-interval steps (monitor_<impl>.jsonl and monitor_*.png in the output folder)")
+    a("--tensorboard", type=Path, default=None, metavar="DIR", help="also write the losses (and with --monitor "
+      "the statistics and histograms) as TensorBoard event files into DIR")
     a("--no-plots", action="store_true", help="skip rendering the PNG figures")
     a("--dist-timeout", type=float, default=d["dist_timeout"].default,
       help="under torchrun: seconds a collective may wait before the run fails")

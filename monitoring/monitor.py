@@ -155,6 +155,31 @@ class GradientMonitor:
             self._activations = None
         self._snapshot = None
 
+    def state_dict(self) -> dict:
+        """What a resumed run needs to go on exactly as if never stopped: the records, the weights kept for the
+        next update-to-weight ratio and a ratio not yet read back (device tensors), the step bookkeeping."""
+        snap, ratio = self._snapshot, self._pending_ratio
+        return {"records": list(self.records), "last_step": self._last_step, "consecutive": self._consecutive,
+                "snapshot": None if snap is None else {"step": snap[0], "names": snap[1], "weights": snap[2]},
+                "pending_ratio": None if ratio is None else {"span": ratio[0], "names": ratio[1],
+                                                             "ratios": ratio[2]}}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from ``state_dict()``'s output (tensors are moved to the model's device)."""
+        missing = {"records", "last_step", "consecutive", "snapshot", "pending_ratio"} - set(state)
+        if missing:
+            raise KeyError(f"GradientMonitor.load_state_dict: the state lacks {sorted(missing)}")
+        device = self._params()[0][1][0].device
+        self._records = list(state["records"])
+        self._last_step, self._consecutive = state["last_step"], bool(state["consecutive"])
+        snap, ratio = state["snapshot"], state["pending_ratio"]
+        self._snapshot = None if snap is None else (snap["step"], list(snap["names"]),
+                                                    [w.to(device) for w in snap["weights"]])
+        self._pending_ratio = None if ratio is None else (list(ratio["span"]), list(ratio["names"]),
+                                                          ratio["ratios"].to(device))
+        self._pending_clip = self._last_recorded = None
+        self._gate_activations()
+
     def flush(self) -> None:
         """Read back what is still on the device (the latest after-clipping norm) into its record."""
         if self._pending_clip is not None:

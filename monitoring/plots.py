@@ -135,7 +135,11 @@ def plot_records(records: list[dict] | Mapping[str, list[dict]], out_dir: str | 
             titled(ax_ms, run, "layer output mean +- std")
             titled(ax_frac, run, "dead ReLU units / saturated tanh, sigmoid outputs")
             ax_frac.set_ylim(-0.02, 1.02)
-            ax_ms.legend(fontsize=6)
+            if not layers:  # a model without forward hooks (the autodiff engine's)
+                ax_ms.text(0.5, 0.5, "no activation statistics\n(no forward hooks)", ha="center", va="center",
+                           transform=ax_ms.transAxes, fontsize=8)
+            if ax_ms.lines:
+                ax_ms.legend(fontsize=6)
             if ax_frac.lines:
                 ax_frac.legend(fontsize=6)
         save(fig, "activations.png")

@@ -39,11 +39,21 @@ def test_end_to_end_both_impls_agree_and_write_outputs(tiny, tmp_path):
     assert all(r["val_acc"] is not None for r in epochs)
     drift = [r for r in recs if r["type"] == "drift"]
     assert [r["epoch"] for r in drift] == [1, 2] and all(r["max_param_abs_diff"] < 1e-10 for r in drift)
-    mon = [r for r in recs if r["type"] == "step"]
-    assert mon and all(r["grad_norm_after_clip"] <= 1.0 + 1e-6 for r in mon)
-    assert all(r["grad_norm_before_clip"] >= r["grad_norm_after_clip"] - 1e-12 for r in mon)
-    assert set(mon[0]["params"]["layers.0.weight"]) == {"grad_mean", "grad_std", "grad_norm", "param_mean",
-                                                        "param_std", "param_norm"}
+    mons = {name: [json.loads(line) for line in (out / f"monitor_{name}.jsonl").read_text().splitlines()]
+            for name in ("manual", "torch")}
+    steps = [r["step"] for r in mons["manual"]]
+    assert steps and all(s % 3 == 0 for s in steps) and steps == [r["step"] for r in mons["torch"]]
+    for name, recs_ in mons.items():
+        for r in recs_:
+            assert r["total_grad_norm_after_clip"] <= 1.0 + 1e-9, name
+            assert r["total_grad_norm"] >= r["total_grad_norm_after_clip"] - 1e-12, name
+        assert all(r["update_ratio_span"] is not None for r in recs_[1:]), name
+        assert {a["layer"] for a in recs_[0]["activations"].values()} == {"Linear", "ReLU"}, name
+    for a, b in zip(*mons.values()):  # the twins' statistics agree (float64)
+        assert a["total_grad_norm"] == pytest.approx(b["total_grad_norm"], rel=1e-9)
+        for pname, stats in a["params"].items():
+            assert stats["grad_norm"] == pytest.approx(b["params"][pname]["grad_norm"], rel=1e-9), pname
+            assert sum(stats["hist_counts"]) == sum(b["params"][pname]["hist_counts"]) == stats["numel"], pname
     assert not list(out.glob("*.png"))  # --no-plots: figures are rendered once, in test_plots.py
     ckpt = torch.load(out / "checkpoint.pt", weights_only=True)
     assert ckpt["epoch"] == 2 and set(ckpt["models"]) == {"manual", "torch"}
@@ -75,7 +85,8 @@ def test_dry_run(tiny, tmp_path):
 
 
 @pytest.mark.parametrize("dtype,impl,extra", [("float32", "both", []), ("float64", "all", []),
-                                             ("float64", "both", ["--schedule", "onecycle", "--augment"])])
+                                             ("float64", "both", ["--schedule", "onecycle", "--augment"]),
+                                             ("float64", "all", ["--monitor", "--log-interval", "3"])])
 def test_resume_equals_uninterrupted(tiny, tmp_path, dtype, impl, extra):
     common = ["--data-dir", tiny, "--dtype", dtype, "--optimizer", "sgd", "--momentum", "0.9", "--lr", "0.05",
               "--impl", impl, *extra, *FAST]
@@ -92,6 +103,9 @@ def test_resume_equals_uninterrupted(tiny, tmp_path, dtype, impl, extra):
     assert strip(a["records"]) == strip(b["records"])
     lines = [json.loads(x) for x in (tmp_path / "half" / "metrics.jsonl").read_text().splitlines()]
     assert strip(lines) == strip(a["records"])  # the resumed log reads as the uninterrupted one
+    for mon in sorted(p.name for p in (tmp_path / "straight").glob("monitor_*.jsonl")):
+        assert (tmp_path / "half" / mon).read_text() == (tmp_path / "straight" / mon).read_text(), mon
+    assert bool(list((tmp_path / "half").glob("monitor_*.jsonl"))) == ("--monitor" in extra)
 
 
 def _run_first_epoch_only(argv, out):

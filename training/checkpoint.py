@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from .config import MATH_FIELDS, TrainConfig, flag
+from .config import MATH_FIELDS, RECORD_FIELDS, TrainConfig, flag
 from .errors import UsageError
 from .files import atomic_write
 
@@ -24,7 +24,7 @@ def checkpoint_state(impls: dict, config: TrainConfig, epoch: int, records: list
                      ) -> dict:
     return {
         "format": FORMAT, "epoch": epoch,
-        "config": {**{k: getattr(config, k) for k in MATH_FIELDS}, "epochs": config.epochs},
+        "config": {**{k: getattr(config, k) for k in MATH_FIELDS + RECORD_FIELDS}, "epochs": config.epochs},
         "models": {name: impl.model.state_dict() for name, impl in impls.items()},
         "optimizers": {name: impl.opt.state_dict() for name, impl in impls.items()},
         "schedulers": {name: impl.sched.state_dict() for name, impl in impls.items() if impl.sched is not None},
@@ -37,7 +37,8 @@ def checkpoint_state(impls: dict, config: TrainConfig, epoch: int, records: list
 def load_checkpoint(path: Path, config: TrainConfig) -> tuple[TrainConfig, dict]:
     """Read a checkpoint; return the config it continues (its settings adopted) and the checkpoint.
 
-    A setting given explicitly that differs from the checkpoint's is an error naming both values.  Without
+    A setting given explicitly that differs from the checkpoint's is an error naming both values (for the
+    settings of what is recorded, --log-interval, --val-interval, --monitor, the given value applies).  Without
     --epochs the run's own target is kept; a checkpoint that already holds every requested epoch is returned as
     is (the run then only completes its outputs).
     """
@@ -65,6 +66,7 @@ def load_checkpoint(path: Path, config: TrainConfig) -> tuple[TrainConfig, dict]
             raise UsageError(f"--resume: the checkpoint was trained with {flag(key)} {saved[key]}, but {flag(key)} "
                              f"{value} was given; drop {flag(key)} to continue it")
         changes[key] = saved[key]
+    changes.update({k: saved[k] for k in RECORD_FIELDS if k in saved and k not in config.given})
     if "epochs" not in config.given and "epochs" in saved:
         changes["epochs"] = max(saved["epochs"], ckpt["epoch"])
     elif saved.get("schedule", "constant") != "constant" and config.epochs != saved.get("epochs"):

@@ -23,6 +23,8 @@ SCHEDULES = ("constant", "cosine", "onecycle")  # learning-rate schedules (torch
 # Settings that determine the numbers a run produces: a resumed run keeps them.
 MATH_FIELDS = ("dataset", "model", "impl", "batch_size", "lr", "optimizer", "momentum", "weight_decay", "hidden",
                "depth", "seed", "dtype", "clip_grad", "limit_train", "val_split", "schedule", "augment")
+# Settings of what a run records: a resumed run keeps them unless they are given again (then the new ones apply).
+RECORD_FIELDS = ("log_interval", "val_interval", "monitor")
 
 
 def flag(name: str) -> str:
@@ -55,7 +57,8 @@ class TrainConfig:
     val_split: int | None = None     # None: 10% of the training samples
     clip_grad: float | None = None
     limit_train: int | None = None
-    monitor: bool = False
+    monitor: bool = False            # GradientMonitor on every implementation (training/monitors.py)
+    tensorboard: Path | None = None  # also write scalars and histograms there for TensorBoard
     out: Path | None = None          # None: runs/<timestamp>, or the checkpoint's folder when resuming
     resume: Path | None = None
     dry_run: bool = False
@@ -67,7 +70,7 @@ class TrainConfig:
 
     def __post_init__(self):
         object.__setattr__(self, "optimizer", str(self.optimizer).lower())
-        for name in ("data_dir", "out", "resume"):  # accept str paths from library callers
+        for name in ("data_dir", "out", "resume", "tensorboard"):  # accept str paths from library callers
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, Path(getattr(self, name)))
         self.validate()

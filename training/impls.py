@@ -28,12 +28,14 @@ class Impl(Protocol):
     model: object               # has state_dict() / load_state_dict()
     opt: torch.optim.Optimizer
     sched: object | None        # a torch.optim.lr_scheduler stepped after every step, or None
+    monitor: object | None      # a monitoring.GradientMonitor told of every step's gradients, or None
 
-    def train_step(self, x: Tensor, y: Tensor, total: int) -> tuple[Tensor, Tensor, Tensor | None]:
+    def train_step(self, x: Tensor, y: Tensor, total: int, step: int = 0) -> tuple[Tensor, Tensor, Tensor | None]:
         """One optimizer step on this rank's part (x, y) of a global batch of ``total`` samples.
 
         -> (the loss summed over (x, y), logits, total grad norm before clipping or None); device tensors.
-        The gradient is that of the mean loss over the global batch (over (x, y) in one process).
+        The gradient is that of the mean loss over the global batch (over (x, y) in one process).  ``step``:
+        the run's global step number, for the monitor.
         """
 
     def eval_batch(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
@@ -41,6 +43,18 @@ class Impl(Protocol):
 
     def named_parameters(self) -> list[tuple[str, Tensor]]:
         """(torch-style name, tensor whose .grad is the gradient)."""
+
+
+def _clip_monitored(impl, step: int, clip_fn) -> Tensor | None:
+    """Clip the gradients with ``clip_fn(params, max_norm)`` if the run clips (-> the total norm before), and
+    tell the monitor, if any, about them before and after."""
+    mon = impl.monitor
+    if mon is not None:
+        mon.update(step)
+    norm = clip_fn(impl.model.parameters(), impl.clip) if impl.clip else None
+    if mon is not None:
+        mon.update_after_clip()
+    return norm
 
 
 def optimizer_kwargs(config: TrainConfig) -> dict:
@@ -53,6 +67,7 @@ def optimizer_kwargs(config: TrainConfig) -> dict:
 class ManualImpl:
     name = "manual"
     sched = None
+    monitor = None
 
     def __init__(self, model, config: TrainConfig, info: DistInfo = SINGLE):
         self.model = model
@@ -65,7 +80,7 @@ class ManualImpl:
             self.crit = CrossEntropyLoss(reduction="sum")
             self.buckets = GradBuckets(model.parameters(), scale=1.0).attach(model)
 
-    def train_step(self, x, y, total):
+    def train_step(self, x, y, total, step=0):
         self.opt.zero_grad()
         logits = self.model(x)
         loss = self.crit(logits, y)
@@ -75,7 +90,7 @@ class ManualImpl:
         else:
             self.model.backward(self.crit.backward(1.0 / total))  # buckets launch as their layers finish
             self.buckets.finish()
-        norm = clip_grad_norm_(self.model.parameters(), self.clip) if self.clip else None
+        norm = _clip_monitored(self, step, clip_grad_norm_)
         self.opt.step()
         return loss, logits, norm
 
@@ -90,6 +105,7 @@ class ManualImpl:
 class EngineImpl:
     name = "engine"
     sched = None
+    monitor = None
 
     def __init__(self, model, config: TrainConfig, info: DistInfo = SINGLE):
         self.model = model
@@ -98,7 +114,7 @@ class EngineImpl:
         # The engine's graph has no per-layer hook: its gradients are all-reduced after the whole backward.
         self.buckets = GradBuckets([p.data for p in model.parameters()], scale=1.0) if info.enabled else None
 
-    def train_step(self, x, y, total):
+    def train_step(self, x, y, total, step=0):
         self.opt.zero_grad()
         logits = self.model(x)
         if self.buckets is None:
@@ -110,7 +126,7 @@ class EngineImpl:
             (loss * (1.0 / total)).backward()
             self.buckets.reduce_all()
             loss_sum = loss.data
-        norm = clip_grad_norm_(self.model.parameters(), self.clip) if self.clip else None
+        norm = _clip_monitored(self, step, clip_grad_norm_)
         self.opt.step()
         return loss_sum, logits.data, norm
 
@@ -126,6 +142,7 @@ class EngineImpl:
 class TorchImpl:
     name = "torch"
     sched = None
+    monitor = None
 
     def __init__(self, model: torch.nn.Module, config: TrainConfig, info: DistInfo = SINGLE):
         self.model = model
@@ -136,7 +153,7 @@ class TorchImpl:
         # Under torchrun the twin trains as PyTorch users train: DistributedDataParallel (it averages over ranks).
         self.forward = torch.nn.parallel.DistributedDataParallel(model) if info.enabled else model
 
-    def train_step(self, x, y, total):
+    def train_step(self, x, y, total, step=0):
         self.opt.zero_grad()
         logits = self.forward(x)
         if self.world is None:
@@ -147,7 +164,7 @@ class TorchImpl:
             loss_sum = F.cross_entropy(logits, y, reduction="sum")
             (loss_sum * (self.world / total)).backward()  # DDP divides by the world size: the global mean remains
             loss_sum = loss_sum.detach()
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip) if self.clip else None
+        norm = _clip_monitored(self, step, torch.nn.utils.clip_grad_norm_)
         self.opt.step()
         return loss_sum, logits.detach(), norm
 

@@ -63,12 +63,9 @@ def epoch_generator(config: TrainConfig, epoch: int, device: torch.device) -> to
 
 
 def train_epoch(impl: Impl, data: Data, perm: Tensor, epoch: int, config: TrainConfig,
-                log: Callable[[dict], None], on_log: Callable[[Impl, dict], None] | None = None,
-                info: DistInfo = SINGLE) -> dict:
-    """One pass over the training split in the order ``perm``; returns the epoch's metrics.
-
-    ``on_log(impl, record)`` may add to each logged step record (gradient statistics, say) before it is logged.
-    """
+                log: Callable[[dict], None], info: DistInfo = SINGLE) -> dict:
+    """One pass over the training split in the order ``perm``; returns the epoch's metrics.  Step numbers
+    (``global_step``, the monitor's) count from 1 at the run's first step."""
     from tqdm import tqdm
     bs, n = config.batch_size, perm.shape[0]
     steps = 1 if config.dry_run else math.ceil(n / bs)
@@ -94,7 +91,7 @@ def train_epoch(impl: Impl, data: Data, perm: Tensor, epoch: int, config: TrainC
             lo, hi = shard_bounds(total, info)
             x, y = x[lo:hi], y[lo:hi]
             use_generator(impl.model, gen, (lo, hi, total))  # dropout keeps its rows of the global batch's mask
-        batch_loss, logits, _ = impl.train_step(x, y, total)
+        batch_loss, logits, _ = impl.train_step(x, y, total, (epoch - 1) * steps + step)
         if impl.sched is not None:
             impl.sched.step()
         row = window[len(sizes)]
@@ -119,8 +116,6 @@ def train_epoch(impl: Impl, data: Data, perm: Tensor, epoch: int, config: TrainC
             rec = {"type": "step", "impl": impl.name, "epoch": epoch, "step": step,
                    "global_step": (epoch - 1) * steps + step, "loss": values[-1][0] / last,
                    "train_loss": loss_sum / seen, "train_acc": correct / seen}
-            if on_log is not None:
-                on_log(impl, rec)
             log(rec)
             bar.set_postfix(loss=f"{rec['train_loss']:.4f}", acc=f"{rec['train_acc']:.3f}")
         bar.update(1)

@@ -22,6 +22,8 @@ from .files import atomic_write_text
 from .impls import build_impls, max_param_abs_diff
 from .distributed import DistInfo
 from .loop import evaluate, train_epoch
+from .monitors import (attach_monitors, close_tensorboard, log_scalars, monitor_state, open_tensorboard,
+                       restore_monitors, write_monitor_outputs)
 from .models import SAMPLE_SHAPES
 from .parallel import under_torchrun
 
@@ -36,21 +38,6 @@ def prepare_output(out: Path) -> Path:
     except OSError as e:
         raise UsageError(f"--out {out}: cannot write there ({e.strerror or type(e).__name__})") from None
     return out
-
-
-def _grad_stats(impl, rec: dict) -> None:
-    """--monitor: total gradient norm and per-parameter gradient/parameter statistics, one transfer."""
-    names, rows = [], []
-    for name, p in impl.named_parameters():
-        g, w = p.grad, p.detach()
-        names.append(name)
-        rows.append(torch.stack([g.mean(), g.std(), g.norm(), w.mean(), w.std(), w.norm()]))
-    table = torch.stack(rows)
-    total = torch.linalg.vector_norm(table[:, 2])
-    values = torch.cat([table.flatten(), total.reshape(1)]).tolist()
-    keys = ("grad_mean", "grad_std", "grad_norm", "param_mean", "param_std", "param_norm")
-    rec["grad_norm_before_clip"] = rec["grad_norm_after_clip"] = values[-1]  # measured after the step's clipping
-    rec["params"] = {n: dict(zip(keys, values[6 * i: 6 * i + 6])) for i, n in enumerate(names)}
 
 
 def run(config: TrainConfig, say: Callable | None = None, *, init_method: str | None = None,
@@ -95,12 +82,15 @@ def _run(config: TrainConfig, device: torch.device, info: DistInfo, say: Callabl
     _check_batches(config, data.train_x.shape[0], info)
     impls = build_impls(config, device, config.torch_dtype, info,
                         steps_per_epoch=-(-data.train_x.shape[0] // config.batch_size))
+    writer = open_tensorboard(config, info)
+    monitors = attach_monitors(impls, config, info, writer)
     batch_gen = torch.Generator().manual_seed(config.seed + 1)
     records: list[dict] = []  # everything logged, in order; epochs are the records of type "epoch"
     start_epoch = 1
     if ckpt is not None:
         restore(impls, ckpt, batch_gen, device)
         records = list(ckpt["records"])
+        restore_monitors(monitors, ckpt)
         start_epoch = ckpt["epoch"] + 1
         say(f"resuming from {config.resume} after epoch {ckpt['epoch']}")
     metrics_file = None
@@ -114,6 +104,7 @@ def _run(config: TrainConfig, device: torch.device, info: DistInfo, say: Callabl
         if metrics_file is not None:
             metrics_file.write(json.dumps(rec) + "\n")
             metrics_file.flush()
+        log_scalars(writer, rec)
         records.append(rec)
 
     n_val = 0 if data.val_x is None else data.val_x.shape[0]
@@ -121,13 +112,12 @@ def _run(config: TrainConfig, device: torch.device, info: DistInfo, say: Callabl
         f"({config.dtype}); loaded in {data_seconds:.2f} s; model {config.model}; impl {', '.join(impls)}; "
         f"{f'{info.world_size} processes; ' if info.enabled else ''}output {out}")
     ckpt_path = out / "checkpoint.pt"
-    on_log = _grad_stats if config.monitor else None
     try:
         for epoch in range(start_epoch, config.epochs + 1):
             perm = torch.randperm(data.train_x.shape[0], generator=batch_gen).to(device)
             for name, impl in impls.items():
                 rec = {"type": "epoch", "impl": name, "epoch": epoch,
-                       **train_epoch(impl, data, perm, epoch, config, log, on_log, info)}
+                       **train_epoch(impl, data, perm, epoch, config, log, info)}
                 rec["val_loss"] = rec["val_acc"] = None
                 if data.val_x is not None and (epoch % config.val_interval == 0 or epoch == config.epochs):
                     rec["val_loss"], rec["val_acc"] = evaluate(impl, data.val_x, data.val_y, info=info)
@@ -141,7 +131,7 @@ def _run(config: TrainConfig, device: torch.device, info: DistInfo, say: Callabl
                 say(f"epoch {epoch:>3} largest weight difference between {', '.join(impls)}: {diff:.3e}")
             if info.is_main:
                 save_checkpoint(ckpt_path, {**checkpoint_state(impls, config, epoch, records, batch_gen),
-                                            "world_size": info.world_size})
+                                            "world_size": info.world_size, "monitor": monitor_state(monitors)})
             if config.dry_run:
                 break
     except NonFiniteLoss as e:
@@ -154,12 +144,13 @@ def _run(config: TrainConfig, device: torch.device, info: DistInfo, say: Callabl
     finally:
         if metrics_file is not None:
             metrics_file.close()
-    _finish(config, out, impls, data, records, say, info)
+        close_tensorboard(writer)
+    _finish(config, out, impls, data, records, say, info, monitors)
     return EXIT_OK
 
 
 def _finish(config: TrainConfig, out: Path, impls: dict, data, records: list, say: Callable,
-            info: DistInfo) -> None:
+            info: DistInfo, monitors: dict) -> None:
     """Evaluate on the test split (every rank: it is sharded); rank 0 writes summary.json and the figures."""
     results = {}
     for name, impl in impls.items():
@@ -177,7 +168,8 @@ def _finish(config: TrainConfig, out: Path, impls: dict, data, records: list, sa
     written = ["summary.json", "metrics.jsonl", "checkpoint.pt"]
     if config.plots:
         from .plots import write_plots
-        written += [p.name for p in write_plots(out, records, config.monitor)]
+        written += [p.name for p in write_plots(out, records)]
+    written += write_monitor_outputs(out, monitors, config.plots)
 
     say(f"\n{'impl':<8}{'test acc':>10}{'test loss':>11}{'train loss':>12}{'s/epoch':>10}")
     for name, r in results.items():

@@ -1,0 +1,101 @@
+"""--monitor and --tensorboard: a monitoring.GradientMonitor on every implementation of a run, side by side.
+
+Each implementation's ``train_step`` calls ``monitor.update(global_step)`` after backward (and after the
+gradients were all-reduced, under torchrun) and ``update_after_clip()`` after clipping; the monitors record
+every ``log_interval`` steps.  Activation statistics are gathered for the hand-written model and the
+nn.Module twin (the engine's models have no forward hooks).  Under torchrun rank 0 alone monitors: the
+gradients are the same on every rank after the all-reduce; the activation statistics are rank 0's slice
+of each batch.  Records go into the checkpoint, so a resumed run's monitor files cover the whole run.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .config import TrainConfig
+from .distributed import DistInfo
+from .errors import UsageError
+
+
+def open_tensorboard(config: TrainConfig, info: DistInfo):
+    """A SummaryWriter on config.tensorboard (rank 0 only), or None."""
+    if config.tensorboard is None or not info.is_main:
+        return None
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise UsageError("--tensorboard needs the tensorboard package: pip install tensorboard "
+                         "(or the project's train extra: pip install -e '.[train]')") from None
+    try:
+        return SummaryWriter(log_dir=str(config.tensorboard))
+    except OSError as e:
+        raise UsageError(f"--tensorboard {config.tensorboard}: cannot write there "
+                         f"({e.strerror or type(e).__name__})") from None
+
+
+def attach_monitors(impls: dict, config: TrainConfig, info: DistInfo, writer=None) -> dict:
+    """impl name -> GradientMonitor, set as ``impl.monitor`` (empty unless --monitor, or off rank 0)."""
+    if not config.monitor or not info.is_main:
+        return {}
+    from monitoring import GradientMonitor
+    monitors = {}
+    for name, impl in impls.items():
+        mon = GradientMonitor(impl.model, every=config.log_interval, name=name, tensorboard=writer)
+        if name != "engine":
+            mon.watch_activations()
+        impl.monitor = monitors[name] = mon
+    return monitors
+
+
+def monitor_state(monitors: dict) -> dict:
+    """What the checkpoint keeps, per implementation: the records so far and what the next update needs."""
+    return {name: mon.state_dict() for name, mon in monitors.items()}
+
+
+def restore_monitors(monitors: dict, ckpt: dict) -> None:
+    """Continue each monitor from the checkpoint; a checkpoint of an unmonitored run starts them afresh."""
+    saved = ckpt.get("monitor") or {}
+    for name, mon in monitors.items():
+        if name in saved:
+            mon.load_state_dict(saved[name])
+
+
+def write_monitor_outputs(out: Path, monitors: dict, plots: bool) -> list[str]:
+    """monitor_<impl>.jsonl per implementation and the figures, every implementation side by side."""
+    if not monitors:
+        return []
+    written = []
+    for name, mon in monitors.items():
+        path = mon.to_jsonl(out / f"monitor_{name}.jsonl")
+        written.append(path.name)
+    if plots:
+        from monitoring import plot_records
+        written += [p.name for p in plot_records({n: m.records for n, m in monitors.items()}, out,
+                                                 prefix="monitor_")]
+    for mon in monitors.values():
+        mon.remove()
+    return written
+
+
+def log_scalars(writer, rec: dict) -> None:
+    """A metrics record as TensorBoard scalars: step and epoch records tagged by implementation, the weight
+    difference between implementations as ``drift/max_param_abs_diff``."""
+    if writer is None:
+        return
+    if rec["type"] == "drift":
+        writer.add_scalar("drift/max_param_abs_diff", rec["max_param_abs_diff"], rec["epoch"])
+        return
+    name = rec["impl"]
+    if rec["type"] == "step":
+        for key in ("loss", "train_loss", "train_acc"):
+            writer.add_scalar(f"{name}/step/{key}", rec[key], rec["global_step"])
+    elif rec["type"] == "epoch":
+        for key in ("train_loss", "train_acc", "val_loss", "val_acc"):
+            if rec.get(key) is not None:
+                writer.add_scalar(f"{name}/epoch/{key}", rec[key], rec["epoch"])
+
+
+def close_tensorboard(writer) -> None:
+    if writer is not None:
+        writer.flush()
+        writer.close()
+
