@@ -45,7 +45,7 @@ def main(argv=None) -> int:
         perm = torch.randperm(n, generator=gen).to(device)
         for i in range(0, n, bs):
             idx = perm[i:i + bs]
-            impl.train_step(data.train_x[idx], data.train_y[idx])  # train.py reads losses back every 50 steps
+            impl.train_step(data.train_x[idx], data.train_y[idx], idx.shape[0])  # train.py reads losses back every 50 steps
 
     times = {}
     for name, fn in (("gather", gather_epoch), ("train", train_epoch), ("gather", gather_epoch)):
