@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     a("--val-split", type=int, default=None, help="training samples held out for validation (default 10%%; 0: none)")
     a("--clip-grad", type=float, default=None, metavar="MAX_NORM")
     a("--limit-train", type=int, default=None, metavar="N", help="use the first N training samples")
+    a("--cuda-graph", action=argparse.BooleanOptionalAction, default=None,
+      help="capture the hand-written step once as a CUDA graph and replay it (default: on with a CUDA device for "
+           "the MLP without --monitor or torchrun; on the CPU the same capturable, in-place step runs eagerly)")
     a("--monitor", action="store_true", help="record gradient, weight, update and activation statistics of every "
       "implementation every --log-interval steps (monitor_<impl>.jsonl and monitor_*.png in the output folder)")
     a("--tensorboard", type=Path, default=None, metavar="DIR", help="also write the losses (and with --monitor "

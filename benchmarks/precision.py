@@ -16,16 +16,14 @@ import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from layers import Net, PytorchNet  # noqa: E402
-from losses import CrossEntropyLoss  # noqa: E402
-from optimizers import SGD  # noqa: E402
-from training.precision import DynamicLossScaler, MasterWeights  # noqa: E402
+from layers import Net, PytorchNet
+from losses import CrossEntropyLoss
+from optimizers import SGD
+from training.precision import DynamicLossScaler, MasterWeights
 
 
 def handgrad_step(net, dtype, lr):

@@ -272,3 +272,31 @@ def test_sigkill_after_the_last_checkpoint_then_resume_completes(tiny, tmp_path)
     assert torch.load(out / "checkpoint.pt", weights_only=True)["epoch"] == 2
     assert run("--resume", out / "checkpoint.pt", "--data-dir", tiny, "--no-download", "--quiet", "--no-plots") == 0
     assert json.loads((out / "summary.json").read_text())["epochs"] == 2
+
+
+@pytest.mark.parametrize("optimizer,rtol", [("sgd", 1e-12), ("adam", 1e-5)])  # Adam measured: 2.4e-6
+def test_cuda_graph_flag_runs_the_capturable_step_and_equals_the_default(tiny, tmp_path, optimizer, rtol):
+    """On the CPU --cuda-graph runs the step it would capture (capturable optimizer, .grad written in place)
+    eagerly.  SGD gives the default step's weights to rounding.  Capturable Adam computes its bias corrections
+    1 - beta**t from a float32 step counter on the device (as torch.optim's capturable Adam does; the default
+    path computes them in Python floats), which is 1e-4 relative at t = 1 for beta2 = 0.999 (cancellation),
+    hence Adam's bound relative to the weights' size.  Resumed, the run equals its uninterrupted self bit for
+    bit."""
+    common = ["--data-dir", tiny, "--dtype", "float64", "--optimizer", optimizer, "--impl", "manual", *FAST]
+    assert run(*common, "--out", tmp_path / "eager", "--epochs", "2") == 0
+    assert run(*common, "--out", tmp_path / "graph", "--epochs", "2", "--cuda-graph") == 0
+    _run_first_epoch_only([*common, "--cuda-graph"], tmp_path / "half")
+    assert run("--resume", tmp_path / "half" / "checkpoint.pt", "--data-dir", tiny, "--quiet", "--no-download",
+               "--cuda-graph") == 0
+    load = lambda name: torch.load(tmp_path / name / "checkpoint.pt", weights_only=True)  # noqa: E731
+    eager, graph, half = (load(n) for n in ("eager", "graph", "half"))
+    for k, v in eager["models"]["manual"].items():
+        assert (graph["models"]["manual"][k] - v).abs().max() <= rtol * v.abs().max(), k
+        assert torch.equal(half["models"]["manual"][k], graph["models"]["manual"][k]), k
+    assert all(g["capturable"] for g in graph["optimizers"]["manual"]["param_groups"])
+    assert not any(g["capturable"] for g in eager["optimizers"]["manual"]["param_groups"])
+
+
+def test_cuda_graph_refused_where_the_step_cannot_be_captured(tiny, tmp_path, capsys):
+    assert run("--data-dir", tiny, "--out", tmp_path / "m", "--cuda-graph", "--monitor", *FAST) == 2
+    assert "--cuda-graph: cannot capture this run's step: --monitor reads statistics back" in capsys.readouterr().err

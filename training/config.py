@@ -59,6 +59,7 @@ class TrainConfig:
     val_split: int | None = None     # None: 10% of the training samples
     clip_grad: float | None = None
     limit_train: int | None = None
+    cuda_graph: bool | None = None   # capture the hand-written step as a CUDA graph; None: on CUDA where allowed
     monitor: bool = False            # GradientMonitor on every implementation (training/monitors.py)
     tensorboard: Path | None = None  # also write scalars and histograms there for TensorBoard
     out: Path | None = None          # None: runs/<timestamp>, or the checkpoint's folder when resuming

@@ -25,7 +25,8 @@ from losses import CrossEntropyLoss
 from optimizers import OPTIMIZERS, clip_grad_norm_, get_optimizer
 
 from .allreduce import GradBuckets
-from .config import TrainConfig
+from .config import TrainConfig, flag
+from .cuda_graph import CapturedStep
 from .distributed import SINGLE, DistInfo, broadcast_
 from .errors import UsageError
 from .models import build_models
@@ -89,8 +90,11 @@ class ManualImpl:
     master = None   # mixed precision: the float32 MasterWeights the optimizer steps
     scaler = None   # float16: the DynamicLossScaler
 
-    def __init__(self, model, config: TrainConfig, info: DistInfo = SINGLE):
+    def __init__(self, model, config: TrainConfig, info: DistInfo = SINGLE, cuda_graph: bool = False):
         self.model = model
+        # With cuda_graph the step is captured once and replayed (training/cuda_graph.py): the optimizer keeps its
+        # step counters on the device (capturable) and .grad buffers stay put (zero_grad(set_to_none=False)).
+        self.cuda_graph, self.graph = cuda_graph, None
         self.crit = CrossEntropyLoss()
         self.eval_crit = CrossEntropyLoss(reduction="sum")
         self.clip = config.clip_grad
@@ -103,7 +107,8 @@ class ManualImpl:
             if config.compute_dtype == torch.float16:
                 self.scaler = DynamicLossScaler(device=self.master.parameters()[0].device)
             return
-        self.opt = get_optimizer(config.optimizer, model.parameters(), **optimizer_kwargs(config))
+        self.opt = get_optimizer(config.optimizer, model.parameters(), **optimizer_kwargs(config),
+                                 **({"capturable": True} if cuda_graph else {}))
         if info.enabled:  # each rank's share of the global mean, summed over ranks by hand-written all-reduces
             self.crit = CrossEntropyLoss(reduction="sum")
             self.buckets = GradBuckets(model.parameters(), scale=1.0).attach(model)
@@ -111,7 +116,14 @@ class ManualImpl:
     def train_step(self, x, y, total, step=0):
         if self.master is not None:
             return self._mixed_step(x, y, step)
-        self.opt.zero_grad()
+        if self.cuda_graph:  # one process, no monitor (build_impls checks): total is y's size, step unused
+            if self.graph is None:
+                self.graph = CapturedStep(lambda xb, yb: self._step(xb, yb, yb.shape[0], 0), x, y)
+            return self.graph(x, y)  # eager for a batch of another shape (an epoch's last)
+        return self._step(x, y, total, step)
+
+    def _step(self, x, y, total, step):
+        self.opt.zero_grad(set_to_none=not self.cuda_graph)
         logits = self.model(x)
         loss = self.crit(logits, y)
         if self.buckets is None:
@@ -280,10 +292,34 @@ def build_impls(config: TrainConfig, device: torch.device, dtype: torch.dtype, i
                 broadcast_([p.data for p in model.parameters()])
             elif name != "torch":  # DistributedDataParallel broadcasts the twin's itself
                 broadcast_([t for _, t in model.named_parameters()] + [t for _, t in model.named_buffers()])
-    impls = {name: IMPL_CLASSES[name](model, config, info) for name, model in models.items()}
+    impls = {name: IMPL_CLASSES[name](model, config, info) for name, model in models.items() if name != "manual"}
+    if "manual" in models:  # first, as the config lists it
+        manual = ManualImpl(models["manual"], config, info, cuda_graph=use_cuda_graph(config, device, info))
+        impls = {"manual": manual, **impls}
     for impl in impls.values():
         impl.sched = make_scheduler(impl.opt, config, steps_per_epoch) if steps_per_epoch else None
     return impls
+
+
+def use_cuda_graph(config: TrainConfig, device: torch.device, info: DistInfo = SINGLE) -> bool:
+    """Whether the hand-written step is captured as a CUDA graph (``--cuda-graph``; on by default on CUDA where
+    the run allows it).  On the CPU ``--cuda-graph`` runs the same capturable, in-place step eagerly."""
+    blockers = []
+    if info.enabled:
+        blockers.append("under torchrun the gradient all-reduces run between the layers' backwards")
+    if config.monitor:
+        blockers.append("--monitor reads statistics back during the step")
+    if config.is_mixed:
+        blockers.append(f"--dtype {config.dtype}'s mixed-precision step is not capturable yet (the float16 loss "
+                        f"scaler reads its overflow flag back)")
+    if config.model == "cnn":
+        blockers.append("--model cnn's dropout draws from a generator seeded afresh every epoch, which a graph "
+                        "would freeze")
+    if config.cuda_graph is None:
+        return device.type == "cuda" and not blockers
+    if config.cuda_graph and blockers:
+        raise UsageError(f"{flag('cuda_graph')}: cannot capture this run's step: {'; '.join(blockers)}")
+    return bool(config.cuda_graph)
 
 
 def set_mode(impls: dict[str, Impl], training: bool) -> None:
