@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 
 from optimizers import OPTIMIZERS
-from training import (DATASETS, EXIT_INTERRUPTED, EXIT_USAGE, IMPL_GROUPS, IMPLS, MODELS, SCHEDULES, TrainConfig,
-                      UsageError, run)
+from training import (DATASETS, DTYPES, EXIT_INTERRUPTED, EXIT_USAGE, IMPL_GROUPS, IMPLS, MODELS, SCHEDULES,
+                      TrainConfig, UsageError, run)
 
 _UNSET = object()
 
@@ -53,7 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
     a("--depth", type=int, default=d["depth"].default, help="number of MLP hidden layers")
     a("--seed", type=int, default=d["seed"].default)
     a("--device", default=d["device"].default, help="cpu, cuda, cuda:N or auto")
-    a("--dtype", choices=["float32", "float64"], default=d["dtype"].default)
+    a("--dtype", choices=list(DTYPES), default=d["dtype"].default,
+      help="bfloat16, float16: mixed precision (float32 data and master weights the optimizer updates, matrix "
+           "products in the half dtype, softmax/cross-entropy and batch norm statistics in float32; float16 with a "
+           "dynamic loss scale; the twin under torch.autocast; not --impl engine)")
     a("--log-interval", type=int, default=d["log_interval"].default, help="steps between logged metrics")
     a("--val-interval", type=int, default=d["val_interval"].default, help="epochs between validations")
     a("--val-split", type=int, default=None, help="training samples held out for validation (default 10%%; 0: none)")

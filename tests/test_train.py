@@ -300,3 +300,5 @@ def test_cuda_graph_flag_runs_the_capturable_step_and_equals_the_default(tiny, t
 def test_cuda_graph_refused_where_the_step_cannot_be_captured(tiny, tmp_path, capsys):
     assert run("--data-dir", tiny, "--out", tmp_path / "m", "--cuda-graph", "--monitor", *FAST) == 2
     assert "--cuda-graph: cannot capture this run's step: --monitor reads statistics back" in capsys.readouterr().err
+    assert run("--data-dir", tiny, "--out", tmp_path / "h", "--cuda-graph", "--dtype", "bfloat16", *FAST) == 2
+    assert "--dtype bfloat16's mixed-precision step is not capturable yet" in capsys.readouterr().err

@@ -2,7 +2,8 @@
 checkpoints, figures, and the data-parallel pieces.  ``training.run(TrainConfig(...))`` is a whole run.
 """
 from .checkpoint import FORMAT, load_checkpoint, save_checkpoint
-from .config import DATASETS, IMPL_GROUPS, IMPLS, MATH_FIELDS, MODELS, SCHEDULES, TrainConfig, resolve_device
+from .config import (DATASETS, DTYPES, HALF_DTYPES, IMPL_GROUPS, IMPLS, MATH_FIELDS, MODELS, SCHEDULES, TrainConfig,
+                     resolve_device)
 from .data import Data, load_data, prepare_raw, read_split
 from .errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, NonFiniteLoss, UsageError
 from .files import atomic_write, atomic_write_bytes, atomic_write_text
@@ -11,7 +12,8 @@ from .loop import evaluate, train_epoch
 from .models import build_models
 from .trainer import run
 
-__all__ = ["TrainConfig", "run", "resolve_device", "DATASETS", "MODELS", "SCHEDULES", "IMPLS", "IMPL_GROUPS", "MATH_FIELDS",
+__all__ = ["TrainConfig", "run", "resolve_device", "DATASETS", "MODELS", "SCHEDULES", "DTYPES",
+           "HALF_DTYPES", "IMPLS", "IMPL_GROUPS", "MATH_FIELDS",
            "Data", "load_data", "prepare_raw", "read_split", "Impl", "ManualImpl", "EngineImpl", "TorchImpl",
            "build_impls", "build_models", "max_param_abs_diff", "train_epoch", "evaluate", "FORMAT",
            "save_checkpoint", "load_checkpoint", "atomic_write", "atomic_write_bytes", "atomic_write_text",

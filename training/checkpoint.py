@@ -1,5 +1,9 @@
 """Checkpoints: everything a run needs to continue exactly (weights, buffers, optimizer state, random
 streams, the log so far), written atomically after every epoch, and read back with the settings it fixes.
+
+A mixed-precision run (--dtype bfloat16/float16) stores float32 weights for every implementation (the manual
+run's master weights, not their half rounding) and, for float16, each loss scaler's state (scale and growth
+tracker, torch.amp.GradScaler's keys for both).
 """
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import torch
 from .config import MATH_FIELDS, RECORD_FIELDS, TrainConfig, flag
 from .errors import UsageError
 from .files import atomic_write
+from .impls import load_weights_state, weights_state
 
 FORMAT = "handgrad-train-2"
 READABLE_FORMATS = ("handgrad-train-1", FORMAT)  # version 1 stored the settings under "args", had no --model
@@ -25,9 +30,11 @@ def checkpoint_state(impls: dict, config: TrainConfig, epoch: int, records: list
     return {
         "format": FORMAT, "epoch": epoch,
         "config": {**{k: getattr(config, k) for k in MATH_FIELDS + RECORD_FIELDS}, "epochs": config.epochs},
-        "models": {name: impl.model.state_dict() for name, impl in impls.items()},
+        "models": {name: weights_state(impl) for name, impl in impls.items()},
         "optimizers": {name: impl.opt.state_dict() for name, impl in impls.items()},
         "schedulers": {name: impl.sched.state_dict() for name, impl in impls.items() if impl.sched is not None},
+        "scalers": {name: impl.scaler.state_dict() for name, impl in impls.items()
+                    if getattr(impl, "scaler", None) is not None},
         "rng": {"torch": torch.get_rng_state(), "batches": batch_gen.get_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
         "records": records,  # every metrics.jsonl line so far
@@ -82,10 +89,12 @@ def load_checkpoint(path: Path, config: TrainConfig) -> tuple[TrainConfig, dict]
 def restore(impls: dict, ckpt: dict, batch_gen: torch.Generator, device: torch.device) -> None:
     """Load weights, buffers, optimizer states and random streams from ``ckpt`` into a freshly built run."""
     for name, impl in impls.items():
-        impl.model.load_state_dict({k: v.to(device) for k, v in ckpt["models"][name].items()})
+        load_weights_state(impl, {k: v.to(device) for k, v in ckpt["models"][name].items()})
         impl.opt.load_state_dict(ckpt["optimizers"][name])
         if impl.sched is not None:
             impl.sched.load_state_dict(ckpt["schedulers"][name])
+        if getattr(impl, "scaler", None) is not None:
+            impl.scaler.load_state_dict(ckpt["scalers"][name])
     torch.set_rng_state(ckpt["rng"]["torch"])
     batch_gen.set_state(ckpt["rng"]["batches"])
     if ckpt["rng"]["cuda"] and torch.cuda.is_available():

@@ -18,7 +18,9 @@ DATASETS = {"mnist": "MNIST", "fashion-mnist": "FashionMNIST"}  # name -> torchv
 MODELS = ("mlp", "cnn")
 IMPLS = ("manual", "engine", "torch")  # hand-written layers, the autodiff engine, nn.Module + autograd
 IMPL_GROUPS = {"both": ("manual", "torch"), "all": IMPLS}
-DTYPES = ("float32", "float64")
+DTYPES = ("float32", "float64", "bfloat16", "float16")
+# Mixed precision: data and the weights the optimizer updates stay float32, the matrix products run in the half dtype.
+HALF_DTYPES = ("bfloat16", "float16")
 SCHEDULES = ("constant", "cosine", "onecycle")  # learning-rate schedules (torch.optim.lr_scheduler), per step
 # Settings that determine the numbers a run produces: a resumed run keeps them.
 MATH_FIELDS = ("dataset", "model", "impl", "batch_size", "lr", "optimizer", "momentum", "weight_decay", "hidden",
@@ -81,7 +83,18 @@ class TrainConfig:
         return IMPL_GROUPS.get(self.impl, (self.impl,))
 
     @property
+    def is_mixed(self) -> bool:
+        """--dtype bfloat16/float16: mixed precision (float32 data and master weights, half matrix products)."""
+        return self.dtype in HALF_DTYPES
+
+    @property
     def torch_dtype(self) -> torch.dtype:
+        """The dtype of the data and of the weights the optimizer updates: float32 in a mixed-precision run."""
+        return torch.float32 if self.is_mixed else getattr(torch, self.dtype)
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The dtype the models' matrix products run in: --dtype itself (the half dtype of a mixed run)."""
         return getattr(torch, self.dtype)
 
     def replace(self, **changes) -> "TrainConfig":
@@ -119,6 +132,9 @@ class TrainConfig:
         if self.model != "mlp" and "engine" in self.impls:
             raise UsageError(f"--impl {self.impl}: the autodiff engine builds only the MLP, not --model {self.model}; "
                              f"use --impl manual, torch or both")
+        if self.is_mixed and "engine" in self.impls:
+            raise UsageError(f"--impl {self.impl}: the autodiff engine has no mixed precision (--dtype {self.dtype}); "
+                             f"use --impl manual, torch or both, or --dtype float32")
         unknown = set(self.given) - {f.name for f in fields(self)}
         if unknown:
             raise UsageError(f"unknown settings given: {', '.join(sorted(unknown))}")

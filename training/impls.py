@@ -3,6 +3,14 @@
 manual: the hand-written model, its explicit backward and a handgrad optimizer; no autograd graph.
 engine: the same MLP on handgrad's autodiff engine (gradients from per-operation closures), handgrad optimizer.
 torch:  the nn.Module twin: autograd's backward and torch.optim's optimizer.
+
+Mixed precision (``--dtype bfloat16`` or ``float16``; not the engine): every model is built in float32 from the
+same weights.  The manual implementation keeps float32 master weights (``precision.MasterWeights``) that its
+optimizer steps, runs its layers in the half dtype (batch norm keeps float32 parameters and statistics), takes
+cross-entropy of the half logits in float32, and for float16 scales the loss gradient with a hand-written
+``DynamicLossScaler``.  The twin keeps float32 weights and runs forward and loss under ``torch.autocast``, with
+``torch.amp.GradScaler`` for float16: PyTorch's own recipe, for comparison.  Gradients are clipped and monitored
+after unscaling, in float32.  float32/float64 runs take none of these paths.
 """
 from __future__ import annotations
 
@@ -22,6 +30,7 @@ from .cuda_graph import CapturedStep
 from .distributed import SINGLE, DistInfo, broadcast_
 from .errors import UsageError
 from .models import build_models
+from .precision import DynamicLossScaler, MasterWeights
 from .schedule import make_scheduler
 
 
@@ -47,16 +56,24 @@ class Impl(Protocol):
         """(torch-style name, tensor whose .grad is the gradient)."""
 
 
-def _clip_monitored(impl, step: int, clip_fn) -> Tensor | None:
-    """Clip the gradients with ``clip_fn(params, max_norm)`` if the run clips (-> the total norm before), and
-    tell the monitor, if any, about them before and after."""
+def _clip_monitored(impl, step: int, clip_fn, params=None) -> Tensor | None:
+    """Clip the gradients of ``params`` (default: the model's) with ``clip_fn(params, max_norm)`` if the run clips
+    (-> the total norm before), and tell the monitor, if any, about them before and after."""
     mon = impl.monitor
     if mon is not None:
         mon.update(step)
-    norm = clip_fn(impl.model.parameters(), impl.clip) if impl.clip else None
+    norm = clip_fn(impl.model.parameters() if params is None else params, impl.clip) if impl.clip else None
     if mon is not None:
         mon.update_after_clip()
     return norm
+
+
+def check_mixed_precision(config: TrainConfig, info: DistInfo) -> None:
+    """Mixed precision runs in one process: the hand-written all-reduce buckets and the loss scaler's found-inf
+    flag have not been made to work together across ranks yet."""
+    if config.is_mixed and info.enabled:
+        raise UsageError(f"--dtype {config.dtype} under torchrun: mixed precision runs in a single process only "
+                         f"for now; use --dtype float32 (or float64) with torchrun")
 
 
 def optimizer_kwargs(config: TrainConfig) -> dict:
@@ -70,23 +87,35 @@ class ManualImpl:
     name = "manual"
     sched = None
     monitor = None
+    master = None   # mixed precision: the float32 MasterWeights the optimizer steps
+    scaler = None   # float16: the DynamicLossScaler
 
     def __init__(self, model, config: TrainConfig, info: DistInfo = SINGLE, cuda_graph: bool = False):
         self.model = model
         # With cuda_graph the step is captured once and replayed (training/cuda_graph.py): the optimizer keeps its
         # step counters on the device (capturable) and .grad buffers stay put (zero_grad(set_to_none=False)).
         self.cuda_graph, self.graph = cuda_graph, None
-        self.opt = get_optimizer(config.optimizer, model.parameters(), **optimizer_kwargs(config),
-                                 **({"capturable": True} if cuda_graph else {}))
         self.crit = CrossEntropyLoss()
         self.eval_crit = CrossEntropyLoss(reduction="sum")
         self.clip = config.clip_grad
         self.buckets = None
+        if config.is_mixed:
+            check_mixed_precision(config, info)
+            self.compute_dtype = config.compute_dtype
+            self.master = MasterWeights(model, cast_to=config.compute_dtype)  # copies first, then the cast
+            self.opt = get_optimizer(config.optimizer, self.master.parameters(), **optimizer_kwargs(config))
+            if config.compute_dtype == torch.float16:
+                self.scaler = DynamicLossScaler(device=self.master.parameters()[0].device)
+            return
+        self.opt = get_optimizer(config.optimizer, model.parameters(), **optimizer_kwargs(config),
+                                 **({"capturable": True} if cuda_graph else {}))
         if info.enabled:  # each rank's share of the global mean, summed over ranks by hand-written all-reduces
             self.crit = CrossEntropyLoss(reduction="sum")
             self.buckets = GradBuckets(model.parameters(), scale=1.0).attach(model)
 
     def train_step(self, x, y, total, step=0):
+        if self.master is not None:
+            return self._mixed_step(x, y, step)
         if self.cuda_graph:  # one process, no monitor (build_impls checks): total is y's size, step unused
             if self.graph is None:
                 self.graph = CapturedStep(lambda xb, yb: self._step(xb, yb, yb.shape[0], 0), x, y)
@@ -107,12 +136,33 @@ class ManualImpl:
         self.opt.step()
         return loss, logits, norm
 
+    def _mixed_step(self, x, y, step):
+        """A mixed-precision step: half forward and backward, float32 cross-entropy, float32 master update."""
+        self.master.zero_grad()
+        logits = self.model(x.to(self.compute_dtype))  # (N, C) half
+        loss = self.crit(logits, y)  # softmax and loss in float32
+        scaler = self.scaler
+        # dL/dlogits (times S for float16), rounded once to the half dtype
+        self.model.backward(self.crit.backward() if scaler is None else self.crit.backward(scaler.scale_loss_grad()))
+        self.master.grads_to_master(scaler)  # float32 gradients, divided by S; found_inf set
+        norm = _clip_monitored(self, step, clip_grad_norm_, self.master.parameters())
+        if scaler is None:
+            self.opt.step()
+        else:
+            scaler.step(self.opt)  # skipped when a gradient was inf/nan (one read-back of the flag)
+            scaler.update()  # S halves on overflow, doubles after 2000 clean steps
+        self.master.master_to_model()
+        return loss * y.shape[0], logits.float(), norm
+
     def eval_batch(self, x, y):
+        if self.master is not None:
+            logits = self.model(x.to(self.compute_dtype))
+            return self.eval_crit(logits, y), logits.float()
         logits = self.model(x)
         return self.eval_crit(logits, y), logits
 
     def named_parameters(self):
-        return list(self.model.named_parameters())
+        return self.master.named_parameters() if self.master is not None else list(self.model.named_parameters())
 
 
 class EngineImpl:
@@ -156,6 +206,8 @@ class TorchImpl:
     name = "torch"
     sched = None
     monitor = None
+    autocast = None  # mixed precision: the half dtype torch.autocast runs forward and loss in
+    scaler = None    # float16: torch.amp.GradScaler
 
     def __init__(self, model: torch.nn.Module, config: TrainConfig, info: DistInfo = SINGLE):
         self.model = model
@@ -165,8 +217,16 @@ class TorchImpl:
         self.world = info.world_size if info.enabled else None
         # Under torchrun the twin trains as PyTorch users train: DistributedDataParallel (it averages over ranks).
         self.forward = torch.nn.parallel.DistributedDataParallel(model) if info.enabled else model
+        if config.is_mixed:
+            check_mixed_precision(config, info)
+            self.autocast = config.compute_dtype
+            self.device_type = next(model.parameters()).device.type
+            if config.compute_dtype == torch.float16:
+                self.scaler = torch.amp.GradScaler(self.device_type)
 
     def train_step(self, x, y, total, step=0):
+        if self.autocast is not None:
+            return self._autocast_step(x, y, step)
         self.opt.zero_grad()
         logits = self.forward(x)
         if self.world is None:
@@ -181,8 +241,33 @@ class TorchImpl:
         self.opt.step()
         return loss_sum, logits.detach(), norm
 
+    def _autocast_step(self, x, y, step):
+        """PyTorch's recipe: forward and loss under autocast (cross-entropy runs in float32 there), GradScaler for
+        float16, gradients unscaled before they are monitored and clipped."""
+        self.opt.zero_grad()
+        with torch.autocast(self.device_type, dtype=self.autocast):
+            logits = self.forward(x)  # (N, C) half
+            loss = F.cross_entropy(logits, y)  # float32
+        scaler = self.scaler
+        if scaler is None:
+            loss.backward()
+        else:
+            scaler.scale(loss).backward()
+            scaler.unscale_(self.opt)
+        norm = _clip_monitored(self, step, torch.nn.utils.clip_grad_norm_)
+        if scaler is None:
+            self.opt.step()
+        else:
+            scaler.step(self.opt)
+            scaler.update()
+        return loss.detach() * y.shape[0], logits.detach().float(), norm
+
     @torch.no_grad()
     def eval_batch(self, x, y):
+        if self.autocast is not None:
+            with torch.autocast(self.device_type, dtype=self.autocast):
+                logits = self.model(x)
+                return F.cross_entropy(logits, y, reduction="sum"), logits.float()
         logits = self.model(x)
         return F.cross_entropy(logits, y, reduction="sum"), logits
 
@@ -224,6 +309,9 @@ def use_cuda_graph(config: TrainConfig, device: torch.device, info: DistInfo = S
         blockers.append("under torchrun the gradient all-reduces run between the layers' backwards")
     if config.monitor:
         blockers.append("--monitor reads statistics back during the step")
+    if config.is_mixed:
+        blockers.append(f"--dtype {config.dtype}'s mixed-precision step is not capturable yet (the float16 loss "
+                        f"scaler reads its overflow flag back)")
     if config.model == "cnn":
         blockers.append("--model cnn's dropout draws from a generator seeded afresh every epoch, which a graph "
                         "would freeze")
@@ -241,12 +329,51 @@ def set_mode(impls: dict[str, Impl], training: bool) -> None:
             impl.model.train(training)
 
 
+def _master_views(impl) -> dict[str, Tensor]:
+    """name -> the float32 master of each model parameter, in the layout the model's state_dict shows it.
+
+    ``MasterWeights`` keeps each master with its parameter's shape and strides, so the view ``state_dict`` takes
+    of a parameter (Linear's (D, H) weight shown as torch's (H, D)) is taken of the master's memory the same way.
+    """
+    sd = impl.model.state_dict()
+    views = {}
+    for (name, p), m in zip(impl.model.named_parameters(), impl.master.parameters()):
+        v = sd[name]
+        views[name] = m.as_strided(v.shape, v.stride(), m.storage_offset() + v.storage_offset() - p.storage_offset())
+    return views
+
+
+def weights_state(impl: Impl) -> dict[str, Tensor]:
+    """The implementation's weights and buffers with torch's keys and layouts (``model.state_dict()``); in a
+    mixed-precision manual run the weights are its float32 masters, not their half rounding in the model."""
+    sd = impl.model.state_dict()
+    if getattr(impl, "master", None) is not None:
+        sd.update(_master_views(impl))
+    return sd
+
+
+def load_weights_state(impl: Impl, state: dict[str, Tensor]) -> None:
+    """Load what ``weights_state`` returned (on the model's device); a mixed run's masters get the float32
+    weights and the model their rounding."""
+    impl.model.load_state_dict(state)
+    if getattr(impl, "master", None) is not None:
+        with torch.no_grad():
+            for name, view in _master_views(impl).items():
+                view.copy_(state[name])
+        impl.master.master_to_model()
+
+
 def max_param_abs_diff(impls: dict[str, Impl]) -> float | None:
-    """Largest |a - b| over every weight and buffer, between each implementation and the first."""
+    """Largest |a - b| over every weight and buffer, between each implementation and the first.
+
+    In a mixed-precision run the weights compared are float32 on both sides (the manual run's masters, the
+    twin's own), but each side rounded its products to the half dtype its own way: the difference measures how
+    far two mixed-precision runs drift apart, not an error, and is far above float32's 1e-7.
+    """
     if len(impls) < 2:
         return None
     first, *rest = impls.values()
-    ref = first.model.state_dict()
+    ref = weights_state(first)
     diffs = [(ref[k].double() - v.double()).abs().max() for other in rest
-             for k, v in other.model.state_dict().items() if v.is_floating_point() and v.numel()]
+             for k, v in weights_state(other).items() if v.is_floating_point() and v.numel()]
     return torch.stack(diffs).max().item()

@@ -5,7 +5,9 @@ gradients were all-reduced, under torchrun) and ``update_after_clip()`` after cl
 every ``log_interval`` steps.  Activation statistics are gathered for the hand-written model and the
 nn.Module twin (the engine's models have no forward hooks).  Under torchrun rank 0 alone monitors: the
 gradients are the same on every rank after the all-reduce; the activation statistics are rank 0's slice
-of each batch.  Records go into the checkpoint, so a resumed run's monitor files cover the whole run.
+of each batch.  In a mixed-precision run the manual implementation's monitor reads the float32 master weights
+and their unscaled gradients (the twin's: its float32 weights, unscaled by GradScaler before they are clipped).
+Records go into the checkpoint, so a resumed run's monitor files cover the whole run.
 """
 from __future__ import annotations
 
@@ -42,6 +44,8 @@ def attach_monitors(impls: dict, config: TrainConfig, info: DistInfo, writer=Non
         mon = GradientMonitor(impl.model, every=config.log_interval, name=name, tensorboard=writer)
         if name != "engine":
             mon.watch_activations()
+        if getattr(impl, "master", None) is not None:  # mixed precision: activations stay the half model's, while
+            mon.model = impl.master  # weights and gradients are the float32 masters' (unscaled, as they are clipped)
         impl.monitor = monitors[name] = mon
     return monitors
 

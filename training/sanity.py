@@ -92,10 +92,12 @@ def run_sanity(config: TrainConfig, say: Callable = print) -> int:
     s = _first_step(config, device, x[:64], y[:64])
     tol = 1e-12 if config.dtype == "float64" else 1e-5
     diff = abs(s["loss_manual"] - s["loss_torch"]) / abs(s["loss_torch"])
-    rows.append((f"first-step loss, manual vs twin ({config.dtype})", f"{diff:.2e}", f"<= {tol:g} relative",
+    run_dtype = str(config.torch_dtype).removeprefix("torch.")  # a mixed-precision run's model is float32 here
+    rows.append((f"first-step loss, manual vs twin ({run_dtype})", f"{diff:.2e}", f"<= {tol:g} relative",
                  diff <= tol))
     width = max(len(r[0]) for r in rows)
-    say(f"sanity checks: --model {config.model}, --dataset {config.dataset}, {device}")
+    say(f"sanity checks: --model {config.model}, --dataset {config.dataset}, {device}"
+        f"{f' (--dtype {config.dtype}: checked on the float32 model and master weights)' if config.is_mixed else ''}")
     say(f"{'check':<{width}}  {'measured':>14}  {'required':<26} result")
     for name, value, want, ok in rows:
         say(f"{name:<{width}}  {value:>14}  {want:<26} {'PASS' if ok else 'FAIL'}")

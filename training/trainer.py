@@ -19,7 +19,7 @@ from .config import TrainConfig, resolve_device
 from .data import check_data_dir, load_data
 from .errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, NonFiniteLoss, UsageError
 from .files import atomic_write_text
-from .impls import build_impls, max_param_abs_diff
+from .impls import build_impls, check_mixed_precision, max_param_abs_diff
 from .distributed import DistInfo
 from .loop import evaluate, train_epoch
 from .monitors import (attach_monitors, close_tensorboard, log_scalars, monitor_state, open_tensorboard,
@@ -71,6 +71,7 @@ def _run(config: TrainConfig, device: torch.device, info: DistInfo, say: Callabl
         if saved_world != info.world_size:
             say(f"note: the checkpoint was trained on {saved_world} process(es), this run has {info.world_size}; "
                 f"the global batch is the same, so it continues the same run (sums are taken in another order)")
+    check_mixed_precision(config, info)
     out = config.out or (config.resume.parent if config.resume else Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
     check_data_dir(config.data_dir)
     if info.is_main:
@@ -109,7 +110,7 @@ def _run(config: TrainConfig, device: torch.device, info: DistInfo, say: Callabl
 
     n_val = 0 if data.val_x is None else data.val_x.shape[0]
     say(f"{config.dataset}: {data.train_x.shape[0]} train, {n_val} val, {data.test_x.shape[0]} test on {device} "
-        f"({config.dtype}); loaded in {data_seconds:.2f} s; model {config.model}; impl {', '.join(impls)}; "
+        f"({_precision(config)}); loaded in {data_seconds:.2f} s; model {config.model}; impl {', '.join(impls)}; "
         f"{f'{info.world_size} processes; ' if info.enabled else ''}output {out}")
     ckpt_path = out / "checkpoint.pt"
     try:
@@ -128,7 +129,8 @@ def _run(config: TrainConfig, device: torch.device, info: DistInfo, say: Callabl
             diff = max_param_abs_diff(impls)
             if diff is not None:
                 log({"type": "drift", "epoch": epoch, "impls": list(impls), "max_param_abs_diff": diff})
-                say(f"epoch {epoch:>3} largest weight difference between {', '.join(impls)}: {diff:.3e}")
+                say(f"epoch {epoch:>3} largest weight difference between {', '.join(impls)}: {diff:.3e}"
+                    f"{_MIXED_DRIFT if config.is_mixed else ''}")
             if info.is_main:
                 save_checkpoint(ckpt_path, {**checkpoint_state(impls, config, epoch, records, batch_gen),
                                             "world_size": info.world_size, "monitor": monitor_state(monitors)})
@@ -149,6 +151,30 @@ def _run(config: TrainConfig, device: torch.device, info: DistInfo, say: Callabl
     return EXIT_OK
 
 
+_MIXED_DRIFT = (" (mixed precision: float32 weights of two runs that may round their half products differently, "
+                "not expected to agree to float32 precision)")
+
+
+def _precision(config: TrainConfig) -> str:
+    if not config.is_mixed:
+        return config.dtype
+    scale = ", dynamic loss scale" if config.dtype == "float16" else ""
+    return f"{config.dtype} mixed precision: float32 data and master weights{scale}"
+
+
+def _mixed_summary(config: TrainConfig, impls: dict) -> dict:
+    """What summary.json says of a mixed-precision run: the compute dtype, what max_param_abs_diff compares, and
+    (float16) each implementation's final loss scale."""
+    info = {"compute_dtype": config.dtype, "weights": "float32 (the manual run's master weights)",
+            "max_param_abs_diff": "between float32 weights of runs that each round their products to "
+                                  f"{config.dtype} their own way: how far they drift apart, not an error bound"}
+    scales = {name: impl.scaler.get_scale() for name, impl in impls.items()
+              if getattr(impl, "scaler", None) is not None}
+    if scales:
+        info["loss_scale"] = scales
+    return info
+
+
 def _finish(config: TrainConfig, out: Path, impls: dict, data, records: list, say: Callable,
             info: DistInfo, monitors: dict) -> None:
     """Evaluate on the test split (every rank: it is sharded); rank 0 writes summary.json and the figures."""
@@ -162,6 +188,8 @@ def _finish(config: TrainConfig, out: Path, impls: dict, data, records: list, sa
                "results": results, "max_param_abs_diff": max_param_abs_diff(impls)}
     if info.enabled:
         summary["world_size"] = info.world_size
+    if config.is_mixed:
+        summary["mixed_precision"] = _mixed_summary(config, impls)
     if not info.is_main:
         return
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
@@ -177,5 +205,5 @@ def _finish(config: TrainConfig, out: Path, impls: dict, data, records: list, sa
             f"{r['seconds_per_epoch']:>10.2f}")
     if summary["max_param_abs_diff"] is not None:
         say(f"largest weight difference between implementations after {summary['epochs']} epochs: "
-            f"{summary['max_param_abs_diff']:.3e}")
+            f"{summary['max_param_abs_diff']:.3e}{_MIXED_DRIFT if config.is_mixed else ''}")
     say(f"wrote {', '.join(str(out / w) if i == 0 else w for i, w in enumerate(written))}")
