@@ -93,7 +93,7 @@ class ManualImpl:
     def __init__(self, model, config: TrainConfig, info: DistInfo = SINGLE, cuda_graph: bool = False):
         self.model = model
         # With cuda_graph the step is captured once and replayed (training/cuda_graph.py): the optimizer keeps its
-        # step counters on the device (capturable) and .grad buffers stay put (zero_grad(set_to_none=False)).
+        # step counters on the device (capturable); .grad buffers stay put in every mode (zeroed in place).
         self.cuda_graph, self.graph = cuda_graph, None
         self.crit = CrossEntropyLoss()
         self.eval_crit = CrossEntropyLoss(reduction="sum")
@@ -123,7 +123,7 @@ class ManualImpl:
         return self._step(x, y, total, step)
 
     def _step(self, x, y, total, step):
-        self.opt.zero_grad(set_to_none=not self.cuda_graph)
+        self.opt.zero_grad(set_to_none=False)  # .grad buffers stay put: zeroed in place, written in place
         logits = self.model(x)
         loss = self.crit(logits, y)
         if self.buckets is None:
