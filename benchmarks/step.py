@@ -1,9 +1,10 @@
 """Median time of one training step: handgrad (the README's call, captured) vs nn.Module (eager, torch.compile)
 vs the GEMM-only bound.
 
-    python benchmarks/step.py                          # small and default nets on the CPU
-    python benchmarks/step.py --nets small,default,large --device cuda --repeats 200
+    python benchmarks/step.py                          # small, default nets and the CNN on the CPU
+    python benchmarks/step.py --nets small,default,large,cnn --device cuda --repeats 200
     python benchmarks/step.py --compile                # adds nn.Module under torch.compile, each mode
+    python benchmarks/step.py --half bfloat16          # adds mixed-precision rows: master weights vs autocast
 
 A step is zero_grad, forward, cross-entropy, backward and optimizer step (SGD with momentum 0.9, and
 Adam).  The candidates run interleaved in one process (round-robin, one step each per round), so drift
@@ -18,6 +19,10 @@ handgrad rows:
   captured           zero_grad(set_to_none=False), optimizer capturable=True, the step wrapped in
                      training.cuda_graph.CapturedStep: one CUDA graph replay per step on a GPU, a plain
                      call on the CPU (where it measures the in-place, device-counter path)
+  <half> master      --half: the Net in bfloat16/float16 with float32 MasterWeights (benchmarks/precision.py),
+                     compared with the twin under torch.autocast (+ GradScaler for float16)
+The cnn "net" is train.py --model cnn (batch 128, Adam) vs its twin, and the im2col reference convolution
+vs the fast path (benchmarks/cnn_step.py's rows).
 """
 from __future__ import annotations
 
@@ -35,10 +40,14 @@ from layers import Net, PytorchNet
 from losses import CrossEntropyLoss
 from training.cuda_graph import CapturedStep
 
+import cnn_step  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
+import precision
+
 NETS = {  # name: (label, hidden, batch, CPU repeats by default)
     "small": ("small net 784-128x3-10, batch 64", 128, 64, 1000),
     "default": ("default net 784-1024x3-10, batch 512", 1024, 512, 30),
     "large": ("large net 784-4096x3-10, batch 4096", 4096, 4096, 3),
+    "cnn": ("train.py --model cnn, batch 128, Adam", None, 128, 30),
 }
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs")
 
@@ -92,7 +101,7 @@ def gemm_bound(net, x):
     return step
 
 
-def candidates(hidden, x, y, device, compile_modes):
+def candidates(hidden, x, y, device, compile_modes, halves=()):
     """name -> (step function, the name of the nn.Module row it is compared with)."""
     torch.manual_seed(0)
     ref = Net(hidden_size=hidden, device=device)
@@ -141,15 +150,20 @@ def candidates(hidden, x, y, device, compile_modes):
     engine = EngineNet(hidden_size=hidden, device=device)
     engine.load_state_dict(sd)
     c["autodiff engine, Adam"] = (engine_step(engine, optimizers.Adam(engine.parameters(), lr=1e-4)), nn_adam)
+    for half in halves:
+        dtype = getattr(torch, half)
+        nn_half = f"nn.Module autocast {half}, SGD"
+        c[f"handgrad {half} master weights, SGD"] = (precision.handgrad_step(hand(), dtype, 1e-3), nn_half)
+        c[nn_half] = (precision.torch_step(twin(), dtype, 1e-3, device), nn_half)
     c["GEMM-only bound"] = (gemm_bound(ref, x), None)
     return c
 
 
-def bench(hidden, batch, device, repeats, warmup, compile_modes):
+def bench(hidden, batch, device, repeats, warmup, compile_modes, halves=()):
     g = torch.Generator().manual_seed(1)
     x = torch.randn(batch, 784, generator=g).to(device)
     y = torch.randint(0, 10, (batch,), generator=g).to(device)
-    cands = candidates(hidden, x, y, device, compile_modes)
+    cands = candidates(hidden, x, y, device, compile_modes, halves)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     times: dict[str, list[float]] = {k: [] for k in cands}
     for r in range(warmup + repeats):
@@ -167,16 +181,18 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--nets", default=None,
-                    help=f"comma-separated, of {', '.join(NETS)} (default: small,default on the CPU, all on CUDA)")
+                    help=f"comma-separated, of {', '.join(NETS)} (default: small,default,cnn on the CPU, all on CUDA)")
     ap.add_argument("--repeats", type=int, default=None,
-                    help="timed rounds (default per net on the CPU: small 1000, default 30, large 3; CUDA 300)")
+                    help="timed rounds (default per net on the CPU: small 1000, default 30, large 3, cnn 30; CUDA 300)")
     ap.add_argument("--warmup", type=int, default=5, help="untimed rounds first (>= 4: the captured rows capture)")
     ap.add_argument("--compile", nargs="?", const=",".join(COMPILE_MODES), default="",
                     help=f"add nn.Module under torch.compile, in these comma-separated modes "
                          f"(default with the flag: {','.join(COMPILE_MODES)})")
+    ap.add_argument("--half", nargs="+", default=[], choices=["bfloat16", "float16"],
+                    help="add mixed-precision rows for the MLPs in these dtypes")
     args = ap.parse_args(argv)
     device = torch.device(args.device)
-    names = (args.nets or ("small,default,large" if device.type == "cuda" else "small,default")).split(",")
+    names = (args.nets or ("small,default,large,cnn" if device.type == "cuda" else "small,default,cnn")).split(",")
     unknown = [n for n in names if n not in NETS]
     if unknown:
         ap.error(f"--nets: unknown {unknown}; known: {', '.join(NETS)}")
@@ -190,7 +206,10 @@ def main(argv=None) -> int:
     for key in names:
         label, hidden, batch, cpu_reps = NETS[key]
         reps = args.repeats or (cpu_reps if device.type == "cpu" else 300)
-        rows = bench(hidden, batch, device, reps, args.warmup, modes)
+        if key == "cnn":
+            print_cnn(label, cnn_step.cnn_rows(device, batch, reps, args.warmup), reps)
+            continue
+        rows = bench(hidden, batch, device, reps, args.warmup, modes, args.half)
         gemm = rows["GEMM-only bound"][0]
         print(f"\n{label}: median of {reps} interleaved steps")
         print(f"  {'candidate':<46}{'ms/step':>10}{'vs nn.Module':>14}{'x GEMM':>9}")
@@ -198,6 +217,17 @@ def main(argv=None) -> int:
             vs = f"{rows[ref][0] / t:.2f}x" if ref is not None else ""
             print(f"  {name:<46}{t * 1e3:>10.3f}{vs:>14}{t / gemm:>8.2f}x")
     return 0
+
+
+def print_cnn(label: str, rows: dict[str, float], reps: int) -> None:
+    refs = {"handgrad CNN + handgrad Adam": "nn.Module CNN + torch.optim.Adam",
+            "nn.Module CNN + torch.optim.Adam": "nn.Module CNN + torch.optim.Adam",
+            "Conv2d 32->64 3x3, im2col reference": "Conv2d 32->64 3x3, fast path"}
+    print(f"\n{label}: median of {reps} interleaved steps (the im2col row: vs the fast path)")
+    print(f"  {'candidate':<46}{'ms/step':>10}{'vs nn.Module':>14}")
+    for name, t in rows.items():
+        vs = f"{rows[refs[name]] / t:.2f}x" if name in refs else ""
+        print(f"  {name:<46}{t * 1e3:>10.3f}{vs:>14}")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 CASES = {  # script: (toy arguments, text its table must contain)
-    "step.py": (["--nets", "small", "--repeats", "1", "--warmup", "4"], "vs nn.Module"),
+    "step.py": (["--nets", "small,cnn", "--repeats", "1", "--warmup", "4", "--half", "bfloat16"], "im2col"),
     "cnn_step.py": (["--batch-size", "4", "--repeats", "1"], "nn.Module"),
     "conv.py": (["--batch", "2", "--repeats", "1", "--warmup", "0"], "vs nn"),
     "monitor.py": (["--repeats", "1", "--warmup", "0"], "no monitor"),
