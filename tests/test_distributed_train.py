@@ -84,17 +84,22 @@ def test_a_failing_rank_stops_the_other_with_its_name(tiny, tmp_path):
 
 
 def test_torchrun_end_to_end(tiny, tmp_path):
-    """The real command: torchrun --standalone --nproc-per-node 2 train.py ... on a tiny IDX dataset."""
+    """The real command: torchrun --standalone --nproc-per-node 2 train.py -- ... on a tiny IDX dataset, monitored
+    (``--`` keeps torchrun from taking --monitor for an abbreviation of its --monitor-interval)."""
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(WORLD),
-           "train.py", "--data-dir", str(tiny), "--out", str(out), "--epochs", "1", "--hidden", "16", "--depth", "1",
-           "--batch-size", "32", "--no-download", "--no-plots", "--dist-timeout", "60"]
+           "train.py", "--", "--data-dir", str(tiny), "--out", str(out), "--epochs", "1", "--hidden", "16",
+           "--depth", "1", "--batch-size", "32", "--no-download", "--no-plots", "--dist-timeout", "60", "--monitor",
+           "--log-interval", "2"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240, env=env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["world_size"] == WORLD and set(summary["results"]) == {"manual", "torch"}
     assert r.stdout.count("test acc") == 1  # rank 0 alone prints
+    for name in ("manual", "torch"):  # rank 0 monitors the all-reduced gradients
+        records = [json.loads(line) for line in (out / f"monitor_{name}.jsonl").read_text().splitlines()]
+        assert records and all(r["step"] % 2 == 0 for r in records), name
 
 
 def test_a_one_process_checkpoint_resumes_on_two(tiny, tmp_path):
