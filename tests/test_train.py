@@ -295,6 +295,14 @@ def test_cuda_graph_flag_runs_the_capturable_step_and_equals_the_default(tiny, t
         assert torch.equal(half["models"]["manual"][k], graph["models"]["manual"][k]), k
     assert all(g["capturable"] for g in graph["optimizers"]["manual"]["param_groups"])
     assert not any(g["capturable"] for g in eager["optimizers"]["manual"]["param_groups"])
+    # An eager run's checkpoint continued with --cuda-graph runs its second epoch capturable (and the reverse).
+    _run_first_epoch_only(common, tmp_path / "switch")
+    assert run("--resume", tmp_path / "switch" / "checkpoint.pt", "--data-dir", tiny, "--quiet", "--no-download",
+               "--cuda-graph") == 0
+    switched = load("switch")
+    assert all(g["capturable"] for g in switched["optimizers"]["manual"]["param_groups"])
+    for k, v in eager["models"]["manual"].items():
+        assert (switched["models"]["manual"][k] - v).abs().max() <= rtol * v.abs().max(), k
 
 
 def test_cuda_graph_refused_where_the_step_cannot_be_captured(tiny, tmp_path, capsys):
@@ -302,3 +310,5 @@ def test_cuda_graph_refused_where_the_step_cannot_be_captured(tiny, tmp_path, ca
     assert "--cuda-graph: cannot capture this run's step: --monitor reads statistics back" in capsys.readouterr().err
     assert run("--data-dir", tiny, "--out", tmp_path / "h", "--cuda-graph", "--dtype", "bfloat16", *FAST) == 2
     assert "--dtype bfloat16's mixed-precision step is not capturable yet" in capsys.readouterr().err
+    assert run("--data-dir", tiny, "--out", tmp_path / "s", "--cuda-graph", "--schedule", "cosine", *FAST) == 2
+    assert "--schedule cosine changes the learning rate every step" in capsys.readouterr().err

@@ -86,11 +86,25 @@ def load_checkpoint(path: Path, config: TrainConfig) -> tuple[TrainConfig, dict]
     return config, ckpt
 
 
+def set_capturable(opt: torch.optim.Optimizer, capturable: bool) -> None:
+    """Make a loaded optimizer state fit this run: ``capturable`` in every group (load_state_dict brings back the
+    saved run's flag) and each step counter where that mode keeps it (the parameter's device, or the CPU)."""
+    for group in opt.param_groups:
+        if "capturable" in group:
+            group["capturable"] = capturable
+            for p in group["params"]:
+                state = opt.state.get(p, {})
+                if isinstance(state.get("step"), torch.Tensor):
+                    state["step"] = state["step"].to(p.device if capturable else "cpu")
+
+
 def restore(impls: dict, ckpt: dict, batch_gen: torch.Generator, device: torch.device) -> None:
     """Load weights, buffers, optimizer states and random streams from ``ckpt`` into a freshly built run."""
     for name, impl in impls.items():
         load_weights_state(impl, {k: v.to(device) for k, v in ckpt["models"][name].items()})
         impl.opt.load_state_dict(ckpt["optimizers"][name])
+        if name == "manual":  # a checkpoint of an eager run continued with --cuda-graph, or the reverse
+            set_capturable(impl.opt, impl.cuda_graph)
         if impl.sched is not None:
             impl.sched.load_state_dict(ckpt["schedulers"][name])
         if getattr(impl, "scaler", None) is not None:

@@ -29,6 +29,7 @@ What a replay does not redo (each is frozen at capture):
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -49,12 +50,15 @@ class CapturedStep:
     enabled: None = capture on CUDA, call step_fn directly elsewhere; False = always call directly;
         True = capture (an error unless the examples are CUDA tensors).
     generators: torch.Generator objects on the CUDA device that step_fn draws from (besides the default).
+    fallback: if capturing raises, warn and run every later call eagerly instead of raising (the step that
+        was being captured then runs eagerly: no step is lost or doubled).
 
     Counters: ``eager_calls``, ``replays``, ``captures``.
     """
 
     def __init__(self, step_fn: Callable[[Tensor, Tensor], Any], example_x: Tensor, example_y: Tensor, *,
-                 warmup: int = 3, enabled: bool | None = None, generators: Iterable[torch.Generator] = ()):
+                 warmup: int = 3, enabled: bool | None = None, generators: Iterable[torch.Generator] = (),
+                 fallback: bool = False):
         if not callable(step_fn):
             raise TypeError(f"CapturedStep: step_fn must be callable, got {type(step_fn).__name__}")
         for name, t in (("example_x", example_x), ("example_y", example_y)):
@@ -71,6 +75,7 @@ class CapturedStep:
         self.enabled = on_cuda if enabled is None else bool(enabled)
         self.warmup = warmup
         self.generators = list(generators)
+        self.fallback = bool(fallback)
         self._signature = _signature(example_x, example_y)
         self._static_x: Tensor | None = None
         self._static_y: Tensor | None = None
@@ -107,7 +112,18 @@ class CapturedStep:
             self.eager_calls += 1
             return self._on_side_stream()
         if self._graph is None:
-            self._capture()
+            try:
+                self._capture()
+            except Exception as e:  # torch.cuda.graph has ended (invalidated) the capture on the way out
+                if not self.fallback:
+                    raise
+                first = (str(e).strip().splitlines() or [""])[0][:200]
+                warnings.warn(f"CapturedStep: capturing the step failed ({type(e).__name__}: {first}); running it "
+                              f"eagerly from now on", RuntimeWarning, stacklevel=2)
+                self.enabled = False
+                torch.cuda.synchronize(self._static_x.device)
+                self.eager_calls += 1
+                return self.step_fn(x, y)
         self._graph.replay()
         self.replays += 1
         return self._static_out

@@ -95,6 +95,7 @@ class ManualImpl:
         # With cuda_graph the step is captured once and replayed (training/cuda_graph.py): the optimizer keeps its
         # step counters on the device (capturable); .grad buffers stay put in every mode (zeroed in place).
         self.cuda_graph, self.graph = cuda_graph, None
+        self.capture_fallback = config.cuda_graph is None  # chosen by default: a failed capture warns, runs eagerly
         self.crit = CrossEntropyLoss()
         self.eval_crit = CrossEntropyLoss(reduction="sum")
         self.clip = config.clip_grad
@@ -118,7 +119,8 @@ class ManualImpl:
             return self._mixed_step(x, y, step)
         if self.cuda_graph:  # one process, no monitor (build_impls checks): total is y's size, step unused
             if self.graph is None:
-                self.graph = CapturedStep(lambda xb, yb: self._step(xb, yb, yb.shape[0], 0), x, y)
+                self.graph = CapturedStep(lambda xb, yb: self._step(xb, yb, yb.shape[0], 0), x, y,
+                                          fallback=self.capture_fallback)
             return self.graph(x, y)  # eager for a batch of another shape (an epoch's last)
         return self._step(x, y, total, step)
 
@@ -312,6 +314,9 @@ def use_cuda_graph(config: TrainConfig, device: torch.device, info: DistInfo = S
     if config.is_mixed:
         blockers.append(f"--dtype {config.dtype}'s mixed-precision step is not capturable yet (the float16 loss "
                         f"scaler reads its overflow flag back)")
+    if config.schedule != "constant":
+        blockers.append(f"--schedule {config.schedule} changes the learning rate every step, which a graph would "
+                        f"freeze")
     if config.model == "cnn":
         blockers.append("--model cnn's dropout draws from a generator seeded afresh every epoch, which a graph "
                         "would freeze")
