@@ -16,30 +16,13 @@ from pathlib import Path
 
 import torch
 
-from .engine import Tensor
+from .engine import Tensor, _topological_order
 
 FORMATS = ("svg", "png", "pdf", "dot")
 INSTALL_HINT = ("Graphviz's `dot` program is not installed, so the graph cannot be rendered to {fmt}. Install it "
                 "(Debian/Ubuntu: `sudo apt-get install graphviz`; macOS: `brew install graphviz`; conda: "
                 "`conda install graphviz`), or pass format='dot' to write the DOT text, which any Graphviz viewer "
                 "renders.")
-
-
-def _graph(root: Tensor) -> list[Tensor]:
-    """Every node reachable from root through ``_prev``, parents before children (explicit stack, no recursion)."""
-    order, seen = [], set()
-    stack: list[tuple[Tensor, bool]] = [(root, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            order.append(node)
-            continue
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        stack.append((node, True))
-        stack.extend((p, False) for p in reversed(node._prev) if id(p) not in seen)
-    return order
 
 
 def _escape(text: str) -> str:
@@ -80,7 +63,7 @@ def to_dot(root: Tensor, labels: Mapping[str, Tensor] | Iterable[tuple[str, Tens
         if not isinstance(t, Tensor):
             raise TypeError(f"draw_graph: label '{name}' names a {type(t).__name__}, not an autodiff Tensor")
         name_of[id(t)] = name
-    nodes = _graph(root)
+    nodes = _topological_order(root, every_node=True)
     ids = {id(node): f"t{i}" for i, node in enumerate(nodes)}
     lines = ["digraph autodiff {", f"  rankdir={rankdir};", '  node [fontname="Helvetica", fontsize=10];']
     for node in nodes:

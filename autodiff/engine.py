@@ -411,8 +411,9 @@ def _accum(node: Tensor, g: torch.Tensor, fresh: bool = True) -> None:
         node.data.grad = node.data.grad + g  # out of place: never writes into a tensor another node holds
 
 
-def _topological_order(root: Tensor) -> list[Tensor]:
-    """Every node that requires grad, parents before children, by depth-first search with an explicit stack."""
+def _topological_order(root: Tensor, every_node: bool = False) -> list[Tensor]:
+    """Every node that requires grad (every node at all with ``every_node``: draw_graph's view), parents before
+    children, by depth-first search with an explicit stack."""
     order, seen = [], set()
     stack: list[tuple[Tensor, bool]] = [(root, False)]
     while stack:
@@ -424,7 +425,7 @@ def _topological_order(root: Tensor) -> list[Tensor]:
             continue
         seen.add(id(node))
         stack.append((node, True))
-        stack.extend((p, False) for p in node._prev if p.requires_grad and id(p) not in seen)
+        stack.extend((p, False) for p in node._prev if (every_node or p.requires_grad) and id(p) not in seen)
     return order
 
 

@@ -10,9 +10,7 @@ matrix product, fold) forward and backward against layers.Conv2d on the CNN's se
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
@@ -22,19 +20,7 @@ from layers import Conv2d, reference
 from losses import CrossEntropyLoss
 from training.models import cnn
 
-
-def interleaved(cands: dict, repeats: int, warmup: int, device: torch.device) -> dict[str, float]:
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    times: dict[str, list[float]] = {k: [] for k in cands}
-    for r in range(warmup + repeats):
-        for name, step in cands.items():
-            sync()
-            t0 = time.perf_counter()
-            step()
-            sync()
-            if r >= warmup:
-                times[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+from timing import interleaved  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
 
 
 def cnn_rows(device: torch.device, batch: int, repeats: int, warmup: int = 3) -> dict[str, float]:

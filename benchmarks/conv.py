@@ -13,13 +13,13 @@ interleaved, one step each per round, so drift in machine speed hits all alike. 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
 
 from layers import Conv2d
 from layers import reference as ref
+
+from timing import interleaved  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
 
 # (label, C_in, C_out, kernel, stride, padding, H = W, first layer of the network?)
 SHAPES = [
@@ -59,19 +59,7 @@ def candidates(cin, cout, k, stride, padding, size, first, batch, device, dtype)
 
 
 def bench(fns: dict, device: torch.device, repeats: int, warmup: int) -> dict[str, float]:
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    for f in fns.values():
-        for _ in range(warmup):
-            f()
-    times = {k: [] for k in fns}
-    for _ in range(repeats):
-        for k, f in fns.items():
-            sync()
-            t = time.perf_counter()
-            f()
-            sync()
-            times[k].append(time.perf_counter() - t)
-    return {k: statistics.median(v) for k, v in times.items()}
+    return interleaved(fns, repeats, warmup, device)
 
 
 def main(argv: list[str] | None = None) -> None:

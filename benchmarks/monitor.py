@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import statistics
-import time
 
 import torch
 
@@ -26,6 +24,8 @@ from layers import Net, Sequential
 from losses import CrossEntropyLoss
 from monitoring import GradientMonitor
 import optimizers
+
+from timing import interleaved  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
 
 
 class _NoHookCheck(Net):
@@ -82,17 +82,7 @@ def bench(hidden: int, batch: int, device: torch.device, repeats: int, warmup: i
         cands[name] = candidate(net, every, acts)
     x = torch.randn(batch, 784, device=device)
     y = torch.randint(0, 10, (batch,), device=device)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    times: dict[str, list[float]] = {k: [] for k in cands}
-    for r in range(warmup + repeats):
-        for name, step in cands.items():
-            sync()
-            t0 = time.perf_counter()
-            step(x, y)
-            sync()
-            if r >= warmup:
-                times[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+    return interleaved(cands, repeats, warmup, device, (x, y))
 
 
 def main(argv=None) -> int:

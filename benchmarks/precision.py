@@ -13,9 +13,7 @@ Printed: median ms per step and the ratio to the float32 hand-written step (> 1 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +22,8 @@ from layers import Net, PytorchNet
 from losses import CrossEntropyLoss
 from optimizers import SGD
 from training.precision import DynamicLossScaler, MasterWeights
+
+from timing import interleaved  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
 
 
 def handgrad_step(net, dtype, lr):
@@ -99,21 +99,11 @@ def main(argv=None) -> int:
         name = str(dtype).removeprefix("torch.")
         steps[f"handgrad {name}"] = handgrad_step(net, dtype, 0.01)
         steps[f"nn.Module {name}"] = torch_step(twin, dtype, 0.01, device)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    times = {k: [] for k in steps}
-    for r in range(args.warmup + args.repeats):
-        for k, step in steps.items():
-            sync()
-            t = time.perf_counter()
-            step(x, y)
-            sync()
-            if r >= args.warmup:
-                times[k].append(time.perf_counter() - t)
+    medians = interleaved(steps, args.repeats, args.warmup, device, (x, y))
     print(f"net 784-{args.hidden}x{args.depth}-10, batch {args.batch}, {device}, torch {torch.__version__}, "
           f"threads {torch.get_num_threads()}, median of {args.repeats}")
-    base = statistics.median(times["handgrad float32"])
-    for k, ts in times.items():
-        med = statistics.median(ts)
+    base = medians["handgrad float32"]
+    for k, med in medians.items():
         print(f"  {k:22s} {med * 1e3:10.2f} ms   {med / base:7.2f}x handgrad float32")
     return 0
 

@@ -27,9 +27,7 @@ vs the fast path (benchmarks/cnn_step.py's rows).
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
@@ -40,8 +38,9 @@ from layers import Net, PytorchNet
 from losses import CrossEntropyLoss
 from training.cuda_graph import CapturedStep
 
-import cnn_step  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
+import cnn_step  # sibling scripts: benchmarks/ is sys.path[0] when a script here runs
 import precision
+from timing import interleaved
 
 NETS = {  # name: (label, hidden, batch, CPU repeats by default)
     "small": ("small net 784-128x3-10, batch 64", 128, 64, 1000),
@@ -164,17 +163,8 @@ def bench(hidden, batch, device, repeats, warmup, compile_modes, halves=()):
     x = torch.randn(batch, 784, generator=g).to(device)
     y = torch.randint(0, 10, (batch,), generator=g).to(device)
     cands = candidates(hidden, x, y, device, compile_modes, halves)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    times: dict[str, list[float]] = {k: [] for k in cands}
-    for r in range(warmup + repeats):
-        for name, (step, _) in cands.items():
-            sync()
-            t0 = time.perf_counter()
-            step(x, y)
-            sync()
-            if r >= warmup:
-                times[name].append(time.perf_counter() - t0)
-    return {name: (statistics.median(ts), cands[name][1]) for name, ts in times.items()}
+    medians = interleaved({name: step for name, (step, _) in cands.items()}, repeats, warmup, device, (x, y))
+    return {name: (t, cands[name][1]) for name, t in medians.items()}
 
 
 def main(argv=None) -> int:

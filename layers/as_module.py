@@ -213,26 +213,23 @@ class HandgradModule(nn.Module):
         """Re-run a forward from its snapshot (refilling the layer's cache for one backward); the buffers,
         random states and modes are as they were before this call afterwards."""
         rng, buffers_before, training = snapshot
-        now_rng = [(g, g.get_state()) for g, _ in rng]
-        now_buffers = [t.clone() for _, _, t in self._buffers_of]
-        now_training = [getattr(node, "training", True) for node in self._leaves]
+        now = ([(g, g.get_state()) for g, _ in rng], [t.clone() for _, _, t in self._buffers_of],
+               [getattr(node, "training", True) for node in self._leaves])
         try:
-            for g, state in rng:
-                g.set_state(state)
-            for (_, _, t), before in zip(self._buffers_of, buffers_before):
-                t.copy_(before)
-            for node, mode in zip(self._leaves, training):
-                if hasattr(node, "training"):
-                    node.training = mode
+            self._put(rng, buffers_before, training)
             self.layer.forward(x.clone() if self._inplace else x)
         finally:
-            for g, state in now_rng:
-                g.set_state(state)
-            for (_, _, t), now in zip(self._buffers_of, now_buffers):
-                t.copy_(now)
-            for node, mode in zip(self._leaves, now_training):
-                if hasattr(node, "training"):
-                    node.training = mode
+            self._put(*now)
+
+    def _put(self, rng: list, buffers: list[Tensor], modes: list[bool]) -> None:
+        """Set the generators' states, the buffers' values and the layers' modes."""
+        for g, state in rng:
+            g.set_state(state)
+        for (_, _, t), value in zip(self._buffers_of, buffers):
+            t.copy_(value)
+        for node, mode in zip(self._leaves, modes):
+            if hasattr(node, "training"):
+                node.training = mode
 
 
 def _device_default_generator(device: torch.device) -> torch.Generator:
