@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 import torch
 from torch import Tensor
 
-from .checks import check_dout, check_floating, check_tensor
+from .checks import check_backward_dout, check_floating, check_tensor
 from .layer import BaseLayer
 
 
@@ -39,9 +39,8 @@ class _Activation(BaseLayer, ABC):
     def backward(self, dout: Tensor) -> Tensor:
         """dout: shape of out -> dx: shape of x."""
         out, saved = self._out, self._saved
-        if not (out is not None and isinstance(dout, Tensor) and dout.shape == out.shape
-                and dout.dtype == out.dtype and dout.device == out.device):
-            check_dout(repr(self), dout, None if out is None else out.shape, out)
+        check_backward_dout(self, dout, *((out.shape, out.dtype, out.device) if out is not None
+                                          else (None, None, None)))
         self._out = self._saved = None
         return self._backward(dout, saved)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .checks import check_dout, check_floating, check_tensor
+from .checks import check_backward_dout, check_floating, check_tensor
 from .layer import BaseLayer, accumulate_grad
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -176,10 +176,8 @@ class _BatchNorm(BaseLayer):
     def backward(self, dout: Tensor) -> Tensor:
         """dout: shape of out -> dx: shape of x; adds dgamma (C,) and dbeta (C,) into weight.grad, bias.grad."""
         cache = self._cache
-        if not (cache is not None and isinstance(dout, Tensor) and dout.shape == cache[0].shape
-                and dout.dtype == cache[7] and dout.device == cache[0].device):
-            check_dout(repr(self), dout, None if cache is None else cache[0].shape,
-                       None if cache is None else torch.empty(0, dtype=cache[7], device=cache[0].device))
+        check_backward_dout(self, dout, *((cache[0].shape, cache[7], cache[0].device) if cache is not None
+                                          else (None, None, None)))
         self._cache = None
         t, t_is_x, mean, invstd, scale, count, batch_stats, xdtype = cache
         dims = (0, *range(2, t.dim()))

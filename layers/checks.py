@@ -40,6 +40,17 @@ def check_dout(owner: str, dout: object, out_shape: torch.Size | None, ref: Tens
     return dout
 
 
+def check_backward_dout(layer: object, dout: object, out_shape: torch.Size | None, dtype: torch.dtype | None,
+                        device: torch.device | None) -> None:
+    """A backward's check of ``dout`` against its forward's output (``out_shape`` None: no forward cached).
+    One comparison on the hot path; only a failing dout pays for the layer's repr and the named error."""
+    if (out_shape is not None and isinstance(dout, Tensor) and dout.shape == out_shape and dout.dtype == dtype
+            and dout.device == device):
+        return
+    check_dout(repr(layer), dout, out_shape,
+               None if out_shape is None else torch.empty(0, dtype=dtype, device=device))
+
+
 def check_int(owner: str, name: str, value: object, lo: int = 1) -> int:
     """Refuse anything but an int >= lo (a bool is not an int here), naming the argument and the value."""
     if isinstance(value, bool) or not isinstance(value, int) or value < lo:

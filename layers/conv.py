@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .checks import check_dout, check_int, check_like, check_tensor
+from .checks import check_backward_dout, check_int, check_like, check_tensor
 from .init import torch_default_params
 from .layer import BaseLayer, accumulate_grad
 
@@ -152,9 +152,7 @@ class Conv2d(BaseLayer):
         """dout: (N, C_out, H_out, W_out) -> dx: (N, C_in, H, W) (None if not ``need_input_grad``);
         adds dw (C_out, C_in / G, kH, kW) and db (C_out,) into weight.grad and bias.grad."""
         cache, w = self._cache, self.weight
-        if not (cache is not None and isinstance(dout, Tensor) and dout.shape == cache[1]
-                and dout.dtype == w.dtype and dout.device == w.device):
-            check_dout(repr(self), dout, None if cache is None else cache[1], w)
+        check_backward_dout(self, dout, None if cache is None else cache[1], w.dtype, w.device)
         self._cache = None
         x, _, (h, wd) = cache
         dw = self._weight_grad(x, dout)  # (C_out, C_in / G, kH, kW), a strided view of the correlation

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .checks import check_dout, check_tensor
+from .checks import check_backward_dout, check_tensor
 from .layer import BaseLayer
 
 
@@ -44,9 +44,6 @@ class Flatten(BaseLayer):
     def backward(self, dout: Tensor) -> Tensor:
         """dout: out's shape -> dx: x's shape."""
         cache = self._cache
-        if not (cache is not None and isinstance(dout, Tensor) and dout.shape == cache[1]
-                and dout.dtype == cache[2] and dout.device == cache[3]):
-            check_dout(repr(self), dout, None if cache is None else cache[1],
-                       None if cache is None else torch.empty(0, dtype=cache[2], device=cache[3]))
+        check_backward_dout(self, dout, *(cache[1:4] if cache is not None else (None, None, None)))
         self._cache = None
         return dout.reshape(cache[0])

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from .batchnorm import _LOW_PRECISION, _check_float
-from .checks import check_dout, check_floating, check_tensor
+from .checks import check_backward_dout, check_floating, check_tensor
 from .layer import BaseLayer, accumulate_grad
 
 
@@ -86,10 +86,8 @@ class LayerNorm(BaseLayer):
     def backward(self, dout: Tensor) -> Tensor:
         """dout: (*, S) -> dx: (*, S); adds dgamma (S) and dbeta (S) into weight.grad and bias.grad."""
         cache = self._cache
-        if not (cache is not None and isinstance(dout, Tensor) and dout.shape == cache[0].shape
-                and dout.dtype == cache[2] and dout.device == cache[0].device):
-            check_dout(repr(self), dout, None if cache is None else cache[0].shape,
-                       None if cache is None else torch.empty(0, dtype=cache[2], device=cache[0].device))
+        check_backward_dout(self, dout, *((cache[0].shape, cache[2], cache[0].device) if cache is not None
+                                          else (None, None, None)))
         self._cache = None
         xhat, invstd, xdtype = cache
         k = len(self.normalized_shape)

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .checks import check_dout, check_floating, check_tensor
+from .checks import check_backward_dout, check_floating, check_tensor
 from .conv import pair
 from .layer import BaseLayer
 
@@ -70,11 +70,7 @@ class _Pool2d(BaseLayer):
 
     def _take_cache(self, dout: object) -> tuple:
         cache = self._cache
-        out_shape, dtype, device = (cache[0], cache[1], cache[2]) if cache is not None else (None, None, None)
-        if not (cache is not None and isinstance(dout, Tensor) and dout.shape == out_shape
-                and dout.dtype == dtype and dout.device == device):
-            check_dout(repr(self), dout, out_shape, None if cache is None else torch.empty(0, dtype=dtype,
-                                                                                             device=device))
+        check_backward_dout(self, dout, *(cache[:3] if cache is not None else (None, None, None)))
         self._cache = None
         return cache
 
