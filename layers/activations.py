@@ -91,7 +91,27 @@ class Sigmoid(_Activation):
         return dout * out * (1 - out)
 
 
-class Softmax(_Activation):
+class _AlongDim(_Activation):
+    """An activation normalised along one axis, ``dim`` (Softmax, LogSoftmax): its check and repr."""
+
+    _ctor_args = ("dim",)
+    _dim_hint = ""  # added to the message that refuses a dim that is not an int
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        if isinstance(dim, bool) or not isinstance(dim, int):
+            raise ValueError(f"{type(self).__name__}: dim must be an int{self._dim_hint}, got {dim!r}")
+        self.dim = dim
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+    def _check_dim(self, x: Tensor) -> None:
+        if not -x.dim() <= self.dim < max(x.dim(), 1):
+            raise ValueError(f"{self!r}: dim {self.dim} is out of range for an input of shape {tuple(x.shape)}")
+
+
+class Softmax(_AlongDim):
     """s = exp(x) / sum(exp(x), dim);  dx = s * (dout - sum(dout * s, dim)).
 
     The Jacobian ds_i/dx_j = s_i (delta_ij - s_j) is never formed: contracting
@@ -99,27 +119,19 @@ class Softmax(_Activation):
     """
 
     torch_class = torch.nn.Softmax
-    _ctor_args = ("dim",)
 
     def __init__(self, dim: int = -1) -> None:
-        super().__init__()
-        if isinstance(dim, bool) or not isinstance(dim, int):
-            raise ValueError(f"Softmax: dim must be an int, got {dim!r}")
-        self.dim = dim
-
-    def extra_repr(self) -> str:
-        return f"dim={self.dim}"
+        super().__init__(dim)
 
     def _forward(self, x: Tensor) -> Tensor:
-        if not -x.dim() <= self.dim < max(x.dim(), 1):
-            raise ValueError(f"{self!r}: dim {self.dim} is out of range for an input of shape {tuple(x.shape)}")
+        self._check_dim(x)
         return torch.softmax(x, self.dim)  # subtracts the row max: stable for large logits
 
     def _backward(self, dout: Tensor, out: Tensor) -> Tensor:
         return out * (dout - (dout * out).sum(self.dim, keepdim=True))
 
 
-class LogSoftmax(_Activation):
+class LogSoftmax(_AlongDim):
     """out = x - log(sum(exp(x), dim));  dx = dout - exp(out) * sum(dout, dim).
 
     d out_i / d x_j = delta_ij - softmax_j, so dx_j = dout_j - softmax_j * sum_i dout_i; softmax = exp(out).
@@ -128,21 +140,14 @@ class LogSoftmax(_Activation):
     """
 
     torch_class = torch.nn.LogSoftmax
-    _ctor_args = ("dim",)
+    _dim_hint = (" (torch's implicit dim=None is not supported: say which axis holds the classes, e.g. "
+                 "LogSoftmax(dim=1))")
 
     def __init__(self, dim: int | None = None) -> None:
-        super().__init__()
-        if isinstance(dim, bool) or not isinstance(dim, int):
-            raise ValueError(f"LogSoftmax: dim must be an int (torch's implicit dim=None is not supported: "
-                             f"say which axis holds the classes, e.g. LogSoftmax(dim=1)), got {dim!r}")
-        self.dim = dim
-
-    def extra_repr(self) -> str:
-        return f"dim={self.dim}"
+        super().__init__(dim)
 
     def _forward(self, x: Tensor) -> Tensor:
-        if not -x.dim() <= self.dim < max(x.dim(), 1):
-            raise ValueError(f"{self!r}: dim {self.dim} is out of range for an input of shape {tuple(x.shape)}")
+        self._check_dim(x)
         return torch.log_softmax(x, self.dim)  # x - max - log(sum(exp(x - max))): stable
 
     def _backward(self, dout: Tensor, out: Tensor) -> Tensor:
