@@ -233,12 +233,16 @@ class HandgradModule(nn.Module):
 
 
 def _device_default_generator(device: torch.device) -> torch.Generator:
-    """torch's default generator on a non-CPU device (what ``bernoulli_`` draws from without a generator)."""
-    if device.type == "cuda":
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        return torch.cuda.default_generators[index]
-    raise NotImplementedError(f"as_module: dropout on device type '{device.type}' is not supported "
-                              f"(its random state cannot be saved for re-running the forward)")
+    """torch's default generator on a non-CPU device (what ``bernoulli_`` draws from without a generator): the
+    device module's ``default_generators`` (CUDA, XPU, ...).  A backend without generator objects (MPS keeps one
+    process-wide state) is refused: the re-run of a forward could not draw the same dropout mask."""
+    module = torch.get_device_module(device)
+    generators = getattr(module, "default_generators", None)
+    if not generators:
+        raise RuntimeError(f"as_module: a dropout layer on {device.type} draws from a random state that cannot be "
+                           f"saved and restored per generator; give the layer its own torch.Generator "
+                           f"(layer.generator = torch.Generator(device)) or run it on cpu or cuda")
+    return generators[device.index if device.index is not None else module.current_device()]
 
 
 class _Seq(tuple):
