@@ -21,7 +21,8 @@ import torch.nn.functional as F
 from layers import Net, PytorchNet
 from losses import CrossEntropyLoss
 from optimizers import SGD
-from training.precision import DynamicLossScaler, MasterWeights
+from training.loss_scale import DynamicLossScaler
+from training.precision import MasterWeights
 
 from timing import interleaved  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
 

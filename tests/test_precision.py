@@ -22,8 +22,9 @@ from layers import (BatchNorm1d, BatchNorm2d, Conv2d, Dropout, Flatten, Linear, 
                     from_torch)
 from losses import CrossEntropyLoss
 from optimizers import SGD, Adam
-from training.precision import (DynamicLossScaler, MasterWeights, to_low_precision, unscale_check_fused_,
-                                unscale_check_reference_, update_scale_reference_)
+from training.loss_scale import (DynamicLossScaler, unscale_check_fused_, unscale_check_reference_,
+                                 update_scale_reference_)
+from training.precision import MasterWeights, to_low_precision
 
 HALF = (torch.bfloat16, torch.float16)
 

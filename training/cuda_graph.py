@@ -1,4 +1,5 @@
-"""CapturedStep: a training step recorded once as a CUDA graph and replayed, a plain call everywhere else.
+"""CapturedStep: a training step recorded once as a CUDA graph and replayed, a plain call everywhere else;
+use_cuda_graph: whether train.py captures its hand-written step (``--cuda-graph``).
 
 A hand-written step launches the same kernels in the same order every time; at small sizes a GPU
 spends most of such a step waiting for the CPU to launch them.  ``torch.cuda.graph`` records the
@@ -35,6 +36,10 @@ from typing import Any
 
 import torch
 from torch import Tensor
+
+from .config import TrainConfig, flag
+from .distributed import SINGLE, DistInfo
+from .errors import UsageError
 
 
 class CapturedStep:
@@ -150,3 +155,27 @@ class CapturedStep:
 
 def _signature(x: Tensor, y: Tensor) -> tuple:
     return tuple((t.shape, t.dtype, t.device) for t in (x, y))
+
+
+def use_cuda_graph(config: TrainConfig, device: torch.device, info: DistInfo = SINGLE) -> bool:
+    """Whether the hand-written step is captured as a CUDA graph (``--cuda-graph``; on by default on CUDA where
+    the run allows it).  On the CPU ``--cuda-graph`` runs the same capturable, in-place step eagerly."""
+    blockers = []
+    if info.enabled:
+        blockers.append("under torchrun the gradient all-reduces run between the layers' backwards")
+    if config.monitor:
+        blockers.append("--monitor reads statistics back during the step")
+    if config.is_mixed:
+        blockers.append(f"--dtype {config.dtype}'s mixed-precision step is not capturable yet (the float16 loss "
+                        f"scaler reads its overflow flag back)")
+    if config.schedule != "constant":
+        blockers.append(f"--schedule {config.schedule} changes the learning rate every step, which a graph would "
+                        f"freeze")
+    if config.model == "cnn":
+        blockers.append("--model cnn's dropout draws from a generator seeded afresh every epoch, which a graph "
+                        "would freeze")
+    if config.cuda_graph is None:
+        return device.type == "cuda" and not blockers
+    if config.cuda_graph and blockers:
+        raise UsageError(f"{flag('cuda_graph')}: cannot capture this run's step: {'; '.join(blockers)}")
+    return bool(config.cuda_graph)

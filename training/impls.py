@@ -25,12 +25,13 @@ from losses import CrossEntropyLoss
 from optimizers import OPTIMIZERS, clip_grad_norm_, get_optimizer
 
 from .allreduce import GradBuckets
-from .config import TrainConfig, flag
-from .cuda_graph import CapturedStep
+from .config import TrainConfig
+from .cuda_graph import CapturedStep, use_cuda_graph
 from .distributed import SINGLE, DistInfo, broadcast_
 from .errors import UsageError
 from .models import build_models
-from .precision import DynamicLossScaler, MasterWeights
+from .loss_scale import DynamicLossScaler
+from .precision import MasterWeights
 from .schedule import make_scheduler
 
 
@@ -101,7 +102,6 @@ class ManualImpl:
         self.clip = config.clip_grad
         self.buckets = None
         if config.is_mixed:
-            check_mixed_precision(config, info)
             self.compute_dtype = config.compute_dtype
             self.master = MasterWeights(model, cast_to=config.compute_dtype)  # copies first, then the cast
             self.opt = get_optimizer(config.optimizer, self.master.parameters(), **optimizer_kwargs(config))
@@ -220,7 +220,6 @@ class TorchImpl:
         # Under torchrun the twin trains as PyTorch users train: DistributedDataParallel (it averages over ranks).
         self.forward = torch.nn.parallel.DistributedDataParallel(model) if info.enabled else model
         if config.is_mixed:
-            check_mixed_precision(config, info)
             self.autocast = config.compute_dtype
             self.device_type = next(model.parameters()).device.type
             if config.compute_dtype == torch.float16:
@@ -287,6 +286,7 @@ def build_impls(config: TrainConfig, device: torch.device, dtype: torch.dtype, i
     With ``steps_per_epoch`` each gets the learning-rate scheduler ``config.schedule`` asks for (``impl.sched``).
     Under torchrun rank 0's initial weights and buffers are broadcast to every rank first.
     """
+    check_mixed_precision(config, info)
     models = build_models(config, device, dtype, sync_bn=info.enabled and config.sync_bn)
     if info.enabled:
         for name, model in models.items():
@@ -303,69 +303,20 @@ def build_impls(config: TrainConfig, device: torch.device, dtype: torch.dtype, i
     return impls
 
 
-def use_cuda_graph(config: TrainConfig, device: torch.device, info: DistInfo = SINGLE) -> bool:
-    """Whether the hand-written step is captured as a CUDA graph (``--cuda-graph``; on by default on CUDA where
-    the run allows it).  On the CPU ``--cuda-graph`` runs the same capturable, in-place step eagerly."""
-    blockers = []
-    if info.enabled:
-        blockers.append("under torchrun the gradient all-reduces run between the layers' backwards")
-    if config.monitor:
-        blockers.append("--monitor reads statistics back during the step")
-    if config.is_mixed:
-        blockers.append(f"--dtype {config.dtype}'s mixed-precision step is not capturable yet (the float16 loss "
-                        f"scaler reads its overflow flag back)")
-    if config.schedule != "constant":
-        blockers.append(f"--schedule {config.schedule} changes the learning rate every step, which a graph would "
-                        f"freeze")
-    if config.model == "cnn":
-        blockers.append("--model cnn's dropout draws from a generator seeded afresh every epoch, which a graph "
-                        "would freeze")
-    if config.cuda_graph is None:
-        return device.type == "cuda" and not blockers
-    if config.cuda_graph and blockers:
-        raise UsageError(f"{flag('cuda_graph')}: cannot capture this run's step: {'; '.join(blockers)}")
-    return bool(config.cuda_graph)
-
-
-def set_mode(impls: dict[str, Impl], training: bool) -> None:
-    """Training or evaluation mode (dropout, batch norm) for every implementation's model."""
-    for impl in impls.values():
-        if hasattr(impl.model, "train"):
-            impl.model.train(training)
-
-
-def _master_views(impl) -> dict[str, Tensor]:
-    """name -> the float32 master of each model parameter, in the layout the model's state_dict shows it.
-
-    ``MasterWeights`` keeps each master with its parameter's shape and strides, so the view ``state_dict`` takes
-    of a parameter (Linear's (D, H) weight shown as torch's (H, D)) is taken of the master's memory the same way.
-    """
-    sd = impl.model.state_dict()
-    views = {}
-    for (name, p), m in zip(impl.model.named_parameters(), impl.master.parameters()):
-        v = sd[name]
-        views[name] = m.as_strided(v.shape, v.stride(), m.storage_offset() + v.storage_offset() - p.storage_offset())
-    return views
-
-
 def weights_state(impl: Impl) -> dict[str, Tensor]:
     """The implementation's weights and buffers with torch's keys and layouts (``model.state_dict()``); in a
     mixed-precision manual run the weights are its float32 masters, not their half rounding in the model."""
-    sd = impl.model.state_dict()
-    if getattr(impl, "master", None) is not None:
-        sd.update(_master_views(impl))
-    return sd
+    master = getattr(impl, "master", None)
+    return impl.model.state_dict() if master is None else master.model_state_dict()
 
 
 def load_weights_state(impl: Impl, state: dict[str, Tensor]) -> None:
-    """Load what ``weights_state`` returned (on the model's device); a mixed run's masters get the float32
-    weights and the model their rounding."""
-    impl.model.load_state_dict(state)
-    if getattr(impl, "master", None) is not None:
-        with torch.no_grad():
-            for name, view in _master_views(impl).items():
-                view.copy_(state[name])
-        impl.master.master_to_model()
+    """Load what ``weights_state`` returned (on the model's device)."""
+    master = getattr(impl, "master", None)
+    if master is None:
+        impl.model.load_state_dict(state)
+    else:
+        master.load_model_state_dict(state)
 
 
 def max_param_abs_diff(impls: dict[str, Impl]) -> float | None:
