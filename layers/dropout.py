@@ -1,4 +1,4 @@
-"""Inverted dropout, and ``twin_mask_hook``: the nn.Dropout twin made to use the hand-written layer's masks."""
+"""Inverted dropout, and ``SeededDropout``: an nn.Dropout drawing the very masks the hand-written layer draws."""
 from __future__ import annotations
 
 import torch
@@ -35,12 +35,11 @@ class Dropout(BaseLayer):
         if not isinstance(inplace, bool):
             raise ValueError(f"Dropout: inplace must be a bool, got {inplace!r}")
         self.p, self.inplace = float(p), inplace
-        self.mask: Tensor | None = None  # the last mask drawn (public: twin_mask_hook reads it)
+        self.mask: Tensor | None = None  # the last mask drawn (None after an identity forward)
         self.generator: torch.Generator | None = None  # where masks are drawn from (None: torch's default)
         # Data parallelism: (lo, hi, total) draws the mask of the whole global batch of `total` rows and keeps rows
         # [lo, hi), this process's part, so N processes drop exactly what one process would.
         self.global_rows: tuple[int, int, int] | None = None
-        self._draws = 0  # forwards that drew a mask, so a twin can tell a fresh mask from a stale one
         self._cache: tuple | None = None  # (mask or None, output shape, dtype, device)
 
     def extra_repr(self) -> str:
@@ -59,7 +58,6 @@ class Dropout(BaseLayer):
             else:
                 mask = draw_mask(x, self.p, self.generator, self.global_rows)  # (N, ...) 0 or 1/(1-p)
             out = x.mul_(mask) if self.inplace else x * mask  # (N, ...)
-            self._draws += 1
         self.mask = mask
         self._cache = (mask, x.shape, x.dtype, x.device)
         return out
@@ -111,59 +109,3 @@ def seeded_dropouts(module: torch.nn.Module) -> torch.nn.Module:
         if type(m) is torch.nn.Dropout:
             m.__class__ = SeededDropout
     return module
-
-
-class _TwinMaskHandle:
-    def __init__(self, handles) -> None:
-        self._handles = handles
-
-    def remove(self) -> None:
-        for h in self._handles:
-            h.remove()
-
-
-def twin_mask_hook(manual: Dropout, twin: torch.nn.Dropout) -> _TwinMaskHandle:
-    """Make the torch.nn.Dropout ``twin`` apply the mask the hand-written ``manual`` layer last drew.
-
-    Side-by-side training (a hand-written model and its nn.Module twin from the same weights and batches)
-    stays exact with dropout on only if both drop the same elements.  The hooks make the twin compute
-    ``input * manual.mask`` -- a product autograd differentiates, so its backward reuses the mask too --
-    and draw nothing from the RNG itself (a forward pre-hook sets its p to 0 for the call, where torch's
-    dropout returns the input untouched, and the forward hook restores p), so adding the twin does not
-    change the masks the hand-written model draws next.
-
-    Run the hand-written forward first, then the twin's, every step: a twin forward in training mode
-    without a fresh mask (none drawn, or this one already used) raises a RuntimeError, never reuses a
-    stale mask silently.  In eval mode (or p = 0) both are the identity.  Returns a handle; ``.remove()``
-    restores the plain nn.Dropout.
-    """
-    if not isinstance(manual, Dropout):
-        raise TypeError(f"twin_mask_hook: manual must be a layers.Dropout, got {type(manual).__name__}")
-    if not isinstance(twin, torch.nn.Dropout):
-        raise TypeError(f"twin_mask_hook: twin must be a torch.nn.Dropout, got {type(twin).__name__}")
-    state = {"used": None, "p": None}
-
-    def pre(module: torch.nn.Module, args: tuple) -> None:
-        state["p"] = module.p
-        if module.training and module.p > 0:
-            module.p = 0.0  # torch's dropout with p = 0 returns its input and draws nothing
-
-    def post(module: torch.nn.Module, args: tuple, out: Tensor) -> Tensor:
-        p, module.p = state["p"], state["p"]
-        if not module.training or p == 0:
-            return out
-        (x,) = args
-        if p != manual.p:
-            raise RuntimeError(f"twin_mask_hook: the twin has p={p} but the hand-written layer has p={manual.p}")
-        mask = manual.mask
-        if mask is None or state["used"] == manual._draws:
-            raise RuntimeError(f"twin_mask_hook: the twin {module!r} ran in training mode without a fresh mask "
-                               f"from {manual!r}; run the hand-written forward first, once per twin forward")
-        if mask.shape != x.shape:
-            raise RuntimeError(f"twin_mask_hook: the twin's input has shape {tuple(x.shape)} but the hand-written "
-                               f"layer's last mask has shape {tuple(mask.shape)}")
-        state["used"] = manual._draws
-        m = mask.to(dtype=x.dtype)
-        return x.mul_(m) if module.inplace else x * m
-
-    return _TwinMaskHandle([twin.register_forward_pre_hook(pre), twin.register_forward_hook(post)])

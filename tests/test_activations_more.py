@@ -1,4 +1,4 @@
-"""GELU, LeakyReLU, SiLU, LogSoftmax and Dropout (with twin_mask_hook): gradient checks, torch.nn parity,
+"""GELU, LeakyReLU, SiLU, LogSoftmax and Dropout (with SeededDropout): gradient checks, torch.nn parity,
 in-place variants, conversion, a random nn.Sequential of the new layers, bad input."""
 import random
 
@@ -8,8 +8,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from gradcheck import nontrivial, check_layer
-from layers import (GELU, BatchNorm1d, Dropout, LayerNorm, LeakyReLU, LogSoftmax, Sequential, SiLU, from_torch,
-                    twin_mask_hook)
+from layers import (GELU, BatchNorm1d, Dropout, LayerNorm, LeakyReLU, LogSoftmax, SeededDropout, Sequential, SiLU,
+                    from_torch, seeded_dropouts)
 from tests.conftest import assert_all_pass, rel
 
 f64 = torch.float64
@@ -170,45 +170,28 @@ def test_dropout_errors_and_conversion():
         d.backward(torch.randn(3, 2, dtype=f64))
 
 
-def test_twin_mask_hook_gives_the_twin_the_same_masks_and_draws_nothing():
-    torch.manual_seed(6)
-    ours, twin = Dropout(0.4), nn.Dropout(0.4)
-    handle = twin_mask_hook(ours, twin)
+def test_seeded_dropout_twin_draws_the_same_masks_from_its_generator():
+    """seeded_dropouts(twin): nn.Dropout drawing as layers.Dropout draws; generators in the same state give the
+    same masks, outputs and gradients, and nothing is drawn from torch's global generator."""
+    ours, twin = Dropout(0.4), seeded_dropouts(nn.Sequential(nn.Dropout(0.4)))[0]
+    assert isinstance(twin, SeededDropout) and twin.p == 0.4
+    ours.generator, twin.generator = torch.Generator().manual_seed(6), torch.Generator().manual_seed(6)
     for step in range(3):
         x, dout = torch.randn(6, 8, dtype=f64), torch.randn(6, 8, dtype=f64)
-        out = ours(x)
         state = torch.get_rng_state()
+        out = ours(x)
         xr = x.clone().requires_grad_()
         out_t = twin(xr)
-        assert torch.equal(state, torch.get_rng_state())  # the twin drew nothing: the next masks are unchanged
+        assert torch.equal(state, torch.get_rng_state())  # both drew from their own generators only
         out_t.backward(dout)
         assert torch.equal(out_t.detach(), out) and torch.equal(xr.grad, ours.backward(dout)), step
-        assert twin.p == 0.4
-    with pytest.raises(RuntimeError, match="without a fresh mask"):
-        twin(torch.randn(6, 8, dtype=f64))  # the same mask twice: refused, never silently stale
-    ours(torch.randn(2, 3, dtype=f64))
-    with pytest.raises(RuntimeError, match=r"last mask has shape \(2, 3\)"):
-        twin(torch.randn(6, 8, dtype=f64))
+        assert ((ours.mask == 0) | (ours.mask == 1 / 0.6)).all() and 0 < (ours.mask == 0).sum() < 48, step
     twin.eval()
     x = torch.randn(2, 3, dtype=f64)
     assert torch.equal(twin(x), x)
-    handle.remove()
     twin.train()
-    torch.manual_seed(7)
-    out = twin(torch.ones(100, dtype=f64))  # a plain nn.Dropout again: its own mask
-    assert ((out == 0) | (out == 1 / 0.6)).all() and twin.p == 0.4
-
-
-def test_twin_mask_hook_refuses_wrong_objects_and_mismatched_p():
-    with pytest.raises(TypeError, match="manual must be a layers.Dropout"):
-        twin_mask_hook(nn.Dropout(), nn.Dropout())
-    with pytest.raises(TypeError, match="twin must be a torch.nn.Dropout"):
-        twin_mask_hook(Dropout(), Dropout())
-    ours, twin = Dropout(0.2), nn.Dropout(0.3)
-    twin_mask_hook(ours, twin)
-    ours(torch.randn(3))
-    with pytest.raises(RuntimeError, match="the twin has p=0.3 but the hand-written layer has p=0.2"):
-        twin(torch.randn(3))
+    twin.p = 1.0
+    assert torch.equal(twin(x), torch.zeros_like(x))
 
 
 # -- a random nn.Sequential of the new layers, converted, against autograd --------------------------
@@ -248,9 +231,11 @@ def test_random_sequential_from_torch_equals_autograd_with_shared_dropout_masks(
                     m.bias.normal_()
     ours = from_torch(theirs)
     assert list(ours.state_dict()) == list(theirs.state_dict())
+    seeded_dropouts(theirs)  # each side draws its masks, in the same order, from a generator in the same state
+    ours_gen, theirs_gen = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
     for a, b in zip(_modules(ours), _modules(theirs)):
         if isinstance(a, Dropout):
-            twin_mask_hook(a, b)
+            a.generator, b.generator = ours_gen, theirs_gen
     for step in range(3):
         training = step < 2
         ours.train(training), theirs.train(training)
