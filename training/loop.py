@@ -77,6 +77,7 @@ def train_epoch(impl: Impl, data: Data, perm: Tensor, epoch: int, config: TrainC
     _set_training(impl.model, True)
     gen = epoch_generator(config, epoch, perm.device)
     use_generator(impl.model, gen)
+    rows = None  # under torchrun: (lo, hi, total), this rank's rows of the global batch the dropouts were given
     start = time.perf_counter()
     for step in range(1, steps + 1):
         idx = perm[(step - 1) * bs: step * bs]
@@ -90,7 +91,9 @@ def train_epoch(impl: Impl, data: Data, perm: Tensor, epoch: int, config: TrainC
         if info.enabled:  # this rank's contiguous slice of the global batch
             lo, hi = shard_bounds(total, info)
             x, y = x[lo:hi], y[lo:hi]
-            use_generator(impl.model, gen, (lo, hi, total))  # dropout keeps its rows of the global batch's mask
+            if rows != (lo, hi, total):  # the first step, and the epoch's last, smaller batch
+                rows = (lo, hi, total)
+                use_generator(impl.model, gen, rows)  # dropout keeps its rows of the global batch's mask
         batch_loss, logits, _ = impl.train_step(x, y, total, (epoch - 1) * steps + step)
         if impl.sched is not None:
             impl.sched.step()
