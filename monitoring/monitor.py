@@ -58,19 +58,25 @@ class GradientMonitor:
 
     model: anything with ``named_parameters()`` -- a handgrad Net/Sequential (names as its torch twin's;
     Linear's weight is reported as stored, (in, out): every statistic here is layout-independent), an
-    nn.Module, or an autodiff engine model.  ``tensorboard``: a ``torch.utils.tensorboard.SummaryWriter``
+    nn.Module, or an autodiff engine model.  ``parameters``: where the weights and gradients to report live, if
+    not in the model (anything with ``named_parameters()``, e.g. the float32 ``MasterWeights`` of a
+    mixed-precision model, whose gradients are unscaled; activations are still the model's).
+    ``tensorboard``: a ``torch.utils.tensorboard.SummaryWriter``
     that receives every record (tags prefixed with ``name/`` when a name is given).  Statistics use
     torch's definitions (std unbiased, norms 2-norms over all elements).
     """
 
-    def __init__(self, model, every: int = 1, hist_bins: int = 50, *, name: str = "", tensorboard=None) -> None:
-        if not callable(getattr(model, "named_parameters", None)):
-            raise TypeError(f"GradientMonitor: the model ({type(model).__name__}) has no named_parameters()")
+    def __init__(self, model, every: int = 1, hist_bins: int = 50, *, name: str = "", tensorboard=None,
+                 parameters=None) -> None:
+        for what, obj in (("the model", model), ("parameters", parameters)):
+            if obj is not None and not callable(getattr(obj, "named_parameters", None)):
+                raise TypeError(f"GradientMonitor: {what} ({type(obj).__name__}) has no named_parameters()")
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ValueError(f"GradientMonitor: every must be an int >= 1, got {every!r}")
         if isinstance(hist_bins, bool) or not isinstance(hist_bins, int) or hist_bins < 1:
             raise ValueError(f"GradientMonitor: hist_bins must be an int >= 1, got {hist_bins!r}")
         self.model, self.every, self.hist_bins, self.name = model, every, hist_bins, name
+        self._param_source = model if parameters is None else parameters
         self.tensorboard = tensorboard
         if not self._params():
             raise ValueError(f"GradientMonitor: the model ({type(model).__name__}) has no parameters")
@@ -205,7 +211,7 @@ class GradientMonitor:
     # -- the measurement ------------------------------------------------------------------------------------
 
     def _params(self) -> list[tuple[str, tuple[Tensor, Tensor | None]]]:
-        return [(n, _weight_and_grad(p)) for n, p in self.model.named_parameters()]
+        return [(n, _weight_and_grad(p)) for n, p in self._param_source.named_parameters()]
 
     def _measure(self, step: int, params) -> dict:
         bins = self.hist_bins

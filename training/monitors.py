@@ -41,11 +41,11 @@ def attach_monitors(impls: dict, config: TrainConfig, info: DistInfo, writer=Non
     from monitoring import GradientMonitor
     monitors = {}
     for name, impl in impls.items():
-        mon = GradientMonitor(impl.model, every=config.log_interval, name=name, tensorboard=writer)
+        # mixed precision: weights and gradients are the float32 masters' (unscaled, as they are clipped)
+        mon = GradientMonitor(impl.model, every=config.log_interval, name=name, tensorboard=writer,
+                              parameters=getattr(impl, "master", None))
         if name != "engine":
             mon.watch_activations()
-        if getattr(impl, "master", None) is not None:  # mixed precision: activations stay the half model's, while
-            mon.model = impl.master  # weights and gradients are the float32 masters' (unscaled, as they are clipped)
         impl.monitor = monitors[name] = mon
     return monitors
 
