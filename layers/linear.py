@@ -20,6 +20,10 @@ class Linear(BaseLayer):
     Initialised exactly as nn.Linear (``layers.init``), so under the same
     ``torch.manual_seed`` a Linear and an nn.Linear get identical weights.
     ``state_dict()`` and ``to_torch()`` use nn.Linear's (H, D) layout.
+
+    Like nn.Linear it maps the last axis and keeps any leading ones: (N, D) -> (N, H), (B, T, D) -> (B, T, H),
+    an unbatched (D,) -> (H,).  The leading axes are flattened into the N of one (N, D) product, so a
+    sequence of tokens costs one GEMM, and the weight gradient sums over every leading position.
     """
 
     _param_names = ("weight", "bias")
@@ -32,33 +36,39 @@ class Linear(BaseLayer):
         self.out_features = check_int("Linear", "out_features", out_features)
         w, self.bias = torch_default_params((out_features, in_features), bias, device=device, dtype=dtype)
         self.weight = w.t()  # (D, H), strides (1, D): nn.Linear's memory layout
-        self._x: Tensor | None = None  # cached input, needed for dW
+        self._x: Tensor | None = None  # cached input as (N, D), needed for dW
+        self._lead: torch.Size = torch.Size()  # the input's leading axes (*), restored on out and dx
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
     def forward(self, x: Tensor) -> Tensor:
-        """x: (N, D) -> out: (N, H)."""
+        """x: (*, D) -> out: (*, H); (N, D) -> (N, H) is the common case."""
         w = self.weight
-        if not (isinstance(x, Tensor) and x.dim() == 2 and x.shape[1] == self.in_features
+        if not (isinstance(x, Tensor) and x.dim() >= 1 and x.shape[-1] == self.in_features
                 and x.dtype == w.dtype and x.device == w.device):
             self._reject_input(x)  # the cheap test above failed: find out what is wrong and say so
+        lead = x.shape[:-1]
+        if x.dim() != 2:
+            x = x.reshape(-1, self.in_features)  # (N, D), N = prod(*): a view when x is contiguous
         self._x = x
-        if self.bias is None:
-            return x @ self.weight  # (N, H)
-        return torch.addmm(self.bias, x, self.weight)  # (N, H), bias add fused into the GEMM
+        out = x @ w if self.bias is None else torch.addmm(self.bias, x, w)  # (N, H), bias add fused into the GEMM
+        self._lead = lead
+        return out if len(lead) == 1 else out.view(*lead, self.out_features)  # (*, H)
 
     def backward(self, dout: Tensor, need_input_grad: bool = True) -> Tensor | None:
-        """dout: (N, H) -> dx: (N, D); adds dW (D, H) and db (H,) into .grad.
+        """dout: (*, H) -> dx: (*, D); adds dW (D, H) and db (H,) into .grad (summed over every leading position).
 
         ``need_input_grad=False`` skips the dx product (the first layer of a net
         does not need it) and returns None.
         """
-        x, w = self._x, self.weight
-        if not (x is not None and isinstance(dout, Tensor) and dout.dim() == 2 and dout.shape[0] == x.shape[0]
-                and dout.shape[1] == self.out_features and dout.dtype == w.dtype and dout.device == w.device):
-            check_dout(repr(self), dout, None if x is None else torch.Size((x.shape[0], self.out_features)), w)
+        x, w, lead = self._x, self.weight, self._lead
+        if not (x is not None and isinstance(dout, Tensor) and dout.shape[:-1] == lead and dout.dim() >= 1
+                and dout.shape[-1] == self.out_features and dout.dtype == w.dtype and dout.device == w.device):
+            check_dout(repr(self), dout, None if x is None else torch.Size((*lead, self.out_features)), w)
         self._x = None
+        if dout.dim() != 2:
+            dout = dout.reshape(-1, self.out_features)  # (N, H)
         # dW = x^T @ dout, (D, H), computed as (dout^T @ x)^T so that it is laid out like the weight.
         if w.grad is None:
             w.grad = (dout.t() @ x).t()
@@ -66,12 +76,15 @@ class Linear(BaseLayer):
             w.grad.t().addmm_(dout.t(), x)  # accumulated in place: no temporary
         if self.bias is not None:
             accumulate_grad(self.bias, dout.sum(0))  # (H,)
-        return dout @ w.t() if need_input_grad else None  # (N, D)
+        if not need_input_grad:
+            return None
+        dx = dout @ w.t()  # (N, D)
+        return dx if len(lead) == 1 else dx.view(*lead, self.in_features)  # (*, D)
 
     def _reject_input(self, x: object) -> None:
         check_tensor(repr(self), "x", x)
-        if x.dim() != 2 or x.shape[1] != self.in_features:
-            raise ValueError(f"{self!r}: expected input of shape (N, {self.in_features}), got {tuple(x.shape)}")
+        if x.dim() == 0 or x.shape[-1] != self.in_features:
+            raise ValueError(f"{self!r}: expected input of shape (*, {self.in_features}), got {tuple(x.shape)}")
         check_like(repr(self), "input", x, self.weight, "weight")
 
     def _torch_view(self, name: str, t: Tensor) -> Tensor:

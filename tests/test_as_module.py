@@ -359,7 +359,7 @@ def test_errors():
         as_module("relu")
     lin = Linear(3, 2)
     module = as_module(lin)
-    with pytest.raises(ValueError, match=r"expected input of shape \(N, 3\), got \(4, 5\)"):
+    with pytest.raises(ValueError, match=r"expected input of shape \(\*, 3\), got \(4, 5\)"):
         module(torch.randn(4, 5))
     lin.to(dtype=F64)  # moved behind the module's back: its Parameters would no longer be the layer's
     with pytest.raises(RuntimeError, match="parameter 'weight' no longer shares memory"):

@@ -141,13 +141,43 @@ def test_no_autograd_graph_is_built():
 # -- bad input -----------------------------------------------------------------------------------------
 
 def test_linear_wrong_feature_size_names_shapes():
-    with pytest.raises(ValueError, match=r"Linear\(in_features=3.*expected input of shape \(N, 3\), got \(4, 5\)"):
+    with pytest.raises(ValueError, match=r"Linear\(in_features=3.*expected input of shape \(\*, 3\), got \(4, 5\)"):
         Linear(3, 2)(torch.randn(4, 5))
 
 
-def test_linear_wrong_rank():
-    with pytest.raises(ValueError, match=r"got \(3,\)"):
-        Linear(3, 2)(torch.randn(3))
+def test_linear_refuses_a_scalar():
+    with pytest.raises(ValueError, match=r"expected input of shape \(\*, 3\), got \(\)"):
+        Linear(3, 2)(torch.tensor(1.0))
+
+
+@pytest.mark.parametrize("shape", [(5,), (2, 3, 5), (2, 1, 4, 5), (0, 5), (3, 0, 5)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_any_leading_axes_equals_nn_linear(shape, bias):
+    """(*, D) -> (*, H) as nn.Linear: unbatched (D,), a sequence (B, T, D), empty batches; float64 vs autograd."""
+    torch.manual_seed(0)
+    lin = Linear(5, 4, bias=bias, dtype=torch.float64)
+    twin = lin.to_torch()
+    x = torch.randn(shape, dtype=torch.float64)
+    out = lin(x)
+    xt = x.clone().requires_grad_(True)
+    ref = twin(xt)
+    assert out.shape == ref.shape == (*shape[:-1], 4)
+    assert torch.equal(out, ref.detach())
+    dout = torch.randn_like(out)
+    dx = lin.backward(dout)
+    ref.backward(dout)
+    assert dx.shape == x.shape
+    torch.testing.assert_close(dx, xt.grad, rtol=1e-13, atol=1e-13)
+    torch.testing.assert_close(lin.weight.grad.t(), twin.weight.grad, rtol=1e-13, atol=1e-13)
+    if bias:
+        torch.testing.assert_close(lin.bias.grad, twin.bias.grad, rtol=1e-13, atol=1e-13)
+
+
+def test_linear_dout_must_have_the_outputs_leading_axes():
+    lin = Linear(3, 2)
+    lin(torch.randn(2, 4, 3))
+    with pytest.raises(ValueError, match=r"dout has shape \(8, 2\) but the forward output had shape \(2, 4, 2\)"):
+        lin.backward(torch.randn(8, 2))
 
 
 @pytest.mark.parametrize("make", [lambda: Linear(3, 2), ReLU, Tanh, Sigmoid, Softmax])

@@ -149,7 +149,7 @@ def test_default_architecture():
 
 def test_net_errors():
     net = Net(**SMALL)
-    with pytest.raises(ValueError, match=r"expected input of shape \(N, 784\), got \(2, 100\)"):
+    with pytest.raises(ValueError, match=r"expected input of shape \(\*, 784\), got \(2, 100\)"):
         net(torch.randn(2, 100))
     with pytest.raises(ValueError, match=r"expected a batch"):
         net(torch.randn(784))
