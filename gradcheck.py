@@ -38,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch.utils._pytree
 from torch import Tensor
 
 from layers import (GELU, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv2d, Dropout, Flatten, Layer, LayerNorm, LeakyReLU,
@@ -148,9 +149,10 @@ def _fast_result(owner: str, name: str, h: Tensor, f: Callable[[], float], t: Te
                       expected=num, actual=ana, rtol=rtol, fast=True)
 
 
-def _autograd(owner: str, fn: Callable[[], Tensor], leaves: list[Tensor], dout: Tensor | None,
+def _autograd(owner: str, fn: Callable[[], Tensor | tuple], leaves: list[Tensor], dout: Tensor | None,
               opaque: bool) -> list[Tensor] | None:
-    """Gradients of fn() (contracted with dout) w.r.t. leaves by torch.autograd.
+    """Gradients of fn() (contracted with dout) w.r.t. leaves by torch.autograd.  ``fn`` may instead return
+    (outputs, their upstream gradients), two lists.
 
     None only for a layer that declared itself opaque to autograd; for any other, a forward that autograd
     cannot trace is an error (it used to count as a pass, which let a crash print PASS).
@@ -162,9 +164,11 @@ def _autograd(owner: str, fn: Callable[[], Tensor], leaves: list[Tensor], dout: 
             for t in leaves:
                 t.requires_grad_(True)
             out = fn()
-            if not out.requires_grad:
+            outs, douts = out if isinstance(out, tuple) else ([out], [dout])
+            if not any(o.requires_grad for o in outs):
                 raise RuntimeError("the output does not depend on any input through operations autograd records")
-            grads = torch.autograd.grad(out, leaves, dout, allow_unused=True)
+            outs, douts = zip(*[(o, d) for o, d in zip(outs, douts) if o.requires_grad])
+            grads = torch.autograd.grad(outs, leaves, douts, allow_unused=True)
     except RuntimeError as e:
         raise RuntimeError(f"gradcheck {owner}: torch.autograd could not differentiate the forward ({e}); a layer "
                            f"whose forward autograd cannot trace must set autograd_opaque = True") from e
@@ -182,56 +186,131 @@ def _same_randomness(seed: int, device: torch.device):
     return stack
 
 
-def check_layer(layer: Layer, x: Tensor, dout: Tensor | None = None, *, eps: float = EPS, rtol: float = RTOL,
-                name: str | None = None, seed: int = 0, fast: bool = False) -> list[GradResult]:
+def _input_names(layer: Layer, count: int) -> list[str]:
+    """Names for the forward's positional inputs: its signature's (query, key, value; x, hx), else x0, x1, ..."""
+    if count == 1:
+        return ["x"]
+    try:
+        params = [p.name for p in inspect.signature(layer.forward).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    return params[:count] if len(params) >= count else [f"x{i}" for i in range(count)]
+
+
+def _leaf_names(name: str, value: object) -> list[tuple[str, object]]:
+    """(name, leaf) for an input that may be a tuple of tensors (an LSTM's (h, c)): "hx[0]", "hx[1]"."""
+    if isinstance(value, (tuple, list)):
+        return [pair for i, v in enumerate(value) for pair in _leaf_names(f"{name}[{i}]", v)]
+    return [(name, value)]
+
+
+def _checked(t: object) -> bool:
+    """An input whose gradient is checked: a floating-point tensor (token ids, boolean masks are not)."""
+    return isinstance(t, Tensor) and t.is_floating_point()
+
+
+def check_layer(layer: Layer, x: Tensor | tuple, dout: Tensor | tuple | None = None, *, eps: float = EPS,
+                rtol: float = RTOL, name: str | None = None, seed: int = 0, fast: bool = False,
+                forward_kwargs: dict | None = None) -> list[GradResult]:
     """Check ``layer.backward`` for the input and every parameter, in float64.
 
-    dout (the upstream gradient) defaults to a seeded random tensor, so every
-    entry of the Jacobian contributes.  The layer's existing ``.grad``s and buffers
-    are left as they were.  ``fast=True``: random projections (see the module docstring).
+    ``x``: the input, or a tuple of the forward's positional inputs (``(query, key, value)``; an LSTM's
+    ``(x, (h0, c0))``); keyword arguments (masks, flags) go in ``forward_kwargs``.  Floating-point inputs
+    are checked; integer ones (token ids) are passed through and must get None as their gradient.
+    The forward may return a tensor or a tuple of them (attention's (out, weights), an LSTM's
+    (output, (h_n, c_n))); each floating-point output gets an upstream gradient, and the backward is called
+    with them in the output's structure, ``layer.backward(*douts)``, returning the inputs' gradients in the
+    inputs' structure (one tensor for a single input).
+
+    dout (the upstream gradient(s)) defaults to seeded random tensors, so every entry of the Jacobian
+    contributes.  The layer's existing ``.grad``s and buffers are left as they were.  ``fast=True``:
+    random projections (see the module docstring).
     """
+    if not (callable(getattr(layer, "forward", None)) and callable(getattr(layer, "backward", None))):
+        raise TypeError(f"gradcheck: check_layer needs a layer, an object with forward(x) and backward(dout) "
+                        f"methods (and parameters() if it has any), got {type(layer).__name__} {layer!r:.60}; "
+                        f"a plain function has no hand-written backward to check")
     owner = name or repr(layer).split("\n")[0]
-    x = x.detach().clone()  # contiguous, ours to perturb
+    kwargs = forward_kwargs or {}
+    multi = isinstance(x, tuple)
+    args = x if multi else (x,)
+    args = torch.utils._pytree.tree_map(lambda t: t.detach().clone() if _checked(t) else t, args)  # ours to perturb
+    in_leaves, in_spec = torch.utils._pytree.tree_flatten(args)
+    in_names = [n for arg_name, arg in zip(_input_names(layer, len(args)), args) for n, _ in _leaf_names(arg_name, arg)]
+    checked = [i for i, t in enumerate(in_leaves) if _checked(t)]
     params = named_parameters_of(layer)
-    tensors = {"x": x, **dict(params)}
-    if len(tensors) != len(params) + 1:
-        raise ValueError(f"gradcheck {owner}: a parameter is named 'x' or two share a name")
+    tensors = {**{in_names[i]: in_leaves[i] for i in checked}, **dict(params)}
+    if len(tensors) != len(params) + len(checked):
+        raise ValueError(f"gradcheck {owner}: a parameter has the name of an input, or two share a name")
+    if not tensors:
+        raise ValueError(f"gradcheck {owner}: nothing to check (no floating-point input and no parameters)")
     _require_float64(owner, tensors)
     buffers = [(b, b.clone()) for _, b in getattr(layer, "named_buffers", lambda: [])()]
     opaque = bool(getattr(layer, "autograd_opaque", False))
     asks_dx = "need_input_grad" in inspect.signature(layer.backward).parameters
 
-    def forward(inp: Tensor) -> Tensor:
-        with _same_randomness(seed + 1, inp.device):
-            return layer.forward(inp)
+    def forward(leaves: list) -> object:
+        with _same_randomness(seed + 1, next(t for t in tensors.values()).device):
+            return layer.forward(*torch.utils._pytree.tree_unflatten(leaves, in_spec), **kwargs)
+
+    def outputs(out: object) -> list[Tensor | None]:  # the outputs that take an upstream gradient, None elsewhere
+        return [t if _checked(t) else None for t in torch.utils._pytree.tree_leaves(out)]
 
     saved = [p.grad for _, p in params]
     try:
         with torch.no_grad():
-            out = forward(x)
+            out = forward(in_leaves)
+        out_leaves, out_spec = torch.utils._pytree.tree_flatten(out)
         if dout is None:
             g = torch.Generator(device="cpu").manual_seed(seed)
-            dout = torch.randn(out.shape, generator=g, dtype=out.dtype).to(out.device)
-        _require_float64(owner, {"dout": dout})
+            douts = [torch.randn(t.shape, generator=g, dtype=t.dtype).to(t.device) if t is not None else None
+                     for t in outputs(out)]
+        else:
+            douts = torch.utils._pytree.tree_leaves(dout, is_leaf=lambda t: t is None) if isinstance(dout, tuple) \
+                else [dout]
+        if len(douts) != len(out_leaves):
+            raise ValueError(f"gradcheck {owner}: {len(douts)} upstream gradients for {len(out_leaves)} outputs")
+        _require_float64(owner, {f"dout[{i}]": d for i, d in enumerate(douts) if d is not None})
         for _, p in params:
             p.grad = None
         with torch.no_grad():
-            forward(x)
-            dx = layer.backward(dout, need_input_grad=True) if asks_dx else layer.backward(dout)
-        if not isinstance(dx, Tensor):
-            raise TypeError(f"gradcheck {owner}: backward returned {type(dx).__name__}, not the input gradient")
-        hand = {"x": dx, **{n: torch.zeros_like(p) if p.grad is None else p.grad.clone() for n, p in params}}
+            forward(in_leaves)
+            dargs = torch.utils._pytree.tree_unflatten(douts, out_spec)
+            dargs = dargs if isinstance(dargs, tuple) else (dargs,)
+            grads = layer.backward(*dargs, need_input_grad=True) if asks_dx else layer.backward(*dargs)
+        grad_leaves = torch.utils._pytree.tree_leaves(grads if multi else (grads,), is_leaf=lambda t: t is None)
+        if len(grad_leaves) != len(in_leaves):
+            raise TypeError(f"gradcheck {owner}: backward returned {len(grad_leaves)} gradients for "
+                            f"{len(in_leaves)} inputs ({', '.join(in_names)}), in the inputs' structure")
+        hand = {}
+        for i, (n, g) in enumerate(zip(in_names, grad_leaves)):
+            if i in checked and not isinstance(g, Tensor):
+                raise TypeError(f"gradcheck {owner}: backward returned {type(g).__name__} for input {n}, "
+                                f"not its gradient")
+            if i not in checked and g is not None:
+                raise TypeError(f"gradcheck {owner}: backward returned a gradient for {n}, which has none "
+                                f"(not a floating-point tensor): return None there")
+            if i in checked:
+                hand[n] = g
+        hand.update({n: torch.zeros_like(p) if p.grad is None else p.grad.clone() for n, p in params})
         for _, p in params:
             p.grad = None
 
-        leaves = list(tensors.values())
-        xa = x.clone()
-        auto_list = _autograd(owner, lambda: forward(xa), [xa] + leaves[1:], dout, opaque)
+        auto_leaves = [t.clone() if i in checked else t for i, t in enumerate(in_leaves)]
+        auto_inputs = [auto_leaves[i] for i in checked]
+
+        def auto_fn() -> tuple[list[Tensor], list[Tensor]]:
+            outs = outputs(forward(auto_leaves))
+            return [o for o, d in zip(outs, douts) if o is not None and d is not None], [d for d in douts if d is not None]
+
+        auto_list = _autograd(owner, auto_fn, auto_inputs + [p for _, p in params], None, opaque)
         auto = dict.fromkeys(tensors) if auto_list is None else dict(zip(tensors, auto_list))
 
         def f() -> float:
             with torch.no_grad():
-                return (forward(x) * dout).sum().item()
+                outs = outputs(forward(in_leaves))
+                return sum((o * d).sum().item() for o, d in zip(outs, douts) if o is not None and d is not None)
 
         if fast:
             return [_fast_result(owner, n, hand[n], f, t, auto[n], rtol, eps, seed + 7 + i)

@@ -174,3 +174,62 @@ def test_every_exported_layer_has_a_gradcheck_case():
     classes = {n.lower() for n in layers.__all__ if isinstance(getattr(layers, n), type)
                and issubclass(getattr(layers, n), layers.BaseLayer) and n not in ("BaseLayer",)}
     assert classes - {"sequential"} <= names, f"layers without a gradcheck case: {sorted(classes - names)}"
+
+
+def test_a_plain_function_is_refused_saying_what_is_needed():
+    with pytest.raises(TypeError, match=r"needs a layer, an object with forward\(x\) and backward\(dout\)"):
+        check_layer(torch.tanh, torch.randn(2, 3, dtype=torch.float64))
+
+
+class Bilinear:
+    """A two-input, two-output layer: out = (a * b, a + b); backward(d1, d2) -> (da, db)."""
+
+    def __init__(self, wrong: bool = False):
+        self.wrong = wrong
+
+    def forward(self, a, b, *, scale=1.0):
+        self.a, self.b, self.scale = a, b, scale
+        return a * b * scale, a + b
+
+    def backward(self, d1, d2):
+        da = d1 * self.b * self.scale + d2
+        db = d1 * self.a * self.scale + (0 if self.wrong else d2)
+        return da, db
+
+    def parameters(self):
+        return []
+
+
+def test_several_inputs_and_outputs_are_checked_each_by_name():
+    a, b = torch.randn(3, 2, dtype=torch.float64), torch.randn(3, 2, dtype=torch.float64)
+    good = check_layer(Bilinear(), (a, b), forward_kwargs={"scale": 3.0})
+    assert [r.tensor for r in good] == ["a", "b"] and all(r.passed for r in good)
+    bad = {r.tensor: r for r in check_layer(Bilinear(wrong=True), (a, b))}
+    assert bad["a"].passed and not bad["b"].passed and bad["b"].rel_autograd > 1e-3
+
+
+class Lookup:
+    """An integer input (token ids) has no gradient: the checker passes it through and expects None back."""
+
+    def __init__(self, gives_grad: bool = False):
+        self.weight = torch.randn(5, 3, dtype=torch.float64)
+        self.gives_grad = gives_grad
+
+    def forward(self, idx):
+        self.idx = idx
+        return self.weight[idx]
+
+    def backward(self, dout):
+        self.weight.grad = torch.zeros_like(self.weight).index_add_(0, self.idx.reshape(-1), dout.reshape(-1, 3))
+        return torch.zeros(1) if self.gives_grad else None
+
+    def parameters(self):
+        return [self.weight]
+
+
+def test_an_integer_input_is_passed_through_and_gets_none():
+    idx = torch.tensor([[0, 4, 4], [1, 0, 2]])
+    r, = check_layer(Lookup(), idx)
+    assert r.tensor == "0" and r.passed
+    with pytest.raises(TypeError, match="returned a gradient for x, which has none"):
+        check_layer(Lookup(gives_grad=True), idx)
