@@ -5,6 +5,7 @@ from .batchnorm import BatchNorm1d, BatchNorm2d
 from .conv import Conv2d
 from .convert import from_torch, to_torch
 from .dropout import Dropout, SeededDropout, seeded_dropouts
+from .embedding import Embedding
 from .flatten import Flatten
 from .layer import BaseLayer, Layer
 from .layernorm import LayerNorm
@@ -17,5 +18,5 @@ from .torch_net import PytorchNet
 
 __all__ = ["Layer", "BaseLayer", "Linear", "ReLU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax", "LeakyReLU", "GELU",
            "SiLU", "BatchNorm1d", "BatchNorm2d", "SyncBatchNorm", "convert_sync_batchnorm", "LayerNorm", "Dropout",
-           "SeededDropout", "seeded_dropouts", "Conv2d", "MaxPool2d", "AvgPool2d", "Flatten",
+           "SeededDropout", "seeded_dropouts", "Embedding", "Conv2d", "MaxPool2d", "AvgPool2d", "Flatten",
            "Sequential", "Net", "PytorchNet", "from_torch", "to_torch", "as_module", "HandgradModule"]
