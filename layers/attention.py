@@ -92,8 +92,16 @@ class ScaledDotProductAttention(BaseLayer):
         self._cache = None
         lead, L, S, E, Ev = _check_qkv(query, key, value)
         blocked, bias = _check_mask(attn_mask, query, lead, L, S, is_causal)
-        p_drop = _check_dropout(dropout_p)
-        scale = 1.0 / math.sqrt(E) if scale is None else _check_scale(scale)
+        return self.attend(query, key, value, blocked, bias, is_causal, _check_dropout(dropout_p),
+                           1.0 / math.sqrt(E) if scale is None else _check_scale(scale), need_weights)
+
+    def attend(self, query: Tensor, key: Tensor, value: Tensor, blocked: Tensor | None, bias: Tensor | None,
+               is_causal: bool, p_drop: float, scale: float, need_weights: bool) -> Tensor | tuple[Tensor, Tensor]:
+        """``forward`` after validation, for callers that hold valid inputs and both kinds of mask at once (the
+        multi-head layer's key padding and attention masks): ``blocked`` (bool, True where a query may NOT
+        attend) and ``bias`` (float, added to the scores) broadcast to (*, L, S); either may be None."""
+        self._cache = None
+        lead, L, S, E, Ev = tuple(query.shape[:-2]), query.shape[-2], key.shape[-2], query.shape[-1], value.shape[-1]
         B = math.prod(lead)
         dtype = query.dtype
         cdt = torch.float32 if dtype in _LOW_PRECISION else dtype  # compute dtype
