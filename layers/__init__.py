@@ -12,6 +12,7 @@ from .flatten import Flatten
 from .layer import BaseLayer, Layer
 from .layernorm import LayerNorm
 from .linear import Linear
+from .multihead import MultiheadAttention
 from .net import Net
 from .pool import AvgPool2d, MaxPool2d
 from .sequential import Sequential
@@ -20,5 +21,5 @@ from .torch_net import PytorchNet
 
 __all__ = ["Layer", "BaseLayer", "Linear", "ReLU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax", "LeakyReLU", "GELU",
            "SiLU", "BatchNorm1d", "BatchNorm2d", "SyncBatchNorm", "convert_sync_batchnorm", "LayerNorm", "Dropout",
-           "SeededDropout", "seeded_dropouts", "Embedding", "ScaledDotProductAttention", "attention_dropout_mask", "Conv2d", "MaxPool2d", "AvgPool2d", "Flatten",
+           "SeededDropout", "seeded_dropouts", "Embedding", "ScaledDotProductAttention", "MultiheadAttention", "attention_dropout_mask", "Conv2d", "MaxPool2d", "AvgPool2d", "Flatten",
            "Sequential", "Net", "PytorchNet", "from_torch", "to_torch", "as_module", "HandgradModule"]

@@ -156,6 +156,13 @@ class ScaledDotProductAttention(BaseLayer):
             return out
         return out, weights.view(*lead, L, S).to(dtype)
 
+    def masked_rows(self) -> Tensor:
+        """After a forward: bool (*, L, 1), True for the query rows whose keys were all masked."""
+        if self._cache is None:
+            raise RuntimeError(f"{self!r}: masked_rows() needs a forward first")
+        spec, lse = self._cache[0], self._cache[5]
+        return lse.isinf().view(*spec.lead, spec.L, 1)
+
     # -- backward -----------------------------------------------------------------------------------------
 
     def backward(self, dout: Tensor, dweights: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
