@@ -18,8 +18,9 @@ from .pool import AvgPool2d, MaxPool2d
 from .sequential import Sequential
 from .sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
 from .torch_net import PytorchNet
+from .transformer import TransformerEncoder, TransformerEncoderLayer
 
 __all__ = ["Layer", "BaseLayer", "Linear", "ReLU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax", "LeakyReLU", "GELU",
            "SiLU", "BatchNorm1d", "BatchNorm2d", "SyncBatchNorm", "convert_sync_batchnorm", "LayerNorm", "Dropout",
-           "SeededDropout", "seeded_dropouts", "Embedding", "ScaledDotProductAttention", "MultiheadAttention", "attention_dropout_mask", "Conv2d", "MaxPool2d", "AvgPool2d", "Flatten",
+           "SeededDropout", "seeded_dropouts", "Embedding", "ScaledDotProductAttention", "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder", "attention_dropout_mask", "Conv2d", "MaxPool2d", "AvgPool2d", "Flatten",
            "Sequential", "Net", "PytorchNet", "from_torch", "to_torch", "as_module", "HandgradModule"]
