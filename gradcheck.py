@@ -585,7 +585,7 @@ def _attention_cases() -> dict[str, list[Case]]:
                                   lambda: torch.tensor([[0, 6, 6, 2], [3, 0, 1, 6]])),
                       inputs_case("Embedding(5,4,padding_idx=1) [ids avoid the padding row]",
                                   lambda: Embedding(5, 4, padding_idx=1, dtype=F64), lambda: torch.tensor([4, 0, 4]))],
-        "attention": [inputs_case("SDPA", sdpa, qkv((2,), 4, 5)),
+        "scaleddotproductattention": [inputs_case("SDPA", sdpa, qkv((2,), 4, 5)),
                       inputs_case("SDPA(causal, L>S)", sdpa, qkv((2,), 6, 4), is_causal=True),
                       inputs_case("SDPA(causal, L<S)", sdpa, qkv((1, 2), 3, 5), is_causal=True),
                       inputs_case("SDPA(bool mask)", sdpa, qkv((2,), 4, 5), attn_mask=allowed),
@@ -618,7 +618,8 @@ def _attention_cases() -> dict[str, list[Case]]:
                         src_key_padding_mask=kpm[:, :3]),
             inputs_case("TransformerEncoderLayer(4,2,6,gelu) pre-norm, dropout", enc(norm_first=True, activation="gelu",
                                                                                       dropout=0.2),
-                        lambda: rnd(3, 2, 4), mode="train"),
+                        lambda: rnd(3, 2, 4), mode="train")],
+        "transformerencoder": [
             inputs_case("TransformerEncoder(2 layers, norm) causal",
                         lambda: nontrivial_biases(TransformerEncoder(TransformerEncoderLayer(4, 2, 6, dropout=0.0,
                                                                                             dtype=F64), 2,
