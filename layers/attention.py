@@ -50,7 +50,8 @@ from .attention_dropout import attention_dropout_mask, draw_seed
 from .checks import check_backward_dout, check_int, check_tensor
 from .layer import BaseLayer
 
-DEFAULT_BLOCK_SIZE = 256  # keys per block: large enough to keep the matrix products efficient
+DEFAULT_BLOCK_SIZE = 128  # keys per block: large enough for efficient products, small enough that a causal pass
+# skips most of what it need not compute (benchmarks/attention.py --block compares sizes)
 _LOW_PRECISION = (torch.float16, torch.bfloat16)  # computed in float32, as flash kernels accumulate
 
 
@@ -67,7 +68,7 @@ class ScaledDotProductAttention(BaseLayer):
     Dropout (``dropout_p > 0``: the function applies it whenever asked, as torch's does; a module passes 0
     in eval mode) draws one seed per forward from ``generator`` (default torch's CPU generator) and drops
     the weights ``layers.attention_dropout`` says, regenerating each block's mask in backward.
-    ``block_size``: keys per block (default 256); any value gives the same result up to rounding.
+    ``block_size``: keys per block (default 128); any value gives the same result up to rounding.
     float16/bfloat16 inputs are computed in float32 and the results rounded once.
     """
 
@@ -111,7 +112,7 @@ class ScaledDotProductAttention(BaseLayer):
         seed = draw_seed(self.generator) if p_drop > 0.0 else None
         spec = _Spec(lead, L, S, scale, blocked, bias, is_causal, p_drop, seed, self.block_size)
 
-        qs = q * scale  # (B, L, E): the scale folded into q once, not into every score
+        zero = q.new_zeros(1, 1, 1)  # baddbmm's addend, ignored (beta=0): the scale rides in its alpha, no scaled copy of q
         kt = k.transpose(1, 2)  # (B, E, S)
         # The running state of the live query rows (rows a later key block can still reach): row max m,
         # row sum l of exp(s - m), and acc = sum of p @ v.  A causal pass finishes rows as it goes (block j
@@ -125,7 +126,7 @@ class ScaledDotProductAttention(BaseLayer):
             if r0 > row:  # rows row..r0 are finished
                 done.append((m[:, :r0 - row], l[:, :r0 - row], acc[:, :r0 - row]))
                 m, l, acc, row = m[:, r0 - row:], l[:, r0 - row:], acc[:, r0 - row:], r0
-            s = torch.bmm(qs[:, r0:], kt[:, :, j0:j1])  # (B, Lr, Bc) scores of rows r0.. against keys j0..j1
+            s = torch.baddbmm(zero, q[:, r0:], kt[:, :, j0:j1], beta=0, alpha=scale)  # (B, Lr, Bc) rows r0.., keys j0..j1
             spec.mask_(s, r0, j0, j1)
             # The max only keeps exp() in range: the result does not depend on it, so it is a constant to
             # the gradient (detached: autograd, when it traces this forward, gives the same derivative).
@@ -141,16 +142,16 @@ class ScaledDotProductAttention(BaseLayer):
         if done:
             m, l, acc = (torch.cat([*parts, last], 1) for parts, last in zip(zip(*done), (m, l, acc)))
         empty = l == 0  # rows whose keys are all masked
-        out = acc / l.masked_fill(empty, 1.0)  # (B, L, Ev): zeros where every key was masked
+        out = acc.div_(l.masked_fill(empty, 1.0))  # (B, L, Ev): zeros where every key was masked (acc's memory)
         lse = (m + l.log()).masked_fill_(empty, math.inf)  # (B, L, 1); +inf makes exp(s - lse) = 0 there
         weights = None
         if need_weights:  # one dense pass, for a caller who asked to see the (L, S) weights
-            s = torch.bmm(qs, kt)  # (B, L, S)
+            s = torch.baddbmm(zero, q, kt, beta=0, alpha=scale)  # (B, L, S)
             spec.mask_(s, 0, 0, S)
             weights = s.sub_(lse).exp_()  # (B, L, S) P
             if seed is not None:
                 weights = weights * spec.dropout(0, 0, S, weights)  # A = P * mask
-        self._cache = (spec, qs, k, v, out, lse, weights, dtype, query.shape, key.shape, value.shape)
+        self._cache = (spec, q, k, v, out, lse, weights, dtype, query.shape, key.shape, value.shape)
         out = out.view(*lead, L, Ev).to(dtype)
         if not need_weights:
             return out
@@ -170,7 +171,7 @@ class ScaledDotProductAttention(BaseLayer):
         cache = self._cache
         if cache is None:
             check_backward_dout(self, dout, None, None, None)
-        spec, qs, k, v, out, lse, weights, dtype, q_shape, k_shape, v_shape = cache
+        spec, q, k, v, out, lse, weights, dtype, q_shape, k_shape, v_shape = cache
         lead, L, S = spec.lead, spec.L, spec.S
         check_backward_dout(self, dout, torch.Size((*lead, L, v.shape[2])), dtype, out.device)
         if dweights is not None:
@@ -182,32 +183,35 @@ class ScaledDotProductAttention(BaseLayer):
                 raise ValueError(f"{self!r}: dweights has shape {tuple(dweights.shape)} and dtype {dweights.dtype}, "
                                  f"expected {(*lead, L, S)} and {dtype} (the weights' own)")
         self._cache = None
-        B, scale = qs.shape[0], spec.scale
-        do = dout.reshape(B, L, v.shape[2]).to(qs.dtype)  # (B, L, Ev)
-        dw = None if dweights is None else dweights.reshape(B, L, S).to(qs.dtype)  # (B, L, S)
-        D = (do * out).sum(-1, keepdim=True)  # (B, L, 1) rowsum(dout * out) = rowsum(dP * P)
+        B, scale = q.shape[0], spec.scale
+        do = dout.reshape(B, L, v.shape[2]).to(q.dtype)  # (B, L, Ev)
+        dw = None if dweights is None else dweights.reshape(B, L, S).to(q.dtype)  # (B, L, S)
+        D = torch.bmm(do.reshape(B * L, 1, -1), out.view(B * L, -1, 1)).view(B, L, 1)  # rowsum(dout * out) = rowsum(dP * P),
+        # one dot product per row (no (B, L, Ev) temporary)
         if dw is not None:
             D.add_((dw * weights).sum(-1, keepdim=True))  # the weights' own gradient joins dA: + rowsum(dW * A)
         kt = k.transpose(1, 2)  # (B, E, S)
-        dq = torch.zeros_like(qs)  # (B, L, E)
+        dq = torch.zeros_like(q)  # (B, L, E)
         dk = torch.zeros_like(k)  # (B, S, E) (a key block no query row sees keeps zeros)
         dv = torch.zeros_like(v)  # (B, S, Ev)
         for j0, j1, r0 in spec.blocks():
-            s = torch.bmm(qs[:, r0:], kt[:, :, j0:j1])  # (B, Lr, Bc) recomputed scores
-            spec.mask_(s, r0, j0, j1)
-            p = s.sub_(lse[:, r0:]).exp_()  # (B, Lr, Bc) P, recomputed from the kept log-sum-exp
+            s = torch.baddbmm(-lse[:, r0:], q[:, r0:], kt[:, :, j0:j1], alpha=scale)  # (B, Lr, Bc) scores - lse
+            spec.mask_(s, r0, j0, j1)  # (-inf - lse is -inf: masking after the shift is the same)
+            p = s.exp_()  # (B, Lr, Bc) P, recomputed from the kept log-sum-exp
             dp = torch.bmm(do[:, r0:], v[:, j0:j1].transpose(1, 2))  # (B, Lr, Bc) dA = dout @ v_j^T
             if dw is not None:
                 dp.add_(dw[:, r0:, j0:j1])  # dA also receives the weights' gradient
             if spec.seed is not None:
                 mask = spec.dropout(r0, j0, j1, p)  # the forward's mask, regenerated
-                torch.bmm((p * mask).transpose(1, 2), do[:, r0:], out=dv[:, j0:j1])  # (Bc, Ev) A_j^T @ dout
+                dv[:, j0:j1] = torch.bmm((p * mask).transpose(1, 2), do[:, r0:])  # (B, Bc, Ev) A_j^T @ dout
                 dp.mul_(mask)  # dP = dA * mask
             else:
-                torch.bmm(p.transpose(1, 2), do[:, r0:], out=dv[:, j0:j1])  # (B, Bc, Ev) P_j^T @ dout
+                dv[:, j0:j1] = torch.bmm(p.transpose(1, 2), do[:, r0:])  # (B, Bc, Ev) P_j^T @ dout
             ds = dp.sub_(D[:, r0:]).mul_(p)  # (B, Lr, Bc) P * (dP - D): the softmax's backward
             dq[:, r0:].baddbmm_(ds, k[:, j0:j1], alpha=scale)  # (B, Lr, E) += scale * ds @ k_j
-            torch.bmm(ds.transpose(1, 2), qs[:, r0:], out=dk[:, j0:j1])  # (B, Bc, E) scale * ds^T @ q
+            dk[:, j0:j1] = torch.bmm(ds.transpose(1, 2), q[:, r0:]).mul_(scale)  # (B, Bc, E) scale * ds^T @ q
+            # (computed, then copied into the slice: a batched product written straight into a strided slice
+            # of dk runs as one small product per batch entry on the CPU)
         dtype_out = dtype
         return (dq.view(q_shape).to(dtype_out), dk.view(k_shape).to(dtype_out), dv.view(v_shape).to(dtype_out))
 
@@ -239,9 +243,10 @@ class _Spec:
             if self.bias is not None:
                 view.add_(_block(self.bias, r0, j0, j1))
         if self.causal and j1 - 1 > r0:  # some key in the block lies after some row: mask key s > row l
-            rows = torch.arange(r0, self.L, device=s.device).view(-1, 1)
+            r1 = min(j1 - 1, self.L)  # rows from j1 - 1 on see every key of the block: only the corner is masked
+            rows = torch.arange(r0, r1, device=s.device).view(-1, 1)
             keys = torch.arange(j0, j1, device=s.device).view(1, -1)
-            s.masked_fill_(keys > rows, -math.inf)
+            s[:, :r1 - r0].masked_fill_(keys > rows, -math.inf)
 
     def dropout(self, r0: int, j0: int, j1: int, like: Tensor) -> Tensor:
         """The scaled dropout mask of rows r0.. and keys j0..j1, (B, Lr, Bc)."""
