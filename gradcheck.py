@@ -41,7 +41,7 @@ import torch
 import torch.utils._pytree
 from torch import Tensor
 
-from layers import (GELU, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv2d, Dropout, Embedding, Flatten, Layer, LayerNorm,
+from layers import (GELU, GPT, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv2d, Dropout, Embedding, Flatten, Layer, LayerNorm,
                     LeakyReLU, Linear, LogSoftmax, MaxPool2d, MultiheadAttention, Net, ReLU, ScaledDotProductAttention,
                     Sequential, Sigmoid, SiLU, Softmax, SyncBatchNorm, Tanh, TransformerEncoder, TransformerEncoderLayer,
                     attention_dropout_mask)
@@ -625,6 +625,10 @@ def _attention_cases() -> dict[str, list[Case]]:
                                                                                             dtype=F64), 2,
                                                                      norm=LayerNorm(4, dtype=F64))),
                         lambda: rnd(4, 1, 4), mask=torch.nn.Transformer.generate_square_subsequent_mask(4, dtype=F64))],
+        "gpt": [inputs_case("GPT(V=7,block=5,L=2,nh=2,C=4,dropout=0.1)",
+                            lambda: unit_scale(GPT(vocab_size=7, block_size=5, n_layer=2, n_head=2, n_embd=4,
+                                                   dropout=0.1, dtype=F64)),
+                            lambda: torch.tensor([[0, 3, 6, 6, 1], [2, 1, 4, 0, 5]]), mode="train")],
         "crossentropyloss-sequence": [
             loss_case("CrossEntropy(ignore_index=0) x(N,C,T)", lambda: CrossEntropyLoss(ignore_index=0), (3, 4, 5),
                       lambda x: torch.randint(0, 4, (3, 5))),
@@ -641,6 +645,16 @@ def nontrivial_biases(layer):
             if "bias" in name.rsplit(".", 1)[-1]:
                 t.copy_(torch.randn_like(t) * 0.5)
     return layer
+
+
+def unit_scale(model):
+    """Every parameter drawn at scale ~0.5 (layer-norm gains in [0.5, 1.5]): GPT's N(0, 0.02) initialisation makes
+    the early layers' gradients ~1e-5, where central differences' ~1e-10 absolute error is 1e-5 relative."""
+    with torch.no_grad():
+        for name, t in model.named_parameters():
+            is_gain = t.dim() == 1 and "ln" in name and name.endswith("weight")
+            t.copy_(torch.rand_like(t) + 0.5 if is_gain else torch.randn_like(t) * 0.5)
+    return model
 
 
 # One function per family of layers; each returns {command-line name: [cases]}.

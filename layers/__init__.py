@@ -9,6 +9,7 @@ from .convert import from_torch, to_torch
 from .dropout import Dropout, SeededDropout, seeded_dropouts
 from .embedding import Embedding
 from .flatten import Flatten
+from .gpt import GPT
 from .layer import BaseLayer, Layer
 from .layernorm import LayerNorm
 from .linear import Linear
@@ -17,10 +18,11 @@ from .net import Net
 from .pool import AvgPool2d, MaxPool2d
 from .sequential import Sequential
 from .sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
+from .torch_gpt import PytorchGPT
 from .torch_net import PytorchNet
 from .transformer import TransformerEncoder, TransformerEncoderLayer
 
 __all__ = ["Layer", "BaseLayer", "Linear", "ReLU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax", "LeakyReLU", "GELU",
            "SiLU", "BatchNorm1d", "BatchNorm2d", "SyncBatchNorm", "convert_sync_batchnorm", "LayerNorm", "Dropout",
-           "SeededDropout", "seeded_dropouts", "Embedding", "ScaledDotProductAttention", "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder", "attention_dropout_mask", "Conv2d", "MaxPool2d", "AvgPool2d", "Flatten",
+           "SeededDropout", "seeded_dropouts", "Embedding", "ScaledDotProductAttention", "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder", "GPT", "PytorchGPT", "attention_dropout_mask", "Conv2d", "MaxPool2d", "AvgPool2d", "Flatten",
            "Sequential", "Net", "PytorchNet", "from_torch", "to_torch", "as_module", "HandgradModule"]

@@ -114,10 +114,29 @@ class HandgradModule(nn.Module):
             for attr, t in _own_tensors(node, "buffer"):
                 self._holder(prefix).register_buffer(attr, t)
                 self._buffers_of.append((node, attr, t))
+        self._register_tied_names()
         self._inplace = any(getattr(node, "inplace", False) is True for node in self._leaves)
         self._dropouts = [node for node in self._leaves if isinstance(node, Dropout)]
         self._skips_dx = _takes_need_input_grad(layer)
         self.train(getattr(layer, "training", True))
+
+    def _register_tied_names(self) -> None:
+        """A layer whose state_dict names one parameter twice (GPT's ``lm_head.weight``, its token table) gets the
+        same Parameter under the second name too, as a tied nn.Module has it: named_parameters() yields it once,
+        state_dict() under both names."""
+        own = getattr(self.layer, "state_dict", None)
+        if own is None:
+            return
+        names = {s.name for s in self._slots}
+        for key, t in own().items():
+            if key in names:
+                continue
+            for s in self._slots:
+                p = s.param
+                if (t.data_ptr(), t.shape, t.stride()) == (p.data_ptr(), p.shape, p.stride()):
+                    prefix, _, attr = key.rpartition(".")
+                    self._holder(prefix + "." if prefix else "").register_parameter(attr, p)
+                    break
 
     def _holder(self, prefix: str) -> nn.Module:
         """The submodule that holds the tensors named ``prefix + attr`` ("layers.0." -> self.layers[0])."""

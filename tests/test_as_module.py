@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 import layers
-from layers import (GELU, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv2d, Dropout, Embedding, Flatten, LayerNorm,
+from layers import (GELU, GPT, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv2d, Dropout, Embedding, Flatten, LayerNorm,
                     LeakyReLU, Linear, LogSoftmax, MaxPool2d, MultiheadAttention, Net, ReLU, ScaledDotProductAttention,
                     SeededDropout, Sequential, Sigmoid, SiLU, Softmax, SyncBatchNorm, Tanh, TransformerEncoder,
                     TransformerEncoderLayer, as_module, seeded_dropouts)
@@ -118,6 +118,8 @@ CASES: dict[str, list[tuple[str, object, tuple[int, ...]]]] = {
                                  (3, 2, 4)),
                                 ("encoder-layer-prenorm", lambda: TransformerEncoderLayer(
                                     4, 2, 6, dropout=0.0, norm_first=True, activation="gelu", dtype=F64), (3, 2, 4))],
+    "GPT": [("gpt", lambda: GPT(vocab_size=7, block_size=5, n_layer=1, n_head=2, n_embd=4, dtype=F64),
+             lambda: torch.tensor([[0, 3, 6, 6], [2, 1, 4, 0]]))],
     "TransformerEncoder": [("encoder", lambda: TransformerEncoder(TransformerEncoderLayer(4, 2, 6, dropout=0.0,
                                                                                           dtype=F64), 2), (3, 2, 4))],
 }

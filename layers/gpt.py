@@ -1,0 +1,382 @@
+"""GPT: nanoGPT's model with every backward written by hand, and sampling with a key/value cache.
+
+Shape legend (llm.c's): B = batch, T = sequence length (<= block_size), C = n_embd (channels),
+V = vocab_size, nh = n_head, hs = C / nh (one head's size), L = n_layer.
+
+    x = wte[idx] + wpe[0..T)                               (B, T, C)  token + learned position embeddings
+    for each of the L blocks (pre-norm residual blocks):
+        x = x + attn(ln_1(x))                              causal self-attention, the only layer that mixes
+        x = x + mlp(ln_2(x))                               information across time; mlp = c_proj(gelu(c_fc(.)))
+    logits = ln_f(x) @ wte^T                               (B, T, V)  the output matrix IS the token table
+
+Backward runs the same list in reverse; each residual connection y = x + f(x) sends dy both ways.  The
+tied matrix ``transformer.wte.weight`` is one tensor whose gradient receives both contributions: the
+output projection's dW = dlogits^T @ ln_f(x) and the embedding's scatter-add of dx at each token id.
+
+Names, state_dict keys and initialisation are nanoGPT's (karpathy/nanoGPT ``model.py``): under one
+``torch.manual_seed`` this GPT and nanoGPT's draw identical weights (the modules are built in nanoGPT's
+order, drawing what torch.nn's constructors draw, then re-initialised as its ``_init_weights`` does:
+N(0, 0.02) for every Linear and Embedding, zero biases, N(0, 0.02 / sqrt(2 L)) for the residual
+projections ``c_proj``), and ``load_state_dict(nanogpt.state_dict())`` gives nanoGPT's logits.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+
+import torch
+from torch import Tensor
+
+from .activations import GELU
+from .attention import ScaledDotProductAttention
+from .checks import check_int
+from .dropout import Dropout
+from .embedding import Embedding
+from .layer import BaseLayer, _rng_untouched
+from .layernorm import LayerNorm
+from .linear import Linear
+
+
+class CausalSelfAttention(BaseLayer):
+    """nanoGPT's attention: one packed projection ``c_attn`` (C -> 3C: q, k, v), nh causal heads (the blocked
+    attention of ``layers.attention``), the heads side by side, ``c_proj`` (C -> C), ``resid_dropout``.
+
+    forward(x (B, T, C)) -> (B, T, C); backward(dy) -> dx.  ``p`` and ``generator``: the attention weights'
+    dropout probability and where its seeds are drawn (the trainer points every dropout of a model at one
+    generator, so that the twin draws the same masks)."""
+
+    def __init__(self, n_embd: int, n_head: int, dropout: float, bias: bool, *, device=None, dtype=None) -> None:
+        if n_embd % n_head:
+            raise ValueError(f"GPT: n_embd {n_embd} is not divisible by n_head {n_head}")
+        kw = {"device": device, "dtype": dtype}
+        self.c_attn = Linear(n_embd, 3 * n_embd, bias=bias, **kw)
+        self.c_proj = Linear(n_embd, n_embd, bias=bias, **kw)
+        self.resid_dropout = Dropout(dropout)
+        self.n_head, self.n_embd, self.p = n_head, n_embd, float(dropout)
+        self.attention = ScaledDotProductAttention()
+        self._shape: torch.Size | None = None
+
+    generator = property(lambda self: self.attention.generator,
+                         lambda self, g: setattr(self.attention, "generator", g))
+
+    def named_children(self) -> Iterator[tuple[str, BaseLayer]]:
+        return iter((("c_attn", self.c_attn), ("c_proj", self.c_proj), ("resid_dropout", self.resid_dropout)))
+
+    def forward(self, x: Tensor) -> Tensor:
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)  # (B, T, C) each
+        heads = lambda t: t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # noqa: E731  (B, nh, T, hs)
+        p = self.p if self.training else 0.0
+        y = self.attention.attend(heads(q), heads(k), heads(v), None, None, True, p, 1.0 / math.sqrt(C // self.n_head),
+                                  False)  # (B, nh, T, hs)
+        y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C) the heads side by side
+        self._shape = x.shape
+        return self.resid_dropout(self.c_proj(y))
+
+    def backward(self, dy: Tensor) -> Tensor:
+        B, T, C = self._shape
+        nh, hs = self.n_head, C // self.n_head
+        dy = self.c_proj.backward(self.resid_dropout.backward(dy))  # (B, T, C)
+        dq, dk, dv = self.attention.backward(dy.view(B, T, nh, hs).transpose(1, 2))  # (B, nh, T, hs) each
+        dqkv = dy.new_empty(B, T, 3 * C)  # the three written into c_attn's output gradient, no concatenation
+        for i, d in enumerate((dq, dk, dv)):
+            dqkv[:, :, i * C:(i + 1) * C].view(B, T, nh, hs).copy_(d.transpose(1, 2))
+        return self.c_attn.backward(dqkv)
+
+
+class MLP(BaseLayer):
+    """c_fc (C -> 4C), GELU, c_proj (4C -> C), dropout; backward in reverse."""
+
+    def __init__(self, n_embd: int, dropout: float, bias: bool, *, device=None, dtype=None) -> None:
+        kw = {"device": device, "dtype": dtype}
+        self.c_fc = Linear(n_embd, 4 * n_embd, bias=bias, **kw)
+        self.gelu = GELU()
+        self.c_proj = Linear(4 * n_embd, n_embd, bias=bias, **kw)
+        self.dropout = Dropout(dropout)
+
+    def named_children(self) -> Iterator[tuple[str, BaseLayer]]:
+        return iter((("c_fc", self.c_fc), ("gelu", self.gelu), ("c_proj", self.c_proj), ("dropout", self.dropout)))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+
+    def backward(self, dy: Tensor) -> Tensor:
+        return self.c_fc.backward(self.gelu.backward(self.c_proj.backward(self.dropout.backward(dy))))
+
+
+class Block(BaseLayer):
+    """x = x + attn(ln_1(x)); x = x + mlp(ln_2(x)).  Backward: dx = dy + ln_1.backward(attn.backward(dy)), after the
+    same through the MLP."""
+
+    def __init__(self, n_embd: int, n_head: int, dropout: float, bias: bool, *, device=None, dtype=None) -> None:
+        kw = {"device": device, "dtype": dtype}
+        self.ln_1 = LayerNorm(n_embd, bias=bias, **kw)
+        self.attn = CausalSelfAttention(n_embd, n_head, dropout, bias, **kw)
+        self.ln_2 = LayerNorm(n_embd, bias=bias, **kw)
+        self.mlp = MLP(n_embd, dropout, bias, **kw)
+
+    def named_children(self) -> Iterator[tuple[str, BaseLayer]]:
+        return iter((("ln_1", self.ln_1), ("attn", self.attn), ("ln_2", self.ln_2), ("mlp", self.mlp)))
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+    def backward(self, dy: Tensor) -> Tensor:
+        dy = dy + self.ln_2.backward(self.mlp.backward(dy))
+        return dy + self.ln_1.backward(self.attn.backward(dy))
+
+
+class GPT(BaseLayer):
+    """``GPT(vocab_size, block_size, n_layer, n_head, n_embd, dropout=0.0, bias=True, dtype=None, device=None)``:
+    nanoGPT's GPTConfig fields and defaults (block_size 1024, vocab_size 50304, n_layer 12, n_head 12,
+    n_embd 768: GPT-2 small).
+
+    ``forward(idx (B, T) int) -> logits (B, T, V)``, every position's; ``backward(dlogits) -> None`` (token ids have
+    no gradient) fills every parameter's .grad.  ``generate(idx, max_new_tokens, temperature=1.0, top_k=None,
+    generator=None)`` samples as nanoGPT's ``generate`` does, with a key/value cache.
+    ``named_parameters()`` yields the tied matrix once, as ``transformer.wte.weight``; ``state_dict()`` also has
+    ``lm_head.weight`` (the same tensor), as nanoGPT's.
+    """
+
+    def __init__(self, vocab_size: int = 50304, block_size: int = 1024, n_layer: int = 12, n_head: int = 12,
+                 n_embd: int = 768, dropout: float = 0.0, bias: bool = True, dtype: torch.dtype | None = None,
+                 device: torch.device | str | None = None) -> None:
+        for name, v in (("vocab_size", vocab_size), ("block_size", block_size), ("n_layer", n_layer),
+                        ("n_head", n_head), ("n_embd", n_embd)):
+            check_int("GPT", name, v)
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
+            raise ValueError(f"GPT: dropout must be in [0, 1), got {dropout!r}")
+        if not isinstance(bias, bool):
+            raise ValueError(f"GPT: bias must be a bool, got {bias!r}")
+        self.vocab_size, self.block_size, self.n_layer = vocab_size, block_size, n_layer
+        self.n_head, self.n_embd, self.dropout, self.bias = n_head, n_embd, float(dropout), bias
+        kw = {"device": device, "dtype": dtype}
+        # nanoGPT's construction order (wte, wpe, drop, h, ln_f, lm_head), drawing what torch.nn's constructors draw
+        self.wte = Embedding(vocab_size, n_embd, **kw)
+        self.wpe = Embedding(block_size, n_embd, **kw)
+        self.drop = Dropout(dropout)
+        self.h = [Block(n_embd, n_head, dropout, bias, **kw) for _ in range(n_layer)]
+        self.ln_f = LayerNorm(n_embd, bias=bias, **kw)
+        lm_head = Linear(n_embd, vocab_size, bias=False, **kw)  # drawn and then tied: its draw sets wte's values
+        self.wte.weight = lm_head.weight.t().contiguous()  # (V, C) one tensor for the embedding and the output
+        self._init_weights()
+        self._cache: tuple | None = None
+
+    def _init_weights(self) -> None:
+        """nanoGPT's ``self.apply(self._init_weights)`` (modules in its order: each Linear and Embedding N(0, 0.02),
+        biases zero; the tied matrix drawn as wte and again as lm_head), then its residual projections."""
+        with torch.no_grad():
+            torch.nn.init.normal_(self.wte.weight, std=0.02)
+            torch.nn.init.normal_(self.wpe.weight, std=0.02)
+            for block in self.h:
+                for lin in (block.attn.c_attn, block.attn.c_proj, block.mlp.c_fc, block.mlp.c_proj):
+                    torch.nn.init.normal_(lin._torch_view("weight", lin.weight), std=0.02)  # (out, in): torch's draw order
+                    if lin.bias is not None:
+                        lin.bias.zero_()
+            torch.nn.init.normal_(self.wte.weight, std=0.02)  # as lm_head
+            for block in self.h:  # named_parameters order: attn.c_proj.weight, then mlp.c_proj.weight
+                for lin in (block.attn.c_proj, block.mlp.c_proj):
+                    torch.nn.init.normal_(lin._torch_view("weight", lin.weight), std=0.02 / math.sqrt(2 * self.n_layer))
+
+    def extra_repr(self) -> str:
+        return (f"vocab_size={self.vocab_size}, block_size={self.block_size}, n_layer={self.n_layer}, "
+                f"n_head={self.n_head}, n_embd={self.n_embd}, dropout={self.dropout}, bias={self.bias}")
+
+    def named_children(self) -> Iterator[tuple[str, BaseLayer]]:
+        yield "transformer.wte", self.wte
+        yield "transformer.wpe", self.wpe
+        yield "transformer.drop", self.drop
+        for i, block in enumerate(self.h):
+            yield f"transformer.h.{i}", block
+        yield "transformer.ln_f", self.ln_f
+
+    def state_dict(self, prefix: str = "") -> dict[str, Tensor]:
+        sd = super().state_dict(prefix)
+        sd[prefix + "lm_head.weight"] = self.wte.weight  # the tied matrix under its second name, as nanoGPT's
+        return sd
+
+    def load_state_dict(self, state_dict: Mapping[str, Tensor], strict: bool = True) -> None:
+        """nanoGPT's keys; ``lm_head.weight`` must be the very values of ``transformer.wte.weight`` (they are tied)."""
+        lm, wte = state_dict.get("lm_head.weight"), state_dict.get("transformer.wte.weight")
+        if lm is not None and wte is not None and isinstance(lm, Tensor) and isinstance(wte, Tensor) \
+                and lm.shape == wte.shape and not torch.equal(lm, wte):
+            raise ValueError("GPT.load_state_dict: 'lm_head.weight' differs from 'transformer.wte.weight'; this GPT "
+                             "ties them (one tensor), so they must be equal")
+        super().load_state_dict(state_dict, strict)
+
+    def config(self) -> dict:
+        """The constructor arguments (nanoGPT's GPTConfig fields)."""
+        return {"vocab_size": self.vocab_size, "block_size": self.block_size, "n_layer": self.n_layer,
+                "n_head": self.n_head, "n_embd": self.n_embd, "dropout": self.dropout, "bias": self.bias}
+
+    def to_torch(self) -> torch.nn.Module:
+        """The nn.Module twin (``layers.PytorchGPT``) holding a copy of these weights, in the same mode."""
+        from .torch_gpt import PytorchGPT
+        with _rng_untouched(self.wte.weight.device):
+            twin = PytorchGPT(**self.config(), dtype=self.wte.weight.dtype, device=self.wte.weight.device)
+        twin.load_state_dict(self.state_dict())
+        return twin.train(self.training)
+
+    @classmethod
+    def from_torch(cls, module: torch.nn.Module) -> GPT:
+        """The hand-written GPT holding a copy of a ``PytorchGPT``'s weights (for nanoGPT's own model, build a GPT
+        with its config and ``load_state_dict(model.state_dict())``)."""
+        from .torch_gpt import PytorchGPT
+        if not isinstance(module, PytorchGPT):
+            raise TypeError(f"GPT.from_torch: expected a layers.PytorchGPT, got {type(module).__name__}")
+        w = module.transformer.wte.weight
+        with _rng_untouched(w.device):
+            gpt = cls(**module.config(), dtype=w.dtype, device=w.device)
+        gpt.load_state_dict(module.state_dict())
+        return gpt.train(module.training)
+
+    # -- forward and backward -------------------------------------------------------------------------------
+
+    def __call__(self, idx: Tensor) -> Tensor:
+        return self.forward(idx)
+
+    def forward(self, idx: Tensor) -> Tensor:
+        """idx (B, T) integer token ids, T <= block_size -> logits (B, T, V)."""
+        if not (isinstance(idx, Tensor) and idx.dim() == 2):
+            raise ValueError(f"GPT: idx must be a (B, T) tensor of token ids, got "
+                             f"{tuple(idx.shape) if isinstance(idx, Tensor) else type(idx).__name__}")
+        B, T = idx.shape
+        if T > self.block_size:
+            raise ValueError(f"GPT: cannot forward a sequence of length {T}: block_size is only {self.block_size}")
+        pos = torch.arange(T, device=idx.device)  # (T,)
+        x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C)
+        for block in self.h:
+            x = block(x)
+        x = self.ln_f(x)  # (B, T, C)
+        self._cache = (x, pos)
+        return x @ self.wte.weight.t()  # (B, T, V) logits = ln_f(x) @ wte^T
+
+    def backward(self, dlogits: Tensor) -> None:
+        """dlogits (B, T, V) -> None; every parameter's gradient added into its .grad, the tied matrix's from both
+        of its uses."""
+        if self._cache is None:
+            raise RuntimeError("GPT: backward called before forward (or twice after one forward)")
+        x, pos = self._cache
+        if not isinstance(dlogits, Tensor) or dlogits.shape != (*x.shape[:2], self.vocab_size):
+            raise ValueError(f"GPT: dlogits has shape {tuple(getattr(dlogits, 'shape', ()))} but the logits had "
+                             f"shape {(*x.shape[:2], self.vocab_size)}")
+        self._cache = None
+        C, V = self.n_embd, self.vocab_size
+        w = self.wte.weight  # (V, C)
+        d2 = dlogits.reshape(-1, V)  # (B*T, V)
+        # the output projection's share of the tied matrix: dW = dlogits^T @ ln_f(x)
+        if w.grad is None:
+            w.grad = d2.t() @ x.reshape(-1, C)  # (V, C)
+        else:
+            w.grad.addmm_(d2.t(), x.reshape(-1, C))
+        dx = (d2 @ w).view_as(x)  # (B, T, C)
+        dx = self.ln_f.backward(dx)
+        for block in reversed(self.h):
+            dx = block.backward(dx)
+        dx = self.drop.backward(dx)
+        self.wpe.backward(dx.sum(0))  # (T, C): every sequence of the batch used positions 0..T-1
+        self.wte.backward(dx)  # the embedding's share of the tied matrix: the scatter-add, into the same .grad
+        return None
+
+    # -- sampling --------------------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def generate(self, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+                 generator: torch.Generator | None = None) -> Tensor:
+        """idx (B, t) -> (B, t + max_new_tokens): nanoGPT's sampling, step for step -- the last position's logits
+        / temperature, top-k by setting the rest to -inf, softmax, one ``torch.multinomial`` on ``generator`` (torch's
+        default if None) -- with a key/value cache, so a new token costs one position's work.  Past block_size
+        the window slides as nanoGPT's does: the positions shift, so the cache is rebuilt for the new window.
+        Call it in eval mode (dropout off), as nanoGPT says of its own."""
+        check_int("GPT.generate", "max_new_tokens", max_new_tokens, lo=0)
+        if not (isinstance(temperature, (int, float)) and temperature > 0):
+            raise ValueError(f"GPT.generate: temperature must be > 0, got {temperature!r}")
+        if top_k is not None:
+            check_int("GPT.generate", "top_k", top_k)
+        if not (isinstance(idx, Tensor) and idx.dim() == 2 and idx.shape[1] >= 1):
+            raise ValueError(f"GPT.generate: idx must be a (B, t) tensor of token ids with t >= 1, got "
+                             f"{tuple(idx.shape) if isinstance(idx, Tensor) else type(idx).__name__}")
+        cache = KVCache(self)
+        logits = None
+        for n in range(max_new_tokens):
+            if logits is None:  # the first step, or the window slid: positions shift, recompute the window
+                logits = cache.prefill(idx[:, -self.block_size:])  # (B, V) the window's last position
+            logits = logits / temperature
+            if top_k is not None:
+                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+                logits[logits < v[:, [-1]]] = -float("inf")
+            probs = torch.softmax(logits, dim=-1)
+            idx_next = torch.multinomial(probs, num_samples=1, generator=generator)  # (B, 1)
+            idx = torch.cat((idx, idx_next), dim=1)
+            if n + 1 < max_new_tokens:
+                # one position's work while the window has room; else the window slides at the next step
+                logits = cache.step(idx_next) if cache.length < self.block_size else None  # (B, V)
+        return idx
+
+
+class KVCache:
+    """The keys and values of every layer for the positions seen so far, for one ``GPT.generate`` call.
+
+    prefill(idx (B, t)) runs the model on the window and keeps each layer's k and v (B, nh, t, hs);
+    step(idx (B, 1)) computes one new position: its q, k, v, attention of that one query over the cached keys
+    (all of them are in its past, so no mask), the MLP, the logits.  Inference only: the layers' parameters,
+    the same math as their forwards, nothing kept for a backward.
+    """
+
+    def __init__(self, model: GPT) -> None:
+        self.model, self.length = model, 0
+        self.k: list[Tensor] = []
+        self.v: list[Tensor] = []
+
+    def prefill(self, idx: Tensor) -> Tensor:
+        """idx (B, t), t <= block_size -> the logits of its last position (B, V)."""
+        m = self.model
+        B, T = idx.shape
+        x = m.wte.weight[idx] + m.wpe.weight[:T]  # (B, T, C)
+        self.k, self.v = [], []
+        for i, block in enumerate(m.h):
+            x = x + self._attend(block, _layernorm(block.ln_1, x), i, causal=True)
+            x = x + self._mlp(block.mlp, _layernorm(block.ln_2, x))
+        self.length = T
+        return _layernorm(m.ln_f, x[:, -1]) @ m.wte.weight.t()  # (B, V)
+
+    def step(self, idx_next: Tensor) -> Tensor:
+        """idx_next (B, 1), the token at position ``length`` -> its logits (B, V)."""
+        m = self.model
+        x = m.wte.weight[idx_next] + m.wpe.weight[self.length:self.length + 1]  # (B, 1, C)
+        for i, block in enumerate(m.h):
+            x = x + self._attend(block, _layernorm(block.ln_1, x), i, causal=False)
+            x = x + self._mlp(block.mlp, _layernorm(block.ln_2, x))
+        self.length += 1
+        return _layernorm(m.ln_f, x[:, -1]) @ m.wte.weight.t()  # (B, V)
+
+    def _attend(self, block: Block, x: Tensor, layer: int, causal: bool) -> Tensor:
+        a = block.attn
+        B, T, C = x.shape
+        nh = a.n_head
+        qkv = _linear(a.c_attn, x)  # (B, T, 3C)
+        q, k, v = (t.view(B, T, nh, C // nh).transpose(1, 2) for t in qkv.split(C, dim=2))  # (B, nh, T, hs)
+        if layer == len(self.k):  # prefill: the window's keys and values
+            self.k.append(k)
+            self.v.append(v)
+        else:  # one more position
+            k = self.k[layer] = torch.cat([self.k[layer], k], 2)  # (B, nh, t+1, hs)
+            v = self.v[layer] = torch.cat([self.v[layer], v], 2)
+        y = ScaledDotProductAttention().attend(q, k, v, None, None, causal, 0.0, 1.0 / math.sqrt(C // nh), False)
+        return _linear(a.c_proj, y.transpose(1, 2).reshape(B, T, C))
+
+    @staticmethod
+    def _mlp(mlp: MLP, x: Tensor) -> Tensor:
+        return _linear(mlp.c_proj, torch.nn.functional.gelu(_linear(mlp.c_fc, x), approximate=mlp.gelu.approximate))
+
+
+def _linear(lin: Linear, x: Tensor) -> Tensor:
+    """A Linear's map (x @ W + b), caching nothing."""
+    y = x @ lin.weight
+    return y if lin.bias is None else y.add_(lin.bias)
+
+
+def _layernorm(ln: LayerNorm, x: Tensor) -> Tensor:
+    """A LayerNorm's map, caching nothing."""
+    return torch.nn.functional.layer_norm(x, ln.normalized_shape, ln.weight, ln.bias, ln.eps)
