@@ -19,19 +19,15 @@ as a transformer calls it) and of TransformerEncoderLayer against torch.nn's und
 from __future__ import annotations
 
 import argparse
-import json
-import resource
-import subprocess
 import sys
-import threading
-import time
 
 import torch
 import torch.nn.functional as F
 
 from layers import MultiheadAttention, ScaledDotProductAttention, TransformerEncoderLayer, reference
 
-from timing import interleaved  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
+from memory import peak_mb  # sibling scripts: benchmarks/ is sys.path[0] when a script here runs
+from timing import interleaved
 
 PATHS = ("textbook", "blocked", "torch")
 
@@ -64,49 +60,6 @@ def inputs(args, device):
     g = torch.Generator(device=device).manual_seed(0)
     shape = (args.batch, args.heads, args.T, args.head_dim)
     return [torch.randn(shape, generator=g, device=device) for _ in range(4)]  # q, k, v, dout
-
-
-def rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize() / 2 ** 20
-
-
-def child_memory(args) -> None:
-    """(In a fresh process) one forward+backward along ``args.child``; print the peak rise in MB as JSON.
-
-    The process's own high-water mark cannot be reset here (importing torch sets it higher than an attention
-    step reaches), so a thread samples the resident set every 0.1 ms while the step runs; torch's kernels release
-    the interpreter lock, and every tensor an attention step allocates lives for at least one kernel."""
-    q, k, v, dout = inputs(args, torch.device("cpu"))
-    run = attention_step(args.child, q, k, v, dout, args.causal, args.block)
-    base = rss_mb()
-    peak, done = [base], threading.Event()
-
-    def sample():
-        while not done.is_set():
-            peak[0] = max(peak[0], rss_mb())
-            time.sleep(1e-4)
-
-    sampler = threading.Thread(target=sample)
-    sampler.start()
-    try:
-        run()
-    finally:
-        done.set()
-        sampler.join()
-    print(json.dumps({"path": args.child, "peak_mb": peak[0] - base}))
-
-
-def memory_rows(args) -> dict[str, float]:
-    peaks = {}
-    for path in PATHS:
-        cmd = [sys.executable, __file__, "--child", path, "--T", str(args.T), "--heads", str(args.heads),
-               "--head-dim", str(args.head_dim), "--batch", str(args.batch), "--threads", str(torch.get_num_threads())]
-        cmd += ["--causal"] if args.causal else []
-        cmd += ["--block", str(args.block)] if args.block else []
-        r = subprocess.run(cmd, capture_output=True, text=True, check=True)
-        peaks[path] = json.loads(r.stdout.strip().splitlines()[-1])["peak_mb"]
-    return peaks
 
 
 def speed_rows(args, device) -> list[tuple[str, float, float]]:
@@ -163,13 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--causal", action="store_true", help="causal attention in the memory/time comparison")
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
-    ap.add_argument("--child", choices=PATHS, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.child:
-        child_memory(args)
-        return 0
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         print("--device cuda: torch sees no CUDA device here", file=sys.stderr)
@@ -179,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         q, k, v, dout = inputs(args, device)
         times = interleaved({p: attention_step(p, q, k, v, dout, args.causal, args.block) for p in PATHS},
                             args.repeats, 2, device)
-        peaks = memory_rows(args) if device.type == "cpu" else {}
+        peaks = {p: peak_mb(attention_step(p, q, k, v, dout, args.causal, args.block), device) for p in PATHS}
         print(f"\nattention forward+backward, B {args.batch}, {args.heads} heads of {args.head_dim}, T {args.T}, "
               f"float32{', causal' if args.causal else ''}")
         print(f"{'path':<44} {'ms':>8} {'vs textbook':>12} {'peak MB':>9} {'vs textbook':>12}")

@@ -1,0 +1,153 @@
+"""One training iteration of the hand-written GPT vs its nn.Module twin (forward, loss, backward, clip, AdamW),
+interleaved in one process, with peak memory and where the hand-written iteration's time goes.
+
+    python benchmarks/gpt_step.py [--device cuda] [--dtype bfloat16] [--preset default|gpt2-small] [--repeats 30]
+
+The default preset is nanoGPT's CPU configuration and train.py's --model gpt default (n_layer 4, n_head 4,
+n_embd 128, block_size 64, batch 12, vocab 65); gpt2-small is 12 layers of 768 with a 1024 window (a GPU's shape).
+"speed vs twin" = t_twin / t_handgrad (> 1 is faster).  On CUDA ``--compile`` adds the twin under torch.compile.
+Peak memory: the most tensor memory one iteration held at once (benchmarks/memory.py), the optimizer's state
+and the weights excluded (they exist before it).
+The breakdown times each kind of layer's forward+backward inside the hand-written iteration (torch.profiler).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from layers import GPT
+from losses import CrossEntropyLoss
+from optimizers import AdamW, clip_grad_norm_
+
+from memory import peak_mb  # sibling scripts: benchmarks/ is sys.path[0] when a script here runs
+from timing import interleaved
+
+PRESETS = {"default": dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch=12, vocab_size=65),
+           "gpt2-small": dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, batch=8, vocab_size=50304)}
+
+
+def build(cfg: dict, device, dtype):
+    torch.manual_seed(0)
+    model = GPT(vocab_size=cfg["vocab_size"], block_size=cfg["block_size"], n_layer=cfg["n_layer"],
+                n_head=cfg["n_head"], n_embd=cfg["n_embd"], device=device, dtype=dtype)
+    twin = model.to_torch()
+    groups = lambda named: [{"params": [p for _, p in named if p.dim() >= 2], "weight_decay": 0.1},  # noqa: E731
+                            {"params": [p for _, p in named if p.dim() < 2], "weight_decay": 0.0}]
+    opt = AdamW(groups(list(model.named_parameters())), lr=1e-3, betas=(0.9, 0.99))
+    opt_t = torch.optim.AdamW(groups(list(twin.named_parameters())), lr=1e-3, betas=(0.9, 0.99))
+    return model, twin, opt, opt_t
+
+
+def steps(model, twin, opt, opt_t, x, y, V: int, compiled=None):
+    crit = CrossEntropyLoss()
+
+    def handgrad():
+        opt.zero_grad(set_to_none=False)
+        logits = model(x)
+        crit(logits.view(-1, V), y.view(-1))
+        model.backward(crit.backward().view_as(logits))
+        clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+
+    def make_twin(fwd):
+        def twin_step():
+            opt_t.zero_grad()
+            F.cross_entropy(fwd(x).view(-1, V), y.view(-1)).backward()
+            torch.nn.utils.clip_grad_norm_(twin.parameters(), 1.0)
+            opt_t.step()
+        return twin_step
+
+    cands = {"handgrad GPT + handgrad AdamW": handgrad, "nn.Module twin + torch.optim.AdamW": make_twin(twin)}
+    if compiled is not None:
+        cands["twin under torch.compile"] = make_twin(compiled)
+    return cands
+
+
+def breakdown(model, x, y, V: int) -> list[tuple[str, float]]:
+    """Seconds per kind of work in one hand-written iteration: each layer kind's forward and backward, the
+    loss, the optimizer (record_function ranges around the calls)."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+    from layers import gpt as gpt_module
+    kinds = {"attention (q/k/v + blocked attention + projection)": gpt_module.CausalSelfAttention,
+             "MLP (c_fc, GELU, c_proj)": gpt_module.MLP, "LayerNorm": gpt_module.LayerNorm,
+             "Embedding": gpt_module.Embedding}
+    originals = {}
+    for label, cls in kinds.items():
+        for meth in ("forward", "backward"):
+            orig = getattr(cls, meth)
+            originals[(cls, meth)] = orig
+
+            def wrapped(self, *a, __orig=orig, __label=label, **kw):
+                with record_function(__label):
+                    return __orig(self, *a, **kw)
+            setattr(cls, meth, wrapped)
+    crit = CrossEntropyLoss()
+    opt = AdamW(model.parameters(), lr=1e-3)
+    try:
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(5):
+                opt.zero_grad(set_to_none=False)
+                logits = model(x)
+                with record_function("loss + output projection (logits = x @ wte^T)"):
+                    crit(logits.view(-1, V), y.view(-1))
+                    d = crit.backward().view_as(logits)
+                model.backward(d)
+                with record_function("clip + AdamW"):
+                    clip_grad_norm_(model.parameters(), 1.0)
+                    opt.step()
+    finally:
+        for (cls, meth), orig in originals.items():
+            setattr(cls, meth, orig)
+    totals = {}
+    for e in prof.key_averages():
+        if e.key in kinds or e.key.startswith(("loss", "clip")):
+            totals[e.key] = e.cpu_time_total / 5 / 1e6
+    return sorted(totals.items(), key=lambda kv: -kv[1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "float64", "bfloat16"))
+    ap.add_argument("--preset", choices=tuple(PRESETS), default="default")
+    ap.add_argument("--batch", type=int, default=None)
+    ap.add_argument("--repeats", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--compile", action="store_true", help="also the twin under torch.compile")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("--device cuda: torch sees no CUDA device here", file=sys.stderr)
+        return 2
+    cfg = dict(PRESETS[args.preset])
+    if args.batch:
+        cfg["batch"] = args.batch
+    dtype = getattr(torch, args.dtype)
+    model, twin, opt, opt_t = build(cfg, device, dtype)
+    g = torch.Generator(device=device).manual_seed(1)
+    x = torch.randint(0, cfg["vocab_size"], (cfg["batch"], cfg["block_size"]), generator=g, device=device)
+    y = torch.randint(0, cfg["vocab_size"], (cfg["batch"], cfg["block_size"]), generator=g, device=device)
+    compiled = torch.compile(twin) if args.compile else None
+    cands = steps(model, twin, opt, opt_t, x, y, cfg["vocab_size"], compiled)
+    times = interleaved(cands, args.repeats, args.warmup, device)
+    mems = {name: peak_mb(fn, device) for name, fn in cands.items()}
+    print(f"torch {torch.__version__}, {device}, {args.dtype}, {torch.get_num_threads()} threads; GPT {cfg}")
+    print(f"{'candidate':<38} {'ms/iter':>9} {'speed vs twin':>14} {'peak MB':>9}")
+    ref = times["nn.Module twin + torch.optim.AdamW"]
+    for name, t in times.items():
+        print(f"{name:<38} {t * 1e3:>9.2f} {ref / t:>13.2f}x {mems[name]:>9.1f}")
+    if device.type == "cpu":
+        print("\nwhere the hand-written iteration's time goes (forward + backward of each kind, torch.profiler):")
+        for label, sec in breakdown(model, x, y, cfg["vocab_size"]):
+            print(f"  {label:<55} {sec * 1e3:>8.2f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
