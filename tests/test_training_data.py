@@ -1,7 +1,9 @@
 """Finding, reading and normalising the IDX data (training/data.py), through train.py and directly."""
+import gzip
 import json
 import shutil
 import warnings
+import zlib
 
 import pytest
 import torch
@@ -48,10 +50,23 @@ def test_corrupt_idx_file(tiny, tmp_path, damage, capsys):
     assert "corrupt or truncated" in err and str(f) in err and "Traceback" not in err
 
 
-def test_corrupt_gzip(tiny, capsys):
+def test_corrupt_gzip(tiny, tmp_path, capsys):
     (tiny / "MNIST" / "raw" / "train-labels-idx1-ubyte.gz").write_bytes(b"not gzip at all")
-    assert run("--data-dir", tiny, *FAST) == 2
+    assert run("--data-dir", tiny, "--out", tmp_path / "run", *FAST) == 2
     assert "not a readable gzip file" in capsys.readouterr().err
+
+
+def test_gzip_with_damaged_deflate_data_is_one_message(tiny, tmp_path, capsys):
+    """Damage inside the compressed stream (zlib.error), not the header, the length or the CRC."""
+    gz = tiny / "MNIST" / "raw" / "train-images-idx3-ubyte.gz"
+    data = bytearray(gz.read_bytes())
+    data[10] = 0b111  # the first deflate block (after gzip's 10-byte header): final, of the invalid type 3
+    gz.write_bytes(bytes(data))
+    with pytest.raises(zlib.error):  # the damage this test is about
+        gzip.decompress(bytes(data))
+    assert run("--data-dir", tiny, "--out", tmp_path / "run", *FAST) == 2
+    err = capsys.readouterr().err
+    assert f"{gz} is not a readable gzip file" in err and "Traceback" not in err
 
 
 def test_fashion_mnist_found_in_debian_location(tmp_path, monkeypatch):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import warnings
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -88,7 +89,7 @@ def prepare_raw(root: Path, dataset: str, train: bool, download: bool, say: Call
         try:
             with gzip.open(src, "rb") as f:
                 data = f.read()
-        except (OSError, EOFError) as e:
+        except (OSError, EOFError, zlib.error) as e:  # not gzip, truncated, bad CRC, damaged deflate data
             raise UsageError(_missing_data_message(dataset, raw, looked, f"{src} is not a readable gzip file ({e})"))
         try:
             raw.mkdir(parents=True, exist_ok=True)

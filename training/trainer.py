@@ -85,7 +85,7 @@ def _run(config: TrainConfig, device: torch.device, info: DistInfo, say: Callabl
                         steps_per_epoch=-(-data.train_x.shape[0] // config.batch_size))
     writer = open_tensorboard(config, info)
     monitors = attach_monitors(impls, config, info, writer)
-    batch_gen = torch.Generator().manual_seed(config.seed + 1)
+    batch_gen = torch.Generator().manual_seed((config.seed + 1) % 2 ** 64)  # torch's range
     records: list[dict] = []  # everything logged, in order; epochs are the records of type "epoch"
     start_epoch = 1
     if ckpt is not None:
