@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 
 from optimizers import OPTIMIZERS
-from training import (DATASETS, DTYPES, EXIT_INTERRUPTED, EXIT_USAGE, IMPL_GROUPS, IMPLS, MODELS, SCHEDULES,
-                      TrainConfig, UsageError, run)
+from training import (DATASETS, DTYPES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, IMPL_GROUPS, IMPLS, MODELS,
+                      SCHEDULES, RunFailed, TrainConfig, UsageError, run)
 
 _UNSET = object()
 
@@ -118,10 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # before training started (loading data, say): nothing was written
         print("\ninterrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except UsageError as e:
+    except (UsageError, RunFailed) as e:
         msg = str(e)
         print(msg if msg.startswith("error:") else f"train.py: error: {msg}", file=sys.stderr)
-        return EXIT_USAGE
+        return EXIT_USAGE if isinstance(e, UsageError) else EXIT_FAILED
 
 
 if __name__ == "__main__":
