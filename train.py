@@ -17,9 +17,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from optimizers import OPTIMIZERS
-from training import (DATASETS, DTYPES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, IMPL_GROUPS, IMPLS, MODELS,
-                      SCHEDULES, RunFailed, TrainConfig, UsageError, run)
+try:  # importing torch takes seconds: Ctrl-C then is an interruption like any other, not a traceback
+    from optimizers import OPTIMIZERS
+    from training import (DATASETS, DTYPES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, IMPL_GROUPS, IMPLS, MODELS,
+                          SCHEDULES, RunFailed, TrainConfig, UsageError, run)
+except KeyboardInterrupt:
+    print("\ninterrupted", file=sys.stderr)
+    sys.exit(130)
 
 _UNSET = object()
 

@@ -312,3 +312,32 @@ def test_a_model_too_large_for_memory_is_one_line(tiny, tmp_path, capsys):
     err = one_line(capsys)
     assert "--hidden 1000000000 --depth 1: the models do not fit in the memory of cpu (torch could not allocate" in err
     assert not (tmp_path / "R").exists()
+
+
+# --- Ctrl-C during start-up ----------------------------------------------------------------------------------
+
+def test_ctrl_c_while_train_py_imports_torch_is_one_line(tmp_path):
+    """A real SIGINT, sent by the process to itself when train.py starts importing the training package."""
+    script = ("import builtins, os, runpy, signal, sys\n"
+              "real = builtins.__import__\n"
+              "def hook(name, *a, **k):\n"
+              "    if name == 'training':\n"
+              "        os.kill(os.getpid(), signal.SIGINT)\n"
+              "    return real(name, *a, **k)\n"
+              "builtins.__import__ = hook\n"
+              "sys.argv = ['train.py', '--out', sys.argv[1]]\n"
+              "runpy.run_path('train.py', run_name='__main__')\n")
+    r = subprocess.run([sys.executable, "-c", script, str(tmp_path / "R")], cwd=ROOT, capture_output=True,
+                       text=True, timeout=240)
+    assert r.returncode == 130, r.stderr[-3000:]
+    assert r.stderr.strip() == "interrupted"
+    assert not (tmp_path / "R").exists()
+
+
+def test_ctrl_c_while_loading_data_is_one_line_and_leaves_no_folder(tiny, tmp_path, monkeypatch, capsys):
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(training.trainer, "load_data", interrupted)
+    assert run("--data-dir", tiny, "--out", tmp_path / "R", *FAST) == 130
+    assert capsys.readouterr().err.strip() == "interrupted"
+    assert not (tmp_path / "R").exists()
