@@ -172,6 +172,17 @@ def test_a_checkpoint_rewritten_without_its_checksum_is_refused(one_epoch, tiny,
     assert "carries no checksum" in one_line(capsys)
 
 
+def test_a_checkpoint_of_the_previous_format_still_resumes(one_epoch, tiny):
+    """Format 2 had no checksum and no data fingerprint: it is read without those checks."""
+    ckpt = torch.load(one_epoch, weights_only=True)
+    ckpt["format"] = "handgrad-train-2"
+    del ckpt["data"]
+    torch.save(ckpt, one_epoch)
+    assert resume(one_epoch, tiny) == 0
+    again = torch.load(one_epoch, weights_only=True)
+    assert again["epoch"] == 2 and again["format"] == training.FORMAT and again["data"]
+
+
 def _first_key(ckpt):
     return next(iter(ckpt["models"]["manual"]))
 
