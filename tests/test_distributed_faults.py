@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import wait_for, write_tiny_mnist
+from tests.conftest import wait_for, write_split, write_tiny_mnist
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--hidden", "16", "--depth", "2", "--batch-size", "32", "--no-download", "--quiet", "--no-plots",
@@ -115,7 +115,6 @@ def test_a_peer_that_never_joins_is_named(data, tmp_path, alone):
 def test_ranks_started_differently_all_stop_naming_the_fields(data, tmp_path, flags, message):
     other = write_tiny_mnist(tmp_path / "other", n_train=300)
     (other / "MNIST" / "raw" / "train-images-idx3-ubyte.gz").unlink()
-    from tests.conftest import write_split
     write_split(other / "MNIST" / "raw", "train", 300, seed=7, compress=True)  # same size, other images
     flags = [f.format(other=other) for f in flags]
     port = free_port()

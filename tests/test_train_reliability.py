@@ -5,7 +5,6 @@ import errno
 import io
 import json
 import os
-import signal
 import subprocess
 import sys
 import zipfile
