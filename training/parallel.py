@@ -14,14 +14,15 @@ import contextlib
 import re
 
 import torch
+import torch.distributed as dist
 
 from .distributed import (SINGLE, DistInfo, failed_peer, init_from_env, report_failure, shutdown, silent_ranks,
                           torchrun_env)
 from .errors import RunFailed, UsageError
 
-_TIMED_OUT = re.compile(r"time[d ]?\s*out|timeout|deadline", re.IGNORECASE)
-_CLOSED = re.compile(r"connection (closed|reset|refused)|closed by peer|broken pipe|end of file|socket|"
-                     r"connectFullMesh|recv|send", re.IGNORECASE)
+# How gloo, NCCL and the stores word a peer that stopped answering, or went away.
+_TIMED_OUT = re.compile(r"timed out|timeout", re.IGNORECASE)
+_CLOSED = re.compile(r"connection (closed|reset|refused)|closed by peer|broken pipe|connectFullMesh", re.IGNORECASE)
 
 
 class PeerFailed(RunFailed):
@@ -68,7 +69,6 @@ def under_torchrun(device: torch.device, timeout_s: float = 120.0, init_method: 
 
 def _is_communication(e: BaseException) -> bool:
     """A collective or the store failed (not a bug in this rank's own computation)."""
-    import torch.distributed as dist
     return isinstance(e, dist.DistError) or bool(_TIMED_OUT.search(str(e)) or _CLOSED.search(str(e)))
 
 
