@@ -17,9 +17,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from optimizers import OPTIMIZERS
-from training import (DATASETS, DTYPES, EXIT_INTERRUPTED, EXIT_USAGE, IMPL_GROUPS, IMPLS, MODELS, SCHEDULES,
-                      TrainConfig, UsageError, run)
+try:  # importing torch takes seconds: Ctrl-C then is an interruption like any other, not a traceback
+    from optimizers import OPTIMIZERS
+    from training import (DATASETS, DTYPES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, IMPL_GROUPS, IMPLS, MODELS,
+                          SCHEDULES, RunFailed, TrainConfig, UsageError, run)
+except KeyboardInterrupt:
+    print("\ninterrupted", file=sys.stderr)
+    sys.exit(130)
 
 _UNSET = object()
 
@@ -29,9 +33,16 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see --help)")
 
 
+def _path(text: str) -> Path:
+    if not text:  # Path("") is the current folder, never what an empty argument meant
+        raise argparse.ArgumentTypeError("is empty; give a path")
+    return Path(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     d = TrainConfig.__dataclass_fields__
     p = _Parser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.register("type", Path, _path)  # every type=Path option refuses an empty path
     a = p.add_argument
     a("--dataset", choices=list(DATASETS), default=d["dataset"].default)
     a("--data-dir", type=Path, default=d["data_dir"].default, help="torchvision root: DIR/MNIST/raw, DIR/FashionMNIST/raw")
@@ -75,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--no-sync-bn", action="store_true", help="under torchrun: per-process batch norm statistics (the twin "
       "then uses plain BatchNorm under DDP) instead of synchronised ones")
     a("--out", type=Path, default=None, help="output folder (default runs/<timestamp>)")
+    a("--overwrite", action="store_true", help="replace the run already in --out (without it a fresh run there is "
+      "refused: --resume continues it)")
     a("--resume", type=Path, default=None, metavar="PATH", help="checkpoint.pt to continue from")
     a("--dry-run", action="store_true", help="one batch of each, for a smoke test")
     a("--sanity", action="store_true", help="run the pre-flight checks (initial loss, overfitting 20 examples, "
@@ -109,10 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # before training started (loading data, say): nothing was written
         print("\ninterrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except UsageError as e:
+    except (UsageError, RunFailed) as e:
         msg = str(e)
         print(msg if msg.startswith("error:") else f"train.py: error: {msg}", file=sys.stderr)
-        return EXIT_USAGE
+        return EXIT_USAGE if isinstance(e, UsageError) else EXIT_FAILED
 
 
 if __name__ == "__main__":

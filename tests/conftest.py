@@ -1,12 +1,13 @@
 """Helpers and fixtures shared by the test files.
 
-Plain functions (``assert_all_pass``, ``rel``, ``twin_pair``, ``write_split``) are imported with
+Plain functions (``assert_all_pass``, ``rel``, ``twin_pair``, ``write_split``, ``wait_for``) are imported with
 ``from tests.conftest import ...``; fixtures (``tiny``) are found by pytest.
 """
 from __future__ import annotations
 
 import gzip
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,15 @@ def write_tiny_mnist(root: Path, n_train: int = 300, n_test: int = 80) -> Path:
     write_split(raw, "train", n_train, 0, compress=True)
     write_split(raw, "t10k", n_test, 1, compress=False)
     return root
+
+
+def wait_for(predicate, proc, what: str, timeout: float = 120.0) -> None:
+    """Poll until predicate() holds; fail if the process ``proc`` (a Popen) ended first or the time ran out."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert proc.poll() is None, f"the process ended before {what}: {proc.communicate()[1][-2000:]}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
 
 
 @pytest.fixture

@@ -25,7 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def config(data_dir, out, **kw):
     base = dict(data_dir=data_dir, out=out, download=False, quiet=True, plots=False, dtype="float64",
-                hidden=16, depth=2, batch_size=33, epochs=2, optimizer="sgd", momentum=0.9, lr=0.05, dist_timeout=60)
+                batch_size=33, epochs=2, optimizer="sgd", momentum=0.9, lr=0.05, dist_timeout=60)
+    if kw.get("model", "mlp") == "mlp":
+        base.update(hidden=16, depth=2)
     return training.TrainConfig(**{**base, **kw})
 
 
@@ -33,9 +35,14 @@ def worker(rank, tmp, kw, results):
     try:
         kw = dict(kw)
         fail_rank = kw.pop("fail_rank", None)
+        join_fail_rank = kw.pop("join_fail_rank", None)
         cfg = config(Path(tmp) / "data", Path(tmp) / "dist", **kw)
         if fail_rank == rank:
             cfg = cfg.replace(data_dir=Path(tmp) / "missing")  # this rank alone cannot find its data
+        if join_fail_rank == rank:  # this rank reaches the rendezvous, then fails creating its process group
+            def broken(*args, **kwargs):
+                raise RuntimeError("the backend could not start")
+            torch.distributed.init_process_group = broken
         results[rank] = training.run(cfg, info=DistInfo(rank, WORLD, rank), init_method=f"file://{tmp}/rendezvous")
     except BaseException as e:  # noqa: BLE001 -- reported to the test
         results[rank] = f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
@@ -81,6 +88,17 @@ def test_a_failing_rank_stops_the_other_with_its_name(tiny, tmp_path):
     assert time.monotonic() - start < 60
     assert results[1].startswith("UsageError: error: no usable mnist data"), results[1]
     assert results[0].startswith("PeerFailed: rank 0 stopped because rank 1: UsageError"), results[0]
+
+
+def test_a_rank_failing_while_joining_is_named_by_the_other(tiny, tmp_path):
+    """Rank 1 fails creating its process group (after the rendezvous): rank 0, still waiting for it to connect,
+    stops within --dist-timeout naming it, instead of reporting its own failed connection."""
+    os.rename(tiny, tmp_path / "data")
+    results = spawn(tmp_path, impl="manual", join_fail_rank=1, dist_timeout=10)
+    assert results[1].startswith("RunFailed: rank 1 could not join the process group: RuntimeError: the backend "
+                                 "could not start"), results[1]
+    assert results[0].startswith("PeerFailed: rank 0 stopped because rank 1: RuntimeError: the backend could not "
+                                 "start"), results[0]
 
 
 def test_torchrun_end_to_end(tiny, tmp_path):

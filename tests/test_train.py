@@ -1,5 +1,7 @@
 """train.py end to end on a tiny IDX dataset written here, through the real loading code; no network."""
+import errno
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -9,7 +11,7 @@ import torch
 import train
 import training
 import training.trainer
-from tests.conftest import SHARED_MNIST, write_split
+from tests.conftest import SHARED_MNIST, wait_for, write_split
 
 FAST = ["--hidden", "16", "--depth", "2", "--batch-size", "32", "--no-download", "--quiet", "--no-plots"]
 
@@ -166,14 +168,26 @@ def test_corrupt_resume_file_is_one_line(tmp_path, capsys):
     assert "is not a handgrad train.py checkpoint" in capsys.readouterr().err
 
 
-def test_non_finite_loss_stops_and_keeps_last_checkpoint(tiny, tmp_path, capsys):
-    out = tmp_path / "r"
-    assert run("--data-dir", tiny, "--out", out, "--epochs", "1", *FAST) == 0
-    before = (out / "checkpoint.pt").read_bytes()
-    code = run("--data-dir", tiny, "--out", out, "--epochs", "3", "--optimizer", "sgd", "--lr", "1e30", *FAST)
-    assert code == 1
+def test_non_finite_loss_stops_and_keeps_last_checkpoint(tiny, tmp_path, monkeypatch, capsys):
+    assert run("--data-dir", tiny, "--out", tmp_path / "new", "--epochs", "3", "--optimizer", "sgd", "--lr", "1e30",
+               *FAST) == 1
     err = capsys.readouterr().err
     assert "manual: the training loss became" in err and "epoch 1, step" in err
+    out = tmp_path / "r"
+    assert run("--data-dir", tiny, "--out", out, "--epochs", "1", "--optimizer", "sgd", *FAST) == 0
+    before = (out / "checkpoint.pt").read_bytes()
+    real = training.trainer.train_epoch
+
+    def diverge_in_epoch_2(impl, data, perm, epoch, *rest):
+        if epoch == 2:
+            for group in impl.opt.param_groups:
+                group["lr"] = 1e30
+        return real(impl, data, perm, epoch, *rest)
+
+    monkeypatch.setattr(training.trainer, "train_epoch", diverge_in_epoch_2)
+    assert run("--resume", out / "checkpoint.pt", "--epochs", "3", "--data-dir", tiny, "--no-download",
+               "--quiet") == 1
+    assert "the training loss became" in capsys.readouterr().err
     assert (out / "checkpoint.pt").read_bytes() == before
     assert not list(out.glob(".*tmp*"))
 
@@ -198,25 +212,26 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
     path = tmp_path / "checkpoint.pt"
     training.save_checkpoint(path, {"epoch": 1})
 
-    def broken_save(obj, f):
-        f.write(b"half a checkpoint")
-        raise OSError("disk full")
+    class HalfWritten:  # the device fails half-way through the temporary file
+        def __init__(self, f):
+            self.f = f
 
-    monkeypatch.setattr(torch, "save", broken_save)
-    with pytest.raises(OSError, match="disk full"):
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, data):
+            self.f.write(data[: len(data) // 2])
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(training.files, "open", lambda p, mode: HalfWritten(open(p, mode)), raising=False)
+    with pytest.raises(training.WriteFailed, match=f"cannot write {path}: Input/output error; the previous "
+                                                   f"checkpoint.pt there is intact"):
         training.save_checkpoint(path, {"epoch": 2})
     assert torch.load(path, weights_only=True) == {"epoch": 1}
     assert list(tmp_path.iterdir()) == [path]
-
-
-def _wait_for(predicate, proc, what: str, timeout: float = 120.0) -> None:
-    """Poll until predicate() holds; fail if the process ended first or the time ran out."""
-    import time
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert proc.poll() is None, f"the process ended before {what}: {proc.communicate()[1][-2000:]}"
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def _logged_epoch_2(out: Path) -> bool:
@@ -235,7 +250,7 @@ def test_real_sigint_keeps_a_loadable_checkpoint(tiny, tmp_path):
                              "--epochs", "100000", "--log-interval", "1", *FAST], cwd=root,
                             stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for(lambda: _logged_epoch_2(out), proc, "a step of epoch 2 was logged")  # the readiness signal
+        wait_for(lambda: _logged_epoch_2(out), proc, "a step of epoch 2 was logged")  # the readiness signal
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -262,7 +277,7 @@ def test_sigkill_after_the_last_checkpoint_then_resume_completes(tiny, tmp_path)
     argv = ["--data-dir", str(tiny), "--out", str(out), "--epochs", "2", *FAST]
     proc = subprocess.Popen([sys.executable, "-c", script, *argv], cwd=root, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for(ready.exists, proc, "the run reached its final outputs")
+        wait_for(ready.exists, proc, "the run reached its final outputs")
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=60)
     finally:

@@ -24,6 +24,16 @@ def run(*argv):
     (["--device", "tpu"], "--device 'tpu' is not a device"),
     (["--device", "meta"], "--device meta: only cpu and cuda are supported, not meta"),
     (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+    (["--seed", str(2 ** 64)], f"--seed {2 ** 64} is out of range (an integer from -2**63 to 2**64 - 1)"),
+    (["--lr", "1e300"], "--lr 1e+300 is out of range (at most 3.4e+38: the weights are float32)"),
+    (["--lr", "1e39", "--dtype", "bfloat16"], "--lr 1e+39 is out of range (at most 3.4e+38: the weights are float32)"),
+    (["--dist-timeout", "inf"], "--dist-timeout inf is out of range (need seconds > 0 and at most 1e+07)"),
+    (["--dist-timeout", "1e300"], "--dist-timeout 1e+300 is out of range"),
+    (["--out", ""], "argument --out: is empty; give a path"),
+    (["--data-dir", ""], "argument --data-dir: is empty; give a path"),
+    (["--resume", ""], "argument --resume: is empty; give a path"),
+    (["--model", "cnn", "--hidden", "64"], "--hidden applies to --model mlp only, not --model cnn"),
+    (["--model", "cnn", "--depth", "3"], "--depth applies to --model mlp only, not --model cnn"),  # the default, given
 ])
 def test_bad_arguments_exit_2_with_one_line_naming_the_problem(argv, match, capsys):
     assert run(*argv) == 2
@@ -71,6 +81,15 @@ def test_flags_map_onto_the_config_and_remember_what_was_given():
     assert dests - negated - {"sanity"} <= fields
 
 
+def test_seeds_at_the_ends_of_torchs_range_train(tiny, tmp_path):
+    """torch.manual_seed takes -2**63 .. 2**64 - 1; the seeds derived from --seed (batches, epochs) wrap there."""
+    for seed in (2 ** 64 - 1, -2 ** 63):
+        out = tmp_path / str(seed)
+        assert run("--data-dir", tiny, "--out", out, "--seed", seed, "--dry-run", "--hidden", "8", "--depth", "1",
+                   "--no-download", "--quiet", "--no-plots", "--model", "mlp") == 0
+        assert (out / "checkpoint.pt").is_file()
+
+
 def test_config_validates_in_one_place():
     with pytest.raises(UsageError, match="--hidden 0 is out of range"):
         TrainConfig(hidden=0)
@@ -78,6 +97,11 @@ def test_config_validates_in_one_place():
         TrainConfig(epochs=2.5)
     with pytest.raises(UsageError, match="unknown impl 'jax'"):
         TrainConfig(impl="jax")
+    with pytest.raises(UsageError, match="--out is empty; give a path"):
+        TrainConfig(out="")
+    with pytest.raises(UsageError, match="--hidden applies to --model mlp only"):
+        TrainConfig(model="cnn", hidden=16)  # a library caller's value that the CNN would ignore
+    assert TrainConfig(model="cnn").hidden == 1024  # the defaults themselves are not an error
     assert TrainConfig(optimizer="SGD").optimizer == "sgd"
     assert TrainConfig(impl="all").impls == ("manual", "engine", "torch")
 

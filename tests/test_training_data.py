@@ -1,7 +1,9 @@
 """Finding, reading and normalising the IDX data (training/data.py), through train.py and directly."""
+import gzip
 import json
 import shutil
 import warnings
+import zlib
 
 import pytest
 import torch
@@ -20,8 +22,9 @@ def run(*argv):
 
 
 def test_missing_data_says_where_it_looked_and_how_to_fix(tmp_path, capsys):
-    code = run("--data-dir", tmp_path / "empty", "--no-download", "--quiet")
+    code = run("--data-dir", tmp_path / "empty", "--out", tmp_path / "run", "--no-download", "--quiet")
     assert code == 2
+    assert not (tmp_path / "run").exists()  # a refused run leaves no empty output folder
     err = capsys.readouterr().err
     assert str(tmp_path / "empty" / "MNIST" / "raw") in err
     assert "apt-get install -y dataset-fashion-mnist" in err and "Traceback" not in err
@@ -33,7 +36,7 @@ def test_missing_data_with_download_failure_is_the_same_message(tmp_path, monkey
     def no_network(self):
         raise RuntimeError("Error downloading train-images-idx3-ubyte.gz")
     monkeypatch.setattr(datasets.MNIST, "download", no_network)
-    assert run("--data-dir", tmp_path / "empty", "--quiet") == 2
+    assert run("--data-dir", tmp_path / "empty", "--out", tmp_path / "run", "--quiet") == 2
     err = capsys.readouterr().err
     assert "torchvision download" in err and "missing train-images-idx3-ubyte" in err
 
@@ -43,15 +46,30 @@ def test_corrupt_idx_file(tiny, tmp_path, damage, capsys):
     f = tiny / "MNIST" / "raw" / "t10k-images-idx3-ubyte"
     data = f.read_bytes()
     f.write_bytes(data[: len(data) // 2] if damage == "truncate" else b"\x00\x00\x01\x01garbage")
-    assert run("--data-dir", tiny, *FAST) == 2
+    assert run("--data-dir", tiny, "--out", tmp_path / "run", *FAST) == 2
     err = capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
     assert "corrupt or truncated" in err and str(f) in err and "Traceback" not in err
 
 
-def test_corrupt_gzip(tiny, capsys):
+def test_corrupt_gzip(tiny, tmp_path, capsys):
     (tiny / "MNIST" / "raw" / "train-labels-idx1-ubyte.gz").write_bytes(b"not gzip at all")
-    assert run("--data-dir", tiny, *FAST) == 2
+    assert run("--data-dir", tiny, "--out", tmp_path / "run", *FAST) == 2
     assert "not a readable gzip file" in capsys.readouterr().err
+
+
+def test_gzip_with_damaged_deflate_data_is_one_message(tiny, tmp_path, capsys):
+    """Damage inside the compressed stream (zlib.error), not the header, the length or the CRC."""
+    gz = tiny / "MNIST" / "raw" / "train-images-idx3-ubyte.gz"
+    data = bytearray(gz.read_bytes())
+    data[10] = 0b111  # the first deflate block (after gzip's 10-byte header): final, of the invalid type 3
+    gz.write_bytes(bytes(data))
+    with pytest.raises(zlib.error):  # the damage this test is about
+        gzip.decompress(bytes(data))
+    assert run("--data-dir", tiny, "--out", tmp_path / "run", *FAST) == 2
+    err = capsys.readouterr().err
+    assert f"{gz} is not a readable gzip file" in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()
 
 
 def test_fashion_mnist_found_in_debian_location(tmp_path, monkeypatch):

@@ -1,5 +1,11 @@
 """Checkpoints: everything a run needs to continue exactly (weights, buffers, optimizer state, random
-streams, the log so far), written atomically after every epoch, and read back with the settings it fixes.
+streams, the log so far, the fingerprint of the data), written atomically after every epoch, sealed with the
+SHA-256 of their bytes, and read back with the settings they fix.
+
+Reading one checks, before anything is loaded into a model, that its bytes are those that were written
+(training/checksum.py), that every field is there and possible (epochs, records, settings that pass
+TrainConfig's validation, tensors of the model's shapes, step counts within its epochs), and, once the data is
+loaded, that it is the data the run was trained on.  Each refusal is one line naming the field.
 
 A mixed-precision run (--dtype bfloat16/float16) stores float32 weights for every implementation (the manual
 run's master weights, not their half rounding) and, for float16, each loss scaler's state (scale and growth
@@ -7,28 +13,37 @@ tracker, torch.amp.GradScaler's keys for both).
 """
 from __future__ import annotations
 
+import io
+import math
 from pathlib import Path
 
 import torch
 
-from .config import MATH_FIELDS, RECORD_FIELDS, TrainConfig, flag
+from .checksum import ChecksumMismatch, seal, unseal
+from .config import MATH_FIELDS, MLP_FIELDS, RECORD_FIELDS, TrainConfig, flag
 from .errors import UsageError
-from .files import atomic_write
+from .files import atomic_write_bytes
+from .fingerprint import difference
 from .impls import load_weights_state, weights_state
 
-FORMAT = "handgrad-train-2"
-READABLE_FORMATS = ("handgrad-train-1", FORMAT)  # version 1 stored the settings under "args", had no --model
+FORMAT = "handgrad-train-3"
+# Version 1 stored the settings under "args" and had no --model; versions 1 and 2 have no checksum and no data
+# fingerprint (they are read without those checks).
+READABLE_FORMATS = ("handgrad-train-1", "handgrad-train-2", FORMAT)
 
 
 def save_checkpoint(path: Path, state: dict) -> None:
-    """Atomically: a crash or Ctrl-C during the write leaves the previous checkpoint whole."""
-    atomic_write(path, lambda f: torch.save(state, f))
+    """Write ``state`` sealed with its SHA-256, atomically: a crash, Ctrl-C or full disk during the write leaves
+    the previous checkpoint whole (and no temporary file; see files.atomic_write)."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    atomic_write_bytes(path, seal(buffer.getvalue()))
 
 
 def checkpoint_state(impls: dict, config: TrainConfig, epoch: int, records: list, batch_gen: torch.Generator,
-                     ) -> dict:
+                     data_fingerprint: dict | None = None) -> dict:
     return {
-        "format": FORMAT, "epoch": epoch,
+        "format": FORMAT, "epoch": epoch, "data": data_fingerprint or {},
         "config": {**{k: getattr(config, k) for k in MATH_FIELDS + RECORD_FIELDS}, "epochs": config.epochs},
         "models": {name: weights_state(impl) for name, impl in impls.items()},
         "optimizers": {name: impl.opt.state_dict() for name, impl in impls.items()},
@@ -41,29 +56,87 @@ def checkpoint_state(impls: dict, config: TrainConfig, epoch: int, records: list
     }
 
 
-def load_checkpoint(path: Path, config: TrainConfig) -> tuple[TrainConfig, dict]:
-    """Read a checkpoint; return the config it continues (its settings adopted) and the checkpoint.
-
-    A setting given explicitly that differs from the checkpoint's is an error naming both values (for the
-    settings of what is recorded, --log-interval, --val-interval, --monitor, the given value applies).  Without
-    --epochs the run's own target is kept; a checkpoint that already holds every requested epoch is returned as
-    is (the run then only completes its outputs).
-    """
+def read_checkpoint(path: Path) -> dict:
+    """The checkpoint at ``path``: its checksum verified before torch.load reads it, then its fields checked
+    (``check_fields``).  The digest it was sealed with is added as ``ckpt["sha256"]`` (None for format 1 and 2)."""
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        data = Path(path).read_bytes()
     except FileNotFoundError:
         raise UsageError(f"--resume {path}: no such file") from None
     except IsADirectoryError:
         raise UsageError(f"--resume {path} is a folder; pass the checkpoint.pt inside it") from None
-    except PermissionError as e:
+    except OSError as e:
         raise UsageError(f"--resume {path}: cannot read it ({e.strerror})") from None
+    try:
+        sha256 = unseal(data)
+    except ChecksumMismatch as e:
+        raise UsageError(f"--resume {path} is damaged: {e}; resume from an intact copy or start again") from None
+    try:
+        ckpt = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as e:  # torch's weights_only explanation is pages long: one line is enough
         first = str(e).strip().splitlines()[0][:120] if str(e).strip() else ""
         raise UsageError(f"--resume {path} is not a handgrad checkpoint ({type(e).__name__}: {first})") from None
     if not isinstance(ckpt, dict) or ckpt.get("format") not in READABLE_FORMATS:
         raise UsageError(f"--resume {path} is not a handgrad train.py checkpoint")
+    if sha256 is None and ckpt["format"] == FORMAT:
+        raise UsageError(f"--resume {path} carries no checksum: it was rewritten by something other than "
+                         f"training.save_checkpoint, so its contents cannot be vouched for")
+    check_fields(ckpt, path)
+    ckpt["sha256"] = sha256
+    return ckpt
+
+
+def _refuse(path: Path, what: str):
+    raise UsageError(f"--resume {path}: {what}")
+
+
+def check_fields(ckpt: dict, path: Path) -> None:
+    """Every field a run needs is present, of its type, and possible; else UsageError naming the field."""
+    kinds = {"epoch": int, "config" if "config" in ckpt else "args": dict, "models": dict, "optimizers": dict,
+             "rng": dict, "records": list}
+    for key, kind in kinds.items():
+        if key not in ckpt:
+            _refuse(path, f"the checkpoint has no '{key}'")
+        if not isinstance(ckpt[key], kind) or isinstance(ckpt[key], bool):
+            _refuse(path, f"'{key}' is of type {type(ckpt[key]).__name__}, not {kind.__name__}")
+    epoch = ckpt["epoch"]
+    if epoch < 1:
+        _refuse(path, f"'epoch' is {epoch}; a checkpoint is written after its first epoch or a later one")
+    for i, rec in enumerate(ckpt["records"]):
+        rec_epoch = rec.get("epoch") if isinstance(rec, dict) else None
+        if not isinstance(rec_epoch, int) or not 1 <= rec_epoch <= epoch:
+            _refuse(path, f"'records[{i}]' is of epoch {rec_epoch!r}, outside the checkpoint's epochs 1..{epoch}")
+    for name, state in ckpt["models"].items():
+        if not isinstance(state, dict):
+            _refuse(path, f"'models.{name}' is a {type(state).__name__}, not a dict of tensors")
+        for key, t in state.items():
+            if not isinstance(t, torch.Tensor):
+                _refuse(path, f"'models.{name}.{key}' is a {type(t).__name__}, not a tensor")
+            if t.is_floating_point() and not torch.isfinite(t).all():
+                _refuse(path, f"'models.{name}.{key}' holds inf or nan")
+    for key in ("torch", "batches"):
+        if not isinstance(ckpt["rng"].get(key), torch.Tensor):
+            _refuse(path, f"'rng.{key}' is missing or not a tensor")
+
+
+def load_checkpoint(path: Path, config: TrainConfig) -> tuple[TrainConfig, dict]:
+    """Read a checkpoint (``read_checkpoint``); return the config it continues (its settings adopted) and it.
+
+    A setting given explicitly that differs from the checkpoint's is an error naming both values (for the
+    settings of what is recorded, --log-interval, --val-interval, --monitor, the given value applies).  Without
+    --epochs the run's own target is kept; a checkpoint that already holds every requested epoch is returned as
+    is (the run then only completes its outputs).  Settings that fail TrainConfig's validation are refused.
+    """
+    ckpt = read_checkpoint(path)
     saved = dict(ckpt.get("config") or ckpt["args"])
     saved.setdefault("model", "mlp")
+    if saved["model"] != "mlp":  # checkpoints before the MLP's settings were refused for the CNN kept them
+        for key in MLP_FIELDS:
+            saved.pop(key, None)
+    try:  # the checkpoint's settings on their own, before any flag is set against them
+        TrainConfig(**{k: saved[k] for k in (*MATH_FIELDS, *RECORD_FIELDS, "epochs") if k in saved})
+    except (UsageError, TypeError) as e:
+        _refuse(path, f"the checkpoint's settings are impossible: {e}")
     changes = {}
     for key in MATH_FIELDS:
         if key not in saved:
@@ -83,7 +156,26 @@ def load_checkpoint(path: Path, config: TrainConfig) -> tuple[TrainConfig, dict]
     if ckpt["epoch"] > config.epochs:
         raise UsageError(f"--resume: the checkpoint already holds {ckpt['epoch']} epochs, more than --epochs "
                          f"{config.epochs}; pass --epochs >= {ckpt['epoch']}")
+    parts = {"models": config.impls, "optimizers": config.impls,
+             "schedulers": config.impls if config.schedule != "constant" else (),
+             "scalers": config.impls if config.dtype == "float16" else ()}
+    for part, names in parts.items():
+        for name in names:
+            if name not in ckpt.get(part, {}):
+                _refuse(path, f"the checkpoint has no '{part}.{name}' (--impl {config.impl} needs it)")
     return config, ckpt
+
+
+def check_data(ckpt: dict, fingerprint: dict, path: Path, data_dir: Path) -> None:
+    """The data loaded now is the data the checkpoint was trained on (checkpoints before format 3 carry no
+    fingerprint and are not checked)."""
+    saved = ckpt.get("data")
+    if not saved:
+        return
+    differs = difference(saved, fingerprint)
+    if differs is not None:
+        _refuse(path, f"the checkpoint was trained on other data than --data-dir {data_dir} holds "
+                      f"(checkpoint vs now: {differs}); resume with the data it was trained on")
 
 
 def set_capturable(opt: torch.optim.Optimizer, capturable: bool) -> None:
@@ -98,18 +190,63 @@ def set_capturable(opt: torch.optim.Optimizer, capturable: bool) -> None:
                     state["step"] = state["step"].to(p.device if capturable else "cpu")
 
 
-def restore(impls: dict, ckpt: dict, batch_gen: torch.Generator, device: torch.device) -> None:
-    """Load weights, buffers, optimizer states and random streams from ``ckpt`` into a freshly built run."""
+def restore(impls: dict, ckpt: dict, batch_gen: torch.Generator, device: torch.device, steps_per_epoch: int,
+            path: Path) -> None:
+    """Load weights, buffers, optimizer states and random streams from ``ckpt`` into a freshly built run, checking
+    each against the model first: a missing or mis-shaped tensor, or more steps than the checkpoint's epochs
+    hold, is refused naming it."""
+    most = ckpt["epoch"] * steps_per_epoch
     for name, impl in impls.items():
+        _check_weights(name, weights_state(impl), ckpt["models"][name], path)
         load_weights_state(impl, {k: v.to(device) for k, v in ckpt["models"][name].items()})
-        impl.opt.load_state_dict(ckpt["optimizers"][name])
+        _load(path, f"optimizers.{name}", impl.opt.load_state_dict, ckpt["optimizers"][name])
+        _check_optimizer(name, impl.opt, most, path)
         if name == "manual":  # a checkpoint of an eager run continued with --cuda-graph, or the reverse
             set_capturable(impl.opt, impl.cuda_graph)
         if impl.sched is not None:
-            impl.sched.load_state_dict(ckpt["schedulers"][name])
+            _load(path, f"schedulers.{name}", impl.sched.load_state_dict, ckpt["schedulers"][name])
+            if not 0 <= impl.sched.last_epoch <= most:
+                _refuse(path, f"'schedulers.{name}' is at step {impl.sched.last_epoch}, outside the 0..{most} steps "
+                              f"of its {ckpt['epoch']} epochs")
         if getattr(impl, "scaler", None) is not None:
-            impl.scaler.load_state_dict(ckpt["scalers"][name])
-    torch.set_rng_state(ckpt["rng"]["torch"])
-    batch_gen.set_state(ckpt["rng"]["batches"])
-    if ckpt["rng"]["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
+            _load(path, f"scalers.{name}", impl.scaler.load_state_dict, ckpt["scalers"][name])
+    _load(path, "rng.torch", torch.set_rng_state, ckpt["rng"]["torch"])
+    _load(path, "rng.batches", batch_gen.set_state, ckpt["rng"]["batches"])
+    if ckpt["rng"].get("cuda") and torch.cuda.is_available():
+        _load(path, "rng.cuda", torch.cuda.set_rng_state_all, ckpt["rng"]["cuda"])
+
+
+def _load(path: Path, field: str, load, state) -> None:
+    """``load(state)``; torch's errors (a missing key, a wrong type) become one line naming the field."""
+    try:
+        load(state)
+    except (KeyError, ValueError, TypeError, RuntimeError, IndexError, AttributeError) as e:
+        text = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+        _refuse(path, f"'{field}' does not fit this run ({type(e).__name__}: {text})")
+
+
+def _check_weights(name: str, model: dict, saved: dict, path: Path) -> None:
+    for key, t in model.items():
+        if key not in saved:
+            _refuse(path, f"'models.{name}' has no '{key}'")
+        if saved[key].shape != t.shape:
+            _refuse(path, f"'models.{name}.{key}' has shape {tuple(saved[key].shape)}, the model's is "
+                          f"{tuple(t.shape)}")
+    for key in saved.keys() - model.keys():
+        _refuse(path, f"'models.{name}.{key}' is not in the model (its keys: {', '.join(list(model)[:4])}, ...)")
+
+
+def _check_optimizer(name: str, opt: torch.optim.Optimizer, most: int, path: Path) -> None:
+    """Each state tensor has its parameter's shape (torch's load_state_dict does not check; a mis-shaped one
+    would broadcast), and no parameter has taken more steps than the checkpoint's epochs hold."""
+    params = [p for group in opt.param_groups for p in group["params"]]
+    for i, p in enumerate(params):
+        for key, value in opt.state.get(p, {}).items():
+            if key == "step":
+                steps = float(value)
+                if not (math.isfinite(steps) and 0 <= steps <= most):
+                    _refuse(path, f"'optimizers.{name}' parameter {i} has taken {steps:g} steps, outside the 0..{most}"
+                                  f" steps of the checkpoint's epochs")
+            elif isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape != p.shape:
+                _refuse(path, f"'optimizers.{name}' {key} of parameter {i} has shape {tuple(value.shape)}, the "
+                              f"parameter's is {tuple(p.shape)}")

@@ -27,6 +27,12 @@ MATH_FIELDS = ("dataset", "model", "impl", "batch_size", "lr", "optimizer", "mom
                "depth", "seed", "dtype", "clip_grad", "limit_train", "val_split", "schedule", "augment")
 # Settings of what a run records: a resumed run keeps them unless they are given again (then the new ones apply).
 RECORD_FIELDS = ("log_interval", "val_interval", "monitor")
+# Settings that only say where this process finds and puts things, or how it talks: under torchrun the ranks may
+# differ in these (every other setting must agree on every rank, training/agreement.py checks it).
+LOCAL_FIELDS = ("data_dir", "download", "device", "out", "overwrite", "resume", "tensorboard", "quiet", "plots")
+MLP_FIELDS = ("hidden", "depth")  # settings of --model mlp only
+SEEDS = (-2 ** 63, 2 ** 64 - 1)  # what torch.manual_seed takes; derived seeds wrap modulo 2**64 as torch's do
+MAX_DIST_TIMEOUT = 1e7  # seconds (116 days): "no timeout" is a hang nobody is told about, so there is a bound
 
 
 def flag(name: str) -> str:
@@ -63,6 +69,7 @@ class TrainConfig:
     monitor: bool = False            # GradientMonitor on every implementation (training/monitors.py)
     tensorboard: Path | None = None  # also write scalars and histograms there for TensorBoard
     out: Path | None = None          # None: runs/<timestamp>, or the checkpoint's folder when resuming
+    overwrite: bool = False          # a fresh run may replace the run already in --out (else that is refused)
     resume: Path | None = None
     dry_run: bool = False
     quiet: bool = False
@@ -74,8 +81,11 @@ class TrainConfig:
     def __post_init__(self):
         object.__setattr__(self, "optimizer", str(self.optimizer).lower())
         for name in ("data_dir", "out", "resume", "tensorboard"):  # accept str paths from library callers
-            if getattr(self, name) is not None:
-                object.__setattr__(self, name, Path(getattr(self, name)))
+            value = getattr(self, name)
+            if value is not None:
+                if str(value) == "":  # Path("") is the current folder: never what an empty argument meant
+                    raise UsageError(f"{flag(name)} is empty; give a path")
+                object.__setattr__(self, name, Path(value))
         self.validate()
 
     @property
@@ -117,8 +127,12 @@ class TrainConfig:
                 raise UsageError(f"{flag(name)} must be an integer, got {value!r}")
             if value < low:
                 raise UsageError(f"{flag(name)} {value} is out of range (at least {low})")
-        if not (isinstance(self.dist_timeout, (int, float)) and self.dist_timeout > 0):
-            raise UsageError(f"--dist-timeout {self.dist_timeout} is out of range (need seconds > 0)")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not SEEDS[0] <= self.seed <= SEEDS[1]:
+            raise UsageError(f"--seed {self.seed} is out of range (an integer from -2**63 to 2**64 - 1)")
+        if not (isinstance(self.dist_timeout, (int, float)) and 0 < self.dist_timeout <= MAX_DIST_TIMEOUT):
+            raise UsageError(f"--dist-timeout {self.dist_timeout} is out of range (need seconds > 0 and at most "
+                             f"{MAX_DIST_TIMEOUT:g})")
+        largest = torch.finfo(self.torch_dtype).max  # the optimizer computes with these in the weights' dtype
         for name in ("lr", "momentum", "weight_decay", "clip_grad"):
             value = getattr(self, name)
             if value is None:
@@ -127,6 +141,14 @@ class TrainConfig:
                     or (name == "clip_grad" and value == 0):
                 need = "a positive number" if name == "clip_grad" else "a finite number >= 0"
                 raise UsageError(f"{flag(name)} {value} is out of range (need {need})")
+            if value > largest:
+                weights = str(self.torch_dtype).removeprefix("torch.")
+                raise UsageError(f"{flag(name)} {value} is out of range (at most {largest:.3g}: the weights are "
+                                 f"{weights})")
+        if self.model != "mlp":
+            for name in MLP_FIELDS:
+                if name in self.given or getattr(self, name) != _DEFAULTS[name]:
+                    raise UsageError(f"{flag(name)} applies to --model mlp only, not --model {self.model}")
         if self.momentum and self.optimizer not in ("sgd", "rmsprop"):
             raise UsageError(f"--momentum applies to sgd and rmsprop, not {self.optimizer}")
         if self.model != "mlp" and "engine" in self.impls:
@@ -138,6 +160,9 @@ class TrainConfig:
         unknown = set(self.given) - {f.name for f in fields(self)}
         if unknown:
             raise UsageError(f"unknown settings given: {', '.join(sorted(unknown))}")
+
+
+_DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
 
 
 def resolve_device(name: str) -> torch.device:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import gzip
 import hashlib
 import warnings
-from dataclasses import dataclass
+import zlib
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -19,6 +20,7 @@ from torch import Tensor
 from .config import DATASETS, TrainConfig
 from .errors import UsageError
 from .files import atomic_write_bytes
+from .fingerprint import fingerprint
 
 DEBIAN_FASHION = Path("/usr/share/datasets/fashion-mnist")
 SPLIT_FILES = {True: ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
@@ -40,6 +42,7 @@ class Data:
     test_x: Tensor
     test_y: Tensor
     background: float = 0.0  # a black pixel after normalisation (what augmentation pads with)
+    fingerprint: dict = field(default_factory=dict)  # of the arrays read (training/fingerprint.py)
 
 
 def torchvision_class(dataset: str):
@@ -88,7 +91,7 @@ def prepare_raw(root: Path, dataset: str, train: bool, download: bool, say: Call
         try:
             with gzip.open(src, "rb") as f:
                 data = f.read()
-        except (OSError, EOFError) as e:
+        except (OSError, EOFError, zlib.error) as e:  # not gzip, truncated, bad CRC, damaged deflate data
             raise UsageError(_missing_data_message(dataset, raw, looked, f"{src} is not a readable gzip file ({e})"))
         try:
             raw.mkdir(parents=True, exist_ok=True)
@@ -159,6 +162,7 @@ def load_data(config: TrainConfig, device: torch.device, dtype: torch.dtype, say
     test_raw = prepare_raw(config.data_dir, config.dataset, False, config.download, say)
     x, y = read_split(train_raw, True, config.dataset)
     tx, ty = read_split(test_raw, False, config.dataset)
+    arrays = fingerprint({"train_images": x, "train_labels": y, "test_images": tx, "test_labels": ty})
     if config.limit_train is not None:
         x, y = x[: config.limit_train], y[: config.limit_train]
     n = x.shape[0]
@@ -175,4 +179,4 @@ def load_data(config: TrainConfig, device: torch.device, dtype: torch.dtype, say
 
     return Data(train_x=prep(x[train_idx]), train_y=y[train_idx].to(device),
                 val_x=prep(x[val_idx]) if n_val else None, val_y=y[val_idx].to(device) if n_val else None,
-                test_x=prep(tx), test_y=ty.to(device), background=-mean / std)
+                test_x=prep(tx), test_y=ty.to(device), background=-mean / std, fingerprint=arrays)

@@ -8,12 +8,16 @@ ranks together see exactly the batches one process would.  Rank 0 alone writes f
 
 When a rank raises, it records "rank R: <error>" in the rendezvous store before it exits; a rank
 whose collective then fails (gloo reports the closed connection at once; every collective also has
-the process group's timeout) reads that record and names the rank in its own error.
+the process group's timeout) reads that record and names the rank in its own error.  The store is
+made here, before the process group, so that a rank whose start-up fails (a peer that failed first
+and closed its connections while this one was still connecting) can read the record too.  A rank
+that died without a word (SIGKILL) or stopped answering is found by ``silent_ranks``.
 """
 from __future__ import annotations
 
 import datetime
 import os
+import time
 from dataclasses import dataclass
 
 import torch
@@ -21,6 +25,8 @@ import torch.distributed as dist
 from torch import Tensor
 
 FAILURE_KEY = "handgrad/failed_rank"
+STOPPING_KEY = "handgrad/stopping/"  # + rank: this rank saw the run fail and is stopping
+_store: dist.Store | None = None  # the rendezvous store of this process's group, once it was reached
 
 
 @dataclass(frozen=True)
@@ -68,15 +74,22 @@ def init_from_env(device_type: str, timeout_s: float = 300.0, init_method: str |
         device = torch.device("cuda", info.local_rank)
         torch.cuda.set_device(device)
     backend = "nccl" if device_type == "cuda" else "gloo"
-    dist.init_process_group(backend, init_method=init_method or "env://", rank=info.rank,
-                            world_size=info.world_size, timeout=datetime.timedelta(seconds=timeout_s),
+    global _store
+    timeout = datetime.timedelta(seconds=timeout_s)
+    # What init_process_group(init_method=...) does itself, with the store kept (see the module's note).
+    _store, _, _ = next(dist.rendezvous(init_method or "env://", info.rank, info.world_size, timeout=timeout))
+    _store.set_timeout(timeout)
+    dist.init_process_group(backend, store=dist.PrefixStore("default_pg", _store), rank=info.rank,
+                            world_size=info.world_size, timeout=timeout,
                             **({"device_id": device} if device is not None else {}))
     return info, device
 
 
 def shutdown() -> None:
+    global _store
     if dist.is_initialized():
         dist.destroy_process_group()
+    _store = None
 
 
 def shard(batch_idx: Tensor, info: DistInfo) -> Tensor:
@@ -115,11 +128,22 @@ def all_reduce_sum_(t: Tensor) -> Tensor:
     return t
 
 
+def _rendezvous_store(timeout_s: float) -> dist.Store | None:
+    """The rendezvous store with a short timeout (it may live in a process that is gone), or None."""
+    store = _store
+    if store is None and dist.is_initialized():
+        store = dist.distributed_c10d._get_default_store()
+    if store is not None:
+        store.set_timeout(datetime.timedelta(seconds=timeout_s))
+    return store
+
+
 def report_failure(info: DistInfo, exc: BaseException) -> None:
     """Leave "rank R: error" in the rendezvous store, so the other ranks can name who failed."""
     try:
-        store = dist.distributed_c10d._get_default_store()
-        store.set(FAILURE_KEY, f"rank {info.rank}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        store = _rendezvous_store(2.0)
+        text = str(exc).splitlines()[0] if str(exc) else ""
+        store.set(FAILURE_KEY, f"rank {info.rank}: {type(exc).__name__}: {text}")
     except Exception:  # the store itself may be gone: the local message still names this rank
         pass
 
@@ -127,10 +151,28 @@ def report_failure(info: DistInfo, exc: BaseException) -> None:
 def failed_peer(timeout_s: float = 2.0) -> str | None:
     """What a failed rank recorded, if it got to (None when it died without a word, e.g. SIGKILL)."""
     try:
-        store = dist.distributed_c10d._get_default_store()
-        store.set_timeout(datetime.timedelta(seconds=timeout_s))
+        store = _rendezvous_store(timeout_s)
         if store.check([FAILURE_KEY]):
             return store.get(FAILURE_KEY).decode()
     except Exception:
         return None
     return None
+
+
+def silent_ranks(info: DistInfo, grace_s: float = 2.0) -> list[int]:
+    """The other ranks that have not said, within ``grace_s``, that they are stopping too: the ones killed,
+    stopped or hung.  With two processes that is the other one; when the store cannot be asked, all others."""
+    others = [r for r in range(info.world_size) if r != info.rank]
+    if len(others) <= 1:
+        return others
+    try:
+        store = _rendezvous_store(grace_s)
+        store.set(f"{STOPPING_KEY}{info.rank}", "1")
+        deadline = time.monotonic() + grace_s
+        while True:
+            silent = [r for r in others if not store.check([f"{STOPPING_KEY}{r}"])]
+            if not silent or time.monotonic() > deadline:
+                return silent or others
+            time.sleep(0.05)
+    except Exception:
+        return others

@@ -59,7 +59,7 @@ def evaluate(impl: Impl, x: Tensor, y: Tensor, batch: int = 2000, info: DistInfo
 def epoch_generator(config: TrainConfig, epoch: int, device: torch.device) -> torch.Generator:
     """The random stream of one epoch's augmentation and dropout masks, the same for every implementation (each
     replays it from the start of the epoch) and reproducible on resume (a function of the seed and epoch)."""
-    return torch.Generator(device=device).manual_seed(config.seed * 1_000_003 + epoch)
+    return torch.Generator(device=device).manual_seed((config.seed * 1_000_003 + epoch) % 2 ** 64)  # torch's range
 
 
 def train_epoch(impl: Impl, data: Data, perm: Tensor, epoch: int, config: TrainConfig,

@@ -2,11 +2,15 @@
 
 Outputs go to config.out: metrics.jsonl (every logged record), checkpoint.pt (atomically, after every epoch),
 summary.json and PNG figures at the end.  A run resumed from its checkpoint writes the same files as one that
-was never interrupted; a checkpoint that already holds every epoch only completes the outputs.
+was never interrupted; a checkpoint that already holds every epoch only completes the outputs.  The folder is
+locked for the whole run and created only once the run starts (training/output.py); a full disk stops the run
+with one line, the last complete checkpoint kept.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -14,39 +18,30 @@ from typing import Callable
 
 import torch
 
-from .checkpoint import checkpoint_state, load_checkpoint, restore, save_checkpoint
+from .agreement import check_ranks_agree, run_identity
+from .checkpoint import check_data, checkpoint_state, load_checkpoint, restore, save_checkpoint
 from .config import TrainConfig, resolve_device
 from .data import check_data_dir, load_data
-from .errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, NonFiniteLoss, UsageError
-from .files import atomic_write_text
+from .errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, NonFiniteLoss, RunFailed, UsageError
+from .files import WriteFailed, atomic_write_text
 from .impls import build_impls, check_mixed_precision, max_param_abs_diff
 from .distributed import DistInfo
 from .loop import evaluate, train_epoch
 from .monitors import (attach_monitors, close_tensorboard, log_scalars, monitor_state, open_tensorboard,
                        restore_monitors, write_monitor_outputs)
 from .models import SAMPLE_SHAPES
+from .output import OutputFolder
 from .parallel import under_torchrun
-
-
-def prepare_output(out: Path) -> Path:
-    """Create the output folder and prove it writable, before any data is loaded or anything trains."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / f".write-test-{id(out)}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as e:
-        raise UsageError(f"--out {out}: cannot write there ({e.strerror or type(e).__name__})") from None
-    return out
 
 
 def run(config: TrainConfig, say: Callable | None = None, *, init_method: str | None = None,
         info: DistInfo | None = None) -> int:
     """Train as ``config`` says; return the exit status (0, or 1 for a non-finite loss, 130 for Ctrl-C).
 
-    Raises UsageError for bad settings, missing data or unusable paths, before anything is trained.  Under
-    torchrun (or with ``info``/``init_method`` given, as tests do) every rank runs this; rank 0 alone prints and
-    writes files.
+    Raises UsageError for bad settings, missing or other data, a damaged checkpoint or an unusable or busy output
+    folder, before anything is trained; RunFailed when the run cannot go on (a write fails, another rank failed).
+    Under torchrun (or with ``info``/``init_method`` given, as tests do) every rank runs this; rank 0 alone prints
+    and writes files.
     """
     device = resolve_device(config.device)
     with under_torchrun(device, config.dist_timeout, init_method, info) as (info, device):
@@ -74,28 +69,58 @@ def _run(config: TrainConfig, device: torch.device, info: DistInfo, say: Callabl
     check_mixed_precision(config, info)
     out = config.out or (config.resume.parent if config.resume else Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
     check_data_dir(config.data_dir)
-    if info.is_main:
-        prepare_output(out)
+    folder = OutputFolder(out, config.resume, config.overwrite) if info.is_main else None
+    try:  # rank 0 holds the output folder's lock from here to the end of the run
+        if folder is not None:
+            folder.check()
+        return _train(config, device, info, say, ckpt, out, folder)
+    finally:
+        if folder is not None:
+            folder.release()
 
+
+def _build(config: TrainConfig, device: torch.device, info: DistInfo, steps_per_epoch: int) -> dict:
+    """build_impls, with a model too large for the device's memory as one line naming its size settings."""
+    try:
+        return build_impls(config, device, config.torch_dtype, info, steps_per_epoch=steps_per_epoch)
+    except (torch.OutOfMemoryError, MemoryError, RuntimeError) as e:
+        text = str(e)
+        if not isinstance(e, (torch.OutOfMemoryError, MemoryError)) and "allocate" not in text:
+            raise
+        size = re.search(r"allocate (\d+) bytes", text)
+        tried = f"{int(size.group(1)) / 1e9:.1f} GB at once" if size else text.strip().splitlines()[0][:120]
+        shape = f"--hidden {config.hidden} --depth {config.depth}" if config.model == "mlp" else "--model cnn"
+        raise UsageError(f"{shape}: the models do not fit in the memory of {device} (torch could not allocate "
+                         f"{tried}); use a smaller model") from None
+
+
+def _train(config: TrainConfig, device: torch.device, info: DistInfo, say: Callable, ckpt: dict | None, out: Path,
+           folder: OutputFolder | None) -> int:
     t0 = time.perf_counter()
     data = load_data(config, device, config.torch_dtype, say, sample_shape=SAMPLE_SHAPES[config.model])
     data_seconds = time.perf_counter() - t0
+    if ckpt is not None:
+        check_data(ckpt, data.fingerprint, config.resume, config.data_dir)
+    check_ranks_agree(info, run_identity(config, device, data.fingerprint, ckpt))
     _check_batches(config, data.train_x.shape[0], info)
-    impls = build_impls(config, device, config.torch_dtype, info,
-                        steps_per_epoch=-(-data.train_x.shape[0] // config.batch_size))
+    steps_per_epoch = -(-data.train_x.shape[0] // config.batch_size)
+    impls = _build(config, device, info, steps_per_epoch)
     writer = open_tensorboard(config, info)
     monitors = attach_monitors(impls, config, info, writer)
-    batch_gen = torch.Generator().manual_seed(config.seed + 1)
+    batch_gen = torch.Generator().manual_seed((config.seed + 1) % 2 ** 64)  # torch's range
     records: list[dict] = []  # everything logged, in order; epochs are the records of type "epoch"
     start_epoch = 1
     if ckpt is not None:
-        restore(impls, ckpt, batch_gen, device)
+        restore(impls, ckpt, batch_gen, device, steps_per_epoch, config.resume)
         records = list(ckpt["records"])
         restore_monitors(monitors, ckpt)
         start_epoch = ckpt["epoch"] + 1
         say(f"resuming from {config.resume} after epoch {ckpt['epoch']}")
+    ckpt_path = out / "checkpoint.pt"
+    saved_epoch = None if ckpt is None or ckpt_path.resolve() != config.resume.resolve() else ckpt["epoch"]
     metrics_file = None
-    if info.is_main:
+    if folder is not None:  # the run is sure to start: its folder is made (and claimed) now
+        folder.create(say)
         metrics_path = out / "metrics.jsonl"
         # Rewrite the log from what the checkpoint vouches for, so a half-finished epoch leaves no stray lines.
         atomic_write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in records))
@@ -103,8 +128,11 @@ def _run(config: TrainConfig, device: torch.device, info: DistInfo, say: Callabl
 
     def log(rec: dict) -> None:
         if metrics_file is not None:
-            metrics_file.write(json.dumps(rec) + "\n")
-            metrics_file.flush()
+            try:
+                metrics_file.write(json.dumps(rec) + "\n")
+                metrics_file.flush()
+            except OSError as e:
+                raise WriteFailed(metrics_path, e, "its complete lines are kept (--resume rewrites it)") from e
         log_scalars(writer, rec)
         records.append(rec)
 
@@ -112,7 +140,6 @@ def _run(config: TrainConfig, device: torch.device, info: DistInfo, say: Callabl
     say(f"{config.dataset}: {data.train_x.shape[0]} train, {n_val} val, {data.test_x.shape[0]} test on {device} "
         f"({_precision(config)}); loaded in {data_seconds:.2f} s; model {config.model}; impl {', '.join(impls)}; "
         f"{f'{info.world_size} processes; ' if info.enabled else ''}output {out}")
-    ckpt_path = out / "checkpoint.pt"
     try:
         for epoch in range(start_epoch, config.epochs + 1):
             perm = torch.randperm(data.train_x.shape[0], generator=batch_gen).to(device)
@@ -132,23 +159,33 @@ def _run(config: TrainConfig, device: torch.device, info: DistInfo, say: Callabl
                 say(f"epoch {epoch:>3} largest weight difference between {', '.join(impls)}: {diff:.3e}"
                     f"{_MIXED_DRIFT if config.is_mixed else ''}")
             if info.is_main:
-                save_checkpoint(ckpt_path, {**checkpoint_state(impls, config, epoch, records, batch_gen),
+                save_checkpoint(ckpt_path, {**checkpoint_state(impls, config, epoch, records, batch_gen,
+                                                               data.fingerprint),
                                             "world_size": info.world_size, "monitor": monitor_state(monitors)})
+                saved_epoch = epoch
             if config.dry_run:
                 break
+        _finish(config, out, impls, data, records, say, info, monitors)
     except NonFiniteLoss as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
-        print(f"\ninterrupted; the last complete checkpoint is {ckpt_path if ckpt_path.exists() else 'none yet'}",
-              file=sys.stderr)
+        print(f"\ninterrupted; {_last_checkpoint(ckpt_path, saved_epoch)}", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except WriteFailed as e:
+        raise RunFailed(f"{e}; {_last_checkpoint(ckpt_path, saved_epoch)}") from None
     finally:
         if metrics_file is not None:
-            metrics_file.close()
+            with contextlib.suppress(OSError):  # every line was flushed; after a failed write, nothing more to say
+                metrics_file.close()
         close_tensorboard(writer)
-    _finish(config, out, impls, data, records, say, info, monitors)
     return EXIT_OK
+
+
+def _last_checkpoint(path: Path, epoch: int | None) -> str:
+    if epoch is None:
+        return "no checkpoint was written yet"
+    return f"the last complete checkpoint is {path} (epoch {epoch})"
 
 
 _MIXED_DRIFT = (" (mixed precision: float32 weights of two runs that may round their half products differently, "
