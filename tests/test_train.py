@@ -26,7 +26,7 @@ def test_end_to_end_both_impls_agree_and_write_outputs(tiny, tmp_path):
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary) == {"dataset", "model", "epochs", "results", "max_param_abs_diff"}
-    assert summary["dataset"] == "mnist" and summary["epochs"] == 2
+    assert summary["dataset"] == "fashion-mnist" and summary["epochs"] == 2  # the default
     assert set(summary["results"]) == {"manual", "torch"}
     for r in summary["results"].values():
         assert set(r) == {"test_accuracy", "test_loss", "train_loss", "seconds_per_epoch"}

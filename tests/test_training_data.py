@@ -20,7 +20,7 @@ def run(*argv):
 
 
 def test_missing_data_says_where_it_looked_and_how_to_fix(tmp_path, capsys):
-    code = run("--data-dir", tmp_path / "empty", "--no-download", "--quiet")
+    code = run("--dataset", "mnist", "--data-dir", tmp_path / "empty", "--no-download", "--quiet")
     assert code == 2
     err = capsys.readouterr().err
     assert str(tmp_path / "empty" / "MNIST" / "raw") in err
@@ -33,7 +33,7 @@ def test_missing_data_with_download_failure_is_the_same_message(tmp_path, monkey
     def no_network(self):
         raise RuntimeError("Error downloading train-images-idx3-ubyte.gz")
     monkeypatch.setattr(datasets.MNIST, "download", no_network)
-    assert run("--data-dir", tmp_path / "empty", "--quiet") == 2
+    assert run("--dataset", "mnist", "--data-dir", tmp_path / "empty", "--quiet") == 2
     err = capsys.readouterr().err
     assert "torchvision download" in err and "missing train-images-idx3-ubyte" in err
 
@@ -43,14 +43,14 @@ def test_corrupt_idx_file(tiny, tmp_path, damage, capsys):
     f = tiny / "MNIST" / "raw" / "t10k-images-idx3-ubyte"
     data = f.read_bytes()
     f.write_bytes(data[: len(data) // 2] if damage == "truncate" else b"\x00\x00\x01\x01garbage")
-    assert run("--data-dir", tiny, *FAST) == 2
+    assert run("--dataset", "mnist", "--data-dir", tiny, *FAST) == 2
     err = capsys.readouterr().err
     assert "corrupt or truncated" in err and str(f) in err and "Traceback" not in err
 
 
 def test_corrupt_gzip(tiny, capsys):
     (tiny / "MNIST" / "raw" / "train-labels-idx1-ubyte.gz").write_bytes(b"not gzip at all")
-    assert run("--data-dir", tiny, *FAST) == 2
+    assert run("--dataset", "mnist", "--data-dir", tiny, *FAST) == 2
     assert "not a readable gzip file" in capsys.readouterr().err
 
 

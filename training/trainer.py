@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 
 from .checkpoint import checkpoint_state, load_checkpoint, restore, save_checkpoint
-from .config import TrainConfig, resolve_device
+from .config import TrainConfig, resolve_device, use_threads
 from .data import check_data_dir, load_data
 from .errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, NonFiniteLoss, UsageError
 from .files import atomic_write_text
@@ -48,6 +48,7 @@ def run(config: TrainConfig, say: Callable | None = None, *, init_method: str | 
     torchrun (or with ``info``/``init_method`` given, as tests do) every rank runs this; rank 0 alone prints and
     writes files.
     """
+    use_threads(config.threads)
     device = resolve_device(config.device)
     with under_torchrun(device, config.dist_timeout, init_method, info) as (info, device):
         quiet = config.quiet or not info.is_main
@@ -110,7 +111,8 @@ def _run(config: TrainConfig, device: torch.device, info: DistInfo, say: Callabl
 
     n_val = 0 if data.val_x is None else data.val_x.shape[0]
     say(f"{config.dataset}: {data.train_x.shape[0]} train, {n_val} val, {data.test_x.shape[0]} test on {device} "
-        f"({_precision(config)}); loaded in {data_seconds:.2f} s; model {config.model}; impl {', '.join(impls)}; "
+        f"({_precision(config)}; {_count(torch.get_num_threads(), 'CPU thread')}); loaded in {data_seconds:.2f} s; "
+        f"model {config.model}; impl {', '.join(impls)}; "
         f"{f'{info.world_size} processes; ' if info.enabled else ''}output {out}")
     ckpt_path = out / "checkpoint.pt"
     try:
@@ -153,6 +155,10 @@ def _run(config: TrainConfig, device: torch.device, info: DistInfo, say: Callabl
 
 _MIXED_DRIFT = (" (mixed precision: float32 weights of two runs that may round their half products differently, "
                 "not expected to agree to float32 precision)")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _precision(config: TrainConfig) -> str:
@@ -204,6 +210,6 @@ def _finish(config: TrainConfig, out: Path, impls: dict, data, records: list, sa
         say(f"{name:<8}{r['test_accuracy']:>10.2%}{r['test_loss']:>11.4f}{r['train_loss']:>12.4f}"
             f"{r['seconds_per_epoch']:>10.2f}")
     if summary["max_param_abs_diff"] is not None:
-        say(f"largest weight difference between implementations after {summary['epochs']} epochs: "
+        say(f"largest weight difference between implementations after {_count(summary['epochs'], 'epoch')}: "
             f"{summary['max_param_abs_diff']:.3e}{_MIXED_DRIFT if config.is_mixed else ''}")
     say(f"wrote {', '.join(str(out / w) if i == 0 else w for i, w in enumerate(written))}")
