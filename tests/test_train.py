@@ -41,8 +41,8 @@ def test_end_to_end_both_impls_agree_and_write_outputs(tiny, tmp_path):
     assert [r["epoch"] for r in drift] == [1, 2] and all(r["max_param_abs_diff"] < 1e-10 for r in drift)
     mons = {name: [json.loads(line) for line in (out / f"monitor_{name}.jsonl").read_text().splitlines()]
             for name in ("manual", "torch")}
-    steps = [r["step"] for r in mons["manual"]]
-    assert steps and all(s % 3 == 0 for s in steps) and steps == [r["step"] for r in mons["torch"]]
+    steps = [r["step"] for r in mons["manual"]]  # every 3rd, the run's first and each epoch's last (9 per epoch)
+    assert steps == [1, 3, 6, 9, 12, 15, 18] and steps == [r["step"] for r in mons["torch"]]
     for name, recs_ in mons.items():
         for r in recs_:
             assert r["total_grad_norm_after_clip"] <= 1.0 + 1e-9, name
@@ -57,6 +57,13 @@ def test_end_to_end_both_impls_agree_and_write_outputs(tiny, tmp_path):
     assert not list(out.glob("*.png"))  # --no-plots: figures are rendered once, in test_plots.py
     ckpt = torch.load(out / "checkpoint.pt", weights_only=True)
     assert ckpt["epoch"] == 2 and set(ckpt["models"]) == {"manual", "torch"}
+
+
+def test_a_run_shorter_than_the_log_interval_is_monitored(tiny, tmp_path):
+    out = tmp_path / "run"  # 9 steps, --log-interval 50 by default
+    assert run("--data-dir", tiny, "--out", out, "--epochs", "1", "--monitor", *FAST) == 0
+    for name in ("manual", "torch"):
+        assert [json.loads(x)["step"] for x in (out / f"monitor_{name}.jsonl").read_text().splitlines()] == [1, 9]
 
 
 def test_all_three_implementations_agree(tiny, tmp_path):

@@ -82,10 +82,10 @@ def _run(config: TrainConfig, device: torch.device, info: DistInfo, say: Callabl
     data = load_data(config, device, config.torch_dtype, say, sample_shape=SAMPLE_SHAPES[config.model])
     data_seconds = time.perf_counter() - t0
     _check_batches(config, data.train_x.shape[0], info)
-    impls = build_impls(config, device, config.torch_dtype, info,
-                        steps_per_epoch=-(-data.train_x.shape[0] // config.batch_size))
+    steps_per_epoch = -(-data.train_x.shape[0] // config.batch_size)
+    impls = build_impls(config, device, config.torch_dtype, info, steps_per_epoch=steps_per_epoch)
     writer = open_tensorboard(config, info)
-    monitors = attach_monitors(impls, config, info, writer)
+    monitors = attach_monitors(impls, config, info, steps_per_epoch, writer)
     batch_gen = torch.Generator().manual_seed(config.seed + 1)
     records: list[dict] = []  # everything logged, in order; epochs are the records of type "epoch"
     start_epoch = 1
