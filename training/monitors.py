@@ -84,11 +84,11 @@ def write_monitor_outputs(out: Path, monitors: dict, plots: bool) -> list[str]:
 
 def log_scalars(writer, rec: dict) -> None:
     """A metrics record as TensorBoard scalars: step and epoch records tagged by implementation, the weight
-    difference between implementations as ``drift/max_param_abs_diff``."""
+    difference between implementations as ``drift/max_param_abs_diff`` (by step)."""
     if writer is None:
         return
     if rec["type"] == "drift":
-        writer.add_scalar("drift/max_param_abs_diff", rec["max_param_abs_diff"], rec["epoch"])
+        writer.add_scalar("drift/max_param_abs_diff", rec["max_param_abs_diff"], rec["step"])
         return
     name = rec["impl"]
     if rec["type"] == "step":

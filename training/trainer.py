@@ -19,6 +19,7 @@ from .config import TrainConfig, resolve_device, use_threads
 from .data import check_data_dir, load_data
 from .errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, NonFiniteLoss, UsageError
 from .files import atomic_write_text
+from .drift import Drift, first_step_agreement
 from .impls import build_impls, check_mixed_precision, max_param_abs_diff
 from .distributed import DistInfo
 from .loop import evaluate, train_epoch
@@ -114,13 +115,15 @@ def _run(config: TrainConfig, device: torch.device, info: DistInfo, say: Callabl
         f"({_precision(config)}; {_count(torch.get_num_threads(), 'CPU thread')}); loaded in {data_seconds:.2f} s; "
         f"model {config.model}; impl {', '.join(impls)}; "
         f"{f'{info.world_size} processes; ' if info.enabled else ''}output {out}")
+    drift = Drift(impls, steps_per_epoch, log) if len(impls) > 1 else None
     ckpt_path = out / "checkpoint.pt"
     try:
         for epoch in range(start_epoch, config.epochs + 1):
             perm = torch.randperm(data.train_x.shape[0], generator=batch_gen).to(device)
             for name, impl in impls.items():
                 rec = {"type": "epoch", "impl": name, "epoch": epoch,
-                       **train_epoch(impl, data, perm, epoch, config, log, info)}
+                       **train_epoch(impl, data, perm, epoch, config, log, info,
+                                     drift.after_step if drift is not None else None)}
                 rec["val_loss"] = rec["val_acc"] = None
                 if data.val_x is not None and (epoch % config.val_interval == 0 or epoch == config.epochs):
                     rec["val_loss"], rec["val_acc"] = evaluate(impl, data.val_x, data.val_y, info=info)
@@ -128,9 +131,8 @@ def _run(config: TrainConfig, device: torch.device, info: DistInfo, say: Callabl
                 val = "" if rec["val_loss"] is None else f" | val loss {rec['val_loss']:.4f} acc {rec['val_acc']:.2%}"
                 say(f"epoch {epoch:>3} {name:<6} train loss {rec['train_loss']:.4f} acc {rec['train_acc']:.2%}"
                     f"{val} | {rec['seconds']:.2f} s")
-            diff = max_param_abs_diff(impls)
-            if diff is not None:
-                log({"type": "drift", "epoch": epoch, "impls": list(impls), "max_param_abs_diff": diff})
+            if drift is not None:
+                diff = drift.end_epoch(epoch)
                 say(f"epoch {epoch:>3} largest weight difference between {', '.join(impls)}: {diff:.3e}"
                     f"{_MIXED_DRIFT if config.is_mixed else ''}")
             if info.is_main:
@@ -155,6 +157,21 @@ def _run(config: TrainConfig, device: torch.device, info: DistInfo, say: Callabl
 
 _MIXED_DRIFT = (" (mixed precision: float32 weights of two runs that may round their half products differently, "
                 "not expected to agree to float32 precision)")
+
+
+def _agreement(config: TrainConfig, records: list) -> str | None:
+    """What the largest weight difference means: how closely the run's first step agreed, and why they drift."""
+    rel = first_step_agreement(records)
+    if rel is None:  # resumed from a checkpoint of a version that did not record it
+        return None
+    line = f"  the first step's gradients agreed to {rel:.1e} (largest relative difference)"
+    if config.is_mixed:
+        return line
+    line += (f": {config.dtype} rounding, which the optimizer's steps amplify as they would between two runs that "
+             f"sum in another order")
+    if config.dtype == "float32":
+        line += " (--dtype float64 keeps the drift far smaller)"
+    return line + ("; curves.png plots the drift over steps" if config.plots else "")
 
 
 def _count(n: int, noun: str) -> str:
@@ -212,4 +229,7 @@ def _finish(config: TrainConfig, out: Path, impls: dict, data, records: list, sa
     if summary["max_param_abs_diff"] is not None:
         say(f"largest weight difference between implementations after {_count(summary['epochs'], 'epoch')}: "
             f"{summary['max_param_abs_diff']:.3e}{_MIXED_DRIFT if config.is_mixed else ''}")
+        agreement = _agreement(config, records)
+        if agreement:
+            say(agreement)
     say(f"wrote {', '.join(str(out / w) if i == 0 else w for i, w in enumerate(written))}")
