@@ -30,12 +30,15 @@ def test_missing_data_says_where_it_looked_and_how_to_fix(tmp_path, capsys):
 def test_missing_data_with_download_failure_is_the_same_message(tmp_path, monkeypatch, capsys):
     from torchvision import datasets
 
-    def no_network(self):
-        raise RuntimeError("Error downloading train-images-idx3-ubyte.gz")
+    def no_network(self):  # torchvision's message: its first line ends in a colon, the causes follow
+        raise RuntimeError("Error downloading train-images-idx3-ubyte.gz:\nTried https://a/, got:\n<urlopen error "
+                           "a>\nTried https://b/, got:\n<urlopen error [Errno -3] Temporary failure in name resolution>\n")
     monkeypatch.setattr(datasets.MNIST, "download", no_network)
     assert run("--dataset", "mnist", "--data-dir", tmp_path / "empty", "--quiet") == 2
     err = capsys.readouterr().err
-    assert "torchvision download" in err and "missing train-images-idx3-ubyte" in err
+    assert "missing train-images-idx3-ubyte" in err
+    assert ("the network (torchvision download: RuntimeError: Error downloading train-images-idx3-ubyte.gz: ... "
+            "<urlopen error [Errno -3] Temporary failure in name resolution>)") in err
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage"])
@@ -64,6 +67,10 @@ def test_fashion_mnist_found_in_debian_location(tmp_path, monkeypatch):
     raw = tmp_path / "data" / "FashionMNIST" / "raw"
     assert sorted(p.name for p in raw.iterdir()) == sorted(n for pair in training.data.SPLIT_FILES.values() for n in pair)
     assert json.loads((out / "summary.json").read_text())["dataset"] == "fashion-mnist"
+    said = []  # the copy into --data-dir is announced, with where it went
+    training.prepare_raw(tmp_path / "elsewhere", "fashion-mnist", train=True, download=False, say=said.append)
+    assert said == [f"decompressed Debian's Fashion-MNIST training split from {debian} into "
+                    f"{tmp_path / 'elsewhere' / 'FashionMNIST' / 'raw'} (0 MB; --data-dir chooses where)"]
 
 
 def test_data_is_normalised_with_training_statistics(tiny):
