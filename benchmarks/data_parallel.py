@@ -5,9 +5,9 @@ and the bucketed all-reduce overlapped with the backward vs started after it.
     python benchmarks/data_parallel.py --hidden 128 --batch-size 256 --world 2 --steps 30
 
 Every configuration trains the hand-written Net with SGD on random data, the global batch split between the
-processes (as train.py does under torchrun); torch's intra-op threads (--threads, default one per core) are
-divided between the processes, so 1 and N processes use the same cores.  A step's communication time is measured by running the same
-all-reduces alone, on gradients already computed.
+processes (as train.py does under torchrun); torch's intra-op threads (--threads, default one per core)
+are divided between the processes, so 1 and N processes use the same cores.  A step's communication time
+is measured by running the same all-reduces alone, on gradients already computed.
 """
 from __future__ import annotations
 

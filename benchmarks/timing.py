@@ -2,9 +2,10 @@
 
 ``interleaved``: the candidates run round-robin, one call each per round, so that drift in the machine's speed
 hits all of them alike; the device is synchronised around every call; the result is each candidate's median
-over the timed rounds.  ``machine``: the header line saying where a figure was measured.  ``parser``: an argument parser with ``--threads`` (torch.set_num_threads, applied as the
-arguments are parsed) and ``--device`` (checked, one line where it does not exist here), whose errors are one
-line.  (Imported by the sibling scripts: benchmarks/ is sys.path[0] when one of them runs.)
+over the timed rounds.  ``machine``: the header line saying where a figure was measured.  ``parser``: an
+argument parser with ``--threads`` (torch.set_num_threads, applied as the arguments are parsed) and
+``--device`` (checked, one line where it does not exist here), whose errors are one line.  (Imported by the
+sibling scripts: benchmarks/ is sys.path[0] when one of them runs.)
 """
 from __future__ import annotations
 

@@ -54,8 +54,8 @@ def _weight_and_grad(p) -> tuple[Tensor, Tensor | None]:
 class GradientMonitor:
     """Records, every ``every`` steps and at the steps in ``also``, per parameter: gradient mean/std/norm/max|g|/
     min/max and a histogram of ``hist_bins`` equal bins over [-max|g|, max|g|] (that parameter's own range, stored
-    as ``hist_range``), the weights' mean/std/norm and the update-to-weight ratio; the total gradient norm before and after
-    clipping; with ``watch_activations()``, per-layer output mean/std and dead/saturated fractions.
+    as ``hist_range``), the weights' mean/std/norm and the update-to-weight ratio; the total gradient norm before
+    and after clipping; with ``watch_activations()``, per-layer output mean/std and dead/saturated fractions.
 
     model: anything with ``named_parameters()`` -- a handgrad Net/Sequential (names as its torch twin's;
     Linear's weight is reported as stored, (in, out): every statistic here is layout-independent), an

@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def config(data_dir, out, **kw):
     base = dict(dataset="mnist", data_dir=data_dir, out=out, download=False, quiet=True, plots=False,
-                dtype="float64", hidden=16, depth=2, batch_size=33, epochs=2, optimizer="sgd", momentum=0.9, lr=0.05, dist_timeout=60)
+                dtype="float64", hidden=16, depth=2, batch_size=33, epochs=2, optimizer="sgd", momentum=0.9,
+                lr=0.05, dist_timeout=60)
     return training.TrainConfig(**{**base, **kw})
 
 

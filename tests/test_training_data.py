@@ -32,7 +32,8 @@ def test_missing_data_with_download_failure_is_the_same_message(tmp_path, monkey
 
     def no_network(self):  # torchvision's message: its first line ends in a colon, the causes follow
         raise RuntimeError("Error downloading train-images-idx3-ubyte.gz:\nTried https://a/, got:\n<urlopen error "
-                           "a>\nTried https://b/, got:\n<urlopen error [Errno -3] Temporary failure in name resolution>\n")
+                           "a>\nTried https://b/, got:\n<urlopen error [Errno -3] Temporary failure in name "
+                           "resolution>\n")
     monkeypatch.setattr(datasets.MNIST, "download", no_network)
     assert run("--dataset", "mnist", "--data-dir", tmp_path / "empty", "--quiet") == 2
     err = capsys.readouterr().err

@@ -44,7 +44,8 @@ class Drift:
 
     def __init__(self, impls: dict[str, Impl], steps_per_epoch: int, log: Callable[[dict], None]):
         self.impls, self.names, self.log = impls, list(impls), log
-        self.probes = {1} | {_GROWTH ** k for k in range(steps_per_epoch.bit_length()) if _GROWTH ** k < steps_per_epoch}
+        within = (_GROWTH ** k for k in range(steps_per_epoch.bit_length()))
+        self.probes = {1} | {step for step in within if step < steps_per_epoch}
         self.kept: dict[int, tuple[dict, dict]] = {}  # step -> the first implementation's weights and gradients
         self.pending: dict[int, dict] = {}  # step -> its record, until the last implementation reaches the step
         self.step = 0  # the latest step any implementation took

@@ -3,8 +3,9 @@
 torch's nn.SyncBatchNorm synchronises only CUDA tensors ("SyncBatchNorm layers only work with GPU modules"), so on
 the CPU (gloo) the twin uses ``GlooSyncBatchNorm``: the same statistics over every rank's part of the batch, from
 torch operations and ``all_reduce_sum``, an all-reduce that autograd differentiates (its backward is the all-reduce
-of the gradients; torch.distributed.nn.functional.all_reduce, which did this, is deprecated).  The hand-written model's own ``layers.SyncBatchNorm`` is what is checked;
-this is autograd's reference for it, as nn.SyncBatchNorm is on CUDA.
+of the gradients; torch.distributed.nn.functional.all_reduce, which did this, is deprecated).  The hand-written
+model's own ``layers.SyncBatchNorm`` is what is checked; this is autograd's reference for it, as nn.SyncBatchNorm
+is on CUDA.
 """
 from __future__ import annotations
 
