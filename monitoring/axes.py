@@ -52,6 +52,13 @@ def series_style(n_points: int) -> dict:
     return {"marker": "o", "markersize": 3} if n_points <= FEW_POINTS else {}
 
 
+def distinct_colors(ax, n_series: int) -> None:
+    """More series than matplotlib's 10 default colours (a CNN's 14 layers): 20 colours, so none repeats."""
+    if n_series > 10:
+        import matplotlib.pyplot as plt
+        ax.set_prop_cycle(color=plt.cm.tab20.colors)
+
+
 def twin_style(index: int) -> dict:
     """Markers for the index-th of several implementations drawn on one axis: filled, then hollow and larger, so
     that identical points show as concentric marks instead of one hiding the other."""

@@ -24,7 +24,7 @@ def plot_records(records: list[dict] | Mapping[str, list[dict]], out_dir: str | 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .axes import integer_axis, log_axis, series_style
+    from .axes import distinct_colors, integer_axis, log_axis, series_style
 
     runs = dict(records) if isinstance(records, Mapping) else {"": list(records)}
     runs = {k: v for k, v in runs.items() if v}
@@ -54,6 +54,7 @@ def plot_records(records: list[dict] | Mapping[str, list[dict]], out_dir: str | 
     # gradient norm per parameter
     fig, axes = figure(1, 3.8)
     for ax, (run, recs) in zip(axes[0], runs.items()):
+        distinct_colors(ax, len(recs[0]["params"]))
         for name in recs[0]["params"]:
             pts = [(r["step"], r["params"][name]["grad_norm"]) for r in recs
                    if r["params"].get(name, {}).get("grad_norm") is not None]
@@ -83,6 +84,7 @@ def plot_records(records: list[dict] | Mapping[str, list[dict]], out_dir: str | 
     if any(r.get("update_ratio_span") for recs in runs.values() for r in recs):
         fig, axes = figure(1, 3.8)
         for ax, (run, recs) in zip(axes[0], runs.items()):
+            distinct_colors(ax, len(recs[0]["params"]))
             for name in recs[0]["params"]:
                 pts = [(r["update_ratio_span"][0], r["params"][name]["update_ratio"]) for r in recs
                        if r.get("update_ratio_span") and r["params"].get(name, {}).get("update_ratio") is not None]
@@ -126,6 +128,8 @@ def plot_records(records: list[dict] | Mapping[str, list[dict]], out_dir: str | 
         for col, (run, recs) in enumerate(runs.items()):
             ax_mean, ax_std, ax_frac = (axes[row][col] for row in range(3))
             layers = list(dict.fromkeys(n for r in recs for n in r.get("activations", {})))
+            for ax in (ax_mean, ax_std, ax_frac):
+                distinct_colors(ax, len(layers))
             for name in layers:
                 rows = [(r["step"], r["activations"][name]) for r in recs if name in r.get("activations", {})]
                 steps = [s for s, _ in rows]

@@ -33,6 +33,7 @@ def write_plots(out: Path, records: list) -> list[Path]:
                         **{**style, "marker": "s"})
     for ax, title in ((ax_loss, "cross-entropy loss"), (ax_acc, "accuracy")):
         ax.set_xlabel("epoch"); ax.set_title(title); ax.grid(alpha=0.3); ax.legend(fontsize=8)
+        ax.margins(y=0.1)  # room for the larger, hollow markers
         integer_axis(ax)
         plain_axis(ax)
     if drift:
