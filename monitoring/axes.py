@@ -7,6 +7,8 @@ line to see), and twin implementations whose identical points hide each other.
 """
 from __future__ import annotations
 
+import math
+
 from matplotlib import ticker
 
 FEW_POINTS = 30  # series with at most this many points get markers
@@ -33,6 +35,8 @@ def plain_axis(ax, min_span: float = 0.02) -> None:
     agree to many digits are drawn as agreeing, not spread over the axis by their last digits."""
     ax.ticklabel_format(axis="y", useOffset=False, style="plain")
     lo, hi = ax.dataLim.intervaly
+    if not (math.isfinite(lo) and math.isfinite(hi)):  # nothing drawn
+        return
     mid, half = (lo + hi) / 2, max(abs(lo), abs(hi), 1e-12) * min_span / 2
     if hi - lo < 2 * half:
         ax.set_ylim(mid - 2 * half, mid + 2 * half)
@@ -43,7 +47,7 @@ def integer_axis(ax, axis: str = "x") -> None:
     which = ax.xaxis if axis == "x" else ax.yaxis
     which.set_major_locator(ticker.MaxNLocator(integer=True))
     lo, hi = ax.dataLim.intervalx if axis == "x" else ax.dataLim.intervaly
-    if hi - lo < 1:
+    if math.isfinite(lo) and math.isfinite(hi) and hi - lo < 1:
         (ax.set_xlim if axis == "x" else ax.set_ylim)(lo - 1, hi + 1)
 
 

@@ -69,6 +69,11 @@ def test_axes_of_a_short_run_read_plainly():
     assert labels and not any("times" in s or "^" in s or "\u00d7" in s for s in labels), labels
     assert twin_style(0)["markersize"] < twin_style(1)["markersize"] and twin_style(1)["markerfacecolor"] == "none"
     plt.close(fig)
+    fig, empty = plt.subplots()  # a panel with nothing to draw (the engine's activations) is left as it is
+    integer_axis(empty)
+    plain_axis(empty)
+    fig.canvas.draw()
+    plt.close(fig)
 
 
 def test_the_curves_figure_plots_the_drift_over_steps(tiny, tmp_path):
