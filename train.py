@@ -1,7 +1,7 @@
-"""Train the hand-written Net on MNIST beside its nn.Module twin, from the same weights and batches.
+"""Train the hand-written Net on Fashion-MNIST or MNIST beside its nn.Module twin, from the same weights and batches.
 
-    python train.py                                # MNIST under ./data, both implementations
-    python train.py --dataset fashion-mnist        # also finds Debian's dataset-fashion-mnist package
+    python train.py                                # Fashion-MNIST (Debian's package or ./data), both implementations
+    python train.py --dataset mnist                # MNIST under ./data, downloaded by torchvision if missing
     python train.py --impl manual --epochs 2 --hidden 128 --device cuda
 
 Each implementation trains on the same batches in the same order; the run reports per
@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 
 try:  # importing torch takes seconds: Ctrl-C then is an interruption like any other, not a traceback
+    import torch
+
     from optimizers import OPTIMIZERS
     from training import (DATASETS, DTYPES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, IMPL_GROUPS, IMPLS, MODELS,
                           SCHEDULES, RunFailed, TrainConfig, UsageError, run)
@@ -26,6 +28,16 @@ except KeyboardInterrupt:
     sys.exit(130)
 
 _UNSET = object()
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's "(default: X)" after each option's help, except where the help states its default itself and
+    where there is none to state (an off-by-default switch, an option unset by default)."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False or "(default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,43 +53,58 @@ def _path(text: str) -> Path:
 
 def build_parser() -> argparse.ArgumentParser:
     d = TrainConfig.__dataclass_fields__
-    p = _Parser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = _Parser(description=__doc__.split("\n\n")[0], formatter_class=_HelpFormatter)
     p.register("type", Path, _path)  # every type=Path option refuses an empty path
     a = p.add_argument
-    a("--dataset", choices=list(DATASETS), default=d["dataset"].default)
-    a("--data-dir", type=Path, default=d["data_dir"].default, help="torchvision root: DIR/MNIST/raw, DIR/FashionMNIST/raw")
+    a("--dataset", choices=list(DATASETS), default=d["dataset"].default,
+      help="fashion-mnist: from --data-dir, else Debian's dataset-fashion-mnist package (the README's install), else "
+           "downloaded; mnist: from --data-dir, else downloaded")
+    a("--data-dir", type=Path, default=d["data_dir"].default,
+      help="torchvision's layout, DIR/MNIST/raw and DIR/FashionMNIST/raw; files found elsewhere are decompressed "
+           "into it (default: data, in the current folder)")
     a("--no-download", action="store_true", help="never try the network for missing files")
     a("--model", choices=list(MODELS), default=d["model"].default, help="mlp: the default Net; cnn: the CNN")
     a("--impl", choices=[*IMPLS, *IMPL_GROUPS], default=d["impl"].default,
       help="manual: hand-written model; engine: the autodiff engine's Net (MLP only); torch: the nn.Module twin; "
            "both: manual and torch; all: all three")
-    a("--epochs", type=int, default=d["epochs"].default)
-    a("--batch-size", type=int, default=d["batch_size"].default)
-    a("--lr", type=float, default=d["lr"].default)
+    a("--epochs", type=int, default=d["epochs"].default, help="passes over the training split")
+    a("--batch-size", type=int, default=d["batch_size"].default, help="samples per step (under torchrun: the global "
+      "batch)")
+    a("--lr", type=float, default=d["lr"].default, help="learning rate (the peak, with --schedule onecycle)")
     a("--optimizer", default=d["optimizer"].default, help=f"one of {', '.join(OPTIMIZERS)}")
     a("--momentum", type=float, default=d["momentum"].default, help="for sgd and rmsprop")
-    a("--weight-decay", type=float, default=d["weight_decay"].default)
+    a("--weight-decay", type=float, default=d["weight_decay"].default, help="the optimizer's weight_decay "
+      "(adamw: decoupled)")
     a("--schedule", choices=list(SCHEDULES), default=d["schedule"].default,
       help="learning rate per step: constant; cosine (annealed to 0); onecycle (warm-up to --lr, then annealed)")
     a("--augment", action="store_true", help="random left-right flips and 2-pixel shifts of training images")
     a("--hidden", type=int, default=d["hidden"].default, help="MLP hidden width")
     a("--depth", type=int, default=d["depth"].default, help="number of MLP hidden layers")
-    a("--seed", type=int, default=d["seed"].default)
+    a("--seed", type=int, default=d["seed"].default, help="initial weights, validation split, batch order, dropout "
+      "and augmentation")
     a("--device", default=d["device"].default, help="cpu, cuda, cuda:N or auto")
+    a("--threads", type=int, default=d["threads"].default, metavar="N",
+      help=f"CPU threads for torch's operations (default: torch's choice, {torch.get_num_threads()} here: one per "
+           f"core, or $OMP_NUM_THREADS; torchrun sets 1 per process); on a machine busy with other work, fewer threads "
+           f"than cores can be many times faster")
     a("--dtype", choices=list(DTYPES), default=d["dtype"].default,
       help="bfloat16, float16: mixed precision (float32 data and master weights the optimizer updates, matrix "
            "products in the half dtype, softmax/cross-entropy and batch norm statistics in float32; float16 with a "
            "dynamic loss scale; the twin under torch.autocast; not --impl engine)")
-    a("--log-interval", type=int, default=d["log_interval"].default, help="steps between logged metrics")
+    a("--log-interval", type=int, default=d["log_interval"].default,
+      help="steps between logged metrics and --monitor records (each epoch's last step and, with --monitor, the "
+           "run's first are recorded too)")
     a("--val-interval", type=int, default=d["val_interval"].default, help="epochs between validations")
-    a("--val-split", type=int, default=None, help="training samples held out for validation (default 10%%; 0: none)")
-    a("--clip-grad", type=float, default=None, metavar="MAX_NORM")
-    a("--limit-train", type=int, default=None, metavar="N", help="use the first N training samples")
+    a("--val-split", type=int, default=None, help="training samples held out for validation (default: 10%%; 0: none)")
+    a("--clip-grad", type=float, default=None, metavar="MAX_NORM",
+      help="clip the total gradient norm to MAX_NORM (default: no clipping)")
+    a("--limit-train", type=int, default=None, metavar="N", help="use the first N training samples (default: all)")
     a("--cuda-graph", action=argparse.BooleanOptionalAction, default=None,
       help="capture the hand-written step once as a CUDA graph and replay it (default: on with a CUDA device for "
            "the MLP without --monitor or torchrun; on the CPU the same capturable, in-place step runs eagerly)")
     a("--monitor", action="store_true", help="record gradient, weight, update and activation statistics of every "
-      "implementation every --log-interval steps (monitor_<impl>.jsonl and monitor_*.png in the output folder)")
+      "implementation every --log-interval steps, at the run's first step and at each epoch's last "
+      "(monitor_<impl>.jsonl and monitor_*.png in the output folder)")
     a("--tensorboard", type=Path, default=None, metavar="DIR", help="also write the losses (and with --monitor "
       "the statistics and histograms) as TensorBoard event files into DIR")
     a("--no-plots", action="store_true", help="skip rendering the PNG figures")
@@ -85,14 +112,14 @@ def build_parser() -> argparse.ArgumentParser:
       help="under torchrun: seconds a collective may wait before the run fails")
     a("--no-sync-bn", action="store_true", help="under torchrun: per-process batch norm statistics (the twin "
       "then uses plain BatchNorm under DDP) instead of synchronised ones")
-    a("--out", type=Path, default=None, help="output folder (default runs/<timestamp>)")
+    a("--out", type=Path, default=None, help="output folder (default: runs/<timestamp>)")
     a("--overwrite", action="store_true", help="replace the run already in --out (without it a fresh run there is "
       "refused: --resume continues it)")
     a("--resume", type=Path, default=None, metavar="PATH", help="checkpoint.pt to continue from")
     a("--dry-run", action="store_true", help="one batch of each, for a smoke test")
     a("--sanity", action="store_true", help="run the pre-flight checks (initial loss, overfitting 20 examples, "
       "gradients vs autograd, manual vs twin) and exit 0 only if all pass")
-    a("--quiet", action="store_true")
+    a("--quiet", action="store_true", help="print nothing but errors")
     return p
 
 

@@ -21,8 +21,7 @@ from .engine import Tensor, _topological_order
 FORMATS = ("svg", "png", "pdf", "dot")
 INSTALL_HINT = ("Graphviz's `dot` program is not installed, so the graph cannot be rendered to {fmt}. Install it "
                 "(Debian/Ubuntu: `sudo apt-get install graphviz`; macOS: `brew install graphviz`; conda: "
-                "`conda install graphviz`), or pass format='dot' to write the DOT text, which any Graphviz viewer "
-                "renders.")
+                "`conda install graphviz`), or {dot} to write the DOT text, which any Graphviz viewer renders.")
 
 
 def _escape(text: str) -> str:
@@ -106,7 +105,7 @@ def draw_graph(tensor: Tensor, path: str | os.PathLike | None = None, format: st
         return text
     path = Path(path)
     if format != "dot" and shutil.which("dot") is None:
-        raise RuntimeError(INSTALL_HINT.format(fmt=format))
+        raise RuntimeError(INSTALL_HINT.format(fmt=format, dot="pass format='dot'"))
     tmp = str(path.with_name(f".{path.name}.{os.getpid()}.tmp"))  # beside the target: os.replace is atomic
     try:
         if format == "dot":

@@ -9,7 +9,6 @@ matrix product, fold) forward and backward against layers.Conv2d on the CNN's se
 """
 from __future__ import annotations
 
-import argparse
 import sys
 
 import torch
@@ -20,7 +19,8 @@ from layers import Conv2d, reference
 from losses import CrossEntropyLoss
 from training.models import cnn
 
-from timing import interleaved  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
+import timing  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
+from timing import interleaved
 
 
 def cnn_rows(device: torch.device, batch: int, repeats: int, warmup: int = 3) -> dict[str, float]:
@@ -62,15 +62,13 @@ def cnn_rows(device: torch.device, batch: int, repeats: int, warmup: int = 3) ->
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--device", default="cpu")
+    ap = timing.parser(__doc__)
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=30)
     a = ap.parse_args(argv)
-    device = torch.device(a.device)
+    device = a.device
     rows = cnn_rows(device, a.batch_size, a.repeats)
-    print(f"torch {torch.__version__}, device {device}, {torch.get_num_threads()} CPU threads, float32, batch "
-          f"{a.batch_size}, median of {a.repeats} interleaved rounds")
+    print(f"{timing.machine(device)}; float32, batch {a.batch_size}, median of {a.repeats} interleaved rounds")
     ref = {"handgrad CNN + handgrad Adam": "nn.Module CNN + torch.optim.Adam",
            "Conv2d 32->64 3x3, im2col reference": "Conv2d 32->64 3x3, fast path"}
     print(f"  {'candidate':<38}{'ms':>9}{'ratio':>28}")

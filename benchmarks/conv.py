@@ -12,14 +12,13 @@ interleaved, one step each per round, so drift in machine speed hits all alike. 
 """
 from __future__ import annotations
 
-import argparse
-
 import torch
 
 from layers import Conv2d
 from layers import reference as ref
 
-from timing import interleaved  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
+import timing  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
+from timing import interleaved
 
 # (label, C_in, C_out, kernel, stride, padding, H = W, first layer of the network?)
 SHAPES = [
@@ -63,22 +62,15 @@ def bench(fns: dict, device: torch.device, repeats: int, warmup: int) -> dict[st
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--device", default="cpu")
+    ap = timing.parser(__doc__)
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
     args = ap.parse_args(argv)
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-    device, dtype = torch.device(args.device), getattr(torch, args.dtype)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        ap.error("--device cuda: CUDA is not available here")
-    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
-    print(f"Conv2d forward+backward, batch {args.batch}, {args.dtype}, {where}, torch {torch.__version__}; "
-          f"median of {args.repeats}")
+    device, dtype = args.device, getattr(torch, args.dtype)
+    print(f"{timing.machine(device)}\nConv2d forward+backward, batch {args.batch}, {args.dtype}, median of "
+          f"{args.repeats}")
     print(f"{'shape':<34} {'dx':>3} {'hand ms':>8} {'nn ms':>8} {'im2col ms':>9} {'vs nn':>6} {'im2col/fast':>11}")
     with torch.no_grad():
         for label, *shape, first in SHAPES:

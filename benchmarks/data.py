@@ -1,41 +1,49 @@
 """Share of an epoch spent on data handling: the seeded permutation and the batch gathers, vs training steps.
 
-    python benchmarks/data.py --dataset fashion-mnist [--device cuda]
+    python benchmarks/data.py --dataset fashion-mnist [--device cuda] [--threads 1]
 
 train.py holds the whole split on the device and draws each batch by indexing it with a
 slice of a permutation; this measures that against the hand-written Net's training steps
 over the same epoch (default net, batch 128, Adam), and prints the one-time load time too.
+The training epoch takes as long as one of train.py's (tens of seconds on a CPU): a progress
+bar shows it going.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
 import torch
+from tqdm import tqdm
 
 import training
 
+import timing  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
+
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--dataset", default="fashion-mnist")
+    ap = timing.parser(__doc__)
+    ap.add_argument("--dataset", default="fashion-mnist", choices=list(training.DATASETS))
     ap.add_argument("--data-dir", default="data")
-    ap.add_argument("--device", default="cpu")
     ap.add_argument("--batch-size", type=int, default=128)
     a = ap.parse_args(argv)
-    config = training.TrainConfig(dataset=a.dataset, data_dir=a.data_dir, device=a.device, batch_size=a.batch_size,
-                                  val_split=0, impl="manual", quiet=True)
-    device = training.resolve_device(config.device)
+    config = training.TrainConfig(dataset=a.dataset, data_dir=a.data_dir, batch_size=a.batch_size, val_split=0,
+                                  impl="manual", quiet=True)
+    device = a.device
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    print(f"{timing.machine(device)}\n{a.dataset}: loading ...", flush=True)
     t0 = time.perf_counter()
-    data = training.load_data(config, device, torch.float32, say=lambda *x: None)
+    try:
+        data = training.load_data(config, device, torch.float32, say=lambda *x: None)
+    except training.UsageError as e:
+        print(e, file=sys.stderr)
+        return 2
     load = time.perf_counter() - t0
     impl = training.build_impls(config, device, torch.float32)["manual"]
     n, bs = data.train_x.shape[0], config.batch_size
     gen = torch.Generator().manual_seed(0)
 
-    def gather_epoch():
+    def gather_epoch():  # milliseconds: no progress bar to time along with it
         perm = torch.randperm(n, generator=gen).to(device)
         for i in range(0, n, bs):
             idx = perm[i:i + bs]
@@ -43,9 +51,11 @@ def main(argv=None) -> int:
 
     def train_epoch():
         perm = torch.randperm(n, generator=gen).to(device)
-        for i in range(0, n, bs):
-            idx = perm[i:i + bs]
-            impl.train_step(data.train_x[idx], data.train_y[idx], idx.shape[0])  # train.py reads losses back every 50 steps
+        with tqdm(total=-(-n // bs), desc="one epoch of training steps", leave=False, file=sys.stderr) as bar:
+            for i in range(0, n, bs):
+                idx = perm[i:i + bs]
+                impl.train_step(data.train_x[idx], data.train_y[idx], idx.shape[0])  # train.py reads back every 50
+                bar.update(1)
 
     times = {}
     for name, fn in (("gather", gather_epoch), ("train", train_epoch), ("gather", gather_epoch)):

@@ -5,13 +5,12 @@ and the bucketed all-reduce overlapped with the backward vs started after it.
     python benchmarks/data_parallel.py --hidden 128 --batch-size 256 --world 2 --steps 30
 
 Every configuration trains the hand-written Net with SGD on random data, the global batch split between the
-processes (as train.py does under torchrun); torch's intra-op threads are divided between the processes, so
-1 and N processes use the same cores.  A step's communication time is measured by running the same
-all-reduces alone, on gradients already computed.
+processes (as train.py does under torchrun); torch's intra-op threads (--threads, default one per core)
+are divided between the processes, so 1 and N processes use the same cores.  A step's communication time
+is measured by running the same all-reduces alone, on gradients already computed.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -28,9 +27,16 @@ from optimizers import SGD
 from training.allreduce import GradBuckets
 from training.distributed import DistInfo, init_from_env, shard_bounds, shutdown
 
+import timing  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
+
+
+def threads(a, world: int) -> int:
+    """Each of ``world`` processes' share of the threads one process gets: the same cores for 1 and N."""
+    return max(1, (a.threads or os.cpu_count() or 1) // world)
+
 
 def worker(rank, world, tmp, a, mode, results):
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    torch.set_num_threads(threads(a, world))
     info = DistInfo(rank, world, rank)
     if world > 1:
         init_from_env("cpu", timeout_s=120, init_method=f"file://{tmp}/rendezvous-{mode}", info=info)
@@ -74,7 +80,7 @@ def worker(rank, world, tmp, a, mode, results):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = timing.parser(__doc__, device=False)
     ap.add_argument("--world", type=int, default=2, help="processes to compare with one")
     ap.add_argument("--hidden", type=int, default=1024)
     ap.add_argument("--depth", type=int, default=3)
@@ -91,7 +97,8 @@ def main(argv=None) -> int:
                                join=True)
         results = dict(results)
     single = results[("single", 1, 0)][0]
-    print(f"Net hidden {a.hidden} x {a.depth}, global batch {a.batch_size}, SGD, {os.cpu_count()} cores, "
+    print(f"{timing.machine(torch.device('cpu'))} (1 process), {threads(a, a.world)} each ({a.world} processes)")
+    print(f"Net hidden {a.hidden} x {a.depth}, global batch {a.batch_size}, SGD, "
           f"buckets of {a.bucket_mb} MB, median of {a.steps} steps")
     print(f"{'configuration':<50}{'ms/step':>9}{'samples/s':>11}{'vs 1 proc':>11}{'comm share':>12}")
     print(f"{'1 process':<50}{single * 1e3:>9.1f}{a.batch_size / single:>11.0f}{1.0:>10.2f}x{'-':>12}")

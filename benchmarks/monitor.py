@@ -15,7 +15,6 @@ A step is forward, cross-entropy, backward, total-norm clipping and SGD; the mon
 """
 from __future__ import annotations
 
-import argparse
 import sys
 
 import torch
@@ -25,7 +24,8 @@ from losses import CrossEntropyLoss
 from monitoring import GradientMonitor
 import optimizers
 
-from timing import interleaved  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
+import timing  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
+from timing import interleaved
 
 
 class _NoHookCheck(Net):
@@ -86,13 +86,12 @@ def bench(hidden: int, batch: int, device: torch.device, repeats: int, warmup: i
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--device", default="cpu")
+    ap = timing.parser(__doc__)
     ap.add_argument("--repeats", type=int, default=None, help="timed rounds (default 30 / 500 on CPU)")
     ap.add_argument("--warmup", type=int, default=5)
     args = ap.parse_args(argv)
-    device = torch.device(args.device)
-    print(f"torch {torch.__version__}, device {device}, {torch.get_num_threads()} CPU threads, float32")
+    device = args.device
+    print(f"{timing.machine(device)}; float32")
     for label, hidden, batch, default_reps in (("default net 784-1024x3-10, batch 512", 1024, 512, 30),
                                                ("small net 784-128x3-10, batch 64", 128, 64, 500)):
         reps = args.repeats or (default_reps if device.type == "cpu" else 300)

@@ -12,7 +12,6 @@ Printed: median ms per step and the ratio to the float32 hand-written step (> 1 
 """
 from __future__ import annotations
 
-import argparse
 import sys
 
 import torch
@@ -24,7 +23,8 @@ from optimizers import SGD
 from training.loss_scale import DynamicLossScaler
 from training.precision import MasterWeights
 
-from timing import interleaved  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
+import timing  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
+from timing import interleaved
 
 
 def handgrad_step(net, dtype, lr):
@@ -78,8 +78,7 @@ def x_device(net) -> torch.device:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", default="cpu")
+    ap = timing.parser(__doc__.splitlines()[0])
     ap.add_argument("--hidden", type=int, default=1024)
     ap.add_argument("--depth", type=int, default=3)
     ap.add_argument("--batch", type=int, default=512)
@@ -87,7 +86,7 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--dtypes", nargs="+", default=["bfloat16"], choices=["bfloat16", "float16"])
     args = ap.parse_args(argv)
-    device = torch.device(args.device)
+    device = args.device
     torch.manual_seed(0)
     x = torch.randn(args.batch, 784, device=device)
     y = torch.randint(0, 10, (args.batch,), device=device)
@@ -101,8 +100,8 @@ def main(argv=None) -> int:
         steps[f"handgrad {name}"] = handgrad_step(net, dtype, 0.01)
         steps[f"nn.Module {name}"] = torch_step(twin, dtype, 0.01, device)
     medians = interleaved(steps, args.repeats, args.warmup, device, (x, y))
-    print(f"net 784-{args.hidden}x{args.depth}-10, batch {args.batch}, {device}, torch {torch.__version__}, "
-          f"threads {torch.get_num_threads()}, median of {args.repeats}")
+    print(f"{timing.machine(device)}\nnet 784-{args.hidden}x{args.depth}-10, batch {args.batch}, median of "
+          f"{args.repeats}")
     base = medians["handgrad float32"]
     for k, med in medians.items():
         print(f"  {k:22s} {med * 1e3:10.2f} ms   {med / base:7.2f}x handgrad float32")

@@ -26,7 +26,6 @@ vs the fast path (benchmarks/cnn_step.py's rows).
 """
 from __future__ import annotations
 
-import argparse
 import sys
 
 import torch
@@ -40,6 +39,7 @@ from training.cuda_graph import CapturedStep
 
 import cnn_step  # sibling scripts: benchmarks/ is sys.path[0] when a script here runs
 import precision
+import timing
 from timing import interleaved
 
 NETS = {  # name: (label, hidden, batch, CPU repeats by default)
@@ -168,8 +168,7 @@ def bench(hidden, batch, device, repeats, warmup, compile_modes, halves=()):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--device", default="cpu")
+    ap = timing.parser(__doc__)
     ap.add_argument("--nets", default=None,
                     help=f"comma-separated, of {', '.join(NETS)} (default: small,default,cnn on the CPU, all on CUDA)")
     ap.add_argument("--repeats", type=int, default=None,
@@ -181,7 +180,7 @@ def main(argv=None) -> int:
     ap.add_argument("--half", nargs="+", default=[], choices=["bfloat16", "float16"],
                     help="add mixed-precision rows for the MLPs in these dtypes")
     args = ap.parse_args(argv)
-    device = torch.device(args.device)
+    device = args.device
     names = (args.nets or ("small,default,large,cnn" if device.type == "cuda" else "small,default,cnn")).split(",")
     unknown = [n for n in names if n not in NETS]
     if unknown:
@@ -190,9 +189,7 @@ def main(argv=None) -> int:
     bad = [m for m in modes if m not in COMPILE_MODES]
     if bad:
         ap.error(f"--compile: unknown mode(s) {bad}; known: {', '.join(COMPILE_MODES)}")
-    print(f"torch {torch.__version__}, device {device}"
-          f"{' (' + torch.cuda.get_device_name(device) + ')' if device.type == 'cuda' else ''}, "
-          f"{torch.get_num_threads()} CPU threads, float32")
+    print(f"{timing.machine(device)}; float32")
     for key in names:
         label, hidden, batch, cpu_reps = NETS[key]
         reps = args.repeats or (cpu_reps if device.type == "cpu" else 300)

@@ -31,7 +31,8 @@ def main(argv=None) -> int:
         if fmt not in FORMATS:
             ap.error(f"--draw: PATH must end in one of {', '.join('.' + f for f in FORMATS)}, got {str(args.draw)!r}")
         if fmt != "dot" and shutil.which("dot") is None:
-            ap.error("--draw: " + INSTALL_HINT.format(fmt=fmt))  # before training, not after it
+            # before training, not after it; the fix on the command line is a .dot PATH
+            ap.error("--draw: " + INSTALL_HINT.format(fmt=fmt, dot=f"use --draw {args.draw.with_suffix('.dot')}"))
 
     torch.manual_seed(1)
     model = MLP([2, 8, 1], dtype=torch.float64)  # Linear(2, 8), tanh, Linear(8, 1)

@@ -6,7 +6,7 @@ Use (after backward, before clipping and the optimizer step)::
     mon.watch_activations()                      # optional: per-layer output statistics (forward hooks)
     for step, (x, y) in enumerate(batches):
         loss = ...; backward ...
-        mon.update(step)                         # no-op unless step % every == 0
+        mon.update(step)                         # no-op unless step % every == 0 (or step in also=...)
         clip_grad_norm_(params, 1.0)
         mon.update_after_clip()                  # total norm after clipping, into the same record
         opt.step()
@@ -26,6 +26,7 @@ there, with ``update_ratio_span = [t, t + 1]`` saying which weights it compares.
 from __future__ import annotations
 
 import operator
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
@@ -51,23 +52,25 @@ def _weight_and_grad(p) -> tuple[Tensor, Tensor | None]:
 
 
 class GradientMonitor:
-    """Records, every ``every`` steps, per parameter: gradient mean/std/norm/max|g|/min/max and a histogram of
-    ``hist_bins`` equal bins over [-max|g|, max|g|] (that parameter's own range, stored as ``hist_range``),
-    the weights' mean/std/norm and the update-to-weight ratio; the total gradient norm before and after
-    clipping; with ``watch_activations()``, per-layer output mean/std and dead/saturated fractions.
+    """Records, every ``every`` steps and at the steps in ``also``, per parameter: gradient mean/std/norm/max|g|/
+    min/max and a histogram of ``hist_bins`` equal bins over [-max|g|, max|g|] (that parameter's own range, stored
+    as ``hist_range``), the weights' mean/std/norm and the update-to-weight ratio; the total gradient norm before
+    and after clipping; with ``watch_activations()``, per-layer output mean/std and dead/saturated fractions.
 
     model: anything with ``named_parameters()`` -- a handgrad Net/Sequential (names as its torch twin's;
     Linear's weight is reported as stored, (in, out): every statistic here is layout-independent), an
     nn.Module, or an autodiff engine model.  ``parameters``: where the weights and gradients to report live, if
     not in the model (anything with ``named_parameters()``, e.g. the float32 ``MasterWeights`` of a
     mixed-precision model, whose gradients are unscaled; activations are still the model's).
+    ``also``: steps to record besides the multiples of ``every`` (a trainer passes its first step and each epoch's
+    last, so that a run shorter than ``every`` steps is recorded too).
     ``tensorboard``: a ``torch.utils.tensorboard.SummaryWriter``
     that receives every record (tags prefixed with ``name/`` when a name is given).  Statistics use
     torch's definitions (std unbiased, norms 2-norms over all elements).
     """
 
     def __init__(self, model, every: int = 1, hist_bins: int = 50, *, name: str = "", tensorboard=None,
-                 parameters=None) -> None:
+                 parameters=None, also: Iterable[int] = ()) -> None:
         for what, obj in (("the model", model), ("parameters", parameters)):
             if obj is not None and not callable(getattr(obj, "named_parameters", None)):
                 raise TypeError(f"GradientMonitor: {what} ({type(obj).__name__}) has no named_parameters()")
@@ -76,6 +79,7 @@ class GradientMonitor:
         if isinstance(hist_bins, bool) or not isinstance(hist_bins, int) or hist_bins < 1:
             raise ValueError(f"GradientMonitor: hist_bins must be an int >= 1, got {hist_bins!r}")
         self.model, self.every, self.hist_bins, self.name = model, every, hist_bins, name
+        self.also = frozenset(operator.index(s) for s in also)
         self._param_source = model if parameters is None else parameters
         self.tensorboard = tensorboard
         if not self._params():
@@ -93,7 +97,8 @@ class GradientMonitor:
 
     def update(self, step: int) -> dict | None:
         """Record the statistics of the gradients now in the model (call after backward, before clipping and
-        the optimizer step), if ``step % every == 0``; -> the new record, or None.  One read-back."""
+        the optimizer step), if ``step % every == 0`` or ``step`` is in ``also``; -> the new record, or None.  One
+        read-back."""
         step = operator.index(step)
         if self._last_step is not None and step != self._last_step + 1:
             self._consecutive = False
@@ -109,7 +114,7 @@ class GradientMonitor:
                     ratios = torch.stack([update_ratio(w, w0) for w, w0 in zip(weights, old)])
                 self._pending_ratio = ([t0, step], names, ratios)
         self._last_recorded = None
-        if step % self.every:
+        if not self.records_at(step):
             self._gate_activations()
             return None
         record = self._measure(step, params)
@@ -122,6 +127,10 @@ class GradientMonitor:
             from .tensorboard import to_tensorboard
             to_tensorboard(self.tensorboard, record, prefix=self.name)
         return record
+
+    def records_at(self, step: int) -> bool:
+        """Whether ``update(step)`` records."""
+        return step % self.every == 0 or step in self.also
 
     def update_after_clip(self) -> None:
         """Add the total gradient norm as it is now (after clipping) to the record the latest ``update`` made;
@@ -152,7 +161,7 @@ class GradientMonitor:
         (the next update is then ``_last_step + 1``); in every forward otherwise."""
         if self._activations is not None:
             nxt = None if self._last_step is None else self._last_step + 1
-            self._activations.active = nxt is None or not self._consecutive or nxt % self.every == 0
+            self._activations.active = nxt is None or not self._consecutive or self.records_at(nxt)
 
     def remove(self) -> None:
         """Unregister the activation hooks (the model's forward is then as before) and drop the weight copy."""

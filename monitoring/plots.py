@@ -4,8 +4,8 @@ plot_records(records, out_dir) writes, where the records hold the data for it:
     grad_norm_per_layer.png  gradient norm of each parameter over steps (log scale)
     grad_norm_total.png      total gradient norm before and after clipping
     update_ratio.png         |update| / |weight| per parameter (log scale) with the 1e-3 rule-of-thumb line
-    grad_histograms.png      each parameter's gradient histogram at the first, middle and last record
-    activations.png          per-layer output mean +- std; dead-ReLU and saturated tanh/sigmoid fractions
+    grad_histograms.png      each weight matrix's (or kernel's) gradient histogram at the first, middle and last record
+    activations.png          per-layer output mean and std; dead-ReLU and saturated tanh/sigmoid fractions
 Pass ``{"manual": records, "torch": records}`` to draw several runs as columns of the same figures.
 """
 from __future__ import annotations
@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 DPI = 80
-MAX_HIST_ROWS = 12  # more parameters than this: the histogram figure shows the weights only, then the first 12
+MAX_HIST_ROWS = 6  # the histogram figure shows the weight matrices and kernels (biases and norms' vectors are too
+                   # small for a histogram), the first 6 of them
 
 
 def plot_records(records: list[dict] | Mapping[str, list[dict]], out_dir: str | Path, prefix: str = "") -> list[Path]:
@@ -22,6 +23,8 @@ def plot_records(records: list[dict] | Mapping[str, list[dict]], out_dir: str | 
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from .axes import distinct_colors, integer_axis, log_axis, series_style
 
     runs = dict(records) if isinstance(records, Mapping) else {"": list(records)}
     runs = {k: v for k, v in runs.items() if v}
@@ -46,16 +49,18 @@ def plot_records(records: list[dict] | Mapping[str, list[dict]], out_dir: str | 
         ax.set_title(f"{run}: {what}" if run else what, fontsize=9)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
+        integer_axis(ax)
 
     # gradient norm per parameter
     fig, axes = figure(1, 3.8)
     for ax, (run, recs) in zip(axes[0], runs.items()):
+        distinct_colors(ax, len(recs[0]["params"]))
         for name in recs[0]["params"]:
             pts = [(r["step"], r["params"][name]["grad_norm"]) for r in recs
                    if r["params"].get(name, {}).get("grad_norm") is not None]
             if pts:
-                ax.plot(*zip(*pts), label=name, lw=1)
-        ax.set_yscale("log")
+                ax.plot(*zip(*pts), label=name, lw=1, **series_style(len(pts)))
+        log_axis(ax)
         titled(ax, run, "gradient norm per parameter")
         ax.legend(fontsize=6)
     save(fig, "grad_norm_per_layer.png")
@@ -63,37 +68,39 @@ def plot_records(records: list[dict] | Mapping[str, list[dict]], out_dir: str | 
     # total norm before / after clipping
     fig, axes = figure(1, 3.5)
     for ax, (run, recs) in zip(axes[0], runs.items()):
-        ax.plot([r["step"] for r in recs], [r["total_grad_norm"] for r in recs], label="before clipping", lw=1)
+        before = {r["step"]: r["total_grad_norm"] for r in recs}
         after = [(r["step"], r["total_grad_norm_after_clip"]) for r in recs
                  if r.get("total_grad_norm_after_clip") is not None]
-        if after:
-            ax.plot(*zip(*after), "--", label="after clipping", lw=1)
-        ax.set_yscale("log")
-        titled(ax, run, "total gradient norm")
-        ax.legend(fontsize=7)
+        clipped = any(abs(b - before[s]) > 1e-6 * before[s] for s, b in after)
+        ax.plot(list(before), list(before.values()), label="before clipping", lw=1, **series_style(len(before)))
+        if clipped:
+            ax.plot(*zip(*after), "--", label="after clipping", lw=1, **series_style(len(after)))
+            ax.legend(fontsize=7)
+        log_axis(ax)
+        titled(ax, run, "total gradient norm" + ("" if clipped else " (never clipped)"))
     save(fig, "grad_norm_total.png")
 
     # update-to-weight ratio
     if any(r.get("update_ratio_span") for recs in runs.values() for r in recs):
         fig, axes = figure(1, 3.8)
         for ax, (run, recs) in zip(axes[0], runs.items()):
+            distinct_colors(ax, len(recs[0]["params"]))
             for name in recs[0]["params"]:
                 pts = [(r["update_ratio_span"][0], r["params"][name]["update_ratio"]) for r in recs
                        if r.get("update_ratio_span") and r["params"].get(name, {}).get("update_ratio") is not None]
                 if pts:
-                    ax.plot(*zip(*pts), label=name, lw=1)
+                    ax.plot(*zip(*pts), label=name, lw=1, **series_style(len(pts)))
             ax.axhline(1e-3, color="k", ls="--", lw=1, label="1e-3")
-            ax.set_yscale("log")
+            log_axis(ax)
             titled(ax, run, "update / weight (norms)")
             ax.legend(fontsize=6)
         save(fig, "update_ratio.png")
 
     # gradient histograms at the first, middle and last record
-    names = [n for n, s in next(iter(runs.values()))[0]["params"].items()]
-    if len(names) > MAX_HIST_ROWS:
-        names = [n for n in names if n.endswith("weight")] or names
-        names = names[:MAX_HIST_ROWS]
-    fig, axes = figure(len(names), 1.9)
+    params = next(iter(runs.values()))[0]["params"]
+    names = [n for n, p in params.items() if len(p["shape"]) >= 2] or list(params)  # matrices, kernels
+    names = names[:MAX_HIST_ROWS]
+    fig, axes = figure(len(names), 2.4)
     for col, (run, recs) in enumerate(runs.items()):
         picks = sorted({0, len(recs) // 2, len(recs) - 1})
         for row, name in enumerate(names):
@@ -106,41 +113,43 @@ def plot_records(records: list[dict] | Mapping[str, list[dict]], out_dir: str | 
                 k = len(s["hist_counts"])
                 ax.stairs(s["hist_counts"], [lo + (hi - lo) * j / k for j in range(k + 1)],
                           label=f"step {recs[i]['step']}")
-            ax.set_yscale("log", nonpositive="mask")
-            ax.set_title(f"{run}: {name}" if run else name, fontsize=8)
-            ax.tick_params(labelsize=6)
-            ax.legend(fontsize=6)
+            log_axis(ax, nonpositive="mask")
+            shape = "x".join(map(str, params[name]["shape"]))
+            ax.set_title(f"{run}: {name} ({shape})" if run else f"{name} ({shape})", fontsize=9)
+            ax.set_ylabel("count", fontsize=8)
+            ax.tick_params(labelsize=7)
+            ax.legend(fontsize=7)
     axes[-1][0].set_xlabel("gradient value")
     save(fig, "grad_histograms.png")
 
     # activations
     if any(r.get("activations") for recs in runs.values() for r in recs):
-        fig, axes = figure(2, 3.6)
+        fig, axes = figure(3, 3.2)
         for col, (run, recs) in enumerate(runs.items()):
-            ax_ms, ax_frac = axes[0][col], axes[1][col]
+            ax_mean, ax_std, ax_frac = (axes[row][col] for row in range(3))
             layers = list(dict.fromkeys(n for r in recs for n in r.get("activations", {})))
+            for ax in (ax_mean, ax_std, ax_frac):
+                distinct_colors(ax, len(layers))
             for name in layers:
                 rows = [(r["step"], r["activations"][name]) for r in recs if name in r.get("activations", {})]
                 steps = [s for s, _ in rows]
-                mean = [a["mean"] for _, a in rows]
-                std = [a["std"] for _, a in rows]
                 label = f"{name} ({rows[0][1]['layer']})"
-                line, = ax_ms.plot(steps, mean, lw=1, label=label)
-                ax_ms.fill_between(steps, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
-                                   color=line.get_color(), alpha=0.12)
-                for key, style in (("dead_fraction", "-"), ("saturated_fraction", "--")):
+                style = series_style(len(steps))
+                line, = ax_mean.plot(steps, [a["mean"] for _, a in rows], lw=1, label=label, **style)
+                ax_std.plot(steps, [a["std"] for _, a in rows], lw=1, label=label, color=line.get_color(), **style)
+                for key, ls in (("dead_fraction", "-"), ("saturated_fraction", "--")):
                     if key in rows[0][1]:
-                        ax_frac.plot(steps, [a[key] for _, a in rows], style, lw=1,
-                                     label=f"{label} {key.split('_')[0]}")
-            titled(ax_ms, run, "layer output mean +- std")
+                        ax_frac.plot(steps, [a[key] for _, a in rows], ls, lw=1, color=line.get_color(),
+                                     label=f"{label} {key.split('_')[0]}", **style)
+            titled(ax_mean, run, "layer output mean")
+            titled(ax_std, run, "layer output std")
             titled(ax_frac, run, "dead ReLU units / saturated tanh, sigmoid outputs")
             ax_frac.set_ylim(-0.02, 1.02)
             if not layers:  # a model without forward hooks (the autodiff engine's)
-                ax_ms.text(0.5, 0.5, "no activation statistics\n(no forward hooks)", ha="center", va="center",
-                           transform=ax_ms.transAxes, fontsize=8)
-            if ax_ms.lines:
-                ax_ms.legend(fontsize=6)
-            if ax_frac.lines:
-                ax_frac.legend(fontsize=6)
+                ax_mean.text(0.5, 0.5, "no activation statistics\n(no forward hooks)", ha="center", va="center",
+                             transform=ax_mean.transAxes, fontsize=8)
+            for ax in (ax_mean, ax_std, ax_frac):
+                if ax.lines:
+                    ax.legend(fontsize=6)
         save(fig, "activations.png")
     return written

@@ -69,10 +69,15 @@ def write_split(raw: Path, prefix: str, n: int, seed: int, compress: bool) -> No
 
 
 def write_tiny_mnist(root: Path, n_train: int = 300, n_test: int = 80) -> Path:
-    """A tiny MNIST in torchvision's layout under ``root``: train as .gz, test decompressed; returns root."""
+    """A tiny dataset in torchvision's layout under ``root``: train as .gz, test decompressed; returns root.
+
+    It is written as MNIST (``root/MNIST/raw``) and found under either dataset name: ``root/FashionMNIST`` is a link
+    to ``root/MNIST``, so train.py's default (--dataset fashion-mnist) and --dataset mnist read the same files.
+    """
     raw = root / "MNIST" / "raw"
     write_split(raw, "train", n_train, 0, compress=True)
     write_split(raw, "t10k", n_test, 1, compress=False)
+    (root / "FashionMNIST").symlink_to("MNIST", target_is_directory=True)
     return root
 
 

@@ -307,6 +307,19 @@ def test_xor_example_learns_xor(tmp_path):
         assert name in drawn, name
 
 
+def test_xor_example_without_graphviz_says_the_command_line_fix(tmp_path):
+    """Without Graphviz (a PATH without dot), --draw xor.svg is refused before training, naming --draw xor.dot."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "examples/xor.py", "--draw", str(tmp_path / "xor.svg")], cwd=root,
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "PATH": str(tmp_path)})
+    assert r.returncode == 2 and "step" not in r.stdout
+    assert f"use --draw {tmp_path / 'xor.dot'} to write the DOT text" in r.stderr and "format=" not in r.stderr
+
+
 def test_engine_net_refuses_bad_architecture():
     with pytest.raises(ValueError, match="hidden_size must be an int >= 1, got 0"):
         EngineNet(hidden_size=0)

@@ -1,4 +1,5 @@
-"""Every benchmark script runs, at toy sizes, and prints its table: a benchmark that rots is caught here.
+"""Every benchmark script runs, at toy sizes, and prints its table: a benchmark that rots is caught here.  Each
+takes --threads (its header then says so) and refuses a device that is not here in one line.
 
 No timing is asserted (speed is measured by running the scripts themselves, never in the suite).
 """
@@ -7,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,17 +27,35 @@ CASES = {  # script: (toy arguments, text its table must contain)
 }
 
 
+def bench(script, *args):
+    return subprocess.run([sys.executable, f"benchmarks/{script}", *map(str, args)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+
+
 @pytest.mark.parametrize("script", sorted(CASES))
 def test_benchmark_runs(script):
     args, expect = CASES[script]
-    r = subprocess.run([sys.executable, f"benchmarks/{script}", *args], cwd=ROOT, capture_output=True, text=True,
-                       timeout=300)
+    r = bench(script, *args, "--threads", "1")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert expect in r.stdout, r.stdout[-2000:]
+    assert "1 thread" in r.stdout.splitlines()[0], r.stdout[:500]  # the header says where it was measured
 
 
 def test_data_benchmark_runs(tiny):
-    r = subprocess.run([sys.executable, "benchmarks/data.py", "--dataset", "mnist", "--data-dir", str(tiny)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    r = bench("data.py", "--dataset", "mnist", "--data-dir", tiny, "--threads", "1")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    assert "data handling is" in r.stdout
+    assert "data handling is" in r.stdout and "1 thread" in r.stdout
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+@pytest.mark.parametrize("script", sorted(set(CASES) - {"data_parallel.py"} | {"data.py"}))
+def test_a_missing_device_is_one_line(script):
+    r = bench(script, "--device", "cuda")
+    assert r.returncode == 2 and r.stderr.strip() == (
+        f"{script}: error: argument --device: --device cuda asked for CUDA, but torch {torch.__version__} sees no "
+        f"CUDA device here; use --device cpu"), r.stderr
+
+
+def test_bad_threads_is_one_line():
+    r = bench("step.py", "--threads", "0")
+    assert r.returncode == 2 and r.stderr.strip() == "step.py: error: --threads 0 is out of range (at least 1)"

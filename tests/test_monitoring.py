@@ -539,3 +539,19 @@ def test_activations_are_gathered_only_before_recorded_steps():
         net(x)
         assert mon._activations.latest
         mon._activations.take()
+
+
+def test_also_records_steps_off_the_interval_with_their_activations():
+    """A trainer's run shorter than ``every`` steps is still recorded: its first and last steps, passed as ``also``."""
+    net = crafted_net()
+    mon = GradientMonitor(net, every=50, also=(1, 15)).watch_activations()
+    x = torch.rand(4, 3, dtype=torch.float64)
+    gathered = []
+    for step in range(1, 16):
+        out = net(x)
+        gathered.append(bool(mon._activations.latest))
+        net.backward(torch.ones_like(out))
+        mon.update(step)
+    assert [r["step"] for r in mon.records] == [1, 15]
+    assert all(r["activations"] for r in mon.records)
+    assert [s for s, g in zip(range(1, 16), gathered) if g] == [1, 15]  # only before the recorded steps

@@ -42,3 +42,44 @@ def _has_tensorboard() -> bool:
     except ImportError:
         return False
     return True
+
+
+def test_axes_of_a_short_run_read_plainly():
+    """What a one-epoch run's figures got wrong: an offset label for values that agree to many digits, ticks
+    0.96-1.04 around one epoch, log labels like 4.45x10^0 on less than a decade, twins hiding each other."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from monitoring.axes import integer_axis, log_axis, plain_axis, twin_style
+
+    fig, (lin, log) = plt.subplots(1, 2)
+    lin.plot([1], [1.1233793869], **twin_style(0))
+    lin.plot([1], [1.1233793907], **twin_style(1))
+    plain_axis(lin)
+    integer_axis(lin)
+    log.plot([1, 15], [0.62, 6.1])
+    log_axis(log)
+    fig.canvas.draw()
+    assert lin.yaxis.get_offset_text().get_text() == ""
+    lo, hi = lin.get_ylim()
+    assert hi - lo > 0.02  # drawn as agreeing, not spread over the axis by their last digits
+    assert lin.get_xlim() == (0, 2) and [t for t in lin.get_xticks() if 0 <= t <= 2] == [0, 1, 2]
+    labels = [t.get_text() for t in log.yaxis.get_ticklabels(which="both") if t.get_text()]
+    assert labels and not any("times" in s or "^" in s or "\u00d7" in s for s in labels), labels
+    assert twin_style(0)["markersize"] < twin_style(1)["markersize"] and twin_style(1)["markerfacecolor"] == "none"
+    plt.close(fig)
+    fig, empty = plt.subplots()  # a panel with nothing to draw (the engine's activations) is left as it is
+    integer_axis(empty)
+    plain_axis(empty)
+    fig.canvas.draw()
+    plt.close(fig)
+
+
+def test_the_curves_figure_plots_the_drift_over_steps(tiny, tmp_path):
+    out = tmp_path / "run"
+    assert train.main([str(a) for a in ["--data-dir", tiny, "--out", out, "--epochs", "1", "--hidden", "16",
+                                        "--no-download", "--quiet"]]) == 0
+    import matplotlib.image
+    height, width, _ = matplotlib.image.imread(out / "curves.png").shape
+    assert width > 2.5 * height  # three panels: loss, accuracy, and the weight difference over steps

@@ -219,6 +219,27 @@ def test_group_of_one_process_is_batchnorm(tmp_path):
         dist.destroy_process_group()
 
 
+def test_twins_differentiable_all_reduce_uses_no_deprecated_api(tmp_path):
+    """The CPU twin's synchronised batch norm sums over ranks with its own autograd Function (torch's
+    torch.distributed.nn.functional.all_reduce warned FutureWarning on every call); two ranks are checked against
+    one process by tests/test_distributed_train.py's CNN run."""
+    import warnings
+
+    from training.twin_syncbn import all_reduce_sum
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rdv", rank=0, world_size=1,
+                            timeout=datetime.timedelta(seconds=30))
+    try:
+        x = torch.randn(3, 4, dtype=f64, requires_grad=True)
+        w = torch.randn(3, 4, dtype=f64)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            y = all_reduce_sum(x)
+            (y * w).sum().backward()
+        assert torch.equal(y, x) and torch.equal(x.grad, w)  # one rank: the sum is x, dL/dx is w
+    finally:
+        dist.destroy_process_group()
+
+
 def test_convert_keeps_tensors_and_torch_conversion():
     model = make_mlp()
     bn = model[1]

@@ -28,7 +28,7 @@ def test_end_to_end_both_impls_agree_and_write_outputs(tiny, tmp_path):
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary) == {"dataset", "model", "epochs", "results", "max_param_abs_diff"}
-    assert summary["dataset"] == "mnist" and summary["epochs"] == 2
+    assert summary["dataset"] == "fashion-mnist" and summary["epochs"] == 2  # the default
     assert set(summary["results"]) == {"manual", "torch"}
     for r in summary["results"].values():
         assert set(r) == {"test_accuracy", "test_loss", "train_loss", "seconds_per_epoch"}
@@ -39,12 +39,13 @@ def test_end_to_end_both_impls_agree_and_write_outputs(tiny, tmp_path):
     epochs = [r for r in recs if r["type"] == "epoch"]
     assert [(r["impl"], r["epoch"]) for r in epochs] == [("manual", 1), ("torch", 1), ("manual", 2), ("torch", 2)]
     assert all(r["val_acc"] is not None for r in epochs)
-    drift = [r for r in recs if r["type"] == "drift"]
-    assert [r["epoch"] for r in drift] == [1, 2] and all(r["max_param_abs_diff"] < 1e-10 for r in drift)
+    drift = [r for r in recs if r["type"] == "drift"]  # steps 1, 4 (1, 4, 16, ... within epoch 1), each epoch's end
+    assert [(r["epoch"], r["step"]) for r in drift] == [(1, 1), (1, 4), (1, 9), (2, 18)]
+    assert all(r["max_param_abs_diff"] < 1e-10 for r in drift) and drift[0]["max_grad_rel_diff"] < 1e-12
     mons = {name: [json.loads(line) for line in (out / f"monitor_{name}.jsonl").read_text().splitlines()]
             for name in ("manual", "torch")}
-    steps = [r["step"] for r in mons["manual"]]
-    assert steps and all(s % 3 == 0 for s in steps) and steps == [r["step"] for r in mons["torch"]]
+    steps = [r["step"] for r in mons["manual"]]  # every 3rd, the run's first and each epoch's last (9 per epoch)
+    assert steps == [1, 3, 6, 9, 12, 15, 18] and steps == [r["step"] for r in mons["torch"]]
     for name, recs_ in mons.items():
         for r in recs_:
             assert r["total_grad_norm_after_clip"] <= 1.0 + 1e-9, name
@@ -61,6 +62,24 @@ def test_end_to_end_both_impls_agree_and_write_outputs(tiny, tmp_path):
     assert ckpt["epoch"] == 2 and set(ckpt["models"]) == {"manual", "torch"}
 
 
+def test_a_run_shorter_than_the_log_interval_is_monitored(tiny, tmp_path):
+    out = tmp_path / "run"  # 9 steps, --log-interval 50 by default
+    assert run("--data-dir", tiny, "--out", out, "--epochs", "1", "--monitor", *FAST) == 0
+    for name in ("manual", "torch"):
+        assert [json.loads(x)["step"] for x in (out / f"monitor_{name}.jsonl").read_text().splitlines()] == [1, 9]
+
+
+def test_the_weight_difference_is_printed_with_the_first_steps_agreement(tiny, tmp_path, capsys):
+    assert run("--data-dir", tiny, "--out", tmp_path / "run", "--epochs", "1", "--hidden", "16", "--no-download") == 0
+    out = capsys.readouterr().out.splitlines()
+    at = next(i for i, line in enumerate(out) if line.startswith("largest weight difference between implementations"))
+    assert out[at].endswith("after 1 epoch: " + out[at].split(": ")[-1])  # "1 epoch", not "1 epochs"
+    agreement = out[at + 1]
+    assert agreement.startswith("  the first step's gradients agreed to ") and "float32 rounding" in agreement
+    assert float(agreement.split("agreed to ")[1].split()[0]) < 1e-5
+    assert "--dtype float64" in agreement and "curves.png plots the drift over steps" in agreement
+
+
 def test_all_three_implementations_agree(tiny, tmp_path):
     out = tmp_path / "run"
     assert run("--data-dir", tiny, "--out", out, "--epochs", "2", "--impl", "all", "--dtype", "float64",
@@ -68,6 +87,8 @@ def test_all_three_implementations_agree(tiny, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert list(summary["results"]) == ["manual", "engine", "torch"]
     assert summary["max_param_abs_diff"] < 1e-10
+    first = json.loads(next(x for x in (out / "metrics.jsonl").read_text().splitlines() if '"drift"' in x))
+    assert first["step"] == 1 and first["max_grad_rel_diff"] < 1e-12  # every gradient, square 16x16 weights too
     accs = {r["test_accuracy"] for r in summary["results"].values()}
     assert len(accs) == 1
 

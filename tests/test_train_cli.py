@@ -34,6 +34,7 @@ def run(*argv):
     (["--resume", ""], "argument --resume: is empty; give a path"),
     (["--model", "cnn", "--hidden", "64"], "--hidden applies to --model mlp only, not --model cnn"),
     (["--model", "cnn", "--depth", "3"], "--depth applies to --model mlp only, not --model cnn"),  # the default, given
+    (["--threads", "0"], "--threads 0 is out of range (at least 1)"),
 ])
 def test_bad_arguments_exit_2_with_one_line_naming_the_problem(argv, match, capsys):
     assert run(*argv) == 2
@@ -88,6 +89,31 @@ def test_seeds_at_the_ends_of_torchs_range_train(tiny, tmp_path):
         assert run("--data-dir", tiny, "--out", out, "--seed", seed, "--dry-run", "--hidden", "8", "--depth", "1",
                    "--no-download", "--quiet", "--no-plots", "--model", "mlp") == 0
         assert (out / "checkpoint.pt").is_file()
+
+
+def test_help_states_every_default_once():
+    parser = train.build_parser()
+    formatter = parser._get_formatter()
+    for action in parser._actions:
+        if action.dest == "help":
+            continue
+        text = formatter._expand_help(action)
+        assert text.count("(default") <= 1 and "(default: None)" not in text, text
+        if action.default is not None and action.default is not False:  # switches are off unless given
+            assert f"(default: {action.default}" in text, text
+    assert "(default: fashion-mnist)" in parser.format_help()  # what the README's install provides
+
+
+def test_threads_sets_torch_and_the_start_up_line_says_so(tiny, tmp_path, capsys):
+    before = torch.get_num_threads()
+    try:
+        assert run("--threads", "1", "--data-dir", tiny, "--out", tmp_path / "run", "--epochs", "1", "--hidden", "8",
+                   "--no-download", "--no-plots") == 0
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "fashion-mnist: 270 train" in first and "(float32; 1 CPU thread)" in first, first
 
 
 def test_config_validates_in_one_place():

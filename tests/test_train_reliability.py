@@ -20,7 +20,7 @@ import training.trainer
 from tests.conftest import wait_for, write_split
 
 ROOT = Path(__file__).resolve().parents[1]
-FAST = ["--hidden", "16", "--depth", "2", "--batch-size", "32", "--no-download", "--quiet", "--no-plots"]
+FAST = ["--dataset", "mnist", "--hidden", "16", "--depth", "2", "--batch-size", "32", "--no-download", "--quiet", "--no-plots"]
 
 
 def run(*argv):
@@ -318,7 +318,7 @@ def test_a_full_disk_while_logging_is_one_line(tiny, tmp_path, monkeypatch, caps
 
 def test_a_model_too_large_for_memory_is_one_line(tiny, tmp_path, capsys):
     assert run("--data-dir", tiny, "--out", tmp_path / "R", "--device", "cpu", "--hidden", 10 ** 9, "--depth", 1,
-               *FAST[4:]) == 2
+               "--dataset", "mnist", *FAST[6:]) == 2
     err = one_line(capsys)
     assert "--hidden 1000000000 --depth 1: the models do not fit in the memory of cpu (torch could not allocate" in err
     assert not (tmp_path / "R").exists()

@@ -22,7 +22,7 @@ def run(*argv):
 
 
 def test_missing_data_says_where_it_looked_and_how_to_fix(tmp_path, capsys):
-    code = run("--data-dir", tmp_path / "empty", "--out", tmp_path / "run", "--no-download", "--quiet")
+    code = run("--dataset", "mnist", "--data-dir", tmp_path / "empty", "--out", tmp_path / "run", "--no-download", "--quiet")
     assert code == 2
     assert not (tmp_path / "run").exists()  # a refused run leaves no empty output folder
     err = capsys.readouterr().err
@@ -33,12 +33,16 @@ def test_missing_data_says_where_it_looked_and_how_to_fix(tmp_path, capsys):
 def test_missing_data_with_download_failure_is_the_same_message(tmp_path, monkeypatch, capsys):
     from torchvision import datasets
 
-    def no_network(self):
-        raise RuntimeError("Error downloading train-images-idx3-ubyte.gz")
+    def no_network(self):  # torchvision's message: its first line ends in a colon, the causes follow
+        raise RuntimeError("Error downloading train-images-idx3-ubyte.gz:\nTried https://a/, got:\n<urlopen error "
+                           "a>\nTried https://b/, got:\n<urlopen error [Errno -3] Temporary failure in name "
+                           "resolution>\n")
     monkeypatch.setattr(datasets.MNIST, "download", no_network)
-    assert run("--data-dir", tmp_path / "empty", "--out", tmp_path / "run", "--quiet") == 2
+    assert run("--dataset", "mnist", "--data-dir", tmp_path / "empty", "--out", tmp_path / "run", "--quiet") == 2
     err = capsys.readouterr().err
-    assert "torchvision download" in err and "missing train-images-idx3-ubyte" in err
+    assert "missing train-images-idx3-ubyte" in err
+    assert ("the network (torchvision download: RuntimeError: Error downloading train-images-idx3-ubyte.gz: ... "
+            "<urlopen error [Errno -3] Temporary failure in name resolution>)") in err
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage"])
@@ -46,7 +50,7 @@ def test_corrupt_idx_file(tiny, tmp_path, damage, capsys):
     f = tiny / "MNIST" / "raw" / "t10k-images-idx3-ubyte"
     data = f.read_bytes()
     f.write_bytes(data[: len(data) // 2] if damage == "truncate" else b"\x00\x00\x01\x01garbage")
-    assert run("--data-dir", tiny, "--out", tmp_path / "run", *FAST) == 2
+    assert run("--dataset", "mnist", "--data-dir", tiny, "--out", tmp_path / "run", *FAST) == 2
     err = capsys.readouterr().err
     assert not (tmp_path / "run").exists()
     assert "corrupt or truncated" in err and str(f) in err and "Traceback" not in err
@@ -54,7 +58,7 @@ def test_corrupt_idx_file(tiny, tmp_path, damage, capsys):
 
 def test_corrupt_gzip(tiny, tmp_path, capsys):
     (tiny / "MNIST" / "raw" / "train-labels-idx1-ubyte.gz").write_bytes(b"not gzip at all")
-    assert run("--data-dir", tiny, "--out", tmp_path / "run", *FAST) == 2
+    assert run("--dataset", "mnist", "--data-dir", tiny, "--out", tmp_path / "run", *FAST) == 2
     assert "not a readable gzip file" in capsys.readouterr().err
 
 
@@ -66,7 +70,7 @@ def test_gzip_with_damaged_deflate_data_is_one_message(tiny, tmp_path, capsys):
     gz.write_bytes(bytes(data))
     with pytest.raises(zlib.error):  # the damage this test is about
         gzip.decompress(bytes(data))
-    assert run("--data-dir", tiny, "--out", tmp_path / "run", *FAST) == 2
+    assert run("--dataset", "mnist", "--data-dir", tiny, "--out", tmp_path / "run", *FAST) == 2
     err = capsys.readouterr().err
     assert f"{gz} is not a readable gzip file" in err and "Traceback" not in err
     assert not (tmp_path / "run").exists()
@@ -82,6 +86,10 @@ def test_fashion_mnist_found_in_debian_location(tmp_path, monkeypatch):
     raw = tmp_path / "data" / "FashionMNIST" / "raw"
     assert sorted(p.name for p in raw.iterdir()) == sorted(n for pair in training.data.SPLIT_FILES.values() for n in pair)
     assert json.loads((out / "summary.json").read_text())["dataset"] == "fashion-mnist"
+    said = []  # the copy into --data-dir is announced, with where it went
+    training.prepare_raw(tmp_path / "elsewhere", "fashion-mnist", train=True, download=False, say=said.append)
+    assert said == [f"decompressed Debian's Fashion-MNIST training split from {debian} into "
+                    f"{tmp_path / 'elsewhere' / 'FashionMNIST' / 'raw'} (0 MB; --data-dir chooses where)"]
 
 
 def test_data_is_normalised_with_training_statistics(tiny):

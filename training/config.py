@@ -42,7 +42,7 @@ def flag(name: str) -> str:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    dataset: str = "mnist"
+    dataset: str = "fashion-mnist"   # what the README's install provides (Debian's package); mnist is downloaded
     data_dir: Path = Path("data")
     download: bool = True            # try torchvision's download for missing files
     model: str = "mlp"
@@ -59,6 +59,7 @@ class TrainConfig:
     depth: int = 3
     seed: int = 0
     device: str = "auto"
+    threads: int | None = None       # torch.set_num_threads for the run; None: torch's choice (use_threads)
     dtype: str = "float32"
     log_interval: int = 50
     val_interval: int = 1
@@ -118,7 +119,7 @@ class TrainConfig:
             if getattr(self, name) not in allowed:
                 raise UsageError(f"{flag(name)}: unknown {name} {getattr(self, name)!r}; known: {', '.join(allowed)}")
         lowest = {"epochs": 1, "batch_size": 1, "hidden": 1, "depth": 0, "log_interval": 1, "val_interval": 1,
-                  "val_split": 0, "limit_train": 1}
+                  "val_split": 0, "limit_train": 1, "threads": 1}
         for name, low in lowest.items():
             value = getattr(self, name)
             if value is None:
@@ -160,6 +161,13 @@ class TrainConfig:
         unknown = set(self.given) - {f.name for f in fields(self)}
         if unknown:
             raise UsageError(f"unknown settings given: {', '.join(sorted(unknown))}")
+
+
+def use_threads(threads: int | None) -> int:
+    """torch.set_num_threads(threads) unless None; -> how many threads torch's CPU operations use now."""
+    if threads is not None:
+        torch.set_num_threads(threads)
+    return torch.get_num_threads()
 
 
 _DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}

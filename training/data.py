@@ -69,6 +69,14 @@ def _missing_data_message(dataset: str, raw: Path, looked: list[Path], reason: s
     return "\n".join(lines)
 
 
+def _one_line(e: Exception) -> str:
+    """An exception in one line: torchvision's download error is "Error downloading F:" then, per mirror, "Tried
+    URL, got:" and the cause; its first line and the last cause say what happened."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    text = lines[0] if len(lines) < 2 else f"{lines[0]} ... {lines[-1]}"
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
 def check_data_dir(root: Path) -> None:
     """A --data-dir that exists must be a folder: say so in one line instead of failing deep inside."""
     if root.exists() and not root.is_dir():
@@ -87,7 +95,8 @@ def prepare_raw(root: Path, dataset: str, train: bool, download: bool, say: Call
     def have(name: str) -> bool:
         return (raw / name).is_file() or (raw / f"{name}.gz").is_file()
 
-    def decompress(src: Path, dst: Path) -> None:
+    def decompress(src: Path, dst: Path) -> int:
+        """Write ``src``'s decompressed bytes to ``dst``; -> how many."""
         try:
             with gzip.open(src, "rb") as f:
                 data = f.read()
@@ -98,22 +107,23 @@ def prepare_raw(root: Path, dataset: str, train: bool, download: bool, say: Call
             atomic_write_bytes(dst, data)
         except OSError as e:
             raise UsageError(f"cannot write {dst}: {e.strerror or e}") from None
+        return len(data)
 
     names = SPLIT_FILES[train]
     if not all(have(n) for n in names) and dataset == "fashion-mnist":
         looked.append(DEBIAN_FASHION)
         if all((DEBIAN_FASHION / f"{n}.gz").is_file() for n in names):
-            for n in names:
-                if not have(n):
-                    decompress(DEBIAN_FASHION / f"{n}.gz", raw / n)
+            written = sum(decompress(DEBIAN_FASHION / f"{n}.gz", raw / n) for n in names if not have(n))
+            say(f"decompressed Debian's Fashion-MNIST {'training' if train else 'test'} split from {DEBIAN_FASHION} "
+                f"into {raw} ({written / 1e6:.0f} MB; --data-dir chooses where)")
     if not all(have(n) for n in names) and download:
-        looked.append(Path("the network (torchvision download)"))
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 torchvision_class(dataset)(str(root), train=train, download=True)
+            looked.append(Path("the network (torchvision download)"))
         except Exception as e:  # no network, a refused mirror, a bad archive: all reported the same way
-            say(f"download failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+            looked.append(Path(f"the network (torchvision download: {_one_line(e)})"))
     missing = [n for n in names if not have(n)]
     if missing:
         raise UsageError(_missing_data_message(dataset, raw, looked, f"missing {', '.join(missing)}"))

@@ -310,6 +310,18 @@ def weights_state(impl: Impl) -> dict[str, Tensor]:
     return impl.model.state_dict() if master is None else master.model_state_dict()
 
 
+def grads_state(impl: Impl) -> dict[str, Tensor]:
+    """The gradients now in the implementation's parameters, with the keys and layouts of ``weights_state`` (a
+    hand-written Linear keeps its weight as (in, out), its state as (out, in): its gradient is transposed to match);
+    parameters without a gradient are left out."""
+    state, grads = weights_state(impl), {}
+    for name, p in impl.named_parameters():
+        if p.grad is not None:
+            view = state[name]  # p itself, or a view of it in torch's layout
+            grads[name] = p.grad if (view.shape, view.stride()) == (p.shape, p.stride()) else p.grad.t()
+    return grads
+
+
 def load_weights_state(impl: Impl, state: dict[str, Tensor]) -> None:
     """Load what ``weights_state`` returned (on the model's device)."""
     master = getattr(impl, "master", None)

@@ -63,9 +63,11 @@ def epoch_generator(config: TrainConfig, epoch: int, device: torch.device) -> to
 
 
 def train_epoch(impl: Impl, data: Data, perm: Tensor, epoch: int, config: TrainConfig,
-                log: Callable[[dict], None], info: DistInfo = SINGLE) -> dict:
+                log: Callable[[dict], None], info: DistInfo = SINGLE,
+                after_step: Callable[[Impl, int], None] | None = None) -> dict:
     """One pass over the training split in the order ``perm``; returns the epoch's metrics.  Step numbers
-    (``global_step``, the monitor's) count from 1 at the run's first step."""
+    (``global_step``, the monitor's) count from 1 at the run's first step; ``after_step(impl, global_step)`` is
+    called after each (training/drift.py's)."""
     from tqdm import tqdm
     bs, n = config.batch_size, perm.shape[0]
     steps = 1 if config.dry_run else math.ceil(n / bs)
@@ -97,6 +99,8 @@ def train_epoch(impl: Impl, data: Data, perm: Tensor, epoch: int, config: TrainC
         batch_loss, logits, _ = impl.train_step(x, y, total, (epoch - 1) * steps + step)
         if impl.sched is not None:
             impl.sched.step()
+        if after_step is not None:
+            after_step(impl, (epoch - 1) * steps + step)
         row = window[len(sizes)]
         row[0].copy_(batch_loss.detach())
         row[1].copy_((logits.argmax(1) == y).sum())

@@ -2,7 +2,8 @@
 
 Each implementation's ``train_step`` calls ``monitor.update(global_step)`` after backward (and after the
 gradients were all-reduced, under torchrun) and ``update_after_clip()`` after clipping; the monitors record
-every ``log_interval`` steps.  Activation statistics are gathered for the hand-written model and the
+every ``log_interval`` steps, at the run's first step and at each epoch's last (a run shorter than the interval
+is recorded too).  Activation statistics are gathered for the hand-written model and the
 nn.Module twin (the engine's models have no forward hooks).  Under torchrun rank 0 alone monitors: the
 gradients are the same on every rank after the all-reduce; the activation statistics are rank 0's slice
 of each batch.  In a mixed-precision run the manual implementation's monitor reads the float32 master weights
@@ -34,16 +35,17 @@ def open_tensorboard(config: TrainConfig, info: DistInfo):
                          f"({e.strerror or type(e).__name__})") from None
 
 
-def attach_monitors(impls: dict, config: TrainConfig, info: DistInfo, writer=None) -> dict:
+def attach_monitors(impls: dict, config: TrainConfig, info: DistInfo, steps_per_epoch: int, writer=None) -> dict:
     """impl name -> GradientMonitor, set as ``impl.monitor`` (empty unless --monitor, or off rank 0)."""
     if not config.monitor or not info.is_main:
         return {}
     from monitoring import GradientMonitor
+    epoch_ends = {epoch * steps_per_epoch for epoch in range(1, config.epochs + 1)}
     monitors = {}
     for name, impl in impls.items():
         # mixed precision: weights and gradients are the float32 masters' (unscaled, as they are clipped)
         mon = GradientMonitor(impl.model, every=config.log_interval, name=name, tensorboard=writer,
-                              parameters=getattr(impl, "master", None))
+                              parameters=getattr(impl, "master", None), also={1, *epoch_ends})
         if name != "engine":
             mon.watch_activations()
         impl.monitor = monitors[name] = mon
@@ -82,11 +84,11 @@ def write_monitor_outputs(out: Path, monitors: dict, plots: bool) -> list[str]:
 
 def log_scalars(writer, rec: dict) -> None:
     """A metrics record as TensorBoard scalars: step and epoch records tagged by implementation, the weight
-    difference between implementations as ``drift/max_param_abs_diff``."""
+    difference between implementations as ``drift/max_param_abs_diff`` (by step)."""
     if writer is None:
         return
     if rec["type"] == "drift":
-        writer.add_scalar("drift/max_param_abs_diff", rec["max_param_abs_diff"], rec["epoch"])
+        writer.add_scalar("drift/max_param_abs_diff", rec["max_param_abs_diff"], rec["step"])
         return
     name = rec["impl"]
     if rec["type"] == "step":

@@ -1,5 +1,6 @@
-"""The run's figure, from its metrics records: loss and accuracy per epoch (curves.png).  --monitor's figures
-are monitoring.plot_records' (training/monitors.py)."""
+"""The run's figure, from its metrics records (curves.png): loss and accuracy per epoch, and, where several
+implementations trained side by side, their largest weight difference over steps.  --monitor's figures are
+monitoring.plot_records' (training/monitors.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,20 +12,45 @@ def write_plots(out: Path, records: list) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from monitoring.axes import integer_axis, log_axis, plain_axis, series_style, twin_style
+
     history = [r for r in records if r["type"] == "epoch"]
-    impls = sorted({h["impl"] for h in history})
-    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
-    for name in impls:
+    drift = [r for r in records if r["type"] == "drift" and "step" in r]
+    impls = list(dict.fromkeys(h["impl"] for h in history))
+    fig, axes = plt.subplots(1, 3 if drift else 2, figsize=(16.5 if drift else 11, 4))
+    ax_loss, ax_acc = axes[:2]
+    for i, name in enumerate(impls):
         rows = [h for h in history if h["impl"] == name]
         ep = [h["epoch"] for h in rows]
-        ax_loss.plot(ep, [h["train_loss"] for h in rows], "o-", label=f"{name} train")
-        ax_acc.plot(ep, [h["train_acc"] for h in rows], "o-", label=f"{name} train")
+        style = twin_style(i)
+        line, = ax_loss.plot(ep, [h["train_loss"] for h in rows], "-", label=f"{name} train", **style)
+        ax_acc.plot(ep, [h["train_acc"] for h in rows], "-", color=line.get_color(), label=f"{name} train", **style)
         val = [h for h in rows if h.get("val_loss") is not None]
         if val:
-            ax_loss.plot([h["epoch"] for h in val], [h["val_loss"] for h in val], "s--", label=f"{name} val")
-            ax_acc.plot([h["epoch"] for h in val], [h["val_acc"] for h in val], "s--", label=f"{name} val")
+            ve = [h["epoch"] for h in val]
+            for ax, key in ((ax_loss, "val_loss"), (ax_acc, "val_acc")):
+                ax.plot(ve, [h[key] for h in val], "--", color=line.get_color(), alpha=0.6, label=f"{name} val",
+                        **{**style, "marker": "s"})
     for ax, title in ((ax_loss, "cross-entropy loss"), (ax_acc, "accuracy")):
-        ax.set_xlabel("epoch"); ax.set_title(title); ax.grid(alpha=0.3); ax.legend()
+        ax.set_xlabel("epoch"); ax.set_title(title); ax.grid(alpha=0.3); ax.legend(fontsize=8)
+        ax.margins(y=0.1)  # room for the larger, hollow markers
+        integer_axis(ax)
+        plain_axis(ax)
+    if drift:
+        ax = axes[2]
+        steps = [r["step"] for r in drift]
+        diffs = [max(r["max_param_abs_diff"], 1e-300) for r in drift]
+        ax.plot(steps, diffs, "-", color="k", **series_style(len(drift)))
+        first = next((r for r in drift if "max_grad_rel_diff" in r), None)
+        if first is not None:  # a relative difference of gradients: said, not drawn on the weights' axis
+            ax.text(0.02, 0.96, f"the first step's gradients agreed to {first['max_grad_rel_diff']:.1e} (relative)",
+                    transform=ax.transAxes, ha="left", va="top", fontsize=8,
+                    bbox={"facecolor": "white", "edgecolor": "0.8"})
+        log_axis(ax)
+        log_axis(ax, "x")
+        ax.set_xlabel("step")
+        ax.set_title(f"largest weight difference, {' vs '.join(drift[-1]['impls'])}")
+        ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(out / "curves.png", dpi=100)
     plt.close(fig)

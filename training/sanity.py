@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from losses import CrossEntropyLoss
 from optimizers import Adam
 
-from .config import TrainConfig, resolve_device
+from .config import TrainConfig, resolve_device, use_threads
 from .data import load_data
 from .models import SAMPLE_SHAPES, build_models, use_generator
 
@@ -77,6 +77,7 @@ def _first_step(config, device, x, y) -> dict[str, torch.Tensor]:
 
 def run_sanity(config: TrainConfig, say: Callable = print) -> int:
     """Run the four checks on the configured model and data; print the table; 0 if all pass, else 1."""
+    use_threads(config.threads)
     device = resolve_device(config.device)
     data = load_data(config, device, config.torch_dtype, lambda *a, **k: None, sample_shape=SAMPLE_SHAPES[config.model])
     x, y = data.train_x[:256], data.train_y[:256]

@@ -20,10 +20,11 @@ import torch
 
 from .agreement import check_ranks_agree, run_identity
 from .checkpoint import check_data, checkpoint_state, load_checkpoint, restore, save_checkpoint
-from .config import TrainConfig, resolve_device
+from .config import TrainConfig, resolve_device, use_threads
 from .data import check_data_dir, load_data
 from .errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, NonFiniteLoss, RunFailed, UsageError
 from .files import WriteFailed, atomic_write_text
+from .drift import Drift, first_step_agreement
 from .impls import build_impls, check_mixed_precision, max_param_abs_diff
 from .distributed import DistInfo
 from .loop import evaluate, train_epoch
@@ -43,6 +44,7 @@ def run(config: TrainConfig, say: Callable | None = None, *, init_method: str | 
     Under torchrun (or with ``info``/``init_method`` given, as tests do) every rank runs this; rank 0 alone prints
     and writes files.
     """
+    use_threads(config.threads)
     device = resolve_device(config.device)
     with under_torchrun(device, config.dist_timeout, init_method, info) as (info, device):
         quiet = config.quiet or not info.is_main
@@ -106,7 +108,7 @@ def _train(config: TrainConfig, device: torch.device, info: DistInfo, say: Calla
     steps_per_epoch = -(-data.train_x.shape[0] // config.batch_size)
     impls = _build(config, device, info, steps_per_epoch)
     writer = open_tensorboard(config, info)
-    monitors = attach_monitors(impls, config, info, writer)
+    monitors = attach_monitors(impls, config, info, steps_per_epoch, writer)
     batch_gen = torch.Generator().manual_seed((config.seed + 1) % 2 ** 64)  # torch's range
     records: list[dict] = []  # everything logged, in order; epochs are the records of type "epoch"
     start_epoch = 1
@@ -138,14 +140,17 @@ def _train(config: TrainConfig, device: torch.device, info: DistInfo, say: Calla
 
     n_val = 0 if data.val_x is None else data.val_x.shape[0]
     say(f"{config.dataset}: {data.train_x.shape[0]} train, {n_val} val, {data.test_x.shape[0]} test on {device} "
-        f"({_precision(config)}); loaded in {data_seconds:.2f} s; model {config.model}; impl {', '.join(impls)}; "
+        f"({_precision(config)}; {_count(torch.get_num_threads(), 'CPU thread')}); loaded in {data_seconds:.2f} s; "
+        f"model {config.model}; impl {', '.join(impls)}; "
         f"{f'{info.world_size} processes; ' if info.enabled else ''}output {out}")
+    drift = Drift(impls, steps_per_epoch, log) if len(impls) > 1 else None
     try:
         for epoch in range(start_epoch, config.epochs + 1):
             perm = torch.randperm(data.train_x.shape[0], generator=batch_gen).to(device)
             for name, impl in impls.items():
                 rec = {"type": "epoch", "impl": name, "epoch": epoch,
-                       **train_epoch(impl, data, perm, epoch, config, log, info)}
+                       **train_epoch(impl, data, perm, epoch, config, log, info,
+                                     drift.after_step if drift is not None else None)}
                 rec["val_loss"] = rec["val_acc"] = None
                 if data.val_x is not None and (epoch % config.val_interval == 0 or epoch == config.epochs):
                     rec["val_loss"], rec["val_acc"] = evaluate(impl, data.val_x, data.val_y, info=info)
@@ -153,9 +158,8 @@ def _train(config: TrainConfig, device: torch.device, info: DistInfo, say: Calla
                 val = "" if rec["val_loss"] is None else f" | val loss {rec['val_loss']:.4f} acc {rec['val_acc']:.2%}"
                 say(f"epoch {epoch:>3} {name:<6} train loss {rec['train_loss']:.4f} acc {rec['train_acc']:.2%}"
                     f"{val} | {rec['seconds']:.2f} s")
-            diff = max_param_abs_diff(impls)
-            if diff is not None:
-                log({"type": "drift", "epoch": epoch, "impls": list(impls), "max_param_abs_diff": diff})
+            if drift is not None:
+                diff = drift.end_epoch(epoch)
                 say(f"epoch {epoch:>3} largest weight difference between {', '.join(impls)}: {diff:.3e}"
                     f"{_MIXED_DRIFT if config.is_mixed else ''}")
             if info.is_main:
@@ -190,6 +194,25 @@ def _last_checkpoint(path: Path, epoch: int | None) -> str:
 
 _MIXED_DRIFT = (" (mixed precision: float32 weights of two runs that may round their half products differently, "
                 "not expected to agree to float32 precision)")
+
+
+def _agreement(config: TrainConfig, records: list) -> str | None:
+    """What the largest weight difference means: how closely the run's first step agreed, and why they drift."""
+    rel = first_step_agreement(records)
+    if rel is None:  # resumed from a checkpoint of a version that did not record it
+        return None
+    line = f"  the first step's gradients agreed to {rel:.1e} (largest relative difference)"
+    if config.is_mixed:
+        return line
+    line += (f": {config.dtype} rounding, which the optimizer's steps amplify as they would between two runs that "
+             f"sum in another order")
+    if config.dtype == "float32":
+        line += " (--dtype float64 keeps the drift far smaller)"
+    return line + ("; curves.png plots the drift over steps" if config.plots else "")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _precision(config: TrainConfig) -> str:
@@ -241,6 +264,9 @@ def _finish(config: TrainConfig, out: Path, impls: dict, data, records: list, sa
         say(f"{name:<8}{r['test_accuracy']:>10.2%}{r['test_loss']:>11.4f}{r['train_loss']:>12.4f}"
             f"{r['seconds_per_epoch']:>10.2f}")
     if summary["max_param_abs_diff"] is not None:
-        say(f"largest weight difference between implementations after {summary['epochs']} epochs: "
+        say(f"largest weight difference between implementations after {_count(summary['epochs'], 'epoch')}: "
             f"{summary['max_param_abs_diff']:.3e}{_MIXED_DRIFT if config.is_mixed else ''}")
+        agreement = _agreement(config, records)
+        if agreement:
+            say(agreement)
     say(f"wrote {', '.join(str(out / w) if i == 0 else w for i, w in enumerate(written))}")

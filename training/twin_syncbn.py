@@ -2,16 +2,38 @@
 
 torch's nn.SyncBatchNorm synchronises only CUDA tensors ("SyncBatchNorm layers only work with GPU modules"), so on
 the CPU (gloo) the twin uses ``GlooSyncBatchNorm``: the same statistics over every rank's part of the batch, from
-torch operations and ``torch.distributed.nn.functional.all_reduce``, which autograd differentiates (its backward is
-the all-reduce of the gradients).  The hand-written model's own ``layers.SyncBatchNorm`` is what is checked;
-this is autograd's reference for it, as nn.SyncBatchNorm is on CUDA.
+torch operations and ``all_reduce_sum``, an all-reduce that autograd differentiates (its backward is the all-reduce
+of the gradients; torch.distributed.nn.functional.all_reduce, which did this, is deprecated).  The hand-written
+model's own ``layers.SyncBatchNorm`` is what is checked; this is autograd's reference for it, as nn.SyncBatchNorm
+is on CUDA.
 """
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-import torch.distributed.nn.functional as dist_nn
 from torch import Tensor, nn
+
+
+class _AllReduceSum(torch.autograd.Function):
+    """y = the sum of x over every rank.  Each rank's loss uses its y, and the loss trained is their sum, so
+    dL/dx on a rank is the sum over ranks of dL/dy: the backward is the same all-reduce."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor) -> Tensor:
+        y = x.clone(memory_format=torch.contiguous_format)
+        dist.all_reduce(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy: Tensor) -> Tensor:
+        dx = dy.clone(memory_format=torch.contiguous_format)
+        dist.all_reduce(dx)
+        return dx
+
+
+def all_reduce_sum(x: Tensor) -> Tensor:
+    """The sum of ``x`` over every rank, differentiable (a new tensor; ``x`` is unchanged)."""
+    return _AllReduceSum.apply(x)
 
 
 class GlooSyncBatchNorm(nn.modules.batchnorm._BatchNorm):
@@ -27,11 +49,11 @@ class GlooSyncBatchNorm(nn.modules.batchnorm._BatchNorm):
         dims = [0, *range(2, x.dim())]
         shape = [1, -1] + [1] * (x.dim() - 2)
         local = torch.cat([x.sum(dims), x.new_full((1,), x.numel() // x.shape[1])])     # (C + 1,)
-        total = dist_nn.all_reduce(local)                                                # sums over every rank
+        total = all_reduce_sum(local)                                                    # sums over every rank
         n = total[-1]
         mean = total[:-1] / n                                                            # (C,)
         centred = x - mean.view(shape)
-        var = dist_nn.all_reduce((centred * centred).sum(dims)) / n                      # (C,) biased
+        var = all_reduce_sum((centred * centred).sum(dims)) / n                          # (C,) biased
         out = centred / torch.sqrt(var + self.eps).view(shape)
         if self.affine:
             out = out * self.weight.view(shape) + self.bias.view(shape)
