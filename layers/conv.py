@@ -55,6 +55,9 @@ def conv_out_size(size: int, kernel: int, stride: int, padding: int, dilation: i
 class Conv2d(BaseLayer):
     """2-d convolution (cross-correlation, as in every framework): x (N, C_in, H, W) -> (N, C_out, H_out, W_out).
 
+    As in torch, an unbatched (C_in, H, W) image gives (C_out, H_out, W_out) (a batch of one inside), and an
+    empty batch (N = 0) gives an empty output and zero weight and bias gradients.
+
     Same arguments, defaults, parameter names, layouts and initialisation as ``torch.nn.Conv2d``:
     ``weight`` (C_out, C_in / G, kH, kW) and ``bias`` (C_out,), Kaiming-uniform as nn.Conv2d draws
     them (``layers.init``), so one seed gives identical weights.  ``kernel_size``, ``stride``,
@@ -131,11 +134,15 @@ class Conv2d(BaseLayer):
         return conv_out_size(h, kh, sh, ph, dh), conv_out_size(w, kw, sw, pw, dw)
 
     def forward(self, x: Tensor) -> Tensor:
-        """x: (N, C_in, H, W) -> out: (N, C_out, H_out, W_out)."""
+        """x: (N, C_in, H, W) -> out: (N, C_out, H_out, W_out); or unbatched, (C_in, H, W) -> (C_out, H_out, W_out)."""
         w = self.weight
+        given = x
+        unbatched = isinstance(x, Tensor) and x.dim() == 3
+        if unbatched:
+            x = x.unsqueeze(0)  # (1, C_in, H, W), a view; the output loses the axis again
         if not (isinstance(x, Tensor) and x.dim() == 4 and x.shape[1] == self.in_channels
                 and x.dtype == w.dtype and x.device == w.device):
-            self._reject_input(x)  # the cheap test above failed: find out what is wrong and say so
+            self._reject_input(given)  # the cheap test above failed: find out what is wrong and say so
         hw = (x.shape[2], x.shape[3])
         if self._extra != (0, 0):  # "same" with an odd total padding: the extra zeros at the bottom/right
             x = F.pad(x, (0, self._extra[1], 0, self._extra[0]))  # (N, C_in, H + 1?, W + 1?)
@@ -145,17 +152,26 @@ class Conv2d(BaseLayer):
             raise ValueError(f"{self!r}: input of spatial size {hw} (padding {self._pad}) is smaller than the "
                              f"dilated kernel {span}")
         out = F.conv2d(x, w, self.bias, self.stride, self._pad, self.dilation, self.groups)  # (N, C_out, H_out, W_out)
-        self._cache = (x, out.shape, hw)
+        if unbatched:
+            out = out.squeeze(0)  # (C_out, H_out, W_out)
+        self._cache = (x, out.shape, hw)  # a 3-d output shape says the input was unbatched
         return out
 
     def backward(self, dout: Tensor, need_input_grad: bool = True) -> Tensor | None:
         """dout: (N, C_out, H_out, W_out) -> dx: (N, C_in, H, W) (None if not ``need_input_grad``);
-        adds dw (C_out, C_in / G, kH, kW) and db (C_out,) into weight.grad and bias.grad."""
+        adds dw (C_out, C_in / G, kH, kW) and db (C_out,) into weight.grad and bias.grad.
+        Unbatched: dout (C_out, H_out, W_out) -> dx (C_in, H, W)."""
         cache, w = self._cache, self.weight
         check_backward_dout(self, dout, None if cache is None else cache[1], w.dtype, w.device)
         self._cache = None
-        x, _, (h, wd) = cache
-        dw = self._weight_grad(x, dout)  # (C_out, C_in / G, kH, kW), a strided view of the correlation
+        x, out_shape, (h, wd) = cache
+        unbatched = len(out_shape) == 3
+        if unbatched:
+            dout = dout.unsqueeze(0)  # (1, C_out, H_out, W_out)
+        if x.shape[0] == 0:  # an empty batch: nothing to sum, so dw = 0 (the correlation has no channels to run on)
+            dw = w.new_zeros(w.shape)
+        else:
+            dw = self._weight_grad(x, dout)  # (C_out, C_in / G, kH, kW), a strided view of the correlation
         if w.grad is None:
             w.grad = dw.contiguous()  # the weight's layout
         else:
@@ -164,7 +180,8 @@ class Conv2d(BaseLayer):
             accumulate_grad(self.bias, dout.sum((0, 2, 3)))  # (C_out,)
         if not need_input_grad:
             return None
-        return self._input_grad(dout, x.shape)[:, :, :h, :wd]  # (N, C_in, H, W): drops the extra "same" row/col
+        dx = self._input_grad(dout, x.shape)[:, :, :h, :wd]  # (N, C_in, H, W): drops the extra "same" row/col
+        return dx.squeeze(0) if unbatched else dx
 
     def _input_grad(self, dout: Tensor, x_shape: torch.Size) -> Tensor:
         """dx = the transposed convolution of dout with the weight, (N, C_in, H', W') for the padded input.
@@ -203,8 +220,7 @@ class Conv2d(BaseLayer):
 
     def _reject_input(self, x: object) -> None:
         check_tensor(repr(self), "x", x)
-        if x.dim() != 4 or x.shape[1] != self.in_channels:
-            hint = "; an unbatched (C, H, W) image needs the batch axis: x.unsqueeze(0)" if x.dim() == 3 else ""
-            raise ValueError(f"{self!r}: expected input of shape (N, {self.in_channels}, H, W), "
-                             f"got {tuple(x.shape)}{hint}")
+        if x.dim() not in (3, 4) or x.shape[-3] != self.in_channels:
+            raise ValueError(f"{self!r}: expected input of shape (N, {self.in_channels}, H, W) or, unbatched, "
+                             f"({self.in_channels}, H, W), got {tuple(x.shape)}")
         check_like(repr(self), "input", x, self.weight, "weight")

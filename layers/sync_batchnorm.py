@@ -40,14 +40,15 @@ class SyncBatchNorm(_BatchNorm):
     """
 
     torch_class = torch.nn.SyncBatchNorm
-    _ctor_args = ("num_features", "eps", "momentum", "affine", "track_running_stats", "process_group")
+    _ctor_args = ("num_features", "eps", "momentum", "affine", "track_running_stats", "process_group", "bias")
     _input_dims = tuple(range(2, 9))  # any (N, C, *) as torch's SyncBatchNorm
     _shape_text = "(N, {C}, *)"
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
                  track_running_stats: bool = True, process_group: dist.ProcessGroup | None = None, *,
-                 device: torch.device | str | None = None, dtype: torch.dtype | None = None):
-        super().__init__(num_features, eps, momentum, affine, track_running_stats, device=device, dtype=dtype)
+                 bias: bool = True, device: torch.device | str | None = None, dtype: torch.dtype | None = None):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, bias=bias, device=device,
+                         dtype=dtype)
         self.process_group = process_group
         self._syncing = False  # whether the last forward synchronised (its backward must too)
 

@@ -118,3 +118,28 @@ def test_state_dict_load_errors_name_the_key():
         seq.load_state_dict(dict(sd, **{"2.weight": torch.zeros(5, 2)}))
     with pytest.raises(KeyError, match=r"missing keys \['0.bias'\], unexpected keys \['0.beta'\]"):
         seq.load_state_dict({("0.beta" if k == "0.bias" else k): v for k, v in sd.items()})
+
+
+def test_named_sequential_keeps_its_names_through_from_torch_and_to_torch():
+    """nn.Sequential(OrderedDict(...)) keys its state_dict by the children's names ("fc.weight"): from_torch keeps
+    them, so the hand-written model's state_dict and to_torch()'s load into the original (nested too)."""
+    from collections import OrderedDict
+    torch.manual_seed(1)
+    ref = nn.Sequential(OrderedDict(fc=nn.Linear(6, 5), act=nn.Tanh(),
+                                    block=nn.Sequential(OrderedDict(fc2=nn.Linear(5, 4), relu=nn.ReLU())),
+                                    out=nn.Linear(4, 3))).double()
+    ours = from_torch(ref)
+    assert list(ours.state_dict()) == list(ref.state_dict()) == \
+        ["fc.weight", "fc.bias", "block.fc2.weight", "block.fc2.bias", "out.weight", "out.bias"]
+    assert [n for n, _ in ours.named_parameters()] == [n for n, _ in ref.named_parameters()]
+    assert "(fc): Linear" in repr(ours) and "(fc2): Linear" in repr(ours)
+    back = ours.to_torch()
+    assert [n for n, _ in back.named_children()] == ["fc", "act", "block", "out"]
+    ref.load_state_dict(back.state_dict())  # strict: the keys are the original's
+    ref.load_state_dict(ours.state_dict())
+    x = torch.randn(3, 6, dtype=f64)
+    assert torch.equal(back(x), ref(x)) and rel(ours(x), ref(x)) < 1e-14
+    built = Sequential(OrderedDict(a=Linear(2, 2), b=ReLU()))  # the same constructor as torch's
+    assert list(built.state_dict()) == ["a.weight", "a.bias"]
+    with pytest.raises(ValueError, match=r"a layer's name must be a non-empty string without '.', got 'x.y'"):
+        Sequential(OrderedDict([("x.y", ReLU())]))
