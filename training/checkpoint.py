@@ -86,12 +86,19 @@ def load_checkpoint(path: Path, config: TrainConfig) -> tuple[TrainConfig, dict]
     return config, ckpt
 
 
-def set_capturable(opt: torch.optim.Optimizer, capturable: bool) -> None:
+def set_capturable(opt: torch.optim.Optimizer, capturable: bool, tensor_lr: bool = False) -> None:
     """Make a loaded optimizer state fit this run: ``capturable`` in every group (load_state_dict brings back the
-    saved run's flag) and each step counter where that mode keeps it (the parameter's device, or the CPU)."""
+    saved run's flag), the learning rate a tensor beside the parameters (``tensor_lr``: a captured step with a
+    schedule, as impls.capturable_kwargs sets it) or a number, and each step counter where that mode keeps it
+    (the parameter's device, or the CPU)."""
     for group in opt.param_groups:
         if "capturable" in group:
             group["capturable"] = capturable
+            lr, p0 = group["lr"], group["params"][0]
+            if tensor_lr:
+                group["lr"] = torch.as_tensor(lr).to(dtype=p0.dtype, device=p0.device)
+            elif isinstance(lr, torch.Tensor):
+                group["lr"] = lr.item()
             for p in group["params"]:
                 state = opt.state.get(p, {})
                 if isinstance(state.get("step"), torch.Tensor):
@@ -104,7 +111,7 @@ def restore(impls: dict, ckpt: dict, batch_gen: torch.Generator, device: torch.d
         load_weights_state(impl, {k: v.to(device) for k, v in ckpt["models"][name].items()})
         impl.opt.load_state_dict(ckpt["optimizers"][name])
         if name == "manual":  # a checkpoint of an eager run continued with --cuda-graph, or the reverse
-            set_capturable(impl.opt, impl.cuda_graph)
+            set_capturable(impl.opt, impl.cuda_graph, tensor_lr=impl.cuda_graph and impl.sched is not None)
         if impl.sched is not None:
             impl.sched.load_state_dict(ckpt["schedulers"][name])
         if getattr(impl, "scaler", None) is not None:
