@@ -104,8 +104,10 @@ class _BatchNorm(BaseLayer):
 
     # -- the two cross-batch reductions (SyncBatchNorm overrides these) ----------------------------------
 
-    def _batch_stats(self, x: Tensor, dims: tuple[int, ...]) -> tuple[Tensor, Tensor, Tensor, int | Tensor]:
+    def _batch_stats(self, x: Tensor, dims: tuple[int, ...],
+                     scratch: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, int | Tensor]:
         """x (in the statistics dtype) -> (mean (C,), xc = x - mean (x's shape), biased var (C,), M).
+        ``scratch``: a buffer of x's shape the squares may be written into (the forward's output, next).
 
         Two passes from per-channel sums: mean = sum(x) / M, then var = sum(xc * xc) / M -- numerically
         good (no cancellation as in sum(x^2)/M - mean^2), and xc is what both the output and the backward
@@ -117,7 +119,8 @@ class _BatchNorm(BaseLayer):
             return mean, x - mean.view(bshape), x.new_ones(x.shape[1]), 0
         mean = x.sum(dims) / count  # (C,)
         xc = x - mean.view(bshape)  # (N, C, ...)
-        var = (xc * xc).sum(dims) / count  # (C,)
+        squares = torch.mul(xc, xc) if scratch is None else torch.mul(xc, xc, out=scratch)
+        var = squares.sum(dims) / count  # (C,)
         return mean, xc, var, count
 
     def _reduce_grad_sums(self, sum_dout: Tensor, sum_dout_xhat: Tensor,
@@ -150,7 +153,10 @@ class _BatchNorm(BaseLayer):
         if batch_stats:
             if self.training:
                 self._check_batch(x, x.numel() // x.shape[1])
-            mean, xc, var, count = self._batch_stats(xs, dims)  # (C,), (N, C, ...), (C,), M
+            # The squares for the variance first, then the output, in one buffer: one allocation fewer (not while
+            # autograd traces the forward, gradcheck's comparison: out= arguments are not differentiable).
+            out = None if xs.requires_grad else torch.empty_like(xs)
+            mean, xc, var, count = self._batch_stats(xs, dims, out)  # (C,), (N, C, ...), (C,), M
             if self.training and self.running_mean is not None:
                 self._update_running(mean, var, count)
         else:
@@ -158,7 +164,7 @@ class _BatchNorm(BaseLayer):
         invstd = torch.rsqrt(var + self.eps)  # (C,)
         scale = invstd if self.weight is None else self.weight.to(sdtype) * invstd  # (C,) gamma * invstd
         if xc is not None:  # out = xc * gamma * invstd + beta
-            out = xc * scale.view(bshape)  # (N, C, ...)
+            out = xc * scale.view(bshape) if out is None else torch.mul(xc, scale.view(bshape), out=out)  # (N, C, ...)
             if self.bias is not None:
                 out.add_(self.bias.to(sdtype).view(bshape))
         else:  # eval: out = x * scale + (beta - mean * scale), one pass, as torch's own CPU kernel computes it

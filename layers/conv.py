@@ -23,6 +23,14 @@ that reach it, so
             convolution with the batch as the channel axis, dout as the kernel, and stride and
             dilation trading places (the kernel dout steps by sH; the output tap u steps by dH);
     db[o] = sum_{n, i, j} dout[n, o, i, j].
+
+The weight gradient's sum over (n, i, j) is one formula with three ways to run it (``Conv2d._weight_grad``),
+chosen by shape because oneDNN's forward kernels, which the correlation runs on, are made for small kernels:
+the correlation above (any stride, dilation, groups); for stride 1 without groups the same correlation with
+the roles of x and dout exchanged (dout the "input", x the "kernel"; 10-20% faster on CPU); and, for a layer
+with few input channels (a network's first), the textbook im2col product -- unfold x into its windows,
+one batched matrix product with dout -- which there beats the correlation 2-4x (the unfolded copy is only
+C_in kH kW times x).
 """
 from __future__ import annotations
 
@@ -35,7 +43,7 @@ from .init import torch_default_params
 from .layer import BaseLayer, accumulate_grad
 
 
-_CHANNELS_LAST_MIN = 8  # input channels per group from which the weight-gradient correlation runs channels-last on CPU
+_FEW_CHANNELS = 8  # input channels per group below which dw is an im2col product (benchmarks/conv.py)
 
 
 def pair(owner: str, name: str, value: object, lo: int) -> tuple[int, int]:
@@ -197,26 +205,63 @@ class Conv2d(BaseLayer):
                                   self.dilation)  # (N, C_in, H', W')
 
     def _weight_grad(self, x: Tensor, dout: Tensor) -> Tensor:
-        """dw[o, c, u, v] = sum_{n,i,j} dout[n, o, i, j] xp[n, c, i sH + u dH, j sW + v dW], as one convolution.
+        """dw[o, c, u, v] = sum_{n,i,j} dout[n, o, i, j] xp[n, c, i sH + u dH, j sW + v dW], (C_out, C_in / G, kH, kW)
+        (possibly a strided view): one of the three forms of the module docstring, by shape."""
+        g, c = self.groups, x.shape[1]
+        (kh, kw), (ph, pw), (dh, dw) = self.kernel_size, self._pad, self.dilation
+        if c // g < _FEW_CHANNELS:
+            return self._weight_grad_im2col(x, dout)
+        if g == 1 and self.stride == (1, 1) and ph <= dh * (kh - 1) and pw <= dw * (kw - 1):
+            return self._weight_grad_exchanged(x, dout)
+        return self._weight_grad_correlation(x, dout)
 
-        The batch becomes the channel axis: the "input" is x as (C_in / G, G * N, H, W) -- group g's
-        channels of every sample -- and the "kernel" is dout as (C_out, N, H_out, W_out), grouped G ways,
-        so output channel o (of group g) sums over exactly the samples of g's input channels.  The kernel's
-        taps i step through the input by sH (its dilation) and the output taps u by dH (its stride).  Its
-        output (C_in / G, C_out, kH', kW') has kH' >= kH taps: beyond kH they read only the rows the forward
-        dropped, and are cut off."""
+    def _weight_grad_correlation(self, x: Tensor, dout: Tensor) -> Tensor:
+        """dw as one convolution: the batch becomes the channel axis.  The "input" is x as (C_in / G, G * N, H, W)
+        -- group g's channels of every sample -- and the "kernel" is dout as (C_out, N, H_out, W_out), grouped G
+        ways, so output channel o (of group g) sums over exactly the samples of g's input channels.  The kernel's
+        taps i step through the input by sH (its dilation) and the output taps u by dH (its stride).  Its output
+        (C_in / G, C_out, kH', kW') has kH' >= kH taps: beyond kH they read only the rows the forward dropped,
+        and are cut off."""
         (kh, kw), g = self.kernel_size, self.groups
         n, c, h, w = x.shape
         xt = x.transpose(0, 1) if g == 1 else \
             x.view(n, g, c // g, h, w).permute(2, 1, 0, 3, 4).reshape(c // g, g * n, h, w)  # (C_in/G, G*N, H, W)
         dt = dout.transpose(0, 1)  # (C_out, N, H_out, W_out)
-        if x.device.type == "cpu" and c // g >= _CHANNELS_LAST_MIN:
+        if x.device.type == "cpu":
             # Measured (benchmarks/conv.py): oneDNN's brgemm kernel reads a channels-last "input" as it is,
-            # which saves a reorder; 0.8x -> 0.9-0.96x of nn.Conv2d for inner layers, but slower with 1-3
-            # input channels (a network's first layer), where the plain layout is kept.
+            # which saves a reorder; 0.8x -> 0.9-0.96x of nn.Conv2d for inner layers.
             xt = xt.contiguous(memory_format=torch.channels_last)
         corr = F.conv2d(xt, dt, None, self.dilation, self._pad, self.stride, g)  # (C_in/G, C_out, kH', kW')
         return corr[:, :, :kh, :kw].transpose(0, 1)  # (C_out, C_in/G, kH, kW), a view (not contiguous)
+
+    def _weight_grad_exchanged(self, x: Tensor, dout: Tensor) -> Tensor:
+        """Stride 1, no groups: the same sum with h = i + u dH - pH substituted,
+
+            dw[o, c, u, v] = sum_{n,h,w} x[n, c, h, w] dout_q[n, o, h + (kH-1-u) dH, w + (kW-1-v) dW]
+
+        (dout_q: dout zero-padded by qH = dH (kH - 1) - pH >= 0 rows, qW columns), a convolution of dout as the
+        "input" (C_out, N, H_out, W_out) with x as the "kernel" (C_in, N, H, W), stride (dH, dW): its output
+        tap a = kH-1-u, so the taps come out reversed and are flipped back.  (x's extra "same" row/column, if
+        any, is part of x here; the sizes work out to exactly kH x kW taps.)"""
+        (kh, kw), (ph, pw), (dh, dw) = self.kernel_size, self._pad, self.dilation
+        q = (dh * (kh - 1) - ph, dw * (kw - 1) - pw)
+        corr = F.conv2d(dout.transpose(0, 1), x.transpose(0, 1), None, self.dilation, q)  # (C_out, C_in, kH, kW)
+        return corr.flip(2, 3)
+
+    def _weight_grad_im2col(self, x: Tensor, dout: Tensor) -> Tensor:
+        """dw as the textbook product: cols = unfold(x), (N, C_in kH kW, H_out W_out), each column the window one
+        output pixel reads; then per group dw = sum_n dout_n (C_out/G, H_out W_out) @ cols_n^T, one batched matrix
+        product and a sum over the batch (layers/reference.py's conv2d_backward, without its fold for dx)."""
+        (kh, kw), g = self.kernel_size, self.groups
+        n, c = x.shape[:2]
+        o = self.out_channels
+        cols = F.unfold(x, (kh, kw), self.dilation, self._pad, self.stride)  # (N, C_in kH kW, P)
+        p = cols.shape[2]
+        if g == 1:
+            dw = torch.bmm(dout.reshape(n, o, p), cols.transpose(1, 2)).sum(0)  # (C_out, C_in kH kW)
+        else:
+            dw = torch.matmul(dout.reshape(n, g, o // g, p), cols.view(n, g, -1, p).transpose(2, 3)).sum(0)
+        return dw.view(o, c // g, kh, kw)
 
     def _reject_input(self, x: object) -> None:
         check_tensor(repr(self), "x", x)

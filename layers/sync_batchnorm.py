@@ -66,9 +66,10 @@ class SyncBatchNorm(_BatchNorm):
         if not self._syncing:
             super()._check_batch(x, count)
 
-    def _batch_stats(self, x: Tensor, dims: tuple[int, ...]) -> tuple[Tensor, Tensor, Tensor, int | Tensor]:
+    def _batch_stats(self, x: Tensor, dims: tuple[int, ...],
+                     scratch: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, int | Tensor]:
         if not self._syncing:
-            return super()._batch_stats(x, dims)
+            return super()._batch_stats(x, dims, scratch)
         c = self.num_features
         bshape = (1, c) + (1,) * (x.dim() - 2)
         sums = torch.cat([x.sum(dims), x.new_full((1,), x.numel() // max(c, 1))])  # (C+1,) [sum(x), M]

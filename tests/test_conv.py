@@ -36,8 +36,13 @@ CONV_CONFIGS = [
     (2, 2, 1, 2, 0, 1, 1, True, (1, 5, 5)),  # 1x1 strided
     (4, 8, 3, (1, 2), (2, 1), (2, 1), 4, True, (1, 6, 9)),
     (2, 5, (3, 3), 4, 1, 1, 1, True, (3, 9, 10)),  # stride larger than the kernel: input rows skipped entirely
-    (8, 3, 3, 1, 1, 1, 1, True, (2, 5, 6)),  # >= 8 input channels per group: dw runs channels-last on CPU
+    # >= 8 input channels per group: dw by a correlation (fewer: the im2col product), with x and dout exchanged
+    # for stride 1 without groups (also "same" with its extra row, and dilated, unpadded), else x as the input
+    (8, 3, 3, 1, 1, 1, 1, True, (2, 5, 6)),
+    (8, 4, 2, 1, "same", 1, 1, True, (2, 6, 7)),
+    (9, 4, (3, 2), 1, 0, (2, 1), 1, False, (2, 9, 8)),
     (16, 8, (3, 2), 2, (1, 0), (1, 2), 2, False, (1, 7, 6)),
+    (16, 4, 3, 1, 1, 1, 2, True, (2, 5, 5)),
 ]
 CONV_IDS = [f"{c[0]}-{c[1]}-k{c[2]}-s{c[3]}-p{c[4]}-d{c[5]}-g{c[6]}-b{int(c[7])}" for c in CONV_CONFIGS]
 
@@ -103,6 +108,25 @@ def test_conv_im2col_reference_equals_fast_path(cfg):
     assert (db_r is None) == (ours.bias is None)
     if db_r is not None:
         assert rel(ours.bias.grad, db_r) < 1e-13
+
+
+@pytest.mark.parametrize("cfg", CONV_CONFIGS, ids=CONV_IDS)
+def test_every_form_of_the_weight_gradient_equals_autograd(cfg):
+    """dw has three forms (layers/conv.py), chosen by shape; each one, wherever it applies, equals autograd's."""
+    ours, theirs = conv_pair(cfg)
+    x = conv_input(cfg)
+    out = theirs(x)
+    dout = torch.randn_like(out)
+    out.backward(dout)
+    ours(x)
+    xp = ours._cache[0]  # the input as the forward convolved it (with the extra "same" row/column)
+    (kh, kw), (ph, pw), (dh, dw) = ours.kernel_size, ours._pad, ours.dilation
+    forms = [ours._weight_grad_correlation, ours._weight_grad_im2col]
+    if ours.groups == 1 and ours.stride == (1, 1) and ph <= dh * (kh - 1) and pw <= dw * (kw - 1):
+        forms.append(ours._weight_grad_exchanged)
+    for form in forms:
+        g = form(xp, dout)
+        assert g.shape == theirs.weight.shape and rel(g, theirs.weight.grad) < 1e-13, form.__name__
 
 
 def test_need_input_grad_false_skips_dx_and_keeps_parameter_grads():
