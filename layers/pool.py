@@ -119,17 +119,38 @@ class MaxPool2d(_Pool2d):
                                 return_indices=True)  # (N, C, H_out, W_out) values and flat argmax in H*W
         if x4 is not x:
             out = out.squeeze(0)  # unbatched
-        self._cache = (out.shape, x.dtype, x.device, idx, x4.shape, x.shape)
+        self._cache = (out.shape, x.dtype, x.device, idx, x4.shape, x.shape, x, out)
         return out
 
     def backward(self, dout: Tensor) -> Tensor:
         """dout: (N, C, H_out, W_out) -> dx: (N, C, H, W), dout scattered to each window's argmax (unbatched:
         without the N axis)."""
-        _, _, _, idx, (n, c, h, w), x_shape = self._take_cache(dout)
+        return self._scatter(self._take_cache(dout), dout)
+
+    @staticmethod
+    def _scatter(cache: tuple, dout: Tensor) -> Tensor:
+        idx, (n, c, h, w), x_shape = cache[3:6]
         dx = dout.new_zeros(n, c, h * w)  # (N, C, H*W)
         idx = idx.flatten(2)  # (N, C, H_out*W_out) (sizes spelled out, not -1: N may be 0)
         dx.scatter_add_(2, idx, dout.reshape(idx.shape))  # overlapping windows add up
         return dx.view(x_shape)
+
+    def backward_through_relu(self, dout: Tensor, relu) -> Tensor | None:
+        """The backwards of ``relu`` and then this pool, where this pool's input was that ReLU's output: ReLU's
+        dx = scatter(dout) * (relu_out > 0), and the scatter puts values only at the argmaxes, where relu_out is
+        this pool's own output (a window's maximum), so
+
+            dx = scatter(dout * (out > 0))
+
+        -- the same numbers (the mask is 0 or 1) from a mask a quarter of the size (a 2x2 pool), and no pass over
+        the full-size gradient.  Consumes both layers' caches.  Returns None, consuming nothing, when ``relu``'s
+        cached output is not this pool's input (the caller then runs the two backwards)."""
+        cache = self._cache
+        if cache is None or relu._out is None or relu._out is not cache[6]:
+            return None
+        cache = self._take_cache(dout)
+        relu.backward_consumed()
+        return self._scatter(cache, cache[7].sign().mul_(dout))
 
 
 class AvgPool2d(_Pool2d):

@@ -13,7 +13,9 @@ from collections.abc import Callable, Iterator, Mapping
 import torch
 from torch import Tensor
 
+from .activations import ReLU
 from .layer import BaseLayer, Layer
+from .pool import MaxPool2d
 
 
 def _takes_need_input_grad(layer: Layer) -> bool:
@@ -130,13 +132,28 @@ class Sequential(BaseLayer):
         return x
 
     def backward(self, dout: Tensor, need_input_grad: bool = False) -> Tensor | None:
-        """dout: dL/d(output) -> dL/dx (None unless ``need_input_grad``); fills every parameter's .grad."""
+        """dout: dL/d(output) -> dL/dx (None unless ``need_input_grad``); fills every parameter's .grad.
+
+        A ReLU followed by a MaxPool2d (a CNN's usual pair) runs its backward inside the pool's
+        (``MaxPool2d.backward_through_relu``: the same numbers, the mask taken on the pooled gradient instead
+        of a pass over the full-size one); the hooks still see both layers, pool first."""
         layers, hooks = self.layers, self._backward_hooks
-        for i in range(len(layers) - 1, 0, -1):
+        i = len(layers) - 1
+        while i > 0:
             layer = layers[i]
+            if i > 1 and type(layer) is MaxPool2d and type(layers[i - 1]) is ReLU:
+                dx = layer.backward_through_relu(dout, layers[i - 1])
+                if dx is not None:
+                    dout = dx
+                    for done in (layer, layers[i - 1]):
+                        for hook in hooks:
+                            hook(done)
+                    i -= 2
+                    continue
             dout = layer.backward(dout, need_input_grad=True) if self._skips_dx[i] else layer.backward(dout)
             for hook in hooks:
                 hook(layer)
+            i -= 1
         first = layers[0]
         if self._skips_dx[0]:
             dx = first.backward(dout, need_input_grad=need_input_grad)
