@@ -5,6 +5,7 @@ vs the GEMM-only bound.
     python benchmarks/step.py --nets small,default,large,cnn --device cuda --repeats 200
     python benchmarks/step.py --compile                # adds nn.Module under torch.compile, each mode
     python benchmarks/step.py --half bfloat16          # adds mixed-precision rows: master weights vs autocast
+    python benchmarks/step.py --threads 1 --clock cpu  # CPU time of one thread: steadier on a shared machine
 
 A step is zero_grad, forward, cross-entropy, backward and optimizer step (SGD with momentum 0.9, and
 Adam).  The candidates run interleaved in one process (round-robin, one step each per round), so drift
@@ -40,7 +41,7 @@ from training.cuda_graph import CapturedStep
 
 import cnn_step  # sibling scripts: benchmarks/ is sys.path[0] when a script here runs
 import precision
-from timing import interleaved
+from timing import CLOCKS, check_clock, interleaved, machine
 
 NETS = {  # name: (label, hidden, batch, CPU repeats by default)
     "small": ("small net 784-128x3-10, batch 64", 128, 64, 1000),
@@ -158,12 +159,13 @@ def candidates(hidden, x, y, device, compile_modes, halves=()):
     return c
 
 
-def bench(hidden, batch, device, repeats, warmup, compile_modes, halves=()):
+def bench(hidden, batch, device, repeats, warmup, compile_modes, halves=(), clock="wall"):
     g = torch.Generator().manual_seed(1)
     x = torch.randn(batch, 784, generator=g).to(device)
     y = torch.randint(0, 10, (batch,), generator=g).to(device)
     cands = candidates(hidden, x, y, device, compile_modes, halves)
-    medians = interleaved({name: step for name, (step, _) in cands.items()}, repeats, warmup, device, (x, y))
+    medians = interleaved({name: step for name, (step, _) in cands.items()}, repeats, warmup, device, (x, y),
+                          clock=clock)
     return {name: (t, cands[name][1]) for name, t in medians.items()}
 
 
@@ -180,8 +182,18 @@ def main(argv=None) -> int:
                          f"(default with the flag: {','.join(COMPILE_MODES)})")
     ap.add_argument("--half", nargs="+", default=[], choices=["bfloat16", "float16"],
                     help="add mixed-precision rows for the MLPs in these dtypes")
+    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
+    ap.add_argument("--clock", choices=CLOCKS, default="wall",
+                    help="wall time (default), or the calling thread's CPU time (needs --threads 1): steadier "
+                         "on a machine others are using")
     args = ap.parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     device = torch.device(args.device)
+    try:
+        check_clock(args.clock, device)
+    except ValueError as e:
+        ap.error(str(e))
     names = (args.nets or ("small,default,large,cnn" if device.type == "cuda" else "small,default,cnn")).split(",")
     unknown = [n for n in names if n not in NETS]
     if unknown:
@@ -190,16 +202,17 @@ def main(argv=None) -> int:
     bad = [m for m in modes if m not in COMPILE_MODES]
     if bad:
         ap.error(f"--compile: unknown mode(s) {bad}; known: {', '.join(COMPILE_MODES)}")
-    print(f"torch {torch.__version__}, device {device}"
-          f"{' (' + torch.cuda.get_device_name(device) + ')' if device.type == 'cuda' else ''}, "
-          f"{torch.get_num_threads()} CPU threads, float32")
+    print(machine(args.clock))
+    print(f"device {device}"
+          f"{' (' + torch.cuda.get_device_name(device) + ')' if device.type == 'cuda' else ''}, float32; one training "
+          f"step per round (zero_grad, forward, loss, backward, optimizer step), the candidates interleaved")
     for key in names:
         label, hidden, batch, cpu_reps = NETS[key]
         reps = args.repeats or (cpu_reps if device.type == "cpu" else 300)
         if key == "cnn":
-            print_cnn(label, cnn_step.cnn_rows(device, batch, reps, args.warmup), reps)
+            print_cnn(label, cnn_step.cnn_rows(device, batch, reps, args.warmup, clock=args.clock), reps)
             continue
-        rows = bench(hidden, batch, device, reps, args.warmup, modes, args.half)
+        rows = bench(hidden, batch, device, reps, args.warmup, modes, args.half, clock=args.clock)
         gemm = rows["GEMM-only bound"][0]
         print(f"\n{label}: median of {reps} interleaved steps")
         print(f"  {'candidate':<46}{'ms/step':>10}{'vs nn.Module':>14}{'x GEMM':>9}")

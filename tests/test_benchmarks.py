@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 CASES = {  # script: (toy arguments, text its table must contain)
     "step.py": (["--nets", "small,cnn", "--repeats", "1", "--warmup", "4", "--half", "bfloat16"], "im2col"),
-    "cnn_step.py": (["--batch-size", "4", "--repeats", "1"], "nn.Module"),
+    "cnn_step.py": (["--batch-size", "4", "--repeats", "1", "--threads", "1", "--clock", "cpu"], "clock: cpu"),
     "conv.py": (["--batch", "2", "--repeats", "1", "--warmup", "0"], "vs nn"),
     "monitor.py": (["--repeats", "1", "--warmup", "0"], "no monitor"),
     "precision.py": (["--hidden", "16", "--depth", "1", "--batch", "8", "--repeats", "1", "--warmup", "0",
