@@ -30,7 +30,8 @@ the correlation above (any stride, dilation, groups); for stride 1 without group
 the roles of x and dout exchanged (dout the "input", x the "kernel"; 10-20% faster on CPU); and, for a layer
 with few input channels (a network's first), the textbook im2col product -- unfold x into its windows,
 one batched matrix product with dout -- which there beats the correlation 2-4x (the unfolded copy is only
-C_in kH kW times x).
+C_in kH kW times x; float32 and float64 only: its per-sample products, summed afterwards, would each be rounded
+to a half-precision dtype).
 """
 from __future__ import annotations
 
@@ -209,8 +210,8 @@ class Conv2d(BaseLayer):
         (possibly a strided view): one of the three forms of the module docstring, by shape."""
         g, c = self.groups, x.shape[1]
         (kh, kw), (ph, pw), (dh, dw) = self.kernel_size, self._pad, self.dilation
-        if c // g < _FEW_CHANNELS:
-            return self._weight_grad_im2col(x, dout)
+        if c // g < _FEW_CHANNELS and x.dtype in (torch.float32, torch.float64):
+            return self._weight_grad_im2col(x, dout)  # (float16/bfloat16 would round each sample's product)
         if g == 1 and self.stride == (1, 1) and ph <= dh * (kh - 1) and pw <= dw * (kw - 1):
             return self._weight_grad_exchanged(x, dout)
         return self._weight_grad_correlation(x, dout)
