@@ -258,11 +258,13 @@ class Conv2d(BaseLayer):
         o = self.out_channels
         cols = F.unfold(x, (kh, kw), self.dilation, self._pad, self.stride)  # (N, C_in kH kW, P)
         p = cols.shape[2]
+        # Computed transposed, cols_n @ dout_n^T (C_in kH kW, C_out/G) per sample: the long operand (dout) on the
+        # right, which MKL runs 1.35x as fast here (measured for the CNN's first layer, 2 threads).
         if g == 1:
-            dw = torch.bmm(dout.reshape(n, o, p), cols.transpose(1, 2)).sum(0)  # (C_out, C_in kH kW)
-        else:
-            dw = torch.matmul(dout.reshape(n, g, o // g, p), cols.view(n, g, -1, p).transpose(2, 3)).sum(0)
-        return dw.view(o, c // g, kh, kw)
+            dwt = torch.bmm(cols, dout.reshape(n, o, p).transpose(1, 2)).sum(0)  # (C_in kH kW, C_out)
+            return dwt.t().view(o, c, kh, kw)  # a view (not contiguous)
+        dwt = torch.matmul(cols.view(n, g, -1, p), dout.reshape(n, g, o // g, p).transpose(2, 3)).sum(0)
+        return dwt.transpose(1, 2).reshape(o, c // g, kh, kw)  # (G, C_in/G kH kW, C_out/G) -> dw
 
     def _reject_input(self, x: object) -> None:
         check_tensor(repr(self), "x", x)
