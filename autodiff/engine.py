@@ -13,6 +13,22 @@ parameters directly.  Leaves accumulate gradients across backward calls, as in
 PyTorch; a non-leaf's ``.grad`` holds its gradient from the latest backward.
 Unlike micrograd, the closures are released after backward (so is the memory
 they hold) unless ``retain_graph=True``.
+
+In-place changes are caught, as torch.autograd catches them.  A closure reads the
+torch tensors its op saw in the forward (captured then, not looked up again through
+``a.data``), and ``_make`` records each saved tensor's ``_version``, the counter that
+every in-place op (``mul_``, ``zero_``, ``copy_``, an optimizer's ``_foreach_add_``,
+even under ``torch.no_grad``) increments.  ``backward()`` compares before running a
+closure and raises, naming the op, the saved tensor and both versions, instead of
+computing a gradient from changed values.  Which counter: an engine Tensor's
+``.data`` *is* the torch tensor the ops save (the constructor stores ``detach()`` of
+the tensor it is given, and ``detach()`` shares the version counter with its source),
+so ``x.data.mul_(10)`` and an in-place change to the original torch tensor both bump
+the recorded counter.  (torch's own ``t.data`` is different: it returns a new tensor
+with a *fresh* counter, which is why torch.autograd does not see ``t.data.mul_``.)
+As in autograd, an op saves only what its gradient needs: ``x * c`` with a constant
+``c`` saves ``c`` (to scale x's gradient) but not ``x``, so changing ``x`` afterwards
+is no error.
 """
 from __future__ import annotations
 
@@ -57,7 +73,7 @@ def _unbroadcast(g: torch.Tensor, shape: torch.Size) -> torch.Tensor:
 class Tensor:
     """A node of the graph: ``data`` (a torch.Tensor), ``grad``, ``requires_grad``, and how it was made."""
 
-    __slots__ = ("data", "requires_grad", "_prev", "_backward", "_op", "_released", "__weakref__")
+    __slots__ = ("data", "requires_grad", "_prev", "_backward", "_op", "_released", "_saved", "__weakref__")
 
     def __init__(self, data, requires_grad: bool = False, *, _prev: tuple = (), _op: str = ""):
         if isinstance(data, Tensor):
@@ -74,6 +90,7 @@ class Tensor:
         self._backward: Callable[[torch.Tensor], None] | None = None
         self._op = _op
         self._released = False
+        self._saved = ()
 
     # -- plumbing -----------------------------------------------------------------------------------
 
@@ -137,17 +154,34 @@ class Tensor:
         """Fast constructor for an op's result (a tensor no one else holds: no conversion, no detach)."""
         out = cls.__new__(cls)
         out.data, out.requires_grad, out._prev, out._op = data, requires_grad, prev, op
-        out._backward, out._released = None, False
+        out._backward, out._released, out._saved = None, False, ()
         return out
 
     def _make(self, data: torch.Tensor, parents: tuple["Tensor", ...], op: str,
-              backward: Callable[[torch.Tensor], None]) -> "Tensor":
-        """Wrap an op's result; record the graph only if some parent needs a gradient."""
+              backward: Callable[[torch.Tensor], None],
+              saved: tuple[tuple[str, torch.Tensor | None], ...] = ()) -> "Tensor":
+        """Wrap an op's result; record the graph only if some parent needs a gradient.
+
+        ``saved``: (name, tensor) for each tensor ``backward`` reads (None where not needed); their versions
+        are recorded here and checked by ``Tensor.backward`` before ``backward`` runs.
+        """
         if is_grad_enabled() and any(p.requires_grad for p in parents):
             out = Tensor._wrap(data, True, parents, op)
             out._backward = backward
+            out._saved = tuple((name, t, t._version) for name, t in saved if t is not None)
             return out
         return Tensor._wrap(data, False, (), "")
+
+    def _check_saved(self) -> None:
+        """Raise if a tensor this node's op saved for its gradient was changed in place since the forward."""
+        for name, t, version in self._saved:
+            if t._version != version:
+                raise RuntimeError(
+                    f"one of the tensors needed for gradient computation has been modified by an inplace "
+                    f"operation: op '{self._op}' saved {name} (shape {tuple(t.shape)}, {t.dtype}) at version "
+                    f"{version}, and it is now at version {t._version}. Something changed it in place between "
+                    f"the forward and this backward (x.data.mul_(...), .zero_(), an optimizer step, ...): "
+                    f"make that change after backward, or on a clone")
 
     # -- arithmetic (broadcasting) ---------------------------------------------------------------------
 
@@ -163,13 +197,16 @@ class Tensor:
 
     def __mul__(self, other) -> "Tensor":
         a, b = self, self._lift(other)
+        ad, bd = a.data, b.data
 
         def backward(g):  # d(ab)/da = b, d(ab)/db = a
             if a.requires_grad:
-                _accum(a, _unbroadcast(g * b.data, a.shape))
+                _accum(a, _unbroadcast(g * bd, a.shape))
             if b.requires_grad:
-                _accum(b, _unbroadcast(g * a.data, b.shape))
-        return self._make(a.data * b.data, (a, b), "mul", backward)
+                _accum(b, _unbroadcast(g * ad, b.shape))
+        return self._make(ad * bd, (a, b), "mul", backward,
+                          (("its input a", ad if b.requires_grad else None),
+                           ("its input b", bd if a.requires_grad else None)))
 
     def __neg__(self) -> "Tensor":
         a = self
@@ -188,30 +225,37 @@ class Tensor:
     def __truediv__(self, other) -> "Tensor":
         a, b = self, self._lift(other)
 
+        ad, bd = a.data, b.data
+
         def backward(g):  # d(a/b)/da = 1/b, d(a/b)/db = -a/b^2
             if a.requires_grad:
-                _accum(a, _unbroadcast(g / b.data, a.shape))
+                _accum(a, _unbroadcast(g / bd, a.shape))
             if b.requires_grad:
-                _accum(b, _unbroadcast(-g * a.data / (b.data * b.data), b.shape))
-        return self._make(a.data / b.data, (a, b), "div", backward)
+                _accum(b, _unbroadcast(-g * ad / (bd * bd), b.shape))
+        return self._make(ad / bd, (a, b), "div", backward,
+                          (("its input a", ad if b.requires_grad else None), ("its input b", bd)))
 
     def __pow__(self, exponent) -> "Tensor":
         a = self
+        ad = a.data
         if isinstance(exponent, numbers.Number) and not isinstance(exponent, bool):
             p = exponent
 
             def backward(g):  # d(a^p)/da = p a^(p-1)
-                _accum(a, g * p * a.data ** (p - 1))
-            return self._make(a.data ** p, (a,), "pow", backward)
+                _accum(a, g * p * ad ** (p - 1))
+            return self._make(ad ** p, (a,), "pow", backward, (("its input a", ad),))
         b = self._lift(exponent)
-        out_data = a.data ** b.data
+        bd = b.data
+        out_data = ad ** bd
 
         def backward_t(g):  # d(a^b)/da = b a^(b-1), d(a^b)/db = a^b log a
             if a.requires_grad:
-                _accum(a, _unbroadcast(g * b.data * a.data ** (b.data - 1), a.shape))
+                _accum(a, _unbroadcast(g * bd * ad ** (bd - 1), a.shape))
             if b.requires_grad:
-                _accum(b, _unbroadcast(g * out_data * torch.log(a.data), b.shape))
-        return self._make(out_data, (a, b), "pow", backward_t)
+                _accum(b, _unbroadcast(g * out_data * torch.log(ad), b.shape))
+        return self._make(out_data, (a, b), "pow", backward_t,
+                          (("its input a", ad), ("its input b", bd if a.requires_grad else None),
+                           ("its output", out_data if b.requires_grad else None)))
 
     def __radd__(self, other) -> "Tensor":
         return self + other
@@ -236,15 +280,16 @@ class Tensor:
         if a.data.dim() == 0 or b.data.dim() == 0:
             raise ValueError(f"matmul: both operands need at least one dimension, got shapes "
                              f"{tuple(a.shape)} and {tuple(b.shape)}")
-        out = a.data @ b.data
+        ad, bd = a.data, b.data
+        out = ad @ bd
 
         def backward(g):
-            A = a.data.unsqueeze(0) if a.data.dim() == 1 else a.data  # (..., n, k)
-            B = b.data.unsqueeze(-1) if b.data.dim() == 1 else b.data  # (..., k, m)
+            A = ad.unsqueeze(0) if ad.dim() == 1 else ad  # (..., n, k)
+            B = bd.unsqueeze(-1) if bd.dim() == 1 else bd  # (..., k, m)
             G = g
-            if b.data.dim() == 1:
+            if bd.dim() == 1:
                 G = G.unsqueeze(-1)
-            if a.data.dim() == 1:
+            if ad.dim() == 1:
                 G = G.unsqueeze(-2)  # (..., n, m)
             if a.requires_grad:  # dA = G @ B^T
                 _accum(a, _unbroadcast(G @ B.mT, A.shape).reshape(a.shape))
@@ -254,7 +299,9 @@ class Tensor:
                 else:
                     gb = _unbroadcast(A.mT @ G, B.shape)
                 _accum(b, gb.reshape(b.shape))
-        return self._make(out, (a, b), "matmul", backward)
+        return self._make(out, (a, b), "matmul", backward,
+                          (("its input a", ad if b.requires_grad else None),
+                           ("its input b", bd if a.requires_grad else None)))
 
     def __rmatmul__(self, other) -> "Tensor":
         return self._lift(other) @ self
@@ -263,23 +310,26 @@ class Tensor:
 
     def exp(self) -> "Tensor":
         a, out = self, torch.exp(self.data)
-        return self._make(out, (a,), "exp", lambda g: _accum(a, g * out))  # d e^a = e^a
+        return self._make(out, (a,), "exp", lambda g: _accum(a, g * out), (("its output", out),))  # d e^a = e^a
 
     def log(self) -> "Tensor":
-        a = self
-        return self._make(torch.log(a.data), (a,), "log", lambda g: _accum(a, g / a.data))  # d log a = 1/a
+        a, ad = self, self.data
+        return self._make(torch.log(ad), (a,), "log", lambda g: _accum(a, g / ad),  # d log a = 1/a
+                          (("its input a", ad),))
 
     def tanh(self) -> "Tensor":
         a, out = self, torch.tanh(self.data)
-        return self._make(out, (a,), "tanh", lambda g: _accum(a, g * (1 - out * out)))
+        return self._make(out, (a,), "tanh", lambda g: _accum(a, g * (1 - out * out)), (("its output", out),))
 
     def sigmoid(self) -> "Tensor":
         a, out = self, torch.sigmoid(self.data)
-        return self._make(out, (a,), "sigmoid", lambda g: _accum(a, g * out * (1 - out)))
+        return self._make(out, (a,), "sigmoid", lambda g: _accum(a, g * out * (1 - out)),
+                          (("its output", out),))
 
     def relu(self) -> "Tensor":
         a, out = self, torch.relu(self.data)
-        return self._make(out, (a,), "relu", lambda g: _accum(a, g * out.sign()))  # 1 where out > 0
+        return self._make(out, (a,), "relu", lambda g: _accum(a, g * out.sign()),  # 1 where out > 0
+                          (("its output", out),))
 
     # -- reductions ----------------------------------------------------------------------------------
 
@@ -301,20 +351,20 @@ class Tensor:
 
     def max(self, dim: int | None = None, keepdim: bool = False) -> "Tensor":
         """Largest value (over ``dim``); the gradient goes to the arg-max (shared equally among ties when dim=None)."""
-        a = self
+        a, ad = self, self.data
         if dim is None:
-            out = a.data.max()
+            out = ad.max()
 
             def backward_all(g):
-                mask = (a.data == out).to(a.dtype)
+                mask = (ad == out).to(ad.dtype)
                 _accum(a, g * mask / mask.sum())
-            return self._make(out, (a,), "max", backward_all)
-        values, idx = a.data.max(dim, keepdim=True)
+            return self._make(out, (a,), "max", backward_all, (("its input a", ad), ("its output", out)))
+        values, idx = ad.max(dim, keepdim=True)
 
-        def backward(g):
+        def backward(g):  # reads only ad's shape and layout, not its values: not a saved tensor
             if not keepdim:
                 g = g.unsqueeze(dim)
-            _accum(a, torch.zeros_like(a.data).scatter_(dim, idx, g))
+            _accum(a, torch.zeros_like(ad).scatter_(dim, idx, g))
         return self._make(values if keepdim else values.squeeze(dim), (a,), "max", backward)
 
     def log_softmax(self, dim: int = -1) -> "Tensor":
@@ -323,7 +373,7 @@ class Tensor:
 
         def backward(g):
             _accum(a, g - torch.exp(out) * g.sum(dim, keepdim=True))
-        return self._make(out, (a,), "log_softmax", backward)
+        return self._make(out, (a,), "log_softmax", backward, (("its output", out),))
 
     # -- shape -----------------------------------------------------------------------------------------
 
@@ -349,16 +399,17 @@ class Tensor:
     def __getitem__(self, index) -> "Tensor":
         a = self
         index = _unwrap_index(index)
-        out = a.data[index]
+        ad = a.data
+        out = ad[index]
 
-        def backward(g):
-            grad = torch.zeros_like(a.data)
+        def backward(g):  # reads only ad's shape and layout, not its values: not a saved tensor
+            grad = torch.zeros_like(ad)
             if _is_basic(index):
                 grad[index] += g  # a view: each element selected at most once
             else:
                 # Advanced indexing may pick an element several times: find each output's source element
                 # by indexing a tensor of element ids the same way, then add with index_add_ (sums repeats).
-                ids = torch.arange(a.data.numel(), device=a.device).reshape(a.shape)[index]
+                ids = torch.arange(ad.numel(), device=ad.device).reshape(ad.shape)[index]
                 grad.view(-1).index_add_(0, ids.reshape(-1), g.reshape(-1))
             _accum(a, grad)
         return self._make(out, (a,), "index", backward)
@@ -394,11 +445,12 @@ class Tensor:
         _accum(self, gradient, fresh=False)
         for node in reversed(topo):
             if node._backward is not None and node.data.grad is not None:
+                node._check_saved()
                 node._backward(node.data.grad)
         if not retain_graph:
             for node in topo:
                 if node._op:
-                    node._backward, node._prev, node._released = None, (), True
+                    node._backward, node._prev, node._released, node._saved = None, (), True, ()
 
 
 def _accum(node: Tensor, g: torch.Tensor, fresh: bool = True) -> None:

@@ -27,4 +27,4 @@ def cross_entropy(logits: Tensor, target, reduction: str = "mean") -> Tensor:
 
     def backward(g):
         _accum(z, class_index_grad(logp, t, g * scale))  # softmax - onehot(target), scaled
-    return z._make(loss, (z,), "cross_entropy", backward)
+    return z._make(loss, (z,), "cross_entropy", backward, (("its target", t),))  # logp is ours alone

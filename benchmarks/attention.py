@@ -18,7 +18,6 @@ as a transformer calls it) and of TransformerEncoderLayer against torch.nn's und
 """
 from __future__ import annotations
 
-import argparse
 import sys
 
 import torch
@@ -27,6 +26,7 @@ import torch.nn.functional as F
 from layers import MultiheadAttention, ScaledDotProductAttention, TransformerEncoderLayer, reference
 
 from memory import peak_mb  # sibling scripts: benchmarks/ is sys.path[0] when a script here runs
+import timing
 from timing import interleaved
 
 PATHS = ("textbook", "blocked", "torch")
@@ -97,7 +97,7 @@ def speed_rows(args, device) -> list[tuple[str, float, float]]:
             layer_t.zero_grad()
 
         t = interleaved({"mha": ours_mha, "mha_t": torch_mha, "layer": ours_layer, "layer_t": torch_layer},
-                        args.repeats, 3, device)
+                        args.repeats, 3, device, clock=args.clock)
         rows.append((f"MultiheadAttention, causal self-attention, B {batch}, T {T}, E {E}, {H} heads",
                      t["mha"], t["mha_t"]))
         rows.append((f"TransformerEncoderLayer (pre-norm, FF {4 * E}), B {batch}, T {T}", t["layer"], t["layer_t"]))
@@ -105,8 +105,7 @@ def speed_rows(args, device) -> list[tuple[str, float, float]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--device", default="cpu")
+    ap = timing.parser(__doc__, clock=True)
     ap.add_argument("--part", choices=("memory", "speed", "all"), default="all")
     ap.add_argument("--T", type=int, default=1024)
     ap.add_argument("--heads", type=int, default=4)
@@ -115,19 +114,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--block", type=int, default=None, help="the blocked path's keys per block (default: the layer's)")
     ap.add_argument("--causal", action="store_true", help="causal attention in the memory/time comparison")
     ap.add_argument("--repeats", type=int, default=10)
-    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
     args = ap.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        print("--device cuda: torch sees no CUDA device here", file=sys.stderr)
-        return 2
-    print(f"torch {torch.__version__}, {device}, {torch.get_num_threads()} threads")
+    device = args.device
+    print(timing.machine(device, args.clock))
     if args.part in ("memory", "all"):
         q, k, v, dout = inputs(args, device)
         times = interleaved({p: attention_step(p, q, k, v, dout, args.causal, args.block) for p in PATHS},
-                            args.repeats, 2, device)
+                            args.repeats, 2, device, clock=args.clock)
         peaks = {p: peak_mb(attention_step(p, q, k, v, dout, args.causal, args.block), device) for p in PATHS}
         print(f"\nattention forward+backward, B {args.batch}, {args.heads} heads of {args.head_dim}, T {args.T}, "
               f"float32{', causal' if args.causal else ''}")

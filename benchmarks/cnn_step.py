@@ -1,7 +1,7 @@
 """One training step of the hand-written CNN (train.py --model cnn) vs its nn.Module twin, and the im2col
 reference convolution vs the fast path, interleaved in one process.
 
-    python benchmarks/cnn_step.py [--device cuda] [--batch-size 128] [--repeats 30]
+    python benchmarks/cnn_step.py [--device cuda] [--batch-size 128] [--repeats 30] [--threads 1 --clock cpu]
 
 A step is forward, cross-entropy, backward and an Adam step, in training mode (batch statistics, dropout).
 "speed vs nn.Module" = t_nn / t (> 1 is faster).  The im2col row times the reference.py convolution (unfold,
@@ -23,7 +23,7 @@ import timing  # a sibling script: benchmarks/ is sys.path[0] when a script here
 from timing import interleaved
 
 
-def cnn_rows(device: torch.device, batch: int, repeats: int, warmup: int = 3) -> dict[str, float]:
+def cnn_rows(device: torch.device, batch: int, repeats: int, warmup: int = 3, clock: str = "wall") -> dict[str, float]:
     torch.manual_seed(0)
     ours = cnn(device=device)
     twin = ours.to_torch()
@@ -58,17 +58,19 @@ def cnn_rows(device: torch.device, batch: int, repeats: int, warmup: int = 3) ->
 
     return interleaved({"handgrad CNN + handgrad Adam": manual, "nn.Module CNN + torch.optim.Adam": torch_step,
                         "Conv2d 32->64 3x3, fast path": fast_conv, "Conv2d 32->64 3x3, im2col reference": im2col_conv},
-                       repeats, warmup, device)
+                       repeats, warmup, device, clock=clock)
 
 
 def main(argv=None) -> int:
-    ap = timing.parser(__doc__)
+    ap = timing.parser(__doc__, clock=True)
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=30)
     a = ap.parse_args(argv)
     device = a.device
-    rows = cnn_rows(device, a.batch_size, a.repeats)
-    print(f"{timing.machine(device)}; float32, batch {a.batch_size}, median of {a.repeats} interleaved rounds")
+    rows = cnn_rows(device, a.batch_size, a.repeats, clock=a.clock)
+    print(f"{timing.machine(device, a.clock)}")
+    print(f"float32, batch {a.batch_size}, one training step (zero_grad, forward, loss, backward, Adam step), median "
+          f"of {a.repeats} interleaved rounds; ratio = t_reference / t (> 1: faster)")
     ref = {"handgrad CNN + handgrad Adam": "nn.Module CNN + torch.optim.Adam",
            "Conv2d 32->64 3x3, im2col reference": "Conv2d 32->64 3x3, fast path"}
     print(f"  {'candidate':<38}{'ms':>9}{'ratio':>28}")

@@ -12,7 +12,6 @@ The breakdown times each kind of layer's forward+backward inside the hand-writte
 """
 from __future__ import annotations
 
-import argparse
 import sys
 
 import torch
@@ -23,6 +22,7 @@ from losses import CrossEntropyLoss
 from optimizers import AdamW, clip_grad_norm_
 
 from memory import peak_mb  # sibling scripts: benchmarks/ is sys.path[0] when a script here runs
+import timing
 from timing import interleaved
 
 PRESETS = {"default": dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch=12, vocab_size=65),
@@ -109,22 +109,15 @@ def breakdown(model, x, y, V: int) -> list[tuple[str, float]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--device", default="cpu")
+    ap = timing.parser(__doc__, clock=True)
     ap.add_argument("--dtype", default="float32", choices=("float32", "float64", "bfloat16"))
     ap.add_argument("--preset", choices=tuple(PRESETS), default="default")
     ap.add_argument("--batch", type=int, default=None)
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--compile", action="store_true", help="also the twin under torch.compile")
-    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
     args = ap.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        print("--device cuda: torch sees no CUDA device here", file=sys.stderr)
-        return 2
+    device = args.device
     cfg = dict(PRESETS[args.preset])
     if args.batch:
         cfg["batch"] = args.batch
@@ -135,9 +128,10 @@ def main(argv: list[str] | None = None) -> int:
     y = torch.randint(0, cfg["vocab_size"], (cfg["batch"], cfg["block_size"]), generator=g, device=device)
     compiled = torch.compile(twin) if args.compile else None
     cands = steps(model, twin, opt, opt_t, x, y, cfg["vocab_size"], compiled)
-    times = interleaved(cands, args.repeats, args.warmup, device)
+    times = interleaved(cands, args.repeats, args.warmup, device, clock=args.clock)
     mems = {name: peak_mb(fn, device) for name, fn in cands.items()}
-    print(f"torch {torch.__version__}, {device}, {args.dtype}, {torch.get_num_threads()} threads; GPT {cfg}")
+    print(timing.machine(device, args.clock))
+    print(f"{args.dtype}; GPT {cfg}")
     print(f"{'candidate':<38} {'ms/iter':>9} {'speed vs twin':>14} {'peak MB':>9}")
     ref = times["nn.Module twin + torch.optim.AdamW"]
     for name, t in times.items():

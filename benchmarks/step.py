@@ -5,6 +5,7 @@ vs the GEMM-only bound.
     python benchmarks/step.py --nets small,default,large,cnn --device cuda --repeats 200
     python benchmarks/step.py --compile                # adds nn.Module under torch.compile, each mode
     python benchmarks/step.py --half bfloat16          # adds mixed-precision rows: master weights vs autocast
+    python benchmarks/step.py --threads 1 --clock cpu  # CPU time of one thread: steadier on a shared machine
 
 A step is zero_grad, forward, cross-entropy, backward and optimizer step (SGD with momentum 0.9, and
 Adam).  The candidates run interleaved in one process (round-robin, one step each per round), so drift
@@ -158,17 +159,18 @@ def candidates(hidden, x, y, device, compile_modes, halves=()):
     return c
 
 
-def bench(hidden, batch, device, repeats, warmup, compile_modes, halves=()):
+def bench(hidden, batch, device, repeats, warmup, compile_modes, halves=(), clock="wall"):
     g = torch.Generator().manual_seed(1)
     x = torch.randn(batch, 784, generator=g).to(device)
     y = torch.randint(0, 10, (batch,), generator=g).to(device)
     cands = candidates(hidden, x, y, device, compile_modes, halves)
-    medians = interleaved({name: step for name, (step, _) in cands.items()}, repeats, warmup, device, (x, y))
+    medians = interleaved({name: step for name, (step, _) in cands.items()}, repeats, warmup, device, (x, y),
+                          clock=clock)
     return {name: (t, cands[name][1]) for name, t in medians.items()}
 
 
 def main(argv=None) -> int:
-    ap = timing.parser(__doc__)
+    ap = timing.parser(__doc__, clock=True)
     ap.add_argument("--nets", default=None,
                     help=f"comma-separated, of {', '.join(NETS)} (default: small,default,cnn on the CPU, all on CUDA)")
     ap.add_argument("--repeats", type=int, default=None,
@@ -189,14 +191,16 @@ def main(argv=None) -> int:
     bad = [m for m in modes if m not in COMPILE_MODES]
     if bad:
         ap.error(f"--compile: unknown mode(s) {bad}; known: {', '.join(COMPILE_MODES)}")
-    print(f"{timing.machine(device)}; float32")
+    print(timing.machine(device, args.clock))
+    print("float32; one training step per round (zero_grad, forward, loss, backward, optimizer step), the candidates "
+          "interleaved")
     for key in names:
         label, hidden, batch, cpu_reps = NETS[key]
         reps = args.repeats or (cpu_reps if device.type == "cpu" else 300)
         if key == "cnn":
-            print_cnn(label, cnn_step.cnn_rows(device, batch, reps, args.warmup), reps)
+            print_cnn(label, cnn_step.cnn_rows(device, batch, reps, args.warmup, clock=args.clock), reps)
             continue
-        rows = bench(hidden, batch, device, reps, args.warmup, modes, args.half)
+        rows = bench(hidden, batch, device, reps, args.warmup, modes, args.half, clock=args.clock)
         gemm = rows["GEMM-only bound"][0]
         print(f"\n{label}: median of {reps} interleaved steps")
         print(f"  {'candidate':<46}{'ms/step':>10}{'vs nn.Module':>14}{'x GEMM':>9}")

@@ -1,11 +1,14 @@
-"""What the benchmarks here share: the interleaved timing loop, and the options every script takes.
+"""What the benchmarks here share: the interleaved timing loop, the header line, and the options every script takes.
 
 ``interleaved``: the candidates run round-robin, one call each per round, so that drift in the machine's speed
 hits all of them alike; the device is synchronised around every call; the result is each candidate's median
-over the timed rounds.  ``machine``: the header line saying where a figure was measured.  ``parser``: an
-argument parser with ``--threads`` (torch.set_num_threads, applied as the arguments are parsed) and
-``--device`` (checked, one line where it does not exist here), whose errors are one line.  (Imported by the
-sibling scripts: benchmarks/ is sys.path[0] when one of them runs.)
+over the timed rounds.  ``clock="cpu"`` times each call by the CPU time of the calling thread
+(``time.thread_time``) instead of the wall clock: with torch on one thread (``--threads 1``) that is the work the
+call did, which other processes on a shared machine inflate far less than its wall time (they still share caches
+and memory bandwidth).  ``machine``: the header line saying where and under what load a figure was measured.
+``parser``: an argument parser with ``--threads`` (torch.set_num_threads, applied as the arguments are parsed),
+``--device`` (checked, one line where it does not exist here) and, for scripts that take it, ``--clock``; its
+errors are one line.  (Imported by the sibling scripts: benchmarks/ is sys.path[0] when one of them runs.)
 """
 from __future__ import annotations
 
@@ -20,21 +23,36 @@ import torch
 
 from training import UsageError, resolve_device
 
+CLOCKS = ("wall", "cpu")
+
 
 def interleaved(cands: Mapping[str, Callable], repeats: int, warmup: int, device: torch.device,
-                args: tuple = ()) -> dict[str, float]:
+                args: tuple = (), clock: str = "wall") -> dict[str, float]:
     """name -> median seconds of ``fn(*args)`` over ``repeats`` rounds, after ``warmup`` untimed rounds."""
+    now = check_clock(clock, device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     times: dict[str, list[float]] = {name: [] for name in cands}
     for r in range(warmup + repeats):
         for name, fn in cands.items():
             sync()
-            t0 = time.perf_counter()
+            t0 = now()
             fn(*args)
             sync()
             if r >= warmup:
-                times[name].append(time.perf_counter() - t0)
+                times[name].append(now() - t0)
     return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def check_clock(clock: str, device: torch.device) -> Callable[[], float]:
+    """The timer for ``clock``; "cpu" needs the CPU and torch on one thread (other threads' work is not counted)."""
+    if clock not in CLOCKS:
+        raise ValueError(f"clock must be one of {CLOCKS}, got {clock!r}")
+    if clock == "wall":
+        return time.perf_counter
+    if device.type != "cpu" or torch.get_num_threads() != 1:
+        raise ValueError(f"--clock cpu measures the calling thread's CPU time: it needs the CPU and --threads 1 "
+                         f"(device {device}, {torch.get_num_threads()} threads)")
+    return time.thread_time
 
 
 def cpu_name() -> str:
@@ -49,17 +67,29 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
-def machine(device: torch.device) -> str:
-    """Where the figures below a benchmark's header were measured: torch, the device, the CPU and its threads."""
+def machine(device: torch.device, clock: str = "wall") -> str:
+    """Where the figures below a benchmark's header were measured: torch, the device, the CPU and its threads, the
+    clock, and the 1-minute load average at the start (>= 1 per core means other work was running)."""
     gpu = f", {torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""
     threads = torch.get_num_threads()
+    load = f"{os.getloadavg()[0]:.2f}" if hasattr(os, "getloadavg") else "n/a"
+    what = "CPU time of the calling thread" if clock == "cpu" else "wall time"
     return (f"torch {torch.__version__}, {device}{gpu}; CPU {cpu_name()}, {os.cpu_count()} cores, "
-            f"{threads} thread{'' if threads == 1 else 's'}")
+            f"{threads} thread{'' if threads == 1 else 's'}; clock: {clock} ({what}); load average at start {load}")
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, as train.py's, not the usage block
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+    def parse_args(self, args=None, namespace=None):
+        ns = super().parse_args(args, namespace)
+        if getattr(ns, "clock", None) is not None:
+            try:
+                check_clock(ns.clock, getattr(ns, "device", torch.device("cpu")))
+            except ValueError as e:
+                self.error(str(e))
+        return ns
 
 
 class _SetThreads(argparse.Action):
@@ -77,13 +107,17 @@ def _device(name: str) -> torch.device:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def parser(doc: str, device: bool = True) -> argparse.ArgumentParser:
-    """The parser of a benchmark script described by ``doc`` (its first paragraph), with --threads and, unless
-    ``device`` is False, --device (a torch.device once parsed)."""
+def parser(doc: str, device: bool = True, clock: bool = False) -> argparse.ArgumentParser:
+    """The parser of a benchmark script described by ``doc`` (its first paragraph), with --threads, unless
+    ``device`` is False --device (a torch.device once parsed), and with ``clock`` --clock wall|cpu."""
     p = _Parser(description=doc.split("\n\n")[0])
     if device:
         p.add_argument("--device", type=_device, default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
     p.add_argument("--threads", type=int, action=_SetThreads, default=None, metavar="N",
                    help=f"CPU threads for torch's operations (default: torch's choice, {torch.get_num_threads()} "
                         f"here); on a machine busy with other work, fewer can be many times faster")
+    if clock:
+        p.add_argument("--clock", choices=CLOCKS, default="wall",
+                       help="wall time (default), or the calling thread's CPU time (needs --threads 1): steadier on a "
+                            "machine others are using")
     return p

@@ -61,10 +61,17 @@ class ReLU(_Activation):
     def _forward(self, x: Tensor) -> Tensor:
         return torch.relu(x)
 
+    def backward_consumed(self) -> None:
+        """Drop the forward's cache: a following MaxPool2d ran this backward inside its own
+        (``MaxPool2d.backward_through_relu``, called by ``Sequential.backward``)."""
+        self._out = self._saved = None
+
     def _backward(self, dout: Tensor, out: Tensor) -> Tensor:
         # out >= 0, so sign(out) is exactly the 0/1 mask (out > 0).  Multiplying by it is one fused
-        # float kernel; dout * (out > 0) computes the same numbers 3-5x slower on CPU (bool temporaries).
-        return dout * out.sign()
+        # float kernel; dout * (out > 0) computes the same numbers 3-5x slower on CPU (bool temporaries),
+        # torch.where(out > 0, dout, 0) 5-7x slower.  The mask's buffer becomes dx (mask * dout, in place):
+        # one allocation of the activation's size, not two.
+        return out.sign().mul_(dout)
 
 
 class Tanh(_Activation):

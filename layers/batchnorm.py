@@ -67,12 +67,12 @@ class _BatchNorm(BaseLayer):
 
     _param_names = ("weight", "bias")
     _buffer_names = ("running_mean", "running_var", "num_batches_tracked")
-    _ctor_args = ("num_features", "eps", "momentum", "affine", "track_running_stats")
+    _ctor_args = ("num_features", "eps", "momentum", "affine", "track_running_stats", "bias")
     _input_dims: tuple[int, ...] = ()  # ranks of input accepted, set by the subclasses
     _shape_text = ""
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
-                 track_running_stats: bool = True, *, device: torch.device | str | None = None,
+                 track_running_stats: bool = True, *, bias: bool = True, device: torch.device | str | None = None,
                  dtype: torch.dtype | None = None):
         owner = type(self).__name__
         if isinstance(num_features, bool) or not isinstance(num_features, int) or num_features < 1:
@@ -80,7 +80,7 @@ class _BatchNorm(BaseLayer):
         self.num_features = num_features
         self.eps = _check_float(owner, "eps", eps, 0.0)
         self.momentum = None if momentum is None else _check_float(owner, "momentum", momentum, 0.0, 1.0)
-        for name, flag in (("affine", affine), ("track_running_stats", track_running_stats)):
+        for name, flag in (("affine", affine), ("track_running_stats", track_running_stats), ("bias", bias)):
             if not isinstance(flag, bool):
                 raise ValueError(f"{owner}: {name} must be a bool, got {flag!r}")
         if dtype is not None and not dtype.is_floating_point:
@@ -89,7 +89,7 @@ class _BatchNorm(BaseLayer):
         kw = {"device": device, "dtype": dtype if dtype is not None else torch.get_default_dtype()}
         # torch.nn's initial values: no random draws.
         self.weight = torch.ones(num_features, **kw) if affine else None  # (C,) gamma
-        self.bias = torch.zeros(num_features, **kw) if affine else None  # (C,) beta
+        self.bias = torch.zeros(num_features, **kw) if affine and bias else None  # (C,) beta (torch 2.x: bias=False)
         if track_running_stats:
             self.running_mean = torch.zeros(num_features, **kw)  # (C,)
             self.running_var = torch.ones(num_features, **kw)  # (C,)
@@ -100,21 +100,27 @@ class _BatchNorm(BaseLayer):
 
     def extra_repr(self) -> str:
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
-                f"track_running_stats={self.track_running_stats}")
+                f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}")  # torch's repr
 
     # -- the two cross-batch reductions (SyncBatchNorm overrides these) ----------------------------------
 
-    def _batch_stats(self, x: Tensor, dims: tuple[int, ...]) -> tuple[Tensor, Tensor, Tensor, int | Tensor]:
+    def _batch_stats(self, x: Tensor, dims: tuple[int, ...],
+                     scratch: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, int | Tensor]:
         """x (in the statistics dtype) -> (mean (C,), xc = x - mean (x's shape), biased var (C,), M).
+        ``scratch``: a buffer of x's shape the squares may be written into (the forward's output, next).
 
         Two passes from per-channel sums: mean = sum(x) / M, then var = sum(xc * xc) / M -- numerically
         good (no cancellation as in sum(x^2)/M - mean^2), and xc is what both the output and the backward
         use.  (torch.var_mean over several axes is 10-30x slower than these sums on CPU, measured.)"""
         count = x.numel() // x.shape[1]
         bshape = (1, x.shape[1]) + (1,) * (x.dim() - 2)
+        if count == 0:  # an empty batch (torch returns an empty output): mean 0 and var 1, so every sum is 0
+            mean = x.new_zeros(x.shape[1])  # and nothing is 0/0 (nor 0 * inf with eps = 0)
+            return mean, x - mean.view(bshape), x.new_ones(x.shape[1]), 0
         mean = x.sum(dims) / count  # (C,)
         xc = x - mean.view(bshape)  # (N, C, ...)
-        var = (xc * xc).sum(dims) / count  # (C,)
+        squares = torch.mul(xc, xc) if scratch is None else torch.mul(xc, xc, out=scratch)
+        var = squares.sum(dims) / count  # (C,)
         return mean, xc, var, count
 
     def _reduce_grad_sums(self, sum_dout: Tensor, sum_dout_xhat: Tensor,
@@ -123,7 +129,9 @@ class _BatchNorm(BaseLayer):
         return sum_dout, sum_dout_xhat
 
     def _check_batch(self, x: Tensor, count: int) -> None:
-        if count <= 1:
+        """torch's rule: one value per channel has no variance to normalise by; none at all (an empty batch) is
+        accepted, as torch accepts it (an empty output, zero parameter gradients)."""
+        if count == 1:
             raise ValueError(f"{self!r}: expected more than 1 value per channel when training, got input of "
                              f"shape {tuple(x.shape)}")
 
@@ -145,7 +153,10 @@ class _BatchNorm(BaseLayer):
         if batch_stats:
             if self.training:
                 self._check_batch(x, x.numel() // x.shape[1])
-            mean, xc, var, count = self._batch_stats(xs, dims)  # (C,), (N, C, ...), (C,), M
+            # The squares for the variance first, then the output, in one buffer: one allocation fewer (not while
+            # autograd traces the forward, gradcheck's comparison: out= arguments are not differentiable).
+            out = None if xs.requires_grad else torch.empty_like(xs)
+            mean, xc, var, count = self._batch_stats(xs, dims, out)  # (C,), (N, C, ...), (C,), M
             if self.training and self.running_mean is not None:
                 self._update_running(mean, var, count)
         else:
@@ -153,7 +164,7 @@ class _BatchNorm(BaseLayer):
         invstd = torch.rsqrt(var + self.eps)  # (C,)
         scale = invstd if self.weight is None else self.weight.to(sdtype) * invstd  # (C,) gamma * invstd
         if xc is not None:  # out = xc * gamma * invstd + beta
-            out = xc * scale.view(bshape)  # (N, C, ...)
+            out = xc * scale.view(bshape) if out is None else torch.mul(xc, scale.view(bshape), out=out)  # (N, C, ...)
             if self.bias is not None:
                 out.add_(self.bias.to(sdtype).view(bshape))
         else:  # eval: out = x * scale + (beta - mean * scale), one pass, as torch's own CPU kernel computes it
@@ -167,6 +178,8 @@ class _BatchNorm(BaseLayer):
         """running = (1 - f) * running + f * statistic, f = momentum or 1 / num_batches_tracked (momentum=None);
         the variance in the running estimate is unbiased (var * M / (M - 1)), as torch keeps it."""
         self.num_batches_tracked.add_(1)  # on the device: no host sync
+        if isinstance(count, int) and count == 0:  # an empty batch: counted, but no statistic to average in
+            return  # (torch likewise counts it in num_batches_tracked and leaves the running estimates)
         f = self.momentum if self.momentum is not None else 1.0 / self.num_batches_tracked.to(self.running_mean.dtype)
         unbiased = var * (count / (count - 1))  # (C,)
         rm, rv = self.running_mean, self.running_var
@@ -192,6 +205,7 @@ class _BatchNorm(BaseLayer):
         sum_dout_xhat = tmp.sum(dims) * invstd  # (C,)  = dgamma
         if self.weight is not None:
             accumulate_grad(self.weight, sum_dout_xhat.to(self.weight.dtype))
+        if self.bias is not None:
             accumulate_grad(self.bias, sum_dout.to(self.bias.dtype))
         dx = torch.mul(d, scale.view(bshape), out=tmp)  # (N, C, ...) gamma * invstd * dout
         if batch_stats:  # (eval with running statistics: that is all, the affine map's backward)

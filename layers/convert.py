@@ -1,6 +1,8 @@
 """from_torch: a torch.nn model of supported modules becomes its hand-written twin, with the same weights."""
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import torch
 from torch import nn
 
@@ -24,12 +26,15 @@ def from_torch(module: nn.Module) -> BaseLayer:
     """``from_torch(nn.Sequential(nn.Conv2d(1, 8, 3), nn.ReLU(), ...))`` -> ``layers.Sequential`` of the
     hand-written layers, holding copies of the module's weights and buffers, in the module's mode.
 
-    nn.Sequential may nest.  A module with no hand-written twin raises a TypeError naming it.
+    nn.Sequential may nest, and keeps its children's names (``nn.Sequential(OrderedDict(fc=...))`` gives
+    "fc.weight", so ``to_torch().state_dict()`` loads into the original).  A module with no hand-written twin
+    raises a TypeError naming it.
     """
     if not isinstance(module, nn.Module):
         raise TypeError(f"from_torch: expected a torch.nn.Module, got {type(module).__name__}")
     if type(module) is nn.Sequential:
-        return Sequential(*(from_torch(child) for child in module)).train(module.training)
+        return Sequential(OrderedDict((name, from_torch(child)) for name, child in module.named_children())
+                          ).train(module.training)
     table = _supported()
     cls = table.get(type(module))
     if cls is None:

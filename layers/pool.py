@@ -27,7 +27,8 @@ def pool_out_size(size: int, kernel: int, stride: int, padding: int, dilation: i
 
 
 class _Pool2d(BaseLayer):
-    """Validation and the cache shared by the two pools: parameter-free, (N, C, H, W) in and out."""
+    """Validation and the cache shared by the two pools: parameter-free, (N, C, H, W) in and out, or, as in
+    torch, an unbatched (C, H, W) image in and (C, H_out, W_out) out (pooled as a batch of one)."""
 
     _dilation = (1, 1)
 
@@ -57,16 +58,19 @@ class _Pool2d(BaseLayer):
         return tuple(pool_out_size(x.shape[2 + i], self._k[i], self._s[i], self._p[i], self._dilation[i],
                                    self.ceil_mode) for i in range(2))
 
-    def _check_input(self, x: object) -> None:
-        if not (isinstance(x, Tensor) and x.dim() == 4 and x.is_floating_point()):
+    def _batched(self, x: object) -> Tensor:
+        """x as (N, C, H, W): an unbatched (C, H, W) image gets a batch axis of one (a view); checks the input."""
+        if not (isinstance(x, Tensor) and x.dim() in (3, 4) and x.is_floating_point()):
             check_tensor(repr(self), "x", x)
             check_floating(repr(self), "x", x)
-            hint = "; an unbatched (C, H, W) image needs the batch axis: x.unsqueeze(0)" if x.dim() == 3 else ""
-            raise ValueError(f"{self!r}: expected input of shape (N, C, H, W), got {tuple(x.shape)}{hint}")
-        ho, wo = self._out_hw(x)
+            raise ValueError(f"{self!r}: expected input of shape (N, C, H, W) or, unbatched, (C, H, W), "
+                             f"got {tuple(x.shape)}")
+        x4 = x.unsqueeze(0) if x.dim() == 3 else x
+        ho, wo = self._out_hw(x4)
         if ho < 1 or wo < 1:
-            raise ValueError(f"{self!r}: input of spatial size {tuple(x.shape[2:])} is too small for the window "
+            raise ValueError(f"{self!r}: input of spatial size {tuple(x.shape[-2:])} is too small for the window "
                              f"(output size would be {(ho, wo)})")
+        return x4
 
     def _take_cache(self, dout: object) -> tuple:
         cache = self._cache
@@ -109,19 +113,44 @@ class MaxPool2d(_Pool2d):
                 + (", ceil_mode=True" if self.ceil_mode else ""))
 
     def forward(self, x: Tensor) -> Tensor:
-        """x: (N, C, H, W) -> out: (N, C, H_out, W_out)."""
-        self._check_input(x)
-        out, idx = F.max_pool2d(x, self._k, self._s, self._p, self._dilation, self.ceil_mode,
+        """x: (N, C, H, W) -> out: (N, C, H_out, W_out); unbatched (C, H, W) -> (C, H_out, W_out)."""
+        x4 = self._batched(x)
+        out, idx = F.max_pool2d(x4, self._k, self._s, self._p, self._dilation, self.ceil_mode,
                                 return_indices=True)  # (N, C, H_out, W_out) values and flat argmax in H*W
-        self._cache = (out.shape, x.dtype, x.device, idx, x.shape)
+        if x4 is not x:
+            out = out.squeeze(0)  # unbatched
+        self._cache = (out.shape, x.dtype, x.device, idx, x4.shape, x.shape, x, out)
         return out
 
     def backward(self, dout: Tensor) -> Tensor:
-        """dout: (N, C, H_out, W_out) -> dx: (N, C, H, W), dout scattered to each window's argmax."""
-        _, _, _, idx, (n, c, h, w) = self._take_cache(dout)
+        """dout: (N, C, H_out, W_out) -> dx: (N, C, H, W), dout scattered to each window's argmax (unbatched:
+        without the N axis)."""
+        return self._scatter(self._take_cache(dout), dout)
+
+    @staticmethod
+    def _scatter(cache: tuple, dout: Tensor) -> Tensor:
+        idx, (n, c, h, w), x_shape = cache[3:6]
         dx = dout.new_zeros(n, c, h * w)  # (N, C, H*W)
-        dx.scatter_add_(2, idx.view(n, c, -1), dout.reshape(n, c, -1))  # overlapping windows add up
-        return dx.view(n, c, h, w)
+        idx = idx.flatten(2)  # (N, C, H_out*W_out) (sizes spelled out, not -1: N may be 0)
+        dx.scatter_add_(2, idx, dout.reshape(idx.shape))  # overlapping windows add up
+        return dx.view(x_shape)
+
+    def backward_through_relu(self, dout: Tensor, relu) -> Tensor | None:
+        """The backwards of ``relu`` and then this pool, where this pool's input was that ReLU's output: ReLU's
+        dx = scatter(dout) * (relu_out > 0), and the scatter puts values only at the argmaxes, where relu_out is
+        this pool's own output (a window's maximum), so
+
+            dx = scatter(dout * (out > 0))
+
+        -- the same numbers (the mask is 0 or 1) from a mask a quarter of the size (a 2x2 pool), and no pass over
+        the full-size gradient.  Consumes both layers' caches.  Returns None, consuming nothing, when ``relu``'s
+        cached output is not this pool's input (the caller then runs the two backwards)."""
+        cache = self._cache
+        if cache is None or relu._out is None or relu._out is not cache[6]:
+            return None
+        cache = self._take_cache(dout)
+        relu.backward_consumed()
+        return self._scatter(cache, cache[7].sign().mul_(dout))
 
 
 class AvgPool2d(_Pool2d):
@@ -163,11 +192,13 @@ class AvgPool2d(_Pool2d):
                 + ("" if self.divisor_override is None else f", divisor_override={self.divisor_override}"))
 
     def forward(self, x: Tensor) -> Tensor:
-        """x: (N, C, H, W) -> out: (N, C, H_out, W_out)."""
-        self._check_input(x)
-        out = F.avg_pool2d(x, self._k, self._s, self._p, self.ceil_mode, self.count_include_pad,
+        """x: (N, C, H, W) -> out: (N, C, H_out, W_out); unbatched (C, H, W) -> (C, H_out, W_out)."""
+        x4 = self._batched(x)
+        out = F.avg_pool2d(x4, self._k, self._s, self._p, self.ceil_mode, self.count_include_pad,
                            self.divisor_override)  # (N, C, H_out, W_out)
-        self._cache = (out.shape, x.dtype, x.device, x.shape)
+        if x4 is not x:
+            out = out.squeeze(0)  # unbatched
+        self._cache = (out.shape, x.dtype, x.device, x4.shape, x.shape)
         return out
 
     def _divisor(self, hw: tuple[int, int], out_hw: tuple[int, int], like: Tensor) -> Tensor | float:
@@ -186,9 +217,9 @@ class AvgPool2d(_Pool2d):
         return counts[0][:, None] * counts[1][None, :]  # (H_out, W_out)
 
     def backward(self, dout: Tensor) -> Tensor:
-        """dout: (N, C, H_out, W_out) -> dx: (N, C, H, W)."""
-        out_shape, _, _, (n, c, h, w) = self._take_cache(dout)
-        ho, wo = out_shape[2], out_shape[3]
+        """dout: (N, C, H_out, W_out) -> dx: (N, C, H, W) (unbatched: without the N axis)."""
+        out_shape, _, _, (n, c, h, w), x_shape = self._take_cache(dout)
+        ho, wo = out_shape[-2], out_shape[-1]
         (kh, kw), (sh, sw), (ph, pw) = self._k, self._s, self._p
         g = (dout / self._divisor((h, w), (ho, wo), dout)).reshape(n * c, 1, ho, wo)  # (N*C, 1, H_out, W_out)
         ones = dout.new_ones(1, 1, kh, kw)
@@ -196,4 +227,4 @@ class AvgPool2d(_Pool2d):
         # division dropped trailing rows (output_padding adds them, zero), more with ceil_mode (cut off).
         full_h, full_w = (ho - 1) * sh - 2 * ph + kh, (wo - 1) * sw - 2 * pw + kw
         dx = F.conv_transpose2d(g, ones, None, (sh, sw), (ph, pw), (max(h - full_h, 0), max(w - full_w, 0)))
-        return dx[:, :, :h, :w].reshape(n, c, h, w)  # (N, C, H, W)
+        return dx[:, :, :h, :w].reshape(x_shape)  # (N, C, H, W) or (C, H, W)

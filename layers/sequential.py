@@ -7,12 +7,15 @@ for every container (``Net`` is a Sequential too).  Keys and layouts are
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping
 
 import torch
 from torch import Tensor
 
+from .activations import ReLU
 from .layer import BaseLayer, Layer
+from .pool import MaxPool2d
 
 
 def _takes_need_input_grad(layer: Layer) -> bool:
@@ -49,19 +52,31 @@ class Sequential(BaseLayer):
     layer's dx -- the gradient with respect to the model's input, which is data in
     training -- is computed only when asked (``need_input_grad=True``), as torch computes
     ``x.grad`` only for an input that requires it.
+
+    Children are named "0", "1", ... or, as in ``torch.nn.Sequential(OrderedDict(fc=..., act=...))``, by the
+    names of a mapping given instead (``Sequential(OrderedDict(fc=Linear(4, 2), act=ReLU()))``): the names
+    are the state_dict's keys ("fc.weight") and come back in ``to_torch()``.
     """
 
     _key_prefix = ""  # Net names its children "layers.0", "layers.1", ... as its nn.Module twin does
 
     def __init__(self, *layers: Layer) -> None:
-        if len(layers) == 1 and isinstance(layers[0], (list, tuple)):
+        names = None
+        if len(layers) == 1 and isinstance(layers[0], Mapping):
+            names, layers = list(layers[0].keys()), tuple(layers[0].values())
+        elif len(layers) == 1 and isinstance(layers[0], (list, tuple)):
             layers = tuple(layers[0])
-        self._set_layers(list(layers))
+        self._set_layers(list(layers), names)
 
-    def _set_layers(self, layers: list[Layer]) -> None:
+    def _set_layers(self, layers: list[Layer], names: list[str] | None = None) -> None:
         owner = type(self).__name__
         if not layers:
             raise ValueError(f"{owner}: needs at least one layer")
+        if names is None:
+            names = [str(i) for i in range(len(layers))]
+        for name in names:  # torch.nn's rules for a child's name
+            if not isinstance(name, str) or not name or "." in name:
+                raise ValueError(f"{owner}: a layer's name must be a non-empty string without '.', got {name!r}")
         for i, layer in enumerate(layers):
             if not isinstance(layer, Layer):
                 raise TypeError(f"{owner}: layers[{i}] ({type(layer).__name__}) does not implement the Layer "
@@ -73,6 +88,7 @@ class Sequential(BaseLayer):
                 raise ValueError(f"{owner}: the same layer object ({layer!r}) appears twice; use separate instances")
             seen[id(layer)] = layer
         self.layers = layers
+        self._names = list(names)  # "0", "1", ... unless named
         self.training = all(getattr(layer, "training", True) for layer in layers)
         self._skips_dx = [_takes_need_input_grad(layer) for layer in layers]
         self._backward_hooks: list[Callable[[Layer], None]] = []
@@ -81,7 +97,7 @@ class Sequential(BaseLayer):
     # -- the container ----------------------------------------------------------------------------------
 
     def named_children(self) -> Iterator[tuple[str, Layer]]:
-        return ((f"{self._key_prefix}{i}", layer) for i, layer in enumerate(self.layers))
+        return ((f"{self._key_prefix}{name}", layer) for name, layer in zip(self._names, self.layers))
 
     def __len__(self) -> int:
         return len(self.layers)
@@ -93,7 +109,8 @@ class Sequential(BaseLayer):
         return self.layers[i]
 
     def __repr__(self) -> str:
-        inner = "\n".join(f"  ({i}): " + repr(layer).replace("\n", "\n  ") for i, layer in enumerate(self.layers))
+        inner = "\n".join(f"  ({name}): " + repr(layer).replace("\n", "\n  ")
+                          for name, layer in zip(self._names, self.layers))
         return f"{type(self).__name__}(\n{inner}\n)"
 
     # -- forward and backward ------------------------------------------------------------------------------
@@ -115,13 +132,28 @@ class Sequential(BaseLayer):
         return x
 
     def backward(self, dout: Tensor, need_input_grad: bool = False) -> Tensor | None:
-        """dout: dL/d(output) -> dL/dx (None unless ``need_input_grad``); fills every parameter's .grad."""
+        """dout: dL/d(output) -> dL/dx (None unless ``need_input_grad``); fills every parameter's .grad.
+
+        A ReLU followed by a MaxPool2d (a CNN's usual pair) runs its backward inside the pool's
+        (``MaxPool2d.backward_through_relu``: the same numbers, the mask taken on the pooled gradient instead
+        of a pass over the full-size one); the hooks still see both layers, pool first."""
         layers, hooks = self.layers, self._backward_hooks
-        for i in range(len(layers) - 1, 0, -1):
+        i = len(layers) - 1
+        while i > 0:
             layer = layers[i]
+            if i > 1 and type(layer) is MaxPool2d and type(layers[i - 1]) is ReLU:
+                dx = layer.backward_through_relu(dout, layers[i - 1])
+                if dx is not None:
+                    dout = dx
+                    for done in (layer, layers[i - 1]):
+                        for hook in hooks:
+                            hook(done)
+                    i -= 2
+                    continue
             dout = layer.backward(dout, need_input_grad=True) if self._skips_dx[i] else layer.backward(dout)
             for hook in hooks:
                 hook(layer)
+            i -= 1
         first = layers[0]
         if self._skips_dx[0]:
             dx = first.backward(dout, need_input_grad=need_input_grad)
@@ -147,7 +179,8 @@ class Sequential(BaseLayer):
 
     def to_torch(self) -> torch.nn.Sequential:
         """The equivalent torch.nn.Sequential, holding copies of every weight and buffer, in the same mode."""
-        return torch.nn.Sequential(*(_to_torch(layer) for layer in self.layers)).train(self.training)
+        return torch.nn.Sequential(OrderedDict((name, _to_torch(layer)) for name, layer in
+                                               zip(self._names, self.layers))).train(self.training)
 
 
 def _to_torch(layer: Layer) -> torch.nn.Module:

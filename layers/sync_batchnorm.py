@@ -40,14 +40,15 @@ class SyncBatchNorm(_BatchNorm):
     """
 
     torch_class = torch.nn.SyncBatchNorm
-    _ctor_args = ("num_features", "eps", "momentum", "affine", "track_running_stats", "process_group")
+    _ctor_args = ("num_features", "eps", "momentum", "affine", "track_running_stats", "process_group", "bias")
     _input_dims = tuple(range(2, 9))  # any (N, C, *) as torch's SyncBatchNorm
     _shape_text = "(N, {C}, *)"
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
                  track_running_stats: bool = True, process_group: dist.ProcessGroup | None = None, *,
-                 device: torch.device | str | None = None, dtype: torch.dtype | None = None):
-        super().__init__(num_features, eps, momentum, affine, track_running_stats, device=device, dtype=dtype)
+                 bias: bool = True, device: torch.device | str | None = None, dtype: torch.dtype | None = None):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, bias=bias, device=device,
+                         dtype=dtype)
         self.process_group = process_group
         self._syncing = False  # whether the last forward synchronised (its backward must too)
 
@@ -65,9 +66,10 @@ class SyncBatchNorm(_BatchNorm):
         if not self._syncing:
             super()._check_batch(x, count)
 
-    def _batch_stats(self, x: Tensor, dims: tuple[int, ...]) -> tuple[Tensor, Tensor, Tensor, int | Tensor]:
+    def _batch_stats(self, x: Tensor, dims: tuple[int, ...],
+                     scratch: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, int | Tensor]:
         if not self._syncing:
-            return super()._batch_stats(x, dims)
+            return super()._batch_stats(x, dims, scratch)
         c = self.num_features
         bshape = (1, c) + (1,) * (x.dim() - 2)
         sums = torch.cat([x.sum(dims), x.new_full((1,), x.numel() // max(c, 1))])  # (C+1,) [sum(x), M]

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
-from .base import HandOptimizer, check_hyper, scalar_step
+from .base import HandOptimizer, check_hyper, check_impl_flags, check_scalar_tensor, number, scalar_step
 
 
 class Adagrad(HandOptimizer):
@@ -17,20 +18,24 @@ class Adagrad(HandOptimizer):
 
     ``capturable=True`` (torch.optim.Adagrad has no such option; this one has torch's meaning for the
     others) keeps t on the parameter's device and computes k = 1 + (t - 1) lr_decay there, in the
-    parameter's dtype: p = p - lr * g / ((sqrt(s) + eps) * k).  No number is read back.
+    parameter's dtype: p = p - lr * g / ((sqrt(s) + eps) * k), and reads a tensor lr there too (as
+    torch's capturable RMSprop does: p = p + g / (std * k / -lr)).  No number is read back.
+    Arguments in torch.optim.Adagrad's order; ``foreach``, ``differentiable`` and ``fused`` as in
+    optimizers/base.py.
     """
 
-    def __init__(self, params, lr: float = 1e-2, lr_decay: float = 0, weight_decay: float = 0,
-                 initial_accumulator_value: float = 0, eps: float = 1e-10, *, maximize: bool = False,
+    def __init__(self, params, lr: float | Tensor = 1e-2, lr_decay: float = 0, weight_decay: float = 0,
+                 initial_accumulator_value: float = 0, eps: float = 1e-10, foreach: bool | None = None, *,
+                 maximize: bool = False, differentiable: bool = False, fused: bool | None = None,
                  capturable: bool = False):
-        check_hyper("Adagrad", "lr", lr)
+        lr = check_scalar_tensor("Adagrad", "lr", lr)
         check_hyper("Adagrad", "lr_decay", lr_decay)
         check_hyper("Adagrad", "weight_decay", weight_decay)
         check_hyper("Adagrad", "initial_accumulator_value", initial_accumulator_value)
         check_hyper("Adagrad", "eps", eps)
         defaults = dict(lr=lr, lr_decay=lr_decay, eps=eps, weight_decay=weight_decay,
                         initial_accumulator_value=initial_accumulator_value, maximize=maximize,
-                        capturable=bool(capturable))
+                        **check_impl_flags("Adagrad", foreach, differentiable, fused), capturable=bool(capturable))
         super().__init__(params, defaults)
 
     def add_param_group(self, param_group: dict) -> None:
@@ -54,9 +59,8 @@ class Adagrad(HandOptimizer):
         std = torch._foreach_sqrt(sums)
         torch._foreach_add_(std, group["eps"])
         lr, lr_decay = group["lr"], group["lr_decay"]
-        if lr_decay == 0:  # clr = lr whatever t is: no counter to read
-            torch._foreach_addcdiv_(params, grads, std, value=-lr)
-        elif group.get("capturable", False):
+        capturable = group.get("capturable", False)
+        if capturable and lr_decay != 0:
             # clr = lr / k with k = 1 + (t - 1) lr_decay, computed on the device: p = p - lr * g / (std * k).
             # t (exact in float32 up to 2^24 steps) is cast to the parameter's dtype first, so k is as precise
             # as the Python float of the default path.
@@ -64,7 +68,11 @@ class Adagrad(HandOptimizer):
             torch._foreach_mul_(ks, lr_decay)
             torch._foreach_add_(ks, 1)
             torch._foreach_mul_(std, ks)
-            torch._foreach_addcdiv_(params, grads, std, value=-lr)
-        else:
-            neg_clrs = [-lr / (1 + (t.item() - 1) * lr_decay) for t in steps]  # CPU counters: no device sync
+        if capturable and isinstance(lr, Tensor):  # lr read on the device: p + g / (std / -lr)
+            torch._foreach_div_(std, -lr)
+            torch._foreach_addcdiv_(params, grads, std)
+        elif capturable or lr_decay == 0:  # clr = lr whatever t is (or k is already in std): no counter to read
+            torch._foreach_addcdiv_(params, grads, std, value=-number(lr))
+        else:  # CPU counters: no device sync; torch's clr, in the lr tensor's dtype for a tensor lr
+            neg_clrs = [-number(lr / (1 + (t.item() - 1) * lr_decay)) for t in steps]
             torch._foreach_addcdiv_(params, grads, std, neg_clrs)

@@ -2,14 +2,15 @@
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
-from .base import HandOptimizer, check_betas, check_hyper, scalar_step
+from .base import HandOptimizer, check_betas, check_hyper, check_impl_flags, check_scalar_tensor, number, scalar_step
 
 
 class Adam(HandOptimizer):
     r"""t = t + 1
     g = grad + wd * p                       (Adam: L2 penalty in the gradient)
-    p = p * (1 - lr * wd)                   (AdamW: decoupled decay instead)
+    p = p * (1 - lr * wd)                   (AdamW, or decoupled_weight_decay=True: decoupled decay instead)
     m = beta1 * m + (1 - beta1) * g         (exp_avg)
     v = beta2 * v + (1 - beta2) * g^2       (exp_avg_sq)
     v_max = max(v_max, v)                   (amsgrad; max_exp_avg_sq, used in place of v below)
@@ -17,27 +18,34 @@ class Adam(HandOptimizer):
     (computed as p - lr * sqrt(1 - beta2^t) / (1 - beta1^t) * m / (sqrt(v) + eps * sqrt(1 - beta2^t)))
 
     ``capturable=True``: t and the bias corrections are device tensors, computed as torch.optim's
-    capturable Adam computes them, in its order of operations,
-    so the step never reads a number back to the host (see optimizers/base.py).
+    capturable (foreach) Adam computes them, in its order of operations (a tensor lr and tensor betas
+    too), so the step never reads a number back to the host (see optimizers/base.py).
+    The default path folds sqrt(1 - beta2^t) into the step size and eps (one pass over the parameters
+    fewer than torch's form): the same update, rounded differently (float64: relative 1e-15 per step).
+    Tensor betas on the default path are read as numbers each step.
     """
 
     _decoupled = False
 
-    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0, amsgrad: bool = False, *, maximize: bool = False,
-                 capturable: bool = False):
+    def __init__(self, params, lr: float | Tensor = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0, amsgrad: bool = False, *,
+                 foreach: bool | None = None, maximize: bool = False, capturable: bool = False,
+                 differentiable: bool = False, fused: bool | None = None, decoupled_weight_decay: bool = False):
         name = type(self).__name__
-        check_hyper(name, "lr", lr)
+        lr = check_scalar_tensor(name, "lr", lr)
         betas = check_betas(name, betas)
+        betas = tuple(b.squeeze() if isinstance(b, Tensor) else b for b in betas)  # 0-d, as torch keeps them
         check_hyper(name, "eps", eps)
         check_hyper(name, "weight_decay", weight_decay)
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize,
-                        capturable=bool(capturable))
+                        **check_impl_flags(name, foreach, differentiable, fused), capturable=bool(capturable),
+                        decoupled_weight_decay=bool(decoupled_weight_decay or self._decoupled))
         super().__init__(params, defaults)
 
     def _update(self, group, params, grads):
         lr, (beta1, beta2), wd, amsgrad = group["lr"], group["betas"], group["weight_decay"], group["amsgrad"]
         capturable = group.get("capturable", False)
+        decoupled = self._decoupled or group.get("decoupled_weight_decay", False)
         states = [self.state[p] for p in params]
         for p, state in zip(params, states):
             if not state:
@@ -48,9 +56,12 @@ class Adam(HandOptimizer):
                     state["max_exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
         steps = [s["step"] for s in states]
         torch._foreach_add_(steps, 1)
+        if not capturable:  # tensor betas read back once per step
+            beta1, beta2 = number(beta1), number(beta2)
         if wd != 0:
-            if self._decoupled:
-                torch._foreach_mul_(params, 1 - lr * wd)
+            if decoupled:
+                decay = 1 - lr * wd  # a tensor for a tensor lr (torch's expression)
+                torch._foreach_mul_(params, decay if capturable else number(decay))
             else:
                 grads = torch._foreach_add(grads, params, alpha=wd)
 
@@ -58,7 +69,10 @@ class Adam(HandOptimizer):
         exp_avg_sqs = [s["exp_avg_sq"] for s in states]
         torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
         torch._foreach_mul_(exp_avg_sqs, beta2)
-        torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1 - beta2)
+        if isinstance(beta2, Tensor):  # torch's form for a tensor beta2 (addcmul's value must be a number)
+            torch._foreach_addcmul_(exp_avg_sqs, torch._foreach_mul(grads, 1 - beta2), grads, value=1.0)
+        else:
+            torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1 - beta2)
 
         if amsgrad:
             max_sqs = [s["max_exp_avg_sq"] for s in states]
@@ -84,11 +98,12 @@ class Adam(HandOptimizer):
             torch._foreach_addcdiv_(params, exp_avgs, denom)
             return
         # Bias corrections per parameter (a loaded state may hold different step counts) as Python floats
-        # read off the CPU counters, folded into scalars:
-        # lr/c1 * m / (sqrt(v)/sqrt(c2) + eps) = (lr*sqrt(c2)/c1) * m / (sqrt(v) + eps*sqrt(c2)), one pass fewer.
+        # read off the CPU counters; torch's step size lr / (1 - beta1^t) (evaluated as torch does, in the lr
+        # tensor's dtype for a tensor lr), then folded with sqrt(1 - beta2^t):
+        # lr/c1 * m / (sqrt(v)/sqrt(c2) + eps) = (lr/c1 * sqrt(c2)) * m / (sqrt(v) + eps*sqrt(c2)), one pass fewer.
         ts = [t.item() for t in steps]
         sqrt_c2 = [(1 - beta2 ** t) ** 0.5 for t in ts]
-        neg_step_sizes = [-lr * r / (1 - beta1 ** t) for t, r in zip(ts, sqrt_c2)]
+        neg_step_sizes = [-number(lr / (1 - beta1 ** t)) * r for t, r in zip(ts, sqrt_c2)]
         torch._foreach_add_(denom, [group["eps"] * r for r in sqrt_c2])
         torch._foreach_addcdiv_(params, exp_avgs, denom, neg_step_sizes)
 
@@ -98,7 +113,9 @@ class AdamW(Adam):
 
     _decoupled = True
 
-    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 1e-2, amsgrad: bool = False, *, maximize: bool = False,
-                 capturable: bool = False):
-        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize, capturable=capturable)
+    def __init__(self, params, lr: float | Tensor = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 1e-2, amsgrad: bool = False, *, maximize: bool = False,
+                 foreach: bool | None = None, capturable: bool = False, differentiable: bool = False,
+                 fused: bool | None = None):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize, foreach=foreach,
+                         capturable=capturable, differentiable=differentiable, fused=fused)

@@ -15,9 +15,25 @@ device tensor computed by kernels, so the step does no host synchronisation and 
 host-to-device copy and can be captured in a CUDA graph (``training.cuda_graph``).
 Hyper-parameters (lr, betas, ...) are Python numbers passed to the kernels as
 arguments: a captured graph keeps the values it was captured with.
+
+A tensor ``lr`` (and Adam's tensor ``betas``), as torch.optim takes them: one element,
+kept as given in ``param_groups`` (so an lr_scheduler, which ``fill_``s a tensor lr in
+place, changes that very tensor).  With ``capturable=True`` the kernels read it on the
+device, in torch.optim's capturable order of operations, so a schedule keeps working
+inside a captured CUDA graph.  Otherwise each step reads its value (``.item()``: put it
+on the CPU) into the same scalar expressions torch's per-tensor code evaluates with it.
+
+torch.optim's implementation switches are accepted with torch's meaning where they
+mean something here: ``foreach`` None/True/False all run the one vectorised update
+(``torch._foreach_*``; on the CPU those kernels loop over the tensors, so False would
+compute the same numbers one tensor at a time); ``differentiable=False`` and
+``fused=None/False`` are accepted, and ``differentiable=True`` / ``fused=True`` are
+refused with a ValueError saying why (the update is hand-written outside autograd, and
+it is the foreach one, not a fused kernel).
 """
 from __future__ import annotations
 
+import math
 import numbers
 from abc import abstractmethod
 
@@ -28,22 +44,58 @@ from torch.optim import Optimizer
 
 def check_hyper(owner: str, name: str, value: object, *, lo: float = 0.0, hi: float | None = None,
                 hi_open: bool = False) -> float:
-    """Refuse a hyper-parameter that is not a real number in [lo, hi] (or [lo, hi) with hi_open)."""
+    """Refuse a hyper-parameter that is not a finite real number in [lo, hi] (or [lo, hi) with hi_open)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(f"{owner}: {name} must be a number, got {value!r}")
-    ok = value >= lo and (hi is None or (value < hi if hi_open else value <= hi))
+    ok = math.isfinite(value) and value >= lo and (hi is None or (value < hi if hi_open else value <= hi))
     if not ok:
         upper = "" if hi is None else f", {hi})" if hi_open else f", {hi}]"
-        rng = f">= {lo}" if hi is None else f"in [{lo}{upper}"
+        rng = f"finite and >= {lo}" if hi is None else f"in [{lo}{upper}"
         raise ValueError(f"{owner}: invalid {name} {value!r}: must be {rng}")
     return float(value)
 
 
-def check_betas(owner: str, betas: object) -> tuple[float, float]:
+def check_scalar_tensor(owner: str, name: str, value: object, **bounds) -> float | Tensor:
+    """A hyper-parameter that torch.optim also takes as a one-element tensor (lr, Adam's betas): a number is
+    checked by ``check_hyper`` and returned as a float; a tensor must have one floating-point element, whose
+    value is checked the same way (read once, here), and is returned as given (a scheduler fills it in place)."""
+    if not isinstance(value, Tensor):
+        return check_hyper(owner, name, value, **bounds)
+    if value.numel() != 1 or not value.is_floating_point() or value.requires_grad:
+        raise ValueError(f"{owner}: a tensor {name} must hold one floating-point element and not require grad "
+                         f"(as torch.optim's), got shape {tuple(value.shape)}, dtype {value.dtype}, "
+                         f"requires_grad={value.requires_grad}")
+    check_hyper(owner, name, value.item(), **bounds)
+    return value
+
+
+def check_betas(owner: str, betas: object) -> tuple[float | Tensor, float | Tensor]:
     if not isinstance(betas, (tuple, list)) or len(betas) != 2:
         raise ValueError(f"{owner}: betas must be a pair (beta1, beta2), got {betas!r}")
-    return (check_hyper(owner, "beta1 (betas[0])", betas[0], hi=1.0, hi_open=True),
-            check_hyper(owner, "beta2 (betas[1])", betas[1], hi=1.0, hi_open=True))
+    if isinstance(betas[0], Tensor) != isinstance(betas[1], Tensor):
+        raise ValueError(f"{owner}: betas must be both numbers or both tensors, got {betas!r}")
+    return (check_scalar_tensor(owner, "beta1 (betas[0])", betas[0], hi=1.0, hi_open=True),
+            check_scalar_tensor(owner, "beta2 (betas[1])", betas[1], hi=1.0, hi_open=True))
+
+
+def check_impl_flags(owner: str, foreach: object, differentiable: object, fused: object) -> dict:
+    """torch.optim's implementation switches, accepted with torch's meaning (see the module docstring); returns
+    them for the param_groups (torch.optim keeps them there too)."""
+    if foreach not in (None, True, False):
+        raise ValueError(f"{owner}: foreach must be None, True or False, got {foreach!r}")
+    if differentiable is not False:
+        raise ValueError(f"{owner}: differentiable={differentiable!r} is not supported: handgrad's update is written "
+                         f"by hand with in-place kernels outside autograd, so no gradient flows through a step; "
+                         f"use torch.optim.{owner} to differentiate through the optimizer")
+    if fused not in (None, False):
+        raise ValueError(f"{owner}: fused={fused!r} is not supported: handgrad's update is its hand-written foreach "
+                         f"one (torch._foreach_* kernels), not a fused kernel; leave fused at None or False")
+    return {"foreach": foreach, "differentiable": False, "fused": fused}
+
+
+def number(x: float | Tensor) -> float:
+    """A hyper-parameter's value as a Python number (a tensor's read back: the non-capturable paths only)."""
+    return x.item() if isinstance(x, Tensor) else x
 
 
 def _as_torch_param(p: object) -> Tensor:

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
-from .base import HandOptimizer, check_hyper, scalar_step
+from .base import HandOptimizer, check_hyper, check_impl_flags, check_scalar_tensor, number, scalar_step
 
 
 class RMSprop(HandOptimizer):
@@ -15,27 +16,32 @@ class RMSprop(HandOptimizer):
     p = p - lr * g / d                                         (otherwise)
 
     The update does not use the step count t; it is kept (as torch.optim keeps it) for the state_dict.
-    ``capturable=True`` keeps it on the parameter's device, so that a replayed CUDA graph advances it.
+    ``capturable=True`` keeps it on the parameter's device, so that a replayed CUDA graph advances it, and
+    reads a tensor ``lr`` on the device (torch.optim's capturable form).  alpha is a decay rate, in [0, 1].
+    Arguments in torch.optim.RMSprop's order; ``foreach`` and ``differentiable`` as in optimizers/base.py.
     """
 
-    def __init__(self, params, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8, weight_decay: float = 0,
-                 momentum: float = 0, centered: bool = False, *, maximize: bool = False,
-                 capturable: bool = False):
-        check_hyper("RMSprop", "lr", lr)
-        check_hyper("RMSprop", "alpha", alpha)
+    def __init__(self, params, lr: float | Tensor = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
+                 weight_decay: float = 0, momentum: float = 0, centered: bool = False, capturable: bool = False,
+                 foreach: bool | None = None, maximize: bool = False, differentiable: bool = False):
+        lr = check_scalar_tensor("RMSprop", "lr", lr)
+        check_hyper("RMSprop", "alpha", alpha, hi=1.0)
         check_hyper("RMSprop", "eps", eps)
         check_hyper("RMSprop", "weight_decay", weight_decay)
         check_hyper("RMSprop", "momentum", momentum)
+        flags = check_impl_flags("RMSprop", foreach, differentiable, None)
+        del flags["fused"]  # torch.optim.RMSprop has no fused option
         defaults = dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
-                        centered=centered, maximize=maximize, capturable=bool(capturable))
+                        centered=centered, maximize=maximize, capturable=bool(capturable), **flags)
         super().__init__(params, defaults)
 
     def _update(self, group, params, grads):
         alpha, momentum, centered = group["alpha"], group["momentum"], group["centered"]
+        lr, capturable = group["lr"], group.get("capturable", False)
         states = [self.state[p] for p in params]
         for p, state in zip(params, states):
             if not state:
-                state["step"] = scalar_step(p, group.get("capturable", False))
+                state["step"] = scalar_step(p, capturable)
                 state["square_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                 if momentum > 0:
                     state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
@@ -57,10 +63,17 @@ class RMSprop(HandOptimizer):
             avg = torch._foreach_sqrt(square_avgs)
         torch._foreach_add_(avg, group["eps"])
 
+        on_device = capturable and isinstance(lr, Tensor)  # torch.optim's capturable forms: lr never read back
         if momentum > 0:
             bufs = [s["momentum_buffer"] for s in states]
             torch._foreach_mul_(bufs, momentum)
             torch._foreach_addcdiv_(bufs, grads, avg)
-            torch._foreach_add_(params, bufs, alpha=-group["lr"])
+            if on_device:
+                torch._foreach_add_(params, torch._foreach_mul(bufs, -lr))
+            else:
+                torch._foreach_add_(params, bufs, alpha=-number(lr))
+        elif on_device:
+            torch._foreach_div_(avg, -lr)
+            torch._foreach_addcdiv_(params, grads, avg)
         else:
-            torch._foreach_addcdiv_(params, grads, avg, value=-group["lr"])
+            torch._foreach_addcdiv_(params, grads, avg, value=-number(lr))

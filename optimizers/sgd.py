@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
-from .base import HandOptimizer, check_hyper
+from .base import HandOptimizer, check_hyper, check_impl_flags, check_scalar_tensor, number
 
 
 class SGD(HandOptimizer):
@@ -14,13 +15,17 @@ class SGD(HandOptimizer):
     p = p - lr * g
 
     State per parameter: ``momentum_buffer`` (only when momentum != 0).  No step counter and no number
-    read back, so every step can be captured in a CUDA graph; ``capturable`` is accepted for a uniform
-    interface with the other optimizers (torch.optim.SGD has no such option) and changes nothing.
+    read back, so every step can be captured in a CUDA graph; ``capturable`` (torch.optim.SGD has no such
+    option) matters only with a tensor ``lr``: then ``p - lr * g`` reads lr on the device instead of as a
+    number.  Arguments in torch.optim.SGD's order; ``foreach``, ``differentiable`` and ``fused`` as in
+    optimizers/base.py.
     """
 
-    def __init__(self, params, lr: float = 1e-3, momentum: float = 0, dampening: float = 0, nesterov: bool = False,
-                 weight_decay: float = 0, *, maximize: bool = False, capturable: bool = False):
-        check_hyper("SGD", "lr", lr)
+    def __init__(self, params, lr: float | Tensor = 1e-3, momentum: float = 0, dampening: float = 0,
+                 weight_decay: float = 0, nesterov: bool = False, *, maximize: bool = False,
+                 foreach: bool | None = None, differentiable: bool = False, fused: bool | None = None,
+                 capturable: bool = False):
+        lr = check_scalar_tensor("SGD", "lr", lr)
         check_hyper("SGD", "momentum", momentum)
         check_hyper("SGD", "weight_decay", weight_decay)
         check_hyper("SGD", "dampening", dampening)
@@ -28,7 +33,8 @@ class SGD(HandOptimizer):
             raise ValueError(f"SGD: nesterov=True requires momentum > 0 and dampening == 0, "
                              f"got momentum={momentum!r}, dampening={dampening!r}")
         defaults = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov,
-                        maximize=maximize, capturable=bool(capturable))
+                        maximize=maximize, **check_impl_flags("SGD", foreach, differentiable, fused),
+                        capturable=bool(capturable))
         super().__init__(params, defaults)
 
     def _update(self, group, params, grads):
@@ -50,4 +56,7 @@ class SGD(HandOptimizer):
                 torch._foreach_mul_(old_bufs, momentum)
                 torch._foreach_add_(old_bufs, old_grads, alpha=1 - group["dampening"])
             grads = torch._foreach_add(grads, bufs, alpha=momentum) if group["nesterov"] else bufs
-        torch._foreach_add_(params, grads, alpha=-lr)
+        if isinstance(lr, Tensor) and group.get("capturable", False):  # lr read on the device (torch's compiled
+            torch._foreach_add_(params, torch._foreach_mul(grads, -lr))  # SGD's form): no read-back
+        else:
+            torch._foreach_add_(params, grads, alpha=-number(lr))

@@ -331,3 +331,80 @@ def test_cross_entropy_bad_target():
         cross_entropy(z, torch.tensor([0, 3]))
     with pytest.raises(ValueError, match=r"integer class indices of shape \(2,\)"):
         cross_entropy(z, torch.tensor([0.0, 1.0]))
+
+
+# -- in-place changes between forward and backward ---------------------------------------------------------
+# torch.autograd refuses to differentiate through a tensor that was changed in place after an op saved it; so does
+# the engine (it records each saved tensor's _version), instead of computing a gradient from the changed values.
+
+def test_leaf_data_changed_in_place_is_refused():
+    x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+    version = x.data._version
+    y = x * x
+    x.data.mul_(10)  # the engine's .data is the saved tensor itself (same version counter)
+    assert x.data._version == version + 1
+    with pytest.raises(RuntimeError, match=r"op 'mul' saved its input a \(shape \(3,\), torch.float\d+\) at version "
+                                           rf"{version}, and it is now at version {version + 1}"):
+        y.sum().backward()
+    assert x.grad is None  # nothing was accumulated from the changed values
+
+
+def test_leaf_changed_through_the_original_torch_tensor_is_refused():
+    t = torch.tensor([1.0, 2.0], dtype=f64)
+    x = Tensor(t, requires_grad=True)  # stores t.detach(): a new tensor that shares t's version counter
+    y = (x * x).sum()
+    t.add_(1.0)
+    with pytest.raises(RuntimeError, match="op 'mul' saved its input"):
+        y.backward()
+
+
+def test_intermediate_data_zeroed_is_refused():
+    x = Tensor([1.0, -2.0, 3.0], requires_grad=True)
+    h = x.exp()  # exp saves its output
+    y = (h * 2.0).sum()
+    h.data.zero_()
+    with pytest.raises(RuntimeError, match=r"op 'exp' saved its output \(shape \(3,\), torch.float\d+\) at version 0, "
+                                           r"and it is now at version 1"):
+        y.backward()
+
+
+def test_optimizer_step_between_forward_and_backward_is_refused():
+    torch.manual_seed(0)
+    net = MLP([3, 4, 2])
+    opt = optimizers.SGD(net.parameters(), lr=0.1)
+    loss = cross_entropy(net(torch.randn(5, 3)), torch.tensor([0, 1, 1, 0, 1]))
+    loss.backward(retain_graph=True)
+    opt.step()  # updates the weights in place (torch._foreach_add_ bumps their versions)
+    with pytest.raises(RuntimeError, match=r"op 'matmul' saved its input b \(shape \(4, 2\), torch.float32\) at "
+                                           r"version \d+, and it is now at version \d+"):
+        loss.backward()
+
+
+def test_only_what_the_gradient_needs_is_saved():
+    """As in autograd: x * c (c constant) saves c, not x, and x + y saves nothing; changing x is then no error."""
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    c = Tensor([3.0, 4.0])
+    y = (x * c).sum() + (x + 1.0).sum()
+    x.data.mul_(10)
+    y.backward()
+    assert x.grad.tolist() == [4.0, 5.0]
+    xr = torch.tensor([1.0, 2.0], requires_grad=True)
+    yr = (xr * torch.tensor([3.0, 4.0])).sum() + (xr + 1.0).sum()
+    with torch.no_grad():
+        xr.mul_(10)
+    yr.backward()  # autograd agrees: no error, same gradient
+    assert xr.grad.tolist() == [4.0, 5.0]
+    z = Tensor([1.0, 2.0], requires_grad=True)
+    w = (z * c).sum()
+    c.data.add_(1)  # but the constant was saved (z's gradient is c): changing it is refused
+    with pytest.raises(RuntimeError, match="op 'mul' saved its input b"):
+        w.backward()
+
+
+def test_unchanged_saved_tensors_pass_and_retain_graph_checks_again():
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    y = (x.tanh() * x).sum()
+    y.backward(retain_graph=True)
+    x.data.add_(1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()

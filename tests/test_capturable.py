@@ -167,3 +167,48 @@ def test_clip_grad_norm_stays_on_the_device(norm_type):
     with HostTraffic() as guard, pytest.raises(RuntimeError):  # error_if_nonfinite must read the norm back
         hg.clip_grad_norm_(params, 1.0, norm_type, error_if_nonfinite=True)
     assert any("read-back" in f for f in guard.found)
+
+
+# -- a tensor learning rate ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name,kw", CAP_CASES, ids=IDS)
+def test_tensor_lr_follows_a_schedule_on_the_capturable_path(name, kw, float64_default):
+    """lr as a 0-d tensor with capturable=True: the kernels read it on the device, and an lr_scheduler fills it in
+    place (torch's schedulers fill_ a tensor lr), so a captured graph would follow the schedule: the trajectory
+    equals torch.optim's with a float lr and the same schedule.  Adam's tensor betas too."""
+    kw = dict(kw)
+    lr = kw.pop("lr", 1e-3)
+    params = make_params()
+    lr_t = torch.tensor(lr, dtype=torch.float64)
+    if name in ("Adam", "AdamW"):
+        kw["betas"] = tuple(torch.tensor(b, dtype=torch.float64) for b in kw.get("betas", (0.9, 0.999)))
+    ours = getattr(hg, name)(params, lr=lr_t, capturable=True, **kw)
+    assert ours.param_groups[0]["lr"] is lr_t  # kept as given: the scheduler writes into it
+    ref_kw = {k: (tuple(b.item() for b in v) if k == "betas" else v) for k, v in kw.items()}
+    ref_p = make_params()
+    ref = getattr(torch.optim, name)(ref_p, lr=lr, **ref_kw)
+    scheds = [torch.optim.lr_scheduler.OneCycleLR(o, max_lr=lr, total_steps=40, cycle_momentum=False)
+              for o in (ours, ref)]
+    for t in range(40):
+        set_grads(params, t)
+        set_grads(ref_p, t)
+        ours.step()
+        ref.step()
+        for s in scheds:
+            s.step()
+    assert ours.param_groups[0]["lr"] is lr_t and lr_t.item() == pytest.approx(ref.param_groups[0]["lr"], rel=1e-15)
+    assert_same(params, ref_p, tol=1e-12)
+
+
+@pytest.mark.parametrize("name,kw", CAP_CASES, ids=IDS)
+def test_tensor_lr_capturable_step_has_no_host_traffic(name, kw):
+    """A device-resident lr is read by kernels only.  (The constructor reads a tensor lr's value once, to check it:
+    built with a CPU tensor, the group then gets a meta one, as a device run would hold.)  Adam's tensor betas are
+    not capture-safe, in torch's form either (its pow and lerp take them as numbers)."""
+    params = meta_params()
+    opt = getattr(hg, name)(params, **{**kw, "lr": torch.tensor(kw.get("lr", 1e-3))}, capturable=True)
+    opt.param_groups[0]["lr"] = torch.empty((), device="meta")
+    with HostTraffic() as guard:
+        opt.step()
+        opt.step()
+    assert guard.found == []

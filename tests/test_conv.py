@@ -36,8 +36,13 @@ CONV_CONFIGS = [
     (2, 2, 1, 2, 0, 1, 1, True, (1, 5, 5)),  # 1x1 strided
     (4, 8, 3, (1, 2), (2, 1), (2, 1), 4, True, (1, 6, 9)),
     (2, 5, (3, 3), 4, 1, 1, 1, True, (3, 9, 10)),  # stride larger than the kernel: input rows skipped entirely
-    (8, 3, 3, 1, 1, 1, 1, True, (2, 5, 6)),  # >= 8 input channels per group: dw runs channels-last on CPU
+    # >= 8 input channels per group: dw by a correlation (fewer: the im2col product), with x and dout exchanged
+    # for stride 1 without groups (also "same" with its extra row, and dilated, unpadded), else x as the input
+    (8, 3, 3, 1, 1, 1, 1, True, (2, 5, 6)),
+    (8, 4, 2, 1, "same", 1, 1, True, (2, 6, 7)),
+    (9, 4, (3, 2), 1, 0, (2, 1), 1, False, (2, 9, 8)),
     (16, 8, (3, 2), 2, (1, 0), (1, 2), 2, False, (1, 7, 6)),
+    (16, 4, 3, 1, 1, 1, 2, True, (2, 5, 5)),
 ]
 CONV_IDS = [f"{c[0]}-{c[1]}-k{c[2]}-s{c[3]}-p{c[4]}-d{c[5]}-g{c[6]}-b{int(c[7])}" for c in CONV_CONFIGS]
 
@@ -103,6 +108,25 @@ def test_conv_im2col_reference_equals_fast_path(cfg):
     assert (db_r is None) == (ours.bias is None)
     if db_r is not None:
         assert rel(ours.bias.grad, db_r) < 1e-13
+
+
+@pytest.mark.parametrize("cfg", CONV_CONFIGS, ids=CONV_IDS)
+def test_every_form_of_the_weight_gradient_equals_autograd(cfg):
+    """dw has three forms (layers/conv.py), chosen by shape; each one, wherever it applies, equals autograd's."""
+    ours, theirs = conv_pair(cfg)
+    x = conv_input(cfg)
+    out = theirs(x)
+    dout = torch.randn_like(out)
+    out.backward(dout)
+    ours(x)
+    xp = ours._cache[0]  # the input as the forward convolved it (with the extra "same" row/column)
+    (kh, kw), (ph, pw), (dh, dw) = ours.kernel_size, ours._pad, ours.dilation
+    forms = [ours._weight_grad_correlation, ours._weight_grad_im2col]
+    if ours.groups == 1 and ours.stride == (1, 1) and ph <= dh * (kh - 1) and pw <= dw * (kw - 1):
+        forms.append(ours._weight_grad_exchanged)
+    for form in forms:
+        g = form(xp, dout)
+        assert g.shape == theirs.weight.shape and rel(g, theirs.weight.grad) < 1e-13, form.__name__
 
 
 def test_need_input_grad_false_skips_dx_and_keeps_parameter_grads():
@@ -190,6 +214,58 @@ def test_pool_equals_torch_under_autograd(cls, cls_t, kw, shape):
     dx = layer.backward(dout)
     assert out.shape == out_t.shape and rel(out, out_t.detach()) < 1e-13
     assert dx.shape == x.shape and rel(dx, xr.grad) < 1e-13
+
+
+def torch_vs_ours(ours, theirs, x, need_input_grad=True):
+    """Forward and backward of a hand-written layer and its torch module on x (float64): out, dx and parameter
+    gradients compared with autograd's."""
+    xr = x.clone().requires_grad_()
+    out_t = theirs(xr)
+    dout = torch.randn_like(out_t)
+    out_t.backward(dout)
+    out = ours(x)
+    dx = ours.backward(dout)
+    assert out.shape == out_t.shape and dx.shape == xr.grad.shape == x.shape
+    if out.numel():
+        assert rel(out, out_t.detach()) < 1e-13
+    if dx.numel():
+        assert rel(dx, xr.grad) < 1e-13
+    for (name, p), (_, p_t) in zip(ours.named_parameters(), theirs.named_parameters()):
+        assert p.grad.shape == p_t.grad.shape and torch.isfinite(p.grad).all(), name
+        assert rel(p.grad, p_t.grad) < 1e-13 if p_t.grad.any() else torch.equal(p.grad, p_t.grad), name
+
+
+@pytest.mark.parametrize("cfg", CONV_CONFIGS, ids=CONV_IDS)
+def test_conv_unbatched_and_empty_batch_equal_torch(cfg):
+    """As torch: an unbatched (C_in, H, W) image gives (C_out, H_out, W_out); an empty batch (N = 0) gives an empty
+    output and zero weight and bias gradients (torch returns zeros; the correlation for dw has nothing to run on)."""
+    n, h, w = cfg[8]
+    for shape in ((cfg[0], h, w), (0, cfg[0], h, w)):
+        ours, theirs = conv_pair(cfg)
+        torch_vs_ours(ours, theirs, torch.randn(*shape, dtype=f64))
+
+
+@pytest.mark.parametrize("cls,cls_t,kw", POOL_CONFIGS, ids=POOL_IDS)
+def test_pool_unbatched_and_empty_batch_equal_torch(cls, cls_t, kw):
+    for shape in ((3, 7, 8), (0, 3, 7, 8)):
+        torch_vs_ours(cls(**kw), cls_t(**kw), torch.randn(*shape, dtype=f64))
+
+
+def test_unbatched_cnn_from_torch_equals_autograd():
+    torch.manual_seed(7)
+    model = nn.Sequential(nn.Conv2d(2, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(4, 3, 2),
+                          nn.AvgPool2d(2)).double()
+    ours = from_torch(model)
+    x = torch.randn(2, 8, 8, dtype=f64)
+    xr = x.clone().requires_grad_()
+    out_t = model(xr)
+    dout = torch.randn_like(out_t)
+    out_t.backward(dout)
+    out = ours(x)
+    dx = ours.backward(dout, need_input_grad=True)
+    assert out.shape == out_t.shape == (3, 1, 1) and rel(out, out_t.detach()) < 1e-13 and rel(dx, xr.grad) < 1e-13
+    for (name, p), (_, p_t) in zip(ours.named_parameters(), model.named_parameters()):
+        assert rel(p.grad, p_t.grad) < 1e-13, name
 
 
 def test_max_pool_ties_send_the_gradient_where_torch_sends_it():
@@ -377,9 +453,9 @@ def test_bad_input_and_misuse_are_named(make):
     name = type(layer).__name__
     with pytest.raises(TypeError, match=f"{name}.*x must be a torch.Tensor"):
         layer([1.0])
-    with pytest.raises(ValueError, match=rf"{name}.*expected input of shape \(N, (3|C), H, W\), got \(3, 5, 5\).*"
-                                         r"unsqueeze\(0\)"):
-        layer(torch.randn(3, 5, 5, dtype=f64))
+    with pytest.raises(ValueError, match=rf"{name}.*expected input of shape \(N, (3|C), H, W\) or, unbatched, "
+                                         rf"\((3|C), H, W\), got \(3, 5\)"):
+        layer(torch.randn(3, 5, dtype=f64))
     with pytest.raises(ValueError, match=f"{name}.*too small|{name}.*smaller than"):
         layer(torch.randn(1, 3, 1, 1, dtype=f64))
     with pytest.raises(ValueError, match=f"{name}.*dtype"):
@@ -399,8 +475,12 @@ def test_bad_input_and_misuse_are_named(make):
 
 def test_conv_refuses_wrong_channels_dtype_and_device():
     conv = Conv2d(3, 2, 3, dtype=f64)
-    with pytest.raises(ValueError, match=r"expected input of shape \(N, 3, H, W\), got \(1, 4, 5, 5\)"):
+    with pytest.raises(ValueError, match=r"expected input of shape \(N, 3, H, W\) or, unbatched, \(3, H, W\), got "
+                                         r"\(1, 4, 5, 5\)"):
         conv(torch.randn(1, 4, 5, 5, dtype=f64))
+    with pytest.raises(ValueError, match=r"expected input of shape \(N, 3, H, W\) or, unbatched, \(3, H, W\), got "
+                                         r"\(4, 5, 5\)"):
+        conv(torch.randn(4, 5, 5, dtype=f64))
     with pytest.raises(ValueError, match="input has dtype torch.float32 but weight has dtype torch.float64"):
         conv(torch.randn(1, 3, 5, 5))
     with pytest.raises(ValueError, match="input is on meta but weight is on cpu"):

@@ -28,6 +28,7 @@ def free_port() -> int:
 def rank(r: int, port: int, *argv, world: int = 2) -> subprocess.Popen:
     env = {**os.environ, "RANK": str(r), "WORLD_SIZE": str(world), "LOCAL_RANK": str(r), "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
+    argv = ("--dataset", "mnist", *argv)  # the tiny MNIST these tests write (the default is fashion-mnist)
     return subprocess.Popen([sys.executable, "train.py", *map(str, argv)], cwd=ROOT, env=env, text=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 

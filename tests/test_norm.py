@@ -19,7 +19,8 @@ BN_CONFIGS = [  # (our class, torch's class, input shape)
     (BatchNorm2d, nn.BatchNorm2d, (1, 4, 2, 3)),
 ]
 BN_OPTIONS = [{}, {"momentum": None}, {"momentum": 0.6, "eps": 1e-3}, {"affine": False},
-              {"track_running_stats": False}, {"affine": False, "track_running_stats": False}]
+              {"track_running_stats": False}, {"affine": False, "track_running_stats": False},
+              {"bias": False}, {"bias": False, "track_running_stats": False}]  # torch 2.x: a weight, no bias
 
 
 def ids(configs):
@@ -323,3 +324,51 @@ def test_norm_layers_on_cuda_equal_cpu():
         assert rel(gpu.backward(d.cuda()).cpu(), cpu.backward(d)) < 1e-12
         for (n, a), (_, b) in zip(cpu.state_dict().items(), gpu.state_dict().items()):
             assert torch.allclose(a, b.cpu(), rtol=1e-12), n
+
+
+@pytest.mark.parametrize("cls,cls_t,shape", [(BatchNorm1d, nn.BatchNorm1d, (0, 3)),
+                                             (BatchNorm1d, nn.BatchNorm1d, (0, 3, 4)),
+                                             (BatchNorm2d, nn.BatchNorm2d, (0, 3, 2, 2))], ids=str)
+@pytest.mark.parametrize("opts", [{}, {"momentum": None}, {"track_running_stats": False}, {"bias": False}], ids=str)
+def test_batchnorm_empty_batch_as_torch(cls, cls_t, shape, opts):
+    """An empty batch in training mode: torch returns an empty output, counts the batch in num_batches_tracked,
+    leaves the running statistics and gives zero parameter gradients; then a real batch (momentum=None's average
+    counts the empty one, as torch's does) and eval mode on an empty batch."""
+    torch.manual_seed(6)
+    ours = nontrivial(cls(3, dtype=f64, **opts))
+    theirs = torch_twin(ours, cls_t, **opts)
+    full = (5,) + shape[1:]
+    for x_shape, training in ((shape, True), (full, True), (shape, False)):
+        ours.train(training), theirs.train(training)
+        x = torch.randn(*x_shape, dtype=f64) * 2 + 1
+        dout = torch.randn(*x_shape, dtype=f64)
+        xr = x.clone().requires_grad_()
+        out_t = theirs(xr)
+        out_t.backward(dout)
+        out = ours(x)
+        dx = ours.backward(dout)
+        assert out.shape == out_t.shape and dx.shape == xr.grad.shape == x.shape
+        if x.numel():
+            assert rel(out, out_t.detach()) < 1e-12 and rel(dx, xr.grad) < 1e-12
+        for (name, p), (_, p_t) in zip(ours.named_parameters(), theirs.named_parameters()):
+            assert torch.isfinite(p.grad).all() and torch.allclose(p.grad, p_t.grad, rtol=1e-12, atol=0), name
+        sd, sd_t = ours.state_dict(), theirs.state_dict()
+        assert list(sd) == list(sd_t)
+        for k in sd:
+            assert torch.allclose(sd[k], sd_t[k], rtol=1e-12, atol=0), (x_shape, k)
+
+
+def test_batchnorm_one_value_per_channel_is_still_refused():
+    with pytest.raises(ValueError, match=r"expected more than 1 value per channel when training, got input of "
+                                         r"shape \(1, 3\)"):
+        BatchNorm1d(3)(torch.randn(1, 3))
+
+
+def test_batchnorm_bias_false_names_and_repr_as_torch():
+    ours, theirs = BatchNorm2d(4, bias=False), nn.BatchNorm2d(4, bias=False)
+    assert ours.bias is None and list(ours.state_dict()) == list(theirs.state_dict())
+    assert repr(ours) == repr(theirs) and repr(BatchNorm1d(2, affine=False)) == repr(nn.BatchNorm1d(2, affine=False))
+    back = from_torch(theirs).to_torch()
+    assert back.bias is None and back.weight is not None
+    with pytest.raises(ValueError, match="bias must be a bool, got 0"):
+        BatchNorm1d(3, bias=0)

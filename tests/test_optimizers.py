@@ -226,6 +226,18 @@ def test_works_on_nn_module_parameters():
     (lambda p: hg.RMSprop(p, alpha=-0.1), "invalid alpha"),
     (lambda p: hg.Adagrad(p, lr_decay=-1), "invalid lr_decay"),
     (lambda p: hg.Adagrad(p, lr="fast"), "lr must be a number, got 'fast'"),
+    (lambda p: hg.Adam(p, lr=float("inf")), "Adam: invalid lr inf: must be finite and >= 0.0"),
+    (lambda p: hg.SGD(p, lr=float("nan")), "SGD: invalid lr nan"),
+    (lambda p: hg.AdamW(p, eps=float("inf")), "AdamW: invalid eps inf"),
+    (lambda p: hg.RMSprop(p, alpha=2), r"RMSprop: invalid alpha 2: must be in \[0.0, 1.0\]"),
+    (lambda p: hg.Adam(p, lr=torch.tensor([1e-3, 1e-3])), r"a tensor lr must hold one floating-point element"),
+    (lambda p: hg.SGD(p, lr=torch.tensor(-0.1)), "SGD: invalid lr -0.1"),
+    (lambda p: hg.Adam(p, lr=torch.tensor(float("inf"))), "Adam: invalid lr inf"),
+    (lambda p: hg.Adam(p, betas=(torch.tensor(0.9), 0.999)), "betas must be both numbers or both tensors"),
+    (lambda p: hg.Adam(p, betas=(torch.tensor(1.0), torch.tensor(0.9))), r"invalid beta1 \(betas\[0\]\) 1.0"),
+    (lambda p: hg.SGD(p, foreach="yes"), "SGD: foreach must be None, True or False, got 'yes'"),
+    (lambda p: hg.RMSprop(p, differentiable=True), "RMSprop: differentiable=True is not supported: .*torch.optim"),
+    (lambda p: hg.Adagrad(p, fused=True), r"Adagrad: fused=True is not supported: .*foreach"),
 ])
 def test_invalid_hyper_parameters(make, match):
     with pytest.raises(ValueError, match=match):
@@ -237,6 +249,27 @@ def test_named_parameters():
     opt = hg.Adam([(f"p{i}", p) for i, p in enumerate(params)])
     assert opt.param_groups[0]["param_names"] == ["p0", "p1", "p2"]
     assert all(a is b for a, b in zip(opt.param_groups[0]["params"], params))
+
+
+@pytest.mark.parametrize("name", ["SGD", "RMSprop", "Adam", "AdamW", "Adagrad"])
+def test_torch_s_implementation_switches_are_accepted_and_kept(name):
+    """foreach None/True/False, differentiable=False and fused None/False (SGD, Adam, AdamW, Adagrad) as torch.optim
+    takes them; every choice runs the one vectorised update (tests/test_optim_db.py: bit for bit against torch's)."""
+    kws = [dict(foreach=f) for f in (None, True, False)] + [dict(differentiable=False)]
+    if name != "RMSprop":
+        kws += [dict(fused=None), dict(fused=False)]
+    results = []
+    for kw in kws:
+        params = make_params()
+        opt = getattr(hg, name)(params, lr=0.01, **kw)
+        for k, v in kw.items():
+            assert opt.param_groups[0][k] == v
+        for t in range(3):
+            set_grads(params, t)
+            opt.step()
+        results.append(params)
+    for params in results[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(params, results[0]))
 
 
 def test_unknown_keyword_is_refused():

@@ -118,3 +118,71 @@ def test_state_dict_load_errors_name_the_key():
         seq.load_state_dict(dict(sd, **{"2.weight": torch.zeros(5, 2)}))
     with pytest.raises(KeyError, match=r"missing keys \['0.bias'\], unexpected keys \['0.beta'\]"):
         seq.load_state_dict({("0.beta" if k == "0.bias" else k): v for k, v in sd.items()})
+
+
+def test_named_sequential_keeps_its_names_through_from_torch_and_to_torch():
+    """nn.Sequential(OrderedDict(...)) keys its state_dict by the children's names ("fc.weight"): from_torch keeps
+    them, so the hand-written model's state_dict and to_torch()'s load into the original (nested too)."""
+    from collections import OrderedDict
+    torch.manual_seed(1)
+    ref = nn.Sequential(OrderedDict(fc=nn.Linear(6, 5), act=nn.Tanh(),
+                                    block=nn.Sequential(OrderedDict(fc2=nn.Linear(5, 4), relu=nn.ReLU())),
+                                    out=nn.Linear(4, 3))).double()
+    ours = from_torch(ref)
+    assert list(ours.state_dict()) == list(ref.state_dict()) == \
+        ["fc.weight", "fc.bias", "block.fc2.weight", "block.fc2.bias", "out.weight", "out.bias"]
+    assert [n for n, _ in ours.named_parameters()] == [n for n, _ in ref.named_parameters()]
+    assert "(fc): Linear" in repr(ours) and "(fc2): Linear" in repr(ours)
+    back = ours.to_torch()
+    assert [n for n, _ in back.named_children()] == ["fc", "act", "block", "out"]
+    ref.load_state_dict(back.state_dict())  # strict: the keys are the original's
+    ref.load_state_dict(ours.state_dict())
+    x = torch.randn(3, 6, dtype=f64)
+    assert torch.equal(back(x), ref(x)) and rel(ours(x), ref(x)) < 1e-14
+    built = Sequential(OrderedDict(a=Linear(2, 2), b=ReLU()))  # the same constructor as torch's
+    assert list(built.state_dict()) == ["a.weight", "a.bias"]
+    with pytest.raises(ValueError, match=r"a layer's name must be a non-empty string without '.', got 'x.y'"):
+        Sequential(OrderedDict([("x.y", ReLU())]))
+
+
+def test_relu_then_max_pool_backward_runs_fused_and_equals_the_two_backwards():
+    """Sequential runs a ReLU -> MaxPool2d pair's backward as one (MaxPool2d.backward_through_relu): the mask taken
+    on the pooled gradient.  It equals the two backwards run one after the other, to the bit, with overlapping
+    windows (an argmax shared by windows), ties and whole windows of zeros (ReLU's), and equals autograd."""
+    from layers import BatchNorm2d, Conv2d, Flatten, MaxPool2d
+    torch.manual_seed(3)
+    for pool in (MaxPool2d(2), MaxPool2d(3, 1, 1), MaxPool2d(3, 2, ceil_mode=True)):
+        model = Sequential(Conv2d(2, 3, 3, padding=1, dtype=f64), BatchNorm2d(3, dtype=f64), ReLU(), pool, Flatten())
+        x = torch.randn(4, 2, 7, 7, dtype=f64)
+        x[0] = 0.0  # all of sample 0 ties (its ReLU output is 0 everywhere but where the bias lifts it)
+        out = model(x)
+        dout = torch.randn_like(out)
+        calls = []
+        model.register_backward_hook(lambda layer: calls.append(type(layer).__name__))
+        dx = model.backward(dout, need_input_grad=True)
+        assert calls == ["Flatten", "MaxPool2d", "ReLU", "BatchNorm2d", "Conv2d"]
+        assert model[2]._out is None and model[3]._cache is None  # both caches consumed
+        grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+        model.zero_grad()
+        model(x)
+        d = model[4].backward(dout)
+        d = model[3].backward(d)
+        d = model[2].backward(d)  # the two backwards, one after the other
+        d = model[1].backward(d)
+        assert torch.equal(model[0].backward(d), dx)
+        for n, p in model.named_parameters():
+            assert torch.equal(p.grad, grads[n]), n
+        ref = model.to_torch()
+        xr = x.clone().requires_grad_()
+        ref(xr).backward(dout)
+        assert rel(dx, xr.grad) < 1e-12
+
+
+def test_fused_backward_falls_back_when_the_pool_did_not_pool_that_relu_s_output():
+    from layers import MaxPool2d
+    relu, pool = ReLU(), MaxPool2d(2)
+    x = torch.randn(2, 3, 4, 4, dtype=f64)
+    relu(x)
+    out = pool(torch.relu(x) + 1.0)  # not the ReLU's output
+    assert pool.backward_through_relu(torch.ones_like(out), relu) is None
+    assert relu._out is not None and pool._cache is not None  # nothing consumed

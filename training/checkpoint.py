@@ -178,12 +178,19 @@ def check_data(ckpt: dict, fingerprint: dict, path: Path, data_dir: Path) -> Non
                       f"(checkpoint vs now: {differs}); resume with the data it was trained on")
 
 
-def set_capturable(opt: torch.optim.Optimizer, capturable: bool) -> None:
+def set_capturable(opt: torch.optim.Optimizer, capturable: bool, tensor_lr: bool = False) -> None:
     """Make a loaded optimizer state fit this run: ``capturable`` in every group (load_state_dict brings back the
-    saved run's flag) and each step counter where that mode keeps it (the parameter's device, or the CPU)."""
+    saved run's flag), the learning rate a tensor beside the parameters (``tensor_lr``: a captured step with a
+    schedule, as impls.capturable_kwargs sets it) or a number, and each step counter where that mode keeps it
+    (the parameter's device, or the CPU)."""
     for group in opt.param_groups:
         if "capturable" in group:
             group["capturable"] = capturable
+            lr, p0 = group["lr"], group["params"][0]
+            if tensor_lr:
+                group["lr"] = torch.as_tensor(lr).to(dtype=p0.dtype, device=p0.device)
+            elif isinstance(lr, torch.Tensor):
+                group["lr"] = lr.item()
             for p in group["params"]:
                 state = opt.state.get(p, {})
                 if isinstance(state.get("step"), torch.Tensor):
@@ -202,7 +209,7 @@ def restore(impls: dict, ckpt: dict, batch_gen: torch.Generator, device: torch.d
         _load(path, f"optimizers.{name}", impl.opt.load_state_dict, ckpt["optimizers"][name])
         _check_optimizer(name, impl.opt, most, path)
         if name == "manual":  # a checkpoint of an eager run continued with --cuda-graph, or the reverse
-            set_capturable(impl.opt, impl.cuda_graph)
+            set_capturable(impl.opt, impl.cuda_graph, tensor_lr=impl.cuda_graph and impl.sched is not None)
         if impl.sched is not None:
             _load(path, f"schedulers.{name}", impl.sched.load_state_dict, ckpt["schedulers"][name])
             if not 0 <= impl.sched.last_epoch <= most:

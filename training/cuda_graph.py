@@ -19,8 +19,9 @@ batch) runs eagerly, correctly.  On the CPU, or with ``enabled=False``, ``step(x
 ``step_fn(x, y)``: the same training code runs everywhere.
 
 What a replay does not redo (each is frozen at capture):
-- Python values: hyper-parameters read as numbers (a learning rate changed by a scheduler after
-  capture is ignored: call ``recapture()`` after changing one, or train without a schedule), Python
+- Python values: hyper-parameters read as numbers (a float learning rate changed by a scheduler after
+  capture is ignored: give the optimizer a tensor lr on the device, which its capturable kernels read and
+  the scheduler fills in place -- train.py does -- or call ``recapture()`` after changing one), Python
   branches, the set of parameters that have a gradient.
 - The value checks that need a read-back: cross-entropy's class-range check is skipped while capturing
   (losses/cross_entropy.py), so a replay does not check targets.
@@ -168,9 +169,6 @@ def use_cuda_graph(config: TrainConfig, device: torch.device, info: DistInfo = S
     if config.is_mixed:
         blockers.append(f"--dtype {config.dtype}'s mixed-precision step is not capturable yet (the float16 loss "
                         f"scaler reads its overflow flag back)")
-    if config.schedule != "constant":
-        blockers.append(f"--schedule {config.schedule} changes the learning rate every step, which a graph would "
-                        f"freeze")
     if config.model == "cnn":
         blockers.append("--model cnn's dropout draws from a generator seeded afresh every epoch, which a graph "
                         "would freeze")

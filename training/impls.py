@@ -84,6 +84,16 @@ def optimizer_kwargs(config: TrainConfig) -> dict:
     return kw
 
 
+def capturable_kwargs(config: TrainConfig, param: torch.Tensor) -> dict:
+    """The captured step's optimizer: capturable (step counters on the device) and, with a --schedule, lr a 0-d
+    tensor beside the parameters that the kernels read there, so that the schedule's changes (schedulers fill a
+    tensor lr in place) reach a replayed graph.  A constant lr stays a number (one kernel fewer in SGD's step)."""
+    kw = {"capturable": True}
+    if config.schedule != "constant":
+        kw["lr"] = torch.tensor(config.lr, dtype=param.dtype, device=param.device)
+    return kw
+
+
 class ManualImpl:
     name = "manual"
     sched = None
@@ -108,8 +118,8 @@ class ManualImpl:
             if config.compute_dtype == torch.float16:
                 self.scaler = DynamicLossScaler(device=self.master.parameters()[0].device)
             return
-        self.opt = get_optimizer(config.optimizer, model.parameters(), **optimizer_kwargs(config),
-                                 **({"capturable": True} if cuda_graph else {}))
+        self.opt = get_optimizer(config.optimizer, model.parameters(), **{
+            **optimizer_kwargs(config), **(capturable_kwargs(config, model.parameters()[0]) if cuda_graph else {})})
         if info.enabled:  # each rank's share of the global mean, summed over ranks by hand-written all-reduces
             self.crit = CrossEntropyLoss(reduction="sum")
             self.buckets = GradBuckets(model.parameters(), scale=1.0).attach(model)
