@@ -97,7 +97,7 @@ class _Cell(BaseLayer):
             if part.shape != want:
                 raise ValueError(f"{self!r}: {name} has shape {tuple(part.shape)}, expected {want} "
                                  f"({'(batch, hidden_size)' if batched else '(hidden_size,) for an unbatched x'})")
-            check_like(repr(self), name, part, self.weight_ih, "the weights")
+            check_like(repr(self), name, part, self.weight_ih, "weight_ih")
         return [part.reshape(N, self.hidden_size) for part in parts]
 
     def _reject_input(self, x: object) -> None:
@@ -106,7 +106,7 @@ class _Cell(BaseLayer):
         if x.dim() not in (1, 2) or x.shape[-1] != self.input_size:
             raise ValueError(f"{self!r}: expected input of shape (N, {self.input_size}) or unbatched "
                              f"({self.input_size},), got {tuple(x.shape)}")
-        check_like(repr(self), "x", x, self.weight_ih, "the weights")
+        check_like(repr(self), "x", x, self.weight_ih, "weight_ih")
 
     def _backward(self, grads: list) -> object:
         """grads [dh' (, dc')] (None: zeros) -> dx, or (dx, dstate) with dstate shaped as the forward's state."""

@@ -63,6 +63,9 @@ class _Recurrent(BaseLayer):
     _gates: int = 1  # G
     _states: tuple[str, ...] = ("h_0",)  # the initial states: ("h_0", "c_0") for the LSTM
     _ctor_args = ("input_size", "hidden_size", "num_layers", "bias", "batch_first", "dropout", "bidirectional")
+    # Every instance replaces this with its full list (torch's _flat_weights_names); at the class level it says
+    # that the layer has parameters, so from_torch builds it on the module's device and dtype.
+    _param_names = ("weight_ih_l0", "weight_hh_l0")
     # The forward writes into preallocated buffers with out=, which autograd cannot record (and runs under no_grad:
     # no graph is built).  gradcheck's autograd oracle for these layers is autograd through the torch.nn twin's
     # own kernels on the same weights (gradcheck._TorchOracle), as the tests compare.
@@ -227,7 +230,7 @@ class _Recurrent(BaseLayer):
                                  f"{'hidden_size' if size == self.hidden_size else 'proj_size'}) for an input of "
                                  f"{'batch ' + str(N) if batched else 'unbatched input'}"
                                  f"{' (the states are batch second also with batch_first=True)' if batched else ''}")
-            check_like(repr(self), name, part, w, "the weights")
+            check_like(repr(self), name, part, w, "weight_ih_l0")
             out.append(part if batched else part.unsqueeze(1))
         return out
 
@@ -241,7 +244,7 @@ class _Recurrent(BaseLayer):
             layout = "(N, T, I)" if self.batch_first else "(T, N, I)"
             raise ValueError(f"{self!r}: expected input of shape {layout} or unbatched (T, I) with "
                              f"I = input_size = {self.input_size}, got {tuple(x.shape)}")
-        check_like(repr(self), "x", x, self.weight_ih_l0, "the weights")
+        check_like(repr(self), "x", x, self.weight_ih_l0, "weight_ih_l0")
 
     # -- backward -----------------------------------------------------------------------------------------
 
