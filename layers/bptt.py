@@ -42,7 +42,7 @@ import torch
 from torch import Tensor
 
 from .layer import accumulate_grad
-from .matmul import linear, linear_add, t_matmul, t_matmul_add_
+from .matmul import linear, linear_add, prepack, weight_grads
 
 
 class DirParams(NamedTuple):
@@ -57,12 +57,14 @@ class DirParams(NamedTuple):
 
 # -- shared pieces ----------------------------------------------------------------------------------------
 
-def _add_weight_grad(param: Tensor, d_rows: Tensor, x_rows: Tensor) -> None:
-    """param.grad += d^T @ x, d (T*N, M), x (T*N, K) -> (M, K): one GEMM summing over every step and sample."""
-    if param.grad is None:
-        param.grad = t_matmul(d_rows, x_rows)
-    else:
-        t_matmul_add_(param.grad, d_rows, x_rows)
+def _add_grads(d_rows: Tensor, pairs: list[tuple[Tensor, Tensor]], biases: tuple = ()) -> None:
+    """param.grad += d^T @ x for each (param, x) -- d (T*N, M), x (T*N, K): sums over every step and sample -- and
+    bias.grad += the column sums of d for each bias, from one call of matmul.weight_grads."""
+    grads, db = weight_grads(d_rows, [x for _, x in pairs])
+    for (param, _), g in zip(pairs, grads):
+        accumulate_grad(param, g.contiguous()) if param.grad is None else param.grad.add_(g)
+    for i, b in enumerate(b for b in biases if b is not None):
+        accumulate_grad(b, db if i == 0 else db.clone())  # a tensor of its own each: .grad may become it
 
 
 def _tanh(x: Tensor, out: Tensor) -> Tensor:
@@ -70,17 +72,6 @@ def _tanh(x: Tensor, out: Tensor) -> Tensor:
     the CPU measured 5x slower than its sigmoid here (20 vs 3.7 us for 8K elements), and these four kernels
     2x faster than tanh.  The rounding differs from tanh's by at most ~1 ulp of 1 (1.8e-7 float32, 3e-16 float64)."""
     return torch.mul(x, 2, out=out).sigmoid_().mul_(2).sub_(1)
-
-
-def _add_bias_grads(p: DirParams, d_ih: Tensor, d_hh: Tensor | None = None) -> None:
-    """b_ih.grad += column sums of d_ih (T*N, G*H); b_hh.grad += those of d_hh (the same rows unless given)."""
-    if p.b_ih is None:
-        return
-    db = d_ih.sum(0)  # (G*H,)
-    accumulate_grad(p.b_ih, db)
-    accumulate_grad(p.b_hh, db.clone() if d_hh is None else d_hh.sum(0))  # a tensor of its own: .grad may be it
-
-
 
 
 def _steps(T: int, reverse: bool) -> tuple[range, int]:
@@ -128,9 +119,10 @@ def rnn_forward(x: Tensor, p: DirParams, h0: Tensor | None, reverse: bool, relu:
     bias = None if p.b_ih is None else p.b_ih + p.b_hh  # (H,)
     A = linear(x2, p.w_ih, bias).view(T, N, H)  # (T, N, H) input terms, all steps in one GEMM
     hs = _hidden_buffer(x, T, N, H, h0, reverse)  # (T + 2, N, H)
+    w_hh = prepack(p.w_hh, hs[0])  # (H, H), reused by every step
     steps, off = _steps(T, reverse)
     for t in steps:
-        a = linear_add(hs[t + off], p.w_hh, A[t])  # (N, H) pre-activation
+        a = linear_add(hs[t + off], w_hh, A[t])  # (N, H) pre-activation
         torch.clamp_min(a, 0, out=hs[t + 1]) if relu else _tanh(a, out=hs[t + 1])  # (N, H) h_t
     return hs[1:T + 1], hs[T if not reverse else 1], Cache(x2, p, reverse, hs, A, (relu,))
 
@@ -148,7 +140,7 @@ def rnn_backward(dy: Tensor, dh_n: Tensor | None, cache: Cache, need_dh0: bool, 
     # act'(a) for all steps at once, into the input-projection buffer (dead after the forward)
     k = scratch.copy_(h > 0) if relu else torch.mul(h, h, out=scratch).neg_().add_(1)  # (T, N, H)
     dA = torch.empty_like(h)  # (T, N, H) dL/da per step
-    w_hh_t = p.w_hh.t().contiguous()  # (H, H) W_hh^T: linear(d, W_hh^T) = d @ W_hh
+    w_hh_t = prepack(p.w_hh.t().contiguous(), dA[0])  # (H, H) W_hh^T: linear(d, W_hh^T) = d @ W_hh
     steps, off = _steps(T, reverse)
     nxt = None
     for t in reversed(steps):
@@ -159,9 +151,8 @@ def rnn_backward(dy: Tensor, dh_n: Tensor | None, cache: Cache, need_dh0: bool, 
         torch.mul(d, k[t], out=dA[t])  # (N, H) da_t
         nxt = t
     dA2 = dA.view(T * N, H)
-    _add_weight_grad(p.w_ih, dA2, x2)  # (H, I)
-    _add_weight_grad(p.w_hh, dA2, hs[off:off + T].reshape(T * N, H))  # (H, H) sum_t da_t^T h_{t-1}
-    _add_bias_grads(p, dA2)
+    # dW_ih (H, I) = sum_t da_t^T x_t, dW_hh (H, H) = sum_t da_t^T h_{t-1}, db = sum_t da_t: over all rows at once
+    _add_grads(dA2, [(p.w_ih, x2), (p.w_hh, hs[off:off + T].reshape(T * N, H))], (p.b_ih, p.b_hh))
     dh0 = linear(dA[nxt], w_hh_t) if need_dh0 else None  # (N, H)
     return (_input_grad(dA2, p.w_ih, dx) if need_dx else None), dh0
 
@@ -190,9 +181,11 @@ def lstm_forward(x: Tensor, p: DirParams, h0: Tensor | None, c0: Tensor | None, 
     cs = _hidden_buffer(x, T, N, H, c0, reverse)  # (T + 2, N, H) cell states, hs's layout
     tc = x.new_empty(T, N, H)  # (T, N, H) tanh(c_t)
     rs = x.new_empty(T, N, H) if p.w_hr is not None else None  # (T, N, H) r_t before the projection
+    w_hh = prepack(p.w_hh, hs[0])  # (4H, H_out), reused by every step
+    w_hr = None if p.w_hr is None else prepack(p.w_hr, tc[0])  # (P, H)
     steps, off = _steps(T, reverse)
     for t in steps:
-        a = linear_add(hs[t + off], p.w_hh, A[t])  # (N, 4H) pre-activations: A[t] + h_{t-1} W_hh^T
+        a = linear_add(hs[t + off], w_hh, A[t])  # (N, 4H) pre-activations: A[t] + h_{t-1} W_hh^T
         torch.sigmoid(a, out=act[t])  # (N, 4H): i, f, o (and g's slot, overwritten next)
         _tanh(a[:, 2 * H:3 * H], out=gg[t])  # (N, H) g
         c = torch.mul(gf[t], cs[t + off], out=cs[t + 1])  # (N, H) f * c_{t-1}
@@ -201,7 +194,7 @@ def lstm_forward(x: Tensor, p: DirParams, h0: Tensor | None, c0: Tensor | None, 
         if rs is None:
             torch.mul(go[t], tc[t], out=hs[t + 1])  # (N, H) h_t = o * tanh(c_t)
         else:
-            hs[t + 1].copy_(linear(torch.mul(go[t], tc[t], out=rs[t]), p.w_hr))  # (N, P) h_t = r_t W_hr^T
+            hs[t + 1].copy_(linear(torch.mul(go[t], tc[t], out=rs[t]), w_hr))  # (N, P) h_t = r_t W_hr^T
     last = 1 if reverse else T
     # A (the input terms) is dead now; the cache keeps it as scratch memory for the backward's factors.
     return hs[1:T + 1], (hs[last], cs[last]), Cache(x2, p, reverse, hs, act, (cs, tc, rs, A))
@@ -243,8 +236,8 @@ def lstm_backward(dy: Tensor, dh_n: Tensor | None, dc_n: Tensor | None, cache: C
     dA3, dAo = dA.view(T, N, 4, H)[:, :, :3], dA.view(T, N, 4, H)[:, :, 3]
     dc = dy.new_zeros(N, H) if dc_n is None else dc_n.clone()  # (N, H) dc_next
     dhs = dy.new_empty(T, N, Ho) if rs is not None else None  # (T, N, P) dh per step, for dW_hr
-    w_hh_t = p.w_hh.t().contiguous()  # (H_out, 4H) W_hh^T: linear(d, W_hh^T) = d @ W_hh
-    w_hr_t = None if p.w_hr is None else p.w_hr.t().contiguous()  # (H, P)
+    w_hh_t = prepack(p.w_hh.t().contiguous(), dA[0])  # (H_out, 4H) W_hh^T: linear(d, W_hh^T) = d @ W_hh
+    w_hr_t = None if p.w_hr is None else prepack(p.w_hr.t().contiguous(), dc)  # (H, P)
     nxt = None
     for t in reversed(steps):
         if nxt is None:  # the last step the forward ran: dh = dy + dh_n
@@ -261,11 +254,10 @@ def lstm_backward(dy: Tensor, dh_n: Tensor | None, dc_n: Tensor | None, cache: C
         dc.mul_(gf[t])  # (N, H) dc_next for the step before
         nxt = t
     dA2 = dA.view(T * N, 4 * H)
-    _add_weight_grad(p.w_ih, dA2, x2)  # (4H, I)
-    _add_weight_grad(p.w_hh, dA2, hs[off:off + T].reshape(T * N, Ho))  # (4H, H_out)
-    _add_bias_grads(p, dA2)
+    # dW_ih (4H, I) = sum_t da_t^T x_t, dW_hh (4H, H_out) = sum_t da_t^T h_{t-1}, db = sum_t da_t: all rows at once
+    _add_grads(dA2, [(p.w_ih, x2), (p.w_hh, hs[off:off + T].reshape(T * N, Ho))], (p.b_ih, p.b_hh))
     if rs is not None:
-        _add_weight_grad(p.w_hr, dhs.view(T * N, Ho), rs.view(T * N, H))  # (P, H) sum_t dh_t^T r_t
+        _add_grads(dhs.view(T * N, Ho), [(p.w_hr, rs.view(T * N, H))])  # (P, H) sum_t dh_t^T r_t
     dh0 = linear(dA[nxt], w_hh_t) if need_dh0 else None  # (N, H_out)
     return (_input_grad(dA2, p.w_ih, dx) if need_dx else None), dh0, dc
 
@@ -287,10 +279,11 @@ def gru_forward(x: Tensor, p: DirParams, h0: Tensor | None, reverse: bool) -> tu
     act = linear(x2, p.w_ih, p.b_ih).view(T, N, 3 * H)  # (T, N, 3H) input terms (one GEMM), become r, z, n
     mn = x.new_empty(T, N, H)  # (T, N, H) m_n = h_{t-1} W_hn^T + b_hn per step, kept for the backward
     hs = _hidden_buffer(x, T, N, H, h0, reverse)  # (T + 2, N, H)
+    w_hh = prepack(p.w_hh, hs[0])  # (3H, H), reused by every step
     steps, off = _steps(T, reverse)
     for t in steps:
         h_prev = hs[t + off]  # (N, H)
-        m = linear(h_prev, p.w_hh, p.b_hh)  # (N, 3H) hidden terms
+        m = linear(h_prev, w_hh, p.b_hh)  # (N, 3H) hidden terms
         a = act[t]
         rz = a[:, :2 * H].add_(m[:, :2 * H]).sigmoid_()  # (N, 2H) r, z
         n = a[:, 2 * H:].addcmul_(rz[:, :H], mn[t].copy_(m[:, 2 * H:]))  # (N, H) a_n + r * m_n
@@ -331,7 +324,7 @@ def gru_backward(dy: Tensor, dh_n: Tensor | None, cache: Cache, need_dh0: bool, 
     dK = torch.empty_like(K)  # (T, N, 4, H): [da_r, da_z, dm_n, da_n] per step
     dm = dK.view(T, N, 4 * H)[:, :, :3 * H]  # (T, N, 3H) the hidden side's gradient (strided view)
     dhs = dy.new_empty(T, N, H)  # (T, N, H) dh per step
-    w_hh_t = p.w_hh.t().contiguous()  # (H, 3H) W_hh^T: linear(d, W_hh^T) = d @ W_hh
+    w_hh_t = prepack(p.w_hh.t().contiguous(), dhs[0])  # (H, 3H) W_hh^T: linear(d, W_hh^T) = d @ W_hh
     nxt = None
     for t in reversed(steps):
         if nxt is None:  # the last step the forward ran: dh = dy + dh_n
@@ -344,8 +337,7 @@ def gru_backward(dy: Tensor, dh_n: Tensor | None, cache: Cache, need_dh0: bool, 
     dK2 = dK.view(T * N, 4 * H)
     dm2 = dK2[:, :3 * H]  # (T*N, 3H)
     da2 = torch.cat((dK2[:, :2 * H], dK2[:, 3 * H:]), 1)  # (T*N, 3H) [da_r, da_z, da_n]
-    _add_weight_grad(p.w_ih, da2, x2)  # (3H, I)
-    _add_weight_grad(p.w_hh, dm2, h_prev.reshape(T * N, H))  # (3H, H)
-    _add_bias_grads(p, da2, dm2)
+    _add_grads(da2, [(p.w_ih, x2)], (p.b_ih,))  # (3H, I) and b_ih from the input side
+    _add_grads(dm2, [(p.w_hh, h_prev.reshape(T * N, H))], (p.b_hh,))  # (3H, H) and b_hh from the hidden side
     dh0 = linear_add(dm[nxt], w_hh_t, dhs[nxt] * z[nxt]) if need_dh0 else None  # (N, H)
     return (_input_grad(da2, p.w_ih, dx) if need_dx else None), dh0

@@ -9,9 +9,12 @@ for a float32 CPU tensor the products below go through oneDNN's matmul, ``torch.
 without oneDNN, or ``ONEDNN = False`` -- through ``torch.addmm``.  The two agree to float32 round-off
 (tests/test_recurrent.py); the float64 tests, which hold the layers to 1e-10, use the addmm path.
 
-    linear(x, w, bias=None)   x (M, K), w (N, K) -> (M, N) = x @ w^T + bias       (nn.Linear's layout)
+    prepack(w, x)             w (N, K) in the layout the products with x's kind of rows read fastest (oneDNN's
+                              blocked layout, reordered once and reused by every step), or w itself
+    linear(x, w, bias=None)   x (M, K), w (N, K) or prepack(w) -> (M, N) = x @ w^T + bias     (nn.Linear's layout)
     linear_add(x, w, other)   -> other + x @ w^T                                   (other (M, N), may be strided)
-    t_matmul(a, b)            a (K, M), b (K, N) -> (M, N) = a^T @ b                (a weight gradient: K = T*N rows)
+    weight_grads(d, xs)       d (K, M), xs [(K, N_i)] -> ([d^T @ x_i (M, N_i)], column sums of d (M,)): a layer's
+                              weight and bias gradients, summed over its K rows, from one transposed copy of d
 """
 from __future__ import annotations
 
@@ -38,6 +41,13 @@ def _onednn(x: Tensor) -> bool:
     return ONEDNN and x.dtype == torch.float32 and x.device.type == "cpu"
 
 
+def prepack(w: Tensor, x: Tensor) -> Tensor:
+    """w (N, K) prepared for many products ``linear(x_i, w)`` with x_i shaped and typed as x (M, K)."""
+    if _onednn(x):
+        return torch.ops.mkldnn._reorder_linear_weight(w, x.shape[0])
+    return w
+
+
 def linear(x: Tensor, w: Tensor, bias: Tensor | None = None) -> Tensor:
     """x (M, K), w (N, K) -> x @ w^T + bias (M, N)."""
     if _onednn(x):
@@ -52,15 +62,25 @@ def linear_add(x: Tensor, w: Tensor, other: Tensor) -> Tensor:
     return torch.addmm(other, x, w.t())
 
 
-def t_matmul(a: Tensor, b: Tensor) -> Tensor:
-    """a (K, M), b (K, N) -> a^T @ b (M, N): a weight gradient, summed over the K rows (every time step and sample)."""
-    if _onednn(a):
-        return torch.ops.mkldnn._linear_pointwise(a.t(), b.t(), None, "none", [], "")
-    return a.t() @ b
+def weight_grads(d: Tensor, xs: list[Tensor]) -> tuple[list[Tensor], Tensor]:
+    """d (K, M), xs [(K, N_i)] -> ([d^T @ x_i, (M, N_i) each], d's column sums (M,)).
 
+    The K = T*N rows (every step and sample) are the products' inner dimension.  On the oneDNN path d is
+    transposed once and the x_i side by side, so the weight gradients of W_ih and W_hh are one product
+    (M, K) x (K, sum N_i) whose column blocks are returned (strided views).
+    """
+    if not _onednn(d):
+        return [d.t() @ x for x in xs], d.sum(0)
+    d_t = d.t().contiguous()  # (M, K)
+    xs_t = d.new_empty(sum(x.shape[1] for x in xs), d.shape[0])  # (sum N_i, K)
+    lo = 0
+    for x in xs:
+        xs_t[lo:lo + x.shape[1]].copy_(x.t())
+        lo += x.shape[1]
+    out = torch.ops.mkldnn._linear_pointwise(d_t, xs_t, None, "none", [], "")  # (M, sum N_i)
+    blocks, lo = [], 0
+    for x in xs:
+        blocks.append(out[:, lo:lo + x.shape[1]])
+        lo += x.shape[1]
+    return blocks, d_t.sum(1)
 
-def t_matmul_add_(out: Tensor, a: Tensor, b: Tensor) -> Tensor:
-    """out += a^T @ b, a (K, M), b (K, N), out (M, N): a weight gradient added into an existing .grad."""
-    if _onednn(a):
-        return out.add_(t_matmul(a, b))
-    return out.addmm_(a.t(), b)
