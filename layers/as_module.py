@@ -32,6 +32,7 @@ hand-written layer of your own must assign new cache objects in forward, not ove
 from __future__ import annotations
 
 import copy
+import inspect
 import weakref
 from collections.abc import Iterator
 
@@ -92,6 +93,10 @@ class HandgradModule(nn.Module):
             raise TypeError(f"as_module: expected a hand-written layer (forward, backward, parameters), got "
                             f"{type(layer).__name__}" + (" -- it is already a torch.nn.Module"
                                                          if isinstance(layer, nn.Module) else ""))
+        inputs = _required_inputs(layer)
+        if len(inputs) > 1:
+            raise TypeError(f"as_module wraps layers with one input; {type(layer).__name__}.forward takes "
+                            f"{', '.join(inputs)} (use its torch.nn twin, layer.to_torch(), inside an nn.Module)")
         super().__init__()
         self.layer = layer
         nodes = list(_walk(layer))
@@ -230,6 +235,15 @@ class HandgradModule(nn.Module):
         for node, mode in zip(self._leaves, modes):
             if hasattr(node, "training"):
                 node.training = mode
+
+
+def _required_inputs(layer: Layer) -> list[str]:
+    """The positional arguments ``layer.forward`` needs (no default): ["x"] for a one-input layer."""
+    try:
+        params = inspect.signature(layer.forward).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
 
 
 def _device_default_generator(device: torch.device) -> torch.Generator:

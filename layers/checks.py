@@ -56,3 +56,8 @@ def check_int(owner: str, name: str, value: object, lo: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < lo:
         raise ValueError(f"{owner}: {name} must be an int >= {lo}, got {value!r}")
     return value
+
+
+def capturing(t: Tensor) -> bool:
+    """True while ``t``'s CUDA stream is being captured into a graph, where reading a value back is illegal."""
+    return t.is_cuda and torch.cuda.is_current_stream_capturing()

@@ -230,7 +230,7 @@ class BaseLayer:
                             f"got {type(module).__name__}")
         tensors = [*module.parameters(), *module.buffers()]
         placed = {"device": tensors[0].device, "dtype": next((t.dtype for t in tensors if t.is_floating_point()),
-                                                              None)} if tensors and cls._param_names else {}
+                                                              None)} if tensors and _takes_dtype(cls) else {}
         with _rng_untouched(placed.get("device")):  # the throwaway initialisation draws nothing from the RNG
             layer = cls(**cls._ctor_kwargs(module), **placed)
         layer.load_state_dict(module.state_dict())
@@ -240,11 +240,17 @@ class BaseLayer:
         """The equivalent torch.nn module, holding a copy of these weights and buffers, in the same mode."""
         if self.torch_class is None:
             raise TypeError(f"{type(self).__name__} has no torch.nn twin")
-        placed = self._device_dtype() if self._param_names else {}
+        placed = self._device_dtype() if _takes_dtype(type(self)) else {}
         with _rng_untouched(placed.get("device")):
             module = self.torch_class(**self._ctor_kwargs(self), **placed)
         module.load_state_dict(self.state_dict())
         return module.train(self.training)
+
+
+def _takes_dtype(cls: type) -> bool:
+    """Whether the layer's constructor (hence its torch twin's) takes device= and dtype= (layers with tensors)."""
+    import inspect
+    return "dtype" in inspect.signature(cls.__init__).parameters
 
 
 def _rng_untouched(device: torch.device | None):

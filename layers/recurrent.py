@@ -63,9 +63,6 @@ class _Recurrent(BaseLayer):
     _gates: int = 1  # G
     _states: tuple[str, ...] = ("h_0",)  # the initial states: ("h_0", "c_0") for the LSTM
     _ctor_args = ("input_size", "hidden_size", "num_layers", "bias", "batch_first", "dropout", "bidirectional")
-    # Every instance replaces this with its full list (torch's _flat_weights_names); at the class level it says
-    # that the layer has parameters, so from_torch builds it on the module's device and dtype.
-    _param_names = ("weight_ih_l0", "weight_hh_l0")
     # The forward writes into preallocated buffers with out=, which autograd cannot record (and runs under no_grad:
     # no graph is built).  gradcheck's autograd oracle for these layers is autograd through the torch.nn twin's
     # own kernels on the same weights (gradcheck._TorchOracle), as the tests compare.

@@ -141,6 +141,68 @@ def _conv_out(size: int, k: int, stride, padding, dilation, axis: int) -> int:
     return (size + 2 * at(padding) - at(dilation) * (k - 1) - 1) // at(stride) + 1
 
 
+def attention_bias(L: int, S: int, attn_mask: Tensor | None = None, is_causal: bool = False,
+                   dtype: torch.dtype = torch.float64, device=None) -> Tensor:
+    """The masks of F.scaled_dot_product_attention as one additive bias, as torch's documentation writes its
+    reference: 0 where query l may attend key s, -inf where not.  ``is_causal``: key s <= l (top-left aligned);
+    a boolean ``attn_mask`` is True where attending is allowed; a float one is added as it is.
+    -> (L, S), or the mask's broadcast shape (*, L, S)."""
+    bias = torch.zeros(L, S, dtype=dtype, device=device)
+    if is_causal:
+        allowed = torch.ones(L, S, dtype=torch.bool, device=device).tril(diagonal=0)
+        bias = bias.masked_fill(allowed.logical_not(), float("-inf"))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            bias = bias.masked_fill(attn_mask.logical_not(), float("-inf"))
+        else:
+            bias = attn_mask + bias
+    return bias
+
+
+def attention_forward(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, scale: float | None = None,
+                      dropout_mask: Tensor | None = None) -> tuple[Tensor, tuple]:
+    """Attention the textbook way, holding the (L, S) matrices (llm.c's ``preatt`` and ``att``):
+
+    q (*, L, E), k (*, S, E), v (*, S, Ev), bias broadcastable to (*, L, S) (``attention_bias``),
+    dropout_mask (*, L, S) of 0 or 1/(1-p) -> out (*, L, Ev).
+
+        preatt = scale * q @ k^T + bias      (*, L, S)
+        P      = softmax(preatt) per row      (*, L, S)   a row with every key masked: zeros (torch's choice)
+        att    = P * dropout_mask             (*, L, S)
+        out    = att @ v                      (*, L, Ev)
+    """
+    scale = 1.0 / q.shape[-1] ** 0.5 if scale is None else scale
+    preatt = q @ k.transpose(-2, -1) * scale  # (*, L, S)
+    if bias is not None:
+        preatt = preatt + bias
+    rowmax = preatt.amax(-1, keepdim=True)  # subtract the row max: exp cannot overflow
+    rowmax = torch.where(rowmax == float("-inf"), torch.zeros_like(rowmax), rowmax)  # a fully masked row
+    e = torch.exp(preatt - rowmax)  # (*, L, S)
+    total = e.sum(-1, keepdim=True)
+    P = e / torch.where(total == 0, torch.ones_like(total), total)  # zeros where every key is masked
+    att = P if dropout_mask is None else P * dropout_mask
+    out = att @ v  # (*, L, Ev)
+    return out, (q, k, v, P, att, dropout_mask, scale)
+
+
+def attention_backward(dout: Tensor, cache: tuple) -> tuple[Tensor, Tensor, Tensor]:
+    """Back through attention_forward: dout (*, L, Ev) -> dq (*, L, E), dk (*, S, E), dv (*, S, Ev).
+
+    out = att @ v:          datt = dout @ v^T,  dv = att^T @ dout
+    att = P * mask:         dP = datt * mask
+    P = softmax(preatt):    dpreatt = P * (dP - rowsum(dP * P))      (the softmax's Jacobian, row by row)
+    preatt = scale q k^T:   dq = scale * dpreatt @ k,  dk = scale * dpreatt^T @ q
+    """
+    q, k, v, P, att, dropout_mask, scale = cache
+    datt = dout @ v.transpose(-2, -1)  # (*, L, S)
+    dv = att.transpose(-2, -1) @ dout  # (*, S, Ev)
+    dP = datt if dropout_mask is None else datt * dropout_mask
+    dpreatt = P * (dP - (dP * P).sum(-1, keepdim=True))  # (*, L, S)
+    dq = dpreatt @ k * scale  # (*, L, E)
+    dk = dpreatt.transpose(-2, -1) @ q * scale  # (*, S, E)
+    return dq, dk, dv
+
+
 # -- recurrent networks: one cell's forward and backward, then a loop over time ---------------------------------
 # min-char-rnn's and CS231n's way: the forward applies the cell at each step carrying h (and c); the backward
 # runs from the last step to the first carrying dh_next (and dc_next), adding each step's weight gradients.

@@ -14,9 +14,10 @@ import torch
 from torch import nn
 
 import layers
-from layers import (GELU, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv2d, Dropout, Flatten, LayerNorm, LeakyReLU, Linear,
-                    LogSoftmax, MaxPool2d, Net, ReLU, SeededDropout, Sequential, Sigmoid, SiLU, Softmax, SyncBatchNorm,
-                    Tanh, as_module, seeded_dropouts)
+from layers import (GELU, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv2d, Dropout, Embedding, Flatten, LayerNorm,
+                    LeakyReLU, Linear, LogSoftmax, MaxPool2d, MultiheadAttention, Net, ReLU, ScaledDotProductAttention,
+                    SeededDropout, Sequential, Sigmoid, SiLU, Softmax, SyncBatchNorm, Tanh, TransformerEncoder,
+                    TransformerEncoderLayer, as_module, seeded_dropouts)
 from layers.layer import BaseLayer
 from tests.conftest import rel
 
@@ -110,7 +111,18 @@ CASES: dict[str, list[tuple[str, object, tuple[int, ...]]]] = {
     "Flatten": [("flatten", Flatten, (2, 3, 2))],
     "Sequential": [("sequential-cnn", _cnn, (3, 2, 4, 4))],
     "Net": [("net", _net, (4, 5))],
+    # An integer input (token ids) has no gradient: the case gives the input itself instead of a shape.
+    "Embedding": [("embedding", lambda: Embedding(6, 3, padding_idx=2, dtype=F64),
+                   lambda: torch.tensor([[0, 5, 5], [4, 1, 3]]))],  # no padding id: its zero gradient is a convention
+    "TransformerEncoderLayer": [("encoder-layer", lambda: TransformerEncoderLayer(4, 2, 6, dropout=0.0, dtype=F64),
+                                 (3, 2, 4)),
+                                ("encoder-layer-prenorm", lambda: TransformerEncoderLayer(
+                                    4, 2, 6, dropout=0.0, norm_first=True, activation="gelu", dtype=F64), (3, 2, 4))],
+    "TransformerEncoder": [("encoder", lambda: TransformerEncoder(TransformerEncoderLayer(4, 2, 6, dropout=0.0,
+                                                                                          dtype=F64), 2), (3, 2, 4))],
 }
+# Layers whose forward takes several inputs (query, key, value): as_module wraps one-input layers and refuses these.
+MULTI_INPUT = {"ScaledDotProductAttention": ScaledDotProductAttention, "MultiheadAttention": lambda: MultiheadAttention(4, 2)}
 CASE_LIST = [case for cases in CASES.values() for case in cases]
 
 
@@ -130,8 +142,21 @@ def _reseed(model: nn.Module) -> None:
 def test_every_exported_layer_has_a_case():
     exported = {name for name in layers.__all__ if inspect.isclass(getattr(layers, name))
                 and issubclass(getattr(layers, name), BaseLayer) and getattr(layers, name) is not BaseLayer}
-    assert exported - set(CASES) == set(), f"exported layers without an as_module case: {exported - set(CASES)}"
-    assert set(CASES) - exported == set(), f"cases for names that are not exported layers: {set(CASES) - exported}"
+    covered = set(CASES) | set(MULTI_INPUT)
+    assert exported - covered == set(), f"exported layers without an as_module case: {exported - covered}"
+    assert covered - exported == set(), f"cases for names that are not exported layers: {covered - exported}"
+
+
+@pytest.mark.parametrize("name", sorted(MULTI_INPUT))
+def test_a_layer_with_several_inputs_is_refused_naming_them(name):
+    with pytest.raises(TypeError, match=rf"as_module wraps layers with one input; {name}.forward takes "
+                                        rf"query, key, value"):
+        as_module(MULTI_INPUT[name]())
+
+
+def _input(shape):
+    """A case's input: float64 of the given shape, or the case's own tensor (integer token ids)."""
+    return shape() if callable(shape) else torch.randn(shape, dtype=F64)
 
 
 @pytest.mark.parametrize("case", CASE_LIST, ids=[c[0] for c in CASE_LIST])
@@ -141,7 +166,8 @@ def test_gradcheck_every_layer(case):
     _, make, shape = case
     torch.manual_seed(0)
     module = as_module(make())
-    x = torch.randn(shape, dtype=F64, requires_grad=True)
+    x = _input(shape)
+    x.requires_grad_(x.is_floating_point())
     params = list(module.parameters())
 
     def f(x, *ps):
@@ -168,18 +194,20 @@ def test_gradients_equal_autograd_through_the_torch_twin(case):
     module = as_module(make())
     twin = _twin(module)
     assert list(module.state_dict()) == list(twin.state_dict())  # torch's keys, in torch's order
-    x = torch.randn(shape, dtype=F64)
+    x = _input(shape)
     dout = None
     grads = []
     for m in (module, twin):
-        xi = x.clone().requires_grad_()
+        xi = x.clone().requires_grad_(x.is_floating_point())
         _reseed(m)
-        out = m(xi * 1.0)  # a non-leaf input: the twin's in-place layers may overwrite it
+        out = m(xi * 1.0 if x.is_floating_point() else xi)  # a non-leaf input: the twin's in-place layers may overwrite it
         dout = torch.randn_like(out) if dout is None else dout
         out.backward(dout)
         grads.append([xi.grad, *(p.grad for p in m.parameters())])
     names = ["x", *(n for n, _ in module.named_parameters())]
     for name, g, ref in zip(names, *grads):
+        if g is None and ref is None and name == "x":  # an integer input has no gradient
+            continue
         assert g.shape == ref.shape, name
         assert err(g, ref) < 1e-12, name
     for (name, b), ref in zip(module.state_dict().items(), twin.state_dict().values()):

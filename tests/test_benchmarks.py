@@ -13,6 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CASES = {  # script: (toy arguments, text its table must contain)
     "step.py": (["--nets", "small,cnn", "--repeats", "1", "--warmup", "4", "--half", "bfloat16"], "im2col"),
     "cnn_step.py": (["--batch-size", "4", "--repeats", "1"], "nn.Module"),
+    "attention.py": (["--T", "32", "--batch", "1", "--heads", "2", "--head-dim", "8", "--repeats", "1", "--part", "memory",
+                      "--block", "8"], "blocked"),
     "conv.py": (["--batch", "2", "--repeats", "1", "--warmup", "0"], "vs nn"),
     "monitor.py": (["--repeats", "1", "--warmup", "0"], "no monitor"),
     "precision.py": (["--hidden", "16", "--depth", "1", "--batch", "8", "--repeats", "1", "--warmup", "0",

@@ -115,9 +115,13 @@ def test_float_target_of_wrong_shape():
         CrossEntropyLoss()(torch.randn(2, 3), torch.tensor([0.0, 1.0]))
 
 
-def test_logits_must_be_2d():
-    with pytest.raises(ValueError, match=r"logits must have shape \(N, C\)"):
+def test_logits_shapes_are_refused_naming_them():
+    with pytest.raises(ValueError, match=r"unbatched logits of shape \(3,\) need one class index"):
         CrossEntropyLoss()(torch.randn(3), torch.tensor([0, 1, 2]))
+    with pytest.raises(ValueError, match=r"logits must have shape \(N, C\) with N >= 1 \(or \(N, C, d1, ...\)"):
+        CrossEntropyLoss()(torch.tensor(1.0), torch.tensor(0))
+    with pytest.raises(ValueError, match=r"logits of shape \(2, 3, 4\) need class indices of shape \(2, 4\)"):
+        CrossEntropyLoss()(torch.randn(2, 3, 4), torch.zeros(2, 3, dtype=torch.long))
 
 
 def test_bad_reduction_and_smoothing():
@@ -138,3 +142,62 @@ def test_mse_shape_mismatch_is_an_error_not_a_broadcast():
 def test_loss_backward_before_forward(crit):
     with pytest.raises(RuntimeError, match="backward called before forward"):
         crit.backward()
+
+
+# -- ignore_index and (N, C, d1, ...) logits, as torch.nn.CrossEntropyLoss ---------------------------------
+
+def _torch_ce(logits, target, **kw):
+    z = logits.clone().requires_grad_(True)
+    loss = torch.nn.CrossEntropyLoss(**kw)(z, target)
+    loss.backward()
+    return loss.detach(), z.grad
+
+
+@pytest.mark.parametrize("shape", [(6, 5), (2, 5, 3), (2, 5, 3, 2), (5,)])
+@pytest.mark.parametrize("kw", [{}, {"reduction": "sum"}, {"label_smoothing": 0.2},
+                                {"ignore_index": 1}, {"ignore_index": -1, "label_smoothing": 0.1},
+                                {"ignore_index": 2, "reduction": "sum"}])
+def test_class_targets_match_torch_with_ignore_index_and_positions(shape, kw):
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(shape, generator=g, dtype=torch.float64) * 3
+    tshape = (shape[0], *shape[2:]) if len(shape) > 1 else ()
+    target = torch.randint(0, 5, tshape, generator=g)
+    if "ignore_index" in kw and target.numel() > 1:
+        target.view(-1)[::2] = kw["ignore_index"]  # half the positions ignored (-1 lies outside [0, C))
+    crit = CrossEntropyLoss(**kw)
+    loss = crit(logits, target)
+    dz = crit.backward()
+    ref_loss, ref_dz = _torch_ce(logits, target, **kw)
+    assert dz.shape == logits.shape
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-13, atol=0, equal_nan=True)  # an unbatched ignored target: nan
+    torch.testing.assert_close(dz, ref_dz, rtol=1e-12, atol=1e-15)
+
+
+def test_probability_targets_over_positions_match_torch():
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(2, 4, 3, generator=g, dtype=torch.float64)
+    target = torch.softmax(torch.randn(2, 4, 3, generator=g, dtype=torch.float64), 1)
+    crit = CrossEntropyLoss(label_smoothing=0.1)
+    loss, dz = crit(logits, target), crit.backward()
+    ref_loss, ref_dz = _torch_ce(logits, target, label_smoothing=0.1)
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-13, atol=0)
+    torch.testing.assert_close(dz, ref_dz, rtol=1e-12, atol=1e-15)
+
+
+def test_every_target_ignored_gives_what_torch_gives():
+    logits = torch.randn(3, 4, dtype=torch.float64)
+    target = torch.full((3,), -100)
+    crit = CrossEntropyLoss()
+    loss, dz = crit(logits, target), crit.backward()
+    ref_loss, ref_dz = _torch_ce(logits, target)
+    assert torch.isnan(loss) and torch.isnan(ref_loss)
+    assert torch.equal(dz, ref_dz) and not dz.any()
+    crit = CrossEntropyLoss(reduction="sum")
+    assert crit(logits, target).item() == 0.0 and not crit.backward().any()
+
+
+def test_out_of_range_class_is_named_even_beside_ignored_ones():
+    with pytest.raises(ValueError, match=r"target contains class 7, outside \[0, 3\] for 4 classes \(ignore_index=-1\)"):
+        CrossEntropyLoss(ignore_index=-1)(torch.randn(3, 4), torch.tensor([-1, 7, 0]))
+    with pytest.raises(ValueError, match="ignore_index must be an int"):
+        CrossEntropyLoss(ignore_index=1.5)

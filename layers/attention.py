@@ -1,0 +1,324 @@
+"""Scaled dot-product attention by hand, FlashAttention's way: keys in blocks, an online softmax, no (L, S) matrix.
+
+Shape legend (torch's F.scaled_dot_product_attention):
+    * = any leading batch/head axes, flattened here into B rows of independent attention problems,
+    L = query length (target), S = key/value length (source), E = query/key size, Ev = value size,
+    Bc = keys per block (``block_size``).
+
+Attention is the only layer of a transformer that mixes information across time: every query row l
+takes a weighted mean of the value rows, weighted by the softmax of its scores against every key,
+
+    scores = scale * q @ k^T + bias        (L, S)   bias: the masks, 0 where allowed, -inf where not
+    P      = softmax(scores) per row        (L, S)
+    A      = P * dropout mask               (L, S)
+    out    = A @ v                          (L, Ev)
+
+``layers/reference.py`` computes exactly that, holding the (L, S) matrices, and backpropagates
+through it with the softmax's Jacobian, ``dS = P * (dP - rowsum(dP * P))``.  This file computes the same
+numbers while holding at most one (L, Bc) block of scores at a time (Dao et al., FlashAttention, 2022,
+Algorithms 1 and 2, here vectorised over all query rows and looping over key blocks):
+
+forward, for each key block j, with a running row maximum m and running row sum l (the online softmax):
+    s    = scale * q @ k_j^T + bias_j                   (L, Bc)
+    m'   = max(m, rowmax(s));   p = exp(s - m')          (L, Bc) unnormalised probabilities
+    l    = l * exp(m - m') + rowsum(p)                   rescale what was summed against the old max
+    acc  = acc * exp(m - m') + (p * dropout_j) @ v_j     (L, Ev)
+then out = acc / l, and only out and each row's log-sum-exp, lse = m + log(l), are kept for backward.
+
+backward recomputes each block's probabilities from lse instead of storing them, p = exp(s - lse), and
+replaces rowsum(dP * P) -- which would need the whole row -- by D = rowsum(dout * out), the same number
+(sum_s dP_s P_s = sum_s (dout . v_s) A_s = dout . out):
+    dv_j  = (p * dropout_j)^T @ dout                     dp = (dout @ v_j^T) * dropout_j
+    ds    = p * (dp - D)                                 (L, Bc)
+    dq   += scale * ds @ k_j;   dk_j = scale * ds^T @ q
+
+Masks, as torch's function takes them: a boolean ``attn_mask`` is True where a query MAY attend (the
+opposite of nn.MultiheadAttention's), a float one is added to the scores; both broadcast to (*, L, S).
+``is_causal`` lets query l see keys s <= l (top-left aligned when L != S, as torch); with it, key block j
+is computed only for the query rows l >= its first key, so a causal pass does about half the work.  A row
+whose keys are all masked gives zeros and zero gradients, as torch 2.14's function does (its softmax
+would be 0/0).  The block size changes nothing but rounding (``tests/test_attention.py``).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from .attention_dropout import attention_dropout_mask, draw_seed
+from .checks import check_backward_dout, check_int, check_tensor
+from .layer import BaseLayer
+
+DEFAULT_BLOCK_SIZE = 128  # keys per block: large enough for efficient products, small enough that a causal pass
+# skips most of what it need not compute (benchmarks/attention.py --block compares sizes)
+_LOW_PRECISION = (torch.float16, torch.bfloat16)  # computed in float32, as flash kernels accumulate
+
+
+class ScaledDotProductAttention(BaseLayer):
+    """``F.scaled_dot_product_attention`` with a hand-written, memory-efficient backward.
+
+    ``forward(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+    need_weights=False)``: query (*, L, E), key (*, S, E), value (*, S, Ev) -> out (*, L, Ev); with
+    ``need_weights=True`` -> (out, weights), the attention weights A (*, L, S) after dropout (materialised
+    from the kept log-sum-exps, one dense pass, for a caller that asked to see them).
+    ``backward(dout, dweights=None)`` -> (dquery, dkey, dvalue).  ``dweights`` (only with need_weights)
+    adds a gradient flowing into the returned weights.
+
+    Dropout (``dropout_p > 0``: the function applies it whenever asked, as torch's does; a module passes 0
+    in eval mode) draws one seed per forward from ``generator`` (default torch's CPU generator) and drops
+    the weights ``layers.attention_dropout`` says, regenerating each block's mask in backward.
+    ``block_size``: keys per block (default 128); any value gives the same result up to rounding.
+    float16/bfloat16 inputs are computed in float32 and the results rounded once.
+    """
+
+    def __init__(self, block_size: int | None = None, generator: torch.Generator | None = None) -> None:
+        self.block_size = DEFAULT_BLOCK_SIZE if block_size is None else check_int(
+            "ScaledDotProductAttention", "block_size", block_size)
+        self.generator = generator
+        self._cache: tuple | None = None
+
+    def extra_repr(self) -> str:
+        return f"block_size={self.block_size}"
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    # -- forward ------------------------------------------------------------------------------------------
+
+    def forward(self, query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+                dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+                need_weights: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+        """query (*, L, E), key (*, S, E), value (*, S, Ev) -> out (*, L, Ev) [, weights (*, L, S)]."""
+        self._cache = None
+        lead, L, S, E, Ev = _check_qkv(query, key, value)
+        blocked, bias = _check_mask(attn_mask, query, lead, L, S, is_causal)
+        return self.attend(query, key, value, blocked, bias, is_causal, _check_dropout(dropout_p),
+                           1.0 / math.sqrt(E) if scale is None else _check_scale(scale), need_weights)
+
+    def attend(self, query: Tensor, key: Tensor, value: Tensor, blocked: Tensor | None, bias: Tensor | None,
+               is_causal: bool, p_drop: float, scale: float, need_weights: bool) -> Tensor | tuple[Tensor, Tensor]:
+        """``forward`` after validation, for callers that hold valid inputs and both kinds of mask at once (the
+        multi-head layer's key padding and attention masks): ``blocked`` (bool, True where a query may NOT
+        attend) and ``bias`` (float, added to the scores) broadcast to (*, L, S); either may be None."""
+        self._cache = None
+        lead, L, S, E, Ev = tuple(query.shape[:-2]), query.shape[-2], key.shape[-2], query.shape[-1], value.shape[-1]
+        B = math.prod(lead)
+        dtype = query.dtype
+        cdt = torch.float32 if dtype in _LOW_PRECISION else dtype  # compute dtype
+        q = query.reshape(B, L, E).to(cdt)  # (B, L, E): views when contiguous and not half
+        k = key.reshape(B, S, E).to(cdt)  # (B, S, E)
+        v = value.reshape(B, S, Ev).to(cdt)  # (B, S, Ev)
+        seed = draw_seed(self.generator) if p_drop > 0.0 else None
+        spec = _Spec(lead, L, S, scale, blocked, bias, is_causal, p_drop, seed, self.block_size)
+
+        zero = q.new_zeros(1, 1, 1)  # baddbmm's addend, ignored (beta=0): the scale rides in its alpha, no scaled copy of q
+        kt = k.transpose(1, 2)  # (B, E, S)
+        # The running state of the live query rows (rows a later key block can still reach): row max m,
+        # row sum l of exp(s - m), and acc = sum of p @ v.  A causal pass finishes rows as it goes (block j
+        # starts at key j0 and reaches only rows >= j0): their state moves to `done`, nothing is copied.
+        m = torch.full((B, L, 1), -math.inf, dtype=cdt, device=q.device)  # (B, L, 1)
+        l = torch.zeros((B, L, 1), dtype=cdt, device=q.device)  # (B, L, 1)
+        acc = torch.zeros((B, L, Ev), dtype=cdt, device=q.device)  # (B, L, Ev)
+        done: list[tuple[Tensor, Tensor, Tensor]] = []
+        row = 0  # the first live row
+        for j0, j1, r0 in spec.blocks():
+            if r0 > row:  # rows row..r0 are finished
+                done.append((m[:, :r0 - row], l[:, :r0 - row], acc[:, :r0 - row]))
+                m, l, acc, row = m[:, r0 - row:], l[:, r0 - row:], acc[:, r0 - row:], r0
+            s = torch.baddbmm(zero, q[:, r0:], kt[:, :, j0:j1], beta=0, alpha=scale)  # (B, Lr, Bc) rows r0.., keys j0..j1
+            spec.mask_(s, r0, j0, j1)
+            # The max only keeps exp() in range: the result does not depend on it, so it is a constant to
+            # the gradient (detached: autograd, when it traces this forward, gives the same derivative).
+            m_new = torch.maximum(m, s.detach().amax(-1, keepdim=True))  # (B, Lr, 1), -inf: row masked so far
+            m_exp = m_new.masked_fill(m_new == -math.inf, 0.0)  # such a row: exp(-inf - 0) = 0, not nan
+            p = s.sub_(m_exp).exp_()  # (B, Lr, Bc) exp(s - m'), in the scores' memory
+            corr = (m - m_exp).exp_()  # (B, Lr, 1) rescales what was summed against the old maximum
+            l = torch.addcmul(p.sum(-1, keepdim=True), l, corr)  # (B, Lr, 1)
+            if seed is not None:
+                p = p * spec.dropout(r0, j0, j1, p)  # (B, Lr, Bc) the weights that survive dropout
+            acc = torch.baddbmm(acc * corr, p, v[:, j0:j1])  # (B, Lr, Ev) acc * corr + p @ v_j
+            m = m_new
+        if done:
+            m, l, acc = (torch.cat([*parts, last], 1) for parts, last in zip(zip(*done), (m, l, acc)))
+        empty = l == 0  # rows whose keys are all masked
+        out = acc.div_(l.masked_fill(empty, 1.0))  # (B, L, Ev): zeros where every key was masked (acc's memory)
+        lse = (m + l.log()).masked_fill_(empty, math.inf)  # (B, L, 1); +inf makes exp(s - lse) = 0 there
+        weights = None
+        if need_weights:  # one dense pass, for a caller who asked to see the (L, S) weights
+            s = torch.baddbmm(zero, q, kt, beta=0, alpha=scale)  # (B, L, S)
+            spec.mask_(s, 0, 0, S)
+            weights = s.sub_(lse).exp_()  # (B, L, S) P
+            if seed is not None:
+                weights = weights * spec.dropout(0, 0, S, weights)  # A = P * mask
+        self._cache = (spec, q, k, v, out, lse, weights, dtype, query.shape, key.shape, value.shape)
+        out = out.view(*lead, L, Ev).to(dtype)
+        if not need_weights:
+            return out
+        return out, weights.view(*lead, L, S).to(dtype)
+
+    def masked_rows(self) -> Tensor:
+        """After a forward: bool (*, L, 1), True for the query rows whose keys were all masked."""
+        if self._cache is None:
+            raise RuntimeError(f"{self!r}: masked_rows() needs a forward first")
+        spec, lse = self._cache[0], self._cache[5]
+        return lse.isinf().view(*spec.lead, spec.L, 1)
+
+    # -- backward -----------------------------------------------------------------------------------------
+
+    def backward(self, dout: Tensor, dweights: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """dout (*, L, Ev) [, dweights (*, L, S)] -> (dquery (*, L, E), dkey (*, S, E), dvalue (*, S, Ev))."""
+        cache = self._cache
+        if cache is None:
+            check_backward_dout(self, dout, None, None, None)
+        spec, q, k, v, out, lse, weights, dtype, q_shape, k_shape, v_shape = cache
+        lead, L, S = spec.lead, spec.L, spec.S
+        check_backward_dout(self, dout, torch.Size((*lead, L, v.shape[2])), dtype, out.device)
+        if dweights is not None:
+            if weights is None:
+                raise ValueError(f"{self!r}: dweights given, but the forward returned no weights "
+                                 f"(need_weights=False)")
+            check_tensor(repr(self), "dweights", dweights)
+            if dweights.shape != (*lead, L, S) or dweights.dtype != dtype:
+                raise ValueError(f"{self!r}: dweights has shape {tuple(dweights.shape)} and dtype {dweights.dtype}, "
+                                 f"expected {(*lead, L, S)} and {dtype} (the weights' own)")
+        self._cache = None
+        B, scale = q.shape[0], spec.scale
+        do = dout.reshape(B, L, v.shape[2]).to(q.dtype)  # (B, L, Ev)
+        dw = None if dweights is None else dweights.reshape(B, L, S).to(q.dtype)  # (B, L, S)
+        D = torch.bmm(do.reshape(B * L, 1, -1), out.view(B * L, -1, 1)).view(B, L, 1)  # rowsum(dout * out) = rowsum(dP * P),
+        # one dot product per row (no (B, L, Ev) temporary)
+        if dw is not None:
+            D.add_((dw * weights).sum(-1, keepdim=True))  # the weights' own gradient joins dA: + rowsum(dW * A)
+        kt = k.transpose(1, 2)  # (B, E, S)
+        dq = torch.zeros_like(q)  # (B, L, E)
+        dk = torch.zeros_like(k)  # (B, S, E) (a key block no query row sees keeps zeros)
+        dv = torch.zeros_like(v)  # (B, S, Ev)
+        for j0, j1, r0 in spec.blocks():
+            s = torch.baddbmm(-lse[:, r0:], q[:, r0:], kt[:, :, j0:j1], alpha=scale)  # (B, Lr, Bc) scores - lse
+            spec.mask_(s, r0, j0, j1)  # (-inf - lse is -inf: masking after the shift is the same)
+            p = s.exp_()  # (B, Lr, Bc) P, recomputed from the kept log-sum-exp
+            dp = torch.bmm(do[:, r0:], v[:, j0:j1].transpose(1, 2))  # (B, Lr, Bc) dA = dout @ v_j^T
+            if dw is not None:
+                dp.add_(dw[:, r0:, j0:j1])  # dA also receives the weights' gradient
+            if spec.seed is not None:
+                mask = spec.dropout(r0, j0, j1, p)  # the forward's mask, regenerated
+                dv[:, j0:j1] = torch.bmm((p * mask).transpose(1, 2), do[:, r0:])  # (B, Bc, Ev) A_j^T @ dout
+                dp.mul_(mask)  # dP = dA * mask
+            else:
+                dv[:, j0:j1] = torch.bmm(p.transpose(1, 2), do[:, r0:])  # (B, Bc, Ev) P_j^T @ dout
+            ds = dp.sub_(D[:, r0:]).mul_(p)  # (B, Lr, Bc) P * (dP - D): the softmax's backward
+            dq[:, r0:].baddbmm_(ds, k[:, j0:j1], alpha=scale)  # (B, Lr, E) += scale * ds @ k_j
+            dk[:, j0:j1] = torch.bmm(ds.transpose(1, 2), q[:, r0:]).mul_(scale)  # (B, Bc, E) scale * ds^T @ q
+            # (computed, then copied into the slice: a batched product written straight into a strided slice
+            # of dk runs as one small product per batch entry on the CPU)
+        dtype_out = dtype
+        return (dq.view(q_shape).to(dtype_out), dk.view(k_shape).to(dtype_out), dv.view(v_shape).to(dtype_out))
+
+
+class _Spec:
+    """What a forward decided, for its blocks and for the backward that recomputes them: the sizes, scale,
+    masks (``blocked``: True where a query may NOT attend; ``bias``: added to the scores), causality, dropout."""
+
+    __slots__ = ("lead", "L", "S", "scale", "blocked", "bias", "causal", "p", "seed", "block")
+
+    def __init__(self, lead, L, S, scale, blocked, bias, causal, p, seed, block) -> None:
+        self.lead, self.L, self.S, self.scale = lead, L, S, scale
+        self.blocked, self.bias, self.causal, self.p, self.seed, self.block = blocked, bias, causal, p, seed, block
+
+    def blocks(self):
+        """(first key, end key, first query row) of every key block that some query row may see."""
+        for j0 in range(0, self.S, self.block):
+            r0 = j0 if self.causal else 0  # causal: query rows before the block's first key see none of it
+            if r0 >= self.L:
+                return
+            yield j0, min(j0 + self.block, self.S), r0
+
+    def mask_(self, s: Tensor, r0: int, j0: int, j1: int) -> None:
+        """Apply the masks to the scores s (B, Lr, Bc) of rows r0.. and keys j0..j1, in place."""
+        if self.blocked is not None or self.bias is not None:
+            view = s.view(*self.lead, s.shape[1], s.shape[2])  # (*, Lr, Bc): the masks broadcast over *
+            if self.blocked is not None:
+                view.masked_fill_(_block(self.blocked, r0, j0, j1), -math.inf)
+            if self.bias is not None:
+                view.add_(_block(self.bias, r0, j0, j1))
+        if self.causal and j1 - 1 > r0:  # some key in the block lies after some row: mask key s > row l
+            r1 = min(j1 - 1, self.L)  # rows from j1 - 1 on see every key of the block: only the corner is masked
+            rows = torch.arange(r0, r1, device=s.device).view(-1, 1)
+            keys = torch.arange(j0, j1, device=s.device).view(1, -1)
+            s[:, :r1 - r0].masked_fill_(keys > rows, -math.inf)
+
+    def dropout(self, r0: int, j0: int, j1: int, like: Tensor) -> Tensor:
+        """The scaled dropout mask of rows r0.. and keys j0..j1, (B, Lr, Bc)."""
+        return attention_dropout_mask(self.seed, self.p, like.shape[0], self.L, self.S, row_range=(r0, self.L),
+                                      col_range=(j0, j1), dtype=like.dtype, device=like.device)
+
+
+def _block(mask: Tensor, r0: int, j0: int, j1: int) -> Tensor:
+    """Rows r0.. and keys j0..j1 of a mask broadcastable to (*, L, S); a broadcast (size-1) axis stays as it is."""
+    rows = slice(r0, None) if mask.shape[-2] != 1 else slice(None)
+    cols = slice(j0, j1) if mask.shape[-1] != 1 else slice(None)
+    return mask[..., rows, cols]
+
+
+# -- validation: one clear error naming the value --------------------------------------------------------------
+
+_OWNER = "scaled_dot_product_attention"
+
+
+def _check_qkv(q: object, k: object, v: object) -> tuple[tuple[int, ...], int, int, int, int]:
+    for name, t in (("query", q), ("key", k), ("value", v)):
+        check_tensor(_OWNER, name, t)
+        if not t.is_floating_point() or t.dim() < 2:
+            raise ValueError(f"{_OWNER}: {name} must be a floating-point tensor of shape (*, length, size), "
+                             f"got {t.dtype} of shape {tuple(t.shape)}")
+    if not (q.dtype == k.dtype == v.dtype and q.device == k.device == v.device):
+        raise ValueError(f"{_OWNER}: query, key and value must share dtype and device, got "
+                         f"{q.dtype}/{k.dtype}/{v.dtype} on {q.device}/{k.device}/{v.device}")
+    if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]) or q.shape[-1] != k.shape[-1] \
+            or k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"{_OWNER}: expected query (*, L, E), key (*, S, E), value (*, S, Ev) with the same "
+                         f"leading axes, got query {tuple(q.shape)}, key {tuple(k.shape)}, value {tuple(v.shape)}")
+    return tuple(q.shape[:-2]), q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
+
+
+def _check_mask(mask: object, q: Tensor, lead: tuple, L: int, S: int,
+                is_causal: bool) -> tuple[Tensor | None, Tensor | None]:
+    """-> (blocked: bool, True where a query may NOT attend, or None; bias: float, added, or None)."""
+    if not isinstance(is_causal, bool):
+        raise ValueError(f"{_OWNER}: is_causal must be a bool, got {is_causal!r}")
+    if mask is None:
+        return None, None
+    if is_causal:
+        raise ValueError(f"{_OWNER}: pass either attn_mask or is_causal=True, not both (as torch refuses)")
+    check_tensor(_OWNER, "attn_mask", mask)
+    if mask.dtype != torch.bool and mask.dtype != q.dtype:
+        raise ValueError(f"{_OWNER}: attn_mask must be boolean (True = may attend) or of the query's dtype "
+                         f"{q.dtype} (added to the scores), got {mask.dtype}")
+    if mask.device != q.device:
+        raise ValueError(f"{_OWNER}: attn_mask is on {mask.device} but query is on {q.device}")
+    full = (*lead, L, S)
+    try:
+        ok = mask.dim() <= len(full) and torch.broadcast_shapes(mask.shape, full) == full
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{_OWNER}: attn_mask of shape {tuple(mask.shape)} does not broadcast to the scores' "
+                         f"shape {full} (*, L, S)")
+    if mask.dtype == torch.bool:
+        return mask.logical_not(), None
+    if mask.dtype in _LOW_PRECISION:
+        mask = mask.float()
+    return None, mask
+
+
+def _check_dropout(p: object) -> float:
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+        raise ValueError(f"{_OWNER}: dropout_p (the probability of dropping a weight) must be in [0, 1], got {p!r}")
+    return float(p)
+
+
+def _check_scale(scale: object) -> float:
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+        raise ValueError(f"{_OWNER}: scale must be a finite number, got {scale!r}")
+    return float(scale)

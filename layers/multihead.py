@@ -1,0 +1,395 @@
+"""MultiheadAttention: nn.MultiheadAttention's twin, its projections and attention backpropagated by hand.
+
+Shape legend: L = target (query) length, S = source (key/value) length, N = batch, E = embed_dim,
+H = num_heads, hd = E / H (one head's size), kdim / vdim = the key's and value's feature sizes.
+Inputs are (L, N, E) -- or (N, L, E) with ``batch_first`` -- or unbatched (L, E), as torch takes them.
+
+    q = query @ Wq^T + bq,  k = key @ Wk^T + bk,  v = value @ Wv^T + bv        (*, E) each, split into H heads
+    heads = attention(q_h, k_h, v_h) per head (layers.attention: the blocked, memory-efficient path)
+    out = concat(heads) @ Wo^T + bo                                          (L, N, E)
+
+Backward: out_proj's backward (a Linear), the attention's, then each projection's: dW = dq^T @ query,
+dquery = dq @ Wq (likewise k, v).  Self-attention (the same tensor as query, key and value) runs the three
+input projections as one (M, E) x (E, 3E) product with the packed ``in_proj_weight``, as torch does.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from .attention import ScaledDotProductAttention
+from .checks import check_backward_dout, check_int, check_tensor
+from .layer import BaseLayer
+from .linear import Linear
+
+_OWNER = "MultiheadAttention"
+
+
+class MultiheadAttention(BaseLayer):
+    """``MultiheadAttention(embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False, add_zero_attn=False,
+    kdim=None, vdim=None, batch_first=False)``: torch.nn's arguments, parameter names and layouts
+    (``in_proj_weight`` (3E, E) and ``in_proj_bias`` (3E,), or ``q_proj_weight``/``k_proj_weight``/``v_proj_weight``
+    when kdim or vdim differ from E; ``bias_k``/``bias_v`` (1, 1, E); ``out_proj.weight/bias``) and its
+    initialisation in its RNG order, so one seed gives identical weights.
+
+    ``forward(query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
+    average_attn_weights=True, is_causal=False) -> (out, weights or None)``.  Masks use nn.MultiheadAttention's
+    polarity -- a boolean True means "may NOT attend", the opposite of F.scaled_dot_product_attention's -- and
+    a float mask is added to the scores; ``key_padding_mask`` (N, S), ``attn_mask`` (L, S) or (N*H, L, S).
+    ``is_causal`` is torch's hint that ``attn_mask`` is the causal mask (it must be given too); as in torch,
+    without a key padding mask and weights the causal structure is used and the mask itself is not read.
+
+    ``backward(dout, dweights=None) -> (dquery, dkey, dvalue)``, each in its input's shape.  When one tensor was
+    passed as query, key and value (self-attention), its gradient is the sum of the three: the caller adds
+    them -- or asks ``backward(dout, summed=True)`` for that sum, computed with one matrix product instead of
+    three.  ``dweights`` is the gradient flowing into the returned weights, if any.
+
+    A query row whose keys are all masked: with ``need_weights=False`` zeros, as torch's function gives; with
+    ``need_weights=True`` nan, as torch's module gives (its softmax is 0/0 there); the gradients of such a row
+    are zero (torch's are nan throughout the projections).  Dropout (training mode) drops attention weights with
+    masks from ``layers.attention_dropout``, drawn from ``self.generator`` (torch's default generator if None).
+    """
+
+    _param_names = ("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias",
+                    "bias_k", "bias_v")
+    torch_class = torch.nn.MultiheadAttention
+
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
+                 add_bias_kv: bool = False, add_zero_attn: bool = False, kdim: int | None = None,
+                 vdim: int | None = None, batch_first: bool = False, *, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None) -> None:
+        self.embed_dim = check_int(_OWNER, "embed_dim", embed_dim)
+        self.num_heads = check_int(_OWNER, "num_heads", num_heads)
+        if embed_dim % num_heads:
+            raise ValueError(f"{_OWNER}: embed_dim {embed_dim} is not divisible by num_heads {num_heads}")
+        self.kdim = embed_dim if kdim is None else check_int(_OWNER, "kdim", kdim)
+        self.vdim = embed_dim if vdim is None else check_int(_OWNER, "vdim", vdim)
+        for name, flag in (("bias", bias), ("add_bias_kv", add_bias_kv), ("add_zero_attn", add_zero_attn),
+                           ("batch_first", batch_first)):
+            if not isinstance(flag, bool):
+                raise ValueError(f"{_OWNER}: {name} must be a bool, got {flag!r}")
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout <= 1.0:
+            raise ValueError(f"{_OWNER}: dropout (the probability of dropping an attention weight) must be in "
+                             f"[0, 1], got {dropout!r}")
+        self.dropout, self.batch_first, self.add_zero_attn = float(dropout), batch_first, add_zero_attn
+        self.head_dim = embed_dim // num_heads
+        self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
+        kw = {"device": device, "dtype": dtype}
+        # torch's order of random draws: out_proj's Linear initialisation, then xavier for the input
+        # projections, then bias_k and bias_v; the biases of the projections end as zeros.
+        self.out_proj = Linear(embed_dim, embed_dim, bias=bias, **kw)
+        self.in_proj_weight = self.q_proj_weight = self.k_proj_weight = self.v_proj_weight = None
+        if self._qkv_same_embed_dim:
+            self.in_proj_weight = torch.nn.init.xavier_uniform_(torch.empty(3 * embed_dim, embed_dim, **kw))
+        else:
+            self.q_proj_weight = torch.nn.init.xavier_uniform_(torch.empty(embed_dim, embed_dim, **kw))
+            self.k_proj_weight = torch.nn.init.xavier_uniform_(torch.empty(embed_dim, self.kdim, **kw))
+            self.v_proj_weight = torch.nn.init.xavier_uniform_(torch.empty(embed_dim, self.vdim, **kw))
+        self.in_proj_bias = torch.zeros(3 * embed_dim, **kw) if bias else None
+        if bias:
+            self.out_proj.bias.zero_()
+        self.bias_k = self.bias_v = None
+        if add_bias_kv:
+            self.bias_k = torch.nn.init.xavier_normal_(torch.empty(1, 1, embed_dim, **kw))
+            self.bias_v = torch.nn.init.xavier_normal_(torch.empty(1, 1, embed_dim, **kw))
+        self.attention = ScaledDotProductAttention()  # the blocked path; its generator draws dropout seeds
+        self._cache: tuple | None = None
+
+    @property
+    def generator(self) -> torch.Generator | None:
+        return self.attention.generator
+
+    @generator.setter
+    def generator(self, g: torch.Generator | None) -> None:
+        self.attention.generator = g
+
+    def named_children(self):
+        return iter((("out_proj", self.out_proj),))
+
+    def extra_repr(self) -> str:
+        return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, dropout={self.dropout}"
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    # -- forward ------------------------------------------------------------------------------------------
+
+    def forward(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Tensor | None = None,
+                need_weights: bool = True, attn_mask: Tensor | None = None, average_attn_weights: bool = True,
+                is_causal: bool = False) -> tuple[Tensor, Tensor | None]:
+        """query (L, N, E), key (S, N, kdim), value (S, N, vdim) -> out (L, N, E), weights (N, L, S) averaged
+        over heads, (N, H, L, S) with ``average_attn_weights=False``, or None; (N, ...) with batch_first;
+        unbatched (L, E) -> (L, E), (L, S)."""
+        self._cache = None
+        batched = self._check_inputs(query, key, value, key_padding_mask, attn_mask)
+        packing = "qkv" if query is key and key is value else "kv" if key is value else ""  # before new views
+        if not batched:  # a batch of one, squeezed again at the end
+            query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
+            if key_padding_mask is not None:
+                key_padding_mask = key_padding_mask.unsqueeze(0)
+        if self.batch_first:  # (N, L, E) -> (L, N, E): views; the projections below copy anyway
+            query, key, value = query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1)
+        L, N, E = query.shape
+        S = key.shape[0]
+        H, hd = self.num_heads, self.head_dim
+        if is_causal and attn_mask is None:
+            raise RuntimeError(f"{_OWNER}: is_causal=True is a hint that attn_mask is the causal mask: pass the "
+                               f"mask too (torch.nn.Transformer.generate_square_subsequent_mask(L))")
+        causal = is_causal and key_padding_mask is None and not need_weights  # torch uses the hint only then
+        if causal:
+            attn_mask = None
+
+        q, k, v, packed = self._project(query, key, value, packing)  # (L, N, E), (S, N, E), (S, N, E)
+        extra = 0  # keys appended below: bias_k/bias_v, then a zero key/value
+        if self.bias_k is not None:
+            k = torch.cat([k, self.bias_k.expand(1, N, E)])  # (S+1, N, E)
+            v = torch.cat([v, self.bias_v.expand(1, N, E)])
+            extra += 1
+        heads = lambda t: t.reshape(t.shape[0], N, H, hd).permute(1, 2, 0, 3)  # noqa: E731  (T, N, E) -> (N, H, T, hd)
+        qh, kh, vh = heads(q), heads(k), heads(v)
+        if self.add_zero_attn:
+            kh = torch.cat([kh, kh.new_zeros(N, H, 1, hd)], 2)  # (N, H, S', hd) a key of zeros ...
+            vh = torch.cat([vh, vh.new_zeros(N, H, 1, hd)], 2)  # ... and its value
+            extra += 1
+        blocked, bias = _masks(attn_mask, key_padding_mask, N, H, L, S, extra, query.dtype)
+        p_drop = self.dropout if self.training else 0.0
+        res = self.attention.attend(qh, kh, vh, blocked, bias, causal, p_drop, 1.0 / math.sqrt(hd), need_weights)
+        attn, weights = res if need_weights else (res, None)  # (N, H, L, hd), (N, H, L, S')
+        if need_weights:
+            empty = self.attention.masked_rows()  # (N, H, L, 1) rows with every key masked: torch's module gives nan
+            if bool(empty.any()):
+                attn = attn.masked_fill(empty, math.nan)
+                weights = weights.masked_fill(empty, math.nan)
+        merged = attn.permute(2, 0, 1, 3).reshape(L * N, E)  # (L*N, E) the heads side by side
+        out = self.out_proj(merged).view(L, N, E)
+        self._cache = (packed, query, key, value, S, batched, N, L)
+        if self.batch_first:
+            out = out.transpose(0, 1)
+        if not batched:
+            out = out.squeeze(1)
+        if weights is not None:
+            weights = weights.mean(1) if average_attn_weights else weights  # (N, L, S') or (N, H, L, S')
+            if not batched:
+                weights = weights.squeeze(0)
+        return out, weights
+
+    def _project(self, query: Tensor, key: Tensor, value: Tensor, packing: str) -> tuple[Tensor, Tensor, Tensor, str]:
+        """The input projections, packed into one product where the caller passed one tensor as several inputs
+        (``packing`` "qkv": all three, "kv": key and value), as torch does:
+        -> q (L, N, E), k (S, N, E), v (S, N, E), and which packing was used ("qkv", "kv" or "")."""
+        E = self.embed_dim
+        b = self.in_proj_bias
+        bq, bk, bv = (None, None, None) if b is None else b.split(E)
+        if self.in_proj_weight is not None and packing == "qkv":
+            qkv = _linear(query, self.in_proj_weight, b)  # (L, N, 3E): one product for all three
+            q, k, v = qkv.split(E, -1)
+            return q, k, v, "qkv"
+        wq, wk, wv = self._weights()
+        q = _linear(query, wq, bq)
+        if self.in_proj_weight is not None and packing in ("qkv", "kv"):
+            kv = _linear(key, self.in_proj_weight[E:], None if b is None else b[E:])  # (S, N, 2E)
+            k, v = kv.split(E, -1)
+            return q, k, v, "kv"
+        return q, _linear(key, wk, bk), _linear(value, wv, bv), ""
+
+    def _weights(self) -> tuple[Tensor, Tensor, Tensor]:
+        """(Wq, Wk, Wv) in torch's (E, in) layout: views of in_proj_weight, or the separate weights."""
+        if self.in_proj_weight is not None:
+            return self.in_proj_weight.split(self.embed_dim)
+        return self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
+
+    # -- backward -----------------------------------------------------------------------------------------
+
+    def backward(self, dout: Tensor, dweights: Tensor | None = None, *,
+                 summed: bool = False) -> tuple[Tensor, Tensor, Tensor] | Tensor:
+        """dout: the output's shape [, dweights: the weights'] -> (dquery, dkey, dvalue) in the inputs' shapes;
+        ``summed=True``: dquery + dkey + dvalue, one tensor (the gradient of a tensor passed as all three)."""
+        cache = self._cache
+        if cache is None:
+            check_backward_dout(self, dout, None, None, None)
+        packed, query, key, value, S, batched, N, L = cache
+        E, H, hd = self.embed_dim, self.num_heads, self.head_dim
+        out_shape = (L, N, E) if not self.batch_first else (N, L, E)
+        check_backward_dout(self, dout, torch.Size(out_shape if batched else (L, E)), query.dtype, query.device)
+        if summed and not (query.shape == key.shape == value.shape):
+            raise ValueError(f"{_OWNER}: summed=True adds the gradients of query, key and value, which needs them "
+                             f"of one shape; got {tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}")
+        self._cache = None
+        if not batched:
+            dout = dout.unsqueeze(1)
+        if self.batch_first:
+            dout = dout.transpose(0, 1)
+        dmerged = self.out_proj.backward(dout.reshape(L * N, E))  # (L*N, E)
+        dattn = dmerged.view(L, N, H, hd).permute(1, 2, 0, 3)  # (N, H, L, hd)
+        if dweights is not None:
+            dweights = _weights_grad(dweights, batched, N, H)
+        dqh, dkh, dvh = self.attention.backward(dattn, dweights)  # (N, H, L, hd), (N, H, S', hd) x2
+        if self.add_zero_attn:
+            dkh, dvh = dkh[:, :, :-1], dvh[:, :, :-1]  # the zero key and value are constants
+        unheads = lambda t: t.permute(2, 0, 1, 3).reshape(t.shape[2], N, E)  # noqa: E731  (N, H, T, hd) -> (T, N, E)
+        dq, dk, dv = unheads(dqh), unheads(dkh), unheads(dvh)  # (L, N, E), (S(+1), N, E) x2
+        if self.bias_k is not None:
+            _accumulate(self.bias_k, dk[S:].sum(1, keepdim=True))  # (1, 1, E)
+            _accumulate(self.bias_v, dv[S:].sum(1, keepdim=True))
+            dk, dv = dk[:S], dv[:S]
+        grads = self._project_backward(packed, query, key, value, dq, dk, dv, summed)
+        grads = tuple(g.transpose(0, 1) if self.batch_first else g for g in grads)
+        if not batched:
+            grads = tuple(g.squeeze(1) for g in grads)
+        return grads[0] if summed else grads
+
+    def _project_backward(self, packed: str, query: Tensor, key: Tensor, value: Tensor, dq: Tensor, dk: Tensor,
+                          dv: Tensor, summed: bool) -> tuple[Tensor, ...]:
+        """Backward through the input projections: dW += d^T @ input, db += sum of d, dinput = d @ W."""
+        E = self.embed_dim
+        if packed == "qkv":
+            d = torch.cat([dq, dk, dv], -1)  # (L, N, 3E)
+            _linear_backward(query, self.in_proj_weight, self.in_proj_bias, d, slice(0, 3 * E))
+            if summed:
+                return (_input_grad(d, self.in_proj_weight),)
+            wq, wk, wv = self._weights()
+            return _input_grad(dq, wq), _input_grad(dk, wk), _input_grad(dv, wv)
+        wq, wk, wv = self._weights()
+        w_in, b = self.in_proj_weight, self.in_proj_bias
+        _linear_backward(query, w_in if w_in is not None else wq, b, dq, slice(0, E))
+        if packed == "kv":
+            _linear_backward(key, w_in, b, torch.cat([dk, dv], -1), slice(E, 3 * E))
+        else:
+            _linear_backward(key, w_in if w_in is not None else wk, b, dk, slice(E, 2 * E),
+                             full=w_in is not None)
+            _linear_backward(value, w_in if w_in is not None else wv, b, dv, slice(2 * E, 3 * E),
+                             full=w_in is not None)
+        grads = (_input_grad(dq, wq), _input_grad(dk, wk), _input_grad(dv, wv))
+        return (grads[0] + grads[1] + grads[2],) if summed else grads
+
+    # -- validation -----------------------------------------------------------------------------------------
+
+    def _check_inputs(self, query, key, value, kpm, attn_mask) -> bool:
+        """torch's shape rules (``_mha_shape_check``), each failure one error naming the shapes; -> batched."""
+        for name, t in (("query", query), ("key", key), ("value", value)):
+            check_tensor(repr(self), name, t)
+            if not t.is_floating_point():
+                raise ValueError(f"{self!r}: {name} must be floating point, got {t.dtype}")
+        w = self.out_proj.weight
+        for name, t in (("query", query), ("key", key), ("value", value)):
+            if t.dtype != w.dtype or t.device != w.device:
+                raise ValueError(f"{self!r}: {name} is {t.dtype} on {t.device} but the parameters are {w.dtype} on "
+                                 f"{w.device}; convert one of them")
+        if query.dim() not in (2, 3) or key.dim() != query.dim() or value.dim() != query.dim():
+            raise ValueError(f"{self!r}: expected query, key and value all 3-D (batched) or all 2-D (unbatched), "
+                             f"got {tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}")
+        batched = query.dim() == 3
+        if batched:
+            n_axis, t_axis = (0, 1) if self.batch_first else (1, 0)
+            layout = "(N, L, E)" if self.batch_first else "(L, N, E)"
+            N = query.shape[n_axis]
+            ok = (key.shape[n_axis] == N and value.shape[n_axis] == N and key.shape[t_axis] == value.shape[t_axis])
+        else:
+            layout, ok, N = "(L, E)", key.shape[0] == value.shape[0], None
+            t_axis = 0
+        sizes = (query.shape[-1], key.shape[-1], value.shape[-1])
+        if not ok or sizes != (self.embed_dim, self.kdim, self.vdim):
+            raise ValueError(f"{self!r}: expected query {layout} with E={self.embed_dim}, key and value of one "
+                             f"batch and length with {self.kdim} and {self.vdim} features; got query "
+                             f"{tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}")
+        L, S = query.shape[t_axis], key.shape[t_axis]
+        if kpm is not None:
+            check_tensor(repr(self), "key_padding_mask", kpm)
+            want = (N, S) if batched else (S,)
+            if tuple(kpm.shape) != want:
+                raise ValueError(f"{self!r}: key_padding_mask must have shape {want} (batch, source length), "
+                                 f"got {tuple(kpm.shape)}")
+            _check_mask_dtype(self, "key_padding_mask", kpm, query.dtype)
+        if attn_mask is not None:
+            check_tensor(repr(self), "attn_mask", attn_mask)
+            wants = [(L, S)] + ([(N * self.num_heads, L, S)] if batched else [(self.num_heads, L, S)])
+            if tuple(attn_mask.shape) not in wants:
+                raise ValueError(f"{self!r}: attn_mask must have shape {' or '.join(map(str, wants))}, "
+                                 f"got {tuple(attn_mask.shape)}")
+            _check_mask_dtype(self, "attn_mask", attn_mask, query.dtype)
+        return batched
+
+    # -- conversion -----------------------------------------------------------------------------------------
+
+    @classmethod
+    def _ctor_kwargs(cls, obj) -> dict:
+        return {"embed_dim": obj.embed_dim, "num_heads": obj.num_heads, "dropout": float(obj.dropout),
+                "bias": obj.in_proj_bias is not None, "add_bias_kv": obj.bias_k is not None,
+                "add_zero_attn": obj.add_zero_attn, "kdim": obj.kdim, "vdim": obj.vdim, "batch_first": obj.batch_first}
+
+
+# -- helpers: the projections as plain matrix products ---------------------------------------------------------
+
+def _linear(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+    """x (T, N, in) @ w^T (in, out) + b -> (T, N, out), one GEMM over the T*N rows."""
+    x2 = x.reshape(-1, x.shape[-1])  # (T*N, in)
+    y = x2 @ w.t() if b is None else torch.addmm(b, x2, w.t())
+    return y.view(*x.shape[:-1], w.shape[0])
+
+
+def _input_grad(d: Tensor, w: Tensor) -> Tensor:
+    """d (T, N, out) @ w (out, in) -> (T, N, in)."""
+    return (d.reshape(-1, d.shape[-1]) @ w).view(*d.shape[:-1], w.shape[1])
+
+
+def _linear_backward(x: Tensor, w: Tensor, b: Tensor | None, d: Tensor, rows: slice, full: bool = True) -> None:
+    """dW += d^T @ x into the rows ``rows`` of w.grad (all of a separate weight when not ``full``), db likewise."""
+    x2, d2 = x.reshape(-1, x.shape[-1]), d.reshape(-1, d.shape[-1])  # (T*N, in), (T*N, out)
+    if w.grad is None:
+        w.grad = torch.zeros_like(w)
+    gw = w.grad[rows] if full else w.grad
+    gw.addmm_(d2.t(), x2)  # (out, in)
+    if b is not None:
+        if b.grad is None:
+            b.grad = torch.zeros_like(b)
+        b.grad[rows].add_(d2.sum(0))
+
+
+def _accumulate(p: Tensor, g: Tensor) -> None:
+    if p.grad is None:
+        p.grad = g.clone()
+    else:
+        p.grad.add_(g)
+
+
+def _weights_grad(dweights: Tensor, batched: bool, N: int, H: int) -> Tensor:
+    """The gradient of the returned weights -> that of the per-head weights (N, H, L, S') (a mean over heads
+    spreads its gradient 1/H to each head)."""
+    d = dweights if batched else dweights.unsqueeze(0)
+    if d.dim() == 3:  # averaged over the heads
+        d = (d / H).unsqueeze(1).expand(N, H, *d.shape[1:])
+    return d
+
+
+def _check_mask_dtype(layer, name: str, mask: Tensor, dtype: torch.dtype) -> None:
+    if mask.dtype != torch.bool and mask.dtype != dtype:
+        raise ValueError(f"{layer!r}: {name} must be boolean (True = may NOT attend) or of the query's dtype "
+                         f"{dtype} (added to the scores), got {mask.dtype}")
+    if mask.device != layer.out_proj.weight.device:
+        raise ValueError(f"{layer!r}: {name} is on {mask.device} but the parameters are on "
+                         f"{layer.out_proj.weight.device}")
+
+
+def _masks(attn_mask: Tensor | None, kpm: Tensor | None, N: int, H: int, L: int, S: int, extra: int,
+           dtype: torch.dtype) -> tuple[Tensor | None, Tensor | None]:
+    """nn.MultiheadAttention's masks -> (blocked, bias) for the attention over (N, H, L, S + extra): boolean masks
+    (True = may NOT attend) become ``blocked``, float ones are summed into ``bias``; the appended keys
+    (bias_k, the zero key) are never masked (torch pads its masks with zeros)."""
+    blocked, bias = [], []
+    if attn_mask is not None:
+        m = attn_mask.view(1, 1, L, S) if attn_mask.dim() == 2 else attn_mask.view(N, H, L, S) \
+            if attn_mask.shape[0] == N * H else attn_mask.view(1, H, L, S)
+        (blocked if m.dtype == torch.bool else bias).append(m)
+    if kpm is not None:
+        m = kpm.view(N, 1, 1, S)
+        (blocked if m.dtype == torch.bool else bias).append(m)
+    pad = lambda m: m if not extra else torch.nn.functional.pad(m, (0, extra))  # noqa: E731  (False / 0.0)
+    out_blocked = None
+    if blocked:
+        out_blocked = pad(blocked[0] if len(blocked) == 1 else blocked[0] | blocked[1])
+    out_bias = None
+    if bias:
+        out_bias = pad((bias[0] if len(bias) == 1 else bias[0] + bias[1]).to(dtype))
+    return out_blocked, out_bias
