@@ -46,7 +46,7 @@ from layers import (GELU, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv2d, Dropout, 
                     Sequential, Sigmoid, SiLU, Softmax, SyncBatchNorm, Tanh, TransformerEncoder, TransformerEncoderLayer,
                     attention_dropout_mask)
 from layers.reference import attention_backward, attention_bias, attention_forward
-from layers import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell, seeded_dropouts
+from layers import GRU, LSTM, RNN, GRUCell, LSTMCell, RecurrentLM, RNNCell, seeded_dropouts
 from layers.layer import named_parameters_of
 from losses import CrossEntropyLoss, MSELoss
 
@@ -650,8 +650,9 @@ class _TorchOracle:
     These layers write into preallocated buffers with out=, which autograd cannot record, and say so
     (``autograd_opaque``).  Under grad mode -- only check_layer's autograd pass -- this runs their torch.nn twin
     instead, ``seeded_dropouts(layer.to_torch())`` (the same dropout masks), with the layer's own parameter tensors
-    swapped in by ``torch.func.functional_call``: "vs autograd" is then the hand-written backward against autograd
-    through nn.LSTM's (nn.GRU's, ...) own kernels, on the same weights and inputs.  Every other call is the layer's.
+    (in torch's layouts, as views) swapped in by ``torch.func.functional_call``: "vs autograd" is then the
+    hand-written backward against autograd through nn.LSTM's (nn.GRU's, ...) own kernels, on the same weights and
+    inputs.  Every other call is the layer's.
     """
 
     def __init__(self, layer):
@@ -671,23 +672,23 @@ class _TorchOracle:
         if not torch.is_grad_enabled():
             return self.layer.forward(x, hx)
         self.twin.train(self.layer.training)
-        return torch.func.functional_call(self.twin, dict(self.layer.named_parameters()),
-                                          (x,) if hx is None else (x, hx))
+        # state_dict: torch's layouts (a Linear's weight as (H, D)), views of the layer's own tensors
+        return torch.func.functional_call(self.twin, self.layer.state_dict(), (x,) if hx is None else (x, hx))
 
     def backward(self, *douts):
         return self.layer.backward(*douts)
 
 
 def recurrent_case(label: str, make: Callable[[], Layer], x_shape: tuple[int, ...],
-                   states: tuple | None = None, mode: str | None = None) -> Case:
-    """A check of a recurrent layer or cell on a random input of ``x_shape`` and, when ``states`` gives their
-    shapes (a shape, or a pair of shapes for the LSTM's (h_0, c_0)), random initial states: their gradients are
-    checked too.  The autograd oracle is the torch.nn twin (``_TorchOracle``)."""
+                   states: tuple | None = None, mode: str | None = None, vocab: int | None = None) -> Case:
+    """A check of a recurrent layer or cell on a random input of ``x_shape`` (token ids below ``vocab`` if given)
+    and, when ``states`` gives their shapes (a shape, or a pair of shapes for the LSTM's (h_0, c_0)), random
+    initial states: their gradients are checked too.  The autograd oracle is the torch.nn twin (``_TorchOracle``)."""
     def run(fast: bool) -> list[GradResult]:
         layer = make()
         if mode is not None:
             layer.train(mode == "train")
-        x = rnd(*x_shape)
+        x = rnd(*x_shape) if vocab is None else torch.randint(0, vocab, x_shape)
         if states is None:
             inputs = x
         else:
@@ -731,6 +732,11 @@ def _recurrent_cases() -> dict[str, list[Case]]:
                                     ((4,), (4,)))],
         "grucell": [recurrent_case("GRUCell(3,4)", make(GRUCell, 3, 4), (2, 3), (2, 4)),
                     recurrent_case("GRUCell(3,4) unbatched", make(GRUCell, 3, 4), (3,), (4,))],
+        "recurrentlm": [recurrent_case("RecurrentLM(5,3,4,2 layers,lstm,dropout=0.3)",
+                                       make(RecurrentLM, 5, 3, 4, 2, dropout=0.3), (2, 3), ((2, 2, 4), (2, 2, 4)),
+                                       mode="train", vocab=5),
+                        recurrent_case("RecurrentLM(5,3,4,gru)", make(RecurrentLM, 5, 3, 4, cell="gru"), (2, 3),
+                                       vocab=5)],
     }
 
 

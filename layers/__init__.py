@@ -17,6 +17,7 @@ from .multihead import MultiheadAttention
 from .net import Net
 from .pool import AvgPool2d, MaxPool2d
 from .recurrent import GRU, LSTM, RNN
+from .recurrent_lm import RecurrentLM, TorchRecurrentLM
 from .seeded_recurrent import SeededGRU, SeededLSTM, SeededRNN
 from .sequential import Sequential
 from .sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
@@ -27,4 +28,5 @@ __all__ = ["Layer", "BaseLayer", "Linear", "ReLU", "Tanh", "Sigmoid", "Softmax",
            "SiLU", "BatchNorm1d", "BatchNorm2d", "SyncBatchNorm", "convert_sync_batchnorm", "LayerNorm", "Dropout",
            "SeededDropout", "seeded_dropouts", "Embedding", "ScaledDotProductAttention", "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder", "attention_dropout_mask", "Conv2d", "MaxPool2d", "AvgPool2d", "Flatten", "RNN", "LSTM", "GRU",
            "RNNCell", "LSTMCell", "GRUCell", "SeededRNN", "SeededLSTM", "SeededGRU",
+           "RecurrentLM", "TorchRecurrentLM",
            "Sequential", "Net", "PytorchNet", "from_torch", "to_torch", "as_module", "HandgradModule"]
