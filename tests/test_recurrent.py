@@ -194,7 +194,7 @@ def test_from_torch_and_to_torch_round_trip(module):
     assert all(torch.equal(back.state_dict()[k], v) for k, v in sd.items())
     x = torch.randn(2, 4, 3, dtype=sd["weight_ih_l0"].dtype)
     module.eval(), ours.eval()
-    assert err(ours(x)[0], module(x)[0].detach()) < 1e-6  # float32 for two of them
+    assert err(ours(x)[0], module(x)[0].detach()) < 1e-5  # float32 for two of them
 
 
 # -- the textbook loops: the fast path agrees with them to 1e-12 ---------------------------------------------
@@ -416,3 +416,46 @@ def test_seeded_lstm_is_an_nn_lstm_with_the_same_state():
     twin = seeded_dropouts(nn.Sequential(nn.LSTM(3, 4, 2, dropout=0.5), nn.Dropout(0.1)))
     assert type(twin[0]) is SeededLSTM and isinstance(twin[0], nn.LSTM)
     assert list(twin[0].state_dict()) == list(nn.LSTM(3, 4, 2).state_dict())
+
+
+# -- float32 on the CPU: the products go through oneDNN (layers/matmul.py); the float64 tests above use addmm ----
+
+@pytest.mark.parametrize("kind", ["rnn_tanh", "lstm_proj", "gru"])
+def test_float32_onednn_path_matches_torch_and_the_addmm_path(kind, monkeypatch):
+    from layers import matmul
+    cls, torch_cls, extra = KINDS[kind]
+    torch.manual_seed(0)
+    ours = cls(6, 8, num_layers=2, bidirectional=True, batch_first=True, **extra)
+    twin = ours.to_torch()
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(3, 10, 6, generator=g)
+    dout = torch.randn(3, 10, 2 * ours.h_out, generator=g)
+
+    def run():
+        ours.zero_grad()
+        out, _ = ours(x)
+        dx = ours.backward(dout)
+        return [out, dx, *(p.grad for p in ours.parameters())]
+
+    first = run()
+    monkeypatch.setattr(matmul, "ONEDNN", False)
+    second = run()
+    xa = x.clone().requires_grad_()
+    out_t, _ = twin(xa)
+    (out_t * dout).sum().backward()
+    reference = [out_t.detach(), xa.grad, *(p.grad for p in twin.parameters())]
+    for a, b, r in zip(first, second, reference):
+        assert err(a, r) < 1e-5 and err(b, r) < 1e-5  # float32 round-off, different summation orders
+
+
+def test_matmul_helpers_agree_with_torch():
+    from layers import matmul
+    g = torch.Generator().manual_seed(0)
+    x, w, b = torch.randn(5, 7, generator=g), torch.randn(4, 7, generator=g), torch.randn(4, generator=g)
+    other = torch.randn(5, 8, generator=g)[:, ::2]  # strided
+    assert err(matmul.linear(x, w, b), x @ w.t() + b) < 1e-6
+    assert err(matmul.linear(x, matmul.prepack(w, x)), x @ w.t()) < 1e-6
+    assert err(matmul.linear_add(x, w, other), other + x @ w.t()) < 1e-6
+    d, xs = torch.randn(30, 4, generator=g), [torch.randn(30, 3, generator=g), torch.randn(30, 2, generator=g)]
+    grads, db = matmul.weight_grads(d, xs)
+    assert all(err(gr, d.t() @ xi) < 1e-6 for gr, xi in zip(grads, xs)) and err(db, d.sum(0)) < 1e-6
