@@ -120,7 +120,7 @@ def candidates(seq, batch, inp, hidden, layers, vocab) -> dict:
 
     def weight_gradients():
         for (w_ih, _, _), xin in zip(ws, ins):
-            (g_ih, g_hh), db = matmul.weight_grads(dA, [xin, h[:T].reshape(T * N, H)])  # dW_ih, dW_hh, db
+            (g_ih, g_hh), _ = matmul.weight_grads(dA, [xin, h[:T].reshape(T * N, H)])  # dW_ih, dW_hh, db
             g_ih.contiguous(), g_hh.contiguous()
             matmul.linear(dA, w_ih.t().contiguous())  # dx
 

@@ -14,7 +14,7 @@ without oneDNN, or ``ONEDNN = False`` -- through ``torch.addmm``.  The two agree
     linear(x, w, bias=None)   x (M, K), w (N, K) or prepack(w) -> (M, N) = x @ w^T + bias     (nn.Linear's layout)
     linear_add(x, w, other)   -> other + x @ w^T                                   (other (M, N), may be strided)
     weight_grads(d, xs)       d (K, M), xs [(K, N_i)] -> ([d^T @ x_i (M, N_i)], column sums of d (M,)): a layer's
-                              weight and bias gradients, summed over its K rows, from one transposed copy of d
+                              weight and bias gradients, summed over its K rows
 """
 from __future__ import annotations
 
@@ -65,22 +65,11 @@ def linear_add(x: Tensor, w: Tensor, other: Tensor) -> Tensor:
 def weight_grads(d: Tensor, xs: list[Tensor]) -> tuple[list[Tensor], Tensor]:
     """d (K, M), xs [(K, N_i)] -> ([d^T @ x_i, (M, N_i) each], d's column sums (M,)).
 
-    The K = T*N rows (every step and sample) are the products' inner dimension.  On the oneDNN path d is
-    transposed once and the x_i side by side, so the weight gradients of W_ih and W_hh are one product
-    (M, K) x (K, sum N_i) whose column blocks are returned (strided views).
+    The K = T*N rows (every step and sample) are the products' inner dimension, strided in both operands; oneDNN
+    makes its operands contiguous, and computing (x_i^T d)^T -- the smaller result first, returned as a transposed
+    view -- measured faster here than transposing d once by hand, than oneDNN on d^T x_i, and than MKL.
     """
     if not _onednn(d):
         return [d.t() @ x for x in xs], d.sum(0)
-    d_t = d.t().contiguous()  # (M, K)
-    xs_t = d.new_empty(sum(x.shape[1] for x in xs), d.shape[0])  # (sum N_i, K)
-    lo = 0
-    for x in xs:
-        xs_t[lo:lo + x.shape[1]].copy_(x.t())
-        lo += x.shape[1]
-    out = torch.ops.mkldnn._linear_pointwise(d_t, xs_t, None, "none", [], "")  # (M, sum N_i)
-    blocks, lo = [], 0
-    for x in xs:
-        blocks.append(out[:, lo:lo + x.shape[1]])
-        lo += x.shape[1]
-    return blocks, d_t.sum(1)
-
+    op = torch.ops.mkldnn._linear_pointwise
+    return [op(x.t(), d.t(), None, "none", [], "").t() for x in xs], d.sum(0)
