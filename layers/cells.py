@@ -30,6 +30,7 @@ class _Cell(BaseLayer):
     _param_names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
     _ctor_args = ("input_size", "hidden_size", "bias")
     autograd_opaque = True  # as layers.recurrent: out= into buffers, run under no_grad; gradcheck uses the twin
+    as_module_refuses = "takes an initial state and returns its new state beside its output"
 
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True, *,
                  device: torch.device | str | None = None, dtype: torch.dtype | None = None):

@@ -67,6 +67,7 @@ class _Recurrent(BaseLayer):
     # no graph is built).  gradcheck's autograd oracle for these layers is autograd through the torch.nn twin's
     # own kernels on the same weights (gradcheck._TorchOracle), as the tests compare.
     autograd_opaque = True
+    as_module_refuses = "takes an initial state and returns its new state beside its output"
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, proj_size: int = 0,

@@ -65,6 +65,7 @@ class RecurrentLM(BaseLayer):
     """
 
     torch_class = TorchRecurrentLM
+    as_module_refuses = "takes an initial state and returns its new state beside its logits"
     _ctor_args = ("vocab_size", "embedding_dim", "hidden_size", "num_layers", "cell", "dropout")
 
     def __init__(self, vocab_size: int, embedding_dim: int, hidden_size: int, num_layers: int = 1, cell: str = "lstm",
