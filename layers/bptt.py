@@ -12,13 +12,13 @@ The recurrence is the only place where information moves across time.
 How the work is arranged (the same for every kind):
 
 forward    A = x @ W_ih^T + b             the input projections of all T steps: one GEMM, (T*N, I) x (I, G*H)
-           per step t:  A[t] += h_{t-1} @ W_hh^T   one addmm into A's own (N, G*H) slice
+           per step t:  a = A[t] + h_{t-1} @ W_hh^T    one product with the add fused (W_hh prepacked once)
                         the gate arithmetic on the (N, G*H) slab, written with out= into preallocated
-                        buffers: nothing is allocated inside the loop
+                        buffers (the product's (N, G*H) result is the loop's only allocation)
 backward   the factors of the gate derivatives that do not depend on the upstream gradient (LSTM's
            o * (1 - tanh(c)^2), every sigmoid's s * (1 - s), ...): computed for all steps at once, before
            the loop, as a few large elementwise kernels
-           per step:    dh = dy[t] + dA[t+1] @ W_hh          one addmm (dh_next of the textbook)
+           per step:    dh = dy[t] + dA[t+1] @ W_hh          one product, add fused (dh_next of the textbook)
                         dA[t] = dh * factors                  2-4 elementwise kernels
            after the loop, each one matrix product over all T*N rows:
                         dW_ih = dA^T @ x,  dW_hh = dA^T @ h_prev,  db = column sums of dA,  dx = dA @ W_ih
