@@ -4,6 +4,7 @@ from .attention import ScaledDotProductAttention
 from .attention_dropout import attention_dropout_mask
 from .activations import GELU, LeakyReLU, LogSoftmax, ReLU, Sigmoid, SiLU, Softmax, Tanh
 from .batchnorm import BatchNorm1d, BatchNorm2d
+from .cells import GRUCell, LSTMCell, RNNCell
 from .conv import Conv2d
 from .convert import from_torch, to_torch
 from .dropout import Dropout, SeededDropout, seeded_dropouts
@@ -16,6 +17,9 @@ from .linear import Linear
 from .multihead import MultiheadAttention
 from .net import Net
 from .pool import AvgPool2d, MaxPool2d
+from .recurrent import GRU, LSTM, RNN
+from .recurrent_lm import RecurrentLM, TorchRecurrentLM
+from .seeded_recurrent import SeededGRU, SeededLSTM, SeededRNN
 from .sequential import Sequential
 from .sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
 from .torch_gpt import PytorchGPT
@@ -24,5 +28,8 @@ from .transformer import TransformerEncoder, TransformerEncoderLayer
 
 __all__ = ["Layer", "BaseLayer", "Linear", "ReLU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax", "LeakyReLU", "GELU",
            "SiLU", "BatchNorm1d", "BatchNorm2d", "SyncBatchNorm", "convert_sync_batchnorm", "LayerNorm", "Dropout",
-           "SeededDropout", "seeded_dropouts", "Embedding", "ScaledDotProductAttention", "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder", "GPT", "PytorchGPT", "attention_dropout_mask", "Conv2d", "MaxPool2d", "AvgPool2d", "Flatten",
+           "SeededDropout", "seeded_dropouts", "Embedding", "ScaledDotProductAttention", "MultiheadAttention",
+           "TransformerEncoderLayer", "TransformerEncoder", "GPT", "PytorchGPT", "attention_dropout_mask", "Conv2d",
+           "MaxPool2d", "AvgPool2d", "Flatten", "RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell", "SeededRNN",
+           "SeededLSTM", "SeededGRU", "RecurrentLM", "TorchRecurrentLM",
            "Sequential", "Net", "PytorchNet", "from_torch", "to_torch", "as_module", "HandgradModule"]

@@ -93,6 +93,10 @@ class HandgradModule(nn.Module):
             raise TypeError(f"as_module: expected a hand-written layer (forward, backward, parameters), got "
                             f"{type(layer).__name__}" + (" -- it is already a torch.nn.Module"
                                                          if isinstance(layer, nn.Module) else ""))
+        refused = getattr(layer, "as_module_refuses", None)  # a layer's own reason (the recurrent layers')
+        if refused:
+            raise TypeError(f"as_module wraps layers of one input and one output; {type(layer).__name__} {refused} "
+                            f"(use its torch.nn twin, layer.to_torch(), inside an nn.Module)")
         inputs = _required_inputs(layer)
         if len(inputs) > 1:
             raise TypeError(f"as_module wraps layers with one input; {type(layer).__name__}.forward takes "

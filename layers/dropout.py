@@ -104,8 +104,13 @@ class SeededDropout(torch.nn.Dropout):
 
 
 def seeded_dropouts(module: torch.nn.Module) -> torch.nn.Module:
-    """Turn every nn.Dropout inside ``module`` into a SeededDropout (same p, no state to copy); returns it."""
+    """Turn every nn.Dropout inside ``module`` into a SeededDropout, and every nn.RNN/LSTM/GRU into its Seeded twin
+    (layers/seeded_recurrent.py: the dropout between its layers drawn as the hand-written layer draws it); the
+    same parameters and state, nothing to copy.  Returns ``module``."""
+    from .seeded_recurrent import SEEDED  # imports layers.recurrent, which imports this file
     for m in module.modules():
         if type(m) is torch.nn.Dropout:
             m.__class__ = SeededDropout
+        elif type(m) in SEEDED:
+            m.__class__ = SEEDED[type(m)]
     return module

@@ -1,4 +1,4 @@
-"""torch.nn's default initialisation of Linear and convolution weights, in one place.
+"""torch.nn's default initialisation of Linear, convolution and recurrent weights, in one place.
 
 ``torch_default_params`` draws exactly what ``nn.Linear`` / ``nn.Conv2d``'s ``reset_parameters``
 draws -- Kaiming-uniform with a=sqrt(5), i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in)), then the bias
@@ -28,3 +28,12 @@ def torch_default_params(weight_shape: tuple[int, ...], bias: bool, *, device=No
     b = torch.empty(weight_shape[0], device=device, dtype=dtype)
     torch.nn.init.uniform_(b, -bound, bound)
     return w, b
+
+
+def torch_recurrent_init_(params: list[Tensor], hidden_size: int) -> None:
+    """What ``nn.RNNBase`` and ``nn.RNNCellBase``'s ``reset_parameters`` draw: every parameter from
+    U(-1/sqrt(H), 1/sqrt(H)), H = hidden_size (also for an LSTM's projection), in the order given -- pass them in
+    torch's registration order (``_flat_weights_names``: per layer and direction w_ih, w_hh, b_ih, b_hh, w_hr)."""
+    stdv = 1.0 / math.sqrt(hidden_size) if hidden_size > 0 else 0
+    for p in params:
+        torch.nn.init.uniform_(p, -stdv, stdv)

@@ -3,11 +3,13 @@
 The layers in this package are written for speed and for agreement with autograd to
 the last bit: Linear keeps nn.Linear's memory layout, ReLU's backward multiplies by
 sign(out), cross-entropy orders its operations as autograd rounds them, batch norm's
-backward is one closed-form statement, convolution's backward is two more convolutions.
+backward is one closed-form statement, convolution's backward is two more convolutions, the
+recurrent layers' backpropagation through time does its matrix products over all time steps at once.
 Here is the same math the way a textbook writes it, in CS231n's ``out, cache =
 f_forward(...)`` / ``dx, dw = f_backward(dout, cache)`` style.  Nothing in the library
 calls these; ``tests/test_reference.py`` (``tests/test_norm.py`` for batch norm,
-``tests/test_conv.py`` for the im2col convolution) check that the fast layers compute the same
+``tests/test_conv.py`` for the im2col convolution, ``tests/test_recurrent.py`` and
+``tests/test_cells.py`` for the recurrent cells and loops) check that the fast layers compute the same
 numbers, so you can learn from this file and trust the fast one.
 """
 from __future__ import annotations
@@ -199,3 +201,160 @@ def attention_backward(dout: Tensor, cache: tuple) -> tuple[Tensor, Tensor, Tens
     dq = dpreatt @ k * scale  # (*, L, E)
     dk = dpreatt.transpose(-2, -1) @ q * scale  # (*, S, E)
     return dq, dk, dv
+
+
+# -- recurrent networks: one cell's forward and backward, then a loop over time ---------------------------------
+# min-char-rnn's and CS231n's way: the forward applies the cell at each step carrying h (and c); the backward
+# runs from the last step to the first carrying dh_next (and dc_next), adding each step's weight gradients.
+# torch's conventions: weights (G*H, I) and (G*H, H), two biases, LSTM gates stacked (i, f, g, o), GRU gates
+# (r, z, n) with the reset gate multiplying W_hn h + b_hn.  Weight gradients come back in a dict named as the
+# torch.nn cell's parameters.  T = time steps, N = batch, I = inputs, H = hidden, P = LSTM projection.
+
+def rnn_step_forward(x: Tensor, h_prev: Tensor, w_ih: Tensor, w_hh: Tensor, b_ih: Tensor, b_hh: Tensor,
+                     nonlinearity: str = "tanh") -> tuple[Tensor, tuple]:
+    """x (N, I), h_prev (N, H) -> h (N, H) = act(x W_ih^T + b_ih + h_prev W_hh^T + b_hh)."""
+    a = x @ w_ih.T + b_ih + h_prev @ w_hh.T + b_hh
+    h = torch.tanh(a) if nonlinearity == "tanh" else torch.relu(a)
+    return h, (x, h_prev, h, w_ih, w_hh, nonlinearity)
+
+
+def rnn_step_backward(dh: Tensor, cache: tuple) -> tuple[Tensor, Tensor, dict]:
+    """dh (N, H) -> dx (N, I), dh_prev (N, H), weight gradients.  tanh' = 1 - h^2; relu' = 1 where h > 0."""
+    x, h_prev, h, w_ih, w_hh, nonlinearity = cache
+    da = dh * (1 - h ** 2) if nonlinearity == "tanh" else dh * (h > 0)
+    grads = {"weight_ih": da.T @ x, "weight_hh": da.T @ h_prev, "bias_ih": da.sum(0), "bias_hh": da.sum(0)}
+    return da @ w_ih, da @ w_hh, grads
+
+
+def lstm_step_forward(x: Tensor, h_prev: Tensor, c_prev: Tensor, w_ih: Tensor, w_hh: Tensor, b_ih: Tensor,
+                      b_hh: Tensor, w_hr: Tensor | None = None) -> tuple[Tensor, Tensor, tuple]:
+    """x (N, I), h_prev (N, H or P), c_prev (N, H) -> h (N, H or P), c (N, H).
+
+    a = x W_ih^T + b_ih + h_prev W_hh^T + b_hh (N, 4H), split as torch stacks it: i, f, g, o.
+    c = f c_prev + i g,  h = o tanh(c)  (with a projection W_hr (P, H): h = (o tanh(c)) W_hr^T).
+    """
+    a = x @ w_ih.T + b_ih + h_prev @ w_hh.T + b_hh
+    ai, af, ag, ao = a.chunk(4, 1)
+    i, f, g, o = torch.sigmoid(ai), torch.sigmoid(af), torch.tanh(ag), torch.sigmoid(ao)
+    c = f * c_prev + i * g
+    tc = torch.tanh(c)
+    r = o * tc
+    h = r if w_hr is None else r @ w_hr.T
+    return h, c, (x, h_prev, c_prev, i, f, g, o, tc, r, w_ih, w_hh, w_hr)
+
+
+def lstm_step_backward(dh: Tensor, dc: Tensor, cache: tuple) -> tuple[Tensor, Tensor, Tensor, dict]:
+    """dh (N, H or P), dc (N, H) -> dx, dh_prev, dc_prev, weight gradients.
+
+    Through h = o tanh(c): do = dh tanh(c), and c gets dh o (1 - tanh(c)^2) on top of what reaches it from
+    the next step.  Through c = f c_prev + i g: di = dc g, df = dc c_prev, dg = dc i, dc_prev = dc f.
+    Then each gate's pre-activation: sigmoid' = s (1 - s), tanh' = 1 - t^2.
+    """
+    x, h_prev, c_prev, i, f, g, o, tc, r, w_ih, w_hh, w_hr = cache
+    grads = {}
+    if w_hr is not None:
+        grads["weight_hr"] = dh.T @ r
+        dh = dh @ w_hr  # the gradient of r = o tanh(c)
+    do = dh * tc
+    dc = dc + dh * o * (1 - tc ** 2)
+    di, df, dg, dc_prev = dc * g, dc * c_prev, dc * i, dc * f
+    da = torch.cat([di * i * (1 - i), df * f * (1 - f), dg * (1 - g ** 2), do * o * (1 - o)], 1)  # (N, 4H)
+    grads.update(weight_ih=da.T @ x, weight_hh=da.T @ h_prev, bias_ih=da.sum(0), bias_hh=da.sum(0))
+    return da @ w_ih, da @ w_hh, dc_prev, grads
+
+
+def gru_step_forward(x: Tensor, h_prev: Tensor, w_ih: Tensor, w_hh: Tensor, b_ih: Tensor, b_hh: Tensor
+                     ) -> tuple[Tensor, tuple]:
+    """x (N, I), h_prev (N, H) -> h (N, H), torch's GRU:
+
+    r = sigmoid(x W_ir^T + b_ir + h W_hr^T + b_hr),  z = sigmoid(x W_iz^T + b_iz + h W_hz^T + b_hz)
+    n = tanh(x W_in^T + b_in + r * (h W_hn^T + b_hn)),  h' = (1 - z) n + z h
+    """
+    gi, gh = x @ w_ih.T + b_ih, h_prev @ w_hh.T + b_hh  # (N, 3H) each
+    i_r, i_z, i_n = gi.chunk(3, 1)
+    h_r, h_z, h_n = gh.chunk(3, 1)
+    r, z = torch.sigmoid(i_r + h_r), torch.sigmoid(i_z + h_z)
+    n = torch.tanh(i_n + r * h_n)
+    h = (1 - z) * n + z * h_prev
+    return h, (x, h_prev, r, z, n, h_n, w_ih, w_hh)
+
+
+def gru_step_backward(dh: Tensor, cache: tuple) -> tuple[Tensor, Tensor, dict]:
+    """dh (N, H) -> dx, dh_prev, weight gradients.  h' = (1 - z) n + z h: dn = dh (1 - z), dz = dh (h - n),
+    and h gets dh z directly; n = tanh(i_n + r h_n): its pre-activation gets dn (1 - n^2), which reaches i_n
+    as is, h_n times r and r times h_n."""
+    x, h_prev, r, z, n, h_n, w_ih, w_hh = cache
+    dn, dz = dh * (1 - z), dh * (h_prev - n)
+    dan = dn * (1 - n ** 2)  # the pre-activation of n
+    dr, dh_n = dan * h_n, dan * r
+    dar, daz = dr * r * (1 - r), dz * z * (1 - z)
+    dgi, dgh = torch.cat([dar, daz, dan], 1), torch.cat([dar, daz, dh_n], 1)  # (N, 3H) each
+    grads = {"weight_ih": dgi.T @ x, "weight_hh": dgh.T @ h_prev, "bias_ih": dgi.sum(0), "bias_hh": dgh.sum(0)}
+    return dgi @ w_ih, dh * z + dgh @ w_hh, grads
+
+
+def _add_grads(total: dict, step: dict) -> dict:
+    return {k: total[k] + v for k, v in step.items()} if total else dict(step)
+
+
+def rnn_forward(x: Tensor, h0: Tensor, params: dict, nonlinearity: str = "tanh") -> tuple[Tensor, list]:
+    """x (T, N, I), h0 (N, H) -> hs (T, N, H), the caches: the cell at every step, h carried forward.
+    params: the cell's tensors by torch.nn.RNNCell's names (weight_ih, weight_hh, bias_ih, bias_hh)."""
+    h, hs, caches = h0, [], []
+    for t in range(x.shape[0]):
+        h, cache = rnn_step_forward(x[t], h, params["weight_ih"], params["weight_hh"], params["bias_ih"],
+                                    params["bias_hh"], nonlinearity)
+        hs.append(h)
+        caches.append(cache)
+    return torch.stack(hs), caches
+
+
+def rnn_backward(dhs: Tensor, dh_n: Tensor, caches: list) -> tuple[Tensor, Tensor, dict]:
+    """dhs (T, N, H) the outputs' gradients, dh_n (N, H) the last state's -> dx (T, N, I), dh0 (N, H), grads.
+    Backpropagation through time: last step first, each step's dh = its output's gradient + dh_next."""
+    dh_next, dxs, grads = dh_n, [None] * len(caches), {}
+    for t in reversed(range(len(caches))):
+        dxs[t], dh_next, g = rnn_step_backward(dhs[t] + dh_next, caches[t])
+        grads = _add_grads(grads, g)
+    return torch.stack(dxs), dh_next, grads
+
+
+def lstm_forward(x: Tensor, h0: Tensor, c0: Tensor, params: dict) -> tuple[Tensor, Tensor, list]:
+    """x (T, N, I), h0 (N, H or P), c0 (N, H) -> hs (T, N, H or P), c_n (N, H), the caches.
+    params by torch's cell names, plus "weight_hr" (P, H) for a projection."""
+    h, c, hs, caches = h0, c0, [], []
+    for t in range(x.shape[0]):
+        h, c, cache = lstm_step_forward(x[t], h, c, params["weight_ih"], params["weight_hh"], params["bias_ih"],
+                                        params["bias_hh"], params.get("weight_hr"))
+        hs.append(h)
+        caches.append(cache)
+    return torch.stack(hs), c, caches
+
+
+def lstm_backward(dhs: Tensor, dh_n: Tensor, dc_n: Tensor, caches: list) -> tuple[Tensor, Tensor, Tensor, dict]:
+    """dhs (T, N, H or P), dh_n, dc_n -> dx (T, N, I), dh0, dc0, grads; carrying dh_next and dc_next."""
+    dh_next, dc_next, dxs, grads = dh_n, dc_n, [None] * len(caches), {}
+    for t in reversed(range(len(caches))):
+        dxs[t], dh_next, dc_next, g = lstm_step_backward(dhs[t] + dh_next, dc_next, caches[t])
+        grads = _add_grads(grads, g)
+    return torch.stack(dxs), dh_next, dc_next, grads
+
+
+def gru_forward(x: Tensor, h0: Tensor, params: dict) -> tuple[Tensor, list]:
+    """x (T, N, I), h0 (N, H) -> hs (T, N, H), the caches."""
+    h, hs, caches = h0, [], []
+    for t in range(x.shape[0]):
+        h, cache = gru_step_forward(x[t], h, params["weight_ih"], params["weight_hh"], params["bias_ih"],
+                                    params["bias_hh"])
+        hs.append(h)
+        caches.append(cache)
+    return torch.stack(hs), caches
+
+
+def gru_backward(dhs: Tensor, dh_n: Tensor, caches: list) -> tuple[Tensor, Tensor, dict]:
+    """dhs (T, N, H), dh_n (N, H) -> dx (T, N, I), dh0 (N, H), grads."""
+    dh_next, dxs, grads = dh_n, [None] * len(caches), {}
+    for t in reversed(range(len(caches))):
+        dxs[t], dh_next, g = gru_step_backward(dhs[t] + dh_next, caches[t])
+        grads = _add_grads(grads, g)
+    return torch.stack(dxs), dh_next, grads

@@ -125,6 +125,10 @@ CASES: dict[str, list[tuple[str, object, tuple[int, ...]]]] = {
 }
 # Layers whose forward takes several inputs (query, key, value): as_module wraps one-input layers and refuses these.
 MULTI_INPUT = {"ScaledDotProductAttention": ScaledDotProductAttention, "MultiheadAttention": lambda: MultiheadAttention(4, 2)}
+# Recurrent layers take and return a state beside their input and output: as_module refuses them, saying so.
+STATEFUL = {"RNN": lambda: layers.RNN(3, 4), "LSTM": lambda: layers.LSTM(3, 4), "GRU": lambda: layers.GRU(3, 4),
+            "RNNCell": lambda: layers.RNNCell(3, 4), "LSTMCell": lambda: layers.LSTMCell(3, 4),
+            "GRUCell": lambda: layers.GRUCell(3, 4), "RecurrentLM": lambda: layers.RecurrentLM(5, 3, 4)}
 CASE_LIST = [case for cases in CASES.values() for case in cases]
 
 
@@ -144,7 +148,7 @@ def _reseed(model: nn.Module) -> None:
 def test_every_exported_layer_has_a_case():
     exported = {name for name in layers.__all__ if inspect.isclass(getattr(layers, name))
                 and issubclass(getattr(layers, name), BaseLayer) and getattr(layers, name) is not BaseLayer}
-    covered = set(CASES) | set(MULTI_INPUT)
+    covered = set(CASES) | set(MULTI_INPUT) | set(STATEFUL)
     assert exported - covered == set(), f"exported layers without an as_module case: {exported - covered}"
     assert covered - exported == set(), f"cases for names that are not exported layers: {covered - exported}"
 
@@ -154,6 +158,13 @@ def test_a_layer_with_several_inputs_is_refused_naming_them(name):
     with pytest.raises(TypeError, match=rf"as_module wraps layers with one input; {name}.forward takes "
                                         rf"query, key, value"):
         as_module(MULTI_INPUT[name]())
+
+
+@pytest.mark.parametrize("name", sorted(STATEFUL))
+def test_a_recurrent_layer_is_refused_saying_why(name):
+    with pytest.raises(TypeError, match=rf"as_module wraps layers of one input and one output; {name} takes an "
+                                        rf"initial state and returns its new state"):
+        as_module(STATEFUL[name]())
 
 
 def _input(shape):

@@ -20,6 +20,8 @@ CASES = {  # script: (toy arguments, text its table must contain)
                       "--block", "8"], "blocked"),
     "conv.py": (["--batch", "2", "--repeats", "1", "--warmup", "0"], "vs nn"),
     "monitor.py": (["--repeats", "1", "--warmup", "0"], "no monitor"),
+    "lstm_step.py": (["--seq", "3", "--batch", "2", "--input", "4", "--hidden", "8", "--vocab", "5", "--repeats", "1",
+                      "--warmup", "0"], "vs nn.LSTM"),
     "precision.py": (["--hidden", "16", "--depth", "1", "--batch", "8", "--repeats", "1", "--warmup", "0",
                       "--dtypes", "bfloat16", "float16"], "bfloat16"),
     "data_parallel.py": (["--world", "2", "--hidden", "16", "--depth", "1", "--batch-size", "8", "--steps", "1",

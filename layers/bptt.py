@@ -1,0 +1,343 @@
+"""Backpropagation through time, the fast path: one direction of one recurrent layer over a whole sequence.
+
+Shape legend (the recurrent layers'): T = time steps, N = batch, I = input features of this layer,
+H = hidden_size, P = proj_size (LSTM only), H_out = P if P > 0 else H (the size of h),
+G = gates stacked in the weights as torch stacks them (RNN 1; LSTM 4: i, f, g, o; GRU 3: r, z, n).
+
+``layers.recurrent`` runs these for every layer and direction of RNN, LSTM and GRU, ``layers.cells`` for one
+step (T = 1).  ``layers/reference.py`` has the same arithmetic as a reader derives it -- one cell's forward
+and backward, and a loop over time carrying ``dh_next`` -- and the tests tie the two together in float64.
+The recurrence is the only place where information moves across time.
+
+How the work is arranged (the same for every kind):
+
+forward    A = x @ W_ih^T + b             the input projections of all T steps: one GEMM, (T*N, I) x (I, G*H)
+           per step t:  a = A[t] + h_{t-1} @ W_hh^T    one product with the add fused (W_hh prepacked once)
+                        the gate arithmetic on the (N, G*H) slab, written with out= into preallocated
+                        buffers (the product's (N, G*H) result is the loop's only allocation)
+backward   the factors of the gate derivatives that do not depend on the upstream gradient (LSTM's
+           o * (1 - tanh(c)^2), every sigmoid's s * (1 - s), ...): computed for all steps at once, before
+           the loop, as a few large elementwise kernels
+           per step:    dh = dy[t] + dA[t+1] @ W_hh          one product, add fused (dh_next of the textbook)
+                        dA[t] = dh * factors                  2-4 elementwise kernels
+           after the loop, each one matrix product over all T*N rows:
+                        dW_ih = dA^T @ x,  dW_hh = dA^T @ h_prev,  db = column sums of dA,  dx = dA @ W_ih
+
+The hidden states live in one buffer of T + 2 rows, ``hs``: hs[t + 1] = h_t for t = 0..T-1, and the initial
+state at hs[0] (forward direction) or hs[T + 1] (reverse direction, which runs t = T-1 down to 0, so its
+"previous" step is t + 1).  h_{t-1} of every step is then one contiguous slice -- hs[0:T] forward, hs[2:T+2]
+reverse -- and dW_hh is one GEMM.  The LSTM keeps its cell states the same way.
+
+Weights are kept in torch's layout, W_ih (G*H, I), W_hh (G*H, H_out): nn.Linear's, so ``linear(h, W_hh)`` is
+h @ W_hh^T; the backward's products by W (not W^T) use a transposed copy made once per call.  The products go
+through ``layers/matmul.py`` (oneDNN for float32 on the CPU, torch.addmm otherwise).  tanh is computed as
+2 sigmoid(2x) - 1 (``_tanh``: torch's float32 CPU tanh is several times slower than its sigmoid).  Parameter
+gradients are added into ``.grad`` (``+=``), never assigned over an existing one.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from .layer import accumulate_grad
+from .matmul import linear, linear_add, prepack, weight_grads
+
+
+class DirParams(NamedTuple):
+    """The parameters of one direction of one layer, torch's layout; None where absent (bias=False, no proj)."""
+
+    w_ih: Tensor  # (G*H, I)
+    w_hh: Tensor  # (G*H, H_out)
+    b_ih: Tensor | None  # (G*H,)
+    b_hh: Tensor | None  # (G*H,)
+    w_hr: Tensor | None = None  # (P, H), LSTM with proj_size > 0
+
+
+# -- shared pieces ----------------------------------------------------------------------------------------
+
+def _add_grads(d_rows: Tensor, pairs: list[tuple[Tensor, Tensor]], biases: tuple = ()) -> None:
+    """param.grad += d^T @ x for each (param, x) -- d (T*N, M), x (T*N, K): sums over every step and sample -- and
+    bias.grad += the column sums of d for each bias, from one call of matmul.weight_grads."""
+    grads, db = weight_grads(d_rows, [x for _, x in pairs])
+    for (param, _), g in zip(pairs, grads):
+        accumulate_grad(param, g.contiguous()) if param.grad is None else param.grad.add_(g)
+    for i, b in enumerate(b for b in biases if b is not None):
+        accumulate_grad(b, db if i == 0 else db.clone())  # a tensor of its own each: .grad may become it
+
+
+def _tanh(x: Tensor, out: Tensor) -> Tensor:
+    """tanh(x) = 2 sigmoid(2x) - 1, into ``out`` (which may be x).  An exact identity; torch's float32 tanh on
+    the CPU measured 5x slower than its sigmoid here (20 vs 3.7 us for 8K elements), and these four kernels
+    2x faster than tanh.  The rounding differs from tanh's by at most ~1 ulp of 1 (1.8e-7 float32, 3e-16 float64)."""
+    return torch.mul(x, 2, out=out).sigmoid_().mul_(2).sub_(1)
+
+
+def _steps(T: int, reverse: bool) -> tuple[range, int]:
+    """(the time steps in the order the forward runs them, the offset of h_{t-1} in hs: hs[t + offset])."""
+    return (range(T - 1, -1, -1), 2) if reverse else (range(T), 0)
+
+
+def _hidden_buffer(x: Tensor, T: int, N: int, size: int, h0: Tensor | None, reverse: bool) -> Tensor:
+    """hs (T + 2, N, size), with h0 (zeros if None) at its initial row: 0 forward, T + 1 reverse."""
+    hs = x.new_empty(T + 2, N, size)
+    init = hs[T + 1] if reverse else hs[0]
+    init.zero_() if h0 is None else init.copy_(h0)
+    return hs
+
+
+def _input_grad(dA2: Tensor, w_ih: Tensor, dx: Tensor | None) -> Tensor:
+    """dx = dA @ W_ih, (T*N, G*H) x (G*H, I) -> (T*N, I); added to ``dx`` when given (a second direction)."""
+    w_t = w_ih.t().contiguous()  # (I, G*H)
+    return linear(dA2, w_t) if dx is None else linear_add(dA2, w_t, dx)
+
+
+class Cache(NamedTuple):
+    """What one direction's forward keeps for its backward."""
+
+    x2: Tensor  # (T*N, I) the input, for dW_ih
+    p: DirParams
+    reverse: bool
+    hs: Tensor  # (T + 2, N, H_out) hidden states, see the module docstring
+    act: Tensor  # (T, N, G*H) the gates' values (RNN: unused, hs holds them)
+    extra: tuple  # what a kind needs besides: LSTM (cs, tc, rs, scratch), GRU (hg,), RNN (relu,)
+
+
+# -- RNN --------------------------------------------------------------------------------------------------
+
+def rnn_forward(x: Tensor, p: DirParams, h0: Tensor | None, reverse: bool, relu: bool
+                ) -> tuple[Tensor, Tensor, Cache]:
+    """Elman RNN, h_t = act(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh), act tanh or relu.
+
+    x (T, N, I), h0 (N, H) or None (zeros) -> (y (T, N, H) in time order, h_n (N, H), cache).
+    y and h_n are views of the cache: the caller copies what it hands out.
+    """
+    T, N, _ = x.shape
+    H = p.w_hh.shape[0]
+    x2 = x.reshape(T * N, -1)  # (T*N, I)
+    bias = None if p.b_ih is None else p.b_ih + p.b_hh  # (H,)
+    A = linear(x2, p.w_ih, bias).view(T, N, H)  # (T, N, H) input terms, all steps in one GEMM
+    hs = _hidden_buffer(x, T, N, H, h0, reverse)  # (T + 2, N, H)
+    w_hh = prepack(p.w_hh, hs[0])  # (H, H), reused by every step
+    steps, off = _steps(T, reverse)
+    for t in steps:
+        a = linear_add(hs[t + off], w_hh, A[t])  # (N, H) pre-activation
+        torch.clamp_min(a, 0, out=hs[t + 1]) if relu else _tanh(a, out=hs[t + 1])  # (N, H) h_t
+    return hs[1:T + 1], hs[T if not reverse else 1], Cache(x2, p, reverse, hs, A, (relu,))
+
+
+def rnn_backward(dy: Tensor, dh_n: Tensor | None, cache: Cache, need_dh0: bool, need_dx: bool = True,
+                 dx: Tensor | None = None) -> tuple[Tensor | None, Tensor | None]:
+    """dy (T, N, H), dh_n (N, H) or None -> (dx (T*N, I) or None, dh0 (N, H) or None); adds the weight grads.
+
+    With a = the pre-activation, h = act(a):  da = dh * act'(a),  act' = 1 - h^2 (tanh) or [h > 0] (relu),
+    and dh_{t-1} = da_t @ W_hh (plus dy_{t-1}, the output's own gradient).
+    """
+    x2, p, reverse, hs, scratch, (relu,) = cache
+    T, N, H = dy.shape
+    h = hs[1:T + 1]  # (T, N, H)
+    # act'(a) for all steps at once, into the input-projection buffer (dead after the forward)
+    k = scratch.copy_(h > 0) if relu else torch.mul(h, h, out=scratch).neg_().add_(1)  # (T, N, H)
+    dA = torch.empty_like(h)  # (T, N, H) dL/da per step
+    w_hh_t = prepack(p.w_hh.t().contiguous(), dA[0])  # (H, H) W_hh^T: linear(d, W_hh^T) = d @ W_hh
+    steps, off = _steps(T, reverse)
+    nxt = None
+    for t in reversed(steps):
+        if nxt is None:  # the last step the forward ran: dh = dy + dh_n
+            d = dy[t] if dh_n is None else dy[t] + dh_n
+        else:
+            d = linear_add(dA[nxt], w_hh_t, dy[t])  # (N, H) dh_t = dy_t + da_{next} @ W_hh
+        torch.mul(d, k[t], out=dA[t])  # (N, H) da_t
+        nxt = t
+    dA2 = dA.view(T * N, H)
+    # dW_ih (H, I) = sum_t da_t^T x_t, dW_hh (H, H) = sum_t da_t^T h_{t-1}, db = sum_t da_t: over all rows at once
+    _add_grads(dA2, [(p.w_ih, x2), (p.w_hh, hs[off:off + T].reshape(T * N, H))], (p.b_ih, p.b_hh))
+    dh0 = linear(dA[nxt], w_hh_t) if need_dh0 else None  # (N, H)
+    return (_input_grad(dA2, p.w_ih, dx) if need_dx else None), dh0
+
+
+# -- LSTM -------------------------------------------------------------------------------------------------
+
+def lstm_forward(x: Tensor, p: DirParams, h0: Tensor | None, c0: Tensor | None, reverse: bool
+                 ) -> tuple[Tensor, tuple[Tensor, Tensor], Cache]:
+    """LSTM, torch's equations and gate order (i, f, g, o):
+
+        [a_i, a_f, a_g, a_o] = x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh        (N, 4H)
+        i, f, o = sigmoid(a_i, a_f, a_o),  g = tanh(a_g)
+        c_t = f * c_{t-1} + i * g,  r_t = o * tanh(c_t),  h_t = r_t (P = 0) or r_t @ W_hr^T (N, P)
+
+    x (T, N, I), h0 (N, H_out), c0 (N, H), either None (zeros) -> (y (T, N, H_out), (h_n, c_n), cache).
+    y, h_n and c_n are views of the cache.
+    """
+    T, N, _ = x.shape
+    H, Ho = p.w_hh.shape[0] // 4, p.w_hh.shape[1]
+    x2 = x.reshape(T * N, -1)  # (T*N, I)
+    bias = None if p.b_ih is None else p.b_ih + p.b_hh  # (4H,)
+    A = linear(x2, p.w_ih, bias).view(T, N, 4 * H)  # (T, N, 4H) input terms, all steps in one GEMM
+    act = torch.empty_like(A)  # (T, N, 4H) gate values i, f, g, o
+    gi, gf, gg, go = act.view(T, N, 4, H).unbind(2)  # (T, N, H) views, one per gate
+    hs = _hidden_buffer(x, T, N, Ho, h0, reverse)  # (T + 2, N, H_out)
+    cs = _hidden_buffer(x, T, N, H, c0, reverse)  # (T + 2, N, H) cell states, hs's layout
+    tc = x.new_empty(T, N, H)  # (T, N, H) tanh(c_t)
+    rs = x.new_empty(T, N, H) if p.w_hr is not None else None  # (T, N, H) r_t before the projection
+    w_hh = prepack(p.w_hh, hs[0])  # (4H, H_out), reused by every step
+    w_hr = None if p.w_hr is None else prepack(p.w_hr, tc[0])  # (P, H)
+    steps, off = _steps(T, reverse)
+    for t in steps:
+        a = linear_add(hs[t + off], w_hh, A[t])  # (N, 4H) pre-activations: A[t] + h_{t-1} W_hh^T
+        torch.sigmoid(a, out=act[t])  # (N, 4H): i, f, o (and g's slot, overwritten next)
+        _tanh(a[:, 2 * H:3 * H], out=gg[t])  # (N, H) g
+        c = torch.mul(gf[t], cs[t + off], out=cs[t + 1])  # (N, H) f * c_{t-1}
+        c.addcmul_(gi[t], gg[t])  # (N, H) c_t = f * c_{t-1} + i * g
+        _tanh(c, out=tc[t])  # (N, H)
+        if rs is None:
+            torch.mul(go[t], tc[t], out=hs[t + 1])  # (N, H) h_t = o * tanh(c_t)
+        else:
+            hs[t + 1].copy_(linear(torch.mul(go[t], tc[t], out=rs[t]), w_hr))  # (N, P) h_t = r_t W_hr^T
+    last = 1 if reverse else T
+    # A (the input terms) is dead now; the cache keeps it as scratch memory for the backward's factors.
+    return hs[1:T + 1], (hs[last], cs[last]), Cache(x2, p, reverse, hs, act, (cs, tc, rs, A))
+
+
+def lstm_backward(dy: Tensor, dh_n: Tensor | None, dc_n: Tensor | None, cache: Cache, need_dh0: bool,
+                  need_dx: bool = True, dx: Tensor | None = None
+                  ) -> tuple[Tensor | None, Tensor | None, Tensor]:
+    """dy (T, N, H_out), dh_n (N, H_out), dc_n (N, H) (None: zeros) -> (dx (T*N, I) or None, dh0, dc0).
+
+    Per step, with dh the total gradient reaching h_t (dy_t plus what flows back from step t+1) and dc_next
+    the gradient reaching c_t from step t+1:
+
+        dr  = dh (P = 0)  or  dh @ W_hr                                   (N, H)    [dW_hr += dh^T r_t]
+        dc  = dc_next + dr * o * (1 - tanh(c_t)^2)                        h_t = o * tanh(c_t)
+        da_o = dr * tanh(c_t) * o (1 - o)                                 sigmoid' = s (1 - s)
+        da_i = dc * g * i (1 - i),  da_f = dc * c_{t-1} * f (1 - f),  da_g = dc * i * (1 - g^2)
+        dc_next for step t-1 = dc * f,   dh for step t-1 = dy_{t-1} + da @ W_hh       (da = [da_i, da_f, da_g, da_o])
+
+    Everything but dr and dc above is known from the forward: the factors K = [g i(1-i), c_{t-1} f(1-f),
+    i (1-g^2), tanh(c) o(1-o)] (T, N, 4H) and o (1 - tanh(c)^2) (T, N, H) are computed for all steps before the
+    loop, which is left with one product (two with P > 0) and four elementwise kernels per step.
+    """
+    x2, p, reverse, hs, act, (cs, tc, rs, K) = cache
+    T, N, Ho = dy.shape
+    H = act.shape[2] // 4
+    gi, gf, gg, go = act.view(T, N, 4, H).unbind(2)  # (T, N, H) views
+    steps, off = _steps(T, reverse)
+    # The factors, for all steps at once; K reuses the forward's input-projection buffer.
+    torch.addcmul(act, act, act, value=-1, out=K)  # (T, N, 4H) s (1 - s) for every gate (g's slot replaced below)
+    Ki, Kf, Kg, Ko = K.view(T, N, 4, H).unbind(2)  # (T, N, H) views
+    Ki.mul_(gg)  # g i (1 - i)
+    Kf.mul_(cs[off:off + T])  # c_{t-1} f (1 - f)
+    torch.addcmul(gi, gi * gg, gg, value=-1, out=Kg)  # i (1 - g^2)
+    Ko.mul_(tc)  # tanh(c) o (1 - o)
+    Kc = torch.addcmul(go, go * tc, tc, value=-1)  # (T, N, H) o (1 - tanh(c)^2)
+    K3 = K.view(T, N, 4, H)[:, :, :3]  # (T, N, 3, H) the factors that multiply dc
+    dA = torch.empty_like(act)  # (T, N, 4H) dL/da per step
+    dA3, dAo = dA.view(T, N, 4, H)[:, :, :3], dA.view(T, N, 4, H)[:, :, 3]
+    dc = dy.new_zeros(N, H) if dc_n is None else dc_n.clone()  # (N, H) dc_next
+    dhs = dy.new_empty(T, N, Ho) if rs is not None else None  # (T, N, P) dh per step, for dW_hr
+    w_hh_t = prepack(p.w_hh.t().contiguous(), dA[0])  # (H_out, 4H) W_hh^T: linear(d, W_hh^T) = d @ W_hh
+    w_hr_t = None if p.w_hr is None else prepack(p.w_hr.t().contiguous(), dc)  # (H, P)
+    nxt = None
+    for t in reversed(steps):
+        if nxt is None:  # the last step the forward ran: dh = dy + dh_n
+            dh = dy[t] if dh_n is None else dy[t] + dh_n
+        else:
+            dh = linear_add(dA[nxt], w_hh_t, dy[t])  # (N, H_out) dy_t + da_{next} @ W_hh
+        if dhs is None:
+            dr = dh  # (N, H)
+        else:
+            dr = linear(dhs[t].copy_(dh), w_hr_t)  # (N, H) dh @ W_hr
+        dc.addcmul_(dr, Kc[t])  # (N, H) dc = dc_next + dr * o (1 - tanh(c)^2)
+        torch.mul(K3[t], dc.unsqueeze(1), out=dA3[t])  # (N, 3, H) da_i, da_f, da_g
+        torch.mul(Ko[t], dr, out=dAo[t])  # (N, H) da_o
+        dc.mul_(gf[t])  # (N, H) dc_next for the step before
+        nxt = t
+    dA2 = dA.view(T * N, 4 * H)
+    # dW_ih (4H, I) = sum_t da_t^T x_t, dW_hh (4H, H_out) = sum_t da_t^T h_{t-1}, db = sum_t da_t: all rows at once
+    _add_grads(dA2, [(p.w_ih, x2), (p.w_hh, hs[off:off + T].reshape(T * N, Ho))], (p.b_ih, p.b_hh))
+    if rs is not None:
+        _add_grads(dhs.view(T * N, Ho), [(p.w_hr, rs.view(T * N, H))])  # (P, H) sum_t dh_t^T r_t
+    dh0 = linear(dA[nxt], w_hh_t) if need_dh0 else None  # (N, H_out)
+    return (_input_grad(dA2, p.w_ih, dx) if need_dx else None), dh0, dc
+
+
+# -- GRU --------------------------------------------------------------------------------------------------
+
+def gru_forward(x: Tensor, p: DirParams, h0: Tensor | None, reverse: bool) -> tuple[Tensor, Tensor, Cache]:
+    """GRU, torch's equations and gate order (r, z, n), the reset gate applied after the hidden matmul:
+
+        [a_r, a_z, a_n] = x_t W_ih^T + b_ih              [m_r, m_z, m_n] = h_{t-1} W_hh^T + b_hh      (N, 3H)
+        r = sigmoid(a_r + m_r),  z = sigmoid(a_z + m_z),  n = tanh(a_n + r * m_n)
+        h_t = (1 - z) * n + z * h_{t-1}                   (computed as lerp(n, h_{t-1}, z))
+
+    x (T, N, I), h0 (N, H) or None (zeros) -> (y (T, N, H), h_n (N, H), cache); y and h_n are views of the cache.
+    """
+    T, N, _ = x.shape
+    H = p.w_hh.shape[0] // 3
+    x2 = x.reshape(T * N, -1)  # (T*N, I)
+    act = linear(x2, p.w_ih, p.b_ih).view(T, N, 3 * H)  # (T, N, 3H) input terms (one GEMM), become r, z, n
+    mn = x.new_empty(T, N, H)  # (T, N, H) m_n = h_{t-1} W_hn^T + b_hn per step, kept for the backward
+    hs = _hidden_buffer(x, T, N, H, h0, reverse)  # (T + 2, N, H)
+    w_hh = prepack(p.w_hh, hs[0])  # (3H, H), reused by every step
+    steps, off = _steps(T, reverse)
+    for t in steps:
+        h_prev = hs[t + off]  # (N, H)
+        m = linear(h_prev, w_hh, p.b_hh)  # (N, 3H) hidden terms
+        a = act[t]
+        rz = a[:, :2 * H].add_(m[:, :2 * H]).sigmoid_()  # (N, 2H) r, z
+        n = a[:, 2 * H:].addcmul_(rz[:, :H], mn[t].copy_(m[:, 2 * H:]))  # (N, H) a_n + r * m_n
+        _tanh(n, out=n)  # (N, H) n
+        torch.lerp(n, h_prev, rz[:, H:], out=hs[t + 1])  # (N, H) h_t = n + z (h_{t-1} - n)
+    last = 1 if reverse else T
+    return hs[1:T + 1], hs[last], Cache(x2, p, reverse, hs, act, (mn,))
+
+
+def gru_backward(dy: Tensor, dh_n: Tensor | None, cache: Cache, need_dh0: bool, need_dx: bool = True,
+                 dx: Tensor | None = None) -> tuple[Tensor | None, Tensor | None]:
+    """dy (T, N, H), dh_n (N, H) or None -> (dx (T*N, I) or None, dh0 (N, H) or None); adds the weight grads.
+
+    Per step, with dh the total gradient reaching h_t and h = n + z (h_prev - n):
+
+        dz = dh * (h_prev - n),   dn = dh * (1 - z),   dh_prev gets dh * z directly
+        da_n = dn * (1 - n^2)                      (the input side of n: a_n's gradient)
+        dm_n = da_n * r,   dr = da_n * m_n         (the reset gate multiplies the hidden term m_n)
+        da_r = dr * r (1 - r),  da_z = dz * z (1 - z)
+        dh for step t-1 = dy_{t-1} + dh * z + [da_r, da_z, dm_n] @ W_hh
+
+    So every gradient is dh times a factor known from the forward: K = [m_n r(1-r) (1-z)(1-n^2),
+    (h_prev - n) z(1-z), r (1-z)(1-n^2), (1-z)(1-n^2)] (T, N, 4H), for all steps before the loop, which is
+    left with a product, an addcmul and one broadcast multiply per step.  The hidden side's gradient is
+    [da_r, da_z, dm_n] (the first 3H columns of dK), the input side's [da_r, da_z, da_n] (columns 0:2H, 3H:4H).
+    """
+    x2, p, reverse, hs, act, (mn,) = cache
+    T, N, H = dy.shape
+    r, z, n = act.view(T, N, 3, H).unbind(2)  # (T, N, H) views
+    steps, off = _steps(T, reverse)
+    h_prev = hs[off:off + T]  # (T, N, H)
+    K = dy.new_empty(T, N, 4, H)  # the factors, for all steps at once
+    Kr, Kz, Km, Kn = K.unbind(2)  # (T, N, H) views
+    torch.addcmul(1 - z, (1 - z) * n, n, value=-1, out=Kn)  # (1 - z)(1 - n^2)
+    torch.mul(Kn, r, out=Km)  # r (1 - z)(1 - n^2)
+    torch.mul(Kn, mn, out=Kr).mul_(r - r * r)  # m_n (1 - z)(1 - n^2) r (1 - r)
+    torch.mul(h_prev - n, z - z * z, out=Kz)  # (h_prev - n) z (1 - z)
+    dK = torch.empty_like(K)  # (T, N, 4, H): [da_r, da_z, dm_n, da_n] per step
+    dm = dK.view(T, N, 4 * H)[:, :, :3 * H]  # (T, N, 3H) the hidden side's gradient (strided view)
+    dhs = dy.new_empty(T, N, H)  # (T, N, H) dh per step
+    w_hh_t = prepack(p.w_hh.t().contiguous(), dhs[0])  # (H, 3H) W_hh^T: linear(d, W_hh^T) = d @ W_hh
+    nxt = None
+    for t in reversed(steps):
+        if nxt is None:  # the last step the forward ran: dh = dy + dh_n
+            dh = dhs[t].copy_(dy[t]) if dh_n is None else torch.add(dy[t], dh_n, out=dhs[t])
+        else:
+            d = linear_add(dm[nxt], w_hh_t, dy[t])  # (N, H) dy_t + [da_r, da_z, dm_n]_next @ W_hh
+            dh = torch.addcmul(d, dhs[nxt], z[nxt], out=dhs[t])  # (N, H) + dh_next * z_next
+        torch.mul(K[t], dh.unsqueeze(1), out=dK[t])  # (N, 4, H)
+        nxt = t
+    dK2 = dK.view(T * N, 4 * H)
+    dm2 = dK2[:, :3 * H]  # (T*N, 3H)
+    da2 = torch.cat((dK2[:, :2 * H], dK2[:, 3 * H:]), 1)  # (T*N, 3H) [da_r, da_z, da_n]
+    _add_grads(da2, [(p.w_ih, x2)], (p.b_ih,))  # (3H, I) and b_ih from the input side
+    _add_grads(dm2, [(p.w_hh, h_prev.reshape(T * N, H))], (p.b_hh,))  # (3H, H) and b_hh from the hidden side
+    dh0 = linear_add(dm[nxt], w_hh_t, dhs[nxt] * z[nxt]) if need_dh0 else None  # (N, H)
+    return (_input_grad(da2, p.w_ih, dx) if need_dx else None), dh0

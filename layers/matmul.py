@@ -1,0 +1,75 @@
+"""The recurrent layers' matrix products, on the CPU through oneDNN where torch's BLAS is slower.
+
+``torch.mm`` on the CPU calls MKL's sgemm.  On an AMD CPU (this project's machine is an AMD EPYC, Zen 5, with
+AVX-512) MKL runs its AVX2 code, while oneDNN -- the library behind nn.LSTM's own CPU kernel -- generates AVX-512
+code: for the products of a recurrent layer, (32, 256) x (256, 1024) per step and (2048, 256) x (256, 1024) over
+a sequence, oneDNN measured 1.6-2x faster here in float32 (``python benchmarks/lstm_step.py`` prints both).  So
+for a float32 CPU tensor the products below go through oneDNN's matmul, ``torch.ops.mkldnn._linear_pointwise``
+(the op torch's own compiler emits for nn.Linear on the CPU); for anything else -- float64, CUDA, a torch built
+without oneDNN, or ``ONEDNN = False`` -- through ``torch.addmm``.  The two agree to float32 round-off
+(tests/test_recurrent.py); the float64 tests, which hold the layers to 1e-10, use the addmm path.
+
+    prepack(w, x)             w (N, K) in the layout the products with x's kind of rows read fastest (oneDNN's
+                              blocked layout, reordered once and reused by every step), or w itself
+    linear(x, w, bias=None)   x (M, K), w (N, K) or prepack(w) -> (M, N) = x @ w^T + bias     (nn.Linear's layout)
+    linear_add(x, w, other)   -> other + x @ w^T                                   (other (M, N), may be strided)
+    weight_grads(d, xs)       d (K, M), xs [(K, N_i)] -> ([d^T @ x_i (M, N_i)], column sums of d (M,)): a layer's
+                              weight and bias gradients, summed over its K rows
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def _probe() -> bool:
+    """Whether this torch has oneDNN's matmul op and it computes x @ w^T (checked once, on tiny tensors)."""
+    try:
+        op = torch.ops.mkldnn._linear_pointwise
+        x, w = torch.arange(6.0).view(2, 3), torch.arange(12.0).view(4, 3)
+        return (torch.backends.mkldnn.is_available()
+                and torch.equal(op(x, w, None, "none", [], ""), x @ w.t())
+                and torch.equal(op.binary(x, x @ w.t(), w, None, "add"), 2 * (x @ w.t())))
+    except (AttributeError, RuntimeError):
+        return False
+
+
+ONEDNN: bool = _probe()  # set False to run every product through torch.addmm (the benchmark compares both)
+
+
+def _onednn(x: Tensor) -> bool:
+    return ONEDNN and x.dtype == torch.float32 and x.device.type == "cpu"
+
+
+def prepack(w: Tensor, x: Tensor) -> Tensor:
+    """w (N, K) prepared for many products ``linear(x_i, w)`` with x_i shaped and typed as x (M, K)."""
+    if _onednn(x):
+        return torch.ops.mkldnn._reorder_linear_weight(w, x.shape[0])
+    return w
+
+
+def linear(x: Tensor, w: Tensor, bias: Tensor | None = None) -> Tensor:
+    """x (M, K), w (N, K) -> x @ w^T + bias (M, N)."""
+    if _onednn(x):
+        return torch.ops.mkldnn._linear_pointwise(x, w, bias, "none", [], "")
+    return x @ w.t() if bias is None else torch.addmm(bias, x, w.t())
+
+
+def linear_add(x: Tensor, w: Tensor, other: Tensor) -> Tensor:
+    """x (M, K), w (N, K), other (M, N) -> other + x @ w^T, a new tensor (M, N)."""
+    if _onednn(x):
+        return torch.ops.mkldnn._linear_pointwise.binary(x, other, w, None, "add")
+    return torch.addmm(other, x, w.t())
+
+
+def weight_grads(d: Tensor, xs: list[Tensor]) -> tuple[list[Tensor], Tensor]:
+    """d (K, M), xs [(K, N_i)] -> ([d^T @ x_i, (M, N_i) each], d's column sums (M,)).
+
+    The K = T*N rows (every step and sample) are the products' inner dimension, strided in both operands; oneDNN
+    makes its operands contiguous, and computing (x_i^T d)^T -- the smaller result first, returned as a transposed
+    view -- measured faster here than transposing d once by hand, than oneDNN on d^T x_i, and than MKL.
+    """
+    if not _onednn(d):
+        return [d.t() @ x for x in xs], d.sum(0)
+    op = torch.ops.mkldnn._linear_pointwise
+    return [op(x.t(), d.t(), None, "none", [], "").t() for x in xs], d.sum(0)

@@ -1,0 +1,391 @@
+"""RNN, LSTM and GRU: the twins of torch.nn's recurrent layers, with backpropagation through time by hand.
+
+Shape legend: T = time steps, N = batch, I = input_size, H = hidden_size, P = proj_size (LSTM only),
+H_out = P if P > 0 else H (the size of h), L = num_layers, D = directions (2 if bidirectional else 1),
+G = gates (RNN 1; LSTM 4, stacked i, f, g, o; GRU 3, stacked r, z, n).
+
+    input   (T, N, I), or (N, T, I) with batch_first=True, or unbatched (T, I)
+    hx      h_0 (L*D, N, H_out) -- batch second whatever batch_first says, as torch -- unbatched (L*D, H_out);
+            the LSTM's is the pair (h_0, c_0), c_0 (L*D, N, H).  Omitted: zeros.
+    output  (T, N, D*H_out) (batch_first (N, T, D*H_out), unbatched (T, D*H_out)): the last layer's h_t at
+            every step, the two directions side by side (forward first)
+    h_n     (L*D, N, H_out), row k*D + d the last state of layer k, direction d -- for the reverse direction,
+            that of t = 0, the last step it runs; the LSTM returns (h_n, c_n)
+
+Layer k's input is layer k-1's output (both directions); in training mode with ``dropout`` > 0 that output
+goes through dropout first (not after the last layer), as torch does.  The per-direction work -- the
+recurrence and its backward through time -- is ``layers/bptt.py``; this file is the stacking: parameters,
+directions, layers, dropout between them, the initial states, the layouts, the checks.
+
+``backward`` takes the gradients in the structure of the outputs and returns one per tensor input of the
+forward: ``dx`` when the forward had no ``hx``, ``(dx, dhx)`` when it had one, ``dhx`` shaped as ``hx``
+(the LSTM's ``(dh_0, dc_0)``) -- the initial states are inputs a user may train or carry across calls.
+
+Parameters have torch.nn's names, layouts and registration order (``weight_ih_l{k}``, ``weight_hh_l{k}``,
+``bias_ih_l{k}``, ``bias_hh_l{k}``, the LSTM's ``weight_hr_l{k}``, ``_reverse`` for the second direction), and
+torch's initialisation in the same RNG order: under one ``torch.manual_seed`` a layer and its nn twin get
+identical weights.
+"""
+from __future__ import annotations
+
+import numbers
+import warnings
+
+import torch
+from torch import Tensor
+from torch.nn.utils.rnn import PackedSequence
+
+from . import bptt
+from .bptt import DirParams
+from .checks import check_floating, check_int, check_like, check_tensor
+from .dropout import draw_mask
+from .init import torch_recurrent_init_
+from .layer import BaseLayer
+
+
+def inter_layer_mask(out: Tensor, p: float, generator: torch.Generator | None = None,
+                     global_rows: tuple[int, int, int] | None = None) -> Tensor:
+    """The scaled dropout mask (values 0 or 1/(1-p)) for a layer's output ``out`` (T, N, F), time-major.
+
+    Drawn batch-major, as an (N, T, F) block, whatever the layout: so the twin (layers.seeded_recurrent) draws
+    the same mask for batch_first=True and False, and under data parallelism ``global_rows=(lo, hi, total)``
+    picks this process's rows of the global batch, as for every other dropout layer.
+    """
+    T, N, F = out.shape
+    if p == 1.0:
+        return out.new_zeros(T, N, F)
+    return draw_mask(out.new_empty(N, T, F), p, generator, global_rows).transpose(0, 1)  # (T, N, F) view
+
+
+class _Recurrent(BaseLayer):
+    """What RNN, LSTM and GRU share; a subclass sets the kind (``_gates``, ``_states``) and the core functions."""
+
+    _gates: int = 1  # G
+    _states: tuple[str, ...] = ("h_0",)  # the initial states: ("h_0", "c_0") for the LSTM
+    _ctor_args = ("input_size", "hidden_size", "num_layers", "bias", "batch_first", "dropout", "bidirectional")
+    # The forward writes into preallocated buffers with out=, which autograd cannot record (and runs under no_grad:
+    # no graph is built).  gradcheck's autograd oracle for these layers is autograd through the torch.nn twin's
+    # own kernels on the same weights (gradcheck._TorchOracle), as the tests compare.
+    autograd_opaque = True
+    as_module_refuses = "takes an initial state and returns its new state beside its output"
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, proj_size: int = 0,
+                 *, device: torch.device | str | None = None, dtype: torch.dtype | None = None):
+        name = type(self).__name__
+        self.input_size = check_int(name, "input_size", input_size)
+        self.hidden_size = check_int(name, "hidden_size", hidden_size)
+        self.num_layers = check_int(name, "num_layers", num_layers)
+        for flag, value in (("bias", bias), ("batch_first", batch_first), ("bidirectional", bidirectional)):
+            if not isinstance(value, bool):
+                raise ValueError(f"{name}: {flag} must be a bool, got {value!r}")
+        if isinstance(dropout, bool) or not isinstance(dropout, numbers.Real) or not 0.0 <= dropout <= 1.0:
+            raise ValueError(f"{name}: dropout (the probability of zeroing an element of a layer's output) must be "
+                             f"a number in [0, 1], got {dropout!r}")
+        self.proj_size = check_int(name, "proj_size", proj_size, lo=0)
+        if proj_size >= hidden_size:
+            raise ValueError(f"{name}: proj_size must be smaller than hidden_size, got proj_size={proj_size} and "
+                             f"hidden_size={hidden_size}")
+        if dtype is not None and not dtype.is_floating_point:
+            raise ValueError(f"{name}: dtype must be floating point, got {dtype}")
+        if dropout > 0 and num_layers == 1:
+            warnings.warn(f"{name}: dropout acts between recurrent layers, so dropout={dropout} does nothing with "
+                          f"num_layers=1", stacklevel=2)
+        self.bias, self.batch_first, self.bidirectional = bias, batch_first, bidirectional
+        self.dropout = float(dropout)
+        self.h_out = proj_size or hidden_size  # H_out
+        self.num_directions = 2 if bidirectional else 1  # D
+        names, shapes = [], []
+        gh = self._gates * hidden_size  # G*H
+        for k in range(num_layers):
+            layer_in = input_size if k == 0 else self.h_out * self.num_directions
+            for sfx in ("", "_reverse")[:self.num_directions]:
+                entries = [(f"weight_ih_l{k}{sfx}", (gh, layer_in)), (f"weight_hh_l{k}{sfx}", (gh, self.h_out))]
+                if bias:
+                    entries += [(f"bias_ih_l{k}{sfx}", (gh,)), (f"bias_hh_l{k}{sfx}", (gh,))]
+                if proj_size:
+                    entries += [(f"weight_hr_l{k}{sfx}", (proj_size, hidden_size))]
+                for n, s in entries:
+                    names.append(n)
+                    shapes.append(s)
+        self._param_names = tuple(names)  # torch's _flat_weights_names, in its order
+        for n, s in zip(names, shapes):
+            setattr(self, n, torch.empty(s, device=device, dtype=dtype))
+        torch_recurrent_init_([getattr(self, n) for n in names], hidden_size)
+        # Dropout between layers draws from ``generator`` (None: torch's default); the trainer points it, and the
+        # twin's, at one generator (training.models.use_generator finds them by ``generator`` and ``p``).
+        self.generator: torch.Generator | None = None
+        self.global_rows: tuple[int, int, int] | None = None
+        self._cache: tuple | None = None
+
+    def __call__(self, x: Tensor, hx: Tensor | tuple[Tensor, Tensor] | None = None):
+        return self.forward(x, hx)
+
+    @property
+    def p(self) -> float:
+        """The dropout probability between layers (``dropout``), under the name the dropout layers use."""
+        return self.dropout
+
+    @classmethod
+    def _ctor_kwargs(cls, obj: object) -> dict:
+        return {name: getattr(obj, name) for name in cls._ctor_args}  # bias is a bool here, as in nn.LSTM
+
+    def extra_repr(self) -> str:
+        s = f"{self.input_size}, {self.hidden_size}"
+        if self.proj_size:
+            s += f", proj_size={self.proj_size}"
+        if getattr(self, "nonlinearity", "tanh") != "tanh":
+            s += f", nonlinearity={self.nonlinearity!r}"
+        for name, default in (("num_layers", 1), ("bias", True), ("batch_first", False), ("dropout", 0.0),
+                              ("bidirectional", False)):
+            if getattr(self, name) != default:
+                s += f", {name}={getattr(self, name)}"
+        return s
+
+    def _params(self, k: int, d: int) -> DirParams:
+        sfx = f"_l{k}" + ("_reverse" if d else "")
+        get = lambda n: getattr(self, n + sfx, None)  # noqa: E731
+        return DirParams(get("weight_ih"), get("weight_hh"), get("bias_ih"), get("bias_hh"), get("weight_hr"))
+
+    # -- the kind: one direction of one layer, forward and backward (layers/bptt.py) ---------------------------
+
+    def _forward_dir(self, x: Tensor, p: DirParams, state0: list, reverse: bool) -> tuple[Tensor, list, object]:
+        """x (T, N, in) -> (y (T, N, H_out), final states [h_n (, c_n)], cache)."""
+        raise NotImplementedError
+
+    def _backward_dir(self, dy: Tensor, dfinal: list, cache: object, need_d0: bool, need_dx: bool,
+                      dx: Tensor | None) -> tuple[Tensor | None, list]:
+        """-> (dx (T*N, in) or None, [dh_0 (, dc_0)] or Nones); adds the parameter gradients."""
+        raise NotImplementedError
+
+    # -- forward ------------------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def forward(self, x: Tensor, hx: Tensor | tuple[Tensor, Tensor] | None = None):
+        """x (T, N, I) / (N, T, I) / (T, I), hx as in the module docstring -> (output, h_n) (LSTM: (output, (h_n, c_n)))."""
+        w = self.weight_ih_l0
+        if not (isinstance(x, Tensor) and x.dim() in (2, 3) and x.shape[-1] == self.input_size
+                and x.dtype == w.dtype and x.device == w.device):
+            self._reject_input(x)  # the cheap test above failed: find out what is wrong and say so
+        batched = x.dim() == 3
+        xt = x.transpose(0, 1) if batched and self.batch_first else x if batched else x.unsqueeze(1)  # (T, N, I)
+        T, N = xt.shape[:2]
+        if T == 0:
+            raise ValueError(f"{self!r}: the input has no time steps (shape {tuple(x.shape)})")
+        state0 = self._initial_states(hx, batched, N)  # [(L*D, N, .) or None] per state
+        L, D = self.num_layers, self.num_directions
+        finals: list[list[Tensor]] = [[] for _ in self._states]
+        caches, masks = [], []
+        inp = xt
+        for k in range(L):
+            ys, layer_caches = [], []
+            for d in range(D):
+                j = k * D + d
+                y, fin, cache = self._forward_dir(inp, self._params(k, d), [None if s is None else s[j] for s in state0],
+                                                  d == 1)
+                ys.append(y)
+                layer_caches.append(cache)
+                for lst, f in zip(finals, fin):
+                    lst.append(f)
+            caches.append(layer_caches)
+            out = ys[0] if D == 1 else torch.cat(ys, 2)  # (T, N, D*H_out)
+            mask = None
+            if k < L - 1 and self.training and self.dropout > 0:
+                mask = inter_layer_mask(out, self.dropout, self.generator, self.global_rows)  # (T, N, D*H_out)
+                out = (out * mask).contiguous()  # layer k+1's input
+            masks.append(mask)
+            inp = out
+        # The last layer's output: with D = 1 a view of its cache, handed out as a copy of its own.
+        output = inp.transpose(0, 1) if self.batch_first and batched else inp if batched else inp[:, 0]
+        output = output.clone(memory_format=torch.contiguous_format) if D == 1 else output.contiguous()
+        h_n = [torch.stack(lst) for lst in finals]  # (L*D, N, H_out), (L*D, N, H)
+        if not batched:
+            h_n = [h[:, 0] for h in h_n]  # (L*D, H_out)
+        self._cache = (caches, masks, batched, T, N, hx is not None, output.shape, [h.shape for h in h_n],
+                       output.dtype, output.device)
+        return output, (h_n[0] if len(h_n) == 1 else tuple(h_n))
+
+    def _initial_states(self, hx: object, batched: bool, N: int) -> list[Tensor | None]:
+        """hx -> [h_0 (, c_0)] as (L*D, N, .), checked against the input's batch; Nones for no hx."""
+        if hx is None:
+            return [None] * len(self._states)
+        w = self.weight_ih_l0
+        if len(self._states) == 1:
+            parts = [hx]
+        elif isinstance(hx, (tuple, list)) and len(hx) == 2:
+            parts = list(hx)
+        else:
+            raise TypeError(f"{self!r}: hx must be the pair (h_0, c_0) of tensors, got {type(hx).__name__}")
+        sizes = [self.h_out, self.hidden_size]
+        out = []
+        for name, part, size in zip(self._states, parts, sizes):
+            check_tensor(repr(self), name, part)
+            want = (self.num_layers * self.num_directions, N, size) if batched \
+                else (self.num_layers * self.num_directions, size)
+            if part.shape != want:
+                which = "(num_layers * num_directions, batch, " if batched else "(num_layers * num_directions, "
+                raise ValueError(f"{self!r}: {name} has shape {tuple(part.shape)}, expected {want} = {which}"
+                                 f"{'hidden_size' if size == self.hidden_size else 'proj_size'}) for an input of "
+                                 f"{'batch ' + str(N) if batched else 'unbatched input'}"
+                                 f"{' (the states are batch second also with batch_first=True)' if batched else ''}")
+            check_like(repr(self), name, part, w, "weight_ih_l0")
+            out.append(part if batched else part.unsqueeze(1))
+        return out
+
+    def _reject_input(self, x: object) -> None:
+        if isinstance(x, PackedSequence):
+            raise TypeError(f"{self!r}: PackedSequence input is not supported; pad the batch "
+                            f"(torch.nn.utils.rnn.pad_packed_sequence) and pass the padded tensor")
+        check_tensor(repr(self), "x", x)
+        check_floating(repr(self), "x", x)
+        if x.dim() not in (2, 3) or x.shape[-1] != self.input_size:
+            layout = "(N, T, I)" if self.batch_first else "(T, N, I)"
+            raise ValueError(f"{self!r}: expected input of shape {layout} or unbatched (T, I) with "
+                             f"I = input_size = {self.input_size}, got {tuple(x.shape)}")
+        check_like(repr(self), "x", x, self.weight_ih_l0, "weight_ih_l0")
+
+    # -- backward -----------------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def backward(self, doutput: Tensor | None = None, dstate: Tensor | tuple | None = None,
+                 need_input_grad: bool = True):
+        """Gradients in the structure of the forward's outputs -> the inputs' gradients; adds every parameter's.
+
+        ``doutput`` the output's shape; ``dstate`` h_n's (the LSTM's: the pair (dh_n, dc_n)); any of them None
+        stands for zeros.  Returns ``dx`` (the input's shape) when the forward had no hx, else ``(dx, dhx)``,
+        ``dhx`` shaped as hx.  ``need_input_grad=False`` skips dx (the first layer's dA @ W_ih) and gives None.
+        """
+        cache = self._cache
+        if cache is None:
+            raise RuntimeError(f"{self!r}: backward called before forward (or twice after one forward: "
+                               f"each backward consumes the cache of the forward before it)")
+        caches, masks, batched, T, N, had_hx, out_shape, state_shapes, dtype, device = cache
+        dstates = self._state_grads(dstate)
+        self._check_grad("doutput", doutput, out_shape, dtype, device)
+        for name, g, shape in zip(("dh_n", "dc_n"), dstates, state_shapes):
+            self._check_grad(name, g, shape, dtype, device)
+        self._cache = None
+        L, D, Ho = self.num_layers, self.num_directions, self.h_out
+        if doutput is None:
+            d = torch.zeros(T, N, D * Ho, dtype=dtype, device=device)
+        else:  # (T, N, D*H_out), a view
+            d = doutput.transpose(0, 1) if self.batch_first and batched else doutput if batched \
+                else doutput.unsqueeze(1)
+        dstates = [g if g is None or batched else g.unsqueeze(1) for g in dstates]  # (L*D, N, .)
+        d0: list[list] = [[None] * (L * D) for _ in self._states]
+        for k in reversed(range(L)):
+            dx = None
+            need_dx = k > 0 or need_input_grad
+            for dd in range(D):
+                j = k * D + dd
+                dy = d if D == 1 else d[:, :, dd * Ho:(dd + 1) * Ho]  # (T, N, H_out)
+                dx, g0 = self._backward_dir(dy, [None if g is None else g[j] for g in dstates], caches[k][dd],
+                                            had_hx, need_dx, dx)
+                for lst, g in zip(d0, g0):
+                    lst[j] = g
+            d = None if dx is None else dx.view(T, N, -1)  # (T, N, in) the gradient of layer k's input
+            if k > 0 and masks[k - 1] is not None:
+                d.mul_(masks[k - 1])  # through the dropout between layers k-1 and k
+        if d is not None:
+            d = d.transpose(0, 1).contiguous() if self.batch_first and batched else d if batched else d[:, 0]
+        if not had_hx:
+            return d
+        dhx = [torch.stack(lst) if batched else torch.stack(lst)[:, 0] for lst in d0]
+        return d, (dhx[0] if len(dhx) == 1 else tuple(dhx))
+
+    def _state_grads(self, dstate: object) -> list[Tensor | None]:
+        if len(self._states) == 1:
+            return [dstate]
+        if dstate is None:
+            return [None, None]
+        if isinstance(dstate, (tuple, list)) and len(dstate) == 2:
+            return list(dstate)
+        raise TypeError(f"{self!r}: the state's gradient must be the pair (dh_n, dc_n) (either may be None) or "
+                        f"None, got {type(dstate).__name__}")
+
+    def _check_grad(self, name: str, g: object, shape: torch.Size, dtype: torch.dtype, device: torch.device) -> None:
+        if g is None or (isinstance(g, Tensor) and g.shape == shape and g.dtype == dtype and g.device == device):
+            return
+        check_tensor(repr(self), name, g)
+        if g.shape != shape:
+            raise ValueError(f"{self!r}: {name} has shape {tuple(g.shape)} but the forward's output had shape "
+                             f"{tuple(shape)}")
+        check_like(repr(self), name, g, torch.empty(0, dtype=dtype, device=device), "the forward output")
+
+
+class RNN(_Recurrent):
+    """Elman RNN, torch.nn.RNN's twin: h_t = act(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh), act tanh or relu.
+
+    Backward through time (layers/bptt.py): da_t = dh_t * act'(a_t) with dh_t = dy_t + da_{t+1} @ W_hh.
+    """
+
+    torch_class = torch.nn.RNN
+    _ctor_args = _Recurrent._ctor_args + ("nonlinearity",)
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, nonlinearity: str = "tanh",
+                 bias: bool = True, batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
+                 *, device: torch.device | str | None = None, dtype: torch.dtype | None = None):
+        if nonlinearity not in ("tanh", "relu"):
+            raise ValueError(f"RNN: nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
+        self.nonlinearity = nonlinearity
+        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
+                         device=device, dtype=dtype)
+
+    def _forward_dir(self, x, p, state0, reverse):
+        y, h_n, cache = bptt.rnn_forward(x, p, state0[0], reverse, self.nonlinearity == "relu")
+        return y, [h_n], cache
+
+    def _backward_dir(self, dy, dfinal, cache, need_d0, need_dx, dx):
+        dx, dh0 = bptt.rnn_backward(dy, dfinal[0], cache, need_d0, need_dx, dx)
+        return dx, [dh0]
+
+
+class LSTM(_Recurrent):
+    """Long short-term memory, torch.nn.LSTM's twin (gates i, f, g, o; two biases; optional projection P):
+
+        i, f, g, o = sigmoid / sigmoid / tanh / sigmoid of (x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh)
+        c_t = f * c_{t-1} + i * g,   h_t = o * tanh(c_t)   (proj_size > 0: h_t = (o * tanh(c_t)) W_hr^T)
+
+    The gate derivatives are derived in ``layers.bptt.lstm_backward``.  ``hx`` is the pair (h_0, c_0),
+    ``backward(doutput, (dh_n, dc_n))``; with hx it returns ``(dx, (dh_0, dc_0))``.
+    """
+
+    torch_class = torch.nn.LSTM
+    _gates = 4
+    _states = ("h_0", "c_0")
+    _ctor_args = _Recurrent._ctor_args + ("proj_size",)
+
+    def _forward_dir(self, x, p, state0, reverse):
+        y, (h_n, c_n), cache = bptt.lstm_forward(x, p, state0[0], state0[1], reverse)
+        return y, [h_n, c_n], cache
+
+    def _backward_dir(self, dy, dfinal, cache, need_d0, need_dx, dx):
+        dx, dh0, dc0 = bptt.lstm_backward(dy, dfinal[0], dfinal[1], cache, need_d0, need_dx, dx)
+        return dx, [dh0, dc0]
+
+
+class GRU(_Recurrent):
+    """Gated recurrent unit, torch.nn.GRU's twin (gates r, z, n; the reset gate multiplies W_hn h + b_hn):
+
+        r, z = sigmoid(x_t W_i{r,z}^T + b_i{r,z} + h_{t-1} W_h{r,z}^T + b_h{r,z})
+        n = tanh(x_t W_in^T + b_in + r * (h_{t-1} W_hn^T + b_hn)),   h_t = (1 - z) * n + z * h_{t-1}
+
+    The gate derivatives are derived in ``layers.bptt.gru_backward``.
+    """
+
+    torch_class = torch.nn.GRU
+    _gates = 3
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
+                 *, device: torch.device | str | None = None, dtype: torch.dtype | None = None):
+        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
+                         device=device, dtype=dtype)
+
+    def _forward_dir(self, x, p, state0, reverse):
+        y, h_n, cache = bptt.gru_forward(x, p, state0[0], reverse)
+        return y, [h_n], cache
+
+    def _backward_dir(self, dy, dfinal, cache, need_d0, need_dx, dx):
+        dx, dh0 = bptt.gru_backward(dy, dfinal[0], cache, need_d0, need_dx, dx)
+        return dx, [dh0]
