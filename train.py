@@ -1,8 +1,9 @@
-"""Train the hand-written Net on Fashion-MNIST or MNIST beside its nn.Module twin, from the same weights and batches.
+"""Train a hand-written model beside its nn.Module twin, from the same weights and batches.
 
-    python train.py                                # Fashion-MNIST (Debian's package or ./data), both implementations
+    python train.py                                # the MLP on Fashion-MNIST (Debian's package or ./data)
     python train.py --dataset mnist                # MNIST under ./data, downloaded by torchvision if missing
     python train.py --impl manual --epochs 2 --hidden 128 --device cuda
+    python train.py --dataset shakespeare --model gpt   # a character GPT on the shipped Shakespeare corpus
 
 Each implementation trains on the same batches in the same order; the run reports per
 epoch their losses, accuracies and seconds, and at the end how far their weights drifted
@@ -22,7 +23,7 @@ try:  # importing torch takes seconds: Ctrl-C then is an interruption like any o
 
     from optimizers import OPTIMIZERS
     from training import (DATASETS, DTYPES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, IMPL_GROUPS, IMPLS, MODELS,
-                          SCHEDULES, RunFailed, TrainConfig, UsageError, run)
+                          SCHEDULES, TEXT_DATASETS, RunFailed, TrainConfig, UsageError, run)
 except KeyboardInterrupt:
     print("\ninterrupted", file=sys.stderr)
     sys.exit(130)
@@ -51,34 +52,52 @@ def _path(text: str) -> Path:
     return Path(text)
 
 
+def _eval_iters(text: str) -> int | str:
+    if text == "all":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: an integer or all") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     d = TrainConfig.__dataclass_fields__
     p = _Parser(description=__doc__.split("\n\n")[0], formatter_class=_HelpFormatter)
     p.register("type", Path, _path)  # every type=Path option refuses an empty path
     a = p.add_argument
-    a("--dataset", choices=list(DATASETS), default=d["dataset"].default,
-      help="fashion-mnist: from --data-dir, else Debian's dataset-fashion-mnist package (the README's install), else "
-           "downloaded; mnist: from --data-dir, else downloaded")
+    a("--dataset", choices=[*DATASETS, *TEXT_DATASETS], default=None,
+      help="fashion-mnist (the default for the image models): from --data-dir, else Debian's dataset-fashion-mnist "
+           "package (the README's install), else downloaded; mnist: from --data-dir, else downloaded; shakespeare "
+           "(the default for the language models): the corpus shipped in training/corpora")
+    a("--data-file", type=Path, default=None, metavar="PATH", help="text runs: train on this UTF-8 file instead")
     a("--data-dir", type=Path, default=d["data_dir"].default,
       help="torchvision's layout, DIR/MNIST/raw and DIR/FashionMNIST/raw; files found elsewhere are decompressed "
            "into it (default: data, in the current folder)")
     a("--no-download", action="store_true", help="never try the network for missing files")
-    a("--model", choices=list(MODELS), default=d["model"].default, help="mlp: the default Net; cnn: the CNN")
+    a("--model", choices=list(MODELS), default=None,
+      help="mlp: the default Net (the default with an image dataset); cnn: the CNN; gpt: a character-level GPT (the "
+           "default with a text corpus); lstm, gru: character-level recurrent language models")
     a("--impl", choices=[*IMPLS, *IMPL_GROUPS], default=d["impl"].default,
       help="manual: hand-written model; engine: the autodiff engine's Net (MLP only); torch: the nn.Module twin; "
            "both: manual and torch; all: all three")
-    a("--epochs", type=int, default=d["epochs"].default, help="passes over the training split")
-    a("--batch-size", type=int, default=d["batch_size"].default, help="samples per step (under torchrun: the global "
-      "batch)")
+    a("--epochs", type=int, default=d["epochs"].default, help="image runs: passes over the training split")
+    a("--batch-size", type=int, default=None, help="samples per step, under torchrun the global batch (default: 128 "
+      "images, 12 windows of text)")
     a("--lr", type=float, default=d["lr"].default, help="learning rate (the peak, with --schedule onecycle)")
-    a("--optimizer", default=d["optimizer"].default, help=f"one of {', '.join(OPTIMIZERS)}")
+    a("--optimizer", default=None, help=f"one of {', '.join(OPTIMIZERS)} (default: adam for images, adamw for text)")
     a("--momentum", type=float, default=d["momentum"].default, help="for sgd and rmsprop")
-    a("--weight-decay", type=float, default=d["weight_decay"].default, help="the optimizer's weight_decay "
-      "(adamw: decoupled)")
-    a("--schedule", choices=list(SCHEDULES), default=d["schedule"].default,
-      help="learning rate per step: constant; cosine (annealed to 0); onecycle (warm-up to --lr, then annealed)")
+    a("--weight-decay", type=float, default=None, help="the optimizer's weight_decay, adamw's decoupled; text runs "
+      "decay the matrices and embeddings only, as nanoGPT (default: 0 for images, 0.1 for text)")
+    a("--beta2", type=float, default=None, help="adam/adamw's second-moment decay (default: 0.999 for images, 0.99 "
+      "for text)")
+    a("--schedule", choices=list(SCHEDULES), default=None,
+      help="learning rate per step: constant (the images' default); cosine (annealed to 0); onecycle (warm-up to "
+           "--lr, then annealed); warmup-cosine (text's default, nanoGPT's: linear warm-up for --warmup-iters, then "
+           "cosine to --min-lr at --lr-decay-iters)")
     a("--augment", action="store_true", help="random left-right flips and 2-pixel shifts of training images")
-    a("--hidden", type=int, default=d["hidden"].default, help="MLP hidden width")
+    a("--hidden", type=int, default=None, help="the MLP's hidden width, or the lstm/gru's hidden size (default: 1024 for the "
+      "MLP, 256 for lstm/gru)")
     a("--depth", type=int, default=d["depth"].default, help="number of MLP hidden layers")
     a("--seed", type=int, default=d["seed"].default, help="initial weights, validation split, batch order, dropout "
       "and augmentation")
@@ -97,8 +116,27 @@ def build_parser() -> argparse.ArgumentParser:
     a("--val-interval", type=int, default=d["val_interval"].default, help="epochs between validations")
     a("--val-split", type=int, default=None, help="training samples held out for validation (default: 10%%; 0: none)")
     a("--clip-grad", type=float, default=None, metavar="MAX_NORM",
-      help="clip the total gradient norm to MAX_NORM (default: no clipping)")
+      help="clip the total gradient norm to MAX_NORM (default: no clipping for images, 1.0 for text)")
     a("--limit-train", type=int, default=None, metavar="N", help="use the first N training samples (default: all)")
+    g = p.add_argument_group("text runs (--model gpt, lstm, gru): nanoGPT's option names, its CPU configuration's "
+                             "defaults")
+    t = g.add_argument
+    t("--max-iters", type=int, default=d["max_iters"].default, help="training iterations")
+    t("--eval-interval", type=int, default=d["eval_interval"].default,
+      help="iterations between evaluations of the train and val loss (and checkpoints)")
+    t("--eval-iters", type=_eval_iters, default=d["eval_iters"].default,
+      help="batches per split and evaluation, or all: every non-overlapping window of the split")
+    t("--block-size", type=int, default=d["block_size"].default, help="context length: characters per window")
+    t("--n-layer", type=int, default=None, help="GPT blocks, or stacked recurrent layers (default: 4 for gpt, 2 for lstm/gru)")
+    t("--n-head", type=int, default=d["n_head"].default, help="GPT attention heads")
+    t("--n-embd", type=int, default=d["n_embd"].default, help="GPT width, or the recurrent models' embedding width")
+    t("--dropout", type=float, default=d["dropout"].default, help="dropout probability")
+    t("--bias", action=argparse.BooleanOptionalAction, default=d["bias"].default,
+      help="biases in the GPT's Linears and LayerNorms (default: off, as in nanoGPT's train.py)")
+    t("--min-lr", type=float, default=d["min_lr"].default, help="warmup-cosine: the learning rate it decays to")
+    t("--warmup-iters", type=int, default=d["warmup_iters"].default, help="warmup-cosine: iterations of linear warm-up")
+    t("--lr-decay-iters", type=int, default=d["lr_decay_iters"].default,
+      help="warmup-cosine: the iteration at which the rate reaches --min-lr")
     a("--cuda-graph", action=argparse.BooleanOptionalAction, default=None,
       help="capture the hand-written step once as a CUDA graph and replay it (default: on with a CUDA device for "
            "the MLP without --monitor or torchrun; on the CPU the same capturable, in-place step runs eagerly)")

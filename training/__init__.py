@@ -4,7 +4,7 @@ checkpoints, figures, and the data-parallel pieces.  ``training.run(TrainConfig(
 from .agreement import RanksDisagree, check_ranks_agree
 from .checkpoint import FORMAT, load_checkpoint, read_checkpoint, save_checkpoint
 from .checksum import ChecksumMismatch, seal, unseal
-from .config import (DATASETS, DTYPES, HALF_DTYPES, IMPL_GROUPS, IMPLS, MATH_FIELDS, MODELS, SCHEDULES, TrainConfig,
+from .config import (DATASETS, TEXT_DATASETS, TEXT_MODELS, DTYPES, HALF_DTYPES, IMPL_GROUPS, IMPLS, MATH_FIELDS, MODELS, SCHEDULES, TrainConfig,
                      resolve_device)
 from .data import Data, load_data, prepare_raw, read_split
 from .errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, NonFiniteLoss, RunFailed, UsageError
@@ -17,7 +17,7 @@ from .models import build_models
 from .output import OutputFolder
 from .trainer import run
 
-__all__ = ["TrainConfig", "run", "resolve_device", "DATASETS", "MODELS", "SCHEDULES", "DTYPES",
+__all__ = ["TrainConfig", "run", "resolve_device", "DATASETS", "TEXT_DATASETS", "TEXT_MODELS", "MODELS", "SCHEDULES", "DTYPES",
            "HALF_DTYPES", "IMPLS", "IMPL_GROUPS", "MATH_FIELDS",
            "Data", "load_data", "prepare_raw", "read_split", "Impl", "ManualImpl", "EngineImpl", "TorchImpl",
            "build_impls", "build_models", "max_param_abs_diff", "train_epoch", "evaluate", "FORMAT",

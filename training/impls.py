@@ -1,8 +1,8 @@
-"""The three implementations a run trains side by side, behind one small protocol (``Impl``).
+"""The three implementations a run trains side by side, behind one small protocol (``Impl``), and building them.
 
-manual: the hand-written model, its explicit backward and a handgrad optimizer; no autograd graph.
-engine: the same MLP on handgrad's autodiff engine (gradients from per-operation closures), handgrad optimizer.
-torch:  the nn.Module twin: autograd's backward and torch.optim's optimizer.
+manual (training/manual_impl.py): the hand-written model, its explicit backward and a handgrad optimizer.
+engine (training/engine_impl.py): the MLP on handgrad's autodiff engine, a handgrad optimizer.
+torch (training/torch_impl.py): the nn.Module twin: autograd's backward and torch.optim's optimizer.
 
 Mixed precision (``--dtype bfloat16`` or ``float16``; not the engine): every model is built in float32 from the
 same weights.  The manual implementation keeps float32 master weights (``precision.MasterWeights``) that its
@@ -17,22 +17,17 @@ from __future__ import annotations
 from typing import Protocol
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from autodiff import cross_entropy, no_grad
-from losses import CrossEntropyLoss
-from optimizers import OPTIMIZERS, clip_grad_norm_, get_optimizer
-
-from .allreduce import GradBuckets
 from .config import TrainConfig
-from .cuda_graph import CapturedStep, use_cuda_graph
+from .cuda_graph import use_cuda_graph
 from .distributed import SINGLE, DistInfo, broadcast_
+from .engine_impl import EngineImpl
 from .errors import UsageError
+from .manual_impl import ManualImpl
 from .models import build_models
-from .loss_scale import DynamicLossScaler
-from .precision import MasterWeights
 from .schedule import make_scheduler
+from .torch_impl import TorchImpl
 
 
 class Impl(Protocol):
@@ -57,233 +52,12 @@ class Impl(Protocol):
         """(torch-style name, tensor whose .grad is the gradient)."""
 
 
-def _clip_monitored(impl, step: int, clip_fn, params=None) -> Tensor | None:
-    """Clip the gradients of ``params`` (default: the model's) with ``clip_fn(params, max_norm)`` if the run clips
-    (-> the total norm before), and tell the monitor, if any, about them before and after."""
-    mon = impl.monitor
-    if mon is not None:
-        mon.update(step)
-    norm = clip_fn(impl.model.parameters() if params is None else params, impl.clip) if impl.clip else None
-    if mon is not None:
-        mon.update_after_clip()
-    return norm
-
-
 def check_mixed_precision(config: TrainConfig, info: DistInfo) -> None:
     """Mixed precision runs in one process: the hand-written all-reduce buckets and the loss scaler's found-inf
     flag have not been made to work together across ranks yet."""
     if config.is_mixed and info.enabled:
         raise UsageError(f"--dtype {config.dtype} under torchrun: mixed precision runs in a single process only "
                          f"for now; use --dtype float32 (or float64) with torchrun")
-
-
-def optimizer_kwargs(config: TrainConfig) -> dict:
-    kw = {"lr": config.lr, "weight_decay": config.weight_decay}
-    if config.optimizer in ("sgd", "rmsprop"):
-        kw["momentum"] = config.momentum
-    return kw
-
-
-def capturable_kwargs(config: TrainConfig, param: torch.Tensor) -> dict:
-    """The captured step's optimizer: capturable (step counters on the device) and, with a --schedule, lr a 0-d
-    tensor beside the parameters that the kernels read there, so that the schedule's changes (schedulers fill a
-    tensor lr in place) reach a replayed graph.  A constant lr stays a number (one kernel fewer in SGD's step)."""
-    kw = {"capturable": True}
-    if config.schedule != "constant":
-        kw["lr"] = torch.tensor(config.lr, dtype=param.dtype, device=param.device)
-    return kw
-
-
-class ManualImpl:
-    name = "manual"
-    sched = None
-    monitor = None
-    master = None   # mixed precision: the float32 MasterWeights the optimizer steps
-    scaler = None   # float16: the DynamicLossScaler
-
-    def __init__(self, model, config: TrainConfig, info: DistInfo = SINGLE, cuda_graph: bool = False):
-        self.model = model
-        # With cuda_graph the step is captured once and replayed (training/cuda_graph.py): the optimizer keeps its
-        # step counters on the device (capturable); .grad buffers stay put in every mode (zeroed in place).
-        self.cuda_graph, self.graph = cuda_graph, None
-        self.capture_fallback = config.cuda_graph is None  # chosen by default: a failed capture warns, runs eagerly
-        self.crit = CrossEntropyLoss()
-        self.eval_crit = CrossEntropyLoss(reduction="sum")
-        self.clip = config.clip_grad
-        self.buckets = None
-        if config.is_mixed:
-            self.compute_dtype = config.compute_dtype
-            self.master = MasterWeights(model, cast_to=config.compute_dtype)  # copies first, then the cast
-            self.opt = get_optimizer(config.optimizer, self.master.parameters(), **optimizer_kwargs(config))
-            if config.compute_dtype == torch.float16:
-                self.scaler = DynamicLossScaler(device=self.master.parameters()[0].device)
-            return
-        self.opt = get_optimizer(config.optimizer, model.parameters(), **{
-            **optimizer_kwargs(config), **(capturable_kwargs(config, model.parameters()[0]) if cuda_graph else {})})
-        if info.enabled:  # each rank's share of the global mean, summed over ranks by hand-written all-reduces
-            self.crit = CrossEntropyLoss(reduction="sum")
-            self.buckets = GradBuckets(model.parameters(), scale=1.0).attach(model)
-
-    def train_step(self, x, y, total, step=0):
-        if self.master is not None:
-            return self._mixed_step(x, y, step)
-        if self.cuda_graph:  # one process, no monitor (build_impls checks): total is y's size, step unused
-            if self.graph is None:
-                self.graph = CapturedStep(lambda xb, yb: self._step(xb, yb, yb.shape[0], 0), x, y,
-                                          fallback=self.capture_fallback)
-            return self.graph(x, y)  # eager for a batch of another shape (an epoch's last)
-        return self._step(x, y, total, step)
-
-    def _step(self, x, y, total, step):
-        self.opt.zero_grad(set_to_none=False)  # .grad buffers stay put: zeroed in place, written in place
-        logits = self.model(x)
-        loss = self.crit(logits, y)
-        if self.buckets is None:
-            self.model.backward(self.crit.backward())  # containers skip the first layer's input gradient
-            loss = loss * y.shape[0]
-        else:
-            self.model.backward(self.crit.backward(1.0 / total))  # buckets launch as their layers finish
-            self.buckets.finish()
-        norm = _clip_monitored(self, step, clip_grad_norm_)
-        self.opt.step()
-        return loss, logits, norm
-
-    def _mixed_step(self, x, y, step):
-        """A mixed-precision step: half forward and backward, float32 cross-entropy, float32 master update."""
-        self.master.zero_grad()
-        logits = self.model(x.to(self.compute_dtype))  # (N, C) half
-        loss = self.crit(logits, y)  # softmax and loss in float32
-        scaler = self.scaler
-        # dL/dlogits (times S for float16), rounded once to the half dtype
-        self.model.backward(self.crit.backward() if scaler is None else self.crit.backward(scaler.scale_loss_grad()))
-        self.master.grads_to_master(scaler)  # float32 gradients, divided by S; found_inf set
-        norm = _clip_monitored(self, step, clip_grad_norm_, self.master.parameters())
-        if scaler is None:
-            self.opt.step()
-        else:
-            scaler.step(self.opt)  # skipped when a gradient was inf/nan (one read-back of the flag)
-            scaler.update()  # S halves on overflow, doubles after 2000 clean steps
-        self.master.master_to_model()
-        return loss * y.shape[0], logits.float(), norm
-
-    def eval_batch(self, x, y):
-        if self.master is not None:
-            logits = self.model(x.to(self.compute_dtype))
-            return self.eval_crit(logits, y), logits.float()
-        logits = self.model(x)
-        return self.eval_crit(logits, y), logits
-
-    def named_parameters(self):
-        return self.master.named_parameters() if self.master is not None else list(self.model.named_parameters())
-
-
-class EngineImpl:
-    name = "engine"
-    sched = None
-    monitor = None
-
-    def __init__(self, model, config: TrainConfig, info: DistInfo = SINGLE):
-        self.model = model
-        self.opt = get_optimizer(config.optimizer, model.parameters(), **optimizer_kwargs(config))
-        self.clip = config.clip_grad
-        # The engine's graph has no per-layer hook: its gradients are all-reduced after the whole backward.
-        self.buckets = GradBuckets([p.data for p in model.parameters()], scale=1.0) if info.enabled else None
-
-    def train_step(self, x, y, total, step=0):
-        self.opt.zero_grad()
-        logits = self.model(x)
-        if self.buckets is None:
-            loss = cross_entropy(logits, y)
-            loss.backward()
-            loss_sum = loss.data * y.shape[0]
-        else:
-            loss = cross_entropy(logits, y, reduction="sum")
-            (loss * (1.0 / total)).backward()
-            self.buckets.reduce_all()
-            loss_sum = loss.data
-        norm = _clip_monitored(self, step, clip_grad_norm_)
-        self.opt.step()
-        return loss_sum, logits.data, norm
-
-    @no_grad()
-    def eval_batch(self, x, y):
-        logits = self.model(x)
-        return cross_entropy(logits, y, reduction="sum").data, logits.data
-
-    def named_parameters(self):
-        return [(name, p.data) for name, p in self.model.named_parameters()]
-
-
-class TorchImpl:
-    name = "torch"
-    sched = None
-    monitor = None
-    autocast = None  # mixed precision: the half dtype torch.autocast runs forward and loss in
-    scaler = None    # float16: torch.amp.GradScaler
-
-    def __init__(self, model: torch.nn.Module, config: TrainConfig, info: DistInfo = SINGLE):
-        self.model = model
-        cls = getattr(torch.optim, OPTIMIZERS[config.optimizer].__name__)  # handgrad's twin in torch.optim
-        self.opt = cls(model.parameters(), **optimizer_kwargs(config))
-        self.clip = config.clip_grad
-        self.world = info.world_size if info.enabled else None
-        # Under torchrun the twin trains as PyTorch users train: DistributedDataParallel (it averages over ranks).
-        self.forward = torch.nn.parallel.DistributedDataParallel(model) if info.enabled else model
-        if config.is_mixed:
-            self.autocast = config.compute_dtype
-            self.device_type = next(model.parameters()).device.type
-            if config.compute_dtype == torch.float16:
-                self.scaler = torch.amp.GradScaler(self.device_type)
-
-    def train_step(self, x, y, total, step=0):
-        if self.autocast is not None:
-            return self._autocast_step(x, y, step)
-        self.opt.zero_grad()
-        logits = self.forward(x)
-        if self.world is None:
-            loss = F.cross_entropy(logits, y)
-            loss.backward()
-            loss_sum = loss.detach() * y.shape[0]
-        else:
-            loss_sum = F.cross_entropy(logits, y, reduction="sum")
-            (loss_sum * (self.world / total)).backward()  # DDP divides by the world size: the global mean remains
-            loss_sum = loss_sum.detach()
-        norm = _clip_monitored(self, step, torch.nn.utils.clip_grad_norm_)
-        self.opt.step()
-        return loss_sum, logits.detach(), norm
-
-    def _autocast_step(self, x, y, step):
-        """PyTorch's recipe: forward and loss under autocast (cross-entropy runs in float32 there), GradScaler for
-        float16, gradients unscaled before they are monitored and clipped."""
-        self.opt.zero_grad()
-        with torch.autocast(self.device_type, dtype=self.autocast):
-            logits = self.forward(x)  # (N, C) half
-            loss = F.cross_entropy(logits, y)  # float32
-        scaler = self.scaler
-        if scaler is None:
-            loss.backward()
-        else:
-            scaler.scale(loss).backward()
-            scaler.unscale_(self.opt)
-        norm = _clip_monitored(self, step, torch.nn.utils.clip_grad_norm_)
-        if scaler is None:
-            self.opt.step()
-        else:
-            scaler.step(self.opt)
-            scaler.update()
-        return loss.detach() * y.shape[0], logits.detach().float(), norm
-
-    @torch.no_grad()
-    def eval_batch(self, x, y):
-        if self.autocast is not None:
-            with torch.autocast(self.device_type, dtype=self.autocast):
-                logits = self.model(x)
-                return F.cross_entropy(logits, y, reduction="sum"), logits.float()
-        logits = self.model(x)
-        return F.cross_entropy(logits, y, reduction="sum"), logits
-
-    def named_parameters(self):
-        return list(self.model.named_parameters())
 
 
 IMPL_CLASSES = {"manual": ManualImpl, "engine": EngineImpl, "torch": TorchImpl}

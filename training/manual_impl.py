@@ -1,0 +1,111 @@
+"""manual: the hand-written model, its explicit backward and a handgrad optimizer; no autograd graph.
+
+Mixed precision (``--dtype bfloat16`` or ``float16``): the model keeps float32 master weights
+(``precision.MasterWeights``) that its optimizer steps, runs its layers in the half dtype (batch norm keeps float32
+parameters and statistics), takes cross-entropy of the half logits in float32, and for float16 scales the loss
+gradient with a hand-written ``DynamicLossScaler``; gradients are clipped and monitored after unscaling.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from losses import CrossEntropyLoss
+from optimizers import clip_grad_norm_, get_optimizer
+
+from .allreduce import GradBuckets
+from .config import TrainConfig
+from .cuda_graph import CapturedStep
+from .distributed import SINGLE, DistInfo
+from .loss_scale import DynamicLossScaler
+from .optim_setup import capturable_kwargs, clip_monitored, optimizer_kwargs, param_groups, rows
+from .precision import MasterWeights
+
+
+def _half(x: Tensor, dtype: torch.dtype) -> Tensor:
+    """Images to the half dtype; token ids stay integers."""
+    return x.to(dtype) if x.is_floating_point() else x
+
+
+class ManualImpl:
+    name = "manual"
+    sched = None
+    monitor = None
+    master = None   # mixed precision: the float32 MasterWeights the optimizer steps
+    scaler = None   # float16: the DynamicLossScaler
+
+    def __init__(self, model, config: TrainConfig, info: DistInfo = SINGLE, cuda_graph: bool = False):
+        self.model = model
+        # With cuda_graph the step is captured once and replayed (training/cuda_graph.py): the optimizer keeps its
+        # step counters on the device (capturable); .grad buffers stay put in every mode (zeroed in place).
+        self.cuda_graph, self.graph = cuda_graph, None
+        self.capture_fallback = config.cuda_graph is None  # chosen by default: a failed capture warns, runs eagerly
+        self.crit = CrossEntropyLoss()
+        self.eval_crit = CrossEntropyLoss(reduction="sum")
+        self.clip = config.clip_grad
+        self.buckets = None
+        if config.is_mixed:
+            self.compute_dtype = config.compute_dtype
+            self.master = MasterWeights(model, cast_to=config.compute_dtype)  # copies first, then the cast
+            self.opt = get_optimizer(config.optimizer, param_groups(self.master.named_parameters(), config), **optimizer_kwargs(config))
+            if config.compute_dtype == torch.float16:
+                self.scaler = DynamicLossScaler(device=self.master.parameters()[0].device)
+            return
+        self.opt = get_optimizer(config.optimizer, param_groups(list(model.named_parameters()), config), **{
+            **optimizer_kwargs(config), **(capturable_kwargs(config, model.parameters()[0]) if cuda_graph else {})})
+        if info.enabled:  # each rank's share of the global mean, summed over ranks by hand-written all-reduces
+            self.crit = CrossEntropyLoss(reduction="sum")
+            self.buckets = GradBuckets(model.parameters(), scale=1.0).attach(model)
+
+    def train_step(self, x, y, total, step=0):
+        if self.master is not None:
+            return self._mixed_step(x, y, step)
+        if self.cuda_graph:  # one process, no monitor (build_impls checks): total is y's size, step unused
+            if self.graph is None:
+                self.graph = CapturedStep(lambda xb, yb: self._step(xb, yb, yb.shape[0], 0), x, y,
+                                          fallback=self.capture_fallback)
+            return self.graph(x, y)  # eager for a batch of another shape (an epoch's last)
+        return self._step(x, y, total, step)
+
+    def _step(self, x, y, total, step):
+        self.opt.zero_grad(set_to_none=False)  # .grad buffers stay put: zeroed in place, written in place
+        logits = self.model(x)
+        loss = self.crit(*rows(logits, y))
+        if self.buckets is None:
+            self.model.backward(self.crit.backward().view_as(logits))  # containers skip the first layer's dx
+            loss = loss * y.numel()
+        else:
+            self.model.backward(self.crit.backward(1.0 / total).view_as(logits))  # buckets launch as layers finish
+            self.buckets.finish()
+        norm = clip_monitored(self, step, clip_grad_norm_)
+        self.opt.step()
+        return loss, logits, norm
+
+    def _mixed_step(self, x, y, step):
+        """A mixed-precision step: half forward and backward, float32 cross-entropy, float32 master update."""
+        self.master.zero_grad()
+        logits = self.model(_half(x, self.compute_dtype))  # (N, C) half
+        loss = self.crit(*rows(logits, y))  # softmax and loss in float32
+        scaler = self.scaler
+        # dL/dlogits (times S for float16), rounded once to the half dtype
+        d = self.crit.backward() if scaler is None else self.crit.backward(scaler.scale_loss_grad())
+        self.model.backward(d.view_as(logits))
+        self.master.grads_to_master(scaler)  # float32 gradients, divided by S; found_inf set
+        norm = clip_monitored(self, step, clip_grad_norm_, self.master.parameters())
+        if scaler is None:
+            self.opt.step()
+        else:
+            scaler.step(self.opt)  # skipped when a gradient was inf/nan (one read-back of the flag)
+            scaler.update()  # S halves on overflow, doubles after 2000 clean steps
+        self.master.master_to_model()
+        return loss * y.numel(), logits.float(), norm
+
+    def eval_batch(self, x, y):
+        if self.master is not None:
+            logits = self.model(_half(x, self.compute_dtype))
+            return self.eval_crit(*rows(logits, y)), logits.float()
+        logits = self.model(x)
+        return self.eval_crit(*rows(logits, y)), logits
+
+    def named_parameters(self):
+        return self.master.named_parameters() if self.master is not None else list(self.model.named_parameters())

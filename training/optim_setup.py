@@ -1,0 +1,57 @@
+"""What every implementation's step shares: its optimizer's arguments and parameter groups, clipping with the
+monitor told, and cross-entropy over rows (an image's logits (N, C), or a language model's (B, T, V) flattened)."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .config import TrainConfig
+
+
+def optimizer_kwargs(config: TrainConfig) -> dict:
+    kw = {"lr": config.lr, "weight_decay": config.weight_decay}
+    if config.optimizer in ("sgd", "rmsprop"):
+        kw["momentum"] = config.momentum
+    if config.optimizer in ("adam", "adamw"):
+        kw["betas"] = (0.9, config.beta2)
+    return kw
+
+
+def param_groups(named: list[tuple[str, Tensor]], config: TrainConfig) -> list:
+    """The optimizer's parameters: all in one group for the image models; for the language models nanoGPT's two
+    (``configure_optimizers``): weight decay on the tensors of two or more dimensions (matrices, embeddings), none
+    on biases and layer-norm gains."""
+    params = [p for _, p in named]
+    if not config.is_text:
+        return params
+    return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+
+
+def capturable_kwargs(config: TrainConfig, param: torch.Tensor) -> dict:
+    """The captured step's optimizer: capturable (step counters on the device) and, with a --schedule, lr a 0-d
+    tensor beside the parameters that the kernels read there, so that the schedule's changes (schedulers fill a
+    tensor lr in place) reach a replayed graph.  A constant lr stays a number (one kernel fewer in SGD's step)."""
+    kw = {"capturable": True}
+    if config.schedule != "constant":
+        kw["lr"] = torch.tensor(config.lr, dtype=param.dtype, device=param.device)
+    return kw
+
+
+def clip_monitored(impl, step: int, clip_fn, params=None) -> Tensor | None:
+    """Clip the gradients of ``params`` (default: the model's) with ``clip_fn(params, max_norm)`` if the run clips
+    (-> the total norm before), and tell the monitor, if any, about them before and after."""
+    mon = impl.monitor
+    if mon is not None:
+        mon.update(step)
+    norm = clip_fn(impl.model.parameters() if params is None else params, impl.clip) if impl.clip else None
+    if mon is not None:
+        mon.update_after_clip()
+    return norm
+
+
+def rows(logits: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+    """(N, C) logits and (N,) targets as they are; a language model's (B, T, V) and (B, T) as B*T rows."""
+    if logits.dim() == 2:
+        return logits, y
+    return logits.reshape(-1, logits.shape[-1]), y.reshape(-1)
