@@ -24,6 +24,7 @@ try:  # importing torch takes seconds: Ctrl-C then is an interruption like any o
     from optimizers import OPTIMIZERS
     from training import (DATASETS, DTYPES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, IMPL_GROUPS, IMPLS, MODELS,
                           SCHEDULES, TEXT_DATASETS, RunFailed, TrainConfig, UsageError, run)
+    from training.checkpoint import saved_model
 except KeyboardInterrupt:
     print("\ninterrupted", file=sys.stderr)
     sys.exit(130)
@@ -174,6 +175,8 @@ def parse_config(argv: list[str] | None) -> TrainConfig:
     values["plots"] = not values.pop("no_plots")
     values["sync_bn"] = not values.pop("no_sync_bn")
     values.pop("sanity")
+    if values["resume"] is not None and "model" not in given:  # the checkpoint's family decides which flags apply
+        values["model"] = saved_model(values["resume"])
     return TrainConfig(**values, given=given - {"sanity"})
 
 

@@ -19,6 +19,7 @@ from .net import Net
 from .pool import AvgPool2d, MaxPool2d
 from .recurrent import GRU, LSTM, RNN
 from .recurrent_lm import RecurrentLM, TorchRecurrentLM
+from .sampling import generate_recurrent, next_token
 from .seeded_recurrent import SeededGRU, SeededLSTM, SeededRNN
 from .sequential import Sequential
 from .sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
@@ -31,5 +32,5 @@ __all__ = ["Layer", "BaseLayer", "Linear", "ReLU", "Tanh", "Sigmoid", "Softmax",
            "SeededDropout", "seeded_dropouts", "Embedding", "ScaledDotProductAttention", "MultiheadAttention",
            "TransformerEncoderLayer", "TransformerEncoder", "GPT", "PytorchGPT", "attention_dropout_mask", "Conv2d",
            "MaxPool2d", "AvgPool2d", "Flatten", "RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell", "SeededRNN",
-           "SeededLSTM", "SeededGRU", "RecurrentLM", "TorchRecurrentLM",
+           "SeededLSTM", "SeededGRU", "RecurrentLM", "TorchRecurrentLM", "next_token", "generate_recurrent",
            "Sequential", "Net", "PytorchNet", "from_torch", "to_torch", "as_module", "HandgradModule"]

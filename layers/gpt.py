@@ -35,6 +35,7 @@ from .embedding import Embedding
 from .layer import BaseLayer, _rng_untouched
 from .layernorm import LayerNorm
 from .linear import Linear
+from .sampling import check_sampling, next_token
 
 
 class CausalSelfAttention(BaseLayer):
@@ -289,25 +290,13 @@ class GPT(BaseLayer):
         default if None) -- with a key/value cache, so a new token costs one position's work.  Past block_size
         the window slides as nanoGPT's does: the positions shift, so the cache is rebuilt for the new window.
         Call it in eval mode (dropout off), as nanoGPT says of its own."""
-        check_int("GPT.generate", "max_new_tokens", max_new_tokens, lo=0)
-        if not (isinstance(temperature, (int, float)) and temperature > 0):
-            raise ValueError(f"GPT.generate: temperature must be > 0, got {temperature!r}")
-        if top_k is not None:
-            check_int("GPT.generate", "top_k", top_k)
-        if not (isinstance(idx, Tensor) and idx.dim() == 2 and idx.shape[1] >= 1):
-            raise ValueError(f"GPT.generate: idx must be a (B, t) tensor of token ids with t >= 1, got "
-                             f"{tuple(idx.shape) if isinstance(idx, Tensor) else type(idx).__name__}")
+        check_sampling("GPT.generate", idx, max_new_tokens, temperature, top_k)
         cache = KVCache(self)
         logits = None
         for n in range(max_new_tokens):
             if logits is None:  # the first step, or the window slid: positions shift, recompute the window
                 logits = cache.prefill(idx[:, -self.block_size:])  # (B, V) the window's last position
-            logits = logits / temperature
-            if top_k is not None:
-                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
-                logits[logits < v[:, [-1]]] = -float("inf")
-            probs = torch.softmax(logits, dim=-1)
-            idx_next = torch.multinomial(probs, num_samples=1, generator=generator)  # (B, 1)
+            idx_next = next_token(logits, temperature, top_k, generator)  # (B, 1)
             idx = torch.cat((idx, idx_next), dim=1)
             if n + 1 < max_new_tokens:
                 # one position's work while the window has room; else the window slides at the next step

@@ -26,6 +26,7 @@ from .embedding import Embedding
 from .layer import BaseLayer
 from .linear import Linear
 from .recurrent import GRU, LSTM, RNN
+from .sampling import generate_recurrent
 
 CELLS = {"lstm": (LSTM, nn.LSTM), "gru": (GRU, nn.GRU), "rnn": (RNN, nn.RNN)}
 
@@ -55,6 +56,11 @@ class TorchRecurrentLM(nn.Module):
     def forward(self, idx: Tensor, state=None):
         out, state = self.rnn(self.embedding(idx), state)
         return self.head(out), state
+
+    def generate(self, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+                 generator: torch.Generator | None = None) -> Tensor:
+        """idx (B, t) -> (B, t + max_new_tokens), sampled as ``RecurrentLM.generate`` samples (call it in eval mode)."""
+        return generate_recurrent(self, idx, max_new_tokens, temperature, top_k, generator)
 
 
 class RecurrentLM(BaseLayer):
@@ -92,6 +98,12 @@ class RecurrentLM(BaseLayer):
 
     def __call__(self, idx: Tensor, state=None):
         return self.forward(idx, state)
+
+    def generate(self, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+                 generator: torch.Generator | None = None) -> Tensor:
+        """idx (B, t) -> (B, t + max_new_tokens): the prompt once, then each new token from the carried state, drawn
+        as nanoGPT draws (layers/sampling.py).  Call it in eval mode (no dropout)."""
+        return generate_recurrent(self, idx, max_new_tokens, temperature, top_k, generator)
 
     def forward(self, idx: Tensor, state=None):
         """idx (N, T) or (T,) -> (logits (N, T, V) or (T, V), the recurrent layer's final state)."""

@@ -208,9 +208,10 @@ class GradientMonitor:
         self.flush()
         return self._records
 
-    def to_jsonl(self, path: str | Path) -> Path:
-        """Write the records as JSON lines (atomically); ``monitoring.read_jsonl`` reads them back."""
-        return write_jsonl(path, self.records)
+    def to_jsonl(self, path: str | Path, write_text=None) -> Path:
+        """Write the records as JSON lines; ``monitoring.read_jsonl`` reads them back.  ``write_text(path, text)``
+        writes the file (train.py passes its atomic writer); default ``Path.write_text``."""
+        return write_jsonl(path, self.records, write_text)
 
     def plot(self, out_dir: str | Path) -> list[Path]:
         """Render the figures of ``monitoring.plot_records`` into ``out_dir``; -> the files written."""

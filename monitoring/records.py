@@ -5,14 +5,19 @@ import json
 from pathlib import Path
 
 
-def write_jsonl(path: str | Path, records: list[dict]) -> Path:
-    """One JSON object per line, written atomically (a crash leaves the old file or the new one).
+def write_jsonl(path: str | Path, records: list[dict], write_text=None) -> Path:
+    """One JSON object per line, written by ``write_text(path, text)`` (default ``Path.write_text``; the trainer
+    passes training.files.atomic_write_text, so a crash leaves the old file or the new one: monitoring itself
+    depends on nothing of training).
 
     Non-finite numbers are written as JSON's common extension NaN/Infinity, which ``read_jsonl`` reads back.
     """
-    from training.files import atomic_write_text  # imported here: training imports monitoring
     path = Path(path)
-    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in records))
+    text = "".join(json.dumps(r) + "\n" for r in records)
+    if write_text is None:
+        path.write_text(text)
+    else:
+        write_text(path, text)
     return path
 
 

@@ -10,6 +10,7 @@ import torch
 
 import train
 import training
+import training.image_task
 import training.trainer
 from tests.conftest import SHARED_MNIST, wait_for, write_split
 
@@ -197,7 +198,7 @@ def test_non_finite_loss_stops_and_keeps_last_checkpoint(tiny, tmp_path, monkeyp
     out = tmp_path / "r"
     assert run("--data-dir", tiny, "--out", out, "--epochs", "1", "--optimizer", "sgd", *FAST) == 0
     before = (out / "checkpoint.pt").read_bytes()
-    real = training.trainer.train_epoch
+    real = training.image_task.train_epoch
 
     def diverge_in_epoch_2(impl, data, perm, epoch, *rest):
         if epoch == 2:
@@ -205,7 +206,7 @@ def test_non_finite_loss_stops_and_keeps_last_checkpoint(tiny, tmp_path, monkeyp
                 group["lr"] = 1e30
         return real(impl, data, perm, epoch, *rest)
 
-    monkeypatch.setattr(training.trainer, "train_epoch", diverge_in_epoch_2)
+    monkeypatch.setattr(training.image_task, "train_epoch", diverge_in_epoch_2)
     assert run("--resume", out / "checkpoint.pt", "--epochs", "3", "--data-dir", tiny, "--no-download",
                "--quiet") == 1
     assert "the training loss became" in capsys.readouterr().err
@@ -214,14 +215,14 @@ def test_non_finite_loss_stops_and_keeps_last_checkpoint(tiny, tmp_path, monkeyp
 
 
 def test_ctrl_c_leaves_the_last_complete_checkpoint(tiny, tmp_path, monkeypatch, capsys):
-    real = training.trainer.train_epoch
+    real = training.image_task.train_epoch
 
     def interrupt_in_epoch_2(impl, data, perm, epoch, *rest):
         if epoch == 2:
             raise KeyboardInterrupt
         return real(impl, data, perm, epoch, *rest)
 
-    monkeypatch.setattr(training.trainer, "train_epoch", interrupt_in_epoch_2)
+    monkeypatch.setattr(training.image_task, "train_epoch", interrupt_in_epoch_2)
     out = tmp_path / "r"
     assert run("--data-dir", tiny, "--out", out, "--epochs", "3", *FAST) == 130
     assert "last complete checkpoint" in capsys.readouterr().err

@@ -16,6 +16,7 @@ import torch
 import train
 import training
 import training.files
+import training.image_task
 import training.trainer
 from tests.conftest import wait_for, write_split
 
@@ -347,7 +348,7 @@ def test_ctrl_c_while_train_py_imports_torch_is_one_line(tmp_path):
 def test_ctrl_c_while_loading_data_is_one_line_and_leaves_no_folder(tiny, tmp_path, monkeypatch, capsys):
     def interrupted(*a, **k):
         raise KeyboardInterrupt
-    monkeypatch.setattr(training.trainer, "load_data", interrupted)
+    monkeypatch.setattr(training.image_task, "load_data", interrupted)
     assert run("--data-dir", tiny, "--out", tmp_path / "R", *FAST) == 130
     assert capsys.readouterr().err.strip() == "interrupted"
     assert not (tmp_path / "R").exists()

@@ -44,7 +44,8 @@ def checkpoint_state(impls: dict, config: TrainConfig, epoch: int, records: list
                      data_fingerprint: dict | None = None) -> dict:
     return {
         "format": FORMAT, "epoch": epoch, "data": data_fingerprint or {},
-        "config": {**{k: getattr(config, k) for k in MATH_FIELDS + RECORD_FIELDS}, "epochs": config.epochs},
+        "config": {**{k: getattr(config, k) for k in MATH_FIELDS + RECORD_FIELDS}, "epochs": config.epochs,
+                   **_text_extent(config)},
         "models": {name: weights_state(impl) for name, impl in impls.items()},
         "optimizers": {name: impl.opt.state_dict() for name, impl in impls.items()},
         "schedulers": {name: impl.sched.state_dict() for name, impl in impls.items() if impl.sched is not None},
@@ -54,6 +55,13 @@ def checkpoint_state(impls: dict, config: TrainConfig, epoch: int, records: list
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
         "records": records,  # every metrics.jsonl line so far
     }
+
+
+def _text_extent(config: TrainConfig) -> dict:
+    """A text run's length and corpus file (a str: checkpoints hold no Path objects), kept like --epochs."""
+    if not config.is_text:
+        return {}
+    return {"max_iters": config.max_iters, "data_file": None if config.data_file is None else str(config.data_file)}
 
 
 def read_checkpoint(path: Path) -> dict:
@@ -119,6 +127,15 @@ def check_fields(ckpt: dict, path: Path) -> None:
             _refuse(path, f"'rng.{key}' is missing or not a tensor")
 
 
+def saved_model(path: Path) -> str | None:
+    """The --model a checkpoint was trained with, or None where it cannot be read (load_checkpoint then says why)."""
+    try:
+        ckpt = read_checkpoint(path)
+    except UsageError:
+        return None
+    return (ckpt.get("config") or ckpt.get("args") or {}).get("model", "mlp")
+
+
 def load_checkpoint(path: Path, config: TrainConfig) -> tuple[TrainConfig, dict]:
     """Read a checkpoint (``read_checkpoint``); return the config it continues (its settings adopted) and it.
 
@@ -133,8 +150,9 @@ def load_checkpoint(path: Path, config: TrainConfig) -> tuple[TrainConfig, dict]
     if saved["model"] != "mlp":  # checkpoints before the MLP's settings were refused for the CNN kept them
         for key in MLP_FIELDS:
             saved.pop(key, None)
+    length = ("max_iters", "data_file", "epochs")  # how long the run is planned, and (text) on which file
     try:  # the checkpoint's settings on their own, before any flag is set against them
-        TrainConfig(**{k: saved[k] for k in (*MATH_FIELDS, *RECORD_FIELDS, "epochs") if k in saved})
+        own = TrainConfig(**{k: saved[k] for k in (*MATH_FIELDS, *RECORD_FIELDS, *length) if k in saved})
     except (UsageError, TypeError) as e:
         _refuse(path, f"the checkpoint's settings are impossible: {e}")
     changes = {}
@@ -147,6 +165,8 @@ def load_checkpoint(path: Path, config: TrainConfig) -> tuple[TrainConfig, dict]
                              f"{value} was given; drop {flag(key)} to continue it")
         changes[key] = saved[key]
     changes.update({k: saved[k] for k in RECORD_FIELDS if k in saved and k not in config.given})
+    if own.is_text:
+        return _resume_text(path, config, ckpt, own, changes)
     if "epochs" not in config.given and "epochs" in saved:
         changes["epochs"] = max(saved["epochs"], ckpt["epoch"])
     elif saved.get("schedule", "constant") != "constant" and config.epochs != saved.get("epochs"):
@@ -156,6 +176,34 @@ def load_checkpoint(path: Path, config: TrainConfig) -> tuple[TrainConfig, dict]
     if ckpt["epoch"] > config.epochs:
         raise UsageError(f"--resume: the checkpoint already holds {ckpt['epoch']} epochs, more than --epochs "
                          f"{config.epochs}; pass --epochs >= {ckpt['epoch']}")
+    _check_parts(path, config, ckpt)
+    return config, ckpt
+
+
+def _resume_text(path: Path, config: TrainConfig, ckpt: dict, own: TrainConfig,
+                 changes: dict) -> tuple[TrainConfig, dict]:
+    """load_checkpoint for a text run: its corpus file is kept unless given again (the data's fingerprint is
+    checked once it is read), its --max-iters unless given; a longer run continues a checkpoint whose last round
+    was a whole --eval-interval (a shorter last round cannot grow)."""
+    if "data_file" not in config.given:
+        changes["data_file"] = own.data_file
+    iters = changes["max_iters"] = config.max_iters if "max_iters" in config.given else own.max_iters
+    done = min(ckpt["epoch"] * own.eval_interval, own.max_iters)  # the iterations the checkpoint holds
+    if iters < done:
+        raise UsageError(f"--resume: the checkpoint already holds {done} iterations, more than --max-iters {iters}; "
+                         f"pass --max-iters >= {done}")
+    if iters > done and done % own.eval_interval:
+        raise UsageError(f"--resume: the checkpoint's last evaluation came after a short round (iteration {done}, "
+                         f"not a multiple of --eval-interval {own.eval_interval}), so the run cannot be continued "
+                         f"past --max-iters {own.max_iters}")
+    config = config.replace(**changes)
+    _check_parts(path, config, ckpt)
+    return config, ckpt
+
+
+def _check_parts(path: Path, config: TrainConfig, ckpt: dict) -> None:
+    """The checkpoint holds every implementation's weights, optimizer and (where the run has them) scheduler and
+    loss scaler."""
     parts = {"models": config.impls, "optimizers": config.impls,
              "schedulers": config.impls if config.schedule != "constant" else (),
              "scalers": config.impls if config.dtype == "float16" else ()}
@@ -163,10 +211,9 @@ def load_checkpoint(path: Path, config: TrainConfig) -> tuple[TrainConfig, dict]
         for name in names:
             if name not in ckpt.get(part, {}):
                 _refuse(path, f"the checkpoint has no '{part}.{name}' (--impl {config.impl} needs it)")
-    return config, ckpt
 
 
-def check_data(ckpt: dict, fingerprint: dict, path: Path, data_dir: Path) -> None:
+def check_data(ckpt: dict, fingerprint: dict, path: Path, data_name: str) -> None:
     """The data loaded now is the data the checkpoint was trained on (checkpoints before format 3 carry no
     fingerprint and are not checked)."""
     saved = ckpt.get("data")
@@ -174,7 +221,7 @@ def check_data(ckpt: dict, fingerprint: dict, path: Path, data_dir: Path) -> Non
         return
     differs = difference(saved, fingerprint)
     if differs is not None:
-        _refuse(path, f"the checkpoint was trained on other data than --data-dir {data_dir} holds "
+        _refuse(path, f"the checkpoint was trained on other data than {data_name} holds "
                       f"(checkpoint vs now: {differs}); resume with the data it was trained on")
 
 

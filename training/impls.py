@@ -64,14 +64,16 @@ IMPL_CLASSES = {"manual": ManualImpl, "engine": EngineImpl, "torch": TorchImpl}
 
 
 def build_impls(config: TrainConfig, device: torch.device, dtype: torch.dtype, info: DistInfo = SINGLE,
-                steps_per_epoch: int = 0) -> dict[str, Impl]:
+                steps_per_epoch: int = 0, models: dict | None = None) -> dict[str, Impl]:
     """impl name -> Impl for every implementation the config names, all from the same initial weights.
 
-    With ``steps_per_epoch`` each gets the learning-rate scheduler ``config.schedule`` asks for (``impl.sched``).
-    Under torchrun rank 0's initial weights and buffers are broadcast to every rank first.
+    ``models``: impl name -> model (a task's; default the image models of ``config``).  With ``steps_per_epoch``
+    each gets the learning-rate scheduler ``config.schedule`` asks for (``impl.sched``).  Under torchrun rank 0's
+    initial weights and buffers are broadcast to every rank first.
     """
     check_mixed_precision(config, info)
-    models = build_models(config, device, dtype, sync_bn=info.enabled and config.sync_bn)
+    if models is None:
+        models = build_models(config, device, dtype, sync_bn=info.enabled and config.sync_bn)
     if info.enabled:
         for name, model in models.items():
             if name == "engine":

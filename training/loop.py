@@ -27,7 +27,7 @@ from .impls import Impl
 from .models import use_generator
 
 
-def _set_training(model, mode: bool) -> bool:
+def set_training(model, mode: bool) -> bool:
     """Put ``model`` in training or eval mode if it has modes; return its previous mode."""
     was = getattr(model, "training", True)
     if hasattr(model, "train"):
@@ -41,7 +41,7 @@ def evaluate(impl: Impl, x: Tensor, y: Tensor, batch: int = 2000, info: DistInfo
     if info.enabled:  # this rank's contiguous part
         lo, hi = shard_bounds(n, info)
         x, y = x[lo:hi], y[lo:hi]
-    was = _set_training(impl.model, False)
+    was = set_training(impl.model, False)
     sums = torch.zeros(2, dtype=torch.float64, device=x.device)  # summed loss, correct predictions
     try:
         for i in range(0, x.shape[0], batch):
@@ -49,7 +49,7 @@ def evaluate(impl: Impl, x: Tensor, y: Tensor, batch: int = 2000, info: DistInfo
             sums[0] += loss.double()
             sums[1] += (logits.argmax(1) == y[i:i + batch]).sum()
     finally:
-        _set_training(impl.model, was)
+        set_training(impl.model, was)
     if info.enabled:
         all_reduce_sum_(sums)
     loss_sum, correct = sums.tolist()
@@ -76,7 +76,7 @@ def train_epoch(impl: Impl, data: Data, perm: Tensor, epoch: int, config: TrainC
     loss_sum, correct, seen = 0.0, 0, 0
     bar = tqdm(total=steps, desc=f"epoch {epoch} {impl.name}", leave=False, file=sys.stdout,
                disable=config.quiet or not info.is_main or not sys.stdout.isatty())
-    _set_training(impl.model, True)
+    set_training(impl.model, True)
     gen = epoch_generator(config, epoch, perm.device)
     use_generator(impl.model, gen)
     rows = None  # under torchrun: (lo, hi, total), this rank's rows of the global batch the dropouts were given

@@ -4,7 +4,8 @@ Each implementation's ``train_step`` calls ``monitor.update(global_step)`` after
 gradients were all-reduced, under torchrun) and ``update_after_clip()`` after clipping; the monitors record
 every ``log_interval`` steps, at the run's first step and at each epoch's last (a run shorter than the interval
 is recorded too).  Activation statistics are gathered for the hand-written model and the
-nn.Module twin (the engine's models have no forward hooks).  Under torchrun rank 0 alone monitors: the
+nn.Module twin of the image runs (the engine's models have no forward hooks, and the hand-written language
+models are not ``layers.Sequential`` trees: their runs record gradients, weights and updates only).  Under torchrun rank 0 alone monitors: the
 gradients are the same on every rank after the all-reduce; the activation statistics are rank 0's slice
 of each batch.  In a mixed-precision run the manual implementation's monitor reads the float32 master weights
 and their unscaled gradients (the twin's: its float32 weights, unscaled by GradScaler before they are clipped).
@@ -17,6 +18,7 @@ from pathlib import Path
 from .config import TrainConfig
 from .distributed import DistInfo
 from .errors import UsageError
+from .files import atomic_write_text
 
 
 def open_tensorboard(config: TrainConfig, info: DistInfo):
@@ -35,18 +37,19 @@ def open_tensorboard(config: TrainConfig, info: DistInfo):
                          f"({e.strerror or type(e).__name__})") from None
 
 
-def attach_monitors(impls: dict, config: TrainConfig, info: DistInfo, steps_per_epoch: int, writer=None) -> dict:
-    """impl name -> GradientMonitor, set as ``impl.monitor`` (empty unless --monitor, or off rank 0)."""
+def attach_monitors(impls: dict, config: TrainConfig, info: DistInfo, round_ends: set[int], writer=None) -> dict:
+    """impl name -> GradientMonitor, set as ``impl.monitor`` (empty unless --monitor, or off rank 0); besides every
+    ``log_interval`` steps each records the run's first step and the steps in ``round_ends`` (each epoch's last,
+    or each evaluation's)."""
     if not config.monitor or not info.is_main:
         return {}
     from monitoring import GradientMonitor
-    epoch_ends = {epoch * steps_per_epoch for epoch in range(1, config.epochs + 1)}
     monitors = {}
     for name, impl in impls.items():
         # mixed precision: weights and gradients are the float32 masters' (unscaled, as they are clipped)
         mon = GradientMonitor(impl.model, every=config.log_interval, name=name, tensorboard=writer,
-                              parameters=getattr(impl, "master", None), also={1, *epoch_ends})
-        if name != "engine":
+                              parameters=getattr(impl, "master", None), also={1, *round_ends})
+        if name != "engine" and not config.is_text:  # the language models are not Sequentials: no layer hooks
             mon.watch_activations()
         impl.monitor = monitors[name] = mon
     return monitors
@@ -71,7 +74,7 @@ def write_monitor_outputs(out: Path, monitors: dict, plots: bool) -> list[str]:
         return []
     written = []
     for name, mon in monitors.items():
-        path = mon.to_jsonl(out / f"monitor_{name}.jsonl")
+        path = mon.to_jsonl(out / f"monitor_{name}.jsonl", atomic_write_text)
         written.append(path.name)
     if plots:
         from monitoring import plot_records
@@ -93,11 +96,13 @@ def log_scalars(writer, rec: dict) -> None:
     name = rec["impl"]
     if rec["type"] == "step":
         for key in ("loss", "train_loss", "train_acc"):
-            writer.add_scalar(f"{name}/step/{key}", rec[key], rec["global_step"])
-    elif rec["type"] == "epoch":
+            if key in rec:  # a language model's steps have no accuracy
+                writer.add_scalar(f"{name}/step/{key}", rec[key], rec["global_step"])
+    elif rec["type"] == "epoch":  # an image run's epoch, or a text run's evaluation (by iteration)
+        tag, x = ("eval", rec["iter"]) if "iter" in rec else ("epoch", rec["epoch"])
         for key in ("train_loss", "train_acc", "val_loss", "val_acc"):
             if rec.get(key) is not None:
-                writer.add_scalar(f"{name}/epoch/{key}", rec[key], rec["epoch"])
+                writer.add_scalar(f"{name}/{tag}/{key}", rec[key], x)
 
 
 def close_tensorboard(writer) -> None:

@@ -1,4 +1,5 @@
-"""The run's figure, from its metrics records (curves.png): loss and accuracy per epoch, and, where several
+"""The run's figure, from its metrics records (curves.png): loss and accuracy per epoch (a text run: train and
+validation loss at each evaluation, by iteration), and, where several
 implementations trained side by side, their largest weight difference over steps.  --monitor's figures are
 monitoring.plot_records' (training/monitors.py)."""
 from __future__ import annotations
@@ -6,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def write_plots(out: Path, records: list) -> list[Path]:
+def write_plots(out: Path, records: list, kind: str = "image") -> list[Path]:
     """Render curves.png into ``out``; return the files written."""
     import matplotlib
     matplotlib.use("Agg")
@@ -17,27 +18,39 @@ def write_plots(out: Path, records: list) -> list[Path]:
     history = [r for r in records if r["type"] == "epoch"]
     drift = [r for r in records if r["type"] == "drift" and "step" in r]
     impls = list(dict.fromkeys(h["impl"] for h in history))
-    fig, axes = plt.subplots(1, 3 if drift else 2, figsize=(16.5 if drift else 11, 4))
-    ax_loss, ax_acc = axes[:2]
+    text = kind == "text"
+    panels = (1 if text else 2) + bool(drift)
+    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4), squeeze=False)
+    axes = list(axes[0])
+    ax_loss, ax_acc = axes[0], (None if text else axes[1])
+    x_key = "iter" if text else "epoch"
     for i, name in enumerate(impls):
         rows = [h for h in history if h["impl"] == name]
-        ep = [h["epoch"] for h in rows]
+        ep = [h[x_key] for h in rows]
         style = twin_style(i)
         line, = ax_loss.plot(ep, [h["train_loss"] for h in rows], "-", label=f"{name} train", **style)
-        ax_acc.plot(ep, [h["train_acc"] for h in rows], "-", color=line.get_color(), label=f"{name} train", **style)
+        if ax_acc is not None:
+            ax_acc.plot(ep, [h["train_acc"] for h in rows], "-", color=line.get_color(), label=f"{name} train",
+                        **style)
         val = [h for h in rows if h.get("val_loss") is not None]
         if val:
-            ve = [h["epoch"] for h in val]
+            ve = [h[x_key] for h in val]
             for ax, key in ((ax_loss, "val_loss"), (ax_acc, "val_acc")):
-                ax.plot(ve, [h[key] for h in val], "--", color=line.get_color(), alpha=0.6, label=f"{name} val",
-                        **{**style, "marker": "s"})
-    for ax, title in ((ax_loss, "cross-entropy loss"), (ax_acc, "accuracy")):
-        ax.set_xlabel("epoch"); ax.set_title(title); ax.grid(alpha=0.3); ax.legend(fontsize=8)
+                if ax is not None:
+                    ax.plot(ve, [h[key] for h in val], "--", color=line.get_color(), alpha=0.6, label=f"{name} val",
+                            **{**style, "marker": "s"})
+    titles = ((ax_loss, "cross-entropy loss per character (nats)" if text else "cross-entropy loss"),
+              (ax_acc, "accuracy"))
+    for ax, title in titles:
+        if ax is None:
+            continue
+        ax.set_xlabel("iteration" if text else "epoch"); ax.set_title(title); ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
         ax.margins(y=0.1)  # room for the larger, hollow markers
         integer_axis(ax)
         plain_axis(ax)
     if drift:
-        ax = axes[2]
+        ax = axes[-1]
         steps = [r["step"] for r in drift]
         diffs = [max(r["max_param_abs_diff"], 1e-300) for r in drift]
         ax.plot(steps, diffs, "-", color="k", **series_style(len(drift)))

@@ -17,6 +17,7 @@ from losses import CrossEntropyLoss
 from optimizers import Adam
 
 from .config import TrainConfig, resolve_device, use_threads
+from .errors import UsageError
 from .data import load_data
 from .models import SAMPLE_SHAPES, build_models, use_generator
 
@@ -77,6 +78,10 @@ def _first_step(config, device, x, y) -> dict[str, torch.Tensor]:
 
 def run_sanity(config: TrainConfig, say: Callable = print) -> int:
     """Run the four checks on the configured model and data; print the table; 0 if all pass, else 1."""
+    if config.is_text:
+        raise UsageError(f"--sanity checks the image models; for --model {config.model} run python gradcheck.py "
+                         f"(every hand-written backward of the language models against autograd in float64) and "
+                         f"read a run's first-step agreement line")
     use_threads(config.threads)
     device = resolve_device(config.device)
     data = load_data(config, device, config.torch_dtype, lambda *a, **k: None, sample_shape=SAMPLE_SHAPES[config.model])

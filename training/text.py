@@ -9,7 +9,6 @@ offsets, each target the window shifted by one character; an evaluation batch li
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import torch
 from torch import Tensor
 
 from .errors import UsageError
+from .fingerprint import fingerprint
 
 CORPORA = {"shakespeare": Path(__file__).resolve().parent / "corpora" / "shakespeare" / "tragedies.txt"}
 TRAIN_FRACTION = 0.9
@@ -30,7 +30,7 @@ class TextData:
     vocab: list[str]
     train: Tensor
     val: Tensor
-    fingerprint: str  # sha256 of the corpus bytes: a resume on other text is refused
+    fingerprint: dict  # of the corpus's bytes (training/fingerprint.py): a resume on other text is refused
 
     @property
     def vocab_size(self) -> int:
@@ -105,4 +105,4 @@ def load_text(path: Path, block_size: int, device: torch.device | str = "cpu") -
     index = {c: i for i, c in enumerate(vocab)}
     ids = torch.tensor([index[c] for c in text], dtype=torch.int64)
     return TextData(source=str(path), vocab=vocab, train=ids[:n_train].to(device), val=ids[n_train:].to(device),
-                    fingerprint=hashlib.sha256(raw).hexdigest())
+                    fingerprint=fingerprint({"corpus": torch.frombuffer(bytearray(raw), dtype=torch.uint8)}))

@@ -1,0 +1,87 @@
+"""The seam between the trainer and what it trains on: a ``Task``.
+
+The trainer (training/trainer.py) runs any task the same way: it builds the implementations from the task's
+models, then for each round trains every implementation on the same batches (``train_round``), evaluates it,
+logs, measures how far the implementations drifted apart and writes a checkpoint; at the end it asks the task for
+the results and figures.  Two tasks implement it:
+
+- ``ImageTask`` (training/image_task.py): MNIST / Fashion-MNIST classification; a round is an epoch, measured
+  by loss and accuracy on the validation and test splits.
+- ``TextTask`` (training/text_task.py): character-level language modelling; a round is ``--eval-interval``
+  iterations, measured by the train and validation loss.
+
+Records (metrics.jsonl) and checkpoints call a round an "epoch" for both (the checkpoint's ``epoch`` is the number
+of complete rounds): the loop, the checkpoint's checks and the drift records do not need to know which task ran.
+"""
+from __future__ import annotations
+
+from typing import Callable, Protocol
+
+import torch
+
+from .config import TrainConfig
+from .distributed import DistInfo
+from .impls import Impl
+
+
+class Task(Protocol):
+    kind: str                 # "image" or "text"
+    fingerprint: dict         # of the data (training/fingerprint.py): a resume on other data is refused
+    rounds: int               # rounds in the run: epochs, or evaluation intervals
+    steps_per_round: int      # training steps in a full round (schedulers, the drift's probes)
+    round_ends: set[int]      # the global step numbers that end a round (the monitor records them)
+
+    data_seconds: float       # how long loading the data took
+    data_name: str            # where the data came from, as the user gave it (--data-dir, --data-file)
+
+    def describe(self, device: torch.device) -> str:
+        """The start of the run's first line: what the data is."""
+
+    def check(self, info: DistInfo) -> None:
+        """Refuse (UsageError) what this data cannot do with these settings, before anything is built."""
+
+    def build_models(self, device: torch.device, dtype: torch.dtype, info: DistInfo) -> dict:
+        """impl name -> model, all with the same initial weights."""
+
+    def round_order(self, r: int, gen: torch.Generator):
+        """Round ``r``'s batches, drawn once from ``gen`` (the checkpointed batch stream) for every implementation."""
+
+    def train_round(self, impl: Impl, order, r: int, log: Callable[[dict], None], info: DistInfo,
+                    after_step: Callable | None) -> dict:
+        """Train ``impl`` through round ``r``; -> the round record's metrics (at least train_loss, seconds)."""
+
+    def evaluate_round(self, impl: Impl, r: int, info: DistInfo) -> dict:
+        """The evaluation after round ``r``'s training: keys added to the round record."""
+
+    def round_line(self, r: int, name: str, rec: dict) -> str:
+        """What the run prints for a round record."""
+
+    def checkpoint_extra(self) -> dict:
+        """What else the checkpoint keeps for using the model later (a text run: its vocabulary, for sample.py)."""
+
+    def round_name(self, r: int, pad: bool = False) -> str:
+        """Round ``r`` in words: "epoch 3", or "iteration 750" (its last); ``pad``: aligned for a column."""
+
+    def size_flags(self) -> str:
+        """The flags that set the models' size, for a model that does not fit in memory."""
+
+    def extent(self, records: list[dict]) -> dict:
+        """How far the run went, for summary.json: {"epochs": n} or {"iters": n}."""
+
+    def extent_words(self, summary: dict) -> str:
+        """The same in words: "10 epochs", "2000 iterations"."""
+
+    def results(self, impl: Impl, rows: list[dict], info: DistInfo) -> dict:
+        """The final figures of one implementation for summary.json (``rows``: its round records)."""
+
+    def results_table(self, results: dict) -> list[str]:
+        """The final table the run prints."""
+
+
+def make_task(config: TrainConfig, device: torch.device, say: Callable) -> Task:
+    """The task ``config`` asks for, its data loaded onto ``device``."""
+    if config.is_text:
+        from .text_task import TextTask
+        return TextTask(config, device, say)
+    from .image_task import ImageTask
+    return ImageTask(config, device, say)

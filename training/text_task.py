@@ -1,0 +1,178 @@
+"""TextTask: character-level language modelling for the trainer (training/task.py), nanoGPT's way.
+
+A round is ``--eval-interval`` iterations (the last one may be shorter, ending at ``--max-iters``); each
+iteration trains on ``--batch-size`` windows of ``--block-size`` characters at random offsets of the training
+split, drawn once per round for every implementation.  After each round the train and val loss are estimated on
+``--eval-iters`` batches per split (drawn from a stream of their own, the same for every implementation and on
+resume), or on every non-overlapping window (``--eval-iters all``).  The loss is the mean cross-entropy per
+character, in nats.
+"""
+from __future__ import annotations
+
+import math
+import sys
+import time
+from typing import Callable
+
+import torch
+
+from .config import TrainConfig
+from .distributed import DistInfo
+from .errors import NonFiniteLoss, UsageError
+from .impls import Impl
+from .loop import epoch_generator, set_training
+from .models import use_generator
+from .text import TextData, corpus_path, load_text
+from .text_models import build_text_models
+
+EVAL_WINDOWS = 256  # windows per forward when evaluating every window of a split
+
+
+class TextTask:
+    kind = "text"
+
+    def __init__(self, config: TrainConfig, device: torch.device, say: Callable) -> None:
+        self.config, self.device = config, device
+        t0 = time.perf_counter()
+        self.text: TextData = load_text(corpus_path(config.dataset, config.data_file), config.block_size, device)
+        self.data_seconds = time.perf_counter() - t0
+        self.fingerprint = self.text.fingerprint
+        self.data_name = f"--data-file {config.data_file}" if config.data_file else f"--dataset {config.dataset}"
+        self.rounds = -(-config.max_iters // config.eval_interval)
+        self.steps_per_round = config.eval_interval
+        self.round_ends = {self.last_iter(r) for r in range(1, self.rounds + 1)}
+
+    def last_iter(self, r: int) -> int:
+        """The iteration that ends round ``r`` (iterations count from 1)."""
+        return min(r * self.config.eval_interval, self.config.max_iters)
+
+    def describe(self, device: torch.device) -> str:
+        t = self.text
+        name = self.config.data_file or self.config.dataset
+        return (f"{name}: {t.train.shape[0]:,} train, {t.val.shape[0]:,} val characters, a vocabulary of "
+                f"{t.vocab_size}, on {device}")
+
+    def check(self, info: DistInfo) -> None:
+        if info.enabled:
+            raise UsageError(f"--model {self.config.model} under torchrun: the text runs train in one process for "
+                             f"now (their batches are not sharded across ranks); run train.py without torchrun")
+        if self.config.cuda_graph:
+            raise UsageError(f"--cuda-graph: the captured step is the image models'; --model {self.config.model} "
+                             f"runs eagerly")
+
+    def build_models(self, device: torch.device, dtype: torch.dtype, info: DistInfo) -> dict:
+        return build_text_models(self.config, self.text.vocab_size, device, dtype)
+
+    def round_order(self, r: int, gen: torch.Generator):
+        """The offsets of round ``r``'s windows, (iterations, batch), drawn on the CPU from ``gen``."""
+        steps = self.last_iter(r) - (r - 1) * self.config.eval_interval
+        if self.config.dry_run:
+            steps = 1
+        high = self.text.train.shape[0] - self.config.block_size
+        return torch.randint(high, (steps, self.config.batch_size), generator=gen).to(self.device)
+
+    def train_round(self, impl: Impl, order, r: int, log: Callable, info: DistInfo, after_step) -> dict:
+        from tqdm import tqdm
+        config, T = self.config, self.config.block_size
+        first = (r - 1) * config.eval_interval  # iterations before this round
+        steps = order.shape[0]
+        window = torch.zeros(config.log_interval, dtype=torch.float64, device=order.device)  # per step: summed loss
+        kept, loss_sum, seen = 0, 0.0, 0
+        bar = tqdm(total=steps, desc=f"iter {first + 1}-{first + steps} {impl.name}", leave=False, file=sys.stdout,
+                   disable=config.quiet or not sys.stdout.isatty())
+        set_training(impl.model, True)
+        use_generator(impl.model, epoch_generator(config, r, order.device))  # the round's dropout masks
+        start = time.perf_counter()
+        for s in range(steps):
+            it = first + s + 1
+            x, y = TextData.windows_at(self.text.train, order[s], T)  # (B, T) each
+            batch_loss, _, _ = impl.train_step(x, y, y.numel(), it)
+            if impl.sched is not None:
+                impl.sched.step()
+            if after_step is not None:
+                after_step(impl, it)
+            window[kept].copy_(batch_loss.detach())
+            kept += 1
+            if kept == config.log_interval or s == steps - 1:
+                values = window[:kept].tolist()  # the one read-back in log_interval steps
+                for i, v in enumerate(values):
+                    if not math.isfinite(v):
+                        raise NonFiniteLoss(f"{impl.name}: the training loss became {v} at iteration "
+                                            f"{it - kept + 1 + i}; stopping (lower --lr or set --clip-grad); the "
+                                            f"last good checkpoint is kept")
+                tokens = y.numel()
+                loss_sum += sum(values)
+                seen += kept * tokens
+                log({"type": "step", "impl": impl.name, "epoch": r, "step": s + 1, "global_step": it,
+                     "loss": values[-1] / tokens, "train_loss": loss_sum / seen})
+                bar.set_postfix(loss=f"{loss_sum / seen:.4f}")
+                kept = 0
+            bar.update(1)
+        if order.device.type == "cuda":
+            torch.cuda.synchronize(order.device)
+        seconds = time.perf_counter() - start
+        bar.close()
+        return {"iter": first + steps, "steps_loss": loss_sum / seen, "seconds": seconds}
+
+    def evaluate_round(self, impl: Impl, r: int, info: DistInfo) -> dict:
+        """The mean loss per character on each split: ``--eval-iters`` batches at offsets drawn from a stream seeded
+        by the seed and the round (every implementation sees the same), or every window."""
+        config = self.config
+        gen = torch.Generator().manual_seed((config.seed * 1_000_003 + 7_919 * r + 1) % 2 ** 64)
+        out = {}
+        was = set_training(impl.model, False)
+        try:
+            for split in ("train", "val"):
+                out[f"{split}_loss"] = self._loss(impl, split, gen)
+        finally:
+            set_training(impl.model, was)
+        return out
+
+    def _loss(self, impl: Impl, split: str, gen: torch.Generator) -> float:
+        config, T = self.config, self.config.block_size
+        total = torch.zeros((), dtype=torch.float64, device=self.device)
+        count = 0
+        if config.eval_iters == "all":
+            xs, ys = self.text.all_windows(split, T)
+            batches = ((xs[i:i + EVAL_WINDOWS], ys[i:i + EVAL_WINDOWS]) for i in range(0, xs.shape[0], EVAL_WINDOWS))
+        else:
+            batches = (self.text.batch(split, config.batch_size, T, gen) for _ in range(config.eval_iters))
+        for x, y in batches:
+            loss, _ = impl.eval_batch(x, y)
+            total += loss.double()
+            count += y.numel()
+        return total.item() / count
+
+    def round_line(self, r: int, name: str, rec: dict) -> str:
+        return (f"iter {rec['iter']:>5} {name:<6} train loss {rec['train_loss']:.4f} | val loss {rec['val_loss']:.4f} "
+                f"| {rec['seconds']:.2f} s")
+
+    def checkpoint_extra(self) -> dict:
+        return {"vocab": self.text.vocab}
+
+    def round_name(self, r: int, pad: bool = False) -> str:
+        return f"iter {self.last_iter(r):>5}" if pad else f"iteration {self.last_iter(r)}"
+
+    def size_flags(self) -> str:
+        c = self.config
+        if c.model == "gpt":
+            return f"--n-layer {c.n_layer} --n-head {c.n_head} --n-embd {c.n_embd} --block-size {c.block_size}"
+        return f"--n-layer {c.n_layer} --hidden {c.hidden} --n-embd {c.n_embd}"
+
+    def extent(self, records: list[dict]) -> dict:
+        return {"iters": max(r["iter"] for r in records if r["type"] == "epoch"), "vocab_size": self.text.vocab_size,
+                "corpus": self.text.source}
+
+    def extent_words(self, summary: dict) -> str:
+        return f"{summary['iters']} iterations"
+
+    def results(self, impl: Impl, rows: list[dict], info: DistInfo) -> dict:
+        iters = rows[-1]["iter"]
+        return {"train_loss": rows[-1]["train_loss"], "val_loss": rows[-1]["val_loss"], "iters": iters,
+                "seconds_per_iter": sum(h["seconds"] for h in rows) / max(iters, 1)}
+
+    def results_table(self, results: dict) -> list[str]:
+        lines = [f"\n{'impl':<8}{'val loss':>10}{'train loss':>12}{'ms/iter':>10}"]
+        for name, r in results.items():
+            lines.append(f"{name:<8}{r['val_loss']:>10.4f}{r['train_loss']:>12.4f}{r['seconds_per_iter'] * 1e3:>10.1f}")
+        return lines
