@@ -134,3 +134,39 @@ def test_a_one_process_checkpoint_resumes_on_two(tiny, tmp_path):
     assert two["epoch"] == 2 and two["world_size"] == WORLD
     for name in ("manual", "torch"):
         assert _max_rel(two["models"][name], one["models"][name]) < 1e-12, name
+
+
+def text_worker(rank, tmp, kw, results):
+    try:
+        cfg = training.TrainConfig(**kw, out=Path(tmp) / "dist")
+        results[rank] = training.run(cfg, info=DistInfo(rank, WORLD, rank), init_method=f"file://{tmp}/rendezvous")
+    except BaseException as e:  # noqa: BLE001 -- reported to the test
+        results[rank] = f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
+
+
+@pytest.mark.parametrize("model", ["gpt", "gru"])
+def test_a_language_model_on_two_processes_equals_one(tmp_path, model):
+    """Each rank trains on its share of every batch's windows (5 windows: 2 and 3); the hand-written model's
+    gradients are all-reduced by hand, the twin's by DistributedDataParallel; the result is one process's."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n" * 8)
+    size = dict(n_layer=1, n_head=2, n_embd=8) if model == "gpt" else dict(n_layer=1, hidden=8, n_embd=6)
+    kw = dict(model=model, data_file=corpus, block_size=8, batch_size=5, max_iters=4, eval_interval=2, eval_iters=2,
+              dtype="float64", quiet=True, plots=False, dist_timeout=60, **size)
+    with mp.Manager() as manager:
+        results = manager.dict()
+        mp.start_processes(text_worker, args=(str(tmp_path), kw, results), nprocs=WORLD, start_method="spawn",
+                           join=True)
+        results = dict(results)
+    assert results == {0: 0, 1: 0}, results
+    assert training.run(training.TrainConfig(**kw, out=tmp_path / "one")) == 0
+    one = torch.load(tmp_path / "one" / "checkpoint.pt", weights_only=True)
+    two = torch.load(tmp_path / "dist" / "checkpoint.pt", weights_only=True)
+    assert two["world_size"] == WORLD
+    for name in ("manual", "torch"):
+        assert _max_rel(two["models"][name], one["models"][name]) < 1e-12, name
+    s1 = json.loads((tmp_path / "one" / "summary.json").read_text())
+    s2 = json.loads((tmp_path / "dist" / "summary.json").read_text())
+    for name, r in s1["results"].items():
+        assert abs(s2["results"][name]["val_loss"] - r["val_loss"]) < 1e-12
+        assert abs(s2["results"][name]["train_loss"] - r["train_loss"]) < 1e-12

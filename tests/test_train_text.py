@@ -120,7 +120,7 @@ def test_a_bad_corpus_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, co
     (["--epochs", "3"], "--epochs applies to the image models"),
     (["--n-embd", "15"], "not divisible by --n-head"),
     (["--eval-iters", "0"], "--eval-iters"),
-    (["--cuda-graph"], "--cuda-graph"),
+    (["--cuda-graph"], "--cuda-graph: cannot capture"),
     (["--sanity"], "--sanity checks the image models"),
 ])
 def test_text_runs_refuse_what_does_not_apply(corpus, tmp_path, capsys, argv, says):
@@ -129,12 +129,16 @@ def test_text_runs_refuse_what_does_not_apply(corpus, tmp_path, capsys, argv, sa
     assert not (tmp_path / "never").exists()
 
 
-def test_text_runs_refuse_torchrun(corpus):
+def test_text_runs_under_torchrun_refuse_dropout_and_too_small_a_batch(corpus):
     from training.distributed import DistInfo
     from training.text_task import TextTask
-    task = TextTask(TrainConfig(model="gpt", data_file=corpus, block_size=8), torch.device("cpu"), print)
-    with pytest.raises(training.UsageError, match="torchrun"):
+    task = TextTask(TrainConfig(model="gpt", data_file=corpus, block_size=8, dropout=0.1), torch.device("cpu"), print)
+    with pytest.raises(training.UsageError, match="--dropout 0.1 under torchrun"):
         task.check(DistInfo(rank=0, world_size=2))
+    task = TextTask(TrainConfig(model="gpt", data_file=corpus, block_size=8, batch_size=3), torch.device("cpu"), print)
+    with pytest.raises(training.UsageError, match="--batch-size 3 windows cannot be shared by 4 processes"):
+        task.check(DistInfo(rank=0, world_size=4))
+    task.check(DistInfo(rank=0, world_size=3))  # one window each
 
 
 def test_warmup_cosine_is_nanogpts_schedule():

@@ -172,6 +172,9 @@ def use_cuda_graph(config: TrainConfig, device: torch.device, info: DistInfo = S
     if config.model == "cnn":
         blockers.append("--model cnn's dropout draws from a generator seeded afresh every epoch, which a graph "
                         "would freeze")
+    if config.is_text:
+        blockers.append(f"--model {config.model}'s step (attention or recurrence, a language model's loss) has not "
+                        f"been made capturable yet; it runs eagerly")
     if config.cuda_graph is None:
         return device.type == "cuda" and not blockers
     if config.cuda_graph and blockers:

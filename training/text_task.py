@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 
 from .config import TrainConfig
-from .distributed import DistInfo
+from .distributed import DistInfo, all_reduce_sum_, shard_bounds
 from .errors import NonFiniteLoss, UsageError
 from .impls import Impl
 from .loop import epoch_generator, set_training
@@ -53,12 +53,19 @@ class TextTask:
                 f"{t.vocab_size}, on {device}")
 
     def check(self, info: DistInfo) -> None:
-        if info.enabled:
-            raise UsageError(f"--model {self.config.model} under torchrun: the text runs train in one process for "
-                             f"now (their batches are not sharded across ranks); run train.py without torchrun")
-        if self.config.cuda_graph:
-            raise UsageError(f"--cuda-graph: the captured step is the image models'; --model {self.config.model} "
-                             f"runs eagerly")
+        """Under torchrun each rank trains on its contiguous share of every batch's windows: each needs one, and
+        dropout is refused (its masks are drawn per window of the rank's share, not of the global batch, so the
+        run would differ from one process's)."""
+        config = self.config
+        if not info.enabled:
+            return
+        if config.batch_size < info.world_size:
+            raise UsageError(f"--batch-size {config.batch_size} windows cannot be shared by {info.world_size} "
+                             f"processes; use --batch-size >= {info.world_size}")
+        if config.dropout:
+            raise UsageError(f"--dropout {config.dropout} under torchrun: the language models' dropout masks are "
+                             f"drawn for each process's share of the batch, not for the global batch, so the run "
+                             f"would not equal one process's; use --dropout 0 with torchrun, or one process")
 
     def build_models(self, device: torch.device, dtype: torch.dtype, info: DistInfo) -> dict:
         return build_text_models(self.config, self.text.vocab_size, device, dtype)
@@ -76,17 +83,19 @@ class TextTask:
         config, T = self.config, self.config.block_size
         first = (r - 1) * config.eval_interval  # iterations before this round
         steps = order.shape[0]
+        lo, hi = shard_bounds(config.batch_size, info) if info.enabled else (0, config.batch_size)
         window = torch.zeros(config.log_interval, dtype=torch.float64, device=order.device)  # per step: summed loss
         kept, loss_sum, seen = 0, 0.0, 0
         bar = tqdm(total=steps, desc=f"iter {first + 1}-{first + steps} {impl.name}", leave=False, file=sys.stdout,
-                   disable=config.quiet or not sys.stdout.isatty())
+                   disable=config.quiet or not info.is_main or not sys.stdout.isatty())
         set_training(impl.model, True)
         use_generator(impl.model, epoch_generator(config, r, order.device))  # the round's dropout masks
         start = time.perf_counter()
         for s in range(steps):
             it = first + s + 1
-            x, y = TextData.windows_at(self.text.train, order[s], T)  # (B, T) each
-            batch_loss, _, _ = impl.train_step(x, y, y.numel(), it)
+            x, y = TextData.windows_at(self.text.train, order[s, lo:hi], T)  # (B, T) each: this rank's windows
+            tokens = config.batch_size * T  # of the global batch: the gradient is that of their mean loss
+            batch_loss, _, _ = impl.train_step(x, y, tokens, it)
             if impl.sched is not None:
                 impl.sched.step()
             if after_step is not None:
@@ -94,13 +103,14 @@ class TextTask:
             window[kept].copy_(batch_loss.detach())
             kept += 1
             if kept == config.log_interval or s == steps - 1:
+                if info.enabled:
+                    all_reduce_sum_(window[:kept])  # every rank's share: the global batches' summed losses
                 values = window[:kept].tolist()  # the one read-back in log_interval steps
                 for i, v in enumerate(values):
                     if not math.isfinite(v):
                         raise NonFiniteLoss(f"{impl.name}: the training loss became {v} at iteration "
                                             f"{it - kept + 1 + i}; stopping (lower --lr or set --clip-grad); the "
                                             f"last good checkpoint is kept")
-                tokens = y.numel()
                 loss_sum += sum(values)
                 seen += kept * tokens
                 log({"type": "step", "impl": impl.name, "epoch": r, "step": s + 1, "global_step": it,
@@ -116,7 +126,8 @@ class TextTask:
 
     def evaluate_round(self, impl: Impl, r: int, info: DistInfo) -> dict:
         """The mean loss per character on each split: ``--eval-iters`` batches at offsets drawn from a stream seeded
-        by the seed and the round (every implementation sees the same), or every window."""
+        by the seed and the round (every implementation sees the same), or every window.  Under torchrun every rank
+        evaluates the whole of it (the same weights: the same numbers, and no collective)."""
         config = self.config
         gen = torch.Generator().manual_seed((config.seed * 1_000_003 + 7_919 * r + 1) % 2 ** 64)
         out = {}
