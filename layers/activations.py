@@ -195,6 +195,7 @@ class LeakyReLU(_Activation):
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+_LOG2E = 1.0 / math.log(2.0)  # e^y = 2^(y log2 e)
 
 
 class GELU(_Activation):
@@ -204,7 +205,10 @@ class GELU(_Activation):
         "none":  dx = dout * (Phi(x) + x * phi(x)),   phi(x) = exp(-x^2/2) / sqrt(2 pi)
         "tanh":  dx = dout * (1/2 (1 + t) + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)),  t = tanh(u)
 
-    Keeps x; Phi/phi (or t) are recomputed in backward rather than stored.
+    Keeps x and out (out is held anyway: the next layer keeps it as its input).  "none" reads Phi(x) off the
+    forward's result, Phi(x) = out / x (Phi(0) = 1/2 where that is 0/0), and phi as 2^(-x^2/2 log2 e): no erf
+    and no exp in backward (both several times slower than exp2 on the CPU, measured with torch 2.14).
+    "tanh" recomputes t.
     """
 
     torch_class = torch.nn.GELU
@@ -220,20 +224,22 @@ class GELU(_Activation):
         return f"approximate={self.approximate!r}"
 
     def _forward(self, x: Tensor) -> Tensor:
-        self._saved = x
-        return torch.nn.functional.gelu(x, approximate=self.approximate)
+        out = torch.nn.functional.gelu(x, approximate=self.approximate)
+        self._saved = (x, out)
+        return out
 
-    def _backward(self, dout: Tensor, x: Tensor) -> Tensor:
-        # In-place chains on two buffers: the same formulas as the docstring, 1.5x faster on CPU (measured).
+    def _backward(self, dout: Tensor, saved: tuple[Tensor, Tensor]) -> Tensor:
+        # In-place chains on two buffers: the same formulas as the docstring.
+        x, out = saved
         if self.approximate == "tanh":
             x2 = x * x  # (N, ...)
             t = torch.mul(x2, 0.044715).add_(1.0).mul_(x).mul_(_SQRT_2_OVER_PI).tanh_()  # (N, ...) tanh(u)
             right = torch.mul(t, t).neg_().add_(1.0).mul_(x).mul_(0.5 * _SQRT_2_OVER_PI)  # x/2 (1-t^2) sqrt(2/pi)
             right.mul_(x2.mul_(3 * 0.044715).add_(1.0))  # ... (1 + 3 * 0.044715 x^2)
             return right.add_(t.add_(1.0).mul_(0.5)).mul_(dout)  # (N, ...)
-        cdf = torch.mul(x, 1 / math.sqrt(2.0)).erf_().add_(1.0).mul_(0.5)  # (N, ...) Phi(x)
-        xpdf = torch.mul(x, x).mul_(-0.5).exp_().mul_(x).mul_(_INV_SQRT_2PI)  # (N, ...) x phi(x)
-        return cdf.add_(xpdf).mul_(dout)
+        xpdf = torch.addcmul(x.new_zeros(()), x, x, value=-0.5 * _LOG2E).exp2_().mul_(x)  # (N, ...) sqrt(2 pi) x phi(x)
+        cdf = torch.div(out, x).nan_to_num_(nan=0.5, posinf=math.inf, neginf=-math.inf)  # (N, ...) Phi(x) = out / x
+        return cdf.add_(xpdf, alpha=_INV_SQRT_2PI).mul_(dout)  # (N, ...) (Phi(x) + x phi(x)) dout
 
 
 class SiLU(_Activation):

@@ -38,6 +38,11 @@ opposite of nn.MultiheadAttention's), a float one is added to the scores; both b
 is computed only for the query rows l >= its first key, so a causal pass does about half the work.  A row
 whose keys are all masked gives zeros and zero gradients, as torch 2.14's function does (its softmax
 would be 0/0).  The block size changes nothing but rounding (``tests/test_attention.py``).
+
+Both passes compute in base 2: the scores carry a factor log2 e (in the product's alpha), exp becomes exp2
+and lse is a base-2 log-sum-exp -- the same numbers, and exp2 is several times faster on the CPU.  When all
+keys fit in one block (S <= block_size) ``layers/attention_one_block.py`` runs the same algorithm without
+the online softmax's running state.
 """
 from __future__ import annotations
 
@@ -47,6 +52,7 @@ import torch
 from torch import Tensor
 
 from .attention_dropout import attention_dropout_mask, draw_seed
+from .attention_one_block import LOG2E, one_block_backward, one_block_forward
 from .checks import check_backward_dout, check_int, check_tensor
 from .layer import BaseLayer
 
@@ -112,45 +118,10 @@ class ScaledDotProductAttention(BaseLayer):
         seed = draw_seed(self.generator) if p_drop > 0.0 else None
         spec = _Spec(lead, L, S, scale, blocked, bias, is_causal, p_drop, seed, self.block_size)
 
-        zero = q.new_zeros(1, 1, 1)  # baddbmm's addend, ignored (beta=0): the scale rides in its alpha, no scaled copy of q
-        kt = k.transpose(1, 2)  # (B, E, S)
-        # The running state of the live query rows (rows a later key block can still reach): row max m,
-        # row sum l of exp(s - m), and acc = sum of p @ v.  A causal pass finishes rows as it goes (block j
-        # starts at key j0 and reaches only rows >= j0): their state moves to `done`, nothing is copied.
-        m = torch.full((B, L, 1), -math.inf, dtype=cdt, device=q.device)  # (B, L, 1)
-        l = torch.zeros((B, L, 1), dtype=cdt, device=q.device)  # (B, L, 1)
-        acc = torch.zeros((B, L, Ev), dtype=cdt, device=q.device)  # (B, L, Ev)
-        done: list[tuple[Tensor, Tensor, Tensor]] = []
-        row = 0  # the first live row
-        for j0, j1, r0 in spec.blocks():
-            if r0 > row:  # rows row..r0 are finished
-                done.append((m[:, :r0 - row], l[:, :r0 - row], acc[:, :r0 - row]))
-                m, l, acc, row = m[:, r0 - row:], l[:, r0 - row:], acc[:, r0 - row:], r0
-            s = torch.baddbmm(zero, q[:, r0:], kt[:, :, j0:j1], beta=0, alpha=scale)  # (B, Lr, Bc) rows r0.., keys j0..j1
-            spec.mask_(s, r0, j0, j1)
-            # The max only keeps exp() in range: the result does not depend on it, so it is a constant to
-            # the gradient (detached: autograd, when it traces this forward, gives the same derivative).
-            m_new = torch.maximum(m, s.detach().amax(-1, keepdim=True))  # (B, Lr, 1), -inf: row masked so far
-            m_exp = m_new.masked_fill(m_new == -math.inf, 0.0)  # such a row: exp(-inf - 0) = 0, not nan
-            p = s.sub_(m_exp).exp_()  # (B, Lr, Bc) exp(s - m'), in the scores' memory
-            corr = (m - m_exp).exp_()  # (B, Lr, 1) rescales what was summed against the old maximum
-            l = torch.addcmul(p.sum(-1, keepdim=True), l, corr)  # (B, Lr, 1)
-            if seed is not None:
-                p = p * spec.dropout(r0, j0, j1, p)  # (B, Lr, Bc) the weights that survive dropout
-            acc = torch.baddbmm(acc * corr, p, v[:, j0:j1])  # (B, Lr, Ev) acc * corr + p @ v_j
-            m = m_new
-        if done:
-            m, l, acc = (torch.cat([*parts, last], 1) for parts, last in zip(zip(*done), (m, l, acc)))
-        empty = l == 0  # rows whose keys are all masked
-        out = acc.div_(l.masked_fill(empty, 1.0))  # (B, L, Ev): zeros where every key was masked (acc's memory)
-        lse = (m + l.log()).masked_fill_(empty, math.inf)  # (B, L, 1); +inf makes exp(s - lse) = 0 there
-        weights = None
-        if need_weights:  # one dense pass, for a caller who asked to see the (L, S) weights
-            s = torch.baddbmm(zero, q, kt, beta=0, alpha=scale)  # (B, L, S)
-            spec.mask_(s, 0, 0, S)
-            weights = s.sub_(lse).exp_()  # (B, L, S) P
-            if seed is not None:
-                weights = weights * spec.dropout(0, 0, S, weights)  # A = P * mask
+        if S <= spec.block:  # every key in one block: the plain softmax, no running state (attention_one_block.py)
+            out, lse, weights = one_block_forward(q, k, v, spec, need_weights)
+        else:
+            out, lse, weights = _blocked_forward(q, k, v, spec, need_weights)
         self._cache = (spec, q, k, v, out, lse, weights, dtype, query.shape, key.shape, value.shape)
         out = out.view(*lead, L, Ev).to(dtype)
         if not need_weights:
@@ -183,35 +154,17 @@ class ScaledDotProductAttention(BaseLayer):
                 raise ValueError(f"{self!r}: dweights has shape {tuple(dweights.shape)} and dtype {dweights.dtype}, "
                                  f"expected {(*lead, L, S)} and {dtype} (the weights' own)")
         self._cache = None
-        B, scale = q.shape[0], spec.scale
+        B = q.shape[0]
         do = dout.reshape(B, L, v.shape[2]).to(q.dtype)  # (B, L, Ev)
         dw = None if dweights is None else dweights.reshape(B, L, S).to(q.dtype)  # (B, L, S)
         D = torch.bmm(do.reshape(B * L, 1, -1), out.view(B * L, -1, 1)).view(B, L, 1)  # rowsum(dout * out) = rowsum(dP * P),
         # one dot product per row (no (B, L, Ev) temporary)
         if dw is not None:
             D.add_((dw * weights).sum(-1, keepdim=True))  # the weights' own gradient joins dA: + rowsum(dW * A)
-        kt = k.transpose(1, 2)  # (B, E, S)
-        dq = torch.zeros_like(q)  # (B, L, E)
-        dk = torch.zeros_like(k)  # (B, S, E) (a key block no query row sees keeps zeros)
-        dv = torch.zeros_like(v)  # (B, S, Ev)
-        for j0, j1, r0 in spec.blocks():
-            s = torch.baddbmm(-lse[:, r0:], q[:, r0:], kt[:, :, j0:j1], alpha=scale)  # (B, Lr, Bc) scores - lse
-            spec.mask_(s, r0, j0, j1)  # (-inf - lse is -inf: masking after the shift is the same)
-            p = s.exp_()  # (B, Lr, Bc) P, recomputed from the kept log-sum-exp
-            dp = torch.bmm(do[:, r0:], v[:, j0:j1].transpose(1, 2))  # (B, Lr, Bc) dA = dout @ v_j^T
-            if dw is not None:
-                dp.add_(dw[:, r0:, j0:j1])  # dA also receives the weights' gradient
-            if spec.seed is not None:
-                mask = spec.dropout(r0, j0, j1, p)  # the forward's mask, regenerated
-                dv[:, j0:j1] = torch.bmm((p * mask).transpose(1, 2), do[:, r0:])  # (B, Bc, Ev) A_j^T @ dout
-                dp.mul_(mask)  # dP = dA * mask
-            else:
-                dv[:, j0:j1] = torch.bmm(p.transpose(1, 2), do[:, r0:])  # (B, Bc, Ev) P_j^T @ dout
-            ds = dp.sub_(D[:, r0:]).mul_(p)  # (B, Lr, Bc) P * (dP - D): the softmax's backward
-            dq[:, r0:].baddbmm_(ds, k[:, j0:j1], alpha=scale)  # (B, Lr, E) += scale * ds @ k_j
-            dk[:, j0:j1] = torch.bmm(ds.transpose(1, 2), q[:, r0:]).mul_(scale)  # (B, Bc, E) scale * ds^T @ q
-            # (computed, then copied into the slice: a batched product written straight into a strided slice
-            # of dk runs as one small product per batch entry on the CPU)
+        if S <= spec.block:
+            dq, dk, dv = one_block_backward(q, k, v, do, dw, D, lse, spec)
+        else:
+            dq, dk, dv = _blocked_backward(q, k, v, do, dw, D, lse, spec)
         dtype_out = dtype
         return (dq.view(q_shape).to(dtype_out), dk.view(k_shape).to(dtype_out), dv.view(v_shape).to(dtype_out))
 
@@ -235,13 +188,14 @@ class _Spec:
             yield j0, min(j0 + self.block, self.S), r0
 
     def mask_(self, s: Tensor, r0: int, j0: int, j1: int) -> None:
-        """Apply the masks to the scores s (B, Lr, Bc) of rows r0.. and keys j0..j1, in place."""
+        """Apply the masks to the base-2 scores s (B, Lr, Bc) of rows r0.. and keys j0..j1, in place (a float
+        mask, added to the natural-log scores, is added times log2 e)."""
         if self.blocked is not None or self.bias is not None:
             view = s.view(*self.lead, s.shape[1], s.shape[2])  # (*, Lr, Bc): the masks broadcast over *
             if self.blocked is not None:
                 view.masked_fill_(_block(self.blocked, r0, j0, j1), -math.inf)
             if self.bias is not None:
-                view.add_(_block(self.bias, r0, j0, j1))
+                view.add_(_block(self.bias, r0, j0, j1), alpha=LOG2E)
         if self.causal and j1 - 1 > r0:  # some key in the block lies after some row: mask key s > row l
             r1 = min(j1 - 1, self.L)  # rows from j1 - 1 on see every key of the block: only the corner is masked
             rows = torch.arange(r0, r1, device=s.device).view(-1, 1)
@@ -252,6 +206,85 @@ class _Spec:
         """The scaled dropout mask of rows r0.. and keys j0..j1, (B, Lr, Bc)."""
         return attention_dropout_mask(self.seed, self.p, like.shape[0], self.L, self.S, row_range=(r0, self.L),
                                       col_range=(j0, j1), dtype=like.dtype, device=like.device)
+
+
+def _blocked_forward(q: Tensor, k: Tensor, v: Tensor, spec: _Spec,
+                     need_weights: bool) -> tuple[Tensor, Tensor, Tensor | None]:
+    """q (B, L, E), k (B, S, E), v (B, S, Ev) -> (out (B, L, Ev), lse (B, L, 1) in base 2, weights (B, L, S) or
+    None): the key blocks one after another with the online softmax (the module docstring's forward)."""
+    B, L, S, Ev = q.shape[0], spec.L, spec.S, v.shape[2]
+    cdt, scale, seed = q.dtype, spec.scale * LOG2E, spec.seed  # base-2 scores: exp(x) = 2^(x log2 e)
+    zero = q.new_zeros(1, 1, 1)  # baddbmm's addend, ignored (beta=0): the scale rides in its alpha, no scaled copy of q
+    kt = k.transpose(1, 2)  # (B, E, S)
+    # The running state of the live query rows (rows a later key block can still reach): row max m,
+    # row sum l of exp(s - m), and acc = sum of p @ v.  A causal pass finishes rows as it goes (block j
+    # starts at key j0 and reaches only rows >= j0): their state moves to `done`, nothing is copied.
+    m = torch.full((B, L, 1), -math.inf, dtype=cdt, device=q.device)  # (B, L, 1)
+    l = torch.zeros((B, L, 1), dtype=cdt, device=q.device)  # (B, L, 1)
+    acc = torch.zeros((B, L, Ev), dtype=cdt, device=q.device)  # (B, L, Ev)
+    done: list[tuple[Tensor, Tensor, Tensor]] = []
+    row = 0  # the first live row
+    for j0, j1, r0 in spec.blocks():
+        if r0 > row:  # rows row..r0 are finished
+            done.append((m[:, :r0 - row], l[:, :r0 - row], acc[:, :r0 - row]))
+            m, l, acc, row = m[:, r0 - row:], l[:, r0 - row:], acc[:, r0 - row:], r0
+        s = torch.baddbmm(zero, q[:, r0:], kt[:, :, j0:j1], beta=0, alpha=scale)  # (B, Lr, Bc) rows r0.., keys j0..j1
+        spec.mask_(s, r0, j0, j1)
+        # The max only keeps exp() in range: the result does not depend on it, so it is a constant to
+        # the gradient (detached: autograd, when it traces this forward, gives the same derivative).
+        m_new = torch.maximum(m, s.detach().amax(-1, keepdim=True))  # (B, Lr, 1), -inf: row masked so far
+        m_exp = m_new.masked_fill(m_new == -math.inf, 0.0)  # such a row: exp(-inf - 0) = 0, not nan
+        p = s.sub_(m_exp).exp2_()  # (B, Lr, Bc) 2^(s - m'), in the scores' memory
+        corr = (m - m_exp).exp2_()  # (B, Lr, 1) rescales what was summed against the old maximum
+        l = torch.addcmul(p.sum(-1, keepdim=True), l, corr)  # (B, Lr, 1)
+        if seed is not None:
+            p = p * spec.dropout(r0, j0, j1, p)  # (B, Lr, Bc) the weights that survive dropout
+        acc = torch.baddbmm(acc * corr, p, v[:, j0:j1])  # (B, Lr, Ev) acc * corr + p @ v_j
+        m = m_new
+    if done:
+        m, l, acc = (torch.cat([*parts, last], 1) for parts, last in zip(zip(*done), (m, l, acc)))
+    empty = l == 0  # rows whose keys are all masked
+    out = acc.div_(l.masked_fill(empty, 1.0))  # (B, L, Ev): zeros where every key was masked (acc's memory)
+    lse = (m + l.log2()).masked_fill_(empty, math.inf)  # (B, L, 1); +inf makes 2^(s - lse) = 0 there
+    weights = None
+    if need_weights:  # one dense pass, for a caller who asked to see the (L, S) weights
+        s = torch.baddbmm(zero, q, kt, beta=0, alpha=scale)  # (B, L, S)
+        spec.mask_(s, 0, 0, S)
+        weights = s.sub_(lse).exp2_()  # (B, L, S) P
+        if seed is not None:
+            weights = weights * spec.dropout(0, 0, S, weights)  # A = P * mask
+    return out, lse, weights
+
+
+def _blocked_backward(q: Tensor, k: Tensor, v: Tensor, do: Tensor, dw: Tensor | None, D: Tensor, lse: Tensor,
+                      spec: _Spec) -> tuple[Tensor, Tensor, Tensor]:
+    """The module docstring's backward, key block by key block: q (B, L, E), k (B, S, E), v (B, S, Ev), dout
+    (B, L, Ev), dweights (B, L, S) or None, D = rowsum(dout * out) (B, L, 1), lse (B, L, 1) in base 2
+    -> (dq, dk, dv) shaped as q, k, v."""
+    scale, scale2 = spec.scale, spec.scale * LOG2E
+    kt = k.transpose(1, 2)  # (B, E, S)
+    dq = torch.zeros_like(q)  # (B, L, E)
+    dk = torch.zeros_like(k)  # (B, S, E) (a key block no query row sees keeps zeros)
+    dv = torch.zeros_like(v)  # (B, S, Ev)
+    for j0, j1, r0 in spec.blocks():
+        s = torch.baddbmm(-lse[:, r0:], q[:, r0:], kt[:, :, j0:j1], alpha=scale2)  # (B, Lr, Bc) scores - lse
+        spec.mask_(s, r0, j0, j1)  # (-inf - lse is -inf: masking after the shift is the same)
+        p = s.exp2_()  # (B, Lr, Bc) P, recomputed from the kept log-sum-exp
+        dp = torch.bmm(do[:, r0:], v[:, j0:j1].transpose(1, 2))  # (B, Lr, Bc) dA = dout @ v_j^T
+        if dw is not None:
+            dp.add_(dw[:, r0:, j0:j1])  # dA also receives the weights' gradient
+        if spec.seed is not None:
+            mask = spec.dropout(r0, j0, j1, p)  # the forward's mask, regenerated
+            dv[:, j0:j1] = torch.bmm((p * mask).transpose(1, 2), do[:, r0:])  # (B, Bc, Ev) A_j^T @ dout
+            dp.mul_(mask)  # dP = dA * mask
+        else:
+            dv[:, j0:j1] = torch.bmm(p.transpose(1, 2), do[:, r0:])  # (B, Bc, Ev) P_j^T @ dout
+        ds = dp.sub_(D[:, r0:]).mul_(p)  # (B, Lr, Bc) P * (dP - D): the softmax's backward
+        dq[:, r0:].baddbmm_(ds, k[:, j0:j1], alpha=scale)  # (B, Lr, E) += scale * ds @ k_j
+        dk[:, j0:j1] = torch.bmm(ds.transpose(1, 2), q[:, r0:]).mul_(scale)  # (B, Bc, E) scale * ds^T @ q
+        # (computed, then copied into the slice: a batched product written straight into a strided slice
+        # of dk runs as one small product per batch entry on the CPU)
+    return dq, dk, dv
 
 
 def _block(mask: Tensor, r0: int, j0: int, j1: int) -> Tensor:

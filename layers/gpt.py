@@ -120,12 +120,15 @@ class Block(BaseLayer):
         return iter((("ln_1", self.ln_1), ("attn", self.attn), ("ln_2", self.ln_2), ("mlp", self.mlp)))
 
     def forward(self, x: Tensor) -> Tensor:
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
+        # Each sum is added into the branch's output (a fresh tensor no layer keeps), not into x: ln_1 and ln_2
+        # keep their inputs for backward.  One (B, T, C) allocation per residual fewer.
+        x = self.attn(self.ln_1(x)).add_(x)
+        return self.mlp(self.ln_2(x)).add_(x)
 
     def backward(self, dy: Tensor) -> Tensor:
-        dy = dy + self.ln_2.backward(self.mlp.backward(dy))
-        return dy + self.ln_1.backward(self.attn.backward(dy))
+        # likewise into the LayerNorms' dx (fresh); dy itself may be a layer's cached tensor, so never written
+        dy = self.ln_2.backward(self.mlp.backward(dy)).add_(dy)
+        return self.ln_1.backward(self.attn.backward(dy)).add_(dy)
 
 
 class GPT(BaseLayer):
@@ -272,6 +275,7 @@ class GPT(BaseLayer):
         else:
             w.grad.addmm_(d2.t(), x.reshape(-1, C))
         dx = (d2 @ w).view_as(x)  # (B, T, C)
+        del x  # ln_f's output: not needed past here (a (B, T, C) fewer through the whole backward)
         dx = self.ln_f.backward(dx)
         for block in reversed(self.h):
             dx = block.backward(dx)

@@ -25,9 +25,13 @@ class LayerNorm(BaseLayer):
         dx     = invstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))      (means over the row)
         dgamma = sum over the leading axes of dout * xhat,   dbeta = sum over the leading axes of dout
 
-    Cached: xhat (the input's shape) and invstd (one per row); the input itself is not kept.
-    A float16/bfloat16 input with float32 parameters is accepted (statistics in float32), as torch does;
-    without parameters (elementwise_affine=False) any floating input is.
+    The forward is torch's fused ``native_layer_norm`` (one pass for the statistics, one for the output: a
+    forward computation, so nothing of autograd's), which also returns mean and invstd per row; backward
+    recomputes xhat = (x - mean) * invstd from them.  Cached: the input x itself (the caller must not change
+    it in place before backward: checked), mean and invstd (one per row), as torch's LayerNorm keeps them.
+    A float16/bfloat16 input with float32 parameters is accepted (statistics in float32, computed as before
+    in two passes, xhat cached), as torch does; without parameters (elementwise_affine=False) any floating
+    input is.
     """
 
     _param_names = ("weight", "bias")
@@ -68,9 +72,13 @@ class LayerNorm(BaseLayer):
                 and (self.weight is None or (x.device == self.weight.device and (x.dtype == self.weight.dtype or (
                     x.dtype in _LOW_PRECISION and self.weight.dtype == torch.float32))))):
             self._reject_input(x)  # the cheap test above failed: find out what is wrong and say so
+        if x.dtype not in _LOW_PRECISION:  # x (*, S) -> out (*, S), mean and invstd (*, 1...)
+            out, mean, invstd = torch.native_layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+            self._cache = (x, mean, invstd, x.dtype, x._version)
+            return out
         dims = tuple(range(x.dim() - k, x.dim()))  # the normalised axes
-        sdtype = torch.float32 if x.dtype in _LOW_PRECISION else x.dtype  # statistics dtype
-        xs = x if x.dtype == sdtype else x.to(sdtype)
+        sdtype = torch.float32  # statistics dtype
+        xs = x.to(sdtype)
         # Two passes (mean, then the mean of squared deviations): numerically good, and on CPU several
         # times faster than torch.var_mean here (measured).
         xc = xs - xs.mean(dims, keepdim=True)  # (*, S) x - mean
@@ -80,16 +88,21 @@ class LayerNorm(BaseLayer):
         if self.weight is not None:
             w = self.weight.to(sdtype)
             out = xhat * w if self.bias is None else torch.addcmul(self.bias.to(sdtype), xhat, w)  # (*, S)
-        self._cache = (xhat, invstd, x.dtype)
+        self._cache = (xhat, None, invstd, x.dtype, None)
         return out if out.dtype == x.dtype else out.to(x.dtype)
 
     def backward(self, dout: Tensor) -> Tensor:
         """dout: (*, S) -> dx: (*, S); adds dgamma (S) and dbeta (S) into weight.grad and bias.grad."""
         cache = self._cache
-        check_backward_dout(self, dout, *((cache[0].shape, cache[2], cache[0].device) if cache is not None
+        check_backward_dout(self, dout, *((cache[0].shape, cache[3], cache[0].device) if cache is not None
                                           else (None, None, None)))
         self._cache = None
-        xhat, invstd, xdtype = cache
+        xhat, mean, invstd, xdtype, version = cache
+        if mean is not None:  # xhat = (x - mean) * invstd, recomputed from the kept input
+            if xhat._version != version:
+                raise RuntimeError(f"{self!r}: the forward's input was modified in place before backward; "
+                                   f"LayerNorm keeps its input for backward (pass a copy)")
+            xhat = torch.sub(xhat, mean).mul_(invstd)  # (*, S)
         k = len(self.normalized_shape)
         dims = tuple(range(xhat.dim() - k, xhat.dim()))
         lead = tuple(range(xhat.dim() - k))  # the axes gamma and beta are shared over

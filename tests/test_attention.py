@@ -98,6 +98,42 @@ def test_blocked_path_equals_textbook_reference_with_dropout(mask_i, p):
             close(ours, theirs, 1e-12)
 
 
+
+@pytest.mark.parametrize("L,S", SHAPES)
+@pytest.mark.parametrize("mask_i", range(8))
+@pytest.mark.parametrize("p,need_weights", [(0.0, False), (0.0, True), (0.4, False), (0.4, True)])
+def test_one_block_path_equals_blocked_path_and_textbook(L, S, mask_i, p, need_weights):
+    """S <= block_size runs layers/attention_one_block.py, S > block_size the online softmax: the same numbers
+    (float64), every mask kind, dropout, the weights and their gradient; both against the textbook attention."""
+    name, mask, causal = masks(LEAD, L, S)[mask_i]
+    q, k, v = qkv(LEAD, L, S, Ev=5, seed=5)
+    results, empties = [], []
+    for block in (S, 1000, 3):  # one block (exactly S, and larger), then several
+        att = ScaledDotProductAttention(block_size=block, generator=torch.Generator().manual_seed(77))
+        res = att(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal, need_weights=need_weights)
+        out, weights = res if need_weights else (res, None)
+        dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(6), dtype=F64)
+        dweights = None if weights is None else torch.randn(weights.shape, generator=torch.Generator().manual_seed(7),
+                                                            dtype=F64)
+        empties.append(att.masked_rows())  # (*, L, 1) True where every key was masked
+        results.append((out, *(() if weights is None else (weights,)), *att.backward(dout, dweights)))
+    assert all(torch.equal(e, empties[0]) for e in empties)
+    assert empties[0].any().item() == name.startswith(("bool with", "float with"))
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            close(a, b, 1e-13)
+    # the textbook attention (layers/reference.py), same dropout mask
+    seed = torch.randint(0, 2 ** 63 - 1, (), generator=torch.Generator().manual_seed(77)).item()
+    drop = attention_dropout_mask(seed, p, 6, L, S, dtype=F64).view(*LEAD, L, S) if p else None
+    bias = attention_bias(L, S, mask, causal, dtype=F64)
+    ref_out, cache = attention_forward(q, k, v, bias, dropout_mask=drop)
+    close(results[0][0], ref_out, 1e-12)
+    if need_weights:
+        close(results[0][1], cache[4], 1e-12)
+    else:
+        for ours, theirs in zip(results[0][1:4], attention_backward(dout, cache)):
+            close(ours, theirs, 1e-12)
+
 def test_textbook_backward_equals_autograd_and_blocked_path():
     q, k, v = qkv((3,), 10, 10, Ev=4, seed=3)
     bias = attention_bias(10, 10, is_causal=True, dtype=F64)

@@ -372,3 +372,13 @@ def test_batchnorm_bias_false_names_and_repr_as_torch():
     assert back.bias is None and back.weight is not None
     with pytest.raises(ValueError, match="bias must be a bool, got 0"):
         BatchNorm1d(3, bias=0)
+
+
+def test_layernorm_refuses_an_input_changed_in_place_before_backward():
+    """LayerNorm keeps its input (xhat is recomputed from it in backward), so changing it in between is refused."""
+    ln = LayerNorm(4, dtype=f64)
+    x = torch.randn(3, 4, dtype=f64)
+    ln(x)
+    x.add_(1.0)
+    with pytest.raises(RuntimeError, match="modified in place before backward"):
+        ln.backward(torch.ones(3, 4, dtype=f64))
