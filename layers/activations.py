@@ -18,6 +18,11 @@ from .checks import check_backward_dout, check_floating, check_tensor
 from .layer import BaseLayer
 
 
+def _versions(saved) -> tuple[int, ...]:
+    """The version counters of the tensors an activation kept (torch bumps one at every in-place change)."""
+    return tuple(t._version for t in (saved if isinstance(saved, tuple) else (saved,)) if isinstance(t, Tensor))
+
+
 class _Activation(BaseLayer, ABC):
     """Shared plumbing of the element-wise activations: validation and the cache of the output."""
 
@@ -34,6 +39,7 @@ class _Activation(BaseLayer, ABC):
         self._out = out = self._forward(x)
         if self._saved is None:  # _forward did not save something of its own (before overwriting x in place)
             self._saved = out
+        self._versions = _versions(self._saved)  # a kept tensor changed in place before backward is refused
         return out
 
     def backward(self, dout: Tensor) -> Tensor:
@@ -42,6 +48,9 @@ class _Activation(BaseLayer, ABC):
         check_backward_dout(self, dout, *((out.shape, out.dtype, out.device) if out is not None
                                           else (None, None, None)))
         self._out = self._saved = None
+        if saved is not None and _versions(saved) != self._versions:
+            raise RuntimeError(f"{self!r}: a tensor its backward needs (its input or output) was modified in place "
+                               f"after the forward; pass a copy to the in-place operation")
         return self._backward(dout, saved)
 
     @abstractmethod

@@ -276,3 +276,18 @@ def test_new_activations_and_dropout_on_cuda():
     assert_all_pass(check_layer(ln, x))
     bn = nontrivial(BatchNorm1d(6, dtype=f64)).to("cuda")
     assert_all_pass(check_layer(bn, x))
+
+
+@pytest.mark.parametrize("make", [lambda: __import__("layers").GELU(), lambda: __import__("layers").Sigmoid(),
+                                  lambda: __import__("layers").Tanh()])
+def test_a_kept_tensor_changed_in_place_before_backward_is_refused(make):
+    """GELU keeps its input and output, Sigmoid and Tanh their output: an in-place change of either after the
+    forward (a later layer's in-place op) would give a silently wrong gradient, so backward refuses it."""
+    layer = make()
+    x = torch.randn(4, 5, dtype=torch.float64)
+    out = layer(x)
+    out.mul_(2.0)
+    with pytest.raises(RuntimeError, match="modified in place after the forward"):
+        layer.backward(torch.ones_like(out))
+    out = layer(x)  # unchanged: backward runs
+    assert layer.backward(torch.ones_like(out)).shape == x.shape
