@@ -7,7 +7,7 @@ from .batchnorm import BatchNorm1d, BatchNorm2d
 from .cells import GRUCell, LSTMCell, RNNCell
 from .conv import Conv2d
 from .convert import from_torch, to_torch
-from .dropout import Dropout, SeededDropout, seeded_dropouts
+from .dropout import Dropout, SeededDropout
 from .embedding import Embedding
 from .flatten import Flatten
 from .gpt import GPT
@@ -20,7 +20,7 @@ from .pool import AvgPool2d, MaxPool2d
 from .recurrent import GRU, LSTM, RNN
 from .recurrent_lm import RecurrentLM, TorchRecurrentLM
 from .sampling import generate_recurrent, next_token
-from .seeded_recurrent import SeededGRU, SeededLSTM, SeededRNN
+from .seeded_recurrent import SeededGRU, SeededLSTM, SeededRNN, seeded_dropouts
 from .sequential import Sequential
 from .sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
 from .torch_gpt import PytorchGPT

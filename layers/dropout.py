@@ -101,16 +101,3 @@ class SeededDropout(torch.nn.Dropout):
         if self.p == 1.0:
             return x * 0.0
         return x * draw_mask(x, self.p, self.generator, self.global_rows)
-
-
-def seeded_dropouts(module: torch.nn.Module) -> torch.nn.Module:
-    """Turn every nn.Dropout inside ``module`` into a SeededDropout, and every nn.RNN/LSTM/GRU into its Seeded twin
-    (layers/seeded_recurrent.py: the dropout between its layers drawn as the hand-written layer draws it); the
-    same parameters and state, nothing to copy.  Returns ``module``."""
-    from .seeded_recurrent import SEEDED  # imports layers.recurrent, which imports this file
-    for m in module.modules():
-        if type(m) is torch.nn.Dropout:
-            m.__class__ = SeededDropout
-        elif type(m) in SEEDED:
-            m.__class__ = SEEDED[type(m)]
-    return module

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, _VF, nn
 from torch.nn.utils.rnn import PackedSequence
 
+from .dropout import SeededDropout
 from .recurrent import inter_layer_mask
 
 
@@ -92,3 +93,15 @@ class SeededGRU(_SeededMixin, nn.GRU):
 
 
 SEEDED = {nn.RNN: SeededRNN, nn.LSTM: SeededLSTM, nn.GRU: SeededGRU}  # the class each becomes
+
+
+def seeded_dropouts(module: torch.nn.Module) -> torch.nn.Module:
+    """Turn every nn.Dropout inside ``module`` into a SeededDropout, and every nn.RNN/LSTM/GRU into its Seeded twin
+    (above: the dropout between its layers drawn as the hand-written layer draws it); the
+    same parameters and state, nothing to copy.  Returns ``module``."""
+    for m in module.modules():
+        if type(m) is nn.Dropout:
+            m.__class__ = SeededDropout
+        elif type(m) in SEEDED:
+            m.__class__ = SEEDED[type(m)]
+    return module
