@@ -196,3 +196,25 @@ def test_sample_py_refuses_bad_input_in_one_line(corpus, tmp_path, capsys, tiny)
     assert "image classifier" in err and len(err.strip().splitlines()) == 1
     assert sample.main(["--resume", str(tmp_path / "missing.pt")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_eval_iters_all_is_the_mean_loss_over_every_window_of_each_split(corpus, tmp_path):
+    out = tmp_path / "r"
+    assert run("--data-file", corpus, "--out", out, "--max-iters", "2", "--eval-interval", "2", "--dtype", "float64",
+               "--impl", "torch", *GPT, "--eval-iters", "all") == 0
+    summary = json.loads((out / "summary.json").read_text())
+    ckpt = torch.load(out / "checkpoint.pt", weights_only=True)
+    from layers import PytorchGPT
+    text = load_text(corpus, 16)
+    model = PytorchGPT(vocab_size=text.vocab_size, block_size=16, n_layer=2, n_head=2, n_embd=16, bias=False,
+                       dtype=torch.float64)
+    model.load_state_dict(ckpt["models"]["torch"])
+    model.eval()
+    for split in ("train", "val"):
+        data = text.split(split)
+        n = (data.shape[0] - 1) // 16  # every non-overlapping window; the tail shorter than one is left out
+        x = torch.stack([data[i * 16:(i + 1) * 16] for i in range(n)])
+        y = torch.stack([data[i * 16 + 1:(i + 1) * 16 + 1] for i in range(n)])
+        with torch.no_grad():
+            want = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten()).item()
+        assert summary["results"]["torch"][f"{split}_loss"] == pytest.approx(want, rel=1e-12), split

@@ -61,7 +61,8 @@ def _text_extent(config: TrainConfig) -> dict:
     """A text run's length and corpus file (a str: checkpoints hold no Path objects), kept like --epochs."""
     if not config.is_text:
         return {}
-    return {"max_iters": config.max_iters, "data_file": None if config.data_file is None else str(config.data_file)}
+    data_file = None if config.data_file is None else str(Path(config.data_file).resolve())  # resumable from anywhere
+    return {"max_iters": config.max_iters, "data_file": data_file}
 
 
 def read_checkpoint(path: Path) -> dict:
