@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import numbers
 import warnings
+from abc import ABC, abstractmethod
 
 import torch
 from torch import Tensor
@@ -57,7 +58,7 @@ def inter_layer_mask(out: Tensor, p: float, generator: torch.Generator | None = 
     return draw_mask(out.new_empty(N, T, F), p, generator, global_rows).transpose(0, 1)  # (T, N, F) view
 
 
-class _Recurrent(BaseLayer):
+class _Recurrent(BaseLayer, ABC):
     """What RNN, LSTM and GRU share; a subclass sets the kind (``_gates``, ``_states``) and the core functions."""
 
     _gates: int = 1  # G
@@ -149,14 +150,14 @@ class _Recurrent(BaseLayer):
 
     # -- the kind: one direction of one layer, forward and backward (layers/bptt.py) ---------------------------
 
+    @abstractmethod
     def _forward_dir(self, x: Tensor, p: DirParams, state0: list, reverse: bool) -> tuple[Tensor, list, object]:
         """x (T, N, in) -> (y (T, N, H_out), final states [h_n (, c_n)], cache)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _backward_dir(self, dy: Tensor, dfinal: list, cache: object, need_d0: bool, need_dx: bool,
                       dx: Tensor | None) -> tuple[Tensor | None, list]:
         """-> (dx (T*N, in) or None, [dh_0 (, dc_0)] or Nones); adds the parameter gradients."""
-        raise NotImplementedError
 
     # -- forward ------------------------------------------------------------------------------------------
 

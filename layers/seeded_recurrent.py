@@ -22,7 +22,8 @@ from .recurrent import inter_layer_mask
 
 
 class _SeededMixin:
-    """The layer-by-layer forward; ``_vf`` is the torch kernel of the kind."""
+    """The layer-by-layer forward; each class below defines ``_vf(x, hx, weights) -> (y, h_n)``, the torch kernel
+    of its kind run for one layer."""
 
     generator: torch.Generator | None = None  # where the masks are drawn from (None: torch's default)
     global_rows: tuple[int, int, int] | None = None  # data parallelism: this process's rows of the global batch
@@ -31,9 +32,6 @@ class _SeededMixin:
     def p(self) -> float:
         """The dropout probability between layers, under the name the dropout layers use (use_generator)."""
         return self.dropout
-
-    def _vf(self, x, hx, weights):
-        raise NotImplementedError
 
     def forward(self, input, hx=None):
         if not (self.training and self.dropout > 0 and self.num_layers > 1):
