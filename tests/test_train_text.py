@@ -218,3 +218,12 @@ def test_eval_iters_all_is_the_mean_loss_over_every_window_of_each_split(corpus,
         with torch.no_grad():
             want = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten()).item()
         assert summary["results"]["torch"][f"{split}_loss"] == pytest.approx(want, rel=1e-12), split
+
+
+def test_a_non_finite_loss_names_the_iteration_and_keeps_the_last_checkpoint(corpus, tmp_path, capsys):
+    out = tmp_path / "r"
+    diverge = ["--optimizer", "sgd", "--lr", "1e30", "--warmup-iters", "0", "--log-interval", "1"]
+    assert run("--data-file", corpus, "--out", out, "--max-iters", "4", "--eval-interval", "2", *diverge, *GPT) == 1
+    err = capsys.readouterr().err
+    assert "manual: the training loss became" in err and "at iteration 2;" in err  # step 1's update blew it up
+    assert not (out / "checkpoint.pt").exists()  # no round was completed

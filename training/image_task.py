@@ -22,10 +22,14 @@ from .models import SAMPLE_SHAPES, build_models
 
 class ImageTask:
     kind = "image"
+    watch_activations = True
+
+    @staticmethod
+    def check_source(config: TrainConfig) -> None:
+        check_data_dir(config.data_dir)
 
     def __init__(self, config: TrainConfig, device: torch.device, say: Callable) -> None:
         self.config, self.device = config, device
-        check_data_dir(config.data_dir)
         t0 = time.perf_counter()
         self.data = load_data(config, device, config.torch_dtype, say, sample_shape=SAMPLE_SHAPES[config.model])
         self.data_seconds = time.perf_counter() - t0

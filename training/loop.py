@@ -56,6 +56,41 @@ def evaluate(impl: Impl, x: Tensor, y: Tensor, batch: int = 2000, info: DistInfo
     return loss_sum / n, correct / n
 
 
+class StepSums:
+    """Per-step sums (a step's summed loss, and a classifier's correct predictions) kept in a small device buffer
+    and read back once every ``every`` steps: the training loop's one host synchronisation.  Under torchrun the
+    rows are all-reduced first, so every rank reads the global batches' sums."""
+
+    def __init__(self, every: int, columns: int, device: torch.device, info: DistInfo = SINGLE) -> None:
+        self.buf = torch.zeros(every, columns, dtype=torch.float64, device=device)
+        self.kept, self.info = 0, info
+
+    def add(self, *values: Tensor) -> None:
+        """One step's sums (device scalars), copied into the next row: no read-back."""
+        row = self.buf[self.kept]
+        for i, v in enumerate(values):
+            row[i].copy_(v)
+        self.kept += 1
+
+    def due(self, last: bool) -> bool:
+        """Whether to read back now: the buffer is full, or the round's last step was added."""
+        return self.kept == self.buf.shape[0] or last
+
+    def take(self, name: str, where: Callable[[int], str]) -> list[list[float]]:
+        """The rows so far, as numbers, emptied; a non-finite loss (column 0) stops the run naming the step where
+        it first appeared, ``where(i)`` for row i ("epoch 2, step 17", "iteration 340")."""
+        rows = self.buf[:self.kept]
+        if self.info.enabled:
+            all_reduce_sum_(rows)
+        values = rows.tolist()
+        self.kept = 0
+        for i, row in enumerate(values):
+            if not math.isfinite(row[0]):
+                raise NonFiniteLoss(f"{name}: the training loss became {row[0]} at {where(i)}; stopping (lower --lr "
+                                    f"or set --clip-grad); the last good checkpoint is kept")
+        return values
+
+
 def epoch_generator(config: TrainConfig, epoch: int, device: torch.device) -> torch.Generator:
     """The random stream of one epoch's augmentation and dropout masks, the same for every implementation (each
     replays it from the start of the epoch) and reproducible on resume (a function of the seed and epoch)."""
@@ -71,8 +106,8 @@ def train_epoch(impl: Impl, data: Data, perm: Tensor, epoch: int, config: TrainC
     from tqdm import tqdm
     bs, n = config.batch_size, perm.shape[0]
     steps = 1 if config.dry_run else math.ceil(n / bs)
-    window = torch.zeros(config.log_interval, 2, dtype=torch.float64, device=perm.device)  # per step: loss, correct
-    sizes: list[int] = []  # global batch sizes of the steps now in the window
+    sums = StepSums(config.log_interval, 2, perm.device, info)  # per step: summed loss, correct predictions
+    sizes: list[int] = []  # global batch sizes of the steps now in the buffer
     loss_sum, correct, seen = 0.0, 0, 0
     bar = tqdm(total=steps, desc=f"epoch {epoch} {impl.name}", leave=False, file=sys.stdout,
                disable=config.quiet or not info.is_main or not sys.stdout.isatty())
@@ -101,20 +136,12 @@ def train_epoch(impl: Impl, data: Data, perm: Tensor, epoch: int, config: TrainC
             impl.sched.step()
         if after_step is not None:
             after_step(impl, (epoch - 1) * steps + step)
-        row = window[len(sizes)]
-        row[0].copy_(batch_loss.detach())
-        row[1].copy_((logits.argmax(1) == y).sum())
+        sums.add(batch_loss.detach(), (logits.argmax(1) == y).sum())
         sizes.append(total)
-        if len(sizes) == config.log_interval or step == steps:
-            if info.enabled:
-                all_reduce_sum_(window[:len(sizes)])  # every rank's sums: the global batches'
-            values = window[:len(sizes)].tolist()  # the one read-back in log_interval steps
+        if sums.due(step == steps):
             first = step - len(sizes) + 1
-            for i, (step_loss, step_correct) in enumerate(values):
-                if not math.isfinite(step_loss):
-                    raise NonFiniteLoss(f"{impl.name}: the training loss became {step_loss} at epoch {epoch}, step "
-                                        f"{first + i}; stopping (lower --lr or set --clip-grad); the last good "
-                                        f"checkpoint is kept")
+            values = sums.take(impl.name, lambda i: f"epoch {epoch}, step {first + i}")
+            for step_loss, step_correct in values:
                 loss_sum += step_loss
                 correct += int(step_correct)
             seen += sum(sizes)

@@ -37,10 +37,12 @@ def open_tensorboard(config: TrainConfig, info: DistInfo):
                          f"({e.strerror or type(e).__name__})") from None
 
 
-def attach_monitors(impls: dict, config: TrainConfig, info: DistInfo, round_ends: set[int], writer=None) -> dict:
+def attach_monitors(impls: dict, config: TrainConfig, info: DistInfo, round_ends: set[int], writer=None,
+                    activations: bool = True) -> dict:
     """impl name -> GradientMonitor, set as ``impl.monitor`` (empty unless --monitor, or off rank 0); besides every
     ``log_interval`` steps each records the run's first step and the steps in ``round_ends`` (each epoch's last,
-    or each evaluation's)."""
+    or each evaluation's).  ``activations``: also per-layer activation statistics (not for the engine's models,
+    which have no forward hooks)."""
     if not config.monitor or not info.is_main:
         return {}
     from monitoring import GradientMonitor
@@ -49,7 +51,7 @@ def attach_monitors(impls: dict, config: TrainConfig, info: DistInfo, round_ends
         # mixed precision: weights and gradients are the float32 masters' (unscaled, as they are clipped)
         mon = GradientMonitor(impl.model, every=config.log_interval, name=name, tensorboard=writer,
                               parameters=getattr(impl, "master", None), also={1, *round_ends})
-        if name != "engine" and not config.is_text:  # the language models are not Sequentials: no layer hooks
+        if activations and name != "engine":
             mon.watch_activations()
         impl.monitor = monitors[name] = mon
     return monitors

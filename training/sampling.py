@@ -17,6 +17,7 @@ from .checkpoint import read_checkpoint
 from .config import MATH_FIELDS, TEXT_MODELS, TrainConfig, resolve_device
 from .errors import UsageError
 from .text import TextData
+from .text_models import model_kwargs
 
 
 def checkpoint_config(ckpt: dict, path: Path) -> TrainConfig:
@@ -35,13 +36,9 @@ def checkpoint_config(ckpt: dict, path: Path) -> TrainConfig:
 
 def build_model(config: TrainConfig, vocab_size: int, impl: str, device: torch.device, dtype: torch.dtype):
     """The language model (with ``generate``) of ``config``: the hand-written one, or (impl "torch") its twin."""
-    if config.model == "gpt":
-        cls = GPT if impl == "manual" else PytorchGPT
-        return cls(vocab_size=vocab_size, block_size=config.block_size, n_layer=config.n_layer, n_head=config.n_head,
-                   n_embd=config.n_embd, dropout=config.dropout, bias=config.bias, device=device, dtype=dtype)
-    cls = RecurrentLM if impl == "manual" else TorchRecurrentLM
-    return cls(vocab_size, config.n_embd, config.hidden, config.n_layer, config.model, config.dropout,
-               device=device, dtype=dtype)
+    gpt = config.model == "gpt"
+    cls = {"manual": GPT if gpt else RecurrentLM, "torch": PytorchGPT if gpt else TorchRecurrentLM}[impl]
+    return cls(**model_kwargs(config, vocab_size), device=device, dtype=dtype)
 
 
 def sample_text(path: Path, prompt: str, max_new_tokens: int = 300, temperature: float = 1.0,

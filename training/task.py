@@ -31,8 +31,13 @@ class Task(Protocol):
     steps_per_round: int      # training steps in a full round (schedulers, the drift's probes)
     round_ends: set[int]      # the global step numbers that end a round (the monitor records them)
 
+    watch_activations: bool   # --monitor records per-layer activation statistics (the models are Sequential trees)
     data_seconds: float       # how long loading the data took
     data_name: str            # where the data came from, as the user gave it (--data-dir, --data-file)
+
+    @staticmethod
+    def check_source(config: TrainConfig) -> None:
+        """Refuse (UsageError) data that cannot be there, cheaply, before the output folder is touched."""
 
     def describe(self, device: torch.device) -> str:
         """The start of the run's first line: what the data is."""
@@ -78,10 +83,15 @@ class Task(Protocol):
         """The final table the run prints."""
 
 
-def make_task(config: TrainConfig, device: torch.device, say: Callable) -> Task:
-    """The task ``config`` asks for, its data loaded onto ``device``."""
+def task_class(config: TrainConfig) -> type:
+    """The class of the task ``config`` asks for (imported on demand: each pulls in its own data and models)."""
     if config.is_text:
         from .text_task import TextTask
-        return TextTask(config, device, say)
+        return TextTask
     from .image_task import ImageTask
-    return ImageTask(config, device, say)
+    return ImageTask
+
+
+def make_task(config: TrainConfig, device: torch.device, say: Callable) -> Task:
+    """The task ``config`` asks for, its data loaded onto ``device``."""
+    return task_class(config)(config, device, say)

@@ -34,20 +34,22 @@ class TorchCharRNN(TorchRecurrentLM):
         return super().forward(idx, state)[0]
 
 
+def model_kwargs(config: TrainConfig, vocab_size: int) -> dict:
+    """The constructor arguments of ``config``'s language model: GPT's, or RecurrentLM's (and their twins')."""
+    if config.model == "gpt":
+        return dict(vocab_size=vocab_size, block_size=config.block_size, n_layer=config.n_layer,
+                    n_head=config.n_head, n_embd=config.n_embd, dropout=config.dropout, bias=config.bias)
+    return dict(vocab_size=vocab_size, embedding_dim=config.n_embd, hidden_size=config.hidden,
+                num_layers=config.n_layer, cell=config.model, dropout=config.dropout)
+
+
 def build_text_models(config: TrainConfig, vocab_size: int, device, dtype) -> dict:
     """impl name -> model for ``config.impls`` (manual, torch), the twin holding the hand-written model's weights."""
     torch.manual_seed(config.seed)
-    if config.model == "gpt":
-        kw = dict(vocab_size=vocab_size, block_size=config.block_size, n_layer=config.n_layer, n_head=config.n_head,
-                  n_embd=config.n_embd, dropout=config.dropout, bias=config.bias)
-        manual = GPT(**kw, device=device, dtype=dtype)
-        with _rng_untouched(torch.device(device)):
-            twin = PytorchGPT(**kw, device=device, dtype=dtype)
-    else:
-        kw = dict(vocab_size=vocab_size, embedding_dim=config.n_embd, hidden_size=config.hidden,
-                  num_layers=config.n_layer, cell=config.model, dropout=config.dropout)
-        manual = CharRNN(**kw, device=device, dtype=dtype)
-        with _rng_untouched(torch.device(device)):
-            twin = seeded_dropouts(TorchCharRNN(**kw, device=device, dtype=dtype))
+    kw = {**model_kwargs(config, vocab_size), "device": device, "dtype": dtype}
+    manual_cls, twin_cls = (GPT, PytorchGPT) if config.model == "gpt" else (CharRNN, TorchCharRNN)
+    manual = manual_cls(**kw)
+    with _rng_untouched(torch.device(device)):
+        twin = seeded_dropouts(twin_cls(**kw))  # the recurrent twin's dropout draws the hand-written one's masks
     twin.load_state_dict(manual.state_dict())
     return {name: {"manual": manual, "torch": twin}[name] for name in config.impls}

@@ -9,7 +9,6 @@ character, in nats.
 """
 from __future__ import annotations
 
-import math
 import sys
 import time
 from typing import Callable
@@ -17,10 +16,10 @@ from typing import Callable
 import torch
 
 from .config import TrainConfig
-from .distributed import DistInfo, all_reduce_sum_, shard_bounds
-from .errors import NonFiniteLoss, UsageError
+from .distributed import DistInfo, shard_bounds
+from .errors import UsageError
 from .impls import Impl
-from .loop import epoch_generator, set_training
+from .loop import StepSums, epoch_generator, set_training
 from .models import use_generator
 from .text import TextData, corpus_path, load_text
 from .text_models import build_text_models
@@ -30,6 +29,12 @@ EVAL_WINDOWS = 256  # windows per forward when evaluating every window of a spli
 
 class TextTask:
     kind = "text"
+    watch_activations = False  # the language models are not Sequential trees: no layer hooks
+
+    @staticmethod
+    def check_source(config: TrainConfig) -> None:
+        """Nothing to check before reading: the corpus is read (and refused if unusable) when the task is made,
+        still before the output folder is created."""
 
     def __init__(self, config: TrainConfig, device: torch.device, say: Callable) -> None:
         self.config, self.device = config, device
@@ -84,39 +89,31 @@ class TextTask:
         first = (r - 1) * config.eval_interval  # iterations before this round
         steps = order.shape[0]
         lo, hi = shard_bounds(config.batch_size, info) if info.enabled else (0, config.batch_size)
-        window = torch.zeros(config.log_interval, dtype=torch.float64, device=order.device)  # per step: summed loss
-        kept, loss_sum, seen = 0, 0.0, 0
+        sums = StepSums(config.log_interval, 1, order.device, info)  # per step: the summed loss
+        loss_sum, seen = 0.0, 0
         bar = tqdm(total=steps, desc=f"iter {first + 1}-{first + steps} {impl.name}", leave=False, file=sys.stdout,
                    disable=config.quiet or not info.is_main or not sys.stdout.isatty())
         set_training(impl.model, True)
         use_generator(impl.model, epoch_generator(config, r, order.device))  # the round's dropout masks
         start = time.perf_counter()
+        tokens = config.batch_size * T  # of the global batch: the gradient is that of their mean loss
         for s in range(steps):
             it = first + s + 1
             x, y = TextData.windows_at(self.text.train, order[s, lo:hi], T)  # (B, T) each: this rank's windows
-            tokens = config.batch_size * T  # of the global batch: the gradient is that of their mean loss
             batch_loss, _, _ = impl.train_step(x, y, tokens, it)
             if impl.sched is not None:
                 impl.sched.step()
             if after_step is not None:
                 after_step(impl, it)
-            window[kept].copy_(batch_loss.detach())
-            kept += 1
-            if kept == config.log_interval or s == steps - 1:
-                if info.enabled:
-                    all_reduce_sum_(window[:kept])  # every rank's share: the global batches' summed losses
-                values = window[:kept].tolist()  # the one read-back in log_interval steps
-                for i, v in enumerate(values):
-                    if not math.isfinite(v):
-                        raise NonFiniteLoss(f"{impl.name}: the training loss became {v} at iteration "
-                                            f"{it - kept + 1 + i}; stopping (lower --lr or set --clip-grad); the "
-                                            f"last good checkpoint is kept")
+            sums.add(batch_loss.detach())
+            if sums.due(s == steps - 1):
+                start_it = it - sums.kept + 1
+                values = [v[0] for v in sums.take(impl.name, lambda i: f"iteration {start_it + i}")]
                 loss_sum += sum(values)
-                seen += kept * tokens
+                seen += len(values) * tokens
                 log({"type": "step", "impl": impl.name, "epoch": r, "step": s + 1, "global_step": it,
                      "loss": values[-1] / tokens, "train_loss": loss_sum / seen})
                 bar.set_postfix(loss=f"{loss_sum / seen:.4f}")
-                kept = 0
             bar.update(1)
         if order.device.type == "cuda":
             torch.cuda.synchronize(order.device)

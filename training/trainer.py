@@ -21,7 +21,6 @@ import torch
 from .agreement import check_ranks_agree, run_identity
 from .checkpoint import check_data, checkpoint_state, load_checkpoint, restore, save_checkpoint
 from .config import TrainConfig, resolve_device, use_threads
-from .data import check_data_dir
 from .errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, NonFiniteLoss, RunFailed, UsageError
 from .files import WriteFailed, atomic_write_text
 from .drift import Drift, first_step_agreement
@@ -31,7 +30,7 @@ from .monitors import (attach_monitors, close_tensorboard, log_scalars, monitor_
                        restore_monitors, write_monitor_outputs)
 from .output import OutputFolder
 from .parallel import under_torchrun
-from .task import Task, make_task
+from .task import Task, make_task, task_class
 
 
 def run(config: TrainConfig, say: Callable | None = None, *, init_method: str | None = None,
@@ -60,8 +59,7 @@ def _run(config: TrainConfig, device: torch.device, info: DistInfo, say: Callabl
                 f"the global batch is the same, so it continues the same run (sums are taken in another order)")
     check_mixed_precision(config, info)
     out = config.out or (config.resume.parent if config.resume else Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
-    if not config.is_text:
-        check_data_dir(config.data_dir)
+    task_class(config).check_source(config)
     folder = OutputFolder(out, config.resume, config.overwrite) if info.is_main else None
     try:  # rank 0 holds the output folder's lock from here to the end of the run
         if folder is not None:
@@ -98,7 +96,7 @@ def _train(config: TrainConfig, device: torch.device, info: DistInfo, say: Calla
     task.check(info)
     impls = _build(config, device, info, task)
     writer = open_tensorboard(config, info)
-    monitors = attach_monitors(impls, config, info, task.round_ends, writer)
+    monitors = attach_monitors(impls, config, info, task.round_ends, writer, task.watch_activations)
     batch_gen = torch.Generator().manual_seed((config.seed + 1) % 2 ** 64)  # torch's range
     records: list[dict] = []  # everything logged, in order; rounds are the records of type "epoch"
     start = 1
