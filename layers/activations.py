@@ -203,8 +203,8 @@ class LeakyReLU(_Activation):
 
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
-_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 _LOG2E = 1.0 / math.log(2.0)  # e^y = 2^(y log2 e)
+_LOG2_INV_SQRT_2PI = -0.5 * math.log2(2.0 * math.pi)  # 2^this = 1 / sqrt(2 pi)
 
 
 class GELU(_Activation):
@@ -215,9 +215,14 @@ class GELU(_Activation):
         "tanh":  dx = dout * (1/2 (1 + t) + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)),  t = tanh(u)
 
     Keeps x and out (out is held anyway: the next layer keeps it as its input).  "none" reads Phi(x) off the
-    forward's result, Phi(x) = out / x (Phi(0) = 1/2 where that is 0/0), and phi as 2^(-x^2/2 log2 e): no erf
-    and no exp in backward (both several times slower than exp2 on the CPU, measured with torch 2.14).
-    "tanh" recomputes t.
+    forward's result, Phi(x) = out / x (Phi(0) = 1/2 where that is 0/0), and phi as 2^(-x^2/2 log2 e - log2
+    sqrt(2 pi)): no erf and no exp in backward (both several times slower than exp2 on the CPU, measured with
+    torch 2.14), and one (N, ...) temporary, which becomes dx.  "tanh" recomputes t.
+
+    ``recompute = True`` (llm.c's ``recompute``; the GPT's MLP sets it): keep only x, and compute out again
+    when it is needed -- ``recompute()`` returns it for the caller that did not keep it either (the next
+    Linear, ``keep_input=False``), and backward uses that.  One more pass over x; the (N, ...) output is not
+    held from forward to backward.
     """
 
     torch_class = torch.nn.GELU
@@ -228,17 +233,39 @@ class GELU(_Activation):
         if approximate not in ("none", "tanh"):
             raise ValueError(f"GELU: approximate must be 'none' or 'tanh', got {approximate!r}")
         self.approximate = approximate
+        self.recompute_output = False
 
     def extra_repr(self) -> str:
         return f"approximate={self.approximate!r}"
 
-    def _forward(self, x: Tensor) -> Tensor:
-        out = torch.nn.functional.gelu(x, approximate=self.approximate)
-        self._saved = (x, out)
+    def forward(self, x: Tensor) -> Tensor:
+        out = super().forward(x)
+        if self.recompute_output:  # hold nothing of out: a stand-in with its shape, dtype and device validates dout
+            self._out = out.new_empty(()).expand(out.shape)
         return out
 
-    def _backward(self, dout: Tensor, saved: tuple[Tensor, Tensor]) -> Tensor:
-        # In-place chains on two buffers: the same formulas as the docstring.
+    def _forward(self, x: Tensor) -> Tensor:
+        out = torch.nn.functional.gelu(x, approximate=self.approximate)
+        self._saved = (x, None if self.recompute_output else out)
+        return out
+
+    def recompute(self) -> Tensor:
+        """After a forward with ``recompute_output``: its output again, from the kept input (bit for bit the
+        forward's), also kept now for this layer's backward."""
+        if self._saved is None:
+            raise RuntimeError(f"{self!r}: recompute() needs a forward first")
+        x, out = self._saved
+        if out is None:
+            if _versions(x) != self._versions:
+                raise RuntimeError(f"{self!r}: its input was modified in place after the forward; pass a copy to "
+                                   f"the in-place operation")
+            out = torch.nn.functional.gelu(x, approximate=self.approximate)
+            self._saved = (x, out)
+            self._versions = _versions(self._saved)
+        return out
+
+    def _backward(self, dout: Tensor, saved: tuple[Tensor, Tensor | None]) -> Tensor:
+        # In-place chains on as few buffers as possible: the same formulas as the docstring.
         x, out = saved
         if self.approximate == "tanh":
             x2 = x * x  # (N, ...)
@@ -246,9 +273,12 @@ class GELU(_Activation):
             right = torch.mul(t, t).neg_().add_(1.0).mul_(x).mul_(0.5 * _SQRT_2_OVER_PI)  # x/2 (1-t^2) sqrt(2/pi)
             right.mul_(x2.mul_(3 * 0.044715).add_(1.0))  # ... (1 + 3 * 0.044715 x^2)
             return right.add_(t.add_(1.0).mul_(0.5)).mul_(dout)  # (N, ...)
-        xpdf = torch.addcmul(x.new_zeros(()), x, x, value=-0.5 * _LOG2E).exp2_().mul_(x)  # (N, ...) sqrt(2 pi) x phi(x)
-        cdf = torch.div(out, x).nan_to_num_(nan=0.5, posinf=math.inf, neginf=-math.inf)  # (N, ...) Phi(x) = out / x
-        return cdf.add_(xpdf, alpha=_INV_SQRT_2PI).mul_(dout)  # (N, ...) (Phi(x) + x phi(x)) dout
+        if out is None:
+            out = torch.nn.functional.gelu(x)  # recompute_output without recompute(): computed here
+        g = torch.addcmul(x.new_full((), _LOG2_INV_SQRT_2PI), x, x, value=-0.5 * _LOG2E).exp2_()  # (N, ...) phi(x)
+        g.mul_(x).addcdiv_(out, x)  # x phi(x) + Phi(x), Phi(x) = out / x: 0/0 = nan where x = 0
+        # x = 0: Phi(0) + 0 = 1/2.  (Not nan_to_num: a nan in x must stay nan in dx, not become 1/2.)
+        return g.masked_fill_(x == 0, 0.5).mul_(dout)
 
 
 class SiLU(_Activation):

@@ -103,10 +103,13 @@ class ScaledDotProductAttention(BaseLayer):
                            1.0 / math.sqrt(E) if scale is None else _check_scale(scale), need_weights)
 
     def attend(self, query: Tensor, key: Tensor, value: Tensor, blocked: Tensor | None, bias: Tensor | None,
-               is_causal: bool, p_drop: float, scale: float, need_weights: bool) -> Tensor | tuple[Tensor, Tensor]:
+               is_causal: bool, p_drop: float, scale: float, need_weights: bool,
+               keep_out: bool = True) -> Tensor | tuple[Tensor, Tensor]:
         """``forward`` after validation, for callers that hold valid inputs and both kinds of mask at once (the
         multi-head layer's key padding and attention masks): ``blocked`` (bool, True where a query may NOT
-        attend) and ``bias`` (float, added to the scores) broadcast to (*, L, S); either may be None."""
+        attend) and ``bias`` (float, added to the scores) broadcast to (*, L, S); either may be None.
+        ``keep_out=False``: the output is not held for backward, which then needs it back as ``out=`` (a
+        caller that keeps the same values in another layout anyway: the GPT's heads side by side)."""
         self._cache = None
         lead, L, S, E, Ev = tuple(query.shape[:-2]), query.shape[-2], key.shape[-2], query.shape[-1], value.shape[-1]
         B = math.prod(lead)
@@ -122,7 +125,8 @@ class ScaledDotProductAttention(BaseLayer):
             out, lse, weights = one_block_forward(q, k, v, spec, need_weights)
         else:
             out, lse, weights = _blocked_forward(q, k, v, spec, need_weights)
-        self._cache = (spec, q, k, v, out, lse, weights, dtype, query.shape, key.shape, value.shape)
+        self._cache = (spec, q, k, v, out if keep_out else None, lse, weights, dtype, query.shape, key.shape,
+                       value.shape)
         out = out.view(*lead, L, Ev).to(dtype)
         if not need_weights:
             return out
@@ -137,14 +141,24 @@ class ScaledDotProductAttention(BaseLayer):
 
     # -- backward -----------------------------------------------------------------------------------------
 
-    def backward(self, dout: Tensor, dweights: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
-        """dout (*, L, Ev) [, dweights (*, L, S)] -> (dquery (*, L, E), dkey (*, S, E), dvalue (*, S, Ev))."""
+    def backward(self, dout: Tensor, dweights: Tensor | None = None,
+                 out: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """dout (*, L, Ev) [, dweights (*, L, S)] -> (dquery (*, L, E), dkey (*, S, E), dvalue (*, S, Ev)).
+        ``out``: the forward's output, given back when the forward did not keep it (``keep_out=False``)."""
         cache = self._cache
         if cache is None:
             check_backward_dout(self, dout, None, None, None)
-        spec, q, k, v, out, lse, weights, dtype, q_shape, k_shape, v_shape = cache
+        spec, q, k, v, kept, lse, weights, dtype, q_shape, k_shape, v_shape = cache
         lead, L, S = spec.lead, spec.L, spec.S
-        check_backward_dout(self, dout, torch.Size((*lead, L, v.shape[2])), dtype, out.device)
+        out_shape = torch.Size((*lead, L, v.shape[2]))
+        check_backward_dout(self, dout, out_shape, dtype, q.device)
+        if (kept is None) != (out is not None):
+            raise ValueError(f"{self!r}: " + ("the forward did not keep its output (keep_out=False); pass it back "
+                                              "as backward(dout, out=...)" if kept is None else
+                                              "backward got out=, but the forward kept its own output"))
+        if out is not None and not (isinstance(out, Tensor) and out.shape == out_shape and out.dtype == dtype):
+            raise ValueError(f"{self!r}: out= must be the forward's output, of shape {tuple(out_shape)} and dtype "
+                             f"{dtype}; got {tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__}")
         if dweights is not None:
             if weights is None:
                 raise ValueError(f"{self!r}: dweights given, but the forward returned no weights "
@@ -157,8 +171,10 @@ class ScaledDotProductAttention(BaseLayer):
         B = q.shape[0]
         do = dout.reshape(B, L, v.shape[2]).to(q.dtype)  # (B, L, Ev)
         dw = None if dweights is None else dweights.reshape(B, L, S).to(q.dtype)  # (B, L, S)
-        D = torch.bmm(do.reshape(B * L, 1, -1), out.view(B * L, -1, 1)).view(B, L, 1)  # rowsum(dout * out) = rowsum(dP * P),
-        # one dot product per row (no (B, L, Ev) temporary)
+        if out is None:  # D = rowsum(dout * out) = rowsum(dP * P), one dot product per row (no (B, L, Ev) temporary)
+            D = torch.bmm(do.reshape(B * L, 1, -1), kept.view(B * L, -1, 1)).view(B, L, 1)
+        else:  # the caller's layout: a product in it, summed per row
+            D = torch.mul(dout.to(q.dtype), out.to(q.dtype)).sum(-1, keepdim=True).reshape(B, L, 1)
         if dw is not None:
             D.add_((dw * weights).sum(-1, keepdim=True))  # the weights' own gradient joins dA: + rowsum(dW * A)
         if S <= spec.block:

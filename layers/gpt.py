@@ -22,7 +22,7 @@ projections ``c_proj``), and ``load_state_dict(nanogpt.state_dict())`` gives nan
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import torch
 from torch import Tensor
@@ -55,7 +55,7 @@ class CausalSelfAttention(BaseLayer):
         self.resid_dropout = Dropout(dropout)
         self.n_head, self.n_embd, self.p = n_head, n_embd, float(dropout)
         self.attention = ScaledDotProductAttention()
-        self._shape: torch.Size | None = None
+        self._y: Tensor | None = None  # the heads side by side (B, T, C), from forward to backward
 
     generator = property(lambda self: self.attention.generator,
                          lambda self, g: setattr(self.attention, "generator", g))
@@ -63,51 +63,72 @@ class CausalSelfAttention(BaseLayer):
     def named_children(self) -> Iterator[tuple[str, BaseLayer]]:
         return iter((("c_attn", self.c_attn), ("c_proj", self.c_proj), ("resid_dropout", self.resid_dropout)))
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, keep_input: bool = True) -> Tensor:
+        """``keep_input=False``: x is not held (c_attn's input); backward then takes it back as ``input=``."""
         B, T, C = x.shape
-        q, k, v = self.c_attn(x).split(C, dim=2)  # (B, T, C) each
+        q, k, v = self.c_attn.forward(x, keep_input).split(C, dim=2)  # (B, T, C) each
         heads = lambda t: t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # noqa: E731  (B, nh, T, hs)
         p = self.p if self.training else 0.0
         y = self.attention.attend(heads(q), heads(k), heads(v), None, None, True, p, 1.0 / math.sqrt(C // self.n_head),
-                                  False)  # (B, nh, T, hs)
-        y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C) the heads side by side
-        self._shape = x.shape
+                                  False, keep_out=False)  # (B, nh, T, hs)
+        # (B, T, C) the heads side by side: c_proj's input, and the attention's output for its backward (which
+        # therefore does not keep its own copy in the (B, nh, T, hs) layout)
+        self._y = y = y.transpose(1, 2).reshape(B, T, C)
         return self.resid_dropout(self.c_proj(y))
 
-    def backward(self, dy: Tensor) -> Tensor:
-        B, T, C = self._shape
+    def backward(self, dy: Tensor, input: Tensor | Callable[[], Tensor] | None = None) -> Tensor:
+        """dy (B, T, C) -> dx.  ``input``: the forward's x when it was not kept, or a function that returns it
+        (called only when c_attn needs it, so a recomputed input is held no longer than its use)."""
+        if self._y is None:
+            raise RuntimeError(f"{self!r}: backward called before forward (or twice after one forward)")
+        B, T, C = self._y.shape
         nh, hs = self.n_head, C // self.n_head
+        y, self._y = self._y, None
         dy = self.c_proj.backward(self.resid_dropout.backward(dy))  # (B, T, C)
-        dq, dk, dv = self.attention.backward(dy.view(B, T, nh, hs).transpose(1, 2))  # (B, nh, T, hs) each
+        dq, dk, dv = self.attention.backward(dy.view(B, T, nh, hs).transpose(1, 2),
+                                             out=y.view(B, T, nh, hs).transpose(1, 2))  # (B, nh, T, hs) each
         dqkv = dy.new_empty(B, T, 3 * C)  # the three written into c_attn's output gradient, no concatenation
         for i, d in enumerate((dq, dk, dv)):
             dqkv[:, :, i * C:(i + 1) * C].view(B, T, nh, hs).copy_(d.transpose(1, 2))
-        return self.c_attn.backward(dqkv)
+        return self.c_attn.backward(dqkv, input=input() if callable(input) else input)
 
 
 class MLP(BaseLayer):
-    """c_fc (C -> 4C), GELU, c_proj (4C -> C), dropout; backward in reverse."""
+    """c_fc (C -> 4C), GELU, c_proj (4C -> C), dropout; backward in reverse.
+
+    GELU's output is not held from forward to backward (llm.c's ``recompute``): GELU keeps its input h, c_proj
+    does not keep its input gelu(h), and backward computes gelu(h) again -- the same bits -- for c_proj's
+    weight gradient and GELU's own backward.  One (B, T, 4C) pass more per step; one (B, T, 4C) tensor fewer
+    held per block, the largest a block has."""
 
     def __init__(self, n_embd: int, dropout: float, bias: bool, *, device=None, dtype=None) -> None:
         kw = {"device": device, "dtype": dtype}
         self.c_fc = Linear(n_embd, 4 * n_embd, bias=bias, **kw)
         self.gelu = GELU()
+        self.gelu.recompute_output = True
         self.c_proj = Linear(4 * n_embd, n_embd, bias=bias, **kw)
         self.dropout = Dropout(dropout)
 
     def named_children(self) -> Iterator[tuple[str, BaseLayer]]:
         return iter((("c_fc", self.c_fc), ("gelu", self.gelu), ("c_proj", self.c_proj), ("dropout", self.dropout)))
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+    def forward(self, x: Tensor, keep_input: bool = True) -> Tensor:
+        """``keep_input=False``: x is not held (c_fc's input); backward then takes it back as ``input=``."""
+        return self.dropout(self.c_proj.forward(self.gelu(self.c_fc.forward(x, keep_input)), keep_input=False))
 
-    def backward(self, dy: Tensor) -> Tensor:
-        return self.c_fc.backward(self.gelu.backward(self.c_proj.backward(self.dropout.backward(dy))))
+    def backward(self, dy: Tensor, input: Tensor | Callable[[], Tensor] | None = None) -> Tensor:
+        """dy (B, T, C) -> dx.  ``input`` as in ``CausalSelfAttention.backward``."""
+        dg = self.c_proj.backward(self.dropout.backward(dy), input=self.gelu.recompute())  # gelu(h) again
+        return self.c_fc.backward(self.gelu.backward(dg), input=input() if callable(input) else input)
 
 
 class Block(BaseLayer):
     """x = x + attn(ln_1(x)); x = x + mlp(ln_2(x)).  Backward: dx = dy + ln_1.backward(attn.backward(dy)), after the
-    same through the MLP."""
+    same through the MLP.
+
+    The LayerNorms' outputs are not held from forward to backward: each LayerNorm keeps its input anyway (and
+    its mean and 1/std), so backward computes its output again, bit for bit, for the next Linear's weight
+    gradient.  One (B, T, C) pass more per LayerNorm; two (B, T, C) tensors fewer held per block."""
 
     def __init__(self, n_embd: int, n_head: int, dropout: float, bias: bool, *, device=None, dtype=None) -> None:
         kw = {"device": device, "dtype": dtype}
@@ -122,13 +143,13 @@ class Block(BaseLayer):
     def forward(self, x: Tensor) -> Tensor:
         # Each sum is added into the branch's output (a fresh tensor no layer keeps), not into x: ln_1 and ln_2
         # keep their inputs for backward.  One (B, T, C) allocation per residual fewer.
-        x = self.attn(self.ln_1(x)).add_(x)
-        return self.mlp(self.ln_2(x)).add_(x)
+        x = self.attn.forward(self.ln_1(x), keep_input=False).add_(x)
+        return self.mlp.forward(self.ln_2(x), keep_input=False).add_(x)
 
     def backward(self, dy: Tensor) -> Tensor:
         # likewise into the LayerNorms' dx (fresh); dy itself may be a layer's cached tensor, so never written
-        dy = self.ln_2.backward(self.mlp.backward(dy)).add_(dy)
-        return self.ln_1.backward(self.attn.backward(dy)).add_(dy)
+        dy = self.ln_2.backward(self.mlp.backward(dy, input=self.ln_2.recompute)).add_(dy)
+        return self.ln_1.backward(self.attn.backward(dy, input=self.ln_1.recompute)).add_(dy)
 
 
 class GPT(BaseLayer):

@@ -91,6 +91,23 @@ class LayerNorm(BaseLayer):
         self._cache = (xhat, None, invstd, x.dtype, None)
         return out if out.dtype == x.dtype else out.to(x.dtype)
 
+    def recompute(self) -> Tensor:
+        """After a forward, before its backward: the forward's output again, bit for bit (the same kernel on the
+        kept input), for a next layer that did not keep it (a Linear's ``keep_input=False``: the GPT's blocks)."""
+        if self._cache is None:
+            raise RuntimeError(f"{self!r}: recompute() needs a forward first (and is gone after backward)")
+        x, mean, invstd, xdtype, version = self._cache
+        if mean is not None:
+            if x._version != version:
+                raise RuntimeError(f"{self!r}: the forward's input was modified in place before recompute(); "
+                                   f"LayerNorm keeps its input (pass a copy)")
+            return torch.native_layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)[0]
+        out = x  # float16/bfloat16 input: x is the kept xhat, in float32
+        if self.weight is not None:
+            w = self.weight.to(x.dtype)
+            out = x * w if self.bias is None else torch.addcmul(self.bias.to(x.dtype), x, w)
+        return out if out.dtype == xdtype else out.to(xdtype)
+
     def backward(self, dout: Tensor) -> Tensor:
         """dout: (*, S) -> dx: (*, S); adds dgamma (S) and dbeta (S) into weight.grad and bias.grad."""
         cache = self._cache

@@ -9,6 +9,9 @@ from .init import torch_default_params
 from .layer import BaseLayer, accumulate_grad
 
 
+_NOT_KEPT = object()  # Linear._x after a forward with keep_input=False
+
+
 class Linear(BaseLayer):
     """Affine map ``out = x @ weight + bias``.
 
@@ -42,8 +45,11 @@ class Linear(BaseLayer):
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
-    def forward(self, x: Tensor) -> Tensor:
-        """x: (*, D) -> out: (*, H); (N, D) -> (N, H) is the common case."""
+    def forward(self, x: Tensor, keep_input: bool = True) -> Tensor:
+        """x: (*, D) -> out: (*, H); (N, D) -> (N, H) is the common case.
+
+        ``keep_input=False``: do not hold x until backward (a caller that can give it back then, recomputed
+        or kept elsewhere, passes it as ``backward(dout, input=x)``)."""
         w = self.weight
         if not (isinstance(x, Tensor) and x.dim() >= 1 and x.shape[-1] == self.in_features
                 and x.dtype == w.dtype and x.device == w.device):
@@ -51,18 +57,21 @@ class Linear(BaseLayer):
         lead = x.shape[:-1]
         if x.dim() != 2:
             x = x.reshape(-1, self.in_features)  # (N, D), N = prod(*): a view when x is contiguous
-        self._x = x
+        self._x = x if keep_input else _NOT_KEPT
         out = x @ w if self.bias is None else torch.addmm(self.bias, x, w)  # (N, H), bias add fused into the GEMM
         self._lead = lead
         return out if len(lead) == 1 else out.view(*lead, self.out_features)  # (*, H)
 
-    def backward(self, dout: Tensor, need_input_grad: bool = True) -> Tensor | None:
+    def backward(self, dout: Tensor, need_input_grad: bool = True, input: Tensor | None = None) -> Tensor | None:
         """dout: (*, H) -> dx: (*, D); adds dW (D, H) and db (H,) into .grad (summed over every leading position).
 
         ``need_input_grad=False`` skips the dx product (the first layer of a net
-        does not need it) and returns None.
+        does not need it) and returns None.  ``input``: the forward's x, given back when the forward was
+        told not to keep it (``keep_input=False``); it must hold the very values the forward saw.
         """
         x, w, lead = self._x, self.weight, self._lead
+        if x is _NOT_KEPT or input is not None:
+            x = self._given_input(x, input)
         if not (x is not None and isinstance(dout, Tensor) and dout.shape[:-1] == lead and dout.dim() >= 1
                 and dout.shape[-1] == self.out_features and dout.dtype == w.dtype and dout.device == w.device):
             check_dout(repr(self), dout, None if x is None else torch.Size((*lead, self.out_features)), w)
@@ -80,6 +89,23 @@ class Linear(BaseLayer):
             return None
         dx = dout @ w.t()  # (N, D)
         return dx if len(lead) == 1 else dx.view(*lead, self.in_features)  # (*, D)
+
+    def _given_input(self, kept: object, input: Tensor | None) -> Tensor:
+        """The (N, D) input for dW when the caller gives it back (checked against the forward's shape)."""
+        if kept is None:
+            check_dout(repr(self), None, None, self.weight)  # no forward since the last backward: says so
+        if input is None:
+            raise ValueError(f"{self!r}: the forward did not keep its input (keep_input=False); pass it back as "
+                             f"backward(dout, input=x)")
+        if kept is not _NOT_KEPT:
+            raise ValueError(f"{self!r}: backward got input=, but the forward kept its own input (keep_input=True)")
+        shape = torch.Size((*self._lead, self.in_features))
+        if not (isinstance(input, Tensor) and input.shape == shape and input.dtype == self.weight.dtype
+                and input.device == self.weight.device):
+            raise ValueError(f"{self!r}: input= must be the forward's input, of shape {tuple(shape)}, dtype "
+                             f"{self.weight.dtype} on {self.weight.device}; got "
+                             f"{tuple(input.shape) if isinstance(input, Tensor) else type(input).__name__}")
+        return input.reshape(-1, self.in_features)  # (N, D)
 
     def _reject_input(self, x: object) -> None:
         check_tensor(repr(self), "x", x)
