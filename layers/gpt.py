@@ -186,6 +186,7 @@ class GPT(BaseLayer):
         lm_head = Linear(n_embd, vocab_size, bias=False, **kw)  # drawn and then tied: its draw sets wte's values
         self.wte.weight = lm_head.weight.t().contiguous()  # (V, C) one tensor for the embedding and the output
         self._init_weights()
+        self._lay_out_flat()
         self._cache: tuple | None = None
 
     def _init_weights(self) -> None:
@@ -203,6 +204,35 @@ class GPT(BaseLayer):
             for block in self.h:  # named_parameters order: attn.c_proj.weight, then mlp.c_proj.weight
                 for lin in (block.attn.c_proj, block.mlp.c_proj):
                     torch.nn.init.normal_(lin._torch_view("weight", lin.weight), std=0.02 / math.sqrt(2 * self.n_layer))
+
+    def _lay_out_flat(self) -> None:
+        """llm.c's ``params_memory`` and ``grads_memory``: every parameter becomes a view into one block -- the
+        matrices first, then the vectors, so that each of nanoGPT's two optimizer groups (weight decay on the
+        2-D tensors only) is one span -- and gets a gradient in a second block laid out alike (zeros, or the
+        gradient it had).  Identities are kept (``.data`` is re-pointed), so an optimizer built before still
+        holds these tensors.  The optimizer and the gradient clip then update a span with one kernel instead of
+        one per tensor (``optimizers/flat.py``), with the same numbers; nothing else depends on the layout."""
+        params = self.parameters()
+        order = [p for p in params if p.dim() >= 2] + [p for p in params if p.dim() < 2]
+        total = sum(p.numel() for p in order)
+        weights = order[0].new_empty(total)
+        grads = order[0].new_zeros(total)
+        offset = 0
+        for p in order:  # each keeps its strides (a Linear's weight is a transposed block): a dense span
+            view = weights.as_strided(p.shape, p.stride(), offset)
+            view.copy_(p.data)
+            g = grads.as_strided(p.shape, p.stride(), offset)
+            if p.grad is not None:
+                g.copy_(p.grad)
+            p.data = view
+            p.grad = g
+            offset += p.numel()
+
+    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None):
+        """Move/cast as every layer does, then lay the parameters out in one block again on the new device."""
+        super().to(device, dtype)
+        self._lay_out_flat()
+        return self
 
     def extra_repr(self) -> str:
         return (f"vocab_size={self.vocab_size}, block_size={self.block_size}, n_layer={self.n_layer}, "

@@ -5,6 +5,7 @@ import torch
 from torch import Tensor
 
 from .base import HandOptimizer, check_betas, check_hyper, check_impl_flags, check_scalar_tensor, number, scalar_step
+from .flat import flat_views, tile_like
 
 
 class Adam(HandOptimizer):
@@ -58,6 +59,9 @@ class Adam(HandOptimizer):
         torch._foreach_add_(steps, 1)
         if not capturable:  # tensor betas read back once per step
             beta1, beta2 = number(beta1), number(beta2)
+            flat = self._flat(params, grads, states, amsgrad, steps)
+            if flat is not None:  # one block each (optimizers/flat.py): the same update, one kernel per line
+                params, grads, states, steps = flat
         if wd != 0:
             if decoupled:
                 decay = 1 - lr * wd  # a tensor for a tensor lr (torch's expression)
@@ -106,6 +110,31 @@ class Adam(HandOptimizer):
         neg_step_sizes = [-number(lr / (1 - beta1 ** t)) * r for t, r in zip(ts, sqrt_c2)]
         torch._foreach_add_(denom, [group["eps"] * r for r in sqrt_c2])
         torch._foreach_addcdiv_(params, exp_avgs, denom, neg_step_sizes)
+
+
+    @staticmethod
+    def _flat(params, grads, states, amsgrad, steps):
+        """(params, grads, states, steps) as one block each when the parameters and gradients tile one (and
+        every parameter is at the same step), the state then tiled alike (on its first step or after a load);
+        else None."""
+        if len(params) < 2 or flat_views(params, grads) is None:
+            return None
+        t = steps[0].item()
+        if any(s.item() != t for s in steps):
+            return None
+        keys = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq") if amsgrad else ("exp_avg", "exp_avg_sq")
+        columns = [[s[k] for s in states] for k in keys]
+        views = flat_views(params, grads, *columns)
+        if views is None:  # the state is not laid out like the parameters yet: copy it into blocks that are
+            for k, column in zip(keys, columns):
+                tiled = tile_like(params, column)
+                for state, tensor in zip(states, tiled):
+                    state[k] = tensor
+            views = flat_views(params, grads, *[[s[k] for s in states] for k in keys])
+            if views is None:
+                return None
+        flat_state = dict(zip(keys, views[2:]))
+        return [views[0]], [views[1]], [flat_state], [steps[0]]
 
 
 class AdamW(Adam):

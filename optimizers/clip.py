@@ -7,6 +7,8 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
+from .flat import flat_views
+
 
 def _grads(parameters: Iterable[Tensor] | Tensor) -> list[Tensor]:
     if isinstance(parameters, Tensor):
@@ -36,6 +38,9 @@ def clip_grad_norm_(parameters: Iterable[Tensor] | Tensor, max_norm: float, norm
     grads = _grads(parameters)
     if not grads:
         return torch.tensor(0.0)  # no gradient, so no device to put it on (torch returns the same)
+    flat = flat_views(grads)
+    if flat is not None:  # the gradients tile one block (optimizers/flat.py): its norm is the norm of them all
+        grads = flat
     device = grads[0].device
     if math.isinf(norm_type):
         per_tensor = [g.abs().max() for g in grads]
