@@ -2,6 +2,7 @@
 interleaved in one process, with peak memory and where the hand-written iteration's time goes.
 
     python benchmarks/gpt_step.py [--device cuda] [--dtype bfloat16] [--preset default|gpt2-small] [--repeats 30]
+                                  [--glibc-default]
 
 The default preset is nanoGPT's CPU configuration and train.py's --model gpt default (n_layer 4, n_head 4,
 n_embd 128, block_size 64, batch 12, vocab 65); gpt2-small is 12 layers of 768 with a 1024 window (a GPU's shape).
@@ -20,6 +21,7 @@ import torch.nn.functional as F
 from layers import GPT
 from losses import CrossEntropyLoss
 from optimizers import AdamW, clip_grad_norm_
+from training.allocator import retain_freed_memory
 
 from memory import peak_mb  # sibling scripts: benchmarks/ is sys.path[0] when a script here runs
 import timing
@@ -116,7 +118,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--compile", action="store_true", help="also the twin under torch.compile")
+    ap.add_argument("--glibc-default", action="store_true",
+                    help="leave glibc's malloc as it is (by default it keeps freed memory, as train.py has it: "
+                         "training/allocator.py)")
     args = ap.parse_args(argv)
+    retained = False if args.glibc_default else retain_freed_memory()
     device = args.device
     cfg = dict(PRESETS[args.preset])
     if args.batch:
@@ -131,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     times = interleaved(cands, args.repeats, args.warmup, device, clock=args.clock)
     mems = {name: peak_mb(fn, device) for name, fn in cands.items()}
     print(timing.machine(device, args.clock))
-    print(f"{args.dtype}; GPT {cfg}")
+    print(f"{args.dtype}; GPT {cfg}; malloc: {'keeps freed memory (as train.py)' if retained else 'default'}")
     print(f"{'candidate':<38} {'ms/iter':>9} {'speed vs twin':>14} {'peak MB':>9}")
     ref = times["nn.Module twin + torch.optim.AdamW"]
     for name, t in times.items():

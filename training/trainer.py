@@ -18,6 +18,7 @@ from typing import Callable
 
 import torch
 
+from .allocator import retain_freed_memory
 from .agreement import check_ranks_agree, run_identity
 from .checkpoint import check_data, checkpoint_state, load_checkpoint, restore, save_checkpoint
 from .config import TrainConfig, resolve_device, use_threads
@@ -43,6 +44,7 @@ def run(config: TrainConfig, say: Callable | None = None, *, init_method: str | 
     and writes files.
     """
     use_threads(config.threads)
+    retain_freed_memory()  # activations are not returned to the system and faulted back in at every step
     device = resolve_device(config.device)
     with under_torchrun(device, config.dist_timeout, init_method, info) as (info, device):
         quiet = config.quiet or not info.is_main
