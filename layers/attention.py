@@ -46,6 +46,7 @@ the online softmax's running state.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -214,9 +215,7 @@ class _Spec:
                 view.add_(_block(self.bias, r0, j0, j1), alpha=LOG2E)
         if self.causal and j1 - 1 > r0:  # some key in the block lies after some row: mask key s > row l
             r1 = min(j1 - 1, self.L)  # rows from j1 - 1 on see every key of the block: only the corner is masked
-            rows = torch.arange(r0, r1, device=s.device).view(-1, 1)
-            keys = torch.arange(j0, j1, device=s.device).view(1, -1)
-            s[:, :r1 - r0].masked_fill_(keys > rows, -math.inf)
+            s[:, :r1 - r0].add_(_causal_bias(r0, r1, j0, j1, s.dtype, s.device))  # -inf where key > row
 
     def dropout(self, r0: int, j0: int, j1: int, like: Tensor) -> Tensor:
         """The scaled dropout mask of rows r0.. and keys j0..j1, (B, Lr, Bc)."""
@@ -301,6 +300,16 @@ def _blocked_backward(q: Tensor, k: Tensor, v: Tensor, do: Tensor, dw: Tensor | 
         # (computed, then copied into the slice: a batched product written straight into a strided slice
         # of dk runs as one small product per batch entry on the CPU)
     return dq, dk, dv
+
+
+@functools.lru_cache(maxsize=64)
+def _causal_bias(r0: int, r1: int, j0: int, j1: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """(r1 - r0, j1 - j0): -inf where key j > row r, else 0 -- the causal mask of rows r0.. and keys j0..j1,
+    added to the scores (s + 0 = s exactly; one in-place pass, several times faster than masked_fill_ with a
+    boolean mask, measured).  Cached: the same few corners recur at every step."""
+    rows = torch.arange(r0, r1, device=device).view(-1, 1)
+    keys = torch.arange(j0, j1, device=device).view(1, -1)
+    return torch.zeros(r1 - r0, j1 - j0, dtype=dtype, device=device).masked_fill_(keys > rows, -math.inf)
 
 
 def _block(mask: Tensor, r0: int, j0: int, j1: int) -> Tensor:
