@@ -22,6 +22,8 @@ from torch import Tensor
 
 def _dense(t: Tensor) -> bool:
     """t covers exactly numel() consecutive elements (contiguous, or a transposed contiguous block, ...)."""
+    if t.is_contiguous():
+        return True
     expected = 1
     for size, stride in sorted(zip(t.shape, t.stride()), key=lambda s: s[1]):
         if size != 1 and stride != expected:
@@ -33,10 +35,10 @@ def _dense(t: Tensor) -> bool:
 def _span(params: list[Tensor]) -> tuple[int, int] | None:
     """(start, end) offsets of the storage span the parameters tile, in any order, or None."""
     p0 = params[0]
-    ptr = p0.untyped_storage().data_ptr()
+    ptr = p0.data_ptr() - p0.storage_offset() * p0.element_size()  # the storage's first byte
     offsets = []
     for p in params:
-        if p.untyped_storage().data_ptr() != ptr or p.dtype != p0.dtype or not _dense(p):
+        if p.data_ptr() - p.storage_offset() * p.element_size() != ptr or p.dtype != p0.dtype or not _dense(p):
             return None
         offsets.append((p.storage_offset(), p.numel()))
     offsets.sort()
@@ -60,11 +62,13 @@ def flat_views(params: list[Tensor], *others: list[Tensor]) -> list[Tensor] | No
     for tensors in others:
         if len(tensors) != len(params):
             return None
-        base = tensors[0].storage_offset() - (params[0].storage_offset() - start)  # where its block starts
-        ptr = tensors[0].untyped_storage().data_ptr()
+        t0 = tensors[0]
+        base = t0.storage_offset() - (params[0].storage_offset() - start)  # where its block starts
+        ptr = t0.data_ptr() - t0.storage_offset() * t0.element_size()
         for p, t in zip(params, tensors):
-            if (t.untyped_storage().data_ptr() != ptr or t.dtype != p.dtype or t.shape != p.shape
-                    or t.stride() != p.stride() or t.storage_offset() - base != p.storage_offset() - start):
+            if (t.data_ptr() - t.storage_offset() * t.element_size() != ptr or t.dtype != p.dtype
+                    or t.shape != p.shape or t.stride() != p.stride()
+                    or t.storage_offset() - base != p.storage_offset() - start):
                 return None
         if base < 0:
             return None
