@@ -7,8 +7,10 @@ interleaved in one process, with peak memory and where the hand-written iteratio
 The default preset is nanoGPT's CPU configuration and train.py's --model gpt default (n_layer 4, n_head 4,
 n_embd 128, block_size 64, batch 12, vocab 65); gpt2-small is 12 layers of 768 with a 1024 window (a GPU's shape).
 "speed vs twin" = t_twin / t_handgrad (> 1 is faster).  On CUDA ``--compile`` adds the twin under torch.compile.
-Peak memory: the most tensor memory one iteration held at once (benchmarks/memory.py), the optimizer's state
-and the weights excluded (they exist before it).
+Peak memory: the most tensor memory one iteration held at once (benchmarks/memory.py); on the CPU the weights,
+gradients and optimizer state count from the first operation that touches them (both sides alike: the
+hand-written step keeps its gradients between steps and zeroes them first, the twin's are allocated in backward).
+By default glibc keeps freed memory, as train.py has it (training/allocator.py); --glibc-default leaves it be.
 The breakdown times each kind of layer's forward+backward inside the hand-written iteration (torch.profiler).
 """
 from __future__ import annotations
