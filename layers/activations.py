@@ -219,7 +219,7 @@ class GELU(_Activation):
     sqrt(2 pi)): no erf and no exp in backward (both several times slower than exp2 on the CPU, measured with
     torch 2.14), and one (N, ...) temporary, which becomes dx.  "tanh" recomputes t.
 
-    ``recompute = True`` (llm.c's ``recompute``; the GPT's MLP sets it): keep only x, and compute out again
+    ``recompute_output = True`` (llm.c's ``recompute``; the GPT's MLP sets it): keep only x, and compute out again
     when it is needed -- ``recompute()`` returns it for the caller that did not keep it either (the next
     Linear, ``keep_input=False``), and backward uses that.  One more pass over x; the (N, ...) output is not
     held from forward to backward.

@@ -219,9 +219,11 @@ class GPT(BaseLayer):
         grads = order[0].new_zeros(total)
         offset = 0
         for p in order:  # each keeps its strides (a Linear's weight is a transposed block): a dense span
-            view = weights.as_strided(p.shape, p.stride(), offset)
+            dense = p.is_contiguous() or (p.dim() == 2 and p.t().is_contiguous())
+            stride = p.stride() if dense else torch.empty(p.shape, device="meta").stride()  # else row-major
+            view = weights.as_strided(p.shape, stride, offset)
             view.copy_(p.data)
-            g = grads.as_strided(p.shape, p.stride(), offset)
+            g = grads.as_strided(p.shape, stride, offset)
             if p.grad is not None:
                 g.copy_(p.grad)
             p.data = view
