@@ -84,12 +84,8 @@ class LayerNorm(BaseLayer):
         xc = xs - xs.mean(dims, keepdim=True)  # (*, S) x - mean
         invstd = torch.rsqrt((xc * xc).mean(dims, keepdim=True) + self.eps)  # (*, 1...) 1/sqrt(biased var + eps)
         xhat = xc * invstd  # (*, S)
-        out = xhat
-        if self.weight is not None:
-            w = self.weight.to(sdtype)
-            out = xhat * w if self.bias is None else torch.addcmul(self.bias.to(sdtype), xhat, w)  # (*, S)
         self._cache = (xhat, None, invstd, x.dtype, None)
-        return out if out.dtype == x.dtype else out.to(x.dtype)
+        return self._affine(xhat, x.dtype)
 
     def recompute(self) -> Tensor:
         """After a forward, before its backward: the forward's output again, bit for bit (the same kernel on the
@@ -102,11 +98,16 @@ class LayerNorm(BaseLayer):
                 raise RuntimeError(f"{self!r}: the forward's input was modified in place before recompute(); "
                                    f"LayerNorm keeps its input (pass a copy)")
             return torch.native_layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)[0]
-        out = x  # float16/bfloat16 input: x is the kept xhat, in float32
+        return self._affine(x, xdtype)  # float16/bfloat16 input: x is the kept xhat, in float32
+
+    def _affine(self, xhat: Tensor, dtype: torch.dtype) -> Tensor:
+        """gamma * xhat + beta in xhat's (float32) dtype, then cast to ``dtype``: the half-precision forward's
+        last step, and its recompute's."""
+        out = xhat
         if self.weight is not None:
-            w = self.weight.to(x.dtype)
-            out = x * w if self.bias is None else torch.addcmul(self.bias.to(x.dtype), x, w)
-        return out if out.dtype == xdtype else out.to(xdtype)
+            w = self.weight.to(xhat.dtype)
+            out = xhat * w if self.bias is None else torch.addcmul(self.bias.to(xhat.dtype), xhat, w)  # (*, S)
+        return out if out.dtype == dtype else out.to(dtype)
 
     def backward(self, dout: Tensor) -> Tensor:
         """dout: (*, S) -> dx: (*, S); adds dgamma (S) and dbeta (S) into weight.grad and bias.grad."""

@@ -117,15 +117,16 @@ class Adam(HandOptimizer):
         """(params, grads, states, steps) as one block each when the parameters and gradients tile one (and
         every parameter is at the same step), the state then tiled alike (on its first step or after a load);
         else None."""
-        if len(params) < 2 or flat_views(params, grads) is None:
-            return None
         t = steps[0].item()
-        if any(s.item() != t for s in steps):
+        if len(params) < 2 or any(s.item() != t for s in steps):
             return None
         keys = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq") if amsgrad else ("exp_avg", "exp_avg_sq")
         columns = [[s[k] for s in states] for k in keys]
-        views = flat_views(params, grads, *columns)
-        if views is None:  # the state is not laid out like the parameters yet: copy it into blocks that are
+        views = flat_views(params, grads, *columns)  # the usual case after the first step: all in blocks
+        if views is None:
+            if flat_views(params, grads) is None:
+                return None
+            # the parameters and gradients are in blocks but the state is not (yet): copy it into blocks that are
             for k, column in zip(keys, columns):
                 tiled = tile_like(params, column)
                 for state, tensor in zip(states, tiled):
