@@ -84,20 +84,20 @@ def torch_step(model, opt, mark_step=False):
 
 
 def gemm_bound(net, x):
-    """The step's matrix products alone, into preallocated outputs: forward x@W, backward x^T@dout and dout@W^T."""
-    weights = [p for name, p in net.named_parameters() if name.endswith("weight")]
+    """The step's matrix products alone, into preallocated outputs: forward x@W^T, backward dout^T@x and dout@W."""
+    weights = [p for name, p in net.named_parameters() if name.endswith("weight")]  # (H, D) each
     acts = [x]
     for w in weights:
-        acts.append(torch.empty(x.shape[0], w.shape[1], device=x.device, dtype=x.dtype))
+        acts.append(torch.empty(x.shape[0], w.shape[0], device=x.device, dtype=x.dtype))
     dws = [torch.empty_like(w) for w in weights]
 
     def step(_x, _y):
         for i, w in enumerate(weights):
-            torch.mm(acts[i], w, out=acts[i + 1])  # forward (N, H)
+            torch.mm(acts[i], w.t(), out=acts[i + 1])  # forward (N, H)
         for i in reversed(range(len(weights))):
-            torch.mm(acts[i].t(), acts[i + 1], out=dws[i])  # dW (D, H), dout stands in for the activation
+            torch.mm(acts[i + 1].t(), acts[i], out=dws[i])  # dW (H, D), dout stands in for the activation
             if i > 0:
-                torch.mm(acts[i + 1], weights[i].t(), out=acts[i])  # dx (N, D), not needed for the input
+                torch.mm(acts[i + 1], weights[i], out=acts[i])  # dx (N, D), not needed for the input
     return step
 
 

@@ -5,7 +5,7 @@ hand-written forward and whose backward is the layer's hand-written backward -- 
 built inside it.  So a hand-written layer drops into any PyTorch model, trains with torch.optim, and is
 checked by ``torch.autograd.gradcheck(as_module(layer), x)``.
 
-The layer's parameters appear as ``nn.Parameter``s in torch.nn's layouts (Linear's weight as (H, D)),
+The layer's parameters appear as ``nn.Parameter``s (torch.nn's shapes, as the layer keeps them),
 sharing memory with the layer's own tensors: an optimizer stepping the Parameters steps the layer.
 The gradient the hand-written backward computes is handed to autograd, which puts it in the
 Parameter's ``.grad``; the layer's own ``.grad``s are left as they were.  Buffers (batch norm's
@@ -67,10 +67,6 @@ def _own_tensors(node: Layer, kind: str) -> Iterator[tuple[str, Tensor]]:
         yield from named_parameters_of(node)
 
 
-def _torch_view(node: Layer, attr: str, t: Tensor) -> Tensor:
-    return node._torch_view(attr, t) if isinstance(node, BaseLayer) else t
-
-
 class _Slot:
     """One parameter: where it lives in the layer tree and its Parameter (torch.nn's layout, same memory)."""
 
@@ -112,7 +108,7 @@ class HandgradModule(nn.Module):
                 if not t.is_floating_point():
                     raise TypeError(f"as_module: parameter '{prefix}{attr}' of {node!r} has dtype {t.dtype}; "
                                     f"parameters must be floating point")
-                param = nn.Parameter(_torch_view(node, attr, t))  # a new tensor object over the same memory
+                param = nn.Parameter(t)  # a new tensor object over the same memory
                 self._holder(prefix).register_parameter(attr, param)
                 self._slots.append(_Slot(node, attr, prefix + attr, t, param))
             for attr, t in _own_tensors(node, "buffer"):
@@ -184,7 +180,7 @@ class HandgradModule(nn.Module):
         grads = [None if s.param.grad is None else fn(s.param.grad) for s in self._slots]
         for s in self._slots:
             s.tensor.data = fn(s.tensor)
-            s.param.data = _torch_view(s.node, s.attr, s.tensor)
+            s.param.data = s.tensor
         for s, g in zip(self._slots, grads):
             s.param.grad = g
         for _, _, t in self._buffers_of:
@@ -382,7 +378,7 @@ class _HandgradFunction(torch.autograd.Function):
                 dx = layer.backward(dout, need_input_grad=need_dx)
             else:
                 dx = layer.backward(dout)
-            grads = [None if s.tensor.grad is None else _torch_view(s.node, s.attr, s.tensor.grad) for s in slots]
+            grads = [s.tensor.grad for s in slots]
         finally:
             for s, g in zip(slots, stash):
                 s.tensor.grad = g

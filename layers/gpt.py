@@ -185,7 +185,7 @@ class GPT(BaseLayer):
         self.h = [Block(n_embd, n_head, dropout, bias, **kw) for _ in range(n_layer)]
         self.ln_f = LayerNorm(n_embd, bias=bias, **kw)
         lm_head = Linear(n_embd, vocab_size, bias=False, **kw)  # drawn and then tied: its draw sets wte's values
-        self.wte.weight = lm_head.weight.t().contiguous()  # (V, C) one tensor for the embedding and the output
+        self.wte.weight = lm_head.weight  # (V, C) one tensor for the embedding and the output
         self._init_weights()
         self._lay_out_flat()
         self._cache: tuple | None = None
@@ -198,13 +198,13 @@ class GPT(BaseLayer):
             torch.nn.init.normal_(self.wpe.weight, std=0.02)
             for block in self.h:
                 for lin in (block.attn.c_attn, block.attn.c_proj, block.mlp.c_fc, block.mlp.c_proj):
-                    torch.nn.init.normal_(lin._torch_view("weight", lin.weight), std=0.02)  # (out, in): torch's draw order
+                    torch.nn.init.normal_(lin.weight, std=0.02)
                     if lin.bias is not None:
                         lin.bias.zero_()
             torch.nn.init.normal_(self.wte.weight, std=0.02)  # as lm_head
             for block in self.h:  # named_parameters order: attn.c_proj.weight, then mlp.c_proj.weight
                 for lin in (block.attn.c_proj, block.mlp.c_proj):
-                    torch.nn.init.normal_(lin._torch_view("weight", lin.weight), std=0.02 / math.sqrt(2 * self.n_layer))
+                    torch.nn.init.normal_(lin.weight, std=0.02 / math.sqrt(2 * self.n_layer))
 
     def _lay_out_flat(self) -> None:
         """llm.c's ``params_memory`` and ``grads_memory``: every parameter becomes a view into one block -- the
@@ -219,7 +219,7 @@ class GPT(BaseLayer):
         weights = order[0].new_empty(total)
         grads = order[0].new_zeros(total)
         offset = 0
-        for p in order:  # each keeps its strides (a Linear's weight is a transposed block): a dense span
+        for p in order:  # each keeps its strides where it is dense (contiguous, or a transposed block)
             dense = p.is_contiguous() or (p.dim() == 2 and p.t().is_contiguous())
             stride = p.stride() if dense else torch.empty(p.shape, device="meta").stride()  # else row-major
             view = weights.as_strided(p.shape, stride, offset)

@@ -76,8 +76,8 @@ class KVCache:
 
 
 def _linear(lin: Linear, x: Tensor) -> Tensor:
-    """A Linear's map (x @ W + b), caching nothing."""
-    y = x @ lin.weight
+    """A Linear's map (x @ W^T + b), caching nothing."""
+    y = x @ lin.weight.t()
     return y if lin.bias is None else y.add_(lin.bias)
 
 

@@ -82,9 +82,9 @@ class BaseLayer:
     A subclass names its tensors in ``_param_names`` (learned, with ``.grad``) and
     ``_buffer_names`` (state such as batch norm's running statistics), as attributes
     that may be None (``bias=False``).  Containers override ``named_children``.
-    ``state_dict`` uses torch.nn's key names and layouts: where a layer stores a
-    tensor in another layout (Linear keeps its weight as (D, H)), ``_torch_view``
-    returns the torch-layout view of the same memory.
+    Every tensor is kept in torch.nn's shape and layout for its name (Linear's weight is (out, in) as
+    nn.Linear's), so ``named_parameters()``, ``.grad``, an optimizer's state and ``state_dict()`` pair with the
+    torch.nn twin's by name and by position.
     """
 
     _param_names: tuple[str, ...] = ()
@@ -162,15 +162,11 @@ class BaseLayer:
 
     # -- state_dict -----------------------------------------------------------------------------------
 
-    def _torch_view(self, name: str, t: Tensor) -> Tensor:
-        """The tensor ``name`` in torch.nn's layout, sharing memory with ``t`` (identity unless overridden)."""
-        return t
-
     def _own_state(self) -> Iterator[tuple[str, Tensor]]:
         for name in (*self._param_names, *self._buffer_names):
             t = getattr(self, name)
             if t is not None:
-                yield name, self._torch_view(name, t)
+                yield name, t
 
     def state_dict(self, prefix: str = "") -> dict[str, Tensor]:
         """torch.nn's keys and layouts, parameters then buffers per layer; tensors share memory with ours."""

@@ -1,4 +1,4 @@
-"""Linear layer: out = x @ W + b, with a hand-written backward."""
+"""Linear layer: out = x @ W^T + b, W (out_features, in_features) as nn.Linear's, with a hand-written backward."""
 from __future__ import annotations
 
 import torch
@@ -13,16 +13,17 @@ _NOT_KEPT = object()  # Linear._x after a forward with keep_input=False
 
 
 class Linear(BaseLayer):
-    """Affine map ``out = x @ weight + bias``.
+    """Affine map ``out = x @ weight^T + bias``.
 
-    ``weight`` has shape (D, H), so the forward reads ``x @ weight + bias`` and is
-    a single ``addmm``.  In memory it is the transpose of an (H, D) row-major
-    block -- nn.Linear's layout -- so every matrix product below is the very
-    BLAS call that autograd makes for nn.Linear, with the same rounding (the
-    forward output is bit-for-bit nn.Linear's, in float32 too).
+    ``weight`` has shape (H, D) = (out_features, in_features), row-major, exactly as nn.Linear's: one row of
+    weights per output.  The forward is a single ``addmm`` of x with the transposed view ``weight.t()`` (D, H),
+    the very BLAS call autograd makes for nn.Linear, with the same rounding (the forward output is bit-for-bit
+    nn.Linear's, in float32 too).  Readers coming from CS231n, whose W is (D, H) and whose forward reads
+    ``x @ W + b``: this W is that one transposed, so ``dW = dout^T @ x`` here is CS231n's ``x^T @ dout``
+    transposed.
     Initialised exactly as nn.Linear (``layers.init``), so under the same
-    ``torch.manual_seed`` a Linear and an nn.Linear get identical weights.
-    ``state_dict()`` and ``to_torch()`` use nn.Linear's (H, D) layout.
+    ``torch.manual_seed`` a Linear and an nn.Linear get identical weights; ``named_parameters()``,
+    ``.grad``, ``state_dict()`` and ``to_torch()`` all see nn.Linear's (H, D) tensor.
 
     Like nn.Linear it maps the last axis and keeps any leading ones: (N, D) -> (N, H), (B, T, D) -> (B, T, H),
     an unbatched (D,) -> (H,).  The leading axes are flattened into the N of one (N, D) product, so a
@@ -37,8 +38,7 @@ class Linear(BaseLayer):
                  device: torch.device | str | None = None, dtype: torch.dtype | None = None):
         self.in_features = check_int("Linear", "in_features", in_features)
         self.out_features = check_int("Linear", "out_features", out_features)
-        w, self.bias = torch_default_params((out_features, in_features), bias, device=device, dtype=dtype)
-        self.weight = w.t()  # (D, H), strides (1, D): nn.Linear's memory layout
+        self.weight, self.bias = torch_default_params((out_features, in_features), bias, device=device, dtype=dtype)
         self._x: Tensor | None = None  # cached input as (N, D), needed for dW
         self._lead: torch.Size = torch.Size()  # the input's leading axes (*), restored on out and dx
 
@@ -58,12 +58,13 @@ class Linear(BaseLayer):
         if x.dim() != 2:
             x = x.reshape(-1, self.in_features)  # (N, D), N = prod(*): a view when x is contiguous
         self._x = x if keep_input else _NOT_KEPT
-        out = x @ w if self.bias is None else torch.addmm(self.bias, x, w)  # (N, H), bias add fused into the GEMM
+        wt = w.t()  # (D, H), a view: no copy
+        out = x @ wt if self.bias is None else torch.addmm(self.bias, x, wt)  # (N, H), bias add fused into the GEMM
         self._lead = lead
         return out if len(lead) == 1 else out.view(*lead, self.out_features)  # (*, H)
 
     def backward(self, dout: Tensor, need_input_grad: bool = True, input: Tensor | None = None) -> Tensor | None:
-        """dout: (*, H) -> dx: (*, D); adds dW (D, H) and db (H,) into .grad (summed over every leading position).
+        """dout: (*, H) -> dx: (*, D); adds dW (H, D) and db (H,) into .grad (summed over every leading position).
 
         ``need_input_grad=False`` skips the dx product (the first layer of a net
         does not need it) and returns None.  ``input``: the forward's x, given back when the forward was
@@ -78,16 +79,16 @@ class Linear(BaseLayer):
         self._x = None
         if dout.dim() != 2:
             dout = dout.reshape(-1, self.out_features)  # (N, H)
-        # dW = x^T @ dout, (D, H), computed as (dout^T @ x)^T so that it is laid out like the weight.
+        # dW = dout^T @ x, (H, D): out = x W^T, so each output row's gradient is dout's column times x
         if w.grad is None:
-            w.grad = (dout.t() @ x).t()
+            w.grad = dout.t() @ x
         else:
-            w.grad.t().addmm_(dout.t(), x)  # accumulated in place: no temporary
+            w.grad.addmm_(dout.t(), x)  # accumulated in place: no temporary
         if self.bias is not None:
             accumulate_grad(self.bias, dout.sum(0))  # (H,)
         if not need_input_grad:
             return None
-        dx = dout @ w.t()  # (N, D)
+        dx = dout @ w  # (N, D)
         return dx if len(lead) == 1 else dx.view(*lead, self.in_features)  # (*, D)
 
     def _given_input(self, kept: object, input: Tensor | None) -> Tensor:
@@ -112,6 +113,3 @@ class Linear(BaseLayer):
         if x.dim() == 0 or x.shape[-1] != self.in_features:
             raise ValueError(f"{self!r}: expected input of shape (*, {self.in_features}), got {tuple(x.shape)}")
         check_like(repr(self), "input", x, self.weight, "weight")
-
-    def _torch_view(self, name: str, t: Tensor) -> Tensor:
-        return t.t() if name == "weight" else t  # (H, D), nn.Linear's layout, the same memory

@@ -1,7 +1,7 @@
 """Textbook versions of the fast layers, for the reader and the tests only.
 
 The layers in this package are written for speed and for agreement with autograd to
-the last bit: Linear keeps nn.Linear's memory layout, ReLU's backward multiplies by
+the last bit: Linear makes the very BLAS calls nn.Linear makes, ReLU's backward multiplies by
 sign(out), cross-entropy orders its operations as autograd rounds them, batch norm's
 backward is one closed-form statement, convolution's backward is two more convolutions, the
 recurrent layers' backpropagation through time does its matrix products over all time steps at once.
@@ -20,15 +20,23 @@ from torch import Tensor
 
 
 def linear_forward(x: Tensor, w: Tensor, b: Tensor) -> tuple[Tensor, tuple]:
-    """x (N, D), w (D, H), b (H,) -> out (N, H) = x @ w + b."""
-    out = x @ w + b
+    """x (N, D), w (H, D) -- nn.Linear's (out_features, in_features) --, b (H,) -> out (N, H) = x @ w^T + b.
+
+    out[n, h] = sum_d x[n, d] w[h, d] + b[h].  (CS231n writes W as (D, H) and ``x @ W + b``: its W is this w^T.)"""
+    out = x @ w.T + b  # (N, H)
     return out, (x, w)
 
 
 def linear_backward(dout: Tensor, cache: tuple) -> tuple[Tensor, Tensor, Tensor]:
-    """dout (N, H) -> dx (N, D) = dout @ w^T, dw (D, H) = x^T @ dout, db (H,) = sum over the batch of dout."""
+    """dout (N, H) -> dx (N, D) = dout @ w, dw (H, D) = dout^T @ x, db (H,) = sum over the batch of dout.
+
+    Each by the chain rule on out[n, h] = sum_d x[n, d] w[h, d] + b[h]:
+      dx[n, d] = sum_h dout[n, h] w[h, d]        every output the input feeds
+      dw[h, d] = sum_n dout[n, h] x[n, d]        every example the weight was used for (a sum over the batch)
+      db[h]    = sum_n dout[n, h]                the bias is added to every row
+    (CS231n's dW = x^T @ dout is this dw transposed, as its W is.)"""
     x, w = cache
-    return dout @ w.T, x.T @ dout, dout.sum(0)
+    return dout @ w, dout.T @ x, dout.sum(0)  # (N, D), (H, D), (H,)
 
 
 def relu_forward(x: Tensor) -> tuple[Tensor, Tensor]:

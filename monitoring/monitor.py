@@ -58,7 +58,7 @@ class GradientMonitor:
     and after clipping; with ``watch_activations()``, per-layer output mean/std and dead/saturated fractions.
 
     model: anything with ``named_parameters()`` -- a handgrad Net/Sequential (names as its torch twin's;
-    Linear's weight is reported as stored, (in, out): every statistic here is layout-independent), an
+    a Linear's weight is (out, in), as nn.Linear's), an
     nn.Module, or an autodiff engine model.  ``parameters``: where the weights and gradients to report live, if
     not in the model (anything with ``named_parameters()``, e.g. the float32 ``MasterWeights`` of a
     mixed-precision model, whose gradients are unscaled; activations are still the model's).

@@ -118,18 +118,7 @@ class HostTraffic(torch.utils._python_dispatch.TorchDispatchMode):
         return func(*args, **kwargs)
 
 
-def torch_layout_grads(layer) -> dict[str, torch.Tensor]:
-    """Every parameter's .grad of a hand-written layer under its torch.nn name and in torch.nn's layout (a Linear's
-    (D, H) weight gradient as (H, D)), to compare with ``dict((n, p.grad) for n, p in module.named_parameters())``."""
-    from layers.layer import BaseLayer
-    out, stack = {}, [("", layer)]
-    while stack:
-        prefix, node = stack.pop()
-        if not isinstance(node, BaseLayer):
-            continue
-        for attr in node._param_names:
-            t = getattr(node, attr)
-            if t is not None:
-                out[prefix + attr] = None if t.grad is None else node._torch_view(attr, t.grad)
-        stack.extend((f"{prefix}{name}.", child) for name, child in node.named_children())
-    return out
+def named_grads(layer) -> dict[str, torch.Tensor]:
+    """Every parameter's .grad under its torch.nn name, as the layer exposes it (torch's layout: no view taken), to
+    compare with ``dict((n, p.grad) for n, p in module.named_parameters())``."""
+    return {name: p.grad for name, p in layer.named_parameters()}

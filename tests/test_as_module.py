@@ -233,7 +233,7 @@ def test_parameters_share_memory_and_the_layers_own_grad_is_left_alone():
     module = as_module(lin)
     assert module.weight.shape == (4, 3) and module.weight.data_ptr() == lin.weight.data_ptr()
     assert module.bias.data_ptr() == lin.bias.data_ptr()
-    sentinel = torch.full((3, 4), 7.0, dtype=F64)
+    sentinel = torch.full((4, 3), 7.0, dtype=F64)
     lin.weight.grad = sentinel
     x = torch.randn(5, 3, dtype=F64)
     module(x).pow(2).sum().backward()
@@ -244,7 +244,7 @@ def test_parameters_share_memory_and_the_layers_own_grad_is_left_alone():
     assert rel(module.weight.grad, ref.weight.grad) < 1e-14 and rel(module.bias.grad, ref.bias.grad) < 1e-14
     with torch.no_grad():
         module.weight.add_(1.0)  # an optimizer's in-place step reaches the layer
-    assert torch.equal(lin.weight.t(), module.weight)
+    assert torch.equal(lin.weight, module.weight)
 
 
 def test_mixed_model_trains_like_the_pure_nn_model():
@@ -369,7 +369,7 @@ def test_to_moves_the_layer_and_keeps_the_parameters():
     assert lin.weight.data_ptr() == weight.data_ptr()
     module(torch.randn(4, 3, dtype=F64)).sum().backward()
     opt.step()
-    assert torch.equal(lin.weight.t(), module.weight)
+    assert torch.equal(lin.weight, module.weight)
 
 
 def test_state_dict_loads_from_the_torch_twin():
@@ -486,6 +486,6 @@ def test_deepcopy_keeps_parameters_and_layer_together():
         assert torch.equal(p.grad, q.grad)
     with torch.no_grad():
         clone.layer[0].weight.add_(1.0)  # the copy's Parameters are its layer's tensors, not the original's
-    assert torch.equal(clone.get_submodule("0").weight, clone.layer[0].weight.t())
+    assert torch.equal(clone.get_submodule("0").weight, clone.layer[0].weight)
     assert not torch.equal(module.get_submodule("0").weight, clone.get_submodule("0").weight)
     clone(torch.randn(5, 3)).sum().backward()  # and it runs

@@ -10,7 +10,7 @@ from losses import CrossEntropyLoss
 from optimizers import AdamW
 from tests.anchors.nanogpt_model import GPT as NanoGPT
 from tests.anchors.nanogpt_model import GPTConfig
-from tests.conftest import assert_all_pass, torch_layout_grads
+from tests.conftest import assert_all_pass, named_grads
 
 F64 = torch.float64
 CFG = dict(vocab_size=41, block_size=24, n_layer=2, n_head=2, n_embd=16, dropout=0.0)
@@ -72,7 +72,7 @@ def test_logits_loss_and_every_gradient_equal_nanogpt_float64(bias):
     ref_loss.backward()
     close(logits, ref_logits.detach(), 1e-10)
     close(loss, ref_loss.detach(), 1e-10)
-    grads = torch_layout_grads(mine)
+    grads = named_grads(mine)
     for name, p in theirs.named_parameters():
         close(grads[name], p.grad, 1e-10)  # transformer.wte.weight: the tied matrix, both of its uses
 
@@ -135,7 +135,7 @@ def test_twin_equals_the_hand_written_gpt_with_the_same_dropout_masks(dropout):
     dlogits = torch.randn_like(logits)
     mine.backward(dlogits)
     ref.backward(dlogits)
-    grads = torch_layout_grads(mine)
+    grads = named_grads(mine)
     for name, p in twin.named_parameters():
         close(grads[name], p.grad, 1e-10)
     if dropout:

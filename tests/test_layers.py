@@ -60,8 +60,8 @@ def test_linear_init_matches_nn_linear_under_same_seed():
     ours = Linear(30, 20)
     torch.manual_seed(7)
     ref = nn.Linear(30, 20)
-    assert ours.weight.shape == (30, 20)
-    assert torch.equal(ours.weight, ref.weight.detach().t())
+    assert ours.weight.shape == (20, 30) and ours.weight.is_contiguous()  # nn.Linear's (out, in), row-major
+    assert torch.equal(ours.weight, ref.weight.detach())
     assert torch.equal(ours.bias, ref.bias.detach())
     assert not ours.weight.requires_grad
 
@@ -99,7 +99,7 @@ def test_linear_matches_nn_linear_forward_backward():
     lin = Linear(6, 4, dtype=f64)
     ref = nn.Linear(6, 4, dtype=f64)
     with torch.no_grad():
-        ref.weight.copy_(lin.weight.t())
+        ref.weight.copy_(lin.weight)
         ref.bias.copy_(lin.bias)
     x, dout = torch.randn(5, 6, dtype=f64), torch.randn(5, 4, dtype=f64)
     xr = x.clone().requires_grad_()
@@ -108,7 +108,7 @@ def test_linear_matches_nn_linear_forward_backward():
     dx = lin.backward(dout)
     torch.testing.assert_close(out, ref(x).detach(), rtol=1e-12, atol=1e-14)
     torch.testing.assert_close(dx, xr.grad, rtol=1e-12, atol=1e-14)
-    torch.testing.assert_close(lin.weight.grad, ref.weight.grad.t(), rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(lin.weight.grad, ref.weight.grad, rtol=1e-12, atol=1e-14)
     torch.testing.assert_close(lin.bias.grad, ref.bias.grad, rtol=1e-12, atol=1e-14)
 
 
@@ -119,7 +119,7 @@ def test_gradients_accumulate_across_backwards():
     d1, d2 = torch.randn(4, 2, dtype=f64), torch.randn(5, 2, dtype=f64)
     lin(x1); lin.backward(d1)
     lin(x2); lin.backward(d2)
-    torch.testing.assert_close(lin.weight.grad, x1.t() @ d1 + x2.t() @ d2, rtol=1e-13, atol=0)
+    torch.testing.assert_close(lin.weight.grad, d1.t() @ x1 + d2.t() @ x2, rtol=1e-13, atol=0)
     torch.testing.assert_close(lin.bias.grad, d1.sum(0) + d2.sum(0), rtol=1e-13, atol=0)
 
 
@@ -128,7 +128,7 @@ def test_need_input_grad_false_skips_dx_but_fills_grads():
     x, d = torch.randn(4, 3, dtype=f64), torch.randn(4, 2, dtype=f64)
     lin(x)
     assert lin.backward(d, need_input_grad=False) is None
-    torch.testing.assert_close(lin.weight.grad, x.t() @ d)
+    torch.testing.assert_close(lin.weight.grad, d.t() @ x)
 
 
 def test_no_autograd_graph_is_built():
@@ -168,7 +168,7 @@ def test_linear_any_leading_axes_equals_nn_linear(shape, bias):
     ref.backward(dout)
     assert dx.shape == x.shape
     torch.testing.assert_close(dx, xt.grad, rtol=1e-13, atol=1e-13)
-    torch.testing.assert_close(lin.weight.grad.t(), twin.weight.grad, rtol=1e-13, atol=1e-13)
+    torch.testing.assert_close(lin.weight.grad, twin.weight.grad, rtol=1e-13, atol=1e-13)
     if bias:
         torch.testing.assert_close(lin.bias.grad, twin.bias.grad, rtol=1e-13, atol=1e-13)
 

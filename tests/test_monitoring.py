@@ -88,12 +88,12 @@ def test_recorded_statistics_equal_torch_on_the_twins_gradients(kind):
 
 
 def test_shapes_are_reported_as_stored():
-    """Linear keeps its weight as (in, out): the record says so (statistics do not depend on the layout)."""
+    """A Linear's weight is (out, in), as nn.Linear's: the record says so."""
     net, twin = twin_pair(torch.float64, **ARCH)
     x, y = batch()
     manual_step(net, x, y)
     rec = GradientMonitor(net).update(0)
-    assert rec["params"]["layers.0.weight"]["shape"] == [20, 12]
+    assert rec["params"]["layers.0.weight"]["shape"] == [12, 20]
     assert rec["params"]["layers.0.bias"]["shape"] == [12]
 
 
@@ -224,7 +224,7 @@ def test_parameters_without_a_gradient_are_recorded_without_grad_statistics():
     lin = layers.Linear(3, 2, dtype=torch.float64)
     net = layers.Sequential(lin)
     net(torch.randn(4, 3, dtype=torch.float64))
-    lin.weight.grad = torch.randn(3, 2, dtype=torch.float64)  # bias left without .grad (frozen)
+    lin.weight.grad = torch.randn(2, 3, dtype=torch.float64)  # bias left without .grad (frozen)
     rec = GradientMonitor(net).update(0)
     assert rec["params"]["0.bias"]["grad_norm"] is None and rec["params"]["0.bias"]["hist_counts"] is None
     assert close(rec["params"]["0.bias"]["param_norm"], lin.bias.norm().item())
@@ -271,7 +271,7 @@ def crafted_net() -> layers.Sequential:
                             layers.Linear(4, 4, dtype=torch.float64), layers.Tanh(),
                             layers.Linear(4, 2, dtype=torch.float64), layers.Sigmoid())
     with torch.no_grad():
-        net[0].weight.copy_(torch.tensor([[1.0, 0, 0, 0], [0, 1, 0, 1], [0, 0, 1, 0]]))
+        net[0].weight.copy_(torch.tensor([[1.0, 0, 0, 0], [0, 1, 0, 1], [0, 0, 1, 0]]).t())  # (out, in)
         net[0].bias.copy_(torch.tensor([-5.0, 0.5, -5.0, 0.0]))
         net[2].weight.mul_(20)  # large pre-activations: tanh saturates
         net[4].weight.mul_(30)

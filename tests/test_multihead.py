@@ -8,7 +8,7 @@ from torch import nn
 
 from gradcheck import check_layer
 from layers import MultiheadAttention, from_torch
-from tests.conftest import assert_all_pass, torch_layout_grads
+from tests.conftest import assert_all_pass, named_grads
 
 F64 = torch.float64
 E, H, N, T, S = 16, 4, 2, 128, 96
@@ -91,7 +91,7 @@ def compare(ours, theirs, q, k, v, need_weights=True, average=True, **masks):
     if not out.isnan().any():
         for i, t in leaves.items():
             close(hand[i], t.grad)
-        ours_g = torch_layout_grads(ours)
+        ours_g = named_grads(ours)
         for name, p in theirs.named_parameters():
             close(ours_g[name], p.grad)
 

@@ -6,7 +6,7 @@ from torch import nn
 
 from gradcheck import check_layer
 from layers import LayerNorm, TransformerEncoder, TransformerEncoderLayer, from_torch
-from tests.conftest import assert_all_pass, torch_layout_grads
+from tests.conftest import assert_all_pass, named_grads
 from tests.test_multihead import close
 
 F64 = torch.float64
@@ -35,7 +35,7 @@ def run_both(ours, theirs, x, **kw):
     dx = ours.backward(dout)
     ref.backward(dout)
     close(dx, xt.grad)
-    grads = torch_layout_grads(ours)
+    grads = named_grads(ours)
     for name, p in theirs.named_parameters():
         close(grads[name], p.grad)
 

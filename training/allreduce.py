@@ -34,7 +34,7 @@ class _Bucket:
         offset = 0
         for p in params:
             flat = self.buffer[offset: offset + p.numel()]
-            # The same strides as the parameter (Linear's weight is a transposed view), so .grad matches it.
+            # The same strides as the parameter (a transposed block stays one), so .grad matches it.
             self.slots[id(p)] = flat.view(p.t().shape).t() if _is_transposed(p) else flat.view(p.shape)
             offset += p.numel()
         self.done: set[int] = set()  # ids of the parameters reported this step

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -26,10 +27,13 @@ from .files import atomic_write_bytes
 from .fingerprint import difference
 from .impls import load_weights_state, weights_state
 
-FORMAT = "handgrad-train-3"
+FORMAT = "handgrad-train-4"
 # Version 1 stored the settings under "args" and had no --model; versions 1 and 2 have no checksum and no data
-# fingerprint (they are read without those checks).
-READABLE_FORMATS = ("handgrad-train-1", "handgrad-train-2", FORMAT)
+# fingerprint (they are read without those checks).  Versions 1 to 3 were written when a hand-written Linear
+# exposed its weight as (in, out): their optimizer state for a Linear weight is transposed on load.
+READABLE_FORMATS = ("handgrad-train-1", "handgrad-train-2", "handgrad-train-3", FORMAT)
+SEALED_FORMATS = ("handgrad-train-3", FORMAT)  # written with a checksum
+TRANSPOSED_LINEAR_STATE = ("handgrad-train-1", "handgrad-train-2", "handgrad-train-3")
 
 
 def save_checkpoint(path: Path, state: dict) -> None:
@@ -87,7 +91,7 @@ def read_checkpoint(path: Path) -> dict:
         raise UsageError(f"--resume {path} is not a handgrad checkpoint ({type(e).__name__}: {first})") from None
     if not isinstance(ckpt, dict) or ckpt.get("format") not in READABLE_FORMATS:
         raise UsageError(f"--resume {path} is not a handgrad train.py checkpoint")
-    if sha256 is None and ckpt["format"] == FORMAT:
+    if sha256 is None and ckpt["format"] in SEALED_FORMATS:
         raise UsageError(f"--resume {path} carries no checksum: it was rewritten by something other than "
                          f"training.save_checkpoint, so its contents cannot be vouched for")
     check_fields(ckpt, path)
@@ -246,7 +250,7 @@ def set_capturable(opt: torch.optim.Optimizer, capturable: bool, tensor_lr: bool
 
 
 def restore(impls: dict, ckpt: dict, batch_gen: torch.Generator, device: torch.device, steps_per_epoch: int,
-            path: Path) -> None:
+            path: Path, say: Callable = print) -> None:
     """Load weights, buffers, optimizer states and random streams from ``ckpt`` into a freshly built run, checking
     each against the model first: a missing or mis-shaped tensor, or more steps than the checkpoint's epochs
     hold, is refused naming it."""
@@ -254,7 +258,13 @@ def restore(impls: dict, ckpt: dict, batch_gen: torch.Generator, device: torch.d
     for name, impl in impls.items():
         _check_weights(name, weights_state(impl), ckpt["models"][name], path)
         load_weights_state(impl, {k: v.to(device) for k, v in ckpt["models"][name].items()})
-        _load(path, f"optimizers.{name}", impl.opt.load_state_dict, ckpt["optimizers"][name])
+        opt_state = ckpt["optimizers"][name]
+        if ckpt["format"] in TRANSPOSED_LINEAR_STATE and name != "torch":
+            opt_state, count = _untranspose_linear_state(impl, opt_state)
+            if count:
+                say(f"note: {path} was written before handgrad kept Linear weights as (out, in); the optimizer "
+                    f"state of {count} Linear weight(s) of '{name}' was transposed to match")
+        _load(path, f"optimizers.{name}", impl.opt.load_state_dict, opt_state)
         _check_optimizer(name, impl.opt, most, path)
         if name == "manual":  # a checkpoint of an eager run continued with --cuda-graph, or the reverse
             set_capturable(impl.opt, impl.cuda_graph, tensor_lr=impl.cuda_graph and impl.sched is not None)
@@ -269,6 +279,49 @@ def restore(impls: dict, ckpt: dict, batch_gen: torch.Generator, device: torch.d
     _load(path, "rng.batches", batch_gen.set_state, ckpt["rng"]["batches"])
     if ckpt["rng"].get("cuda") and torch.cuda.is_available():
         _load(path, "rng.cuda", torch.cuda.set_rng_state_all, ckpt["rng"]["cuda"])
+
+
+def _untranspose_linear_state(impl, opt_state: dict) -> tuple[dict, int]:
+    """An optimizer state of format 1-3, whose tensors for a Linear weight (hand-written or the engine's) were kept
+    as (in, out), in today's (out, in) layout, and how many parameters that changed.  State maps by position: the
+    i-th tensor of the optimizer's groups is the i-th parameter."""
+    model_params = [p for _, p in impl.named_parameters()]
+    master = getattr(impl, "master", None)  # a mixed-precision run's optimizer steps the masters, in the same order
+    optimized = [p for group in impl.opt.param_groups for p in group["params"]]
+    to_model = dict(zip(map(id, master.parameters()), model_params)) if master is not None else {}
+    linear = _linear_weights(impl.model)
+    state, count = dict(opt_state.get("state", {})), 0
+    for i, p in enumerate(optimized):
+        if id(to_model.get(id(p), p)) not in linear or i not in state:
+            continue
+        entry = dict(state[i])
+        for key, value in entry.items():
+            if isinstance(value, torch.Tensor) and value.dim() == 2 and value.shape == p.shape[::-1]:
+                entry[key] = value.t().contiguous()
+        state[i], count = entry, count + 1
+    return {**opt_state, "state": state}, count
+
+
+def _linear_weights(model) -> set[int]:
+    """ids of every Linear weight in a model: a hand-written layer tree's ``layers.Linear`` or the engine's
+    ``autodiff.nn.Linear`` (walked through children, attributes and lists, with an explicit stack)."""
+    from autodiff import nn as engine_nn
+    from layers import Linear
+    from layers.layer import BaseLayer
+    found, stack, seen = set(), [model], set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, (Linear, engine_nn.Linear)):
+            found.add(id(node.weight))
+        if isinstance(node, BaseLayer):
+            stack.extend(child for _, child in node.named_children())
+        elif isinstance(node, engine_nn.Module):
+            for value in vars(node).values():
+                stack.extend(value if isinstance(value, list) else [value])
+    return found
 
 
 def _load(path: Path, field: str, load, state) -> None:

@@ -97,8 +97,8 @@ def weights_state(impl: Impl) -> dict[str, Tensor]:
 
 
 def grads_state(impl: Impl) -> dict[str, Tensor]:
-    """The gradients now in the implementation's parameters, with the keys and layouts of ``weights_state`` (a
-    hand-written Linear keeps its weight as (in, out), its state as (out, in): its gradient is transposed to match);
+    """The gradients now in the implementation's parameters, with the keys and layouts of ``weights_state`` (the
+    engine's Linear keeps its weight as (in, out), its state as (out, in): its gradient is transposed to match);
     parameters without a gradient are left out."""
     state, grads = weights_state(impl), {}
     for name, p in impl.named_parameters():

@@ -87,7 +87,7 @@ class MasterWeights:
 
     A parameter already in float32 (batch norm kept in float32 by ``to_low_precision``) is its own
     master: its gradient is unscaled in place and nothing is copied.  Every master keeps its model
-    parameter's shape and strides (Linear's (D, H) weight view stays a view), and its ``.grad`` buffer is
+    parameter's shape and strides, and its ``.grad`` buffer is
     allocated once and overwritten each step.
     """
 
@@ -108,7 +108,7 @@ class MasterWeights:
                 raise ValueError(f"MasterWeights: parameter {name!r} has dtype {p.dtype}, not floating point")
         self._names = [name for name, _ in named]
         self._model_params = [p for _, p in named]
-        # copies first (the same strides: Linear's (D, H) weight view stays a transposed layout) ...
+        # copies first (the same shapes and strides) ...
         copies = [torch.empty_strided(p.shape, p.stride(), dtype=dtype, device=p.device).copy_(p) for _, p in named]
         if cast_to is not None:  # ... then the cast, so the masters keep every bit of the float32 weights
             to_low_precision(model, cast_to, keep_norm_float32)
@@ -178,9 +178,8 @@ class MasterWeights:
         self.master_to_model()
 
     def _state_views(self, sd: Mapping[str, Tensor]) -> dict[str, Tensor]:
-        """name -> each master viewed as the model's state_dict shows its parameter.  A master has its
-        parameter's shape and strides, so the view state_dict takes of a parameter (Linear's (D, H) weight shown
-        as torch's (H, D)) is taken of the master's memory the same way."""
+        """name -> each master viewed as the model's state_dict shows its parameter (a master has its parameter's
+        shape and strides, so this is the master itself unless state_dict shows a view)."""
         views = {}
         for name, p, m in zip(self._names, self._model_params, self._masters):
             v = sd[name]

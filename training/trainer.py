@@ -103,7 +103,7 @@ def _train(config: TrainConfig, device: torch.device, info: DistInfo, say: Calla
     records: list[dict] = []  # everything logged, in order; rounds are the records of type "epoch"
     start = 1
     if ckpt is not None:
-        restore(impls, ckpt, batch_gen, device, task.steps_per_round, config.resume)
+        restore(impls, ckpt, batch_gen, device, task.steps_per_round, config.resume, say)
         records = list(ckpt["records"])
         restore_monitors(monitors, ckpt)
         start = ckpt["epoch"] + 1
