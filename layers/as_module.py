@@ -67,6 +67,13 @@ def _own_tensors(node: Layer, kind: str) -> Iterator[tuple[str, Tensor]]:
         yield from named_parameters_of(node)
 
 
+def _held(node: Layer, attr: str) -> Tensor | None:
+    """The tensor a layer holds now under ``attr`` (a layer of your own: as ``named_parameters_of`` names it)."""
+    if isinstance(node, BaseLayer) or not attr.isdigit():
+        return getattr(node, attr, None)
+    return dict(named_parameters_of(node)).get(attr)
+
+
 class _Slot:
     """One parameter: where it lives in the layer tree and its Parameter (torch.nn's layout, same memory)."""
 
@@ -103,12 +110,18 @@ class HandgradModule(nn.Module):
         self._leaves = [node for _, node in nodes]
         self._slots: list[_Slot] = []
         self._buffers_of: list[tuple[Layer, str, Tensor]] = []
+        made: dict[int, nn.Parameter] = {}
         for prefix, node in nodes:
             for attr, t in _own_tensors(node, "param"):
                 if not t.is_floating_point():
                     raise TypeError(f"as_module: parameter '{prefix}{attr}' of {node!r} has dtype {t.dtype}; "
                                     f"parameters must be floating point")
-                param = nn.Parameter(t)  # a new tensor object over the same memory
+                param = made.get(id(t))
+                if param is not None:  # a tensor two layers hold (a module used twice): one Parameter, both names
+                    self._holder(prefix).register_parameter(attr, param)
+                    continue
+                # a new tensor object over the same memory; a frozen parameter (requires_grad_(False)) stays frozen
+                param = made[id(t)] = nn.Parameter(t, requires_grad=attr not in getattr(node, "_frozen", ()))
                 self._holder(prefix).register_parameter(attr, param)
                 self._slots.append(_Slot(node, attr, prefix + attr, t, param))
             for attr, t in _own_tensors(node, "buffer"):
@@ -190,7 +203,7 @@ class HandgradModule(nn.Module):
     def _check_bound(self) -> None:
         """Every Parameter still shares memory with the layer tensor it was made from (cheap pointer tests)."""
         for s in self._slots:
-            t, p = getattr(s.node, s.attr), s.param
+            t, p = _held(s.node, s.attr), s.param
             if t is not s.tensor or t.data_ptr() != p.data_ptr() or t.dtype != p.dtype or t.device != p.device:
                 raise RuntimeError(
                     f"as_module: parameter '{s.name}' no longer shares memory with the layer's tensor (the layer "
@@ -344,6 +357,19 @@ def _cached_by(leaves: list[Layer], t: Tensor) -> bool:
     return False
 
 
+def _placed(e: Exception, where: str) -> Exception:
+    """``e`` with ``where`` (the layer, the shapes it was given) in front of its message, the same exception type;
+    ``e`` itself where it already says where (a container's message) or its type takes other arguments."""
+    if getattr(e, "_handgrad_placed", False):
+        return e
+    try:
+        placed = type(e)(where + str(e))
+    except Exception:
+        return e
+    placed._handgrad_placed = True
+    return placed
+
+
 class _HandgradFunction(torch.autograd.Function):
     """apply(module, x, *params) -> module.layer.forward(x); backward: module.layer.backward(dout)."""
 
@@ -374,14 +400,29 @@ class _HandgradFunction(torch.autograd.Function):
             s.tensor.grad = None
         try:
             dout = dout.contiguous()
-            if module._skips_dx:
-                dx = layer.backward(dout, need_input_grad=need_dx)
-            else:
-                dx = layer.backward(dout)
+            try:
+                if module._skips_dx:
+                    dx = layer.backward(dout, need_input_grad=need_dx)
+                else:
+                    dx = layer.backward(dout)
+            except (RuntimeError, ValueError, TypeError, IndexError) as e:
+                placed = _placed(e, f"as_module({layer!r}): its backward failed, given dout of shape "
+                                    f"{tuple(dout.shape)} (the shape of its output): ")
+                if placed is e:
+                    raise
+                raise placed from e
             grads = [s.tensor.grad for s in slots]
         finally:
             for s, g in zip(slots, stash):
                 s.tensor.grad = g
+        if need_dx and not (isinstance(dx, Tensor) and dx.shape == x.shape):
+            got = f"shape {tuple(dx.shape)}" if isinstance(dx, Tensor) else type(dx).__name__
+            raise ValueError(f"as_module({layer!r}): its backward returned dx of {got}, but its input had shape "
+                             f"{tuple(x.shape)}")
+        for s, g in zip(slots, grads):
+            if g is not None and g.shape != s.param.shape:
+                raise ValueError(f"as_module({layer!r}): its backward left a gradient of shape {tuple(g.shape)} in "
+                                 f"'{s.name}'.grad, but the parameter has shape {tuple(s.param.shape)}")
         grads = [g if need else None for g, need in zip(grads, ctx.needs_input_grad[2:])]
         return (None, dx if need_dx else None, *grads)
 

@@ -1,6 +1,7 @@
 """from_torch: a torch.nn model of supported modules becomes its hand-written twin, with the same weights."""
 from __future__ import annotations
 
+import copy
 from collections import OrderedDict
 
 import torch
@@ -29,18 +30,37 @@ def from_torch(module: nn.Module) -> BaseLayer:
     nn.Sequential may nest, and keeps its children's names (``nn.Sequential(OrderedDict(fc=...))`` gives
     "fc.weight", so ``to_torch().state_dict()`` loads into the original).  A module with no hand-written twin
     raises a TypeError naming it.
+
+    What torch runs is converted: a module used twice (``act = nn.ReLU(); nn.Sequential(lin, act, lin2, act)``,
+    or ``nn.Sequential(lin, nn.Tanh(), lin)``) appears twice, as two hand-written layers that hold the very same
+    tensors -- each keeps its own cache for backward, and the shared weight's ``.grad`` receives both uses.
+    ``named_parameters()`` then names a shared tensor once, state_dict under every name, as torch's do.  A
+    parameter with ``requires_grad=False`` is frozen (``requires_grad_``): it gets no gradient.
     """
     if not isinstance(module, nn.Module):
         raise TypeError(f"from_torch: expected a torch.nn.Module, got {type(module).__name__}")
+    return _convert(module, {})
+
+
+def _convert(module: nn.Module, converted: dict[int, BaseLayer]) -> BaseLayer:
+    """from_torch, with ``converted``: id of each torch module converted so far -> its hand-written layer."""
+    done = converted.get(id(module))
+    if done is not None:  # the same module used again: the same tensors, a cache of its own
+        tensors = [*done.parameters(), *(b for _, b in done.named_buffers())]
+        return copy.deepcopy(done, {id(t): t for t in tensors})
     if type(module) is nn.Sequential:
-        return Sequential(OrderedDict((name, from_torch(child)) for name, child in module.named_children())
-                          ).train(module.training)
-    table = _supported()
-    cls = table.get(type(module))
-    if cls is None:
-        names = ", ".join(sorted(["Sequential", *(c.__name__ for c in table)]))
-        raise TypeError(f"from_torch: {type(module).__name__} is not supported; supported: {names}")
-    return cls.from_torch(module)
+        # module._modules, not named_children(): named_children() gives a module used twice only once
+        layer = Sequential(OrderedDict((name, _convert(child, converted)) for name, child in module._modules.items()
+                                       if child is not None)).train(module.training)
+    else:
+        table = _supported()
+        cls = table.get(type(module))
+        if cls is None:
+            names = ", ".join(sorted(["Sequential", *(c.__name__ for c in table)]))
+            raise TypeError(f"from_torch: {type(module).__name__} is not supported; supported: {names}")
+        layer = cls.from_torch(module)
+    converted[id(module)] = layer
+    return layer
 
 
 def to_torch(layer: BaseLayer) -> nn.Module:

@@ -32,7 +32,7 @@ from .attention import ScaledDotProductAttention
 from .checks import check_int
 from .dropout import Dropout
 from .embedding import Embedding
-from .layer import BaseLayer, _rng_untouched
+from .layer import BaseLayer, _rng_untouched, copy_requires_grad
 from .layernorm import LayerNorm
 from .linear import Linear
 from .kv_cache import KVCache
@@ -274,7 +274,7 @@ class GPT(BaseLayer):
         with _rng_untouched(self.wte.weight.device):
             twin = PytorchGPT(**self.config(), dtype=self.wte.weight.dtype, device=self.wte.weight.device)
         twin.load_state_dict(self.state_dict())
-        return twin.train(self.training)
+        return copy_requires_grad(self, twin).train(self.training)
 
     @classmethod
     def from_torch(cls, module: torch.nn.Module) -> GPT:
@@ -287,7 +287,7 @@ class GPT(BaseLayer):
         with _rng_untouched(w.device):
             gpt = cls(**module.config(), dtype=w.dtype, device=w.device)
         gpt.load_state_dict(module.state_dict())
-        return gpt.train(module.training)
+        return copy_requires_grad(module, gpt).train(module.training)
 
     # -- forward and backward -------------------------------------------------------------------------------
 
@@ -300,6 +300,8 @@ class GPT(BaseLayer):
             raise ValueError(f"GPT: idx must be a (B, T) tensor of token ids, got "
                              f"{tuple(idx.shape) if isinstance(idx, Tensor) else type(idx).__name__}")
         B, T = idx.shape
+        if T == 0:
+            raise ValueError(f"GPT: idx has shape {tuple(idx.shape)}: a sequence needs at least one position (T >= 1)")
         if T > self.block_size:
             raise ValueError(f"GPT: cannot forward a sequence of length {T}: block_size is only {self.block_size}")
         pos = torch.arange(T, device=idx.device)  # (T,)
@@ -348,7 +350,7 @@ class GPT(BaseLayer):
         default if None) -- with a key/value cache, so a new token costs one position's work.  Past block_size
         the window slides as nanoGPT's does: the positions shift, so the cache is rebuilt for the new window.
         Call it in eval mode (dropout off), as nanoGPT says of its own."""
-        check_sampling("GPT.generate", idx, max_new_tokens, temperature, top_k)
+        check_sampling("GPT.generate", idx, max_new_tokens, temperature, top_k, self.vocab_size)
         cache = KVCache(self)
         logits = None
         for n in range(max_new_tokens):

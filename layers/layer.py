@@ -25,6 +25,7 @@ container skips its first layer's dx unless asked with ``need_input_grad=True``.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Protocol, runtime_checkable
 
@@ -69,11 +70,13 @@ def zero_grad_(params: Iterable[Tensor], set_to_none: bool = True) -> None:
 
 
 def named_parameters_of(layer: Layer) -> list[tuple[str, Tensor]]:
-    """``layer.named_parameters()`` where the layer has it, else its parameters numbered 0, 1, ..."""
+    """``layer.named_parameters()`` where the layer has it; else each of ``parameters()`` under the name of the
+    attribute that holds it (``self.weight`` -> "weight"), or its position (0, 1, ...) where no attribute does."""
     named = getattr(layer, "named_parameters", None)
     if named is not None:
         return list(named())
-    return [(str(j), p) for j, p in enumerate(layer.parameters())]
+    attrs = {id(v): k for k, v in vars(layer).items() if isinstance(v, Tensor)} if hasattr(layer, "__dict__") else {}
+    return [(attrs.get(id(p), str(j)), p) for j, p in enumerate(layer.parameters())]
 
 
 class BaseLayer:
@@ -89,6 +92,7 @@ class BaseLayer:
 
     _param_names: tuple[str, ...] = ()
     _buffer_names: tuple[str, ...] = ()
+    _frozen: frozenset[str] = frozenset()  # own parameters that take no gradient (requires_grad_(False))
     training: bool = True
     torch_class: type[torch.nn.Module] | None = None  # the torch.nn module this layer is the twin of
     _ctor_args: tuple[str, ...] = ()  # constructor arguments, named as the torch.nn module names them
@@ -107,29 +111,88 @@ class BaseLayer:
     def named_children(self) -> Iterator[tuple[str, Layer]]:
         return iter(())
 
-    def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, Tensor]]:
-        """Every parameter with torch's dotted name ("0.weight", "layers.2.bias", ...)."""
-        for name in self._param_names:
-            t = getattr(self, name)
-            if t is not None:
-                yield prefix + name, t
-        for cname, child in self.named_children():
-            if isinstance(child, BaseLayer):
-                yield from child.named_parameters(f"{prefix}{cname}.")
-            else:
-                yield from ((f"{prefix}{cname}.{n}", p) for n, p in named_parameters_of(child))
+    def named_parameters(self, prefix: str = "", remove_duplicate: bool = True) -> Iterator[tuple[str, Tensor]]:
+        """Every parameter with torch's dotted name ("0.weight", "layers.2.bias", ...), in torch's order.  A tensor
+        held by two layers (a module used twice, a tied matrix) comes once, under its first name, as torch's
+        ``named_parameters()`` gives it (``remove_duplicate=False``: under every name)."""
+        seen: set[int] = set()
+        for _, _, name, t in self._slots("param", prefix):
+            if remove_duplicate:
+                if id(t) in seen:
+                    continue
+                seen.add(id(t))
+            yield name, t
 
     def parameters(self) -> list[Tensor]:
         return [p for _, p in self.named_parameters()]
 
-    def named_buffers(self, prefix: str = "") -> Iterator[tuple[str, Tensor]]:
-        for name in self._buffer_names:
-            t = getattr(self, name)
+    def named_buffers(self, prefix: str = "", remove_duplicate: bool = True) -> Iterator[tuple[str, Tensor]]:
+        seen: set[int] = set()
+        for _, _, name, t in self._slots("buffer", prefix):
+            if remove_duplicate:
+                if id(t) in seen:
+                    continue
+                seen.add(id(t))
+            yield name, t
+
+    def _slots(self, kind: str, prefix: str = "") -> Iterator[tuple[Layer, str, str, Tensor]]:
+        """(owning layer, its attribute, dotted name, tensor) for every parameter (kind "param") or buffer
+        ("buffer") in the tree, depth first in torch's order, duplicates included.  A child that is not a
+        BaseLayer (a layer of your own) shows its ``named_parameters_of`` and no buffers."""
+        for attr in (self._param_names if kind == "param" else self._buffer_names):
+            t = getattr(self, attr)
             if t is not None:
-                yield prefix + name, t
+                yield self, attr, prefix + attr, t
         for cname, child in self.named_children():
             if isinstance(child, BaseLayer):
-                yield from child.named_buffers(f"{prefix}{cname}.")
+                yield from child._slots(kind, f"{prefix}{cname}.")
+            elif kind == "param":
+                yield from ((child, n, f"{prefix}{cname}.{n}", p) for n, p in named_parameters_of(child))
+
+    # -- frozen parameters --------------------------------------------------------------------------------
+
+    def requires_grad_(self, requires_grad: bool = True, names=None):
+        """Freeze (``False``) or unfreeze parameters, as torch's ``p.requires_grad_(False)`` does: a frozen parameter
+        gets no ``.grad`` from backward (None), so no optimizer moves it, and ``to_torch()``/``as_module`` give it
+        ``requires_grad=False``.  ``names``: dotted names as ``named_parameters()`` gives them (None: all).  A
+        tensor shared by several layers is frozen in all of them.  Returns self."""
+        if not isinstance(requires_grad, bool):
+            raise TypeError(f"{type(self).__name__}.requires_grad_: requires_grad must be a bool, got "
+                            f"{requires_grad!r}")
+        slots = list(self._slots("param"))
+        if names is None:
+            targets = {id(t) for _, _, _, t in slots}
+        else:
+            names = [names] if isinstance(names, str) else list(names)
+            by_name = {name: t for _, _, name, t in slots}
+            unknown = [n for n in names if n not in by_name]
+            if unknown:
+                raise KeyError(f"{type(self).__name__}.requires_grad_: no parameter named {', '.join(map(repr, unknown))}"
+                               f" (its parameters: {', '.join(list(by_name)[:6])}{', ...' if len(by_name) > 6 else ''})")
+            targets = {id(by_name[n]) for n in names}
+        for owner, attr, _, t in slots:
+            if id(t) not in targets:
+                continue
+            if not isinstance(owner, BaseLayer):
+                raise TypeError(f"requires_grad_: {type(owner).__name__} is not a handgrad BaseLayer; freeze its "
+                                f"parameters by not passing them to the optimizer")
+            owner._frozen = (owner._frozen - {attr}) if requires_grad else (owner._frozen | {attr})
+            if not requires_grad:
+                t.grad = None
+        return self
+
+    def frozen_parameters(self) -> list[str]:
+        """The dotted names of the parameters that do not require a gradient (``requires_grad_(False)``)."""
+        frozen = {id(t) for owner, attr, _, t in self._slots("param") if attr in getattr(owner, "_frozen", ())}
+        return [name for name, t in self.named_parameters() if id(t) in frozen]
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        """Each layer class's own ``backward`` is wrapped once, here, so that a frozen parameter ends every backward
+        with ``.grad`` None whatever the formula wrote (one set check when nothing is frozen)."""
+        super().__init_subclass__(**kwargs)
+        backward = cls.__dict__.get("backward")
+        if backward is not None and not getattr(backward, "_drops_frozen_grads", False):
+            cls.backward = _drops_frozen_grads(backward)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear every parameter's .grad (to None by default, as torch does)."""
@@ -230,7 +293,7 @@ class BaseLayer:
         with _rng_untouched(placed.get("device")):  # the throwaway initialisation draws nothing from the RNG
             layer = cls(**cls._ctor_kwargs(module), **placed)
         layer.load_state_dict(module.state_dict())
-        return layer.train(module.training)
+        return copy_requires_grad(module, layer).train(module.training)
 
     def to_torch(self) -> torch.nn.Module:
         """The equivalent torch.nn module, holding a copy of these weights and buffers, in the same mode."""
@@ -240,7 +303,38 @@ class BaseLayer:
         with _rng_untouched(placed.get("device")):
             module = self.torch_class(**self._ctor_kwargs(self), **placed)
         module.load_state_dict(self.state_dict())
-        return module.train(self.training)
+        return copy_requires_grad(self, module).train(self.training)
+
+
+def copy_requires_grad(src, dst):
+    """Freeze in ``dst`` what is frozen in ``src``, by parameter name -- a torch module's ``requires_grad=False``
+    parameters or a hand-written model's ``frozen_parameters()``, either way; returns ``dst``."""
+    if isinstance(src, torch.nn.Module):
+        frozen = [name for name, p in src.named_parameters() if not p.requires_grad]
+    else:
+        frozen = src.frozen_parameters()
+    if not frozen:
+        return dst
+    if isinstance(dst, torch.nn.Module):
+        for name in frozen:
+            dst.get_parameter(name).requires_grad_(False)
+    else:
+        dst.requires_grad_(False, frozen)
+    return dst
+
+
+def _drops_frozen_grads(backward):
+    """``backward``, then ``.grad = None`` for each of the layer's own frozen parameters: torch computes no gradient
+    for a parameter that does not require one.  (Linear and Conv2d also skip the frozen weight's product.)"""
+    @functools.wraps(backward)
+    def wrapped(self, *args, **kwargs):
+        result = backward(self, *args, **kwargs)
+        if self._frozen:
+            for attr in self._frozen:
+                getattr(self, attr).grad = None
+        return result
+    wrapped._drops_frozen_grads = True
+    return wrapped
 
 
 def _takes_dtype(cls: type) -> bool:

@@ -79,12 +79,15 @@ class Linear(BaseLayer):
         self._x = None
         if dout.dim() != 2:
             dout = dout.reshape(-1, self.out_features)  # (N, H)
+        frozen = self._frozen  # parameters that take no gradient (requires_grad_(False)): their products are skipped
         # dW = dout^T @ x, (H, D): out = x W^T, so each output row's gradient is dout's column times x
-        if w.grad is None:
+        if "weight" in frozen:
+            pass
+        elif w.grad is None:
             w.grad = dout.t() @ x
         else:
             w.grad.addmm_(dout.t(), x)  # accumulated in place: no temporary
-        if self.bias is not None:
+        if self.bias is not None and "bias" not in frozen:
             accumulate_grad(self.bias, dout.sum(0))  # (H,)
         if not need_input_grad:
             return None

@@ -57,4 +57,5 @@ class Net(Sequential):
         """The nn.Module twin (a PytorchNet over these layers' torch equivalents), holding copies of the weights."""
         from .sequential import _to_torch
         from .torch_net import PytorchNet
-        return PytorchNet(layers=[_to_torch(layer) for layer in self.layers]).train(self.training)
+        shared: dict = {}
+        return PytorchNet(layers=[_to_torch(layer, shared) for layer in self.layers]).train(self.training)

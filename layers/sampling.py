@@ -14,7 +14,9 @@ from torch import Tensor
 from .checks import check_int
 
 
-def check_sampling(owner: str, idx, max_new_tokens, temperature, top_k) -> None:
+def check_sampling(owner: str, idx, max_new_tokens, temperature, top_k, vocab_size: int | None = None) -> None:
+    """Every argument of a ``generate``: a clear ValueError naming the first that is wrong (with ``vocab_size``,
+    also a prompt token outside 0..vocab_size-1)."""
     check_int(owner, "max_new_tokens", max_new_tokens, lo=0)
     if isinstance(temperature, bool) or not (isinstance(temperature, (int, float)) and temperature > 0):
         raise ValueError(f"{owner}: temperature must be > 0, got {temperature!r}")
@@ -23,6 +25,13 @@ def check_sampling(owner: str, idx, max_new_tokens, temperature, top_k) -> None:
     if not (isinstance(idx, Tensor) and idx.dim() == 2 and idx.shape[1] >= 1):
         raise ValueError(f"{owner}: idx must be a (B, t) tensor of token ids with t >= 1, got "
                          f"{tuple(idx.shape) if isinstance(idx, Tensor) else type(idx).__name__}")
+    if idx.dtype.is_floating_point or idx.dtype.is_complex or idx.dtype == torch.bool:
+        raise ValueError(f"{owner}: idx must hold integer token ids, got dtype {idx.dtype}")
+    if vocab_size is not None and idx.numel():
+        lo, hi = idx.min().item(), idx.max().item()
+        if lo < 0 or hi >= vocab_size:
+            bad = lo if lo < 0 else hi
+            raise ValueError(f"{owner}: the prompt holds token id {bad}, outside the vocabulary 0..{vocab_size - 1}")
 
 
 def next_token(logits: Tensor, temperature: float = 1.0, top_k: int | None = None,
@@ -40,7 +49,8 @@ def next_token(logits: Tensor, temperature: float = 1.0, top_k: int | None = Non
 def generate_recurrent(model, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
                        generator: torch.Generator | None = None) -> Tensor:
     """idx (B, t) -> (B, t + max_new_tokens) from a recurrent language model, each new token one position's work."""
-    check_sampling(f"{type(model).__name__}.generate", idx, max_new_tokens, temperature, top_k)
+    check_sampling(f"{type(model).__name__}.generate", idx, max_new_tokens, temperature, top_k,
+                   getattr(model, "vocab_size", None))
     logits, state = model(idx)  # the prompt, from a zero state
     for n in range(max_new_tokens):
         nxt = next_token(logits[:, -1], temperature, top_k, generator)  # (B, 1)

@@ -35,6 +35,26 @@ def _leaves(layer: Layer) -> Iterator[Layer]:
             stack.extend(node.layers)
 
 
+class BackwardShapeError(ValueError):
+    """A layer's backward gave back a dx that is not shaped as its input (the message names the layer)."""
+
+
+def _with_place(e: Exception, seq: "Sequential", i: int, dout: object) -> Exception:
+    """``e``, raised inside layer i's backward, with the layer, the dout it was given and the output shape it
+    expected in front of its message (the same exception type; raised once, not again by outer containers)."""
+    if isinstance(e, BackwardShapeError) or getattr(e, "_handgrad_placed", False):
+        return e
+    got = f"shape {tuple(dout.shape)}" if isinstance(dout, Tensor) else type(dout).__name__
+    where = (f"{type(seq).__name__}: the backward of layer {seq._names[i]} ({seq.layers[i]!r}) failed, given dout of "
+             f"{got} (its output had shape {tuple(seq._shapes[i + 1]) if seq._shapes[i + 1] is not None else '?'}): ")
+    try:
+        placed = type(e)(where + str(e))
+    except Exception:  # an exception type whose constructor takes other arguments: keep it as it is
+        return e
+    placed._handgrad_placed = True
+    return placed
+
+
 class _HookHandle:
     def __init__(self, hooks: list, fn: Callable) -> None:
         self._hooks, self._fn = hooks, fn
@@ -89,6 +109,7 @@ class Sequential(BaseLayer):
             seen[id(layer)] = layer
         self.layers = layers
         self._names = list(names)  # "0", "1", ... unless named
+        self._shapes: list = [None] * (len(layers) + 1)  # set by each forward: each layer's input shape, the output's
         self.training = all(getattr(layer, "training", True) for layer in layers)
         self._skips_dx = [_takes_need_input_grad(layer) for layer in layers]
         self._backward_hooks: list[Callable[[Layer], None]] = []
@@ -119,16 +140,22 @@ class Sequential(BaseLayer):
         """x: the first layer's input -> the last layer's output."""
         if self._forward_hooks:
             return self._forward_with_hooks(x)
+        shapes = self._shapes = []  # each layer's input shape, then the output's: what each backward must give back
         for layer in self.layers:
+            shapes.append(getattr(x, "shape", None))
             x = layer(x)
+        shapes.append(getattr(x, "shape", None))
         return x
 
     def _forward_with_hooks(self, x: Tensor) -> Tensor:
         hooks = self._forward_hooks
+        shapes = self._shapes = []
         for layer in self.layers:
+            shapes.append(getattr(x, "shape", None))
             x = layer(x)
             for hook in hooks:
                 hook(layer, x)
+        shapes.append(getattr(x, "shape", None))
         return x
 
     def backward(self, dout: Tensor, need_input_grad: bool = False) -> Tensor | None:
@@ -137,31 +164,52 @@ class Sequential(BaseLayer):
         A ReLU followed by a MaxPool2d (a CNN's usual pair) runs its backward inside the pool's
         (``MaxPool2d.backward_through_relu``: the same numbers, the mask taken on the pooled gradient instead
         of a pass over the full-size one); the hooks still see both layers, pool first."""
-        layers, hooks = self.layers, self._backward_hooks
+        layers, hooks, shapes = self.layers, self._backward_hooks, self._shapes
         i = len(layers) - 1
-        while i > 0:
-            layer = layers[i]
-            if i > 1 and type(layer) is MaxPool2d and type(layers[i - 1]) is ReLU:
-                dx = layer.backward_through_relu(dout, layers[i - 1])
-                if dx is not None:
-                    dout = dx
-                    for done in (layer, layers[i - 1]):
-                        for hook in hooks:
-                            hook(done)
-                    i -= 2
-                    continue
-            dout = layer.backward(dout, need_input_grad=True) if self._skips_dx[i] else layer.backward(dout)
-            for hook in hooks:
-                hook(layer)
-            i -= 1
-        first = layers[0]
-        if self._skips_dx[0]:
-            dx = first.backward(dout, need_input_grad=need_input_grad)
-        else:
-            dx = first.backward(dout)
+        given = dout
+        try:
+            while i > 0:
+                layer = layers[i]
+                given = dout
+                if i > 1 and type(layer) is MaxPool2d and type(layers[i - 1]) is ReLU:
+                    dx = layer.backward_through_relu(dout, layers[i - 1])
+                    if dx is not None:
+                        dout = dx
+                        for done in (layer, layers[i - 1]):
+                            for hook in hooks:
+                                hook(done)
+                        i -= 2
+                        continue
+                dout = layer.backward(dout, need_input_grad=True) if self._skips_dx[i] else layer.backward(dout)
+                if not (isinstance(dout, Tensor) and dout.shape == shapes[i]):
+                    self._wrong_dx(i, dout)
+                for hook in hooks:
+                    hook(layer)
+                i -= 1
+            first, given = layers[0], dout
+            if self._skips_dx[0]:
+                dx = first.backward(dout, need_input_grad=need_input_grad)
+            else:
+                dx = first.backward(dout)
+        except (RuntimeError, ValueError, TypeError, IndexError) as e:
+            placed = _with_place(e, self, i, given)
+            if placed is e:
+                raise
+            raise placed from e
         for hook in hooks:
             hook(first)
+        if need_input_grad and not (isinstance(dx, Tensor) and dx.shape == shapes[0]):
+            self._wrong_dx(0, dx)
         return dx if need_input_grad else None
+
+    def _wrong_dx(self, i: int, dx: object) -> None:
+        """Layer i's backward gave back something that cannot be the gradient of its input: say which and why."""
+        got = f"shape {tuple(dx.shape)}" if isinstance(dx, Tensor) else type(dx).__name__
+        if self._shapes[i] is None:
+            return  # no forward recorded a shape (the layer's own backward says what is wrong)
+        raise BackwardShapeError(f"{type(self).__name__}: the backward of layer {self._names[i]} ({self.layers[i]!r}) returned dx "
+                      f"of {got}, but its forward's input had shape {tuple(self._shapes[i])}: a layer's backward must "
+                      f"return the gradient of its input, in the input's shape")
 
     def register_backward_hook(self, fn: Callable[[Layer], None]) -> _HookHandle:
         """Call ``fn(layer)`` right after each child's backward, in the reverse walk (its gradients are final
@@ -177,14 +225,29 @@ class Sequential(BaseLayer):
 
     # -- conversion ---------------------------------------------------------------------------------------
 
-    def to_torch(self) -> torch.nn.Sequential:
-        """The equivalent torch.nn.Sequential, holding copies of every weight and buffer, in the same mode."""
-        return torch.nn.Sequential(OrderedDict((name, _to_torch(layer)) for name, layer in
+    def to_torch(self, _shared: dict | None = None) -> torch.nn.Sequential:
+        """The equivalent torch.nn.Sequential, holding copies of every weight and buffer, in the same mode.  Two
+        layers that hold the very same tensors (``from_torch`` of a module used twice) become one torch module
+        used twice again."""
+        shared = {} if _shared is None else _shared
+        return torch.nn.Sequential(OrderedDict((name, _to_torch(layer, shared)) for name, layer in
                                                zip(self._names, self.layers))).train(self.training)
 
 
-def _to_torch(layer: Layer) -> torch.nn.Module:
+def _to_torch(layer: Layer, shared: dict | None = None) -> torch.nn.Module:
+    """``layer.to_torch()``; with ``shared`` (a dict carried through one conversion), a layer whose parameters and
+    buffers are the very tensors of a layer converted before gives that layer's torch module again."""
     convert = getattr(layer, "to_torch", None)
     if convert is None:
         raise TypeError(f"{type(layer).__name__} has no to_torch(): it cannot be turned into a torch.nn module")
-    return convert()
+    if shared is None:
+        return convert()
+    if isinstance(layer, Sequential):
+        return layer.to_torch(shared)
+    key = tuple(id(t) for t in (*layer.parameters(), *(b for _, b in getattr(layer, "named_buffers", tuple)())))
+    if key and key in shared:
+        return shared[key]
+    module = convert()
+    if key:
+        shared[key] = module
+    return module

@@ -71,6 +71,9 @@ class GradientMonitor:
 
     def __init__(self, model, every: int = 1, hist_bins: int = 50, *, name: str = "", tensorboard=None,
                  parameters=None, also: Iterable[int] = ()) -> None:
+        if model is None:
+            raise TypeError("GradientMonitor: the model is None; pass the model whose parameters to watch (anything "
+                            "with named_parameters())")
         for what, obj in (("the model", model), ("parameters", parameters)):
             if obj is not None and not callable(getattr(obj, "named_parameters", None)):
                 raise TypeError(f"GradientMonitor: {what} ({type(obj).__name__}) has no named_parameters()")
