@@ -211,6 +211,12 @@ class Sequential(BaseLayer):
                       f"of {got}, but its forward's input had shape {tuple(self._shapes[i])}: a layer's backward must "
                       f"return the gradient of its input, in the input's shape")
 
+    def trace(self, x: Tensor, target: Tensor, loss=None):
+        """One forward and backward, layer by layer, as a table (``layers.trace``): shapes, output statistics,
+        dout, dx and every parameter gradient's norm.  The model's gradients and buffers are left as they were."""
+        from .trace import trace
+        return trace(self, x, target, loss)
+
     def register_backward_hook(self, fn: Callable[[Layer], None]) -> _HookHandle:
         """Call ``fn(layer)`` right after each child's backward, in the reverse walk (its gradients are final
         for this backward then: data-parallel training starts their all-reduce there).  ``.remove()`` undoes."""

@@ -1,0 +1,61 @@
+"""model.trace: the one-step table's numbers are autograd's, and tracing leaves the model as it was."""
+import torch
+from torch import nn
+
+from layers import Net, Sequential, from_torch
+from losses import MSELoss
+
+F64 = torch.float64
+
+
+def test_trace_rows_are_autograds_numbers_and_the_model_is_left_alone():
+    torch.manual_seed(0)
+    theirs = nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Sequential(nn.Linear(8, 5), nn.Tanh()),
+                           nn.Linear(5, 3)).to(F64)
+    ours = from_torch(theirs)
+    x, y = torch.randn(10, 6, dtype=F64), torch.randint(0, 3, (10,))
+    sentinel = torch.full_like(ours[0].weight, 7.0)
+    ours[0].weight.grad = sentinel
+    running = ours[1].running_mean.clone()
+    t = ours.trace(x, y)
+    assert ours[0].weight.grad is sentinel and ours[4].bias.grad is None  # .grad put back
+    assert torch.equal(ours[1].running_mean, running)  # buffers put back
+    assert [r.name for r in t.rows] == ["0", "1", "2", "3.0", "3.1", "4"]
+    # autograd on the twin, keeping every layer's output and its gradient
+    outs, h = [], x.clone().requires_grad_()
+    first = h
+    for m in [theirs[0], theirs[1], theirs[2], theirs[3][0], theirs[3][1], theirs[4]]:
+        h = m(h)
+        h.retain_grad()
+        outs.append(h)
+    loss = nn.functional.cross_entropy(h, y)
+    loss.backward()
+    assert abs(t.loss - loss.item()) < 1e-12
+    ins = [first] + outs[:-1]
+    for row, out, inp in zip(t.rows, outs, ins):
+        assert row.out_shape == tuple(out.shape) and row.in_shape == tuple(inp.shape)
+        assert abs(row.out_mean - out.mean().item()) < 1e-12
+        assert abs(row.dout_norm - out.grad.norm().item()) < 1e-12 * out.grad.norm().item() + 1e-300
+    for row, inp in zip(t.rows[1:], ins[1:]):
+        assert abs(row.dx_norm - inp.grad.norm().item()) < 1e-12 * inp.grad.norm().item()
+    grads = {name: p.grad for name, p in theirs.named_parameters()}
+    g, w = t.rows[5].grads["weight"]
+    assert abs(g - grads["4.weight"].norm().item()) < 1e-12 and abs(w - theirs[4].weight.norm().item()) < 1e-12
+    assert abs(t.rows[3].grads["bias"][0] - grads["3.0.bias"].norm().item()) < 1e-12
+    assert "3.0 Linear" in str(t) and "loss" in str(t)
+
+
+def test_trace_of_a_net_flattens_images_and_takes_mse_for_float_targets():
+    torch.manual_seed(1)
+    net = Net(hidden_size=8, in_features=16, num_classes=4, dtype=F64)
+    x = torch.randn(5, 1, 4, 4, dtype=F64)
+    t = net.trace(x, torch.randint(0, 4, (5,)))
+    assert t.rows[0].in_shape == (5, 16) and t.rows[-1].out_shape == (5, 4)
+    seq = Sequential(*net.layers)
+    target = torch.randn(5, 4, dtype=F64)
+    t2 = seq.trace(x.flatten(1), target)
+    assert abs(t2.loss - MSELoss()(net(x), target).item()) < 1e-12
+    dead = Sequential(net.layers[0], net.layers[1])  # a ReLU whose every unit is dead shows 100% zeros
+    with torch.no_grad():
+        net.layers[0].bias.fill_(-1e3)
+    assert dead.trace(x.flatten(1), torch.randn(5, 8, dtype=F64)).rows[1].out_zeros == 1.0
