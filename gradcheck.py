@@ -41,12 +41,11 @@ import torch
 import torch.utils._pytree
 from torch import Tensor
 
-from layers import (GELU, GPT, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv2d, Dropout, Embedding, Flatten, Layer, LayerNorm,
-                    LeakyReLU, Linear, LogSoftmax, MaxPool2d, MultiheadAttention, Net, ReLU, ScaledDotProductAttention,
-                    Sequential, Sigmoid, SiLU, Softmax, SyncBatchNorm, Tanh, TransformerEncoder, TransformerEncoderLayer,
-                    attention_dropout_mask)
+from layers import GELU, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv2d, Dropout, Embedding, Flatten, Layer, LayerNorm, LeakyReLU, Linear, LogSoftmax, MaxPool2d, MultiheadAttention, ReLU, ScaledDotProductAttention, Sequential, Sigmoid, SiLU, Softmax, SyncBatchNorm, Tanh, TransformerEncoder, TransformerEncoderLayer, attention_dropout_mask
+from models import GPT, Net
 from layers.reference import attention_backward, attention_bias, attention_forward
-from layers import GRU, LSTM, RNN, GRUCell, LSTMCell, RecurrentLM, RNNCell, seeded_dropouts
+from layers import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
+from models import RecurrentLM, seeded_dropouts
 from layers.layer import named_parameters_of
 from losses import CrossEntropyLoss, MSELoss
 

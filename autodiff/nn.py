@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping
 
 import torch
 
-from layers.architecture import CLASSES, DEPTH, HIDDEN, IN_FEATURES, mlp_layers
+from models.architecture import CLASSES, DEPTH, HIDDEN, IN_FEATURES, mlp_layers
 from layers.init import torch_default_params
 from layers.layer import zero_grad_
 
@@ -121,7 +121,7 @@ def MLP(sizes: list[int], activation: type[Module] = Tanh, **kw) -> Sequential:
 class EngineNet(Sequential):
     """The default Net (784 -> [hidden -> ReLU] x depth -> classes) on the engine.
 
-    Same constructor as ``layers.Net``; state_dict keys ``layers.{i}.weight`` as in PytorchNet,
+    Same constructor as ``models.Net``; state_dict keys ``layers.{i}.weight`` as in PytorchNet,
     and under the same ``torch.manual_seed`` the same initial weights.  Inputs of rank > 2 are flattened.
     """
 

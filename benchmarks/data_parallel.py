@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from layers import Net
+from models import Net
 from losses import CrossEntropyLoss
 from optimizers import SGD
 from training.allreduce import GradBuckets

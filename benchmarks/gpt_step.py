@@ -20,7 +20,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from layers import GPT
+from models import GPT
 from losses import CrossEntropyLoss
 from optimizers import AdamW, clip_grad_norm_
 from training.allocator import retain_freed_memory
@@ -74,7 +74,7 @@ def breakdown(model, x, y, V: int) -> list[tuple[str, float]]:
     """Seconds per kind of work in one hand-written iteration: each layer kind's forward and backward, the
     loss, the optimizer (record_function ranges around the calls)."""
     from torch.profiler import ProfilerActivity, profile, record_function
-    from layers import gpt as gpt_module
+    from models import gpt as gpt_module
     kinds = {"attention (q/k/v + blocked attention + projection)": gpt_module.CausalSelfAttention,
              "MLP (c_fc, GELU, c_proj)": gpt_module.MLP, "LayerNorm": gpt_module.LayerNorm,
              "Embedding": gpt_module.Embedding}

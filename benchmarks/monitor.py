@@ -19,7 +19,8 @@ import sys
 
 import torch
 
-from layers import Net, Sequential
+from layers import Sequential
+from models import Net
 from losses import CrossEntropyLoss
 from monitoring import GradientMonitor
 import optimizers

@@ -17,7 +17,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from layers import Net, PytorchNet
+from models import Net, PytorchNet
 from losses import CrossEntropyLoss
 from optimizers import SGD
 from training.loss_scale import DynamicLossScaler

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 
 import optimizers
 from autodiff import EngineNet, cross_entropy
-from layers import Net, PytorchNet
+from models import Net, PytorchNet
 from losses import CrossEntropyLoss
 from training.cuda_graph import CapturedStep
 

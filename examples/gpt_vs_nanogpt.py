@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for tests/anchors
-from layers import GPT  # noqa: E402
+from models import GPT  # noqa: E402
 from losses import CrossEntropyLoss  # noqa: E402
 from optimizers import AdamW  # noqa: E402
 from tests.anchors.nanogpt_model import GPT as NanoGPT, GPTConfig  # noqa: E402

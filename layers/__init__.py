@@ -1,4 +1,4 @@
-"""Hand-written layers: each computes its own backward pass."""
+"""Hand-written layers, the building blocks: each computes its own backward pass (whole models are in ``models``)."""
 from .as_module import HandgradModule, as_module
 from .attention import ScaledDotProductAttention
 from .attention_dropout import attention_dropout_mask
@@ -10,27 +10,19 @@ from .convert import from_torch, to_torch
 from .dropout import Dropout, SeededDropout
 from .embedding import Embedding
 from .flatten import Flatten
-from .gpt import GPT
 from .layer import BaseLayer, Layer
 from .layernorm import LayerNorm
 from .linear import Linear
 from .multihead import MultiheadAttention
-from .net import Net
 from .pool import AvgPool2d, MaxPool2d
 from .recurrent import GRU, LSTM, RNN
-from .recurrent_lm import RecurrentLM, TorchRecurrentLM
-from .sampling import generate_recurrent, next_token
-from .seeded_recurrent import SeededGRU, SeededLSTM, SeededRNN, seeded_dropouts
 from .sequential import Sequential
 from .sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
-from .torch_gpt import PytorchGPT
-from .torch_net import PytorchNet
 from .transformer import TransformerEncoder, TransformerEncoderLayer
 
 __all__ = ["Layer", "BaseLayer", "Linear", "ReLU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax", "LeakyReLU", "GELU",
            "SiLU", "BatchNorm1d", "BatchNorm2d", "SyncBatchNorm", "convert_sync_batchnorm", "LayerNorm", "Dropout",
-           "SeededDropout", "seeded_dropouts", "Embedding", "ScaledDotProductAttention", "MultiheadAttention",
-           "TransformerEncoderLayer", "TransformerEncoder", "GPT", "PytorchGPT", "attention_dropout_mask", "Conv2d",
-           "MaxPool2d", "AvgPool2d", "Flatten", "RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell", "SeededRNN",
-           "SeededLSTM", "SeededGRU", "RecurrentLM", "TorchRecurrentLM", "next_token", "generate_recurrent",
-           "Sequential", "Net", "PytorchNet", "from_torch", "to_torch", "as_module", "HandgradModule"]
+           "SeededDropout", "Embedding", "ScaledDotProductAttention", "MultiheadAttention", "TransformerEncoderLayer",
+           "TransformerEncoder", "attention_dropout_mask", "Conv2d", "MaxPool2d", "AvgPool2d", "Flatten", "RNN", "LSTM",
+           "GRU", "RNNCell", "LSTMCell", "GRUCell", "Sequential", "from_torch", "to_torch", "as_module",
+           "HandgradModule"]

@@ -2,7 +2,7 @@
 
 An element-wise update (Adam's, the gradient clip's scaling) does the same arithmetic on every element of every
 parameter.  When the parameters are views that tile one contiguous block -- as llm.c keeps all of GPT-2's
-weights in one ``params_memory`` and the gradients in one ``grads_memory``; ``layers.GPT`` lays its parameters
+weights in one ``params_memory`` and the gradients in one ``grads_memory``; ``models.GPT`` lays its parameters
 out so -- one kernel over the block does what one kernel per tensor does, with the same numbers, and the
 per-tensor overhead (52 tensors in the default GPT, so 52 small kernels per foreach call) goes.
 

@@ -38,7 +38,7 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def twin_pair(dtype: torch.dtype, seed: int = 0, **arch):
     """A hand-written Net and its nn.Module twin holding the same weights."""
-    from layers import Net, PytorchNet
+    from models import Net, PytorchNet
     torch.manual_seed(seed)
     net = Net(**arch, dtype=dtype)
     twin = PytorchNet(**arch, dtype=dtype)

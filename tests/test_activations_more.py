@@ -8,8 +8,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from gradcheck import nontrivial, check_layer
-from layers import (GELU, BatchNorm1d, Dropout, LayerNorm, LeakyReLU, LogSoftmax, SeededDropout, Sequential, SiLU,
-                    from_torch, seeded_dropouts)
+from layers import GELU, BatchNorm1d, Dropout, LayerNorm, LeakyReLU, LogSoftmax, SeededDropout, Sequential, SiLU, from_torch
+from models import seeded_dropouts
 from tests.conftest import assert_all_pass, rel
 
 f64 = torch.float64

@@ -14,10 +14,9 @@ import torch
 from torch import nn
 
 import layers
-from layers import (GELU, GPT, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv2d, Dropout, Embedding, Flatten, LayerNorm,
-                    LeakyReLU, Linear, LogSoftmax, MaxPool2d, MultiheadAttention, Net, ReLU, ScaledDotProductAttention,
-                    SeededDropout, Sequential, Sigmoid, SiLU, Softmax, SyncBatchNorm, Tanh, TransformerEncoder,
-                    TransformerEncoderLayer, as_module, seeded_dropouts)
+import models
+from layers import GELU, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv2d, Dropout, Embedding, Flatten, LayerNorm, LeakyReLU, Linear, LogSoftmax, MaxPool2d, MultiheadAttention, ReLU, ScaledDotProductAttention, SeededDropout, Sequential, Sigmoid, SiLU, Softmax, SyncBatchNorm, Tanh, TransformerEncoder, TransformerEncoderLayer, as_module
+from models import GPT, Net, seeded_dropouts
 from layers.layer import BaseLayer
 from tests.conftest import rel
 
@@ -128,7 +127,7 @@ MULTI_INPUT = {"ScaledDotProductAttention": ScaledDotProductAttention, "Multihea
 # Recurrent layers take and return a state beside their input and output: as_module refuses them, saying so.
 STATEFUL = {"RNN": lambda: layers.RNN(3, 4), "LSTM": lambda: layers.LSTM(3, 4), "GRU": lambda: layers.GRU(3, 4),
             "RNNCell": lambda: layers.RNNCell(3, 4), "LSTMCell": lambda: layers.LSTMCell(3, 4),
-            "GRUCell": lambda: layers.GRUCell(3, 4), "RecurrentLM": lambda: layers.RecurrentLM(5, 3, 4)}
+            "GRUCell": lambda: layers.GRUCell(3, 4), "RecurrentLM": lambda: models.RecurrentLM(5, 3, 4)}
 CASE_LIST = [case for cases in CASES.values() for case in cases]
 
 
@@ -146,8 +145,8 @@ def _reseed(model: nn.Module) -> None:
 
 
 def test_every_exported_layer_has_a_case():
-    exported = {name for name in layers.__all__ if inspect.isclass(getattr(layers, name))
-                and issubclass(getattr(layers, name), BaseLayer) and getattr(layers, name) is not BaseLayer}
+    exported = {name for pkg in (layers, models) for name in pkg.__all__ if inspect.isclass(getattr(pkg, name))
+                and issubclass(getattr(pkg, name), BaseLayer) and getattr(pkg, name) is not BaseLayer}
     covered = set(CASES) | set(MULTI_INPUT) | set(STATEFUL)
     assert exported - covered == set(), f"exported layers without an as_module case: {exported - covered}"
     assert covered - exported == set(), f"cases for names that are not exported layers: {covered - exported}"

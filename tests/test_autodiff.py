@@ -4,7 +4,7 @@ import torch
 
 import optimizers
 from autodiff import EngineNet, MLP, Tensor, cross_entropy, no_grad
-from layers import Net, PytorchNet
+from models import Net, PytorchNet
 from losses import CrossEntropyLoss
 
 f64 = torch.float64

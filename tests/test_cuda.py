@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import optimizers as hg
-from layers import Net, PytorchNet
+from models import Net, PytorchNet
 from losses import CrossEntropyLoss
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")

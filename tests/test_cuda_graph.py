@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import layers as L
+from models import Net
 import optimizers as hg
 from losses import CrossEntropyLoss
 from training.cuda_graph import CapturedStep
@@ -34,8 +35,8 @@ def batches(n, batch, device, dtype=torch.float32, seed=1, last=None):
 
 def pair(device, dtype=torch.float32, opt_name="SGD", capturable=True, hidden=32):
     torch.manual_seed(0)
-    a = L.Net(hidden_size=hidden, device=device, dtype=dtype)
-    b = L.Net(hidden_size=hidden, device=device, dtype=dtype)
+    a = Net(hidden_size=hidden, device=device, dtype=dtype)
+    b = Net(hidden_size=hidden, device=device, dtype=dtype)
     b.load_state_dict(a.state_dict())
     kw = {"SGD": dict(lr=0.05, momentum=0.9), "Adam": dict(lr=1e-3)}[opt_name]
     oa = getattr(hg, opt_name)(a.parameters(), capturable=capturable, **kw)

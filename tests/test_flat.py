@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 
-from layers import GPT
+from models import GPT
 from optimizers import Adam, AdamW, clip_grad_norm_
 from optimizers.flat import flat_views, tile_like
 

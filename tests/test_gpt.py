@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from gradcheck import check_layer
-from layers import GPT, PytorchGPT
-from layers.gpt import KVCache
+from models import GPT, PytorchGPT
+from models.gpt import KVCache
 from losses import CrossEntropyLoss
 from optimizers import AdamW
 from tests.anchors.nanogpt_model import GPT as NanoGPT

@@ -131,7 +131,7 @@ def test_fast_and_full_modes_catch_a_wrong_gradient(fast):
 
 
 def test_fast_mode_passes_a_correct_net_and_is_cheap():
-    from layers import Net
+    from models import Net
     net = Net(hidden_size=40, num_classes=10, in_features=60, depth=2, dtype=torch.float64)
     calls = 0
     real_forward = net.forward

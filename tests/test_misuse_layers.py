@@ -14,7 +14,8 @@ import torch
 from torch import nn
 
 import optimizers
-from layers import GPT, Linear, RecurrentLM, Sequential, as_module, from_torch
+from layers import Linear, Sequential, as_module, from_torch
+from models import GPT, RecurrentLM
 from monitoring import GradientMonitor
 
 F64 = torch.float64

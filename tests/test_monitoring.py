@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import layers
+import models
 from autodiff.engine import Tensor as ETensor
 from autodiff.functional import cross_entropy as engine_cross_entropy
 from autodiff.nn import EngineNet
@@ -333,7 +334,7 @@ def test_activations_come_from_the_latest_forward_and_are_taken_once():
 def test_nested_containers_report_their_leaves_with_dotted_names():
     torch.manual_seed(0)
     inner = layers.Sequential(layers.Linear(3, 4, dtype=torch.float64), layers.ReLU())
-    net = layers.Net(layers=[inner, layers.Linear(4, 2, dtype=torch.float64)])
+    net = models.Net(layers=[inner, layers.Linear(4, 2, dtype=torch.float64)])
     twin = net.to_torch()
     x = torch.randn(5, 3, dtype=torch.float64)
     got = {}
@@ -415,7 +416,7 @@ def test_forward_hooks_see_each_childs_output_in_order_and_remove():
 
 def test_monitoring_off_registers_no_hooks():
     inner = layers.Sequential(layers.Linear(3, 4), layers.ReLU())
-    net = layers.Net(layers=[inner, layers.Linear(4, 2)])
+    net = models.Net(layers=[inner, layers.Linear(4, 2)])
     twin = net.to_torch()
     for model in (net, twin):
         mon = GradientMonitor(model, every=5)  # gradients only: nothing is hooked

@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from layers import Linear, Net, PytorchNet, ReLU, Tanh
+from layers import Linear, ReLU, Tanh
+from models import Net, PytorchNet
 from losses import CrossEntropyLoss
 from tests.conftest import rel, twin_pair
 

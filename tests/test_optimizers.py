@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import optimizers as hg
-from layers import Net, PytorchNet
+from models import Net, PytorchNet
 from losses import CrossEntropyLoss
 from tests.conftest import rel
 

@@ -18,8 +18,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from layers import (BatchNorm1d, BatchNorm2d, Conv2d, Dropout, Flatten, Linear, MaxPool2d, ReLU, Sequential,
-                    from_torch)
+from layers import BatchNorm1d, BatchNorm2d, Conv2d, Dropout, Flatten, Linear, MaxPool2d, ReLU, Sequential, from_torch
 from losses import CrossEntropyLoss
 from optimizers import SGD, Adam
 from training.loss_scale import (DynamicLossScaler, unscale_check_fused_, unscale_check_reference_,

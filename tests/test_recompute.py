@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from layers import GELU, LayerNorm, Linear, ScaledDotProductAttention
-from layers.gpt import GPT
+from models.gpt import GPT
 
 f64 = torch.float64
 

@@ -11,7 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from layers import GRU, LSTM, RNN, SeededLSTM, from_torch, seeded_dropouts
+from layers import GRU, LSTM, RNN, from_torch
+from models import SeededLSTM, seeded_dropouts
 from layers import reference as ref
 from training.models import use_generator
 

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 import optimizers
-from layers import RecurrentLM, TorchRecurrentLM, from_torch, seeded_dropouts, SeededLSTM
+from layers import from_torch
+from models import RecurrentLM, TorchRecurrentLM, seeded_dropouts, SeededLSTM
 from losses import CrossEntropyLoss
 from training.models import use_generator
 
@@ -111,7 +112,7 @@ def test_bad_arguments():
 def test_generate_carries_the_state_and_draws_what_the_twin_draws():
     """Each new character from the carried state equals a full recompute of the sequence so far; the hand-written
     model and its twin sample the same characters from the same seed (float64)."""
-    from layers import RecurrentLM, next_token
+    from models import RecurrentLM, next_token
     torch.manual_seed(0)
     model = RecurrentLM(11, 6, 8, num_layers=2, cell="gru", dtype=torch.float64)
     twin = model.to_torch()

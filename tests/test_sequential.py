@@ -4,7 +4,8 @@ import torch
 from torch import nn
 
 from gradcheck import check_layer
-from layers import Linear, Net, PytorchNet, ReLU, Sequential, Tanh, from_torch
+from layers import Linear, ReLU, Sequential, Tanh, from_torch
+from models import Net, PytorchNet
 from tests.conftest import assert_all_pass, rel
 
 f64 = torch.float64

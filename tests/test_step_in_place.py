@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import layers as L
+from models import Net
 import losses.cross_entropy as ce
 import optimizers as hg
 from losses import CrossEntropyLoss, MSELoss
@@ -20,7 +21,7 @@ f64 = torch.float64
 
 
 def mlp(device=None, dtype=None):
-    return L.Net(hidden_size=16, device=device, dtype=dtype)
+    return Net(hidden_size=16, device=device, dtype=dtype)
 
 
 def norm_mlp(device=None, dtype=None):

@@ -12,8 +12,7 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from gradcheck import nontrivial
-from layers import (BatchNorm1d, BatchNorm2d, Linear, ReLU, Sequential, SyncBatchNorm, convert_sync_batchnorm,
-                    from_torch)
+from layers import BatchNorm1d, BatchNorm2d, Linear, ReLU, Sequential, SyncBatchNorm, convert_sync_batchnorm, from_torch
 
 f64 = torch.float64
 WORLD = 2

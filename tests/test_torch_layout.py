@@ -15,7 +15,8 @@ import torch
 from torch import nn
 
 import optimizers
-from layers import GPT, Net, RecurrentLM, from_torch
+from layers import from_torch
+from models import GPT, Net, RecurrentLM
 from tests.anchors.nanogpt_model import GPT as NanoGPT
 from tests.anchors.nanogpt_model import GPTConfig
 

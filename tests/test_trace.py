@@ -2,7 +2,8 @@
 import torch
 from torch import nn
 
-from layers import Net, Sequential, from_torch
+from layers import Sequential, from_torch
+from models import Net
 from losses import MSELoss
 
 F64 = torch.float64

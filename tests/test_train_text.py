@@ -204,7 +204,7 @@ def test_eval_iters_all_is_the_mean_loss_over_every_window_of_each_split(corpus,
                "--impl", "torch", *GPT, "--eval-iters", "all") == 0
     summary = json.loads((out / "summary.json").read_text())
     ckpt = torch.load(out / "checkpoint.pt", weights_only=True)
-    from layers import PytorchGPT
+    from models import PytorchGPT
     text = load_text(corpus, 16)
     model = PytorchGPT(vocab_size=text.vocab_size, block_size=16, n_layer=2, n_head=2, n_embd=16, bias=False,
                        dtype=torch.float64)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import torch
 
 from autodiff import EngineNet
-from layers import (BatchNorm2d, Conv2d, Dropout, Flatten, Linear, MaxPool2d, Net, PytorchNet, ReLU, Sequential,
-                    convert_sync_batchnorm, seeded_dropouts)
+from layers import BatchNorm2d, Conv2d, Dropout, Flatten, Linear, MaxPool2d, ReLU, Sequential, convert_sync_batchnorm
+from models import Net, PytorchNet, seeded_dropouts
 
 from .config import TrainConfig
 from .twin_syncbn import sync_batchnorm_twin

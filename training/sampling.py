@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from layers import GPT, PytorchGPT, RecurrentLM, TorchRecurrentLM
+from models import GPT, PytorchGPT, RecurrentLM, TorchRecurrentLM
 
 from .checkpoint import read_checkpoint
 from .config import MATH_FIELDS, TEXT_MODELS, TrainConfig, resolve_device

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from layers import GPT, PytorchGPT, RecurrentLM, TorchRecurrentLM, seeded_dropouts
+from models import GPT, PytorchGPT, RecurrentLM, TorchRecurrentLM, seeded_dropouts
 from layers.layer import _rng_untouched
 
 from .config import TrainConfig

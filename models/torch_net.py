@@ -1,4 +1,4 @@
-"""PytorchNet: the nn.Module twin of ``layers.Net``, trained with autograd."""
+"""PytorchNet: the nn.Module twin of ``models.Net``, trained with autograd."""
 from __future__ import annotations
 
 from collections.abc import Sequence

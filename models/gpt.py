@@ -27,14 +27,14 @@ from collections.abc import Callable, Iterator, Mapping
 import torch
 from torch import Tensor
 
-from .activations import GELU
-from .attention import ScaledDotProductAttention
-from .checks import check_int
-from .dropout import Dropout
-from .embedding import Embedding
-from .layer import BaseLayer, _rng_untouched, copy_requires_grad
-from .layernorm import LayerNorm
-from .linear import Linear
+from layers.activations import GELU
+from layers.attention import ScaledDotProductAttention
+from layers.checks import check_int
+from layers.dropout import Dropout
+from layers.embedding import Embedding
+from layers.layer import BaseLayer, _rng_untouched, copy_requires_grad
+from layers.layernorm import LayerNorm
+from layers.linear import Linear
 from .kv_cache import KVCache
 from .sampling import check_sampling, next_token
 
@@ -269,7 +269,7 @@ class GPT(BaseLayer):
                 "n_head": self.n_head, "n_embd": self.n_embd, "dropout": self.dropout, "bias": self.bias}
 
     def to_torch(self) -> torch.nn.Module:
-        """The nn.Module twin (``layers.PytorchGPT``) holding a copy of these weights, in the same mode."""
+        """The nn.Module twin (``models.PytorchGPT``) holding a copy of these weights, in the same mode."""
         from .torch_gpt import PytorchGPT
         with _rng_untouched(self.wte.weight.device):
             twin = PytorchGPT(**self.config(), dtype=self.wte.weight.dtype, device=self.wte.weight.device)
@@ -282,7 +282,7 @@ class GPT(BaseLayer):
         with its config and ``load_state_dict(model.state_dict())``)."""
         from .torch_gpt import PytorchGPT
         if not isinstance(module, PytorchGPT):
-            raise TypeError(f"GPT.from_torch: expected a layers.PytorchGPT, got {type(module).__name__}")
+            raise TypeError(f"GPT.from_torch: expected a models.PytorchGPT, got {type(module).__name__}")
         w = module.transformer.wte.weight
         with _rng_untouched(w.device):
             gpt = cls(**module.config(), dtype=w.dtype, device=w.device)

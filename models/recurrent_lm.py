@@ -14,18 +14,18 @@ The twin, ``TorchRecurrentLM``, holds nn.Embedding, nn.LSTM (nn.GRU, nn.RNN) and
 so the state_dicts are interchangeable and one seed gives both the same weights (each part is initialised as its
 torch.nn twin, in the same order).  Dropout between recurrent layers: nn.LSTM's own draws its masks inside its C++
 kernel from the global generator; ``seeded_dropouts(model.to_torch())`` makes the twin's recurrent layer a
-``SeededLSTM``, which draws the masks this model's LSTM draws (see layers/seeded_recurrent.py).
+``SeededLSTM``, which draws the masks this model's LSTM draws (see models/seeded_recurrent.py).
 """
 from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
 
-from .checks import check_int
-from .embedding import Embedding
-from .layer import BaseLayer
-from .linear import Linear
-from .recurrent import GRU, LSTM, RNN
+from layers.checks import check_int
+from layers.embedding import Embedding
+from layers.layer import BaseLayer
+from layers.linear import Linear
+from layers.recurrent import GRU, LSTM, RNN
 from .sampling import generate_recurrent
 
 CELLS = {"lstm": (LSTM, nn.LSTM), "gru": (GRU, nn.GRU), "rnn": (RNN, nn.RNN)}
@@ -102,7 +102,7 @@ class RecurrentLM(BaseLayer):
     def generate(self, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
                  generator: torch.Generator | None = None) -> Tensor:
         """idx (B, t) -> (B, t + max_new_tokens): the prompt once, then each new token from the carried state, drawn
-        as nanoGPT draws (layers/sampling.py).  Call it in eval mode (no dropout)."""
+        as nanoGPT draws (models/sampling.py).  Call it in eval mode (no dropout)."""
         return generate_recurrent(self, idx, max_new_tokens, temperature, top_k, generator)
 
     def forward(self, idx: Tensor, state=None):

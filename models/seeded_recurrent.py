@@ -8,7 +8,7 @@ multiplies each layer's output but the last by ``layers.recurrent.inter_layer_ma
 exactly as the hand-written layer draws it.  Otherwise (eval mode, no dropout, one layer) it is nn.LSTM's
 forward untouched.  Autograd differentiates ``y * mask``, so the backward reuses the mask.
 
-``layers.seeded_dropouts(module)`` turns every nn.RNN/LSTM/GRU inside a module into these (and every nn.Dropout
+``models.seeded_dropouts(module)`` turns every nn.RNN/LSTM/GRU inside a module into these (and every nn.Dropout
 into a SeededDropout): ``seeded_dropouts(layer.to_torch())`` is the twin the trainer compares with.
 """
 from __future__ import annotations
@@ -17,8 +17,8 @@ import torch
 from torch import Tensor, _VF, nn
 from torch.nn.utils.rnn import PackedSequence
 
-from .dropout import SeededDropout
-from .recurrent import inter_layer_mask
+from layers.dropout import SeededDropout
+from layers.recurrent import inter_layer_mask
 
 
 class _SeededMixin:

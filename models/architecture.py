@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .checks import check_int
+from layers.checks import check_int
 
 IN_FEATURES, HIDDEN, DEPTH, CLASSES = 784, 1024, 3, 10  # 28x28 images -> [1024 -> ReLU] x 3 -> 10 classes
 

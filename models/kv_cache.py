@@ -1,6 +1,6 @@
 """The key/value cache behind ``GPT.generate``: a new token costs one position's work, not the window's.
 
-Inference only: the GPT's parameters and the same math as its layers' forwards (``layers/gpt.py``), nothing
+Inference only: the GPT's parameters and the same math as its layers' forwards (``models/gpt.py``), nothing
 kept for a backward.  ``tests/test_gpt.py`` ties the cached logits to a full recompute (1e-12, float64).
 """
 from __future__ import annotations
@@ -11,12 +11,11 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from .attention import ScaledDotProductAttention
+from layers.attention import ScaledDotProductAttention
 
-if TYPE_CHECKING:
-    from .gpt import GPT, MLP, Block
-    from .layernorm import LayerNorm
-    from .linear import Linear
+if TYPE_CHECKING:  # GPT, Block and MLP are named in annotations only: gpt.py imports this file, not the reverse
+    from layers.layernorm import LayerNorm
+    from layers.linear import Linear
 
 
 class KVCache:

@@ -6,12 +6,12 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from .activations import ReLU
+from layers.activations import ReLU
 from .architecture import CLASSES, DEPTH, HIDDEN, IN_FEATURES, mlp_layers
-from .checks import check_tensor
-from .layer import Layer
-from .linear import Linear
-from .sequential import Sequential
+from layers.checks import check_tensor
+from layers.layer import Layer
+from layers.linear import Linear
+from layers.sequential import Sequential
 
 
 class Net(Sequential):
@@ -55,7 +55,7 @@ class Net(Sequential):
 
     def to_torch(self) -> torch.nn.Module:
         """The nn.Module twin (a PytorchNet over these layers' torch equivalents), holding copies of the weights."""
-        from .sequential import _to_torch
+        from layers.sequential import _to_torch
         from .torch_net import PytorchNet
         shared: dict = {}
         return PytorchNet(layers=[_to_torch(layer, shared) for layer in self.layers]).train(self.training)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .checks import check_int
+from layers.checks import check_int
 
 
 def check_sampling(owner: str, idx, max_new_tokens, temperature, top_k, vocab_size: int | None = None) -> None:

@@ -1,6 +1,6 @@
-"""PytorchGPT: the nn.Module twin of ``layers.GPT``, built from torch.nn layers and trained with autograd.
+"""PytorchGPT: the nn.Module twin of ``models.GPT``, built from torch.nn layers and trained with autograd.
 
-nanoGPT's architecture, names and initialisation (so its state_dict, and ``layers.GPT``'s, load as they are),
+nanoGPT's architecture, names and initialisation (so its state_dict, and ``models.GPT``'s, load as they are),
 with two differences that let it train beside the hand-written GPT from the same random draws: its dropouts
 are ``SeededDropout``s, and its attention-weight dropout uses ``layers.attention_dropout``'s masks, drawn
 from ``generator`` as the hand-written attention draws them.  Without dropout (the default) its attention is
@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention_dropout import attention_dropout_mask, draw_seed
-from .dropout import SeededDropout
+from layers.attention_dropout import attention_dropout_mask, draw_seed
+from layers.dropout import SeededDropout
 
 
 class _CausalSelfAttention(nn.Module):
@@ -31,7 +31,7 @@ class _CausalSelfAttention(nn.Module):
         B, T, C = x.size()
         q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
-        if self.training and self.p > 0:  # the weights' dropout mask layers.GPT draws, then the textbook attention
+        if self.training and self.p > 0:  # the weights' dropout mask models.GPT draws, then the textbook attention
             seed = draw_seed(self.generator)
             att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
             att = att.masked_fill(torch.ones(T, T, dtype=torch.bool, device=x.device).tril().logical_not(),
