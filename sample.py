@@ -5,7 +5,7 @@
 
 Prints the prompt and the characters sampled after it by the hand-written model (``--impl torch``: its nn.Module
 twin).  Bad input (an image model's checkpoint, a character outside the vocabulary, a damaged file) is one line on
-stderr and exit status 2.  The work is training.sampling.sample_text's.
+stderr and exit status 2.  The work is training.tasks.sampling.sample_text's.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         from training import UsageError
-        from training.sampling import sample_text
+        from training.tasks.sampling import sample_text
     except KeyboardInterrupt:
         return 130
     try:

@@ -10,7 +10,7 @@ epoch their losses, accuracies and seconds, and at the end how far their weights
 apart.  Outputs go to --out (default runs/<timestamp>): metrics.jsonl, summary.json, PNG
 plots and checkpoint.pt (written atomically after every epoch; --resume continues from it).
 
-This file is the command line only: flags -> training.TrainConfig -> training.run.
+This file is the command line only: flags -> training.TrainConfig -> training.storage.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ try:  # importing torch takes seconds: Ctrl-C then is an interruption like any o
     from optimizers import OPTIMIZERS
     from training import (DATASETS, DTYPES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, IMPL_GROUPS, IMPLS, MODELS,
                           SCHEDULES, TEXT_DATASETS, RunFailed, TrainConfig, UsageError, run)
-    from training.checkpoint import saved_model
+    from training.storage.checkpoint import saved_model
 except KeyboardInterrupt:
     print("\ninterrupted", file=sys.stderr)
     sys.exit(130)
@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--dataset", choices=[*DATASETS, *TEXT_DATASETS], default=None,
       help="fashion-mnist (the default for the image models): from --data-dir, else Debian's dataset-fashion-mnist "
            "package (the README's install), else downloaded; mnist: from --data-dir, else downloaded; shakespeare "
-           "(the default for the language models): the corpus shipped in training/corpora")
+           "(the default for the language models): the corpus shipped in training/tasks/corpora")
     a("--data-file", type=Path, default=None, metavar="PATH", help="text runs: train on this UTF-8 file instead")
     a("--data-dir", type=Path, default=d["data_dir"].default,
       help="torchvision's layout, DIR/MNIST/raw and DIR/FashionMNIST/raw; files found elsewhere are decompressed "

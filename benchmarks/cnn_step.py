@@ -17,7 +17,7 @@ import torch.nn.functional as F
 import optimizers
 from layers import Conv2d, reference
 from losses import CrossEntropyLoss
-from training.models import cnn
+from training.impls.models import cnn
 
 import timing  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
 from timing import interleaved

@@ -24,8 +24,8 @@ import torch.multiprocessing as mp
 from models import Net
 from losses import CrossEntropyLoss
 from optimizers import SGD
-from training.allreduce import GradBuckets
-from training.distributed import DistInfo, init_from_env, shard_bounds, shutdown
+from training.parallel.allreduce import GradBuckets
+from training.parallel.distributed import DistInfo, init_from_env, shard_bounds, shutdown
 
 import timing  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
 

@@ -20,8 +20,8 @@ import torch.nn.functional as F
 from models import Net, PytorchNet
 from losses import CrossEntropyLoss
 from optimizers import SGD
-from training.loss_scale import DynamicLossScaler
-from training.precision import MasterWeights
+from training.precision.loss_scale import DynamicLossScaler
+from training.precision.master import MasterWeights
 
 import timing  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
 from timing import interleaved

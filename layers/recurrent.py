@@ -114,7 +114,7 @@ class _Recurrent(BaseLayer, ABC):
             setattr(self, n, torch.empty(s, device=device, dtype=dtype))
         torch_recurrent_init_([getattr(self, n) for n in names], hidden_size)
         # Dropout between layers draws from ``generator`` (None: torch's default); the trainer points it, and the
-        # twin's, at one generator (training.models.use_generator finds them by ``generator`` and ``p``).
+        # twin's, at one generator (training.impls.models.use_generator finds them by ``generator`` and ``p``).
         self.generator: torch.Generator | None = None
         self.global_rows: tuple[int, int, int] | None = None
         self._cache: tuple | None = None

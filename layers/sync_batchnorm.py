@@ -28,7 +28,7 @@ class SyncBatchNorm(_BatchNorm):
     sum(dout * xhat) over the global batch: one all_reduce of those 2C numbers, then
         dx = gamma * invstd * (dout - sum_g(dout)/M_g - xhat * sum_g(dout * xhat)/M_g).
     dgamma and dbeta are this process's LOCAL sums, as in torch's SyncBatchNorm: the data-parallel
-    gradient all-reduce (training/allreduce.py, or DDP) adds them up with every other gradient.
+    gradient all-reduce (training/parallel/allreduce.py, or DDP) adds them up with every other gradient.
 
     When it synchronises -- as torch.nn.SyncBatchNorm decides: in training mode (batch statistics) with
     torch.distributed initialised and more than one process in the group.  Otherwise (not initialised, a

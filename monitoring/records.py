@@ -7,7 +7,7 @@ from pathlib import Path
 
 def write_jsonl(path: str | Path, records: list[dict], write_text=None) -> Path:
     """One JSON object per line, written by ``write_text(path, text)`` (default ``Path.write_text``; the trainer
-    passes training.files.atomic_write_text, so a crash leaves the old file or the new one: monitoring itself
+    passes training.storage.files.atomic_write_text, so a crash leaves the old file or the new one: monitoring itself
     depends on nothing of training).
 
     Non-finite numbers are written as JSON's common extension NaN/Infinity, which ``read_jsonl`` reads back.

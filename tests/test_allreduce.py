@@ -10,8 +10,8 @@ import torch.multiprocessing as mp
 from layers import Linear, ReLU, Sequential, Tanh
 from losses import CrossEntropyLoss
 from tests.conftest import rel
-from training.allreduce import GradBuckets
-from training.distributed import DistInfo, init_from_env, shard, shutdown
+from training.parallel.allreduce import GradBuckets
+from training.parallel.distributed import DistInfo, init_from_env, shard, shutdown
 
 WORLD = 2
 

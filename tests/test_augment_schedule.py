@@ -1,9 +1,9 @@
-"""Augmentation (training/augment.py) and learning-rate schedules (training/schedule.py)."""
+"""Augmentation (training/tasks/augment.py) and learning-rate schedules (training/schedule.py)."""
 import pytest
 import torch
 
 from training import TrainConfig
-from training.augment import flip_and_shift
+from training.tasks.augment import flip_and_shift
 from training.schedule import make_scheduler
 from optimizers import SGD
 

@@ -3,7 +3,7 @@ Linear weight was (in, out) -- resumes as the run would have gone on: the state 
 import pytest
 import torch
 
-import training.checkpoint
+import training.storage.checkpoint
 from tests.test_train import FAST, _run_first_epoch_only, run
 
 
@@ -16,7 +16,7 @@ def as_format_3(path, linear_weight_indices):
         state[i] = {k: (v.t().contiguous() if isinstance(v, torch.Tensor) and v.dim() == 2 else v)
                     for k, v in state[i].items()}
     path.unlink()
-    training.checkpoint.save_checkpoint(path, ckpt)
+    training.storage.checkpoint.save_checkpoint(path, ckpt)
 
 
 @pytest.mark.parametrize("optimizer", [["adam"], ["sgd", "--momentum", "0.9"]], ids=["adam", "sgd"])
@@ -35,7 +35,7 @@ def test_a_format_3_checkpoint_resumes_equal_to_an_uninterrupted_run(tiny, tmp_p
     assert "written before handgrad kept Linear weights as (out, in)" in out and "3 Linear weight(s)" in out
     a = torch.load(tmp_path / "straight" / "checkpoint.pt", weights_only=True)
     b = torch.load(ckpt_path, weights_only=True)
-    assert b["format"] == training.checkpoint.FORMAT
+    assert b["format"] == training.storage.checkpoint.FORMAT
     for name in a["models"]:
         for k, v in a["models"][name].items():
             assert torch.equal(v, b["models"][name][k]), (name, k)

@@ -17,7 +17,7 @@ import torch.multiprocessing as mp
 
 import training
 from tests.conftest import rel
-from training.distributed import DistInfo
+from training.parallel.distributed import DistInfo
 
 WORLD = 2
 ROOT = Path(__file__).resolve().parents[1]

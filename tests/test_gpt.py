@@ -126,7 +126,7 @@ def test_twin_equals_the_hand_written_gpt_with_the_same_dropout_masks(dropout):
     twin = PytorchGPT(**{**CFG, "dropout": dropout}, dtype=F64)
     twin.load_state_dict(mine.state_dict())
     assert list(twin.state_dict()) == list(mine.state_dict())
-    from training.models import use_generator
+    from training.impls.models import use_generator
     use_generator(mine, torch.Generator().manual_seed(9))
     use_generator(twin, torch.Generator().manual_seed(9))
     idx, _ = batch()

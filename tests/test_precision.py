@@ -1,4 +1,4 @@
-"""Mixed precision by hand (training/precision.py, the layers and the loss in float16/bfloat16).
+"""Mixed precision by hand (training/precision/master.py, the layers and the loss in float16/bfloat16).
 
 - each hand-written layer in bf16/fp16 keeps its input's dtype and is no less accurate, against float64,
   than torch's own kernels in that dtype; batch norm normalises a half input in float32;
@@ -21,9 +21,9 @@ import torch.nn.functional as F
 from layers import BatchNorm1d, BatchNorm2d, Conv2d, Dropout, Flatten, Linear, MaxPool2d, ReLU, Sequential, from_torch
 from losses import CrossEntropyLoss
 from optimizers import SGD, Adam
-from training.loss_scale import (DynamicLossScaler, unscale_check_fused_, unscale_check_reference_,
+from training.precision.loss_scale import (DynamicLossScaler, unscale_check_fused_, unscale_check_reference_,
                                  update_scale_reference_)
-from training.precision import MasterWeights, to_low_precision
+from training.precision.master import MasterWeights, to_low_precision
 
 HALF = (torch.bfloat16, torch.float16)
 

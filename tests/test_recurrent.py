@@ -14,7 +14,7 @@ from torch import nn
 from layers import GRU, LSTM, RNN, from_torch
 from models import SeededLSTM, seeded_dropouts
 from layers import reference as ref
-from training.models import use_generator
+from training.impls.models import use_generator
 
 f64 = torch.float64
 TOL_AUTOGRAD, TOL_REFERENCE = 1e-10, 1e-12

@@ -8,7 +8,7 @@ import optimizers
 from layers import from_torch
 from models import RecurrentLM, TorchRecurrentLM, seeded_dropouts, SeededLSTM
 from losses import CrossEntropyLoss
-from training.models import use_generator
+from training.impls.models import use_generator
 
 f64 = torch.float64
 V, E, H = 11, 6, 8  # a small "character" vocabulary

@@ -15,7 +15,7 @@ import losses.cross_entropy as ce
 import optimizers as hg
 from losses import CrossEntropyLoss, MSELoss
 from tests.conftest import HostTraffic
-from training.models import cnn
+from training.impls.models import cnn
 
 f64 = torch.float64
 

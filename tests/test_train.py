@@ -10,7 +10,7 @@ import torch
 
 import train
 import training
-import training.image_task
+import training.tasks.image
 import training.trainer
 from tests.conftest import SHARED_MNIST, wait_for, write_split
 
@@ -198,7 +198,7 @@ def test_non_finite_loss_stops_and_keeps_last_checkpoint(tiny, tmp_path, monkeyp
     out = tmp_path / "r"
     assert run("--data-dir", tiny, "--out", out, "--epochs", "1", "--optimizer", "sgd", *FAST) == 0
     before = (out / "checkpoint.pt").read_bytes()
-    real = training.image_task.train_epoch
+    real = training.tasks.image.train_epoch
 
     def diverge_in_epoch_2(impl, data, perm, epoch, *rest):
         if epoch == 2:
@@ -206,7 +206,7 @@ def test_non_finite_loss_stops_and_keeps_last_checkpoint(tiny, tmp_path, monkeyp
                 group["lr"] = 1e30
         return real(impl, data, perm, epoch, *rest)
 
-    monkeypatch.setattr(training.image_task, "train_epoch", diverge_in_epoch_2)
+    monkeypatch.setattr(training.tasks.image, "train_epoch", diverge_in_epoch_2)
     assert run("--resume", out / "checkpoint.pt", "--epochs", "3", "--data-dir", tiny, "--no-download",
                "--quiet") == 1
     assert "the training loss became" in capsys.readouterr().err
@@ -215,14 +215,14 @@ def test_non_finite_loss_stops_and_keeps_last_checkpoint(tiny, tmp_path, monkeyp
 
 
 def test_ctrl_c_leaves_the_last_complete_checkpoint(tiny, tmp_path, monkeypatch, capsys):
-    real = training.image_task.train_epoch
+    real = training.tasks.image.train_epoch
 
     def interrupt_in_epoch_2(impl, data, perm, epoch, *rest):
         if epoch == 2:
             raise KeyboardInterrupt
         return real(impl, data, perm, epoch, *rest)
 
-    monkeypatch.setattr(training.image_task, "train_epoch", interrupt_in_epoch_2)
+    monkeypatch.setattr(training.tasks.image, "train_epoch", interrupt_in_epoch_2)
     out = tmp_path / "r"
     assert run("--data-dir", tiny, "--out", out, "--epochs", "3", *FAST) == 130
     assert "last complete checkpoint" in capsys.readouterr().err
@@ -248,7 +248,7 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
             self.f.write(data[: len(data) // 2])
             raise OSError(errno.EIO, os.strerror(errno.EIO))
 
-    monkeypatch.setattr(training.files, "open", lambda p, mode: HalfWritten(open(p, mode)), raising=False)
+    monkeypatch.setattr(training.storage.files, "open", lambda p, mode: HalfWritten(open(p, mode)), raising=False)
     with pytest.raises(training.WriteFailed, match=f"cannot write {path}: Input/output error; the previous "
                                                    f"checkpoint.pt there is intact"):
         training.save_checkpoint(path, {"epoch": 2})

@@ -135,6 +135,6 @@ def test_config_validates_in_one_place():
 def test_training_imports_nothing_from_the_command_line():
     import subprocess
     import sys
-    code = "import sys, training, training.trainer, training.distributed, training.allreduce; " \
+    code = "import sys, training, training.trainer, training.parallel.distributed, training.parallel.allreduce; " \
            "sys.exit('train' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -18,11 +18,11 @@ import torch
 
 import train
 import training.impls
-import training.manual_impl
+import training.impls.manual
 from tests.conftest import write_tiny_mnist
 from tests.test_train import _run_first_epoch_only
 from training import TrainConfig, UsageError, build_impls
-from training.distributed import DistInfo
+from training.parallel.distributed import DistInfo
 from training.impls import check_mixed_precision
 
 QUIET = ["--no-download", "--quiet", "--no-plots"]
@@ -124,7 +124,7 @@ def test_float16_overflow_skips_steps_and_recovers(runs, monkeypatch):
     GradScaler walk the same sequence (the checkpoint's scaler states are equal)."""
     stepped = []
 
-    class Spy(training.manual_impl.DynamicLossScaler):  # the hand-written scaler, started at 2^22, its steps recorded
+    class Spy(training.impls.manual.DynamicLossScaler):  # the hand-written scaler, started at 2^22, its steps recorded
         def __init__(self, **kw):
             super().__init__(init_scale=2.0 ** 22, **kw)
 
@@ -132,7 +132,7 @@ def test_float16_overflow_skips_steps_and_recovers(runs, monkeypatch):
             stepped.append(super().step(optimizer))
             return stepped[-1]
 
-    monkeypatch.setattr(training.manual_impl, "DynamicLossScaler", Spy)
+    monkeypatch.setattr(training.impls.manual, "DynamicLossScaler", Spy)
     monkeypatch.setattr(torch.amp, "GradScaler", functools.partial(torch.amp.GradScaler, init_scale=2.0 ** 22))
     summary, ckpt = runs("mlp", "float16", "--seed", "0")  # "--seed 0": a cache key apart from the plain fp16 run
     ref, _ = runs("mlp", "float32")

@@ -15,8 +15,8 @@ import torch
 
 import train
 import training
-import training.files
-import training.image_task
+import training.storage.files
+import training.tasks.image
 import training.trainer
 from tests.conftest import wait_for, write_split
 
@@ -292,7 +292,7 @@ def test_a_full_disk_while_writing_a_checkpoint_is_one_line_and_keeps_the_last_o
                 return _FullDisk(f, room=1000)
         return f
 
-    monkeypatch.setattr(training.files, "open", fill_at_the_second_checkpoint, raising=False)
+    monkeypatch.setattr(training.storage.files, "open", fill_at_the_second_checkpoint, raising=False)
     assert run("--data-dir", tiny, "--out", out, "--epochs", "3", *FAST) == 1
     err = one_line(capsys)
     assert err == (f"train.py: error: cannot write {out / 'checkpoint.pt'}: No space left on device (the disk is "
@@ -348,7 +348,7 @@ def test_ctrl_c_while_train_py_imports_torch_is_one_line(tmp_path):
 def test_ctrl_c_while_loading_data_is_one_line_and_leaves_no_folder(tiny, tmp_path, monkeypatch, capsys):
     def interrupted(*a, **k):
         raise KeyboardInterrupt
-    monkeypatch.setattr(training.image_task, "load_data", interrupted)
+    monkeypatch.setattr(training.tasks.image, "load_data", interrupted)
     assert run("--data-dir", tiny, "--out", tmp_path / "R", *FAST) == 130
     assert capsys.readouterr().err.strip() == "interrupted"
     assert not (tmp_path / "R").exists()

@@ -12,7 +12,7 @@ import train
 import training
 from training.config import TrainConfig
 from training.schedule import warmup_cosine
-from training.text import CORPORA, load_text
+from training.tasks.corpus import CORPORA, load_text
 
 LINES = ["First Citizen: Before we proceed any further, hear me speak.",
          "All: Speak, speak.", "First Citizen: You are all resolved rather to die than to famish?",
@@ -130,8 +130,8 @@ def test_text_runs_refuse_what_does_not_apply(corpus, tmp_path, capsys, argv, sa
 
 
 def test_text_runs_under_torchrun_refuse_dropout_and_too_small_a_batch(corpus):
-    from training.distributed import DistInfo
-    from training.text_task import TextTask
+    from training.parallel.distributed import DistInfo
+    from training.tasks.text import TextTask
     task = TextTask(TrainConfig(model="gpt", data_file=corpus, block_size=8, dropout=0.1), torch.device("cpu"), print)
     with pytest.raises(training.UsageError, match="--dropout 0.1 under torchrun"):
         task.check(DistInfo(rank=0, world_size=2))

@@ -1,4 +1,4 @@
-"""Finding, reading and normalising the IDX data (training/data.py), through train.py and directly."""
+"""Finding, reading and normalising the IDX data (training/tasks/image_data.py), through train.py and directly."""
 import gzip
 import json
 import shutil
@@ -10,7 +10,7 @@ import torch
 
 import train
 import training
-import training.data
+import training.tasks.image_data
 from tests.conftest import SHARED_MNIST, write_split
 from training import TrainConfig
 
@@ -80,11 +80,11 @@ def test_fashion_mnist_found_in_debian_location(tmp_path, monkeypatch):
     debian = tmp_path / "debian"
     write_split(debian, "train", 120, 2, compress=True)
     write_split(debian, "t10k", 40, 3, compress=True)
-    monkeypatch.setattr(training.data, "DEBIAN_FASHION", debian)
+    monkeypatch.setattr(training.tasks.image_data, "DEBIAN_FASHION", debian)
     out = tmp_path / "run"
     assert run("--dataset", "fashion-mnist", "--data-dir", tmp_path / "data", "--out", out, "--epochs", "1", *FAST) == 0
     raw = tmp_path / "data" / "FashionMNIST" / "raw"
-    assert sorted(p.name for p in raw.iterdir()) == sorted(n for pair in training.data.SPLIT_FILES.values() for n in pair)
+    assert sorted(p.name for p in raw.iterdir()) == sorted(n for pair in training.tasks.image_data.SPLIT_FILES.values() for n in pair)
     assert json.loads((out / "summary.json").read_text())["dataset"] == "fashion-mnist"
     said = []  # the copy into --data-dir is announced, with where it went
     training.prepare_raw(tmp_path / "elsewhere", "fashion-mnist", train=True, download=False, say=said.append)
@@ -125,12 +125,12 @@ def test_images_for_a_cnn_keep_their_shape(tiny):
 
 
 def test_debian_fashion_mnist_checksums_are_known_and_give_no_warning(tmp_path):
-    debian = training.data.DEBIAN_FASHION
-    if not all((debian / f"{n}.gz").is_file() for n in training.data.SPLIT_FILES[False]):
+    debian = training.tasks.image_data.DEBIAN_FASHION
+    if not all((debian / f"{n}.gz").is_file() for n in training.tasks.image_data.SPLIT_FILES[False]):
         pytest.skip(f"Debian's dataset-fashion-mnist is not installed at {debian}")
     raw = tmp_path / "FashionMNIST" / "raw"
     raw.mkdir(parents=True)
-    for n in training.data.SPLIT_FILES[False]:
+    for n in training.tasks.image_data.SPLIT_FILES[False]:
         shutil.copy(debian / f"{n}.gz", raw / f"{n}.gz")
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # an MD5 warning would fail here

@@ -1,20 +1,27 @@
-"""The training library behind train.py: configuration, data, the implementations side by side, the loop,
-checkpoints, figures, and the data-parallel pieces.  ``training.run(TrainConfig(...))`` is a whole run.
+"""The training library behind train.py: the configuration, the trainer and its loop at the top; the rooms below.
+
+    impls/      the implementations a run trains side by side (hand-written, engine, nn.Module twin) and their models
+    tasks/      what a run trains on: the image and text tasks, their data, sampling from a language model
+    storage/    what a run keeps on disk, kept safe: atomic writes, the lock, sealed checkpoints, the data's fingerprint
+    parallel/   training under torchrun: the process group, the hand-written all-reduce, ranks that agree
+    precision/  mixed precision by hand: float32 master weights, the loss scaler
+
+``training.run(TrainConfig(...))`` is a whole run.
 """
-from .agreement import RanksDisagree, check_ranks_agree
-from .checkpoint import FORMAT, load_checkpoint, read_checkpoint, save_checkpoint
-from .checksum import ChecksumMismatch, seal, unseal
+from .parallel.agreement import RanksDisagree, check_ranks_agree
+from .storage.checkpoint import FORMAT, load_checkpoint, read_checkpoint, save_checkpoint
+from .storage.checksum import ChecksumMismatch, seal, unseal
 from .config import (DATASETS, TEXT_DATASETS, TEXT_MODELS, DTYPES, HALF_DTYPES, IMPL_GROUPS, IMPLS, MATH_FIELDS, MODELS, SCHEDULES, TrainConfig,
                      resolve_device)
-from .data import Data, load_data, prepare_raw, read_split
+from .tasks.image_data import Data, load_data, prepare_raw, read_split
 from .errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, NonFiniteLoss, RunFailed, UsageError
-from .files import WriteFailed, atomic_write, atomic_write_bytes, atomic_write_text
-from .fingerprint import fingerprint
-from .lock import FolderBusy, FolderLock
+from .storage.files import WriteFailed, atomic_write, atomic_write_bytes, atomic_write_text
+from .storage.fingerprint import fingerprint
+from .storage.lock import FolderBusy, FolderLock
 from .impls import EngineImpl, Impl, ManualImpl, TorchImpl, build_impls, max_param_abs_diff
 from .loop import evaluate, train_epoch
-from .models import build_models
-from .output import OutputFolder
+from .impls.models import build_models
+from .storage.output import OutputFolder
 from .trainer import run
 
 __all__ = ["TrainConfig", "run", "resolve_device", "DATASETS", "TEXT_DATASETS", "TEXT_MODELS", "MODELS", "SCHEDULES", "DTYPES",

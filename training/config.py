@@ -15,7 +15,7 @@ from optimizers import OPTIMIZERS
 from .errors import UsageError
 
 DATASETS = {"mnist": "MNIST", "fashion-mnist": "FashionMNIST"}  # name -> torchvision dataset class
-TEXT_DATASETS = ("shakespeare",)  # a corpus shipped in training/corpora (or any file with --data-file)
+TEXT_DATASETS = ("shakespeare",)  # a corpus shipped in training/tasks/corpora (or any file with --data-file)
 IMAGE_MODELS = ("mlp", "cnn")
 TEXT_MODELS = ("gpt", "lstm", "gru")  # character-level language models
 MODELS = IMAGE_MODELS + TEXT_MODELS
@@ -34,7 +34,7 @@ MATH_FIELDS = ("dataset", "model", "impl", "batch_size", "lr", "optimizer", "mom
 # Settings of what a run records: a resumed run keeps them unless they are given again (then the new ones apply).
 RECORD_FIELDS = ("log_interval", "val_interval", "monitor")
 # Settings that only say where this process finds and puts things, or how it talks: under torchrun the ranks may
-# differ in these (every other setting must agree on every rank, training/agreement.py checks it).
+# differ in these (every other setting must agree on every rank, training/parallel/agreement.py checks it).
 LOCAL_FIELDS = ("data_dir", "download", "device", "out", "overwrite", "resume", "tensorboard", "quiet", "plots")
 MLP_FIELDS = ("hidden", "depth")  # settings of --model mlp only
 # Settings of the image runs only, and of the text runs only (a setting of the other kind is refused, never ignored)

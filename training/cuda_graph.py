@@ -39,7 +39,7 @@ import torch
 from torch import Tensor
 
 from .config import TrainConfig, flag
-from .distributed import SINGLE, DistInfo
+from .parallel.distributed import SINGLE, DistInfo
 from .errors import UsageError
 
 

@@ -18,13 +18,13 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from .augment import flip_and_shift
+from .tasks.augment import flip_and_shift
 from .config import TrainConfig
-from .data import Data
-from .distributed import SINGLE, DistInfo, all_reduce_sum_, shard_bounds
+from .tasks.image_data import Data
+from .parallel.distributed import SINGLE, DistInfo, all_reduce_sum_, shard_bounds
 from .errors import NonFiniteLoss
 from .impls import Impl
-from .models import use_generator
+from .impls.models import use_generator
 
 
 def set_training(model, mode: bool) -> bool:

@@ -16,9 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from .config import TrainConfig
-from .distributed import DistInfo
+from .parallel.distributed import DistInfo
 from .errors import UsageError
-from .files import atomic_write_text
+from .storage.files import atomic_write_text
 
 
 def open_tensorboard(config: TrainConfig, info: DistInfo):

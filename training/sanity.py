@@ -18,8 +18,8 @@ from optimizers import Adam
 
 from .config import TrainConfig, resolve_device, use_threads
 from .errors import UsageError
-from .data import load_data
-from .models import SAMPLE_SHAPES, build_models, use_generator
+from .tasks.image_data import load_data
+from .impls.models import SAMPLE_SHAPES, build_models, use_generator
 
 CLASSES = 10
 OVERFIT_SAMPLES, OVERFIT_STEPS = 20, 300

@@ -3,7 +3,7 @@
 Outputs go to config.out: metrics.jsonl (every logged record), checkpoint.pt (atomically, after every epoch),
 summary.json and PNG figures at the end.  A run resumed from its checkpoint writes the same files as one that
 was never interrupted; a checkpoint that already holds every epoch only completes the outputs.  The folder is
-locked for the whole run and created only once the run starts (training/output.py); a full disk stops the run
+locked for the whole run and created only once the run starts (training/storage/output.py); a full disk stops the run
 with one line, the last complete checkpoint kept.
 """
 from __future__ import annotations
@@ -19,19 +19,19 @@ from typing import Callable
 import torch
 
 from .allocator import retain_freed_memory
-from .agreement import check_ranks_agree, run_identity
-from .checkpoint import check_data, checkpoint_state, load_checkpoint, restore, save_checkpoint
+from .parallel.agreement import check_ranks_agree, run_identity
+from .storage.checkpoint import check_data, checkpoint_state, load_checkpoint, restore, save_checkpoint
 from .config import TrainConfig, resolve_device, use_threads
 from .errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, NonFiniteLoss, RunFailed, UsageError
-from .files import WriteFailed, atomic_write_text
+from .storage.files import WriteFailed, atomic_write_text
 from .drift import Drift, first_step_agreement
 from .impls import build_impls, check_mixed_precision, max_param_abs_diff
-from .distributed import DistInfo
+from .parallel.distributed import DistInfo
 from .monitors import (attach_monitors, close_tensorboard, log_scalars, monitor_state, open_tensorboard,
                        restore_monitors, write_monitor_outputs)
-from .output import OutputFolder
-from .parallel import under_torchrun
-from .task import Task, make_task, task_class
+from .storage.output import OutputFolder
+from .parallel.launch import under_torchrun
+from .tasks.task import Task, make_task, task_class
 
 
 def run(config: TrainConfig, say: Callable | None = None, *, init_method: str | None = None,

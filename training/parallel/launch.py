@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from .distributed import (SINGLE, DistInfo, failed_peer, init_from_env, report_failure, shutdown, silent_ranks,
                           torchrun_env)
-from .errors import RunFailed, UsageError
+from ..errors import RunFailed, UsageError
 
 # How gloo, NCCL and the stores word a peer that stopped answering, or went away.
 _TIMED_OUT = re.compile(r"timed out|timeout", re.IGNORECASE)

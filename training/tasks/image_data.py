@@ -17,10 +17,10 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from .config import DATASETS, TrainConfig
-from .errors import UsageError
-from .files import atomic_write_bytes
-from .fingerprint import fingerprint
+from ..config import DATASETS, TrainConfig
+from ..errors import UsageError
+from ..storage.files import atomic_write_bytes
+from ..storage.fingerprint import fingerprint
 
 DEBIAN_FASHION = Path("/usr/share/datasets/fashion-mnist")
 SPLIT_FILES = {True: ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
@@ -42,7 +42,7 @@ class Data:
     test_x: Tensor
     test_y: Tensor
     background: float = 0.0  # a black pixel after normalisation (what augmentation pads with)
-    fingerprint: dict = field(default_factory=dict)  # of the arrays read (training/fingerprint.py)
+    fingerprint: dict = field(default_factory=dict)  # of the arrays read (training/storage/fingerprint.py)
 
 
 def torchvision_class(dataset: str):

@@ -2,7 +2,7 @@
 only once the run is sure to start.
 
 ``check()`` runs before any data is read and refuses what it can: a place that cannot be written, a folder
-another run holds (training/lock.py), a folder that holds another run.  A fresh run never writes over another
+another run holds (training/storage/lock.py), a folder that holds another run.  A fresh run never writes over another
 run's files: it is refused with the two ways on (``--resume`` continues that run, ``--overwrite`` replaces it).
 ``create()`` runs when the data is loaded and the models are built: it makes the folder (so a run refused for
 missing data leaves no empty folder behind), takes the lock, removes the old run's files if ``--overwrite``
@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from .errors import UsageError
+from ..errors import UsageError
 from .lock import FolderLock
 
 RUN_FILES = ("checkpoint.pt", "summary.json", "metrics.jsonl", "curves.png", "monitor_*.jsonl", "monitor_*.png")

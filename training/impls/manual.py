@@ -13,13 +13,13 @@ from torch import Tensor
 from losses import CrossEntropyLoss
 from optimizers import clip_grad_norm_, get_optimizer
 
-from .allreduce import GradBuckets
-from .config import TrainConfig
-from .cuda_graph import CapturedStep
-from .distributed import SINGLE, DistInfo
-from .loss_scale import DynamicLossScaler
+from ..parallel.allreduce import GradBuckets
+from ..config import TrainConfig
+from ..cuda_graph import CapturedStep
+from ..parallel.distributed import SINGLE, DistInfo
+from ..precision.loss_scale import DynamicLossScaler
 from .optim_setup import capturable_kwargs, clip_monitored, optimizer_kwargs, param_groups, rows
-from .precision import MasterWeights
+from ..precision.master import MasterWeights
 
 
 def _half(x: Tensor, dtype: torch.dtype) -> Tensor:

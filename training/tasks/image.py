@@ -1,4 +1,4 @@
-"""ImageTask: MNIST / Fashion-MNIST classification for the trainer (training/task.py).
+"""ImageTask: MNIST / Fashion-MNIST classification for the trainer (training/tasks/task.py).
 
 A round is an epoch over the training split in a seeded permutation; the round's record holds the training loss
 and accuracy and, every ``--val-interval`` epochs and at the last, the validation split's; the results are the
@@ -11,13 +11,13 @@ from typing import Callable
 
 import torch
 
-from .config import TrainConfig
-from .data import check_data_dir, load_data
-from .distributed import DistInfo
-from .errors import UsageError
-from .impls import Impl
-from .loop import evaluate, train_epoch
-from .models import SAMPLE_SHAPES, build_models
+from ..config import TrainConfig
+from .image_data import check_data_dir, load_data
+from ..parallel.distributed import DistInfo
+from ..errors import UsageError
+from ..impls import Impl
+from ..loop import evaluate, train_epoch
+from ..impls.models import SAMPLE_SHAPES, build_models
 
 
 class ImageTask:

@@ -3,7 +3,7 @@ streams, the log so far, the fingerprint of the data), written atomically after 
 SHA-256 of their bytes, and read back with the settings they fix.
 
 Reading one checks, before anything is loaded into a model, that its bytes are those that were written
-(training/checksum.py), that every field is there and possible (epochs, records, settings that pass
+(training/storage/checksum.py), that every field is there and possible (epochs, records, settings that pass
 TrainConfig's validation, tensors of the model's shapes, step counts within its epochs), and, once the data is
 loaded, that it is the data the run was trained on.  Each refusal is one line naming the field.
 
@@ -21,11 +21,11 @@ from pathlib import Path
 import torch
 
 from .checksum import ChecksumMismatch, seal, unseal
-from .config import MATH_FIELDS, MLP_FIELDS, RECORD_FIELDS, TrainConfig, flag
-from .errors import UsageError
+from ..config import MATH_FIELDS, MLP_FIELDS, RECORD_FIELDS, TrainConfig, flag
+from ..errors import UsageError
 from .files import atomic_write_bytes
 from .fingerprint import difference
-from .impls import load_weights_state, weights_state
+from ..impls import load_weights_state, weights_state
 
 FORMAT = "handgrad-train-4"
 # Version 1 stored the settings under "args" and had no --model; versions 1 and 2 have no checksum and no data

@@ -13,10 +13,10 @@ import torch
 
 from models import GPT, PytorchGPT, RecurrentLM, TorchRecurrentLM
 
-from .checkpoint import read_checkpoint
-from .config import MATH_FIELDS, TEXT_MODELS, TrainConfig, resolve_device
-from .errors import UsageError
-from .text import TextData
+from ..storage.checkpoint import read_checkpoint
+from ..config import MATH_FIELDS, TEXT_MODELS, TrainConfig, resolve_device
+from ..errors import UsageError
+from .corpus import TextData
 from .text_models import model_kwargs
 
 

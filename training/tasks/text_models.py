@@ -4,7 +4,7 @@ Both take token ids (B, T) and return logits (B, T, V); the hand-written one's `
 gradients.  The recurrent models start every window from a zero state (windows are drawn at random offsets, so
 there is no state to carry between them).  Dropout in the twin draws the masks the hand-written model draws
 (``SeededDropout``, the GPT twin's attention-dropout masks, ``SeededLSTM``/``SeededGRU``), once both are pointed at
-generators in the same state (``training.models.use_generator``).
+generators in the same state (``training.impls.models.use_generator``).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 from models import GPT, PytorchGPT, RecurrentLM, TorchRecurrentLM, seeded_dropouts
 from layers.layer import _rng_untouched
 
-from .config import TrainConfig
+from ..config import TrainConfig
 
 
 class CharRNN(RecurrentLM):

@@ -1,7 +1,7 @@
 """Text for language models: a UTF-8 corpus as character ids, split 90/10, served as windows of block_size.
 
 The corpus is ``--data-file PATH``, or for ``--dataset shakespeare`` the copy shipped in
-``training/corpora/shakespeare/`` (with its README: the text's source and the credit it requires).  The
+``training/tasks/corpora/shakespeare/`` (with its README: the text's source and the credit it requires).  The
 vocabulary is the sorted set of the corpus's characters (nanoGPT's shakespeare_char preparation); the first
 90% of the characters train, the last 10% validate.  A training batch is ``batch_size`` windows at random
 offsets, each target the window shifted by one character; an evaluation batch likewise, or with
@@ -15,8 +15,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from .errors import UsageError
-from .fingerprint import fingerprint
+from ..errors import UsageError
+from ..storage.fingerprint import fingerprint
 
 CORPORA = {"shakespeare": Path(__file__).resolve().parent / "corpora" / "shakespeare" / "tragedies.txt"}
 TRAIN_FRACTION = 0.9
@@ -30,7 +30,7 @@ class TextData:
     vocab: list[str]
     train: Tensor
     val: Tensor
-    fingerprint: dict  # of the corpus's bytes (training/fingerprint.py): a resume on other text is refused
+    fingerprint: dict  # of the corpus's bytes (training/storage/fingerprint.py): a resume on other text is refused
 
     @property
     def vocab_size(self) -> int:

@@ -5,7 +5,7 @@ loss gradient times S, which lifts them into range, and the float32 gradients ar
 Too large an S overflows to inf: that step is skipped and S halved; after ``growth_interval`` clean steps S
 doubles.  Scale, growth tracker and found-inf flag live on the device; ``step`` reads the flag once (as
 GradScaler.step does).  The fused kernels torch uses are called by default; ``*_reference_`` beside them
-write each one out with plain device ops, and the tests tie the two together.  training/precision.py shows
+write each one out with plain device ops, and the tests tie the two together.  training/precision/master.py shows
 where the scaler sits in a mixed-precision step.
 """
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .config import TrainConfig
+from ..config import TrainConfig
 
 
 def optimizer_kwargs(config: TrainConfig) -> dict:

@@ -10,8 +10,8 @@ import torch.nn.functional as F
 
 from optimizers import OPTIMIZERS
 
-from .config import TrainConfig
-from .distributed import SINGLE, DistInfo
+from ..config import TrainConfig
+from ..parallel.distributed import SINGLE, DistInfo
 from .optim_setup import clip_monitored, optimizer_kwargs, param_groups, rows
 
 

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from .errors import UsageError
+from ..errors import UsageError
 
 NAME = ".lock"
 

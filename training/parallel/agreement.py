@@ -15,10 +15,10 @@ from dataclasses import fields
 import torch
 import torch.distributed as dist
 
-from .config import LOCAL_FIELDS, TrainConfig, flag
+from ..config import LOCAL_FIELDS, TrainConfig, flag
 from .distributed import DistInfo
-from .errors import UsageError
-from .fingerprint import difference
+from ..errors import UsageError
+from ..storage.fingerprint import difference
 
 
 class RanksDisagree(UsageError):

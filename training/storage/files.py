@@ -24,7 +24,7 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
     """Call ``write(f)`` on a temporary file beside ``path``, fsync it, rename it over ``path``, fsync the folder.
 
     Readers see the old file or the new one, never a mix; the temporary file is removed on any error (a process
-    killed during the write leaves ``.NAME.tmpPID``, which training/output.py removes at the next run's start).
+    killed during the write leaves ``.NAME.tmpPID``, which training/storage/output.py removes at the next run's start).
     An OSError while writing becomes WriteFailed.
     """
     path = Path(path)

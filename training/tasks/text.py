@@ -1,4 +1,4 @@
-"""TextTask: character-level language modelling for the trainer (training/task.py), nanoGPT's way.
+"""TextTask: character-level language modelling for the trainer (training/tasks/task.py), nanoGPT's way.
 
 A round is ``--eval-interval`` iterations (the last one may be shorter, ending at ``--max-iters``); each
 iteration trains on ``--batch-size`` windows of ``--block-size`` characters at random offsets of the training
@@ -15,13 +15,13 @@ from typing import Callable
 
 import torch
 
-from .config import TrainConfig
-from .distributed import DistInfo, shard_bounds
-from .errors import UsageError
-from .impls import Impl
-from .loop import StepSums, epoch_generator, set_training
-from .models import use_generator
-from .text import TextData, corpus_path, load_text
+from ..config import TrainConfig
+from ..parallel.distributed import DistInfo, shard_bounds
+from ..errors import UsageError
+from ..impls import Impl
+from ..loop import StepSums, epoch_generator, set_training
+from ..impls.models import use_generator
+from .corpus import TextData, corpus_path, load_text
 from .text_models import build_text_models
 
 EVAL_WINDOWS = 256  # windows per forward when evaluating every window of a split

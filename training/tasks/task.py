@@ -5,9 +5,9 @@ models, then for each round trains every implementation on the same batches (``t
 logs, measures how far the implementations drifted apart and writes a checkpoint; at the end it asks the task for
 the results and figures.  Two tasks implement it:
 
-- ``ImageTask`` (training/image_task.py): MNIST / Fashion-MNIST classification; a round is an epoch, measured
+- ``ImageTask`` (training/tasks/image.py): MNIST / Fashion-MNIST classification; a round is an epoch, measured
   by loss and accuracy on the validation and test splits.
-- ``TextTask`` (training/text_task.py): character-level language modelling; a round is ``--eval-interval``
+- ``TextTask`` (training/tasks/text.py): character-level language modelling; a round is ``--eval-interval``
   iterations, measured by the train and validation loss.
 
 Records (metrics.jsonl) and checkpoints call a round an "epoch" for both (the checkpoint's ``epoch`` is the number
@@ -19,14 +19,14 @@ from typing import Callable, Protocol
 
 import torch
 
-from .config import TrainConfig
-from .distributed import DistInfo
-from .impls import Impl
+from ..config import TrainConfig
+from ..parallel.distributed import DistInfo
+from ..impls import Impl
 
 
 class Task(Protocol):
     kind: str                 # "image" or "text"
-    fingerprint: dict         # of the data (training/fingerprint.py): a resume on other data is refused
+    fingerprint: dict         # of the data (training/storage/fingerprint.py): a resume on other data is refused
     rounds: int               # rounds in the run: epochs, or evaluation intervals
     steps_per_round: int      # training steps in a full round (schedulers, the drift's probes)
     round_ends: set[int]      # the global step numbers that end a round (the monitor records them)
@@ -86,9 +86,9 @@ class Task(Protocol):
 def task_class(config: TrainConfig) -> type:
     """The class of the task ``config`` asks for (imported on demand: each pulls in its own data and models)."""
     if config.is_text:
-        from .text_task import TextTask
+        from .text import TextTask
         return TextTask
-    from .image_task import ImageTask
+    from .image import ImageTask
     return ImageTask
 
 

@@ -1,8 +1,8 @@
 """The three implementations a run trains side by side, behind one small protocol (``Impl``), and building them.
 
-manual (training/manual_impl.py): the hand-written model, its explicit backward and a handgrad optimizer.
-engine (training/engine_impl.py): the MLP on handgrad's autodiff engine, a handgrad optimizer.
-torch (training/torch_impl.py): the nn.Module twin: autograd's backward and torch.optim's optimizer.
+manual (training/impls/manual.py): the hand-written model, its explicit backward and a handgrad optimizer.
+engine (training/impls/engine.py): the MLP on handgrad's autodiff engine, a handgrad optimizer.
+torch (training/impls/twin.py): the nn.Module twin: autograd's backward and torch.optim's optimizer.
 
 Mixed precision (``--dtype bfloat16`` or ``float16``; not the engine): every model is built in float32 from the
 same weights.  The manual implementation keeps float32 master weights (``precision.MasterWeights``) that its
@@ -19,15 +19,15 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from .config import TrainConfig
-from .cuda_graph import use_cuda_graph
-from .distributed import SINGLE, DistInfo, broadcast_
-from .engine_impl import EngineImpl
-from .errors import UsageError
-from .manual_impl import ManualImpl
+from ..config import TrainConfig
+from ..cuda_graph import use_cuda_graph
+from ..parallel.distributed import SINGLE, DistInfo, broadcast_
+from .engine import EngineImpl
+from ..errors import UsageError
+from .manual import ManualImpl
 from .models import build_models
-from .schedule import make_scheduler
-from .torch_impl import TorchImpl
+from ..schedule import make_scheduler
+from .twin import TorchImpl
 
 
 class Impl(Protocol):

@@ -4,9 +4,9 @@ from __future__ import annotations
 from autodiff import cross_entropy, no_grad
 from optimizers import clip_grad_norm_, get_optimizer
 
-from .allreduce import GradBuckets
-from .config import TrainConfig
-from .distributed import SINGLE, DistInfo
+from ..parallel.allreduce import GradBuckets
+from ..config import TrainConfig
+from ..parallel.distributed import SINGLE, DistInfo
 from .optim_setup import clip_monitored, optimizer_kwargs
 
 

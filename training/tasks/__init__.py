@@ -1,0 +1,1 @@
+"""What a run trains on: the image and text tasks, their data, their models and sampling from them."""
