@@ -65,12 +65,12 @@ def _num(v: float | None) -> str:
 
 
 def _leaves(model) -> list[tuple[str, Layer]]:
-    """(dotted name, layer) for every non-container layer, in forward order (nested Sequentials opened)."""
-    from .sequential import Sequential
+    """(dotted name, layer) for every non-container layer, in forward order (nested Sequentials opened: a container
+    is a layer whose ``layers`` list its forward runs in order)."""
     out, stack = [], [("", model)]
     while stack:
         prefix, node = stack.pop()
-        if isinstance(node, Sequential):
+        if isinstance(node, BaseLayer) and isinstance(getattr(node, "layers", None), list):
             stack.extend((f"{prefix}{name}.", child) for name, child in reversed(list(node.named_children())))
         else:
             out.append((prefix.rstrip("."), node))
