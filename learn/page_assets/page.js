@@ -7,7 +7,7 @@ const walk = JSON.parse(document.getElementById("walk").textContent);
 const CHAIN = ["x", "z1", "h", "z2", "y", "loss"];
 const ABOVE = {z1: ["W1", "b1"], z2: ["W2", "b2"], loss: ["t"]};
 const GAP = 64;  // px between two boxes of the chain
-const EDGE_ROOM = 84;  // px between the row above and the chain: the arrows and their labels
+const EDGE_ROOM = 70;  // px between the row above and the chain: the arrows and their labels
 let laneTop = 0;  // where the labels of the chain's edges sit, in a lane below the chain (set by layOut)
 
 // ---- numbers -------------------------------------------------------------------------------------------
@@ -212,6 +212,15 @@ function arithmetic(entry) {
   return line;
 }
 
+/** The entries laid out as their tensor is: one column per column of a matrix, where the lines are short enough. */
+function entriesGrid(step) {
+  const grid = el("div", "entries", ...step.entries.map(arithmetic));
+  const shape = walk.tensors[step.entries[0].result[0]].shape;
+  const short = step.entries.every(e => arithmetic(e).textContent.length <= 80);
+  grid.style.gridTemplateColumns = `repeat(${shape.length === 2 && short ? shape[1] : 1}, max-content)`;
+  return grid;
+}
+
 /** Entries that are each one product downstream x local, as tables with those two columns (two side by side
  *  when there are more than four). */
 function productTables(step) {
@@ -253,7 +262,7 @@ walk.steps.forEach((step, k) => {
   if (step.entries.length) {
     work.append(el("h3", "", step.phase === "backward" ? "Downstream × local, entry by entry"
                                                      : `${step.formula}, entry by entry`),
-                step.columns ? productTables(step) : el("div", "entries", ...step.entries.map(arithmetic)));
+                step.columns ? productTables(step) : entriesGrid(step));
   }
   for (const e of [words, work]) {
     e.dataset.step = k;
