@@ -29,9 +29,9 @@ from layers import Linear, Sigmoid, Tanh
 from losses import MSELoss
 
 ASSETS = Path(__file__).with_name("page_assets")
+N, D, H = 4, 2, 2  # examples, inputs, hidden units
 XOR_X = [[0.0, 0.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0]]  # (N, D): the four XOR inputs
 XOR_T = [[0.0], [1.0], [1.0], [0.0]]  # (N, 1): their targets, x[n, 0] xor x[n, 1]
-N = len(XOR_X)
 
 # The graph: each node with its caption, and the edges (input -> the node computed from it).
 NODES = [
@@ -74,7 +74,7 @@ def _indices(shape) -> list[tuple[int, ...]]:
     return list(itertools.product(*map(range, shape)))
 
 
-def _forward_steps(H: int) -> list[dict]:
+def _forward_steps() -> list[dict]:
     """The start and the 5 forward steps: each reveals one node's values and shows how each entry is computed."""
     start = {
         "phase": "start", "reveal": [["x", "value"], ["t", "value"], ["W1", "value"], ["b1", "value"],
@@ -90,7 +90,7 @@ def _forward_steps(H: int) -> list[dict]:
          "adds its bias: z1[n,i] = x[n,0] W1[i,0] + x[n,1] W1[i,1] + b1[i]. One row per example, one column per "
          "hidden unit.",
          [_entry("z1", "value", (n, i), terms=[[_ref("x", "value", n, j), _ref("W1", "value", i, j)]
-                                                  for j in range(2)] + [[_ref("b1", "value", i)]])
+                                                  for j in range(D)] + [[_ref("b1", "value", i)]])
           for n, i in _indices((N, H))]),
         ("h", "h = tanh(z1)",
          "The hidden units apply tanh to every entry of z1, squashing it into (−1, 1). This is what lets the "
@@ -118,7 +118,7 @@ def _forward_steps(H: int) -> list[dict]:
                       for k, (node, formula, text, entries) in enumerate(steps, 1)]
 
 
-def _backward_steps(H: int) -> list[dict]:
+def _backward_steps() -> list[dict]:
     """The 9 backward steps, in reverse topological order: each reveals one gradient as downstream x local."""
     steps = [
         ("loss", None, "dL/dL = 1", None,
@@ -161,7 +161,7 @@ def _backward_steps(H: int) -> list[dict]:
          "and the four contributions add up. Where an input x[n,j] is 0, that example's term vanishes: "
          "a weight from an input that is off does not move the loss.",
          [_entry("W1", "grad", (i, j), terms=[[_ref("z1", "grad", n, i), _ref("x", "value", n, j)]
-                                                  for n in range(N)]) for i, j in _indices((H, 2))]),
+                                                  for n in range(N)]) for i, j in _indices((H, D))]),
         ("b1", ["b1", "z1"], "dL/db1 = Σₙ dL/dz1", None,
          "The gradient of the loss with respect to b1: dL/dz1 summed over the examples, as for b2. Every weight "
          "now has its gradient (x and t are data: they need none), and the walk ends. A training step would "
@@ -184,8 +184,8 @@ def build_walk(seed: int = 0) -> dict:
     """
     f64 = torch.float64
     torch.manual_seed(seed)
-    fc1 = Linear(2, 2, dtype=f64)  # W1 (H, D) = (2, 2), b1 (H,): drawn exactly as nn.Linear(2, 2) draws them
-    fc2 = Linear(2, 1, dtype=f64)  # W2 (1, H) = (1, 2), b2 (1,)
+    fc1 = Linear(D, H, dtype=f64)  # W1 (H, D), b1 (H,): drawn exactly as nn.Linear(D, H) draws them
+    fc2 = Linear(H, 1, dtype=f64)  # W2 (1, H), b2 (1,)
     tanh, sigmoid, mse = Tanh(), Sigmoid(), MSELoss()
     x = torch.tensor(XOR_X, dtype=f64)  # (N, D)
     t = torch.tensor(XOR_T, dtype=f64)  # (N, 1)
@@ -213,9 +213,8 @@ def build_walk(seed: int = 0) -> dict:
     tensors = {name: {"shape": list(v.shape), "value": v.tolist(),
                       **({"grad": grads[name].tolist()} if name in grads else {})}
                for name, v in values.items()}
-    H = fc1.out_features
     return {"seed": seed, "tensors": tensors, "nodes": NODES, "edges": EDGES,
-            "steps": _forward_steps(H) + _backward_steps(H)}
+            "steps": _forward_steps() + _backward_steps()}
 
 
 def write_page(out: Path, seed: int = 0) -> Path:

@@ -133,8 +133,8 @@ function svgElement(tag, attributes) {
 }
 
 /** Draw every edge as an arrow from its input to the node computed from it, and place the shown labels.
- *  An edge is "current" when its node is being computed or its gradient is arriving, "flowed" once its
- *  gradient has gone through it. */
+ *  An edge is "forward" while its node is being computed, "current" while its gradient is arriving (drawn
+ *  pointing back, as the gradient flows), "flowed" once its gradient has gone through it, else "plain". */
 function drawEdges(step, asking) {
   const kinds = ["plain", "forward", "flowed", "current"];
   svg.replaceChildren(svgElement("defs", {}));
@@ -304,9 +304,10 @@ function render() {
   ask.hidden = !asking;
   stepsBox.hidden = asking;
   if (asking) {
-    document.getElementById("ask-question").textContent =
-      `${heading(s)}: your turn. What is ${s.entries[0].label}? The downstream gradient is on the page already; ` +
-      "the local derivative is yours to work out. Type your answer, then press Next to see it.";
+    const hint = s.entries[0].terms.length ? " The downstream gradient is on the page already; the local " +
+                                             "derivative is yours to work out." : "";
+    document.getElementById("ask-question").textContent = `${heading(s)}: your turn. What is ` +
+      `${s.entries[0].label}?${hint} Type your answer and press Check, or press Next to see it.`;
     guess.value = "";
     verdict.textContent = "";
     verdict.className = "";
