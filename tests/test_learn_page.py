@@ -18,7 +18,7 @@ import torch
 
 from learn.page import build_walk, write_page
 
-SEED = 0
+SEED = 7  # its weights make some gradients print as 3.901e-5: the exponent form is checked too
 FORWARD = ["z1", "h", "z2", "y", "loss"]  # the node each forward step computes, in order
 BACKWARD = ["loss", "y", "z2", "W2", "b2", "h", "z1", "W1", "b1"]  # the gradient each backward step reveals
 GIVEN = ["x", "t", "W1", "b1", "W2", "b2"]  # shown from the start
@@ -78,7 +78,7 @@ def check_printed(text: str, expected: float, where: str) -> None:
 
 # ---- build_walk, without a browser ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("seed", [0, 7])
+@pytest.mark.parametrize("seed", [0, SEED])
 def test_build_walk_equals_autograd(seed):
     walk, reference = build_walk(seed), autograd_reference(seed)
     assert set(walk["tensors"]) == set(GIVEN + FORWARD + LOCAL)
