@@ -1,0 +1,299 @@
+"""The step-through page: build_walk's numbers equal torch.autograd's, and the page, clicked through in headless
+Chromium, reveals them node by node, the backward's only once reached.
+
+The browser tests need Debian's Chromium and its driver (``apt-get install chromium chromium-driver``) and
+selenium; without them they fail, saying so, unless HANDGRAD_SKIP_BROWSER=1 asks to skip them on purpose.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from learn.page import build_walk, write_page
+
+SEED = 7  # its weights make some gradients print as 3.901e-5: the exponent form is checked too
+FORWARD = ["z1", "h", "z2", "y", "loss"]  # the node each forward step computes, in order
+BACKWARD = ["loss", "y", "z2", "W2", "b2", "h", "z1", "W1", "b1"]  # the gradient each backward step reveals
+GIVEN = ["x", "t", "W1", "b1", "W2", "b2"]  # shown from the start
+LOCAL = ["dloss_dy", "dy_dz2", "dh_dz1"]  # the local derivatives the backward's arithmetic shows
+
+
+def autograd_reference(seed: int) -> dict[tuple[str, str], torch.Tensor]:
+    """The same network built with torch.nn and plain torch ops, its gradients from torch.autograd (float64).
+
+    -> {(tensor, "value" or "grad"): tensor}, with the page's names; the local derivatives also by autograd."""
+    f64 = torch.float64
+    torch.manual_seed(seed)
+    fc1, fc2 = torch.nn.Linear(2, 2, dtype=f64), torch.nn.Linear(2, 1, dtype=f64)
+    x = torch.tensor([[0, 0], [0, 1], [1, 0], [1, 1]], dtype=f64)
+    t = torch.tensor([[0], [1], [1], [0]], dtype=f64)
+    z1 = fc1(x)
+    h = torch.tanh(z1)
+    z2 = fc2(h)
+    y = torch.sigmoid(z2)
+    loss = ((y - t) ** 2).mean()
+    for v in (z1, h, z2, y, loss):
+        v.retain_grad()
+    loss.backward()
+
+    def local(f, at: torch.Tensor) -> torch.Tensor:
+        """d f(at) / d at, element by element (f acts element-wise)."""
+        leaf = at.detach().requires_grad_()
+        return torch.autograd.grad(f(leaf).sum(), leaf)[0]
+
+    values = {"x": x, "t": t, "W1": fc1.weight, "b1": fc1.bias, "W2": fc2.weight, "b2": fc2.bias, "z1": z1, "h": h,
+              "z2": z2, "y": y, "loss": loss, "dloss_dy": local(lambda v: ((v - t) ** 2).mean(), y),
+              "dy_dz2": local(torch.sigmoid, z2), "dh_dz1": local(torch.tanh, z1)}
+    grads = {"loss": loss.grad, "y": y.grad, "z2": z2.grad, "W2": fc2.weight.grad, "b2": fc2.bias.grad, "h": h.grad,
+             "z1": z1.grad, "W1": fc1.weight.grad, "b1": fc1.bias.grad}
+    return ({(k, "value"): v.detach() for k, v in values.items()} | {(k, "grad"): g for k, g in grads.items()})
+
+
+def at(reference: dict, tensor: str, kind: str, index: str) -> float:
+    """The reference number a page element names (data-tensor, data-kind, data-index)."""
+    return reference[(tensor, kind)][tuple(int(i) for i in index.split(",")) if index else ()].item()
+
+
+def check_printed(text: str, expected: float, where: str) -> None:
+    """``text`` is ``expected`` as printed: to at least 4 significant digits, within half a unit of its last digit
+    (an integer must be exact)."""
+    m = re.fullmatch(r"-?(\d+)(?:\.(\d+))?(?:e([+-]?\d+))?", text)
+    assert m, f"{where}: {text!r} is not a number"
+    if m.group(2) is None and m.group(3) is None:
+        assert float(text) == expected, f"{where}: shows {text}, expected exactly {expected!r}"
+        return
+    digits = (m.group(1) + (m.group(2) or "")).lstrip("0")
+    assert len(digits) >= 4, f"{where}: {text!r} has fewer than 4 significant digits"
+    half_unit = 0.5 * 10.0 ** (int(m.group(3) or 0) - len(m.group(2) or ""))
+    assert abs(float(text) - expected) <= half_unit * (1 + 1e-9), \
+        f"{where}: shows {text}, but the reference is {expected!r} (allowed: half a unit of the last digit)"
+
+
+# ---- build_walk, without a browser ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("seed", [0, SEED])
+def test_build_walk_equals_autograd(seed):
+    walk, reference = build_walk(seed), autograd_reference(seed)
+    assert set(walk["tensors"]) == set(GIVEN + FORWARD + LOCAL)
+    for name, t in walk["tensors"].items():
+        for kind in ("value", "grad"):
+            if kind not in t:
+                assert (name, kind) not in reference, f"build_walk lost dL/d{name}"
+                continue
+            got = torch.tensor(t[kind], dtype=torch.float64)
+            want = reference[(name, kind)]
+            assert got.shape == want.shape, f"{name} {kind}: shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+            torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-15, msg=f"{name} {kind} differs from torch")
+    assert set(BACKWARD) == {name for name, t in walk["tensors"].items() if "grad" in t}
+
+
+def test_build_walk_steps_reveal_forward_then_backward_in_order():
+    steps = build_walk(SEED)["steps"]
+    assert [s["phase"] for s in steps] == ["start"] + ["forward"] * 5 + ["backward"] * 9
+    assert steps[0]["reveal"] == [[name, "value"] for name in GIVEN]
+    assert [s["reveal"] for s in steps[1:6]] == [[[name, "value"]] for name in FORWARD]
+    assert [s["reveal"] for s in steps[6:]] == [[[name, "grad"]] for name in BACKWARD]
+    assert [(s["number"], s["of"]) for s in steps[6:]] == [(k, 9) for k in range(1, 10)]
+
+
+def test_build_walk_arithmetic_adds_up_and_uses_only_what_is_known():
+    """Every step's written-out arithmetic gives the number it reveals, and uses only numbers already revealed
+    (or local derivatives): a gradient is used only once complete, in reverse topological order."""
+    walk = build_walk(SEED)
+    tensors = walk["tensors"]
+
+    def number(ref):
+        v = tensors[ref[0]][ref[1]]
+        for i in filter(None, ref[2].split(",")):
+            v = v[int(i)]
+        return v
+
+    known = set()
+    for k, step in enumerate(walk["steps"]):
+        new = {tuple(r) for r in step["reveal"]}
+        for e in step["entries"]:
+            assert tuple(e["result"][:2]) in new, f"step {k}: {e['label']} is not what the step reveals"
+            if "fn" in e:
+                used, got = [e["arg"]], {"tanh": math.tanh, "sigmoid": lambda v: 1 / (1 + math.exp(-v))}[e["fn"]](
+                    number(e["arg"]))
+            elif "mse" in e:
+                used = [r for pair in e["mse"] for r in pair]
+                got = sum((number(y) - number(t)) ** 2 for y, t in e["mse"]) / len(e["mse"])
+            elif e["terms"]:
+                used = [f for term in e["terms"] for f in term]
+                got = sum(math.prod(number(f) for f in term) for term in e["terms"])
+            else:
+                used, got = [], 1.0  # dL/dL
+            assert got == pytest.approx(number(e["result"]), rel=1e-12, abs=1e-15), f"step {k}: {e['label']}"
+            for ref in used:
+                assert tuple(ref[:2]) in known or ref[0] in LOCAL, \
+                    f"step {k}: {e['label']} uses {ref}, which the walk has not revealed yet"
+        if step["phase"] == "backward":
+            assert step["ask"] == step["entries"][0]["result"]
+        known |= new
+
+
+def test_page_is_one_file_that_asks_nothing_of_the_network(tmp_path):
+    page = write_page(tmp_path / "sub" / "page.html", seed=SEED)
+    html = page.read_text(encoding="utf-8")
+    assert "@@" not in html, "a slot of page.html was left unfilled"
+    assert not re.search(r"<(link|img|iframe)\b|\bsrc=|@import|url\(['\"]?(https?:)?//", html), \
+        "the page loads something from elsewhere"
+    assert set(re.findall(r"https?://[^\s\"'`)]+", html)) <= {"http://www.w3.org/2000/svg"}, \
+        "the page names an address other than the SVG namespace"
+
+
+# ---- the page in headless Chromium -----------------------------------------------------------------------
+
+CHROMIUM_FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--no-first-run", "--window-size=1440,1300"]
+INSTALL = "apt-get install chromium chromium-driver"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """One headless Chromium for this file's tests, driven by selenium with Debian's chromedriver."""
+    if os.environ.get("HANDGRAD_SKIP_BROWSER") == "1":
+        pytest.skip("HANDGRAD_SKIP_BROWSER=1: the page is not opened in a browser")
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    chromedriver = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+    missing = [p for p in (chromium, chromedriver) if not os.access(p, os.X_OK)]
+    if missing:
+        pytest.fail(f"{' and '.join(missing)} not found: the step-through page is tested in a real browser; "
+                    f"install Debian's with `{INSTALL}` (or set HANDGRAD_SKIP_BROWSER=1 to skip on purpose)",
+                    pytrace=False)
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        pytest.fail("selenium is not installed: pip install -e '.[dev]' (or set HANDGRAD_SKIP_BROWSER=1 to skip "
+                    "on purpose)", pytrace=False)
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    with tempfile.TemporaryDirectory(prefix="handgrad-chromium-") as profile, pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SE_OFFLINE", "1")  # selenium-manager must never try to download a browser or a driver
+        options.add_argument(f"--user-data-dir={profile}")
+        driver = webdriver.Chrome(service=Service(chromedriver), options=options)
+        try:
+            yield driver
+        finally:
+            driver.quit()
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory) -> Path:
+    return write_page(tmp_path_factory.mktemp("page") / "xor.html", seed=SEED)
+
+
+# Every element that names a number: [tensor, kind, index, text, visible].
+NUMBERS_JS = """
+return Array.from(document.querySelectorAll('[data-tensor]')).map(e => [e.dataset.tensor, e.dataset.kind,
+  e.dataset.index, e.textContent, e.checkVisibility({visibilityProperty: true, opacityProperty: true})]);
+"""
+# The page's visible text with every number element taken out: no decimal number may be left in it.
+TEXT_WITHOUT_NUMBERS_JS = """
+const clone = document.body.cloneNode(true);
+clone.querySelectorAll('[data-tensor], script').forEach(e => e.remove());
+return clone.innerText;
+"""
+
+
+def open_page(browser, page: Path) -> None:
+    browser.get(page.as_uri())
+    assert browser.execute_script("return document.querySelectorAll('[data-tensor]').length") > 100, \
+        "the page drew no numbers (a script error?)"
+
+
+def visible_numbers(browser, reference: dict, where: str) -> set[tuple[str, str, str]]:
+    """Check every visible number against the reference; -> the (tensor, kind, index) of those visible."""
+    shown = set()
+    for tensor, kind, index, text, visible in browser.execute_script(NUMBERS_JS):
+        assert kind in ("value", "grad"), f"{where}: {tensor}[{index}] has data-kind {kind!r}"
+        if visible:
+            check_printed(text, at(reference, tensor, kind, index), f"{where}, {kind} of {tensor}[{index}]")
+            shown.add((tensor, kind, index))
+    return shown
+
+
+def expected_pairs(step: int) -> set[tuple[str, str]]:
+    """The (tensor, kind) pairs shown on the graph once ``step`` (0 = the start) is reached."""
+    values = GIVEN + FORWARD[:min(step, 5)]
+    return {(v, "value") for v in values} | {(g, "grad") for g in BACKWARD[:max(0, step - 5)]}
+
+
+def test_page_walks_forward_then_backward_and_shows_autograds_numbers(browser, page):
+    reference = autograd_reference(SEED)
+    open_page(browser, page)
+    nxt, back = browser.find_element("id", "next"), browser.find_element("id", "back")
+    assert not back.is_enabled()
+    states = []
+    for step in range(15):
+        where = f"step {step}"
+        shown = visible_numbers(browser, reference, where)
+        pairs = {(t, k) for t, k, _ in shown}
+        if step <= 5:
+            assert not any(k == "grad" for _, k in pairs), f"{where}: a gradient is visible before the backward pass"
+        # exactly what has been reached, besides the local derivatives of the step's own arithmetic
+        assert pairs - {(name, "value") for name in LOCAL} == expected_pairs(step), where
+        new = expected_pairs(step) - (expected_pairs(step - 1) if step else set())
+        for tensor, kind in new:  # every entry of the newly revealed tensor is on the graph
+            indices = {i for t, k, i in shown if (t, k) == (tensor, kind)}
+            assert len(indices) == max(1, math.prod(reference[(tensor, kind)].shape)), f"{where}: {tensor} {kind}"
+        heading = ("Start" if step == 0 else f"Forward, step {step} of 5" if step <= 5
+                   else f"Backward, step {step - 5} of 9")
+        assert heading in browser.find_element("id", "steps").text, where
+        stray = re.findall(r"-?\d*\.\d+", browser.execute_script(TEXT_WITHOUT_NUMBERS_JS))
+        assert not stray, f"{where}: numbers shown outside a data-tensor element: {stray}"
+        states.append(shown)
+        assert nxt.is_enabled() == (step < 14), where
+        if step < 14:
+            nxt.click()
+    assert back.is_enabled()
+
+    # Back undoes a step exactly (here the first weight gradient), Next redoes it
+    for _ in range(14 - 9):
+        back.click()
+    assert visible_numbers(browser, reference, "step 9") == states[9]
+    back.click()
+    assert visible_numbers(browser, reference, "back to step 8") == states[8]
+    assert not any(t == "W2" and k == "grad" for t, k, _ in states[8])
+    nxt.click()
+    assert visible_numbers(browser, reference, "step 9 again") == states[9]
+
+    # every number on the page, shown or not, equals torch's (values) or torch.autograd's (gradients)
+    for tensor, kind, index, text, _ in browser.execute_script(NUMBERS_JS):
+        check_printed(text, at(reference, tensor, kind, index), f"{kind} of {tensor}[{index}]")
+
+
+def test_page_predict_first_asks_before_revealing(browser, page):
+    reference = autograd_reference(SEED)
+    open_page(browser, page)
+    browser.find_element("id", "predict").click()
+    nxt = browser.find_element("id", "next")
+    for _ in range(5 + 2 + 2 + 1):  # the forward pass, dL/dL and dL/dy (each asked, then shown), then dL/dz2
+        nxt.click()
+    # now asked for dL/dz2[0,0], with dL/dz2 nowhere to be seen
+    ask = browser.find_element("id", "ask")
+    assert ask.is_displayed() and "dL/dz2[0,0]" in ask.text
+    assert not any(t == "z2" and k == "grad" for t, k, _ in visible_numbers(browser, reference, "asking"))
+    guess, verdict = browser.find_element("id", "guess"), browser.find_element("id", "verdict")
+    answer = reference[("z2", "grad")][0, 0].item()
+    for typed, word in ((f"{answer * 1.1:.3g}", "Not quite"), (f"{answer:.3g}", "Right")):
+        guess.clear()
+        guess.send_keys(typed)
+        browser.find_element("id", "check").click()
+        assert verdict.text.startswith(word), f"typed {typed} for {answer}: {verdict.text!r}"
+    nxt.click()
+    assert not ask.is_displayed()
+    shown = visible_numbers(browser, reference, "after the answer")
+    assert ("z2", "grad", "0,0") in shown
