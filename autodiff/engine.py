@@ -81,7 +81,12 @@ class Tensor:
         if isinstance(data, torch.Tensor):
             data = data.detach()  # our own tensor object (sharing storage), so its .grad is ours
         else:
-            data = torch.as_tensor(data, dtype=torch.get_default_dtype())
+            try:
+                data = torch.as_tensor(data, dtype=torch.get_default_dtype())
+            except (TypeError, ValueError, RuntimeError) as e:
+                raise TypeError(f"autodiff.Tensor: cannot make a tensor of numbers from {type(data).__name__} "
+                                f"{data!r:.60} ({e}); give a number, a (nested) list of numbers, or a torch.Tensor"
+                                ) from None
         if requires_grad and not (data.is_floating_point() or data.is_complex()):
             raise TypeError(f"only floating-point tensors can require gradients, got dtype {data.dtype}")
         self.data = data
@@ -137,17 +142,25 @@ class Tensor:
         extra = f", op={self._op!r}" if self._op else (", requires_grad=True" if self.requires_grad else "")
         return f"Tensor({body}{extra})"
 
-    def _lift(self, x) -> "Tensor":
-        """The other operand as a Tensor.  A Python number becomes a 0-d tensor of *our* dtype (on the
-        CPU, which torch combines with any device), so 0.1 stays the float64 0.1 in float64 math."""
+    def _lift(self, x, op: str) -> "Tensor":
+        """The other operand of ``op`` as a Tensor.  A Python number becomes a 0-d tensor of *our* dtype (on the
+        CPU, which torch combines with any device), so 0.1 stays the float64 0.1 in float64 math.
+
+        A torch.Tensor becomes a constant.  One that requires grad is refused: torch.autograd's graph and this
+        engine's are separate, so it would silently get no gradient."""
         if isinstance(x, Tensor):
             return x
         if isinstance(x, numbers.Number) and not isinstance(x, bool):
             dtype = self.dtype if self.data.is_floating_point() else torch.get_default_dtype()
             return Tensor._wrap(torch.tensor(x, dtype=dtype), False, (), "")
+        if isinstance(x, torch.Tensor) and x.requires_grad:
+            raise TypeError(f"{op}: the other operand is a torch.Tensor that requires grad (shape {tuple(x.shape)}, "
+                            f"{x.dtype}); the engine cannot give it a gradient (torch.autograd's graph is another "
+                            f"one). Wrap it as autodiff.Tensor(t, requires_grad=True) and read its gradient from "
+                            f"that Tensor's .grad, or pass t.detach() to use it as a constant")
         if isinstance(x, (torch.Tensor, list, tuple)):
             return Tensor(x)
-        raise TypeError(f"cannot combine an autodiff Tensor with {type(x).__name__}")
+        raise TypeError(f"{op}: cannot combine an autodiff Tensor with {type(x).__name__}")
 
     @classmethod
     def _wrap(cls, data: torch.Tensor, requires_grad: bool, prev: tuple, op: str) -> "Tensor":
@@ -166,6 +179,9 @@ class Tensor:
         are recorded here and checked by ``Tensor.backward`` before ``backward`` runs.
         """
         if is_grad_enabled() and any(p.requires_grad for p in parents):
+            for p in parents:
+                if p.requires_grad and p.data.dtype != data.dtype:
+                    raise _mixed_dtypes(op, parents, p, data.dtype)
             out = Tensor._wrap(data, True, parents, op)
             out._backward = backward
             out._saved = tuple((name, t, t._version) for name, t in saved if t is not None)
@@ -186,7 +202,7 @@ class Tensor:
     # -- arithmetic (broadcasting) ---------------------------------------------------------------------
 
     def __add__(self, other) -> "Tensor":
-        a, b = self, self._lift(other)
+        a, b = self, self._lift(other, "add")
 
         def backward(g):  # d(a+b)/da = d(a+b)/db = 1
             if a.requires_grad:
@@ -196,7 +212,7 @@ class Tensor:
         return self._make(a.data + b.data, (a, b), "add", backward)
 
     def __mul__(self, other) -> "Tensor":
-        a, b = self, self._lift(other)
+        a, b = self, self._lift(other, "mul")
         ad, bd = a.data, b.data
 
         def backward(g):  # d(ab)/da = b, d(ab)/db = a
@@ -213,7 +229,7 @@ class Tensor:
         return self._make(-a.data, (a,), "neg", lambda g: _accum(a, -g))
 
     def __sub__(self, other) -> "Tensor":
-        a, b = self, self._lift(other)
+        a, b = self, self._lift(other, "sub")
 
         def backward(g):  # d(a-b)/da = 1, d(a-b)/db = -1
             if a.requires_grad:
@@ -223,7 +239,7 @@ class Tensor:
         return self._make(a.data - b.data, (a, b), "sub", backward)
 
     def __truediv__(self, other) -> "Tensor":
-        a, b = self, self._lift(other)
+        a, b = self, self._lift(other, "div")
 
         ad, bd = a.data, b.data
 
@@ -244,7 +260,7 @@ class Tensor:
             def backward(g):  # d(a^p)/da = p a^(p-1)
                 _accum(a, g * p * ad ** (p - 1))
             return self._make(ad ** p, (a,), "pow", backward, (("its input a", ad),))
-        b = self._lift(exponent)
+        b = self._lift(exponent, "pow")
         bd = b.data
         out_data = ad ** bd
 
@@ -264,24 +280,27 @@ class Tensor:
         return self * other
 
     def __rsub__(self, other) -> "Tensor":
-        return self._lift(other) - self
+        return self._lift(other, "sub") - self
 
     def __rtruediv__(self, other) -> "Tensor":
-        return self._lift(other) / self
+        return self._lift(other, "div") / self
 
     def __rpow__(self, other) -> "Tensor":
-        return self._lift(other) ** self
+        return self._lift(other, "pow") ** self
 
     # -- matrix product ------------------------------------------------------------------------------
 
     def __matmul__(self, other) -> "Tensor":
         """As torch.matmul: 1-D operands are promoted (and the added dimension removed), batch dims broadcast."""
-        a, b = self, self._lift(other)
+        a, b = self, self._lift(other, "matmul")
         if a.data.dim() == 0 or b.data.dim() == 0:
             raise ValueError(f"matmul: both operands need at least one dimension, got shapes "
                              f"{tuple(a.shape)} and {tuple(b.shape)}")
         ad, bd = a.data, b.data
-        out = ad @ bd
+        try:
+            out = ad @ bd
+        except RuntimeError as e:
+            raise _matmul_error(ad, bd, e) from e
 
         def backward(g):
             A = ad.unsqueeze(0) if ad.dim() == 1 else ad  # (..., n, k)
@@ -304,7 +323,7 @@ class Tensor:
                            ("its input b", bd if a.requires_grad else None)))
 
     def __rmatmul__(self, other) -> "Tensor":
-        return self._lift(other) @ self
+        return self._lift(other, "matmul") @ self
 
     # -- element-wise functions ----------------------------------------------------------------------
 
@@ -451,6 +470,36 @@ class Tensor:
             for node in topo:
                 if node._op:
                     node._backward, node._prev, node._released, node._saved = None, (), True, ()
+
+
+def _mixed_dtypes(op: str, parents: tuple[Tensor, ...], p: Tensor, out_dtype: torch.dtype) -> TypeError:
+    """The error for an op whose result's dtype differs from that of an operand that requires grad: its gradient
+    would have the result's dtype, which torch refuses to store in that operand's .grad (in backward, far from
+    here).  torch.autograd converts such gradients; this engine asks for one dtype instead."""
+    dtypes = " and ".join(str(q.data.dtype) for q in parents)
+    return TypeError(f"{op}: operands of dtypes {dtypes} give a {out_dtype} result, so the {p.data.dtype} operand "
+                     f"(shape {tuple(p.shape)}), which requires grad, would receive a {out_dtype} gradient; the "
+                     f"engine does not convert gradients between dtypes: give both operands the same dtype "
+                     f"(autodiff.Tensor(t.to({out_dtype}), ...), or build the model with dtype={out_dtype})")
+
+
+def _matmul_error(ad: torch.Tensor, bd: torch.Tensor, e: RuntimeError) -> Exception:
+    """torch's "mat1 and mat2 shapes cannot be multiplied (2x3 and 5x3)" (or its dtype complaint) as one line
+    naming both shapes (or dtypes); any other failure as torch said it."""
+    if ad.dtype != bd.dtype:
+        return TypeError(f"matmul: operands of dtypes {ad.dtype} and {bd.dtype} (shapes {tuple(ad.shape)} and "
+                         f"{tuple(bd.shape)}); a matrix product takes one dtype: give both operands the same dtype")
+    inner_b = bd.shape[0] if bd.dim() == 1 else bd.shape[-2]
+    if ad.shape[-1] != inner_b:
+        why = (f"the last dimension of the first ({ad.shape[-1]}) must equal the "
+               f"{'only' if bd.dim() == 1 else 'second-to-last'} dimension of the second ({inner_b})")
+    else:
+        try:
+            torch.broadcast_shapes(ad.shape[:-2], bd.shape[:-2])
+            return e
+        except RuntimeError:
+            why = f"their batch dimensions {tuple(ad.shape[:-2])} and {tuple(bd.shape[:-2])} do not broadcast"
+    return ValueError(f"matmul: shapes {tuple(ad.shape)} and {tuple(bd.shape)} cannot be multiplied: {why}")
 
 
 def _accum(node: Tensor, g: torch.Tensor, fresh: bool = True) -> None:
