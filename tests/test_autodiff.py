@@ -514,8 +514,9 @@ def test_a_torch_tensor_that_requires_grad_is_refused_saying_how_to_wrap_it(fn):
     """It would silently get no gradient (b.grad stayed None): the engine's graph is not torch.autograd's."""
     a = Tensor(torch.rand(3, 3, dtype=f64) + 0.5, requires_grad=True)
     b = torch.rand(3, 3, dtype=f64, requires_grad=True)
-    with pytest.raises(TypeError, match=r"a torch.Tensor that requires grad \(shape \(3, 3\), torch.float64\); the "
-                                        r"engine cannot give it a gradient .* autodiff.Tensor\(t, requires_grad=True\)"):
+    with pytest.raises(TypeError, match=r"a torch.Tensor that requires grad \(shape \(3, 3\), torch.float64\); "
+                                        r"the engine cannot give it a gradient .* "
+                                        r"autodiff.Tensor\(t, requires_grad=True\)"):
         fn(a, b)
     assert b.grad is None
     # wrapped, it gets autograd's gradient; detached, it is a constant

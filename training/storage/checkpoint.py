@@ -136,8 +136,8 @@ def _refuse_truncated(path: Path, data: bytes) -> None:
         raise UsageError(f"--resume {path} is truncated: it has {len(data)} bytes, but it was written with "
                          f"{expected} (the last {expected - len(data)} are missing: a copy or download cut short?); "
                          f"resume from an intact copy or start again")
-    raise UsageError(f"--resume {path} is truncated: it begins as a checkpoint does (a zip archive) but its {len(data)} "
-                     f"bytes end before the archive does (a checkpoint written before format 5 does not record its "
+    raise UsageError(f"--resume {path} is truncated: it begins as a checkpoint does (a zip archive) but its "
+                     f"{len(data)} bytes end before the archive does (a checkpoint written before format 5 does not record its "
                      f"size, so how much is missing is unknown); resume from an intact copy or start again")
 
 
