@@ -10,7 +10,9 @@ closures in reverse.
 Where gradients live: on ``tensor.data.grad`` (exposed as ``tensor.grad``), so
 handgrad's optimizers -- torch.optim.Optimizer subclasses -- update engine
 parameters directly.  Leaves accumulate gradients across backward calls, as in
-PyTorch; a non-leaf's ``.grad`` holds its gradient from the latest backward.
+PyTorch; a non-leaf's ``.grad`` holds its gradient from the latest backward (a view's -- ``W.T``, a reshape --
+may share memory with its input's, as their data does: that spares the engine Linear's ``x @ W.T`` a copy of
+every weight gradient).  Two leaves never share a gradient tensor.
 Unlike micrograd, the closures are released after backward (so is the memory
 they hold) unless ``retain_graph=True``.
 
@@ -35,6 +37,7 @@ from __future__ import annotations
 import math
 import numbers
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from contextlib import ContextDecorator
 
@@ -73,7 +76,8 @@ def _unbroadcast(g: torch.Tensor, shape: torch.Size) -> torch.Tensor:
 class Tensor:
     """A node of the graph: ``data`` (a torch.Tensor), ``grad``, ``requires_grad``, and how it was made."""
 
-    __slots__ = ("data", "requires_grad", "_prev", "_backward", "_op", "_released", "_saved", "__weakref__")
+    __slots__ = ("data", "requires_grad", "_prev", "_backward", "_op", "_released", "_saved", "_owns_grad",
+                 "__weakref__")
 
     def __init__(self, data, requires_grad: bool = False, *, _prev: tuple = (), _op: str = ""):
         if isinstance(data, Tensor):
@@ -96,6 +100,7 @@ class Tensor:
         self._op = _op
         self._released = False
         self._saved = ()
+        self._owns_grad = False
 
     # -- plumbing -----------------------------------------------------------------------------------
 
@@ -167,7 +172,7 @@ class Tensor:
         """Fast constructor for an op's result (a tensor no one else holds: no conversion, no detach)."""
         out = cls.__new__(cls)
         out.data, out.requires_grad, out._prev, out._op = data, requires_grad, prev, op
-        out._backward, out._released, out._saved = None, False, ()
+        out._backward, out._released, out._saved, out._owns_grad = None, False, (), False
         return out
 
     def _make(self, data: torch.Tensor, parents: tuple["Tensor", ...], op: str,
@@ -399,21 +404,33 @@ class Tensor:
     def reshape(self, *shape) -> "Tensor":
         a = self
         shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)) else shape
-        return self._make(a.data.reshape(shape), (a,), "reshape", lambda g: _accum(a, g.reshape(a.shape), fresh=False))
+        return self._view(a.data.reshape(shape), "reshape", lambda g: g.reshape(a.shape))
 
     view = reshape
 
     def transpose(self, dim0: int, dim1: int) -> "Tensor":
         a = self
-        return self._make(a.data.transpose(dim0, dim1), (a,), "transpose",
-                          lambda g: _accum(a, g.transpose(dim0, dim1), fresh=False))
+        return self._view(a.data.transpose(dim0, dim1), "transpose", lambda g: g.transpose(dim0, dim1))
 
     @property
     def T(self) -> "Tensor":
         """Dimensions reversed (for a matrix: its transpose)."""
         a = self
         perm = tuple(reversed(range(a.data.dim())))
-        return self._make(a.data.permute(perm), (a,), "T", lambda g: _accum(a, g.permute(perm), fresh=False))
+        return self._view(a.data.permute(perm), "T", lambda g: g.permute(perm))
+
+    def _view(self, data: torch.Tensor, op: str, back: Callable[[torch.Tensor], torch.Tensor]) -> "Tensor":
+        """A view op (reshape, transpose, T): ``back`` lays its gradient out as its input's.  The gradient is
+        handed on without a copy when it is this node's own (``_owns_grad``: no other node holds it), so
+        ``(x @ W.T)`` gives W its gradient without copying it: W.grad then shares memory with W.T's .grad, as
+        W's data does with W.T's."""
+        a = self
+
+        def backward(g):
+            _accum(a, back(g), fresh=node()._owns_grad)
+        out = self._make(data, (a,), op, backward)
+        node = weakref.ref(out)  # not out itself: the closure would hold its own node, a cycle only gc frees
+        return out
 
     def __getitem__(self, index) -> "Tensor":
         a = self
@@ -503,13 +520,19 @@ def _matmul_error(ad: torch.Tensor, bd: torch.Tensor, e: RuntimeError) -> Except
 
 
 def _accum(node: Tensor, g: torch.Tensor, fresh: bool = True) -> None:
-    """node.grad += g.  ``fresh=False`` says g may be shared with another node, so a leaf gets a copy."""
+    """node.grad += g.  ``fresh=False`` says g may be held by another node too: a leaf then gets a copy (two leaves
+    never share a gradient tensor, which an in-place change such as clipping would write through), and a non-leaf
+    keeps g but records that it is not its own (``_owns_grad``), so that a view op hands it on copied."""
     if not node.requires_grad:
         return
     if node.data.grad is None:
-        node.data.grad = g if fresh or node._op else g.clone()
+        if node._op:
+            node.data.grad, node._owns_grad = g, fresh
+        else:
+            node.data.grad = g if fresh else g.clone()
     else:
         node.data.grad = node.data.grad + g  # out of place: never writes into a tensor another node holds
+        node._owns_grad = True
 
 
 def _topological_order(root: Tensor, every_node: bool = False) -> list[Tensor]:
