@@ -10,11 +10,12 @@ closures in reverse.
 Where gradients live: on ``tensor.data.grad`` (exposed as ``tensor.grad``), so
 handgrad's optimizers -- torch.optim.Optimizer subclasses -- update engine
 parameters directly.  Leaves accumulate gradients across backward calls, as in
-PyTorch; a non-leaf's ``.grad`` holds its gradient from the latest backward (a view's -- ``W.T``, a reshape --
-may share memory with its input's, as their data does: that spares the engine Linear's ``x @ W.T`` a copy of
-every weight gradient).  Two leaves never share a gradient tensor.
-Unlike micrograd, the closures are released after backward (so is the memory
-they hold) unless ``retain_graph=True``.
+PyTorch; a non-leaf's ``.grad`` holds its gradient from the latest backward.
+Two leaves never share a gradient tensor; a view's (``W.T``, a reshape) may
+share memory with its input's, as their data does: that spares the engine
+Linear's ``x @ W.T`` a copy of every weight gradient.  Unlike micrograd, the
+closures are released after backward (so is the memory they hold) unless
+``retain_graph=True``.
 
 In-place changes are caught, as torch.autograd catches them.  A closure reads the
 torch tensors its op saw in the forward (captured then, not looked up again through
