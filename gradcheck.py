@@ -26,6 +26,13 @@ random state, so a layer that draws (dropout) draws the same mask each time; buf
 forward updates (running statistics) and existing ``.grad``s are restored afterwards.
 A layer that cannot be traced by autograd must say so (``autograd_opaque = True``);
 for any other layer a failure of the autograd oracle is an error, never a silent pass.
+
+Two faults the numbers of one backward cannot show are checked too.  Backward runs a second
+time on parameters whose ``.grad`` already holds a random tensor: it must *add* its gradient
+(``+=``), or a reused layer and gradient accumulation over micro-batches come out wrong;
+``self.weight.grad = dW`` is reported by the parameter's name.  And backward is handed
+copies of dout, compared afterwards: a backward that changes dout in place (``dout[mask] = 0``)
+hands the layer before it changed values in a network, and is reported too.
 """
 from __future__ import annotations
 
@@ -69,17 +76,19 @@ class GradResult:
     actual: float  # hand-written gradient at worst_index
     rtol: float
     fast: bool = False
+    problem: str | None = None  # a fault the numbers alone do not show: .grad overwritten, dout changed in place
 
     @property
     def passed(self) -> bool:
         ok_auto = self.rel_autograd is None or self.rel_autograd < self.rtol
-        return self.rel_numeric < self.rtol and ok_auto
+        return self.rel_numeric < self.rtol and ok_auto and self.problem is None
 
     def describe(self) -> str:
         auto = "n/a (opaque to autograd)" if self.rel_autograd is None else f"{self.rel_autograd:.2e}"
         where = "worst random projection" if self.fast else f"worst at index {self.worst_index}"
-        return (f"{self.name} {self.tensor}: rel error {self.rel_numeric:.2e} vs numeric, {auto} vs autograd; "
+        text = (f"{self.name} {self.tensor}: rel error {self.rel_numeric:.2e} vs numeric, {auto} vs autograd; "
                 f"{where}: numeric {self.expected:.10g}, hand-written {self.actual:.10g}")
+        return text if self.problem is None else f"{text}; {self.problem}"
 
 
 def rel_error(a: Tensor, b: Tensor) -> float:
@@ -229,6 +238,12 @@ def check_layer(layer: Layer, x: Tensor | tuple, dout: Tensor | tuple | None = N
     dout (the upstream gradient(s)) defaults to seeded random tensors, so every entry of the Jacobian
     contributes.  The layer's existing ``.grad``s and buffers are left as they were.  ``fast=True``:
     random projections (see the module docstring).
+
+    Backward also runs once more on ``.grad``s pre-filled with random values (it must add to them) and is
+    given copies of dout (it must not change them): a fault is a failed ``GradResult`` whose ``problem`` says
+    which parameter's ``.grad`` was overwritten, or which dout was changed.  An exception inside backward (a
+    shape bug: torch's bare "mat1 and mat2 shapes cannot be multiplied") is raised again naming the layer,
+    the shapes of dout it was given and of the gradients it should give.
     """
     if not (callable(getattr(layer, "forward", None)) and callable(getattr(layer, "backward", None))):
         raise TypeError(f"gradcheck: check_layer needs a layer, an object with forward(x) and backward(dout) "
@@ -261,6 +276,24 @@ def check_layer(layer: Layer, x: Tensor | tuple, dout: Tensor | tuple | None = N
         return [t if _checked(t) else None for t in torch.utils._pytree.tree_leaves(out)]
 
     saved = [p.grad for _, p in params]
+
+    def run_backward(douts: list) -> object:
+        """layer.backward on copies of ``douts`` (each one's change in place is reported); a failure inside it is
+        re-raised naming the layer and the shapes it was given and should give back."""
+        copies = [None if d is None else d.clone() for d in douts]
+        dargs = torch.utils._pytree.tree_unflatten(copies, out_spec)
+        dargs = dargs if isinstance(dargs, tuple) else (dargs,)
+        try:
+            grads = layer.backward(*dargs, need_input_grad=True) if asks_dx else layer.backward(*dargs)
+        except (RuntimeError, ValueError, TypeError, IndexError) as e:
+            raise _placed(e, f"gradcheck {owner}: {type(layer).__name__}.backward failed, "
+                             f"{_backward_shapes(douts, in_names, in_leaves, checked, params)}: ") from e
+        for i, (d, c) in enumerate(zip(douts, copies)):
+            if d is not None and not torch.equal(d, c):
+                changed[f"dout[{i}]" if len(douts) > 1 else "dout"] = (c - d).abs().max().item()
+        return grads
+
+    changed: dict[str, float] = {}  # dout name -> the largest change backward made to it in place
     try:
         with torch.no_grad():
             out = forward(in_leaves)
@@ -279,9 +312,7 @@ def check_layer(layer: Layer, x: Tensor | tuple, dout: Tensor | tuple | None = N
             p.grad = None
         with torch.no_grad():
             forward(in_leaves)
-            dargs = torch.utils._pytree.tree_unflatten(douts, out_spec)
-            dargs = dargs if isinstance(dargs, tuple) else (dargs,)
-            grads = layer.backward(*dargs, need_input_grad=True) if asks_dx else layer.backward(*dargs)
+            grads = run_backward(douts)
         grad_leaves = torch.utils._pytree.tree_leaves(grads if multi else (grads,), is_leaf=lambda t: t is None)
         if len(grad_leaves) != len(in_leaves):
             raise TypeError(f"gradcheck {owner}: backward returned {len(grad_leaves)} gradients for "
@@ -297,6 +328,23 @@ def check_layer(layer: Layer, x: Tensor | tuple, dout: Tensor | tuple | None = N
             if i in checked:
                 hand[n] = g
         hand.update({n: torch.zeros_like(p) if p.grad is None else p.grad.clone() for n, p in params})
+        received = {n for n, p in params if p.grad is not None}
+
+        # Again, on .grads that already hold something (of the gradient's size, so that adding loses no digits of
+        # a small gradient): backward must add to them.
+        g = torch.Generator(device="cpu").manual_seed(seed + 3)
+        before = {n: torch.randn(p.shape, generator=g, dtype=p.dtype).to(p.device)
+                  * (hand[n].abs().max().item() or 1.0) for n, p in params}
+        for n, p in params:
+            p.grad = before[n].clone()
+        with torch.no_grad():
+            forward(in_leaves)
+            run_backward(douts)
+        problems = {n: _accumulation_problem(n, p.grad, before[n], hand[n], rtol) for n, p in params
+                    if n in received}
+        if changed:
+            first = next(iter(tensors))
+            problems[first] = "; ".join(p for p in (problems.get(first), _dout_problem(changed)) if p)
         for _, p in params:
             p.grad = None
 
@@ -316,14 +364,62 @@ def check_layer(layer: Layer, x: Tensor | tuple, dout: Tensor | tuple | None = N
                 return sum((o * d).sum().item() for o, d in zip(outs, douts) if o is not None and d is not None)
 
         if fast:
-            return [_fast_result(owner, n, hand[n], f, t, auto[n], rtol, eps, seed + 7 + i)
-                    for i, (n, t) in enumerate(tensors.items())]
-        return [_result(owner, n, hand[n], numeric_grad(f, t, eps), auto[n], rtol) for n, t in tensors.items()]
+            results = [_fast_result(owner, n, hand[n], f, t, auto[n], rtol, eps, seed + 7 + i)
+                       for i, (n, t) in enumerate(tensors.items())]
+        else:
+            results = [_result(owner, n, hand[n], numeric_grad(f, t, eps), auto[n], rtol) for n, t in tensors.items()]
+        for r in results:
+            r.problem = problems.get(r.tensor)
+        return results
     finally:
         for (_, p), gsave in zip(params, saved):
             p.grad = gsave
         for b, value in buffers:
             b.copy_(value)
+
+
+def _accumulation_problem(name: str, after: Tensor | None, before: Tensor, grad: Tensor, rtol: float) -> str | None:
+    """What is wrong with ``name``.grad after a backward that found ``before`` there and should have added ``grad``
+    (the gradient it gave from an empty .grad), or None."""
+    if after is None:
+        return f"backward set {name}.grad to None, dropping the gradient it held: add into it ({name}.grad += ...)"
+    if after.shape != before.shape:
+        return f"backward left {name}.grad of shape {tuple(after.shape)}, but {name} has shape {tuple(before.shape)}"
+    if rel_error(after - before, grad) < rtol:
+        return None
+    if rel_error(after, grad) < rtol:
+        return (f"backward overwrites {name}.grad instead of adding to it: a reused layer or accumulated "
+                f"micro-batches lose all but the last gradient; write {name}.grad += ... (or "
+                f"{name}.grad = {name}.grad + ... where it may be None), not {name}.grad = ...")
+    return (f"backward does not add its gradient to what {name}.grad held (with .grad pre-filled, .grad after minus "
+            f"before is {rel_error(after - before, grad):.2e} from the gradient it gives from an empty .grad)")
+
+
+def _dout_problem(changed: dict[str, float]) -> str:
+    names = ", ".join(f"{n} (by up to {v:.3g})" for n, v in changed.items())
+    return (f"backward changed its upstream gradient {names} in place: in a network the layer before it would "
+            f"receive changed values; compute into a new tensor (dout * mask, not dout.mul_(mask) or dout[...] = 0)")
+
+
+def _backward_shapes(douts: list, in_names: list[str], in_leaves: list, checked: list[int],
+                     params: list[tuple[str, Tensor]]) -> str:
+    """"given dout of shape (2, 5) (its output's); it should return dx of shape (2, 3) and leave weight.grad (5, 3),
+    bias.grad (5,)": what check_layer handed a backward and what it expects back."""
+    given = [tuple(d.shape) for d in douts if d is not None]
+    given_text = (f"given dout of shape {given[0]}" if len(given) == 1
+                  else f"given douts of shapes {', '.join(map(str, given))}") + " (the shape of its output)"
+    wants = [f"d{in_names[i]} of shape {tuple(in_leaves[i].shape)}" for i in checked]
+    wants += [f"{n}.grad of shape {tuple(p.shape)}" for n, p in params]
+    return f"{given_text}; it should give {', '.join(wants)}" if wants else given_text
+
+
+def _placed(e: Exception, where: str) -> Exception:
+    """``e`` with ``where`` in front of its message, of the same type (``e`` itself if its type takes other
+    arguments)."""
+    try:
+        return type(e)(where + str(e))
+    except Exception:
+        return e
 
 
 def check_loss(loss_fn, input: Tensor, target: Tensor, *, eps: float = EPS, rtol: float = RTOL,

@@ -25,6 +25,7 @@ try:  # importing torch takes seconds: Ctrl-C then is an interruption like any o
     from optimizers import OPTIMIZERS
     from training import (DATASETS, DTYPES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, IMPL_GROUPS, IMPLS, MODELS,
                           SCHEDULES, TEXT_DATASETS, RunFailed, TrainConfig, UsageError, run)
+    from training.config import parse_val_split
     from training.storage.checkpoint import saved_model
 except KeyboardInterrupt:
     print("\ninterrupted", file=sys.stderr)
@@ -52,6 +53,13 @@ def _path(text: str) -> Path:
     if not text:  # Path("") is the current folder, never what an empty argument meant
         raise argparse.ArgumentTypeError("is empty; give a path")
     return Path(text)
+
+
+def _val_split(text: str) -> int | float:
+    try:
+        return parse_val_split(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _eval_iters(text: str) -> int | str:
@@ -116,7 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
       help="steps between logged metrics and --monitor records (each epoch's last step and, with --monitor, the "
            "run's first are recorded too)")
     a("--val-interval", type=int, default=d["val_interval"].default, help="epochs between validations")
-    a("--val-split", type=int, default=None, help="training samples held out for validation (default: 10%%; 0: none)")
+    a("--val-split", type=_val_split, default=None, metavar="N|FRACTION|PERCENT",
+      help="training samples held out for validation: a count (6000), a fraction (0.1) or a percentage (10%%) of "
+           "them (default: 10%%; 0: none)")
     a("--clip-grad", type=float, default=None, metavar="MAX_NORM",
       help="clip the total gradient norm to MAX_NORM (default: no clipping for images, 1.0 for text)")
     a("--limit-train", type=int, default=None, metavar="N", help="use the first N training samples (default: all)")

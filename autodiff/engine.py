@@ -11,8 +11,11 @@ Where gradients live: on ``tensor.data.grad`` (exposed as ``tensor.grad``), so
 handgrad's optimizers -- torch.optim.Optimizer subclasses -- update engine
 parameters directly.  Leaves accumulate gradients across backward calls, as in
 PyTorch; a non-leaf's ``.grad`` holds its gradient from the latest backward.
-Unlike micrograd, the closures are released after backward (so is the memory
-they hold) unless ``retain_graph=True``.
+Two leaves never share a gradient tensor; a view's (``W.T``, a reshape) may
+share memory with its input's, as their data does: that spares the engine
+Linear's ``x @ W.T`` a copy of every weight gradient.  Unlike micrograd, the
+closures are released after backward (so is the memory they hold) unless
+``retain_graph=True``.
 
 In-place changes are caught, as torch.autograd catches them.  A closure reads the
 torch tensors its op saw in the forward (captured then, not looked up again through
@@ -35,6 +38,7 @@ from __future__ import annotations
 import math
 import numbers
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from contextlib import ContextDecorator
 
@@ -73,7 +77,8 @@ def _unbroadcast(g: torch.Tensor, shape: torch.Size) -> torch.Tensor:
 class Tensor:
     """A node of the graph: ``data`` (a torch.Tensor), ``grad``, ``requires_grad``, and how it was made."""
 
-    __slots__ = ("data", "requires_grad", "_prev", "_backward", "_op", "_released", "_saved", "__weakref__")
+    __slots__ = ("data", "requires_grad", "_prev", "_backward", "_op", "_released", "_saved", "_owns_grad",
+                 "__weakref__")
 
     def __init__(self, data, requires_grad: bool = False, *, _prev: tuple = (), _op: str = ""):
         if isinstance(data, Tensor):
@@ -81,7 +86,12 @@ class Tensor:
         if isinstance(data, torch.Tensor):
             data = data.detach()  # our own tensor object (sharing storage), so its .grad is ours
         else:
-            data = torch.as_tensor(data, dtype=torch.get_default_dtype())
+            try:
+                data = torch.as_tensor(data, dtype=torch.get_default_dtype())
+            except (TypeError, ValueError, RuntimeError) as e:
+                raise TypeError(f"autodiff.Tensor: cannot make a tensor of numbers from {type(data).__name__} "
+                                f"{data!r:.60} ({e}); give a number, a (nested) list of numbers, or a torch.Tensor"
+                                ) from None
         if requires_grad and not (data.is_floating_point() or data.is_complex()):
             raise TypeError(f"only floating-point tensors can require gradients, got dtype {data.dtype}")
         self.data = data
@@ -91,6 +101,7 @@ class Tensor:
         self._op = _op
         self._released = False
         self._saved = ()
+        self._owns_grad = False
 
     # -- plumbing -----------------------------------------------------------------------------------
 
@@ -137,24 +148,32 @@ class Tensor:
         extra = f", op={self._op!r}" if self._op else (", requires_grad=True" if self.requires_grad else "")
         return f"Tensor({body}{extra})"
 
-    def _lift(self, x) -> "Tensor":
-        """The other operand as a Tensor.  A Python number becomes a 0-d tensor of *our* dtype (on the
-        CPU, which torch combines with any device), so 0.1 stays the float64 0.1 in float64 math."""
+    def _lift(self, x, op: str) -> "Tensor":
+        """The other operand of ``op`` as a Tensor.  A Python number becomes a 0-d tensor of *our* dtype (on the
+        CPU, which torch combines with any device), so 0.1 stays the float64 0.1 in float64 math.
+
+        A torch.Tensor becomes a constant.  One that requires grad is refused: torch.autograd's graph and this
+        engine's are separate, so it would silently get no gradient."""
         if isinstance(x, Tensor):
             return x
         if isinstance(x, numbers.Number) and not isinstance(x, bool):
             dtype = self.dtype if self.data.is_floating_point() else torch.get_default_dtype()
             return Tensor._wrap(torch.tensor(x, dtype=dtype), False, (), "")
+        if isinstance(x, torch.Tensor) and x.requires_grad:
+            raise TypeError(f"{op}: the other operand is a torch.Tensor that requires grad (shape {tuple(x.shape)}, "
+                            f"{x.dtype}); the engine cannot give it a gradient (torch.autograd's graph is another "
+                            f"one). Wrap it as autodiff.Tensor(t, requires_grad=True) and read its gradient from "
+                            f"that Tensor's .grad, or pass t.detach() to use it as a constant")
         if isinstance(x, (torch.Tensor, list, tuple)):
             return Tensor(x)
-        raise TypeError(f"cannot combine an autodiff Tensor with {type(x).__name__}")
+        raise TypeError(f"{op}: cannot combine an autodiff Tensor with {type(x).__name__}")
 
     @classmethod
     def _wrap(cls, data: torch.Tensor, requires_grad: bool, prev: tuple, op: str) -> "Tensor":
         """Fast constructor for an op's result (a tensor no one else holds: no conversion, no detach)."""
         out = cls.__new__(cls)
         out.data, out.requires_grad, out._prev, out._op = data, requires_grad, prev, op
-        out._backward, out._released, out._saved = None, False, ()
+        out._backward, out._released, out._saved, out._owns_grad = None, False, (), False
         return out
 
     def _make(self, data: torch.Tensor, parents: tuple["Tensor", ...], op: str,
@@ -166,6 +185,9 @@ class Tensor:
         are recorded here and checked by ``Tensor.backward`` before ``backward`` runs.
         """
         if is_grad_enabled() and any(p.requires_grad for p in parents):
+            for p in parents:
+                if p.requires_grad and p.data.dtype != data.dtype:
+                    raise _mixed_dtypes(op, parents, p, data.dtype)
             out = Tensor._wrap(data, True, parents, op)
             out._backward = backward
             out._saved = tuple((name, t, t._version) for name, t in saved if t is not None)
@@ -186,7 +208,7 @@ class Tensor:
     # -- arithmetic (broadcasting) ---------------------------------------------------------------------
 
     def __add__(self, other) -> "Tensor":
-        a, b = self, self._lift(other)
+        a, b = self, self._lift(other, "add")
 
         def backward(g):  # d(a+b)/da = d(a+b)/db = 1
             if a.requires_grad:
@@ -196,7 +218,7 @@ class Tensor:
         return self._make(a.data + b.data, (a, b), "add", backward)
 
     def __mul__(self, other) -> "Tensor":
-        a, b = self, self._lift(other)
+        a, b = self, self._lift(other, "mul")
         ad, bd = a.data, b.data
 
         def backward(g):  # d(ab)/da = b, d(ab)/db = a
@@ -213,7 +235,7 @@ class Tensor:
         return self._make(-a.data, (a,), "neg", lambda g: _accum(a, -g))
 
     def __sub__(self, other) -> "Tensor":
-        a, b = self, self._lift(other)
+        a, b = self, self._lift(other, "sub")
 
         def backward(g):  # d(a-b)/da = 1, d(a-b)/db = -1
             if a.requires_grad:
@@ -223,7 +245,7 @@ class Tensor:
         return self._make(a.data - b.data, (a, b), "sub", backward)
 
     def __truediv__(self, other) -> "Tensor":
-        a, b = self, self._lift(other)
+        a, b = self, self._lift(other, "div")
 
         ad, bd = a.data, b.data
 
@@ -244,7 +266,7 @@ class Tensor:
             def backward(g):  # d(a^p)/da = p a^(p-1)
                 _accum(a, g * p * ad ** (p - 1))
             return self._make(ad ** p, (a,), "pow", backward, (("its input a", ad),))
-        b = self._lift(exponent)
+        b = self._lift(exponent, "pow")
         bd = b.data
         out_data = ad ** bd
 
@@ -264,24 +286,27 @@ class Tensor:
         return self * other
 
     def __rsub__(self, other) -> "Tensor":
-        return self._lift(other) - self
+        return self._lift(other, "sub") - self
 
     def __rtruediv__(self, other) -> "Tensor":
-        return self._lift(other) / self
+        return self._lift(other, "div") / self
 
     def __rpow__(self, other) -> "Tensor":
-        return self._lift(other) ** self
+        return self._lift(other, "pow") ** self
 
     # -- matrix product ------------------------------------------------------------------------------
 
     def __matmul__(self, other) -> "Tensor":
         """As torch.matmul: 1-D operands are promoted (and the added dimension removed), batch dims broadcast."""
-        a, b = self, self._lift(other)
+        a, b = self, self._lift(other, "matmul")
         if a.data.dim() == 0 or b.data.dim() == 0:
             raise ValueError(f"matmul: both operands need at least one dimension, got shapes "
                              f"{tuple(a.shape)} and {tuple(b.shape)}")
         ad, bd = a.data, b.data
-        out = ad @ bd
+        try:
+            out = ad @ bd
+        except RuntimeError as e:
+            raise _matmul_error(ad, bd, e) from e
 
         def backward(g):
             A = ad.unsqueeze(0) if ad.dim() == 1 else ad  # (..., n, k)
@@ -304,7 +329,7 @@ class Tensor:
                            ("its input b", bd if a.requires_grad else None)))
 
     def __rmatmul__(self, other) -> "Tensor":
-        return self._lift(other) @ self
+        return self._lift(other, "matmul") @ self
 
     # -- element-wise functions ----------------------------------------------------------------------
 
@@ -380,21 +405,33 @@ class Tensor:
     def reshape(self, *shape) -> "Tensor":
         a = self
         shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)) else shape
-        return self._make(a.data.reshape(shape), (a,), "reshape", lambda g: _accum(a, g.reshape(a.shape), fresh=False))
+        return self._view(a.data.reshape(shape), "reshape", lambda g: g.reshape(a.shape))
 
     view = reshape
 
     def transpose(self, dim0: int, dim1: int) -> "Tensor":
         a = self
-        return self._make(a.data.transpose(dim0, dim1), (a,), "transpose",
-                          lambda g: _accum(a, g.transpose(dim0, dim1), fresh=False))
+        return self._view(a.data.transpose(dim0, dim1), "transpose", lambda g: g.transpose(dim0, dim1))
 
     @property
     def T(self) -> "Tensor":
         """Dimensions reversed (for a matrix: its transpose)."""
         a = self
         perm = tuple(reversed(range(a.data.dim())))
-        return self._make(a.data.permute(perm), (a,), "T", lambda g: _accum(a, g.permute(perm), fresh=False))
+        return self._view(a.data.permute(perm), "T", lambda g: g.permute(perm))
+
+    def _view(self, data: torch.Tensor, op: str, back: Callable[[torch.Tensor], torch.Tensor]) -> "Tensor":
+        """A view op (reshape, transpose, T): ``back`` lays its gradient out as its input's.  The gradient is
+        handed on without a copy when it is this node's own (``_owns_grad``: no other node holds it), so
+        ``(x @ W.T)`` gives W its gradient without copying it: W.grad then shares memory with W.T's .grad, as
+        W's data does with W.T's."""
+        a = self
+
+        def backward(g):
+            _accum(a, back(g), fresh=node()._owns_grad)
+        out = self._make(data, (a,), op, backward)
+        node = weakref.ref(out)  # not out itself: the closure would hold its own node, a cycle only gc frees
+        return out
 
     def __getitem__(self, index) -> "Tensor":
         a = self
@@ -453,14 +490,50 @@ class Tensor:
                     node._backward, node._prev, node._released, node._saved = None, (), True, ()
 
 
+def _mixed_dtypes(op: str, parents: tuple[Tensor, ...], p: Tensor, out_dtype: torch.dtype) -> TypeError:
+    """The error for an op whose result's dtype differs from that of an operand that requires grad: its gradient
+    would have the result's dtype, which torch refuses to store in that operand's .grad (in backward, far from
+    here).  torch.autograd converts such gradients; this engine asks for one dtype instead."""
+    dtypes = " and ".join(str(q.data.dtype) for q in parents)
+    return TypeError(f"{op}: operands of dtypes {dtypes} give a {out_dtype} result, so the {p.data.dtype} operand "
+                     f"(shape {tuple(p.shape)}), which requires grad, would receive a {out_dtype} gradient; the "
+                     f"engine does not convert gradients between dtypes: give both operands the same dtype "
+                     f"(autodiff.Tensor(t.to({out_dtype}), ...), or build the model with dtype={out_dtype})")
+
+
+def _matmul_error(ad: torch.Tensor, bd: torch.Tensor, e: RuntimeError) -> Exception:
+    """torch's "mat1 and mat2 shapes cannot be multiplied (2x3 and 5x3)" (or its dtype complaint) as one line
+    naming both shapes (or dtypes); any other failure as torch said it."""
+    if ad.dtype != bd.dtype:
+        return TypeError(f"matmul: operands of dtypes {ad.dtype} and {bd.dtype} (shapes {tuple(ad.shape)} and "
+                         f"{tuple(bd.shape)}); a matrix product takes one dtype: give both operands the same dtype")
+    inner_b = bd.shape[0] if bd.dim() == 1 else bd.shape[-2]
+    if ad.shape[-1] != inner_b:
+        why = (f"the last dimension of the first ({ad.shape[-1]}) must equal the "
+               f"{'only' if bd.dim() == 1 else 'second-to-last'} dimension of the second ({inner_b})")
+    else:
+        try:
+            torch.broadcast_shapes(ad.shape[:-2], bd.shape[:-2])
+            return e
+        except RuntimeError:
+            why = f"their batch dimensions {tuple(ad.shape[:-2])} and {tuple(bd.shape[:-2])} do not broadcast"
+    return ValueError(f"matmul: shapes {tuple(ad.shape)} and {tuple(bd.shape)} cannot be multiplied: {why}")
+
+
 def _accum(node: Tensor, g: torch.Tensor, fresh: bool = True) -> None:
-    """node.grad += g.  ``fresh=False`` says g may be shared with another node, so a leaf gets a copy."""
+    """node.grad += g.  ``fresh=False`` says g may be held by another node too: a leaf then gets a copy (two leaves
+    never share a gradient tensor, which an in-place change such as clipping would write through), and a non-leaf
+    keeps g but records that it is not its own (``_owns_grad``), so that a view op hands it on copied."""
     if not node.requires_grad:
         return
     if node.data.grad is None:
-        node.data.grad = g if fresh or node._op else g.clone()
+        if node._op:
+            node.data.grad, node._owns_grad = g, fresh
+        else:
+            node.data.grad = g if fresh else g.clone()
     else:
         node.data.grad = node.data.grad + g  # out of place: never writes into a tensor another node holds
+        node._owns_grad = True
 
 
 def _topological_order(root: Tensor, every_node: bool = False) -> list[Tensor]:

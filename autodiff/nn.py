@@ -1,7 +1,10 @@
 """Neural-network pieces built on the engine: Linear, ReLU, Tanh, Sequential, MLP and the default Net.
 
-Every forward here is ordinary engine arithmetic (``x @ W + b``, ``x.relu()``); the
+Every forward here is ordinary engine arithmetic (``x @ W.T + b``, ``x.relu()``); the
 gradients come from the engine's per-operation closures, not from code in this file.
+Every parameter has torch.nn's name, shape and layout (a Linear's weight is (out_features,
+in_features), as nn.Linear's), so ``named_parameters()``, each ``.grad``, an optimizer's state
+and ``state_dict()`` pair with the nn.Module twin's by name and by position.
 """
 from __future__ import annotations
 
@@ -41,8 +44,8 @@ class Module:
         return self.forward(x)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """torch tensors in nn.Linear's layout (weights (out, in)), sharing storage with the parameters."""
-        return {name: (p.data.t() if name.endswith("weight") else p.data) for name, p in self.named_parameters()}
+        """The parameters' torch tensors under torch.nn's names (the tensors themselves, not copies)."""
+        return {name: p.data for name, p in self.named_parameters()}
 
     def load_state_dict(self, state_dict: Mapping[str, torch.Tensor]) -> None:
         own = self.state_dict()
@@ -57,25 +60,47 @@ class Module:
                 dst.copy_(state_dict[k])
 
     def to(self, device=None, dtype=None) -> "Module":
+        """Move and/or convert every parameter in place: ``to(torch.float64)``, ``to("cuda")``,
+        ``to(device=..., dtype=...)``.
+
+        As nn.Module.to does, each parameter keeps its torch tensor (only that tensor's ``.data`` is replaced), so
+        an optimizer built before still holds the tensors that backward fills.  (Its state, once it has stepped,
+        keeps the old dtype and device, as torch.optim's does: build the optimizer after ``to``.)
+        """
+        if isinstance(device, torch.dtype):  # to(torch.float64)
+            device, dtype = None, device
+        if dtype is not None and not (dtype.is_floating_point or dtype.is_complex):
+            raise TypeError(f"{type(self).__name__}.to: parameters must stay floating-point (they take gradients), "
+                            f"got dtype {dtype}; convert the input instead")
         for p in self.parameters():
-            p.data = p.data.to(device=device, dtype=dtype)
+            t = p.data
+            t.data = t.data.to(device=device, dtype=dtype)
+            if t.grad is not None:
+                t.grad = t.grad.to(device=device, dtype=dtype)
         return self
 
 
 class Linear(Module):
-    """out = x @ weight + bias, weight (in, out) laid out in memory as nn.Linear's (out, in); nn.Linear's init."""
+    """out = x @ weight.T + bias, weight (out_features, in_features) as nn.Linear's; nn.Linear's init.
+
+    (CS231n writes the same layer as x @ W + b with W (in, out): that W is this weight's transpose.)
+    """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, device=None, dtype=None):
         w, b = torch_default_params((out_features, in_features), bias, device=device, dtype=dtype)
-        self.weight = Tensor(w.t(), requires_grad=True)  # (in, out)
-        self.bias = Tensor(b, requires_grad=True) if bias else None
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = Tensor(w, requires_grad=True)  # (out, in)
+        self.bias = Tensor(b, requires_grad=True) if bias else None  # (out,)
 
     def forward(self, x: Tensor) -> Tensor:
-        out = x @ self.weight  # (N, out)
+        if x.ndim == 0 or x.shape[-1] != self.in_features:
+            raise ValueError(f"{self!r}: input has shape {tuple(x.shape)}, expected (N, {self.in_features}): its "
+                             f"last dimension must be in_features={self.in_features}")
+        out = x @ self.weight.T  # (N, in) @ (in, out) -> (N, out)
         return out + self.bias if self.bias is not None else out
 
     def __repr__(self) -> str:
-        return f"Linear({self.weight.shape[0]}, {self.weight.shape[1]})"
+        return f"Linear({self.in_features}, {self.out_features})"
 
 
 class ReLU(Module):

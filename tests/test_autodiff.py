@@ -66,7 +66,7 @@ def test_matmul_shapes(sa, sb):
 
 
 def test_matmul_with_transposed_operand():
-    w = torch.randn(5, 4, dtype=f64).t()  # column-major (4, 5), the engine Linear's layout
+    w = torch.randn(5, 4, dtype=f64).t()  # column-major (4, 5), as W.T in the engine Linear's x @ W.T
     compare(lambda a, b: a @ b, (3, 4), w)
 
 
@@ -151,6 +151,43 @@ def test_two_leaves_never_share_a_gradient_tensor():
     (a + b).sum().backward()
     a.grad.mul_(10)  # e.g. gradient clipping in place
     assert b.grad.tolist() == [1.0, 1.0]
+
+
+def test_a_transposed_weight_gets_its_gradient_without_a_copy_and_two_leaves_still_never_share():
+    """x @ W.T (the engine Linear's forward): W's gradient is W.T's, transposed back, with no copy (a copy of every
+    weight gradient cost the engine's step 15-20%); where the gradient a view received is also another node's, the
+    leaf gets a copy, so an in-place change to one leaf's .grad never reaches another's."""
+    g = torch.Generator().manual_seed(0)
+    w_raw, x_raw = torch.randn(5, 3, generator=g, dtype=f64), torch.randn(4, 3, generator=g, dtype=f64)
+    w = Tensor(w_raw, requires_grad=True)
+    wt = w.T
+    (Tensor(x_raw) @ wt).sum().backward()
+    ref = w_raw.clone().requires_grad_()
+    (x_raw @ ref.T).sum().backward()
+    assert torch.equal(w.grad, ref.grad) and w.grad.is_contiguous()
+    assert w.grad.untyped_storage().data_ptr() == wt.grad.untyped_storage().data_ptr()  # a view, as W.T is of W
+    for make in (lambda a, b: a.T + b.T, lambda a, b: a.reshape(15) + b.reshape(15),
+                 lambda a, b: a.transpose(0, 1) - b.transpose(0, 1)):
+        a, b = Tensor(w_raw.clone(), requires_grad=True), Tensor(w_raw.clone(), requires_grad=True)
+        make(a, b).sum().backward()  # add/sub hand the same gradient tensor to both views
+        assert a.grad.untyped_storage().data_ptr() != b.grad.untyped_storage().data_ptr()
+        a.grad.mul_(10)  # e.g. clipping in place
+        assert b.grad.abs().max().item() == 1.0
+
+
+def test_a_view_op_node_is_freed_without_the_cycle_collector():
+    import gc
+    import weakref
+    x = Tensor([[1.0, 2.0]], requires_grad=True)
+    gc.disable()
+    try:
+        for view in (lambda t: t.T, lambda t: t.reshape(2), lambda t: t.transpose(0, 1)):
+            y = view(x)
+            ref = weakref.ref(y)
+            del y
+            assert ref() is None
+    finally:
+        gc.enable()
 
 
 def test_chain_of_100000_operations():
@@ -251,9 +288,9 @@ def test_engine_net_gradients_equal_hand_written_and_autograd():
     assert abs(loss_eng.item() - loss_ref.item()) < 1e-12 and abs(loss_hand.item() - loss_ref.item()) < 1e-12
     hand = dict(net.named_parameters())
     eng_p = dict(eng.named_parameters())
-    for name, p in twin.named_parameters():
-        t = (lambda g: g.t()) if name.endswith("weight") else (lambda g: g)
-        for label, g in (("engine", t(eng_p[name].grad)), ("hand", hand[name].grad)):
+    assert [(n, p.shape) for n, p in eng_p.items()] == [(n, p.shape) for n, p in twin.named_parameters()]
+    for name, p in twin.named_parameters():  # each .grad as exposed, in torch's layout: no transpose
+        for label, g in (("engine", eng_p[name].grad), ("hand", hand[name].grad)):
             assert ((g - p.grad).abs().max() / p.grad.abs().max()).item() < 1e-12, (label, name)
 
 
@@ -408,3 +445,163 @@ def test_unchanged_saved_tensors_pass_and_retain_graph_checks_again():
     x.data.add_(1.0)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         y.backward()
+
+
+# -- the engine's parameters in torch's layout (issue 29) -------------------------------------------------------
+
+def square_and_non_square():
+    """The default Net's shape with every hidden layer square (16 -> 16 -> 16 -> 10), and one all square: a
+    transposed weight, gradient or optimizer state would go unnoticed by shape alone there."""
+    return [dict(hidden_size=16, num_classes=10, in_features=12, depth=2),
+            dict(hidden_size=16, num_classes=16, in_features=16, depth=2)]
+
+
+@pytest.mark.parametrize("kw", square_and_non_square(), ids=["mixed", "square"])
+def test_engine_parameters_have_nn_linear_names_shapes_and_gradients(kw):
+    torch.manual_seed(0)
+    eng, twin = EngineNet(**kw, dtype=f64), PytorchNet(**kw, dtype=f64)
+    twin.load_state_dict(eng.state_dict())
+    assert [(n, p.shape) for n, p in eng.named_parameters()] == [(n, p.shape) for n, p in twin.named_parameters()]
+    assert all(p.data.is_contiguous() for p in eng.parameters())  # the tensor itself, not a transposed view
+    for (n, p), (_, q) in zip(eng.named_parameters(), twin.named_parameters()):
+        assert p.data.data_ptr() == eng.state_dict()[n].data_ptr() and torch.equal(p.data, q.detach()), n
+    x, y = torch.randn(8, kw["in_features"], dtype=f64), torch.randint(0, kw["num_classes"], (8,))
+    cross_entropy(eng(x), y).backward()
+    torch.nn.functional.cross_entropy(twin(x), y).backward()
+    for (n, p), (_, q) in zip(eng.named_parameters(), twin.named_parameters()):
+        assert p.grad.shape == q.grad.shape, n
+        assert ((p.grad - q.grad).abs().max() / q.grad.abs().max()).item() < 1e-10, n
+
+
+TORCH_OPTIMS = [("SGD", dict(lr=0.1, momentum=0.9, nesterov=True)), ("RMSprop", dict(lr=0.01, momentum=0.5,
+                centered=True)), ("Adam", dict(lr=0.01, amsgrad=True)), ("AdamW", dict(lr=0.01)),
+                ("Adagrad", dict(lr=0.1))]
+
+
+def _train(model, opt, steps, g, engine):
+    for _ in range(steps):
+        x, y = torch.randn(8, 16, generator=g, dtype=f64), torch.randint(0, 16, (8,), generator=g)
+        opt.zero_grad()
+        if engine:
+            cross_entropy(model(x), y).backward()
+        else:
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+
+@pytest.mark.parametrize("name,kw", TORCH_OPTIMS, ids=[n for n, _ in TORCH_OPTIMS])
+@pytest.mark.parametrize("direction", ["torch->engine", "engine->torch"])
+def test_optimizer_state_moves_between_torch_optim_and_the_engine_through_the_model(name, kw, direction):
+    """torch.optim's state after 3 steps loads into handgrad's optimizer over the engine model (or the reverse),
+    and 3 more steps equal torch's own: the state maps by position onto parameters of the same layout."""
+    arch = square_and_non_square()[1]  # every weight square: a transposed state would load without complaint
+    torch.manual_seed(0)
+    eng, twin, ref = EngineNet(**arch, dtype=f64), PytorchNet(**arch, dtype=f64), PytorchNet(**arch, dtype=f64)
+    twin.load_state_dict(eng.state_dict())
+    ref.load_state_dict(eng.state_dict())
+    ref_opt = getattr(torch.optim, name)(ref.parameters(), **kw)
+    _train(ref, ref_opt, 3, torch.Generator().manual_seed(1), engine=False)
+    if direction == "torch->engine":
+        first, first_opt = twin, getattr(torch.optim, name)(twin.parameters(), **kw)
+        second, second_opt = eng, getattr(optimizers, name)(eng.parameters(), **kw)
+    else:
+        first, first_opt = eng, getattr(optimizers, name)(eng.parameters(), **kw)
+        second, second_opt = twin, getattr(torch.optim, name)(twin.parameters(), **kw)
+    _train(first, first_opt, 3, torch.Generator().manual_seed(1), engine=first is eng)
+    second.load_state_dict(first.state_dict())
+    second_opt.load_state_dict(first_opt.state_dict())
+    g = torch.Generator().manual_seed(2)
+    _train(second, second_opt, 3, g, engine=second is eng)
+    _train(ref, ref_opt, 3, torch.Generator().manual_seed(2), engine=False)
+    for k, v in ref.state_dict().items():
+        assert ((second.state_dict()[k] - v).abs().max() / v.abs().max()).item() < 1e-10, k
+
+
+def test_to_keeps_the_parameter_tensors_so_an_optimizer_built_before_still_steps():
+    """nn.Module.to keeps each parameter's identity; so does the engine's: the optimizer built before ``to`` holds
+    the tensors backward fills (it used to say "call backward first" after a backward)."""
+    torch.manual_seed(0)
+    eng = EngineNet(hidden_size=16, depth=1)
+    twin = PytorchNet(hidden_size=16, depth=1)
+    twin.load_state_dict(eng.state_dict())
+    opt, ref_opt = optimizers.Adam(eng.parameters(), lr=1e-2), torch.optim.Adam(twin.parameters(), lr=1e-2)
+    before = [p.data for p in eng.parameters()]
+    assert eng.to(torch.float64) is eng and twin.to(torch.float64) is twin
+    assert all(p.data is t and t.dtype == f64 for p, t in zip(eng.parameters(), before))
+    x, y = torch.randn(4, 784, dtype=f64), torch.randint(0, 10, (4,))
+    cross_entropy(eng(x), y).backward()
+    torch.nn.functional.cross_entropy(twin(x), y).backward()
+    opt.step()
+    ref_opt.step()
+    for k, v in twin.state_dict().items():
+        assert ((eng.state_dict()[k] - v).abs().max() / v.abs().max()).item() < 1e-10, k
+    eng.to(dtype=torch.float32)  # .grad follows its parameter, as in nn.Module.to
+    assert all(p.dtype == torch.float32 and p.grad.dtype == torch.float32 for p in eng.parameters())
+    with pytest.raises(TypeError, match="parameters must stay floating-point .* got dtype torch.int64; convert the "
+                                        "input instead"):
+        eng.to(torch.int64)
+
+
+# -- misuse: refused in one line naming the problem (issue 34) ----------------------------------------------------
+
+@pytest.mark.parametrize("fn", [lambda a, b: a * b, lambda a, b: b * a, lambda a, b: a + b, lambda a, b: b - a,
+                                lambda a, b: a / b, lambda a, b: a @ b, lambda a, b: b @ a, lambda a, b: a ** b],
+                         ids=["mul", "rmul", "add", "rsub", "div", "matmul", "rmatmul", "pow"])
+def test_a_torch_tensor_that_requires_grad_is_refused_saying_how_to_wrap_it(fn):
+    """It would silently get no gradient (b.grad stayed None): the engine's graph is not torch.autograd's."""
+    a = Tensor(torch.rand(3, 3, dtype=f64) + 0.5, requires_grad=True)
+    b = torch.rand(3, 3, dtype=f64, requires_grad=True)
+    with pytest.raises(TypeError, match=r"a torch.Tensor that requires grad \(shape \(3, 3\), torch.float64\); "
+                                        r"the engine cannot give it a gradient .* "
+                                        r"autodiff.Tensor\(t, requires_grad=True\)"):
+        fn(a, b)
+    assert b.grad is None
+    # wrapped, it gets autograd's gradient; detached, it is a constant
+    wrapped = Tensor(b, requires_grad=True)
+    fn(a, wrapped).sum().backward()
+    ref_a, ref_b = a.data.clone().requires_grad_(), b.detach().clone().requires_grad_()
+    fn(ref_a, ref_b).sum().backward()
+    assert (wrapped.grad - ref_b.grad).abs().max().item() < 1e-12
+    assert (a.grad - ref_a.grad).abs().max().item() < 1e-12
+    fn(a, b.detach())
+
+
+@pytest.mark.parametrize("fn", [lambda a, b: a * b, lambda a, b: b + a, lambda a, b: a / b, lambda a, b: a - b],
+                         ids=["mul", "radd", "div", "sub"])
+def test_operands_of_two_float_dtypes_are_refused_at_the_forward_naming_both(fn):
+    """float32 and float64 passed the forward and failed in backward with torch's grad_dtype message."""
+    a = Tensor(torch.randn(3, 3), requires_grad=True)
+    b = Tensor(torch.randn(3, 3, dtype=f64))
+    with pytest.raises(TypeError, match=r"operands of dtypes torch.float(32|64) and torch.float(32|64) give a "
+                                        r"torch.float64 result, so the torch.float32 operand \(shape \(3, 3\)\), "
+                                        r"which requires grad, would receive a torch.float64 gradient"):
+        fn(a, b)
+    c = Tensor(torch.randn(3, 3, dtype=f64), requires_grad=True)  # the float64 one takes a float64 gradient: fine
+    fn(c, Tensor(torch.randn(3, 3))).sum().backward()
+    assert c.grad.dtype == f64
+    with no_grad():  # no graph, no gradient: torch's promotion
+        assert fn(a, b).dtype == f64
+
+
+def test_a_wrong_input_size_names_the_layer_and_both_shapes():
+    net = EngineNet(hidden_size=8, depth=1)
+    with pytest.raises(ValueError, match=r"^Linear\(784, 8\): input has shape \(2, 3\), expected \(N, 784\)"):
+        net(Tensor(torch.randn(2, 3)))
+    with pytest.raises(ValueError, match=r"^matmul: shapes \(2, 3\) and \(5, 3\) cannot be multiplied: the last "
+                                        r"dimension of the first \(3\) must equal the second-to-last dimension of the "
+                                        r"second \(5\)$"):
+        Tensor(torch.randn(2, 3)) @ torch.randn(5, 3)
+    with pytest.raises(ValueError, match=r"matmul: shapes \(2, 2, 3\) and \(3, 3, 4\) cannot be multiplied: their "
+                                         r"batch dimensions \(2,\) and \(3,\) do not broadcast"):
+        Tensor(torch.randn(2, 2, 3)) @ torch.randn(3, 3, 4)
+    with pytest.raises(TypeError, match=r"matmul: operands of dtypes torch.float32 and torch.float64 \(shapes \(2, 3\) "
+                                        r"and \(3, 4\)\); a matrix product takes one dtype"):
+        Tensor(torch.randn(2, 3), requires_grad=True) @ torch.randn(3, 4, dtype=f64)
+
+
+@pytest.mark.parametrize("data", [["a"], "abc", {"x": 1.0}, [[1.0, 2.0], [3.0]]], ids=["str-list", "str", "dict",
+                                                                                        "ragged"])
+def test_a_tensor_of_non_numbers_is_a_clear_type_error(data):
+    with pytest.raises(TypeError, match=r"^autodiff.Tensor: cannot make a tensor of numbers from .*; give a number, "
+                                        r"a \(nested\) list of numbers, or a torch.Tensor$"):
+        Tensor(data)

@@ -144,8 +144,9 @@ def test_fast_mode_passes_a_correct_net_and_is_cheap():
     net.forward = counting
     results = check_layer(net, torch.randn(8, 60, dtype=torch.float64), fast=True)
     assert len(results) == 7 and all(r.passed for r in results), [r.describe() for r in results if not r.passed]
-    # 2 hand/autograd forwards + 2 per direction per tensor, not 2 per element (~6,000 elements here).
-    assert calls == 3 + 2 * gradcheck.PROJECTIONS * 7
+    # 4 (douts, hand, hand again on pre-filled .grads, autograd) + 2 per direction per tensor, not 2 per element
+    # (~6,000 elements here).
+    assert calls == 4 + 2 * gradcheck.PROJECTIONS * 7
 
 
 def test_main_one_family_in_process(capsys):
@@ -158,6 +159,15 @@ def test_main_unknown_name_exits_2(capsys):
     with pytest.raises(SystemExit) as e:
         gradcheck.main(["--layer", "conv3d"])
     assert e.value.code == 2 and "unknown layer 'conv3d'" in capsys.readouterr().err
+
+
+def test_main_reports_an_overwritten_grad_as_a_failure(monkeypatch, capsys):
+    monkeypatch.setattr(gradcheck, "CASE_FAMILIES", [lambda: {"affine": [
+        lambda fast: check_layer(Affine("overwrite"), torch.randn(2, 3, dtype=torch.float64), name="Affine")]}])
+    assert gradcheck.main([]) == 1
+    captured = capsys.readouterr()
+    assert "2 passed, 1 failed" in captured.out
+    assert "FAIL: Affine weight_hh: rel error" in captured.err and "backward overwrites weight_hh.grad" in captured.err
 
 
 def test_main_exits_1_on_a_failure(monkeypatch, capsys):
@@ -220,7 +230,8 @@ class Lookup:
         return self.weight[idx]
 
     def backward(self, dout):
-        self.weight.grad = torch.zeros_like(self.weight).index_add_(0, self.idx.reshape(-1), dout.reshape(-1, 3))
+        dw = torch.zeros_like(self.weight).index_add_(0, self.idx.reshape(-1), dout.reshape(-1, 3))
+        self.weight.grad = dw if self.weight.grad is None else self.weight.grad + dw
         return torch.zeros(1) if self.gives_grad else None
 
     def parameters(self):
@@ -233,3 +244,100 @@ def test_an_integer_input_is_passed_through_and_gets_none():
     assert r.tensor == "weight" and r.passed  # named by the attribute that holds it
     with pytest.raises(TypeError, match="returned a gradient for x, which has none"):
         check_layer(Lookup(gives_grad=True), idx)
+
+
+# -- faults one backward's numbers do not show (issue 34) ----------------------------------------------------------
+
+class Affine:
+    """out = x * weight_hh + bias, with parameters() only (no named_parameters): a learner's layer.  ``bug``:
+    "overwrite" assigns weight_hh.grad where it should add; "dout" zeroes dout in place where x < 0 and
+    returns the changed dout as part of dx; "matmul", "keepdim": shape bugs in the backward."""
+
+    def __init__(self, bug: str | None = None):
+        g = torch.Generator().manual_seed(0)
+        self.weight_hh = torch.randn(3, generator=g, dtype=torch.float64)
+        self.bias = torch.randn(3, generator=g, dtype=torch.float64)
+        self.bug = bug
+
+    def forward(self, x):
+        self.x = x
+        return x * self.weight_hh + self.bias
+
+    def backward(self, dout):
+        dw = (dout * self.x).sum(0)
+        db = dout.sum(0, keepdim=self.bug == "keepdim")
+        if self.bug == "overwrite":
+            self.weight_hh.grad = dw
+        else:
+            self.weight_hh.grad = dw if self.weight_hh.grad is None else self.weight_hh.grad + dw
+        self.bias.grad = db if self.bias.grad is None else self.bias.grad + db
+        if self.bug == "dout":
+            dout.mul_(self.weight_hh)  # dx computed in place, in the caller's dout
+            return dout
+        if self.bug == "matmul":
+            return dout @ torch.ones(5, 3, dtype=torch.float64)
+        return dout * self.weight_hh
+
+    def parameters(self):
+        return [self.weight_hh, self.bias]
+
+
+def test_a_correct_layer_with_parameters_only_is_checked_under_its_attribute_names():
+    results = check_layer(Affine(), torch.randn(4, 3, dtype=torch.float64))
+    assert [r.tensor for r in results] == ["x", "weight_hh", "bias"]  # not "0", "1"
+    assert all(r.passed and r.problem is None for r in results), [r.describe() for r in results]
+
+
+def test_a_backward_that_overwrites_grad_is_reported_by_the_parameters_name():
+    """The most common learner's mistake: its gradient from an empty .grad is right, so it used to pass."""
+    results = {r.tensor: r for r in check_layer(Affine("overwrite"), torch.randn(4, 3, dtype=torch.float64))}
+    bad = results["weight_hh"]
+    assert bad.rel_numeric < 1e-7 and bad.rel_autograd < 1e-7  # the numbers alone are right
+    assert not bad.passed
+    assert bad.problem.startswith("backward overwrites weight_hh.grad instead of adding to it")
+    assert "weight_hh.grad += ..." in bad.describe()
+    assert results["x"].passed and results["bias"].passed
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_a_backward_that_changes_dout_in_place_is_reported(fast):
+    """Its dx is right (the changed dout is dx), so it used to pass; in a network the layer before would then
+    receive a changed gradient."""
+    dout = torch.randn(4, 3, dtype=torch.float64)
+    kept = dout.clone()
+    results = {r.tensor: r for r in check_layer(Affine("dout"), torch.randn(4, 3, dtype=torch.float64), dout,
+                                                 fast=fast)}
+    x = results["x"]
+    assert x.rel_numeric < 1e-7 and not x.passed
+    assert x.problem.startswith("backward changed its upstream gradient dout (by up to ")
+    assert "in place: in a network the layer before it would receive changed values" in x.problem
+    assert torch.equal(dout, kept)  # the caller's dout is untouched: backward was given a copy
+    assert results["weight_hh"].passed and results["bias"].passed
+
+
+@pytest.mark.parametrize("bug,torch_says", [("matmul", "mat1 and mat2 shapes cannot be multiplied (4x3 and 5x3)"),
+                                            ("keepdim", "attempting to assign a gradient of size '[1, 3]' to a "
+                                                        "tensor of size '[3]'")])
+def test_a_shape_bug_in_backward_names_the_layer_and_the_shapes_given_and_expected(bug, torch_says):
+    with pytest.raises(RuntimeError) as e:
+        check_layer(Affine(bug), torch.randn(4, 3, dtype=torch.float64), name="Affine")
+    msg = str(e.value)
+    assert msg.startswith("gradcheck Affine: Affine.backward failed, given dout of shape (4, 3) (the shape of its "
+                          "output); it should give dx of shape (4, 3), weight_hh.grad of shape (3,), bias.grad of "
+                          "shape (3,): ")
+    assert torch_says in msg and len(msg.splitlines()) == 1
+    assert isinstance(e.value.__cause__, RuntimeError) and torch_says in str(e.value.__cause__)  # chained
+
+
+def test_builtin_layers_add_into_grad_and_leave_dout_alone():
+    """Every built-in Linear, Conv2d, BatchNorm, LayerNorm, Embedding passes the accumulation and dout checks."""
+    from layers import BatchNorm1d, Conv2d, Embedding, LayerNorm
+    f64 = torch.float64
+    cases = [(Linear(4, 3, dtype=f64), torch.randn(2, 4, dtype=f64)),
+             (Conv2d(2, 3, 3, dtype=f64), torch.randn(2, 2, 5, 5, dtype=f64)),
+             (BatchNorm1d(3, dtype=f64), torch.randn(4, 3, dtype=f64)),
+             (LayerNorm(3, dtype=f64), torch.randn(4, 3, dtype=f64)),
+             (Embedding(5, 3, dtype=f64), torch.tensor([[0, 4, 4], [1, 0, 2]]))]
+    for layer, x in cases:
+        results = check_layer(layer, x, fast=True)
+        assert all(r.passed and r.problem is None for r in results), [r.describe() for r in results]

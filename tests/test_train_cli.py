@@ -3,6 +3,7 @@ import pytest
 import torch
 
 import train
+import training
 from training import TrainConfig, UsageError
 
 
@@ -17,7 +18,12 @@ def run(*argv):
     (["--lr", "-1"], "--lr -1.0 is out of range"),
     (["--lr", "nan"], "--lr nan is out of range"),
     (["--clip-grad", "0"], "--clip-grad 0.0 is out of range (need a positive number)"),
-    (["--val-split", "-3"], "--val-split -3 is out of range"),
+    (["--val-split", "-3"], "--val-split -3 is out of range (a count of samples is at least 0)"),
+    (["--val-split", "1.0"], "--val-split 1.0 is out of range (a fraction must be in [0, 1); for a count of samples "
+                             "give an integer, such as 6000)"),
+    (["--val-split", "150%"], "argument --val-split: invalid value '150%': give a count of samples (6000), a fraction "
+                              "in [0, 1) (0.1) or a percentage below 100% (10%)"),
+    (["--val-split", "ten"], "argument --val-split: invalid value 'ten': give a count of samples (6000)"),
     (["--dataset", "cifar"], "argument --dataset: invalid choice: 'cifar'"),
     (["--epochs", "two"], "argument --epochs: invalid int value: 'two'"),
     (["--momentum", "0.9"], "--momentum applies to sgd and rmsprop, not adam"),
@@ -80,6 +86,25 @@ def test_flags_map_onto_the_config_and_remember_what_was_given():
     negated = {"no_download", "no_plots", "no_sync_bn"}
     assert negated <= dests
     assert dests - negated - {"sanity"} <= fields
+
+
+@pytest.mark.parametrize("given,held_out", [(None, 30), ("0.1", 30), ("10%", 30), ("30", 30), ("0.41", 123),
+                                             ("12.5%", 37), ("0", 0), ("0%", 0)])
+def test_val_split_takes_a_count_a_fraction_or_a_percentage_as_its_help_says(tiny, given, held_out):
+    """--val-split 0.1 used to be "invalid int value" while --help said "default: 10%"."""
+    help_text = " ".join(train.build_parser().format_help().split())
+    assert "a count (6000), a fraction (0.1) or a percentage (10%) of them (default: 10%; 0: none)" in help_text
+    config = train.parse_config(["--data-dir", str(tiny), "--no-download"]
+                                + ([] if given is None else ["--val-split", given]))
+    data = training.load_data(config, torch.device("cpu"), torch.float32, say=lambda *a: None)
+    assert data.train_x.shape[0] == 300 - held_out  # 0.41 of 300 is 123, though 0.41 * 300 is 122.99999999999999
+    assert (data.val_x is None) if held_out == 0 else data.val_x.shape[0] == held_out
+
+
+def test_a_val_split_that_leaves_nothing_to_train_on_is_one_line(tiny, capsys):
+    assert run("--data-dir", tiny, "--val-split", "300", "--no-download", "--quiet", "--no-plots", "--dry-run") == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "train.py: error: --val-split 300 holds out 300 of the 300 training samples, leaving none to train on"
 
 
 def test_seeds_at_the_ends_of_torchs_range_train(tiny, tmp_path):

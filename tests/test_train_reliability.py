@@ -165,6 +165,93 @@ def test_flipped_bytes_in_a_checkpoint_are_refused_in_one_line(one_epoch, tiny, 
     assert f"--resume {one_epoch} is damaged: its SHA-256 is" in err and "not the" in err
 
 
+def test_a_checkpoint_records_its_own_size_near_its_start(one_epoch):
+    data = one_epoch.read_bytes()
+    assert training.storage.checkpoint.recorded_size(data) == len(data)
+    assert data.find(b"handgrad-checkpoint-bytes:") < 200  # in the archive's first record, data.pkl
+    assert torch.load(one_epoch, weights_only=True)["size"] == f"handgrad-checkpoint-bytes:{len(data):020d}"
+
+
+@pytest.mark.parametrize("missing", [3212, 40, 1, "half"])
+def test_a_truncated_checkpoint_is_refused_with_both_sizes(one_epoch, tiny, capsys, missing):
+    """It used to be "not a handgrad checkpoint (ValueError: negative seek value -3212)"."""
+    data = one_epoch.read_bytes()
+    keep = len(data) // 2 if missing == "half" else len(data) - missing
+    one_epoch.write_bytes(data[:keep])
+    capsys.readouterr()
+    assert resume(one_epoch, tiny) == 2
+    assert one_line(capsys) == (
+        f"train.py: error: --resume {one_epoch} is truncated: it has {keep} bytes, but it was written with "
+        f"{len(data)} (the last {len(data) - keep} are missing: a copy or download cut short?); resume from an "
+        f"intact copy or start again")
+
+
+def test_a_truncated_checkpoint_of_a_format_without_its_size_says_truncated(one_epoch, tiny, capsys):
+    ckpt = torch.load(one_epoch, weights_only=True)
+    del ckpt["size"]
+    ckpt["format"] = "handgrad-train-4"
+    buffer = io.BytesIO()
+    torch.save(ckpt, buffer)
+    data = training.seal(buffer.getvalue())
+    one_epoch.write_bytes(data[:-3212])
+    capsys.readouterr()
+    assert resume(one_epoch, tiny) == 2
+    err = one_line(capsys)
+    assert (f"--resume {one_epoch} is truncated: it begins as a checkpoint does (a zip archive) but its "
+            f"{len(data) - 3212} bytes end before the archive does (a checkpoint written before format 5 does not "
+            f"record its size, so how much is missing is unknown)") in err
+
+
+def test_a_changed_digest_shows_where_the_two_differ(one_epoch, tiny, capsys):
+    """Two digests that differ after their 16th hex digit used to show as two equal 16-digit prefixes."""
+    data = bytearray(one_epoch.read_bytes())
+    stored = data[-64:].decode()
+    changed = stored[:39] + ("0" if stored[39] != "0" else "1") + stored[40:]  # hex digit 40 of 64
+    data[-64:] = changed.encode()
+    one_epoch.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert resume(one_epoch, tiny) == 2
+    err = one_line(capsys)
+    assert (f"is damaged: its SHA-256 is {stored[:48]}..., not the {changed[:48]}... written with it (they first "
+            f"differ at hex digit 40 of 64)") in err
+
+
+@pytest.mark.parametrize("old_format,transposed", [("handgrad-train-3", ("manual", "engine")),
+                                                   ("handgrad-train-4", ("engine",))])
+def test_a_checkpoint_from_before_the_engine_kept_out_in_weights_resumes_as_the_run_would_have_gone_on(
+        tiny, tmp_path, capsys, old_format, transposed):
+    """Formats up to 4 kept the autodiff engine's Linear weights (and so its optimizer state) as (in, out); up to 3
+    the hand-written ones too.  --hidden 16 --depth 2 has a square (16, 16) weight: a state loaded untransposed
+    there would train silently wrong, not fail."""
+    from tests.test_train import _run_first_epoch_only
+    common = ["--data-dir", tiny, "--dtype", "float64", "--optimizer", "adam", "--impl", "all", *FAST]
+    assert run(*common, "--out", tmp_path / "straight", "--epochs", "2") == 0
+    _run_first_epoch_only(common, tmp_path / "half")
+    path = tmp_path / "half" / "checkpoint.pt"
+    ckpt = torch.load(path, weights_only=True)
+    ckpt["format"] = old_format
+    del ckpt["size"]
+    for name in transposed:
+        state = ckpt["optimizers"][name]["state"]
+        for i in (0, 2, 4):  # layers.{0,1,2}.weight
+            state[i] = {k: v.t().contiguous() if isinstance(v, torch.Tensor) and v.dim() == 2 else v
+                        for k, v in state[i].items()}
+    buffer = io.BytesIO()
+    torch.save(ckpt, buffer)
+    path.write_bytes(training.seal(buffer.getvalue()))
+    capsys.readouterr()
+    assert run("--resume", path, "--data-dir", tiny, "--no-download", "--no-plots") == 0
+    out = capsys.readouterr().out
+    for name in transposed:
+        assert f"the optimizer state of 3 Linear weight(s) of '{name}' was transposed to match" in out
+    a = torch.load(tmp_path / "straight" / "checkpoint.pt", weights_only=True)
+    b = torch.load(path, weights_only=True)
+    assert b["format"] == training.FORMAT
+    for name in ("manual", "engine", "torch"):
+        for k, v in a["models"][name].items():
+            assert torch.equal(v, b["models"][name][k]), (name, k)
+
+
 def test_a_checkpoint_rewritten_without_its_checksum_is_refused(one_epoch, tiny, capsys):
     torch.save(torch.load(one_epoch, weights_only=True), one_epoch)
     capsys.readouterr()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields, replace
+from fractions import Fraction
 from pathlib import Path
 
 import torch
@@ -85,7 +86,7 @@ class TrainConfig:
     dtype: str = "float32"
     log_interval: int = 50
     val_interval: int = 1
-    val_split: int | None = None     # None: 10% of the training samples
+    val_split: int | float | None = None  # held out: a count of samples, or a fraction in [0, 1); None: 10%
     clip_grad: float | None = None   # images: none; text: 1.0
     limit_train: int | None = None
     # text runs (character-level language models), nanoGPT's option names and CPU configuration
@@ -163,6 +164,16 @@ class TrainConfig:
         """The dtype the models' matrix products run in: --dtype itself (the half dtype of a mixed run)."""
         return getattr(torch, self.dtype)
 
+    def val_count(self, n: int) -> int:
+        """How many of ``n`` training samples --val-split holds out: a count as given, a fraction of n rounded down
+        (0.41 of 300 is 123: the fraction is read as the decimal written, not as 0.41's binary approximation, whose
+        product with 300 is 122.99999999999999), 10% rounded down by default."""
+        if self.val_split is None:
+            return n // 10
+        if isinstance(self.val_split, int):
+            return self.val_split
+        return math.floor(Fraction(repr(self.val_split)) * n)
+
     def replace(self, **changes) -> "TrainConfig":
         return replace(self, **changes)
 
@@ -175,7 +186,7 @@ class TrainConfig:
                 raise UsageError(f"{flag(name)}: unknown {name} {getattr(self, name)!r}; known: {', '.join(allowed)}")
         self._validate_family()
         lowest = {"epochs": 1, "batch_size": 1, "hidden": 1, "depth": 0, "log_interval": 1, "val_interval": 1,
-                  "val_split": 0, "limit_train": 1, "threads": 1, "max_iters": 1, "eval_interval": 1,
+                  "limit_train": 1, "threads": 1, "max_iters": 1, "eval_interval": 1,
                   "block_size": 1, "n_layer": 1, "n_head": 1, "n_embd": 1, "warmup_iters": 0, "lr_decay_iters": 1}
         for name, low in lowest.items():
             value = getattr(self, name)
@@ -185,6 +196,7 @@ class TrainConfig:
                 raise UsageError(f"{flag(name)} must be an integer, got {value!r}")
             if value < low:
                 raise UsageError(f"{flag(name)} {value} is out of range (at least {low})")
+        _validate_val_split(self.val_split)
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not SEEDS[0] <= self.seed <= SEEDS[1]:
             raise UsageError(f"--seed {self.seed} is out of range (an integer from -2**63 to 2**64 - 1)")
         if not (isinstance(self.dist_timeout, (int, float)) and 0 < self.dist_timeout <= MAX_DIST_TIMEOUT):
@@ -223,6 +235,37 @@ class TrainConfig:
         unknown = set(self.given) - {f.name for f in fields(self)}
         if unknown:
             raise UsageError(f"unknown settings given: {', '.join(sorted(unknown))}")
+
+
+VAL_SPLIT_FORMS = "a count of samples (6000), a fraction in [0, 1) (0.1) or a percentage below 100% (10%)"
+
+
+def parse_val_split(text: str) -> int | float:
+    """--val-split's text: "6000" (a count of samples), "0.1" (a fraction) or "10%" (a percentage, read as the
+    fraction 0.1).  ValueError naming the forms it takes."""
+    try:
+        if text.endswith("%"):
+            percent = Fraction(text[:-1])
+            if not 0 <= percent < 100:
+                raise ValueError
+            return float(percent / 100)
+        if text.strip().lstrip("+-").isdigit():
+            return int(text)
+        return float(text)
+    except (ValueError, ZeroDivisionError):
+        raise ValueError(f"invalid value {text!r}: give {VAL_SPLIT_FORMS}") from None
+
+
+def _validate_val_split(value) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise UsageError(f"--val-split must be {VAL_SPLIT_FORMS}, got {value!r}")
+    if isinstance(value, int) and value < 0:
+        raise UsageError(f"--val-split {value} is out of range (a count of samples is at least 0)")
+    if isinstance(value, float) and not 0 <= value < 1:
+        raise UsageError(f"--val-split {value} is out of range (a fraction must be in [0, 1); for a count of samples "
+                         f"give an integer, such as 6000)")
 
 
 def family_of(model: str | None, dataset: str | None, data_file: object = None) -> str:

@@ -2,7 +2,8 @@
 streams, the log so far, the fingerprint of the data), written atomically after every epoch, sealed with the
 SHA-256 of their bytes, and read back with the settings they fix.
 
-Reading one checks, before anything is loaded into a model, that its bytes are those that were written
+Reading one checks, before anything is loaded into a model, that its bytes are all there (a file cut short is
+called truncated, with the size it has and the size it recorded near its start) and are those that were written
 (training/storage/checksum.py), that every field is there and possible (epochs, records, settings that pass
 TrainConfig's validation, tensors of the model's shapes, step counts within its epochs), and, once the data is
 loaded, that it is the data the run was trained on.  Each refusal is one line naming the field.
@@ -15,33 +16,59 @@ from __future__ import annotations
 
 import io
 import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from .checksum import ChecksumMismatch, seal, unseal
+from .checksum import SEAL_BYTES, ChecksumMismatch, ends_whole, seal, unseal
 from ..config import MATH_FIELDS, MLP_FIELDS, RECORD_FIELDS, TrainConfig, flag
 from ..errors import UsageError
 from .files import atomic_write_bytes
 from .fingerprint import difference
 from ..impls import load_weights_state, weights_state
 
-FORMAT = "handgrad-train-4"
+FORMAT = "handgrad-train-5"
 # Version 1 stored the settings under "args" and had no --model; versions 1 and 2 have no checksum and no data
 # fingerprint (they are read without those checks).  Versions 1 to 3 were written when a hand-written Linear
-# exposed its weight as (in, out): their optimizer state for a Linear weight is transposed on load.
-READABLE_FORMATS = ("handgrad-train-1", "handgrad-train-2", "handgrad-train-3", FORMAT)
-SEALED_FORMATS = ("handgrad-train-3", FORMAT)  # written with a checksum
-TRANSPOSED_LINEAR_STATE = ("handgrad-train-1", "handgrad-train-2", "handgrad-train-3")
+# exposed its weight as (in, out), and versions 1 to 4 when the autodiff engine's Linear did: their optimizer
+# state for those Linear weights is transposed on load.  Version 5 records the file's own size (SIZE_KEY).
+READABLE_FORMATS = ("handgrad-train-1", "handgrad-train-2", "handgrad-train-3", "handgrad-train-4", FORMAT)
+SEALED_FORMATS = ("handgrad-train-3", "handgrad-train-4", FORMAT)  # written with a checksum
+TRANSPOSED_LINEAR_STATE = {"handgrad-train-1": ("manual", "engine"), "handgrad-train-2": ("manual", "engine"),
+                           "handgrad-train-3": ("manual", "engine"), "handgrad-train-4": ("engine",)}
+
+# The file's length in bytes, as the first entry of the state: torch.save writes the pickled state as the zip
+# archive's first record, so the number sits near the start of the file and survives when its end is cut off (a
+# copy or download stopped short), where the zip directory and the checksum were.  A fixed width, so that writing
+# the number does not change the length it states.
+SIZE_KEY = "size"
+_SIZE = "handgrad-checkpoint-bytes:{:020d}"
+_SIZE_PATTERN = re.compile(rb"handgrad-checkpoint-bytes:(\d{20})")
+_ZIP_START = b"PK\x03\x04"  # a zip archive's first local file header, as every torch.save file begins
 
 
 def save_checkpoint(path: Path, state: dict) -> None:
     """Write ``state`` sealed with its SHA-256, atomically: a crash, Ctrl-C or full disk during the write leaves
-    the previous checkpoint whole (and no temporary file; see files.atomic_write)."""
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
+    the previous checkpoint whole (and no temporary file; see files.atomic_write).  The state is stored with the
+    file's size in front (SIZE_KEY): serialized once to learn the length, then again with it."""
+    state = {SIZE_KEY: _SIZE.format(0), **{k: v for k, v in state.items() if k != SIZE_KEY}}
+    size = 0
+    while True:  # twice: the fixed-width number leaves the length unchanged
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        if len(buffer.getvalue()) + SEAL_BYTES == size:
+            break
+        size = len(buffer.getvalue()) + SEAL_BYTES
+        state[SIZE_KEY] = _SIZE.format(size)
     atomic_write_bytes(path, seal(buffer.getvalue()))
+
+
+def recorded_size(data: bytes) -> int | None:
+    """The size a checkpoint of format 5 or later recorded near its start, or None (an older file, or another)."""
+    found = _SIZE_PATTERN.search(data[:4096])
+    return int(found.group(1)) if found else None
 
 
 def checkpoint_state(impls: dict, config: TrainConfig, epoch: int, records: list, batch_gen: torch.Generator,
@@ -84,6 +111,8 @@ def read_checkpoint(path: Path) -> dict:
         sha256 = unseal(data)
     except ChecksumMismatch as e:
         raise UsageError(f"--resume {path} is damaged: {e}; resume from an intact copy or start again") from None
+    if data.startswith(_ZIP_START) and not ends_whole(data):
+        _refuse_truncated(path, data)
     try:
         ckpt = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as e:  # torch's weights_only explanation is pages long: one line is enough
@@ -97,6 +126,19 @@ def read_checkpoint(path: Path) -> dict:
     check_fields(ckpt, path)
     ckpt["sha256"] = sha256
     return ckpt
+
+
+def _refuse_truncated(path: Path, data: bytes) -> None:
+    """Raise UsageError for a checkpoint whose end is missing (it begins as a zip archive and does not end as one),
+    with the size it recorded where it did (format 5 and later)."""
+    expected = recorded_size(data)
+    if expected is not None and len(data) < expected:
+        raise UsageError(f"--resume {path} is truncated: it has {len(data)} bytes, but it was written with "
+                         f"{expected} (the last {expected - len(data)} are missing: a copy or download cut short?); "
+                         f"resume from an intact copy or start again")
+    raise UsageError(f"--resume {path} is truncated: it begins as a checkpoint does (a zip archive) but its "
+                     f"{len(data)} bytes end before the archive does (a checkpoint written before format 5 does not record its "
+                     f"size, so how much is missing is unknown); resume from an intact copy or start again")
 
 
 def _refuse(path: Path, what: str):
@@ -259,7 +301,7 @@ def restore(impls: dict, ckpt: dict, batch_gen: torch.Generator, device: torch.d
         _check_weights(name, weights_state(impl), ckpt["models"][name], path)
         load_weights_state(impl, {k: v.to(device) for k, v in ckpt["models"][name].items()})
         opt_state = ckpt["optimizers"][name]
-        if ckpt["format"] in TRANSPOSED_LINEAR_STATE and name != "torch":
+        if name in TRANSPOSED_LINEAR_STATE.get(ckpt["format"], ()):
             opt_state, count = _untranspose_linear_state(impl, opt_state)
             if count:
                 say(f"note: {path} was written before handgrad kept Linear weights as (out, in); the optimizer "
@@ -314,8 +356,10 @@ def _linear_weights(model) -> set[int]:
         if id(node) in seen:
             continue
         seen.add(id(node))
-        if isinstance(node, (Linear, engine_nn.Linear)):
+        if isinstance(node, Linear):
             found.add(id(node.weight))
+        elif isinstance(node, engine_nn.Linear):
+            found.add(id(node.weight.data))  # the torch tensor the engine's optimizer holds
         if isinstance(node, BaseLayer):
             stack.extend(child for _, child in node.named_children())
         elif isinstance(node, engine_nn.Module):

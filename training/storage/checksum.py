@@ -15,6 +15,7 @@ PREFIX = b"handgrad-sha256:"
 COMMENT = len(PREFIX) + 64                   # the comment: prefix and 64 hex digits
 _EOCD = b"PK\x05\x06"                        # the end-of-central-directory signature
 _TAIL = 2 + COMMENT                          # the comment-length field and the comment
+SEAL_BYTES = COMMENT                         # how many bytes ``seal`` adds to an archive
 
 
 class ChecksumMismatch(ValueError):
@@ -27,6 +28,13 @@ def seal(archive: bytes) -> bytes:
         raise ValueError("seal: not a zip archive ending in an end-of-central-directory record without a comment")
     body = archive[:-2]
     return body + struct.pack("<H", COMMENT) + PREFIX + hashlib.sha256(body).hexdigest().encode()
+
+
+def ends_whole(data: bytes) -> bool:
+    """Whether ``data`` ends as a zip archive does: an end-of-central-directory record followed by exactly the
+    comment its last field announces.  A file cut short (a copy or download stopped early) does not."""
+    at = data.rfind(_EOCD, max(0, len(data) - 22 - 0xFFFF))
+    return at >= 0 and len(data) >= at + 22 and at + 22 + struct.unpack("<H", data[at + 20: at + 22])[0] == len(data)
 
 
 def digest(data: bytes) -> str | None:
@@ -46,5 +54,16 @@ def unseal(data: bytes) -> str | None:
         return None
     actual = hashlib.sha256(data[:-_TAIL]).hexdigest()
     if actual != expected:
-        raise ChecksumMismatch(f"its SHA-256 is {actual[:16]}..., not the {expected[:16]}... written with it")
+        raise ChecksumMismatch(f"its SHA-256 is {_differing(actual, expected)}")
     return expected
+
+
+def _differing(actual: str, expected: str) -> str:
+    """Both digests, cut 8 hex digits past the first that differs (at least 16 shown), and that digit's position:
+    a digest edited past its 16th digit no longer shows as two equal prefixes."""
+    first = next(i for i, (a, b) in enumerate(zip(actual, expected)) if a != b)
+    n = max(16, first + 9)
+
+    def cut(d: str) -> str:
+        return d if n >= len(d) else d[:n] + "..."
+    return f"{cut(actual)}, not the {cut(expected)} written with it (they first differ at hex digit {first + 1} of 64)"

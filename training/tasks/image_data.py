@@ -176,9 +176,10 @@ def load_data(config: TrainConfig, device: torch.device, dtype: torch.dtype, say
     if config.limit_train is not None:
         x, y = x[: config.limit_train], y[: config.limit_train]
     n = x.shape[0]
-    n_val = n // 10 if config.val_split is None else config.val_split
+    n_val = config.val_count(n)
     if n_val >= n:
-        raise UsageError(f"--val-split {n_val} leaves no training samples out of {n}")
+        raise UsageError(f"--val-split {config.val_split} holds out {n_val} of the {n} training samples, leaving none "
+                         f"to train on")
     order = torch.randperm(n, generator=torch.Generator().manual_seed(config.seed))
     val_idx, train_idx = order[:n_val], order[n_val:]
     train = x[train_idx].to(torch.float64) / 255
