@@ -97,15 +97,9 @@ def weights_state(impl: Impl) -> dict[str, Tensor]:
 
 
 def grads_state(impl: Impl) -> dict[str, Tensor]:
-    """The gradients now in the implementation's parameters, with the keys and layouts of ``weights_state`` (the
-    engine's Linear keeps its weight as (in, out), its state as (out, in): its gradient is transposed to match);
-    parameters without a gradient are left out."""
-    state, grads = weights_state(impl), {}
-    for name, p in impl.named_parameters():
-        if p.grad is not None:
-            view = state[name]  # p itself, or a view of it in torch's layout
-            grads[name] = p.grad if (view.shape, view.stride()) == (p.shape, p.stride()) else p.grad.t()
-    return grads
+    """The gradients now in the implementation's parameters, with the keys of ``weights_state`` (every parameter
+    is kept in torch's layout for its name, so no view is taken); parameters without a gradient are left out."""
+    return {name: p.grad for name, p in impl.named_parameters() if p.grad is not None}
 
 
 def load_weights_state(impl: Impl, state: dict[str, Tensor]) -> None:
