@@ -1,0 +1,41 @@
+"""The checker: runs a learner's class beside torch.autograd and names the mistake (``python -m learn check``).
+
+``check_file(name, path)`` -> (exit status, report text): 0 right, 1 wrong, 2 a file that cannot be loaded or
+lacks the class.  ``check_class(name, cls)`` checks a class object (a notebook's) and prints the report.
+"""
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+from ..exercises import get
+from .load import LoadError, load_class
+from .report import Report
+
+
+def run(name: str, cls: type, where: str | None) -> Report:
+    """The check of exercise ``name`` on ``cls``; ``where``: the filename of its code, for line numbers."""
+    from .specs import SPECS
+    return SPECS[name].check(cls, where)
+
+
+def check_file(name: str, path: Path) -> tuple[int, str]:
+    ex = get(name)
+    try:
+        cls = load_class(Path(path), ex.cls, ex.name)
+    except LoadError as e:
+        return 2, f"Cannot check {path}: {e}\n"
+    report = run(ex.name, cls, str(path))
+    return (0 if report.passed else 1), report.text()
+
+
+def check_class(name: str, cls: type) -> bool:
+    """Check a class defined elsewhere (a notebook cell); print the report; True when it is right."""
+    ex = get(name)
+    try:
+        where = inspect.getsourcefile(cls)
+    except TypeError:
+        where = None
+    report = run(ex.name, cls, where)
+    print(report.text(), end="")
+    return report.passed
