@@ -19,8 +19,8 @@ class Mistake:
     why: str  # what is wrong with it, in plain words
     value: Callable | None = None  # ctx -> {tensor name: the wrong value}; None: detected by other means
 
-    def says(self, tensor: str) -> str:
-        return f"your {tensor} equals {self.formula}: {self.why}"
+    def says(self, tensor: str, verb: str = "equals") -> str:
+        return f"your {tensor} {verb} {self.formula}: {self.why}"
 
 
 # -- mistakes any layer with parameters can make: found by the runner, not by a formula --------------------------
@@ -39,13 +39,13 @@ GRAD_NONE = Mistake(
     ".grad is None until the first backward; create it first: if p.grad is None: p.grad = torch.zeros_like(p), "
     "then p.grad += g")
 DOUT_IN_PLACE = Mistake(
-    "dout-changed-in-place", "dout changed in place",
-    "your backward wrote into dout (an in-place operation such as dout[mask] = 0, dout *= ..., or .mul_()).  In "
+    "dout-changed-in-place", "changed in place by your backward",
+    "it wrote into dout (an in-place operation such as dout[mask] = 0, dout *= ..., or .mul_()).  In "
     "a network the same dout may feed another branch, and the caller's tensor is not yours to change: compute a "
     "new tensor (dx = dout * mask)")
 INPUT_IN_PLACE = Mistake(
-    "input-changed-in-place", "the input changed in place",
-    "your forward wrote into its input (x[x < 0] = 0, x.clamp_(...), x -= ...).  The caller still needs it (the "
+    "input-changed-in-place", "changed in place by your forward",
+    "it wrote into its input (x[x < 0] = 0, x.clamp_(...), x -= ...).  The caller still needs it (the "
     "layer before keeps it for its own backward): compute a new tensor instead")
 GENERIC = [OVERWRITE, DOUBLED, GRAD_NONE, DOUT_IN_PLACE, INPUT_IN_PLACE]
 

@@ -19,13 +19,18 @@ def run(name: str, cls: type, where: str | None) -> Report:
     return SPECS[name].check(cls, where)
 
 
-def check_file(name: str, path: Path) -> tuple[int, str]:
+def check_path(name: str, path: Path) -> Report:
+    """The check of the learner's file; raises LoadError when the file cannot be used."""
     ex = get(name)
+    return run(ex.name, load_class(Path(path), ex.cls, ex.name), str(path))
+
+
+def check_file(name: str, path: Path) -> tuple[int, str]:
+    """-> (exit status, the report's text): 0 right, 1 wrong, 2 a file that cannot be loaded or lacks the class."""
     try:
-        cls = load_class(Path(path), ex.cls, ex.name)
+        report = check_path(name, path)
     except LoadError as e:
         return 2, f"Cannot check {path}: {e}\n"
-    report = run(ex.name, cls, str(path))
     return (0 if report.passed else 1), report.text()
 
 

@@ -114,7 +114,7 @@ class AdamSpec:
         for m, switches in MISTAKES:
             history = _adam(params, grads[:steps], **switches)
             if all(same(p, q) for got, want in zip(mine_history, history) for p, q in zip(got, want)):
-                report.fail("  -> " + m.says("update"), m.key)
+                report.fail("  -> " + m.says("steps", "match"), m.key)
                 return
         report.say("  -> no known mistake gives these numbers; compare your step with the docstring's five lines, "
                    "one at a time (print m, v, m_hat, v_hat after step 1)")

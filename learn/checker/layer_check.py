@@ -122,7 +122,7 @@ def _forward(spec, obj, c: Call, k: int, where, errors, report) -> bool:
     outs = _as_dict(call(what, spec.forward, obj, given, where=where), tuple(c.outputs), what)
     for n, t in c.inputs.items():
         if not torch.equal(given[n], t):
-            report.fail(f"{INPUT_IN_PLACE.says(n)}", INPUT_IN_PLACE.key)
+            report.fail("  " + INPUT_IN_PLACE.says(n, "was"), INPUT_IN_PLACE.key)
             return False
     for name, expected in c.outputs.items():
         actual = outs[name]
@@ -155,7 +155,7 @@ def _backward(spec, obj, params, calls: list[Call], k: int, where, ids, errors, 
     ok = True
     for n, t in c.douts.items():
         if not torch.equal(given[n], t):
-            report.fail("  " + DOUT_IN_PLACE.says(n), DOUT_IN_PLACE.key)
+            report.fail("  " + DOUT_IN_PLACE.says(n, "was"), DOUT_IN_PLACE.key)
             ok = False
     for name in returns:
         actual, expected = got[name], c.grads[name]
