@@ -23,15 +23,16 @@ from .exercises import BY_NAME
 F64 = torch.float64
 TOL = 1e-6  # relative difference of the two losses that counts as parting (a right layer: ~1e-15)
 LR, BATCH = 0.1, 32
+H = 24  # the hidden width: not the batch size, so a sum over the wrong axis cannot fit by chance
 
-_MLP = [("linear", (196, 32)), ("relu", ()), ("linear", (32, 10))]
+_MLP = [("linear", (196, H)), ("relu", ()), ("linear", (H, 10))]
 _CNN = [("conv2d", (1, 4, 3)), ("relu", ()), ("maxpool2d", (2,)), ("flatten", ()), ("linear", (196, 10))]
 NETWORKS = {  # the layers of each exercise's network; the layers of the exercise's kind are the learner's
     "linear": _MLP, "relu": _MLP, "mse": _MLP, "softmax_cross_entropy": _MLP,
-    "tanh": [("linear", (196, 32)), ("tanh", ()), ("linear", (32, 10))],
-    "sigmoid": [("linear", (196, 32)), ("sigmoid", ()), ("linear", (32, 10))],
-    "batchnorm": [("linear", (196, 32)), ("batchnorm", (32,)), ("relu", ()), ("linear", (32, 10))],
-    "layernorm": [("linear", (196, 32)), ("layernorm", (32,)), ("relu", ()), ("linear", (32, 10))],
+    "tanh": [("linear", (196, H)), ("tanh", ()), ("linear", (H, 10))],
+    "sigmoid": [("linear", (196, H)), ("sigmoid", ()), ("linear", (H, 10))],
+    "batchnorm": [("linear", (196, H)), ("batchnorm", (H,)), ("relu", ()), ("linear", (H, 10))],
+    "layernorm": [("linear", (196, H)), ("layernorm", (H,)), ("relu", ()), ("linear", (H, 10))],
     "conv2d": _CNN, "maxpool2d": _CNN,
 }
 _KW = {"conv2d": {"padding": 1}}  # keyword arguments of the layer beyond NETWORKS' positional ones

@@ -117,7 +117,7 @@ def _tensors_on_line(node: ast.AST, frame) -> list[tuple[str, Tensor]]:
 
 
 def _grad_target(node: ast.AST, frame, params: dict[int, str]):
-    """For ``P.grad += expr`` or ``P.grad = expr`` where P is one of the layer's parameters: (its name, expr's value)."""
+    """For ``P.grad += expr`` or ``P.grad = expr`` with P one of the layer's parameters: (its name, expr's value)."""
     if isinstance(node, ast.AugAssign):
         target = node.target
     elif isinstance(node, ast.Assign) and len(node.targets) == 1:

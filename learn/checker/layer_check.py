@@ -112,8 +112,8 @@ def _as_dict(result, names: tuple[str, ...], what: str):
         return {names[0]: result}
     if isinstance(result, (tuple, list)) and len(result) == len(names):
         return dict(zip(names, result))
-    raise LearnerFailed(f"{what} returned {shape_of(result) if not isinstance(result, (tuple, list)) else f'{len(result)} things'}"
-                        f"; it must return a tuple ({', '.join(names)})")
+    got = f"{len(result)} things" if isinstance(result, (tuple, list)) else shape_of(result)
+    raise LearnerFailed(f"{what} returned {got}; it must return a tuple ({', '.join(names)})")
 
 
 def _forward(spec, obj, c: Call, k: int, where, errors, report) -> bool:

@@ -1,4 +1,4 @@
-"""Loading the learner's file: a file that cannot be used (missing, not Python, no such class) is a LoadError, exit 2."""
+"""Loading the learner's file: one that cannot be used (missing, not Python, no such class) is a LoadError, exit 2."""
 from __future__ import annotations
 
 import sys

@@ -24,19 +24,24 @@ def _deep(a, b):
     return x
 
 
-EXPRESSIONS = [  # (what it tests, f(a, b)); each f runs on Values and on torch tensors alike
-    ("a + b", lambda a, b: a + b),
-    ("a * b", lambda a, b: a * b),
-    ("a ** 3", lambda a, b: a ** 3),
-    ("a.tanh()", lambda a, b: a.tanh()),
-    ("b.exp()", lambda a, b: b.exp()),
-    ("2 * a - b / 4 + 1 / a - 3  (numbers on either side; - and / as given)", lambda a, b: 2 * a - b / 4 + 1 / a - 3),
-    ("a * a  (one node used twice by one operation)", lambda a, b: a * a),
-    ("c = a * b; c.tanh() * c.exp()  (a diamond: c feeds two nodes)", lambda a, b: (lambda c: c.tanh() * c.exp())(a * b)),
+_ORDER = "backward(): the walk's order (reverse topological), and += in every _backward"
+EXPRESSIONS = [  # (what it tests, f(a, b), where to look when it fails); each f runs on Values and torch tensors
+    ("a + b", lambda a, b: a + b, "__add__'s _backward"),
+    ("a * b", lambda a, b: a * b, "__mul__'s _backward"),
+    ("a ** 3", lambda a, b: a ** 3, "__pow__'s _backward"),
+    ("a.tanh()", lambda a, b: a.tanh(), "tanh's _backward"),
+    ("b.exp()", lambda a, b: b.exp(), "exp's _backward"),
+    ("2 * a - b / 4 + 1 / a - 3  (numbers on either side; - and / as given)", lambda a, b: 2 * a - b / 4 + 1 / a - 3,
+     "__add__, __mul__ and __pow__: - and / are made of them"),
+    ("a * a  (one node used twice by one operation)", lambda a, b: a * a, "+= in __mul__'s _backward"),
+    ("c = a * b; c.tanh() * c.exp()  (a diamond: c feeds two nodes)",
+     lambda a, b: (lambda c: c.tanh() * c.exp())(a * b), _ORDER),
     ("c = a + b; c + (c * 2).tanh()  (an uneven diamond: one short path, one long)",
-     lambda a, b: (lambda c: c + (c * 2).tanh())(a + b)),
-    ("(a * 0.5 + b * -1.5 + 0.3).tanh()  (a neuron)", lambda a, b: (a * 0.5 + b * -1.5 + 0.3).tanh()),
-    (f"x = a, then x = x * 0.999 + b * 0.001, {DEPTH} times  (a graph {2 * DEPTH} nodes deep)", _deep),
+     lambda a, b: (lambda c: c + (c * 2).tanh())(a + b), _ORDER),
+    ("(a * 0.5 + b * -1.5 + 0.3).tanh()  (a neuron)", lambda a, b: (a * 0.5 + b * -1.5 + 0.3).tanh(),
+     "the operations above"),
+    (f"x = a, then x = x * 0.999 + b * 0.001, {DEPTH} times  (a graph {2 * DEPTH} nodes deep)", _deep,
+     "backward(): does the walk reach every node of a deep graph?"),
 ]
 
 _WALK = ("the graph was walked out of topological order: a node's _backward ran before every node that uses it "
@@ -87,21 +92,21 @@ class ValueSpec:
                         f"b = {B}")
         report.right = "every value and gradient agrees with PyTorch's autograd"
         results = {}  # label -> the learner's (out.data, a.grad, b.grad), or the LearnerFailed it raised
-        for label, f in EXPRESSIONS:
+        for label, f, _ in EXPRESSIONS:
             try:
                 results[label] = _run(cls, f, where)
             except LearnerFailed as e:
                 results[label] = e
         whole = _explains_all(results)
         errors: set[str] = set()
-        for label, f in EXPRESSIONS:
-            _one(label, f, results[label], whole, report, errors)
+        for label, f, look in EXPRESSIONS:
+            _one(label, f, look, results[label], whole, report, errors)
         return report
 
 
 def _explains_all(results: dict) -> tuple[Mistake, dict] | None:
     """The known mistake that gives the learner's numbers on every expression it ran (a single bug), if one does."""
-    ran = [(label, f) for label, f in EXPRESSIONS if f is not _deep and not isinstance(results[label], Exception)]
+    ran = [(label, f) for label, f, _ in EXPRESSIONS if f is not _deep and not isinstance(results[label], Exception)]
     for m, switches in MISTAKES:
         theirs = {}
         for label, f in ran:
@@ -146,7 +151,7 @@ def _same(x: tuple, y: tuple, tol: float) -> bool:
     return all(_close(a, b, tol) for a, b in zip(x, y))
 
 
-def _one(label, f, got, whole, report: Report, errors: set[str]) -> None:
+def _one(label, f, look, got, whole, report: Report, errors: set[str]) -> None:
     if isinstance(got, LearnerFailed):
         report.fail(f"  WRONG   {label}:" + ("  the same error" if got.text in errors else ""))
         if got.text in errors:
@@ -168,7 +173,7 @@ def _one(label, f, got, whole, report: Report, errors: set[str]) -> None:
         report.say("    -> the forward value is wrong: look at the operation's data, before any gradient")
         return
     if f is _deep:
-        report.say("    -> right on the small graphs but wrong on a deep one: does your walk stop early?")
+        report.say(f"    -> look at: {look}")
         return
     candidates = [whole] if whole is not None else [(m, None) for m, _ in MISTAKES]
     for m, theirs in candidates:
@@ -180,5 +185,4 @@ def _one(label, f, got, whole, report: Report, errors: set[str]) -> None:
         if _same(theirs[label], got, 1e-7) and not _same(theirs[label], want, 1e-9):
             report.fail("    -> " + m.says("gradients", "match"), m.key)
             return
-    report.say("    -> no known mistake gives these numbers; compare each operation's _backward with its local "
-               "derivative, and check that backward() visits every node once, in reverse topological order")
+    report.say(f"    -> no known mistake gives these numbers; look at: {look}")

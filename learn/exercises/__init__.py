@@ -21,7 +21,8 @@ class Exercise:
 EXERCISES = [
     Exercise("linear", "Linear", "the matrix chain rule: dx = dout W, dW = dout^T x, a bias summed over the batch; "
              "gradients added with +=", trains=True),
-    Exercise("relu", "ReLU", "a gate: the gradient flows where the input was positive and stops elsewhere", trains=True),
+    Exercise("relu", "ReLU", "a gate: the gradient flows where the input was positive and stops elsewhere",
+             trains=True),
     Exercise("sigmoid", "Sigmoid", "a local derivative read off the output: s (1 - s)", trains=True),
     Exercise("tanh", "Tanh", "the same from tanh's output: 1 - out^2", trains=True),
     Exercise("mse", "MSELoss", "a loss: where the backward pass starts, and its 2 and its 1/N", trains=True),
