@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from pathlib import Path
 
 from .exercises import BY_NAME, EXERCISES, get
@@ -54,7 +55,8 @@ def cmd_hint(args) -> int:
     hints = HINTS[ex.name]
     level = min(max(args.level, 1), len(hints))
     print(f"{ex.name}, hint {level} of {len(hints)}:\n")
-    print(hints[level - 1])
+    for line in hints[level - 1].split("\n"):  # prose is wrapped, code (indented) printed as it is
+        print(line if line.startswith("    ") else textwrap.fill(line, 100))
     if level < len(hints):
         print(f"\nMore:  python -m learn hint {ex.name} --level {level + 1}")
     else:
@@ -64,8 +66,16 @@ def cmd_hint(args) -> int:
 
 def cmd_check(args) -> int:
     from .checker import check_file
-    code, text = check_file(get(args.name).name, Path(args.file))
+    ex = get(args.name)
+    code, text = check_file(ex.name, Path(args.file))
     print(text, end="", file=sys.stdout if code < 2 else sys.stderr)
+    if code == 0:
+        after = EXERCISES.index(ex) + 1
+        nxt = [f"python -m learn train {ex.name} {args.file}  (your layer in a network beside handgrad's)"] \
+            if ex.trains else []
+        if after < len(EXERCISES):
+            nxt.append(f"python -m learn start {EXERCISES[after].name}  (the next exercise)")
+        print("Next:  " + "\n       ".join(nxt))
     return code
 
 

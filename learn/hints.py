@@ -9,32 +9,34 @@ HINTS = {
         "dL/dweight[h, d] = sum_n dout[n, h] * x[n, d]: a sum over the batch, dout transposed times x.  The bias "
         "is added to every row, so its gradient is dout summed over the batch.  No 1/N anywhere: the loss put it "
         "in dout already.",
-        "dx = dout @ self.weight;  dweight = dout.T @ self.x;  dbias = dout.sum(0).  Then for each (p, g): "
-        "if p.grad is None: p.grad = torch.zeros_like(p); p.grad += g.",
+        "In backward:\n"
+        "    dx = dout @ self.weight\n    dweight = dout.T @ self.x\n    dbias = dout.sum(0)\n"
+        "then for each parameter p and its gradient g:\n"
+        "    if p.grad is None:\n        p.grad = torch.zeros_like(p)\n    p.grad += g",
     ],
     "relu": [
         "The forward is out = x where x > 0, else 0.  What is d out / d x in each of the two cases?",
         "The local derivative is 1 where x > 0 and 0 elsewhere: keep that mask from the forward (from x, not from "
         "dout) and multiply.  Make a new tensor: don't zero entries of dout in place.",
-        "forward: self.mask = x > 0; out = x * self.mask.   backward: dx = dout * self.mask.",
+        "forward:\n    self.mask = x > 0\n    out = x * self.mask\nbackward:\n    dx = dout * self.mask",
     ],
     "sigmoid": [
         "Differentiate s = 1 / (1 + exp(-x)) and write the result with s itself.",
         "ds/dx = exp(-x) / (1 + exp(-x))**2 = s * (1 - s).  Keep s (the output) in the forward.",
-        "forward: self.out = torch.sigmoid(x).   backward: s = self.out; dx = dout * s * (1 - s).",
+        "forward:\n    self.out = torch.sigmoid(x)\nbackward:\n    s = self.out\n    dx = dout * s * (1 - s)",
     ],
     "tanh": [
         "Differentiate t = tanh(x) and write the result with t itself.",
         "d tanh(x)/dx = 1 - tanh(x)**2 = 1 - t**2, with t the output you keep from the forward (not the input).",
-        "forward: self.out = torch.tanh(x).   backward: dx = dout * (1 - self.out ** 2).",
+        "forward:\n    self.out = torch.tanh(x)\nbackward:\n    dx = dout * (1 - self.out ** 2)",
     ],
     "mse": [
         "The loss is (1 / M) * sum over all M = N * C elements of (input - target)**2.  Differentiate it with "
         "respect to one element of input.",
         "d/d input[i] of (input[i] - target[i])**2 is 2 (input[i] - target[i]), and the mean divides by M, the "
         "number of elements (input.numel()), not the number of rows.",
-        "forward: self.diff = input - target; loss = (self.diff ** 2).mean().   backward: "
-        "dinput = 2 * self.diff / self.diff.numel().",
+        "forward:\n    self.diff = input - target\n    loss = (self.diff ** 2).mean()\n"
+        "backward:\n    dinput = 2 * self.diff / self.diff.numel()",
     ],
     "softmax_cross_entropy": [
         "For one row: loss = -log p[y] with p = softmax(z).  Use log p[y] = z[y] - log(sum_j exp(z_j)) and "
@@ -42,9 +44,11 @@ HINTS = {
         "d(-log p[y]) / dz_j = p_j - 1[j == y]: the softmax minus the one-hot target.  The loss is the mean over "
         "the batch, so divide by N.  (Going through softmax's Jacobian by hand gives the same, provided you keep "
         "all of it, not just its diagonal.)",
-        "forward: shifted = logits - logits.max(1, keepdim=True).values; logp = shifted - shifted.exp().sum(1, "
-        "keepdim=True).log(); self.p = logp.exp(); loss = -logp[torch.arange(N), target].mean().   backward: "
-        "d = self.p.clone(); d[torch.arange(N), self.target] -= 1; return d / N.",
+        "forward:\n    shifted = logits - logits.max(1, keepdim=True).values\n"
+        "    logp = shifted - shifted.exp().sum(1, keepdim=True).log()\n"
+        "    self.p, self.target = logp.exp(), target\n    loss = -logp[torch.arange(len(target)), target].mean()\n"
+        "backward:\n    dlogits = self.p.clone()\n    dlogits[torch.arange(n), self.target] -= 1\n"
+        "    dlogits /= n",
     ],
     "value": [
         "Each _backward adds (local derivative) * out.grad into each input's .grad: for a + b the local "
@@ -52,10 +56,12 @@ HINTS = {
         "tanh: 1 - t**2 with t the output; exp: the output e itself; x**n: n * x**(n - 1).  backward(): collect the "
         "nodes in topological order (a node after everything in its _prev), with a stack rather than recursion, "
         "then self.grad = 1.0 and call _backward on each node in *reversed* order.",
-        "Topological order with an explicit stack: order, seen, stack = [], set(), [(self, False)]; while stack: "
-        "node, done = stack.pop(); if done: order.append(node) elif id(node) not in seen: seen.add(id(node)); "
-        "stack.append((node, True)); stack.extend((p, False) for p in node._prev).   Then self.grad = 1.0; for node "
-        "in reversed(order): node._backward().",
+        "A topological order with an explicit stack, then the walk:\n"
+        "    order, seen, stack = [], set(), [(self, False)]\n    while stack:\n"
+        "        node, done = stack.pop()\n        if done:\n            order.append(node)\n"
+        "        elif id(node) not in seen:\n            seen.add(id(node))\n"
+        "            stack.append((node, True))\n            stack.extend((p, False) for p in node._prev)\n"
+        "    self.grad = 1.0\n    for node in reversed(order):\n        node._backward()",
     ],
     "batchnorm": [
         "Do the easy ones first: out = weight * xhat + bias gives dbias = dout.sum(0), dweight = (dout * "
@@ -63,23 +69,27 @@ HINTS = {
         "Walk the forward backwards one step at a time (mean, x - mean, square, var, sqrt, 1/sqrt, xhat): x feeds "
         "xhat directly, through the mean, and through the variance.  Summing the three paths gives dx = rstd / N "
         "* (N * dxhat - (sum over the batch of dxhat) - xhat * (sum over the batch of dxhat * xhat)).",
-        "dx = self.rstd / n * (n * dxhat - dxhat.sum(0) - self.xhat * (dxhat * self.xhat).sum(0)), with dxhat = "
-        "dout * self.weight, rstd = 1 / sqrt(var + eps) and the variance biased (divided by N).",
+        "With rstd = 1 / sqrt(var + eps) (the biased variance, divided by N) and xhat kept from the forward:\n"
+        "    dxhat = dout * self.weight\n"
+        "    dx = self.rstd / n * (n * dxhat - dxhat.sum(0) - self.xhat * (dxhat * self.xhat).sum(0))",
     ],
     "layernorm": [
         "It is batch norm with the statistics taken along each row (dim=1) instead of down each column.  But "
         "weight and bias are shared by all rows: their gradients still sum over the batch (dim 0).",
         "dx follows batch norm's formula with every sum taken over the row's D features (keepdim=True) and N "
         "replaced by D.",
-        "dxhat = dout * self.weight; dx = self.rstd / D * (D * dxhat - dxhat.sum(1, keepdim=True) - self.xhat * "
-        "(dxhat * self.xhat).sum(1, keepdim=True)); dweight = (dout * self.xhat).sum(0); dbias = dout.sum(0).",
+        "    dxhat = dout * self.weight\n"
+        "    dx = self.rstd / d * (d * dxhat - dxhat.sum(1, keepdim=True)\n"
+        "                          - self.xhat * (dxhat * self.xhat).sum(1, keepdim=True))\n"
+        "    dweight = (dout * self.xhat).sum(0)\n    dbias = dout.sum(0)",
     ],
     "embedding": [
         "out[n, t] = weight[idx[n, t]]: row v of weight receives the gradient of every position that looked it up.",
         "Start from dweight = zeros (V, D) and add dout[n, t] into row idx[n, t] for every position.  Careful: "
         "dweight[idx] += dout does not add up repeated ids (an indexed assignment writes each row once).",
-        "dweight = torch.zeros_like(self.weight); dweight.index_add_(0, self.idx.reshape(-1), dout.reshape(-1, D)) "
-        "(or a loop over the positions: dweight[self.idx[n, t]] += dout[n, t]).",
+        "    dweight = torch.zeros_like(self.weight)\n"
+        "    dweight.index_add_(0, self.idx.reshape(-1), dout.reshape(-1, dout.shape[-1]))\n"
+        "or a loop over the positions: dweight[self.idx[n, t]] += dout[n, t].",
     ],
     "conv2d": [
         "The forward's loop adds, at each kernel offset (i, j), patch (N, C_in, H_out, W_out) times weight[:, :, "
@@ -88,8 +98,12 @@ HINTS = {
         "At offset (i, j): dweight[:, :, i, j] = einsum('nohw,nchw->oc', dout, patch), summed over the batch and "
         "positions; and dxp[:, :, i:i + H_out, j:j + W_out] += einsum('nohw,oc->nchw', dout, weight[:, :, i, j]).  "
         "dbias sums dout over everything but the channel.",
-        "dxp = zeros like the padded input; the loop above; then dx = dxp[:, :, p:p + H, p:p + W]; dbias = "
-        "dout.sum((0, 2, 3)); add dweight and dbias into .grad.",
+        "    dxp = torch.zeros_like(self.xp)\n    dweight = torch.zeros_like(self.weight)\n"
+        "    for i in range(k):\n        for j in range(k):\n"
+        "            patch = self.xp[:, :, i:i + ho, j:j + wo]\n"
+        "            dweight[:, :, i, j] = torch.einsum('nohw,nchw->oc', dout, patch)\n"
+        "            dxp[:, :, i:i + ho, j:j + wo] += torch.einsum('nohw,oc->nchw', dout, self.weight[:, :, i, j])\n"
+        "    dx = dxp[:, :, p:p + h, p:p + w]\n    dbias = dout.sum((0, 2, 3))",
     ],
     "maxpool2d": [
         "A max passes its input through unchanged and ignores the rest: the derivative is 1 for the winner of the "
@@ -97,8 +111,10 @@ HINTS = {
         "forward: windows = x.unfold(2, k, s).unfold(3, k, s) is (N, C, H_out, W_out, k, k); reshape its last two "
         "axes to k*k and take .max(-1) for the values and the argmax.  backward: for each window (i, j), add "
         "dout[:, :, i, j] at its winner's place, +=, because windows can overlap.",
-        "for i in range(H_out): for j in range(W_out): winner = one_hot(self.arg[:, :, i, j], k*k) (N, C, k*k); "
-        "dx[:, :, i*s:i*s+k, j*s:j*s+k] += (winner * dout[:, :, i, j, None]).view(N, C, k, k).",
+        "    dx = torch.zeros(self.x_shape, dtype=dout.dtype)\n"
+        "    for i in range(h_out):\n        for j in range(w_out):\n"
+        "            winner = torch.nn.functional.one_hot(self.arg[:, :, i, j], k * k).to(dout.dtype)  # (N, C, k*k)\n"
+        "            dx[:, :, i*s:i*s + k, j*s:j*s + k] += (winner * dout[:, :, i, j, None]).view(n, c, k, k)",
     ],
     "lstm_cell": [
         "Go backwards through the forward's lines one at a time.  c_next has two consumers: it is returned (its "
@@ -106,9 +122,9 @@ HINTS = {
         "do = dh_next * tanh(c_next); dc_total = dc_next + dh_next * o * (1 - tanh(c_next)**2); di = dc_total * g, "
         "df = dc_total * c, dg = dc_total * i, dc = dc_total * f.  Then through the nonlinearities: sigmoid' = "
         "s(1 - s), tanh' = 1 - g**2; stack as i, f, g, o.",
-        "da = torch.cat([di*i*(1-i), df*f*(1-f), dg*(1-g**2), do*o*(1-o)], 1); dx = da @ weight_ih; dh = da @ "
-        "weight_hh; weight_ih.grad += da.T @ x; weight_hh.grad += da.T @ h; bias_ih.grad += da.sum(0); "
-        "bias_hh.grad += da.sum(0).",
+        "    da = torch.cat([di * i * (1 - i), df * f * (1 - f), dg * (1 - g ** 2), do * o * (1 - o)], dim=1)\n"
+        "    dx = da @ self.weight_ih\n    dh = da @ self.weight_hh\n"
+        "and into .grad: weight_ih += da.T @ x, weight_hh += da.T @ h, bias_ih and bias_hh += da.sum(0).",
     ],
     "attention": [
         "Three steps back: out = att @ v, att = softmax(scores) row by row, scores = q @ k^T * scale.  A masked "
@@ -116,16 +132,18 @@ HINTS = {
         "dv = att^T @ dout and datt = dout @ v^T.  The softmax of a row: dscores = att * (datt - sum over the row "
         "of datt * att).  Then dq = dscores @ k * scale and dk = dscores^T @ q * scale: the scale of the forward "
         "comes back.",
-        "dv = att.transpose(1, 2) @ dout; datt = dout @ v.transpose(1, 2); dscores = att * (datt - (datt * "
-        "att).sum(-1, keepdim=True)); dq = dscores @ k * scale; dk = dscores.transpose(1, 2) @ q * scale.",
+        "    dv = self.att.transpose(1, 2) @ dout\n    datt = dout @ self.v.transpose(1, 2)\n"
+        "    dscores = self.att * (datt - (datt * self.att).sum(-1, keepdim=True))\n"
+        "    dq = dscores @ self.k * self.scale\n    dk = dscores.transpose(1, 2) @ self.q * self.scale",
     ],
     "adam": [
         "Keep one m and one v per parameter (zeros, its shape) and a step count t, all across steps.  Change each "
         "parameter in place.",
         "At each step: t += 1; then per parameter: m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g*g; m_hat = m / "
         "(1 - b1**t); v_hat = v / (1 - b2**t); p -= lr * m_hat / (sqrt(v_hat) + eps).  eps goes after the sqrt.",
-        "In __init__: self.t = 0; self.m = [torch.zeros_like(p) for p in self.params]; same for self.v.  In step: "
-        "self.t += 1; for p, m, v in zip(...): m.mul_(b1).add_((1 - b1) * p.grad); v.mul_(b2).add_((1 - b2) * "
-        "p.grad**2); p -= self.lr * (m / (1 - b1**self.t)) / ((v / (1 - b2**self.t)).sqrt() + self.eps).",
+        "In __init__:\n    self.t = 0\n    self.m = [torch.zeros_like(p) for p in self.params]\n"
+        "    self.v = [torch.zeros_like(p) for p in self.params]\nIn step, after self.t += 1, for each p, m, v:\n"
+        "    m.mul_(beta1).add_((1 - beta1) * p.grad)\n    v.mul_(beta2).add_((1 - beta2) * p.grad ** 2)\n"
+        "    p -= self.lr * (m / (1 - beta1 ** self.t)) / ((v / (1 - beta2 ** self.t)).sqrt() + self.eps)",
     ],
 }

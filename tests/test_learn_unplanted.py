@@ -16,7 +16,7 @@ UNPLANTED = [  # (exercise, changes, what the report must say)
     ("attention", [("return dq, dk, dv", "return dk, dq, dv")],
      ["your dq equals the expected dk: two results swapped"]),
     ("conv2d", [("dbias = dout.sum((0, 2, 3))", "dbias = dout.sum((0, 2))")],
-     ["tried to add a tensor of shape (3, 6) into bias.grad (3,)", "on that line: param.grad (3,), g (3, 6)"]),
+     ["tried to put a tensor of shape (3, 6) into bias.grad (3,)", "on that line: param.grad (3,), g (3, 6)"]),
     ("maxpool2d", [("(winner * dout[:, :, i, j, None])", "(winner.roll(1, -1) * dout[:, :, i, j, None])")],
      ["backward is wrong.  dx: worst at dx[", "look at: each window's dout goes to the input that won its max"]),
     ("softmax_cross_entropy", [("dlogits /= n", "dlogits /= n + 1")],

@@ -84,9 +84,10 @@ def _walk(spec: LayerSpec, cls: type, params: dict, calls: list[Call], where: st
             return
         if not _backward(spec, obj, params, calls, k, where, ids, errors, report):
             return
-    report.say("  " + "   ".join(f"{n} {e:.1e}" for n, e in errors.items()))
-    report.say("  (each the largest relative error over two forward/backward calls; the second backward's gradients "
-               "were added to the first's)" if params else "  (each the largest relative error over two calls)")
+    report.say("  every tensor agrees with autograd; the largest relative errors over two calls: "
+               + ", ".join(f"{n} {e:.1e}" for n, e in errors.items()))
+    if params:
+        report.say("  the second backward added its gradients into .grad (+=), as PyTorch does")
 
 
 def _install(obj, params: dict[str, Tensor], report: Report) -> bool:
@@ -146,8 +147,9 @@ def _backward(spec, obj, params, calls: list[Call], k: int, where, ids, errors, 
         report.fail(e.text, e.key)
         for pname, value in e.attempted.items():  # what the failing line tried to add into .grad
             name = f"{pname}.grad"
-            report.say(f"  that line tried to add a tensor of shape {tuple(value.shape)} into {name} "
-                       f"{tuple(c.grads[name].shape)}")
+            if value.shape != c.grads[name].shape:
+                report.say(f"  that line tried to put a tensor of shape {tuple(value.shape)} into {name} "
+                           f"{tuple(c.grads[name].shape)}")
             _name_it(spec, name, value, [m.value(c.ctx).get(name) for m in _formulas(spec)], report, c, k,
                      quiet=True)
         return False

@@ -19,8 +19,8 @@ class Exercise:
 
 
 EXERCISES = [
-    Exercise("linear", "Linear", "the matrix chain rule: dx = dout W, dW = dout^T x, a bias summed over the batch; "
-             "gradients added with +=", trains=True),
+    Exercise("linear", "Linear", "the chain rule with matrices: a bias summed over the batch, gradients added "
+             "with +=", trains=True),
     Exercise("relu", "ReLU", "a gate: the gradient flows where the input was positive and stops elsewhere",
              trains=True),
     Exercise("sigmoid", "Sigmoid", "a local derivative read off the output: s (1 - s)", trains=True),
