@@ -97,7 +97,7 @@ def cmd_show(args) -> int:
     return 0
 
 
-def cmd_trace(args) -> int:
+def cmd_trace(argv: list[str]) -> int:
     try:
         from .trace import main
     except ModuleNotFoundError as e:
@@ -106,7 +106,7 @@ def cmd_trace(args) -> int:
         print("python -m learn trace: the model trace (learn/trace.py) is not in this copy of handgrad yet",
               file=sys.stderr)
         return 2
-    return main(args.args)
+    return main(argv)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -145,14 +145,15 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True, help="the HTML file to write")
     s.add_argument("--seed", type=int, default=0, help="the seed of the XOR network's weights")
     s.set_defaults(run=cmd_show)
-    s = sub.add_parser("trace", help="one training step of a model, layer by layer (options: trace --help)",
-                       add_help=False)
-    s.add_argument("args", nargs=argparse.REMAINDER)
-    s.set_defaults(run=cmd_trace)
+    sub.add_parser("trace", help="one training step of a model, layer by layer (its options: trace --help)",
+                   add_help=False)  # main() hands everything after "trace" to learn.trace.main
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["trace"]:
+        return cmd_trace(argv[1:])
     args = parser().parse_args(argv)
     return args.run(args)
 

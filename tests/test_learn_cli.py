@@ -55,11 +55,18 @@ def test_an_exception_in_the_learners_code_is_a_wrong_answer_with_its_line(tmp_p
     assert f"ReLU.backward raised AttributeError at relu.py line {line}:" in out and "self.maks" in out
 
 
-@pytest.mark.parametrize("command", [["show", "--out", "page.html"], ["trace"]])
+@pytest.mark.parametrize("command", [["show", "--out", "page.html"], ["trace", "--help"]])
 def test_show_and_trace_say_so_when_their_module_is_missing(monkeypatch, capsys, command):
     monkeypatch.setitem(sys.modules, f"learn.{'page' if command[0] == 'show' else 'trace'}", None)
     assert main(command) == 2
     assert "not in this copy of handgrad yet" in capsys.readouterr().err
+
+
+def test_trace_hands_its_arguments_on(monkeypatch):
+    import types
+    seen = []
+    monkeypatch.setitem(sys.modules, "learn.trace", types.SimpleNamespace(main=lambda argv: seen.append(argv) or 0))
+    assert main(["trace", "--model", "mlp", "-h"]) == 0 and seen == [["--model", "mlp", "-h"]]
 
 
 def test_an_unknown_exercise_is_refused(capsys):

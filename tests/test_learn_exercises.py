@@ -82,13 +82,14 @@ def test_the_notebook_holds_the_stub_and_ends_with_the_check(tmp_path, monkeypat
     assert json.loads((tmp_path / "batchnorm.ipynb").read_text())["nbformat"] == 4
 
 
-def test_the_notebooks_check_cell_checks_the_class_defined_above(capsys):
-    nb = notebook(BY_NAME["tanh"], solution_text(BY_NAME["tanh"], "tanh.py"))
+@pytest.mark.parametrize("text, says", [(solution_text, "PASS"), (stub_text, "not written yet: cell-1 line 29")])
+def test_the_notebooks_check_cell_checks_the_class_defined_above(capsys, text, says):
+    nb = notebook(BY_NAME["tanh"], text(BY_NAME["tanh"], "tanh.py"))
     namespace = {}
-    for cell in nb.cells:
+    for k, cell in enumerate(nb.cells):
         if cell.cell_type == "code":
-            exec(compile(cell.source, "<cell>", "exec"), namespace)
-    assert "PASS" in capsys.readouterr().out
+            exec(compile(cell.source, f"cell-{k}", "exec"), namespace)
+    assert says in capsys.readouterr().out
 
 
 def test_hint_has_levels_the_last_nearly_the_answer(capsys):
