@@ -44,8 +44,8 @@ DOUT_IN_PLACE = Mistake(
     "a network the same dout may feed another branch, and the caller's tensor is not yours to change: compute a "
     "new tensor (dx = dout * mask)")
 INPUT_IN_PLACE = Mistake(
-    "input-changed-in-place", "changed in place by your forward",
-    "it wrote into its input (x[x < 0] = 0, x.clamp_(...), x -= ...).  The caller still needs it (the "
+    "input-changed-in-place", "changed in place by your layer",
+    "it wrote into its input (x[x < 0] = 0, x.clamp_(...), x -= ..., in forward or in backward).  The caller still needs it (the "
     "layer before keeps it for its own backward): compute a new tensor instead")
 GENERIC = [OVERWRITE, DOUBLED, GRAD_NONE, DOUT_IN_PLACE, INPUT_IN_PLACE]
 

@@ -89,6 +89,8 @@ WRONG = [
     ("batchnorm", [(_GRAD_INIT, "")], "grad-none-not-created"),
     ("relu", [("dx = dout * self.mask", "dout[~self.mask] = 0\n        dx = dout")], "dout-changed-in-place"),
     ("relu", [("out = x * self.mask", "x[~self.mask] = 0\n        out = x")], "input-changed-in-place"),
+    ("linear", [("dbias = dout.sum(0)", "dbias = dout.sum(0)\n        self.x.zero_()  # done with the cache")],
+     "input-changed-in-place"),
     # -- linear
     ("linear", [("dbias = dout.sum(0)", "dbias = dout.mean(0)")], "bias-mean"),
     ("linear", [("dbias = dout.sum(0)", "dbias = dout")], "bias-not-summed"),

@@ -80,9 +80,10 @@ def _walk(spec: LayerSpec, cls: type, params: dict, calls: list[Call], where: st
     ids = {id(getattr(obj, n)): n for n in params}
     errors: dict[str, float] = {}
     for k, c in enumerate(calls):
-        if not _forward(spec, obj, c, k, where, errors, report):
+        given = _forward(spec, obj, c, k, where, errors, report)
+        if given is None or not _backward(spec, obj, params, calls, k, where, ids, errors, report):
             return
-        if not _backward(spec, obj, params, calls, k, where, ids, errors, report):
+        if not _unchanged(given, c.inputs, report):  # a backward that wrote into the input it kept
             return
     report.say("  every tensor agrees with autograd; the largest relative errors over two calls: "
                + ", ".join(f"{n} {e:.1e}" for n, e in errors.items()))
@@ -121,14 +122,21 @@ def _as_dict(result, names: tuple[str, ...], what: str):
     raise LearnerFailed(f"{what} returned {got}; it must return a tuple ({', '.join(names)})")
 
 
-def _forward(spec, obj, c: Call, k: int, where, errors, report) -> bool:
-    given = {n: t.clone() for n, t in c.inputs.items()}
-    what = f"{type(obj).__name__}.forward"
-    outs = _as_dict(call(what, spec.forward, obj, given, where=where), tuple(c.outputs), what)
-    for n, t in c.inputs.items():
+def _unchanged(given: dict[str, Tensor], originals: dict[str, Tensor], report: Report) -> bool:
+    for n, t in originals.items():
         if not torch.equal(given[n], t):
             report.fail("  " + INPUT_IN_PLACE.says(n, "was"), INPUT_IN_PLACE.key)
             return False
+    return True
+
+
+def _forward(spec, obj, c: Call, k: int, where, errors, report) -> dict[str, Tensor] | None:
+    """Run the learner's forward on copies of the inputs and compare; -> the copies it got, None when wrong."""
+    given = {n: t.clone() for n, t in c.inputs.items()}
+    what = f"{type(obj).__name__}.forward"
+    outs = _as_dict(call(what, spec.forward, obj, given, where=where), tuple(c.outputs), what)
+    if not _unchanged(given, c.inputs, report):
+        return None
     for name, expected in c.outputs.items():
         actual = outs[name]
         if same(actual, expected, RIGHT):
@@ -136,8 +144,8 @@ def _forward(spec, obj, c: Call, k: int, where, errors, report) -> bool:
             continue
         report.fail(f"  forward is wrong.  {describe(name, actual, expected)}")
         _name_it(spec, name, actual, [m.value(c.ctx).get(name) for m in _formulas(spec)], report, c, k)
-        return False
-    return True
+        return None
+    return given
 
 
 def _backward(spec, obj, params, calls: list[Call], k: int, where, ids, errors, report) -> bool:
