@@ -93,7 +93,8 @@ def cmd_show(args) -> int:
         print("python -m learn show: the step-through page (learn/page.py) is not in this copy of handgrad yet",
               file=sys.stderr)
         return 2
-    write_page(Path(args.out), args.seed)
+    out = write_page(Path(args.out), args.seed)
+    print(f"wrote {out or args.out}: open it in a browser (one file, nothing fetched from the network)")
     return 0
 
 

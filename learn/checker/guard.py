@@ -63,7 +63,7 @@ def explain(what: str, e: BaseException, where: str | None, params: dict[int, st
             pname, value = target
             if isinstance(value, Tensor):
                 attempted[pname] = value
-            if isinstance(e, TypeError) and "NoneType" in message and isinstance(node, ast.AugAssign):
+            if isinstance(e, TypeError) and "NoneType" in message:  # p.grad += g, or p.grad = p.grad + g
                 key = GRAD_NONE.key
                 text.append("  " + GRAD_NONE.why)
     return LearnerFailed("\n".join(text), attempted, key)

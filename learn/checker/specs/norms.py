@@ -3,8 +3,6 @@
 One feature (batch norm) or one row (layer norm) varies very little, its variance near eps = 1e-5: there a
 missing eps, or an eps in the wrong place, changes the output well beyond round-off.
 """
-import torch
-
 from ..spec import LayerSpec, normal, uniform, wrong
 
 EPS = 1e-5
