@@ -44,8 +44,9 @@ def explain(what: str, e: BaseException, where: str | None, params: dict[int, st
     line = linecache.getline(frame.f_code.co_filename, lineno).strip()
     place = f"{Path(frame.f_code.co_filename).name} line {lineno}"
     if isinstance(e, NotImplementedError):
-        return LearnerFailed(f"{what} is not written yet: {place} raises NotImplementedError.  Fill in the part "
-                             f"marked '# YOUR CODE HERE' (and delete the raise)", key="not-written")
+        unwritten = message[:-len(": not written yet")] if message.endswith(": not written yet") else what
+        return LearnerFailed(f"{unwritten} is not written yet: {place} raises NotImplementedError.  Fill in the "
+                             f"part marked '# YOUR CODE HERE' (and delete the raise)", key="not-written")
     text = [f"{what} raised {kind} at {place}:", f"    {line}", f"  {message}"]
     key = None
     if isinstance(e, RecursionError):
