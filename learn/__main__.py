@@ -1,0 +1,163 @@
+"""python -m learn: list, start, hint, check and train the exercises; show the step-through page; trace a model."""
+from __future__ import annotations
+
+import argparse
+import sys
+import textwrap
+from pathlib import Path
+
+from .exercises import BY_NAME, EXERCISES, get
+
+
+def cmd_list(args) -> int:
+    print("The exercises, in the order to do them (python -m learn start NAME writes one to fill in):\n")
+    for k, e in enumerate(EXERCISES, 1):
+        print(f"  {k:2d}. {e.name:<22} {e.teaches}")
+    print("\nBegin with:  python -m learn start linear")
+    return 0
+
+
+def cmd_start(args) -> int:
+    from .source import notebook, solution_text, stub_text
+    ex = get(args.name)
+    suffix = ".ipynb" if args.notebook else ".py"
+    out = Path(args.out) if args.out else Path(f"{ex.name}{'_solution' if args.solution else ''}{suffix}")
+    if out.exists() and not args.force:
+        print(f"{out} exists already; not overwriting it (add --force to replace it, or --out OTHER_FILE)",
+              file=sys.stderr)
+        return 2
+    code = (solution_text if args.solution else stub_text)(ex, str(out.with_suffix(".py")) if args.notebook
+                                                           else str(out))
+    if args.notebook:
+        import nbformat
+        text = nbformat.writes(notebook(ex, code))
+    else:
+        text = code
+    try:
+        out.write_text(text)
+    except OSError as e:
+        print(f"cannot write {out}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    if args.solution:
+        print(f"wrote the worked solution of {ex.name} to {out}")
+    elif args.notebook:
+        print(f"wrote {out}: open it in Jupyter, fill in the parts marked '# YOUR CODE HERE', run the cells; the "
+              f"last one checks your {ex.cls}")
+    else:
+        print(f"wrote {out}: read it, fill in the parts marked '# YOUR CODE HERE', then check it with\n"
+              f"    python -m learn check {ex.name} {out}")
+    return 0
+
+
+def cmd_hint(args) -> int:
+    from .hints import HINTS
+    ex = get(args.name)
+    hints = HINTS[ex.name]
+    level = min(max(args.level, 1), len(hints))
+    print(f"{ex.name}, hint {level} of {len(hints)}:\n")
+    for line in hints[level - 1].split("\n"):  # prose is wrapped, code (indented) printed as it is
+        print(line if line.startswith("    ") else textwrap.fill(line, 100))
+    if level < len(hints):
+        print(f"\nMore:  python -m learn hint {ex.name} --level {level + 1}")
+    else:
+        print(f"\nThat is nearly the answer; the worked one:  python -m learn start {ex.name} --solution")
+    return 0
+
+
+def cmd_check(args) -> int:
+    from .checker import check_file
+    ex = get(args.name)
+    code, text = check_file(ex.name, Path(args.file))
+    print(text, end="", file=sys.stdout if code < 2 else sys.stderr)
+    if code == 0:
+        after = EXERCISES.index(ex) + 1
+        nxt = [f"python -m learn train {ex.name} {args.file}  (your layer in a network beside handgrad's)"] \
+            if ex.trains else []
+        if after < len(EXERCISES):
+            nxt.append(f"python -m learn start {EXERCISES[after].name}  (the next exercise)")
+        print("Next:  " + "\n       ".join(nxt))
+    return code
+
+
+def cmd_train(args) -> int:
+    from .train import main
+    return main(args)
+
+
+def cmd_show(args) -> int:
+    try:
+        from .page import write_page
+    except ModuleNotFoundError as e:
+        if e.name not in ("learn.page",):
+            raise
+        print("python -m learn show: the step-through page (learn/page.py) is not in this copy of handgrad yet",
+              file=sys.stderr)
+        return 2
+    out = write_page(Path(args.out), args.seed)
+    print(f"wrote {out or args.out}: open it in a browser (one file, nothing fetched from the network)")
+    return 0
+
+
+def cmd_trace(argv: list[str]) -> int:
+    try:
+        from .trace import main
+    except ModuleNotFoundError as e:
+        if e.name not in ("learn.trace",):
+            raise
+        print("python -m learn trace: the model trace (learn/trace.py) is not in this copy of handgrad yet",
+              file=sys.stderr)
+        return 2
+    return main(argv)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m learn", description="Learn backpropagation by writing it: "
+                                "exercises, a checker that names the mistake, training beside handgrad's layers.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    names = list(BY_NAME)
+
+    s = sub.add_parser("list", help="the exercises, in order, and what each teaches")
+    s.set_defaults(run=cmd_list)
+    s = sub.add_parser("start", help="write an exercise to fill in (NAME.py)")
+    s.add_argument("name", choices=names, metavar="NAME")
+    s.add_argument("--out", help="the file to write (default NAME.py, NAME.ipynb with --notebook)")
+    s.add_argument("--solution", action="store_true", help="write the worked solution instead")
+    s.add_argument("--notebook", action="store_true", help="write a Jupyter notebook, the check as its last cell")
+    s.add_argument("--force", action="store_true", help="replace the file if it exists")
+    s.set_defaults(run=cmd_start)
+    s = sub.add_parser("hint", help="a hint; --level 2 and 3 say more")
+    s.add_argument("name", choices=names, metavar="NAME")
+    s.add_argument("--level", type=int, default=1, help="1 (where to look) to 3 (nearly the answer)")
+    s.set_defaults(run=cmd_hint)
+    s = sub.add_parser("check", help="check your file against PyTorch and name the mistake (exit 0 right, 1 "
+                                     "wrong, 2 unusable file)")
+    s.add_argument("name", choices=names, metavar="NAME")
+    s.add_argument("file")
+    s.set_defaults(run=cmd_check)
+    s = sub.add_parser("train", help="train a network with your layer beside the same network with handgrad's "
+                                     "(exit 0 when they agree, 1 when they part)")
+    s.add_argument("name", metavar="NAME")
+    s.add_argument("file")
+    s.add_argument("--steps", type=int, default=40, help="training steps (default 40)")
+    s.add_argument("--plot", help="draw both loss curves into this PNG file")
+    s.add_argument("--seed", type=int, default=0)
+    s.set_defaults(run=cmd_train)
+    s = sub.add_parser("show", help="write the step-through page of backpropagation (one HTML file)")
+    s.add_argument("--out", required=True, help="the HTML file to write")
+    s.add_argument("--seed", type=int, default=0, help="the seed of the XOR network's weights")
+    s.set_defaults(run=cmd_show)
+    sub.add_parser("trace", help="one training step of a model, layer by layer (its options: trace --help)",
+                   add_help=False)  # main() hands everything after "trace" to learn.trace.main
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["trace"]:
+        return cmd_trace(argv[1:])
+    args = parser().parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

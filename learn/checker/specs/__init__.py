@@ -1,0 +1,15 @@
+"""What the checker knows about each exercise (inputs, autograd reference, known mistakes), by exercise name."""
+from ..adam_check import AdamSpec
+from ..value_check import ValueSpec
+from .activations import RELU, SIGMOID, TANH
+from .attention import SPEC as ATTENTION
+from .conv2d import SPEC as CONV2D
+from .embedding import SPEC as EMBEDDING
+from .linear import SPEC as LINEAR
+from .losses import MSE, SOFTMAX_CROSS_ENTROPY
+from .lstm_cell import SPEC as LSTM_CELL
+from .maxpool2d import SPEC as MAXPOOL2D
+from .norms import BATCHNORM, LAYERNORM
+
+SPECS = {s.name: s for s in (LINEAR, RELU, SIGMOID, TANH, MSE, SOFTMAX_CROSS_ENTROPY, BATCHNORM, LAYERNORM,
+                             EMBEDDING, CONV2D, MAXPOOL2D, LSTM_CELL, ATTENTION, ValueSpec(), AdamSpec())}

@@ -1,0 +1,70 @@
+"""The checks of exercises relu, sigmoid and tanh: an elementwise layer on x (3, 5), and its known mistakes."""
+import torch
+
+from ..spec import LayerSpec, normal, wrong
+
+
+def _away_from_zero(g):
+    x = normal(g, 3, 5, std=1.5)
+    return {"x": x + 0.1 * torch.sign(x)}  # no entry near relu's kink, where central differences are wrong
+
+
+def _no_dout(name: str, local: str, fn):
+    return wrong(f"{name}-no-dout", "dx", f"the local derivative {local} alone",
+                 "the chain rule multiplies the local derivative by the gradient that arrives from above: "
+                 f"dx = dout * {local}", fn)
+
+
+RELU = LayerSpec(
+    name="relu", cls="ReLU", ctor={}, params={}, inputs=_away_from_zero,
+    reference=lambda t: {"out": torch.relu(t.x)},
+    mistakes=[
+        wrong("relu-mask-inverted", "dx", "dout * (x < 0)",
+              "the mask is taken from the wrong side: the gradient passes where x > 0 (there out = x, a slope of "
+              "1) and stops where x <= 0 (there out = 0, a constant)", lambda c: c.dout * (c.x < 0)),
+        wrong("relu-mask-from-dout", "dx", "dout * (dout > 0)",
+              "the mask must come from the forward's input (x > 0), not from the sign of the gradient: a negative "
+              "gradient flows through a ReLU that was on", lambda c: c.dout * (c.dout > 0)),
+        wrong("relu-times-x", "dx", "dout * x",
+              "the local derivative of max(x, 0) is 1 where x > 0 and 0 elsewhere, not x", lambda c: c.dout * c.x),
+        wrong("relu-times-out", "dx", "dout * out",
+              "the local derivative of max(x, 0) is 1 where x > 0 and 0 elsewhere, not the output",
+              lambda c: c.dout * c.out),
+        _no_dout("relu", "(x > 0)", lambda c: (c.x > 0).double()),
+    ],
+    where={"dx": "dx = dout * (x > 0)", "out": "out = max(x, 0), a new tensor"},
+)
+
+SIGMOID = LayerSpec(
+    name="sigmoid", cls="Sigmoid", ctor={}, params={}, inputs=_away_from_zero,
+    reference=lambda t: {"out": torch.sigmoid(t.x)},
+    mistakes=[
+        wrong("sigmoid-no-one-minus", "dx", "dout * s",
+              "the derivative of s = sigmoid(x) is s * (1 - s): the (1 - s) is missing", lambda c: c.dout * c.out),
+        wrong("sigmoid-of-input", "dx", "dout * x * (1 - x)",
+              "s * (1 - s) is written with the output s = sigmoid(x), not with the input x",
+              lambda c: c.dout * c.x * (1 - c.x)),
+        wrong("sigmoid-applied-twice", "dx", "dout * sigmoid(s) * (1 - sigmoid(s))",
+              "the saved output is already s = sigmoid(x): use it as it is, s * (1 - s)",
+              lambda c: c.dout * torch.sigmoid(c.out) * (1 - torch.sigmoid(c.out))),
+        _no_dout("sigmoid", "s * (1 - s)", lambda c: c.out * (1 - c.out)),
+    ],
+    where={"dx": "dx = dout * s * (1 - s), with s the saved output"},
+)
+
+TANH = LayerSpec(
+    name="tanh", cls="Tanh", ctor={}, params={}, inputs=_away_from_zero,
+    reference=lambda t: {"out": torch.tanh(t.x)},
+    mistakes=[
+        wrong("tanh-of-input", "dx", "dout * (1 - x**2)",
+              "tanh's derivative is 1 - tanh(x)**2: it is written with the output t = tanh(x), not the input x",
+              lambda c: c.dout * (1 - c.x ** 2)),
+        wrong("tanh-applied-twice", "dx", "dout * (1 - tanh(out)**2)",
+              "the saved output is already t = tanh(x): the derivative is 1 - t**2, without a second tanh",
+              lambda c: c.dout * (1 - torch.tanh(c.out) ** 2)),
+        wrong("tanh-no-square", "dx", "dout * (1 - out)",
+              "the derivative of tanh is 1 - out**2: the square is missing", lambda c: c.dout * (1 - c.out)),
+        _no_dout("tanh", "(1 - out**2)", lambda c: 1 - c.out ** 2),
+    ],
+    where={"dx": "dx = dout * (1 - t**2), with t the saved output"},
+)

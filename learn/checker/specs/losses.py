@@ -1,0 +1,70 @@
+"""The checks of exercises mse and softmax_cross_entropy, and their known mistakes."""
+import torch
+
+from ..spec import LayerSpec, normal, wrong
+
+
+def _mse_inputs(g):
+    return {"input": normal(g, 4, 3), "target": normal(g, 4, 3)}
+
+
+MSE = LayerSpec(
+    name="mse", cls="MSELoss", ctor={}, params={}, inputs=_mse_inputs, loss=True, constants=("target",),
+    reference=lambda t: {"loss": ((t.input - t.target) ** 2).mean()},
+    mistakes=[
+        wrong("mse-no-two", "dinput", "(input - target) / numel",
+              "the derivative of d**2 is 2 * d: the 2 is missing", lambda c: (c.input - c.target) / c.input.numel()),
+        wrong("mse-no-mean", "dinput", "2 * (input - target)",
+              "the loss is a mean over all N * C elements, so each element's gradient carries 1 / (N * C)",
+              lambda c: 2 * (c.input - c.target)),
+        wrong("mse-mean-over-rows", "dinput", "2 * (input - target) / N",
+              "the mean is over every element, N * C of them, not over the N rows: divide by input.numel()",
+              lambda c: 2 * (c.input - c.target) / len(c.input)),
+        wrong("mse-sign", "dinput", "2 * (target - input) / numel",
+              "d/dinput of (input - target)**2 is +2 (input - target): the sign is flipped",
+              lambda c: 2 * (c.target - c.input) / c.input.numel()),
+        wrong("mse-sum", "loss", "((input - target)**2).sum()",
+              "MSELoss takes the mean over every element, not the sum", lambda c: ((c.input - c.target) ** 2).sum()),
+    ],
+    where={"dinput": "dinput = 2 * (input - target) / input.numel()"},
+)
+
+
+def _ce_inputs(g):
+    return {"logits": normal(g, 4, 5, std=2.0), "target": torch.randint(0, 5, (4,), generator=g)}
+
+
+def _onehot(c):
+    return torch.nn.functional.one_hot(c.target, c.logits.shape[1]).double()
+
+
+def _p(c):
+    return torch.softmax(c.logits, 1)
+
+
+SOFTMAX_CROSS_ENTROPY = LayerSpec(
+    name="softmax_cross_entropy", cls="SoftmaxCrossEntropy", ctor={}, params={}, inputs=_ce_inputs, loss=True,
+    reference=lambda t: {"loss": torch.nn.functional.cross_entropy(t.logits, t.target)},
+    mistakes=[
+        wrong("ce-no-onehot", "dlogits", "p / N",
+              "the one-hot target is not subtracted: dlogits = (p - onehot(target)) / N.  Raising the right class's "
+              "logit must lower the loss", lambda c: _p(c) / len(c.logits)),
+        wrong("ce-no-mean", "dlogits", "p - onehot(target)",
+              "the loss is the mean over the batch, so every row's gradient carries 1/N: (p - onehot) / N",
+              lambda c: _p(c) - _onehot(c)),
+        wrong("ce-diagonal-jacobian", "dlogits", "-(1 - p) * onehot / N, from dp = -1/p times p * (1 - p)",
+              "softmax's Jacobian reduced to its diagonal p * (1 - p): each probability depends on every logit of "
+              "its row (dp_i/dz_j = p_i (delta_ij - p_j)), and with the log the whole of it gives (p - onehot) / N",
+              lambda c: -(1 - _p(c)) * _onehot(c) / len(c.logits)),
+        wrong("ce-sign", "dlogits", "(onehot - p) / N",
+              "the sign is flipped: the gradient of -log p_target is p - onehot (then / N)",
+              lambda c: (_onehot(c) - _p(c)) / len(c.logits)),
+        wrong("ce-sum", "loss", "the sum over the batch of -log p[n, target[n]]",
+              "the loss is the mean over the batch (nn.CrossEntropyLoss's default), not the sum",
+              lambda c: torch.nn.functional.cross_entropy(c.logits, c.target, reduction="sum")),
+        wrong("ce-no-log", "loss", "mean of -p[n, target[n]]",
+              "the loss is the negative *log* probability of the target", lambda c: -_p(c)[range(4), c.target].mean()),
+    ],
+    where={"dlogits": "dlogits = (softmax(logits) - onehot(target)) / N",
+           "loss": "loss = -log_softmax(logits)[n, target[n]], averaged over n"},
+)

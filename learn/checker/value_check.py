@@ -1,0 +1,188 @@
+"""Checking a learner's Value engine: expressions that isolate each operation, nodes used twice, diamonds, a deep chain.
+
+Each expression runs three times: on the learner's Value, on 0-d float64 torch tensors (autograd gives the
+expected gradients), and on ``value_engine.RefValue`` under each known mistake's switches, to name it.  The
+leaves a = 0.8 and b = -1.7 keep every mistake visible (tanh'(a) != 1 - a**2, a != 1, ...).
+"""
+from __future__ import annotations
+
+import torch
+
+from ..mistakes import Mistake
+from .guard import LearnerFailed, call
+from .report import Report
+from .value_engine import Switches, engine
+
+A, B = 0.8, -1.7
+DEPTH = 1500  # a chain deeper than Python's recursion limit (about 1,000)
+
+
+def _deep(a, b):
+    x = a
+    for _ in range(DEPTH):
+        x = x * 0.999 + b * 0.001
+    return x
+
+
+_ORDER = "backward(): the walk's order (reverse topological), and += in every _backward"
+EXPRESSIONS = [  # (what it tests, f(a, b), where to look when it fails); each f runs on Values and torch tensors
+    ("a + b", lambda a, b: a + b, "__add__'s _backward"),
+    ("a * b", lambda a, b: a * b, "__mul__'s _backward"),
+    ("a ** 3", lambda a, b: a ** 3, "__pow__'s _backward"),
+    ("a.tanh()", lambda a, b: a.tanh(), "tanh's _backward"),
+    ("b.exp()", lambda a, b: b.exp(), "exp's _backward"),
+    ("2 * a - b / 4 + 1 / a - 3  (numbers on either side; - and / as given)", lambda a, b: 2 * a - b / 4 + 1 / a - 3,
+     "__add__, __mul__ and __pow__: - and / are made of them"),
+    ("a * a  (one node used twice by one operation)", lambda a, b: a * a, "+= in __mul__'s _backward"),
+    ("c = a * b; c.tanh() * c.exp()  (a diamond: c feeds two nodes)",
+     lambda a, b: (lambda c: c.tanh() * c.exp())(a * b), _ORDER),
+    ("c = a + b; c + (c * 2).tanh()  (an uneven diamond: one short path, one long)",
+     lambda a, b: (lambda c: c + (c * 2).tanh())(a + b), _ORDER),
+    ("(a * 0.5 + b * -1.5 + 0.3).tanh()  (a neuron)", lambda a, b: (a * 0.5 + b * -1.5 + 0.3).tanh(),
+     "the operations above"),
+    (f"x = a, then x = x * 0.999 + b * 0.001, {DEPTH} times  (a graph {2 * DEPTH} nodes deep)", _deep,
+     "backward(): does the walk reach every node of a deep graph?"),
+]
+
+_WALK = ("the graph was walked out of topological order: a node's _backward ran before every node that uses it "
+         "had added its share to its .grad, so that share never reached the nodes before it.  Sort the nodes "
+         "topologically (each after everything in its _prev) and call _backward from the output back")
+MISTAKES = [  # (the mistake, the switches of value_engine that make it)
+    (Mistake("value-walk-preorder", "a depth-first walk calling _backward as each node is first reached", _WALK),
+     Switches(walk="preorder")),
+    (Mistake("value-walk-bfs", "a breadth-first walk from the output", _WALK + " (breadth first is not enough: a "
+             "node reached by a short path and a long one is visited before the long one arrives)"),
+     Switches(walk="bfs")),
+    (Mistake("value-walk-recursive", "a walk that calls _backward and then recurses into _prev, with no order",
+             "a node used by two others is walked twice and passes its gradient on twice, once before it is "
+             "complete.  Build one topological order first, then call each node's _backward once"),
+     Switches(walk="recursive")),
+    (Mistake("value-walk-not-reversed", "the topological order walked forwards, inputs first",
+             "the chain rule runs from the output back: call _backward in *reversed* topological order"),
+     Switches(walk="not-reversed")),
+    (Mistake("value-grad-overwritten", "the gradients assigned (=) in _backward",
+             "a node used twice (a * a, or c feeding two nodes) must receive both shares: self.grad += ..., not ="),
+     Switches(overwrite=True)),
+    (Mistake("value-no-seed", "a backward that never sets the output's grad to 1",
+             "the walk starts from d out / d out = 1: set self.grad = 1.0 in backward() before the walk"),
+     Switches(seed=False)),
+    (Mistake("value-mul-own-data", "self.grad += self.data * out.grad in __mul__",
+             "d(a * b)/da is b: each factor's gradient is the *other* factor times out.grad"),
+     Switches(mul_own=True)),
+    (Mistake("value-tanh-of-input", "(1 - self.data**2) * out.grad in tanh",
+             "tanh's derivative is 1 - t**2 with t = tanh(x), the output, not the input x"),
+     Switches(tanh_input=True)),
+    (Mistake("value-pow-no-minus-one", "n * self.data**n * out.grad in __pow__",
+             "d(x**n)/dx = n * x**(n - 1): the exponent drops by one"),
+     Switches(pow_no_minus_one=True)),
+    (Mistake("value-pow-no-n", "self.data**(n - 1) * out.grad in __pow__",
+             "d(x**n)/dx = n * x**(n - 1): the factor n is missing"),
+     Switches(pow_no_n=True)),
+]
+RECURSION = Mistake("value-recursion", "a recursive walk of the graph",
+                    "Python stops near 1,000 nested calls; walk with an explicit stack instead")
+
+
+class ValueSpec:
+    name, cls = "value", "Value"
+    mistakes = [m for m, _ in MISTAKES] + [RECURSION]
+
+    def check(self, cls: type, where: str | None) -> Report:
+        report = Report(f"Checking {cls.__name__} of exercise value on {len(EXPRESSIONS)} expressions, a = {A}, "
+                        f"b = {B}")
+        report.right = "every value and gradient agrees with PyTorch's autograd"
+        results = {}  # label -> the learner's (out.data, a.grad, b.grad), or the LearnerFailed it raised
+        for label, f, _ in EXPRESSIONS:
+            try:
+                results[label] = _run(cls, f, where)
+            except LearnerFailed as e:
+                results[label] = e
+        whole = _explains_all(results)
+        errors: set[str] = set()
+        for label, f, look in EXPRESSIONS:
+            _one(label, f, look, results[label], whole, report, errors)
+        return report
+
+
+def _explains_all(results: dict) -> tuple[Mistake, dict] | None:
+    """The known mistake that gives the learner's numbers on every expression it ran (a single bug), if one does."""
+    ran = [(label, f) for label, f, _ in EXPRESSIONS if f is not _deep and not isinstance(results[label], Exception)]
+    for m, switches in MISTAKES:
+        theirs = {}
+        for label, f in ran:
+            try:
+                theirs[label] = _run(engine(switches), f)
+            except Exception:
+                break
+        else:
+            if all(_same(theirs[label], results[label], 1e-7) for label, _ in ran):
+                return m, theirs
+    return None
+
+
+def _expected(f):
+    a, b = (torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in (A, B))
+    out = f(a, b)
+    ga, gb = torch.autograd.grad(out, (a, b), allow_unused=True)
+    return out.item(), (0.0 if ga is None else ga.item()), (0.0 if gb is None else gb.item())
+
+
+def _run(cls, f, where=None):
+    """(out.data, a.grad, b.grad) of the expression on the Value class ``cls``."""
+    a = call(f"{cls.__name__}({A})", cls, A, where=where)
+    b = call(f"{cls.__name__}({B})", cls, B, where=where)
+    out = call(f"building the expression with your {cls.__name__}", f, a, b, where=where)
+    call(f"{cls.__name__}.backward", out.backward, where=where)
+    return tuple(_number(v) for v in (out.data, a.grad, b.grad))
+
+
+def _number(v) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        raise LearnerFailed(f"a .data or .grad is {type(v).__name__}, not a number") from None
+
+
+def _close(x: float, y: float, tol: float) -> bool:
+    return abs(x - y) <= tol * max(1.0, abs(x), abs(y))
+
+
+def _same(x: tuple, y: tuple, tol: float) -> bool:
+    return all(_close(a, b, tol) for a, b in zip(x, y))
+
+
+def _one(label, f, look, got, whole, report: Report, errors: set[str]) -> None:
+    if isinstance(got, LearnerFailed):
+        report.fail(f"  WRONG   {label}:" + ("  the same error" if got.text in errors else ""))
+        if got.text in errors:
+            return
+        errors.add(got.text)
+        report.fail("\n".join("    " + ln for ln in got.text.splitlines()), got.key)
+        if got.key == "recursion":
+            report.fail("    -> " + RECURSION.says("backward", "is"), RECURSION.key)
+        return
+    want = _expected(f)
+    if _same(got, want, 1e-9):
+        report.say(f"  right   {label}")
+        return
+    report.fail(f"  WRONG   {label}")
+    for name, g, w in zip(("out.data", "a.grad", "b.grad"), got, want):
+        if not _close(g, w, 1e-9):
+            report.say(f"    {name}: expected {w:.10g}, yours {g:.10g}")
+    if not _close(got[0], want[0], 1e-9):
+        report.say("    -> the forward value is wrong: look at the operation's data, before any gradient")
+        return
+    if f is _deep:
+        report.say(f"    -> look at: {look}")
+        return
+    candidates = [whole] if whole is not None else [(m, None) for m, _ in MISTAKES]
+    for m, theirs in candidates:
+        if theirs is None:
+            try:
+                theirs = {label: _run(engine(dict(MISTAKES)[m]), f)}
+            except Exception:
+                continue
+        if _same(theirs[label], got, 1e-7) and not _same(theirs[label], want, 1e-9):
+            report.fail("    -> " + m.says("gradients", "match"), m.key)
+            return
+    report.say(f"    -> no known mistake gives these numbers; look at: {look}")

@@ -1,0 +1,56 @@
+"""The exercises, in the order a learner meets them: each one's name, the class to write and what it teaches."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Exercise:
+    name: str  # what the commands take: python -m learn start NAME
+    cls: str  # the class the learner writes
+    teaches: str  # one line for `python -m learn list`
+    trains: bool = False  # `python -m learn train NAME FILE` puts it in a network
+
+    @property
+    def source(self) -> Path:
+        """The single source: the worked solution, its answer inside ### BEGIN/END SOLUTION."""
+        return Path(__file__).with_name(f"{self.name}.py")
+
+
+EXERCISES = [
+    Exercise("linear", "Linear", "the chain rule with matrices: a bias summed over the batch, gradients added "
+             "with +=", trains=True),
+    Exercise("relu", "ReLU", "a gate: the gradient flows where the input was positive and stops elsewhere",
+             trains=True),
+    Exercise("sigmoid", "Sigmoid", "a local derivative read off the output: s (1 - s)", trains=True),
+    Exercise("tanh", "Tanh", "the same from tanh's output: 1 - out^2", trains=True),
+    Exercise("mse", "MSELoss", "a loss: where the backward pass starts, and its 2 and its 1/N", trains=True),
+    Exercise("softmax_cross_entropy", "SoftmaxCrossEntropy", "softmax and cross-entropy fused: (p - onehot) / N",
+             trains=True),
+    Exercise("value", "Value", "the chain rule as an engine: a scalar autograd, topological order, a node used "
+             "twice"),
+    Exercise("batchnorm", "BatchNorm1d", "statistics that depend on the whole batch: three terms in dx",
+             trains=True),
+    Exercise("layernorm", "LayerNorm", "the same normalisation per row: which axis a gradient sums over",
+             trains=True),
+    Exercise("embedding", "Embedding", "a lookup's backward is a scatter-add: repeated ids add up"),
+    Exercise("conv2d", "Conv2d", "weight sharing: a kernel's gradient sums over every position it touched",
+             trains=True),
+    Exercise("maxpool2d", "MaxPool2d", "routing: each gradient goes back to the input that won the max",
+             trains=True),
+    Exercise("lstm_cell", "LSTMCell", "gates and two states: dc flows through the forget gate, gates stacked "
+             "i, f, g, o"),
+    Exercise("attention", "CausalAttention", "softmax's Jacobian, the causal mask and the 1/sqrt(d) scale, both "
+             "ways"),
+    Exercise("adam", "Adam", "an optimizer from .grad: moments, bias correction, eps outside the square root"),
+]
+BY_NAME = {e.name: e for e in EXERCISES}
+
+
+def get(name: str) -> Exercise:
+    """The exercise called ``name``; a KeyError that lists the names otherwise."""
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"no exercise called {name!r}; the exercises are: {', '.join(BY_NAME)}") from None

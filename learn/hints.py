@@ -1,0 +1,149 @@
+"""Hints for each exercise, three levels: where to look, the idea, and nearly the answer (``python -m learn hint``)."""
+
+HINTS = {
+    "linear": [
+        "Write out[n, h] = sum_d x[n, d] * weight[h, d] + bias[h] for one entry.  Each gradient is a sum over "
+        "every output the tensor took part in.  Check the shapes: dx is (N, D), dweight is (H, D) like weight, "
+        "dbias is (H,) like bias.",
+        "dL/dx[n, d] = sum_h dout[n, h] * weight[h, d]: a matrix product of dout (N, H) with weight (H, D).  "
+        "dL/dweight[h, d] = sum_n dout[n, h] * x[n, d]: a sum over the batch, dout transposed times x.  The bias "
+        "is added to every row, so its gradient is dout summed over the batch.  No 1/N anywhere: the loss put it "
+        "in dout already.",
+        "In backward:\n"
+        "    dx = dout @ self.weight\n    dweight = dout.T @ self.x\n    dbias = dout.sum(0)\n"
+        "then for each parameter p and its gradient g:\n"
+        "    if p.grad is None:\n        p.grad = torch.zeros_like(p)\n    p.grad += g",
+    ],
+    "relu": [
+        "The forward is out = x where x > 0, else 0.  What is d out / d x in each of the two cases?",
+        "The local derivative is 1 where x > 0 and 0 elsewhere: keep that mask from the forward (from x, not from "
+        "dout) and multiply.  Make a new tensor: don't zero entries of dout in place.",
+        "forward:\n    self.mask = x > 0\n    out = x * self.mask\nbackward:\n    dx = dout * self.mask",
+    ],
+    "sigmoid": [
+        "Differentiate s = 1 / (1 + exp(-x)) and write the result with s itself.",
+        "ds/dx = exp(-x) / (1 + exp(-x))**2 = s * (1 - s).  Keep s (the output) in the forward.",
+        "forward:\n    self.out = torch.sigmoid(x)\nbackward:\n    s = self.out\n    dx = dout * s * (1 - s)",
+    ],
+    "tanh": [
+        "Differentiate t = tanh(x) and write the result with t itself.",
+        "d tanh(x)/dx = 1 - tanh(x)**2 = 1 - t**2, with t the output you keep from the forward (not the input).",
+        "forward:\n    self.out = torch.tanh(x)\nbackward:\n    dx = dout * (1 - self.out ** 2)",
+    ],
+    "mse": [
+        "The loss is (1 / M) * sum over all M = N * C elements of (input - target)**2.  Differentiate it with "
+        "respect to one element of input.",
+        "d/d input[i] of (input[i] - target[i])**2 is 2 (input[i] - target[i]), and the mean divides by M, the "
+        "number of elements (input.numel()), not the number of rows.",
+        "forward:\n    self.diff = input - target\n    loss = (self.diff ** 2).mean()\n"
+        "backward:\n    dinput = 2 * self.diff / self.diff.numel()",
+    ],
+    "softmax_cross_entropy": [
+        "For one row: loss = -log p[y] with p = softmax(z).  Use log p[y] = z[y] - log(sum_j exp(z_j)) and "
+        "differentiate that with respect to each z_j.",
+        "d(-log p[y]) / dz_j = p_j - 1[j == y]: the softmax minus the one-hot target.  The loss is the mean over "
+        "the batch, so divide by N.  (Going through softmax's Jacobian by hand gives the same, provided you keep "
+        "all of it, not just its diagonal.)",
+        "forward:\n    shifted = logits - logits.max(1, keepdim=True).values\n"
+        "    logp = shifted - shifted.exp().sum(1, keepdim=True).log()\n"
+        "    self.p, self.target = logp.exp(), target\n    loss = -logp[torch.arange(len(target)), target].mean()\n"
+        "backward:\n    dlogits = self.p.clone()\n    dlogits[torch.arange(n), self.target] -= 1\n"
+        "    dlogits /= n",
+    ],
+    "value": [
+        "Each _backward adds (local derivative) * out.grad into each input's .grad: for a + b the local "
+        "derivatives are 1 and 1, for a * b they are b and a.  Use += (a node can be an input twice).",
+        "tanh: 1 - t**2 with t the output; exp: the output e itself; x**n: n * x**(n - 1).  backward(): collect the "
+        "nodes in topological order (a node after everything in its _prev), with a stack rather than recursion, "
+        "then self.grad = 1.0 and call _backward on each node in *reversed* order.",
+        "A topological order with an explicit stack, then the walk:\n"
+        "    order, seen, stack = [], set(), [(self, False)]\n    while stack:\n"
+        "        node, done = stack.pop()\n        if done:\n            order.append(node)\n"
+        "        elif id(node) not in seen:\n            seen.add(id(node))\n"
+        "            stack.append((node, True))\n            stack.extend((p, False) for p in node._prev)\n"
+        "    self.grad = 1.0\n    for node in reversed(order):\n        node._backward()",
+    ],
+    "batchnorm": [
+        "Do the easy ones first: out = weight * xhat + bias gives dbias = dout.sum(0), dweight = (dout * "
+        "xhat).sum(0) and dxhat = dout * weight.  The hard part is dx: mean and var are functions of x too.",
+        "Walk the forward backwards one step at a time (mean, x - mean, square, var, sqrt, 1/sqrt, xhat): x feeds "
+        "xhat directly, through the mean, and through the variance.  Summing the three paths gives dx = rstd / N "
+        "* (N * dxhat - (sum over the batch of dxhat) - xhat * (sum over the batch of dxhat * xhat)).",
+        "With rstd = 1 / sqrt(var + eps) (the biased variance, divided by N) and xhat kept from the forward:\n"
+        "    dxhat = dout * self.weight\n"
+        "    dx = self.rstd / n * (n * dxhat - dxhat.sum(0) - self.xhat * (dxhat * self.xhat).sum(0))",
+    ],
+    "layernorm": [
+        "It is batch norm with the statistics taken along each row (dim=1) instead of down each column.  But "
+        "weight and bias are shared by all rows: their gradients still sum over the batch (dim 0).",
+        "dx follows batch norm's formula with every sum taken over the row's D features (keepdim=True) and N "
+        "replaced by D.",
+        "    dxhat = dout * self.weight\n"
+        "    dx = self.rstd / d * (d * dxhat - dxhat.sum(1, keepdim=True)\n"
+        "                          - self.xhat * (dxhat * self.xhat).sum(1, keepdim=True))\n"
+        "    dweight = (dout * self.xhat).sum(0)\n    dbias = dout.sum(0)",
+    ],
+    "embedding": [
+        "out[n, t] = weight[idx[n, t]]: row v of weight receives the gradient of every position that looked it up.",
+        "Start from dweight = zeros (V, D) and add dout[n, t] into row idx[n, t] for every position.  Careful: "
+        "dweight[idx] += dout does not add up repeated ids (an indexed assignment writes each row once).",
+        "    dweight = torch.zeros_like(self.weight)\n"
+        "    dweight.index_add_(0, self.idx.reshape(-1), dout.reshape(-1, dout.shape[-1]))\n"
+        "or a loop over the positions: dweight[self.idx[n, t]] += dout[n, t].",
+    ],
+    "conv2d": [
+        "The forward's loop adds, at each kernel offset (i, j), patch (N, C_in, H_out, W_out) times weight[:, :, "
+        "i, j] (C_out, C_in).  Go through the same loop and undo each line: every out += A . B gives a gradient "
+        "for A and one for B.",
+        "At offset (i, j): dweight[:, :, i, j] = einsum('nohw,nchw->oc', dout, patch), summed over the batch and "
+        "positions; and dxp[:, :, i:i + H_out, j:j + W_out] += einsum('nohw,oc->nchw', dout, weight[:, :, i, j]).  "
+        "dbias sums dout over everything but the channel.",
+        "    dxp = torch.zeros_like(self.xp)\n    dweight = torch.zeros_like(self.weight)\n"
+        "    for i in range(k):\n        for j in range(k):\n"
+        "            patch = self.xp[:, :, i:i + ho, j:j + wo]\n"
+        "            dweight[:, :, i, j] = torch.einsum('nohw,nchw->oc', dout, patch)\n"
+        "            dxp[:, :, i:i + ho, j:j + wo] += torch.einsum('nohw,oc->nchw', dout, self.weight[:, :, i, j])\n"
+        "    dx = dxp[:, :, p:p + h, p:p + w]\n    dbias = dout.sum((0, 2, 3))",
+    ],
+    "maxpool2d": [
+        "A max passes its input through unchanged and ignores the rest: the derivative is 1 for the winner of the "
+        "window, 0 for the others.  Remember in the forward where each window's max was.",
+        "forward: windows = x.unfold(2, k, s).unfold(3, k, s) is (N, C, H_out, W_out, k, k); reshape its last two "
+        "axes to k*k and take .max(-1) for the values and the argmax.  backward: for each window (i, j), add "
+        "dout[:, :, i, j] at its winner's place, +=, because windows can overlap.",
+        "    dx = torch.zeros(self.x_shape, dtype=dout.dtype)\n"
+        "    for i in range(h_out):\n        for j in range(w_out):\n"
+        "            winner = torch.nn.functional.one_hot(self.arg[:, :, i, j], k * k).to(dout.dtype)  # (N, C, k*k)\n"
+        "            dx[:, :, i*s:i*s + k, j*s:j*s + k] += (winner * dout[:, :, i, j, None]).view(n, c, k, k)",
+    ],
+    "lstm_cell": [
+        "Go backwards through the forward's lines one at a time.  c_next has two consumers: it is returned (its "
+        "gradient dc_next) and it makes h_next; add both.",
+        "do = dh_next * tanh(c_next); dc_total = dc_next + dh_next * o * (1 - tanh(c_next)**2); di = dc_total * g, "
+        "df = dc_total * c, dg = dc_total * i, dc = dc_total * f.  Then through the nonlinearities: sigmoid' = "
+        "s(1 - s), tanh' = 1 - g**2; stack as i, f, g, o.",
+        "    da = torch.cat([di * i * (1 - i), df * f * (1 - f), dg * (1 - g ** 2), do * o * (1 - o)], dim=1)\n"
+        "    dx = da @ self.weight_ih\n    dh = da @ self.weight_hh\n"
+        "and into .grad: weight_ih += da.T @ x, weight_hh += da.T @ h, bias_ih and bias_hh += da.sum(0).",
+    ],
+    "attention": [
+        "Three steps back: out = att @ v, att = softmax(scores) row by row, scores = q @ k^T * scale.  A masked "
+        "entry has att = 0 and passes no gradient, so the mask needs no special care in backward.",
+        "dv = att^T @ dout and datt = dout @ v^T.  The softmax of a row: dscores = att * (datt - sum over the row "
+        "of datt * att).  Then dq = dscores @ k * scale and dk = dscores^T @ q * scale: the scale of the forward "
+        "comes back.",
+        "    dv = self.att.transpose(1, 2) @ dout\n    datt = dout @ self.v.transpose(1, 2)\n"
+        "    dscores = self.att * (datt - (datt * self.att).sum(-1, keepdim=True))\n"
+        "    dq = dscores @ self.k * self.scale\n    dk = dscores.transpose(1, 2) @ self.q * self.scale",
+    ],
+    "adam": [
+        "Keep one m and one v per parameter (zeros, its shape) and a step count t, all across steps.  Change each "
+        "parameter in place.",
+        "At each step: t += 1; then per parameter: m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g*g; m_hat = m / "
+        "(1 - b1**t); v_hat = v / (1 - b2**t); p -= lr * m_hat / (sqrt(v_hat) + eps).  eps goes after the sqrt.",
+        "In __init__:\n    self.t = 0\n    self.m = [torch.zeros_like(p) for p in self.params]\n"
+        "    self.v = [torch.zeros_like(p) for p in self.params]\nIn step, after self.t += 1, for each p, m, v:\n"
+        "    m.mul_(beta1).add_((1 - beta1) * p.grad)\n    v.mul_(beta2).add_((1 - beta2) * p.grad ** 2)\n"
+        "    p -= self.lr * (m / (1 - beta1 ** self.t)) / ((v / (1 - beta2 ** self.t)).sqrt() + self.eps)",
+    ],
+}

@@ -1,0 +1,59 @@
+"""The catalogue of known mistakes: what each computes, and the plain words that name it.
+
+A ``Mistake`` recomputes, for one check's inputs, what a learner's answer would be under a known wrong
+formula (``value``: the case's tensors in, the wrong tensors out, by name).  When a learner's tensor equals
+one of them, the checker says so with ``says``.  The mistakes of each exercise live with its checks in
+``learn/checker/specs/``; the ones every layer can make (``=`` where ``+=`` belongs, dout changed in place,
+...) are here.  ``catalogue()`` lists them all.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Mistake:
+    key: str  # a short, stable id: "bias-mean"
+    formula: str  # what the learner wrote, as they would write it: "dout.mean(0)"
+    why: str  # what is wrong with it, in plain words
+    value: Callable | None = None  # ctx -> {tensor name: the wrong value}; None: detected by other means
+
+    def says(self, tensor: str, verb: str = "equals") -> str:
+        return f"your {tensor} {verb} {self.formula}: {self.why}"
+
+
+# -- mistakes any layer with parameters can make: found by the runner, not by a formula --------------------------
+
+OVERWRITE = Mistake(
+    "grad-overwritten", "the second backward's gradient alone (p.grad = g)",
+    "the first backward's gradient is gone.  Gradients accumulate, as PyTorch's do: a layer used twice, or two "
+    "micro-batches, must add up.  Write p.grad += g (after creating p.grad as zeros when it is None), not "
+    "p.grad = g")
+DOUBLED = Mistake(
+    "grad-doubled", "twice the gradient on the first backward",
+    "when .grad was None you set it to g and then added g again.  Create it as zeros (p.grad = "
+    "torch.zeros_like(p)) and then add, or set it *else* add")
+GRAD_NONE = Mistake(
+    "grad-none-not-created", "None += g",
+    ".grad is None until the first backward; create it first: if p.grad is None: p.grad = torch.zeros_like(p), "
+    "then p.grad += g")
+DOUT_IN_PLACE = Mistake(
+    "dout-changed-in-place", "changed in place by your backward",
+    "it wrote into dout (an in-place operation such as dout[mask] = 0, dout *= ..., or .mul_()).  In "
+    "a network the same dout may feed another branch, and the caller's tensor is not yours to change: compute a "
+    "new tensor (dx = dout * mask)")
+INPUT_IN_PLACE = Mistake(
+    "input-changed-in-place", "changed in place by your layer",
+    "it wrote into its input (x[x < 0] = 0, x.clamp_(...), x -= ..., in forward or in backward).  The caller still needs it (the "
+    "layer before keeps it for its own backward): compute a new tensor instead")
+GENERIC = [OVERWRITE, DOUBLED, GRAD_NONE, DOUT_IN_PLACE, INPUT_IN_PLACE]
+
+
+def catalogue() -> list[tuple[str, Mistake]]:
+    """Every known mistake as (exercise or "any layer", Mistake), the generic ones first."""
+    from .checker.specs import SPECS
+    entries = [("any layer", m) for m in GENERIC]
+    for name, spec in SPECS.items():
+        entries += [(name, m) for m in spec.mistakes]
+    return entries

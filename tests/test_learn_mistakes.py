@@ -1,0 +1,241 @@
+"""The catalogue of wrong answers, each written as a learner would write it, caught by the checker and named.
+
+Each wrong answer is the worked solution with a few lines changed, the way a learner gets them wrong; the check
+must fail (exit 1) and name exactly the mistake it was built for.  A last test makes sure every mistake of the
+catalogue (learn.mistakes.catalogue) has its wrong answer here.
+"""
+import pytest
+
+from learn.checker import check_path
+from learn.exercises import get
+from learn.mistakes import catalogue
+from learn.source import solution_text
+
+_GRAD_INIT = "            if p.grad is None:\n                p.grad = torch.zeros_like(p)\n"
+_VALUE_WALK = """        order, seen = [], set()
+        stack = [(self, False)]
+        while stack:  # depth first; a node goes into order once all its inputs are in
+            node, inputs_done = stack.pop()
+            if inputs_done:
+                order.append(node)
+            elif id(node) not in seen:
+                seen.add(id(node))
+                stack.append((node, True))
+                stack.extend((p, False) for p in node._prev if id(p) not in seen)
+        self.grad = 1.0
+        for node in reversed(order):
+            node._backward()
+"""
+_PREORDER = """        self.grad = 1.0
+        seen, stack = set(), [self]
+        while stack:
+            node = stack.pop()
+            if id(node) not in seen:
+                seen.add(id(node))
+                node._backward()
+                stack.extend(reversed(node._prev))
+"""
+_BFS = """        self.grad = 1.0
+        queue, seen = [self], {id(self)}
+        while queue:
+            node = queue.pop(0)
+            node._backward()
+            for p in node._prev:
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    queue.append(p)
+"""
+_RECURSIVE_WALK = """        self.grad = 1.0
+
+        def visit(node):
+            node._backward()
+            for p in node._prev:
+                visit(p)
+        visit(self)
+"""
+_RECURSIVE_TOPO = """        order, seen = [], set()
+
+        def build(node):
+            if id(node) not in seen:
+                seen.add(id(node))
+                for p in node._prev:
+                    build(p)
+                order.append(node)
+        build(self)
+        self.grad = 1.0
+        for node in reversed(order):
+            node._backward()
+"""
+_DIAGONAL_CE = """        dp = torch.zeros_like(self.p)
+        dp[torch.arange(n), self.target] = -1 / (n * self.p[torch.arange(n), self.target])
+        dlogits = dp * self.p * (1 - self.p)  # through the softmax: its derivative p (1 - p)
+"""
+_CE_BODY = """        dlogits = self.p.clone()  # (N, C)
+        dlogits[torch.arange(n), self.target] -= 1  # p - onehot(target)
+        dlogits /= n  # the loss is a mean over the batch
+"""
+_LSTM_DA = "da = torch.cat([di * i * (1 - i), df * f * (1 - f), dg * (1 - g ** 2), do * o * (1 - o)], dim=1)"
+_BN_DX = "dx = self.rstd / n * (n * dxhat - dxhat.sum(0) - self.xhat * (dxhat * self.xhat).sum(0))"
+_LN_DX = """dx = self.rstd / d * (d * dxhat - dxhat.sum(1, keepdim=True)
+                              - self.xhat * (dxhat * self.xhat).sum(1, keepdim=True))"""
+_POOL = "dx[:, :, i * s:i * s + k, j * s:j * s + k] += (winner * dout[:, :, i, j, None]).view(n, c, k, k)"
+_CONV_DX = 'dxp[:, :, i:i + ho, j:j + wo] += torch.einsum("nohw,oc->nchw", dout, self.weight[:, :, i, j])'
+
+# (exercise, [(text of the solution, what the learner wrote instead), ...], the mistake the checker must name)
+WRONG = [
+    # -- any layer: accumulation and in-place changes
+    ("linear", [("p.grad += g  # accumulate, as PyTorch does", "p.grad = g")], "grad-overwritten"),
+    ("linear", [("    p.grad = torch.zeros_like(p)\n", "    p.grad = g.clone()\n")], "grad-doubled"),
+    ("batchnorm", [(_GRAD_INIT, "")], "grad-none-not-created"),
+    ("relu", [("dx = dout * self.mask", "dout[~self.mask] = 0\n        dx = dout")], "dout-changed-in-place"),
+    ("relu", [("out = x * self.mask", "x[~self.mask] = 0\n        out = x")], "input-changed-in-place"),
+    ("linear", [("dbias = dout.sum(0)", "dbias = dout.sum(0)\n        self.x.zero_()  # done with the cache")],
+     "input-changed-in-place"),
+    # -- linear
+    ("linear", [("dbias = dout.sum(0)", "dbias = dout.mean(0)")], "bias-mean"),
+    ("linear", [("dbias = dout.sum(0)", "dbias = dout")], "bias-not-summed"),
+    ("linear", [("dweight = dout.T @ self.x", "dweight = self.x.T @ dout")], "weight-transposed"),
+    ("linear", [("dweight = dout.T @ self.x", "dweight = dout.T @ self.x / len(self.x)")], "weight-mean"),
+    # -- relu, sigmoid, tanh
+    ("relu", [("dx = dout * self.mask", "dx = dout * ~self.mask")], "relu-mask-inverted"),
+    ("relu", [("dx = dout * self.mask", "dx = dout * (dout > 0)")], "relu-mask-from-dout"),
+    ("relu", [("self.mask = x > 0", "self.mask = x > 0\n        self.x = x"),
+              ("dx = dout * self.mask", "dx = dout * self.x")],
+     "relu-times-x"),
+    ("relu", [("out = x * self.mask", "out = x * self.mask\n        self.out = out"),
+              ("dx = dout * self.mask", "dx = dout * self.out")], "relu-times-out"),
+    ("relu", [("dx = dout * self.mask", "dx = self.mask * 1.0")], "relu-no-dout"),
+    ("sigmoid", [("dx = dout * s * (1 - s)", "dx = dout * s")], "sigmoid-no-one-minus"),
+    ("sigmoid", [("self.out = out", "self.out = out\n        self.x = x"),
+                 ("dx = dout * s * (1 - s)", "dx = dout * self.x * (1 - self.x)")], "sigmoid-of-input"),
+    ("sigmoid", [("s = self.out", "s = torch.sigmoid(self.out)")], "sigmoid-applied-twice"),
+    ("sigmoid", [("dx = dout * s * (1 - s)", "dx = s * (1 - s)")], "sigmoid-no-dout"),
+    ("tanh", [("self.out = out", "self.out = out\n        self.x = x"),
+              ("dx = dout * (1 - self.out ** 2)", "dx = dout * (1 - self.x ** 2)")], "tanh-of-input"),
+    ("tanh", [("dx = dout * (1 - self.out ** 2)", "dx = dout * (1 - torch.tanh(self.out) ** 2)")],
+     "tanh-applied-twice"),
+    ("tanh", [("dx = dout * (1 - self.out ** 2)", "dx = dout * (1 - self.out)")], "tanh-no-square"),
+    ("tanh", [("dx = dout * (1 - self.out ** 2)", "dx = 1 - self.out ** 2")], "tanh-no-dout"),
+    # -- mse, softmax_cross_entropy
+    ("mse", [("dinput = 2 * self.diff / self.diff.numel()", "dinput = self.diff / self.diff.numel()")], "mse-no-two"),
+    ("mse", [("dinput = 2 * self.diff / self.diff.numel()", "dinput = 2 * self.diff")], "mse-no-mean"),
+    ("mse", [("dinput = 2 * self.diff / self.diff.numel()", "dinput = 2 * self.diff / len(self.diff)")],
+     "mse-mean-over-rows"),
+    ("mse", [("dinput = 2 * self.diff / self.diff.numel()", "dinput = 2 * -self.diff / self.diff.numel()")],
+     "mse-sign"),
+    ("mse", [("loss = (self.diff ** 2).mean()", "loss = (self.diff ** 2).sum()")], "mse-sum"),
+    ("softmax_cross_entropy", [("        dlogits[torch.arange(n), self.target] -= 1  # p - onehot(target)\n", "")],
+     "ce-no-onehot"),
+    ("softmax_cross_entropy", [("        dlogits /= n  # the loss is a mean over the batch\n", "")], "ce-no-mean"),
+    ("softmax_cross_entropy", [(_CE_BODY, _DIAGONAL_CE)], "ce-diagonal-jacobian"),
+    ("softmax_cross_entropy", [("-= 1  # p - onehot(target)", "-= 1\n        dlogits = -dlogits")], "ce-sign"),
+    ("softmax_cross_entropy", [("target].mean()", "target].sum()")], "ce-sum"),
+    ("softmax_cross_entropy", [("loss = -logp[", "loss = -self.p[")], "ce-no-log"),
+    # -- batchnorm, layernorm
+    ("batchnorm", [(_BN_DX, "dx = dxhat * self.rstd")], "bn-stats-constant"),
+    ("batchnorm", [(_BN_DX, "dx = self.rstd / n * (n * dxhat - dxhat.sum(0))")], "bn-var-constant"),
+    ("batchnorm", [(_BN_DX, "dx = self.rstd / n * (n * dxhat - self.xhat * (dxhat * self.xhat).sum(0))")],
+     "bn-mean-constant"),
+    ("batchnorm", [("var = ((x - mean) ** 2).mean(0)", "var = x.var(0)")], "bn-unbiased-var"),
+    ("batchnorm", [("1 / torch.sqrt(var + self.eps)", "1 / (torch.sqrt(var) + self.eps)")], "bn-eps-outside-sqrt"),
+    ("batchnorm", [("1 / torch.sqrt(var + self.eps)", "1 / torch.sqrt(var)")], "bn-no-eps"),
+    ("batchnorm", [("mean = x.mean(0)  # (D,)", "self.x = x\n        mean = x.mean(0)"),
+                   ("dweight = (dout * self.xhat).sum(0)", "dweight = (dout * self.x).sum(0)")], "bn-dweight-with-x"),
+    ("batchnorm", [("dweight = (dout * self.xhat).sum(0)", "dweight = dout.sum(0)")], "bn-dweight-is-dbias"),
+    ("batchnorm", [("dbias = dout.sum(0)", "dbias = dout.mean(0)")], "bn-dbias-mean"),
+    ("layernorm", [(_LN_DX, "dx = dxhat * self.rstd")], "ln-stats-constant"),
+    ("layernorm", [("x.mean(1, keepdim=True)", "x.mean(0, keepdim=True)"),
+                   ("** 2).mean(1, keepdim=True)", "** 2).mean(0, keepdim=True)")], "ln-over-batch"),
+    ("layernorm", [("var = ((x - mean) ** 2).mean(1, keepdim=True)", "var = x.var(1, keepdim=True)")],
+     "ln-unbiased-var"),
+    ("layernorm", [("dweight = (dout * self.xhat).sum(0)", "dweight = (dout * self.xhat).sum(1)")],
+     "ln-dweight-per-row"),
+    ("layernorm", [("dbias = dout.sum(0)", "dbias = dout.sum(1)")], "ln-dbias-per-row"),
+    ("layernorm", [("dweight = (dout * self.xhat).sum(0)", "dweight = dout * self.xhat")], "ln-dweight-not-summed"),
+    # -- embedding, conv2d, maxpool2d
+    ("embedding", [("dweight.index_add_(0, self.idx.reshape(-1), dout.reshape(-1, dout.shape[-1]))",
+                    "dweight[self.idx] += dout")], "emb-repeats-lost"),
+    ("conv2d", [(_CONV_DX, _CONV_DX.replace("[:, :, i, j]", "[:, :, k - 1 - i, k - 1 - j]"))], "conv-dx-flipped"),
+    ("conv2d", [(_CONV_DX, _CONV_DX.replace("] +=", "] ="))], "conv-dx-overlap-assigned"),
+    ("conv2d", [("dx = dxp[:, :, p:p + h, p:p + w]", "dx = dxp")], "conv-dx-padding-kept"),
+    ("conv2d", [("dweight[:, :, i, j] = torch", "dweight[:, :, k - 1 - i, k - 1 - j] = torch")],
+     "conv-dweight-flipped"),
+    ("conv2d", [("dbias = dout.sum((0, 2, 3))", "dbias = dout.sum(0)")], "conv-dbias-per-position"),
+    ("maxpool2d", [(_POOL, _POOL.split("+=")[0] + "+= dout[:, :, i, j, None, None]")], "pool-whole-window"),
+    ("maxpool2d", [(_POOL, _POOL.split("+=")[0] + "+= dout[:, :, i, j, None, None] / (k * k)")], "pool-average"),
+    ("maxpool2d", [(_POOL, _POOL.replace("+=", "="))], "pool-overlap-assigned"),
+    # -- lstm_cell
+    ("lstm_cell", [(_LSTM_DA, "da = torch.cat([di * i * (1 - i), df * f * (1 - f), do * o * (1 - o), dg * (1 - g ** 2)]"
+                              ", dim=1)")], "lstm-gates-ifog"),
+    ("lstm_cell", [("dc = dc_total * f", "dc = dc_total")], "lstm-forget-dropped"),
+    ("lstm_cell", [("dc_total = dc_next + dh_next * o * (1 - tc ** 2)", "dc_total = dc_next")], "lstm-dh-not-into-c"),
+    ("lstm_cell", [("(1 - tc ** 2)", "(1 - (f * c + i * g) ** 2)")], "lstm-tanh-of-c"),
+    ("lstm_cell", [(_LSTM_DA, "da = torch.cat([di * i, df * f, dg * (1 - g ** 2), do * o], dim=1)")],
+     "lstm-sigmoid-no-one-minus"),
+    ("lstm_cell", [("dh = da @ self.weight_hh", "dh = da @ self.weight_ih")], "lstm-dh-through-weight-ih"),
+    # -- attention
+    ("attention", [("scores = q @ k.transpose(1, 2) * self.scale", "scores = q @ k.transpose(1, 2)")],
+     "attn-no-scale"),
+    ("attention", [('scores.masked_fill(future, float("-inf"))', "scores")], "attn-no-mask"),
+    ("attention", [("dq = dscores @ self.k * self.scale", "dq = dscores @ self.k"),
+                   ("dk = dscores.transpose(1, 2) @ self.q * self.scale", "dk = dscores.transpose(1, 2) @ self.q")],
+     "attn-scale-forward-only"),
+    ("attention", [("dscores = self.att * (datt - (datt * self.att).sum(-1, keepdim=True))",
+                    "dscores = self.att * (1 - self.att) * datt")], "attn-diagonal-jacobian"),
+    ("attention", [("dk = dscores.transpose(1, 2) @ self.q", "dk = dscores @ self.q")], "attn-dk-not-transposed"),
+    ("attention", [("dv = self.att.transpose(1, 2) @ dout", "dv = self.att @ dout")], "attn-dv-not-transposed"),
+    # -- adam
+    ("adam", [("m_hat = m / (1 - beta1 ** self.t)", "m_hat = m"), ("v_hat = v / (1 - beta2 ** self.t)", "v_hat = v")],
+     "adam-no-bias-correction"),
+    ("adam", [("(v_hat.sqrt() + self.eps)", "(v_hat + self.eps).sqrt()")], "adam-eps-inside-sqrt"),
+    ("adam", [("            g = p.grad\n",
+               "            g = p.grad\n            m, v = torch.zeros_like(p), torch.zeros_like(p)\n")],
+     "adam-state-reset"),
+    ("adam", [("self.t += 1", "self.t = 1")], "adam-t-not-incremented"),
+    ("adam", [("beta1, beta2 = self.betas", "beta2, beta1 = self.betas")], "adam-betas-swapped"),
+    ("adam", [("p -= self.lr", "p += self.lr")], "adam-uphill"),
+    ("adam", [("p -= self.lr", "p = p - self.lr")], "adam-not-in-place"),
+    # -- value
+    ("value", [(_VALUE_WALK, _PREORDER)], "value-walk-preorder"),
+    ("value", [(_VALUE_WALK, _BFS)], "value-walk-bfs"),
+    ("value", [(_VALUE_WALK, _RECURSIVE_WALK)], "value-walk-recursive"),
+    ("value", [("for node in reversed(order):", "for node in order:")], "value-walk-not-reversed"),
+    ("value", [("self.grad += other.data * out.grad\n            other.grad += self.data * out.grad",
+                "self.grad = other.data * out.grad\n            other.grad = self.data * out.grad")],
+     "value-grad-overwritten"),
+    ("value", [("        self.grad = 1.0\n        for node", "        for node")], "value-no-seed"),
+    ("value", [("self.grad += other.data * out.grad\n            other.grad += self.data * out.grad",
+                "self.grad += self.data * out.grad\n            other.grad += other.data * out.grad")],
+     "value-mul-own-data"),
+    ("value", [("self.grad += (1 - t ** 2) * out.grad", "self.grad += (1 - self.data ** 2) * out.grad")],
+     "value-tanh-of-input"),
+    ("value", [("n * self.data ** (n - 1)", "n * self.data ** n")], "value-pow-no-minus-one"),
+    ("value", [("n * self.data ** (n - 1)", "self.data ** (n - 1)")], "value-pow-no-n"),
+    ("value", [(_VALUE_WALK, _RECURSIVE_TOPO)], "value-recursion"),
+]
+
+
+def learner_file(tmp_path, name: str, changes: list[tuple[str, str]]):
+    """The worked solution of ``name`` with each change made exactly once, written where the learner keeps it."""
+    path = tmp_path / f"{name}.py"
+    text = solution_text(get(name), str(path))
+    for old, new in changes:
+        assert text.count(old) == 1, f"{old!r} occurs {text.count(old)} times in the {name} solution"
+        text = text.replace(old, new)
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("name, changes, key", WRONG, ids=[key for _, _, key in WRONG])
+def test_the_mistake_is_caught_and_named(tmp_path, name, changes, key):
+    report = check_path(name, learner_file(tmp_path, name, changes))
+    text = report.text()
+    assert not report.passed and "FAIL" in text and "Traceback" not in text
+    assert key in report.named, text
+
+
+def test_every_catalogued_mistake_has_its_wrong_answer():
+    tested = {key for _, _, key in WRONG}
+    missing = [m.key for _, m in catalogue() if m.key not in tested]
+    assert not missing, f"no wrong answer in WRONG names {missing}"
+    assert len(catalogue()) >= 30
