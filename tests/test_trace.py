@@ -1,4 +1,5 @@
 """model.trace: the one-step table's numbers are autograd's, and tracing leaves the model as it was."""
+import pytest
 import torch
 from torch import nn
 
@@ -60,3 +61,20 @@ def test_trace_of_a_net_flattens_images_and_takes_mse_for_float_targets():
     with torch.no_grad():
         net.layers[0].bias.fill_(-1e3)
     assert dead.trace(x.flatten(1), torch.randn(5, 8, dtype=F64)).rows[1].out_zeros == 1.0
+
+
+def test_learn_trace_shows_a_sigmoid_stack_losing_its_gradient_towards_the_input(capsys):
+    from learn.trace import main
+    assert main(["--activation", "sigmoid", "--depth", "6", "--hidden", "32", "--batch", "16"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line[:1].isdigit()]
+    # "0 Linear (16, 196) -> (16, 32) mean/std zeros |dout| |dx| ...": |dx| is the 11th field
+    dx = [float(r[10]) for r in rows if r[1] == "Linear"]
+    assert len(dx) == 7 and all(a < b for a, b in zip(dx, dx[1:])), dx  # shrinking layer after layer to the input
+    assert dx[-1] / dx[0] > 100, dx
+
+
+def test_learn_trace_refuses_an_impossible_network(capsys):
+    from learn.trace import main
+    with pytest.raises(SystemExit) as e:
+        main(["--depth", "0"])
+    assert e.value.code == 2 and "--depth must be at least 1, got 0" in capsys.readouterr().err
