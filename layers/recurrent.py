@@ -66,7 +66,7 @@ class _Recurrent(BaseLayer, ABC):
     _ctor_args = ("input_size", "hidden_size", "num_layers", "bias", "batch_first", "dropout", "bidirectional")
     # The forward writes into preallocated buffers with out=, which autograd cannot record (and runs under no_grad:
     # no graph is built).  gradcheck's autograd oracle for these layers is autograd through the torch.nn twin's
-    # own kernels on the same weights (gradcheck._TorchOracle), as the tests compare.
+    # own kernels on the same weights (autodiff.cases_sequence._TorchOracle), as the tests compare.
     autograd_opaque = True
     as_module_refuses = "takes an initial state and returns its new state beside its output"
 
