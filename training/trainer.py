@@ -20,7 +20,8 @@ import torch
 
 from .allocator import retain_freed_memory
 from .parallel.agreement import check_ranks_agree, run_identity
-from .storage.checkpoint import check_data, checkpoint_state, load_checkpoint, restore, save_checkpoint
+from .storage.checkpoint import check_data, checkpoint_state, load_checkpoint, save_checkpoint
+from .storage.restore import restore
 from .config import TrainConfig, resolve_device, use_threads
 from .errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, NonFiniteLoss, RunFailed, UsageError
 from .storage.files import WriteFailed, atomic_write_text
