@@ -4,7 +4,7 @@ A ``Mistake`` recomputes, for one check's inputs, what a learner's answer would 
 formula (``value``: the case's tensors in, the wrong tensors out, by name).  When a learner's tensor equals
 one of them, the checker says so with ``says``.  The mistakes of each exercise live with its checks in
 ``learn/checker/specs/``; the ones every layer can make (``=`` where ``+=`` belongs, dout changed in place,
-...) are here.  ``catalogue()`` lists them all.
+...) are here.  ``learn.checker.specs.catalogue()`` lists them all.
 """
 from __future__ import annotations
 
@@ -49,11 +49,3 @@ INPUT_IN_PLACE = Mistake(
     "layer before keeps it for its own backward): compute a new tensor instead")
 GENERIC = [OVERWRITE, DOUBLED, GRAD_NONE, DOUT_IN_PLACE, INPUT_IN_PLACE]
 
-
-def catalogue() -> list[tuple[str, Mistake]]:
-    """Every known mistake as (exercise or "any layer", Mistake), the generic ones first."""
-    from .checker.specs import SPECS
-    entries = [("any layer", m) for m in GENERIC]
-    for name, spec in SPECS.items():
-        entries += [(name, m) for m in spec.mistakes]
-    return entries

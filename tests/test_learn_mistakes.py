@@ -2,13 +2,13 @@
 
 Each wrong answer is the worked solution with a few lines changed, the way a learner gets them wrong; the check
 must fail (exit 1) and name exactly the mistake it was built for.  A last test makes sure every mistake of the
-catalogue (learn.mistakes.catalogue) has its wrong answer here.
+catalogue (learn.checker.specs.catalogue) has its wrong answer here.
 """
 import pytest
 
 from learn.checker import check_path
 from learn.exercises import get
-from learn.mistakes import catalogue
+from learn.checker.specs import catalogue
 from learn.source import solution_text
 
 _GRAD_INIT = "            if p.grad is None:\n                p.grad = torch.zeros_like(p)\n"

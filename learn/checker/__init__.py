@@ -15,8 +15,11 @@ from .report import Report
 
 def run(name: str, cls: type, where: str | None) -> Report:
     """The check of exercise ``name`` on ``cls``; ``where``: the filename of its code, for line numbers."""
+    from .layer_check import check_layer
+    from .spec import LayerSpec
     from .specs import SPECS
-    return SPECS[name].check(cls, where)
+    spec = SPECS[name]
+    return check_layer(spec, cls, where) if isinstance(spec, LayerSpec) else spec.check(cls, where)
 
 
 def check_path(name: str, path: Path) -> Report:

@@ -57,7 +57,3 @@ class LayerSpec:
     returns: tuple[str, ...] | None = None  # the names of what backward returns; default: d<input> per float input
     where: dict[str, str] = field(default_factory=dict)  # tensor -> the likeliest place of a mistake in it
     seed: int = 0
-
-    def check(self, cls: type, where: str | None):
-        from .layer_check import check_layer
-        return check_layer(self, cls, where)

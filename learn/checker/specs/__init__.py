@@ -1,4 +1,5 @@
 """What the checker knows about each exercise (inputs, autograd reference, known mistakes), by exercise name."""
+from ...mistakes import GENERIC, Mistake
 from ..adam_check import AdamSpec
 from ..value_check import ValueSpec
 from .activations import RELU, SIGMOID, TANH
@@ -13,3 +14,11 @@ from .norms import BATCHNORM, LAYERNORM
 
 SPECS = {s.name: s for s in (LINEAR, RELU, SIGMOID, TANH, MSE, SOFTMAX_CROSS_ENTROPY, BATCHNORM, LAYERNORM,
                              EMBEDDING, CONV2D, MAXPOOL2D, LSTM_CELL, ATTENTION, ValueSpec(), AdamSpec())}
+
+
+def catalogue() -> list[tuple[str, Mistake]]:
+    """Every known mistake as (exercise or "any layer", Mistake), the generic ones first."""
+    entries = [("any layer", m) for m in GENERIC]
+    for name, spec in SPECS.items():
+        entries += [(name, m) for m in spec.mistakes]
+    return entries
