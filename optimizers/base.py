@@ -74,8 +74,8 @@ from torch.optim import Optimizer
 def check_hyper(owner: str, name: str, value: object, *, lo: float = 0.0, hi: float | None = None,
                 hi_open: bool = False) -> float:
     """Refuse a hyper-parameter that is not a finite real number in [lo, hi] (or [lo, hi) with hi_open)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{owner}: {name} must be a number, got {value!r}")
+    if type(value) not in (float, int) and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+        raise ValueError(f"{owner}: {name} must be a number, got {value!r}")  # (the usual types skip the ABC check)
     ok = math.isfinite(value) and value >= lo and (hi is None or (value < hi if hi_open else value <= hi))
     if not ok:
         upper = "" if hi is None else f", {hi})" if hi_open else f", {hi}]"
@@ -185,6 +185,7 @@ def scalar_step(param: Tensor, capturable: bool) -> Tensor:
     return torch.zeros((), dtype=step_dtype(param, capturable), device=param.device if capturable else "cpu")
 
 
+_UNSEEN = object()  # a key a group did not have when last checked
 _GROUPS_HINT = ("pass model.parameters() or a list of tensors, named parameters as (name, tensor) pairs "
                 "(model.named_parameters(), or a dict's .items()), or a list of parameter-group dicts "
                 "{'params': [...], 'lr': ...}")
@@ -214,19 +215,22 @@ class HandOptimizer(Optimizer):
         self._checked: dict[int, tuple[dict, tuple]] = {}  # group index -> (group, its values when last checked)
         super().__init__(params, self._check_values(name, defaults))
 
-    def _check_values(self, owner: str, values: dict, read: bool = True) -> dict:
-        """Check a group's (or the defaults') hyper-parameters; returns them with lr and betas as kept."""
-        checked = dict(values)
+    def _check_values(self, owner: str, values: dict, read: bool = True, keys: set | None = None) -> dict:
+        """Check a group's (or the defaults') hyper-parameters, or only those named in ``keys``; returns the values
+        with lr and betas as the constructor keeps them."""
+        checked = {}
         for key, check in self._hyper.items():
-            if key not in values:
-                raise ValueError(f"{owner}: no {key!r}, which {type(self).__name__} needs")
-            checked[key] = check(owner, key, values[key], read)
+            if keys is None or key in keys:
+                if key not in values:
+                    raise ValueError(f"{owner}: no {key!r}, which {type(self).__name__} needs")
+                checked[key] = check(owner, key, values[key], read)
         for key in self._flags:
-            if key in values:
+            if key in values and (keys is None or key in keys):
                 check_flag(owner, key, values[key])
-        check_impl_flags(owner, values.get("foreach"), values.get("differentiable", False), values.get("fused"),
-                         optimizer=type(self).__name__)
-        return checked
+        if keys is None or not keys.isdisjoint(("foreach", "differentiable", "fused")):
+            check_impl_flags(owner, values.get("foreach"), values.get("differentiable", False), values.get("fused"),
+                             optimizer=type(self).__name__)
+        return {**values, **checked}
 
     def _check_params(self, owner: str, params: list) -> list[Tensor]:
         """The group's parameters as torch tensors ((name, tensor) pairs kept as pairs, as torch.optim takes them),
@@ -269,23 +273,30 @@ class HandOptimizer(Optimizer):
         self._record_checked(len(self.param_groups) - 1, param_group)
 
     def _record_checked(self, i: int, group: dict) -> None:
-        self._checked[i] = (group, tuple(group.values()))
+        self._checked[i] = (group, dict(group))
         self._has_complex = self._has_complex or any(p.is_complex() for p in group["params"])
 
     def _unchanged(self, i: int, group: dict) -> bool:
         """``group`` holds the very objects it held when last checked (compared by identity: nothing is read)."""
         seen = self._checked.get(i)
         return (seen is not None and seen[0] is group and len(seen[1]) == len(group)
-                and all(map(operator.is_, group.values(), seen[1])))
+                and all(map(operator.is_, group.values(), seen[1].values())))
 
     def _recheck(self, i: int, group: dict) -> None:
-        """A group written since its last check (a value, or the group itself): check it again, and fit its step
-        counters to its capturable flag."""
+        """A group written since its last check: check again what changed (everything, for a group not seen
+        before or one that lost a key), and fit its step counters to its capturable flag."""
         owner = f"{type(self).__name__}.step(): param_groups[{i}]"
-        self._check_params(owner, group["params"])
-        self._check_values(owner, group, read=False)
-        self._fit_step_counters(group)
-        self._record_checked(i, group)
+        seen = self._checked.get(i)
+        before = seen[1] if seen is not None and seen[0] is group and seen[1].keys() <= group.keys() else {}
+        changed = {k for k, v in group.items() if before.get(k, _UNSEEN) is not v}  # a scheduler's write: {"lr"}
+        if "params" in changed:
+            self._check_params(owner, group["params"])
+        self._check_values(owner, group, read=False, keys=changed)
+        if changed & {"params", "capturable"}:
+            self._fit_step_counters(group)
+        self._checked[i] = (group, dict(group))
+        if "params" in changed:
+            self._has_complex = self._has_complex or any(p.is_complex() for p in group["params"])
 
     def _fit_step_counters(self, group: dict) -> None:
         """A capturable group's counters in ``step_dtype`` (torch's load_state_dict makes them float32, and a
@@ -358,10 +369,11 @@ class HandOptimizer(Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        stepped = False
-        for i, group in enumerate(self.param_groups):
+        for i, group in enumerate(self.param_groups):  # every group before any update: a refused step changes nothing
             if not self._unchanged(i, group):
                 self._recheck(i, group)
+        stepped = False
+        for group in self.param_groups:
             params = [p for p in group["params"] if p.grad is not None]
             if not params:
                 continue
