@@ -212,7 +212,7 @@ class HandOptimizer(Optimizer):
             raise TypeError(f"{name}: params is a set, whose order changes from run to run (the state maps to the "
                             f"parameters by position); pass a list")
         self._has_complex = False  # any complex parameter: the updates then view tensors as real (as_real)
-        self._checked: dict[int, tuple[dict, tuple]] = {}  # group index -> (group, its values when last checked)
+        self._checked: dict[int, tuple[dict, dict]] = {}  # group index -> (group, a copy when last checked)
         super().__init__(params, self._check_values(name, defaults))
 
     def _check_values(self, owner: str, values: dict, read: bool = True, keys: set | None = None) -> dict:
@@ -272,9 +272,10 @@ class HandOptimizer(Optimizer):
             raise
         self._record_checked(len(self.param_groups) - 1, param_group)
 
-    def _record_checked(self, i: int, group: dict) -> None:
+    def _record_checked(self, i: int, group: dict, params_changed: bool = True) -> None:
         self._checked[i] = (group, dict(group))
-        self._has_complex = self._has_complex or any(p.is_complex() for p in group["params"])
+        if params_changed:
+            self._has_complex = self._has_complex or any(p.is_complex() for p in group["params"])
 
     def _unchanged(self, i: int, group: dict) -> bool:
         """``group`` holds the very objects it held when last checked (compared by identity: nothing is read)."""
@@ -294,9 +295,7 @@ class HandOptimizer(Optimizer):
         self._check_values(owner, group, read=False, keys=changed)
         if changed & {"params", "capturable"}:
             self._fit_step_counters(group)
-        self._checked[i] = (group, dict(group))
-        if "params" in changed:
-            self._has_complex = self._has_complex or any(p.is_complex() for p in group["params"])
+        self._record_checked(i, group, params_changed="params" in changed)
 
     def _fit_step_counters(self, group: dict) -> None:
         """A capturable group's counters in ``step_dtype`` (torch's load_state_dict makes them float32, and a
