@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import HandOptimizer, check_hyper, check_impl_flags, check_scalar_tensor, number, scalar_step
+from .base import HandOptimizer, as_real, check_impl_flags, learning_rate, non_negative, number, scalar_step
 
 
 class Adagrad(HandOptimizer):
@@ -24,15 +24,14 @@ class Adagrad(HandOptimizer):
     optimizers/base.py.
     """
 
+    _hyper = {"lr": learning_rate, "lr_decay": non_negative, "weight_decay": non_negative,
+              "initial_accumulator_value": non_negative, "eps": non_negative}
+    _flags = ("maximize", "capturable")
+
     def __init__(self, params, lr: float | Tensor = 1e-2, lr_decay: float = 0, weight_decay: float = 0,
                  initial_accumulator_value: float = 0, eps: float = 1e-10, foreach: bool | None = None, *,
                  maximize: bool = False, differentiable: bool = False, fused: bool | None = None,
                  capturable: bool = False):
-        lr = check_scalar_tensor("Adagrad", "lr", lr)
-        check_hyper("Adagrad", "lr_decay", lr_decay)
-        check_hyper("Adagrad", "weight_decay", weight_decay)
-        check_hyper("Adagrad", "initial_accumulator_value", initial_accumulator_value)
-        check_hyper("Adagrad", "eps", eps)
         defaults = dict(lr=lr, lr_decay=lr_decay, eps=eps, weight_decay=weight_decay,
                         initial_accumulator_value=initial_accumulator_value, maximize=maximize,
                         **check_impl_flags("Adagrad", foreach, differentiable, fused), capturable=bool(capturable))
@@ -45,16 +44,19 @@ class Adagrad(HandOptimizer):
             state = self.state[p]
             if not state:
                 state["step"] = scalar_step(p, group.get("capturable", False))
-                state["sum"] = torch.full_like(p, group["initial_accumulator_value"],
+                init = group["initial_accumulator_value"]  # torch.optim's: both parts of a complex sum
+                state["sum"] = torch.full_like(p, complex(init, init) if p.is_complex() else init,
                                                memory_format=torch.preserve_format)
 
     def _update(self, group, params, grads):
         states = [self.state[p] for p in params]
         steps = [s["step"] for s in states]
         torch._foreach_add_(steps, 1)
+        sums = [s["sum"] for s in states]
+        if self._has_complex:  # torch.optim's reading: (real, imaginary) pairs, each with its own sum
+            params, grads, sums = map(as_real, (params, grads, sums))
         if group["weight_decay"] != 0:
             grads = torch._foreach_add(grads, params, alpha=group["weight_decay"])
-        sums = [s["sum"] for s in states]
         torch._foreach_addcmul_(sums, grads, grads, value=1)
         std = torch._foreach_sqrt(sums)
         torch._foreach_add_(std, group["eps"])

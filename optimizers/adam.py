@@ -4,7 +4,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import HandOptimizer, check_betas, check_hyper, check_impl_flags, check_scalar_tensor, number, scalar_step
+from .base import (HandOptimizer, as_real, betas_pair, check_impl_flags, learning_rate, non_negative, number,
+                   scalar_step)
 from .flat import flat_views, tile_like
 
 
@@ -20,27 +21,25 @@ class Adam(HandOptimizer):
 
     ``capturable=True``: t and the bias corrections are device tensors, computed as torch.optim's
     capturable (foreach) Adam computes them, in its order of operations (a tensor lr and tensor betas
-    too), so the step never reads a number back to the host (see optimizers/base.py).
+    too), so the step never reads a number back to the host (see optimizers/base.py).  They are computed
+    in t's dtype, which is float64 for float64 parameters whatever torch's default dtype (torch.optim's
+    capturable Adam keeps float32 there under a float32 default: 7e-7 off its default path in one step).
     The default path folds sqrt(1 - beta2^t) into the step size and eps (one pass over the parameters
     fewer than torch's form): the same update, rounded differently (float64: relative 1e-15 per step).
     Tensor betas on the default path are read as numbers each step.
     """
 
     _decoupled = False
+    _hyper = {"lr": learning_rate, "betas": betas_pair, "eps": non_negative, "weight_decay": non_negative}
+    _flags = ("amsgrad", "maximize", "capturable", "decoupled_weight_decay")
 
     def __init__(self, params, lr: float | Tensor = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0, amsgrad: bool = False, *,
                  foreach: bool | None = None, maximize: bool = False, capturable: bool = False,
                  differentiable: bool = False, fused: bool | None = None, decoupled_weight_decay: bool = False):
-        name = type(self).__name__
-        lr = check_scalar_tensor(name, "lr", lr)
-        betas = check_betas(name, betas)
-        betas = tuple(b.squeeze() if isinstance(b, Tensor) else b for b in betas)  # 0-d, as torch keeps them
-        check_hyper(name, "eps", eps)
-        check_hyper(name, "weight_decay", weight_decay)
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize,
-                        **check_impl_flags(name, foreach, differentiable, fused), capturable=bool(capturable),
-                        decoupled_weight_decay=bool(decoupled_weight_decay or self._decoupled))
+                        **check_impl_flags(type(self).__name__, foreach, differentiable, fused),
+                        capturable=bool(capturable), decoupled_weight_decay=bool(decoupled_weight_decay or self._decoupled))
         super().__init__(params, defaults)
 
     def _update(self, group, params, grads):
@@ -62,6 +61,12 @@ class Adam(HandOptimizer):
             flat = self._flat(params, grads, states, amsgrad, steps)
             if flat is not None:  # one block each (optimizers/flat.py): the same update, one kernel per line
                 params, grads, states, steps = flat
+        exp_avgs = [s["exp_avg"] for s in states]
+        exp_avg_sqs = [s["exp_avg_sq"] for s in states]
+        max_sqs = [s["max_exp_avg_sq"] for s in states] if amsgrad else []
+        if self._has_complex:  # torch.optim's reading: (real, imaginary) pairs, each with its own second moment
+            params, grads, exp_avgs, exp_avg_sqs, max_sqs = map(as_real, (params, grads, exp_avgs, exp_avg_sqs,
+                                                                         max_sqs))
         if wd != 0:
             if decoupled:
                 decay = 1 - lr * wd  # a tensor for a tensor lr (torch's expression)
@@ -69,8 +74,6 @@ class Adam(HandOptimizer):
             else:
                 grads = torch._foreach_add(grads, params, alpha=wd)
 
-        exp_avgs = [s["exp_avg"] for s in states]
-        exp_avg_sqs = [s["exp_avg_sq"] for s in states]
         torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
         torch._foreach_mul_(exp_avg_sqs, beta2)
         if isinstance(beta2, Tensor):  # torch's form for a tensor beta2 (addcmul's value must be a number)
@@ -79,7 +82,6 @@ class Adam(HandOptimizer):
             torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1 - beta2)
 
         if amsgrad:
-            max_sqs = [s["max_exp_avg_sq"] for s in states]
             torch._foreach_maximum_(max_sqs, exp_avg_sqs)
             denom = torch._foreach_sqrt(max_sqs)
         else:

@@ -16,6 +16,16 @@ def _grads(parameters: Iterable[Tensor] | Tensor) -> list[Tensor]:
     return [p.grad for p in parameters if p.grad is not None]
 
 
+def _number(name: str, value: object) -> float:
+    """A number, or a string float() reads ('inf', '2'), as torch's clip takes them; anything else refused."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        hint = " (2.0 is the Euclidean norm, which 'fro' means for the gradients taken as one vector)" \
+            if name == "norm_type" else ""
+        raise ValueError(f"clip_grad_norm_: {name} must be a number{hint}, got {value!r}") from None
+
+
 def clip_grad_norm_(parameters: Iterable[Tensor] | Tensor, max_norm: float, norm_type: float = 2.0,
                     error_if_nonfinite: bool = False) -> Tensor:
     """Scale all gradients in place so that their joint ``norm_type``-norm is at most ``max_norm``.
@@ -30,11 +40,12 @@ def clip_grad_norm_(parameters: Iterable[Tensor] | Tensor, max_norm: float, norm
     read the norm back to decide whether to raise (one synchronisation, as in torch).  Clipping always
     multiplies, by 1 when the norm is within bounds (no branch on the norm's value).
     """
-    max_norm, norm_type = float(max_norm), float(norm_type)
+    max_norm, norm_type = _number("max_norm", max_norm), _number("norm_type", norm_type)
     if max_norm < 0 or math.isnan(max_norm):
         raise ValueError(f"clip_grad_norm_: max_norm must be >= 0, got {max_norm}")
-    if not (norm_type > 0 or math.isinf(norm_type)):
-        raise ValueError(f"clip_grad_norm_: norm_type must be > 0 or inf, got {norm_type}")
+    if not norm_type > 0:  # torch also takes 0, negative orders and -inf, none of them a norm; refused here
+        raise ValueError(f"clip_grad_norm_: norm_type must be > 0 or inf (2.0: the Euclidean norm, inf: the largest "
+                         f"|g|), got {norm_type}")
     grads = _grads(parameters)
     if not grads:
         return torch.tensor(0.0)  # no gradient, so no device to put it on (torch returns the same)

@@ -4,7 +4,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import HandOptimizer, check_hyper, check_impl_flags, check_scalar_tensor, number, scalar_step
+from .base import (HandOptimizer, as_real, check_impl_flags, decay_rate, learning_rate, non_negative, number,
+                   scalar_step)
 
 
 class RMSprop(HandOptimizer):
@@ -21,14 +22,13 @@ class RMSprop(HandOptimizer):
     Arguments in torch.optim.RMSprop's order; ``foreach`` and ``differentiable`` as in optimizers/base.py.
     """
 
+    _hyper = {"lr": learning_rate, "alpha": decay_rate, "eps": non_negative, "weight_decay": non_negative,
+              "momentum": non_negative}
+    _flags = ("centered", "maximize", "capturable")
+
     def __init__(self, params, lr: float | Tensor = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
                  weight_decay: float = 0, momentum: float = 0, centered: bool = False, capturable: bool = False,
                  foreach: bool | None = None, maximize: bool = False, differentiable: bool = False):
-        lr = check_scalar_tensor("RMSprop", "lr", lr)
-        check_hyper("RMSprop", "alpha", alpha, hi=1.0)
-        check_hyper("RMSprop", "eps", eps)
-        check_hyper("RMSprop", "weight_decay", weight_decay)
-        check_hyper("RMSprop", "momentum", momentum)
         flags = check_impl_flags("RMSprop", foreach, differentiable, None)
         del flags["fused"]  # torch.optim.RMSprop has no fused option
         defaults = dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
@@ -48,14 +48,17 @@ class RMSprop(HandOptimizer):
                 if centered:
                     state["grad_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
         torch._foreach_add_([s["step"] for s in states], 1)
+        square_avgs = [s["square_avg"] for s in states]
+        grad_avgs = [s["grad_avg"] for s in states] if centered else []
+        bufs = [s["momentum_buffer"] for s in states] if momentum > 0 else []
+        if self._has_complex:  # torch.optim's reading: (real, imaginary) pairs, each with its own square average
+            params, grads, square_avgs, grad_avgs, bufs = map(as_real, (params, grads, square_avgs, grad_avgs, bufs))
         if group["weight_decay"] != 0:
             grads = torch._foreach_add(grads, params, alpha=group["weight_decay"])
 
-        square_avgs = [s["square_avg"] for s in states]
         torch._foreach_mul_(square_avgs, alpha)
         torch._foreach_addcmul_(square_avgs, grads, grads, value=1 - alpha)
         if centered:
-            grad_avgs = [s["grad_avg"] for s in states]
             torch._foreach_lerp_(grad_avgs, grads, 1 - alpha)
             avg = torch._foreach_addcmul(square_avgs, grad_avgs, grad_avgs, value=-1)
             torch._foreach_sqrt_(avg)
@@ -65,7 +68,6 @@ class RMSprop(HandOptimizer):
 
         on_device = capturable and isinstance(lr, Tensor)  # torch.optim's capturable forms: lr never read back
         if momentum > 0:
-            bufs = [s["momentum_buffer"] for s in states]
             torch._foreach_mul_(bufs, momentum)
             torch._foreach_addcdiv_(bufs, grads, avg)
             if on_device:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import HandOptimizer, check_hyper, check_impl_flags, check_scalar_tensor, number
+from .base import HandOptimizer, check_impl_flags, learning_rate, non_negative, number
 
 
 class SGD(HandOptimizer):
@@ -21,21 +21,24 @@ class SGD(HandOptimizer):
     optimizers/base.py.
     """
 
+    _hyper = {"lr": learning_rate, "momentum": non_negative, "weight_decay": non_negative, "dampening": non_negative}
+    _flags = ("nesterov", "maximize", "capturable")
+
     def __init__(self, params, lr: float | Tensor = 1e-3, momentum: float = 0, dampening: float = 0,
                  weight_decay: float = 0, nesterov: bool = False, *, maximize: bool = False,
                  foreach: bool | None = None, differentiable: bool = False, fused: bool | None = None,
                  capturable: bool = False):
-        lr = check_scalar_tensor("SGD", "lr", lr)
-        check_hyper("SGD", "momentum", momentum)
-        check_hyper("SGD", "weight_decay", weight_decay)
-        check_hyper("SGD", "dampening", dampening)
-        if nesterov and (momentum <= 0 or dampening != 0):
-            raise ValueError(f"SGD: nesterov=True requires momentum > 0 and dampening == 0, "
-                             f"got momentum={momentum!r}, dampening={dampening!r}")
         defaults = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov,
                         maximize=maximize, **check_impl_flags("SGD", foreach, differentiable, fused),
                         capturable=bool(capturable))
         super().__init__(params, defaults)
+
+    def _check_values(self, owner: str, values: dict, read: bool = True, keys: set | None = None) -> dict:
+        checked = super()._check_values(owner, values, read, keys)
+        if values.get("nesterov") and (values["momentum"] <= 0 or values["dampening"] != 0):
+            raise ValueError(f"{owner}: nesterov=True requires momentum > 0 and dampening == 0, "
+                             f"got momentum={values['momentum']!r}, dampening={values['dampening']!r}")
+        return checked
 
     def _update(self, group, params, grads):
         lr, momentum, wd = group["lr"], group["momentum"], group["weight_decay"]

@@ -14,13 +14,16 @@ arguments on the same float64 parameters (on the CPU), takes 10 steps with the s
 * against torch's implementation the input selects (foreach False/None: torch's per-tensor code), the same
   where torch's two implementations agree to the bit, and otherwise no further from it than twice torch's own
   foreach implementation is: torch's per-tensor capturable Adam computes its bias corrections in a different
-  order (in the float32 step counter's dtype: 1.3e-10 relative after 10 steps), and its per-tensor RMSprop reads
-  a tensor lr as a number where the foreach form divides by it on the device (1 ulp);
+  order (6e-17 relative after 10 steps with the float64 counters used here; 1.3e-10 with float32 ones), and
+  its per-tensor RMSprop reads a tensor lr as a number where the foreach form divides by it on the device
+  (1 ulp);
 * a ValueError naming the argument for ``differentiable=True`` and ``fused=True``, which handgrad refuses (its
   update is hand-written outside autograd, and it is the foreach one): those inputs are the only ones not run.
 
 torch refuses capturable=True on the CPU in a device check only; the check is lifted for torch (as in
-tests/test_capturable.py), its arithmetic untouched.  torch's testing package imports ``expecttest``, a test-only
+tests/test_capturable.py), its arithmetic untouched.  torch's capturable step counters follow the default dtype
+(float32 here), handgrad's the parameter's (float64: optimizers/base.py, step_dtype), so torch runs the
+capturable inputs under a float64 default, where its counters are float64 too.  torch's testing package imports ``expecttest``, a test-only
 dependency; where it is not installed a stand-in module (its TestCase is unittest's, all that the import needs)
 is registered before the import.  Without torch's testing package the module is skipped, saying so.
 """
@@ -114,9 +117,15 @@ def test_optim_db_input_matches_torch_optim(name, desc, kwargs, monkeypatch):
         return
     lift_capturable_device_check(monkeypatch)
     ours, ours_p = run(getattr(hg, name), kwargs)
-    ref, ref_p = run(getattr(torch.optim, name), kwargs)
-    vec, vec_p = (ref, ref_p) if kwargs.get("foreach") is True else \
-        run(getattr(torch.optim, name), {**kwargs, "foreach": True})
+    old_default = torch.get_default_dtype()
+    if kwargs.get("capturable"):  # torch's capturable counters follow the default dtype, ours the parameters'
+        torch.set_default_dtype(torch.float64)
+    try:
+        ref, ref_p = run(getattr(torch.optim, name), kwargs)
+        vec, vec_p = (ref, ref_p) if kwargs.get("foreach") is True else \
+            run(getattr(torch.optim, name), {**kwargs, "foreach": True})
+    finally:
+        torch.set_default_dtype(old_default)
 
     # torch's foreach implementation: the same to the bit, or within float64 rounding where Adam folds.
     tol = FOLDED_TOL if folded(name, kwargs) else 0.0
