@@ -293,7 +293,9 @@ CRAFTED = {
                           "has shape (3, 3), the model's is (16, 784)"),
     "non-finite weight": (lambda c: c["models"]["torch"][_first_key(c)].fill_(float("nan")), "holds inf or nan"),
     "mis-shaped optimizer state": (lambda c: _adam_state(c).update(exp_avg_sq=torch.ones(1)),
-                                   "'optimizers.manual' exp_avg_sq of parameter 0 has shape (1,), the parameter's"),
+                                   "'optimizers.manual' does not fit this run (ValueError: Adam.load_state_dict: "
+                                   "parameter 0 (param_groups[0]['params'][0]) has shape (16, 784) but its saved "
+                                   "'exp_avg_sq' has shape (1,)"),
     "missing implementation": (lambda c: c["optimizers"].pop("torch"), "the checkpoint has no 'optimizers.torch'"),
 }
 

@@ -110,11 +110,13 @@ def _linear_weights(model) -> set[int]:
 
 
 def _load(path: Path, field: str, load, state) -> None:
-    """``load(state)``; torch's errors (a missing key, a wrong type) become one line naming the field."""
+    """``load(state)``; its errors (a missing key, a wrong type, an optimizer refusing a state) become one line naming
+    the field: the error's first line, whole (handgrad's own say what and how; torch's pages of explanation are cut
+    at their first line)."""
     try:
         load(state)
     except (KeyError, ValueError, TypeError, RuntimeError, IndexError, AttributeError) as e:
-        text = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+        text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         _refuse(path, f"'{field}' does not fit this run ({type(e).__name__}: {text})")
 
 
