@@ -12,6 +12,9 @@ class MSELoss:
 
     input and target must have the same shape (no silent broadcasting, unlike a
     mismatched torch call that only warns).
+
+    Kept from forward to backward: input - target, its own tensor (no version check needed: changing input or
+    target in place after the forward changes nothing here; torch.autograd, which keeps both, would refuse it).
     """
 
     def __init__(self, reduction: str = "mean"):
