@@ -61,6 +61,10 @@ class Adam(HandOptimizer):
             beta1, beta2 = number(beta1), number(beta2)
             flat = self._flat(params, grads, states, amsgrad, steps)
             if flat is not None:  # one block each (optimizers/flat.py): the same update, one kernel per line
+                # The block is written through a view of the first parameter, which moves only that one's version
+                # counter: mark every parameter changed, as a step per tensor does, for the layers' check that
+                # what they keep for backward is unchanged (layers/saved.py).
+                torch.autograd.graph.increment_version(params)
                 params, grads, states, steps = flat
         if wd != 0:
             if decoupled:
