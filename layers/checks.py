@@ -1,6 +1,8 @@
 """Input validation shared by the layers and losses: every error names the layer, the argument and the shapes."""
 from __future__ import annotations
 
+import numbers
+
 import torch
 from torch import Tensor
 
@@ -49,6 +51,18 @@ def check_backward_dout(layer: object, dout: object, out_shape: torch.Size | Non
         return
     check_dout(repr(layer), dout, out_shape,
                None if out_shape is None else torch.empty(0, dtype=dtype, device=device))
+
+
+def check_loss_dout(loss: object, dout: object) -> None:
+    """A loss's ``backward(dout)``: the upstream gradient of the scalar loss, a real number or a one-element real
+    tensor (1.0 by default; a loss scale, a 1/N weight)."""
+    if isinstance(dout, Tensor):
+        if dout.numel() != 1 or dout.is_complex() or dout.dtype == torch.bool:
+            raise ValueError(f"{loss!r}: dout (the upstream gradient of the loss) must be a real scalar, got a "
+                             f"tensor of shape {tuple(dout.shape)} and dtype {dout.dtype}")
+    elif isinstance(dout, bool) or not isinstance(dout, numbers.Real):
+        raise TypeError(f"{loss!r}: dout (the upstream gradient of the loss) must be a number or a one-element "
+                        f"tensor, default 1.0; got {type(dout).__name__} {dout!r:.40}")
 
 
 def check_int(owner: str, name: str, value: object, lo: int = 1) -> int:

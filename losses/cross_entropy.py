@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from layers.checks import capturing, check_floating, check_like, check_tensor
+from layers.checks import capturing, check_floating, check_like, check_loss_dout, check_tensor
 from layers.saved import check_versions, versions
 from ._reduction import check_reduction
 
@@ -145,8 +145,8 @@ class CrossEntropyLoss:
         """-> dL/dlogits in the logits' shape, times ``dout`` (the upstream gradient of the scalar loss, default 1)."""
         if self._cache is None:
             raise RuntimeError(f"{self!r}: backward called before forward (or twice after one forward)")
-        if isinstance(dout, Tensor) and dout.numel() != 1:
-            raise ValueError(f"{self!r}: dout must be a scalar, got shape {tuple(dout.shape)}")
+        if not isinstance(dout, float):
+            check_loss_dout(self, dout)
         logp, target, scale, grad_dtype, skip, shape = self._cache
         check_versions(self, ("target",), (target,), self._versions)
         self._cache = None
