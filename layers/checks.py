@@ -16,8 +16,12 @@ def check_tensor(owner: str, name: str, t: object) -> Tensor:
 def check_like(owner: str, name: str, t: Tensor, ref: Tensor, ref_name: str) -> None:
     """Refuse a tensor whose dtype or device differs from ``ref`` (no silent casts)."""
     if t.dtype != ref.dtype:
-        raise ValueError(f"{owner}: {name} has dtype {t.dtype} but {ref_name} has dtype {ref.dtype}; "
-                         f"convert one of them (e.g. net.to(dtype={t.dtype}))")
+        var = "x" if name == "input" else name  # what the caller's variable is likely called, for the example
+        if not t.is_floating_point():  # integer, bool, complex: the model cannot take that dtype; the tensor can
+            raise ValueError(f"{owner}: {name} has dtype {t.dtype} but {ref_name} has dtype {ref.dtype}; convert "
+                             f"the {name} (e.g. {var}.to({ref.dtype}))")
+        raise ValueError(f"{owner}: {name} has dtype {t.dtype} but {ref_name} has dtype {ref.dtype}; convert one "
+                         f"of them (e.g. {var}.to({ref.dtype}), or the model: net.to(dtype={t.dtype}))")
     if t.device != ref.device:
         raise ValueError(f"{owner}: {name} is on {t.device} but {ref_name} is on {ref.device}; "
                          f"move one of them (e.g. net.to(device='{t.device}'))")
