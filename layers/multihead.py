@@ -316,8 +316,8 @@ class MultiheadAttention(BaseLayer):
             check_tensor(repr(self), "key_padding_mask", kpm)
             want = (N, S) if batched else (S,)
             if tuple(kpm.shape) != want:
-                raise ValueError(f"{self!r}: key_padding_mask must have shape {want} (batch, source length), "
-                                 f"got {tuple(kpm.shape)}")
+                raise ValueError(f"{self!r}: key_padding_mask must have shape {'(N, S)' if batched else '(S,)'} = "
+                                 f"{want} ({'batch, ' if batched else ''}source length), got {tuple(kpm.shape)}")
             _check_mask_dtype(self, "key_padding_mask", kpm, query.dtype)
         if attn_mask is not None:
             check_tensor(repr(self), "attn_mask", attn_mask)
