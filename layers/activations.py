@@ -19,11 +19,6 @@ from .layer import BaseLayer
 from .saved import check_versions, versions
 
 
-def _kept(saved) -> tuple:
-    """What an activation saved (one tensor, or a tuple of them) as a tuple."""
-    return saved if isinstance(saved, tuple) else (saved,)
-
-
 class _Activation(BaseLayer, ABC):
     """Shared plumbing of the element-wise activations: validation and the cache of the output."""
 
@@ -42,7 +37,8 @@ class _Activation(BaseLayer, ABC):
         self._out = out = self._forward(x)
         if self._saved is None:  # _forward did not save something of its own (before overwriting x in place)
             self._saved = out
-        self._versions = versions(*_kept(self._saved))  # a kept tensor changed in place before backward is refused
+        saved = self._saved
+        self._versions = versions(*saved) if type(saved) is tuple else versions(saved)  # checked in backward
         return out
 
     def backward(self, dout: Tensor) -> Tensor:
@@ -51,8 +47,8 @@ class _Activation(BaseLayer, ABC):
         check_backward_dout(self, dout, *((out.shape, out.dtype, out.device) if out is not None
                                           else (None, None, None)))
         self._out = self._saved = None
-        if saved is not None:
-            check_versions(self, self._saved_names, _kept(saved), self._versions)
+        if saved is not None:  # a kept tensor changed in place since the forward is refused
+            check_versions(self, self._saved_names, saved if type(saved) is tuple else (saved,), self._versions)
         return self._backward(dout, saved)
 
     @abstractmethod

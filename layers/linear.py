@@ -87,10 +87,7 @@ class Linear(BaseLayer):
                 and dout.shape[-1] == self.out_features and dout.dtype == w.dtype and dout.device == w.device):
             check_dout(repr(self), dout, None if x is None else torch.Size((*lead, self.out_features)), w)
         # x is read for dW, the weight only for dx (autograd likewise keeps it only when x needs a gradient)
-        if need_input_grad:
-            check_versions(self, self._kept_names, (kept, w), self._versions)
-        else:
-            check_versions(self, self._kept_names[:1], (kept,), self._versions[:1])
+        check_versions(self, self._kept_names, (kept, w if need_input_grad else None), self._versions)
         self._x = None
         if dout.dim() != 2:
             dout = dout.reshape(-1, self.out_features)  # (N, H)

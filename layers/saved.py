@@ -32,17 +32,19 @@ def check_versions(layer: object, names: tuple[str, ...], tensors: tuple[Tensor 
     """Raise a RuntimeError if a tensor in ``tensors`` changed in place since ``recorded = versions(*tensors)``.
 
     ``names`` says what each tensor is, as the message shows it ("its input x"; a parameter by its attribute
-    name, "weight"); ``before`` is the step that was about to use them ("backward", "recompute()")."""
-    if versions(*tensors) != recorded:
-        raise _changed(layer, names, tensors, recorded, before)
+    name, "weight"); ``before`` is the step that was about to use them ("backward", "recompute()").  A None in
+    ``tensors`` is not checked (a tensor this backward does not read after all)."""
+    for t, then in zip(tensors, recorded):
+        if t is not None and then != -1 and t._version != then:
+            raise _changed(layer, names, tensors, recorded, before)
 
 
 def _changed(layer: object, names: tuple[str, ...], tensors: tuple[Tensor | None, ...], recorded: tuple[int, ...],
              before: str) -> RuntimeError:
     """The error for the first kept tensor whose version moved."""
     for name, t, then in zip(names, tensors, recorded):
-        now = versions(t)[0]
-        if now != then:
+        if t is not None and then != -1 and t._version != then:
+            now = t._version
             break
     kind = type(layer).__name__
     parameters = getattr(layer, "parameters", None)
