@@ -16,15 +16,13 @@ from torch import Tensor
 
 from .checks import check_backward_dout, check_floating, check_tensor
 from .layer import BaseLayer
-
-
-def _versions(saved) -> tuple[int, ...]:
-    """The version counters of the tensors an activation kept (torch bumps one at every in-place change)."""
-    return tuple(t._version for t in (saved if isinstance(saved, tuple) else (saved,)) if isinstance(t, Tensor))
+from .saved import check_versions, versions
 
 
 class _Activation(BaseLayer, ABC):
     """Shared plumbing of the element-wise activations: validation and the cache of the output."""
+
+    _saved_names: tuple[str, ...] = ("its output",)  # what ``_saved`` holds, as the in-place check names it
 
     def __init__(self) -> None:
         self._out: Tensor | None = None  # the output: its shape/dtype/device validate dout
@@ -39,7 +37,8 @@ class _Activation(BaseLayer, ABC):
         self._out = out = self._forward(x)
         if self._saved is None:  # _forward did not save something of its own (before overwriting x in place)
             self._saved = out
-        self._versions = _versions(self._saved)  # a kept tensor changed in place before backward is refused
+        saved = self._saved
+        self._versions = versions(*saved) if type(saved) is tuple else versions(saved)  # checked in backward
         return out
 
     def backward(self, dout: Tensor) -> Tensor:
@@ -48,9 +47,8 @@ class _Activation(BaseLayer, ABC):
         check_backward_dout(self, dout, *((out.shape, out.dtype, out.device) if out is not None
                                           else (None, None, None)))
         self._out = self._saved = None
-        if saved is not None and _versions(saved) != self._versions:
-            raise RuntimeError(f"{self!r}: a tensor its backward needs (its input or output) was modified in place "
-                               f"after the forward; pass a copy to the in-place operation")
+        if saved is not None:  # a kept tensor changed in place since the forward is refused
+            check_versions(self, self._saved_names, saved if type(saved) is tuple else (saved,), self._versions)
         return self._backward(dout, saved)
 
     @abstractmethod
@@ -177,6 +175,7 @@ class LeakyReLU(_Activation):
 
     torch_class = torch.nn.LeakyReLU
     _ctor_args = ("negative_slope", "inplace")
+    _saved_names = ("its input x",)  # (in place: the mask x > 0, its own tensor, which nothing else can change)
 
     def __init__(self, negative_slope: float = 0.01, inplace: bool = False) -> None:
         super().__init__()
@@ -227,6 +226,7 @@ class GELU(_Activation):
 
     torch_class = torch.nn.GELU
     _ctor_args = ("approximate",)
+    _saved_names = ("its input x", "its output")
 
     def __init__(self, approximate: str = "none") -> None:
         super().__init__()
@@ -256,12 +256,10 @@ class GELU(_Activation):
             raise RuntimeError(f"{self!r}: recompute() needs a forward first")
         x, out = self._saved
         if out is None:
-            if _versions(x) != self._versions:
-                raise RuntimeError(f"{self!r}: its input was modified in place after the forward; pass a copy to "
-                                   f"the in-place operation")
+            check_versions(self, self._saved_names, self._saved, self._versions, before="recompute()")
             out = torch.nn.functional.gelu(x, approximate=self.approximate)
             self._saved = (x, out)
-            self._versions = _versions(self._saved)
+            self._versions = versions(x, out)
         return out
 
     def _backward(self, dout: Tensor, saved: tuple[Tensor, Tensor | None]) -> Tensor:
@@ -291,6 +289,7 @@ class SiLU(_Activation):
 
     torch_class = torch.nn.SiLU
     _ctor_args = ("inplace",)
+    _saved_names = ("sigmoid(x)", "its output")
 
     def __init__(self, inplace: bool = False) -> None:
         super().__init__()

@@ -56,6 +56,7 @@ from .attention_dropout import attention_dropout_mask, draw_seed
 from .attention_one_block import LOG2E, one_block_backward, one_block_forward
 from .checks import check_backward_dout, check_int, check_tensor
 from .layer import BaseLayer
+from .saved import check_versions, versions
 
 DEFAULT_BLOCK_SIZE = 128  # keys per block: large enough for efficient products, small enough that a causal pass
 # skips most of what it need not compute (benchmarks/attention.py --block compares sizes)
@@ -77,7 +78,14 @@ class ScaledDotProductAttention(BaseLayer):
     the weights ``layers.attention_dropout`` says, regenerating each block's mask in backward.
     ``block_size``: keys per block (default 128); any value gives the same result up to rounding.
     float16/bfloat16 inputs are computed in float32 and the results rounded once.
+
+    Kept from forward to backward: query, key and value (views of them where no cast or copy was needed), the
+    output and the weights it returned (views of its own, where no cast was needed), and the masks; changing
+    any in place in between (``out += x``) is refused, as torch.autograd refuses it (layers/saved.py).
     """
+
+    _kept_names = ("its input query", "its input key", "its input value", "its output", "its returned weights",
+                   "its attention mask (blocked positions)", "its attention mask (added to the scores)")
 
     def __init__(self, block_size: int | None = None, generator: torch.Generator | None = None) -> None:
         self.block_size = DEFAULT_BLOCK_SIZE if block_size is None else check_int(
@@ -128,6 +136,7 @@ class ScaledDotProductAttention(BaseLayer):
             out, lse, weights = _blocked_forward(q, k, v, spec, need_weights)
         self._cache = (spec, q, k, v, out if keep_out else None, lse, weights, dtype, query.shape, key.shape,
                        value.shape)
+        self._versions = versions(q, k, v, self._cache[4], weights, blocked, bias)
         out = out.view(*lead, L, Ev).to(dtype)
         if not need_weights:
             return out
@@ -168,6 +177,7 @@ class ScaledDotProductAttention(BaseLayer):
             if dweights.shape != (*lead, L, S) or dweights.dtype != dtype:
                 raise ValueError(f"{self!r}: dweights has shape {tuple(dweights.shape)} and dtype {dweights.dtype}, "
                                  f"expected {(*lead, L, S)} and {dtype} (the weights' own)")
+        check_versions(self, self._kept_names, (q, k, v, kept, weights, spec.blocked, spec.bias), self._versions)
         self._cache = None
         B = q.shape[0]
         do = dout.reshape(B, L, v.shape[2]).to(q.dtype)  # (B, L, Ev)

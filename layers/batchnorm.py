@@ -15,6 +15,7 @@ from torch import Tensor
 
 from .checks import check_backward_dout, check_floating, check_tensor
 from .layer import BaseLayer, accumulate_grad
+from .saved import check_versions, versions
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -63,10 +64,15 @@ class _BatchNorm(BaseLayer):
     Mixed precision: a float16/bfloat16 input is accepted with float32 (or matching) parameters, as
     torch accepts it; the statistics, the normalisation and the gradient sums are then computed in float32, and
     the output and dx are returned in the input's dtype.
+
+    Kept from forward to backward: x - mean (training: the layer's own) or, in eval mode, x itself and a copy of
+    running_mean; and gamma * invstd, computed from the weight.  A change of x or of the weight in place in
+    between (an optimizer step before backward) is refused, as torch.autograd refuses it (layers/saved.py).
     """
 
     _param_names = ("weight", "bias")
     _buffer_names = ("running_mean", "running_var", "num_batches_tracked")
+    _kept_names = ("its input x", "weight")  # x in eval mode; in training, x - mean, the layer's own
     _ctor_args = ("num_features", "eps", "momentum", "affine", "track_running_stats", "bias")
     _input_dims: tuple[int, ...] = ()  # ranks of input accepted, set by the subclasses
     _shape_text = ""
@@ -159,8 +165,9 @@ class _BatchNorm(BaseLayer):
             mean, xc, var, count = self._batch_stats(xs, dims, out)  # (C,), (N, C, ...), (C,), M
             if self.training and self.running_mean is not None:
                 self._update_running(mean, var, count)
-        else:
-            mean, xc, var, count = self.running_mean.to(sdtype), None, self.running_var.to(sdtype), None
+        else:  # running_mean copied: the backward reads it, and the buffer may be rewritten before then
+            # (as_module's re-run writes the same values back, which a version check could not tell from a change)
+            mean, xc, var, count = self.running_mean.to(sdtype, copy=True), None, self.running_var.to(sdtype), None
         invstd = torch.rsqrt(var + self.eps)  # (C,)
         scale = invstd if self.weight is None else self.weight.to(sdtype) * invstd  # (C,) gamma * invstd
         if xc is not None:  # out = xc * gamma * invstd + beta
@@ -172,6 +179,7 @@ class _BatchNorm(BaseLayer):
             out = torch.addcmul(shift.view(bshape), xs, scale.view(bshape))  # (N, C, ...)
         # Cached: xc = x - mean (training; xhat = xc * invstd is never stored), or x itself in eval mode.
         self._cache = (xs if xc is None else xc, xc is None, mean, invstd, scale, count, batch_stats, x.dtype)
+        self._versions = versions(self._cache[0], self.weight)
         return out if out.dtype == x.dtype else out.to(x.dtype)
 
     def _update_running(self, mean: Tensor, var: Tensor, count: int | Tensor) -> None:
@@ -193,6 +201,7 @@ class _BatchNorm(BaseLayer):
                                           else (None, None, None)))
         self._cache = None
         t, t_is_x, mean, invstd, scale, count, batch_stats, xdtype = cache
+        check_versions(self, self._kept_names, (t, self.weight), self._versions)
         dims = (0, *range(2, t.dim()))
         bshape = (1, self.num_features) + (1,) * (t.dim() - 2)
         d = dout if dout.dtype == t.dtype else dout.to(t.dtype)  # the statistics dtype

@@ -22,12 +22,16 @@ from .bptt import DirParams
 from .checks import check_floating, check_int, check_like, check_tensor
 from .init import torch_recurrent_init_
 from .layer import BaseLayer
+from .saved import check_versions, versions
 
 
 class _Cell(BaseLayer):
     _gates: int = 1  # G
     _states: tuple[str, ...] = ("h",)
     _param_names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+    # What the backward reads that a caller can reach (the state is copied into the layer's own buffer, the biases
+    # are not read): changed in place before backward, it is refused (layers/saved.py).
+    _kept_names = ("its input x", "weight_ih", "weight_hh")
     _ctor_args = ("input_size", "hidden_size", "bias")
     autograd_opaque = True  # as layers.recurrent: out= into buffers, run under no_grad; gradcheck uses the twin
     as_module_refuses = "takes an initial state and returns its new state beside its output"
@@ -81,6 +85,7 @@ class _Cell(BaseLayer):
         finals, cache = self._step(x3, p, state0)
         new = [f.clone() if batched else f[0].clone() for f in finals]  # copies: the cache keeps its own
         self._cache = (cache, batched, hx is not None, [s.shape for s in new], x.dtype, x.device)
+        self._versions = versions(cache.x2, self.weight_ih, self.weight_hh)  # x2: x as (N, I), a view where it can
         return new
 
     def _initial_states(self, hx: object, batched: bool, N: int) -> list[Tensor | None]:
@@ -124,6 +129,7 @@ class _Cell(BaseLayer):
                     raise ValueError(f"{self!r}: {name} has shape {tuple(g.shape)} but the forward's output had "
                                      f"shape {tuple(shape)}")
                 check_like(repr(self), name, g, torch.empty(0, dtype=dtype, device=device), "the forward output")
+        check_versions(self, self._kept_names, (core.x2, self.weight_ih, self.weight_hh), self._versions)
         self._cache = None
         N = core.x2.shape[0]
         H = self.hidden_size

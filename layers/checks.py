@@ -1,6 +1,8 @@
 """Input validation shared by the layers and losses: every error names the layer, the argument and the shapes."""
 from __future__ import annotations
 
+import numbers
+
 import torch
 from torch import Tensor
 
@@ -14,8 +16,12 @@ def check_tensor(owner: str, name: str, t: object) -> Tensor:
 def check_like(owner: str, name: str, t: Tensor, ref: Tensor, ref_name: str) -> None:
     """Refuse a tensor whose dtype or device differs from ``ref`` (no silent casts)."""
     if t.dtype != ref.dtype:
-        raise ValueError(f"{owner}: {name} has dtype {t.dtype} but {ref_name} has dtype {ref.dtype}; "
-                         f"convert one of them (e.g. net.to(dtype={t.dtype}))")
+        var = "x" if name == "input" else name  # what the caller's variable is likely called, for the example
+        if not t.is_floating_point():  # integer, bool, complex: the model cannot take that dtype; the tensor can
+            raise ValueError(f"{owner}: {name} has dtype {t.dtype} but {ref_name} has dtype {ref.dtype}; convert "
+                             f"the {name} (e.g. {var}.to({ref.dtype}))")
+        raise ValueError(f"{owner}: {name} has dtype {t.dtype} but {ref_name} has dtype {ref.dtype}; convert one "
+                         f"of them (e.g. {var}.to({ref.dtype}), or the model: net.to(dtype={t.dtype}))")
     if t.device != ref.device:
         raise ValueError(f"{owner}: {name} is on {t.device} but {ref_name} is on {ref.device}; "
                          f"move one of them (e.g. net.to(device='{t.device}'))")
@@ -49,6 +55,18 @@ def check_backward_dout(layer: object, dout: object, out_shape: torch.Size | Non
         return
     check_dout(repr(layer), dout, out_shape,
                None if out_shape is None else torch.empty(0, dtype=dtype, device=device))
+
+
+def check_loss_dout(loss: object, dout: object) -> None:
+    """A loss's ``backward(dout)``: the upstream gradient of the scalar loss, a real number or a one-element real
+    tensor (1.0 by default; a loss scale, a 1/N weight)."""
+    if isinstance(dout, Tensor):
+        if dout.numel() != 1 or dout.is_complex() or dout.dtype == torch.bool:
+            raise ValueError(f"{loss!r}: dout (the upstream gradient of the loss) must be a real scalar, got a "
+                             f"tensor of shape {tuple(dout.shape)} and dtype {dout.dtype}")
+    elif isinstance(dout, bool) or not isinstance(dout, numbers.Real):
+        raise TypeError(f"{loss!r}: dout (the upstream gradient of the loss) must be a number or a one-element "
+                        f"tensor, default 1.0; got {type(dout).__name__} {dout!r:.40}")
 
 
 def check_int(owner: str, name: str, value: object, lo: int = 1) -> int:

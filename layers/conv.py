@@ -42,6 +42,7 @@ from torch import Tensor
 from .checks import check_backward_dout, check_int, check_like, check_tensor
 from .init import torch_default_params
 from .layer import BaseLayer, accumulate_grad
+from .saved import check_versions, versions
 
 
 _FEW_CHANNELS = 8  # input channels per group below which dw is an im2col product (benchmarks/conv.py)
@@ -77,10 +78,12 @@ class Conv2d(BaseLayer):
     Forward is ``F.conv2d``; backward is the hand-written formula of the module docstring:
     ``backward(dout, need_input_grad=True)`` adds dw and db into ``.grad`` and returns dx (or None
     with ``need_input_grad=False``: the first layer of a network skips that transposed convolution).
-    Cached between the two: the (padded) input, for dw.
+    Cached between the two: the (padded) input, for dw, and the weight, for dx; changing either in place in
+    between (an optimizer step before backward) is refused, as torch.autograd refuses it (layers/saved.py).
     """
 
     _param_names = ("weight", "bias")
+    _kept_names = ("its input x", "weight")
     torch_class = torch.nn.Conv2d
     _ctor_args = ("in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation", "groups", "bias",
                   "padding_mode")
@@ -164,6 +167,7 @@ class Conv2d(BaseLayer):
         if unbatched:
             out = out.squeeze(0)  # (C_out, H_out, W_out)
         self._cache = (x, out.shape, hw)  # a 3-d output shape says the input was unbatched
+        self._versions = versions(x, w)
         return out
 
     def backward(self, dout: Tensor, need_input_grad: bool = True) -> Tensor | None:
@@ -174,6 +178,7 @@ class Conv2d(BaseLayer):
         check_backward_dout(self, dout, None if cache is None else cache[1], w.dtype, w.device)
         self._cache = None
         x, out_shape, (h, wd) = cache
+        check_versions(self, self._kept_names, (x, w), self._versions)
         unbatched = len(out_shape) == 3
         if unbatched:
             dout = dout.unsqueeze(0)  # (1, C_out, H_out, W_out)

@@ -6,6 +6,7 @@ from torch import Tensor
 
 from .checks import check_backward_dout, check_floating, check_tensor
 from .layer import BaseLayer
+from .saved import check_versions, versions
 
 
 class Dropout(BaseLayer):
@@ -23,7 +24,8 @@ class Dropout(BaseLayer):
 
     ``mask``: the scaled mask (x's shape and dtype, values 0 or 1/(1-p); zeros when p = 1) of the last
     training-mode forward, or None after an identity forward (eval, p = 0).  ``inplace=True`` writes the
-    output into x, as nn.Dropout(inplace=True) does.
+    output into x, as nn.Dropout(inplace=True) does.  The backward reads the mask and nothing else: changing
+    ``mask`` in place before backward is refused (layers/saved.py); x and the output are not kept.
     """
 
     torch_class = torch.nn.Dropout
@@ -60,6 +62,7 @@ class Dropout(BaseLayer):
             out = x.mul_(mask) if self.inplace else x * mask  # (N, ...)
         self.mask = mask
         self._cache = (mask, x.shape, x.dtype, x.device)
+        self._versions = versions(mask)
         return out
 
     def backward(self, dout: Tensor) -> Tensor:
@@ -68,7 +71,10 @@ class Dropout(BaseLayer):
         check_backward_dout(self, dout, *(cache[1:4] if cache is not None else (None, None, None)))
         self._cache = None
         mask = cache[0]
-        return dout if mask is None else dout * mask
+        if mask is None:
+            return dout
+        check_versions(self, ("its mask (layer.mask)",), (mask,), self._versions)
+        return dout * mask
 
 
 def draw_mask(x: Tensor, p: float, generator: torch.Generator | None = None,

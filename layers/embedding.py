@@ -10,6 +10,7 @@ from torch import Tensor
 
 from .checks import capturing, check_backward_dout, check_int, check_tensor
 from .layer import BaseLayer
+from .saved import check_versions, versions
 
 
 class Embedding(BaseLayer):
@@ -23,6 +24,8 @@ class Embedding(BaseLayer):
     A lookup is not differentiable in the integer ids: ``backward`` returns None.  The row
     ``padding_idx`` (if given) is initialised to zeros and gets no gradient, as nn.Embedding's.
     Initialised as nn.Embedding, N(0, 1) from the global RNG, so one seed gives identical tables.
+    Kept from forward to backward: the ids (a view of idx); changing idx in place in between is refused
+    (layers/saved.py).  The table is not read by the backward (nor kept by autograd's): changing it is allowed.
     ``max_norm``, ``scale_grad_by_freq`` and ``sparse=True`` are nn.Embedding options handgrad does not
     implement: asking for one is an error naming it.
     """
@@ -73,6 +76,7 @@ class Embedding(BaseLayer):
         out = w.index_select(0, flat)  # (P, D): a copy of each looked-up row
         shape = torch.Size((*idx.shape, self.embedding_dim))
         self._cache = (flat, shape)
+        self._versions = versions(flat)
         return out.view(shape)  # (*, D)
 
     def backward(self, dout: Tensor) -> None:
@@ -81,6 +85,7 @@ class Embedding(BaseLayer):
         check_backward_dout(self, dout, *((cache[1], w.dtype, w.device) if cache is not None else (None, None, None)))
         self._cache = None
         flat, _ = cache
+        check_versions(self, ("its input idx",), (flat,), self._versions)
         d = dout.reshape(-1, self.embedding_dim)  # (P, D)
         if self.padding_idx is not None:  # the padding row gets no gradient: its positions contribute zero
             d = d.masked_fill((flat == self.padding_idx).unsqueeze(1), 0)

@@ -12,7 +12,8 @@ class Flatten(BaseLayer):
     """out = x with axes start_dim..end_dim merged: (N, C, H, W) -> (N, C*H*W) with the defaults.
 
     Backward: dx = dout reshaped to x's shape (flattening moves no number, so nothing else happens).
-    Same arguments as torch.nn.Flatten; negative dims count from the end.  Cached: x's shape.
+    Same arguments as torch.nn.Flatten; negative dims count from the end.  Cached: x's shape (no tensor, so
+    nothing an in-place change could alter).
     """
 
     torch_class = torch.nn.Flatten

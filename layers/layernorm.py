@@ -13,6 +13,7 @@ from torch import Tensor
 from .batchnorm import _LOW_PRECISION, _check_float
 from .checks import check_backward_dout, check_floating, check_tensor
 from .layer import BaseLayer, accumulate_grad
+from .saved import check_versions, versions
 
 
 class LayerNorm(BaseLayer):
@@ -27,14 +28,16 @@ class LayerNorm(BaseLayer):
 
     The forward is torch's fused ``native_layer_norm`` (one pass for the statistics, one for the output: a
     forward computation, so nothing of autograd's), which also returns mean and invstd per row; backward
-    recomputes xhat = (x - mean) * invstd from them.  Cached: the input x itself (the caller must not change
-    it in place before backward: checked), mean and invstd (one per row), as torch's LayerNorm keeps them.
+    recomputes xhat = (x - mean) * invstd from them.  Cached: the input x itself, mean and invstd (one per row),
+    as torch's LayerNorm keeps them; x, weight and bias (which ``recompute()`` reads too) must not change in place
+    before backward (checked, layers/saved.py).
     A float16/bfloat16 input with float32 parameters is accepted (statistics in float32, computed as before
     in two passes, xhat cached), as torch does; without parameters (elementwise_affine=False) any floating
     input is.
     """
 
     _param_names = ("weight", "bias")
+    _kept_names = ("its input x", "weight", "bias")  # (the half-precision path keeps xhat, its own, for x)
     torch_class = torch.nn.LayerNorm
     _ctor_args = ("normalized_shape", "eps", "elementwise_affine", "bias")
 
@@ -74,7 +77,8 @@ class LayerNorm(BaseLayer):
             self._reject_input(x)  # the cheap test above failed: find out what is wrong and say so
         if x.dtype not in _LOW_PRECISION:  # x (*, S) -> out (*, S), mean and invstd (*, 1...)
             out, mean, invstd = torch.native_layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
-            self._cache = (x, mean, invstd, x.dtype, x._version)
+            self._cache = (x, mean, invstd, x.dtype)
+            self._versions = versions(x, self.weight, self.bias)
             return out
         dims = tuple(range(x.dim() - k, x.dim()))  # the normalised axes
         sdtype = torch.float32  # statistics dtype
@@ -84,7 +88,8 @@ class LayerNorm(BaseLayer):
         xc = xs - xs.mean(dims, keepdim=True)  # (*, S) x - mean
         invstd = torch.rsqrt((xc * xc).mean(dims, keepdim=True) + self.eps)  # (*, 1...) 1/sqrt(biased var + eps)
         xhat = xc * invstd  # (*, S)
-        self._cache = (xhat, None, invstd, x.dtype, None)
+        self._cache = (xhat, None, invstd, x.dtype)
+        self._versions = versions(xhat, self.weight, self.bias)
         return self._affine(xhat, x.dtype)
 
     def recompute(self) -> Tensor:
@@ -92,11 +97,9 @@ class LayerNorm(BaseLayer):
         kept input), for a next layer that did not keep it (a Linear's ``keep_input=False``: the GPT's blocks)."""
         if self._cache is None:
             raise RuntimeError(f"{self!r}: recompute() needs a forward first (and is gone after backward)")
-        x, mean, invstd, xdtype, version = self._cache
+        x, mean, invstd, xdtype = self._cache
+        check_versions(self, self._kept_names, (x, self.weight, self.bias), self._versions, before="recompute()")
         if mean is not None:
-            if x._version != version:
-                raise RuntimeError(f"{self!r}: the forward's input was modified in place before recompute(); "
-                                   f"LayerNorm keeps its input (pass a copy)")
             return torch.native_layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)[0]
         return self._affine(x, xdtype)  # float16/bfloat16 input: x is the kept xhat, in float32
 
@@ -115,11 +118,9 @@ class LayerNorm(BaseLayer):
         check_backward_dout(self, dout, *((cache[0].shape, cache[3], cache[0].device) if cache is not None
                                           else (None, None, None)))
         self._cache = None
-        xhat, mean, invstd, xdtype, version = cache
+        xhat, mean, invstd, xdtype = cache
+        check_versions(self, self._kept_names, (xhat, self.weight, self.bias), self._versions)
         if mean is not None:  # xhat = (x - mean) * invstd, recomputed from the kept input
-            if xhat._version != version:
-                raise RuntimeError(f"{self!r}: the forward's input was modified in place before backward; "
-                                   f"LayerNorm keeps its input for backward (pass a copy)")
             xhat = torch.sub(xhat, mean).mul_(invstd)  # (*, S)
         k = len(self.normalized_shape)
         dims = tuple(range(xhat.dim() - k, xhat.dim()))

@@ -7,6 +7,7 @@ from torch import Tensor
 from .checks import check_dout, check_int, check_like, check_tensor
 from .init import torch_default_params
 from .layer import BaseLayer, accumulate_grad
+from .saved import check_versions, versions
 
 
 _NOT_KEPT = object()  # Linear._x after a forward with keep_input=False
@@ -28,9 +29,15 @@ class Linear(BaseLayer):
     Like nn.Linear it maps the last axis and keeps any leading ones: (N, D) -> (N, H), (B, T, D) -> (B, T, H),
     an unbatched (D,) -> (H,).  The leading axes are flattened into the N of one (N, D) product, so a
     sequence of tokens costs one GEMM, and the weight gradient sums over every leading position.
+
+    Kept from forward to backward: x (for dW) and the weight (for dx).  Changing either in place in between --
+    ``x.mul_(10)``, an optimizer step -- is refused in backward, as torch.autograd refuses it (layers/saved.py;
+    the weight only when dx is asked for, as autograd keeps it only then).
+    An input given back as ``backward(dout, input=x)`` is the caller's to keep unchanged: it was not kept here.
     """
 
     _param_names = ("weight", "bias")
+    _kept_names = ("its input x", "weight")
     torch_class = torch.nn.Linear
     _ctor_args = ("in_features", "out_features", "bias")
 
@@ -61,6 +68,7 @@ class Linear(BaseLayer):
         wt = w.t()  # (D, H), a view: no copy
         out = x @ wt if self.bias is None else torch.addmm(self.bias, x, wt)  # (N, H), bias add fused into the GEMM
         self._lead = lead
+        self._versions = versions(x if keep_input else None, w)
         return out if len(lead) == 1 else out.view(*lead, self.out_features)  # (*, H)
 
     def backward(self, dout: Tensor, need_input_grad: bool = True, input: Tensor | None = None) -> Tensor | None:
@@ -71,11 +79,15 @@ class Linear(BaseLayer):
         told not to keep it (``keep_input=False``); it must hold the very values the forward saw.
         """
         x, w, lead = self._x, self.weight, self._lead
+        kept = x
         if x is _NOT_KEPT or input is not None:
             x = self._given_input(x, input)
+            kept = None  # the caller's to keep unchanged
         if not (x is not None and isinstance(dout, Tensor) and dout.shape[:-1] == lead and dout.dim() >= 1
                 and dout.shape[-1] == self.out_features and dout.dtype == w.dtype and dout.device == w.device):
             check_dout(repr(self), dout, None if x is None else torch.Size((*lead, self.out_features)), w)
+        # x is read for dW, the weight only for dx (autograd likewise keeps it only when x needs a gradient)
+        check_versions(self, self._kept_names, (kept, w if need_input_grad else None), self._versions)
         self._x = None
         if dout.dim() != 2:
             dout = dout.reshape(-1, self.out_features)  # (N, H)

@@ -23,6 +23,7 @@ from .attention import ScaledDotProductAttention
 from .checks import check_backward_dout, check_int, check_tensor
 from .layer import BaseLayer
 from .linear import Linear
+from .saved import check_versions, versions
 
 _OWNER = "MultiheadAttention"
 
@@ -50,10 +51,16 @@ class MultiheadAttention(BaseLayer):
     ``need_weights=True`` nan, as torch's module gives (its softmax is 0/0 there); the gradients of such a row
     are zero (torch's are nan throughout the projections).  Dropout (training mode) drops attention weights with
     masks from ``layers.attention_dropout``, drawn from ``self.generator`` (torch's default generator if None).
+
+    Kept from forward to backward: query, key and value (for the projections' weight gradients) and the input
+    projections' weights (for the inputs' gradients); ``out_proj`` and the attention keep their own (the masks
+    among them).  Changing any in place in between is refused, as torch.autograd refuses it (layers/saved.py).
     """
 
     _param_names = ("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias",
                     "bias_k", "bias_v")
+    _kept_names = ("its input query", "its input key", "its input value", "its key_padding_mask", "its attn_mask",
+                   "in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight")  # what ``_kept`` returns
     torch_class = torch.nn.MultiheadAttention
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
@@ -164,7 +171,8 @@ class MultiheadAttention(BaseLayer):
                 weights = weights.masked_fill(empty, math.nan)
         merged = attn.permute(2, 0, 1, 3).reshape(L * N, E)  # (L*N, E) the heads side by side
         out = self.out_proj(merged).view(L, N, E)
-        self._cache = (packed, query, key, value, S, batched, N, L)
+        self._cache = (packed, query, key, value, S, batched, N, L, key_padding_mask, attn_mask)
+        self._versions = versions(*self._kept(query, key, value, key_padding_mask, attn_mask))
         if self.batch_first:
             out = out.transpose(0, 1)
         if not batched:
@@ -194,6 +202,14 @@ class MultiheadAttention(BaseLayer):
             return q, k, v, "kv"
         return q, _linear(key, wk, bk), _linear(value, wv, bv), ""
 
+    def _kept(self, query: Tensor, key: Tensor, value: Tensor, kpm: Tensor | None,
+              attn_mask: Tensor | None) -> tuple[Tensor | None, ...]:
+        """What the backward reads that a caller can reach, in the order of ``_kept_names``: the inputs, the masks
+        (the attention keeps them, or views of them; checked here to name them as the caller passed them) and
+        the input projections' weights (None where absent)."""
+        return (query, key, value, kpm, attn_mask, self.in_proj_weight, self.q_proj_weight, self.k_proj_weight,
+                self.v_proj_weight)
+
     def _weights(self) -> tuple[Tensor, Tensor, Tensor]:
         """(Wq, Wk, Wv) in torch's (E, in) layout: views of in_proj_weight, or the separate weights."""
         if self.in_proj_weight is not None:
@@ -209,13 +225,14 @@ class MultiheadAttention(BaseLayer):
         cache = self._cache
         if cache is None:
             check_backward_dout(self, dout, None, None, None)
-        packed, query, key, value, S, batched, N, L = cache
+        packed, query, key, value, S, batched, N, L, kpm, attn_mask = cache
         E, H, hd = self.embed_dim, self.num_heads, self.head_dim
         out_shape = (L, N, E) if not self.batch_first else (N, L, E)
         check_backward_dout(self, dout, torch.Size(out_shape if batched else (L, E)), query.dtype, query.device)
         if summed and not (query.shape == key.shape == value.shape):
             raise ValueError(f"{_OWNER}: summed=True adds the gradients of query, key and value, which needs them "
                              f"of one shape; got {tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}")
+        check_versions(self, self._kept_names, self._kept(query, key, value, kpm, attn_mask), self._versions)
         self._cache = None
         if not batched:
             dout = dout.unsqueeze(1)
@@ -299,8 +316,8 @@ class MultiheadAttention(BaseLayer):
             check_tensor(repr(self), "key_padding_mask", kpm)
             want = (N, S) if batched else (S,)
             if tuple(kpm.shape) != want:
-                raise ValueError(f"{self!r}: key_padding_mask must have shape {want} (batch, source length), "
-                                 f"got {tuple(kpm.shape)}")
+                raise ValueError(f"{self!r}: key_padding_mask must have shape {'(N, S)' if batched else '(S,)'} = "
+                                 f"{want} ({'batch, ' if batched else ''}source length), got {tuple(kpm.shape)}")
             _check_mask_dtype(self, "key_padding_mask", kpm, query.dtype)
         if attn_mask is not None:
             check_tensor(repr(self), "attn_mask", attn_mask)

@@ -16,6 +16,7 @@ from torch import Tensor
 from .checks import check_backward_dout, check_floating, check_tensor
 from .conv import pair
 from .layer import BaseLayer
+from .saved import versions
 
 
 def pool_out_size(size: int, kernel: int, stride: int, padding: int, dilation: int, ceil_mode: bool) -> int:
@@ -90,7 +91,9 @@ class MaxPool2d(_Pool2d):
 
     The forward gets the argmax from ``F.max_pool2d(return_indices=True)`` (flat indices into each H*W
     plane) and caches only those and the input's shape.  ``dilation`` and ``ceil_mode`` are supported;
-    ``return_indices=True`` is not (a layer returns one tensor).
+    ``return_indices=True`` is not (a layer returns one tensor).  Nothing a caller holds is read by the backward
+    (the argmax is the layer's own), so an in-place change of x or of the output after the forward changes
+    nothing here; ``backward_through_relu`` reads both and checks them.
     """
 
     torch_class = torch.nn.MaxPool2d
@@ -120,6 +123,7 @@ class MaxPool2d(_Pool2d):
         if x4 is not x:
             out = out.squeeze(0)  # unbatched
         self._cache = (out.shape, x.dtype, x.device, idx, x4.shape, x.shape, x, out)
+        self._versions = versions(x, out)  # for backward_through_relu, which reads them
         return out
 
     def backward(self, dout: Tensor) -> Tensor:
@@ -144,9 +148,13 @@ class MaxPool2d(_Pool2d):
 
         -- the same numbers (the mask is 0 or 1) from a mask a quarter of the size (a 2x2 pool), and no pass over
         the full-size gradient.  Consumes both layers' caches.  Returns None, consuming nothing, when ``relu``'s
-        cached output is not this pool's input (the caller then runs the two backwards)."""
+        cached output is not this pool's input, or when it or this pool's output was changed in place after the
+        forward (a following in-place layer may legitimately change the pool's output: the mask is then not
+        out > 0); the caller then runs the two backwards, and the ReLU's refuses a change of its output."""
         cache = self._cache
         if cache is None or relu._out is None or relu._out is not cache[6]:
+            return None
+        if versions(cache[6], cache[7]) != self._versions:
             return None
         cache = self._take_cache(dout)
         relu.backward_consumed()
@@ -168,7 +176,8 @@ class AvgPool2d(_Pool2d):
         dx = conv_transpose2d((dout / divisor) as (N*C, 1, H_out, W_out), ones (1, 1, kH, kW),
                               stride=s, padding=p)               cut or padded to (H, W)
 
-    Cached: only the input's shape (the divisor is rebuilt from it in backward).
+    Cached: only the input's shape (the divisor is rebuilt from it in backward): nothing that an in-place
+    change could alter.
     """
 
     torch_class = torch.nn.AvgPool2d

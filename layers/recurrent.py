@@ -42,6 +42,7 @@ from .checks import check_floating, check_int, check_like, check_tensor
 from .dropout import draw_mask
 from .init import torch_recurrent_init_
 from .layer import BaseLayer
+from .saved import check_versions, versions
 
 
 def inter_layer_mask(out: Tensor, p: float, generator: torch.Generator | None = None,
@@ -110,6 +111,7 @@ class _Recurrent(BaseLayer, ABC):
                     names.append(n)
                     shapes.append(s)
         self._param_names = tuple(names)  # torch's _flat_weights_names, in its order
+        self._kept_names = ("its input x", *(n for n in names if n.startswith("weight")))  # see _kept
         for n, s in zip(names, shapes):
             setattr(self, n, torch.empty(s, device=device, dtype=dtype))
         torch_recurrent_init_([getattr(self, n) for n in names], hidden_size)
@@ -161,6 +163,13 @@ class _Recurrent(BaseLayer, ABC):
 
     # -- forward ------------------------------------------------------------------------------------------
 
+    def _kept(self, caches: list) -> tuple[Tensor, ...]:
+        """What the backward reads that a caller can reach, in the order of ``_kept_names``: the input as layer 0
+        keeps it for dW_ih (a view of x, or its own copy where x was not contiguous) and every weight matrix (for
+        dx and dh).  The initial states are copied into the layer's own buffers in the forward, so changing hx
+        afterwards changes nothing; the biases are not read."""
+        return (caches[0][0].x2, *(getattr(self, n) for n in self._kept_names[1:]))
+
     @torch.no_grad()
     def forward(self, x: Tensor, hx: Tensor | tuple[Tensor, Tensor] | None = None):
         """x (T, N, I) / (N, T, I) / (T, I), hx as in the module docstring -> (output, h_n) (LSTM: (output, (h_n, c_n)))."""
@@ -204,6 +213,7 @@ class _Recurrent(BaseLayer, ABC):
             h_n = [h[:, 0] for h in h_n]  # (L*D, H_out)
         self._cache = (caches, masks, batched, T, N, hx is not None, output.shape, [h.shape for h in h_n],
                        output.dtype, output.device)
+        self._versions = versions(*self._kept(caches))  # changed in place before backward: refused (layers/saved.py)
         return output, (h_n[0] if len(h_n) == 1 else tuple(h_n))
 
     def _initial_states(self, hx: object, batched: bool, N: int) -> list[Tensor | None]:
@@ -265,6 +275,7 @@ class _Recurrent(BaseLayer, ABC):
         self._check_grad("doutput", doutput, out_shape, dtype, device)
         for name, g, shape in zip(("dh_n", "dc_n"), dstates, state_shapes):
             self._check_grad(name, g, shape, dtype, device)
+        check_versions(self, self._kept_names, self._kept(caches), self._versions)
         self._cache = None
         L, D, Ho = self.num_layers, self.num_directions, self.h_out
         if doutput is None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from layers.checks import capturing, check_floating, check_like, check_tensor
+from layers.checks import capturing, check_floating, check_like, check_loss_dout, check_tensor
+from layers.saved import check_versions, versions
 from ._reduction import check_reduction
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)  # computed in float32 (see CrossEntropyLoss)
@@ -82,6 +83,10 @@ class CrossEntropyLoss:
     log-softmax, the loss and the gradient are computed in float32 -- as torch.autocast runs
     cross_entropy -- the loss is returned in float32 and dL/dlogits is rounded once to the logits' dtype
     at the end (after ``dout``, e.g. a loss scale, has been applied).  float32/float64 are untouched.
+
+    Kept from forward to backward: log p (its own) and the target (a view of the caller's, where no cast or
+    copy was needed); changing the target in place in between is refused, as torch.autograd refuses it
+    (layers/saved.py).
     """
 
     def __init__(self, reduction: str = "mean", label_smoothing: float = 0.0, ignore_index: int = -100):
@@ -133,15 +138,17 @@ class CrossEntropyLoss:
                 total = total + eps / c * (logp.sum(1) * keep).sum()
             scale = 1.0 / keep.sum() if self.reduction == "mean" else 1.0  # nan loss if every target is ignored
         self._cache = (logp, target, scale, grad_dtype, skip, shape)
+        self._versions = versions(target)
         return total * -scale
 
     def backward(self, dout: float | Tensor = 1.0) -> Tensor:
         """-> dL/dlogits in the logits' shape, times ``dout`` (the upstream gradient of the scalar loss, default 1)."""
         if self._cache is None:
             raise RuntimeError(f"{self!r}: backward called before forward (or twice after one forward)")
-        if isinstance(dout, Tensor) and dout.numel() != 1:
-            raise ValueError(f"{self!r}: dout must be a scalar, got shape {tuple(dout.shape)}")
+        if not isinstance(dout, float):
+            check_loss_dout(self, dout)
         logp, target, scale, grad_dtype, skip, shape = self._cache
+        check_versions(self, ("target",), (target,), self._versions)
         self._cache = None
         eps, c = self.label_smoothing, logp.shape[1]
         s = dout * scale

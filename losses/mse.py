@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from layers.checks import check_floating, check_like, check_tensor
+from layers.checks import check_floating, check_like, check_loss_dout, check_tensor
 from ._reduction import check_reduction
 
 
@@ -12,6 +12,9 @@ class MSELoss:
 
     input and target must have the same shape (no silent broadcasting, unlike a
     mismatched torch call that only warns).
+
+    Kept from forward to backward: input - target, its own tensor (no version check needed: changing input or
+    target in place after the forward changes nothing here; torch.autograd, which keeps both, would refuse it).
     """
 
     def __init__(self, reduction: str = "mean"):
@@ -45,8 +48,8 @@ class MSELoss:
         """-> dL/dinput, the input's shape, times ``dout`` (default 1)."""
         if self._cache is None:
             raise RuntimeError(f"{self!r}: backward called before forward (or twice after one forward)")
+        if not isinstance(dout, float):
+            check_loss_dout(self, dout)
         diff, scale = self._cache
         self._cache = None
-        if isinstance(dout, Tensor) and dout.numel() != 1:
-            raise ValueError(f"{self!r}: dout must be a scalar, got shape {tuple(dout.shape)}")
         return diff.mul_(2 * scale * dout)

@@ -36,6 +36,7 @@ from layers.layer import BaseLayer, _rng_untouched, copy_requires_grad
 from layers.layernorm import LayerNorm
 from layers.linear import Linear
 from .kv_cache import KVCache
+from .saved import check_versions, versions
 from .sampling import check_sampling, next_token
 
 
@@ -73,7 +74,8 @@ class CausalSelfAttention(BaseLayer):
         y = self.attention.attend(heads(q), heads(k), heads(v), None, None, True, p, 1.0 / math.sqrt(C // self.n_head),
                                   False, keep_out=False)  # (B, nh, T, hs)
         # (B, T, C) the heads side by side: c_proj's input, and the attention's output for its backward (which
-        # therefore does not keep its own copy in the (B, nh, T, hs) layout)
+        # therefore does not keep its own copy in the (B, nh, T, hs) layout; c_proj, which keeps it, refuses an
+        # in-place change of it before its backward, which runs first)
         self._y = y = y.transpose(1, 2).reshape(B, T, C)
         return self.resid_dropout(self.c_proj(y))
 
@@ -310,6 +312,9 @@ class GPT(BaseLayer):
             x = block(x)
         x = self.ln_f(x)  # (B, T, C)
         self._cache = (x, pos)
+        # The tied matrix is read again for dx: changed in place before backward (an optimizer step), it is refused
+        # (layers/saved.py).  x, ln_f's output, is the model's own; every layer checks what it keeps.
+        self._versions = versions(self.wte.weight)
         return x @ self.wte.weight.t()  # (B, T, V) logits = ln_f(x) @ wte^T
 
     def backward(self, dlogits: Tensor) -> None:
@@ -324,6 +329,7 @@ class GPT(BaseLayer):
         self._cache = None
         C, V = self.n_embd, self.vocab_size
         w = self.wte.weight  # (V, C)
+        check_versions(self, ("transformer.wte.weight",), (w,), self._versions)
         d2 = dlogits.reshape(-1, V)  # (B*T, V)
         # the output projection's share of the tied matrix: dW = dlogits^T @ ln_f(x)
         if w.grad is None:

@@ -60,6 +60,10 @@ class Adam(HandOptimizer):
             beta1, beta2 = number(beta1), number(beta2)
             flat = self._flat(params, grads, states, amsgrad, steps)
             if flat is not None:  # one block each (optimizers/flat.py): the same update, one kernel per line
+                # The block is written through a view of the first parameter, which moves only that one's version
+                # counter: mark every parameter changed, as a step per tensor does, for the layers' check that
+                # what they keep for backward is unchanged (layers/saved.py).
+                torch.autograd.graph.increment_version(params)
                 params, grads, states, steps = flat
         exp_avgs = [s["exp_avg"] for s in states]
         exp_avg_sqs = [s["exp_avg_sq"] for s in states]

@@ -201,8 +201,8 @@ def test_bad_input_is_named():
         mha(x, torch.randn(5, 3, 8), torch.randn(5, 3, 8))
     with pytest.raises(ValueError, match=r"got query \(5, 2, 7\)"):
         mha(torch.randn(5, 2, 7), x, x)
-    with pytest.raises(ValueError, match=r"key_padding_mask must have shape \(2, 5\) \(batch, source length\), got "
-                                         r"\(5, 2\)"):
+    with pytest.raises(ValueError, match=r"key_padding_mask must have shape \(N, S\) = \(2, 5\) \(batch, source "
+                                         r"length\), got \(5, 2\)"):
         mha(x, x, x, key_padding_mask=torch.zeros(5, 2, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"attn_mask must have shape \(5, 5\) or \(4, 5, 5\), got \(2, 5, 5\)"):
         mha(x, x, x, attn_mask=torch.zeros(2, 5, 5, dtype=torch.bool))
