@@ -36,7 +36,7 @@ from layers.layer import BaseLayer, _rng_untouched, copy_requires_grad
 from layers.layernorm import LayerNorm
 from layers.linear import Linear
 from .kv_cache import KVCache
-from .saved import check_versions, versions
+from layers.saved import check_versions, versions
 from .sampling import check_sampling, next_token
 
 

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 import layers as L
+from models import GPT, Net
 import optimizers
 from losses import CrossEntropyLoss, MSELoss
 
@@ -59,7 +60,7 @@ def test_a_linear_input_multiplied_in_place_before_backward_is_refused_as_autogr
 
 def test_an_optimizer_step_between_forward_and_backward_is_refused():
     torch.manual_seed(0)
-    net = L.Net(hidden_size=8, in_features=6, num_classes=3, dtype=f64)
+    net = Net(hidden_size=8, in_features=6, num_classes=3, dtype=f64)
     opt = optimizers.SGD(net.parameters(), lr=0.1)
     crit = CrossEntropyLoss()
     x, y = torch.randn(4, 6, dtype=f64), torch.tensor([0, 2, 1, 2])
@@ -297,7 +298,7 @@ def test_mse_keeps_only_its_own_difference_so_a_changed_input_or_target_changes_
 
 def _gpt():
     torch.manual_seed(0)
-    return L.GPT(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=8, dtype=f64)
+    return GPT(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=8, dtype=f64)
 
 
 def _gpt_batch():
@@ -480,7 +481,7 @@ def test_an_integer_or_complex_input_is_told_to_convert_the_input_not_the_model(
         call, name, var = lambda x: L.Linear(4, 3)(x), "input", "x"
         x = torch.ones(2, 4, dtype=dtype)
     elif where == "Net":
-        call, name, var = lambda x: L.Net(hidden_size=8)(x), "input", "x"
+        call, name, var = lambda x: Net(hidden_size=8)(x), "input", "x"
         x = torch.ones(2, 784, dtype=dtype)
     elif where == "Conv2d":
         call, name, var = lambda x: L.Conv2d(1, 2, 3)(x), "input", "x"
