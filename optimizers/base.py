@@ -352,9 +352,8 @@ class HandOptimizer(Optimizer):
                 index += 1
 
     def _foreign_state(self, owner: str, i: int, saved: dict, missing: list[str]) -> str:
-        from .registry import OPTIMIZERS  # the registry imports every optimizer, this module among them
         name = type(self).__name__
-        likely = [cls.__name__ for cls in OPTIMIZERS.values() if cls._hyper and cls._hyper.keys() <= saved.keys()]
+        likely = [cls.__name__ for cls in _hand_optimizers() if cls._hyper and cls._hyper.keys() <= saved.keys()]
         origin = f"by {' or '.join(likely)}" if likely else "by another optimizer type"
         found = ", ".join(k for k in saved if k not in ("params", "param_names"))
         return (f"{owner}: this state was saved {origin}, not by {name}: its param_groups[{i}] has no "
@@ -399,3 +398,14 @@ class HandOptimizer(Optimizer):
         Must not modify ``grads`` in place (they may be the parameters' own .grad tensors).  With
         ``self._has_complex``, complex tensors are updated through ``as_real`` views.
         """
+
+
+def _hand_optimizers() -> list[type[HandOptimizer]]:
+    """Every HandOptimizer subclass defined so far (SGD, Adam, AdamW, ...), subclasses of subclasses included, in
+    the order they were defined: found by walking ``__subclasses__`` rather than importing them."""
+    found, stack = [], list(HandOptimizer.__subclasses__())
+    while stack:
+        cls = stack.pop(0)
+        found.append(cls)
+        stack.extend(cls.__subclasses__())
+    return found
