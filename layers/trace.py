@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from .layer import BaseLayer, Layer, named_parameters_of
@@ -77,14 +78,31 @@ def _leaves(model) -> list[tuple[str, Layer]]:
     return out
 
 
+class _TorchLoss:
+    """A torch.nn.functional loss with the handgrad loss protocol: ``loss(out, target)``, then ``backward()`` -> dout."""
+
+    def __init__(self, fn) -> None:
+        self.fn, self._out = fn, None
+
+    def __call__(self, out: Tensor, target: Tensor) -> Tensor:
+        self._out = out.detach().requires_grad_()
+        self._value = self.fn(self._out, target)
+        return self._value.detach()
+
+    def backward(self) -> Tensor:
+        (dout,) = torch.autograd.grad(self._value, self._out)
+        return dout
+
+
 def trace(model, x: Tensor, target: Tensor, loss=None) -> Trace:
     """One forward and backward of ``model`` (a Sequential or Net) on ``x`` and ``target``, layer by layer.
 
-    ``loss``: a handgrad loss (``losses.CrossEntropyLoss()`` for integer targets, ``losses.MSELoss()`` for
-    floating-point ones, when None).  Returns a ``Trace``; ``print(trace)`` shows the table."""
-    from losses import CrossEntropyLoss, MSELoss
+    ``loss``: a handgrad loss (``losses.CrossEntropyLoss()``, ...): ``loss(out, target)`` then ``loss.backward()``
+    gives the gradient the trace starts from.  When None, torch's cross-entropy (integer targets) or mean squared
+    error (floating-point ones) and its gradient from autograd: the trace's subject is the model, and layers/ does not
+    reach up to losses/.  Returns a ``Trace``; ``print(trace)`` shows the table."""
     if loss is None:
-        loss = MSELoss() if target.is_floating_point() else CrossEntropyLoss()
+        loss = _TorchLoss(F.mse_loss if target.is_floating_point() else F.cross_entropy)
     if getattr(model, "_key_prefix", "") == "layers." and x.dim() > 2:
         x = x.flatten(1)  # what Net.forward does with an image batch
     params = model.parameters()

@@ -57,6 +57,8 @@ def test_trace_of_a_net_flattens_images_and_takes_mse_for_float_targets():
     target = torch.randn(5, 4, dtype=F64)
     t2 = seq.trace(x.flatten(1), target)
     assert abs(t2.loss - MSELoss()(net(x), target).item()) < 1e-12
+    t3 = seq.trace(x.flatten(1), target, loss=MSELoss())  # a handgrad loss gives the same starting gradient
+    assert abs(t3.loss - t2.loss) < 1e-15 and abs(t3.rows[0].dx_norm - t2.rows[0].dx_norm) < 1e-12 * t2.rows[0].dx_norm
     dead = Sequential(net.layers[0], net.layers[1])  # a ReLU whose every unit is dead shows 100% zeros
     with torch.no_grad():
         net.layers[0].bias.fill_(-1e3)
