@@ -20,9 +20,10 @@ import torch
 from torch import Tensor
 
 from .attention import ScaledDotProductAttention
-from .checks import check_backward_dout, check_int, check_tensor
+from .checks import check_backward_dout, check_int
 from .layer import BaseLayer
 from .linear import Linear
+from .multihead_inputs import check_inputs, masks
 from .saved import check_versions, versions
 
 _OWNER = "MultiheadAttention"
@@ -130,7 +131,7 @@ class MultiheadAttention(BaseLayer):
         over heads, (N, H, L, S) with ``average_attn_weights=False``, or None; (N, ...) with batch_first;
         unbatched (L, E) -> (L, E), (L, S)."""
         self._cache = None
-        batched = self._check_inputs(query, key, value, key_padding_mask, attn_mask)
+        batched = check_inputs(self, query, key, value, key_padding_mask, attn_mask)
         packing = "qkv" if query is key and key is value else "kv" if key is value else ""  # before new views
         if not batched:  # a batch of one, squeezed again at the end
             query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
@@ -160,7 +161,7 @@ class MultiheadAttention(BaseLayer):
             kh = torch.cat([kh, kh.new_zeros(N, H, 1, hd)], 2)  # (N, H, S', hd) a key of zeros ...
             vh = torch.cat([vh, vh.new_zeros(N, H, 1, hd)], 2)  # ... and its value
             extra += 1
-        blocked, bias = _masks(attn_mask, key_padding_mask, N, H, L, S, extra, query.dtype)
+        blocked, bias = masks(attn_mask, key_padding_mask, N, H, L, S, extra, query.dtype)
         p_drop = self.dropout if self.training else 0.0
         res = self.attention.attend(qh, kh, vh, blocked, bias, causal, p_drop, 1.0 / math.sqrt(hd), need_weights)
         attn, weights = res if need_weights else (res, None)  # (N, H, L, hd), (N, H, L, S')
@@ -281,53 +282,6 @@ class MultiheadAttention(BaseLayer):
         grads = (_input_grad(dq, wq), _input_grad(dk, wk), _input_grad(dv, wv))
         return (grads[0] + grads[1] + grads[2],) if summed else grads
 
-    # -- validation -----------------------------------------------------------------------------------------
-
-    def _check_inputs(self, query, key, value, kpm, attn_mask) -> bool:
-        """torch's shape rules (``_mha_shape_check``), each failure one error naming the shapes; -> batched."""
-        for name, t in (("query", query), ("key", key), ("value", value)):
-            check_tensor(repr(self), name, t)
-            if not t.is_floating_point():
-                raise ValueError(f"{self!r}: {name} must be floating point, got {t.dtype}")
-        w = self.out_proj.weight
-        for name, t in (("query", query), ("key", key), ("value", value)):
-            if t.dtype != w.dtype or t.device != w.device:
-                raise ValueError(f"{self!r}: {name} is {t.dtype} on {t.device} but the parameters are {w.dtype} on "
-                                 f"{w.device}; convert one of them")
-        if query.dim() not in (2, 3) or key.dim() != query.dim() or value.dim() != query.dim():
-            raise ValueError(f"{self!r}: expected query, key and value all 3-D (batched) or all 2-D (unbatched), "
-                             f"got {tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}")
-        batched = query.dim() == 3
-        if batched:
-            n_axis, t_axis = (0, 1) if self.batch_first else (1, 0)
-            layout = "(N, L, E)" if self.batch_first else "(L, N, E)"
-            N = query.shape[n_axis]
-            ok = (key.shape[n_axis] == N and value.shape[n_axis] == N and key.shape[t_axis] == value.shape[t_axis])
-        else:
-            layout, ok, N = "(L, E)", key.shape[0] == value.shape[0], None
-            t_axis = 0
-        sizes = (query.shape[-1], key.shape[-1], value.shape[-1])
-        if not ok or sizes != (self.embed_dim, self.kdim, self.vdim):
-            raise ValueError(f"{self!r}: expected query {layout} with E={self.embed_dim}, key and value of one "
-                             f"batch and length with {self.kdim} and {self.vdim} features; got query "
-                             f"{tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}")
-        L, S = query.shape[t_axis], key.shape[t_axis]
-        if kpm is not None:
-            check_tensor(repr(self), "key_padding_mask", kpm)
-            want = (N, S) if batched else (S,)
-            if tuple(kpm.shape) != want:
-                raise ValueError(f"{self!r}: key_padding_mask must have shape {'(N, S)' if batched else '(S,)'} = "
-                                 f"{want} ({'batch, ' if batched else ''}source length), got {tuple(kpm.shape)}")
-            _check_mask_dtype(self, "key_padding_mask", kpm, query.dtype)
-        if attn_mask is not None:
-            check_tensor(repr(self), "attn_mask", attn_mask)
-            wants = [(L, S)] + ([(N * self.num_heads, L, S)] if batched else [(self.num_heads, L, S)])
-            if tuple(attn_mask.shape) not in wants:
-                raise ValueError(f"{self!r}: attn_mask must have shape {' or '.join(map(str, wants))}, "
-                                 f"got {tuple(attn_mask.shape)}")
-            _check_mask_dtype(self, "attn_mask", attn_mask, query.dtype)
-        return batched
-
     # -- conversion -----------------------------------------------------------------------------------------
 
     @classmethod
@@ -378,35 +332,3 @@ def _weights_grad(dweights: Tensor, batched: bool, N: int, H: int) -> Tensor:
     if d.dim() == 3:  # averaged over the heads
         d = (d / H).unsqueeze(1).expand(N, H, *d.shape[1:])
     return d
-
-
-def _check_mask_dtype(layer, name: str, mask: Tensor, dtype: torch.dtype) -> None:
-    if mask.dtype != torch.bool and mask.dtype != dtype:
-        raise ValueError(f"{layer!r}: {name} must be boolean (True = may NOT attend) or of the query's dtype "
-                         f"{dtype} (added to the scores), got {mask.dtype}")
-    if mask.device != layer.out_proj.weight.device:
-        raise ValueError(f"{layer!r}: {name} is on {mask.device} but the parameters are on "
-                         f"{layer.out_proj.weight.device}")
-
-
-def _masks(attn_mask: Tensor | None, kpm: Tensor | None, N: int, H: int, L: int, S: int, extra: int,
-           dtype: torch.dtype) -> tuple[Tensor | None, Tensor | None]:
-    """nn.MultiheadAttention's masks -> (blocked, bias) for the attention over (N, H, L, S + extra): boolean masks
-    (True = may NOT attend) become ``blocked``, float ones are summed into ``bias``; the appended keys
-    (bias_k, the zero key) are never masked (torch pads its masks with zeros)."""
-    blocked, bias = [], []
-    if attn_mask is not None:
-        m = attn_mask.view(1, 1, L, S) if attn_mask.dim() == 2 else attn_mask.view(N, H, L, S) \
-            if attn_mask.shape[0] == N * H else attn_mask.view(1, H, L, S)
-        (blocked if m.dtype == torch.bool else bias).append(m)
-    if kpm is not None:
-        m = kpm.view(N, 1, 1, S)
-        (blocked if m.dtype == torch.bool else bias).append(m)
-    pad = lambda m: m if not extra else torch.nn.functional.pad(m, (0, extra))  # noqa: E731  (False / 0.0)
-    out_blocked = None
-    if blocked:
-        out_blocked = pad(blocked[0] if len(blocked) == 1 else blocked[0] | blocked[1])
-    out_bias = None
-    if bias:
-        out_bias = pad((bias[0] if len(bias) == 1 else bias[0] + bias[1]).to(dtype))
-    return out_blocked, out_bias
