@@ -4,8 +4,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import (HandOptimizer, as_real, betas_pair, check_impl_flags, learning_rate, non_negative, number,
-                   scalar_step)
+from .base import HandOptimizer, as_real, number, scalar_step
+from .checks import betas_pair, check_impl_flags, learning_rate, non_negative
 from .flat import flat_views, tile_like
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import (HandOptimizer, as_real, check_impl_flags, decay_rate, learning_rate, non_negative, number,
-                   scalar_step)
+from .base import HandOptimizer, as_real, number, scalar_step
+from .checks import check_impl_flags, decay_rate, learning_rate, non_negative
 
 
 class RMSprop(HandOptimizer):

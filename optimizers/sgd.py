@@ -4,7 +4,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import HandOptimizer, check_impl_flags, learning_rate, non_negative, number
+from .base import HandOptimizer, number
+from .checks import check_impl_flags, learning_rate, non_negative
 
 
 class SGD(HandOptimizer):
