@@ -1,4 +1,5 @@
-"""Inverted dropout, and ``SeededDropout``: an nn.Dropout drawing the very masks the hand-written layer draws."""
+"""Inverted dropout, the mask between recurrent layers, and ``SeededDropout``: an nn.Dropout drawing the very masks the
+hand-written layer draws."""
 from __future__ import annotations
 
 import torch
@@ -107,3 +108,17 @@ class SeededDropout(torch.nn.Dropout):
         if self.p == 1.0:
             return x * 0.0
         return x * draw_mask(x, self.p, self.generator, self.global_rows)
+
+
+def inter_layer_mask(out: Tensor, p: float, generator: torch.Generator | None = None,
+                     global_rows: tuple[int, int, int] | None = None) -> Tensor:
+    """The scaled dropout mask (values 0 or 1/(1-p)) for a layer's output ``out`` (T, N, F), time-major.
+
+    Drawn batch-major, as an (N, T, F) block, whatever the layout: so the twin (models/seeded_recurrent.py) draws
+    the same mask for batch_first=True and False, and under data parallelism ``global_rows=(lo, hi, total)``
+    picks this process's rows of the global batch, as for every other dropout layer.
+    """
+    T, N, F = out.shape
+    if p == 1.0:
+        return out.new_zeros(T, N, F)
+    return draw_mask(out.new_empty(N, T, F), p, generator, global_rows).transpose(0, 1)  # (T, N, F) view

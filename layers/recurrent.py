@@ -39,24 +39,10 @@ from torch.nn.utils.rnn import PackedSequence
 from . import bptt
 from .bptt import DirParams
 from .checks import check_floating, check_int, check_like, check_tensor
-from .dropout import draw_mask
+from .dropout import inter_layer_mask
 from .init import torch_recurrent_init_
 from .layer import BaseLayer
 from .saved import check_versions, versions
-
-
-def inter_layer_mask(out: Tensor, p: float, generator: torch.Generator | None = None,
-                     global_rows: tuple[int, int, int] | None = None) -> Tensor:
-    """The scaled dropout mask (values 0 or 1/(1-p)) for a layer's output ``out`` (T, N, F), time-major.
-
-    Drawn batch-major, as an (N, T, F) block, whatever the layout: so the twin (layers.seeded_recurrent) draws
-    the same mask for batch_first=True and False, and under data parallelism ``global_rows=(lo, hi, total)``
-    picks this process's rows of the global batch, as for every other dropout layer.
-    """
-    T, N, F = out.shape
-    if p == 1.0:
-        return out.new_zeros(T, N, F)
-    return draw_mask(out.new_empty(N, T, F), p, generator, global_rows).transpose(0, 1)  # (T, N, F) view
 
 
 class _Recurrent(BaseLayer, ABC):

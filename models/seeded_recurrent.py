@@ -18,7 +18,7 @@ from torch import Tensor, _VF, nn
 from torch.nn.utils.rnn import PackedSequence
 
 from layers.dropout import SeededDropout
-from layers.recurrent import inter_layer_mask
+from layers.dropout import inter_layer_mask
 
 
 class _SeededMixin:
