@@ -1,5 +1,4 @@
-"""Inverted dropout, the mask between recurrent layers, and ``SeededDropout``: an nn.Dropout drawing the very masks the
-hand-written layer draws."""
+"""Dropout's masks: inverted dropout, the mask between recurrent layers, and ``SeededDropout`` for the twins."""
 from __future__ import annotations
 
 import torch
