@@ -152,6 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     a("--cuda-graph", action=argparse.BooleanOptionalAction, default=None,
       help="capture the hand-written step once as a CUDA graph and replay it (default: on with a CUDA device for "
            "the MLP without --monitor or torchrun; on the CPU the same capturable, in-place step runs eagerly)")
+    a("--compile", action="store_true", help="compile the hand-written step with torch.compile as one graph "
+      "(fullgraph), and the twin's model as PyTorch users do (torch.compile(model)); the compile time is reported "
+      "apart from the time per epoch or iteration")
     a("--monitor", action="store_true", help="record gradient, weight, update and activation statistics of every "
       "implementation every --log-interval steps, at the run's first step and at each epoch's last "
       "(monitor_<impl>.jsonl and monitor_*.png in the output folder)")

@@ -23,7 +23,22 @@ import timing  # a sibling script: benchmarks/ is sys.path[0] when a script here
 from timing import interleaved
 
 
-def cnn_rows(device: torch.device, batch: int, repeats: int, warmup: int = 3, clock: str = "wall") -> dict[str, float]:
+def compiled_cnn_step(device: torch.device, x, y):
+    """The hand-written CNN's step under torch.compile(fullgraph=True), on a model of its own."""
+    torch.manual_seed(0)
+    ours = cnn(device=device)
+    opt, crit = optimizers.Adam(ours.parameters(), lr=1e-4), CrossEntropyLoss()
+
+    def step():
+        opt.zero_grad()
+        crit(ours(x), y)
+        ours.backward(crit.backward())
+        opt.step()
+    return torch.compile(step, fullgraph=True)
+
+
+def cnn_rows(device: torch.device, batch: int, repeats: int, warmup: int = 3, clock: str = "wall",
+             compile: bool = False) -> dict[str, float]:
     torch.manual_seed(0)
     ours = cnn(device=device)
     twin = ours.to_torch()
@@ -56,22 +71,36 @@ def cnn_rows(device: torch.device, batch: int, repeats: int, warmup: int = 3, cl
         out, cache = reference.conv2d_forward(xc, conv.weight, conv.bias, stride=1, padding=1)
         reference.conv2d_backward(dc, cache)
 
-    return interleaved({"handgrad CNN + handgrad Adam": manual, "nn.Module CNN + torch.optim.Adam": torch_step,
-                        "Conv2d 32->64 3x3, fast path": fast_conv, "Conv2d 32->64 3x3, im2col reference": im2col_conv},
-                       repeats, warmup, device, clock=clock)
+    cands = {"handgrad CNN + handgrad Adam": manual, "nn.Module CNN + torch.optim.Adam": torch_step,
+             "Conv2d 32->64 3x3, fast path": fast_conv, "Conv2d 32->64 3x3, im2col reference": im2col_conv}
+    if compile:
+        cands["handgrad CNN + Adam, compiled (fullgraph)"] = compiled_cnn_step(device, x, y)
+        twin_c = ours.to_torch()
+        opt_c, model_c = torch.optim.Adam(twin_c.parameters(), lr=1e-4), torch.compile(twin_c)
+
+        def torch_compiled():
+            opt_c.zero_grad()
+            F.cross_entropy(model_c(x), y).backward()
+            opt_c.step()
+        cands["nn.Module CNN compiled + torch.optim.Adam"] = torch_compiled
+    return interleaved(cands, repeats, warmup, device, clock=clock)
 
 
 def main(argv=None) -> int:
     ap = timing.parser(__doc__, clock=True)
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=30)
+    ap.add_argument("--compile", action="store_true", help="add the hand-written step under torch.compile "
+                    "(fullgraph) and the twin with its model compiled")
     a = ap.parse_args(argv)
     device = a.device
-    rows = cnn_rows(device, a.batch_size, a.repeats, clock=a.clock)
+    rows = cnn_rows(device, a.batch_size, a.repeats, clock=a.clock, compile=a.compile)
     print(f"{timing.machine(device, a.clock)}")
     print(f"float32, batch {a.batch_size}, one training step (zero_grad, forward, loss, backward, Adam step), median "
           f"of {a.repeats} interleaved rounds; ratio = t_reference / t (> 1: faster)")
     ref = {"handgrad CNN + handgrad Adam": "nn.Module CNN + torch.optim.Adam",
+           "handgrad CNN + Adam, compiled (fullgraph)": "nn.Module CNN + torch.optim.Adam",
+           "nn.Module CNN compiled + torch.optim.Adam": "nn.Module CNN + torch.optim.Adam",
            "Conv2d 32->64 3x3, im2col reference": "Conv2d 32->64 3x3, fast path"}
     print(f"  {'candidate':<38}{'ms':>9}{'ratio':>28}")
     for name, t in rows.items():

@@ -6,7 +6,8 @@ interleaved in one process, with peak memory and where the hand-written iteratio
 
 The default preset is nanoGPT's CPU configuration and train.py's --model gpt default (n_layer 4, n_head 4,
 n_embd 128, block_size 64, batch 12, vocab 65); gpt2-small is 12 layers of 768 with a 1024 window (a GPU's shape).
-"speed vs twin" = t_twin / t_handgrad (> 1 is faster).  On CUDA ``--compile`` adds the twin under torch.compile.
+"speed vs twin" = t_twin / t_handgrad (> 1 is faster).  ``--compile`` adds the twin under torch.compile (the model,
+as PyTorch users compile it) and handgrad's whole iteration under torch.compile(fullgraph=True).
 Peak memory: the most tensor memory one iteration held at once (benchmarks/memory.py); on the CPU the weights,
 gradients and optimizer state count from the first operation that touches them (both sides alike: the
 hand-written step keeps its gradients between steps and zeroes them first, the twin's are allocated in backward).
@@ -45,7 +46,7 @@ def build(cfg: dict, device, dtype):
     return model, twin, opt, opt_t
 
 
-def steps(model, twin, opt, opt_t, x, y, V: int, compiled=None):
+def hand_step(model, opt, x, y, V: int):
     crit = CrossEntropyLoss()
 
     def handgrad():
@@ -55,6 +56,11 @@ def steps(model, twin, opt, opt_t, x, y, V: int, compiled=None):
         model.backward(crit.backward().view_as(logits))
         clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+    return handgrad
+
+
+def steps(model, twin, opt, opt_t, x, y, V: int, compiled=None, hand_compiled=None):
+    handgrad = hand_step(model, opt, x, y, V)
 
     def make_twin(fwd):
         def twin_step():
@@ -65,6 +71,8 @@ def steps(model, twin, opt, opt_t, x, y, V: int, compiled=None):
         return twin_step
 
     cands = {"handgrad GPT + handgrad AdamW": handgrad, "nn.Module twin + torch.optim.AdamW": make_twin(twin)}
+    if hand_compiled is not None:
+        cands["handgrad under torch.compile (fullgraph)"] = hand_compiled
     if compiled is not None:
         cands["twin under torch.compile"] = make_twin(compiled)
     return cands
@@ -119,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=None)
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--compile", action="store_true", help="also the twin under torch.compile")
+    ap.add_argument("--compile", action="store_true", help="also the twin under torch.compile, and handgrad's iteration "
+                    "compiled whole")
     ap.add_argument("--glibc-default", action="store_true",
                     help="leave glibc's malloc as it is (by default it keeps freed memory, as train.py has it: "
                          "training/allocator.py)")
@@ -134,8 +143,12 @@ def main(argv: list[str] | None = None) -> int:
     g = torch.Generator(device=device).manual_seed(1)
     x = torch.randint(0, cfg["vocab_size"], (cfg["batch"], cfg["block_size"]), generator=g, device=device)
     y = torch.randint(0, cfg["vocab_size"], (cfg["batch"], cfg["block_size"]), generator=g, device=device)
-    compiled = torch.compile(twin) if args.compile else None
-    cands = steps(model, twin, opt, opt_t, x, y, cfg["vocab_size"], compiled)
+    compiled = hand_compiled = None
+    if args.compile:  # the twin's model compiled; handgrad's whole iteration, on a model of its own
+        compiled = torch.compile(twin)
+        model_c, _, opt_c, _ = build(cfg, device, dtype)
+        hand_compiled = torch.compile(hand_step(model_c, opt_c, x, y, cfg["vocab_size"]), fullgraph=True)
+    cands = steps(model, twin, opt, opt_t, x, y, cfg["vocab_size"], compiled, hand_compiled)
     times = interleaved(cands, args.repeats, args.warmup, device, clock=args.clock)
     mems = {name: peak_mb(fn, device) for name, fn in cands.items()}
     print(timing.machine(device, args.clock))

@@ -47,6 +47,40 @@ def build(seq: int, batch: int, inp: int, hidden: int, layers: int, vocab: int):
     return lstm, head, twin_lstm, twin_head, x, y
 
 
+def compiled_candidates(seq, batch, inp, hidden, layers, vocab) -> dict:
+    """--compile: the hand-written step under torch.compile(fullgraph=True) (the recurrent layers then run
+    layers/bptt_graph.py), and the nn.LSTM step with the model under torch.compile, each on a model of its own."""
+    lstm, head, twin_lstm, twin_head, x, y = build(seq, batch, inp, hidden, layers, vocab)
+    opt = optimizers.AdamW(lstm.parameters() + head.parameters(), lr=1e-3)
+    crit = CrossEntropyLoss()
+    T, N, H = seq, batch, hidden
+
+    def hand_step():
+        opt.zero_grad()
+        out, _ = lstm(x)
+        crit(head(out.view(T * N, H)), y)
+        dx = lstm.backward(head.backward(crit.backward()).view(T, N, H))  # (T, N, E), for an embedding below
+        opt.step()
+        return dx
+
+    opt_t = torch.optim.AdamW([*twin_lstm.parameters(), *twin_head.parameters()], lr=1e-3)
+    xr = x.clone().requires_grad_()
+
+    @torch.compile
+    def twin_loss(inp):  # the model's forward and loss, compiled as PyTorch users compile a model
+        out, _ = twin_lstm(inp)
+        return F.cross_entropy(twin_head(out.view(T * N, H)), y)
+
+    def torch_step():
+        opt_t.zero_grad()
+        twin_loss(xr).backward()
+        opt_t.step()
+        xr.grad = None
+
+    return {"handgrad step under torch.compile (fullgraph)": torch.compile(hand_step, fullgraph=True),
+            "nn.LSTM step, forward under torch.compile": torch_step}
+
+
 def candidates(seq, batch, inp, hidden, layers, vocab) -> dict:
     lstm, head, twin_lstm, twin_head, x, y = build(seq, batch, inp, hidden, layers, vocab)
     params = lstm.parameters() + head.parameters()
@@ -149,12 +183,17 @@ def main(argv=None) -> int:
     ap.add_argument("--vocab", type=int, default=65)
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--compile", action="store_true",
+                    help="add the hand-written step under torch.compile(fullgraph=True) and the nn.LSTM step with its "
+                         "forward compiled (each compiles in the warm-up rounds: minutes at the default shape)")
     a = ap.parse_args(argv)
     if a.device.type != "cpu":
         ap.error(f"--device {a.device}: this benchmark measures the CPU's LSTM step (oneDNN products); use --device cpu")
     print(timing.machine(a.device, a.clock))
     load = os.getloadavg()[0]
     cands = candidates(a.seq, a.batch, a.input, a.hidden, a.layers, a.vocab)
+    if a.compile:
+        cands.update(compiled_candidates(a.seq, a.batch, a.input, a.hidden, a.layers, a.vocab))
     t = interleaved(cands, a.repeats, a.warmup, a.device, clock=a.clock)
     load_after = os.getloadavg()[0]
     print(f"torch {torch.__version__}, CPU, {torch.get_num_threads()} threads, float32, oneDNN products: "
@@ -163,7 +202,9 @@ def main(argv=None) -> int:
           f"{a.batch}: median of {a.repeats} interleaved rounds")
     ref = t["nn.LSTM step"]
     print(f"  {'candidate':<46}{'ms':>9}{'vs nn.LSTM':>12}")
-    for name in ("handgrad step", "nn.LSTM step", "handgrad step, products through torch.addmm"):
+    shown = ("handgrad step", "nn.LSTM step", "handgrad step, products through torch.addmm",
+             "handgrad step under torch.compile (fullgraph)", "nn.LSTM step, forward under torch.compile")
+    for name in (n for n in shown if n in t):
         print(f"  {name:<46}{t[name] * 1e3:>9.2f}{ref / t[name]:>11.2f}x")
     fwd, fb = t["LSTM forward"], t["LSTM forward + backward"]
     bwd = fb - fwd

@@ -3,7 +3,9 @@ vs the GEMM-only bound.
 
     python benchmarks/step.py                          # small, default nets and the CNN on the CPU
     python benchmarks/step.py --nets small,default,large,cnn --device cuda --repeats 200
-    python benchmarks/step.py --compile                # adds nn.Module under torch.compile, each mode
+    python benchmarks/step.py --compile                # adds handgrad's step compiled whole, and nn.Module under
+                                                       # torch.compile in each mode (the model; the model and
+                                                       # torch.compile(opt.step))
     python benchmarks/step.py --half bfloat16          # adds mixed-precision rows: master weights vs autocast
     python benchmarks/step.py --threads 1 --clock cpu  # CPU time of one thread: steadier on a shared machine
 
@@ -20,6 +22,8 @@ handgrad rows:
   captured           zero_grad(set_to_none=False), optimizer capturable=True, the step wrapped in
                      training.cuda_graph.CapturedStep: one CUDA graph replay per step on a GPU, a plain
                      call on the CPU (where it measures the in-place, device-counter path)
+  compiled           --compile: the README call under torch.compile(step, fullgraph=True), one graph for
+                     zero_grad, forward, loss, backward and the optimizer step
   <half> master      --half: the Net in bfloat16/float16 with float32 MasterWeights (benchmarks/precision.py),
                      compared with the twin under torch.autocast (+ GradScaler for float16)
 The cnn "net" is train.py --model cnn (batch 128, Adam) vs its twin, and the im2col reference convolution
@@ -73,13 +77,16 @@ def engine_step(model, opt):
     return step
 
 
-def torch_step(model, opt, mark_step=False):
+def torch_step(model, opt, mark_step=False, opt_step=None):
+    """nn.Module's step; ``opt_step``: the optimizer's step compiled (torch.compile(opt.step)), else opt.step."""
+    opt_step = opt.step if opt_step is None else opt_step
+
     def step(x, y):
         if mark_step:  # torch.compile's CUDA graphs: a new step begins, earlier outputs may be overwritten
             torch.compiler.cudagraph_mark_step_begin()
         opt.zero_grad()
         F.cross_entropy(model(x), y).backward()
-        opt.step()
+        opt_step()
     return step
 
 
@@ -132,11 +139,20 @@ def candidates(hidden, x, y, device, compile_modes, halves=()):
     c["handgrad captured, SGD"] = (captured, nn_sgd)
     m = twin()
     c[nn_sgd] = (torch_step(m, torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9)), nn_sgd)
+    if compile_modes:
+        net = hand()
+        c["handgrad compiled (fullgraph), SGD"] = (
+            torch.compile(handgrad_step(net, sgd(net.parameters()), CrossEntropyLoss()), fullgraph=True), nn_sgd)
     for mode in compile_modes:
         m = twin()
         cm = torch.compile(m, mode=mode)
         c[f"nn.Module compile {mode}, SGD"] = (torch_step(cm, torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9),
                                                           mark_step=mode == "reduce-overhead"), nn_sgd)
+        m = twin()
+        cm, opt = torch.compile(m, mode=mode), torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9)
+        c[f"nn.Module + opt.step compile {mode}, SGD"] = (torch_step(cm, opt, mark_step=mode == "reduce-overhead",
+                                                                     opt_step=torch.compile(opt.step, mode=mode)),
+                                                          nn_sgd)
     net = hand()
     c["handgrad README call, Adam"] = (handgrad_step(net, optimizers.Adam(net.parameters(), lr=1e-4),
                                                      CrossEntropyLoss()), nn_adam)
@@ -144,6 +160,10 @@ def candidates(hidden, x, y, device, compile_modes, halves=()):
     captured = CapturedStep(handgrad_step(net, optimizers.Adam(net.parameters(), lr=1e-4, capturable=True),
                                           CrossEntropyLoss(), set_to_none=False), x, y)
     c["handgrad captured, Adam"] = (captured, nn_adam)
+    if compile_modes:
+        net = hand()
+        c["handgrad compiled (fullgraph), Adam"] = (torch.compile(handgrad_step(
+            net, optimizers.Adam(net.parameters(), lr=1e-4), CrossEntropyLoss()), fullgraph=True), nn_adam)
     m = twin()
     c[nn_adam] = (torch_step(m, torch.optim.Adam(m.parameters(), lr=1e-4,
                                                  capturable=device.type == "cuda")), nn_adam)
@@ -198,7 +218,8 @@ def main(argv=None) -> int:
         label, hidden, batch, cpu_reps = NETS[key]
         reps = args.repeats or (cpu_reps if device.type == "cpu" else 300)
         if key == "cnn":
-            print_cnn(label, cnn_step.cnn_rows(device, batch, reps, args.warmup, clock=args.clock), reps)
+            print_cnn(label, cnn_step.cnn_rows(device, batch, reps, args.warmup, clock=args.clock,
+                                               compile=bool(modes)), reps)
             continue
         rows = bench(hidden, batch, device, reps, args.warmup, modes, args.half, clock=args.clock)
         gemm = rows["GEMM-only bound"][0]
@@ -213,6 +234,8 @@ def main(argv=None) -> int:
 def print_cnn(label: str, rows: dict[str, float], reps: int) -> None:
     refs = {"handgrad CNN + handgrad Adam": "nn.Module CNN + torch.optim.Adam",
             "nn.Module CNN + torch.optim.Adam": "nn.Module CNN + torch.optim.Adam",
+            "handgrad CNN + Adam, compiled (fullgraph)": "nn.Module CNN + torch.optim.Adam",
+            "nn.Module CNN compiled + torch.optim.Adam": "nn.Module CNN + torch.optim.Adam",
             "Conv2d 32->64 3x3, im2col reference": "Conv2d 32->64 3x3, fast path"}
     print(f"\n{label}: median of {reps} interleaved steps (the im2col row: vs the fast path)")
     print(f"  {'candidate':<46}{'ms/step':>10}{'vs nn.Module':>14}")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from . import bptt
+from . import bptt_graph
 from .bptt import DirParams
 from .checks import check_floating, check_int, check_like, check_tensor
 from .init import torch_recurrent_init_
@@ -163,7 +163,7 @@ class RNNCell(_Cell):
         return self._run(x, h)[0]
 
     def _step(self, x3, p, state0):
-        _, h_n, cache = bptt.rnn_forward(x3, p, state0[0], False, self.nonlinearity == "relu")
+        _, h_n, cache = bptt_graph.for_forward().rnn_forward(x3, p, state0[0], False, self.nonlinearity == "relu")
         return [h_n], cache
 
     @torch.no_grad()
@@ -172,7 +172,7 @@ class RNNCell(_Cell):
         return self._backward([dh])
 
     def _step_backward(self, dy, rest, core, need_d0):
-        dx, dh0 = bptt.rnn_backward(dy, None, core, need_d0)
+        dx, dh0 = bptt_graph.for_backward(core).rnn_backward(dy, None, core, need_d0)
         return dx, [dh0]
 
 
@@ -191,7 +191,7 @@ class LSTMCell(_Cell):
         return h, c
 
     def _step(self, x3, p, state0):
-        _, (h_n, c_n), cache = bptt.lstm_forward(x3, p, state0[0], state0[1], False)
+        _, (h_n, c_n), cache = bptt_graph.for_forward().lstm_forward(x3, p, state0[0], state0[1], False)
         return [h_n, c_n], cache
 
     @torch.no_grad()
@@ -205,7 +205,7 @@ class LSTMCell(_Cell):
         return self._backward([dh, dc])
 
     def _step_backward(self, dy, rest, core, need_d0):
-        dx, dh0, dc0 = bptt.lstm_backward(dy, None, rest[0], core, need_d0)
+        dx, dh0, dc0 = bptt_graph.for_backward(core).lstm_backward(dy, None, rest[0], core, need_d0)
         return dx, [dh0, dc0]
 
 
@@ -222,7 +222,7 @@ class GRUCell(_Cell):
         return self._run(x, h)[0]
 
     def _step(self, x3, p, state0):
-        _, h_n, cache = bptt.gru_forward(x3, p, state0[0], False)
+        _, h_n, cache = bptt_graph.for_forward().gru_forward(x3, p, state0[0], False)
         return [h_n], cache
 
     @torch.no_grad()
@@ -231,5 +231,5 @@ class GRUCell(_Cell):
         return self._backward([dh])
 
     def _step_backward(self, dy, rest, core, need_d0):
-        dx, dh0 = bptt.gru_backward(dy, None, core, need_d0)
+        dx, dh0 = bptt_graph.for_backward(core).gru_backward(dy, None, core, need_d0)
         return dx, [dh0]

@@ -99,6 +99,11 @@ class Embedding(BaseLayer):
         being captured, where a read-back is illegal; an eager step before capture checks them)."""
         if idx.numel() == 0 or capturing(idx):
             return
+        if torch.compiler.is_compiling():  # no read-back in a graph: the same check, as an assertion the graph runs
+            torch._assert_async(((idx >= 0) & (idx < self.num_embeddings)).all(),
+                                f"{self!r}: an index is out of range for a table of {self.num_embeddings} rows "
+                                f"(ids must be in [0, {self.num_embeddings - 1}])")
+            return
         lo, hi = torch.stack(torch.aminmax(idx)).tolist()
         if lo < 0 or hi >= self.num_embeddings:
             bad = lo if lo < 0 else hi

@@ -38,7 +38,8 @@ ONEDNN: bool = _probe()  # set False to run every product through torch.addmm (t
 
 
 def _onednn(x: Tensor) -> bool:
-    return ONEDNN and x.dtype == torch.float32 and x.device.type == "cpu"
+    """oneDNN's products for this x; not while torch.compile traces (its op wants a constant weight there)."""
+    return ONEDNN and x.dtype == torch.float32 and x.device.type == "cpu" and not torch.compiler.is_compiling()
 
 
 def prepack(w: Tensor, x: Tensor) -> Tensor:

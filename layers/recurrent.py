@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 from torch.nn.utils.rnn import PackedSequence
 
-from . import bptt
+from . import bptt_graph
 from .bptt import DirParams
 from .checks import check_floating, check_int, check_like, check_tensor
 from .dropout import inter_layer_mask
@@ -330,11 +330,11 @@ class RNN(_Recurrent):
                          device=device, dtype=dtype)
 
     def _forward_dir(self, x, p, state0, reverse):
-        y, h_n, cache = bptt.rnn_forward(x, p, state0[0], reverse, self.nonlinearity == "relu")
+        y, h_n, cache = bptt_graph.for_forward().rnn_forward(x, p, state0[0], reverse, self.nonlinearity == "relu")
         return y, [h_n], cache
 
     def _backward_dir(self, dy, dfinal, cache, need_d0, need_dx, dx):
-        dx, dh0 = bptt.rnn_backward(dy, dfinal[0], cache, need_d0, need_dx, dx)
+        dx, dh0 = bptt_graph.for_backward(cache).rnn_backward(dy, dfinal[0], cache, need_d0, need_dx, dx)
         return dx, [dh0]
 
 
@@ -354,11 +354,11 @@ class LSTM(_Recurrent):
     _ctor_args = _Recurrent._ctor_args + ("proj_size",)
 
     def _forward_dir(self, x, p, state0, reverse):
-        y, (h_n, c_n), cache = bptt.lstm_forward(x, p, state0[0], state0[1], reverse)
+        y, (h_n, c_n), cache = bptt_graph.for_forward().lstm_forward(x, p, state0[0], state0[1], reverse)
         return y, [h_n, c_n], cache
 
     def _backward_dir(self, dy, dfinal, cache, need_d0, need_dx, dx):
-        dx, dh0, dc0 = bptt.lstm_backward(dy, dfinal[0], dfinal[1], cache, need_d0, need_dx, dx)
+        dx, dh0, dc0 = bptt_graph.for_backward(cache).lstm_backward(dy, dfinal[0], dfinal[1], cache, need_d0, need_dx, dx)
         return dx, [dh0, dc0]
 
 
@@ -381,9 +381,9 @@ class GRU(_Recurrent):
                          device=device, dtype=dtype)
 
     def _forward_dir(self, x, p, state0, reverse):
-        y, h_n, cache = bptt.gru_forward(x, p, state0[0], reverse)
+        y, h_n, cache = bptt_graph.for_forward().gru_forward(x, p, state0[0], reverse)
         return y, [h_n], cache
 
     def _backward_dir(self, dy, dfinal, cache, need_d0, need_dx, dx):
-        dx, dh0 = bptt.gru_backward(dy, dfinal[0], cache, need_d0, need_dx, dx)
+        dx, dh0 = bptt_graph.for_backward(cache).gru_backward(dy, dfinal[0], cache, need_d0, need_dx, dx)
         return dx, [dh0]

@@ -13,14 +13,33 @@ layer here, naming itself, the tensor, and what to do instead.
 
 The cost: one integer read per kept tensor in the forward and one in the backward; nothing is allocated on
 the device.  A tensor made under ``torch.inference_mode()`` has no version counter: it is not checked.
+
+Under ``torch.compile`` the check moves to compile time.  Inside a compiled function a version is a symbol
+(torch does not specialise a graph on its inputs' versions), and torch.compile applies the in-place changes
+its graph makes when the graph ends, so a version read in one compiled graph and compared in another place
+means nothing.  What does mean something is the order of the operations the compiler traces: when the forward
+and the backward are traced in one graph (the whole step compiled, as ``training.compiled`` does), an in-place
+change traced between them moves the version in the trace, and the check, a ``torch._check`` on the two
+symbols, fails while the step compiles, with this message.  A forward and a backward compiled apart are
+checked where one of them runs eagerly: a version recorded eagerly and compared while compiling makes the
+comparison run eagerly (a graph break, or under ``fullgraph=True`` an error saying so), and a version
+recorded while compiling is marked as such and is not compared eagerly (a warning says so, once).
 """
 from __future__ import annotations
 
+import warnings
+
+import torch
 from torch import Tensor
+
+_TRACED = "traced"  # first element of versions recorded while compiling (their values mean nothing outside)
+_warned = False
 
 
 def versions(*tensors: Tensor | None) -> tuple[int, ...]:
     """The version counter of each tensor a layer keeps (-1 for None, and for an inference-mode tensor)."""
+    if torch.compiler.is_compiling():
+        return (_TRACED, *[-1 if t is None else t._version for t in tensors])
     try:
         return tuple([-1 if t is None else t._version for t in tensors])
     except RuntimeError:  # "Inference tensors do not track version counter"
@@ -33,7 +52,10 @@ def check_versions(layer: object, names: tuple[str, ...], tensors: tuple[Tensor 
 
     ``names`` says what each tensor is, as the message shows it ("its input x"; a parameter by its attribute
     name, "weight"); ``before`` is the step that was about to use them ("backward", "recompute()").  A None in
-    ``tensors`` is not checked (a tensor this backward does not read after all)."""
+    ``tensors`` is not checked (a tensor this backward does not read after all).  Under torch.compile see the
+    module docstring."""
+    if recorded and recorded[0] is _TRACED or torch.compiler.is_compiling():
+        return _check_compiled(layer, names, tensors, recorded, before)
     for t, then in zip(tensors, recorded):
         if t is not None and then != -1 and t._version != then:
             raise _changed(layer, names, tensors, recorded, before)
@@ -59,3 +81,34 @@ def _changed(layer: object, names: tuple[str, ...], tensors: tuple[Tensor | None
     return RuntimeError(f"{layer!r}: {what} was modified in place after the forward, before {before} (version "
                         f"{then} -> {now}); {kind} keeps it for its backward, which would compute the gradient from "
                         f"the changed values. {fix}.")
+
+
+def _check_compiled(layer: object, names: tuple[str, ...], tensors: tuple[Tensor | None, ...],
+                    recorded: tuple, before: str) -> None:
+    """check_versions where the forward or the backward is being compiled (module docstring)."""
+    global _warned
+    traced = bool(recorded) and recorded[0] is _TRACED
+    if not torch.compiler.is_compiling():  # recorded in a compiled graph, compared eagerly: nothing to compare
+        if not _warned:
+            _warned = True
+            warnings.warn(f"{type(layer).__name__}'s forward ran in a compiled graph and its backward outside it: the "
+                          f"check that what a layer keeps for backward is not changed in place in between cannot "
+                          f"compare their versions (torch.compile applies a graph's in-place changes when it ends). "
+                          f"Compile the forward and the backward in one graph (the whole step) to keep the check.",
+                          RuntimeWarning, stacklevel=3)
+        return
+    if not traced:  # recorded eagerly, compared in a graph: compare the real versions, eagerly
+        _check_eagerly(layer, names, tensors, recorded, before)
+        return
+    kind = type(layer).__name__
+    for name, t, then in zip(names, tensors, recorded[1:]):
+        if t is not None and then is not None:
+            message = (f"{kind}: {name} was modified in place after the forward, before {before}, in the compiled "
+                       f"step; {kind} keeps it for its backward, which would compute the gradient from the changed "
+                       f"values. Make the change on a copy, or after backward, as torch.autograd requires too.")
+            torch._check(t._version == then, message)  # (a string: what torch.compile keeps for the graph)
+
+
+@torch.compiler.disable
+def _check_eagerly(layer, names, tensors, recorded, before) -> None:
+    check_versions(layer, names, tensors, recorded, before)

@@ -20,7 +20,8 @@ def check_class_target(owner: str, logits: Tensor, target: Tensor, ignore_index:
     check is skipped (dtype, shape and device are still checked) and None returned: a graph replays on new
     data without checking it, and an out-of-range class there gives a garbage loss (or a device-side
     assert), never an error naming the class.  ``training.cuda_graph.CapturedStep`` runs the step eagerly,
-    checks included, first.
+    checks included, first.  Under torch.compile the range check is an assertion in the graph
+    (``torch._assert_async``): the compiled step raises where the eager one does, without naming the class.
     """
     n, c = logits.shape
     if target.device != logits.device:
@@ -30,6 +31,12 @@ def check_class_target(owner: str, logits: Tensor, target: Tensor, ignore_index:
                          f"got {target.dtype} of shape {tuple(target.shape)}")
     if capturing(target) or n == 0:
         return None if n else False
+    if torch.compiler.is_compiling():  # no read-back in a graph: the same check, as an assertion the graph runs
+        kept = target if ignore_index is None else target.masked_fill(target == ignore_index, 0)
+        torch._assert_async(((kept >= 0) & (kept < c)).all(),
+                            f"{owner}: target contains a class outside [0, {c - 1}] for {c} classes"
+                            + ("" if ignore_index is None else f" (ignore_index={ignore_index})"))
+        return False if ignore_index is None else None
     if ignore_index is None:
         lo, hi = torch.stack(torch.aminmax(target)).tolist()  # one host sync for both bounds
         ignored = 0

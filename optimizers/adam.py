@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import HandOptimizer, as_real, number, scalar_step
+from .base import HandOptimizer, as_real, compiling, number, scalar_step, step_dtype
 from .checks import betas_pair, check_impl_flags, learning_rate, non_negative
 from .flat import flat_views, tile_like
 
@@ -56,6 +56,9 @@ class Adam(HandOptimizer):
                     state["max_exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
         steps = [s["step"] for s in states]
         torch._foreach_add_(steps, 1)
+        if compiling() and not capturable:  # the capturable form, the counters in the parameters' precision
+            capturable = True
+            steps = [t.to(step_dtype(p, True)) for t, p in zip(steps, params)]
         if not capturable:  # tensor betas read back once per step
             beta1, beta2 = number(beta1), number(beta2)
             flat = self._flat(params, grads, states, amsgrad, steps)

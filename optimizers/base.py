@@ -76,6 +76,14 @@ def number(x: float | Tensor) -> float:
     return x.item() if isinstance(x, Tensor) else x
 
 
+def compiling() -> bool:
+    """True while torch.compile traces the step.  The updates then take their capturable forms (step counters
+    and bias corrections as tensors, computed by the graph; nothing read back to the host, which would break the
+    graph) and skip the one-block path (optimizers/flat.py), which reads memory addresses: the compiler fuses the
+    per-tensor updates itself.  The numbers are the eager step's, rounded in another order."""
+    return torch.compiler.is_compiling()
+
+
 def as_real(tensors: list[Tensor]) -> list[Tensor]:
     """torch.optim's reading of complex tensors: each as the real tensor of its (real, imaginary) pairs, a view
     (``torch.view_as_real``, shape (..., 2)), so that squares and square roots act on each component: Adam's second
@@ -89,7 +97,7 @@ def step_dtype(param: Tensor, capturable: bool) -> torch.dtype:
     bias corrections 1 - beta^t are computed in the counter's dtype on the device, and in float32 they are
     1e-7 relative off (a float64 Adam step 7e-7 from torch.optim's), where the default path computes them in
     Python floats.  (torch.optim's capturable Adam keeps float32 there: it is the less precise.)"""
-    if torch.get_default_dtype() == torch.float64 or (capturable and param.dtype.to_real() == torch.float64):
+    if torch.get_default_dtype() == torch.float64 or (capturable and param.dtype in (torch.float64, torch.complex128)):
         return torch.float64
     return torch.float32
 
@@ -275,6 +283,20 @@ class HandOptimizer(Optimizer):
                 f"{', '.join(map(repr, missing))} (it has {found}); load a state saved by {name} (handgrad's or "
                 f"torch.optim's)")
 
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """torch.optim's zero_grad; while torch.compile traces the step, the same written out (torch's own is
+        marked not to be traced, which would break the compiled step's graph)."""
+        if not compiling():
+            return super().zero_grad(set_to_none)
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    if set_to_none:
+                        p.grad = None
+                    else:
+                        p.grad.requires_grad_(False)
+                        p.grad.zero_()
+
     @torch.no_grad()
     def step(self, closure=None):
         """One update.  ``closure`` (optional) re-evaluates the model and returns the loss."""
@@ -283,7 +305,9 @@ class HandOptimizer(Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for i, group in enumerate(self.param_groups):  # every group before any update: a refused step changes nothing
-            if not self._unchanged(i, group):
+            if compiling():  # values are constants of the trace (the compiler guards on them): checked while tracing
+                self._check_values(f"{type(self).__name__}.step(): param_groups[{i}]", group, read=False)
+            elif not self._unchanged(i, group):
                 self._recheck(i, group)
         stepped = False
         for group in self.param_groups:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import numbers
 
+import torch
 from torch import Tensor
 
 
@@ -26,15 +27,16 @@ def check_scalar_tensor(owner: str, name: str, value: object, *, read: bool = Tr
     """A hyper-parameter that torch.optim also takes as a one-element tensor (lr, Adam's betas): a number is
     checked by ``check_hyper`` and returned as a float; a tensor must have one floating-point element, whose
     value is checked the same way (read once, here), and is returned as given (a scheduler fills it in place).
-    ``read=False`` (the checks at step()): the value of a tensor on an accelerator is not read."""
+    ``read=False`` (the checks at step()): the value of a tensor on an accelerator is not read, nor any tensor's
+    while torch.compile traces the step."""
     if not isinstance(value, Tensor):
         return check_hyper(owner, name, value, **bounds)
     if value.numel() != 1 or not value.is_floating_point() or value.requires_grad:
         raise ValueError(f"{owner}: a tensor {name} must hold one floating-point element and not require grad "
                          f"(as torch.optim's), got shape {tuple(value.shape)}, dtype {value.dtype}, "
                          f"requires_grad={value.requires_grad}")
-    if read or value.device.type == "cpu":
-        check_hyper(owner, name, value.item(), **bounds)
+    if (read or value.device.type == "cpu") and not torch.compiler.is_compiling():  # (compiled: a graph never
+        check_hyper(owner, name, value.item(), **bounds)  # reads back; the value was checked where it was given)
     return value
 
 

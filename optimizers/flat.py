@@ -17,6 +17,7 @@ numbers.  ``tile_like(params, tensors)`` copies tensors into one new block laid 
 """
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 
@@ -52,8 +53,8 @@ def _span(params: list[Tensor]) -> tuple[int, int] | None:
 
 def flat_views(params: list[Tensor], *others: list[Tensor]) -> list[Tensor] | None:
     """[params' block, each other list's block] as 1-D views that pair element by element, or None."""
-    if len(params) < 2:
-        return None  # nothing to gain
+    if len(params) < 2 or torch.compiler.is_compiling():
+        return None  # nothing to gain (compiled: the compiler fuses the per-tensor kernels itself, without addresses)
     span = _span(params)
     if span is None:
         return None

@@ -104,6 +104,7 @@ class TrainConfig:
     warmup_iters: int = 100
     lr_decay_iters: int = 2000
     cuda_graph: bool | None = None   # capture the hand-written step as a CUDA graph; None: on CUDA where allowed
+    compile: bool = False            # torch.compile the hand-written step as one graph, and the twin's model
     monitor: bool = False            # GradientMonitor on every implementation (training/monitors.py)
     tensorboard: Path | None = None  # also write scalars and histograms there for TensorBoard
     out: Path | None = None          # None: runs/<timestamp>, or the checkpoint's folder when resuming

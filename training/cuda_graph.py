@@ -176,7 +176,7 @@ def use_cuda_graph(config: TrainConfig, device: torch.device, info: DistInfo = S
         blockers.append(f"--model {config.model}'s step (attention or recurrence, a language model's loss) has not "
                         f"been made capturable yet; it runs eagerly")
     if config.cuda_graph is None:
-        return device.type == "cuda" and not blockers
+        return device.type == "cuda" and not blockers and not config.compile  # --compile: the compiled step
     if config.cuda_graph and blockers:
         raise UsageError(f"{flag('cuda_graph')}: cannot capture this run's step: {'; '.join(blockers)}")
     return bool(config.cuda_graph)

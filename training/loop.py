@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from .tasks.augment import flip_and_shift
+from .compiled import compile_seconds
 from .config import TrainConfig
 from .tasks.image_data import Data
 from .parallel.distributed import SINGLE, DistInfo, all_reduce_sum_, shard_bounds
@@ -115,7 +116,7 @@ def train_epoch(impl: Impl, data: Data, perm: Tensor, epoch: int, config: TrainC
     gen = epoch_generator(config, epoch, perm.device)
     use_generator(impl.model, gen)
     rows = None  # under torchrun: (lo, hi, total), this rank's rows of the global batch the dropouts were given
-    start = time.perf_counter()
+    start, compiling = time.perf_counter(), compile_seconds(impl)
     for step in range(1, steps + 1):
         idx = perm[(step - 1) * bs: step * bs]
         total = idx.shape[0]
@@ -155,6 +156,8 @@ def train_epoch(impl: Impl, data: Data, perm: Tensor, epoch: int, config: TrainC
         bar.update(1)
     if perm.device.type == "cuda":
         torch.cuda.synchronize(perm.device)
-    seconds = time.perf_counter() - start
+    compiling = compile_seconds(impl) - compiling  # --compile: the steps that compiled, reported apart
+    seconds = time.perf_counter() - start - compiling
     bar.close()
-    return {"train_loss": loss_sum / seen, "train_acc": correct / seen, "seconds": seconds}
+    return {"train_loss": loss_sum / seen, "train_acc": correct / seen, "seconds": seconds,
+            "compile_seconds": compiling}

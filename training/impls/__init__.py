@@ -19,6 +19,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from ..compiled import check_compile
 from ..config import TrainConfig
 from ..cuda_graph import use_cuda_graph
 from ..parallel.distributed import SINGLE, DistInfo, broadcast_
@@ -72,6 +73,7 @@ def build_impls(config: TrainConfig, device: torch.device, dtype: torch.dtype, i
     initial weights and buffers are broadcast to every rank first.
     """
     check_mixed_precision(config, info)
+    check_compile(config, info)
     if models is None:
         models = build_models(config, device, dtype, sync_bn=info.enabled and config.sync_bn)
     if info.enabled:

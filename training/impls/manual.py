@@ -15,6 +15,7 @@ from optimizers import clip_grad_norm_, get_optimizer
 
 from ..parallel.allreduce import GradBuckets
 from ..config import TrainConfig
+from ..compiled import CompileTimer
 from ..cuda_graph import CapturedStep
 from ..parallel.distributed import SINGLE, DistInfo
 from ..precision.loss_scale import DynamicLossScaler
@@ -33,6 +34,7 @@ class ManualImpl:
     monitor = None
     master = None   # mixed precision: the float32 MasterWeights the optimizer steps
     scaler = None   # float16: the DynamicLossScaler
+    compiled = None  # --compile: the compiled step, timed (training/compiled.py)
 
     def __init__(self, model, config: TrainConfig, info: DistInfo = SINGLE, cuda_graph: bool = False):
         self.model = model
@@ -51,8 +53,14 @@ class ManualImpl:
             if config.compute_dtype == torch.float16:
                 self.scaler = DynamicLossScaler(device=self.master.parameters()[0].device)
             return
+        # --compile: the step as one graph (training/compiled.py); capturable like the captured step's optimizer, so
+        # that a schedule's lr is a tensor the graph reads rather than a constant it would be compiled again for
         self.opt = get_optimizer(config.optimizer, param_groups(list(model.named_parameters()), config), **{
-            **optimizer_kwargs(config), **(capturable_kwargs(config, model.parameters()[0]) if cuda_graph else {})})
+            **optimizer_kwargs(config),
+            **(capturable_kwargs(config, model.parameters()[0]) if cuda_graph or config.compile else {})})
+        if config.compile:
+            step = torch.compile(lambda xb, yb, total: self._step(xb, yb, total, 0), fullgraph=True)
+            self.compiled = CompileTimer(step, model.parameters()[0].device)
         if info.enabled:  # each rank's share of the global mean, summed over ranks by hand-written all-reduces
             self.crit = CrossEntropyLoss(reduction="sum")
             self.buckets = GradBuckets(model.parameters(), scale=1.0).attach(model)
@@ -60,6 +68,9 @@ class ManualImpl:
     def train_step(self, x, y, total, step=0):
         if self.master is not None:
             return self._mixed_step(x, y, step)
+        if self.compiled is not None:  # no monitor (check_compile): the step number is not used
+            self.opt._opt_called = True  # what the scheduler's wrapper of opt.step records (_step calls past it)
+            return self.compiled(x, y, total)
         if self.cuda_graph:  # one process, no monitor (build_impls checks): total is y's size, step unused
             if self.graph is None:
                 self.graph = CapturedStep(lambda xb, yb: self._step(xb, yb, yb.shape[0], 0), x, y,
@@ -78,7 +89,10 @@ class ManualImpl:
             self.model.backward(self.crit.backward(1.0 / total).view_as(logits))  # buckets launch as layers finish
             self.buckets.finish()
         norm = clip_monitored(self, step, clip_grad_norm_)
-        self.opt.step()
+        if torch.compiler.is_compiling():  # past an lr scheduler's wrapper of opt.step, which torch.compile skips
+            type(self.opt).step(self.opt)
+        else:
+            self.opt.step()
         return loss, logits, norm
 
     def _mixed_step(self, x, y, step):

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from optimizers import OPTIMIZERS
 
+from ..compiled import CompileTimer
 from ..config import TrainConfig
 from ..parallel.distributed import SINGLE, DistInfo
 from .optim_setup import clip_monitored, optimizer_kwargs, param_groups, rows
@@ -21,6 +22,7 @@ class TorchImpl:
     monitor = None
     autocast = None  # mixed precision: the half dtype torch.autocast runs forward and loss in
     scaler = None    # float16: torch.amp.GradScaler
+    compiled = None  # --compile: the step around the compiled model, timed (training/compiled.py)
 
     def __init__(self, model: torch.nn.Module, config: TrainConfig, info: DistInfo = SINGLE):
         self.model = model
@@ -30,6 +32,9 @@ class TorchImpl:
         self.world = info.world_size if info.enabled else None
         # Under torchrun the twin trains as PyTorch users train: DistributedDataParallel (it averages over ranks).
         self.forward = torch.nn.parallel.DistributedDataParallel(model) if info.enabled else model
+        if config.compile:  # as PyTorch users compile: the model (autograd's backward compiled with it)
+            self.forward = torch.compile(model)
+            self.compiled = CompileTimer(self._step, next(model.parameters()).device)
         if config.is_mixed:
             self.autocast = config.compute_dtype
             self.device_type = next(model.parameters()).device.type
@@ -39,6 +44,11 @@ class TorchImpl:
     def train_step(self, x, y, total, step=0):
         if self.autocast is not None:
             return self._autocast_step(x, y, step)
+        if self.compiled is not None:
+            return self.compiled(x, y, total, step)
+        return self._step(x, y, total, step)
+
+    def _step(self, x, y, total, step):
         self.opt.zero_grad()
         logits = self.forward(x)
         if self.world is None:

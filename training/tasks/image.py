@@ -11,6 +11,7 @@ from typing import Callable
 
 import torch
 
+from ..compiled import compile_note
 from ..config import TrainConfig
 from .image_data import check_data_dir, load_data
 from ..parallel.distributed import DistInfo
@@ -73,7 +74,7 @@ class ImageTask:
     def round_line(self, r: int, name: str, rec: dict) -> str:
         val = "" if rec["val_loss"] is None else f" | val loss {rec['val_loss']:.4f} acc {rec['val_acc']:.2%}"
         return (f"epoch {r:>3} {name:<6} train loss {rec['train_loss']:.4f} acc {rec['train_acc']:.2%}{val} | "
-                f"{rec['seconds']:.2f} s")
+                f"{rec['seconds']:.2f} s{compile_note(rec)}")
 
     def checkpoint_extra(self) -> dict:
         return {}

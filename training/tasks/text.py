@@ -15,6 +15,7 @@ from typing import Callable
 
 import torch
 
+from ..compiled import compile_note, compile_seconds
 from ..config import TrainConfig
 from ..parallel.distributed import DistInfo, shard_bounds
 from ..errors import UsageError
@@ -95,7 +96,7 @@ class TextTask:
                    disable=config.quiet or not info.is_main or not sys.stdout.isatty())
         set_training(impl.model, True)
         use_generator(impl.model, epoch_generator(config, r, order.device))  # the round's dropout masks
-        start = time.perf_counter()
+        start, compiling = time.perf_counter(), compile_seconds(impl)
         tokens = config.batch_size * T  # of the global batch: the gradient is that of their mean loss
         for s in range(steps):
             it = first + s + 1
@@ -117,9 +118,11 @@ class TextTask:
             bar.update(1)
         if order.device.type == "cuda":
             torch.cuda.synchronize(order.device)
-        seconds = time.perf_counter() - start
+        compiling = compile_seconds(impl) - compiling  # --compile: the steps that compiled, reported apart
+        seconds = time.perf_counter() - start - compiling
         bar.close()
-        return {"iter": first + steps, "steps_loss": loss_sum / seen, "seconds": seconds}
+        return {"iter": first + steps, "steps_loss": loss_sum / seen, "seconds": seconds,
+                "compile_seconds": compiling}
 
     def evaluate_round(self, impl: Impl, r: int, info: DistInfo) -> dict:
         """The mean loss per character on each split: ``--eval-iters`` batches at offsets drawn from a stream seeded
@@ -153,7 +156,7 @@ class TextTask:
 
     def round_line(self, r: int, name: str, rec: dict) -> str:
         return (f"iter {rec['iter']:>5} {name:<6} train loss {rec['train_loss']:.4f} | val loss {rec['val_loss']:.4f} "
-                f"| {rec['seconds']:.2f} s")
+                f"| {rec['seconds']:.2f} s{compile_note(rec)}")
 
     def checkpoint_extra(self) -> dict:
         return {"vocab": self.text.vocab}
