@@ -109,6 +109,8 @@ def _check_compiled(layer: object, names: tuple[str, ...], tensors: tuple[Tensor
             torch._check(t._version == then, message)  # (a string: what torch.compile keeps for the graph)
 
 
-@torch.compiler.disable
+@torch.compiler.disable(reason="handgrad: a layer's forward ran eagerly and its backward is being compiled; its "
+                               "in-place check compares the real versions, eagerly. Compile the forward and the "
+                               "backward in one graph (the whole step) for no graph break")
 def _check_eagerly(layer, names, tensors, recorded, before) -> None:
     check_versions(layer, names, tensors, recorded, before)

@@ -15,7 +15,9 @@ def check_hyper(owner: str, name: str, value: object, *, lo: float = 0.0, hi: fl
     """Refuse a hyper-parameter that is not a finite real number in [lo, hi] (or [lo, hi) with hi_open)."""
     if type(value) not in (float, int) and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
         raise ValueError(f"{owner}: {name} must be a number, got {value!r}")  # (the usual types skip the ABC check)
-    ok = math.isfinite(value) and value >= lo and (hi is None or (value < hi if hi_open else value <= hi))
+    # (finite as comparisons, not math.isfinite: torch.compile turns them into guards on a symbolic float)
+    ok = value == value and abs(value) != math.inf and value >= lo and (
+        hi is None or (value < hi if hi_open else value <= hi))
     if not ok:
         upper = "" if hi is None else f", {hi})" if hi_open else f", {hi}]"
         rng = f"finite and >= {lo}" if hi is None else f"in [{lo}{upper}"

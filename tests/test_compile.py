@@ -228,3 +228,36 @@ def test_bptt_graph_equals_bptt(make, monkeypatch):
     assert len(results[0]) == len(results[1])
     for a, b in zip(*results):
         torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-13)
+
+
+# -- train.py --compile ------------------------------------------------------------------------------------------
+
+def test_train_compile_agrees_with_the_twin_and_reports_compile_time_apart(tiny, tmp_path, capsys):
+    import json
+
+    import train
+    out = tmp_path / "run"
+    with pytest.warns(UserWarning, match="not the official"):  # the tiny .gz files are not MNIST's
+        code = train.main([str(a) for a in ("--data-dir", tiny, "--out", out, "--epochs", "2", "--dtype", "float64",
+                                             "--hidden", "16", "--batch-size", "64", "--compile", "--no-plots")])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "s compiling)" in printed.splitlines()[1]  # epoch 1 of the hand-written step: compile time apart
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["max_param_abs_diff"] < 1e-12
+    rounds = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    first = [r for r in rounds if r["type"] == "epoch" and r["epoch"] == 1 and r["impl"] == "manual"]
+    assert first and first[0]["compile_seconds"] > 0
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["--monitor"], "--monitor reads statistics back"), (["--cuda-graph"], "use one or the other"),
+    (["--dtype", "bfloat16"], "mixed-precision step has not been made compilable"),
+])
+def test_train_compile_refuses_what_it_cannot_compile(tiny, tmp_path, capsys, argv, says):
+    import train
+    code = train.main([str(a) for a in ("--data-dir", tiny, "--out", tmp_path / "r", "--epochs", "1", "--compile",
+                                         "--no-plots", *argv)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "--compile: cannot compile this run's step" in err and says in err
