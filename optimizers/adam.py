@@ -56,8 +56,8 @@ class Adam(HandOptimizer):
                     state["max_exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
         steps = [s["step"] for s in states]
         torch._foreach_add_(steps, 1)
-        if compiling() and not capturable:  # the capturable form, the counters in the parameters' precision
-            capturable = True
+        if compiling():  # the capturable form, the counters in the parameters' precision (torch.compile sets
+            capturable = True  # capturable=True in the groups it traces, whatever the counters' dtype)
             steps = [t.to(step_dtype(p, True)) for t, p in zip(steps, params)]
         if not capturable:  # tensor betas read back once per step
             beta1, beta2 = number(beta1), number(beta2)
