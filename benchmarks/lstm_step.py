@@ -18,8 +18,8 @@ this one run (> 1 is faster).  The breakdown rows time parts of the hand-written
 shapes: the forward and the backward of the LSTM alone, the head (Linear + loss, forward and backward), the AdamW
 step, and the matrix products alone -- the same calls the LSTM makes (layers/matmul.py), into nothing else -- so
 "the rest" of the forward and of the backward is the gate arithmetic, the factor precomputation and Python.
-The "products through torch.addmm" row is the hand-written step with layers.matmul.ONEDNN = False: MKL's sgemm
-instead of oneDNN's matmul for every product.
+The "products through ..." row is the hand-written step with its products the other way than
+layers/matmul.py chooses for this CPU (oneDNN's matmul on an AMD CPU, MKL's sgemm through torch.addmm elsewhere).
 """
 from __future__ import annotations
 
@@ -35,6 +35,10 @@ from losses import CrossEntropyLoss
 
 import timing  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
 from timing import interleaved
+
+
+OTHER = ("handgrad step, products through " + ("torch.addmm" if matmul.ONEDNN else "oneDNN")
+         + ("" if matmul.AVAILABLE else " (not in this torch: addmm)"))
 
 
 def build(seq: int, batch: int, inp: int, hidden: int, layers: int, vocab: int):
@@ -98,12 +102,13 @@ def candidates(seq, batch, inp, hidden, layers, vocab) -> dict:
         opt.step()
         return dx
 
-    def hand_step_addmm():
-        matmul.ONEDNN = False
+    def hand_step_other():  # the products the other way: oneDNN where the default is addmm, and the reverse
+        before = matmul.ONEDNN
+        matmul.ONEDNN = not before and matmul.AVAILABLE
         try:
             hand_step()
         finally:
-            matmul.ONEDNN = matmul._probe()
+            matmul.ONEDNN = before
 
     def torch_step():
         opt_t.zero_grad()
@@ -161,7 +166,7 @@ def candidates(seq, batch, inp, hidden, layers, vocab) -> dict:
     return {
         "handgrad step": hand_step,
         "nn.LSTM step": torch_step,
-        "handgrad step, products through torch.addmm": hand_step_addmm,
+        OTHER: hand_step_other,
         "LSTM forward": lstm_forward,
         "LSTM forward + backward": lstm_forward_backward,
         "head: Linear + cross-entropy, fwd + bwd": head_and_loss,
@@ -202,7 +207,7 @@ def main(argv=None) -> int:
           f"{a.batch}: median of {a.repeats} interleaved rounds")
     ref = t["nn.LSTM step"]
     print(f"  {'candidate':<46}{'ms':>9}{'vs nn.LSTM':>12}")
-    shown = ("handgrad step", "nn.LSTM step", "handgrad step, products through torch.addmm",
+    shown = ("handgrad step", "nn.LSTM step", OTHER,
              "handgrad step under torch.compile (fullgraph)", "nn.LSTM step, forward under torch.compile")
     for name in (n for n in shown if n in t):
         print(f"  {name:<46}{t[name] * 1e3:>9.2f}{ref / t[name]:>11.2f}x")

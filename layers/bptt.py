@@ -30,8 +30,8 @@ reverse -- and dW_hh is one GEMM.  The LSTM keeps its cell states the same way.
 
 Weights are kept in torch's layout, W_ih (G*H, I), W_hh (G*H, H_out): nn.Linear's, so ``linear(h, W_hh)`` is
 h @ W_hh^T; the backward's products by W (not W^T) use a transposed copy made once per call.  The products go
-through ``layers/matmul.py`` (oneDNN for float32 on the CPU, torch.addmm otherwise).  tanh is computed as
-2 sigmoid(2x) - 1 (``_tanh``: torch's float32 CPU tanh is several times slower than its sigmoid).  Parameter
+through ``layers/matmul.py`` (oneDNN for float32 on an AMD CPU, torch.addmm otherwise).  On an AMD CPU tanh is
+computed as 2 sigmoid(2x) - 1 (``_tanh``: torch's float32 tanh is several times slower than its sigmoid there).  Parameter
 gradients are added into ``.grad`` (``+=``), never assigned over an existing one.
 """
 from __future__ import annotations
@@ -42,7 +42,9 @@ import torch
 from torch import Tensor
 
 from .layer import accumulate_grad
-from .matmul import linear, linear_add, prepack, weight_grads
+from .matmul import AMD, linear, linear_add, prepack, weight_grads
+
+SIGMOID_TANH: bool = AMD  # _tanh as 2 sigmoid(2x) - 1 (see there)
 
 
 class DirParams(NamedTuple):
@@ -68,10 +70,14 @@ def _add_grads(d_rows: Tensor, pairs: list[tuple[Tensor, Tensor]], biases: tuple
 
 
 def _tanh(x: Tensor, out: Tensor) -> Tensor:
-    """tanh(x) = 2 sigmoid(2x) - 1, into ``out`` (which may be x).  An exact identity; torch's float32 tanh on
-    the CPU measured 5x slower than its sigmoid here (20 vs 3.7 us for 8K elements), and these four kernels
-    2x faster than tanh.  The rounding differs from tanh's by at most ~1 ulp of 1 (1.8e-7 float32, 3e-16 float64)."""
-    return torch.mul(x, 2, out=out).sigmoid_().mul_(2).sub_(1)
+    """tanh(x) into ``out`` (which may be x).  On an AMD CPU as 2 sigmoid(2x) - 1, an exact identity: torch's
+    float32 tanh there measured 5x slower than its sigmoid (20 vs 3.7 us for 8K elements, AMD EPYC Zen 5), and
+    these four kernels 2x faster than tanh; the rounding differs from tanh's by at most ~1 ulp of 1 (1.8e-7
+    float32, 3e-16 float64).  Elsewhere torch.tanh itself: on an Intel Xeon it measured 4.6 us against 16.9 us for
+    the four kernels (2026-11-25)."""
+    if SIGMOID_TANH and x.device.type == "cpu":
+        return torch.mul(x, 2, out=out).sigmoid_().mul_(2).sub_(1)
+    return torch.tanh(x, out=out)
 
 
 def _steps(T: int, reverse: bool) -> tuple[range, int]:

@@ -1,13 +1,15 @@
 """The recurrent layers' matrix products, on the CPU through oneDNN where torch's BLAS is slower.
 
-``torch.mm`` on the CPU calls MKL's sgemm.  On an AMD CPU (this project's machine is an AMD EPYC, Zen 5, with
-AVX-512) MKL runs its AVX2 code, while oneDNN -- the library behind nn.LSTM's own CPU kernel -- generates AVX-512
-code: for the products of a recurrent layer, (32, 256) x (256, 1024) per step and (2048, 256) x (256, 1024) over
-a sequence, oneDNN measured 1.6-2x faster here in float32 (``python benchmarks/lstm_step.py`` prints both).  So
-for a float32 CPU tensor the products below go through oneDNN's matmul, ``torch.ops.mkldnn._linear_pointwise``
-(the op torch's own compiler emits for nn.Linear on the CPU); for anything else -- float64, CUDA, a torch built
-without oneDNN, or ``ONEDNN = False`` -- through ``torch.addmm``.  The two agree to float32 round-off
-(tests/test_recurrent.py); the float64 tests, which hold the layers to 1e-10, use the addmm path.
+``torch.mm`` on the CPU calls MKL's sgemm.  On an AMD CPU MKL runs its AVX2 code, while oneDNN -- the library
+behind nn.LSTM's own CPU kernel -- generates AVX-512 code: for the products of a recurrent layer, (32, 256) x
+(256, 1024) per step and (2048, 256) x (256, 1024) over a sequence, oneDNN measured 1.6-2x faster in float32 on
+an AMD EPYC (Zen 5; ``python benchmarks/lstm_step.py`` prints both).  On an Intel CPU MKL runs its own AVX-512
+code, and there the whole LSTM step measured faster through MKL (a 2-core Intel Xeon, 2026-11-25,
+``benchmarks/lstm_step.py``: 73.3 ms against 80.1 ms through oneDNN).  So for a float32 CPU tensor on an AMD CPU the products below go
+through oneDNN's matmul, ``torch.ops.mkldnn._linear_pointwise`` (the op torch's own compiler emits for nn.Linear
+on the CPU); for anything else -- another CPU, float64, CUDA, a torch built without oneDNN, or ``ONEDNN =
+False`` -- through ``torch.addmm``.  The two agree to float32 round-off (tests/test_recurrent.py runs both
+wherever oneDNN is there); the float64 tests, which hold the layers to 1e-10, use the addmm path.
 
     prepack(w, x)             w (N, K) in the layout the products with x's kind of rows read fastest (oneDNN's
                               blocked layout, reordered once and reused by every step), or w itself
@@ -34,7 +36,21 @@ def _probe() -> bool:
         return False
 
 
-ONEDNN: bool = _probe()  # set False to run every product through torch.addmm (the benchmark compares both)
+def cpu_vendor() -> str:
+    """The CPU's vendor id ("GenuineIntel", "AuthenticAMD", ...) from /proc/cpuinfo; "" where it cannot be read."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+AMD: bool = cpu_vendor() == "AuthenticAMD"
+AVAILABLE: bool = _probe()  # this torch has oneDNN's matmul op, and it computes x @ w^T
+ONEDNN: bool = AVAILABLE and AMD  # set it to run the products through oneDNN (True) or torch.addmm (False)
 
 
 def _onednn(x: Tensor) -> bool:

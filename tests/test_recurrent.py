@@ -438,6 +438,9 @@ def test_float32_onednn_path_matches_torch_and_the_addmm_path(kind, monkeypatch)
         dx = ours.backward(dout)
         return [out, dx, *(p.grad for p in ours.parameters())]
 
+    if not matmul.AVAILABLE:
+        pytest.skip("this torch has no oneDNN matmul")
+    monkeypatch.setattr(matmul, "ONEDNN", True)  # whichever this CPU runs by default (layers/matmul.py)
     first = run()
     monkeypatch.setattr(matmul, "ONEDNN", False)
     second = run()
@@ -449,8 +452,23 @@ def test_float32_onednn_path_matches_torch_and_the_addmm_path(kind, monkeypatch)
         assert err(a, r) < 1e-5 and err(b, r) < 1e-5  # float32 round-off, different summation orders
 
 
-def test_matmul_helpers_agree_with_torch():
+@pytest.mark.parametrize("sigmoid_form", [True, False])
+def test_tanh_either_way_is_torch_tanh(sigmoid_form, monkeypatch):
+    """layers/bptt.py's tanh: 2 sigmoid(2x) - 1 on an AMD CPU, torch.tanh elsewhere; both within float rounding."""
+    from layers import bptt
+    monkeypatch.setattr(bptt, "SIGMOID_TANH", sigmoid_form)
+    for dtype, tol in ((torch.float32, 3e-7), (torch.float64, 1e-15)):
+        x = torch.linspace(-20, 20, 4001, dtype=dtype)
+        out = torch.empty_like(x)
+        assert bptt._tanh(x, out) is out and (out - torch.tanh(x)).abs().max() <= tol
+
+
+@pytest.mark.parametrize("onednn", [True, False], ids=["onednn", "addmm"])
+def test_matmul_helpers_agree_with_torch(onednn, monkeypatch):
     from layers import matmul
+    if onednn and not matmul.AVAILABLE:
+        pytest.skip("this torch has no oneDNN matmul")
+    monkeypatch.setattr(matmul, "ONEDNN", onednn)
     g = torch.Generator().manual_seed(0)
     x, w, b = torch.randn(5, 7, generator=g), torch.randn(4, 7, generator=g), torch.randn(4, generator=g)
     other = torch.randn(5, 8, generator=g)[:, ::2]  # strided
