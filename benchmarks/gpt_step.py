@@ -127,8 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=None)
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--compile", action="store_true", help="also the twin under torch.compile, and handgrad's iteration "
-                    "compiled whole")
+    ap.add_argument("--compile", action="store_true",
+                    help="also the twin under torch.compile, and handgrad's iteration compiled whole")
     ap.add_argument("--glibc-default", action="store_true",
                     help="leave glibc's malloc as it is (by default it keeps freed memory, as train.py has it: "
                          "training/allocator.py)")

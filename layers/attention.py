@@ -225,7 +225,8 @@ class _Spec:
                 view.add_(_block(self.bias, r0, j0, j1), alpha=LOG2E)
         if self.causal and j1 - 1 > r0:  # some key in the block lies after some row: mask key s > row l
             r1 = min(j1 - 1, self.L)  # rows from j1 - 1 on see every key of the block: only the corner is masked
-            bias = (_causal_bias.__wrapped__ if torch.compiler.is_compiling() else _causal_bias)  # a graph makes its own
+            # (while torch.compile traces, the graph makes its own corner: the cache is plain Python)
+            bias = _causal_bias.__wrapped__ if torch.compiler.is_compiling() else _causal_bias
             s[:, :r1 - r0].add_(bias(r0, r1, j0, j1, s.dtype, s.device))  # -inf where key > row
 
     def dropout(self, r0: int, j0: int, j1: int, like: Tensor) -> Tensor:

@@ -5,10 +5,10 @@ behind nn.LSTM's own CPU kernel -- generates AVX-512 code: for the products of a
 (256, 1024) per step and (2048, 256) x (256, 1024) over a sequence, oneDNN measured 1.6-2x faster in float32 on
 an AMD EPYC (Zen 5; ``python benchmarks/lstm_step.py`` prints both).  On an Intel CPU MKL runs its own AVX-512
 code, and there the whole LSTM step measured faster through MKL (a 2-core Intel Xeon, 2026-11-25,
-``benchmarks/lstm_step.py``: 73.3 ms against 80.1 ms through oneDNN).  So for a float32 CPU tensor on an AMD CPU the products below go
-through oneDNN's matmul, ``torch.ops.mkldnn._linear_pointwise`` (the op torch's own compiler emits for nn.Linear
-on the CPU); for anything else -- another CPU, float64, CUDA, a torch built without oneDNN, or ``ONEDNN =
-False`` -- through ``torch.addmm``.  The two agree to float32 round-off (tests/test_recurrent.py runs both
+``benchmarks/lstm_step.py``: 73.3 ms against 80.1 ms through oneDNN).  So for a float32 CPU tensor on an AMD
+CPU the products below go through oneDNN's matmul, ``torch.ops.mkldnn._linear_pointwise`` (the op torch's own
+compiler emits for nn.Linear on the CPU); for anything else -- another CPU, float64, CUDA, a torch built without
+oneDNN, or ``ONEDNN = False`` -- through ``torch.addmm``.  The two agree to float32 round-off (tests/test_recurrent.py runs both
 wherever oneDNN is there); the float64 tests, which hold the layers to 1e-10, use the addmm path.
 
     prepack(w, x)             w (N, K) in the layout the products with x's kind of rows read fastest (oneDNN's

@@ -358,7 +358,8 @@ class LSTM(_Recurrent):
         return y, [h_n, c_n], cache
 
     def _backward_dir(self, dy, dfinal, cache, need_d0, need_dx, dx):
-        dx, dh0, dc0 = bptt_graph.for_backward(cache).lstm_backward(dy, dfinal[0], dfinal[1], cache, need_d0, need_dx, dx)
+        kernels = bptt_graph.for_backward(cache)
+        dx, dh0, dc0 = kernels.lstm_backward(dy, dfinal[0], dfinal[1], cache, need_d0, need_dx, dx)
         return dx, [dh0, dc0]
 
 

@@ -66,7 +66,8 @@ class RMSprop(HandOptimizer):
             avg = torch._foreach_sqrt(square_avgs)
         torch._foreach_add_(avg, group["eps"])
 
-        on_device = (capturable or compiling()) and isinstance(lr, Tensor)  # torch.optim's capturable forms: lr never read back
+        # torch.optim's capturable forms (and compiled): lr never read back
+        on_device = (capturable or compiling()) and isinstance(lr, Tensor)
         if momentum > 0:
             torch._foreach_mul_(bufs, momentum)
             torch._foreach_addcdiv_(bufs, grads, avg)

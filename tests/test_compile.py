@@ -10,7 +10,6 @@ the weights to 1e-10.
 from __future__ import annotations
 
 import sys
-import warnings
 
 import pytest
 import torch
