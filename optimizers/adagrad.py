@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import HandOptimizer, as_real, compiling, number, scalar_step
+from .base import HandOptimizer, as_real, number, scalar_step
 from .checks import check_impl_flags, learning_rate, non_negative
 
 
@@ -62,7 +62,7 @@ class Adagrad(HandOptimizer):
         std = torch._foreach_sqrt(sums)
         torch._foreach_add_(std, group["eps"])
         lr, lr_decay = group["lr"], group["lr_decay"]
-        capturable = group.get("capturable", False) or compiling()  # compiled: nothing read back (base.compiling)
+        capturable = group.get("capturable", False)
         if capturable and lr_decay != 0:
             # clr = lr / k with k = 1 + (t - 1) lr_decay, computed on the device: p = p - lr * g / (std * k).
             # t (exact in float32 up to 2^24 steps) is cast to the parameter's dtype first, so k is as precise

@@ -56,9 +56,8 @@ class Adam(HandOptimizer):
                     state["max_exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
         steps = [s["step"] for s in states]
         torch._foreach_add_(steps, 1)
-        if compiling():  # the capturable form, the counters in the parameters' precision (torch.compile sets
-            capturable = True  # capturable=True in the groups it traces, whatever the counters' dtype)
-            steps = [t.to(step_dtype(p, True)) for t, p in zip(steps, params)]
+        if compiling():  # (capturable, see base.compiling) the counters in the parameters' precision, whatever
+            steps = [t.to(step_dtype(p, True)) for t, p in zip(steps, params)]  # the dtype of a state made eagerly
         if not capturable:  # tensor betas read back once per step
             beta1, beta2 = number(beta1), number(beta2)
             flat = self._flat(params, grads, states, amsgrad, steps)

@@ -324,6 +324,8 @@ class HandOptimizer(Optimizer):
                                        f"parameter has shape {tuple(p.shape)}")
             if group["maximize"]:
                 grads = torch._foreach_neg(grads)
+            if compiling():  # the capturable forms: nothing read back (see compiling)
+                group = {**group, "capturable": True}
             self._update(group, params, grads)
         if not stepped:
             raise RuntimeError(f"{type(self).__name__}.step(): no parameter has a gradient (every .grad is None); "

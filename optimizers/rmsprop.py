@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import HandOptimizer, as_real, compiling, number, scalar_step
+from .base import HandOptimizer, as_real, number, scalar_step
 from .checks import check_impl_flags, decay_rate, learning_rate, non_negative
 
 
@@ -66,8 +66,7 @@ class RMSprop(HandOptimizer):
             avg = torch._foreach_sqrt(square_avgs)
         torch._foreach_add_(avg, group["eps"])
 
-        # torch.optim's capturable forms (and compiled): lr never read back
-        on_device = (capturable or compiling()) and isinstance(lr, Tensor)
+        on_device = capturable and isinstance(lr, Tensor)  # torch.optim's capturable forms: lr never read back
         if momentum > 0:
             torch._foreach_mul_(bufs, momentum)
             torch._foreach_addcdiv_(bufs, grads, avg)

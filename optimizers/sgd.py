@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import HandOptimizer, compiling, number
+from .base import HandOptimizer, number
 from .checks import check_impl_flags, learning_rate, non_negative
 
 
@@ -60,7 +60,7 @@ class SGD(HandOptimizer):
                 torch._foreach_mul_(old_bufs, momentum)
                 torch._foreach_add_(old_bufs, old_grads, alpha=1 - group["dampening"])
             grads = torch._foreach_add(grads, bufs, alpha=momentum) if group["nesterov"] else bufs
-        if isinstance(lr, Tensor) and (group.get("capturable", False) or compiling()):  # lr read on the device (compiled
+        if isinstance(lr, Tensor) and group.get("capturable", False):  # lr read on the device (torch's compiled
             torch._foreach_add_(params, torch._foreach_mul(grads, -lr))  # SGD's form): no read-back
         else:
             torch._foreach_add_(params, grads, alpha=-number(lr))

@@ -60,11 +60,9 @@ def _model(name: str):
     raise ValueError(name)
 
 
-def _run(name: str, opt_name: str, backend: str | None, steps: int = 10, eager_first: int = 0):
-    """The weights after ``steps`` steps, eagerly (backend None) or compiled with fullgraph=True after
-    ``eager_first`` eager steps; and the number of graphs the compiler made."""
-    model, forward, backward = _model(name)
-    crit, opt = CrossEntropyLoss(), OPTIMIZERS[opt_name](model.parameters())
+def _step(forward, backward, opt):
+    """The README's step: zero_grad, forward and loss, backward, optimizer step."""
+    crit = CrossEntropyLoss()
 
     def step():
         opt.zero_grad()
@@ -72,7 +70,14 @@ def _run(name: str, opt_name: str, backend: str | None, steps: int = 10, eager_f
         backward(crit)
         opt.step()
         return loss
+    return step
 
+
+def _run(name: str, opt_name: str, backend: str | None, steps: int = 10, eager_first: int = 0):
+    """The weights after ``steps`` steps, eagerly (backend None) or compiled with fullgraph=True after
+    ``eager_first`` eager steps; and the number of graphs the compiler made."""
+    model, forward, backward = _model(name)
+    step = _step(forward, backward, OPTIMIZERS[opt_name](model.parameters()))
     torch._dynamo.reset()
     counters.clear()
     compiled = step if backend is None else torch.compile(step, fullgraph=True, backend=backend)
@@ -101,15 +106,7 @@ def test_step_compiles_as_one_graph_equal_to_eager(name, opt_name):
 
 def test_explain_finds_no_graph_break():
     model, forward, backward = _model("net")
-    crit, opt = CrossEntropyLoss(), optimizers.SGD(model.parameters(), lr=0.1, momentum=0.9)
-
-    def step():
-        opt.zero_grad()
-        loss = forward(crit)
-        backward(crit)
-        opt.step()
-        return loss
-
+    step = _step(forward, backward, optimizers.SGD(model.parameters(), lr=0.1, momentum=0.9))
     torch._dynamo.reset()
     explained = torch._dynamo.explain(step)()
     assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons

@@ -22,6 +22,7 @@ import torch
 from torch._dynamo.utils import counters
 
 from .config import TrainConfig, flag
+from .cuda_graph import whole_step_blockers
 from .errors import UsageError
 from .parallel.distributed import SINGLE, DistInfo
 
@@ -57,6 +58,15 @@ def compile_seconds(impl) -> float:
     return 0.0 if timer is None else timer.seconds
 
 
+def round_seconds(impl, device: torch.device, start: float, compiled_before: float) -> tuple[float, float]:
+    """(seconds of a round's steps, seconds its steps spent compiling) for a round that began at ``start``
+    (time.perf_counter()) with ``compiled_before = compile_seconds(impl)``; a CUDA device is waited for first."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    compiling = compile_seconds(impl) - compiled_before
+    return time.perf_counter() - start - compiling, compiling
+
+
 def compile_note(rec: dict) -> str:
     """", + 12.3 s compiling" for a round's line where the step compiled, else ""."""
     seconds = rec.get("compile_seconds") or 0.0
@@ -67,11 +77,7 @@ def check_compile(config: TrainConfig, info: DistInfo = SINGLE) -> None:
     """Refuse ``--compile`` where the run's step cannot be one compiled graph, naming why."""
     if not config.compile:
         return
-    blockers = []
-    if info.enabled:
-        blockers.append("under torchrun the gradient all-reduces run between the layers' backwards")
-    if config.monitor:
-        blockers.append("--monitor reads statistics back during the step")
+    blockers = whole_step_blockers(config, info)
     if config.is_mixed:
         blockers.append(f"--dtype {config.dtype}'s mixed-precision step has not been made compilable yet")
     if config.cuda_graph:

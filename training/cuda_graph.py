@@ -158,14 +158,21 @@ def _signature(x: Tensor, y: Tensor) -> tuple:
     return tuple((t.shape, t.dtype, t.device) for t in (x, y))
 
 
-def use_cuda_graph(config: TrainConfig, device: torch.device, info: DistInfo = SINGLE) -> bool:
-    """Whether the hand-written step is captured as a CUDA graph (``--cuda-graph``; on by default on CUDA where
-    the run allows it).  On the CPU ``--cuda-graph`` runs the same capturable, in-place step eagerly."""
+def whole_step_blockers(config: TrainConfig, info: DistInfo) -> list[str]:
+    """Why this run's step cannot be taken as one unit -- captured as a CUDA graph, or compiled as one graph
+    (training/compiled.py) -- whichever way: the reasons the two share."""
     blockers = []
     if info.enabled:
         blockers.append("under torchrun the gradient all-reduces run between the layers' backwards")
     if config.monitor:
         blockers.append("--monitor reads statistics back during the step")
+    return blockers
+
+
+def use_cuda_graph(config: TrainConfig, device: torch.device, info: DistInfo = SINGLE) -> bool:
+    """Whether the hand-written step is captured as a CUDA graph (``--cuda-graph``; on by default on CUDA where
+    the run allows it).  On the CPU ``--cuda-graph`` runs the same capturable, in-place step eagerly."""
+    blockers = whole_step_blockers(config, info)
     if config.is_mixed:
         blockers.append(f"--dtype {config.dtype}'s mixed-precision step is not capturable yet (the float16 loss "
                         f"scaler reads its overflow flag back)")

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from .tasks.augment import flip_and_shift
-from .compiled import compile_seconds
+from .compiled import compile_seconds, round_seconds
 from .config import TrainConfig
 from .tasks.image_data import Data
 from .parallel.distributed import SINGLE, DistInfo, all_reduce_sum_, shard_bounds
@@ -154,10 +154,7 @@ def train_epoch(impl: Impl, data: Data, perm: Tensor, epoch: int, config: TrainC
             log(rec)
             bar.set_postfix(loss=f"{rec['train_loss']:.4f}", acc=f"{rec['train_acc']:.3f}")
         bar.update(1)
-    if perm.device.type == "cuda":
-        torch.cuda.synchronize(perm.device)
-    compiling = compile_seconds(impl) - compiling  # --compile: the steps that compiled, reported apart
-    seconds = time.perf_counter() - start - compiling
+    seconds, compiling = round_seconds(impl, perm.device, start, compiling)  # --compile: compiling apart
     bar.close()
     return {"train_loss": loss_sum / seen, "train_acc": correct / seen, "seconds": seconds,
             "compile_seconds": compiling}

@@ -15,7 +15,7 @@ from typing import Callable
 
 import torch
 
-from ..compiled import compile_note, compile_seconds
+from ..compiled import compile_note, compile_seconds, round_seconds
 from ..config import TrainConfig
 from ..parallel.distributed import DistInfo, shard_bounds
 from ..errors import UsageError
@@ -116,10 +116,7 @@ class TextTask:
                      "loss": values[-1] / tokens, "train_loss": loss_sum / seen})
                 bar.set_postfix(loss=f"{loss_sum / seen:.4f}")
             bar.update(1)
-        if order.device.type == "cuda":
-            torch.cuda.synchronize(order.device)
-        compiling = compile_seconds(impl) - compiling  # --compile: the steps that compiled, reported apart
-        seconds = time.perf_counter() - start - compiling
+        seconds, compiling = round_seconds(impl, order.device, start, compiling)  # --compile: compiling apart
         bar.close()
         return {"iter": first + steps, "steps_loss": loss_sum / seen, "seconds": seconds,
                 "compile_seconds": compiling}
