@@ -9,8 +9,8 @@ from __future__ import annotations
 import torch
 
 from ..mistakes import Mistake
-from .compare import RIGHT, describe, same
-from .guard import LearnerFailed, call
+from .compare import RIGHT, SAME, describe, rel_error, same
+from .guard import LearnerFailed
 from .report import Report
 
 STEPS = 6
@@ -76,45 +76,58 @@ class AdamSpec:
     name, cls = "adam", "Adam"
     mistakes = [m for m, _ in MISTAKES]
 
-    def check(self, cls: type, where: str | None) -> Report:
-        report = Report(f"Checking {cls.__name__}(params, lr={HYPER['lr']}, betas={HYPER['betas']}, "
+    def check(self, box, where: str | None) -> Report:
+        """``box``: the Sandbox running the learner's Adam; its steps run there, torch.optim.Adam's here."""
+        report = Report(f"Checking {box.cls_name}(params, lr={HYPER['lr']}, betas={HYPER['betas']}, "
                         f"eps={HYPER['eps']}) of exercise adam: {STEPS} steps on parameters (3, 5) and (4,), beside "
                         f"torch.optim.Adam")
         report.right = "every parameter agrees with torch.optim.Adam's after every step"
         try:
-            self._steps(cls, where, report)
+            self._steps(box, report)
         except LearnerFailed as e:
             report.fail(e.text, e.key)
         return report
 
-    def _steps(self, cls: type, where: str | None, report: Report) -> None:
+    def _steps(self, box, report: Report) -> None:
         params, grads = _problem()
         theirs = [p.clone().requires_grad_() for p in params]
         ref = torch.optim.Adam(theirs, **HYPER)
-        mine = [p.clone() for p in params]
-        opt = call(f"{cls.__name__}(params, ...)", lambda: cls(mine, **HYPER), where=where)
-        mine_history = []
+        mine_history, failed = box.request("adam_run", params, grads, HYPER)
         for s, gs in enumerate(grads):
-            for p, q, g in zip(mine, theirs, gs):
-                p.grad, q.grad = g.clone(), g.clone()
+            for q, g in zip(theirs, gs):
+                q.grad = g.clone()
             ref.step()
-            call(f"{cls.__name__}.step", opt.step, where=where)
-            mine_history.append([p.clone() for p in mine])
-            for j, (p, q) in enumerate(zip(mine, theirs)):
+            if s == len(mine_history):
+                text, key = failed
+                raise LearnerFailed(text, key=key)
+            for j, (p, q) in enumerate(zip(mine_history[s], theirs)):
                 if same(p, q.detach(), RIGHT):
                     continue
-                report.fail(f"  step {s + 1}, parameter {j} {tuple(p.shape)} is wrong.  "
+                report.fail(f"  step {s + 1}, parameter {j} {tuple(q.shape)} is wrong.  "
                             + describe(f"params[{j}]", p, q.detach()))
-                self._name(params, grads, mine_history, report)
+                self._name(params, grads, mine_history[:s + 1], report)
                 return
         report.say(f"  every parameter equal to torch.optim.Adam's after each of {STEPS} steps")
 
     def _name(self, params, grads, mine_history, report):
+        """Name the mistake whose replay is clearly closer to the learner's steps than the right steps are."""
         steps = len(mine_history)
+        right = _adam(params, grads[:steps])
+
+        def gap(xs, ys):
+            return max(rel_error(p, q) for got, want in zip(xs, ys) for p, q in zip(got, want))
+        to_right = gap(mine_history, right)
         for m, switches in MISTAKES:
             history = _adam(params, grads[:steps], **switches)
-            if all(same(p, q) for got, want in zip(mine_history, history) for p, q in zip(got, want)):
+            to_mistake = gap(mine_history, history)
+            if gap(history, right) > 10 * RIGHT and to_mistake < SAME and to_mistake < 0.01 * to_right:
                 report.fail("  -> " + m.says("steps", "match"), m.key)
                 return
+        if to_right < 1e-4:
+            report.say(f"  -> close but not right (relative error {to_right:.1e}): float32 somewhere; "
+                       f"torch.zeros(shape) makes float32 (use zeros_like(p), or dtype=torch.float64)")
+        elif any(not torch.isfinite(p).all() for p in mine_history[-1]):
+            report.say("  -> nan or inf: a division by zero; is t counted from 1 at the first step (1 - beta**t is 0 "
+                       "at t = 0)?")
         report.say("  -> no known mistake gives these numbers; compare your step with the docstring's five lines, "
                    "one at a time (print m, v, m_hat, v_hat after step 1)")

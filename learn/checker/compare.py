@@ -59,14 +59,24 @@ def describe(name: str, actual: object, expected: Tensor) -> str:
             f"(relative error {rel_error(actual, expected):.1e})")
 
 
-def diagnose(name: str, actual: Tensor, expected: Tensor, others: dict[str, Tensor]) -> list[str]:
+PRECISION = 1e-4  # a difference between round-off and this, with every entry close: float32 somewhere
+
+
+def diagnose(name: str, actual: Tensor, expected: Tensor, others: dict[str, Tensor], nan_hint: str = "") -> list[str]:
     """What the difference looks like, for an answer that matches no known mistake."""
     if not isinstance(actual, Tensor) or actual.shape != expected.shape:
         return []
     a, e = actual.double(), expected.double()
     if not torch.isfinite(a).all():
-        return [f"your {name} holds nan or inf: a division by zero, a log or sqrt of a negative or zero, or an "
-                f"exp that overflowed (subtract the max before exp)"]
+        where = nan_hint or ("a division by zero, a log or sqrt of a negative number or zero, or an exp that "
+                             "overflowed")
+        bad = (~torch.isfinite(a)).sum().item()
+        return [f"{bad} of {a.numel()} entries of your {name} are nan or inf: {where}"]
+    err = rel_error(a, e)
+    if err < PRECISION:
+        return [f"your {name} is close but not right (relative error {err:.1e}: float64 round-off is about 1e-16): "
+                f"float32 somewhere.  torch.zeros(shape) and torch.tensor(...) of Python floats make float32 tensors, "
+                f"and .float() rounds to float32: pass dtype=torch.float64, or use zeros_like(x)"]
     if a.abs().max() == 0:
         return [f"your {name} is all zeros: no gradient reached it (is the right .grad added to, is the result "
                 f"returned, does the chain reach this tensor?)"]
@@ -75,7 +85,7 @@ def diagnose(name: str, actual: Tensor, expected: Tensor, others: dict[str, Tens
             return [f"your {name} equals the expected {other}: two results swapped (check the order you return "
                     f"them in, or which tensor you add into)"]
     k = (a * e).sum() / (e * e).sum().clamp_min(1e-300)  # the best factor a = k e
-    if same(a, k * e) and abs(k.item() - 1) > 1e-6:
+    if a.numel() > 1 and same(a, k * e) and abs(k.item() - 1) > 1e-6:  # any two scalars differ by a factor
         k = k.item()
         if abs(k + 1) < 1e-6:
             return [f"your {name} has the wrong sign everywhere: a minus sign lost or added"]

@@ -29,9 +29,9 @@ def call(what: str, fn, *args, where: str | None = None, params: dict[int, str] 
     code (its frames are the ones reported); ``params``: id(tensor) -> parameter name."""
     try:
         return fn(*args)
-    except KeyboardInterrupt:
-        raise
-    except BaseException as e:  # SystemExit too: the learner's code must not end the check
+    except (KeyboardInterrupt, SystemExit, MemoryError):
+        raise  # the sandbox ends the check on these, with one line
+    except Exception as e:
         raise explain(what, e, where, params or {}) from None
 
 
@@ -47,6 +47,8 @@ def explain(what: str, e: BaseException, where: str | None, params: dict[int, st
         unwritten = message[:-len(": not written yet")] if message.endswith(": not written yet") else what
         return LearnerFailed(f"{unwritten} is not written yet: {place} raises NotImplementedError.  Fill in the "
                              f"part marked '# YOUR CODE HERE' (and delete the raise)", key="not-written")
+    if kind == "NoAutograd":
+        return LearnerFailed(f"{what}, {place}: {message}:\n    {line}", key="autograd-used")
     text = [f"{what} raised {kind} at {place}:", f"    {line}", f"  {message}"]
     key = None
     if isinstance(e, RecursionError):

@@ -1,8 +1,8 @@
 """What the checker knows about one layer exercise: its inputs, its autograd reference and its known mistakes.
 
-The inputs are small, random, float64 and non-square (a transpose cannot hide); parameters are set away from their
+Each exercise is checked on several configurations (``configs``, ``random``; see configs.py).  The inputs are small, random, float64 and non-square (a transpose cannot hide); parameters are set away from their
 defaults (a gamma of 1 or a bias of 0 can hide a missing term).  ``reference`` computes the forward from leaves
-that require grad: autograd gives every expected gradient, named ``d<input>`` (``dx``, ``dq``) for an input and
+that require grad (and the constructor's arguments, by name): autograd gives every expected gradient, named ``d<input>`` (``dx``, ``dq``) for an input and
 ``<param>.grad`` for a parameter.
 """
 from __future__ import annotations
@@ -57,3 +57,10 @@ class LayerSpec:
     returns: tuple[str, ...] | None = None  # the names of what backward returns; default: d<input> per float input
     where: dict[str, str] = field(default_factory=dict)  # tensor -> the likeliest place of a mistake in it
     seed: int = 0
+    label: str = "the default"  # which configuration this is, in a report
+    configs: list[dict] = field(default_factory=list)  # more configurations: each a label and overrides
+    random: Callable[[torch.Generator], dict] | None = None  # a seeded random configuration's overrides
+    numeric: bool = True  # central differences of the learner's forward are part of the verdict here
+    nan_hint: str = ""  # where a nan or inf comes from in this exercise
+    shared: list[tuple[tuple[str, ...], str]] = field(default_factory=list)  # tensors computed from one
+    # intermediate, and where that is: all of them wrong, the others right, points there

@@ -87,14 +87,17 @@ class ValueSpec:
     name, cls = "value", "Value"
     mistakes = [m for m, _ in MISTAKES] + [RECURSION]
 
-    def check(self, cls: type, where: str | None) -> Report:
-        report = Report(f"Checking {cls.__name__} of exercise value on {len(EXPRESSIONS)} expressions, a = {A}, "
+    def check(self, box, where: str | None) -> Report:
+        """``box``: the Sandbox running the learner's Value class; each expression runs there."""
+        report = Report(f"Checking {box.cls_name} of exercise value on {len(EXPRESSIONS)} expressions, a = {A}, "
                         f"b = {B}")
         report.right = "every value and gradient agrees with PyTorch's autograd"
         results = {}  # label -> the learner's (out.data, a.grad, b.grad), or the LearnerFailed it raised
-        for label, f, _ in EXPRESSIONS:
+        for k, (label, f, _) in enumerate(EXPRESSIONS):
             try:
-                results[label] = _run(cls, f, where)
+                got = box.request("value_run", k)
+                results[label] = tuple(got) if isinstance(got, (tuple, list)) and len(got) == 3 and all(
+                    isinstance(v, float) for v in got) else LearnerFailed("the expression's values are not numbers")
             except LearnerFailed as e:
                 results[label] = e
         whole = _explains_all(results)
@@ -121,9 +124,10 @@ def _explains_all(results: dict) -> tuple[Mistake, dict] | None:
 
 
 def _expected(f):
-    a, b = (torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in (A, B))
-    out = f(a, b)
-    ga, gb = torch.autograd.grad(out, (a, b), allow_unused=True)
+    with torch.enable_grad():
+        a, b = (torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in (A, B))
+        out = f(a, b)
+        ga, gb = torch.autograd.grad(out, (a, b), allow_unused=True)
     return out.item(), (0.0 if ga is None else ga.item()), (0.0 if gb is None else gb.item())
 
 
