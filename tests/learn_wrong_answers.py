@@ -1,6 +1,7 @@
 """Seventy-five wrong answers written as a learner writes them, five per exercise, not taken from the catalogue.
 
 Each is (exercise, kind, changes to the worked solution, the mistake's key the checker should name or None).
+A key is given where the catalogue has (or was grown to have) the mistake.
 kind: "config" right for one configuration only; "near" within about 1e-8 of right (float32 somewhere);
 "autograd" the gradient taken with autograd; "plain" an ordinary wrong formula.
 """
@@ -79,7 +80,7 @@ WRONG_ANSWERS = [
        "        x_ = self.x.clone().requires_grad_()\n        m_ = x_.mean(0)\n"
        "        v_ = ((x_ - m_) ** 2).mean(0)\n"
        f"        (dx,) = {AG}(self.weight * (x_ - m_) / torch.sqrt(v_ + self.eps) + self.bias, x_, dout)\n")], None),
-    ("batchnorm", "config", [("n = dout.shape[0]", "n = dout.shape[1]")], None),
+    ("batchnorm", "config", [("n = dout.shape[0]", "n = dout.shape[1]")], "bn-count-features"),
     ("batchnorm", "near", [("self.rstd = 1 / torch.sqrt(var + self.eps)",
                             "self.rstd = 1 / torch.sqrt((var + self.eps).float())")], None),
     ("batchnorm", "plain", [("dx = self.rstd / n * (n * dxhat - dxhat.sum(0) - self.xhat * (dxhat * self.xhat).sum(0))",
@@ -94,12 +95,12 @@ WRONG_ANSWERS = [
        "        x_ = self.x.clone().requires_grad_()\n"
        "        y_ = torch.nn.functional.layer_norm(x_, (d,), self.weight, self.bias, self.eps)\n"
        "        (dx,) = torch.autograd.grad(y_, x_, dout)\n")], None),
-    ("layernorm", "config", [("d = dout.shape[1]", "d = dout.shape[0]")], None),
+    ("layernorm", "config", [("d = dout.shape[1]", "d = dout.shape[0]")], "ln-count-batch"),
     ("layernorm", "near", [("mean = x.mean(1, keepdim=True)", "mean = x.float().mean(1, keepdim=True).double()")],
      None),
     ("layernorm", "plain", [("dx = self.rstd / d * (d * dxhat - dxhat.sum(1, keepdim=True)\n",
                              "dx = self.rstd / d * (d * dxhat\n")], "ln-mean-constant"),
-    ("layernorm", "plain", [("dbias = dout.sum(0)", "dbias = dout.sum(0) / len(dout)")], None),
+    ("layernorm", "plain", [("dbias = dout.sum(0)", "dbias = dout.sum(0) / len(dout)")], "ln-dbias-mean"),
     # -- embedding
     ("embedding", "autograd",
      [("        dweight = torch.zeros_like(self.weight)  # (V, D)\n"

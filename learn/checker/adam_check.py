@@ -26,7 +26,7 @@ def _problem():
 
 
 def _adam(params, grads, bias_correction=True, eps_inside=False, state_reset=False, t_fixed=False,
-          betas_swapped=False, uphill=False, in_place=True):
+          betas_swapped=False, uphill=False, in_place=True, t_from_zero=False, shared_state=False):
     """The parameters after each step, under the given mistakes (none by default)."""
     lr, (b1, b2), eps = HYPER["lr"], HYPER["betas"], HYPER["eps"]
     if betas_swapped:
@@ -35,12 +35,14 @@ def _adam(params, grads, bias_correction=True, eps_inside=False, state_reset=Fal
     m, v = [torch.zeros_like(p) for p in ps], [torch.zeros_like(p) for p in ps]
     history = []
     for t, gs in enumerate(grads, start=1):
-        t = 1 if t_fixed else t
+        t = 1 if t_fixed else t - 1 if t_from_zero else t
         for j, (p, g) in enumerate(zip(ps, gs)):
             if state_reset:
                 m[j], v[j] = torch.zeros_like(p), torch.zeros_like(p)
             m[j] = b1 * m[j] + (1 - b1) * g
-            v[j] = b2 * v[j] + (1 - b2) * g * g
+            v[j] = b2 * (m[j] if shared_state else v[j]) + (1 - b2) * g * g
+            if shared_state:  # m and v are one tensor: the second update overwrote the first
+                m[j] = v[j]
             mh, vh = (m[j] / (1 - b1 ** t), v[j] / (1 - b2 ** t)) if bias_correction else (m[j], v[j])
             step = lr * mh / ((vh + eps).sqrt() if eps_inside else vh.sqrt() + eps)
             if in_place:
@@ -64,6 +66,12 @@ MISTAKES = [
     (Mistake("adam-betas-swapped", "beta2 for the gradient's average and beta1 for its square's",
              "betas = (beta1, beta2): beta1 (0.9) averages the gradient into m, beta2 (0.999) its square into v"),
      {"betas_swapped": True}),
+    (Mistake("adam-t-from-zero", "the bias correction with t counted from 0 (t += 1 after the step)",
+             "at the first step t must be 1: with t = 0, 1 - beta**t is 0 and m_hat = m / 0 (inf, then nan).  Add 1 "
+             "to t at the start of step()"), {"t_from_zero": True}),
+    (Mistake("adam-shared-state", "m and v one and the same list of tensors (self.m = self.v = [...])",
+             "a = b = [...] makes one list with two names: m and v must be separate tensors, each its own "
+             "torch.zeros_like(p)"), {"shared_state": True}),
     (Mistake("adam-uphill", "p += lr * m_hat / (sqrt(v_hat) + eps)",
              "a step goes against the gradient, downhill: p -= ..."), {"uphill": True}),
     (Mistake("adam-not-in-place", "parameters that never change",
@@ -114,8 +122,15 @@ class AdamSpec:
         steps = len(mine_history)
         right = _adam(params, grads[:steps])
 
-        def gap(xs, ys):
-            return max(rel_error(p, q) for got, want in zip(xs, ys) for p, q in zip(got, want))
+        def gap(xs, ys):  # a nan where the other has one too counts as equal (t = 0 gives nan at once)
+            worst = 0.0
+            for got, want in zip(xs, ys):
+                for p, q in zip(got, want):
+                    bad = ~torch.isfinite(p)
+                    if not torch.equal(bad, ~torch.isfinite(q)):
+                        return float("inf")
+                    worst = max(worst, rel_error(p.masked_fill(bad, 0.0), q.masked_fill(bad, 0.0)))
+            return worst
         to_right = gap(mine_history, right)
         for m, switches in MISTAKES:
             history = _adam(params, grads[:steps], **switches)

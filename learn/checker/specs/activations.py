@@ -9,6 +9,26 @@ def _away_from_zero(g):
     return {"x": x + 0.1 * torch.sign(x)}  # no entry near relu's kink, where central differences are wrong
 
 
+def _zeros(g):
+    """Exact zeros among the inputs, where autograd's relu'(0) = 0 (and sigmoid, tanh are smooth)."""
+    x = normal(g, 4, 6, std=1.5)
+    x[0, :3] = 0.0
+    x[2, 4] = 0.0
+    return {"x": x}
+
+
+def _one_row(g):
+    return {"x": normal(g, 1, 7, std=2.0)}
+
+
+def _large(g):
+    return {"x": normal(g, 2, 5, std=15.0)}  # saturated: exp(-x) near 1e-20 or 1e20
+
+
+CONFIGS = [{"label": "one example (N = 1)", "inputs": _one_row},
+           {"label": "large inputs (|x| up to about 40)", "inputs": _large, "numeric": False}]
+
+
 def _no_dout(name: str, local: str, fn):
     return wrong(f"{name}-no-dout", "dx", f"the local derivative {local} alone",
                  "the chain rule multiplies the local derivative by the gradient that arrives from above: "
@@ -18,6 +38,8 @@ def _no_dout(name: str, local: str, fn):
 RELU = LayerSpec(
     name="relu", cls="ReLU", ctor={}, params={}, inputs=_away_from_zero,
     reference=lambda t: {"out": torch.relu(t.x)},
+    configs=[CONFIGS[0], {"label": "exact zeros in x (relu's gradient there is 0)", "inputs": _zeros,
+                          "numeric": False}],
     mistakes=[
         wrong("relu-mask-inverted", "dx", "dout * (x < 0)",
               "the mask is taken from the wrong side: the gradient passes where x > 0 (there out = x, a slope of "
@@ -37,7 +59,7 @@ RELU = LayerSpec(
 
 SIGMOID = LayerSpec(
     name="sigmoid", cls="Sigmoid", ctor={}, params={}, inputs=_away_from_zero,
-    reference=lambda t: {"out": torch.sigmoid(t.x)},
+    reference=lambda t: {"out": torch.sigmoid(t.x)}, configs=CONFIGS,
     mistakes=[
         wrong("sigmoid-no-one-minus", "dx", "dout * s",
               "the derivative of s = sigmoid(x) is s * (1 - s): the (1 - s) is missing", lambda c: c.dout * c.out),
@@ -54,7 +76,7 @@ SIGMOID = LayerSpec(
 
 TANH = LayerSpec(
     name="tanh", cls="Tanh", ctor={}, params={}, inputs=_away_from_zero,
-    reference=lambda t: {"out": torch.tanh(t.x)},
+    reference=lambda t: {"out": torch.tanh(t.x)}, configs=CONFIGS,
     mistakes=[
         wrong("tanh-of-input", "dx", "dout * (1 - x**2)",
               "tanh's derivative is 1 - tanh(x)**2: it is written with the output t = tanh(x), not the input x",

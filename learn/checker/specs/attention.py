@@ -7,11 +7,22 @@ from ..spec import LayerSpec, normal, wrong
 T, D = 4, 3
 
 
-def _attend(c, scale=True, mask=True):
-    scores = c.q @ c.k.transpose(1, 2) * (D ** -0.5 if scale else 1.0)
+def _attend(c, scale=True, mask=True, diagonal=1, dim=-1):
+    t, d = c.q.shape[1:]
+    scores = c.q @ c.k.transpose(1, 2) * (d ** -0.5 if scale else 1.0)
     if mask:
-        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
-    return torch.softmax(scores, -1)
+        scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(diagonal), float("-inf"))
+    return torch.softmax(scores, dim)
+
+
+def _shaped(label, n, t, d, std=1.0, numeric=True):
+    return {"label": label, "inputs": lambda g: {x: normal(g, n, t, d, std=std) for x in ("q", "k", "v")},
+            "numeric": numeric}
+
+
+def _random(g):
+    n, t, d = (int(v) for v in torch.randint(1, 7, (3,), generator=g))
+    return _shaped(f"N = {n}, T = {t}, d = {d}", n, t, d)
 
 
 def _dscores(c, full_jacobian=True):
@@ -29,6 +40,13 @@ SPEC = LayerSpec(
     name="attention", cls="CausalAttention", ctor={}, params={},
     inputs=lambda g: {n: normal(g, 2, T, D) for n in ("q", "k", "v")},
     reference=lambda t: {"out": _attend(t) @ t.v}, context=_context,
+    configs=[_shaped("one position (T = 1), d = 4", 1, 1, 4), _shaped("a longer sequence (N = 1, T = 6, d = 2)", 1, 6, 2),
+             _shaped("large scores (q and k with std 30: exp overflows unless each row's max is subtracted)", 2, 4, 3,
+                     std=30.0, numeric=False)],
+    random=_random,
+    nan_hint=("a row of scores with every key masked gives softmax 0/0 (the mask must keep the diagonal, key s = "
+              "query t: triu(1)), or exp overflowed (subtract each row's max before exp, or use torch.softmax)"),
+    shared=[(("dq", "dk"), "dscores: softmax's backward, row by row (dq and dk both come from it)")],
     mistakes=[
         wrong("attn-no-scale", "out", "softmax(q k^T) v, without 1/sqrt(d)",
               "the scores are divided by sqrt(d), the head size: q @ k.transpose(1, 2) / sqrt(d)",
@@ -43,11 +61,17 @@ SPEC = LayerSpec(
         Mistake("attn-diagonal-jacobian", "the gradient through softmax reduced to its diagonal att * (1 - att)",
                 "each probability of a row depends on every score of that row: dscores = att * (datt - (datt * "
                 "att).sum(-1, keepdim=True))",
-                lambda c: {"dq": _dscores(c, False) @ c.k * D ** -0.5,
-                           "dk": _dscores(c, False).transpose(1, 2) @ c.q * D ** -0.5}),
+                lambda c: {"dq": _dscores(c, False) @ c.k * c.q.shape[2] ** -0.5,
+                           "dk": _dscores(c, False).transpose(1, 2) @ c.q * c.q.shape[2] ** -0.5}),
+        wrong("attn-softmax-axis", "out", "softmax over the queries (dim 1) instead of the keys",
+              "each query's weights over the keys sum to 1: softmax over the last axis, dim=-1",
+              lambda c: _attend(c, dim=1) @ c.v),
+        wrong("attn-mask-diagonal", "out", "a mask that hides the diagonal too, triu(0)",
+              "a query sees its own position: the future is the keys s > t, torch.ones(T, T).triu(1) (triu(0) also "
+              "hides s = t, and the first row then has no key at all: nan)", lambda c: _attend(c, diagonal=0) @ c.v),
         wrong("attn-dk-not-transposed", "dk", "dscores @ q * scale",
               "scores[t, s] = q[t] . k[s] * scale, so key s collects over the queries t: dk = dscores.transpose(1, "
-              "2) @ q * scale", lambda c: _dscores(c) @ c.q * D ** -0.5),
+              "2) @ q * scale", lambda c: _dscores(c) @ c.q * c.q.shape[2] ** -0.5),
         wrong("attn-dv-not-transposed", "dv", "att @ dout",
               "out = att @ v, so value s collects over the queries t that attended to it: dv = att.transpose(1, 2) "
               "@ dout", lambda c: c.att @ c.dout),

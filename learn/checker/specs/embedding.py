@@ -16,10 +16,26 @@ def _last_write_wins(c):
     return torch.zeros_like(c.weight).index_put_((c.idx.reshape(-1),), c.dout.reshape(-1, d), accumulate=False)
 
 
+def _shaped(label, v, d, n, t, same=False):
+    def inputs(g):
+        idx = torch.full((n, t), 2) if same else torch.randint(0, v, (n, t), generator=g)
+        return {"idx": idx}
+    return {"label": label, "ctor": {"num_embeddings": v, "embedding_dim": d},
+            "params": {"weight": lambda g: normal(g, v, d)}, "inputs": inputs}
+
+
+def _random(g):
+    v, d, n, t = (int(x) for x in torch.randint(1, 8, (4,), generator=g))
+    return _shaped(f"V = {v + 2}, D = {d}, idx ({n}, {t})", v + 2, d, n, t)
+
+
 SPEC = LayerSpec(
     name="embedding", cls="Embedding", ctor={"num_embeddings": 7, "embedding_dim": 3},
     params={"weight": lambda g: normal(g, 7, 3)}, inputs=_inputs, returns=(),
     reference=lambda t: {"out": t.weight[t.idx]},
+    configs=[_shaped("one id (idx (1, 1)), D = 5", 4, 5, 1, 1), _shaped("every id the same (idx (3, 4) all 2)", 5, 2, 3, 4,
+                                                                  same=True)],
+    random=_random,
     mistakes=[
         wrong("emb-repeats-lost", "weight.grad", "dweight[idx] += dout (or = dout)",
               "an id that appears several times must receive the sum of their gradients, but indexed assignment "

@@ -1,4 +1,6 @@
 """The checks of exercise linear: Linear(5, 3) on x (4, 5), and its known mistakes."""
+import torch
+
 from ..spec import LayerSpec, normal, uniform, wrong
 
 MISTAKES = [
@@ -17,12 +19,26 @@ MISTAKES = [
           "the loss, which already put its 1/N into dout)", lambda c: c.dout.T @ c.x / len(c.x)),
 ]
 
+def _shapes(label: str, n: int, d: int, h: int) -> dict:
+    """A configuration: x (n, d), Linear(d, h)."""
+    return {"label": label, "ctor": {"in_features": d, "out_features": h},
+            "params": {"weight": lambda g: uniform(g, h, d), "bias": lambda g: normal(g, h, mean=0.5)},
+            "inputs": lambda g: {"x": normal(g, n, d)}}
+
+
+def _random(g: torch.Generator) -> dict:
+    n, d, h = (int(v) for v in torch.randint(1, 8, (3,), generator=g))
+    return _shapes(f"N = {n}, D = {d}, H = {h}", n, d, h)
+
+
 SPEC = LayerSpec(
     name="linear", cls="Linear", ctor={"in_features": 5, "out_features": 3},
     params={"weight": lambda g: uniform(g, 3, 5), "bias": lambda g: normal(g, 3, mean=0.5)},
     inputs=lambda g: {"x": normal(g, 4, 5)},
     reference=lambda t: {"out": t.x @ t.weight.T + t.bias},
     mistakes=MISTAKES,
+    configs=[_shapes("one example (N = 1)", 1, 5, 3), _shapes("wide: N = 3, D = 2, H = 6", 3, 2, 6)],
+    random=_random,
     where={"dx": "dx = dout @ weight: (N, H) @ (H, D)",
            "weight.grad": "dweight = dout.T @ x, (H, N) @ (N, D): a sum over the batch",
            "bias.grad": "dbias = dout.sum(0)", "out": "out = x @ weight.T + bias"},

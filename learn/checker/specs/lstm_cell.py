@@ -19,14 +19,14 @@ def _reference(t):
 
 
 def _grads(c, order="ifgo", forget=True, dh_into_c=True, tanh_of_c=False, sigmoid_one_minus=True,
-           dh_weight="weight_hh"):
+           dh_weight="weight_hh", dc_next_in=True, tanh_twice=False):
     a = c.x @ c.weight_ih.T + c.bias_ih + c.h @ c.weight_hh.T + c.bias_hh
     ai, af, ag, ao = a.chunk(4, 1)
     i, f, g, o = torch.sigmoid(ai), torch.sigmoid(af), torch.tanh(ag), torch.sigmoid(ao)
     tc = torch.tanh(c.c_next)
     do = c.dh_next * tc
-    dtanh = 1 - (c.c_next if tanh_of_c else tc) ** 2
-    dc_total = c.dc_next + (c.dh_next * o * dtanh if dh_into_c else 0)
+    dtanh = 1 - (c.c_next if tanh_of_c else torch.tanh(tc) if tanh_twice else tc) ** 2
+    dc_total = (c.dc_next if dc_next_in else 0) + (c.dh_next * o * dtanh if dh_into_c else 0)
     di, df, dg = dc_total * g, dc_total * c.c, dc_total * i
     dc = dc_total * f if forget else dc_total
 
@@ -39,8 +39,21 @@ def _grads(c, order="ifgo", forget=True, dh_into_c=True, tanh_of_c=False, sigmoi
             "bias_hh.grad": da.sum(0)}
 
 
-def _inputs(g):
-    return {"x": normal(g, 2, I), "h": normal(g, 2, H, std=0.5), "c": normal(g, 2, H)}
+def _inputs(g, n=2, i=I, h=H):
+    return {"x": normal(g, n, i), "h": normal(g, n, h, std=0.5), "c": normal(g, n, h)}
+
+
+def _shaped(label, n, i, h):
+    return {"label": label, "ctor": {"input_size": i, "hidden_size": h},
+            "params": {"weight_ih": lambda g: uniform(g, 4 * h, i), "weight_hh": lambda g: uniform(g, 4 * h, h),
+                       "bias_ih": lambda g: normal(g, 4 * h, std=0.5, mean=0.2),
+                       "bias_hh": lambda g: normal(g, 4 * h, std=0.5, mean=-0.1)},
+            "inputs": lambda g: _inputs(g, n, i, h)}
+
+
+def _random(g):
+    n, i, h = (int(v) for v in torch.randint(1, 6, (3,), generator=g))
+    return _shaped(f"N = {n}, input_size {i}, hidden_size {h}", n, i, h)
 
 
 SPEC = LayerSpec(
@@ -49,6 +62,11 @@ SPEC = LayerSpec(
             "bias_ih": lambda g: normal(g, 4 * H, std=0.5, mean=0.2),
             "bias_hh": lambda g: normal(g, 4 * H, std=0.5, mean=-0.1)},
     inputs=_inputs, reference=_reference, returns=("dx", "dh", "dc"),
+    configs=[_shaped("one example (N = 1)", 1, I, H), _shaped("input wider than hidden: N = 3, I = 5, H = 2", 3, 5, 2)],
+    random=_random,
+    shared=[(("dx", "dh", "weight_ih.grad", "weight_hh.grad", "bias_ih.grad", "bias_hh.grad"),
+             "da (N, 4H), the gates' gradients stacked i, f, g, o: between dc_total and da (di, df, dg, do and "
+             "each gate's derivative)")],
     forward=lambda obj, t: obj.forward(t["x"], (t["h"], t["c"])),
     backward=lambda obj, d: obj.backward(d["dh_next"], d["dc_next"]),
     mistakes=[
@@ -67,6 +85,12 @@ SPEC = LayerSpec(
         Mistake("lstm-sigmoid-no-one-minus", "the gate gradients with sigmoid' = s instead of s * (1 - s)",
                 "the derivative of a sigmoid gate s is s * (1 - s): the (1 - s) is missing",
                 lambda c: _grads(c, sigmoid_one_minus=False)),
+        Mistake("lstm-dc-next-dropped", "the gradient of c_next without dc_next, the one that arrives from above",
+                "c_next is returned, so the gradient dc_next arrives for it from the next step: dc_total = dc_next + "
+                "dh_next * o * (1 - tanh(c_next)**2)", lambda c: _grads(c, dc_next_in=False)),
+        Mistake("lstm-tanh-applied-twice", "the share through h_next with 1 - tanh(tanh(c_next))**2",
+                "the saved tc is already tanh(c_next): the derivative is 1 - tc**2, without a second tanh",
+                lambda c: _grads(c, tanh_twice=True)),
         Mistake("lstm-dh-through-weight-ih", "da @ weight_ih, of shape (N, input_size)",
                 "h enters a through weight_hh: dh = da @ weight_hh, (N, 4H) @ (4H, H)",
                 lambda c: _grads(c, dh_weight="weight_ih")),

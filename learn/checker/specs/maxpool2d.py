@@ -10,6 +10,7 @@ K, S = 3, 2
 def _spread(c, how: str):
     """dx when each window's dout is spread over the whole window ("all", "mean"), or the winners' shares are
     assigned window after window ("assign", which also writes zeros over the earlier windows' overlaps)."""
+    K, S = c.kernel_size, getattr(c, "stride", None) or c.kernel_size
     n, ch, ho, wo = c.dout.shape
     dx = torch.zeros_like(c.x)
     arg = c.x.unfold(2, K, S).unfold(3, K, S).reshape(n, ch, ho, wo, K * K).argmax(-1)
@@ -27,10 +28,34 @@ def _spread(c, how: str):
     return dx
 
 
+def _shaped(label, n, ch, h, w, k, s=None, relu=False):
+    def inputs(g):
+        x = normal(g, n, ch, h, w)
+        if relu:  # mostly zeros, as after a ReLU of a negative bias: whole windows tie at 0
+            x = (x - 1.2).clamp_min(0)
+            x[..., :k, :k] = 0.0
+        return {"x": x}
+    ctor = {"kernel_size": k} if s is None else {"kernel_size": k, "stride": s}
+    return {"label": label, "ctor": ctor, "inputs": inputs, "numeric": not relu}
+
+
+def _random(g):
+    k = int(torch.randint(1, 4, (), generator=g))
+    s = int(torch.randint(1, k + 2, (), generator=g))
+    n, ch = (int(v) for v in torch.randint(1, 3, (2,), generator=g))
+    h, w = (int(v) for v in torch.randint(k, k + 6, (2,), generator=g))
+    return _shaped(f"k = {k}, stride {s}, x ({n}, {ch}, {h}, {w})", n, ch, h, w, k, s)
+
+
 SPEC = LayerSpec(
     name="maxpool2d", cls="MaxPool2d", ctor={"kernel_size": K, "stride": S}, params={},
     inputs=lambda g: {"x": normal(g, 2, 2, 7, 9)},
-    reference=lambda t: {"out": F.max_pool2d(t.x, K, S)},
+    reference=lambda t: {"out": F.max_pool2d(t.x, t.kernel_size, t.stride if "stride" in vars(t) else None)},
+    configs=[_shaped("windows that do not overlap (k = 2, stride left to its default)", 1, 3, 4, 6, 2),
+             _shaped("ties: x after a ReLU, whole windows of zeros (PyTorch sends their gradient to the first "
+                     "zero only)", 2, 2, 7, 9, 3, 2, relu=True),
+             _shaped("stride 1 (every window overlaps), odd sizes", 1, 1, 5, 3, 2, 1)],
+    random=_random,
     mistakes=[
         wrong("pool-whole-window", "dx", "dout added to every input of its window",
               "only the input that won the max moved the output: it alone gets the window's dout, the others 0",

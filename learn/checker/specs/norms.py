@@ -3,6 +3,8 @@
 One feature (batch norm) or one row (layer norm) varies very little, its variance near eps = 1e-5: there a
 missing eps, or an eps in the wrong place, changes the output well beyond round-off.
 """
+import torch
+
 from ..spec import LayerSpec, normal, uniform, wrong
 
 EPS = 1e-5
@@ -39,6 +41,14 @@ def _without(c, dim, mean_path: bool, var_path: bool):
     return c.rstd * dx
 
 
+def _count(c, dim, m):
+    """dx with the count m of the wrong axis (D for N, or N for D) in the formula's 1/m and m * dxhat."""
+    keep = dim != 0
+    s1 = c.dxhat.sum(dim, keepdim=keep)
+    s2 = (c.dxhat * c.xhat).sum(dim, keepdim=keep)
+    return c.rstd / m * (m * c.dxhat - s1 - c.xhat * s2)
+
+
 def _unbiased(axis: str):
     return ("the variance divided by N - 1 (x.var() is unbiased by default)",
             f"PyTorch normalises with the biased variance, divided by the {axis}: x.var(unbiased=False), or "
@@ -51,6 +61,24 @@ def _bn_inputs(g):
     return {"x": x}
 
 
+def _norm_config(label: str, n: int, d: int, ctor_name: str, inputs) -> dict:
+    return {"label": label, "ctor": {ctor_name: d},
+            "params": {"weight": lambda g: uniform(g, d, lo=0.5, hi=1.5), "bias": lambda g: normal(g, d, mean=0.3)},
+            "inputs": lambda g: inputs(g, n, d)}
+
+
+def _bn_shaped(g, n, d):
+    x = normal(g, n, d, std=2.0, mean=0.5)
+    if n > 1 and d > 1:
+        x[:, -1] *= 2e-3
+    return {"x": x}
+
+
+def _bn_random(g):
+    n, d = int(torch.randint(2, 9, (), generator=g)), int(torch.randint(1, 7, (), generator=g))
+    return _norm_config(f"N = {n}, D = {d}", n, d, "num_features", _bn_shaped)
+
+
 _CONSTANTS = ("mean and var treated as constants: dout * weight / sqrt(var + eps)",
               "the mean and the variance are computed from x, so every x of the {axis} also moves the output through "
               "them: dx = rstd / {n} * ({n} * dxhat - dxhat.sum({d}) - xhat * (dxhat * xhat).sum({d})), dxhat = dout "
@@ -60,6 +88,10 @@ BATCHNORM = LayerSpec(
     name="batchnorm", cls="BatchNorm1d", ctor={"num_features": 4},
     params={"weight": lambda g: uniform(g, 4, lo=0.5, hi=1.5), "bias": lambda g: normal(g, 4, mean=0.3)},
     inputs=_bn_inputs, reference=lambda t: {"out": _norm(t, 0)}, context=_context(0),
+    configs=[_norm_config("a small odd batch (N = 3, D = 5)", 3, 5, "num_features", _bn_shaped),
+             _norm_config("two examples (N = 2, D = 3)", 2, 3, "num_features", _bn_shaped),
+             _norm_config("square (N = D = 4)", 4, 4, "num_features", _bn_shaped)],
+    random=_bn_random,
     mistakes=[
         wrong("bn-stats-constant", "dx", _CONSTANTS[0], _CONSTANTS[1].format(axis="column", n="N", d=0),
               lambda c: c.dxhat * c.rstd),
@@ -69,6 +101,9 @@ BATCHNORM = LayerSpec(
         wrong("bn-mean-constant", "dx", "the variance's term without the mean's",
               "the mean depends on x too: its term is - dxhat.mean(0), inside the rstd * (...)",
               lambda c: _without(c, 0, False, True)),
+        wrong("bn-count-features", "dx", "the formula with n = D, the number of features, where N belongs",
+              "batch norm's statistics average over the batch: n = dout.shape[0], the number of examples N",
+              lambda c: _count(c, 0, c.x.shape[1])),
         wrong("bn-unbiased-var", "out", *_unbiased("batch size N"), lambda c: _norm(c, 0, unbiased=True)),
         wrong("bn-eps-outside-sqrt", "out", "(x - mean) / (sqrt(var) + eps)",
               "eps goes inside the square root: (x - mean) / sqrt(var + eps), as PyTorch computes it (it matters "
@@ -96,13 +131,41 @@ def _ln_inputs(g):
     return {"x": x}
 
 
+def _ln_shaped(g, n, d):
+    x = normal(g, n, d, std=2.0, mean=0.5)
+    if n > 1:
+        x[-1] = 0.7 + 2e-3 * x[-1]
+    return {"x": x}
+
+
+def _ln_random(g):
+    n, d = int(torch.randint(1, 7, (), generator=g)), int(torch.randint(2, 9, (), generator=g))
+    return _norm_config(f"N = {n}, D = {d}", n, d, "normalized_shape", _ln_shaped)
+
+
 LAYERNORM = LayerSpec(
     name="layernorm", cls="LayerNorm", ctor={"normalized_shape": 5},
     params={"weight": lambda g: uniform(g, 5, lo=0.5, hi=1.5), "bias": lambda g: normal(g, 5, mean=0.3)},
     inputs=_ln_inputs, reference=lambda t: {"out": _norm(t, -1)}, context=_context(-1),
+    configs=[_norm_config("one example (N = 1, D = 6)", 1, 6, "normalized_shape", _ln_shaped),
+             _norm_config("N = 4, D = 3", 4, 3, "normalized_shape", _ln_shaped),
+             _norm_config("square (N = D = 4)", 4, 4, "normalized_shape", _ln_shaped)],
+    random=_ln_random,
     mistakes=[
         wrong("ln-stats-constant", "dx", _CONSTANTS[0], _CONSTANTS[1].format(axis="row", n="D", d="1, keepdim=True"),
               lambda c: c.dxhat * c.rstd),
+        wrong("ln-mean-constant", "dx", "the variance's term without the mean's",
+              "the row's mean depends on x too: its term is - dxhat.mean(1, keepdim=True), inside rstd * (...)",
+              lambda c: _without(c, -1, False, True)),
+        wrong("ln-var-constant", "dx", "the mean's term without the variance's",
+              "the row's variance depends on x too: its term is - xhat * (dxhat * xhat).mean(1, keepdim=True)",
+              lambda c: _without(c, -1, True, False)),
+        wrong("ln-count-batch", "dx", "the formula with d = N, the batch size, where D belongs",
+              "layer norm's statistics average over a row's D features: d = dout.shape[1]",
+              lambda c: _count(c, 1, c.x.shape[0])),
+        wrong("ln-dbias-mean", "bias.grad", "dout.mean(0)",
+              "bias is added to every row, so its gradient is the *sum* over the batch: dout.sum(0)",
+              lambda c: c.dout.mean(0)),
         wrong("ln-over-batch", "out", "statistics over the batch (batch norm)",
               "layer norm takes the mean and variance of each row, over its D features: x.mean(1, keepdim=True)",
               lambda c: _norm(c, 0)),
