@@ -67,7 +67,11 @@ def cmd_hint(args) -> int:
 def cmd_check(args) -> int:
     from .checker import check_file
     ex = get(args.name)
-    code, text = check_file(ex.name, Path(args.file))
+    try:
+        code, text = check_file(ex.name, Path(args.file))
+    except KeyboardInterrupt:  # the learner's code runs in a child, which the checker has stopped
+        print(f"interrupted: {args.file} was not checked", file=sys.stderr)
+        return 130
     print(text, end="", file=sys.stdout if code < 2 else sys.stderr)
     if code == 0:
         after = EXERCISES.index(ex) + 1

@@ -32,6 +32,8 @@ def call(what: str, fn, *args, where: str | None = None, params: dict[int, str] 
     except (KeyboardInterrupt, SystemExit, MemoryError):
         raise  # the sandbox ends the check on these, with one line
     except Exception as e:
+        if "can't allocate memory" in str(e) or "not enough memory" in str(e):
+            raise MemoryError(str(e)) from None  # torch's allocator says it with a RuntimeError
         raise explain(what, e, where, params or {}) from None
 
 

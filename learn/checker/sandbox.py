@@ -119,7 +119,11 @@ class Sandbox:
         self.proc = ctx.Process(target=_child, args=(child, self), daemon=True)
         self.proc.start()
         child.close()
-        self.cls_name, self.where = self._answer()
+        try:
+            self.cls_name, self.where = self._answer()
+        except BaseException:
+            self.cleanup()
+            raise
 
     def request(self, op: str, *args):
         self.doing = {"construct": "your constructor", "forward": "your forward", "backward": "your backward",
@@ -170,7 +174,8 @@ class Sandbox:
                 text = f.read(limit + 1).decode("utf-8", "replace")
         except OSError:
             return ""
-        return text[:limit] + ("\n... (more)" if len(text) > limit else "")
+        lines = [ln if len(ln) <= 160 else ln[:160] + " ..." for ln in text[:limit].splitlines()]
+        return "\n".join(lines) + ("\n... (more)" if len(text) > limit else "")
 
     def close(self) -> None:
         if self.proc.is_alive():
@@ -211,15 +216,16 @@ def _child(conn, box: Sandbox) -> None:
     sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), line_buffering=True)
     sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True)
     sys.stdin = io.StringIO()
+    os.chdir(box.folder)  # the learner's file is loaded by its absolute path
     sys.dont_write_bytecode = True
+    signal.signal(signal.SIGXFSZ, signal.SIG_DFL)  # Python ignores it; past OUTPUT_LIMIT the child is stopped
     resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_LIMIT, OUTPUT_LIMIT))
     _limit_memory()
     torch.set_num_threads(1)
     learner_side.refuse_autograd()
     sys.addaudithook(_audit(conn, os.path.realpath(box.folder)))
     try:
-        cls, where = box.load()  # in the learner's folder: a relative path names their file
-        os.chdir(box.folder)
+        cls, where = box.load()
         _send(conn, "ok", encode((cls.__name__, where)))
     except LoadError as e:
         _send(conn, "loaderror", str(e))
