@@ -111,3 +111,25 @@ def test_a_mistake_that_equals_the_right_answer_at_a_setting_is_not_named_there(
     """conv-dx-padding-kept gives the right dx at padding 0: it is named at padding 1, where it differs."""
     report = check_path("conv2d", learner_file(tmp_path, "conv2d", [("dx = dxp[:, :, p:p + h, p:p + w]", "dx = dxp")]))
     assert report.named == ["conv-dx-padding-kept"]
+
+
+@pytest.mark.parametrize("name, before, saved, says", [
+    ("lstm_cell", "dx = da @ self.weight_ih  #", "{'da': da, 'dc_total': dc_total, 'do': do, 'tc': tc, 'dtc': do}",
+     ["exact  da", "exact  dc_total", "exact  do", "exact  tc", "WRONG  dtc"]),
+    ("attention", "dq = dscores @ self.k", "{'dscores': dscores, 'datt': datt, 'att': self.att}",
+     ["exact  dscores", "exact  datt", "exact  att"]),
+    ("batchnorm", "dx = self.rstd / n", "{'dxhat': dxhat, 'xhat': self.xhat, 'rstd': self.rstd}",
+     ["exact  dxhat", "exact  xhat", "exact  rstd"]),
+    ("layernorm", "dx = self.rstd / d", "{'dxhat': dxhat * 2, 'xhat': self.xhat}", ["WRONG  dxhat", "exact  xhat"]),
+    ("softmax_cross_entropy", "dlogits = self.p.clone()", "{'p': self.p, 'zz': self.p}",
+     ["exact  p", "?      zz: not a name this exercise knows"]),
+    ("conv2d", "dx = dxp[:, :, p:p + h, p:p + w]", "{'dxp': dxp, 'xp': self.xp}", ["exact  dxp", "exact  xp"]),
+])
+def test_recorded_intermediates_are_compared_with_autograds(tmp_path, name, before, saved, says):
+    """Backprop Ninja's cmp: exact, approximate or wrong for each tensor the learner records in self.saved
+    ("approx" for a last-bit difference of summation order)."""
+    report = check_path(name, learner_file(tmp_path, name, [(before, f"self.saved = {saved}\n        {before}")]))
+    text = report.text().replace("approx", "exact ")
+    assert report.passed and "your self.saved, beside autograd's" in text, text
+    for phrase in says:
+        assert phrase in text, text

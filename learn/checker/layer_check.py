@@ -20,6 +20,7 @@ from ..mistakes import DOUT_IN_PLACE, INPUT_IN_PLACE
 from .compare import RIGHT, describe, rel_error, same, shape_of, worst
 from .configs import expand
 from .guard import LearnerFailed
+from .intermediates import TRACES, compare, expected
 from .naming import name_it, param_candidates
 from .report import Report
 from .sandbox import NotPlain
@@ -169,6 +170,7 @@ def _backward(spec, box, params, calls: list[Call], k: int, errors, report) -> b
                     c.grads[name], quiet=True)
         return False
     got = _as_dict(result, returns, what) if returns else {}
+    saved = _intermediates(spec, box, c, params) if k == 0 else []
     ok = _unchanged(given, c.douts, report, DOUT_IN_PLACE) and _unchanged(inputs_after, c.inputs, report)
     rows = []  # (name, actual, expected, candidates)
     for name in returns:
@@ -184,6 +186,10 @@ def _backward(spec, box, params, calls: list[Call], k: int, errors, report) -> b
             errors[name] = max(errors.get(name, 0.0), rel_error(actual, expected))
         else:
             wrong.append(name)
+    if saved and (spec.label == "the default" or wrong):
+        report.say("    your self.saved, beside autograd's on the same forward (call 1):")
+        for line in saved:
+            report.say(line)
     if not wrong:
         return ok
     when = "" if k == 0 else " after the second forward/backward (a .grad must hold the sum of both calls')"
@@ -210,6 +216,15 @@ def _backward(spec, box, params, calls: list[Call], k: int, errors, report) -> b
     return False
 
 
+def _intermediates(spec: LayerSpec, box, c: Call, params: dict) -> list[str]:
+    """What the learner recorded in self.saved (opt-in), each beside autograd's intermediate: the lines."""
+    trace = TRACES.get(spec.name)
+    saved = box.request("saved") if trace is not None else {}
+    if not saved:
+        return []
+    return compare(saved, expected(trace, {**c.inputs, **params}, spec.ctor, c.douts, spec.loss))
+
+
 def _localise(spec: LayerSpec, names: list[str], wrong: list[str]) -> str:
     """Where the pattern of right and wrong tensors points."""
     if len(names) < 2:
@@ -223,7 +238,8 @@ def _localise(spec: LayerSpec, names: list[str], wrong: list[str]) -> str:
     if not right:
         return "-> every tensor is wrong: look at what they all use first (what forward kept, and dout)"
     if len(wrong) == 1:
-        return f"-> only {wrong[0]} is wrong: the mistake is in its own formula ({spec.where.get(wrong[0], 'its line')})"
+        place = spec.where.get(wrong[0], "its line")
+        return f"-> only {wrong[0]} is wrong: the mistake is in its own formula ({place})"
     return f"-> {', '.join(right)} right, {', '.join(wrong)} wrong"
 
 

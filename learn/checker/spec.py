@@ -1,8 +1,10 @@
 """What the checker knows about one layer exercise: its inputs, its autograd reference and its known mistakes.
 
-Each exercise is checked on several configurations (``configs``, ``random``; see configs.py).  The inputs are small, random, float64 and non-square (a transpose cannot hide); parameters are set away from their
+Each exercise is checked on several configurations (``configs``, ``random``; see configs.py).  The inputs are
+small, random, float64 and non-square (a transpose cannot hide); parameters are set away from their
 defaults (a gamma of 1 or a bias of 0 can hide a missing term).  ``reference`` computes the forward from leaves
-that require grad (and the constructor's arguments, by name): autograd gives every expected gradient, named ``d<input>`` (``dx``, ``dq``) for an input and
+that require grad (and the constructor's arguments, by name): autograd gives every expected gradient, named
+``d<input>`` (``dx``, ``dq``) for an input and
 ``<param>.grad`` for a parameter.
 """
 from __future__ import annotations

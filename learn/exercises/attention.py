@@ -34,6 +34,8 @@ class CausalAttention:
         # TODO: back through out = att v: datt (N, T, T) and dv (N, T, d); through the softmax, row by row, to
         #       dscores (N, T, T) (a masked score gets nothing: its att is 0); through scores = q k^T * scale
         #       to dq and dk (N, T, d).
+        # (Optional: record intermediates as self.saved = {"name": tensor}, names among scores, att, dscores, datt;
+        #  the check compares each with autograd's, exact or not.)
         ### BEGIN SOLUTION
         dv = self.att.transpose(1, 2) @ dout  # (N, T, d)
         datt = dout @ self.v.transpose(1, 2)  # (N, T, T)

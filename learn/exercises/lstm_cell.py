@@ -47,6 +47,8 @@ class LSTMCell:
         #       2. through c_next = f * c + i * g: di, df, dg (N, H) and dc (N, H);
         #       3. through each gate's nonlinearity to da (N, 4H), stacked in the forward's order;
         #       4. through a: the four parameters' gradients, dx (N, I), dh (N, H).  Add into .grad.
+        # (Optional: record intermediates as self.saved = {"name": tensor}, names among da, di, df, dg, do,
+        #  dc_total, i, f, g, o, tc; the check compares each with autograd's, exact or not.)
         ### BEGIN SOLUTION
         x, h, c, i, f, g, o, tc = self.cache
         do = dh_next * tc  # (N, H)

@@ -33,8 +33,8 @@ SPEC = LayerSpec(
     name="embedding", cls="Embedding", ctor={"num_embeddings": 7, "embedding_dim": 3},
     params={"weight": lambda g: normal(g, 7, 3)}, inputs=_inputs, returns=(),
     reference=lambda t: {"out": t.weight[t.idx]},
-    configs=[_shaped("one id (idx (1, 1)), D = 5", 4, 5, 1, 1), _shaped("every id the same (idx (3, 4) all 2)", 5, 2, 3, 4,
-                                                                  same=True)],
+    configs=[_shaped("one id (idx (1, 1)), D = 5", 4, 5, 1, 1),
+             _shaped("every id the same (idx (3, 4) all 2)", 5, 2, 3, 4, same=True)],
     random=_random,
     mistakes=[
         wrong("emb-repeats-lost", "weight.grad", "dweight[idx] += dout (or = dout)",
