@@ -216,7 +216,8 @@ WRONG = [
      "ce-softmax-axis"),
     ("adam", [("        self.t += 1\n", ""),
               ("            p -= self.lr * m_hat / (v_hat.sqrt() + self.eps)\n",
-               "            p -= self.lr * m_hat / (v_hat.sqrt() + self.eps)\n        self.t += 1\n")], "adam-t-from-zero"),
+               "            p -= self.lr * m_hat / (v_hat.sqrt() + self.eps)\n        self.t += 1\n")],
+     "adam-t-from-zero"),
     ("adam", [("        self.m = [torch.zeros_like(p) for p in self.params]\n"
                "        self.v = [torch.zeros_like(p) for p in self.params]\n",
                "        self.m = self.v = [torch.zeros_like(p) for p in self.params]\n")], "adam-shared-state"),

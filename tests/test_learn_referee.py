@@ -26,7 +26,6 @@ def _check(tmp_path, name, changes):
     return check_file(name, learner_file(tmp_path, name, changes))
 
 
-_RELU_BACK = ("dx = dout * self.mask", )
 STOPS = [  # (what the learner's file does, the change to relu's solution, what the one line says)
     ("an endless loop in forward", ("out = x * self.mask", "while True:\n            pass"), "ran for more than"),
     ("a long sleep in backward", ("dx = dout * self.mask", "import time; time.sleep(60)"), "ran for more than"),

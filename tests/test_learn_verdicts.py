@@ -79,8 +79,8 @@ def test_softmax_without_the_max_gets_a_stability_diagnosis(tmp_path):
 
 
 def test_a_float32_adam_state_is_not_named_a_state_reset(tmp_path):
-    changes = [("self.m = [torch.zeros_like(p) for p in self.params]", "self.m = [torch.zeros(p.shape) for p in self.params]"),
-               ("self.v = [torch.zeros_like(p) for p in self.params]", "self.v = [torch.zeros(p.shape) for p in self.params]")]
+    changes = [(f"self.{s} = [torch.zeros_like(p) for p in self.params]",
+                f"self.{s} = [torch.zeros(p.shape) for p in self.params]") for s in "mv"]
     report = check_path("adam", learner_file(tmp_path, "adam", changes))
     assert not report.passed and report.named == [] and "float32" in report.text(), report.text()
 

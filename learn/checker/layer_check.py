@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from ..mistakes import DOUT_IN_PLACE, INPUT_IN_PLACE
-from .compare import RIGHT, describe, rel_error, same, shape_of, worst
+from .compare import RIGHT, describe, rel_error, same, shape_of
 from .configs import expand
 from .guard import LearnerFailed
 from .intermediates import TRACES, compare, expected
@@ -271,5 +271,3 @@ def _numeric_summary(spec, box, c: Call) -> float | None:
             gaps.append(abs(num - g[index].item()) / max(1.0, abs(g[index].item())))
     return max(gaps) if gaps else None
 
-
-__all__ = ["check_layer", "reference_call", "worst"]
