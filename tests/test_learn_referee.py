@@ -151,12 +151,22 @@ def test_what_the_learners_code_prints_is_shown(tmp_path):
     assert code == 0 and "your code printed:" in text and "| dx shape torch.Size([3, 5])" in text
 
 
+def _children(pid: int) -> list[str]:
+    try:
+        return open(f"/proc/{pid}/task/{pid}/children").read().split()
+    except OSError:
+        return []
+
+
 def test_ctrl_c_in_the_checker_gives_one_line(tmp_path):
     path = learner_file(tmp_path, "relu", [("out = x * self.mask", "while True:\n            pass")])
     proc = subprocess.Popen([sys.executable, "-m", "learn", "check", "relu", str(path)], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
-    time.sleep(8)  # python, torch and the check started; the child is in its loop
+    deadline = time.monotonic() + 90
+    while not _children(proc.pid) and time.monotonic() < deadline:  # wait for the check's child to be running
+        time.sleep(0.2)
+    time.sleep(1)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "Traceback" not in err and err.strip() == f"interrupted: {path} was not checked"
