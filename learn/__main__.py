@@ -60,7 +60,9 @@ def cmd_hint(args) -> int:
     if level < len(hints):
         print(f"\nMore:  python -m learn hint {ex.name} --level {level + 1}")
     else:
-        print(f"\nThat is nearly the answer; the worked one:  python -m learn start {ex.name} --solution")
+        from .why import pointer
+        print(f"\nThat is nearly the answer; the worked one:  python -m learn start {ex.name} --solution\n"
+              f"{pointer(ex.name)}")
     return 0
 
 
@@ -77,6 +79,11 @@ def cmd_check(args) -> int:
             nxt.append(f"python -m learn start {EXERCISES[after].name}  (the next exercise)")
         print("Next:  " + "\n       ".join(nxt))
     return code
+
+
+def cmd_why(args) -> int:
+    from .why import main
+    return main(args)
 
 
 def cmd_train(args) -> int:
@@ -134,6 +141,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("name", choices=names, metavar="NAME")
     s.add_argument("file")
     s.set_defaults(run=cmd_check)
+    s = sub.add_parser("why", help="why the backward is right: its derivation with shapes, and where to read more")
+    s.add_argument("name", choices=names, metavar="NAME")
+    s.set_defaults(run=cmd_why)
     s = sub.add_parser("train", help="train a network with your layer beside the same network with handgrad's "
                                      "(exit 0 when they agree, 1 when they part)")
     s.add_argument("name", metavar="NAME")
