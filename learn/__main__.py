@@ -1,4 +1,4 @@
-"""python -m learn: list, start, hint, check, why, train and progress of the exercises; the step-through page; a trace."""
+"""python -m learn: list, start, hint, check, why, train and progress of the exercises; the page; a trace."""
 from __future__ import annotations
 
 import argparse

@@ -168,8 +168,8 @@ def _backward_steps() -> list[dict]:
                                                   for n in range(N)]) for i, j in _indices((H, D))]),
         ("b1", ["b1", "z1"], "dL/db1 = Σₙ dL/dz1", None,
          "The gradient of the loss with respect to b1: dL/dz1 summed over the examples, as for b2. Every weight "
-         "now has its gradient (x and t are data: they need none), and the walk ends. A training step would "
-         "now move each weight a little against its gradient, and run all this again.",
+         "now has its gradient (x and t are data: they need none), and the backward pass ends. Next: what the "
+         "gradients are for.",
          [_entry("b1", "grad", (i,), terms=[[_ref("z1", "grad", n, i)] for n in range(N)]) for i in range(H)]),
     ]
     return [{"phase": "backward", "number": k, "of": len(steps), "reveal": [[node, "grad"]], "node": node,
@@ -204,10 +204,10 @@ def _update_step() -> dict:
     return {"phase": "update", "reveal": [[f"{name}_new", "value"] for name, _ in PARAMS]
             + [["loss_new", "value"], ["loss_change", "value"]], "node": None, "edge": None,
             "formula": "W′ = W − lr × dL/dW", "entries": [*entries, loss_new, change],
-            "text": f"What the gradients are for: one step of gradient descent moves every weight a little against "
-                    f"its gradient, with the learning rate lr = {LR:g} here. The forward pass, run again with the "
-                    f"new weights W1′, b1′, W2′, b2′ (y′ is its prediction), gives a smaller loss: the gradient said "
-                    f"which way is down. Training is this, repeated."}
+            "text": f"What the gradients are for: one step of gradient descent moves every weight a little "
+                    f"against its gradient, with the learning rate lr = {LR:g} here. The forward pass, run again "
+                    f"with the new weights W1′, b1′, W2′, b2′ (y′ is its prediction), gives a smaller loss: the "
+                    f"gradient said which way is down. Training is this, repeated."}
 
 
 def _update(fc1: Linear, fc2: Linear, x: torch.Tensor, t: torch.Tensor) -> dict[str, torch.Tensor]:

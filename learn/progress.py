@@ -124,7 +124,7 @@ def main(args) -> int:
     if args.recheck:
         said = recheck(folder)
         print("Checked again:\n" + ("\n".join(said) if said else "  nothing changed") + "\n")
-    print(f"Your progress ({(folder / STATE) if (folder / STATE).exists() else 'nothing passed yet in ' + str(folder)}):"
-          "\n")
+    kept = folder / STATE
+    print(f"Your progress ({kept if kept.exists() else f'nothing passed yet in {folder}'}):\n")
     print(table(folder), end="")
     return 0
