@@ -26,7 +26,7 @@ One entry: out[n,h] = sum_d x[n,d] W[h,d] + b[h].  A tensor's gradient sums over
   db[h]   = sum_n dout[n,h] * 1        b is added to every row             ->  db = dout.sum(0)  (H,)
 A broadcast in the forward (b copied to N rows) is a sum in the backward.  No 1/N: when the loss is a mean,
 its backward has put the 1/N into dout already.  Every gradient has its tensor's shape, so with N, D, H all
-different a transposed product cannot even run; the checker's shapes are chosen that way.
+different a transposed product either cannot run or has the wrong shape; the checker's shapes are chosen so.
 Gradients are added into .grad (+=): a layer used twice receives both shares, as any node used twice does.""",
         "linear_forward, linear_backward", "layers/linear.py: Linear",
         "dL/dW2 = dL/dz2^T h, dL/db2 = sum_n dL/dz2, dL/dh = dL/dz2 W2, dL/dW1 and dL/db1"),
@@ -45,10 +45,10 @@ s = sigmoid(x) = 1 / (1 + e^-x), element by element          x, s (N, D)
   ds/dx = e^-x / (1 + e^-x)^2 = [1 / (1 + e^-x)] * [e^-x / (1 + e^-x)] = s (1 - s)
 since 1 - s = e^-x / (1 + e^-x).  Diagonal Jacobian again, so
   dx = dout * s * (1 - s)                                     (N, D)
-written with the output s that the forward keeps: no exp in the backward.  Both factors matter: dout * s
-alone is the slip the checker names most.  s (1 - s) is at most
-1/4 (at x = 0, s = 1/2): through a stack of sigmoids the gradient shrinks by at least 4 per layer, which is
-why deep sigmoid networks stall (python -m learn trace --activation sigmoid --depth 6 shows it).""",
+written with the output s that the forward keeps: no exp in the backward.  Both factors matter: dout * s,
+with (1 - s) forgotten, is a mistake the checker names.  s (1 - s) is at most 1/4 (at x = 0, s = 1/2): each
+sigmoid multiplies the gradient by 1/4 or less, so through a stack of them it shrinks unless the weights make
+up for it (python -m learn trace --activation sigmoid --depth 6 shows it fall layer by layer).""",
         None, "layers/activations.py: Sigmoid", "dL/dz2 = dL/dy x y(1 - y): the sigmoid at the output"),
     "tanh": Derivation("""\
 t = tanh(x) = (e^x - e^-x) / (e^x + e^-x), element by element          x, t (N, D)
@@ -103,7 +103,7 @@ x_i reaches the loss by three paths: xhat_i directly, and every xhat_n through m
            (var's own dependence on mu adds (-2/N) sum_n (x_n - mu) = 0)  ->  -(r/N) xhat_i sum_n g_n xhat_n
   mean:    dL/dmu = -r sum_n g_n (var's share is that same 0);  dmu/dx_i = 1/N  ->  -(r/N) sum_n g_n
   dx_i = (r/N) (N g_i - sum_n g_n - xhat_i sum_n g_n xhat_n)            dx (N, D), sums over dim 0
-Treat mu and var as constants and only the first term is left: the mistake the checker names first.
+Treat mu and var as constants and only the first term is left: a mistake the checker names.
 var is the biased one (divided by N, as PyTorch normalises); eps goes inside the square root.""",
         "batchnorm_forward, batchnorm_backward", "layers/batchnorm.py: BatchNorm1d", None),
     "layernorm": Derivation("""\
@@ -184,7 +184,7 @@ an average that starts at 0 is too small by exactly that factor.  Hence the bias
   m_hat = m_t / (1 - b1^t)      v_hat = v_t / (1 - b2^t)      p -= lr m_hat / (sqrt(v_hat) + eps)
 At t = 1, m_hat = g and v_hat = g^2: every parameter moves by about lr * sign(g).  Without the correction
 the step is lr (1 - b1^t)/sqrt(1 - b2^t) m_hat/sqrt(v_hat): 3.2 lr at t = 1, 6.6 lr at t = 12, still
-1.26 lr at t = 1000 (b1 = 0.9, b2 = 0.999): too large for the first thousand steps.  eps is added after the
+1.26 lr at t = 1000 (b1 = 0.9, b2 = 0.999): too large for thousands of steps.  eps is added after the
 square root (inside it, sqrt(v_hat + 1e-8) = 1e-4 would swamp small gradients).  m_hat/sqrt(v_hat) does not
 change when the loss is multiplied by a constant: Adam's step size is set by lr, not by the gradient's scale.""",
         None, "optimizers/adam.py: Adam", None),
