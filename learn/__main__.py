@@ -149,7 +149,7 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("why", help="why the backward is right: its derivation with shapes, and where to read more")
     s.add_argument("name", choices=names, metavar="NAME")
     s.set_defaults(run=cmd_why)
-    s = sub.add_parser("train", help="train a network with your layer beside the same network with handgrad's "
+    s = sub.add_parser("train", help="train your answer beside a trusted twin, the same weights and batches "
                                      "(exit 0 when they agree, 1 when they part)")
     s.add_argument("name", metavar="NAME")
     s.add_argument("file")

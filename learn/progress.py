@@ -85,6 +85,9 @@ def recheck(folder: Path) -> list[str]:
                 del passed[e.name]
                 said.append(f"  {e.name}: {file} is gone; no longer counted")
             continue
+        if not file.endswith(".py"):  # a notebook: its check is its last cell
+            said.append(f"  {e.name}: {file} kept as it was (a notebook: run its last cell to check it again)")
+            continue
         code, _ = check_file(e.name, folder / file)
         if code == 0 and e.name not in passed:
             passed[e.name] = {"file": file, "passed": datetime.now(timezone.utc).isoformat(timespec="seconds")}

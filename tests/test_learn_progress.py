@@ -67,10 +67,13 @@ def test_recheck_drops_what_no_longer_passes_and_adds_a_passing_file(tmp_path, c
     linear.write_text(linear.read_text().replace("dbias = dout.sum(0)", "dbias = dout.mean(0)"))
     (tmp_path / "relu.py").unlink()
     solve(tmp_path, "tanh")  # never checked: found by its name
+    (tmp_path / "mse.ipynb").write_text("{}")
+    record("mse", str(tmp_path / "mse.ipynb"))  # a notebook passed in its own cell: kept, not re-run
     assert main(["progress", "--dir", str(tmp_path), "--recheck"]) == 0
     out = capsys.readouterr().out
     assert "linear: linear.py no longer passes" in out and "relu: relu.py is gone" in out
-    assert "tanh: tanh.py passes" in out and set(load(tmp_path)) == {"tanh"}
+    assert "tanh: tanh.py passes" in out and set(load(tmp_path)) == {"tanh", "mse"}
+    assert "mse: mse.ipynb kept as it was" in out
 
 
 def test_an_unreadable_state_file_counts_as_nothing_passed(tmp_path, monkeypatch, capsys):
