@@ -6,7 +6,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from .exercises import BY_NAME, EXERCISES, get
+from .exercises import BY_NAME, get
 
 
 def cmd_list(args) -> int:
