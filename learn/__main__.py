@@ -1,4 +1,4 @@
-"""python -m learn: list, start, hint, check and train the exercises; show the step-through page; trace a model."""
+"""python -m learn: list, start, hint, check, why, train and progress of the exercises; the page; a trace."""
 from __future__ import annotations
 
 import argparse
@@ -6,15 +6,20 @@ import sys
 import textwrap
 from pathlib import Path
 
-from .exercises import BY_NAME, EXERCISES, get
+from .exercises import BY_NAME, get
 
 
 def cmd_list(args) -> int:
-    print("The exercises, in the order to do them (python -m learn start NAME writes one to fill in):\n")
-    for k, e in enumerate(EXERCISES, 1):
-        print(f"  {k:2d}. {e.name:<22} {e.teaches}")
-    print("\nBegin with:  python -m learn start linear")
+    from .progress import table
+    print("The exercises, in the order to do them (python -m learn start NAME writes one to fill in; [x]: it "
+          "passes):\n")
+    print(table(Path(".")), end="")
     return 0
+
+
+def cmd_progress(args) -> int:
+    from .progress import main
+    return main(args)
 
 
 def cmd_start(args) -> int:
@@ -60,7 +65,9 @@ def cmd_hint(args) -> int:
     if level < len(hints):
         print(f"\nMore:  python -m learn hint {ex.name} --level {level + 1}")
     else:
-        print(f"\nThat is nearly the answer; the worked one:  python -m learn start {ex.name} --solution")
+        from .why import pointer
+        print(f"\nThat is nearly the answer; the worked one:  python -m learn start {ex.name} --solution\n"
+              f"{pointer(ex.name)}")
     return 0
 
 
@@ -74,13 +81,14 @@ def cmd_check(args) -> int:
         return 130
     print(text, end="", file=sys.stdout if code < 2 else sys.stderr)
     if code == 0:
-        after = EXERCISES.index(ex) + 1
-        nxt = [f"python -m learn train {ex.name} {args.file}  (your layer in a network beside handgrad's)"] \
-            if ex.trains else []
-        if after < len(EXERCISES):
-            nxt.append(f"python -m learn start {EXERCISES[after].name}  (the next exercise)")
-        print("Next:  " + "\n       ".join(nxt))
+        from .progress import after_pass
+        print(after_pass(ex, args.file), end="")  # recorded in the file's folder; then what comes next
     return code
+
+
+def cmd_why(args) -> int:
+    from .why import main
+    return main(args)
 
 
 def cmd_train(args) -> int:
@@ -138,7 +146,14 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("name", choices=names, metavar="NAME")
     s.add_argument("file")
     s.set_defaults(run=cmd_check)
-    s = sub.add_parser("train", help="train a network with your layer beside the same network with handgrad's "
+    s = sub.add_parser("progress", help="which exercises pass (kept in .handgrad-progress.json) and what is next")
+    s.add_argument("--dir", default=".", help="the folder of your files (default: here)")
+    s.add_argument("--recheck", action="store_true", help="check the recorded files, and NAME.py files, again")
+    s.set_defaults(run=cmd_progress)
+    s = sub.add_parser("why", help="why the backward is right: its derivation with shapes, and where to read more")
+    s.add_argument("name", choices=names, metavar="NAME")
+    s.set_defaults(run=cmd_why)
+    s = sub.add_parser("train", help="train your answer beside a trusted twin, the same weights and batches "
                                      "(exit 0 when they agree, 1 when they part)")
     s.add_argument("name", metavar="NAME")
     s.add_argument("file")

@@ -1,7 +1,8 @@
 """The step-through page: the XOR network's forward and backward passes, node by node, in one HTML file.
 
 ``build_walk(seed)`` computes every number with handgrad's hand-written layers in float64 and lists the steps
-that reveal them: the start, 5 forward steps (one per node), 9 backward steps (one per gradient).
+that reveal them: the start, 5 forward steps (one per node), 9 backward steps (one per gradient) and one SGD
+update that shows the loss fall.
 ``write_page(out, seed)`` embeds that walk as JSON in ``page_assets/page.html`` and inlines ``page.css`` and
 ``page.js`` beside it: one file, no network, no CDN.  The network, for the four XOR examples at once:
 
@@ -28,8 +29,11 @@ import torch
 from layers import Linear, Sigmoid, Tanh
 from losses import MSELoss
 
+from .page_predict import wrong_answers
+
 ASSETS = Path(__file__).with_name("page_assets")
 N, D, H = 4, 2, 2  # examples, inputs, hidden units
+LR = 1.0  # the learning rate of the last step's SGD update
 XOR_X = [[0.0, 0.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0]]  # (N, D): the four XOR inputs
 XOR_T = [[0.0], [1.0], [1.0], [0.0]]  # (N, 1): their targets, x[n, 0] xor x[n, 1]
 
@@ -164,14 +168,59 @@ def _backward_steps() -> list[dict]:
                                                   for n in range(N)]) for i, j in _indices((H, D))]),
         ("b1", ["b1", "z1"], "dL/db1 = Σₙ dL/dz1", None,
          "The gradient of the loss with respect to b1: dL/dz1 summed over the examples, as for b2. Every weight "
-         "now has its gradient (x and t are data: they need none), and the walk ends. A training step would "
-         "now move each weight a little against its gradient, and run all this again.",
+         "now has its gradient (x and t are data: they need none), and the backward pass ends. Next: what the "
+         "gradients are for.",
          [_entry("b1", "grad", (i,), terms=[[_ref("z1", "grad", n, i)] for n in range(N)]) for i in range(H)]),
     ]
     return [{"phase": "backward", "number": k, "of": len(steps), "reveal": [[node, "grad"]], "node": node,
              "edge": edge, "formula": formula, "columns": columns, "text": text, "entries": entries,
              "ask": entries[0]["result"]}
             for k, (node, edge, formula, columns, text, entries) in enumerate(steps, 1)]
+
+
+# The exercise each step belongs to (python -m learn start NAME writes it), by the tensor the step reveals.
+EXERCISE = {("forward", "z1"): "linear", ("forward", "h"): "tanh", ("forward", "z2"): "linear",
+            ("forward", "y"): "sigmoid", ("forward", "loss"): "mse", ("backward", "loss"): "mse",
+            ("backward", "y"): "mse", ("backward", "z2"): "sigmoid", ("backward", "W2"): "linear",
+            ("backward", "b2"): "linear", ("backward", "h"): "linear", ("backward", "z1"): "tanh",
+            ("backward", "W1"): "linear", ("backward", "b1"): "linear", ("update", None): "adam"}
+PARAMS = [("W1", (H, D)), ("b1", (H,)), ("W2", (1, H)), ("b2", (1,))]
+
+
+def _update_step() -> dict:
+    """The last step: one SGD update of every weight, W' = W − lr dL/dW, and the loss of the new weights."""
+    entries = []
+    for name, shape in PARAMS:
+        for index in _indices(shape):
+            e = _entry(f"{name}_new", "value", index, terms=[[_ref(name, "value", *index)],
+                                                             [_ref("minus_lr", "value"), _ref(name, "grad", *index)]])
+            e["label"] = f"{name}′[{','.join(map(str, index))}]"
+            entries.append(e)
+    loss_new = _entry("loss_new", "value", (), mse=[[_ref("y_new", "value", n, 0), _ref("t", "value", n, 0)]
+                                                    for n in range(N)])
+    change = _entry("loss_change", "value", (), terms=[[_ref("loss_new", "value")],
+                                                       [_ref("minus_one", "value"), _ref("loss", "value")]])
+    loss_new["label"], change["label"] = "loss′", "loss′ − loss"
+    return {"phase": "update", "reveal": [[f"{name}_new", "value"] for name, _ in PARAMS]
+            + [["loss_new", "value"], ["loss_change", "value"]], "node": None, "edge": None,
+            "formula": "W′ = W − lr × dL/dW", "entries": [*entries, loss_new, change],
+            "text": f"What the gradients are for: one step of gradient descent moves every weight a little "
+                    f"against its gradient, with the learning rate lr = {LR:g} here. The forward pass, run again "
+                    f"with the new weights W1′, b1′, W2′, b2′ (y′ is its prediction), gives a smaller loss: the "
+                    f"gradient said which way is down. Training is this, repeated."}
+
+
+def _update(fc1: Linear, fc2: Linear, x: torch.Tensor, t: torch.Tensor) -> dict[str, torch.Tensor]:
+    """One SGD step from the layers' weights and gradients, and the forward pass again with the new weights."""
+    new = {f"{name}_new": p - LR * p.grad for name, p in
+           (("W1", fc1.weight), ("b1", fc1.bias), ("W2", fc2.weight), ("b2", fc2.bias))}
+    again1, again2 = Linear(D, H, dtype=x.dtype), Linear(H, 1, dtype=x.dtype)
+    again1.load_state_dict({"weight": new["W1_new"], "bias": new["b1_new"]})
+    again2.load_state_dict({"weight": new["W2_new"], "bias": new["b2_new"]})
+    y_new = Sigmoid().forward(again2.forward(Tanh().forward(again1.forward(x))))
+    loss_new = MSELoss().forward(y_new, t)
+    return {**new, "y_new": y_new, "loss_new": loss_new,
+            "minus_lr": torch.tensor(-LR, dtype=x.dtype), "minus_one": torch.tensor(-1.0, dtype=x.dtype)}
 
 
 def build_walk(seed: int = 0) -> dict:
@@ -210,11 +259,18 @@ def build_walk(seed: int = 0) -> dict:
               "dloss_dy": 2 * (y - t) / N, "dy_dz2": y * (1 - y), "dh_dz1": 1 - h * h}
     grads = {"loss": dloss, "y": dy, "z2": dz2, "W2": fc2.weight.grad, "b2": fc2.bias.grad, "h": dh, "z1": dz1,
              "W1": fc1.weight.grad, "b1": fc1.bias.grad}
+    values |= _update(fc1, fc2, x, t)
+    values["loss_change"] = values["loss_new"] - loss
     tensors = {name: {"shape": list(v.shape), "value": v.tolist(),
                       **({"grad": grads[name].tolist()} if name in grads else {})}
                for name, v in values.items()}
-    return {"seed": seed, "tensors": tensors, "nodes": NODES, "edges": EDGES,
-            "steps": _forward_steps() + _backward_steps()}
+    steps = _forward_steps() + _backward_steps() + [_update_step()]
+    wrong = wrong_answers(values, grads)
+    for s in steps:
+        s["exercise"] = EXERCISE.get((s["phase"], s["node"]))
+        if s["phase"] == "backward":
+            s["mistakes"] = wrong[s["node"]]
+    return {"seed": seed, "tensors": tensors, "nodes": NODES, "edges": EDGES, "steps": steps, "lr": LR}
 
 
 def write_page(out: Path, seed: int = 0) -> Path:

@@ -76,7 +76,8 @@ def notebook(ex: Exercise, code: str):
                                       f"Hints: `python -m learn hint {ex.name}` in a terminal, or "
                                       f"`!python -m learn hint {ex.name}` here."),
         nbformat.v4.new_code_cell(code.rstrip("\n")),
-        nbformat.v4.new_code_cell(f"from learn.checker import check_class\n\ncheck_class({ex.name!r}, {ex.cls})"),
+        nbformat.v4.new_code_cell(f"from learn.cell import check\n\n"  # raises on a wrong answer: the cell fails
+                                  f"check({ex.name!r}, {ex.cls})  # PASS, or an AssertionError naming the mistake"),
     ]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     return nb

@@ -1,13 +1,14 @@
-"""python -m learn train NAME FILE: your layer trains in a small network beside the same network with handgrad's.
+"""python -m learn train NAME FILE: your code trains beside a trusted twin, from the same weights on the same batches.
 
-Both networks start from the same weights (yours are copied from handgrad's layer), see the same batches and
-take the same SGD steps, in float64.  With a right layer the two losses agree to round-off at every step; a
-wrong forward parts them at step 1, a wrong gradient at step 2 (the first update differs).  Exit 0 when they
-agree to TOL at every step, 1 when they part (or your code raises), 2 when the file cannot be used.
+The layer and loss exercises (NETWORKS) train a small image network here; ``learn/train_text.py`` trains a
+character model on Shakespeare for embedding, lstm_cell and attention, ``learn/train_optim.py`` an MLP with
+your Adam, ``learn/train_value.py`` micrograd's two-moons MLP of your Values.  Everything is float64: with a
+right answer the losses agree to round-off at every step; a wrong forward parts them at step 1, a wrong
+gradient at step 2 (the first update differs).  Exit 0 when they agree to ``race.TOL`` at every step, 1 when
+they part (or your code raises), 2 when the file cannot be used.
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import torch
@@ -19,9 +20,9 @@ from .checker.guard import LearnerFailed, call
 from .checker.load import LoadError, load_class
 from .data import small_task
 from .exercises import BY_NAME
+from .race import Race, run
 
 F64 = torch.float64
-TOL = 1e-6  # relative difference of the two losses that counts as parting (a right layer: ~1e-15)
 LR, BATCH = 0.1, 32
 H = 24  # the hidden width: not the batch size, so a sum over the wrong axis cannot fit by chance
 
@@ -106,10 +107,44 @@ def _sgd(params: list[torch.Tensor], who: str) -> None:
         p.grad = None
 
 
+def layer_race(ex, cls, file: str, seed: int) -> Race:
+    """The learner's layer (or loss) in a small network beside the same network of handgrad's layers."""
+    x, y, data = small_task(seed=seed)
+    mine, twin, crit_mine, crit_twin, pairs, what = build(ex.name, cls, seed, file)
+    mine_params, twin_params = [p for p, _ in pairs], [tp for _, tp in pairs]
+    onehot = ex.name == "mse"
+    flat = NETWORKS[ex.name][0][0] == "linear"
+    g = torch.Generator().manual_seed(seed)
+    batches = {}
+
+    def batch(step):  # the same batch for both, drawn once
+        if step not in batches:
+            idx = torch.randint(0, len(x), (BATCH,), generator=g)
+            batches[step] = (x[idx].reshape(BATCH, -1) if flat else x[idx], y[idx])
+        return batches[step]
+
+    def step_mine(step):
+        xb, yb = batch(step)
+        loss = call("a training step with your layer", _step, mine, crit_mine, xb, yb, onehot, where=file)
+        _sgd(mine_params, f"your {ex.cls}")
+        return loss
+
+    def step_twin(step):
+        loss = _step(twin, crit_twin, *batch(step), onehot)
+        _sgd(twin_params, "handgrad's network")
+        batches.pop(step)
+        return loss
+
+    return Race([f"Training your {ex.cls} beside handgrad's: exercise {ex.name}, from {file}", f"  data: {data}",
+                 f"  network: {what}", f"  SGD, lr {LR}, batches of {BATCH}; the twin: handgrad's layers, the same "
+                 f"initial weights and batches"], step_mine, {"handgrad": step_twin})
+
+
 def main(args) -> int:
+    from .train_more import RACES
     ex = BY_NAME.get(args.name)
-    if ex is None or ex.name not in NETWORKS:
-        print(f"python -m learn train works with the layer exercises {', '.join(NETWORKS)}; not {args.name!r}")
+    if ex is None:
+        print(f"python -m learn train: no exercise called {args.name!r}; the exercises are {', '.join(BY_NAME)}")
         return 2
     if args.steps < 1:
         print(f"--steps must be at least 1, got {args.steps}")
@@ -119,84 +154,9 @@ def main(args) -> int:
     except LoadError as e:
         print(f"Cannot train {args.file}: {e}")
         return 2
-    x, y, data = small_task(seed=args.seed)
     try:
-        mine, twin, crit_mine, crit_twin, pairs, what = build(ex.name, cls, args.seed, args.file)
+        race = (layer_race if ex.name in NETWORKS else RACES[ex.name])(ex, cls, args.file, args.seed)
     except LearnerFailed as e:
         print(e.text)
         return 1
-    mine_params, twin_params = [p for p, _ in pairs], [tp for _, tp in pairs]
-    onehot = ex.name == "mse"
-    flat = NETWORKS[ex.name][0][0] == "linear"
-    print(f"Training your {ex.cls} beside handgrad's: exercise {ex.name}, from {args.file}")
-    print(f"  data: {data}")
-    print(f"  network: {what}\n  SGD, lr {LR}, batches of {BATCH}, {args.steps} steps; the twin: handgrad's "
-          f"layers, the same initial weights and batches")
-    g = torch.Generator().manual_seed(args.seed)
-    show_all = args.steps <= 50
-    print(f"{'step':>6} {'your loss':>14} {'handgrad':>14} {'difference':>11}")
-    ours, theirs, parted = [], [], None
-    for step in range(1, args.steps + 1):
-        idx = torch.randint(0, len(x), (BATCH,), generator=g)
-        xb = x[idx].reshape(BATCH, -1) if flat else x[idx]
-        try:
-            a = call("a training step with your layer", _step, mine, crit_mine, xb, y[idx], onehot, where=args.file)
-            _sgd(mine_params, f"your {ex.cls}")
-        except LearnerFailed as e:
-            print(e.text)
-            print(f"PART at step {step}: your code raised.  python -m learn check {ex.name} {args.file} tries it on "
-                  f"small inputs and says more.")
-            return 1
-        b = _step(twin, crit_twin, xb, y[idx], onehot)
-        _sgd(twin_params, "handgrad's network")
-        ours.append(a)
-        theirs.append(b)
-        diff = abs(a - b) if math.isfinite(a) else float("inf")
-        if parted is None and diff > TOL * max(1.0, abs(b)):
-            parted = step
-        if show_all or step % 10 == 0 or step == parted or step == args.steps:
-            print(f"{step:>6} {a:>14.8f} {b:>14.8f} {diff:>11.1e}" + ("   <- they part" if step == parted else ""))
-        if not math.isfinite(a):
-            print("your loss is no longer finite: stopping")
-            break
-    if args.plot:
-        _plot(Path(args.plot), ours, theirs, parted, ex)
-    if parted is None:
-        worst = max(abs(a - b) for a, b in zip(ours, theirs))
-        print(f"AGREE: {len(ours)} steps, the two losses never more than {worst:.1e} apart (tolerance {TOL:g} "
-              f"relative): your {ex.cls} trains as handgrad's does.")
-        return 0
-    why = ("the forward differs (both start from the same weights)" if parted == 1 else
-           "the first steps agree, so the forward is right; the update after them differed: a gradient is wrong")
-    print(f"PART at step {parted}: {why}.  python -m learn check {ex.name} {args.file} names the tensor and, most "
-          f"often, the mistake.")
-    return 1
-
-
-def _plot(path: Path, ours: list[float], theirs: list[float], parted: int | None, ex) -> None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("(no plot: matplotlib is not installed)")
-        return
-    fig, (ax, low) = plt.subplots(2, 1, figsize=(6.4, 5.2), sharex=True, height_ratios=(3, 2))
-    steps = range(1, len(ours) + 1)
-    ax.plot(steps, theirs, lw=3, alpha=0.5, label="handgrad's")
-    ax.plot(steps, ours, lw=1.2, ls="--", label=f"yours ({ex.cls})")
-    low.semilogy(steps, [max(abs(a - b), 1e-18) for a, b in zip(ours, theirs)], lw=1.2, color="black")
-    low.axhline(TOL, color="gray", ls=":", lw=1, label=f"tolerance {TOL:g}")
-    for a in (ax, low):
-        if parted is not None:
-            a.axvline(parted, color="red", lw=0.8, label=f"they part (step {parted})")
-    ax.set_ylabel("training loss")
-    low.set_ylabel("|difference|")
-    low.set_xlabel("step")
-    ax.set_title(f"learn train {ex.name}: your layer beside handgrad's")
-    ax.legend()
-    low.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    print(f"plot: {path}")
+    return run(race, ex, args.file, args.steps, args.plot)

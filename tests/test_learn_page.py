@@ -1,5 +1,6 @@
 """The step-through page: build_walk's numbers equal torch.autograd's, and the page, clicked through in headless
-Chromium, reveals them node by node, the backward's only once reached.
+Chromium, reveals them node by node, the backward's only once reached, ends with an SGD update that lowers the loss,
+names the mistake a wrong prediction matches, links each step to its exercise, and fits a 1280 x 800 screen.
 
 The browser tests need Debian's Chromium and its driver (``apt-get install chromium chromium-driver``) and
 selenium; without them they fail, saying so, unless HANDGRAD_SKIP_BROWSER=1 asks to skip them on purpose.
@@ -16,13 +17,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from learn.page import build_walk, write_page
+from learn.exercises import BY_NAME
+from learn.page import LR, build_walk, write_page
 
 SEED = 7  # its weights make some gradients print as 3.901e-5: the exponent form is checked too
 FORWARD = ["z1", "h", "z2", "y", "loss"]  # the node each forward step computes, in order
 BACKWARD = ["loss", "y", "z2", "W2", "b2", "h", "z1", "W1", "b1"]  # the gradient each backward step reveals
 GIVEN = ["x", "t", "W1", "b1", "W2", "b2"]  # shown from the start
 LOCAL = ["dloss_dy", "dy_dz2", "dh_dz1"]  # the local derivatives the backward's arithmetic shows
+UPDATE = ["W1_new", "b1_new", "W2_new", "b2_new", "loss_new", "loss_change"]  # what the SGD step reveals
+AUX = ["y_new", "minus_lr", "minus_one"]  # numbers the update's arithmetic shows besides
 
 
 def autograd_reference(seed: int) -> dict[tuple[str, str], torch.Tensor]:
@@ -51,6 +55,13 @@ def autograd_reference(seed: int) -> dict[tuple[str, str], torch.Tensor]:
     values = {"x": x, "t": t, "W1": fc1.weight, "b1": fc1.bias, "W2": fc2.weight, "b2": fc2.bias, "z1": z1, "h": h,
               "z2": z2, "y": y, "loss": loss, "dloss_dy": local(lambda v: ((v - t) ** 2).mean(), y),
               "dy_dz2": local(torch.sigmoid, z2), "dh_dz1": local(torch.tanh, z1)}
+    with torch.no_grad():  # one SGD step, and the forward again with its weights
+        new = {f"{k}_new": p - LR * p.grad for k, p in (("W1", fc1.weight), ("b1", fc1.bias), ("W2", fc2.weight),
+                                                         ("b2", fc2.bias))}
+        y_new = torch.sigmoid(torch.tanh(x @ new["W1_new"].T + new["b1_new"]) @ new["W2_new"].T + new["b2_new"])
+        loss_new = ((y_new - t) ** 2).mean()
+    values |= new | {"y_new": y_new, "loss_new": loss_new, "loss_change": loss_new - loss,
+                     "minus_lr": torch.tensor(-LR, dtype=f64), "minus_one": torch.tensor(-1.0, dtype=f64)}
     grads = {"loss": loss.grad, "y": y.grad, "z2": z2.grad, "W2": fc2.weight.grad, "b2": fc2.bias.grad, "h": h.grad,
              "z1": z1.grad, "W1": fc1.weight.grad, "b1": fc1.bias.grad}
     return ({(k, "value"): v.detach() for k, v in values.items()} | {(k, "grad"): g for k, g in grads.items()})
@@ -81,7 +92,7 @@ def check_printed(text: str, expected: float, where: str) -> None:
 @pytest.mark.parametrize("seed", [0, SEED])
 def test_build_walk_equals_autograd(seed):
     walk, reference = build_walk(seed), autograd_reference(seed)
-    assert set(walk["tensors"]) == set(GIVEN + FORWARD + LOCAL)
+    assert set(walk["tensors"]) == set(GIVEN + FORWARD + LOCAL + UPDATE + AUX)
     for name, t in walk["tensors"].items():
         for kind in ("value", "grad"):
             if kind not in t:
@@ -96,11 +107,12 @@ def test_build_walk_equals_autograd(seed):
 
 def test_build_walk_steps_reveal_forward_then_backward_in_order():
     steps = build_walk(SEED)["steps"]
-    assert [s["phase"] for s in steps] == ["start"] + ["forward"] * 5 + ["backward"] * 9
+    assert [s["phase"] for s in steps] == ["start"] + ["forward"] * 5 + ["backward"] * 9 + ["update"]
     assert steps[0]["reveal"] == [[name, "value"] for name in GIVEN]
     assert [s["reveal"] for s in steps[1:6]] == [[[name, "value"]] for name in FORWARD]
-    assert [s["reveal"] for s in steps[6:]] == [[[name, "grad"]] for name in BACKWARD]
-    assert [(s["number"], s["of"]) for s in steps[6:]] == [(k, 9) for k in range(1, 10)]
+    assert [s["reveal"] for s in steps[6:15]] == [[[name, "grad"]] for name in BACKWARD]
+    assert [(s["number"], s["of"]) for s in steps[6:15]] == [(k, 9) for k in range(1, 10)]
+    assert steps[15]["reveal"] == [[name, "value"] for name in UPDATE]
 
 
 def test_build_walk_arithmetic_adds_up_and_uses_only_what_is_known():
@@ -133,8 +145,9 @@ def test_build_walk_arithmetic_adds_up_and_uses_only_what_is_known():
                 used, got = [], 1.0  # dL/dL
             assert got == pytest.approx(number(e["result"]), rel=1e-12, abs=1e-15), f"step {k}: {e['label']}"
             for ref in used:
-                assert tuple(ref[:2]) in known or ref[0] in LOCAL, \
+                assert tuple(ref[:2]) in known or ref[0] in LOCAL + AUX, \
                     f"step {k}: {e['label']} uses {ref}, which the walk has not revealed yet"
+            known.add(tuple(e["result"][:2]))  # a later line of the same step may use it
         if step["phase"] == "backward":
             assert step["ask"] == step["entries"][0]["result"]
         known |= new
@@ -227,7 +240,7 @@ def visible_numbers(browser, reference: dict, where: str) -> set[tuple[str, str,
 
 def expected_pairs(step: int) -> set[tuple[str, str]]:
     """The (tensor, kind) pairs shown on the graph once ``step`` (0 = the start) is reached."""
-    values = GIVEN + FORWARD[:min(step, 5)]
+    values = GIVEN + FORWARD[:min(step, 5)] + (UPDATE if step >= 15 else [])
     return {(v, "value") for v in values} | {(g, "grad") for g in BACKWARD[:max(0, step - 5)]}
 
 
@@ -237,31 +250,33 @@ def test_page_walks_forward_then_backward_and_shows_autograds_numbers(browser, p
     nxt, back = browser.find_element("id", "next"), browser.find_element("id", "back")
     assert not back.is_enabled()
     states = []
-    for step in range(15):
+    for step in range(16):
         where = f"step {step}"
         shown = visible_numbers(browser, reference, where)
         pairs = {(t, k) for t, k, _ in shown}
         if step <= 5:
             assert not any(k == "grad" for _, k in pairs), f"{where}: a gradient is visible before the backward pass"
         # exactly what has been reached, besides the local derivatives of the step's own arithmetic
-        assert pairs - {(name, "value") for name in LOCAL} == expected_pairs(step), where
+        assert pairs - {(name, "value") for name in LOCAL + AUX} == expected_pairs(step), where
         new = expected_pairs(step) - (expected_pairs(step - 1) if step else set())
         for tensor, kind in new:  # every entry of the newly revealed tensor is on the graph
             indices = {i for t, k, i in shown if (t, k) == (tensor, kind)}
             assert len(indices) == max(1, math.prod(reference[(tensor, kind)].shape)), f"{where}: {tensor} {kind}"
         heading = ("Start" if step == 0 else f"Forward, step {step} of 5" if step <= 5
-                   else f"Backward, step {step - 5} of 9")
+                   else f"Backward, step {step - 5} of 9" if step < 15 else "Update: one SGD step")
         assert heading in browser.find_element("id", "steps").text, where
+        if step == 8:  # dL/dz2 = dL/dy x y(1 - y): the sigmoid's backward, linked to its exercise
+            assert "python -m learn start sigmoid" in browser.find_element("id", "steps").text, where
         stray = re.findall(r"-?\d*\.\d+", browser.execute_script(TEXT_WITHOUT_NUMBERS_JS))
         assert not stray, f"{where}: numbers shown outside a data-tensor element: {stray}"
         states.append(shown)
-        assert nxt.is_enabled() == (step < 14), where
-        if step < 14:
+        assert nxt.is_enabled() == (step < 15), where
+        if step < 15:
             nxt.click()
     assert back.is_enabled()
 
     # Back undoes a step exactly (here the first weight gradient), Next redoes it
-    for _ in range(14 - 9):
+    for _ in range(15 - 9):
         back.click()
     assert visible_numbers(browser, reference, "step 9") == states[9]
     back.click()
@@ -288,7 +303,11 @@ def test_page_predict_first_asks_before_revealing(browser, page):
     assert not any(t == "z2" and k == "grad" for t, k, _ in visible_numbers(browser, reference, "asking"))
     guess, verdict = browser.find_element("id", "guess"), browser.find_element("id", "verdict")
     answer = reference[("z2", "grad")][0, 0].item()
-    for typed, word in ((f"{answer * 1.1:.3g}", "Not quite"), (f"{answer:.3g}", "Right")):
+    downstream = reference[("y", "grad")][0, 0].item()  # dL/dy[0,0]: the local derivative forgotten
+    for typed, word in ((f"{answer * 1.1:.3g}", "Not quite. Look again"),
+                        (f"{downstream:.3g}", "Not quite: that is dL/dy itself: the local derivative y(1 − y) is "
+                                              "missing"),
+                        (f"{answer:.3g}", "Right")):
         guess.clear()
         guess.send_keys(typed)
         browser.find_element("id", "check").click()
@@ -297,3 +316,63 @@ def test_page_predict_first_asks_before_revealing(browser, page):
     assert not ask.is_displayed()
     shown = visible_numbers(browser, reference, "after the answer")
     assert ("z2", "grad", "0,0") in shown
+
+
+def test_page_fits_1280_by_800_with_the_arithmetic_in_view(browser, page):
+    """At every step, in both modes, nothing is cut at the right and the lines entry by entry end above the fold."""
+    open_page(browser, page)
+    size = browser.get_window_size()
+    try:
+        inner = browser.execute_script("return [window.innerWidth, window.innerHeight]")
+        browser.set_window_size(size["width"] + 1280 - inner[0], size["height"] + 800 - inner[1])
+        open_page(browser, page)
+        assert browser.execute_script("return [window.innerWidth, window.innerHeight]") == [1280, 800]
+        for predict in (False, True):
+            if predict:
+                browser.find_element("id", "predict").click()
+            nxt = browser.find_element("id", "next")
+            while True:
+                where = f"{'predict ' if predict else ''}frame {browser.find_element('id', 'progress').text}"
+                width, height, loss_right, work_bottom = browser.execute_script("""
+                  const shown = Array.from(document.querySelectorAll('#work .work, #ask'))
+                    .filter(e => e.checkVisibility());
+                  return [document.documentElement.scrollWidth, document.documentElement.scrollHeight,
+                          document.getElementById('node-loss').getBoundingClientRect().right,
+                          Math.max(0, ...shown.map(e => e.getBoundingClientRect().bottom))];""")
+                assert width <= 1280 and loss_right <= 1280, f"{where}: {width} px wide, the loss node ends at " \
+                                                             f"{loss_right}"
+                assert height <= 800 and work_bottom <= 800, f"{where}: {height} px tall, the arithmetic ends at " \
+                                                             f"{work_bottom}"
+                if not nxt.is_enabled():
+                    break
+                nxt.click()
+    finally:
+        browser.set_window_size(size["width"], size["height"])
+
+
+@pytest.mark.parametrize("seed", [0, SEED])
+def test_the_last_step_updates_the_weights_and_the_loss_falls(seed):
+    walk = build_walk(seed)
+    t = walk["tensors"]
+    assert t["loss_new"]["value"] < t["loss"]["value"] and t["loss_change"]["value"] < 0
+    update = walk["steps"][-1]
+    assert update["phase"] == "update" and update["entries"][-1]["label"] == "loss′ − loss"
+
+
+@pytest.mark.parametrize("seed", [0, SEED])
+def test_predict_modes_named_mistakes_differ_from_the_right_answer(seed):
+    walk = build_walk(seed)
+    for step in walk["steps"][6:15]:
+        right = torch.tensor(walk["tensors"][step["ask"][0]]["grad"], dtype=torch.float64)
+        right = right[tuple(int(i) for i in step["ask"][2].split(","))] if step["ask"][2] else right
+        assert len(step["mistakes"]) >= 2, step["node"]
+        for m in step["mistakes"]:
+            assert abs(m["value"] - right.item()) > 1e-3 * abs(right.item()), f"{step['node']}: {m['says']}"
+            assert m["says"].startswith(("that", "the")), m["says"]
+
+
+def test_every_step_but_the_start_names_its_exercise():
+    steps = build_walk(0)["steps"]
+    assert steps[0]["exercise"] is None
+    assert all(s["exercise"] in BY_NAME for s in steps[1:])
+    assert [s["exercise"] for s in steps[1:6]] == ["linear", "tanh", "linear", "sigmoid", "mse"]

@@ -1,4 +1,5 @@
-"""python -m learn train: a right layer trains as handgrad's does (exit 0), a wrong one parts from it (exit 1)."""
+"""python -m learn train: a right layer trains as handgrad's does (exit 0), a wrong one parts from it (exit 1).
+The exercises outside the image networks (adam, value, embedding, lstm_cell, attention): test_learn_train_more.py."""
 from argparse import Namespace
 
 import pytest
@@ -58,7 +59,7 @@ def test_an_exception_while_training_is_reported_in_plain_words(tmp_path, capsys
 
 
 def test_what_cannot_train_is_refused(tmp_path, capsys):
-    assert train(tmp_path / "x.py", "value") == 2
-    assert "works with the layer exercises" in capsys.readouterr().out
+    assert train(tmp_path / "x.py", "valu") == 2
+    assert "no exercise called 'valu'" in capsys.readouterr().out
     assert train(tmp_path / "missing.py", "linear") == 2
     assert "does not exist" in capsys.readouterr().out

@@ -10,7 +10,6 @@ class Exercise:
     name: str  # what the commands take: python -m learn start NAME
     cls: str  # the class the learner writes
     teaches: str  # one line for `python -m learn list`
-    trains: bool = False  # `python -m learn train NAME FILE` puts it in a network
 
     @property
     def source(self) -> Path:
@@ -20,25 +19,19 @@ class Exercise:
 
 EXERCISES = [
     Exercise("linear", "Linear", "the chain rule with matrices: a bias summed over the batch, gradients added "
-             "with +=", trains=True),
-    Exercise("relu", "ReLU", "a gate: the gradient flows where the input was positive and stops elsewhere",
-             trains=True),
-    Exercise("sigmoid", "Sigmoid", "a local derivative read off the output: s (1 - s)", trains=True),
-    Exercise("tanh", "Tanh", "the same from tanh's output: 1 - out^2", trains=True),
-    Exercise("mse", "MSELoss", "a loss: where the backward pass starts, and its 2 and its 1/N", trains=True),
-    Exercise("softmax_cross_entropy", "SoftmaxCrossEntropy", "softmax and cross-entropy fused: (p - onehot) / N",
-             trains=True),
+             "with +="),
+    Exercise("relu", "ReLU", "a gate: the gradient flows where the input was positive and stops elsewhere"),
+    Exercise("sigmoid", "Sigmoid", "a local derivative read off the output: s (1 - s)"),
+    Exercise("tanh", "Tanh", "the same from tanh's output: 1 - out^2"),
+    Exercise("mse", "MSELoss", "a loss: where the backward pass starts, and its 2 and its 1/N"),
+    Exercise("softmax_cross_entropy", "SoftmaxCrossEntropy", "softmax and cross-entropy fused: (p - onehot) / N"),
     Exercise("value", "Value", "the chain rule as an engine: a scalar autograd, topological order, a node used "
              "twice"),
-    Exercise("batchnorm", "BatchNorm1d", "statistics that depend on the whole batch: three terms in dx",
-             trains=True),
-    Exercise("layernorm", "LayerNorm", "the same normalisation per row: which axis a gradient sums over",
-             trains=True),
+    Exercise("batchnorm", "BatchNorm1d", "statistics that depend on the whole batch: three terms in dx"),
+    Exercise("layernorm", "LayerNorm", "the same normalisation per row: which axis a gradient sums over"),
     Exercise("embedding", "Embedding", "a lookup's backward is a scatter-add: repeated ids add up"),
-    Exercise("conv2d", "Conv2d", "weight sharing: a kernel's gradient sums over every position it touched",
-             trains=True),
-    Exercise("maxpool2d", "MaxPool2d", "routing: each gradient goes back to the input that won the max",
-             trains=True),
+    Exercise("conv2d", "Conv2d", "weight sharing: a kernel's gradient sums over every position it touched"),
+    Exercise("maxpool2d", "MaxPool2d", "routing: each gradient goes back to the input that won the max"),
     Exercise("lstm_cell", "LSTMCell", "gates and two states: dc flows through the forget gate, gates stacked "
              "i, f, g, o"),
     Exercise("attention", "CausalAttention", "softmax's Jacobian, the causal mask and the 1/sqrt(d) scale, both "

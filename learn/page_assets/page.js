@@ -6,8 +6,8 @@ const walk = JSON.parse(document.getElementById("walk").textContent);
 // How the graph is laid out: the chain of nodes in one row, the tensors each one also takes from above it.
 const CHAIN = ["x", "z1", "h", "z2", "y", "loss"];
 const ABOVE = {z1: ["W1", "b1"], z2: ["W2", "b2"], loss: ["t"]};
-const GAP = 64;  // px between two boxes of the chain
-const EDGE_ROOM = 70;  // px between the row above and the chain: the arrows and their labels
+const GAP = 46;  // px between two boxes of the chain
+const EDGE_ROOM = 58;  // px between the row above and the chain: the arrows and their labels
 let laneTop = 0;  // where the labels of the chain's edges sit, in a lane below the chain (set by layOut)
 
 // ---- numbers -------------------------------------------------------------------------------------------
@@ -117,8 +117,8 @@ function layOut() {
   const shift = Math.max(0, -Math.min(...Object.values(boxes).map(b => b.offsetLeft)));
   for (const id in boxes) boxes[id].style.left = boxes[id].offsetLeft + shift + "px";
   const chainBottom = chainTop + Math.max(...CHAIN.map(id => boxes[id].offsetHeight));
-  laneTop = chainBottom + 14;
-  graph.style.height = laneTop + 48 + "px";
+  laneTop = chainBottom + 10;
+  graph.style.height = laneTop + 40 + "px";
   graph.style.width = left - GAP + shift + "px";
 }
 layOut();
@@ -248,21 +248,42 @@ function productTable(step, entries) {
 
 function heading(step) {
   if (step.phase === "start") return "Start";
+  if (step.phase === "update") return "Update: one SGD step";
   const phase = step.phase === "forward" ? "Forward" : "Backward";
   return `${phase}, step ${step.number} of ${step.of}`;
+}
+
+/** The exercise a step belongs to: the commands that write it and derive it. */
+function exerciseLine(step) {
+  if (!step.exercise) return "";
+  const code = text => el("code", "", text);
+  return el("span", "exercise", "Exercise: ", code(`python -m learn start ${step.exercise}`), " ",
+            code(`python -m learn why ${step.exercise}`));
+}
+
+/** The update: the new weights in three columns, then the new loss and its change, one line each. */
+function updateGrid(step) {
+  const params = step.entries.filter(e => e.result[0].endsWith("_new") && e.result[0] !== "loss_new");
+  const grid = el("div", "entries", ...params.map(arithmetic));
+  grid.style.gridTemplateColumns = "repeat(3, max-content)";
+  const rest = step.entries.filter(e => !params.includes(e)).map(e => el("div", "loss-line", arithmetic(e)));
+  return el("div", "", grid, ...rest);
 }
 
 // Each step in words above the graph, and its arithmetic, number by number, below it.
 const stepsBox = document.getElementById("steps"), workBox = document.getElementById("work");
 walk.steps.forEach((step, k) => {
   const words = el("div", "step " + step.phase,
-                   el("h2", "", heading(step), step.formula ? el("span", "formula", step.formula) : ""),
+                   el("h2", "", heading(step), step.formula ? el("span", "formula", step.formula) : "",
+                      exerciseLine(step)),
                    el("p", "explain", step.text));
   const work = el("div", "work " + step.phase);
   if (step.entries.length) {
-    work.append(el("h3", "", step.phase === "backward" ? "Downstream × local, entry by entry"
-                                                     : `${step.formula}, entry by entry`),
-                step.columns ? productTables(step) : entriesGrid(step));
+    const title = step.phase === "backward" ? "Downstream × local, entry by entry"
+                : step.phase === "update" ? "Each weight minus lr times its gradient, then the loss again"
+                : `${step.formula}, entry by entry`;
+    work.append(el("h3", "", title), step.phase === "update" ? updateGrid(step)
+                                     : step.columns ? productTables(step) : entriesGrid(step));
   }
   for (const e of [words, work]) {
     e.dataset.step = k;
@@ -335,8 +356,10 @@ document.getElementById("ask-form").addEventListener("submit", event => {
     verdict.textContent = "Right. Press Next to see every entry.";
     verdict.className = "right";
   } else {
-    verdict.textContent = "Not quite. Look again at the downstream gradient and the local derivative, " +
-                          "or press Next to see the answer.";
+    const known = (s.mistakes || []).find(m => agrees(typed, m.value));
+    verdict.textContent = known ? `Not quite: ${known.says}. Try again, or press Next to see the answer.`
+                                : "Not quite. Look again at the downstream gradient and the local derivative, " +
+                                  "or press Next to see the answer.";
     verdict.className = "wrong";
   }
 });

@@ -1,0 +1,191 @@
+"""Why each exercise's backward is what it is: the derivation in a few lines of plain text, with shapes.
+
+One entry per exercise: ``text`` (the derivation), ``reference`` (the textbook version in
+``layers/reference.py``, or None), ``library`` (where handgrad's own layer lives: file and class) and ``page``
+(the steps of ``python -m learn show``'s page that apply it, or None).  ``learn/why.py`` prints them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Derivation:
+    text: str
+    reference: str | None  # "layers/reference.py: linear_backward"
+    library: str  # "layers/linear.py: Linear"
+    page: str | None  # which steps of the step-through page show it
+
+
+DERIVATIONS = {
+    "linear": Derivation("""\
+out = x W^T + b          x (N, D), W (H, D), b (H,), out (N, H)
+One entry: out[n,h] = sum_d x[n,d] W[h,d] + b[h].  A tensor's gradient sums over every output it touched:
+  dx[n,d] = sum_h dout[n,h] W[h,d]     x[n,d] feeds every unit h of row n  ->  dx = dout @ W     (N, D)
+  dW[h,d] = sum_n dout[n,h] x[n,d]     W[h,d] is used by every row n       ->  dW = dout.T @ x   (H, D)
+  db[h]   = sum_n dout[n,h] * 1        b is added to every row             ->  db = dout.sum(0)  (H,)
+A broadcast in the forward (b copied to N rows) is a sum in the backward.  No 1/N: when the loss is a mean,
+its backward has put the 1/N into dout already.  Every gradient has its tensor's shape, so with N, D, H all
+different a transposed product either cannot run or has the wrong shape; the checker's shapes are chosen so.
+Gradients are added into .grad (+=): a layer used twice receives both shares, as any node used twice does.""",
+        "linear_forward, linear_backward", "layers/linear.py: Linear",
+        "dL/dW2 = dL/dz2^T h, dL/db2 = sum_n dL/dz2, dL/dh = dL/dz2 W2, dL/dW1 and dL/db1"),
+    "relu": Derivation("""\
+out = max(x, 0), element by element          x, out (N, D)
+Each out[n,d] depends on x[n,d] alone, so the Jacobian is diagonal and the backward is an element-wise
+product: dx[n,d] = dout[n,d] * d out[n,d] / d x[n,d].
+  d max(x, 0) / dx = 1 where x > 0, 0 where x < 0   (at x = 0 there is no derivative; torch takes 0)
+  dx = dout * (x > 0)                                 (N, D)
+The mask is the forward's (x > 0, the same as out > 0), never dout's: the sign of the gradient says nothing
+about whether the unit was on.  A gate, not a scale: the gradient passes unchanged or stops.  A unit that
+is off for every example passes no gradient to its weights at all: a dead ReLU.""",
+        "relu_forward, relu_backward", "layers/activations.py: ReLU", None),
+    "sigmoid": Derivation("""\
+s = sigmoid(x) = 1 / (1 + e^-x), element by element          x, s (N, D)
+  ds/dx = e^-x / (1 + e^-x)^2 = [1 / (1 + e^-x)] * [e^-x / (1 + e^-x)] = s (1 - s)
+since 1 - s = e^-x / (1 + e^-x).  Diagonal Jacobian again, so
+  dx = dout * s * (1 - s)                                     (N, D)
+written with the output s that the forward keeps: no exp in the backward.  Both factors matter: dout * s,
+with (1 - s) forgotten, is a mistake the checker names.  s (1 - s) is at most 1/4 (at x = 0, s = 1/2): each
+sigmoid multiplies the gradient by 1/4 or less, so through a stack of them it shrinks unless the weights make
+up for it (python -m learn trace --activation sigmoid --depth 6 shows it fall layer by layer).""",
+        None, "layers/activations.py: Sigmoid", "dL/dz2 = dL/dy x y(1 - y): the sigmoid at the output"),
+    "tanh": Derivation("""\
+t = tanh(x) = (e^x - e^-x) / (e^x + e^-x), element by element          x, t (N, D)
+Quotient rule, with u = e^x - e^-x and w = e^x + e^-x (u' = w, w' = u):
+  dt/dx = (w w - u u) / w^2 = 1 - (u/w)^2 = 1 - t^2
+  dx = dout * (1 - t^2)                                                 (N, D)
+with t the forward's *output*: 1 - x^2 (the input) is the usual slip.  The derivative is 1 at x = 0 and
+falls to 0 as |x| grows (a saturated unit passes no gradient).  tanh(x) = 2 sigmoid(2x) - 1, so this is the
+sigmoid's s (1 - s) rescaled: 1 - t^2 = 4 s (1 - s) with s = sigmoid(2x).""",
+        None, "layers/activations.py: Tanh", "dL/dz1 = dL/dh x (1 - h^2): the tanh of the hidden layer"),
+    "mse": Derivation("""\
+L = (1/M) sum_k (input_k - target_k)^2        input, target (N, C); M = N C, every element; L a scalar
+The loss is where the backward starts: dL/dL = 1, so backward() takes no dout.
+  dL/dinput_k = (1/M) * 2 (input_k - target_k) * d(input_k - target_k)/dinput_k = 2 (input_k - target_k) / M
+  dinput = 2 * (input - target) / input.numel()                                      (N, C)
+The 2 comes from the square, the 1/M from the mean, and M counts every element (N C), not only the rows:
+nn.MSELoss's mean is over all of them.  This 1/M is the only one in the whole backward pass: every layer
+before it receives it inside its dout and must not divide again.""",
+        None, "losses/mse.py: MSELoss", "dL/dy = dL/dL x 2(y - t)/4: the loss's own gradient (four examples, one output)"),
+    "softmax_cross_entropy": Derivation("""\
+p = softmax(z) per row: p[n,j] = e^z[n,j] / sum_k e^z[n,k]     z, p (N, C); y (N,) class indices
+L = (1/N) sum_n -log p[n, y_n]
+Softmax's Jacobian (one row, C x C, not diagonal: every logit moves every probability of its row):
+  dp_j/dz_k = p_j (delta_jk - p_k)
+Only p_y is in the loss, dL/dp_j = -(1/N) delta_jy / p_y, so the sum over j keeps one term:
+  dL/dz_k = sum_j dL/dp_j dp_j/dz_k = -(1/N) (1/p_y) p_y (delta_yk - p_k) = (p_k - delta_yk) / N
+  dz = (p - onehot(y)) / N                                      (N, C)
+The same in one line: -log p_y = -z_y + log sum_k e^z_k, whose derivative is -delta_yk + p_k.  Each row of
+dz sums to 0 (adding a constant to a row's logits changes nothing).  Compute p from z - max(z) (the same
+softmax, no overflow); the backward needs no log and no division by p.""",
+        "softmax_cross_entropy", "losses/cross_entropy.py: CrossEntropyLoss", None),
+    "value": Derivation("""\
+Every Value is a node of a graph that ends in one scalar L; node.grad means dL/dnode (a float).
+At one node out = f(a, b), the chain rule sends back dL/da += dL/dout * df/da (and the same for b):
+  a + b: 1, 1     a * b: b, a     x ** n: n x^(n - 1)     tanh: 1 - t^2 (t its output)     exp: e^x (its output)
+A node used by several later nodes gets the sum of what each sends (the multivariable chain rule):
+  dL/da = sum over the nodes u that use a of dL/du * du/da    ->  += , never =   (a * a: a + a = 2a)
+A node may send its gradient on only once it is complete, i.e. after every node that uses it has sent
+its share: visit the nodes in reverse topological order (each node after all of its users).  Build the
+order by a depth-first walk, with an explicit stack: a chain of 3,000 nodes is deeper than Python's
+recursion limit (about 1,000).  Start with L.grad = 1 (dL/dL).  One visit per edge, as many as the forward
+made: reverse mode gives the gradient with respect to every input in one pass (micrograd's engine).""",
+        None, "autodiff/engine.py: Tensor (its backward and _topological_order)",
+        "every backward step: dL/dL = 1 first, then each gradient once all its users have sent theirs"),
+    "batchnorm": Derivation("""\
+One column (a feature d; drop the index), over the batch n = 1..N, with r = 1/sqrt(var + eps):
+  mu = (1/N) sum_n x_n;  var = (1/N) sum_n (x_n - mu)^2;  xhat_n = (x_n - mu) r;  out_n = gamma xhat_n + beta
+dbeta = sum_n dout_n, dgamma = sum_n dout_n xhat_n (D,); and g_n = dL/dxhat_n = dout_n gamma (N, D).
+x_i reaches the loss by three paths: xhat_i directly, and every xhat_n through mu and through var.
+  direct:  g_i r
+  var:     dL/dvar = sum_n g_n (x_n - mu) (-1/2)(var + eps)^(-3/2);  dvar/dx_i = 2 (x_i - mu)/N
+           (var's own dependence on mu adds (-2/N) sum_n (x_n - mu) = 0)  ->  -(r/N) xhat_i sum_n g_n xhat_n
+  mean:    dL/dmu = -r sum_n g_n (var's share is that same 0);  dmu/dx_i = 1/N  ->  -(r/N) sum_n g_n
+  dx_i = (r/N) (N g_i - sum_n g_n - xhat_i sum_n g_n xhat_n)            dx (N, D), sums over dim 0
+Treat mu and var as constants and only the first term is left: a mistake the checker names.
+var is the biased one (divided by N, as PyTorch normalises); eps goes inside the square root.""",
+        "batchnorm_forward, batchnorm_backward", "layers/batchnorm.py: BatchNorm1d", None),
+    "layernorm": Derivation("""\
+Batch norm turned sideways: the statistics are over each row's D features instead of down each column.
+Per row n, with r_n = 1/sqrt(var_n + eps) and g = dout * gamma (N, D):
+  mu_n = (1/D) sum_d x[n,d];  var_n = (1/D) sum_d (x[n,d] - mu_n)^2;  xhat = (x - mu) r   (N, D)
+The same three paths (direct, through mu_n, through var_n), with every sum over the row, keepdim:
+  dx = r / D * (D g - g.sum(1, keepdim=True) - xhat * (g * xhat).sum(1, keepdim=True))    (N, D)
+But gamma and beta (D,) are shared by every row, as batch norm's are, so their sums are still over dim 0:
+  dgamma = (dout * xhat).sum(0),  dbeta = dout.sum(0)                                       (D,)
+Which axis a gradient sums over is the lesson: the statistics' axis for dx, the batch for the parameters.
+Each row of dx sums to 0: adding a constant to a row of x does not change its xhat.""",
+        "batchnorm_backward (the same algebra over the other axis)", "layers/layernorm.py: LayerNorm", None),
+    "embedding": Derivation("""\
+out[n,t,:] = W[idx[n,t], :]          W (V, D), idx (N, T) int64, out (N, T, D)
+A lookup is a product with a one-hot matrix: out = onehot(idx) W with onehot (N T, V); as for linear,
+dW = onehot^T dout, whose row v is the sum of dout[n,t] over every position where idx[n,t] = v:
+  dW = zeros(V, D);  dW.index_add_(0, idx.reshape(-1), dout.reshape(-1, D))          (V, D)
+An id seen k times gets k gradients, added.  dW[idx] += dout does not add them: an indexed assignment
+writes each repeated row once (one position's gradient survives, the others are lost).  A row nobody looked
+up gets 0.  The ids are integers, not a function of anything learnable: backward returns no dx.""",
+        None, "layers/embedding.py: Embedding", None),
+    "conv2d": Derivation("""\
+With xp the zero-padded input (N, C_in, H + 2p, W + 2p) and k x k kernels (a cross-correlation, as torch):
+  out[n,o,y,x] = b[o] + sum_{c,i,j} W[o,c,i,j] xp[n,c,y+i,x+j]         out (N, C_out, H_out, W_out)
+One weight is used at every position of every example, so its gradient sums over all of them:
+  dW[o,c,i,j] = sum_{n,y,x} dout[n,o,y,x] xp[n,c,y+i,x+j]              (C_out, C_in, k, k)
+  db[o]       = sum_{n,y,x} dout[n,o,y,x]                              (C_out,)
+One input pixel is seen by up to k^2 positions of each output channel, so its gradient sums over those:
+  dxp[n,c,Y,X] = sum_{o,i,j} dout[n,o,Y-i,X-j] W[o,c,i,j]             (the out-of-range terms are 0)
+dx is the convolution of dout with the flipped kernel ('full', a transposed convolution); dx is dxp with
+the padding cut off (the pad is a constant: its gradient goes nowhere).  In the loop over offsets (i, j),
+each out += W[:,:,i,j] . patch gives dW[:,:,i,j] = einsum('nohw,nchw->oc', dout, patch) and
+dxp[:,:,i:i+H_out, j:j+W_out] += einsum('nohw,oc->nchw', dout, W[:,:,i,j]).""",
+        "conv2d_forward, conv2d_backward", "layers/conv.py: Conv2d", None),
+    "maxpool2d": Derivation("""\
+out[n,c,i,j] = max of the window x[n,c, i s : i s + k, j s : j s + k]      x (N, C, H, W)
+A max is locally one of its inputs: d out / d x = 1 for the window's winner (its argmax, kept from the
+forward; on a tie, one of them, as torch picks one) and 0 for the k^2 - 1 others.  So the backward
+multiplies nothing, it routes:
+  dx = zeros(N, C, H, W);  for each window: dx[n, c, winner] += dout[n, c, i, j]
+With s < k the windows overlap and an input can win two of them: +=, as everywhere.  Inputs that never win
+get exactly 0, and a small change to them does not move the loss at all.  The argmax must be the forward's:
+recomputing it from dout, or sending dout to every entry of the window, is wrong.""",
+        None, "layers/pool.py: MaxPool2d", None),
+    "lstm_cell": Derivation("""\
+a = x Wih^T + bih + h Whh^T + bhh (N, 4H) -> ai, af, ag, ao (N, H), in torch's order i, f, g, o
+i, f, o = sigmoid(ai, af, ao);  g = tanh(ag);  c' = f c + i g;  h' = o tanh(c')
+c' has two consumers, the returned state (dc' arrives) and h' (through o tanh(c')), so it gets both:
+  dc_total = dc' + dh' * o * (1 - tanh(c')^2)          do = dh' * tanh(c')                   (N, H)
+Through c' = f c + i g, a product rule for each term:
+  di = dc_total * g,  dg = dc_total * i,  df = dc_total * c,  dc = dc_total * f            (N, H)
+Through the gates: dai = di i(1 - i), daf = df f(1 - f), dao = do o(1 - o), dag = dg (1 - g^2)
+  da = cat([dai, daf, dag, dao], 1)                    (N, 4H), stacked as the forward cut a
+  dx = da Wih (N, I);  dh = da Whh (N, H);  dWih += da^T x (4H, I);  dWhh += da^T h (4H, H)
+  dbih += da.sum(0) and dbhh += da.sum(0): both biases are added to a, so both get the same gradient.
+dc = dc_total * f reaches the previous cell with no matrix and no squashing: with f near 1 the gradient
+crosses many steps unchanged, the reason an LSTM remembers further back than a plain RNN.""",
+        "lstm_step_forward, lstm_step_backward", "layers/cells.py: LSTMCell (its math: layers/bptt.py)", None),
+    "attention": Derivation("""\
+S = s q k^T (N, T, T), s = 1/sqrt(d);  S[t, u] = -inf for u > t (the future);  A = softmax(S) per row;
+out = A v (N, T, d).  Backwards, one line at a time:
+  dv = A^T dout   (N, T, d)             dA = dout v^T   (N, T, T)
+Softmax of one row a = A[t, :]: da_j/dS_u = a_j (delta_ju - a_u), so
+  dS_u = sum_j dA_j a_j (delta_ju - a_u) = a_u (dA_u - sum_j dA_j a_j)
+  dS = A * (dA - (dA * A).sum(-1, keepdim=True))   (N, T, T): a row dot product, no T x T Jacobian built
+A masked entry has A = 0, hence dS = 0: the mask needs nothing in the backward.
+  dq = s dS k  (N, T, d)                dk = s dS^T q  (N, T, d)
+The scale is in both directions: S = s q k^T, so each derivative of S carries s.  Why 1/sqrt(d): with
+entries of q and k of variance 1, q . k has variance d; unscaled, the softmax saturates (A nearly one-hot)
+and dS = A * (dA - ...) is nearly 0 everywhere: no gradient reaches q and k.""",
+        "attention_forward, attention_backward", "layers/attention.py: ScaledDotProductAttention", None),
+    "adam": Derivation("""\
+Not a backward: the update that uses one.  Per parameter p with g = p.grad (m, v of p's shape, both 0 at t = 0):
+  m_t = b1 m_(t-1) + (1 - b1) g_t          v_t = b2 v_(t-1) + (1 - b2) g_t^2
+Unrolled, m_t = (1 - b1) sum_(s<=t) b1^(t-s) g_s; if the g_s share a mean E[g], E[m_t] = (1 - b1^t) E[g]:
+an average that starts at 0 is too small by exactly that factor.  Hence the bias correction
+  m_hat = m_t / (1 - b1^t)      v_hat = v_t / (1 - b2^t)      p -= lr m_hat / (sqrt(v_hat) + eps)
+At t = 1, m_hat = g and v_hat = g^2: every parameter moves by about lr * sign(g).  Without the correction
+the step is lr (1 - b1^t)/sqrt(1 - b2^t) m_hat/sqrt(v_hat): 3.2 lr at t = 1, 6.6 lr at t = 12, still
+1.26 lr at t = 1000 (b1 = 0.9, b2 = 0.999): too large for thousands of steps.  eps is added after the
+square root (inside it, sqrt(v_hat + 1e-8) = 1e-4 would swamp small gradients).  m_hat/sqrt(v_hat) does not
+change when the loss is multiplied by a constant: Adam's step size is set by lr, not by the gradient's scale.""",
+        None, "optimizers/adam.py: Adam", None),
+}

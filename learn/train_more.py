@@ -1,0 +1,9 @@
+"""``learn train`` for the exercises that are no layer of an image network: which race each one runs."""
+from __future__ import annotations
+
+from .train_optim import adam_race
+from .train_text import text_race
+from .train_value import value_race
+
+RACES = {"embedding": text_race, "lstm_cell": text_race, "attention": text_race, "adam": adam_race,
+         "value": value_race}
