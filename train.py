@@ -113,9 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
       "and augmentation")
     a("--device", default=d["device"].default, help="cpu, cuda, cuda:N or auto")
     a("--threads", type=int, default=d["threads"].default, metavar="N",
-      help=f"CPU threads for torch's operations (default: torch's choice, {torch.get_num_threads()} here: one per "
-           f"core, or $OMP_NUM_THREADS; torchrun sets 1 per process); on a machine busy with other work, fewer threads "
-           f"than cores can be many times faster")
+      help=f"CPU threads for torch's operations (default: the cores the load average leaves free, at most one per "
+           f"core ({torch.get_num_threads()} here), or $OMP_NUM_THREADS, which torchrun sets to 1; the start-up line "
+           f"says what was chosen and why); give it for a float32 run that repeats bit for bit")
     a("--dtype", choices=list(DTYPES), default=d["dtype"].default,
       help="bfloat16, float16: mixed precision (float32 data and master weights the optimizer updates, matrix "
            "products in the half dtype, softmax/cross-entropy and batch norm statistics in float32; float16 with a "

@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
 from .exercises import BY_NAME, EXERCISES, get
+from .files import NotebookError, notebook_code, work_dir
 
 
 def cmd_list(args) -> int:
@@ -17,11 +20,23 @@ def cmd_list(args) -> int:
     return 0
 
 
+def _default(name: str) -> Path | None:
+    """``name`` in the learner's work folder (learn/files.py), or None (said on stderr) where none can be made."""
+    try:
+        return work_dir() / name
+    except OSError as e:
+        print(f"cannot make a folder for your files ({e.strerror or e}): give --out FILE, or set HANDGRAD_LEARN_DIR",
+              file=sys.stderr)
+        return None
+
+
 def cmd_start(args) -> int:
     from .source import notebook, solution_text, stub_text
     ex = get(args.name)
     suffix = ".ipynb" if args.notebook else ".py"
-    out = Path(args.out) if args.out else Path(f"{ex.name}{'_solution' if args.solution else ''}{suffix}")
+    out = Path(args.out) if args.out else _default(f"{ex.name}{'_solution' if args.solution else ''}{suffix}")
+    if out is None:
+        return 2
     if out.exists() and not args.force:
         print(f"{out} exists already; not overwriting it (add --force to replace it, or --out OTHER_FILE)",
               file=sys.stderr)
@@ -38,14 +53,18 @@ def cmd_start(args) -> int:
     except OSError as e:
         print(f"cannot write {out}: {e.strerror or e}", file=sys.stderr)
         return 2
+    file = f" {out}" if args.out else ""  # the default file is the one check reads by default
     if args.solution:
         print(f"wrote the worked solution of {ex.name} to {out}")
     elif args.notebook:
-        print(f"wrote {out}: open it in Jupyter, fill in the parts marked '# YOUR CODE HERE', run the cells; the "
-              f"last one checks your {ex.cls}")
+        jupyter = "" if importlib.util.find_spec("notebook") or importlib.util.find_spec("jupyterlab") else (
+            " (Jupyter is not installed here: pip install notebook, or pip install -e '.[notebook]' in the checkout)")
+        print(f"wrote {out}: open it in Jupyter{jupyter}, fill in the parts marked '# YOUR CODE HERE', run the "
+              f"cells; the last one checks your {ex.cls}. Or check it from a terminal:\n"
+              f"    python -m learn check {ex.name} {out}")
     else:
         print(f"wrote {out}: read it, fill in the parts marked '# YOUR CODE HERE', then check it with\n"
-              f"    python -m learn check {ex.name} {out}")
+              f"    python -m learn check {ex.name}{file}")
     return 0
 
 
@@ -67,16 +86,34 @@ def cmd_hint(args) -> int:
 def cmd_check(args) -> int:
     from .checker import check_file
     ex = get(args.name)
-    code, text = check_file(ex.name, Path(args.file))
+    path = Path(args.file) if args.file else work_dir(create=False) / f"{ex.name}.py"
+    if path.suffix == ".ipynb":
+        code, text = _check_notebook(ex.name, path, check_file)
+    else:
+        code, text = check_file(ex.name, path)
     print(text, end="", file=sys.stdout if code < 2 else sys.stderr)
     if code == 0:
         after = EXERCISES.index(ex) + 1
-        nxt = [f"python -m learn train {ex.name} {args.file}  (your layer in a network beside handgrad's)"] \
-            if ex.trains else []
+        nxt = [f"python -m learn train {ex.name} {path}  (your layer in a network beside handgrad's)"] \
+            if ex.trains and path.suffix != ".ipynb" else []
         if after < len(EXERCISES):
             nxt.append(f"python -m learn start {EXERCISES[after].name}  (the next exercise)")
         print("Next:  " + "\n       ".join(nxt))
     return code
+
+
+def _check_notebook(name: str, path: Path, check_file) -> tuple[int, str]:
+    """check_file on a notebook's code cells (learn/files.py), copied into a temporary file named as the notebook."""
+    try:
+        code = notebook_code(path)
+    except NotebookError as e:
+        return 2, f"Cannot check {path}: {e}\n"
+    with tempfile.TemporaryDirectory(prefix="handgrad-notebook-") as tmp:
+        copy = Path(tmp) / f"{path.stem}.py"
+        copy.write_text(code)
+        status, text = check_file(name, copy)
+    note = f"(the code cells of {path}, joined into {copy.name}: its line N is the Nth line of code)\n"
+    return status, note + text.replace(str(copy), str(path))
 
 
 def cmd_train(args) -> int:
@@ -93,8 +130,11 @@ def cmd_show(args) -> int:
         print("python -m learn show: the step-through page (learn/page.py) is not in this copy of handgrad yet",
               file=sys.stderr)
         return 2
-    out = write_page(Path(args.out), args.seed)
-    print(f"wrote {out or args.out}: open it in a browser (one file, nothing fetched from the network)")
+    target = Path(args.out) if args.out else _default("backprop.html")
+    if target is None:
+        return 2
+    out = write_page(target, args.seed)
+    print(f"wrote {out or target}: open it in a browser (one file, nothing fetched from the network)")
     return 0
 
 
@@ -120,7 +160,8 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(run=cmd_list)
     s = sub.add_parser("start", help="write an exercise to fill in (NAME.py)")
     s.add_argument("name", choices=names, metavar="NAME")
-    s.add_argument("--out", help="the file to write (default NAME.py, NAME.ipynb with --notebook)")
+    s.add_argument("--out", help="the file to write (default NAME.py, NAME.ipynb with --notebook, in "
+                                 "~/handgrad-learn or $HANDGRAD_LEARN_DIR)")
     s.add_argument("--solution", action="store_true", help="write the worked solution instead")
     s.add_argument("--notebook", action="store_true", help="write a Jupyter notebook, the check as its last cell")
     s.add_argument("--force", action="store_true", help="replace the file if it exists")
@@ -132,7 +173,8 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("check", help="check your file against PyTorch and name the mistake (exit 0 right, 1 "
                                      "wrong, 2 unusable file)")
     s.add_argument("name", choices=names, metavar="NAME")
-    s.add_argument("file")
+    s.add_argument("file", nargs="?", help="your NAME.py or NAME.ipynb (default: NAME.py in the folder learn start "
+                                           "writes to)")
     s.set_defaults(run=cmd_check)
     s = sub.add_parser("train", help="train a network with your layer beside the same network with handgrad's "
                                      "(exit 0 when they agree, 1 when they part)")
@@ -143,7 +185,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0)
     s.set_defaults(run=cmd_train)
     s = sub.add_parser("show", help="write the step-through page of backpropagation (one HTML file)")
-    s.add_argument("--out", required=True, help="the HTML file to write")
+    s.add_argument("--out", help="the HTML file to write (default backprop.html in ~/handgrad-learn or "
+                                 "$HANDGRAD_LEARN_DIR)")
     s.add_argument("--seed", type=int, default=0, help="the seed of the XOR network's weights")
     s.set_defaults(run=cmd_show)
     sub.add_parser("trace", help="one training step of a model, layer by layer (its options: trace --help)",

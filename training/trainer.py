@@ -22,7 +22,8 @@ from .allocator import retain_freed_memory
 from .parallel.agreement import check_ranks_agree, run_identity
 from .storage.checkpoint import check_data, checkpoint_state, load_checkpoint, save_checkpoint
 from .storage.restore import restore
-from .config import TrainConfig, resolve_device, use_threads
+from .config import TrainConfig, resolve_device
+from .threads import use_threads
 from .errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, NonFiniteLoss, RunFailed, UsageError
 from .storage.files import WriteFailed, atomic_write_text
 from .drift import Drift, first_step_agreement
@@ -44,15 +45,15 @@ def run(config: TrainConfig, say: Callable | None = None, *, init_method: str | 
     Under torchrun (or with ``info``/``init_method`` given, as tests do) every rank runs this; rank 0 alone prints
     and writes files.
     """
-    use_threads(config.threads)
+    threads = use_threads(config.threads)
     retain_freed_memory()  # activations are not returned to the system and faulted back in at every step
     device = resolve_device(config.device)
     with under_torchrun(device, config.dist_timeout, init_method, info) as (info, device):
         quiet = config.quiet or not info.is_main
-        return _run(config, device, info, say or ((lambda *a, **k: None) if quiet else print))
+        return _run(config, device, info, say or ((lambda *a, **k: None) if quiet else print), threads)
 
 
-def _run(config: TrainConfig, device: torch.device, info: DistInfo, say: Callable) -> int:
+def _run(config: TrainConfig, device: torch.device, info: DistInfo, say: Callable, threads: str) -> int:
     ckpt = None
     if config.resume is not None:
         config, ckpt = load_checkpoint(config.resume, config)
@@ -67,7 +68,7 @@ def _run(config: TrainConfig, device: torch.device, info: DistInfo, say: Callabl
     try:  # rank 0 holds the output folder's lock from here to the end of the run
         if folder is not None:
             folder.check()
-        return _train(config, device, info, say, ckpt, out, folder)
+        return _train(config, device, info, say, ckpt, out, folder, threads)
     finally:
         if folder is not None:
             folder.release()
@@ -91,7 +92,7 @@ def _build(config: TrainConfig, device: torch.device, info: DistInfo, task: Task
 
 
 def _train(config: TrainConfig, device: torch.device, info: DistInfo, say: Callable, ckpt: dict | None, out: Path,
-           folder: OutputFolder | None) -> int:
+           folder: OutputFolder | None, threads: str) -> int:
     task = make_task(config, device, say)
     if ckpt is not None:
         check_data(ckpt, task.fingerprint, config.resume, task.data_name)
@@ -129,7 +130,7 @@ def _train(config: TrainConfig, device: torch.device, info: DistInfo, say: Calla
         log_scalars(writer, rec)
         records.append(rec)
 
-    say(f"{task.describe(device)} ({_precision(config)}; {_count(torch.get_num_threads(), 'CPU thread')}); "
+    say(f"{task.describe(device)} ({_precision(config)}; {threads}); "
         f"loaded in {task.data_seconds:.2f} s; model {config.model}; impl {', '.join(impls)}; "
         f"{f'{info.world_size} processes; ' if info.enabled else ''}output {out}")
     drift = Drift(impls, task.steps_per_round, log) if len(impls) > 1 else None
@@ -207,10 +208,6 @@ def _agreement(config: TrainConfig, records: list) -> str | None:
     if config.dtype == "float32":
         line += " (--dtype float64 keeps the drift far smaller)"
     return line + ("; curves.png plots the drift over steps" if config.plots else "")
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _precision(config: TrainConfig) -> str:
