@@ -24,7 +24,7 @@ from .storage.checkpoint import check_data, checkpoint_state, load_checkpoint, s
 from .storage.restore import restore
 from .config import TrainConfig, resolve_device
 from .threads import use_threads
-from .errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, NonFiniteLoss, RunFailed, UsageError
+from .errors import EXIT_FAILED, EXIT_OK, Interrupted, NonFiniteLoss, RunFailed, UsageError
 from .storage.files import WriteFailed, atomic_write_text
 from .drift import Drift, first_step_agreement
 from .impls import build_impls, check_mixed_precision, max_param_abs_diff
@@ -38,7 +38,8 @@ from .tasks.task import Task, make_task, task_class
 
 def run(config: TrainConfig, say: Callable | None = None, *, init_method: str | None = None,
         info: DistInfo | None = None) -> int:
-    """Train as ``config`` says; return the exit status (0, or 1 for a non-finite loss, 130 for Ctrl-C).
+    """Train as ``config`` says; return the exit status (0, or 1 for a non-finite loss).  Ctrl-C says where the
+    last complete checkpoint is and raises Interrupted, a KeyboardInterrupt (the command line makes it exit 130).
 
     Raises UsageError for bad settings, missing or other data, a damaged checkpoint or an unusable or busy output
     folder, before anything is trained; RunFailed when the run cannot go on (a write fails, another rank failed).
@@ -147,7 +148,7 @@ def _train(config: TrainConfig, device: torch.device, info: DistInfo, say: Calla
                 diff = drift.end_epoch(r)
                 say(f"{task.round_name(r, pad=True)} largest weight difference between {', '.join(impls)}: {diff:.3e}"
                     f"{_MIXED_DRIFT if config.is_mixed else ''}")
-            if info.is_main:
+            if info.is_main and not config.dry_run:  # a smoke test leaves no checkpoint (tens of MB) behind
                 save_checkpoint(ckpt_path, {**checkpoint_state(impls, config, r, records, batch_gen, task.fingerprint),
                                             **task.checkpoint_extra(), "world_size": info.world_size, "monitor": monitor_state(monitors)})
                 saved_epoch = r
@@ -159,7 +160,7 @@ def _train(config: TrainConfig, device: torch.device, info: DistInfo, say: Calla
         return EXIT_FAILED
     except KeyboardInterrupt:
         print(f"\ninterrupted; {_last_checkpoint(ckpt_path, saved_epoch, task)}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        raise Interrupted from None
     except WriteFailed as e:
         raise RunFailed(f"{e}; {_last_checkpoint(ckpt_path, saved_epoch, task)}") from None
     finally:
@@ -245,7 +246,7 @@ def _finish(config: TrainConfig, out: Path, impls: dict, task: Task, records: li
     if not info.is_main:
         return
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
-    written = ["summary.json", "metrics.jsonl", "checkpoint.pt"]
+    written = ["summary.json", "metrics.jsonl"] + ([] if config.dry_run else ["checkpoint.pt"])
     if config.plots:
         from .plots import write_plots
         written += [p.name for p in write_plots(out, records, task.kind)]
