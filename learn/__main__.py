@@ -58,7 +58,7 @@ def cmd_start(args) -> int:
         print(f"wrote the worked solution of {ex.name} to {out}")
     elif args.notebook:
         jupyter = "" if importlib.util.find_spec("notebook") or importlib.util.find_spec("jupyterlab") else (
-            " (Jupyter is not installed here: pip install notebook, or pip install -e '.[notebook]' in the checkout)")
+            " (Jupyter is not installed here: pip install notebook, or in the checkout: .venv/bin/pip install -e '.[notebook]')")
         print(f"wrote {out}: open it in Jupyter{jupyter}, fill in the parts marked '# YOUR CODE HERE', run the "
               f"cells; the last one checks your {ex.cls}. Or check it from a terminal:\n"
               f"    python -m learn check {ex.name} {out}")
@@ -117,6 +117,8 @@ def _check_notebook(name: str, path: Path, check_file) -> tuple[int, str]:
 
 
 def cmd_train(args) -> int:
+    from training.threads import use_threads
+    print(f"torch on {use_threads(args.threads)}")
     from .train import main
     return main(args)
 
@@ -183,6 +185,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--steps", type=int, default=40, help="training steps (default 40)")
     s.add_argument("--plot", help="draw both loss curves into this PNG file")
     s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="CPU threads for torch (default: the cores the load average leaves free)")
     s.set_defaults(run=cmd_train)
     s = sub.add_parser("show", help="write the step-through page of backpropagation (one HTML file)")
     s.add_argument("--out", help="the HTML file to write (default backprop.html in ~/handgrad-learn or "

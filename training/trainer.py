@@ -147,7 +147,7 @@ def _train(config: TrainConfig, device: torch.device, info: DistInfo, say: Calla
             if drift is not None:
                 diff = drift.end_epoch(r)
                 say(f"{task.round_name(r, pad=True)} largest weight difference between {', '.join(impls)}: {diff:.3e}"
-                    f"{_MIXED_DRIFT if config.is_mixed else ''}")
+                    f"{_drift_note(config)}")
             if info.is_main and not config.dry_run:  # a smoke test leaves no checkpoint (tens of MB) behind
                 save_checkpoint(ckpt_path, {**checkpoint_state(impls, config, r, records, batch_gen, task.fingerprint),
                                             **task.checkpoint_extra(), "world_size": info.world_size, "monitor": monitor_state(monitors)})
@@ -179,6 +179,14 @@ def _last_checkpoint(path: Path, r: int | None, task: Task) -> str:
 
 _MIXED_DRIFT = (" (mixed precision: float32 weights of two runs that may round their half products differently, "
                 "not expected to agree to float32 precision)")
+
+
+def _drift_note(config: TrainConfig) -> str:
+    """Why the weights of implementations that agree step by step move apart, for the line that prints it."""
+    if config.is_mixed:
+        return _MIXED_DRIFT
+    note = f" ({config.dtype} rounding, which training amplifies as between two runs that sum in another order"
+    return note + ("; far smaller with --dtype float64)" if config.dtype == "float32" else ")")
 
 
 # float64 rounding moves a first step's weights apart by about 1e-17 (ulps of the weights); a difference of 1e4 ulps
