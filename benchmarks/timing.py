@@ -8,7 +8,8 @@ call did, which other processes on a shared machine inflate far less than its wa
 and memory bandwidth).  ``machine``: the header line saying where and under what load a figure was measured.
 ``parser``: an argument parser with ``--threads`` (torch.set_num_threads, applied as the arguments are parsed; not
 given, chosen from the load by training.threads and printed), ``--device`` (checked, one line where it does not
-exist here) and, for scripts that take it, ``--clock``; its errors are one line.  (Imported by the sibling scripts: benchmarks/ is sys.path[0] when one of them runs.)
+exist here) and, for scripts that take it, ``--clock``; its errors are one line.  (Imported by the sibling
+scripts: benchmarks/ is sys.path[0] when one of them runs.)
 """
 from __future__ import annotations
 

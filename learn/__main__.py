@@ -58,7 +58,8 @@ def cmd_start(args) -> int:
         print(f"wrote the worked solution of {ex.name} to {out}")
     elif args.notebook:
         jupyter = "" if importlib.util.find_spec("notebook") or importlib.util.find_spec("jupyterlab") else (
-            " (Jupyter is not installed here: pip install notebook, or in the checkout: .venv/bin/pip install -e '.[notebook]')")
+            " (Jupyter is not installed here: pip install notebook, or in the checkout: "
+            ".venv/bin/pip install -e '.[notebook]')")
         print(f"wrote {out}: open it in Jupyter{jupyter}, fill in the parts marked '# YOUR CODE HERE', run the "
               f"cells; the last one checks your {ex.cls}. Or check it from a terminal:\n"
               f"    python -m learn check {ex.name} {out}")
@@ -87,6 +88,10 @@ def cmd_check(args) -> int:
     from .checker import check_file
     ex = get(args.name)
     path = Path(args.file) if args.file else work_dir(create=False) / f"{ex.name}.py"
+    if not args.file and not path.is_file():
+        print(f"Cannot check {path}: it does not exist; python -m learn start {ex.name} writes it there (or name "
+              f"your file: python -m learn check {ex.name} FILE)", file=sys.stderr)
+        return 2
     if path.suffix == ".ipynb":
         code, text = _check_notebook(ex.name, path, check_file)
     else:
@@ -118,7 +123,11 @@ def _check_notebook(name: str, path: Path, check_file) -> tuple[int, str]:
 
 def cmd_train(args) -> int:
     from training.threads import use_threads
-    print(f"torch on {use_threads(args.threads)}")
+    try:
+        print(f"torch on {use_threads(args.threads)}")
+    except ValueError as e:  # --threads 0
+        print(f"python -m learn train: {e}", file=sys.stderr)
+        return 2
     from .train import main
     return main(args)
 

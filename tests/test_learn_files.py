@@ -29,6 +29,9 @@ def test_start_show_and_check_use_the_work_folder_and_leave_the_current_one_alon
     assert f"wrote {work / 'linear.py'}:" in capsys.readouterr().out
     (work / "linear.py").write_text(solution_text(BY_NAME["linear"], str(work / "linear.py")))
     assert main(["check", "linear"]) == 0 and "PASS" in capsys.readouterr().out  # NAME.py found there
+    assert main(["check", "relu"]) == 2
+    assert f"Cannot check {work / 'relu.py'}: it does not exist; python -m learn start relu writes it there" in \
+        capsys.readouterr().err
     assert main(["show"]) == 0
     assert f"wrote {work / 'backprop.html'}:" in capsys.readouterr().out and (work / "backprop.html").stat().st_size
     assert main(["start", "relu", "--notebook"]) == 0 and (work / "relu.ipynb").is_file()
