@@ -65,13 +65,13 @@ def test_each_readme_block_runs_alone(index, tmp_path):
     assert r.stdout.strip(), f"README.md's block at line {line} prints nothing: a reader cannot see it worked"
 
 
-def readme_commands() -> list[list[str]]:
-    """The argument lists of README's bash lines that run the project's Python (``.venv/bin/python ...``)."""
+def readme_commands(program: str = ".venv/bin/python") -> list[list[str]]:
+    """The argument lists of README's bash commands that run ``program`` (the project's Python, or ``sh``)."""
     found = []
     for block in BASH_BLOCK.findall(README.read_text()):
         for command in re.split(r"&&|;|\n", block):
             words = shlex.split(command, comments=True)
-            if words[:1] == [".venv/bin/python"]:
+            if words[:1] == [program]:
                 found.append(words[1:])
     return found
 
@@ -91,6 +91,8 @@ def test_readme_commands_name_what_exists_and_take_their_arguments():
             assert all(w.startswith("-") for w in words[2:]), words
         else:
             pytest.fail(f"README.md runs {words}, which this test does not know how to check")
+    scripts = readme_commands("sh")
+    assert scripts and all((ROOT / words[0]).is_file() for words in scripts), scripts
 
 
 def test_ci_installs_and_tests_exactly_as_the_readme_says():
