@@ -1,4 +1,4 @@
-"""Every markdown link and image in README.md and docs/*.md that points into the repository names a file that
+"""Every markdown link and image (and HTML <img>) in README.md and docs/*.md that points into the repository names a file that
 exists, resolved relative to the page that holds it (as GitHub resolves it); links to the web are not followed."""
 import re
 from pathlib import Path
@@ -7,20 +7,20 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)|<img [^>]*src=\"([^\"]+)\"")
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 
 
 def local_targets(text: str) -> list[str]:
     """The link and image targets of a page outside its code blocks, without web links and #anchors."""
     text = FENCE.sub("", text)
-    found = [t.split("#")[0] for t in LINK.findall(text)]
+    found = [(link or img).split("#")[0] for link, img in LINK.findall(text)]
     return [t for t in found if t and not re.match(r"[a-z]+:", t)]
 
 
 def test_targets_are_found():
-    text = "![a](../x.png) [b](y.md#z) [c](https://e.org) [d](#top)\n```\n[e](no.md)\n```\n"
-    assert local_targets(text) == ["../x.png", "y.md"]
+    text = "![a](../x.png) [b](y.md#z) [c](https://e.org) [d](#top) <img src=\"f.png\" width=\"9\">\n```\n[e](no.md)\n```\n"
+    assert local_targets(text) == ["../x.png", "y.md", "f.png"]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
