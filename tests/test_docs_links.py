@@ -1,5 +1,6 @@
 """Every markdown link and image (and HTML <img>) in README.md and docs/*.md that points into the repository names
-a file that exists, resolved relative to the page that holds it (as GitHub resolves it); links to the web are not followed."""
+a file that exists, resolved relative to the page that holds it (as GitHub resolves it); links to the web are not
+followed."""
 import re
 from pathlib import Path
 
