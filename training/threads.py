@@ -8,7 +8,7 @@ average leaves free (cores - load, rounded), at least one and at most torch's ow
 and why, for the start-up line.
 
 Float32 sums over more or fewer threads round differently, so a run's last digits can depend on the count: give
-``--threads N`` for a run to repeat bit for bit.
+``--threads N`` (or set $OMP_NUM_THREADS) for a run to repeat bit for bit, a resumed run too.
 """
 from __future__ import annotations
 
