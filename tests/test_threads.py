@@ -41,8 +41,8 @@ def test_use_threads_reads_this_machines_load_and_says_so(monkeypatch):
         torch.set_num_threads(2)
         line = use_threads(None)
         assert torch.get_num_threads() == 1
-        assert line == ("1 CPU thread (load average 7.50 on 2 cores: more threads would wait on each other; "
-                        "--threads N to choose)")
+        assert line == ("1 CPU thread, load average 7.50 on 2 cores: more threads would wait on each other; "
+                        "--threads N to choose")
         assert use_threads(2) == "2 CPU threads" and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)

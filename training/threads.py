@@ -50,8 +50,8 @@ def choose_threads(requested: int | None, load: float | None = None, cores: int 
 
 
 def use_threads(requested: int | None) -> str:
-    """Set torch's thread count as choose_threads says; -> "2 CPU threads (why)" for the start-up line."""
+    """Set torch's thread count as choose_threads says; -> "2 CPU threads, why" for the start-up line."""
     threads, why = choose_threads(requested)
     torch.set_num_threads(threads)
     count = f"{threads} CPU thread{'' if threads == 1 else 's'}"
-    return count if why == "--threads" else f"{count} ({why})"
+    return count if why == "--threads" else f"{count}, {why}"
