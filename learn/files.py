@@ -17,7 +17,7 @@ from pathlib import Path
 def work_dir(create: bool = True) -> Path:
     """The learner's work folder (module docstring), made if ``create``; OSError if even the fallback fails."""
     given = os.environ.get("HANDGRAD_LEARN_DIR")
-    candidates = [Path(given).expanduser()] if given else [Path.home() / "handgrad-learn", _temp_dir()]
+    candidates = [Path(given).expanduser()] if given else [*_home(), _temp_dir()]
     if not create:
         return next((c for c in candidates if c.is_dir()), candidates[0])
     error = None
@@ -29,6 +29,13 @@ def work_dir(create: bool = True) -> Path:
         except OSError as e:
             error = e
     raise error or PermissionError(f"cannot write into {candidates[-1]}")
+
+
+def _home() -> list[Path]:
+    try:
+        return [Path.home() / "handgrad-learn"]
+    except (KeyError, RuntimeError):  # no $HOME and no home for this uid
+        return []
 
 
 def _temp_dir() -> Path:
