@@ -24,7 +24,7 @@ try:  # importing torch takes seconds: Ctrl-C then is an interruption like any o
 
     from optimizers import OPTIMIZERS
     from training import (DATASETS, DTYPES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, IMPL_GROUPS, IMPLS, MODELS,
-                          SCHEDULES, TEXT_DATASETS, RunFailed, TrainConfig, UsageError, run)
+                          SCHEDULES, TEXT_DATASETS, Interrupted, RunFailed, TrainConfig, UsageError, run)
     from training.config import parse_val_split
     from training.storage.checkpoint import saved_model
 except KeyboardInterrupt:
@@ -113,9 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
       "and augmentation")
     a("--device", default=d["device"].default, help="cpu, cuda, cuda:N or auto")
     a("--threads", type=int, default=d["threads"].default, metavar="N",
-      help=f"CPU threads for torch's operations (default: torch's choice, {torch.get_num_threads()} here: one per "
-           f"core, or $OMP_NUM_THREADS; torchrun sets 1 per process); on a machine busy with other work, fewer threads "
-           f"than cores can be many times faster")
+      help=f"CPU threads for torch's operations (default: the cores the load average leaves free, at most one per "
+           f"core ({torch.get_num_threads()} here), or $OMP_NUM_THREADS, which torchrun sets to 1; the start-up line "
+           f"says what was chosen and why); give it for a float32 run that repeats bit for bit")
     a("--dtype", choices=list(DTYPES), default=d["dtype"].default,
       help="bfloat16, float16: mixed precision (float32 data and master weights the optimizer updates, matrix "
            "products in the half dtype, softmax/cross-entropy and batch norm statistics in float32; float16 with a "
@@ -169,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--overwrite", action="store_true", help="replace the run already in --out (without it a fresh run there is "
       "refused: --resume continues it)")
     a("--resume", type=Path, default=None, metavar="PATH", help="checkpoint.pt to continue from")
-    a("--dry-run", action="store_true", help="one batch of each, for a smoke test")
+    a("--dry-run", action="store_true", help="one batch of each, for a smoke test; no checkpoint is written")
     a("--sanity", action="store_true", help="run the pre-flight checks (initial loss, overfitting 20 examples, "
       "gradients vs autograd, manual vs twin) and exit 0 only if all pass")
     a("--quiet", action="store_true", help="print nothing but errors")
@@ -195,15 +195,18 @@ def parse_config(argv: list[str] | None) -> TrainConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """train.py with ``argv``; -> its exit status.  Ctrl-C is a KeyboardInterrupt here, after one line on stderr."""
     try:
         config = parse_config(argv)
         if build_parser().parse_args(argv).sanity:
             from training.sanity import run_sanity
             return run_sanity(config)
         return run(config)
+    except Interrupted:  # the run said where its last checkpoint is
+        raise
     except KeyboardInterrupt:  # before training started (loading data, say): nothing was written
         print("\ninterrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        raise
     except (UsageError, RunFailed) as e:
         msg = str(e)
         print(msg if msg.startswith("error:") else f"train.py: error: {msg}", file=sys.stderr)
@@ -223,5 +226,13 @@ def _leave(code: int) -> None:
     os._exit(code)
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """main() as the command line runs it: Ctrl-C, a KeyboardInterrupt for in-process callers, is exit 130."""
+    try:
+        return main(argv)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
 if __name__ == "__main__":
-    _leave(main())
+    _leave(cli())

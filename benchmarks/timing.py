@@ -6,9 +6,10 @@ over the timed rounds.  ``clock="cpu"`` times each call by the CPU time of the c
 (``time.thread_time``) instead of the wall clock: with torch on one thread (``--threads 1``) that is the work the
 call did, which other processes on a shared machine inflate far less than its wall time (they still share caches
 and memory bandwidth).  ``machine``: the header line saying where and under what load a figure was measured.
-``parser``: an argument parser with ``--threads`` (torch.set_num_threads, applied as the arguments are parsed),
-``--device`` (checked, one line where it does not exist here) and, for scripts that take it, ``--clock``; its
-errors are one line.  (Imported by the sibling scripts: benchmarks/ is sys.path[0] when one of them runs.)
+``parser``: an argument parser with ``--threads`` (torch.set_num_threads, applied as the arguments are parsed; not
+given, chosen from the load by training.threads and printed), ``--device`` (checked, one line where it does not
+exist here) and, for scripts that take it, ``--clock``; its errors are one line.  (Imported by the sibling
+scripts: benchmarks/ is sys.path[0] when one of them runs.)
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from collections.abc import Callable, Mapping
 import torch
 
 from training import UsageError, resolve_device
+from training.threads import use_threads
 
 CLOCKS = ("wall", "cpu")
 
@@ -84,6 +86,9 @@ class _Parser(argparse.ArgumentParser):
 
     def parse_args(self, args=None, namespace=None):
         ns = super().parse_args(args, namespace)
+        if getattr(ns, "threads", 0) is None:  # not given: as many as the load leaves cores free, said in one line
+            print(f"threads: {use_threads(None)}")
+            ns.threads = torch.get_num_threads()
         if getattr(ns, "clock", None) is not None:
             try:
                 check_clock(ns.clock, getattr(ns, "device", torch.device("cpu")))
@@ -114,8 +119,8 @@ def parser(doc: str, device: bool = True, clock: bool = False) -> argparse.Argum
     if device:
         p.add_argument("--device", type=_device, default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
     p.add_argument("--threads", type=int, action=_SetThreads, default=None, metavar="N",
-                   help=f"CPU threads for torch's operations (default: torch's choice, {torch.get_num_threads()} "
-                        f"here); on a machine busy with other work, fewer can be many times faster")
+                   help=f"CPU threads for torch's operations (default: the cores the load average leaves free, at "
+                        f"most {torch.get_num_threads()} here; printed at the start)")
     if clock:
         p.add_argument("--clock", choices=CLOCKS, default="wall",
                        help="wall time (default), or the calling thread's CPU time (needs --threads 1): steadier on a "

@@ -109,8 +109,16 @@ def _check_compiled(layer: object, names: tuple[str, ...], tensors: tuple[Tensor
             torch._check(t._version == then, message)  # (a string: what torch.compile keeps for the graph)
 
 
-@torch.compiler.disable(reason="handgrad: a layer's forward ran eagerly and its backward is being compiled; its "
-                               "in-place check compares the real versions, eagerly. Compile the forward and the "
-                               "backward in one graph (the whole step) for no graph break")
 def _check_eagerly(layer, names, tensors, recorded, before) -> None:
-    check_versions(layer, names, tensors, recorded, before)
+    """check_versions run eagerly from a compiled backward: a graph break, made by torch.compiler.disable on first
+    use (decorating at import would import torch._dynamo, seconds, in every program that never compiles)."""
+    global _eager_check
+    if _eager_check is None:
+        _eager_check = torch.compiler.disable(check_versions, reason=_EAGER_REASON)
+    _eager_check(layer, names, tensors, recorded, before)
+
+
+_EAGER_REASON = ("handgrad: a layer's forward ran eagerly and its backward is being compiled; its in-place check "
+                 "compares the real versions, eagerly. Compile the forward and the backward in one graph (the whole "
+                 "step) for no graph break")
+_eager_check = None  # check_versions under torch.compiler.disable, made on first use

@@ -2,31 +2,48 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
 from .exercises import BY_NAME, get
+from .files import NotebookError, notebook_code, work_dir
 
 
 def cmd_list(args) -> int:
     from .progress import table
     print("The exercises, in the order to do them (python -m learn start NAME writes one to fill in; [x]: it "
           "passes):\n")
-    print(table(Path(".")), end="")
+    print(table(work_dir(create=False)), end="")
     return 0
 
 
 def cmd_progress(args) -> int:
     from .progress import main
+    if args.dir is None:
+        args.dir = str(work_dir(create=False))
     return main(args)
+
+
+def _default(name: str) -> Path | None:
+    """``name`` in the learner's work folder (learn/files.py), or None (said on stderr) where none can be made."""
+    try:
+        return work_dir() / name
+    except OSError as e:
+        print(f"cannot make a folder for your files ({e.strerror or e}): give --out FILE, or set HANDGRAD_LEARN_DIR",
+              file=sys.stderr)
+        return None
 
 
 def cmd_start(args) -> int:
     from .source import notebook, solution_text, stub_text
     ex = get(args.name)
     suffix = ".ipynb" if args.notebook else ".py"
-    out = Path(args.out) if args.out else Path(f"{ex.name}{'_solution' if args.solution else ''}{suffix}")
+    out = Path(args.out) if args.out else _default(f"{ex.name}{'_solution' if args.solution else ''}{suffix}")
+    if out is None:
+        return 2
     if out.exists() and not args.force:
         print(f"{out} exists already; not overwriting it (add --force to replace it, or --out OTHER_FILE)",
               file=sys.stderr)
@@ -43,14 +60,19 @@ def cmd_start(args) -> int:
     except OSError as e:
         print(f"cannot write {out}: {e.strerror or e}", file=sys.stderr)
         return 2
+    file = f" {out}" if args.out else ""  # the default file is the one check reads by default
     if args.solution:
         print(f"wrote the worked solution of {ex.name} to {out}")
     elif args.notebook:
-        print(f"wrote {out}: open it in Jupyter, fill in the parts marked '# YOUR CODE HERE', run the cells; the "
-              f"last one checks your {ex.cls}")
+        jupyter = "" if importlib.util.find_spec("notebook") or importlib.util.find_spec("jupyterlab") else (
+            " (Jupyter is not installed here: pip install notebook, or in the checkout: "
+            ".venv/bin/pip install -e '.[notebook]')")
+        print(f"wrote {out}: open it in Jupyter{jupyter}, fill in the parts marked '# YOUR CODE HERE', run the "
+              f"cells; the last one checks your {ex.cls}. Or check it from a terminal:\n"
+              f"    python -m learn check {ex.name} {out}")
     else:
         print(f"wrote {out}: read it, fill in the parts marked '# YOUR CODE HERE', then check it with\n"
-              f"    python -m learn check {ex.name} {out}")
+              f"    python -m learn check {ex.name}{file}")
     return 0
 
 
@@ -74,16 +96,38 @@ def cmd_hint(args) -> int:
 def cmd_check(args) -> int:
     from .checker import check_file
     ex = get(args.name)
+    path = Path(args.file) if args.file else work_dir(create=False) / f"{ex.name}.py"
+    if not args.file and not path.is_file():
+        print(f"Cannot check {path}: it does not exist; python -m learn start {ex.name} writes it there (or name "
+              f"your file: python -m learn check {ex.name} FILE)", file=sys.stderr)
+        return 2
     try:
-        code, text = check_file(ex.name, Path(args.file))
+        if path.suffix == ".ipynb":
+            code, text = _check_notebook(ex.name, path, check_file)
+        else:
+            code, text = check_file(ex.name, path)
     except KeyboardInterrupt:  # the learner's code runs in a child, which the checker has stopped
-        print(f"interrupted: {args.file} was not checked", file=sys.stderr)
+        print(f"interrupted: {path} was not checked", file=sys.stderr)
         return 130
     print(text, end="", file=sys.stdout if code < 2 else sys.stderr)
     if code == 0:
         from .progress import after_pass
-        print(after_pass(ex, args.file), end="")  # recorded in the file's folder; then what comes next
+        print(after_pass(ex, str(path)), end="")  # recorded in the file's folder; then what comes next
     return code
+
+
+def _check_notebook(name: str, path: Path, check_file) -> tuple[int, str]:
+    """check_file on a notebook's code cells (learn/files.py), copied into a temporary file named as the notebook."""
+    try:
+        code = notebook_code(path)
+    except NotebookError as e:
+        return 2, f"Cannot check {path}: {e}\n"
+    with tempfile.TemporaryDirectory(prefix="handgrad-notebook-") as tmp:
+        copy = Path(tmp) / f"{path.stem}.py"
+        copy.write_text(code)
+        status, text = check_file(name, copy)
+    note = f"(the code cells of {path}, joined into {copy.name}: its line N is the Nth line of code)\n"
+    return status, note + text.replace(str(copy), str(path))
 
 
 def cmd_why(args) -> int:
@@ -92,6 +136,12 @@ def cmd_why(args) -> int:
 
 
 def cmd_train(args) -> int:
+    from training.threads import use_threads
+    try:
+        print(f"torch on {use_threads(args.threads)}")
+    except ValueError as e:  # --threads 0
+        print(f"python -m learn train: {e}", file=sys.stderr)
+        return 2
     from .train import main
     return main(args)
 
@@ -105,8 +155,11 @@ def cmd_show(args) -> int:
         print("python -m learn show: the step-through page (learn/page.py) is not in this copy of handgrad yet",
               file=sys.stderr)
         return 2
-    out = write_page(Path(args.out), args.seed)
-    print(f"wrote {out or args.out}: open it in a browser (one file, nothing fetched from the network)")
+    target = Path(args.out) if args.out else _default("backprop.html")
+    if target is None:
+        return 2
+    out = write_page(target, args.seed)
+    print(f"wrote {out or target}: open it in a browser (one file, nothing fetched from the network)")
     return 0
 
 
@@ -132,7 +185,8 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(run=cmd_list)
     s = sub.add_parser("start", help="write an exercise to fill in (NAME.py)")
     s.add_argument("name", choices=names, metavar="NAME")
-    s.add_argument("--out", help="the file to write (default NAME.py, NAME.ipynb with --notebook)")
+    s.add_argument("--out", help="the file to write (default NAME.py, NAME.ipynb with --notebook, in "
+                                 "~/handgrad-learn or $HANDGRAD_LEARN_DIR)")
     s.add_argument("--solution", action="store_true", help="write the worked solution instead")
     s.add_argument("--notebook", action="store_true", help="write a Jupyter notebook, the check as its last cell")
     s.add_argument("--force", action="store_true", help="replace the file if it exists")
@@ -144,10 +198,11 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("check", help="check your file against PyTorch and name the mistake (exit 0 right, 1 "
                                      "wrong, 2 unusable file)")
     s.add_argument("name", choices=names, metavar="NAME")
-    s.add_argument("file")
+    s.add_argument("file", nargs="?", help="your NAME.py or NAME.ipynb (default: NAME.py in the folder learn start "
+                                           "writes to)")
     s.set_defaults(run=cmd_check)
     s = sub.add_parser("progress", help="which exercises pass (kept in .handgrad-progress.json) and what is next")
-    s.add_argument("--dir", default=".", help="the folder of your files (default: here)")
+    s.add_argument("--dir", default=None, help="the folder of your files (default: the work folder start writes into)")
     s.add_argument("--recheck", action="store_true", help="check the recorded files, and NAME.py files, again")
     s.set_defaults(run=cmd_progress)
     s = sub.add_parser("why", help="why the backward is right: its derivation with shapes, and where to read more")
@@ -160,9 +215,12 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--steps", type=int, default=40, help="training steps (default 40)")
     s.add_argument("--plot", help="draw both loss curves into this PNG file")
     s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="CPU threads for torch (default: the cores the load average leaves free)")
     s.set_defaults(run=cmd_train)
     s = sub.add_parser("show", help="write the step-through page of backpropagation (one HTML file)")
-    s.add_argument("--out", required=True, help="the HTML file to write")
+    s.add_argument("--out", help="the HTML file to write (default backprop.html in ~/handgrad-learn or "
+                                 "$HANDGRAD_LEARN_DIR)")
     s.add_argument("--seed", type=int, default=0, help="the seed of the XOR network's weights")
     s.set_defaults(run=cmd_show)
     sub.add_parser("trace", help="one training step of a model, layer by layer (its options: trace --help)",

@@ -6,6 +6,7 @@ Plain functions (``assert_all_pass``, ``rel``, ``twin_pair``, ``write_split``, `
 from __future__ import annotations
 
 import gzip
+import os
 import struct
 import time
 from pathlib import Path
@@ -16,6 +17,10 @@ import torch.utils._python_dispatch  # HostTraffic
 import torch.utils._pytree
 
 from gradcheck import RTOL
+
+# One thread count for the whole suite, in this process and the ones it starts: a run that picked its threads from
+# the load (training/threads.py) could sum in another order than the run it is compared with bit for bit.
+os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
 
 # The real MNIST test split sits in shared/ beside the checkout (CI's clone has it there too).
 SHARED_MNIST = next((p for p in (Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist",

@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def run_learn(*args, cwd):
     return subprocess.run([sys.executable, "-m", "learn", *map(str, args)], cwd=cwd, capture_output=True, text=True,
-                          env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}, timeout=120)
+                          env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin",
+                               "HANDGRAD_LEARN_DIR": str(cwd)}, timeout=120)
 
 
 def test_a_new_user_goes_from_start_to_a_wrong_answer_to_a_right_one(tmp_path, monkeypatch, capsys):

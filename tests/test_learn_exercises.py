@@ -57,27 +57,29 @@ def test_list_shows_every_exercise_in_order(capsys):
 
 def test_start_writes_the_stub_and_refuses_to_overwrite(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HANDGRAD_LEARN_DIR", str(tmp_path))  # the learner's work folder (learn/files.py)
     assert main(["start", "linear"]) == 0
-    assert (tmp_path / "linear.py").read_text() == stub_text(BY_NAME["linear"], "linear.py")
-    assert "python -m learn check linear linear.py" in capsys.readouterr().out
+    assert (tmp_path / "linear.py").read_text() == stub_text(BY_NAME["linear"], str(tmp_path / "linear.py"))
+    assert "python -m learn check linear\n" in capsys.readouterr().out  # the default file: check finds it
     (tmp_path / "linear.py").write_text("my work")
     assert main(["start", "linear"]) == 2
     assert "--force" in capsys.readouterr().err and (tmp_path / "linear.py").read_text() == "my work"
     assert main(["start", "linear", "--force"]) == 0 and "YOUR CODE HERE" in (tmp_path / "linear.py").read_text()
     assert main(["start", "linear", "--solution"]) == 0
-    assert (tmp_path / "linear_solution.py").read_text() == solution_text(BY_NAME["linear"], "linear_solution.py")
+    assert (tmp_path / "linear_solution.py").read_text() == solution_text(BY_NAME["linear"],
+                                                                         str(tmp_path / "linear_solution.py"))
     assert main(["start", "relu", "--out", "sub/relu.py"]) == 2  # no such folder: said, not a traceback
     assert "cannot write" in capsys.readouterr().err
 
 
 def test_the_notebook_holds_the_stub_and_ends_with_the_check(tmp_path, monkeypatch):
     import nbformat
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HANDGRAD_LEARN_DIR", str(tmp_path))
     assert main(["start", "batchnorm", "--notebook"]) == 0
     nb = nbformat.read(tmp_path / "batchnorm.ipynb", as_version=4)
     nbformat.validate(nb)
     code = [c.source for c in nb.cells if c.cell_type == "code"]
-    assert code[0] + "\n" == stub_text(BY_NAME["batchnorm"], "batchnorm.py")
+    assert code[0] + "\n" == stub_text(BY_NAME["batchnorm"], str(tmp_path / "batchnorm.py"))
     assert "check('batchnorm', BatchNorm1d)" in code[-1]
     assert json.loads((tmp_path / "batchnorm.ipynb").read_text())["nbformat"] == 4
 

@@ -3,7 +3,8 @@ Chromium, reveals them node by node, the backward's only once reached, ends with
 names the mistake a wrong prediction matches, links each step to its exercise, and fits a 1280 x 800 screen.
 
 The browser tests need Debian's Chromium and its driver (``apt-get install chromium chromium-driver``) and
-selenium; without them they fail, saying so, unless HANDGRAD_SKIP_BROWSER=1 asks to skip them on purpose.
+selenium.  Without Chromium they are skipped, saying what to install, except where ``$CI`` is set (CI installs
+it: a missing browser there is a failure); HANDGRAD_SKIP_BROWSER=1 skips them on purpose anywhere.
 """
 from __future__ import annotations
 
@@ -171,6 +172,28 @@ CHROMIUM_FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-
 INSTALL = "apt-get install chromium chromium-driver"
 
 
+def missing_browser(programs: list[str], env) -> tuple[str, str] | None:
+    """None when every program is there; else ("skip", why), or ("fail", why) where $CI is set (CI installs them)."""
+    missing = [p for p in programs if not os.access(p, os.X_OK)]
+    if not missing:
+        return None
+    why = (f"{' and '.join(missing)} not found: the step-through page is tested in a real browser; install "
+           f"Debian's with `sudo {INSTALL}`")
+    if env.get("CI", "").lower() not in ("", "0", "false"):
+        return "fail", f"{why} (CI={env['CI']}: a missing browser fails here)"
+    return "skip", why
+
+
+def test_a_missing_browser_is_a_skip_that_says_why_except_in_ci(tmp_path):
+    there, gone = "/bin/sh", str(tmp_path / "chromium")
+    assert missing_browser([there], {}) is None and missing_browser([there], {"CI": "true"}) is None
+    assert missing_browser([gone, there], {}) == ("skip", f"{gone} not found: the step-through page is tested in a "
+                                                          f"real browser; install Debian's with `sudo {INSTALL}`")
+    assert missing_browser([gone], {"CI": "false"})[0] == "skip"
+    kind, why = missing_browser([gone], {"CI": "true"})
+    assert kind == "fail" and why.endswith("(CI=true: a missing browser fails here)")
+
+
 @pytest.fixture(scope="module")
 def browser():
     """One headless Chromium for this file's tests, driven by selenium with Debian's chromedriver."""
@@ -178,11 +201,11 @@ def browser():
         pytest.skip("HANDGRAD_SKIP_BROWSER=1: the page is not opened in a browser")
     chromium = shutil.which("chromium") or "/usr/bin/chromium"
     chromedriver = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-    missing = [p for p in (chromium, chromedriver) if not os.access(p, os.X_OK)]
-    if missing:
-        pytest.fail(f"{' and '.join(missing)} not found: the step-through page is tested in a real browser; "
-                    f"install Debian's with `{INSTALL}` (or set HANDGRAD_SKIP_BROWSER=1 to skip on purpose)",
-                    pytrace=False)
+    verdict = missing_browser([chromium, chromedriver], os.environ)
+    if verdict is not None and verdict[0] == "fail":
+        pytest.fail(verdict[1], pytrace=False)
+    if verdict is not None:
+        pytest.skip(verdict[1])
     try:
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service

@@ -1,8 +1,15 @@
 """Every ```python block of README.md and of each page of docs/ runs as written, in order, one namespace a page, as a
 notebook runs its cells (a block may use what the blocks before it on the same page defined), in a fresh folder
 holding a tiny dataset in ./data: a snippet that rots fails here, with a traceback pointing at its line of the
-page.  Bash blocks are not run.  Every page of docs/ is linked from the README or from another page."""
+page.  README.md's blocks also run each alone, in a fresh Python process, as a reader pastes one.  Its bash blocks
+are not run; the commands they name are checked: each script or module exists and takes the arguments given, and
+CI (.ci/run) runs README's install and test commands word for word.  Every page of docs/ is linked from the README
+or from another page."""
+import os
 import re
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+BASH_BLOCK = re.compile(r"^```bash\n(.*?)^```", re.S | re.M)
 
 
 def python_blocks(text: str) -> list[tuple[int, str]]:
@@ -46,3 +54,52 @@ def test_python_blocks_run_in_order(page, tmp_path, monkeypatch):
     for line, code in blocks:
         # padded so that a traceback names the page and the failing line's number in it
         exec(compile("\n" * (line - 1) + code, str(page), "exec"), namespace)
+
+
+@pytest.mark.parametrize("index", range(len(python_blocks(README.read_text()))))
+def test_each_readme_block_runs_alone(index, tmp_path):
+    line, code = python_blocks(README.read_text())[index]
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, f"README.md's block at line {line}, pasted alone:\n{r.stderr[-3000:]}"
+    assert r.stdout.strip(), f"README.md's block at line {line} prints nothing: a reader cannot see it worked"
+
+
+def readme_commands(program: str = ".venv/bin/python") -> list[list[str]]:
+    """The argument lists of README's bash commands that run ``program`` (the project's Python, or ``sh``)."""
+    found = []
+    for block in BASH_BLOCK.findall(README.read_text()):
+        for command in re.split(r"&&|;|\n", block):
+            words = shlex.split(command, comments=True)
+            if words[:1] == [program]:
+                found.append(words[1:])
+    return found
+
+
+def test_readme_commands_name_what_exists_and_take_their_arguments():
+    import learn.__main__
+    import train
+    commands = readme_commands()
+    assert [c[:3] for c in commands if c[:2] == ["-m", "learn"]] == [["-m", "learn", s] for s in ("start", "check",
+                                                                                                 "show")]
+    for words in commands:
+        if words[:2] == ["-m", "learn"]:
+            learn.__main__.parser().parse_args(words[2:])  # an unknown command or option exits 2: a failure here
+        elif words[:1] == ["train.py"]:
+            train.parse_config(words[1:])
+        elif words[:2] == ["-m", "pytest"]:
+            assert all(w.startswith("-") for w in words[2:]), words
+        else:
+            pytest.fail(f"README.md runs {words}, which this test does not know how to check")
+    scripts = readme_commands("sh")
+    assert scripts and all((ROOT / words[0]).is_file() for words in scripts), scripts
+
+
+def test_ci_installs_and_tests_exactly_as_the_readme_says():
+    blocks = [b.strip() for b in BASH_BLOCK.findall(README.read_text())]
+    cpu, plain = (b for b in blocks if b.startswith("python3 -m venv .venv"))
+    assert cpu.replace(".venv/bin/pip install torch torchvision --index-url https://download.pytorch.org/whl/cpu && ",
+                       "") == plain, "the two set-up commands differ in more than the CPU index"
+    test = next(b for b in blocks if b.endswith(".venv/bin/python -m pytest -q"))
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert plain in ci and test in ci, "CI must run README's set-up and test commands word for word"

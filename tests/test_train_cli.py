@@ -111,7 +111,7 @@ def test_seeds_at_the_ends_of_torchs_range_train(tiny, tmp_path):
     """torch.manual_seed takes -2**63 .. 2**64 - 1; the seeds derived from --seed (batches, epochs) wrap there."""
     for seed in (2 ** 64 - 1, -2 ** 63):
         out = tmp_path / str(seed)
-        assert run("--data-dir", tiny, "--out", out, "--seed", seed, "--dry-run", "--hidden", "8", "--depth", "1",
+        assert run("--data-dir", tiny, "--out", out, "--seed", seed, "--limit-train", "64", "--epochs", "1", "--hidden", "8", "--depth", "1",
                    "--no-download", "--quiet", "--no-plots", "--model", "mlp") == 0
         assert (out / "checkpoint.pt").is_file()
 

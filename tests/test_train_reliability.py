@@ -438,6 +438,7 @@ def test_ctrl_c_while_loading_data_is_one_line_and_leaves_no_folder(tiny, tmp_pa
     def interrupted(*a, **k):
         raise KeyboardInterrupt
     monkeypatch.setattr(training.tasks.image, "load_data", interrupted)
-    assert run("--data-dir", tiny, "--out", tmp_path / "R", *FAST) == 130
+    with pytest.raises(KeyboardInterrupt):
+        run("--data-dir", tiny, "--out", tmp_path / "R", *FAST)
     assert capsys.readouterr().err.strip() == "interrupted"
     assert not (tmp_path / "R").exists()

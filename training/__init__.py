@@ -14,7 +14,8 @@ from .storage.checksum import ChecksumMismatch, seal, unseal
 from .config import (DATASETS, TEXT_DATASETS, TEXT_MODELS, DTYPES, HALF_DTYPES, IMPL_GROUPS, IMPLS, MATH_FIELDS, MODELS, SCHEDULES, TrainConfig,
                      resolve_device)
 from .tasks.image_data import Data, load_data, prepare_raw, read_split
-from .errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, NonFiniteLoss, RunFailed, UsageError
+from .errors import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Interrupted, NonFiniteLoss, RunFailed,
+                     UsageError)
 from .storage.files import WriteFailed, atomic_write, atomic_write_bytes, atomic_write_text
 from .storage.fingerprint import fingerprint
 from .storage.lock import FolderBusy, FolderLock
@@ -31,4 +32,4 @@ __all__ = ["TrainConfig", "run", "resolve_device", "DATASETS", "TEXT_DATASETS", 
            "save_checkpoint", "load_checkpoint", "read_checkpoint", "seal", "unseal", "ChecksumMismatch",
            "fingerprint", "FolderLock", "FolderBusy", "OutputFolder", "RanksDisagree", "check_ranks_agree",
            "atomic_write", "atomic_write_bytes", "atomic_write_text", "WriteFailed",
-           "UsageError", "RunFailed", "NonFiniteLoss", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INTERRUPTED"]
+           "UsageError", "RunFailed", "NonFiniteLoss", "Interrupted", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INTERRUPTED"]

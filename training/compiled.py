@@ -19,7 +19,6 @@ import time
 from typing import Callable
 
 import torch
-from torch._dynamo.utils import counters
 
 from .config import TrainConfig, flag
 from .cuda_graph import whole_step_blockers
@@ -28,6 +27,7 @@ from .parallel.distributed import SINGLE, DistInfo
 
 
 def _graphs() -> int:
+    from torch._dynamo.utils import counters  # here, not at import: torch._dynamo takes seconds to import
     return counters["stats"]["unique_graphs"]
 
 

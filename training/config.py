@@ -82,7 +82,7 @@ class TrainConfig:
     depth: int = 3
     seed: int = 0
     device: str = "auto"
-    threads: int | None = None       # torch.set_num_threads for the run; None: torch's choice (use_threads)
+    threads: int | None = None       # torch.set_num_threads for the run; None: chosen from the load (threads.py)
     dtype: str = "float32"
     log_interval: int = 50
     val_interval: int = 1

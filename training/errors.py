@@ -15,3 +15,8 @@ class RunFailed(Exception):
 
 class NonFiniteLoss(Exception):
     """The training loss became inf or nan: the run stops, exit 1, keeping the last complete checkpoint."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a run, raised after the run said where its last complete checkpoint is; a KeyboardInterrupt,
+    so that a program calling the run in-process (a test suite) stops too.  The command line exits 130."""

@@ -16,7 +16,8 @@ import torch.nn.functional as F
 from losses import CrossEntropyLoss
 from optimizers import Adam
 
-from .config import TrainConfig, resolve_device, use_threads
+from .config import TrainConfig, resolve_device
+from .threads import use_threads
 from .errors import UsageError
 from .tasks.image_data import load_data
 from .impls.models import SAMPLE_SHAPES, build_models, use_generator

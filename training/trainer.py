@@ -22,8 +22,9 @@ from .allocator import retain_freed_memory
 from .parallel.agreement import check_ranks_agree, run_identity
 from .storage.checkpoint import check_data, checkpoint_state, load_checkpoint, save_checkpoint
 from .storage.restore import restore
-from .config import TrainConfig, resolve_device, use_threads
-from .errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, NonFiniteLoss, RunFailed, UsageError
+from .config import TrainConfig, resolve_device
+from .threads import use_threads
+from .errors import EXIT_FAILED, EXIT_OK, Interrupted, NonFiniteLoss, RunFailed, UsageError
 from .storage.files import WriteFailed, atomic_write_text
 from .drift import Drift, first_step_agreement
 from .impls import build_impls, check_mixed_precision, max_param_abs_diff
@@ -37,22 +38,23 @@ from .tasks.task import Task, make_task, task_class
 
 def run(config: TrainConfig, say: Callable | None = None, *, init_method: str | None = None,
         info: DistInfo | None = None) -> int:
-    """Train as ``config`` says; return the exit status (0, or 1 for a non-finite loss, 130 for Ctrl-C).
+    """Train as ``config`` says; return the exit status (0, or 1 for a non-finite loss).  Ctrl-C says where the
+    last complete checkpoint is and raises Interrupted, a KeyboardInterrupt (the command line makes it exit 130).
 
     Raises UsageError for bad settings, missing or other data, a damaged checkpoint or an unusable or busy output
     folder, before anything is trained; RunFailed when the run cannot go on (a write fails, another rank failed).
     Under torchrun (or with ``info``/``init_method`` given, as tests do) every rank runs this; rank 0 alone prints
     and writes files.
     """
-    use_threads(config.threads)
+    threads = use_threads(config.threads)
     retain_freed_memory()  # activations are not returned to the system and faulted back in at every step
     device = resolve_device(config.device)
     with under_torchrun(device, config.dist_timeout, init_method, info) as (info, device):
         quiet = config.quiet or not info.is_main
-        return _run(config, device, info, say or ((lambda *a, **k: None) if quiet else print))
+        return _run(config, device, info, say or ((lambda *a, **k: None) if quiet else print), threads)
 
 
-def _run(config: TrainConfig, device: torch.device, info: DistInfo, say: Callable) -> int:
+def _run(config: TrainConfig, device: torch.device, info: DistInfo, say: Callable, threads: str) -> int:
     ckpt = None
     if config.resume is not None:
         config, ckpt = load_checkpoint(config.resume, config)
@@ -67,7 +69,7 @@ def _run(config: TrainConfig, device: torch.device, info: DistInfo, say: Callabl
     try:  # rank 0 holds the output folder's lock from here to the end of the run
         if folder is not None:
             folder.check()
-        return _train(config, device, info, say, ckpt, out, folder)
+        return _train(config, device, info, say, ckpt, out, folder, threads)
     finally:
         if folder is not None:
             folder.release()
@@ -91,7 +93,7 @@ def _build(config: TrainConfig, device: torch.device, info: DistInfo, task: Task
 
 
 def _train(config: TrainConfig, device: torch.device, info: DistInfo, say: Callable, ckpt: dict | None, out: Path,
-           folder: OutputFolder | None) -> int:
+           folder: OutputFolder | None, threads: str) -> int:
     task = make_task(config, device, say)
     if ckpt is not None:
         check_data(ckpt, task.fingerprint, config.resume, task.data_name)
@@ -129,7 +131,7 @@ def _train(config: TrainConfig, device: torch.device, info: DistInfo, say: Calla
         log_scalars(writer, rec)
         records.append(rec)
 
-    say(f"{task.describe(device)} ({_precision(config)}; {_count(torch.get_num_threads(), 'CPU thread')}); "
+    say(f"{task.describe(device)} ({_precision(config)}; {threads}); "
         f"loaded in {task.data_seconds:.2f} s; model {config.model}; impl {', '.join(impls)}; "
         f"{f'{info.world_size} processes; ' if info.enabled else ''}output {out}")
     drift = Drift(impls, task.steps_per_round, log) if len(impls) > 1 else None
@@ -145,8 +147,8 @@ def _train(config: TrainConfig, device: torch.device, info: DistInfo, say: Calla
             if drift is not None:
                 diff = drift.end_epoch(r)
                 say(f"{task.round_name(r, pad=True)} largest weight difference between {', '.join(impls)}: {diff:.3e}"
-                    f"{_MIXED_DRIFT if config.is_mixed else ''}")
-            if info.is_main:
+                    f"{_drift_note(config)}")
+            if info.is_main and not config.dry_run:  # a smoke test leaves no checkpoint (tens of MB) behind
                 save_checkpoint(ckpt_path, {**checkpoint_state(impls, config, r, records, batch_gen, task.fingerprint),
                                             **task.checkpoint_extra(), "world_size": info.world_size, "monitor": monitor_state(monitors)})
                 saved_epoch = r
@@ -158,7 +160,7 @@ def _train(config: TrainConfig, device: torch.device, info: DistInfo, say: Calla
         return EXIT_FAILED
     except KeyboardInterrupt:
         print(f"\ninterrupted; {_last_checkpoint(ckpt_path, saved_epoch, task)}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        raise Interrupted from None
     except WriteFailed as e:
         raise RunFailed(f"{e}; {_last_checkpoint(ckpt_path, saved_epoch, task)}") from None
     finally:
@@ -177,6 +179,14 @@ def _last_checkpoint(path: Path, r: int | None, task: Task) -> str:
 
 _MIXED_DRIFT = (" (mixed precision: float32 weights of two runs that may round their half products differently, "
                 "not expected to agree to float32 precision)")
+
+
+def _drift_note(config: TrainConfig) -> str:
+    """Why the weights of implementations that agree step by step move apart, for the line that prints it."""
+    if config.is_mixed:
+        return _MIXED_DRIFT
+    note = f" ({config.dtype} rounding, which training amplifies as between two runs that sum in another order"
+    return note + ("; far smaller with --dtype float64)" if config.dtype == "float32" else ")")
 
 
 # float64 rounding moves a first step's weights apart by about 1e-17 (ulps of the weights); a difference of 1e4 ulps
@@ -207,10 +217,6 @@ def _agreement(config: TrainConfig, records: list) -> str | None:
     if config.dtype == "float32":
         line += " (--dtype float64 keeps the drift far smaller)"
     return line + ("; curves.png plots the drift over steps" if config.plots else "")
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _precision(config: TrainConfig) -> str:
@@ -248,7 +254,7 @@ def _finish(config: TrainConfig, out: Path, impls: dict, task: Task, records: li
     if not info.is_main:
         return
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
-    written = ["summary.json", "metrics.jsonl", "checkpoint.pt"]
+    written = ["summary.json", "metrics.jsonl"] + ([] if config.dry_run else ["checkpoint.pt"])
     if config.plots:
         from .plots import write_plots
         written += [p.name for p in write_plots(out, records, task.kind)]
