@@ -121,8 +121,8 @@ def _convert(module: nn.Module, path: str, converted: dict[int, BaseLayer], tens
         try:
             layer = cls.from_torch(module)
         except KeyError as e:  # the module's state_dict has keys the torch class does not make
-            raise TypeError(f"from_torch: {_where(path, module)} does not convert: {e.args[0]} (a parameter or "
-                            f"buffer added to the module would be dropped)") from None
+            raise TypeError(f"from_torch: {_where(path, module)} does not convert: {e.args[0]} (its tensors must be "
+                            f"a plain nn.{cls.torch_class.__name__}'s; one added would be dropped)") from None
         _tie(module, path, layer, tensors)
     converted[id(module)] = layer
     return layer
