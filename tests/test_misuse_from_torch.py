@@ -128,3 +128,13 @@ def test_added_tensors_and_subclasses_are_refused_naming_them():
     container.register_parameter("loose", nn.Parameter(torch.ones(1)))
     with pytest.raises(TypeError, match=r"Sequential holds its own tensors 'loose'"):
         from_torch(container)
+
+
+@pytest.mark.parametrize("build", [_tied_linears, _tied_embedding], ids=["linear-linear", "embedding-linear"])
+def test_to_torch_keeps_a_tied_weight_tied(build):
+    torch.manual_seed(0)
+    theirs, _ = build()
+    back = from_torch(theirs).to_torch()
+    assert back[0].weight is back[2].weight
+    assert [n for n, _ in back.named_parameters()] == [n for n, _ in theirs.named_parameters()]
+    assert all(torch.equal(a, b) for a, b in zip(back.state_dict().values(), theirs.state_dict().values()))
