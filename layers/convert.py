@@ -74,6 +74,11 @@ def _refuse_global_hooks() -> None:
 def _refuse_dropped(module: nn.Module, path: str) -> None:
     """Refuse, naming it, whatever torch would run on ``module`` or its submodules and a hand-written layer not."""
     from torch.nn.utils import parametrize, prune
+    other = [p for p, sub in module.named_modules(prefix=path) if sub.training != module.training]
+    if other:  # one hand-written layer has one mode
+        raise TypeError(f"from_torch: {_where(path, module)} is in {'train' if module.training else 'eval'} mode but "
+                        f"its {', '.join(map(repr, other))} in the other, which the hand-written "
+                        f"{type(module).__name__} cannot hold; put the whole module in one mode first")
     for sub_path, sub in module.named_modules(prefix=path, remove_duplicate=False):
         where = _where(sub_path, sub)
         if parametrize.is_parametrized(sub):
@@ -105,7 +110,8 @@ def _convert(module: nn.Module, path: str, converted: dict[int, BaseLayer], tens
         # module._modules, not named_children(): named_children() gives a module used twice only once
         layer = Sequential(OrderedDict(
             (name, _convert(child, f"{path}.{name}" if path else name, converted, tensors))
-            for name, child in module._modules.items() if child is not None)).train(module.training)
+            for name, child in module._modules.items() if child is not None))
+        layer.training = module.training  # its own flag only: each child keeps its own mode (a BatchNorm in eval)
     else:
         _refuse_dropped(module, path)
         table = _supported()

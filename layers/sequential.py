@@ -236,8 +236,10 @@ class Sequential(BaseLayer):
         layers that hold the very same tensors (``from_torch`` of a module used twice) become one torch module
         used twice again; a tensor two layers share (a tied weight) becomes one torch Parameter in both."""
         shared = {} if _shared is None else _shared
-        return torch.nn.Sequential(OrderedDict((name, _to_torch(layer, shared)) for name, layer in
-                                               zip(self._names, self.layers))).train(self.training)
+        module = torch.nn.Sequential(OrderedDict((name, _to_torch(layer, shared)) for name, layer in
+                                                 zip(self._names, self.layers)))
+        module.training = self.training  # its own flag only: each child keeps its own mode (a BatchNorm in eval)
+        return module
 
 
 def _to_torch(layer: Layer, shared: dict | None = None) -> torch.nn.Module:

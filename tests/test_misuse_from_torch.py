@@ -138,3 +138,29 @@ def test_to_torch_keeps_a_tied_weight_tied(build):
     assert back[0].weight is back[2].weight
     assert [n for n, _ in back.named_parameters()] == [n for n, _ in theirs.named_parameters()]
     assert all(torch.equal(a, b) for a, b in zip(back.state_dict().values(), theirs.state_dict().values()))
+
+
+def test_each_childs_mode_is_kept_both_ways():
+    """Fine-tuning's ``model.train(); bn.eval()``: the batch norm keeps its running statistics, the dropout is off."""
+    torch.manual_seed(0)
+    theirs = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3), nn.Dropout(0.5), nn.Linear(3, 2)).to(F64)
+    theirs[1].running_mean.uniform_()
+    theirs.train()
+    theirs[1].eval(), theirs[2].eval()
+    ours = from_torch(theirs)
+    assert [layer.training for layer in ours.layers] == [m.training for m in theirs] == [True, False, False, True]
+    assert [m.training for m in ours.to_torch()] == [True, False, False, True] and ours.to_torch().training
+    x, dout = torch.randn(4, 3, dtype=F64), torch.randn(4, 2, dtype=F64)
+    xt = x.clone().requires_grad_()
+    out = theirs(xt)
+    out.backward(dout)
+    torch.testing.assert_close(ours(x), out.detach(), rtol=1e-13, atol=1e-13)
+    torch.testing.assert_close(ours.backward(dout, need_input_grad=True), xt.grad, rtol=1e-13, atol=1e-13)
+
+
+def test_a_composite_module_in_two_modes_is_refused():
+    layer = nn.TransformerEncoderLayer(8, 2, 16, batch_first=True)
+    layer.dropout1.eval()
+    with pytest.raises(TypeError, match=r"'1' \(TransformerEncoderLayer\) is in train mode but its '1.dropout1' in "
+                                        r"the other"):
+        from_torch(nn.Sequential(nn.ReLU(), layer))
