@@ -39,9 +39,10 @@ def from_torch(module: nn.Module) -> BaseLayer:
     state_dict under every name, as torch's do.  A parameter with ``requires_grad=False`` is frozen
     (``requires_grad_``): it gets no gradient.
 
-    What the hand-written layers would not run is refused, naming the module: a hook (forward, forward
-    pre-, backward), a parametrization, pruning's reparametrisation, a parameter or buffer the torch class
-    does not have, a subclass of a supported class (its own code).
+    Each child keeps its own train/eval mode (``model.train(); bn.eval()``).  What the hand-written layers would
+    not run is refused, naming the module: a hook (forward, forward pre-, backward, backward pre-; or a global
+    one), a parametrization, pruning's reparametrisation, a parameter or buffer the torch class does not have, a
+    subclass of a supported class (its own code), a composite module whose submodules are in two modes.
     """
     if not isinstance(module, nn.Module):
         raise TypeError(f"from_torch: expected a torch.nn.Module, got {type(module).__name__}")
@@ -92,8 +93,8 @@ def _refuse_dropped(module: nn.Module, path: str) -> None:
                     raise TypeError(f"from_torch: {where} is pruned ({hook._tensor_name}_orig and "
                                     f"{hook._tensor_name}_mask), which the hand-written layer would not apply; make "
                                     f"it permanent first: torch.nn.utils.prune.remove(module, '{hook._tensor_name}')")
-                raise TypeError(f"from_torch: {where} has a {kind} ({_name(hook)}), which the hand-written layer would not "
-                                f"run; remove it first (handle.remove()) and apply it to the hand-written model's "
+                raise TypeError(f"from_torch: {where} has a {kind} ({_name(hook)}), which the hand-written layer "
+                                f"would not run; remove it first (handle.remove()) and apply it to the hand-written model's "
                                 f"values yourself")
 
 
