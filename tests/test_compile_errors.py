@@ -76,6 +76,8 @@ def test_the_eager_run_that_finds_the_error_leaves_weights_moments_and_random_st
                                   *(v for s in opt.state.values() for v in s.values()))]
     x, y, _ = CASES["in-place change"]()
     good = torch.randn(5, 4, dtype=F64)
+    model[2].generator = torch.Generator().manual_seed(7)  # a dropout layer's own generator is put back too
+    own = model[2].generator.get_state()
     rng = torch.random.get_rng_state()
     assert isinstance(_eager_error(step, (x, y, True), model, opt), RuntimeError)
     assert _eager_error(step, (good, y), model, opt) is None  # a good step: ran, undone
@@ -83,6 +85,7 @@ def test_the_eager_run_that_finds_the_error_leaves_weights_moments_and_random_st
              *(v for s in opt.state.values() for v in s.values())]
     assert all(torch.equal(a, b) for a, b in zip(before, after))
     assert torch.equal(torch.random.get_rng_state(), rng)  # the dropout masks it drew are drawn again next step
+    assert torch.equal(model[2].generator.get_state(), own)
 
 
 def test_a_good_compiled_step_equals_the_eager_one():

@@ -81,7 +81,7 @@ def _eager_error(step: Callable, args: tuple, model, opt) -> Exception | None:
              *(v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor))]
     cuda = sorted({torch.cuda.current_device() if t.device.index is None else t.device.index
                    for t in state if t.device.type == "cuda"})
-    with torch.random.fork_rng(devices=cuda), _kept(state):
+    with torch.random.fork_rng(devices=cuda), _kept(state, _generators(model)):
         try:
             step(*args)
         except Exception as e:
@@ -89,12 +89,26 @@ def _eager_error(step: Callable, args: tuple, model, opt) -> Exception | None:
     return None
 
 
-class _kept:
-    """Put back, on leaving, each tensor's values and its ``.grad`` (the object, and its values)."""
+def _generators(model) -> list[torch.Generator]:
+    """The model's layers' own generators (a dropout layer's ``generator``), which fork_rng does not cover."""
+    found, stack = [], [model]
+    while stack:
+        layer = stack.pop()
+        if isinstance(g := getattr(layer, "generator", None), torch.Generator):
+            found.append(g)
+        children = getattr(layer, "named_children", None)
+        stack.extend(child for _, child in (children() if children is not None else ()))
+    return found
 
-    def __init__(self, tensors: Iterable[torch.Tensor]):
+
+class _kept:
+    """Put back, on leaving, each tensor's values and its ``.grad`` (the object, and its values), and each
+    generator's state."""
+
+    def __init__(self, tensors: Iterable[torch.Tensor], generators: Iterable[torch.Generator] = ()):
         self.saved = [(t, t.detach().clone(), t.grad, None if t.grad is None else t.grad.detach().clone())
                       for t in {id(t): t for t in tensors}.values()]
+        self.generators = [(g, g.get_state()) for g in generators]
 
     def __enter__(self):
         return self
@@ -106,6 +120,8 @@ class _kept:
                 t.grad = grad
                 if grad is not None:
                     grad.copy_(grad_value)
+        for g, state in self.generators:
+            g.set_state(state)
         return False
 
 
