@@ -7,7 +7,7 @@
 
 Each implementation trains on the same batches in the same order; the run reports per
 epoch their losses, accuracies and seconds, and at the end how far their weights drifted
-apart.  Outputs go to --out (default runs/<timestamp>): metrics.jsonl, summary.json, PNG
+apart.  Outputs go to --out (default runs/<timestamp>-<pid>): metrics.jsonl, summary.json, PNG
 plots and checkpoint.pt (written atomically after every epoch; --resume continues from it).
 
 This file is the command line only: flags -> training.TrainConfig -> training.storage.
@@ -165,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
       help="under torchrun: seconds a collective may wait before the run fails")
     a("--no-sync-bn", action="store_true", help="under torchrun: per-process batch norm statistics (the twin "
       "then uses plain BatchNorm under DDP) instead of synchronised ones")
-    a("--out", type=Path, default=None, help="output folder (default: runs/<timestamp>)")
+    a("--out", type=Path, default=None, help="output folder (default: runs/<timestamp>-<pid>, unique to the run)")
     a("--overwrite", action="store_true", help="replace the run already in --out (without it a fresh run there is "
       "refused: --resume continues it)")
     a("--resume", type=Path, default=None, metavar="PATH", help="checkpoint.pt to continue from")

@@ -61,12 +61,23 @@ class _Activation(BaseLayer, ABC):
 
 
 class ReLU(_Activation):
-    """out = max(x, 0);  dx = dout where out > 0, else 0 (the derivative at 0 is taken as 0, as torch does)."""
+    """out = max(x, 0);  dx = dout where out > 0, else 0 (the derivative at 0 is taken as 0, as torch does).
+    ``inplace=True`` writes out into x, as nn.ReLU(inplace=True) does (the output is all the backward keeps)."""
 
     torch_class = torch.nn.ReLU
+    _ctor_args = ("inplace",)
+
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        if not isinstance(inplace, bool):
+            raise ValueError(f"ReLU: inplace must be a bool, got {inplace!r}")
+        self.inplace = inplace
+
+    def extra_repr(self) -> str:
+        return "inplace=True" if self.inplace else ""
 
     def _forward(self, x: Tensor) -> Tensor:
-        return torch.relu(x)
+        return torch.relu_(x) if self.inplace else torch.relu(x)
 
     def backward_consumed(self) -> None:
         """Drop the forward's cache: a following MaxPool2d ran this backward inside its own

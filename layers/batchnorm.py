@@ -157,6 +157,9 @@ class _BatchNorm(BaseLayer):
         xs = x if x.dtype == sdtype else x.to(sdtype)
         batch_stats = self.training or self.running_mean is None
         if batch_stats:
+            if not self.eps > 0:  # a constant channel would give 0/0; torch refuses it too (eval may use eps=0)
+                raise ValueError(f"{self!r}: eps must be positive to normalise by batch statistics (training, or "
+                                 f"track_running_stats=False), got eps={self.eps}")
             if self.training:
                 self._check_batch(x, x.numel() // x.shape[1])
             # The squares for the variance first, then the output, in one buffer: one allocation fewer (not while

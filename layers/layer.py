@@ -31,6 +31,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
+from torch.nn.modules.module import _IncompatibleKeys
 
 
 @runtime_checkable
@@ -243,11 +244,14 @@ class BaseLayer:
                 sd.update((f"{prefix}{cname}.{n}", t) for n, t in pairs)
         return sd
 
-    def load_state_dict(self, state_dict: Mapping[str, Tensor], strict: bool = True) -> None:
-        """Copy values in (from this model's or its torch twin's state_dict); keys and shapes must match."""
+    def load_state_dict(self, state_dict: Mapping[str, Tensor], strict: bool = True):
+        """Copy values in (from this model's or its torch twin's state_dict); shapes must match.  Returns torch's
+        ``_IncompatibleKeys(missing_keys, unexpected_keys)``; ``strict=True`` (the default) refuses any."""
         own = self.state_dict()
-        missing, unexpected = sorted(set(own) - set(state_dict)), sorted(set(state_dict) - set(own))
+        missing = [k for k in own if k not in state_dict]  # in the model's order, as torch lists them
+        unexpected = [k for k in state_dict if k not in own]
         if strict and (missing or unexpected):
+            _refuse_wrapped_keys(type(self).__name__, own, state_dict)
             raise KeyError(f"{type(self).__name__}.load_state_dict: missing keys {missing}, "
                            f"unexpected keys {unexpected}")
         for key, dst in own.items():
@@ -262,6 +266,7 @@ class BaseLayer:
                                  f"expected {tuple(dst.shape)}")
             with torch.no_grad():
                 dst.copy_(src)
+        return _IncompatibleKeys(missing, unexpected)
 
     # -- conversion to and from torch.nn ----------------------------------------------------------------
 
@@ -335,6 +340,19 @@ def _drops_frozen_grads(backward):
         return result
     wrapped._drops_frozen_grads = True
     return wrapped
+
+
+def _refuse_wrapped_keys(owner: str, own: Mapping[str, Tensor], state_dict: Mapping[str, Tensor]) -> None:
+    """A state_dict saved from a wrapper -- torch.compile's ``_orig_mod.``, DistributedDataParallel's ``module.`` --
+    carries one prefix on every key: say so, and how to strip it, rather than list every key as missing."""
+    keys = list(state_dict)
+    for prefix, wrapper in (("_orig_mod.", "torch.compile"), ("module.", "DistributedDataParallel/DataParallel")):
+        if keys and all(isinstance(k, str) and k.startswith(prefix) for k in keys) \
+                and {k[len(prefix):] for k in keys} & set(own):
+            raise KeyError(f"{owner}.load_state_dict: every key starts with '{prefix}' (a state_dict saved from a "
+                           f"{wrapper} wrapper); strip it first: torch.nn.modules.utils."
+                           f"consume_prefix_in_state_dict_if_present(state_dict, '{prefix}'), or save the wrapped "
+                           f"model's own state_dict")
 
 
 def _takes_dtype(cls: type) -> bool:

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from .activations import ReLU
-from .layer import BaseLayer, Layer
+from .layer import BaseLayer, Layer, named_parameters_of
 from .pool import MaxPool2d
 
 
@@ -234,10 +234,12 @@ class Sequential(BaseLayer):
     def to_torch(self, _shared: dict | None = None) -> torch.nn.Sequential:
         """The equivalent torch.nn.Sequential, holding copies of every weight and buffer, in the same mode.  Two
         layers that hold the very same tensors (``from_torch`` of a module used twice) become one torch module
-        used twice again."""
+        used twice again; a tensor two layers share (a tied weight) becomes one torch Parameter in both."""
         shared = {} if _shared is None else _shared
-        return torch.nn.Sequential(OrderedDict((name, _to_torch(layer, shared)) for name, layer in
-                                               zip(self._names, self.layers))).train(self.training)
+        module = torch.nn.Sequential(OrderedDict((name, _to_torch(layer, shared)) for name, layer in
+                                                 zip(self._names, self.layers)))
+        module.training = self.training  # its own flag only: each child keeps its own mode (a BatchNorm in eval)
+        return module
 
 
 def _to_torch(layer: Layer, shared: dict | None = None) -> torch.nn.Module:
@@ -256,4 +258,19 @@ def _to_torch(layer: Layer, shared: dict | None = None) -> torch.nn.Module:
     module = convert()
     if key:
         shared[key] = module
+    _tie_torch(layer, module, shared.setdefault("parameters", {}))
     return module
+
+
+def _tie_torch(layer: Layer, module: torch.nn.Module, converted: dict) -> None:
+    """Make each of ``module``'s parameters whose hand-written tensor was converted before (``converted``: id of the
+    tensor -> its torch Parameter) that very Parameter: a tied weight stays tied."""
+    theirs = dict(module.named_parameters(remove_duplicate=False))
+    for name, t in named_parameters_of(layer):
+        p = theirs.get(name)
+        if p is None:
+            continue
+        first = converted.setdefault(id(t), p)
+        if first is not p:
+            owner, _, attr = name.rpartition(".")
+            setattr(module.get_submodule(owner), attr, first)

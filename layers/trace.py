@@ -7,10 +7,12 @@ parameter's own.  A gradient that vanishes (norms falling layer after layer towa
 as a column of numbers; a dead ReLU as a fraction of zeros near 1.
 
 The trace leaves the model as it found it: the parameters' ``.grad`` and the buffers (batch norm's running
-statistics) are put back afterwards, so tracing between two training steps changes nothing.
+statistics) are put back afterwards, and so is the random state its dropout masks drew from (torch's, on the CPU
+and the model's CUDA device, and a layer's own generator), so tracing between two training steps changes nothing.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 import torch
@@ -94,6 +96,17 @@ class _TorchLoss:
         return dout
 
 
+@contextlib.contextmanager
+def _generators_kept(generators: list[torch.Generator]):
+    """Restore each generator's state on leaving (the layers' own, which fork_rng does not cover)."""
+    states = [g.get_state() for g in generators]
+    try:
+        yield
+    finally:
+        for g, state in zip(generators, states):
+            g.set_state(state)
+
+
 def trace(model, x: Tensor, target: Tensor, loss=None) -> Trace:
     """One forward and backward of ``model`` (a Sequential or Net) on ``x`` and ``target``, layer by layer.
 
@@ -110,8 +123,19 @@ def trace(model, x: Tensor, target: Tensor, loss=None) -> Trace:
     buffers = [(b, b.clone()) for _, b in model.named_buffers()]
     for p in params:
         p.grad = None
+    layers = _leaves(model)
+    # the random state its dropout masks draw from, put back too: the next training step draws what it would have
+    generators = [g for _, layer in layers if isinstance(g := getattr(layer, "generator", None), torch.Generator)]
+    cuda = sorted({t.device.index if t.device.index is not None else torch.cuda.current_device()
+                   for t in (x, *params) if t.device.type == "cuda"})
+    with torch.random.fork_rng(devices=cuda), _generators_kept(generators):
+        return _trace(layers, x, target, loss, params, grads, buffers)
+
+
+def _trace(layers, x, target, loss, params, grads, buffers) -> Trace:
+    """trace's forward and backward, the model's .grad and buffers put back afterwards."""
     try:
-        rows, layers = [], _leaves(model)
+        rows = []
         for name, layer in layers:
             out = layer(x)
             rows.append(TraceRow(name, type(layer).__name__, tuple(x.shape), tuple(out.shape), out.mean().item(),

@@ -256,14 +256,15 @@ class GPT(BaseLayer):
         sd[prefix + "lm_head.weight"] = self.wte.weight  # the tied matrix under its second name, as nanoGPT's
         return sd
 
-    def load_state_dict(self, state_dict: Mapping[str, Tensor], strict: bool = True) -> None:
-        """nanoGPT's keys; ``lm_head.weight`` must be the very values of ``transformer.wte.weight`` (they are tied)."""
+    def load_state_dict(self, state_dict: Mapping[str, Tensor], strict: bool = True):
+        """nanoGPT's keys; ``lm_head.weight`` must be the very values of ``transformer.wte.weight`` (they are tied).
+        Returns torch's ``_IncompatibleKeys(missing_keys, unexpected_keys)``."""
         lm, wte = state_dict.get("lm_head.weight"), state_dict.get("transformer.wte.weight")
         if lm is not None and wte is not None and isinstance(lm, Tensor) and isinstance(wte, Tensor) \
                 and lm.shape == wte.shape and not torch.equal(lm, wte):
             raise ValueError("GPT.load_state_dict: 'lm_head.weight' differs from 'transformer.wte.weight'; this GPT "
                              "ties them (one tensor), so they must be equal")
-        super().load_state_dict(state_dict, strict)
+        return super().load_state_dict(state_dict, strict)
 
     def config(self) -> dict:
         """The constructor arguments (nanoGPT's GPTConfig fields)."""

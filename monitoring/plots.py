@@ -18,8 +18,11 @@ MAX_HIST_ROWS = 6  # the histogram figure shows the weight matrices and kernels 
                    # small for a histogram), the first 6 of them
 
 
-def plot_records(records: list[dict] | Mapping[str, list[dict]], out_dir: str | Path, prefix: str = "") -> list[Path]:
-    """Render the figures listed above into ``out_dir`` (file names prefixed with ``prefix``); -> paths written."""
+def plot_records(records: list[dict] | Mapping[str, list[dict]], out_dir: str | Path, prefix: str = "",
+                 write_file=None) -> list[Path]:
+    """Render the figures listed above into ``out_dir`` (file names prefixed with ``prefix``); -> paths written.
+    ``write_file(path, write)`` writes each file, calling ``write(f)`` on a binary file (the trainer passes its
+    atomic writer, training.storage.files.atomic_write); default: ``open(path, "wb")``."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -41,8 +44,10 @@ def plot_records(records: list[dict] | Mapping[str, list[dict]], out_dir: str | 
     def save(fig, name: str) -> None:
         fig.tight_layout()
         path = out / f"{prefix}{name}"
-        fig.savefig(path, dpi=DPI)
-        plt.close(fig)
+        try:
+            (write_file or _write_file)(path, lambda f: fig.savefig(f, dpi=DPI, format=path.suffix[1:]))
+        finally:
+            plt.close(fig)
         written.append(path)
 
     def titled(ax, run: str, what: str) -> None:
@@ -153,3 +158,8 @@ def plot_records(records: list[dict] | Mapping[str, list[dict]], out_dir: str | 
                     ax.legend(fontsize=6)
         save(fig, "activations.png")
     return written
+
+
+def _write_file(path: Path, write) -> None:
+    with open(path, "wb") as f:
+        write(f)

@@ -59,8 +59,9 @@ def test_activation_equals_torch(make, make_t, shape):
 
 
 @pytest.mark.parametrize("ours,theirs", [(LeakyReLU(0.2, inplace=True), nn.LeakyReLU(0.2)),
-                                         (SiLU(inplace=True), nn.SiLU()), (Dropout(0.4, inplace=True), None)],
-                         ids=["leaky", "silu", "dropout"])
+                                         (SiLU(inplace=True), nn.SiLU()), (Dropout(0.4, inplace=True), None),
+                                         (from_torch(nn.ReLU(inplace=True)), nn.ReLU())],
+                         ids=["leaky", "silu", "dropout", "relu-from-torch"])
 def test_inplace_variants_overwrite_x_and_keep_the_gradient(ours, theirs):
     torch.manual_seed(2)
     x, dout = torch.randn(5, 6, dtype=f64), torch.randn(5, 6, dtype=f64)
@@ -158,6 +159,8 @@ def test_dropout_errors_and_conversion():
     for p in (-0.1, 1.5, "0.5", True):
         with pytest.raises(ValueError, match=r"Dropout: p .* must be in \[0, 1\]"):
             Dropout(p)
+    relu = from_torch(nn.ReLU(inplace=True))  # the flag converted both ways, not dropped
+    assert repr(relu) == "ReLU(inplace=True)" and repr(relu.to_torch()) == repr(nn.ReLU(inplace=True))
     drop = from_torch(nn.Dropout(0.2, inplace=True))
     assert isinstance(drop, Dropout) and drop.p == 0.2 and drop.inplace
     back = drop.to_torch()

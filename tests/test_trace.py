@@ -80,3 +80,29 @@ def test_learn_trace_refuses_an_impossible_network(capsys):
     with pytest.raises(SystemExit) as e:
         main(["--depth", "0"])
     assert e.value.code == 2 and "--depth must be at least 1, got 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("own_generator", [False, True])
+def test_a_step_after_a_trace_equals_the_step_without_it_bit_for_bit(own_generator):
+    """The trace's dropout masks are drawn from a random state put back afterwards (torch's, or the layer's own)."""
+    import copy
+    import optimizers
+    from layers import Dropout, Linear, ReLU
+    torch.manual_seed(0)
+    model = Sequential(Linear(6, 16), ReLU(), Dropout(0.5), Linear(16, 3))
+    if own_generator:
+        model[2].generator = torch.Generator().manual_seed(5)
+    x, y = torch.randn(8, 6), torch.randint(0, 3, (8,))
+    runs = []
+    for traced in (False, True):
+        m = copy.deepcopy(model)
+        opt = optimizers.SGD(m.parameters(), lr=0.1)
+        torch.manual_seed(1)
+        if traced:
+            m.trace(x, y)
+        out = m(x)
+        m.backward((torch.softmax(out, 1) - nn.functional.one_hot(y, 3)) / len(y))  # mean cross-entropy's dout
+        opt.step()
+        runs.append([p.clone() for p in m.parameters()] + [torch.rand(3)])  # and the RNG's next draw
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)

@@ -12,10 +12,17 @@ its compile time beside, not inside, its time per epoch or iteration.
 What is compiled with the step: the in-place check of the layers (layers/saved.py) runs while the step compiles, the
 range checks of class targets and token ids run as assertions inside the graph; the optimizers' hyper-parameters
 are checked while tracing (the compiled step is guarded on them: a new value compiles again, checked again).
+
+An error while the step compiles or runs compiled (handgrad's own checks arrive wrapped in the compiler's exception,
+or as a graph assertion that cannot name the value) reaches the caller as the eager step's: ``compile_step`` runs
+the step once eagerly on the same state and raises what that raises -- the very type and message -- then puts the
+state back (weights, gradients, buffers, optimizer state, random state).  An error the eager step does not
+reproduce is the compiler's, and is raised as it came.
 """
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Callable
 
 import torch
@@ -50,6 +57,72 @@ class CompileTimer:
             self.seconds += time.perf_counter() - start
             self.graphs += made
         return out
+
+
+def compile_step(step: Callable, model, opt, **compile_kwargs) -> Callable:
+    """``torch.compile(step, fullgraph=True)`` whose errors are the eager step's (see the module's docstring); ``model``
+    and ``opt`` (a handgrad model and its optimizer) hold the state the step changes."""
+    compiled = torch.compile(step, fullgraph=True, **compile_kwargs)
+
+    def run(*args):
+        try:
+            return compiled(*args)
+        except Exception as e:
+            failed = e
+        # outside the except block, so that the eager error comes alone, not "during handling of" the compiler's
+        eager = _eager_error(step, args, model, opt)
+        raise failed if eager is None else eager
+    return run
+
+
+def _eager_error(step: Callable, args: tuple, model, opt) -> Exception | None:
+    """What ``step(*args)`` raises when run eagerly (None if nothing), leaving the state as it found it."""
+    state = [*model.parameters(), *(b for _, b in model.named_buffers()),
+             *(v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor))]
+    cuda = sorted({torch.cuda.current_device() if t.device.index is None else t.device.index
+                   for t in state if t.device.type == "cuda"})
+    with torch.random.fork_rng(devices=cuda), _kept(state, _generators(model)):
+        try:
+            step(*args)
+        except Exception as e:
+            return e
+    return None
+
+
+def _generators(model) -> list[torch.Generator]:
+    """The model's layers' own generators (a dropout layer's ``generator``), which fork_rng does not cover."""
+    found, stack = [], [model]
+    while stack:
+        layer = stack.pop()
+        if isinstance(g := getattr(layer, "generator", None), torch.Generator):
+            found.append(g)
+        children = getattr(layer, "named_children", None)
+        stack.extend(child for _, child in (children() if children is not None else ()))
+    return found
+
+
+class _kept:
+    """Put back, on leaving, each tensor's values and its ``.grad`` (the object, and its values), and each
+    generator's state."""
+
+    def __init__(self, tensors: Iterable[torch.Tensor], generators: Iterable[torch.Generator] = ()):
+        self.saved = [(t, t.detach().clone(), t.grad, None if t.grad is None else t.grad.detach().clone())
+                      for t in {id(t): t for t in tensors}.values()]
+        self.generators = [(g, g.get_state()) for g in generators]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        with torch.no_grad():
+            for t, value, grad, grad_value in self.saved:
+                t.copy_(value)
+                t.grad = grad
+                if grad is not None:
+                    grad.copy_(grad_value)
+        for g, state in self.generators:
+            g.set_state(state)
+        return False
 
 
 def compile_seconds(impl) -> float:

@@ -18,7 +18,7 @@ from pathlib import Path
 from .config import TrainConfig
 from .parallel.distributed import DistInfo
 from .errors import UsageError
-from .storage.files import atomic_write_text
+from .storage.files import atomic_write, atomic_write_text
 
 
 def open_tensorboard(config: TrainConfig, info: DistInfo):
@@ -81,7 +81,7 @@ def write_monitor_outputs(out: Path, monitors: dict, plots: bool) -> list[str]:
     if plots:
         from monitoring import plot_records
         written += [p.name for p in plot_records({n: m.records for n, m in monitors.items()}, out,
-                                                 prefix="monitor_")]
+                                                 prefix="monitor_", write_file=atomic_write)]
     for mon in monitors.values():
         mon.remove()
     return written

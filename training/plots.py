@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .storage.files import atomic_write
+
 
 def write_plots(out: Path, records: list, kind: str = "image") -> list[Path]:
     """Render curves.png into ``out``; return the files written."""
@@ -65,6 +67,8 @@ def write_plots(out: Path, records: list, kind: str = "image") -> list[Path]:
         ax.set_title(f"largest weight difference, {' vs '.join(drift[-1]['impls'])}")
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out / "curves.png", dpi=100)
-    plt.close(fig)
+    try:  # atomically, as every file of a run: a full disk leaves no half figure and says so in one line
+        atomic_write(out / "curves.png", lambda f: fig.savefig(f, dpi=100, format="png"))
+    finally:
+        plt.close(fig)
     return [out / "curves.png"]

@@ -12,7 +12,6 @@ import contextlib
 import json
 import re
 import sys
-import time
 from pathlib import Path
 from typing import Callable
 
@@ -31,7 +30,7 @@ from .impls import build_impls, check_mixed_precision, max_param_abs_diff
 from .parallel.distributed import DistInfo
 from .monitors import (attach_monitors, close_tensorboard, log_scalars, monitor_state, open_tensorboard,
                        restore_monitors, write_monitor_outputs)
-from .storage.output import OutputFolder
+from .storage.output import OutputFolder, default_out
 from .parallel.launch import under_torchrun
 from .tasks.task import Task, make_task, task_class
 
@@ -63,7 +62,7 @@ def _run(config: TrainConfig, device: torch.device, info: DistInfo, say: Callabl
             say(f"note: the checkpoint was trained on {saved_world} process(es), this run has {info.world_size}; "
                 f"the global batch is the same, so it continues the same run (sums are taken in another order)")
     check_mixed_precision(config, info)
-    out = config.out or (config.resume.parent if config.resume else Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
+    out = config.out or (config.resume.parent if config.resume else default_out())
     task_class(config).check_source(config)
     folder = OutputFolder(out, config.resume, config.overwrite) if info.is_main else None
     try:  # rank 0 holds the output folder's lock from here to the end of the run

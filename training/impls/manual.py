@@ -15,7 +15,7 @@ from optimizers import clip_grad_norm_, get_optimizer
 
 from ..parallel.allreduce import GradBuckets
 from ..config import TrainConfig
-from ..compiled import CompileTimer
+from ..compiled import CompileTimer, compile_step
 from ..cuda_graph import CapturedStep
 from ..parallel.distributed import SINGLE, DistInfo
 from ..precision.loss_scale import DynamicLossScaler
@@ -59,7 +59,7 @@ class ManualImpl:
             **optimizer_kwargs(config),
             **(capturable_kwargs(config, model.parameters()[0]) if cuda_graph or config.compile else {})})
         if config.compile:
-            step = torch.compile(lambda xb, yb, total: self._step(xb, yb, total, 0), fullgraph=True)
+            step = compile_step(lambda xb, yb, total: self._step(xb, yb, total, 0), model, self.opt)
             self.compiled = CompileTimer(step, model.parameters()[0].device)
         if info.enabled:  # each rank's share of the global mean, summed over ranks by hand-written all-reduces
             self.crit = CrossEntropyLoss(reduction="sum")

@@ -11,8 +11,11 @@ said so, and removes temporary files that a killed process's interrupted write l
 """
 from __future__ import annotations
 
+import itertools
+import os
 import re
 import tempfile
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -21,6 +24,21 @@ from .lock import FolderLock
 
 RUN_FILES = ("checkpoint.pt", "summary.json", "metrics.jsonl", "curves.png", "monitor_*.jsonl", "monitor_*.png")
 LEFTOVER = re.compile(r"^\..+\.tmp\d+$")  # files.atomic_write's temporary file of an interrupted write
+
+
+_given: set[Path] = set()  # default folders named by this process so far
+
+
+def default_out(root: Path = Path("runs")) -> Path:
+    """``runs/<date>-<time>-<pid>``, the folder of a run without ``--out``: two runs started in the same second are
+    two processes, whose ids differ; a second run in the same process (a library caller) gets ``-2``, ``-3``, ...
+    and a name whose folder exists already is passed over."""
+    stem = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    for n in itertools.count(1):
+        path = root / (stem if n == 1 else f"{stem}-{n}")
+        if path not in _given and not path.exists():
+            _given.add(path)
+            return path
 
 
 class OutputFolder:
