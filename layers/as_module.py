@@ -31,16 +31,19 @@ hand-written layer of your own must assign new cache objects in forward, not ove
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 from collections.abc import Iterator
 
 import torch
 from torch import Tensor, nn
+from torch._C._functorch import TransformType
 
 from .dropout import Dropout
 from .layer import BaseLayer, Layer, named_parameters_of
-from .as_module_function import _HandgradFunction
+from .as_module_binding import bind, read_parameters, run_pruning_hooks
+from .as_module_function import _HandgradFunction, _refused_under
 from .sequential import _takes_need_input_grad
 
 def _walk(layer: Layer, prefix: str = "") -> Iterator[tuple[str, Layer]]:
@@ -72,12 +75,22 @@ def _held(node: Layer, attr: str) -> Tensor | None:
 
 
 class _Slot:
-    """One parameter: where it lives in the layer tree and its Parameter (torch.nn's layout, same memory)."""
+    """One parameter: the layers and attributes that hold it (``users``: several for a tensor two layers share), the
+    (submodule, name) pairs under which the module registers its Parameter (``holders``: several for a tied one),
+    and the Parameter itself (torch.nn's layout, the layer's memory).  ``bindable``: the layers hold it as a plain
+    attribute, which the wrapper can point at another tensor for one call."""
 
-    __slots__ = ("node", "attr", "name", "tensor", "param")
+    __slots__ = ("node", "attr", "name", "tensor", "param", "users", "holders", "bindable")
 
     def __init__(self, node: Layer, attr: str, name: str, tensor: Tensor, param: nn.Parameter) -> None:
         self.node, self.attr, self.name, self.tensor, self.param = node, attr, name, tensor, param
+        self.users: list[tuple[Layer, str]] = []
+        self.holders: list[tuple[nn.Module, str]] = []
+        self.bindable = True
+
+    def use(self, node: Layer, attr: str) -> None:
+        self.users.append((node, attr))
+        self.bindable = self.bindable and vars(node).get(attr) is self.tensor
 
 
 class HandgradModule(nn.Module):
@@ -107,27 +120,33 @@ class HandgradModule(nn.Module):
         self._leaves = [node for _, node in nodes]
         self._slots: list[_Slot] = []
         self._buffers_of: list[tuple[Layer, str, Tensor]] = []
-        made: dict[int, nn.Parameter] = {}
+        self._buffer_holders: list[tuple[nn.Module, str, Tensor]] = []
+        made: dict[int, _Slot] = {}
         for prefix, node in nodes:
             for attr, t in _own_tensors(node, "param"):
                 if not t.is_floating_point():
                     raise TypeError(f"as_module: parameter '{prefix}{attr}' of {node!r} has dtype {t.dtype}; "
                                     f"parameters must be floating point")
-                param = made.get(id(t))
-                if param is not None:  # a tensor two layers hold (a module used twice): one Parameter, both names
-                    self._holder(prefix).register_parameter(attr, param)
-                    continue
-                # a new tensor object over the same memory; a frozen parameter (requires_grad_(False)) stays frozen
-                param = made[id(t)] = nn.Parameter(t, requires_grad=attr not in getattr(node, "_frozen", ()))
-                self._holder(prefix).register_parameter(attr, param)
-                self._slots.append(_Slot(node, attr, prefix + attr, t, param))
+                slot = made.get(id(t))
+                if slot is None:
+                    # a new tensor object over the same memory; a frozen parameter (requires_grad_(False)) stays frozen
+                    param = nn.Parameter(t, requires_grad=attr not in getattr(node, "_frozen", ()))
+                    slot = made[id(t)] = _Slot(node, attr, prefix + attr, t, param)
+                    self._slots.append(slot)
+                # a tensor two layers hold (a module used twice) is one Parameter under both names
+                slot.use(node, attr)
+                self._holder(prefix).register_parameter(attr, slot.param)
+                slot.holders.append((self._holder(prefix), attr))
             for attr, t in _own_tensors(node, "buffer"):
                 self._holder(prefix).register_buffer(attr, t)
                 self._buffers_of.append((node, attr, t))
+                self._buffer_holders.append((self._holder(prefix), attr, t))
         self._register_tied_names()
+        self._holders = [m for m in self.modules() if m is not self]  # they hold parameters; nothing calls them
         self._inplace = any(getattr(node, "inplace", False) is True for node in self._leaves)
         self._dropouts = [node for node in self._leaves if isinstance(node, Dropout)]
         self._skips_dx = _takes_need_input_grad(layer)
+        self._pending = None  # what the Function's forward hands to its setup_context
         self.train(getattr(layer, "training", True))
 
     def _register_tied_names(self) -> None:
@@ -145,7 +164,9 @@ class HandgradModule(nn.Module):
                 p = s.param
                 if (t.data_ptr(), t.shape, t.stride()) == (p.data_ptr(), p.shape, p.stride()):
                     prefix, _, attr = key.rpartition(".")
-                    self._holder(prefix + "." if prefix else "").register_parameter(attr, p)
+                    holder = self._holder(prefix + "." if prefix else "")
+                    holder.register_parameter(attr, p)
+                    s.holders.append((holder, attr))
                     break
 
     def _holder(self, prefix: str) -> nn.Module:
@@ -195,7 +216,9 @@ class HandgradModule(nn.Module):
             s.param.grad = g
         for _, _, t in self._buffers_of:
             t.data = fn(t)
-        return self
+        # What else the module holds (a parametrization's or pruning's tensors, an assigned Parameter): torch's own
+        # conversion, a no-op on the tensors converted above (fn of a converted tensor is that tensor).
+        return super()._apply(fn, recurse)
 
     def _check_bound(self) -> None:
         """Every Parameter still shares memory with the layer tensor it was made from (cheap pointer tests)."""
@@ -210,17 +233,34 @@ class HandgradModule(nn.Module):
     # -- forward ----------------------------------------------------------------------------------------
 
     def forward(self, x: Tensor) -> Tensor:
-        """x: the layer's input -> the layer's output (autograd's backward runs the hand-written backward)."""
+        """x: the layer's input -> the layer's output (autograd's backward runs the hand-written backward).  The layer
+        computes with the parameters as the module holds them now (as_module_binding.py)."""
         layer = self.layer
         if getattr(layer, "training", self.training) != self.training:
             self.train(self.training)  # the module's mode was set without train() (e.g. module.training = False)
         self._check_bound()
-        params = [s.param for s in self._slots]
-        if not torch.is_grad_enabled() or not (
-                (isinstance(x, Tensor) and x.requires_grad) or any(p.requires_grad for p in params)):
-            # No graph will be recorded: a plain forward, nothing kept for a backward.
-            return layer.forward(x.clone() if self._inplace and isinstance(x, Tensor) else x)
-        return _HandgradFunction.apply(self, x, *params)
+        _refuse_transforms(layer)
+        run_pruning_hooks(self, self._holders, x)
+        params = read_parameters(self)
+        x = self._autocast_input(x)
+        with torch.autocast(x.device.type if isinstance(x, Tensor) else "cpu", enabled=False) \
+                if self._autocasting(x) else contextlib.nullcontext():
+            if not torch.is_grad_enabled() or not (
+                    (isinstance(x, Tensor) and x.requires_grad) or any(p.requires_grad for p in params)):
+                # No graph will be recorded: a plain forward, nothing kept for a backward.
+                with bind(self, params, [False] * len(params)):
+                    return layer.forward(x.clone() if self._inplace and isinstance(x, Tensor) else x)
+            return _HandgradFunction.apply(self, x, *params)
+
+    def _autocasting(self, x: object) -> bool:
+        return isinstance(x, Tensor) and torch.is_autocast_enabled(x.device.type)
+
+    def _autocast_input(self, x: object) -> object:
+        """Under autocast the layer runs with autocast off and a floating input cast to its parameters' dtype, as
+        torch.amp.custom_fwd(cast_inputs=...) runs a custom function: the output has the parameters' dtype."""
+        if not self._autocasting(x) or not x.is_floating_point() or not self._slots:
+            return x
+        return x.to(self._slots[0].param.dtype)
 
     # -- what a forward changes, so that it can be re-run exactly --------------------------------------------
 
@@ -264,6 +304,24 @@ class HandgradModule(nn.Module):
         for node, mode in zip(self._leaves, modes):
             if hasattr(node, "training"):
                 node.training = mode
+
+
+def _refuse_transforms(layer: Layer) -> None:
+    """Under torch.func, one level of ``grad`` (or ``vjp``) runs the hand-written backward; a second level (a second
+    derivative), ``vmap`` and ``jvp`` are refused here, before the forward, naming the case."""
+    stack = torch._C._functorch.get_interpreter_stack()
+    if not stack:
+        return
+    keys = [i.key() for i in stack]
+    what = None
+    if TransformType.Vmap in keys:
+        what = "torch.func.vmap (and jacrev, jacfwd, hessian, which vmap)"
+    elif TransformType.Jvp in keys:
+        what = "forward-mode AD (torch.autograd.forward_ad, torch.func.jvp, jacfwd)"
+    elif keys.count(TransformType.Grad) > 1:
+        what = "a second derivative (torch.func.grad of torch.func.grad, hessian)"
+    if what is not None:
+        raise _refused_under(layer, what)
 
 
 def _required_inputs(layer: Layer) -> list[str]:
