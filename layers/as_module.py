@@ -42,7 +42,7 @@ from torch._C._functorch import TransformType
 
 from .dropout import Dropout
 from .layer import BaseLayer, Layer, named_parameters_of
-from .as_module_binding import bind, read_parameters, run_pruning_hooks
+from .as_module_binding import bind, read_parameters, rewired, run_pruning_hooks
 from .as_module_function import _HandgradFunction, _refused_under
 from .sequential import _takes_need_input_grad
 
@@ -186,6 +186,11 @@ class HandgradModule(nn.Module):
     def __deepcopy__(self, memo: dict) -> HandgradModule:
         """A copy over a deep copy of the layer (nn.Module's own deepcopy would copy the Parameters and the
         layer's tensors apart, and they would no longer share memory); gradients are copied too."""
+        name = rewired(self)
+        if name is not None:
+            raise RuntimeError(f"as_module: cannot deepcopy a wrapper whose parameter '{name}' was parametrized, "
+                               f"pruned or replaced (the copy is built from the layer, which knows none of that): "
+                               f"deepcopy it before, or remove the parametrization / pruning first")
         clone = HandgradModule(copy.deepcopy(self.layer, memo)).train(self.training)
         for mine, theirs in zip(self._slots, clone._slots):
             theirs.param.requires_grad_(mine.param.requires_grad)

@@ -52,38 +52,62 @@ def run_pruning_hooks(module: nn.Module, holders: list[nn.Module], x: Tensor) ->
 
 def _refuse_hook(module: nn.Module, sub: nn.Module, kind: str) -> None:
     name = next(n for n, m in module.named_modules() if m is sub)
-    raise RuntimeError(f"{module!r}: a {kind} on its submodule '{name}' would never run (as_module's submodules "
-                       f"only hold parameters; the hand-written layer runs as one autograd node): register the hook "
-                       f"on the as_module wrapper itself")
+    raise RuntimeError(f"{where(module)}: a {kind} on its submodule '{name}' would never run (as_module's "
+                       f"submodules only hold parameters; the hand-written layer runs as one autograd node): "
+                       f"register the hook on the as_module wrapper itself")
 
 
 def read_parameters(module: nn.Module) -> list[Tensor]:
     """The tensor torch would use for each parameter now, in slot order: ``getattr(holder, name)``."""
     tensors = []
     for s in module._slots:
-        names = s.holders
-        t = getattr(names[0][0], names[0][1])
-        for sub, attr in names[1:]:  # a tied parameter: every name must still give the same tensor
-            if getattr(sub, attr) is not t:
-                raise RuntimeError(f"{module!r}: parameter '{s.name}' is tied (one tensor under several names), but "
-                                   f"its names now give different tensors; the hand-written layer uses one tensor "
-                                   f"for all of them: tie them again, or give both names the same tensor")
+        (first, attr), *others = s.holders
+        t = getattr(first, attr)
+        if any(getattr(sub, name) is not t for sub, name in others):  # a tied parameter: one tensor for every name
+            raise RuntimeError(f"{where(module)}: parameter '{s.name}' is tied (one tensor under several names), but "
+                               f"its names now give different tensors, and the hand-written layer uses one for all: "
+                               f"give every name the same tensor")
         if not isinstance(t, Tensor) or t.shape != s.param.shape:
             got = f"shape {tuple(t.shape)}" if isinstance(t, Tensor) else type(t).__name__
-            raise RuntimeError(f"{module!r}: parameter '{s.name}' is now {got}, the layer's is "
-                               f"{tuple(s.param.shape)}: the hand-written layer computes with tensors of its own "
-                               f"layout")
+            raise RuntimeError(f"{where(module)}: parameter '{s.name}' is now {got}, the layer's is "
+                               f"{tuple(s.param.shape)}: the hand-written layer computes in its own layout")
         if t is not s.param and not s.bindable:
-            raise RuntimeError(f"{module!r}: parameter '{s.name}' was replaced, but {type(s.node).__name__} holds "
-                               f"it under no attribute the wrapper can set for one call: assign new values in "
+            raise RuntimeError(f"{where(module)}: parameter '{s.name}' was replaced, but {type(s.node).__name__} "
+                               f"holds it under no attribute the wrapper can set for one call: assign new values in "
                                f"place (with torch.no_grad(): p.copy_(...)) or give the layer a named attribute")
         tensors.append(t)
     for sub, attr, t in module._buffer_holders:
         if sub._buffers.get(attr, _ABSENT) is not t:
-            raise RuntimeError(f"{module!r}: buffer '{attr}' was replaced (functional_call with buffers, or an "
-                               f"assignment); the hand-written layer updates its own buffers in place: load values "
-                               f"with module.load_state_dict or copy_ them in")
+            prefix = next(n for n, m in module.named_modules() if m is sub)
+            name = f"{prefix}.{attr}" if prefix else attr
+            raise RuntimeError(f"{where(module)}: buffer '{name}' was replaced (functional_call with buffers, or an "
+                               f"assignment), but the hand-written layer updates its own buffers in place: load "
+                               f"values with module.load_state_dict or copy_ them in")
     return tensors
+
+
+def where(module: nn.Module) -> str:
+    """``as_module(<the layer in one line>)``, how a message names the wrapper."""
+    return f"as_module({_named(module.layer)})"
+
+
+def _named(layer: object) -> str:
+    """The layer in one line: its repr, or for a container its class and its children's classes."""
+    text = repr(layer)
+    if "\n" not in text:
+        return text
+    children = getattr(layer, "named_children", None)
+    inner = ", ".join(type(c).__name__ for _, c in children()) if children is not None else "..."
+    return f"{type(layer).__name__}({inner})"
+
+
+def rewired(module: nn.Module) -> str | None:
+    """The first parameter the module no longer registers as it was built (parametrized, pruned, replaced), or None."""
+    for s in module._slots:
+        for sub, attr in s.holders:
+            if sub._parameters.get(attr) is not s.param:
+                return s.name
+    return None
 
 
 def _plain(t: Tensor) -> Tensor:

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 from torch._functorch.eager_transforms import enable_inplace_requires_grad
 
-from .as_module_binding import _plain, bind
+from .as_module_binding import _named, _plain, bind
 from .layer import Layer
 from .saved import versions
 
@@ -126,20 +126,10 @@ def _second_derivative_refused(layer: Layer, grads: tuple, sources: tuple) -> tu
     return out[:len(grads)]
 
 
-def _named(layer: Layer) -> str:
-    """The layer in one line: its repr, or for a container its class and its children's classes."""
-    text = repr(layer)
-    if "\n" not in text:
-        return text
-    children = getattr(layer, "named_children", None)
-    inner = ", ".join(type(c).__name__ for _, c in children()) if children is not None else "..."
-    return f"{type(layer).__name__}({inner})"
-
-
 def _refused_under(layer: Layer, what: str) -> RuntimeError:
-    return RuntimeError(f"as_module({_named(layer)}): {what} is not supported (its forward and backward are hand-written: "
-                        f"autograd's backward, torch.func.grad and functional_call are); use its torch.nn twin "
-                        f"(layer.to_torch()) there")
+    return RuntimeError(f"as_module({_named(layer)}): {what} is not supported (its forward and backward are "
+                        f"hand-written; autograd's backward, torch.func.grad and functional_call are): use its "
+                        f"torch.nn twin (layer.to_torch()) there")
 
 
 def _changed(ctx, tensors: tuple[Tensor, ...]) -> str | None:
@@ -223,8 +213,8 @@ def _backward(ctx, dout: Tensor) -> tuple:
         changed = _changed(ctx, params)
         if changed is not None:
             raise RuntimeError(
-                f"as_module({_named(layer)}): {changed} was modified by an inplace operation (an optimizer step?) after "
-                f"the forward of the graph this backward runs through, and the layer's cache of that forward is "
+                f"as_module({_named(layer)}): {changed} was modified by an inplace operation (an optimizer step?) "
+                f"after the forward of the graph this backward runs through, and the layer's cache of that forward is "
                 f"gone (an earlier backward used it): the gradient would come from the new values; call every "
                 f"backward of a graph before changing its tensors in place, or run the forward again")
     ctx.fingerprint = None  # the backward below consumes the cache: a later backward re-runs the forward
