@@ -7,10 +7,16 @@ checked by ``torch.autograd.gradcheck(as_module(layer), x)``.
 
 The layer's parameters appear as ``nn.Parameter``s (torch.nn's shapes, as the layer keeps them),
 sharing memory with the layer's own tensors: an optimizer stepping the Parameters steps the layer.
-The gradient the hand-written backward computes is handed to autograd, which puts it in the
-Parameter's ``.grad``; the layer's own ``.grad``s are left as they were.  Buffers (batch norm's
-running statistics) are registered as buffers, the very tensors the layer updates, so the module's
-``state_dict()`` has the keys and layouts of the torch.nn twin and loads from it.
+Buffers (batch norm's running statistics) are registered as buffers, the very tensors the layer updates,
+so the module's ``state_dict()`` has the keys and layouts of the torch.nn twin and loads from it.
+
+The layer computes with the parameters the module holds at each call (as_module_binding.py):
+``getattr(submodule, name)`` as torch would read it, so ``torch.func.functional_call`` with other weights,
+a parametrization (``weight_norm``, ``spectral_norm``, ``register_parametrization``), pruning and a
+Parameter assigned in place of another are what the hand-written forward and backward compute with, and
+autograd carries each gradient on to whatever the tensor came from.  The gradient goes to a Parameter
+whose ``requires_grad`` is True (torch's rule, read from the module's tensors); the layer's own ``.grad``s
+are left as they were.
 
 One backward per forward is what a hand-written layer's cache serves.  Autograd may ask for more:
 ``backward(retain_graph=True)`` then another backward, ``torch.autograd.gradcheck`` (one backward per
@@ -22,7 +28,23 @@ which objects the layers' attributes held right after it.  A backward that finds
 calling the layer directly) re-runs its forward first, from the snapshot, then puts the buffers and the
 random states back as they are now: running statistics are updated once per forward call, the re-run
 draws the same dropout mask, and every backward gets the gradient of its own forward.  In the usual
-training step (one forward, one backward) nothing is re-run.
+training step (one forward, one backward) nothing is re-run.  A re-run needs the forward's input and
+parameters as they were: one changed in place since (an optimizer step between two backwards of a
+retained graph) is refused, naming it, as autograd refuses a saved tensor that changed.
+
+What it supports and what it refuses, each in one line naming the layer:
+- double backward: refused.  Gradients asked for with ``create_graph=True`` are torch's, behind a node that
+  raises when differentiated (torch's mechanism for a once-differentiable function): a gradient penalty,
+  ``hvp`` and ``hessian`` stop there instead of missing the second-derivative terms;
+- torch.func: ``grad``/``vjp`` (one level) and ``functional_call`` work; ``vmap`` (so ``jacrev``, ``jacfwd``,
+  ``hessian``), ``jvp`` and forward-mode AD, and ``grad`` of ``grad`` are refused;
+- autocast: the layer runs with autocast off, a floating input cast to its parameters' dtype, as
+  ``torch.amp.custom_fwd(cast_inputs=...)`` runs a custom function: its output has the parameters' dtype;
+- hooks on the wrapper run as on any module; a hook on one of its submodules (they only hold parameters, and
+  nothing calls them) is refused, except the pre-hooks that recompute a parameter (pruning, the old hook forms
+  of weight_norm and spectral_norm), which the wrapper runs;
+- a buffer replaced on the module (``functional_call`` with buffers) is refused; ``copy.deepcopy`` of a wrapper
+  whose parameters were parametrized, pruned or replaced is refused.
 
 Rules: move or cast with ``module.to(...)`` (it moves the layer too; moving the layer alone is refused
 at the next forward); layers with ``inplace=True`` run on a copy of their input (a custom Function may
@@ -38,12 +60,11 @@ from collections.abc import Iterator
 
 import torch
 from torch import Tensor, nn
-from torch._C._functorch import TransformType
 
 from .dropout import Dropout
 from .layer import BaseLayer, Layer, named_parameters_of
 from .as_module_binding import bind, read_parameters, rewired, run_pruning_hooks
-from .as_module_function import _HandgradFunction, _refused_under
+from .as_module_function import _HandgradFunction, _refuse_transforms
 from .sequential import _takes_need_input_grad
 
 def _walk(layer: Layer, prefix: str = "") -> Iterator[tuple[str, Layer]]:
@@ -309,24 +330,6 @@ class HandgradModule(nn.Module):
         for node, mode in zip(self._leaves, modes):
             if hasattr(node, "training"):
                 node.training = mode
-
-
-def _refuse_transforms(layer: Layer) -> None:
-    """Under torch.func, one level of ``grad`` (or ``vjp``) runs the hand-written backward; a second level (a second
-    derivative), ``vmap`` and ``jvp`` are refused here, before the forward, naming the case."""
-    stack = torch._C._functorch.get_interpreter_stack()
-    if not stack:
-        return
-    keys = [i.key() for i in stack]
-    what = None
-    if TransformType.Vmap in keys:
-        what = "torch.func.vmap (and jacrev, jacfwd, hessian, which vmap)"
-    elif TransformType.Jvp in keys:
-        what = "forward-mode AD (torch.autograd.forward_ad, torch.func.jvp, jacfwd)"
-    elif keys.count(TransformType.Grad) > 1:
-        what = "a second derivative (torch.func.grad of torch.func.grad, hessian)"
-    if what is not None:
-        raise _refused_under(layer, what)
 
 
 def _required_inputs(layer: Layer) -> list[str]:

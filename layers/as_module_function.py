@@ -15,6 +15,7 @@ import weakref
 
 import torch
 from torch import Tensor, nn
+from torch._C._functorch import TransformType
 from torch._functorch.eager_transforms import enable_inplace_requires_grad
 
 from .as_module_binding import _named, _plain, bind
@@ -139,6 +140,24 @@ def _changed(ctx, tensors: tuple[Tensor, ...]) -> str | None:
         if then != -1 and t._version != then:
             return name
     return None
+
+
+def _refuse_transforms(layer: Layer) -> None:
+    """Under torch.func, one level of ``grad`` (or ``vjp``) runs the hand-written backward; a second level (a second
+    derivative), ``vmap`` and ``jvp`` are refused here, before the forward, naming the case."""
+    stack = torch._C._functorch.get_interpreter_stack()
+    if not stack:
+        return
+    keys = [i.key() for i in stack]
+    what = None
+    if TransformType.Vmap in keys:
+        what = "torch.func.vmap (and jacrev, jacfwd, hessian, which vmap)"
+    elif TransformType.Jvp in keys:
+        what = "forward-mode AD (torch.autograd.forward_ad, torch.func.jvp, jacfwd)"
+    elif keys.count(TransformType.Grad) > 1:
+        what = "a second derivative (torch.func.grad of torch.func.grad, hessian)"
+    if what is not None:
+        raise _refused_under(layer, what)
 
 
 class _HandgradFunction(torch.autograd.Function):
