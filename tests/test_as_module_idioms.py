@@ -121,6 +121,8 @@ def test_torch_func_grad_of_a_functional_call():
     assert grads[0].keys() == grads[1].keys()
     for name in grads[0]:
         assert rel(grads[0][name], grads[1][name]) < 1e-12, name
+    dx = [torch.func.grad(lambda x: m(x).pow(2).sum())(x) for m in (module, twin)]
+    assert rel(dx[0], dx[1]) < 1e-12
 
 
 def test_a_second_derivative_under_torch_func_is_refused():
@@ -257,6 +259,8 @@ REFUSED = r"as_module\(.*\): {}.* is not supported"
     ("torch.func.vmap over its backward", lambda m, x: torch.func.jacrev(lambda x: m(x).sum(0))(x)),
     ("forward-mode AD", lambda m, x: torch.func.jvp(m, (x,), (torch.ones_like(x),))),
     ("forward-mode AD", lambda m, x: _forward_ad(m, x)),
+    ("torch.func.vmap", lambda m, x: torch.func.jacfwd(lambda x: m(x).sum(0))(x)),
+    ("torch.func.vmap", lambda m, x: torch.func.hessian(lambda x: m(x).pow(2).sum())(x)),
 ])
 def test_transforms_it_cannot_run_are_refused_naming_as_module(what, run):
     module, twin = _pair(_mlp)
