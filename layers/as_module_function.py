@@ -201,7 +201,7 @@ class _HandgradFunction(torch.autograd.Function):
         module = ctx.module
         if torch._C._functorch.is_batchedtensor(dout):
             raise _refused_under(module.layer, "torch.func.vmap over its backward (jacrev, vmap of a vjp)")
-        if torch._C._functorch.peek_interpreter_stack() is not None:  # torch.func.grad (one level: as_module.py)
+        if torch._C._functorch.peek_interpreter_stack() is not None:  # torch.func.grad, one level (_refuse_transforms)
             with torch._C._DisableFuncTorch(), enable_inplace_requires_grad(True):
                 with torch.no_grad():
                     grads = _backward(ctx, _plain(dout))
@@ -224,8 +224,8 @@ def _backward(ctx, dout: Tensor) -> tuple:
     except RuntimeError as e:
         if "modified by an inplace operation" not in str(e):
             raise
-        raise RuntimeError(f"as_module({_named(layer)}): the input of its forward (or its output, which the backward "
-                           f"reads) was modified by an inplace operation before this backward; " + str(e)) from e
+        raise RuntimeError(f"as_module({_named(layer)}): the input of its forward (or its output, which the "
+                           f"backward reads) was modified by an inplace operation before this backward; {e}") from e
     params = ctx.params
     rerun = not _unchanged(ctx.fingerprint)  # this forward's cache is gone (used by a backward, or overwritten)
     if rerun:
@@ -233,8 +233,8 @@ def _backward(ctx, dout: Tensor) -> tuple:
         if changed is not None:
             raise RuntimeError(
                 f"as_module({_named(layer)}): {changed} was modified by an inplace operation (an optimizer step?) "
-                f"after the forward of the graph this backward runs through, and the layer's cache of that forward is "
-                f"gone (an earlier backward used it): the gradient would come from the new values; call every "
+                f"after the forward of the graph this backward runs through, and the layer's cache of that forward "
+                f"is gone (an earlier backward used it): the gradient would come from the new values; call every "
                 f"backward of a graph before changing its tensors in place, or run the forward again")
     ctx.fingerprint = None  # the backward below consumes the cache: a later backward re-runs the forward
     need_dx = ctx.needs_input_grad[1]
@@ -249,7 +249,7 @@ def _backward(ctx, dout: Tensor) -> tuple:
             else:
                 dx = layer.backward(dout)
         except (RuntimeError, ValueError, TypeError, IndexError) as e:
-            placed = _placed(e, f"as_module({layer!r}): its backward failed, given dout of shape "
+            placed = _placed(e, f"as_module({_named(layer)}): its backward failed, given dout of shape "
                                 f"{tuple(dout.shape)} (the shape of its output): ")
             if placed is e:
                 raise
@@ -257,11 +257,11 @@ def _backward(ctx, dout: Tensor) -> tuple:
         grads = [t.grad for t in held]
     if need_dx and not (isinstance(dx, Tensor) and dx.shape == x.shape):
         got = f"shape {tuple(dx.shape)}" if isinstance(dx, Tensor) else type(dx).__name__
-        raise ValueError(f"as_module({layer!r}): its backward returned dx of {got}, but its input had shape "
+        raise ValueError(f"as_module({_named(layer)}): its backward returned dx of {got}, but its input had shape "
                          f"{tuple(x.shape)}")
     for s, g in zip(slots, grads):
         if g is not None and g.shape != s.param.shape:
-            raise ValueError(f"as_module({layer!r}): its backward left a gradient of shape {tuple(g.shape)} in "
+            raise ValueError(f"as_module({_named(layer)}): its backward left a gradient of shape {tuple(g.shape)} in "
                              f"'{s.name}'.grad, but the parameter has shape {tuple(s.param.shape)}")
     grads = [g if need else None for g, need in zip(grads, needs)]
     return (None, dx if need_dx else None, *grads)
