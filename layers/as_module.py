@@ -64,7 +64,7 @@ from torch import Tensor, nn
 from .dropout import Dropout
 from .layer import BaseLayer, Layer, named_parameters_of
 from .as_module_binding import bind, read_parameters, rewired, run_pruning_hooks
-from .as_module_function import _HandgradFunction, _refuse_transforms
+from .as_module_function import _HandgradFunction, _refuse_transforms, _refused_under
 from .sequential import _takes_need_input_grad
 
 def _walk(layer: Layer, prefix: str = "") -> Iterator[tuple[str, Layer]]:
@@ -219,6 +219,10 @@ class HandgradModule(nn.Module):
                 theirs.param.grad = mine.param.grad.clone()
         memo[id(self)] = clone
         return clone
+
+    def __prepare_scriptable__(self) -> nn.Module:
+        """torch.jit.script asks this first: a hand-written layer is Python that TorchScript cannot compile."""
+        raise _refused_under(self.layer, "torch.jit.script")
 
     # -- modes and devices --------------------------------------------------------------------------------
 

@@ -144,7 +144,10 @@ def _changed(ctx, tensors: tuple[Tensor, ...]) -> str | None:
 
 def _refuse_transforms(layer: Layer) -> None:
     """Under torch.func, one level of ``grad`` (or ``vjp``) runs the hand-written backward; a second level (a second
-    derivative), ``vmap`` and ``jvp`` are refused here, before the forward, naming the case."""
+    derivative), ``vmap`` and ``jvp`` are refused here, before the forward, naming the case; so are torch.jit.trace
+    and torch.export (torch.compile runs it, breaking its graph around the layer)."""
+    if torch.jit.is_tracing() or torch.compiler.is_exporting():  # a graph of Python it cannot trace into
+        raise _refused_under(layer, "torch.jit.trace" if torch.jit.is_tracing() else "torch.export")
     stack = torch._C._functorch.get_interpreter_stack()
     if not stack:
         return

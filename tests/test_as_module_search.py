@@ -3,9 +3,9 @@
 Activation checkpointing (reentrant and not), DDP on one process, hooks on the wrapper, the old hook forms of
 weight_norm and spectral_norm, ``.to()``/``.double()`` after parametrizing, pruning or assigning, a state_dict
 loaded with ``assign=True``, channels_last, expanded (stride-0) and transposed inputs, and forwards under
-``no_grad``/``inference_mode`` give torch's outputs, gradients and running statistics (float64, 1e-12 relative to
-max(|ref|, 1)).  A hook on one of the wrapper's submodules (which only hold parameters: nothing calls them) and a
-deep copy of a parametrized wrapper are refused in one line.
+``no_grad``/``inference_mode`` and ``torch.compile`` give torch's outputs, gradients and running statistics (float64, 1e-12 relative to
+max(|ref|, 1)).  A hook on one of the wrapper's submodules (which only hold parameters: nothing calls them), a
+deep copy of a parametrized wrapper, torch.jit.trace, torch.jit.script and torch.export are refused in one line.
 """
 from __future__ import annotations
 
@@ -158,6 +158,26 @@ def test_a_hook_on_a_submodule_of_the_wrapper_is_refused():
                                            r"its submodule '0' would never run .*register the hook on the as_module "
                                            r"wrapper itself$"):
         module(torch.randn(4, 3, dtype=F64))
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # torch.jit is deprecated
+@pytest.mark.parametrize("what,run", [
+    ("torch.jit.trace", lambda m, x: torch.jit.trace(m, x)(x)),
+    ("torch.jit.script", lambda m, x: torch.jit.script(m)(x)),
+    ("torch.export", lambda m, x: torch.export.export(m, (x,)).module()(x)),
+])
+def test_graph_capture_it_cannot_trace_into_is_refused_naming_as_module(what, run):
+    torch.manual_seed(0)
+    module = as_module(_mlp())
+    x = torch.randn(4, 3, dtype=F64)
+    assert err(run(module.layer.to_torch(), x), module(x)) < 1e-12  # torch's module is captured
+    with pytest.raises(RuntimeError, match=rf"^as_module\(Sequential\(Linear, Tanh, Linear\)\): {what} is not "
+                                           rf"supported .*use its torch.nn twin \(layer.to_torch\(\)\) there$"):
+        run(module, x)
+
+
+def test_torch_compile_runs_it():
+    _beside(_mlp, (4, 3), lambda m, x: torch.compile(m, backend="eager")(x))
 
 
 def test_a_deep_copy_of_a_parametrized_wrapper_is_refused():
