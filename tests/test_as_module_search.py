@@ -3,7 +3,7 @@
 Activation checkpointing (reentrant and not), DDP on one process, hooks on the wrapper, the old hook forms of
 weight_norm and spectral_norm, ``.to()``/``.double()`` after parametrizing, pruning or assigning, a state_dict
 loaded with ``assign=True``, channels_last, expanded (stride-0) and transposed inputs, and forwards under
-``no_grad``/``inference_mode`` and ``torch.compile`` give torch's outputs, gradients and running statistics (float64, 1e-12 relative to
+``no_grad``/``inference_mode`` give torch's outputs, gradients and running statistics (float64, 1e-12 relative to
 max(|ref|, 1)).  A hook on one of the wrapper's submodules (which only hold parameters: nothing calls them), a
 deep copy of a parametrized wrapper, torch.jit.trace, torch.jit.script and torch.export are refused in one line.
 """
@@ -174,10 +174,6 @@ def test_graph_capture_it_cannot_trace_into_is_refused_naming_as_module(what, ru
     with pytest.raises(RuntimeError, match=rf"^as_module\(Sequential\(Linear, Tanh, Linear\)\): {what} is not "
                                            rf"supported .*use its torch.nn twin \(layer.to_torch\(\)\) there$"):
         run(module, x)
-
-
-def test_torch_compile_runs_it():
-    _beside(_mlp, (4, 3), lambda m, x: torch.compile(m, backend="eager")(x))
 
 
 def test_a_deep_copy_of_a_parametrized_wrapper_is_refused():
