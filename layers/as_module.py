@@ -101,13 +101,14 @@ class _Slot:
     and the Parameter itself (torch.nn's layout, the layer's memory).  ``bindable``: the layers hold it as a plain
     attribute, which the wrapper can point at another tensor for one call."""
 
-    __slots__ = ("node", "attr", "name", "tensor", "param", "users", "holders", "bindable")
+    __slots__ = ("node", "attr", "name", "tensor", "param", "users", "holders", "bindable", "ptr")
 
     def __init__(self, node: Layer, attr: str, name: str, tensor: Tensor, param: nn.Parameter) -> None:
         self.node, self.attr, self.name, self.tensor, self.param = node, attr, name, tensor, param
         self.users: list[tuple[Layer, str]] = []
         self.holders: list[tuple[nn.Module, str]] = []
         self.bindable = True
+        self.ptr = tensor.data_ptr()  # where the two shared memory last: which side moved, if one did
 
     def use(self, node: Layer, attr: str) -> None:
         self.users.append((node, attr))
@@ -242,6 +243,7 @@ class HandgradModule(nn.Module):
         for s in self._slots:
             s.tensor.data = fn(s.tensor)
             s.param.data = s.tensor
+            s.ptr = s.tensor.data_ptr()
         for s, g in zip(self._slots, grads):
             s.param.grad = g
         for _, _, t in self._buffers_of:
@@ -254,11 +256,14 @@ class HandgradModule(nn.Module):
         """Every Parameter still shares memory with the layer tensor it was made from (cheap pointer tests)."""
         for s in self._slots:
             t, p = _held(s.node, s.attr), s.param
+            if t is s.tensor and t.data_ptr() == s.ptr != p.data_ptr() and t.shape == p.shape:
+                t.data = p.data  # the Parameter's .data was replaced (vector_to_parameters): the layer follows it
+                s.ptr = t.data_ptr()
             if t is not s.tensor or t.data_ptr() != p.data_ptr() or t.dtype != p.dtype or t.device != p.device:
                 raise RuntimeError(
                     f"as_module: parameter '{s.name}' no longer shares memory with the layer's tensor (the layer "
-                    f"was moved, cast or given a new tensor outside the module, or the Parameter's .data was "
-                    f"replaced); move or cast with module.to(...), and load weights with module.load_state_dict")
+                    f"was moved, cast or given a new tensor outside the module); move or cast with "
+                    f"module.to(...), and load weights with module.load_state_dict")
 
     # -- forward ----------------------------------------------------------------------------------------
 

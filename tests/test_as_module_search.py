@@ -2,7 +2,7 @@
 
 Activation checkpointing (reentrant and not), DDP on one process, hooks on the wrapper, the old hook forms of
 weight_norm and spectral_norm, ``.to()``/``.double()`` after parametrizing, pruning or assigning, a state_dict
-loaded with ``assign=True``, channels_last, expanded (stride-0) and transposed inputs, and forwards under
+loaded with ``assign=True``, ``vector_to_parameters``, channels_last, expanded (stride-0) and transposed inputs, and forwards under
 ``no_grad``/``inference_mode`` give torch's outputs, gradients and running statistics (float64, 1e-12 relative to
 max(|ref|, 1)).  A hook on one of the wrapper's submodules (which only hold parameters: nothing calls them), a
 deep copy of a parametrized wrapper, torch.jit.trace, torch.jit.script and torch.export are refused in one line.
@@ -107,7 +107,13 @@ def _assign_state(m, x):
     return m(x)
 
 
+def _vector_to_parameters(m, x):
+    nn.utils.vector_to_parameters(nn.utils.parameters_to_vector(m.parameters()) * 0.5, m.parameters())
+    return m(x)
+
+
 CASES = {
+    "vector-to-parameters": (_mlp, (4, 3), _vector_to_parameters),
     "checkpoint-reentrant": (_cnn, (2, 2, 4, 4), lambda m, x: checkpoint(m, x, use_reentrant=True)),
     "checkpoint-non-reentrant": (_cnn, (2, 2, 4, 4), lambda m, x: checkpoint(m, x, use_reentrant=False)),
     "channels-last": (_cnn, (2, 2, 4, 4), lambda m, x: m(x.contiguous(memory_format=torch.channels_last))),
