@@ -44,7 +44,8 @@ What it supports and what it refuses, each in one line naming the layer:
   nothing calls them) is refused, except the pre-hooks that recompute a parameter (pruning, the old hook forms
   of weight_norm and spectral_norm), which the wrapper runs;
 - a buffer replaced on the module (``functional_call`` with buffers) is refused; ``copy.deepcopy`` of a wrapper
-  whose parameters were parametrized, pruned or replaced is refused.
+  whose parameters were parametrized, pruned or replaced is refused;
+- ``torch.compile`` runs it; ``torch.jit.trace``, ``torch.jit.script`` and ``torch.export`` are refused.
 
 Rules: move or cast with ``module.to(...)`` (it moves the layer too; moving the layer alone is refused
 at the next forward); layers with ``inplace=True`` run on a copy of their input (a custom Function may
