@@ -7,10 +7,16 @@ checked by ``torch.autograd.gradcheck(as_module(layer), x)``.
 
 The layer's parameters appear as ``nn.Parameter``s (torch.nn's shapes, as the layer keeps them),
 sharing memory with the layer's own tensors: an optimizer stepping the Parameters steps the layer.
-The gradient the hand-written backward computes is handed to autograd, which puts it in the
-Parameter's ``.grad``; the layer's own ``.grad``s are left as they were.  Buffers (batch norm's
-running statistics) are registered as buffers, the very tensors the layer updates, so the module's
-``state_dict()`` has the keys and layouts of the torch.nn twin and loads from it.
+Buffers (batch norm's running statistics) are registered as buffers, the very tensors the layer updates,
+so the module's ``state_dict()`` has the keys and layouts of the torch.nn twin and loads from it.
+
+The layer computes with the parameters the module holds at each call (as_module_binding.py):
+``getattr(submodule, name)`` as torch would read it, so ``torch.func.functional_call`` with other weights,
+a parametrization (``weight_norm``, ``spectral_norm``, ``register_parametrization``), pruning and a
+Parameter assigned in place of another are what the hand-written forward and backward compute with, and
+autograd carries each gradient on to whatever the tensor came from.  The gradient goes to a Parameter
+whose ``requires_grad`` is True (torch's rule, read from the module's tensors); the layer's own ``.grad``s
+are left as they were.
 
 One backward per forward is what a hand-written layer's cache serves.  Autograd may ask for more:
 ``backward(retain_graph=True)`` then another backward, ``torch.autograd.gradcheck`` (one backward per
@@ -22,7 +28,24 @@ which objects the layers' attributes held right after it.  A backward that finds
 calling the layer directly) re-runs its forward first, from the snapshot, then puts the buffers and the
 random states back as they are now: running statistics are updated once per forward call, the re-run
 draws the same dropout mask, and every backward gets the gradient of its own forward.  In the usual
-training step (one forward, one backward) nothing is re-run.
+training step (one forward, one backward) nothing is re-run.  A re-run needs the forward's input and
+parameters as they were: one changed in place since (an optimizer step between two backwards of a
+retained graph) is refused, naming it, as autograd refuses a saved tensor that changed.
+
+What it supports and what it refuses, each in one line naming the layer:
+- double backward: refused.  Gradients asked for with ``create_graph=True`` are torch's, behind a node that
+  raises when differentiated (torch's mechanism for a once-differentiable function): a gradient penalty,
+  ``hvp`` and ``hessian`` stop there instead of missing the second-derivative terms;
+- torch.func: ``grad``/``vjp`` (one level) and ``functional_call`` work; ``vmap`` (so ``jacrev``, ``jacfwd``,
+  ``hessian``), ``jvp`` and forward-mode AD, and ``grad`` of ``grad`` are refused;
+- autocast: the layer runs with autocast off, a floating input cast to its parameters' dtype, as
+  ``torch.amp.custom_fwd(cast_inputs=...)`` runs a custom function: its output has the parameters' dtype;
+- hooks on the wrapper run as on any module; a hook on one of its submodules (they only hold parameters, and
+  nothing calls them) is refused, except the pre-hooks that recompute a parameter (pruning, the old hook forms
+  of weight_norm and spectral_norm), which the wrapper runs;
+- a buffer replaced on the module (``functional_call`` with buffers) is refused; ``copy.deepcopy`` of a wrapper
+  whose parameters were parametrized, pruned or replaced is refused;
+- ``torch.compile`` runs it; ``torch.jit.trace``, ``torch.jit.script`` and ``torch.export`` are refused.
 
 Rules: move or cast with ``module.to(...)`` (it moves the layer too; moving the layer alone is refused
 at the next forward); layers with ``inplace=True`` run on a copy of their input (a custom Function may
@@ -31,6 +54,7 @@ hand-written layer of your own must assign new cache objects in forward, not ove
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 from collections.abc import Iterator
@@ -40,7 +64,8 @@ from torch import Tensor, nn
 
 from .dropout import Dropout
 from .layer import BaseLayer, Layer, named_parameters_of
-from .as_module_function import _HandgradFunction
+from .as_module_binding import bind, read_parameters, rewired, run_pruning_hooks
+from .as_module_function import _HandgradFunction, _refuse_transforms, _refused_under
 from .sequential import _takes_need_input_grad
 
 def _walk(layer: Layer, prefix: str = "") -> Iterator[tuple[str, Layer]]:
@@ -72,12 +97,23 @@ def _held(node: Layer, attr: str) -> Tensor | None:
 
 
 class _Slot:
-    """One parameter: where it lives in the layer tree and its Parameter (torch.nn's layout, same memory)."""
+    """One parameter: the layers and attributes that hold it (``users``: several for a tensor two layers share), the
+    (submodule, name) pairs under which the module registers its Parameter (``holders``: several for a tied one),
+    and the Parameter itself (torch.nn's layout, the layer's memory).  ``bindable``: the layers hold it as a plain
+    attribute, which the wrapper can point at another tensor for one call."""
 
-    __slots__ = ("node", "attr", "name", "tensor", "param")
+    __slots__ = ("node", "attr", "name", "tensor", "param", "users", "holders", "bindable", "ptr")
 
     def __init__(self, node: Layer, attr: str, name: str, tensor: Tensor, param: nn.Parameter) -> None:
         self.node, self.attr, self.name, self.tensor, self.param = node, attr, name, tensor, param
+        self.users: list[tuple[Layer, str]] = []
+        self.holders: list[tuple[nn.Module, str]] = []
+        self.bindable = True
+        self.ptr = tensor.data_ptr()  # where the two shared memory last: which side moved, if one did
+
+    def use(self, node: Layer, attr: str) -> None:
+        self.users.append((node, attr))
+        self.bindable = self.bindable and vars(node).get(attr) is self.tensor
 
 
 class HandgradModule(nn.Module):
@@ -107,27 +143,33 @@ class HandgradModule(nn.Module):
         self._leaves = [node for _, node in nodes]
         self._slots: list[_Slot] = []
         self._buffers_of: list[tuple[Layer, str, Tensor]] = []
-        made: dict[int, nn.Parameter] = {}
+        self._buffer_holders: list[tuple[nn.Module, str, Tensor]] = []
+        made: dict[int, _Slot] = {}
         for prefix, node in nodes:
             for attr, t in _own_tensors(node, "param"):
                 if not t.is_floating_point():
                     raise TypeError(f"as_module: parameter '{prefix}{attr}' of {node!r} has dtype {t.dtype}; "
                                     f"parameters must be floating point")
-                param = made.get(id(t))
-                if param is not None:  # a tensor two layers hold (a module used twice): one Parameter, both names
-                    self._holder(prefix).register_parameter(attr, param)
-                    continue
-                # a new tensor object over the same memory; a frozen parameter (requires_grad_(False)) stays frozen
-                param = made[id(t)] = nn.Parameter(t, requires_grad=attr not in getattr(node, "_frozen", ()))
-                self._holder(prefix).register_parameter(attr, param)
-                self._slots.append(_Slot(node, attr, prefix + attr, t, param))
+                slot = made.get(id(t))
+                if slot is None:
+                    # a new tensor object over the same memory; a frozen parameter (requires_grad_(False)) stays frozen
+                    param = nn.Parameter(t, requires_grad=attr not in getattr(node, "_frozen", ()))
+                    slot = made[id(t)] = _Slot(node, attr, prefix + attr, t, param)
+                    self._slots.append(slot)
+                # a tensor two layers hold (a module used twice) is one Parameter under both names
+                slot.use(node, attr)
+                self._holder(prefix).register_parameter(attr, slot.param)
+                slot.holders.append((self._holder(prefix), attr))
             for attr, t in _own_tensors(node, "buffer"):
                 self._holder(prefix).register_buffer(attr, t)
                 self._buffers_of.append((node, attr, t))
+                self._buffer_holders.append((self._holder(prefix), attr, t))
         self._register_tied_names()
+        self._holders = [m for m in self.modules() if m is not self]  # they hold parameters; nothing calls them
         self._inplace = any(getattr(node, "inplace", False) is True for node in self._leaves)
         self._dropouts = [node for node in self._leaves if isinstance(node, Dropout)]
         self._skips_dx = _takes_need_input_grad(layer)
+        self._pending = None  # what the Function's forward hands to its setup_context
         self.train(getattr(layer, "training", True))
 
     def _register_tied_names(self) -> None:
@@ -145,7 +187,9 @@ class HandgradModule(nn.Module):
                 p = s.param
                 if (t.data_ptr(), t.shape, t.stride()) == (p.data_ptr(), p.shape, p.stride()):
                     prefix, _, attr = key.rpartition(".")
-                    self._holder(prefix + "." if prefix else "").register_parameter(attr, p)
+                    holder = self._holder(prefix + "." if prefix else "")
+                    holder.register_parameter(attr, p)
+                    s.holders.append((holder, attr))
                     break
 
     def _holder(self, prefix: str) -> nn.Module:
@@ -165,6 +209,11 @@ class HandgradModule(nn.Module):
     def __deepcopy__(self, memo: dict) -> HandgradModule:
         """A copy over a deep copy of the layer (nn.Module's own deepcopy would copy the Parameters and the
         layer's tensors apart, and they would no longer share memory); gradients are copied too."""
+        name = rewired(self)
+        if name is not None:
+            raise RuntimeError(f"as_module: cannot deepcopy a wrapper whose parameter '{name}' was parametrized, "
+                               f"pruned or replaced (the copy is built from the layer, which knows none of that): "
+                               f"deepcopy it before, or remove the parametrization / pruning first")
         clone = HandgradModule(copy.deepcopy(self.layer, memo)).train(self.training)
         for mine, theirs in zip(self._slots, clone._slots):
             theirs.param.requires_grad_(mine.param.requires_grad)
@@ -172,6 +221,10 @@ class HandgradModule(nn.Module):
                 theirs.param.grad = mine.param.grad.clone()
         memo[id(self)] = clone
         return clone
+
+    def __prepare_scriptable__(self) -> nn.Module:
+        """torch.jit.script asks this first: a hand-written layer is Python that TorchScript cannot compile."""
+        raise _refused_under(self.layer, "torch.jit.script")
 
     # -- modes and devices --------------------------------------------------------------------------------
 
@@ -191,36 +244,59 @@ class HandgradModule(nn.Module):
         for s in self._slots:
             s.tensor.data = fn(s.tensor)
             s.param.data = s.tensor
+            s.ptr = s.tensor.data_ptr()
         for s, g in zip(self._slots, grads):
             s.param.grad = g
         for _, _, t in self._buffers_of:
             t.data = fn(t)
-        return self
+        # What else the module holds (a parametrization's or pruning's tensors, an assigned Parameter): torch's own
+        # conversion, a no-op on the tensors converted above (fn of a converted tensor is that tensor).
+        return super()._apply(fn, recurse)
 
     def _check_bound(self) -> None:
         """Every Parameter still shares memory with the layer tensor it was made from (cheap pointer tests)."""
         for s in self._slots:
             t, p = _held(s.node, s.attr), s.param
+            if t is s.tensor and t.data_ptr() == s.ptr != p.data_ptr() and t.shape == p.shape:
+                t.data = p.data  # the Parameter's .data was replaced (vector_to_parameters): the layer follows it
+                s.ptr = t.data_ptr()
             if t is not s.tensor or t.data_ptr() != p.data_ptr() or t.dtype != p.dtype or t.device != p.device:
                 raise RuntimeError(
                     f"as_module: parameter '{s.name}' no longer shares memory with the layer's tensor (the layer "
-                    f"was moved, cast or given a new tensor outside the module, or the Parameter's .data was "
-                    f"replaced); move or cast with module.to(...), and load weights with module.load_state_dict")
+                    f"was moved, cast or given a new tensor outside the module); move or cast with "
+                    f"module.to(...), and load weights with module.load_state_dict")
 
     # -- forward ----------------------------------------------------------------------------------------
 
     def forward(self, x: Tensor) -> Tensor:
-        """x: the layer's input -> the layer's output (autograd's backward runs the hand-written backward)."""
+        """x: the layer's input -> the layer's output (autograd's backward runs the hand-written backward).  The layer
+        computes with the parameters as the module holds them now (as_module_binding.py)."""
         layer = self.layer
         if getattr(layer, "training", self.training) != self.training:
             self.train(self.training)  # the module's mode was set without train() (e.g. module.training = False)
         self._check_bound()
-        params = [s.param for s in self._slots]
-        if not torch.is_grad_enabled() or not (
-                (isinstance(x, Tensor) and x.requires_grad) or any(p.requires_grad for p in params)):
-            # No graph will be recorded: a plain forward, nothing kept for a backward.
-            return layer.forward(x.clone() if self._inplace and isinstance(x, Tensor) else x)
-        return _HandgradFunction.apply(self, x, *params)
+        _refuse_transforms(layer)
+        run_pruning_hooks(self, self._holders, x)
+        params = read_parameters(self)
+        x = self._autocast_input(x)
+        with torch.autocast(x.device.type if isinstance(x, Tensor) else "cpu", enabled=False) \
+                if self._autocasting(x) else contextlib.nullcontext():
+            if not torch.is_grad_enabled() or not (
+                    (isinstance(x, Tensor) and x.requires_grad) or any(p.requires_grad for p in params)):
+                # No graph will be recorded: a plain forward, nothing kept for a backward.
+                with bind(self, params, [False] * len(params)):
+                    return layer.forward(x.clone() if self._inplace and isinstance(x, Tensor) else x)
+            return _HandgradFunction.apply(self, x, *params)
+
+    def _autocasting(self, x: object) -> bool:
+        return isinstance(x, Tensor) and torch.is_autocast_enabled(x.device.type)
+
+    def _autocast_input(self, x: object) -> object:
+        """Under autocast the layer runs with autocast off and a floating input cast to its parameters' dtype, as
+        torch.amp.custom_fwd(cast_inputs=...) runs a custom function: the output has the parameters' dtype."""
+        if not self._autocasting(x) or not x.is_floating_point() or not self._slots:
+            return x
+        return x.to(self._slots[0].param.dtype)
 
     # -- what a forward changes, so that it can be re-run exactly --------------------------------------------
 

@@ -1,6 +1,10 @@
 """The autograd node behind ``as_module``: one ``torch.autograd.Function`` per wrapped layer, whose forward is the
 layer's hand-written forward and whose backward is its hand-written backward, re-run from a snapshot when the
-layer's cache was used up or overwritten (``HandgradModule`` in ``as_module.py`` holds the snapshot).
+layer's cache was used up or overwritten (``HandgradModule`` in ``as_module.py`` holds the snapshot).  A re-run
+needs the forward's input and parameters unchanged: one changed in place since (an optimizer step between two
+backwards of a retained graph) is refused, as autograd refuses a saved tensor that changed.  Gradients asked for
+with create_graph=True come behind a node that refuses a second derivative, naming the layer; forward-mode AD
+and vmap are refused by the Function's own ``jvp`` and ``vmap`` rules.
 
 A layer's cache is recognised by the objects its attributes hold right after a forward (``_fingerprint``): a
 backward that finds any of them replaced -- by an earlier backward or a later forward -- re-runs the forward first.
@@ -11,8 +15,12 @@ import weakref
 
 import torch
 from torch import Tensor, nn
+from torch._C._functorch import TransformType
+from torch._functorch.eager_transforms import enable_inplace_requires_grad
 
+from .as_module_binding import _named, _plain, bind
 from .layer import Layer
+from .saved import versions
 
 _MISSING = object()
 
@@ -65,6 +73,8 @@ def _unchanged(fp: list[tuple[Layer, dict]] | None) -> bool:
 
 
 def _storage_key(t: Tensor) -> int:
+    while torch._C._functorch.is_functorch_wrapped_tensor(t):  # under torch.func: the tensor the layer saw
+        t = torch._C._functorch.get_unwrapped(t)
     return t.untyped_storage().data_ptr() if t.numel() else -1
 
 
@@ -96,58 +106,165 @@ def _placed(e: Exception, where: str) -> Exception:
     return placed
 
 
+def _second_derivative_refused(layer: Layer, grads: tuple, sources: tuple) -> tuple:
+    """``grads`` behind a node that raises if differentiated (torch's mechanism for a once-differentiable function,
+    ``torch.autograd.function.once_differentiable``, with a message that names the layer): create_graph=True alone
+    goes on, a backward through these gradients stops in one line.  The node also takes an empty slice of each of
+    ``sources`` (the forward's input and parameters, the upstream gradient): every derivative with respect to them
+    then passes through it (``autograd.grad(g, x)`` runs only the nodes on a path to x; without these edges it would
+    skip the node and call the second derivative zero)."""
+    edges = [t.reshape(-1)[:0] for t in sources if isinstance(t, Tensor) and t.requires_grad]
+    message = (f"as_module({_named(layer)}): its backward is hand-written and gives first derivatives only; a second "
+               f"derivative through it (create_graph=True then another backward: a gradient penalty, hvp, hessian) "
+               f"is not supported: use its torch.nn twin (layer.to_torch()) there")
+    err_fn = torch._C._functions.DelayedError(message.encode(), len(grads) + len(edges))
+
+    def alias(g: Tensor | None) -> Tensor | None:
+        return None if g is None else g.detach().requires_grad_()
+
+    out = err_fn(*map(alias, grads), *edges)
+    out = out if isinstance(out, tuple) else (out,)
+    return out[:len(grads)]
+
+
+def _refused_under(layer: Layer, what: str) -> RuntimeError:
+    return RuntimeError(f"as_module({_named(layer)}): {what} is not supported (its forward and backward are "
+                        f"hand-written; autograd's backward, torch.func.grad and functional_call are): use its "
+                        f"torch.nn twin (layer.to_torch()) there")
+
+
+def _changed(ctx, tensors: tuple[Tensor, ...]) -> str | None:
+    """The name of the first of the forward's input and parameters changed in place since the forward, or None."""
+    for name, t, then in zip(("its input x", *(f"parameter '{s.name}'" for s in ctx.module._slots)),
+                             (ctx.x, *tensors), ctx.versions):
+        if then != -1 and t._version != then:
+            return name
+    return None
+
+
+def _refuse_transforms(layer: Layer) -> None:
+    """Under torch.func, one level of ``grad`` (or ``vjp``) runs the hand-written backward; a second level (a second
+    derivative), ``vmap`` and ``jvp`` are refused here, before the forward, naming the case; so are torch.jit.trace
+    and torch.export (torch.compile runs it, breaking its graph around the layer)."""
+    if torch.jit.is_tracing() or torch.compiler.is_exporting():  # a graph of Python it cannot trace into
+        raise _refused_under(layer, "torch.jit.trace" if torch.jit.is_tracing() else "torch.export")
+    stack = torch._C._functorch.get_interpreter_stack()
+    if not stack:
+        return
+    keys = [i.key() for i in stack]
+    what = None
+    if TransformType.Vmap in keys:
+        what = "torch.func.vmap (and jacrev, jacfwd, hessian, which vmap)"
+    elif TransformType.Jvp in keys:
+        what = "forward-mode AD (torch.autograd.forward_ad, torch.func.jvp, jacfwd)"
+    elif keys.count(TransformType.Grad) > 1:
+        what = "a second derivative (torch.func.grad of torch.func.grad, hessian)"
+    if what is not None:
+        raise _refused_under(layer, what)
+
+
 class _HandgradFunction(torch.autograd.Function):
-    """apply(module, x, *params) -> module.layer.forward(x); backward: module.layer.backward(dout)."""
+    """apply(module, x, *params) -> module.layer.forward(x) computing with ``params`` (the tensors the module holds
+    now, bound into the layer: as_module_binding.py); backward: module.layer.backward(dout), the gradients of the
+    bound tensors handed to autograd."""
 
     @staticmethod
-    def forward(ctx, module: "HandgradModule", x: Tensor, *params: Tensor) -> Tensor:
+    def forward(module: "HandgradModule", x: Tensor, *params: Tensor) -> Tensor:
         device = x.device if isinstance(x, Tensor) else torch.device("cpu")
         snapshot = module._snapshot(device)
-        out = module.layer.forward(x.clone() if module._inplace else x)
-        # The output is version-checked at backward only where a layer's cache holds it (an activation's
-        # output): a Linear's output may be overwritten in place by an nn.ReLU(inplace=True), as nn.Linear's may.
-        saves_out = _cached_by(module._leaves, out)
-        ctx.save_for_backward(x, out) if saves_out else ctx.save_for_backward(x)
-        ctx.module, ctx.snapshot, ctx.fingerprint = module, snapshot, _fingerprint(module._leaves)
-        return out
+        with bind(module, list(params), [False] * len(params)):
+            out = module.layer.forward(x.clone() if module._inplace else x)
+        # The layer holds its own tensors again: what it cached is this forward's as long as each attribute is the
+        # very object it is now.
+        module._pending = (snapshot, _fingerprint(module._leaves))
+        return out.view_as(out) if out is x else out  # (an input returned as-is may not be saved as an output)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
+    def setup_context(ctx, inputs: tuple, output: Tensor) -> None:
+        module, x, *params = inputs
+        # (kept on the module: under torch.func the context of one forward is set up once per transform level)
+        ctx.snapshot, ctx.fingerprint = module._pending
+        # The output is version-checked at backward only where a layer's cache holds it (an activation's
+        # output): a Linear's output may be overwritten in place by an nn.ReLU(inplace=True), as nn.Linear's may.
+        saves_out = _cached_by(module._leaves, output)
+        ctx.save_for_backward(x, output) if saves_out else ctx.save_for_backward(x)
+        ctx.module, ctx.params = module, params
+        ctx.x, ctx.versions = x, versions(x, *params)  # a re-run of the forward needs them all unchanged
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise _refused_under(ctx.module.layer, "forward-mode AD (torch.autograd.forward_ad, torch.func.jvp)")
+
+    @staticmethod
+    def vmap(info, in_dims, module, *args):
+        raise _refused_under(module.layer, "torch.func.vmap (and jacrev, jacfwd, hessian, which vmap)")
+
+    @staticmethod
     def backward(ctx, dout: Tensor):
-        module = ctx.module  # the HandgradModule (as_module.py) that holds the layer and its snapshot
-        layer, slots = module.layer, module._slots
-        x = ctx.saved_tensors[0]  # raises torch's "modified by an inplace operation" error where it applies
-        if not _unchanged(ctx.fingerprint):
-            module._rerun(x, ctx.snapshot)  # this forward's cache is gone: rebuild it
-        ctx.fingerprint = None  # the backward below consumes the cache: a later backward re-runs the forward
-        need_dx = ctx.needs_input_grad[1]
-        stash = [s.tensor.grad for s in slots]  # the layer's own .grads stay as they were
-        for s in slots:
-            s.tensor.grad = None
+        module = ctx.module
+        if torch._C._functorch.is_batchedtensor(dout):
+            raise _refused_under(module.layer, "torch.func.vmap over its backward (jacrev, vmap of a vjp)")
+        if torch._C._functorch.peek_interpreter_stack() is not None:  # torch.func.grad, one level (_refuse_transforms)
+            with torch._C._DisableFuncTorch(), enable_inplace_requires_grad(True):
+                with torch.no_grad():
+                    grads = _backward(ctx, _plain(dout))
+                sources = [_plain(t) for t in (ctx.saved_tensors[0], *ctx.params, dout)]
+                if any(t.requires_grad for t in sources):  # plain autograd around torch.func.grad may go on
+                    return _second_derivative_refused(module.layer, grads, sources)
+                return grads
+        with torch.no_grad():
+            grads = _backward(ctx, dout)
+        if torch.is_grad_enabled():  # create_graph=True: these gradients may be differentiated again
+            return _second_derivative_refused(module.layer, grads, (ctx.saved_tensors[0], *ctx.params, dout))
+        return grads
+
+
+def _backward(ctx, dout: Tensor) -> tuple:
+    module = ctx.module  # the HandgradModule (as_module.py) that holds the layer and its snapshot
+    layer, slots = module.layer, module._slots
+    try:
+        x = ctx.saved_tensors[0]  # torch's version check of the input (and of a cached output)
+    except RuntimeError as e:
+        if "modified by an inplace operation" not in str(e):
+            raise
+        raise RuntimeError(f"as_module({_named(layer)}): the input of its forward (or its output, which the "
+                           f"backward reads) was modified by an inplace operation before this backward; {e}") from e
+    params = ctx.params
+    rerun = not _unchanged(ctx.fingerprint)  # this forward's cache is gone (used by a backward, or overwritten)
+    if rerun:
+        changed = _changed(ctx, params)
+        if changed is not None:
+            raise RuntimeError(
+                f"as_module({_named(layer)}): {changed} was modified by an inplace operation (an optimizer step?) "
+                f"after the forward of the graph this backward runs through, and the layer's cache of that forward "
+                f"is gone (an earlier backward used it): the gradient would come from the new values; call every "
+                f"backward of a graph before changing its tensors in place, or run the forward again")
+    ctx.fingerprint = None  # the backward below consumes the cache: a later backward re-runs the forward
+    need_dx = ctx.needs_input_grad[1]
+    needs = ctx.needs_input_grad[2:]
+    with bind(module, list(params), needs) as held:
+        if rerun:
+            module._rerun(x, ctx.snapshot)
+        dout = dout.contiguous()
         try:
-            dout = dout.contiguous()
-            try:
-                if module._skips_dx:
-                    dx = layer.backward(dout, need_input_grad=need_dx)
-                else:
-                    dx = layer.backward(dout)
-            except (RuntimeError, ValueError, TypeError, IndexError) as e:
-                placed = _placed(e, f"as_module({layer!r}): its backward failed, given dout of shape "
-                                    f"{tuple(dout.shape)} (the shape of its output): ")
-                if placed is e:
-                    raise
-                raise placed from e
-            grads = [s.tensor.grad for s in slots]
-        finally:
-            for s, g in zip(slots, stash):
-                s.tensor.grad = g
-        if need_dx and not (isinstance(dx, Tensor) and dx.shape == x.shape):
-            got = f"shape {tuple(dx.shape)}" if isinstance(dx, Tensor) else type(dx).__name__
-            raise ValueError(f"as_module({layer!r}): its backward returned dx of {got}, but its input had shape "
-                             f"{tuple(x.shape)}")
-        for s, g in zip(slots, grads):
-            if g is not None and g.shape != s.param.shape:
-                raise ValueError(f"as_module({layer!r}): its backward left a gradient of shape {tuple(g.shape)} in "
-                                 f"'{s.name}'.grad, but the parameter has shape {tuple(s.param.shape)}")
-        grads = [g if need else None for g, need in zip(grads, ctx.needs_input_grad[2:])]
-        return (None, dx if need_dx else None, *grads)
+            if module._skips_dx:
+                dx = layer.backward(dout, need_input_grad=need_dx)
+            else:
+                dx = layer.backward(dout)
+        except (RuntimeError, ValueError, TypeError, IndexError) as e:
+            placed = _placed(e, f"as_module({_named(layer)}): its backward failed, given dout of shape "
+                                f"{tuple(dout.shape)} (the shape of its output): ")
+            if placed is e:
+                raise
+            raise placed from e
+        grads = [t.grad for t in held]
+    if need_dx and not (isinstance(dx, Tensor) and dx.shape == x.shape):
+        got = f"shape {tuple(dx.shape)}" if isinstance(dx, Tensor) else type(dx).__name__
+        raise ValueError(f"as_module({_named(layer)}): its backward returned dx of {got}, but its input had shape "
+                         f"{tuple(x.shape)}")
+    for s, g in zip(slots, grads):
+        if g is not None and g.shape != s.param.shape:
+            raise ValueError(f"as_module({_named(layer)}): its backward left a gradient of shape {tuple(g.shape)} in "
+                             f"'{s.name}'.grad, but the parameter has shape {tuple(s.param.shape)}")
+    grads = [g if need else None for g, need in zip(grads, needs)]
+    return (None, dx if need_dx else None, *grads)
