@@ -89,8 +89,8 @@ def test_linear_without_input_gradient_and_with_its_input_given_back(given_input
 
 @pytest.mark.parametrize("dropout", [0.0, 0.2])
 def test_the_gpt_b_then_w_equals_its_backward_with_the_tied_matrix(dropout):
-    make = lambda: GPT(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=8, dropout=dropout, dtype=f64)  # noqa: E731
-    fused, split = _pair(make)
+    fused, split = _pair(lambda: GPT(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=8, dropout=dropout,
+                                     dtype=f64))
     g = torch.Generator().manual_seed(3)
     idx = torch.randint(0, 11, (2, 2, 6), generator=g)
     dlogits = torch.randn(2, 2, 6, 11, dtype=f64, generator=g)
