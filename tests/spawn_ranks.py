@@ -10,11 +10,13 @@ import tempfile
 import time
 import traceback
 
+import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
 def _entry(rank, world, tmp, fn, args, results):
+    torch.set_num_threads(1)  # the ranks share the machine's cores: one thread each, not a pool each spinning
     try:
         dist.init_process_group("gloo", init_method=f"file://{tmp}/rendezvous", rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=60))
