@@ -83,26 +83,59 @@ def hand_written(rank, world):
             stage.tie_gradients(None)
             opt.step()
             losses.append(sum(mb_losses) / M if stage.last else None)
-        weights = {n: p.detach().clone() for n, p in stage.named_parameters()}
-        if stage.head is not None:
-            weights["head"] = weights.pop("head")
+        weights = {n: p.detach().clone() for n, p in stage.named_parameters()}  # the last stage's copy as "head"
         out[schedule] = (losses, weights, format_trace(rank, trace))
     return out
 
 
-def test_two_pipeline_stages_equal_one_process_under_every_schedule():
-    results = spawn_ranks(hand_written, 2)
+def twin(rank, world):
+    from training.parallel.pipeline_twin import TWIN_SCHEDULES, TwinStage, twin_schedule
+    out = {}
+    for schedule in TWIN_SCHEDULES:
+        torch.manual_seed(0)
+        module = TwinStage(GPT(**CFG).to_torch(), rank, world)
+        run = twin_schedule(module, schedule, rank, world, M)
+        opt, losses = torch.optim.AdamW(module.parameters(), lr=1e-2), []
+        for x, y in batches():
+            opt.zero_grad()
+            mb_losses = []
+            run.step(x) if module.first else run.step(target=y, losses=mb_losses)
+            module.tie_gradients()
+            opt.step()
+            losses.append(float(sum(mb_losses)) / M if module.last else None)
+        names = {"lm_head.weight": "transformer.wte.weight (the last stage's copy)", "wte.weight":
+                 "transformer.wte.weight", "wpe.weight": "transformer.wpe.weight", "ln_f.weight":
+                 "transformer.ln_f.weight", "ln_f.bias": "transformer.ln_f.bias"}
+        per = CFG["n_layer"] // world
+        weights = {}
+        for n, p in module.named_parameters():
+            if n.startswith("h."):
+                i, rest = n[2:].split(".", 1)
+                n = f"transformer.h.{rank * per + int(i)}.{rest}"
+            weights[names.get(n, n)] = p.detach().clone()
+        out[schedule] = (losses, weights)
+    return out
+
+
+def both(rank, world):
+    return {"hand": hand_written(rank, world), "twin": twin(rank, world)}
+
+
+def test_two_pipeline_stages_equal_one_process_under_every_schedule_hand_written_and_twin():
+    results = spawn_ranks(both, 2)
     losses, weights = one_process()
-    for schedule in SCHEDULES:
+    for side, schedule in [("hand", s) for s in SCHEDULES] + [("twin", "gpipe"), ("twin", "1f1b")]:
         seen = {}
         for rank in (0, 1):
-            l, w, trace = results[rank][schedule]
-            assert trace.startswith(f"rank {rank}: ") and " W3@" in trace
+            l, w, *trace = results[rank][side][schedule]
+            if side == "hand":
+                assert trace[0].startswith(f"rank {rank}: ") and " W3@" in trace[0]
+                if rank == 1:
+                    w["transformer.wte.weight (the last stage's copy)"] = w.pop("head")
             if rank == 1:
-                assert max(abs(a - b) / abs(b) for a, b in zip(l, losses)) < TOL, (schedule, l, losses)
-                w["transformer.wte.weight (the last stage's copy)"] = w.pop("head")
+                assert max(abs(a - b) / abs(b) for a, b in zip(l, losses)) < TOL, (side, schedule, l, losses)
             seen.update(w)
         for name, t in seen.items():
             ref = weights[name.split(" ")[0]]
-            assert ((t - ref).abs().max() / ref.abs().max()).item() < TOL, (schedule, name)
-        assert {n.split(" ")[0] for n in seen} == weights.keys()
+            assert ((t - ref).abs().max() / ref.abs().max()).item() < TOL, (side, schedule, name)
+        assert {n.split(" ")[0] for n in seen} == weights.keys() and len(seen) == len(weights) + 1
