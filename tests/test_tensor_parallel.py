@@ -1,6 +1,6 @@
 """Tensor parallelism on 2 gloo processes equals one process in float64: the hand-written column/row-parallel GPT
-(Megatron's f and g, heads split, a vocabulary of 11 padded to 12 with a vocabulary-parallel embedding and loss)
-and its twin (DTensor's ColwiseParallel/RowwiseParallel on the nn.Module GPT): the first step's every gradient,
+(Megatron's f and g, heads split, a vocabulary of 11 padded to 12 with a vocabulary-parallel embedding and loss),
+with and without sequence parallelism (layer norms and residuals on half the positions each), and its twin (DTensor's ColwiseParallel/RowwiseParallel on the nn.Module GPT): the first step's every gradient,
 three AdamW steps' losses and the final weights to 1e-9 relative; what does not divide is refused by name."""
 import pytest
 import torch
@@ -36,10 +36,10 @@ def one_process():
     return losses, {n: p.clone() for n, p in m.named_parameters()}, grads
 
 
-def hand_written(rank, world):
+def hand_written(rank, world, sequence_parallel=False):
     from training.parallel.tp_gpt import TensorParallelGPT
     torch.manual_seed(0)
-    tp = TensorParallelGPT(GPT(**CFG))
+    tp = TensorParallelGPT(GPT(**CFG), sequence_parallel=sequence_parallel)
     assert tp.wte.weight.shape == (6, 16)  # 12 padded rows, 6 a rank
     opt, crit, losses, grads = AdamW(tp.parameters(), lr=1e-2), tp.loss(), [], None
     for x, y in batches():
@@ -47,6 +47,10 @@ def hand_written(rank, world):
         logits = tp(x)  # (B, T, 6): this rank's columns
         losses.append(float(crit(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))))
         tp.backward(crit.backward().view_as(logits))
+        if sequence_parallel and grads is None:  # wpe saw this rank's 4 of the 8 positions only
+            touched = tp.wpe.weight.grad.abs().sum(1) > 0
+            assert touched.tolist() == [rank * 4 <= t < rank * 4 + 4 for t in range(8)]
+        tp.finish_gradients()  # sequence parallelism: the replicated parameters' partial gradients summed
         grads = grads or tp.full_state_dict(grad=True)
         opt.step()
     refused = []
@@ -73,7 +77,8 @@ def twin(rank, world):
 
 
 def both(rank, world):
-    return {"hand": hand_written(rank, world), "twin": twin(rank, world)}
+    return {"hand": hand_written(rank, world), "sequence": hand_written(rank, world, True),
+            "twin": twin(rank, world)}
 
 
 def _rel(a, b):
@@ -84,7 +89,7 @@ def test_two_tensor_parallel_ranks_equal_one_process_hand_written_and_twin():
     results = spawn_ranks(both, 2)
     losses, weights, grads = one_process()
     for rank in (0, 1):
-        for side in ("hand", "twin"):
+        for side in ("hand", "sequence", "twin"):
             l, w, g, _ = results[rank][side]
             assert max(abs(a - b) / abs(b) for a, b in zip(l, losses)) < TOL, (side, l, losses)
             assert w.keys() == weights.keys()

@@ -11,6 +11,11 @@ The local products are ``layers.Linear``'s and ``layers.Embedding``'s own forwar
 same tensor: their .grad is the shard's gradient); f and g are ``tp_mappings``'s.  A row-parallel bias is added
 once, after g (added on every rank before the sum it would count T times); its gradient is sum(dout), the same on
 every rank.  Each layer can ``gather()`` its full tensors (or their gradients) back in the one-process layout.
+
+``sequence_parallel=True``: the input of a column-parallel layer and the output of a row-parallel one (and of the
+embedding) are split along the sequence, (B, T/P, C); f becomes an all-gather along T and g a reduce-scatter along
+T (``tp_mappings``).  The row-parallel bias is then added to this rank's positions only, so its gradient is a
+partial sum: ``partial_grads()`` names it, to be all-reduced over the group after the backward.
 """
 from __future__ import annotations
 
@@ -20,7 +25,8 @@ from torch import Tensor
 from layers.embedding import Embedding
 from layers.layer import BaseLayer, _rng_untouched, accumulate_grad
 from layers.linear import Linear
-from .tp_mappings import CopyToTensorParallel, ReduceFromTensorParallel, gather_rows
+from .tp_mappings import (CopyToTensorParallel, GatherFromSequenceParallel, ReduceFromTensorParallel,
+                          ReduceScatterToSequenceParallel, gather_rows)
 
 
 def _local_linear(weight: Tensor, bias: Tensor | None) -> Linear:
@@ -39,7 +45,8 @@ class ColumnParallelLinear(BaseLayer):
 
     _param_names = ("weight", "bias")
 
-    def __init__(self, full: Linear, rank: int, size: int, group=None, rows: Tensor | None = None) -> None:
+    def __init__(self, full: Linear, rank: int, size: int, group=None, rows: Tensor | None = None,
+                 sequence_parallel: bool = False) -> None:
         h = full.out_features
         if h % size:
             raise ValueError(f"ColumnParallelLinear: out_features {h} does not divide among {size} ranks")
@@ -47,7 +54,7 @@ class ColumnParallelLinear(BaseLayer):
         self.size, self.group = size, group
         self.weight = full.weight.detach()[self.rows].clone()  # (H/T, D)
         self.bias = None if full.bias is None else full.bias.detach()[self.rows].clone()  # (H/T,)
-        self.f = CopyToTensorParallel(group)
+        self.f = GatherFromSequenceParallel(group) if sequence_parallel else CopyToTensorParallel(group)
         self._lin = _local_linear(self.weight, self.bias)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -75,14 +82,15 @@ class RowParallelLinear(BaseLayer):
 
     _param_names = ("weight", "bias")
 
-    def __init__(self, full: Linear, rank: int, size: int, group=None) -> None:
+    def __init__(self, full: Linear, rank: int, size: int, group=None, sequence_parallel: bool = False) -> None:
         d = full.in_features
         if d % size:
             raise ValueError(f"RowParallelLinear: in_features {d} does not divide among {size} ranks")
         self.group = group
         self.weight = full.weight.detach()[:, rank * (d // size):(rank + 1) * (d // size)].clone()  # (H, D/T)
         self.bias = None if full.bias is None else full.bias.detach().clone()  # (H,) whole, on every rank
-        self.g = ReduceFromTensorParallel(group)
+        self.g = ReduceScatterToSequenceParallel(group) if sequence_parallel else ReduceFromTensorParallel(group)
+        self.sequence_parallel = sequence_parallel
         self._lin = _local_linear(self.weight, None)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -91,8 +99,11 @@ class RowParallelLinear(BaseLayer):
 
     def backward(self, dout: Tensor) -> Tensor:
         if self.bias is not None:
-            accumulate_grad(self.bias, dout.reshape(-1, dout.shape[-1]).sum(0))  # (H,)
+            accumulate_grad(self.bias, dout.reshape(-1, dout.shape[-1]).sum(0))  # (H,) this rank's positions' part
         return self._lin.backward(self.g.backward(dout))
+
+    def partial_grads(self) -> list[Tensor]:
+        return [self.bias] if self.sequence_parallel and self.bias is not None else []
 
     def gather(self, grad: bool = False) -> dict[str, Tensor]:
         w = self.weight.grad if grad else self.weight
@@ -111,7 +122,7 @@ class VocabParallelEmbedding(BaseLayer):
 
     _param_names = ("weight",)
 
-    def __init__(self, full: Embedding, rank: int, size: int, group=None) -> None:
+    def __init__(self, full: Embedding, rank: int, size: int, group=None, sequence_parallel: bool = False) -> None:
         v, c = full.weight.shape
         self.vocab_size, self.group = v, group
         self.padded = -(-v // size) * size  # Vp
@@ -123,7 +134,7 @@ class VocabParallelEmbedding(BaseLayer):
         with _rng_untouched(table.device):
             self._emb = Embedding(per, c, dtype=table.dtype, device=table.device)
         self._emb.weight = self.weight
-        self.g = ReduceFromTensorParallel(group)
+        self.g = ReduceScatterToSequenceParallel(group) if sequence_parallel else ReduceFromTensorParallel(group)
         self._outside: Tensor | None = None
 
     def forward(self, idx: Tensor) -> Tensor:

@@ -7,6 +7,15 @@ product with this rank's columns of W, then g.
     f  (CopyToTensorParallel)      forward: identity            backward: all-reduce (sum) over the group
     g  (ReduceFromTensorParallel)  forward: all-reduce (sum)    backward: identity
 
+With sequence parallelism (Korthikanti et al. 2022) the activations between the tensor-parallel regions are split
+along the sequence, and the pair becomes
+
+    GatherFromSequenceParallel        forward: all-gather along T   backward: reduce-scatter along T
+    ReduceScatterToSequenceParallel   forward: reduce-scatter along T   backward: all-gather along T
+
+(an all-reduce is a reduce-scatter then an all-gather: the same bytes, with the layer norms, dropout and residual
+adds in between run on 1/P of the positions).
+
 Why: every rank holds the whole input x of a column-parallel layer, and each rank's output slice depends on x
 through its own rows only, so dL/dx is the sum of the ranks' partial dx -- f's backward.  A row-parallel layer's
 output is the sum of the ranks' partial products -- g's forward -- and each partial product receives the whole
@@ -76,3 +85,58 @@ def gather_rows(t: Tensor, group: dist.ProcessGroup | None) -> Tensor:
     parts = [torch.empty_like(t) for _ in range(dist.get_world_size(group))]
     dist.all_gather(parts, t.contiguous(), group=group)
     return torch.cat(parts, 0)
+
+
+def _seq_first(x: Tensor) -> Tensor:
+    """(B, T, C) -> (T, B, C), contiguous: the sequence axis first, so each rank's part is one block of memory."""
+    return x.transpose(0, 1).contiguous()
+
+
+def gather_sequence(x: Tensor, group: dist.ProcessGroup | None) -> Tensor:
+    """(B, T/P, C) on each rank -> (B, T, C): the ranks' parts of the sequence in rank order."""
+    local = _seq_first(x)  # (T/P, B, C)
+    out = local.new_empty(local.shape[0] * dist.get_world_size(group), *local.shape[1:])
+    dist.all_gather_single(out, local, group=group)
+    return out.transpose(0, 1)  # (B, T, C)
+
+
+def reduce_scatter_sequence(x: Tensor, group: dist.ProcessGroup | None) -> Tensor:
+    """(B, T, C) on each rank -> (B, T/P, C): this rank's part of the sequence, summed over the ranks."""
+    size = dist.get_world_size(group)
+    if x.shape[1] % size:
+        raise ValueError(f"sequence parallelism: sequence length {x.shape[1]} does not divide by "
+                         f"--tensor-parallel {size}")
+    full = _seq_first(x)  # (T, B, C)
+    out = full.new_empty(full.shape[0] // size, *full.shape[1:])
+    dist.reduce_scatter_single(out, full, op=dist.ReduceOp.SUM, group=group)
+    return out.transpose(0, 1)  # (B, T/P, C)
+
+
+class GatherFromSequenceParallel:
+    """Sequence parallelism's f: all-gather along T forward; reduce-scatter of dx along T backward."""
+
+    def __init__(self, group: dist.ProcessGroup | None = None) -> None:
+        self.group = group
+
+    def forward(self, x: Tensor) -> Tensor:
+        return gather_sequence(x, self.group)
+
+    def backward(self, dout: Tensor) -> Tensor:
+        return reduce_scatter_sequence(dout, self.group)
+
+    __call__ = forward
+
+
+class ReduceScatterToSequenceParallel:
+    """Sequence parallelism's g: reduce-scatter along T forward; all-gather of dout along T backward."""
+
+    def __init__(self, group: dist.ProcessGroup | None = None) -> None:
+        self.group = group
+
+    def forward(self, x: Tensor) -> Tensor:
+        return reduce_scatter_sequence(x, self.group)
+
+    def backward(self, dout: Tensor) -> Tensor:
+        return gather_sequence(dout, self.group)
+
+    __call__ = forward
