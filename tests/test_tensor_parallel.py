@@ -1,7 +1,8 @@
 """Tensor parallelism on 2 gloo processes equals one process in float64: the hand-written column/row-parallel GPT
 (Megatron's f and g, heads split, a vocabulary of 11 padded to 12 with a vocabulary-parallel embedding and loss),
-with and without sequence parallelism (layer norms and residuals on half the positions each), and its twin (DTensor's ColwiseParallel/RowwiseParallel on the nn.Module GPT): the first step's every gradient,
-three AdamW steps' losses and the final weights to 1e-9 relative; what does not divide is refused by name."""
+with and without sequence parallelism (layer norms and residuals on half the positions each), and its twin
+(DTensor's ColwiseParallel/RowwiseParallel on the nn.Module GPT): the first step's every gradient, three AdamW steps'
+losses and the final weights to 1e-9 relative; what does not divide is refused by name."""
 import pytest
 import torch
 import torch.nn.functional as F
