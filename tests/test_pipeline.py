@@ -139,3 +139,12 @@ def test_two_pipeline_stages_equal_one_process_under_every_schedule_hand_written
             ref = weights[name.split(" ")[0]]
             assert ((t - ref).abs().max() / ref.abs().max()).item() < TOL, (side, schedule, name)
         assert {n.split(" ")[0] for n in seen} == weights.keys() and len(seen) == len(weights) + 1
+
+
+def test_the_timeline_png_is_written(tmp_path):
+    from PIL import Image
+
+    from training.parallel.pipeline_plot import write_timeline_png
+    path = write_timeline_png(tmp_path / "zb-h1.png", "zb-h1", 4, 8)
+    with Image.open(path) as im:
+        assert im.format == "PNG" and im.size[0] > im.size[1] > 100
