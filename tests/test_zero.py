@@ -1,6 +1,6 @@
 """ZeRO stages 1 and 2 on 2 gloo processes equal one process in float64 with every optimizer: three steps' losses
-and final weights of the GPT to 1e-9 relative, each rank stepping its shard of the buckets; a sharded checkpoint
-resumes bit for bit and refuses another rank's shard; the twin, torch's ZeroRedundancyOptimizer under DDP, equals
+and final weights of the GPT to 1e-9 relative, each rank stepping its shard of the buckets, also clipped by the total
+norm computed from the shards; a sharded checkpoint resumes bit for bit and refuses another rank's shard; the twin, torch's ZeroRedundancyOptimizer under DDP, equals
 one process too."""
 import io
 
@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from losses import CrossEntropyLoss
 from models.gpt import GPT
-from optimizers import get_optimizer
+from optimizers import clip_grad_norm_, get_optimizer
 from tests.spawn_ranks import spawn_ranks
 
 f64 = torch.float64
@@ -21,6 +21,7 @@ OPTIMIZERS = {"sgd": dict(lr=0.05, momentum=0.9), "rmsprop": dict(lr=1e-3), "ada
               "adamw": dict(lr=1e-2), "adagrad": dict(lr=1e-2)}
 RUNS = [(stage, name) for stage in (1, 2) for name in OPTIMIZERS]
 TOL = 1e-9
+CLIP = 0.5  # below the GPT's gradient norms here: every step clips
 STEPS = 3
 
 
@@ -36,18 +37,20 @@ def _step(model, crit, x, y):
     return float(loss)
 
 
-def one_process(name):
+def one_process(name, clip=None):
     torch.manual_seed(0)
     m = GPT(**CFG)
-    opt, crit, losses = get_optimizer(name, m.parameters(), **OPTIMIZERS[name]), CrossEntropyLoss(), []
+    opt, crit, losses, norms = get_optimizer(name, m.parameters(), **OPTIMIZERS[name]), CrossEntropyLoss(), [], []
     for x, y in batches():
         m.zero_grad()
         losses.append(_step(m, crit, x, y))
+        if clip is not None:
+            norms.append(float(clip_grad_norm_(m.parameters(), clip)))
         opt.step()
-    return losses, {n: p.detach().clone() for n, p in m.named_parameters()}
+    return losses, {n: p.detach().clone() for n, p in m.named_parameters()}, norms
 
 
-def _zero_run(rank, world, name, stage, steps, model=None, state=None):
+def _zero_run(rank, world, name, stage, steps, model=None, state=None, clip=None, norms=None):
     from training.parallel.zero import ZeroOptimizer
     from optimizers import OPTIMIZERS as CLASSES
     if model is None:
@@ -63,7 +66,9 @@ def _zero_run(rank, world, name, stage, steps, model=None, state=None):
         loss = torch.tensor(_step(model, crit, x[rows], y[rows]), dtype=f64)
         dist.all_reduce(loss)
         losses.append(loss.item() / world)
-        opt.step()
+        norm = opt.step(clip)
+        if norms is not None:
+            norms.append(float(norm))
     return model, opt, losses
 
 
@@ -73,6 +78,9 @@ def hand_written(rank, world):
         model, opt, losses = _zero_run(rank, world, name, stage, batches())
         assert len(opt.buckets) > 2  # a small cap: several buckets, each sharded
         out[stage, name] = (losses, {n: p.detach().clone() for n, p in model.named_parameters()})
+    norms = []  # clipped by the total norm, computed from the shards
+    model, _, losses = _zero_run(rank, world, "adamw", 2, batches(), clip=CLIP, norms=norms)
+    out["clip"] = (losses, {n: p.detach().clone() for n, p in model.named_parameters()}, norms)
     # a sharded checkpoint after two steps resumes the third bit for bit
     model, opt, _ = _zero_run(rank, world, "adamw", 2, batches()[:2])
     buf = io.BytesIO()
@@ -129,11 +137,15 @@ def _assert_equal_one_process(losses, weights, ref_losses, ref_weights, what):
 
 def test_zero_1_and_2_on_two_ranks_equal_one_process_with_every_optimizer_and_resume_exactly():
     results = spawn_ranks(both, 2)
-    refs = {name: one_process(name) for name in OPTIMIZERS}
+    refs = {name: one_process(name)[:2] for name in OPTIMIZERS}
+    *clipped, ref_norms = one_process("adamw", CLIP)
+    assert min(ref_norms) > CLIP
     for rank in (0, 1):
         hand = results[rank]["hand"]
         for stage, name in RUNS:
             _assert_equal_one_process(*hand[stage, name], *refs[name], f"ZeRO-{stage} {name} rank {rank}")
+        _assert_equal_one_process(*hand["clip"][:2], *clipped, f"ZeRO-2 clipped rank {rank}")
+        assert max(abs(a - b) / b for a, b in zip(hand["clip"][2], ref_norms)) < TOL
         assert hand["resume_equal"]
         assert f"saved with rank {1 - rank!r}, this is {rank!r}" in hand["refused"]
         _assert_equal_one_process(*results[rank]["twin"], *refs["adamw"], f"ZeroRedundancyOptimizer rank {rank}")

@@ -14,7 +14,8 @@ Stage 1 shards the optimizer state (1/W of Adam's two moments a rank); the full 
 between steps (after the step they hold this rank's own, unreduced gradients; the reduced ones are the shard's).
 Stage 2 also shards the gradients: a bucket's full buffer is dropped once it is reduce-scattered (and the model's
 ``.grad`` set to None), so between steps a rank holds only its gradient shard; the next backward allocates them
-again.  Every optimizer of ``optimizers`` works unchanged: their updates are element-wise, so a shard's pieces step
+again.  ``step(max_norm)`` clips the averaged gradients by their total norm first, as ``optimizers.clip_grad_norm_``
+does, from the shards.  Every optimizer of ``optimizers`` works unchanged: their updates are element-wise, so a shard's pieces step
 exactly as the whole tensors would.  ``state_dict()`` is this rank's shard of the optimizer state, with the layout
 it belongs to; ``load_state_dict`` refuses a shard of another rank, world size or bucket layout.
 """
@@ -109,8 +110,18 @@ class ZeroOptimizer:
                     b.shard, b.params_flat, b.lo, b.hi = shard, params_flat, lo, hi
 
     @torch.no_grad()
-    def step(self) -> None:
+    def step(self, max_norm: float | None = None) -> Tensor | None:
+        """The step; with ``max_norm``, the averaged gradients are first clipped to that total 2-norm (the norm of
+        all of them, from each rank's shard: its sum of squares all-reduced), and the norm before clipping returned."""
         self.buckets.finish()  # 1. the reduce-scatters, x 1/W
+        total = None
+        if max_norm is not None:  # clip_grad_norm_'s rule, g *= min(1, max_norm / (total + 1e-6)), over the shards
+            squares = torch.stack([b.shard.square().sum() for b in self.buckets.buckets]).sum()
+            dist.all_reduce(squares, group=self.group)
+            total = squares.sqrt()
+            coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
+            for b in self.buckets.buckets:
+                b.shard.mul_(coef)
         self.optimizer.step()  # 2. this rank's shard
         for b in self.buckets.buckets:  # 3. every rank's shard of the parameters, to every rank
             dist.all_gather_single(b.params_flat, b.params_flat[b.lo:b.hi].clone(), group=self.group)
@@ -119,6 +130,7 @@ class ZeroOptimizer:
                 for p in b.params:
                     p.grad = None
                 b.buffer, b.slots = None, {}
+        return total
 
     def state_dict(self) -> dict:
         """This rank's shard of the optimizer state and the layout it belongs to."""
