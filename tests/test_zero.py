@@ -1,7 +1,7 @@
 """ZeRO stages 1 and 2 on 2 gloo processes equal one process in float64 with every optimizer: three steps' losses
 and final weights of the GPT to 1e-9 relative, each rank stepping its shard of the buckets, also clipped by the total
-norm computed from the shards; a sharded checkpoint resumes bit for bit and refuses another rank's shard; the twin, torch's ZeroRedundancyOptimizer under DDP, equals
-one process too."""
+norm computed from the shards; a sharded checkpoint resumes bit for bit and refuses another rank's shard; the twin,
+torch's ZeroRedundancyOptimizer under DDP, equals one process too."""
 import io
 
 import pytest
