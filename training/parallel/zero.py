@@ -16,8 +16,9 @@ Stage 2 also shards the gradients: a bucket's full buffer is dropped once it is 
 ``.grad`` set to None), so between steps a rank holds only its gradient shard; the next backward allocates them
 again.  ``step(max_norm)`` clips the averaged gradients by their total norm first, as ``optimizers.clip_grad_norm_``
 does, from the shards.  Every optimizer of ``optimizers`` works unchanged: their updates are element-wise, so a
-shard's pieces step exactly as the whole tensors would.  ``state_dict()`` is this rank's shard of the optimizer state, with the layout
-it belongs to; ``load_state_dict`` refuses a shard of another rank, world size or bucket layout.
+shard's pieces step exactly as the whole tensors would.  ``state_dict()`` is this rank's shard of the optimizer
+state, with the layout it belongs to; ``load_state_dict`` refuses a shard of another rank, world size or bucket
+layout.
 """
 from __future__ import annotations
 
