@@ -94,6 +94,40 @@ class Embedding(BaseLayer):
         w.grad.index_add_(0, flat, d)  # (V, D): repeated ids add up
         return None
 
+    # -- the backward split in two: B (the input gradient, now) and W (the weight gradient, later) ----------------
+    # Token ids have no gradient: B only checks dout and keeps it with the ids; W is the whole scatter-add.
+
+    @torch.no_grad()
+    def backward_input(self, dout: Tensor) -> None:
+        """B: checks dout (*, D) and keeps it for ``backward_weight()``; returns None (ids have no gradient)."""
+        if getattr(self, "_pending_w", None) is not None:
+            raise RuntimeError(f"{self!r}: backward_input() again before backward_weight() of the previous one")
+        cache, w = self._cache, self.weight
+        check_backward_dout(self, dout, *((cache[1], w.dtype, w.device) if cache is not None else (None, None, None)))
+        self._cache = None
+        flat, _ = cache
+        check_versions(self, ("its input idx",), (flat,), self._versions)
+        self._pending_w = (flat, dout, self._versions)
+        return None
+
+    @torch.no_grad()
+    def backward_weight(self) -> None:
+        """W: adds the scatter-add of the kept dout at the kept ids into weight.grad (V, D)."""
+        pending, self._pending_w = getattr(self, "_pending_w", None), None
+        if pending is None:
+            raise RuntimeError(f"{self!r}: backward_weight() needs a backward_input() before it (one W per B)")
+        flat, dout, recorded = pending
+        check_versions(self, ("its input idx",), (flat,), recorded)
+        if "weight" in self._frozen:
+            return
+        w = self.weight
+        d = dout.reshape(-1, self.embedding_dim)  # (P, D)
+        if self.padding_idx is not None:  # the padding row gets no gradient: its positions contribute zero
+            d = d.masked_fill((flat == self.padding_idx).unsqueeze(1), 0)
+        if w.grad is None:
+            w.grad = torch.zeros_like(w)
+        w.grad.index_add_(0, flat, d)  # (V, D): repeated ids add up
+
     def _check_range(self, idx: Tensor) -> None:
         """Every id in [0, V): one read-back of the smallest and largest id (skipped while a CUDA graph is
         being captured, where a read-back is illegal; an eager step before capture checks them)."""

@@ -141,6 +141,55 @@ class LayerNorm(BaseLayer):
         dx.sub_(dx.mean(dims, keepdim=True)).addcmul_(xhat, m2, value=-1).mul_(invstd)  # (*, S)
         return dx if dx.dtype == xdtype else dx.to(xdtype)
 
+    # -- the backward split in two: B (the input gradient, now) and W (the weight gradient, later) ----------------
+    # dgamma = sum of dout * xhat shares its product with dx's mean(dxhat * xhat) = mean(dout * xhat * gamma): B
+    # computes xhat and dout * xhat once and keeps the product and dout for W, which is then only the two sums
+    # over the leading axes.  The split stops there (splitting further would compute xhat and the product twice).
+
+    @torch.no_grad()
+    def backward_input(self, dout: Tensor) -> Tensor:
+        """B: dout (*, S) -> dx (*, S), as ``backward`` returns it; nothing is written into .grad.  Keeps dout * xhat
+        and dout (two (*, S) tensors) for ``backward_weight()``."""
+        if getattr(self, "_pending_w", None) is not None:
+            raise RuntimeError(f"{self!r}: backward_input() again before backward_weight() of the previous one")
+        cache = self._cache
+        check_backward_dout(self, dout, *((cache[0].shape, cache[3], cache[0].device) if cache is not None
+                                          else (None, None, None)))
+        self._cache = None
+        xhat, mean, invstd, xdtype = cache
+        check_versions(self, self._kept_names, (xhat, self.weight, self.bias), self._versions)
+        if mean is not None:  # xhat = (x - mean) * invstd, recomputed from the kept input
+            xhat = torch.sub(xhat, mean).mul_(invstd)  # (*, S)
+        k = len(self.normalized_shape)
+        dims = tuple(range(xhat.dim() - k, xhat.dim()))
+        lead = tuple(range(xhat.dim() - k))
+        d = dout if dout.dtype == xhat.dtype else dout.to(xhat.dtype)
+        tmp = d * xhat  # (*, S) dout * xhat: dgamma's summand, kept for W
+        if self.weight is not None:
+            w = self.weight.to(d.dtype)
+            self._pending_w = (tmp, d, lead)
+            m2 = (tmp * w).mean(dims, keepdim=True)  # (*, 1...) mean(dxhat * xhat)
+            dx = d * w  # (*, S) dxhat
+        else:
+            self._pending_w = (None, None, lead)
+            m2 = tmp.mean(dims, keepdim=True)
+            dx = d.clone()
+        dx.sub_(dx.mean(dims, keepdim=True)).addcmul_(xhat, m2, value=-1).mul_(invstd)  # (*, S)
+        return dx if dx.dtype == xdtype else dx.to(xdtype)
+
+    @torch.no_grad()
+    def backward_weight(self) -> None:
+        """W: adds dgamma = sum of dout * xhat and dbeta = sum of dout (over the leading axes) into .grad, from the
+        last ``backward_input``."""
+        pending, self._pending_w = getattr(self, "_pending_w", None), None
+        if pending is None:
+            raise RuntimeError(f"{self!r}: backward_weight() needs a backward_input() before it (one W per B)")
+        tmp, d, lead = pending
+        if self.weight is not None and "weight" not in self._frozen:
+            accumulate_grad(self.weight, tmp.sum(lead).to(self.weight.dtype))  # S
+        if self.bias is not None and "bias" not in self._frozen:
+            accumulate_grad(self.bias, d.sum(lead).to(self.bias.dtype))  # S
+
     def _reject_input(self, x: object) -> None:
         check_tensor(repr(self), "x", x)
         check_floating(repr(self), "x", x)

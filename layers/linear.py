@@ -106,6 +106,53 @@ class Linear(BaseLayer):
         dx = dout @ w  # (N, D)
         return dx if len(lead) == 1 else dx.view(*lead, self.in_features)  # (*, D)
 
+    # -- the backward split in two: B (the input gradient, now) and W (the weight gradient, later) ----------------
+    # A pipeline's next stage waits for dx, not for dW (zero-bubble schedules, Qi et al. 2023): B returns dx and
+    # keeps what W reads, (dout, x); W adds dW and db into .grad.  B then W runs backward's own products on the
+    # same operands, so it equals backward bit for bit.  Linear's dW and dx share no work (two GEMMs, each on
+    # dout): the split is complete.  A layer holds one pending W: B, B without W in between, is refused.
+
+    @torch.no_grad()
+    def backward_input(self, dout: Tensor, need_input_grad: bool = True, input: Tensor | None = None) -> Tensor | None:
+        """B: dout (*, H) -> dx = dout @ W, (*, D), as ``backward`` returns it; nothing is written into .grad.
+        Keeps dout and x for ``backward_weight()``.  ``need_input_grad`` and ``input`` as in ``backward``."""
+        if getattr(self, "_pending_w", None) is not None:
+            raise RuntimeError(f"{self!r}: backward_input() again before backward_weight() of the previous one")
+        x, w, lead = self._x, self.weight, self._lead
+        kept = x
+        if x is _NOT_KEPT or input is not None:
+            x = self._given_input(x, input)
+            kept = None
+        if not (x is not None and isinstance(dout, Tensor) and dout.shape[:-1] == lead and dout.dim() >= 1
+                and dout.shape[-1] == self.out_features and dout.dtype == w.dtype and dout.device == w.device):
+            check_dout(repr(self), dout, None if x is None else torch.Size((*lead, self.out_features)), w)
+        check_versions(self, self._kept_names, (kept, w if need_input_grad else None), self._versions)
+        self._x = None
+        if dout.dim() != 2:
+            dout = dout.reshape(-1, self.out_features)  # (N, H)
+        self._pending_w = (dout, x, kept, self._versions[0])
+        if not need_input_grad:
+            return None
+        dx = dout @ w  # (N, D)
+        return dx if len(lead) == 1 else dx.view(*lead, self.in_features)  # (*, D)
+
+    @torch.no_grad()
+    def backward_weight(self) -> None:
+        """W: adds dW = dout^T @ x (H, D) and db = sum of dout (H,) into .grad, from the last ``backward_input``."""
+        pending, self._pending_w = getattr(self, "_pending_w", None), None
+        if pending is None:
+            raise RuntimeError(f"{self!r}: backward_weight() needs a backward_input() before it (one W per B)")
+        dout, x, kept, version = pending
+        check_versions(self, self._kept_names[:1], (kept,), (version,))  # x must not change between B and W
+        w, frozen = self.weight, self._frozen
+        if "weight" not in frozen:
+            if w.grad is None:
+                w.grad = dout.t() @ x  # (H, D)
+            else:
+                w.grad.addmm_(dout.t(), x)
+        if self.bias is not None and "bias" not in frozen:
+            accumulate_grad(self.bias, dout.sum(0))  # (H,)
+
     def _given_input(self, kept: object, input: Tensor | None) -> Tensor:
         """The (N, D) input for dW when the caller gives it back (checked against the forward's shape)."""
         if kept is None:

@@ -96,6 +96,29 @@ class CausalSelfAttention(BaseLayer):
         return self.c_attn.backward(dqkv, input=input() if callable(input) else input)
 
 
+    def backward_input(self, dy: Tensor, input: Tensor | Callable[[], Tensor] | None = None) -> Tensor:
+        """B: dy (B, T, C) -> dx, as ``backward``; c_proj's and c_attn's weight gradients wait for
+        ``backward_weight()``.  The attention between them has no weights: all of it is B.  c_attn's dW needs dqkv,
+        the attention's output gradient, so B keeps it (in c_attn) for W: q, k and v's weights share no other work
+        with dx."""
+        if self._y is None:
+            raise RuntimeError(f"{self!r}: backward_input called before forward (or twice after one forward)")
+        B, T, C = self._y.shape
+        nh, hs = self.n_head, C // self.n_head
+        y, self._y = self._y, None
+        dy = self.c_proj.backward_input(self.resid_dropout.backward(dy))  # (B, T, C)
+        dq, dk, dv = self.attention.backward(dy.view(B, T, nh, hs).transpose(1, 2),
+                                             out=y.view(B, T, nh, hs).transpose(1, 2))  # (B, nh, T, hs) each
+        dqkv = dy.new_empty(B, T, 3 * C)
+        for i, d in enumerate((dq, dk, dv)):
+            dqkv[:, :, i * C:(i + 1) * C].view(B, T, nh, hs).copy_(d.transpose(1, 2))
+        return self.c_attn.backward_input(dqkv, input=input() if callable(input) else input)
+
+    def backward_weight(self) -> None:
+        """W: c_proj's and c_attn's dW and db, from the last ``backward_input``."""
+        self.c_proj.backward_weight()
+        self.c_attn.backward_weight()
+
 class MLP(BaseLayer):
     """c_fc (C -> 4C), GELU, c_proj (4C -> C), dropout; backward in reverse.
 
@@ -124,6 +147,17 @@ class MLP(BaseLayer):
         dg = self.c_proj.backward(self.dropout.backward(dy), input=self.gelu.recompute())  # gelu(h) again
         return self.c_fc.backward(self.gelu.backward(dg), input=input() if callable(input) else input)
 
+
+    def backward_input(self, dy: Tensor, input: Tensor | Callable[[], Tensor] | None = None) -> Tensor:
+        """B: dy (B, T, C) -> dx, as ``backward``; c_proj and c_fc keep their dout and input (gelu(h), recomputed
+        here as in ``backward``, and x) for ``backward_weight()``."""
+        dg = self.c_proj.backward_input(self.dropout.backward(dy), input=self.gelu.recompute())  # gelu(h) again
+        return self.c_fc.backward_input(self.gelu.backward(dg), input=input() if callable(input) else input)
+
+    def backward_weight(self) -> None:
+        """W: c_proj's and c_fc's dW and db, from the last ``backward_input``."""
+        self.c_proj.backward_weight()
+        self.c_fc.backward_weight()
 
 class Block(BaseLayer):
     """x = x + attn(ln_1(x)); x = x + mlp(ln_2(x)).  Backward: dx = dy + ln_1.backward(attn.backward(dy)), after the
@@ -154,6 +188,19 @@ class Block(BaseLayer):
         dy = self.ln_2.backward(self.mlp.backward(dy, input=self.ln_2.recompute)).add_(dy)
         return self.ln_1.backward(self.attn.backward(dy, input=self.ln_1.recompute)).add_(dy)
 
+
+    def backward_input(self, dy: Tensor) -> Tensor:
+        """B: dy (B, T, C) -> dx, as ``backward``; every weight gradient of the block waits for ``backward_weight()``
+        (the recomputed LayerNorm outputs are kept by the Linears that read them, for their dW)."""
+        dy = self.ln_2.backward_input(self.mlp.backward_input(dy, input=self.ln_2.recompute)).add_(dy)
+        return self.ln_1.backward_input(self.attn.backward_input(dy, input=self.ln_1.recompute)).add_(dy)
+
+    def backward_weight(self) -> None:
+        """W: every parameter's gradient of the block, from the last ``backward_input``."""
+        self.mlp.backward_weight()
+        self.ln_2.backward_weight()
+        self.attn.backward_weight()
+        self.ln_1.backward_weight()
 
 class GPT(BaseLayer):
     """``GPT(vocab_size, block_size, n_layer, n_head, n_embd, dropout=0.0, bias=True, dtype=None, device=None)``:
@@ -346,6 +393,51 @@ class GPT(BaseLayer):
         self.wpe.backward(dx.sum(0))  # (T, C): every sequence of the batch used positions 0..T-1
         self.wte.backward(dx)  # the embedding's share of the tied matrix: the scatter-add, into the same .grad
         return None
+
+    def backward_input(self, dlogits: Tensor) -> None:
+        """B: the input gradients through every layer, as ``backward``, with no weight gradient written; the token
+        ids have none, so the GPT's B returns None and leaves all of its work on the weights to
+        ``backward_weight()``.  (A pipeline stage that ends inside the GPT uses the blocks' own B and W.)"""
+        if self._cache is None:
+            raise RuntimeError("GPT: backward_input called before forward (or twice after one forward)")
+        x, pos = self._cache
+        if not isinstance(dlogits, Tensor) or dlogits.shape != (*x.shape[:2], self.vocab_size):
+            raise ValueError(f"GPT: dlogits has shape {tuple(getattr(dlogits, 'shape', ()))} but the logits had "
+                             f"shape {(*x.shape[:2], self.vocab_size)}")
+        self._cache = None
+        w = self.wte.weight  # (V, C)
+        check_versions(self, ("transformer.wte.weight",), (w,), self._versions)
+        d2 = dlogits.reshape(-1, self.vocab_size)  # (B*T, V)
+        self._head_w = (d2, x.reshape(-1, self.n_embd))  # the output projection's dW operands, for W
+        with torch.no_grad():
+            dx = (d2 @ w).view_as(x)  # (B, T, C)
+        dx = self.ln_f.backward_input(dx)
+        for block in reversed(self.h):
+            dx = block.backward_input(dx)
+        dx = self.drop.backward(dx)
+        self.wpe.backward_input(dx.sum(0))  # (T, C)
+        self.wte.backward_input(dx)
+        return None
+
+    def backward_weight(self) -> None:
+        """W: every weight gradient of the last ``backward_input``; the tied matrix's two shares in ``backward``'s
+        order (the output projection's dW, then the embedding's scatter-add), so B then W equals it bit for bit."""
+        head, self._head_w = getattr(self, "_head_w", None), None
+        if head is None:
+            raise RuntimeError("GPT: backward_weight() needs a backward_input() before it (one W per B)")
+        d2, x = head
+        w = self.wte.weight
+        if "weight" not in self.wte._frozen:
+            with torch.no_grad():
+                if w.grad is None:
+                    w.grad = d2.t() @ x  # (V, C)
+                else:
+                    w.grad.addmm_(d2.t(), x)
+        self.ln_f.backward_weight()
+        for block in reversed(self.h):
+            block.backward_weight()
+        self.wpe.backward_weight()
+        self.wte.backward_weight()
 
     # -- sampling --------------------------------------------------------------------------------------------
 

@@ -26,10 +26,11 @@ from torch import Tensor
 
 
 class _Bucket:
-    def __init__(self, params: list[Tensor]) -> None:
+    def __init__(self, params: list[Tensor], pad_to: int = 1) -> None:
         self.params = params
         self.numel = sum(p.numel() for p in params)
-        self.buffer = torch.zeros(self.numel, dtype=params[0].dtype, device=params[0].device)
+        # padded with zeros to a multiple of pad_to: a reduce-scatter's equal shards (ZeRO, training/parallel/zero.py)
+        self.buffer = torch.zeros(-(-self.numel // pad_to) * pad_to, dtype=params[0].dtype, device=params[0].device)
         self.slots: dict[int, Tensor] = {}  # id(param) -> its view into the buffer, in the parameter's shape
         offset = 0
         for p in params:
@@ -51,7 +52,7 @@ class GradBuckets:
     (for a model without per-layer hooks, such as the autodiff engine's graph)."""
 
     def __init__(self, params: Iterable[Tensor], scale: float, bucket_cap_mb: float = 25.0,
-                 group: dist.ProcessGroup | None = None) -> None:
+                 group: dist.ProcessGroup | None = None, pad_to: int = 1) -> None:
         params = [p for p in params]
         if not params:
             raise ValueError("GradBuckets: no parameters")
@@ -65,11 +66,11 @@ class GradBuckets:
         for p in reversed(params):  # backward produces the last layer's gradients first
             if current and (size + p.numel() * p.element_size() > cap or p.dtype != current[0].dtype
                             or p.device != current[0].device):
-                self.buckets.append(_Bucket(current))
+                self.buckets.append(_Bucket(current, pad_to))
                 current, size = [], 0
             current.append(p)
             size += p.numel() * p.element_size()
-        self.buckets.append(_Bucket(current))
+        self.buckets.append(_Bucket(current, pad_to))
         self._bucket_of = {id(p): b for b in self.buckets for p in b.params}
         self._hook_handles: list = []
         self._start_step()
@@ -117,7 +118,11 @@ class GradBuckets:
             p.grad = slot
             b.done.add(id(p))
             if len(b.done) == len(b.params):
-                b.work = dist.all_reduce(b.buffer, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
+                b.work = self._launch(b)
+
+    def _launch(self, b: _Bucket):
+        """Start a full bucket's collective (here its all-reduce; ZeRO's subclass reduce-scatters)."""
+        return dist.all_reduce(b.buffer, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
 
     def finish(self) -> None:
         """Launch any bucket not yet launched (in bucket order), wait for all, scale; ready for the next step."""

@@ -1,0 +1,65 @@
+"""The twin of the hand-written pipeline: the nn.Module GPT cut into the same stages and run by
+``torch.distributed.pipelining`` (``PipelineStage`` with ``ScheduleGPipe`` or ``Schedule1F1B``), autograd doing
+every backward.
+
+Stage 0 holds wte, wpe and its blocks, the last stage its blocks, ln_f and a copy of the tied table as ``lm_head``
+(nn.Linear), whose gradient is summed with wte's after each step (``tie_gradients``), as the hand-written stages
+do.  torch's schedules split the batch into M micro-batches along its first axis and divide the gradients by M
+(``scale_grads``), so with a mean loss per micro-batch a step is the mean over the batch.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+TWIN_SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
+
+
+class TwinStage(nn.Module):
+    """The part of a ``models.PytorchGPT`` that stage ``stage`` of ``stages`` runs."""
+
+    def __init__(self, model: nn.Module, stage: int, stages: int) -> None:
+        super().__init__()
+        cfg = model.config()
+        per = cfg["n_layer"] // stages
+        t = model.transformer
+        self.first, self.last = stage == 0, stage == stages - 1
+        self.h = nn.ModuleList(t.h[stage * per:(stage + 1) * per])
+        if self.first:
+            self.wte, self.wpe = t.wte, t.wpe
+        if self.last:
+            self.ln_f = t.ln_f
+            self.lm_head = nn.Linear(cfg["n_embd"], cfg["vocab_size"], bias=False, dtype=t.wte.weight.dtype)
+            with torch.no_grad():
+                self.lm_head.weight.copy_(t.wte.weight)
+            if self.first:  # one stage: the table itself, tied
+                self.lm_head.weight = self.wte.weight
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.first:
+            x = self.wte(x) + self.wpe(torch.arange(x.shape[1], device=x.device))
+        for block in self.h:
+            x = block(x)
+        return self.lm_head(self.ln_f(x)) if self.last else x
+
+    @torch.no_grad()
+    def tie_gradients(self, group: dist.ProcessGroup | None = None) -> None:
+        """Sum the tied table's gradient over the first stage's wte and the last stage's lm_head."""
+        if self.first == self.last:
+            return
+        w = self.wte.weight if self.first else self.lm_head.weight
+        if w.grad is None:
+            w.grad = torch.zeros_like(w)
+        dist.all_reduce(w.grad, group=group)
+
+
+def twin_schedule(module: TwinStage, schedule: str, stage: int, stages: int, micro_batches: int):
+    """torch's schedule for this stage, with the mean cross-entropy of each micro-batch as its loss."""
+    if schedule not in TWIN_SCHEDULES:
+        raise ValueError(f"pipeline twin: torch's pipelining runs {', '.join(TWIN_SCHEDULES)} here, not {schedule!r}")
+    pipe = PipelineStage(module, stage, stages, torch.device("cpu"))
+    loss = lambda logits, y: F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))  # noqa: E731
+    return TWIN_SCHEDULES[schedule](pipe, n_microbatches=micro_batches, loss_fn=loss)

@@ -1,0 +1,151 @@
+"""Tensor-parallel layers by hand: column- and row-parallel Linear and a vocabulary-parallel Embedding.
+
+Shape legend: N = positions (any leading axes), D = in_features, H = out_features, T = the tensor-parallel group's
+size, r = this rank; V = vocabulary, Vp = V padded up to a multiple of T, C = embedding width.
+
+    column-parallel  y_r = f(x) @ W_r^T + b_r      W_r: rows of W (H/T, D); each rank gets its slice of y
+    row-parallel     y   = g(x_r @ W_r^T) + b      W_r: columns of W (H, D/T); x_r: this rank's slice of x
+    vocab-parallel   e   = g(rows r*Vp/T.. of the table, looked up where the id falls in them, zero elsewhere)
+
+The local products are ``layers.Linear``'s and ``layers.Embedding``'s own forward and backward on the shard (the
+same tensor: their .grad is the shard's gradient); f and g are ``tp_mappings``'s.  A row-parallel bias is added
+once, after g (added on every rank before the sum it would count T times); its gradient is sum(dout), the same on
+every rank.  Each layer can ``gather()`` its full tensors (or their gradients) back in the one-process layout.
+
+``sequence_parallel=True``: the input of a column-parallel layer and the output of a row-parallel one (and of the
+embedding) are split along the sequence, (B, T/P, C); f becomes an all-gather along T and g a reduce-scatter along
+T (``tp_mappings``).  The row-parallel bias is then added to this rank's positions only, so its gradient is a
+partial sum: ``partial_grads()`` names it, to be all-reduced over the group after the backward.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from layers.embedding import Embedding
+from layers.layer import BaseLayer, _rng_untouched, accumulate_grad
+from layers.linear import Linear
+from .tp_mappings import (CopyToTensorParallel, GatherFromSequenceParallel, ReduceFromTensorParallel,
+                          ReduceScatterToSequenceParallel, gather_rows)
+
+
+def _local_linear(weight: Tensor, bias: Tensor | None) -> Linear:
+    """A Linear whose parameters ARE the given shards (built without drawing from the global RNG)."""
+    with _rng_untouched(weight.device):
+        lin = Linear(weight.shape[1], weight.shape[0], bias=bias is not None, dtype=weight.dtype, device=weight.device)
+    lin.weight, lin.bias = weight, bias
+    return lin
+
+
+class ColumnParallelLinear(BaseLayer):
+    """f, then this rank's rows of the Linear: x (*, D) -> its slice of y (*, H/T).
+
+    ``rows``: which rows of the full (H, D) weight are this rank's (default: block r of T); the GPT's packed q, k, v
+    projection takes rank r's heads from each of the three."""
+
+    _param_names = ("weight", "bias")
+
+    def __init__(self, full: Linear, rank: int, size: int, group=None, rows: Tensor | None = None,
+                 sequence_parallel: bool = False) -> None:
+        h = full.out_features
+        if h % size:
+            raise ValueError(f"ColumnParallelLinear: out_features {h} does not divide among {size} ranks")
+        self.rows = torch.arange(rank * (h // size), (rank + 1) * (h // size)) if rows is None else rows
+        self.size, self.group = size, group
+        self.weight = full.weight.detach()[self.rows].clone()  # (H/T, D)
+        self.bias = None if full.bias is None else full.bias.detach()[self.rows].clone()  # (H/T,)
+        self.f = GatherFromSequenceParallel(group) if sequence_parallel else CopyToTensorParallel(group)
+        self._lin = _local_linear(self.weight, self.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self._lin.forward(self.f(x))
+
+    def backward(self, dout: Tensor) -> Tensor:
+        return self.f.backward(self._lin.backward(dout))  # the ranks' partial dx summed
+
+    def gather(self, grad: bool = False) -> dict[str, Tensor]:
+        """The full weight and bias (or their gradients), rows put back where ``rows`` took them from."""
+        out = {}
+        for name, t in (("weight", self.weight), ("bias", self.bias)):
+            if t is not None:
+                src = t.grad if grad else t
+                whole = gather_rows(src, self.group)
+                order = gather_rows(self.rows, self.group)
+                full = torch.empty_like(whole)
+                full[order] = whole
+                out[name] = full
+        return out
+
+
+class RowParallelLinear(BaseLayer):
+    """This rank's columns of the Linear, then g, then the bias: x_r (*, D/T) -> y (*, H), the same on every rank."""
+
+    _param_names = ("weight", "bias")
+
+    def __init__(self, full: Linear, rank: int, size: int, group=None, sequence_parallel: bool = False) -> None:
+        d = full.in_features
+        if d % size:
+            raise ValueError(f"RowParallelLinear: in_features {d} does not divide among {size} ranks")
+        self.group = group
+        self.weight = full.weight.detach()[:, rank * (d // size):(rank + 1) * (d // size)].clone()  # (H, D/T)
+        self.bias = None if full.bias is None else full.bias.detach().clone()  # (H,) whole, on every rank
+        self.g = ReduceScatterToSequenceParallel(group) if sequence_parallel else ReduceFromTensorParallel(group)
+        self.sequence_parallel = sequence_parallel
+        self._lin = _local_linear(self.weight, None)
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = self.g(self._lin.forward(x))  # (*, H) the partial products summed
+        return y if self.bias is None else y.add_(self.bias)
+
+    def backward(self, dout: Tensor) -> Tensor:
+        if self.bias is not None:
+            accumulate_grad(self.bias, dout.reshape(-1, dout.shape[-1]).sum(0))  # (H,) this rank's positions' part
+        return self._lin.backward(self.g.backward(dout))
+
+    def partial_grads(self) -> list[Tensor]:
+        return [self.bias] if self.sequence_parallel and self.bias is not None else []
+
+    def gather(self, grad: bool = False) -> dict[str, Tensor]:
+        w = self.weight.grad if grad else self.weight
+        out = {"weight": gather_rows(w.t(), self.group).t()}  # the columns, in rank order
+        if self.bias is not None:
+            out["bias"] = self.bias.grad if grad else self.bias
+        return out
+
+
+class VocabParallelEmbedding(BaseLayer):
+    """Rows [r*Vp/T, (r+1)*Vp/T) of the (Vp, C) table; a lookup reads the rows it holds, zeros elsewhere, then g.
+
+    ``full``: the one-process Embedding (V rows); the table is padded with zero rows to Vp = T * ceil(V / T), as
+    Megatron pads it.  No id reaches a padded row, and the vocabulary-parallel loss keeps their logits out, so they
+    get no gradient and stay zero."""
+
+    _param_names = ("weight",)
+
+    def __init__(self, full: Embedding, rank: int, size: int, group=None, sequence_parallel: bool = False) -> None:
+        v, c = full.weight.shape
+        self.vocab_size, self.group = v, group
+        self.padded = -(-v // size) * size  # Vp
+        per = self.padded // size
+        self.start, self.end = rank * per, (rank + 1) * per  # this rank's ids
+        table = torch.zeros(self.padded, c, dtype=full.weight.dtype, device=full.weight.device)
+        table[:v] = full.weight.detach()
+        self.weight = table[self.start:self.end].clone()  # (Vp/T, C)
+        with _rng_untouched(table.device):
+            self._emb = Embedding(per, c, dtype=table.dtype, device=table.device)
+        self._emb.weight = self.weight
+        self.g = ReduceScatterToSequenceParallel(group) if sequence_parallel else ReduceFromTensorParallel(group)
+        self._outside: Tensor | None = None
+
+    def forward(self, idx: Tensor) -> Tensor:
+        outside = (idx < self.start) | (idx >= self.end)  # ids another rank holds
+        out = self._emb.forward((idx - self.start).masked_fill(outside, 0))  # (*, C); row 0 stands in, zeroed below
+        self._outside = outside
+        return self.g(out.masked_fill_(outside.unsqueeze(-1), 0.0))
+
+    def backward(self, dout: Tensor) -> None:
+        outside, self._outside = self._outside, None
+        self._emb.backward(self.g.backward(dout).masked_fill(outside.unsqueeze(-1), 0.0))  # only the rows held here
+
+    def gather(self, grad: bool = False) -> dict[str, Tensor]:
+        return {"weight": gather_rows(self.weight.grad if grad else self.weight, self.group)[:self.vocab_size]}
