@@ -57,3 +57,19 @@ def test_a_benchmark_prints_the_count_it_chose():
     first, last = r.stdout.splitlines()[0], r.stdout.splitlines()[-1]
     assert first.startswith("threads: ") and " CPU thread" in first and "load average" in first, r.stdout
     assert int(last.split()[1]) == int(first.split()[1])
+
+
+def test_learn_train_says_its_threads(tmp_path, capsys):
+    from learn.__main__ import main
+    from learn.exercises import BY_NAME
+    from learn.source import solution_text
+    path = tmp_path / "relu.py"
+    path.write_text(solution_text(BY_NAME["relu"], str(path)))
+    before = torch.get_num_threads()
+    try:
+        assert main(["train", "relu", str(path), "--steps", "2", "--threads", "1"]) == 0
+        assert capsys.readouterr().out.startswith("torch on 1 CPU thread\n")
+    finally:
+        torch.set_num_threads(before)
+    assert main(["train", "relu", str(path), "--threads", "0"]) == 2
+    assert capsys.readouterr().err.strip() == "python -m learn train: --threads 0 is out of range (at least 1)"
