@@ -35,7 +35,7 @@ import torch
 import torch.utils._pytree
 from torch import Tensor
 
-from layers.layer import Layer, named_parameters_of
+from layers.layer import Layer, named_parameters_of, recording_graph
 
 from .numeric import EPS, RTOL, GradResult, _fast_result, _result, numeric_grad, rel_error
 
@@ -56,8 +56,9 @@ def _autograd(owner: str, fn: Callable[[], Tensor | tuple], leaves: list[Tensor]
     """
     if opaque:
         return None
+    flags = [t.requires_grad for t in leaves]  # a layer's parameters require gradients already: put back as found
     try:
-        with torch.enable_grad():
+        with torch.enable_grad(), recording_graph():  # the hand-written forward, recorded by autograd this once
             for t in leaves:
                 t.requires_grad_(True)
             out = fn()
@@ -70,8 +71,8 @@ def _autograd(owner: str, fn: Callable[[], Tensor | tuple], leaves: list[Tensor]
         raise RuntimeError(f"gradcheck {owner}: torch.autograd could not differentiate the forward ({e}); a layer "
                            f"whose forward autograd cannot trace must set autograd_opaque = True") from e
     finally:
-        for t in leaves:
-            t.requires_grad_(False)
+        for t, flag in zip(leaves, flags):
+            t.requires_grad_(flag)
     return [torch.zeros_like(t) if g is None else g for t, g in zip(leaves, grads)]
 
 

@@ -117,8 +117,9 @@ class HandgradModule(nn.Module):
                 if param is not None:  # a tensor two layers hold (a module used twice): one Parameter, both names
                     self._holder(prefix).register_parameter(attr, param)
                     continue
-                # a new tensor object over the same memory; a frozen parameter (requires_grad_(False)) stays frozen
-                param = made[id(t)] = nn.Parameter(t, requires_grad=attr not in getattr(node, "_frozen", ()))
+                # a new tensor object over the same memory, requiring a gradient as a BaseLayer's tensor does (a
+                # layer of your own keeps plain tensors and writes their .grad itself: trainable)
+                param = made[id(t)] = nn.Parameter(t, requires_grad=t.requires_grad or not isinstance(node, BaseLayer))
                 self._holder(prefix).register_parameter(attr, param)
                 self._slots.append(_Slot(node, attr, prefix + attr, t, param))
             for attr, t in _own_tensors(node, "buffer"):

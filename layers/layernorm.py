@@ -12,7 +12,7 @@ from torch import Tensor
 
 from .batchnorm import _LOW_PRECISION, _check_float
 from .checks import check_backward_dout, check_floating, check_tensor
-from .layer import BaseLayer, accumulate_grad
+from .layer import BaseLayer, accumulate_grad, learned
 from .saved import check_versions, versions
 
 
@@ -62,6 +62,7 @@ class LayerNorm(BaseLayer):
         kw = {"device": device, "dtype": dtype if dtype is not None else torch.get_default_dtype()}
         self.weight = torch.ones(shape, **kw) if elementwise_affine else None  # S, gamma
         self.bias = torch.zeros(shape, **kw) if elementwise_affine and bias else None  # S, beta
+        learned(self.weight, self.bias)
         self._cache: tuple | None = None
 
     def extra_repr(self) -> str:

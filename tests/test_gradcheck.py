@@ -56,7 +56,7 @@ def test_leaves_existing_grads_alone():
     lin.weight.grad = torch.full((2, 2), 7.0, dtype=torch.float64)
     check_layer(lin, torch.randn(3, 2, dtype=torch.float64))
     assert torch.equal(lin.weight.grad, torch.full((2, 2), 7.0, dtype=torch.float64))
-    assert lin.bias.grad is None and not lin.weight.requires_grad
+    assert lin.bias.grad is None and lin.weight.requires_grad and lin.bias.requires_grad  # flags as they were
 
 
 def test_refuses_float32():

@@ -110,11 +110,15 @@ class GradBuckets:
             if b is None or id(p) in b.done:
                 continue
             slot = b.slots[id(p)]
-            if p.grad is None:
+            if not p.requires_grad:  # frozen: its .grad is its own, neither reduced nor replaced (as torch's DDP)
+                slot.zero_()
+            elif p.grad is None:
                 slot.zero_()  # a parameter that took no part in this step contributes zeros
-            elif p.grad.data_ptr() != slot.data_ptr():
-                slot.copy_(p.grad)
-            p.grad = slot
+                p.grad = slot
+            else:
+                if p.grad.data_ptr() != slot.data_ptr():
+                    slot.copy_(p.grad)
+                p.grad = slot
             b.done.add(id(p))
             if len(b.done) == len(b.params):
                 b.work = dist.all_reduce(b.buffer, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
