@@ -11,6 +11,7 @@
 - the hand-written step builds no autograd graph although the parameters require gradients.
 """
 import copy
+import io
 import warnings
 
 import pytest
@@ -224,6 +225,12 @@ def test_the_flag_survives_conversion_wrapping_state_dict_and_copies():
     fresh.load_state_dict(sd)  # values in, flags the model's own (torch's rule: a state_dict holds no flags)
     assert fresh.frozen_parameters() == ["2.bias"] and torch.equal(fresh[2].weight, ours[2].weight)
     assert copy.deepcopy(ours).frozen_parameters() == ["2.bias"]
+    buf = io.BytesIO()
+    torch.save(sd, buf)  # a checkpoint's model state: plain tensors, loadable with weights_only
+    buf.seek(0)
+    resumed = from_torch(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)).to(F64))
+    resumed.load_state_dict(torch.load(buf, weights_only=True))
+    assert resumed.frozen_parameters() == [] and torch.equal(resumed[2].bias, ours[2].bias)
 
 
 # -- no graph ----------------------------------------------------------------------------------------------------
