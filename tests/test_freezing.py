@@ -1,8 +1,8 @@
 """Freezing is torch's: a parameter's own ``requires_grad`` decides, at each backward, whether it gets a gradient.
 
 - torch's idiom ``for p in net[0].parameters(): p.requires_grad_(False)`` freezes a handgrad layer as it freezes a
-  torch.nn one, in every kind of layer (Linear, Conv2d, BatchNorm, LayerNorm, Embedding, attention, LSTM, GPT),
-  each run beside its torch twin;
+  torch.nn one, in every kind of layer (Linear, Conv2d, BatchNorm, LayerNorm, Embedding, attention, LSTM, GRUCell,
+  GPT), each run beside its torch twin;
 - the flag touches nothing else: ``.grad`` stays as it was, backward adds nothing into a frozen parameter's
   ``.grad``, and the optimizers move a parameter by whatever ``.grad`` holds, as torch.optim does (every optimizer,
   ``zero_grad(set_to_none=...)`` both ways, freezing and unfreezing mid-run);
@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 import optimizers
-from layers import LSTM, Sequential, Linear, ReLU, TransformerEncoderLayer, as_module, from_torch
+from layers import LSTM, GRUCell, Sequential, Linear, ReLU, TransformerEncoderLayer, as_module, from_torch
 from losses import CrossEntropyLoss
 from models import GPT, Net
 from tests.conftest import rel
@@ -134,6 +134,26 @@ def test_torch_idiom_freezes_an_lstm_layer_as_torch():
         _assert_same(ours, theirs, what=f"lstm after step {step}")
 
 
+def test_torch_idiom_freezes_a_gru_cell_as_torch():
+    torch.manual_seed(0)
+    theirs = nn.GRUCell(3, 4).to(F64)
+    ours = GRUCell.from_torch(theirs)
+    _freeze([theirs.weight_hh, theirs.bias_ih]), _freeze([ours.weight_hh, ours.bias_ih])
+    opt, opt_t = optimizers.SGD(ours.parameters(), lr=0.1), torch.optim.SGD(theirs.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(1)
+    for step in range(3):
+        x = torch.randn(2, 3, dtype=F64, generator=g)
+        out_t = theirs(x)
+        dout = torch.randn(out_t.shape, dtype=F64, generator=g)
+        opt.zero_grad(), opt_t.zero_grad()
+        ours(x)
+        ours.backward(dout)
+        (out_t * dout).sum().backward()
+        _assert_same(ours, theirs, what=f"gru cell after backward {step}")
+        opt.step(), opt_t.step()
+        _assert_same(ours, theirs, what=f"gru cell after step {step}")
+
+
 # -- the flag touches nothing else; the optimizers read .grad as torch.optim does ------------------------------------
 
 OPTIMIZERS = [("SGD", dict(lr=0.1)), ("SGD", dict(lr=0.1, momentum=0.9)),
@@ -150,7 +170,8 @@ def test_freeze_and_unfreeze_mid_run_follow_torch_optim(name, kw, set_to_none):
     and weight decay keep moving it, as in torch); 5-7 unfrozen again.  Beside nn + torch.optim, every step."""
     torch.manual_seed(0)
     theirs, ours, data = _mlp()
-    opt, opt_t = getattr(optimizers, name)(ours.parameters(), **kw), getattr(torch.optim, name)(theirs.parameters(), **kw)
+    opt = getattr(optimizers, name)(ours.parameters(), **kw)
+    opt_t = getattr(torch.optim, name)(theirs.parameters(), **kw)
     g = torch.Generator().manual_seed(2)
     for step in range(8):
         if step in (2, 5):
