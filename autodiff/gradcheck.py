@@ -162,6 +162,7 @@ def check_layer(layer: Layer, x: Tensor | tuple, dout: Tensor | tuple | None = N
         return [t if _checked(t) else None for t in torch.utils._pytree.tree_leaves(out)]
 
     saved = [p.grad for _, p in params]
+    flags = [p.requires_grad for _, p in params]  # a frozen parameter is checked too: unfrozen for the check
 
     def run_backward(douts: list) -> object:
         """layer.backward on copies of ``douts`` (each one's change in place is reported); a failure inside it is
@@ -181,6 +182,8 @@ def check_layer(layer: Layer, x: Tensor | tuple, dout: Tensor | tuple | None = N
 
     changed: dict[str, float] = {}  # dout name -> the largest change backward made to it in place
     try:
+        for _, p in params:
+            p.requires_grad_(True)
         with torch.no_grad():
             out = forward(in_leaves)
         out_leaves, out_spec = torch.utils._pytree.tree_flatten(out)
@@ -258,8 +261,9 @@ def check_layer(layer: Layer, x: Tensor | tuple, dout: Tensor | tuple | None = N
             r.problem = problems.get(r.tensor)
         return results
     finally:
-        for (_, p), gsave in zip(params, saved):
+        for (_, p), gsave, flag in zip(params, saved, flags):
             p.grad = gsave
+            p.requires_grad_(flag)
         for b, value in buffers:
             b.copy_(value)
 

@@ -59,6 +59,14 @@ def test_leaves_existing_grads_alone():
     assert lin.bias.grad is None and lin.weight.requires_grad and lin.bias.requires_grad  # flags as they were
 
 
+def test_checks_a_frozen_parameter_and_leaves_it_frozen():
+    lin = Linear(2, 2, dtype=torch.float64)
+    lin.weight.requires_grad_(False)
+    results = check_layer(lin, torch.randn(3, 2, dtype=torch.float64))
+    assert {r.tensor for r in results} == {"x", "weight", "bias"} and all(r.passed for r in results)
+    assert not lin.weight.requires_grad and lin.bias.requires_grad and lin.weight.grad is None
+
+
 def test_refuses_float32():
     with pytest.raises(ValueError, match="need float64"):
         check_layer(Linear(2, 2), torch.randn(3, 2))
