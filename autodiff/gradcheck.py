@@ -35,7 +35,7 @@ import torch
 import torch.utils._pytree
 from torch import Tensor
 
-from layers.layer import Layer, named_parameters_of
+from layers.layer import Layer, named_parameters_of, recording_graph
 
 from .numeric import EPS, RTOL, GradResult, _fast_result, _result, numeric_grad, rel_error
 
@@ -56,8 +56,9 @@ def _autograd(owner: str, fn: Callable[[], Tensor | tuple], leaves: list[Tensor]
     """
     if opaque:
         return None
+    flags = [t.requires_grad for t in leaves]  # a layer's parameters require gradients already: put back as found
     try:
-        with torch.enable_grad():
+        with torch.enable_grad(), recording_graph():  # the hand-written forward, recorded by autograd this once
             for t in leaves:
                 t.requires_grad_(True)
             out = fn()
@@ -70,8 +71,8 @@ def _autograd(owner: str, fn: Callable[[], Tensor | tuple], leaves: list[Tensor]
         raise RuntimeError(f"gradcheck {owner}: torch.autograd could not differentiate the forward ({e}); a layer "
                            f"whose forward autograd cannot trace must set autograd_opaque = True") from e
     finally:
-        for t in leaves:
-            t.requires_grad_(False)
+        for t, flag in zip(leaves, flags):
+            t.requires_grad_(flag)
     return [torch.zeros_like(t) if g is None else g for t, g in zip(leaves, grads)]
 
 
@@ -161,6 +162,7 @@ def check_layer(layer: Layer, x: Tensor | tuple, dout: Tensor | tuple | None = N
         return [t if _checked(t) else None for t in torch.utils._pytree.tree_leaves(out)]
 
     saved = [p.grad for _, p in params]
+    flags = [p.requires_grad for _, p in params]  # a frozen parameter is checked too: unfrozen for the check
 
     def run_backward(douts: list) -> object:
         """layer.backward on copies of ``douts`` (each one's change in place is reported); a failure inside it is
@@ -180,6 +182,8 @@ def check_layer(layer: Layer, x: Tensor | tuple, dout: Tensor | tuple | None = N
 
     changed: dict[str, float] = {}  # dout name -> the largest change backward made to it in place
     try:
+        for _, p in params:
+            p.requires_grad_(True)
         with torch.no_grad():
             out = forward(in_leaves)
         out_leaves, out_spec = torch.utils._pytree.tree_flatten(out)
@@ -257,8 +261,9 @@ def check_layer(layer: Layer, x: Tensor | tuple, dout: Tensor | tuple | None = N
             r.problem = problems.get(r.tensor)
         return results
     finally:
-        for (_, p), gsave in zip(params, saved):
+        for (_, p), gsave, flag in zip(params, saved, flags):
             p.grad = gsave
+            p.requires_grad_(flag)
         for b, value in buffers:
             b.copy_(value)
 

@@ -55,6 +55,7 @@ def rel_error(a: Tensor, b: Tensor) -> float:
     return (a - b).abs().max().item() / scale if a.numel() else 0.0
 
 
+@torch.no_grad()  # perturbs in place tensors that may require gradients (a layer's parameters)
 def numeric_grad(f: Callable[[], float], t: Tensor, eps: float = EPS) -> Tensor:
     """Central differences of the scalar f() with respect to every element of t (perturbed in place)."""
     grad = torch.zeros_like(t)
@@ -69,6 +70,7 @@ def numeric_grad(f: Callable[[], float], t: Tensor, eps: float = EPS) -> Tensor:
     return grad
 
 
+@torch.no_grad()  # perturbs in place tensors that may require gradients (a layer's parameters)
 def directional_derivative(f: Callable[[], float], t: Tensor, v: Tensor, eps: float = EPS) -> float:
     """(f(t + eps v) - f(t - eps v)) / (2 eps): the derivative of f along v (t perturbed in place, restored)."""
     orig = t.clone()

@@ -152,8 +152,9 @@ class HandgradModule(nn.Module):
                                     f"parameters must be floating point")
                 slot = made.get(id(t))
                 if slot is None:
-                    # a new tensor object over the same memory; a frozen parameter (requires_grad_(False)) stays frozen
-                    param = nn.Parameter(t, requires_grad=attr not in getattr(node, "_frozen", ()))
+                    # a new tensor object over the same memory, requiring a gradient as the layer's tensor does (a
+                    # layer of your own keeps plain tensors and writes their .grad itself: trainable)
+                    param = nn.Parameter(t, requires_grad=t.requires_grad or not isinstance(node, BaseLayer))
                     slot = made[id(t)] = _Slot(node, attr, prefix + attr, t, param)
                     self._slots.append(slot)
                 # a tensor two layers hold (a module used twice) is one Parameter under both names

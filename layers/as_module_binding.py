@@ -135,14 +135,6 @@ def bind(module: nn.Module, tensors: list[Tensor], needs: tuple[bool, ...]) -> I
                 undo.append((node, attr, vars(node).get(attr, _ABSENT)))
                 setattr(node, attr, alias)
             held.append(alias)
-        frozen: dict[int, set[str]] = {}  # freezing is the module's tensors' flags here (needs), not the layer's set
-        for s, need in zip(module._slots, needs):
-            for node, attr in s.users:
-                frozen.setdefault(id(node), set()).update(() if need else (attr,))
-        for node in module._leaves:
-            if hasattr(node, "_frozen") and node._frozen != frozen.get(id(node), set()):
-                undo.append((node, "_frozen", vars(node).get("_frozen", _ABSENT)))
-                node._frozen = frozenset(frozen.get(id(node), ()))
         yield held
     finally:
         for obj, attr, value in reversed(undo):

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from .checks import check_backward_dout, check_floating, check_tensor
-from .layer import BaseLayer, accumulate_grad
+from .layer import BaseLayer, accumulate_grad, learned
 from .saved import check_versions, versions
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -96,6 +96,7 @@ class _BatchNorm(BaseLayer):
         # torch.nn's initial values: no random draws.
         self.weight = torch.ones(num_features, **kw) if affine else None  # (C,) gamma
         self.bias = torch.zeros(num_features, **kw) if affine and bias else None  # (C,) beta (torch 2.x: bias=False)
+        learned(self.weight, self.bias)
         if track_running_stats:
             self.running_mean = torch.zeros(num_features, **kw)  # (C,)
             self.running_var = torch.ones(num_features, **kw)  # (C,)

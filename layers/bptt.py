@@ -41,7 +41,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from .layer import accumulate_grad
+from .layer import accumulate_grad, wants_grad
 from .matmul import AMD, linear, linear_add, prepack, weight_grads
 
 SIGMOID_TANH: bool = AMD  # _tanh as 2 sigmoid(2x) - 1 (see there)
@@ -62,10 +62,14 @@ class DirParams(NamedTuple):
 def _add_grads(d_rows: Tensor, pairs: list[tuple[Tensor, Tensor]], biases: tuple = ()) -> None:
     """param.grad += d^T @ x for each (param, x) -- d (T*N, M), x (T*N, K): sums over every step and sample -- and
     bias.grad += the column sums of d for each bias, from one call of matmul.weight_grads."""
+    pairs = [(param, x) for param, x in pairs if wants_grad(param)]  # a frozen parameter's product is skipped
+    biases = [b for b in biases if b is not None and wants_grad(b)]
+    if not pairs and not biases:
+        return
     grads, db = weight_grads(d_rows, [x for _, x in pairs])
     for (param, _), g in zip(pairs, grads):
         accumulate_grad(param, g.contiguous()) if param.grad is None else param.grad.add_(g)
-    for i, b in enumerate(b for b in biases if b is not None):
+    for i, b in enumerate(biases):
         accumulate_grad(b, db if i == 0 else db.clone())  # a tensor of its own each: .grad may become it
 
 

@@ -21,7 +21,7 @@ from . import bptt_graph
 from .bptt import DirParams
 from .checks import check_floating, check_int, check_like, check_tensor
 from .init import torch_recurrent_init_
-from .layer import BaseLayer
+from .layer import BaseLayer, learned
 from .saved import check_versions, versions
 
 
@@ -54,6 +54,7 @@ class _Cell(BaseLayer):
         self.bias_hh = torch.empty(gh, **kw) if bias else None  # (G*H,)
         torch_recurrent_init_([p for p in (self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh)
                                if p is not None], hidden_size)
+        learned(self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh)
         self._cache: tuple | None = None
 
     @classmethod

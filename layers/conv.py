@@ -41,7 +41,7 @@ from torch import Tensor
 
 from .checks import check_backward_dout, check_int, check_like, check_tensor
 from .init import torch_default_params
-from .layer import BaseLayer, accumulate_grad
+from .layer import BaseLayer, accumulate_grad, learned, wants_grad
 from .saved import check_versions, versions
 
 
@@ -126,8 +126,8 @@ class Conv2d(BaseLayer):
         else:
             self.padding = self._pad = pair(owner, "padding", padding, 0)
             self._extra = (0, 0)
-        self.weight, self.bias = torch_default_params((out_channels, in_channels // groups, kh, kw), bias,
-                                                      device=device, dtype=dtype)
+        self.weight, self.bias = learned(*torch_default_params((out_channels, in_channels // groups, kh, kw), bias,
+                                                               device=device, dtype=dtype))
         self._cache: tuple[Tensor, torch.Size, tuple[int, int]] | None = None  # (padded x, out shape, (H, W))
 
     def extra_repr(self) -> str:
@@ -182,15 +182,17 @@ class Conv2d(BaseLayer):
         unbatched = len(out_shape) == 3
         if unbatched:
             dout = dout.unsqueeze(0)  # (1, C_out, H_out, W_out)
-        if x.shape[0] == 0:  # an empty batch: nothing to sum, so dw = 0 (the correlation has no channels to run on)
-            dw = w.new_zeros(w.shape)
+        if not wants_grad(w):  # frozen: its product is skipped
+            pass
+        elif x.shape[0] == 0:  # an empty batch: nothing to sum, so dw = 0 (the correlation has no channels to run on)
+            accumulate_grad(w, w.new_zeros(w.shape))
         else:
             dw = self._weight_grad(x, dout)  # (C_out, C_in / G, kH, kW), a strided view of the correlation
-        if w.grad is None:
-            w.grad = dw.contiguous()  # the weight's layout
-        else:
-            w.grad.add_(dw)  # in place, straight from the view: no copy
-        if self.bias is not None:
+            if w.grad is None:
+                w.grad = dw.contiguous()  # the weight's layout
+            else:
+                w.grad.add_(dw)  # in place, straight from the view: no copy
+        if self.bias is not None and wants_grad(self.bias):
             accumulate_grad(self.bias, dout.sum((0, 2, 3)))  # (C_out,)
         if not need_input_grad:
             return None

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from .checks import capturing, check_backward_dout, check_int, check_tensor
-from .layer import BaseLayer
+from .layer import BaseLayer, learned, wants_grad
 from .saved import check_versions, versions
 
 
@@ -60,6 +60,7 @@ class Embedding(BaseLayer):
         torch.nn.init.normal_(self.weight)
         if padding_idx is not None:
             self.weight[padding_idx].zero_()
+        learned(self.weight)
         self._cache: tuple[Tensor, torch.Size] | None = None  # (flat ids (P,), output shape)
 
     def extra_repr(self) -> str:
@@ -89,6 +90,8 @@ class Embedding(BaseLayer):
         d = dout.reshape(-1, self.embedding_dim)  # (P, D)
         if self.padding_idx is not None:  # the padding row gets no gradient: its positions contribute zero
             d = d.masked_fill((flat == self.padding_idx).unsqueeze(1), 0)
+        if not wants_grad(w):  # frozen: no scatter-add
+            return None
         if w.grad is None:
             w.grad = torch.zeros_like(w)
         w.grad.index_add_(0, flat, d)  # (V, D): repeated ids add up
@@ -118,7 +121,7 @@ class Embedding(BaseLayer):
             raise RuntimeError(f"{self!r}: backward_weight() needs a backward_input() before it (one W per B)")
         flat, dout, recorded = pending
         check_versions(self, ("its input idx",), (flat,), recorded)
-        if "weight" in self._frozen:
+        if not wants_grad(self.weight):
             return
         w = self.weight
         d = dout.reshape(-1, self.embedding_dim)  # (P, D)

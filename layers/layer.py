@@ -9,8 +9,13 @@ A layer is any object with
 
     forward(x)      -> out           caches what backward needs
     backward(dout)  -> dx            dL/dx; adds dL/dparam into each parameter's .grad
-    parameters()    -> list[Tensor]  plain tensors, requires_grad=False
+    parameters()    -> list[Tensor]  plain tensors, requires_grad=True as nn.Parameter's (False: frozen)
     __call__(x)     == forward(x)
+
+A parameter's own ``requires_grad`` decides whether backward gives it a gradient, read at each backward
+(``wants_grad``), however it was set: ``p.requires_grad_(False)``, ``layer.requires_grad_(False, names)``,
+``from_torch`` of a frozen module.  The forward and backward are hand-written and build no autograd graph:
+every ``BaseLayer`` subclass's ``forward`` and ``backward`` run with grad recording off (``no_graph``).
 
 Gradients *accumulate* (``p.grad += ...``) as in PyTorch; ``zero_grad()`` on a
 model or an optimizer clears them.  Each backward consumes the cache of the
@@ -25,6 +30,7 @@ container skips its first layer's dx unless asked with ``need_input_grad=True``.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Protocol, runtime_checkable
@@ -45,8 +51,22 @@ class Layer(Protocol):
     def __call__(self, x: Tensor) -> Tensor: ...
 
 
+def wants_grad(param: Tensor) -> bool:
+    """Whether backward gives ``param`` a gradient: its own ``requires_grad``, read now.  The one rule every layer
+    follows (through ``accumulate_grad``, or around its in-place accumulations): a parameter that does not require
+    a gradient gets none, its ``.grad`` left exactly as it was, and the product that would give it is skipped."""
+    return param.requires_grad
+
+
+def learned(*tensors: Tensor | None) -> tuple[Tensor | None, ...]:
+    """Mark freshly created tensors as parameters: ``requires_grad=True``, as ``nn.Parameter``'s default (None
+    passes through).  The tensors keep their identity (a tied matrix stays one tensor)."""
+    return tuple(None if t is None else t.requires_grad_() for t in tensors)
+
+
 def accumulate_grad(param: Tensor, grad: Tensor) -> None:
-    """``param.grad += grad``, creating ``.grad`` on first use (PyTorch's semantics).
+    """``param.grad += grad``, creating ``.grad`` on first use (PyTorch's semantics); nothing for a parameter that
+    does not require a gradient (``wants_grad``).
 
     An existing ``.grad`` is added into in place, so its storage stays put from step to step when the
     gradients are cleared with ``zero_grad(set_to_none=False)`` (zeros written in place): what a CUDA
@@ -54,6 +74,8 @@ def accumulate_grad(param: Tensor, grad: Tensor) -> None:
     drops ``.grad``, and the next backward allocates it again (from the caching allocator on CUDA).
     ``grad`` becomes ``.grad`` itself on first use: callers pass a tensor nothing else will write to.
     """
+    if not wants_grad(param):
+        return
     if param.grad is None:
         param.grad = grad
     else:
@@ -93,7 +115,6 @@ class BaseLayer:
 
     _param_names: tuple[str, ...] = ()
     _buffer_names: tuple[str, ...] = ()
-    _frozen: frozenset[str] = frozenset()  # own parameters that take no gradient (requires_grad_(False))
     training: bool = True
     torch_class: type[torch.nn.Module] | None = None  # the torch.nn module this layer is the twin of
     _ctor_args: tuple[str, ...] = ()  # constructor arguments, named as the torch.nn module names them
@@ -153,10 +174,10 @@ class BaseLayer:
     # -- frozen parameters --------------------------------------------------------------------------------
 
     def requires_grad_(self, requires_grad: bool = True, names=None):
-        """Freeze (``False``) or unfreeze parameters, as torch's ``p.requires_grad_(False)`` does: a frozen parameter
-        gets no ``.grad`` from backward (None), so no optimizer moves it, and ``to_torch()``/``as_module`` give it
-        ``requires_grad=False``.  ``names``: dotted names as ``named_parameters()`` gives them (None: all).  A
-        tensor shared by several layers is frozen in all of them.  Returns self."""
+        """Freeze (``False``) or unfreeze parameters: sets each one's own ``requires_grad``, as torch's
+        ``module.requires_grad_`` / ``p.requires_grad_(False)`` do, and nothing else (``.grad`` is left as it is).
+        ``names``: dotted names as ``named_parameters()`` gives them (None: all).  A tensor shared by several
+        layers is one tensor with one flag.  Returns self."""
         if not isinstance(requires_grad, bool):
             raise TypeError(f"{type(self).__name__}.requires_grad_: requires_grad must be a bool, got "
                             f"{requires_grad!r}")
@@ -171,29 +192,27 @@ class BaseLayer:
                 raise KeyError(f"{type(self).__name__}.requires_grad_: no parameter named {', '.join(map(repr, unknown))}"
                                f" (its parameters: {', '.join(list(by_name)[:6])}{', ...' if len(by_name) > 6 else ''})")
             targets = {id(by_name[n]) for n in names}
-        for owner, attr, _, t in slots:
+        for owner, _, _, t in slots:
             if id(t) not in targets:
                 continue
             if not isinstance(owner, BaseLayer):
                 raise TypeError(f"requires_grad_: {type(owner).__name__} is not a handgrad BaseLayer; freeze its "
                                 f"parameters by not passing them to the optimizer")
-            owner._frozen = (owner._frozen - {attr}) if requires_grad else (owner._frozen | {attr})
-            if not requires_grad:
-                t.grad = None
+            t.requires_grad_(requires_grad)
         return self
 
     def frozen_parameters(self) -> list[str]:
-        """The dotted names of the parameters that do not require a gradient (``requires_grad_(False)``)."""
-        frozen = {id(t) for owner, attr, _, t in self._slots("param") if attr in getattr(owner, "_frozen", ())}
-        return [name for name, t in self.named_parameters() if id(t) in frozen]
+        """The dotted names of the parameters that do not require a gradient (their ``requires_grad`` False)."""
+        return [name for name, t in self.named_parameters() if not t.requires_grad]
 
     def __init_subclass__(cls, **kwargs) -> None:
-        """Each layer class's own ``backward`` is wrapped once, here, so that a frozen parameter ends every backward
-        with ``.grad`` None whatever the formula wrote (one set check when nothing is frozen)."""
+        """Each layer class's own ``forward`` and ``backward`` are wrapped once, here, to run with grad recording
+        off (``no_graph``): the parameters require gradients, and the hand-written pass must build no graph."""
         super().__init_subclass__(**kwargs)
-        backward = cls.__dict__.get("backward")
-        if backward is not None and not getattr(backward, "_drops_frozen_grads", False):
-            cls.backward = _drops_frozen_grads(backward)
+        for name in ("forward", "backward"):
+            method = cls.__dict__.get(name)
+            if method is not None and not getattr(method, "_no_graph", False):
+                setattr(cls, name, no_graph(method))
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear every parameter's .grad (to None by default, as torch does)."""
@@ -233,8 +252,9 @@ class BaseLayer:
                 yield name, t
 
     def state_dict(self, prefix: str = "") -> dict[str, Tensor]:
-        """torch.nn's keys and layouts, parameters then buffers per layer; tensors share memory with ours."""
-        sd = {prefix + name: t for name, t in self._own_state()}
+        """torch.nn's keys and layouts, parameters then buffers per layer; tensors share memory with ours, detached
+        (no ``requires_grad``) as torch.nn's are."""
+        sd = {prefix + name: t.detach() for name, t in self._own_state()}
         for cname, child in self.named_children():
             if isinstance(child, BaseLayer):
                 sd.update(child.state_dict(f"{prefix}{cname}."))
@@ -328,17 +348,32 @@ def copy_requires_grad(src, dst):
     return dst
 
 
-def _drops_frozen_grads(backward):
-    """``backward``, then ``.grad = None`` for each of the layer's own frozen parameters: torch computes no gradient
-    for a parameter that does not require one.  (Linear and Conv2d also skip the frozen weight's product.)"""
-    @functools.wraps(backward)
+_recording = False  # set by recording_graph(): the layers' forward and backward record as plain torch code does
+
+
+@contextlib.contextmanager
+def recording_graph():
+    """Within: the layers' forward and backward run with grad mode as the caller set it, so that autograd records
+    the hand-written computation (gradcheck's autograd oracle differentiates the forward so)."""
+    global _recording
+    before, _recording = _recording, True
+    try:
+        yield
+    finally:
+        _recording = before
+
+
+def no_graph(method):
+    """``method`` run with grad recording off, as torch.optim runs its step: the hand-written forward and backward
+    compute with tensors that require gradients and must record nothing.  Inside a container's call, where
+    recording is off already, the cost is one ``torch.is_grad_enabled()`` test."""
+    @functools.wraps(method)
     def wrapped(self, *args, **kwargs):
-        result = backward(self, *args, **kwargs)
-        if self._frozen:
-            for attr in self._frozen:
-                getattr(self, attr).grad = None
-        return result
-    wrapped._drops_frozen_grads = True
+        if torch.is_grad_enabled() and not _recording:
+            with torch.no_grad():
+                return method(self, *args, **kwargs)
+        return method(self, *args, **kwargs)
+    wrapped._no_graph = True
     return wrapped
 
 

@@ -12,7 +12,7 @@ from torch import Tensor
 
 from .batchnorm import _LOW_PRECISION, _check_float
 from .checks import check_backward_dout, check_floating, check_tensor
-from .layer import BaseLayer, accumulate_grad
+from .layer import BaseLayer, accumulate_grad, learned, wants_grad
 from .saved import check_versions, versions
 
 
@@ -62,6 +62,7 @@ class LayerNorm(BaseLayer):
         kw = {"device": device, "dtype": dtype if dtype is not None else torch.get_default_dtype()}
         self.weight = torch.ones(shape, **kw) if elementwise_affine else None  # S, gamma
         self.bias = torch.zeros(shape, **kw) if elementwise_affine and bias else None  # S, beta
+        learned(self.weight, self.bias)
         self._cache: tuple | None = None
 
     def extra_repr(self) -> str:
@@ -185,9 +186,9 @@ class LayerNorm(BaseLayer):
         if pending is None:
             raise RuntimeError(f"{self!r}: backward_weight() needs a backward_input() before it (one W per B)")
         tmp, d, lead = pending
-        if self.weight is not None and "weight" not in self._frozen:
+        if self.weight is not None and wants_grad(self.weight):
             accumulate_grad(self.weight, tmp.sum(lead).to(self.weight.dtype))  # S
-        if self.bias is not None and "bias" not in self._frozen:
+        if self.bias is not None and wants_grad(self.bias):
             accumulate_grad(self.bias, d.sum(lead).to(self.bias.dtype))  # S
 
     def _reject_input(self, x: object) -> None:

@@ -6,7 +6,7 @@ from torch import Tensor
 
 from .checks import check_dout, check_int, check_like, check_tensor
 from .init import torch_default_params
-from .layer import BaseLayer, accumulate_grad
+from .layer import BaseLayer, accumulate_grad, learned, wants_grad
 from .saved import check_versions, versions
 
 
@@ -45,7 +45,8 @@ class Linear(BaseLayer):
                  device: torch.device | str | None = None, dtype: torch.dtype | None = None):
         self.in_features = check_int("Linear", "in_features", in_features)
         self.out_features = check_int("Linear", "out_features", out_features)
-        self.weight, self.bias = torch_default_params((out_features, in_features), bias, device=device, dtype=dtype)
+        self.weight, self.bias = learned(*torch_default_params((out_features, in_features), bias, device=device,
+                                                               dtype=dtype))
         self._x: Tensor | None = None  # cached input as (N, D), needed for dW
         self._lead: torch.Size = torch.Size()  # the input's leading axes (*), restored on out and dx
 
@@ -91,15 +92,15 @@ class Linear(BaseLayer):
         self._x = None
         if dout.dim() != 2:
             dout = dout.reshape(-1, self.out_features)  # (N, H)
-        frozen = self._frozen  # parameters that take no gradient (requires_grad_(False)): their products are skipped
-        # dW = dout^T @ x, (H, D): out = x W^T, so each output row's gradient is dout's column times x
-        if "weight" in frozen:
+        # dW = dout^T @ x, (H, D): out = x W^T, so each output row's gradient is dout's column times x; a frozen
+        # parameter's product is skipped (wants_grad)
+        if not wants_grad(w):
             pass
         elif w.grad is None:
             w.grad = dout.t() @ x
         else:
             w.grad.addmm_(dout.t(), x)  # accumulated in place: no temporary
-        if self.bias is not None and "bias" not in frozen:
+        if self.bias is not None and wants_grad(self.bias):
             accumulate_grad(self.bias, dout.sum(0))  # (H,)
         if not need_input_grad:
             return None
@@ -144,13 +145,13 @@ class Linear(BaseLayer):
             raise RuntimeError(f"{self!r}: backward_weight() needs a backward_input() before it (one W per B)")
         dout, x, kept, version = pending
         check_versions(self, self._kept_names[:1], (kept,), (version,))  # x must not change between B and W
-        w, frozen = self.weight, self._frozen
-        if "weight" not in frozen:
+        w = self.weight
+        if wants_grad(w):
             if w.grad is None:
                 w.grad = dout.t() @ x  # (H, D)
             else:
                 w.grad.addmm_(dout.t(), x)
-        if self.bias is not None and "bias" not in frozen:
+        if self.bias is not None and wants_grad(self.bias):
             accumulate_grad(self.bias, dout.sum(0))  # (H,)
 
     def _given_input(self, kept: object, input: Tensor | None) -> Tensor:

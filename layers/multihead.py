@@ -21,7 +21,7 @@ from torch import Tensor
 
 from .attention import ScaledDotProductAttention
 from .checks import check_backward_dout, check_int
-from .layer import BaseLayer
+from .layer import BaseLayer, accumulate_grad, learned, wants_grad
 from .linear import Linear
 from .multihead_inputs import check_inputs, masks
 from .saved import check_versions, versions
@@ -97,11 +97,14 @@ class MultiheadAttention(BaseLayer):
             self.v_proj_weight = torch.nn.init.xavier_uniform_(torch.empty(embed_dim, self.vdim, **kw))
         self.in_proj_bias = torch.zeros(3 * embed_dim, **kw) if bias else None
         if bias:
-            self.out_proj.bias.zero_()
+            with torch.no_grad():
+                self.out_proj.bias.zero_()
         self.bias_k = self.bias_v = None
         if add_bias_kv:
             self.bias_k = torch.nn.init.xavier_normal_(torch.empty(1, 1, embed_dim, **kw))
             self.bias_v = torch.nn.init.xavier_normal_(torch.empty(1, 1, embed_dim, **kw))
+        learned(self.in_proj_weight, self.q_proj_weight, self.k_proj_weight, self.v_proj_weight, self.in_proj_bias,
+                self.bias_k, self.bias_v)
         self.attention = ScaledDotProductAttention()  # the blocked path; its generator draws dropout seeds
         self._cache: tuple | None = None
 
@@ -308,21 +311,21 @@ def _input_grad(d: Tensor, w: Tensor) -> Tensor:
 def _linear_backward(x: Tensor, w: Tensor, b: Tensor | None, d: Tensor, rows: slice, full: bool = True) -> None:
     """dW += d^T @ x into the rows ``rows`` of w.grad (all of a separate weight when not ``full``), db likewise."""
     x2, d2 = x.reshape(-1, x.shape[-1]), d.reshape(-1, d.shape[-1])  # (T*N, in), (T*N, out)
-    if w.grad is None:
-        w.grad = torch.zeros_like(w)
-    gw = w.grad[rows] if full else w.grad
-    gw.addmm_(d2.t(), x2)  # (out, in)
-    if b is not None:
+    if wants_grad(w):  # frozen: its product is skipped
+        if w.grad is None:
+            w.grad = torch.zeros_like(w)
+        gw = w.grad[rows] if full else w.grad
+        gw.addmm_(d2.t(), x2)  # (out, in)
+    if b is not None and wants_grad(b):
         if b.grad is None:
             b.grad = torch.zeros_like(b)
         b.grad[rows].add_(d2.sum(0))
 
 
 def _accumulate(p: Tensor, g: Tensor) -> None:
-    if p.grad is None:
-        p.grad = g.clone()
-    else:
-        p.grad.add_(g)
+    """p.grad += g, g copied on first use (it may be a view of a tensor the caller still writes)."""
+    if wants_grad(p):
+        accumulate_grad(p, g.clone() if p.grad is None else g)
 
 
 def _weights_grad(dweights: Tensor, batched: bool, N: int, H: int) -> Tensor:

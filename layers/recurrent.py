@@ -41,7 +41,7 @@ from .bptt import DirParams
 from .checks import check_floating, check_int, check_like, check_tensor
 from .dropout import inter_layer_mask
 from .init import torch_recurrent_init_
-from .layer import BaseLayer
+from .layer import BaseLayer, learned
 from .saved import check_versions, versions
 
 
@@ -101,6 +101,7 @@ class _Recurrent(BaseLayer, ABC):
         for n, s in zip(names, shapes):
             setattr(self, n, torch.empty(s, device=device, dtype=dtype))
         torch_recurrent_init_([getattr(self, n) for n in names], hidden_size)
+        learned(*(getattr(self, n) for n in names))
         # Dropout between layers draws from ``generator`` (None: torch's default); the trainer points it, and the
         # twin's, at one generator (training.impls.models.use_generator finds them by ``generator`` and ``p``).
         self.generator: torch.Generator | None = None

@@ -32,7 +32,7 @@ from layers.attention import ScaledDotProductAttention
 from layers.checks import check_int
 from layers.dropout import Dropout
 from layers.embedding import Embedding
-from layers.layer import BaseLayer, _rng_untouched, copy_requires_grad
+from layers.layer import BaseLayer, _rng_untouched, copy_requires_grad, wants_grad
 from layers.layernorm import LayerNorm
 from layers.linear import Linear
 from .kv_cache import KVCache
@@ -258,27 +258,41 @@ class GPT(BaseLayer):
     def _lay_out_flat(self) -> None:
         """llm.c's ``params_memory`` and ``grads_memory``: every parameter becomes a view into one block -- the
         matrices first, then the vectors, so that each of nanoGPT's two optimizer groups (weight decay on the
-        2-D tensors only) is one span -- and gets a gradient in a second block laid out alike (zeros, or the
-        gradient it had).  Identities are kept (``.data`` is re-pointed), so an optimizer built before still
-        holds these tensors.  The optimizer and the gradient clip then update a span with one kernel instead of
-        one per tensor (``optimizers/flat.py``), with the same numbers; nothing else depends on the layout."""
+        2-D tensors only) is one span -- and its gradient a view into a second block laid out alike (the gradient it
+        had, copied in; one that has none, as a fresh model, gets its view at the first backward, ``_give_grads``).
+        Identities are kept (``.data`` is re-pointed), so an optimizer built before still holds these tensors.  The
+        optimizer and the gradient clip then update a span with one kernel instead of one per tensor
+        (``optimizers/flat.py``), with the same numbers; nothing else depends on the layout."""
         params = self.parameters()
         order = [p for p in params if p.dim() >= 2] + [p for p in params if p.dim() < 2]
         total = sum(p.numel() for p in order)
         weights = order[0].new_empty(total)
-        grads = order[0].new_zeros(total)
+        self._grad_layout: list[tuple[Tensor, tuple[int, ...], int]] = []  # (parameter, strides, offset)
         offset = 0
         for p in order:  # each keeps its strides where it is dense (contiguous, or a transposed block)
             dense = p.is_contiguous() or (p.dim() == 2 and p.t().is_contiguous())
             stride = p.stride() if dense else torch.empty(p.shape, device="meta").stride()  # else row-major
             view = weights.as_strided(p.shape, stride, offset)
             view.copy_(p.data)
-            g = grads.as_strided(p.shape, stride, offset)
-            if p.grad is not None:
-                g.copy_(p.grad)
             p.data = view
-            p.grad = g
+            self._grad_layout.append((p, stride, offset))
             offset += p.numel()
+        if any(p.grad is not None for p in order):
+            self._give_grads(keep=True)
+
+    def _give_grads(self, keep: bool = False) -> None:
+        """A fresh zeroed gradient block laid out as the parameters; each parameter that has a gradient
+        (``keep``) or wants one (``wants_grad``, at a backward where none has one) gets its view.  A frozen
+        parameter's ``.grad`` is left as it is, as torch leaves it."""
+        p0 = self._grad_layout[0][0]
+        grads = p0.new_zeros(sum(p.numel() for p, _, _ in self._grad_layout))
+        for p, stride, offset in self._grad_layout:
+            g = grads.as_strided(p.shape, stride, offset)
+            if keep and p.grad is not None:
+                g.copy_(p.grad)
+                p.grad = g
+            elif not keep and wants_grad(p):
+                p.grad = g
 
     def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None):
         """Move/cast as every layer does, then lay the parameters out in one block again on the new device."""
@@ -300,7 +314,7 @@ class GPT(BaseLayer):
 
     def state_dict(self, prefix: str = "") -> dict[str, Tensor]:
         sd = super().state_dict(prefix)
-        sd[prefix + "lm_head.weight"] = self.wte.weight  # the tied matrix under its second name, as nanoGPT's
+        sd[prefix + "lm_head.weight"] = self.wte.weight.detach()  # the tied matrix under its second name, as nanoGPT's
         return sd
 
     def load_state_dict(self, state_dict: Mapping[str, Tensor], strict: bool = True):
@@ -375,12 +389,16 @@ class GPT(BaseLayer):
             raise ValueError(f"GPT: dlogits has shape {tuple(getattr(dlogits, 'shape', ()))} but the logits had "
                              f"shape {(*x.shape[:2], self.vocab_size)}")
         self._cache = None
+        if all(p.grad is None for p, _, _ in self._grad_layout):  # as after zero_grad(): the gradients laid out in
+            self._give_grads()  # one block again (the layers add into the zeroed views, the same numbers)
         C, V = self.n_embd, self.vocab_size
         w = self.wte.weight  # (V, C)
         check_versions(self, ("transformer.wte.weight",), (w,), self._versions)
         d2 = dlogits.reshape(-1, V)  # (B*T, V)
         # the output projection's share of the tied matrix: dW = dlogits^T @ ln_f(x)
-        if w.grad is None:
+        if not wants_grad(w):  # frozen: its product is skipped
+            pass
+        elif w.grad is None:
             w.grad = d2.t() @ x.reshape(-1, C)  # (V, C)
         else:
             w.grad.addmm_(d2.t(), x.reshape(-1, C))
@@ -427,7 +445,7 @@ class GPT(BaseLayer):
             raise RuntimeError("GPT: backward_weight() needs a backward_input() before it (one W per B)")
         d2, x = head
         w = self.wte.weight
-        if "weight" not in self.wte._frozen:
+        if wants_grad(w):
             with torch.no_grad():
                 if w.grad is None:
                     w.grad = d2.t() @ x  # (V, C)

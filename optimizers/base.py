@@ -61,6 +61,7 @@ model whose equally-shaped parameters come in another order silently exchanges t
 from __future__ import annotations
 
 import operator
+import warnings
 from abc import abstractmethod
 from collections.abc import Callable, Mapping
 
@@ -117,6 +118,10 @@ _GROUPS_HINT = ("pass model.parameters() or a list of tensors, named parameters 
 class HandOptimizer(Optimizer):
     """Base class: ``step`` gathers the parameters that have a gradient and calls ``_update``.
 
+    As torch.optim: a parameter moves by whatever ``.grad`` holds, whatever its ``requires_grad`` (a frozen
+    parameter with a gradient left by ``zero_grad(set_to_none=False)`` keeps moving by momentum and weight decay);
+    a parameter whose ``.grad`` is None is skipped, and a step where none has one updates nothing (warned once).
+
     Parameters may be torch Tensors or autodiff engine Tensors (whose torch tensor ``.data``
     carries ``.grad``): the optimizer keeps and updates the torch tensor.  Each subclass names
     ``_hyper`` (the hyper-parameters its update reads, each with its check) and ``_flags`` (its
@@ -134,6 +139,7 @@ class HandOptimizer(Optimizer):
         if isinstance(params, (set, frozenset)):
             raise TypeError(f"{name}: params is a set, whose order changes from run to run (the state maps to the "
                             f"parameters by position); pass a list")
+        self._warned_no_grad = False  # step() without any gradient: said once (a warning), then silently nothing
         self._has_complex = False  # any complex parameter: the updates then view tensors as real (as_real)
         self._checked: dict[int, tuple[dict, dict]] = {}  # group index -> (group, a copy when last checked)
         super().__init__(params, self._check_values(name, defaults))
@@ -233,6 +239,7 @@ class HandOptimizer(Optimizer):
     def __setstate__(self, state: dict) -> None:
         super().__setstate__(state)  # load_state_dict and unpickling come here
         self._checked = {}  # every group is checked again at the next step()
+        self.__dict__.setdefault("_warned_no_grad", False)
         self._has_complex = any(p.is_complex() for g in self.param_groups for p in g["params"])
 
     def load_state_dict(self, state_dict: dict) -> None:
@@ -327,9 +334,11 @@ class HandOptimizer(Optimizer):
             if compiling():  # the capturable forms: nothing read back (see compiling)
                 group = {**group, "capturable": True}
             self._update(group, params, grads)
-        if not stepped:
-            raise RuntimeError(f"{type(self).__name__}.step(): no parameter has a gradient (every .grad is None); "
-                               f"call backward first")
+        if not stepped and not compiling() and not self._warned_no_grad:
+            self._warned_no_grad = True  # once: a frozen backbone's optimizer steps like this every step
+            warnings.warn(f"{type(self).__name__}.step(): no parameter has a gradient (every .grad is None), so "
+                          f"nothing was updated, as torch.optim does (all frozen, or no backward yet); said once",
+                          stacklevel=2)
         return loss
 
     @abstractmethod

@@ -1,4 +1,5 @@
-"""Bucketed, overlapped gradient all-reduce on 2 gloo processes (file:// rendezvous in a temp folder)."""
+"""Bucketed, overlapped gradient all-reduce on 2 gloo processes (file:// rendezvous in a temp folder): the same
+gradients as one process, a frozen parameter's (``requires_grad=False``) left None as under torch's DDP."""
 import os
 import traceback
 
@@ -34,7 +35,14 @@ def local_grads(model, x, y, n_global, buckets=None):
     model.backward(crit.backward(1.0 / n_global))  # each rank's share of the global mean's gradient
     if buckets is not None:
         buckets.finish()
-    return [p.grad.clone() for p in model.parameters()]
+    return [None if p.grad is None else p.grad.clone() for p in model.parameters()]
+
+
+def frozen_model():
+    """make_model with its first weight frozen (torch's idiom): its .grad stays None on every rank, as under DDP."""
+    model = make_model()
+    model[0].weight.requires_grad_(False)
+    return model
 
 
 def worker(rank, tmp, results):
@@ -50,7 +58,11 @@ def worker(rank, tmp, results):
         buckets = GradBuckets(bucket_model.parameters(), scale=1.0, bucket_cap_mb=0.001).attach(bucket_model)
         bucketed = local_grads(bucket_model, x[idx], y[idx], 9, buckets)
         again = local_grads(bucket_model, x[idx], y[idx], 9, buckets)  # a second step reuses the buckets
-        results[rank] = {"plain": plain, "bucketed": bucketed, "again": again, "n_buckets": len(buckets)}
+        frozen = frozen_model()
+        frozen_buckets = GradBuckets(frozen.parameters(), scale=1.0, bucket_cap_mb=0.001).attach(frozen)
+        frozen_grads = local_grads(frozen, x[idx], y[idx], 9, frozen_buckets)
+        results[rank] = {"plain": plain, "bucketed": bucketed, "again": again, "n_buckets": len(buckets),
+                         "frozen": frozen_grads}
     except Exception:
         results[rank] = traceback.format_exc()
     finally:
@@ -70,6 +82,12 @@ def test_bucketed_overlapped_allreduce_equals_per_tensor_and_single_process(tmp_
     for r in range(WORLD):
         for a, b, c, s in zip(results[r]["plain"], results[r]["bucketed"], results[r]["again"], single):
             assert torch.equal(a, b) and torch.equal(b, c)
+            assert rel(b, s) < 1e-14
+    single_frozen = local_grads(frozen_model(), x, y, 9)
+    assert single_frozen[0] is None
+    for r in range(WORLD):
+        assert results[r]["frozen"][0] is None
+        for b, s in zip(results[r]["frozen"][1:], single_frozen[1:]):
             assert rel(b, s) < 1e-14
 
 

@@ -43,9 +43,10 @@ def err(g: torch.Tensor, ref: torch.Tensor) -> float:
 def _bn(cls, c, train=True, **kw):
     def make():
         bn = cls(c, dtype=F64, **kw)
-        bn.weight.uniform_(0.5, 1.5), bn.bias.uniform_(-0.5, 0.5)  # away from the defaults (STYLE 16)
-        if bn.running_mean is not None:
-            bn.running_mean.uniform_(-0.5, 0.5), bn.running_var.uniform_(0.5, 2.0)
+        with torch.no_grad():  # parameters require gradients, as nn.Parameter's
+            bn.weight.uniform_(0.5, 1.5), bn.bias.uniform_(-0.5, 0.5)  # away from the defaults (STYLE 16)
+            if bn.running_mean is not None:
+                bn.running_mean.uniform_(-0.5, 0.5), bn.running_var.uniform_(0.5, 2.0)
         return bn.train(train)
     return make
 
@@ -53,10 +54,11 @@ def _bn(cls, c, train=True, **kw):
 def _ln(shape, **kw):
     def make():
         ln = LayerNorm(shape, dtype=F64, **kw)
-        if ln.weight is not None:
-            ln.weight.uniform_(0.5, 1.5)
-        if ln.bias is not None:
-            ln.bias.uniform_(-0.5, 0.5)
+        with torch.no_grad():  # parameters require gradients, as nn.Parameter's
+            if ln.weight is not None:
+                ln.weight.uniform_(0.5, 1.5)
+            if ln.bias is not None:
+                ln.bias.uniform_(-0.5, 0.5)
         return ln
     return make
 

@@ -148,7 +148,8 @@ def test_unchanged_inputs_compile_without_a_false_alarm():
     torch._dynamo.reset()
     x = torch.randn(2, 4, dtype=torch.float64)
     x.add_(1)  # an input whose version is not 0 when the step starts
-    layer.weight.mul_(1.0)  # and a weight changed before the forward (an earlier optimizer step)
+    with torch.no_grad():  # the weight requires a gradient, as nn.Parameter's
+        layer.weight.mul_(1.0)  # and a weight changed before the forward (an earlier optimizer step)
     dx = torch.compile(step, fullgraph=True, backend="aot_eager")(x)
     torch.testing.assert_close(dx, torch.ones(2, 3, dtype=torch.float64) @ layer.weight, rtol=0, atol=0)
 

@@ -75,6 +75,8 @@ def _loss_backward(gpt, idx):
 def test_the_gpt_lays_its_parameters_and_gradients_out_in_one_block_each():
     gpt = _gpt()
     params = gpt.parameters()
+    assert all(p.grad is None for p in params)  # a fresh model has no gradients, as torch's
+    _loss_backward(gpt, torch.randint(0, 13, (3, 8), generator=torch.Generator().manual_seed(1)))
     assert flat_views(params, [p.grad for p in params]) is not None
     decay = [p for p in params if p.dim() >= 2]
     assert flat_views(decay, [p.grad for p in decay]) is not None  # nanoGPT's weight-decay group: one span
@@ -91,7 +93,7 @@ def test_adam_on_the_block_equals_adam_per_tensor(opt_cls, kw):
     flat, loose = _gpt(), _gpt()
     for p in loose.parameters():  # each tensor its own storage: the per-tensor path
         p.data = p.data.clone()
-        p.grad = p.grad.clone()
+        p.grad = torch.zeros_like(p)
     assert flat_views(loose.parameters(), [p.grad for p in loose.parameters()]) is None
     idx = torch.randint(0, 13, (3, 8), generator=torch.Generator().manual_seed(1))
     opts = [opt_cls(m.parameters(), lr=1e-2, **kw) for m in (flat, loose)]

@@ -54,7 +54,9 @@ def test_same_weights_names_and_keys_as_nanogpt_under_one_seed(bias):
     assert list(sd_m) == list(sd_t) and "lm_head.weight" in sd_m
     assert all(torch.equal(sd_m[k], sd_t[k]) for k in sd_t)
     assert [n for n, _ in mine.named_parameters()] == [n for n, _ in theirs.named_parameters()]
-    assert sd_m["lm_head.weight"] is mine.wte.weight  # tied: one tensor
+    tied = sd_m["lm_head.weight"]  # tied: one tensor's memory, detached as torch's state_dict gives it
+    assert tied.data_ptr() == mine.wte.weight.data_ptr() and tied.shape == mine.wte.weight.shape
+    assert not tied.requires_grad
 
 
 @pytest.mark.parametrize("bias", [True, False])

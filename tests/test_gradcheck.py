@@ -56,7 +56,15 @@ def test_leaves_existing_grads_alone():
     lin.weight.grad = torch.full((2, 2), 7.0, dtype=torch.float64)
     check_layer(lin, torch.randn(3, 2, dtype=torch.float64))
     assert torch.equal(lin.weight.grad, torch.full((2, 2), 7.0, dtype=torch.float64))
-    assert lin.bias.grad is None and not lin.weight.requires_grad
+    assert lin.bias.grad is None and lin.weight.requires_grad and lin.bias.requires_grad  # flags as they were
+
+
+def test_checks_a_frozen_parameter_and_leaves_it_frozen():
+    lin = Linear(2, 2, dtype=torch.float64)
+    lin.weight.requires_grad_(False)
+    results = check_layer(lin, torch.randn(3, 2, dtype=torch.float64))
+    assert {r.tensor for r in results} == {"x", "weight", "bias"} and all(r.passed for r in results)
+    assert not lin.weight.requires_grad and lin.bias.requires_grad and lin.weight.grad is None
 
 
 def test_refuses_float32():

@@ -35,7 +35,7 @@ def test_activation_gradcheck(make, shape):
 @pytest.mark.parametrize("make", [lambda: Linear(3, 3), ReLU, Tanh, Sigmoid, Softmax])
 def test_layers_keep_the_protocol(make):
     """Through the protocol alone: call == forward, backward(dout) returns dx of x's shape and fills every
-    parameter's .grad, and parameters() are plain tensors that autograd does not track."""
+    parameter's .grad, and parameters() require a gradient (as nn.Parameter) while nothing records a graph."""
     layer = make()
     assert isinstance(layer, Layer)
     x = torch.randn(4, 3)
@@ -44,7 +44,8 @@ def test_layers_keep_the_protocol(make):
     dx = layer.backward(torch.randn_like(out))
     assert isinstance(dx, torch.Tensor) and dx.shape == x.shape
     for p in layer.parameters():
-        assert not p.requires_grad and p.grad is not None and p.grad.shape == p.shape
+        assert p.requires_grad and p.grad is not None and p.grad.shape == p.shape and p.grad.grad_fn is None
+    assert out.grad_fn is None and dx.grad_fn is None
 
 
 def test_protocol_rejects_an_object_without_backward():
@@ -63,7 +64,7 @@ def test_linear_init_matches_nn_linear_under_same_seed():
     assert ours.weight.shape == (20, 30) and ours.weight.is_contiguous()  # nn.Linear's (out, in), row-major
     assert torch.equal(ours.weight, ref.weight.detach())
     assert torch.equal(ours.bias, ref.bias.detach())
-    assert not ours.weight.requires_grad
+    assert ours.weight.requires_grad and ours.bias.requires_grad  # as nn.Parameter's
 
 
 def test_linear_init_distribution():

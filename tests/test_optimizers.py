@@ -2,6 +2,8 @@
 import copy
 import itertools
 
+import warnings
+
 import pytest
 import torch
 
@@ -187,11 +189,16 @@ def test_closure_is_called_and_its_loss_returned():
         torch.testing.assert_close(p, 0.8 * b)
 
 
-def test_parameters_without_grad_are_skipped_and_no_grad_at_all_is_an_error():
+def test_parameters_without_grad_are_skipped_and_no_grad_at_all_does_nothing():
     params = make_params()
     opt = hg.Adam(params)
-    with pytest.raises(RuntimeError, match="no parameter has a gradient.*call backward first"):
-        opt.step()
+    before = [p.clone() for p in params]
+    with pytest.warns(UserWarning, match="no parameter has a gradient.*nothing was updated"):
+        opt.step()  # torch.optim does nothing here; handgrad says so once
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        opt.step()  # not said again
+    assert all(torch.equal(p, b) for p, b in zip(params, before)) and not opt.state
     params[0].grad = torch.ones_like(params[0])
     frozen = [p.clone() for p in params[1:]]
     opt.step()

@@ -97,9 +97,10 @@ def test_batchnorm_normalises_half_input_in_float32(bn_class, shape, dtype):
     upcast input, rounded once to the input's dtype (statistics in float32)."""
     torch.manual_seed(0)
     bn, ref = bn_class(5), bn_class(5)
-    for layer in (bn, ref):
-        layer.weight.copy_(torch.linspace(0.5, 1.5, 5))
-        layer.bias.copy_(torch.linspace(-0.3, 0.3, 5))
+    with torch.no_grad():  # parameters require gradients, as nn.Parameter's
+        for layer in (bn, ref):
+            layer.weight.copy_(torch.linspace(0.5, 1.5, 5))
+            layer.bias.copy_(torch.linspace(-0.3, 0.3, 5))
     x = (torch.randn(shape) * 3 + 1).to(dtype)
     out, out_ref = bn.forward(x), ref.forward(x.float())
     dout = torch.randn_like(out)
@@ -354,7 +355,8 @@ def test_master_weights_keep_updates_bfloat16_would_round_away():
     """lr * grad = 1e-4 on weights near 1: under bf16's half-ulp (2^-9), so a bf16 weight never moves, while
     the float32 master accumulates 100 of them (0.01) and the model receives the rounding of the sum."""
     lin = Linear(1, 1, bias=False)
-    lin.weight.fill_(1.0)
+    with torch.no_grad():
+        lin.weight.fill_(1.0)
     master = MasterWeights(lin, cast_to=torch.bfloat16)
     opt = SGD(master.parameters(), lr=1e-4)
     plain = torch.ones(1, 1, dtype=torch.bfloat16)

@@ -145,7 +145,7 @@ def test_gradients_accumulate_and_no_graph_is_built():
     ours(x)
     ours.backward(dout)
     assert all(torch.allclose(p.grad, 2 * g, rtol=1e-14, atol=0) for p, g in zip(ours.parameters(), once))
-    assert all(not p.requires_grad for p in ours.parameters())
+    assert all(p.requires_grad and p.grad.grad_fn is None for p in ours.parameters())  # as nn.Parameter's: no graph
 
 
 def test_state_carried_across_calls_equals_one_long_sequence():

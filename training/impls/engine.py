@@ -20,7 +20,8 @@ class EngineImpl:
         self.opt = get_optimizer(config.optimizer, model.parameters(), **optimizer_kwargs(config))
         self.clip = config.clip_grad
         # The engine's graph has no per-layer hook: its gradients are all-reduced after the whole backward.
-        self.buckets = GradBuckets([p.data for p in model.parameters()], scale=1.0) if info.enabled else None
+        self.buckets = GradBuckets([p.data for p in model.parameters()], scale=1.0, flags=False) \
+            if info.enabled else None  # the flags are the engine Tensors', not their .data's
 
     def train_step(self, x, y, total, step=0):
         self.opt.zero_grad()

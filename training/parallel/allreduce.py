@@ -49,16 +49,20 @@ def _is_transposed(p: Tensor) -> bool:
 class GradBuckets:
     """``GradBuckets(params, world_size)``; call ``ready(layer_params)`` after each layer's backward (or let
     ``attach(model)`` do it), then ``finish()`` after the backward.  ``reduce_all()`` does all buckets at once
-    (for a model without per-layer hooks, such as the autodiff engine's graph)."""
+    (for a model without per-layer hooks, such as the autodiff engine's graph).
+
+    A parameter whose ``requires_grad`` is False is frozen, as torch's DDP leaves it: its ``.grad`` is neither
+    reduced nor replaced.  ``flags=False`` for tensors that carry no such flag of their own (the autodiff engine's
+    ``.data``, whose engine Tensor holds it): every one is reduced."""
 
     def __init__(self, params: Iterable[Tensor], scale: float, bucket_cap_mb: float = 25.0,
-                 group: dist.ProcessGroup | None = None, pad_to: int = 1) -> None:
+                 group: dist.ProcessGroup | None = None, pad_to: int = 1, *, flags: bool = True) -> None:
         params = [p for p in params]
         if not params:
             raise ValueError("GradBuckets: no parameters")
         if len({id(p) for p in params}) != len(params):
             raise ValueError("GradBuckets: a parameter appears twice")
-        self.scale, self.group = scale, group
+        self.scale, self.group, self.flags = scale, group, flags
         cap = max(1, int(bucket_cap_mb * 2 ** 20))
         self.buckets: list[_Bucket] = []
         current: list[Tensor] = []
@@ -111,11 +115,17 @@ class GradBuckets:
             if b is None or id(p) in b.done:
                 continue
             slot = b.slots[id(p)]
-            if p.grad is None:
+            if self.flags and not p.requires_grad:  # frozen: its .grad is its own, neither reduced nor replaced
+                if p.grad is not None and p.grad.data_ptr() == slot.data_ptr():
+                    p.grad = p.grad.clone()  # out of the bucket, values kept (it was given the slot while trainable)
+                slot.zero_()
+            elif p.grad is None:
                 slot.zero_()  # a parameter that took no part in this step contributes zeros
-            elif p.grad.data_ptr() != slot.data_ptr():
-                slot.copy_(p.grad)
-            p.grad = slot
+                p.grad = slot
+            else:
+                if p.grad.data_ptr() != slot.data_ptr():
+                    slot.copy_(p.grad)
+                p.grad = slot
             b.done.add(id(p))
             if len(b.done) == len(b.params):
                 b.work = self._launch(b)

@@ -109,7 +109,8 @@ class MasterWeights:
         self._names = [name for name, _ in named]
         self._model_params = [p for _, p in named]
         # copies first (the same shapes and strides) ...
-        copies = [torch.empty_strided(p.shape, p.stride(), dtype=dtype, device=p.device).copy_(p) for _, p in named]
+        copies = [torch.empty_strided(p.shape, p.stride(), dtype=dtype, device=p.device).copy_(p.detach())
+                  for _, p in named]  # plain tensors the optimizer steps (the model's require gradients)
         if cast_to is not None:  # ... then the cast, so the masters keep every bit of the float32 weights
             to_low_precision(model, cast_to, keep_norm_float32)
         # a parameter still in the master dtype is its own master (no copy, no second buffer)
@@ -151,7 +152,8 @@ class MasterWeights:
     def master_to_model(self) -> None:
         """Round the master weights into the model's parameters (after the optimizer step)."""
         if self._copy:
-            torch._foreach_copy_([p for p, _ in self._copy], [m for _, m in self._copy])
+            with torch.no_grad():  # the model's parameters require gradients, as nn.Parameter's
+                torch._foreach_copy_([p for p, _ in self._copy], [m for _, m in self._copy])
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear the model's gradients before a backward (None by default, as torch; zeros in place otherwise).
@@ -202,5 +204,6 @@ class MasterWeights:
             if t.shape != m.shape:
                 raise ValueError(f"MasterWeights.load_state_dict: {name!r} has shape {tuple(t.shape)}, "
                                  f"expected {tuple(m.shape)}")
-            m.copy_(t)
+            with torch.no_grad():  # a master may be the model's own parameter
+                m.copy_(t)
         self.master_to_model()
