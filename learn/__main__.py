@@ -101,6 +101,8 @@ def cmd_check(args) -> int:
         print(f"Cannot check {path}: it does not exist; python -m learn start {ex.name} writes it there (or name "
               f"your file: python -m learn check {ex.name} FILE)", file=sys.stderr)
         return 2
+    if args.format != "text":
+        return _check_structured(ex.name, path, args.format)
     try:
         if path.suffix == ".ipynb":
             code, text = _check_notebook(ex.name, path, check_file)
@@ -128,6 +130,30 @@ def _check_notebook(name: str, path: Path, check_file) -> tuple[int, str]:
         status, text = check_file(name, copy)
     note = f"(the code cells of {path}, joined into {copy.name}: its line N is the Nth line of code)\n"
     return status, note + text.replace(str(copy), str(path))
+
+
+def _check_structured(name: str, path: Path, fmt: str) -> int:
+    """learn check --format json|gradescope: the structured result on stdout, the exit status as the text's."""
+    import json
+    from .teach.gradescope import outcome, plain, results
+    try:
+        if path.suffix == ".ipynb":
+            with tempfile.TemporaryDirectory(prefix="handgrad-notebook-") as tmp:
+                copy = Path(tmp) / f"{path.stem}.py"
+                try:
+                    copy.write_text(notebook_code(path))
+                except NotebookError as e:
+                    print(f"Cannot check {path}: {e}", file=sys.stderr)
+                    return 2
+                o = outcome(name, copy)
+                o.text = o.text.replace(str(copy), str(path))
+        else:
+            o = outcome(name, path)
+    except KeyboardInterrupt:
+        print(f"interrupted: {path} was not checked", file=sys.stderr)
+        return 130
+    print(json.dumps(plain(o) if fmt == "json" else results([o]), indent=1))
+    return o.status
 
 
 def cmd_why(args) -> int:
@@ -200,6 +226,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("name", choices=names, metavar="NAME")
     s.add_argument("file", nargs="?", help="your NAME.py or NAME.ipynb (default: NAME.py in the folder learn start "
                                            "writes to)")
+    s.add_argument("--format", choices=("text", "json", "gradescope"), default="text",
+                   help="text (the report, default), json (each checked item, the verdict, the named mistakes), or "
+                        "gradescope (its results.json: one test per checked item)")
     s.set_defaults(run=cmd_check)
     s = sub.add_parser("progress", help="which exercises pass (kept in .handgrad-progress.json) and what is next")
     s.add_argument("--dir", default=None, help="the folder of your files (default: the work folder start writes into)")
