@@ -156,6 +156,30 @@ def _check_structured(name: str, path: Path, fmt: str) -> int:
     return o.status
 
 
+def cmd_grade(args) -> int:
+    from .checker import sandbox
+    from .teach.grade import grade
+    folder = Path(args.folder)
+    if not folder.is_dir():
+        print(f"python -m learn grade: {folder} is not a folder of submissions", file=sys.stderr)
+        return 2
+    if args.time_limit is not None:
+        if args.time_limit <= 0:
+            print(f"python -m learn grade: --time-limit must be positive, not {args.time_limit:g}", file=sys.stderr)
+            return 2
+        sandbox.TIME_LIMIT_S = args.time_limit
+    try:
+        graded = grade(args.name, folder, Path(args.out), say=lambda line: print(line, flush=True))
+    except KeyboardInterrupt:
+        print("interrupted: the grades were not written", file=sys.stderr)
+        return 130
+    out = Path(args.out)
+    print(f"\n{len(graded)} submissions graded: {out / 'grades.csv'}, {out / 'summary.txt'}, "
+          f"{out / 'summary.png'}, and {out / 'students'}/STUDENT/results.json\n")
+    print((out / "summary.txt").read_text(), end="")
+    return 0
+
+
 def cmd_why(args) -> int:
     from .why import main
     return main(args)
@@ -230,6 +254,15 @@ def parser() -> argparse.ArgumentParser:
                    help="text (the report, default), json (each checked item, the verdict, the named mistakes), or "
                         "gradescope (its results.json: one test per checked item)")
     s.set_defaults(run=cmd_check)
+    s = sub.add_parser("grade", help="a teacher's: check a folder of submissions (alice.py, or alice/NAME.py), "
+                                     "write grades.csv, each student's results.json and the class's mistakes")
+    s.add_argument("name", choices=names, metavar="NAME")
+    s.add_argument("folder", metavar="SUBMISSIONS_DIR")
+    s.add_argument("--out", required=True, metavar="DIR", help="where grades.csv, summary.txt, summary.png and "
+                                                                "students/ go")
+    s.add_argument("--time-limit", type=float, default=None, metavar="S",
+                   help="seconds each submission's check may take (default 30, or $LEARN_CHECK_TIME_LIMIT)")
+    s.set_defaults(run=cmd_grade)
     s = sub.add_parser("progress", help="which exercises pass (kept in .handgrad-progress.json) and what is next")
     s.add_argument("--dir", default=None, help="the folder of your files (default: the work folder start writes into)")
     s.add_argument("--recheck", action="store_true", help="check the recorded files, and NAME.py files, again")

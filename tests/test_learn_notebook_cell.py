@@ -20,6 +20,7 @@ def run_cells(path):
 def written_notebook(tmp_path, monkeypatch, name, answer):
     """``learn start NAME --notebook``, with its code cell replaced by ``answer`` as a learner would fill it in."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HANDGRAD_LEARN_DIR", str(tmp_path))  # start writes into the learner's work folder
     assert main(["start", name, "--notebook"]) == 0
     path = tmp_path / f"{name}.ipynb"
     nb = nbformat.read(path, as_version=4)
