@@ -180,6 +180,18 @@ def cmd_grade(args) -> int:
     return 0
 
 
+def cmd_autograder(args) -> int:
+    from .teach.autograder import make_zip
+    try:
+        out = make_zip(args.names, Path(args.out))
+    except (RuntimeError, OSError, KeyError) as e:
+        print(f"python -m learn autograder: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {out}: upload it as a Gradescope programming assignment's autograder (Configure Autograder, "
+          f"Zip file upload); students submit {', '.join(f'{n}.py' for n in args.names)}")
+    return 0
+
+
 def cmd_why(args) -> int:
     from .why import main
     return main(args)
@@ -263,6 +275,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--time-limit", type=float, default=None, metavar="S",
                    help="seconds each submission's check may take (default 30, or $LEARN_CHECK_TIME_LIMIT)")
     s.set_defaults(run=cmd_grade)
+    s = sub.add_parser("autograder", help="a teacher's: a Gradescope autograder zip checking these exercises")
+    s.add_argument("names", nargs="+", choices=names, metavar="NAME")
+    s.add_argument("--out", default="autograder.zip", help="the zip to write (default autograder.zip)")
+    s.set_defaults(run=cmd_autograder)
     s = sub.add_parser("progress", help="which exercises pass (kept in .handgrad-progress.json) and what is next")
     s.add_argument("--dir", default=None, help="the folder of your files (default: the work folder start writes into)")
     s.add_argument("--recheck", action="store_true", help="check the recorded files, and NAME.py files, again")
