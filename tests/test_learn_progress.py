@@ -50,6 +50,7 @@ def test_progress_and_list_tick_what_passes_in_course_order(tmp_path, monkeypatc
     for name in ("relu", "batchnorm"):
         record(name, str(solve(tmp_path, name)))
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HANDGRAD_LEARN_DIR", str(tmp_path))  # progress and list read the learner's work folder
     for command in (["progress"], ["list"]):
         assert main(command) == 0
         out = capsys.readouterr().out
