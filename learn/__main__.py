@@ -40,6 +40,9 @@ def _default(name: str) -> Path | None:
 def cmd_start(args) -> int:
     from .source import notebook, solution_text, stub_text
     ex = get(args.name)
+    if args.nbgrader and not args.notebook:
+        print("--nbgrader writes a notebook: give --notebook too", file=sys.stderr)
+        return 2
     suffix = ".ipynb" if args.notebook else ".py"
     out = Path(args.out) if args.out else _default(f"{ex.name}{'_solution' if args.solution else ''}{suffix}")
     if out is None:
@@ -50,7 +53,11 @@ def cmd_start(args) -> int:
         return 2
     code = (solution_text if args.solution else stub_text)(ex, str(out.with_suffix(".py")) if args.notebook
                                                            else str(out))
-    if args.notebook:
+    if args.nbgrader:
+        import nbformat
+        from .teach.nbgrader import nbgrader_notebook
+        text = nbformat.writes(nbgrader_notebook(ex, str(out.with_suffix(".py")), args.points))
+    elif args.notebook:
         import nbformat
         text = nbformat.writes(notebook(ex, code))
     else:
@@ -61,7 +68,11 @@ def cmd_start(args) -> int:
         print(f"cannot write {out}: {e.strerror or e}", file=sys.stderr)
         return 2
     file = f" {out}" if args.out else ""  # the default file is the one check reads by default
-    if args.solution:
+    if args.nbgrader:
+        print(f"wrote {out}: nbgrader's source notebook (the solution between ### BEGIN/END SOLUTION, the last cell "
+              f"a locked test worth {args.points:g} point(s) that fails on a wrong answer); put it in your course's "
+              f"source/ASSIGNMENT/ folder and run nbgrader generate_assignment ASSIGNMENT")
+    elif args.solution:
         print(f"wrote the worked solution of {ex.name} to {out}")
     elif args.notebook:
         jupyter = "" if importlib.util.find_spec("notebook") or importlib.util.find_spec("jupyterlab") else (
@@ -251,6 +262,9 @@ def parser() -> argparse.ArgumentParser:
                                  "~/handgrad-learn or $HANDGRAD_LEARN_DIR)")
     s.add_argument("--solution", action="store_true", help="write the worked solution instead")
     s.add_argument("--notebook", action="store_true", help="write a Jupyter notebook, the check as its last cell")
+    s.add_argument("--nbgrader", action="store_true", help="a teacher's: with --notebook, nbgrader's source "
+                                                           "notebook (solution marked, the check a graded cell)")
+    s.add_argument("--points", type=float, default=1, help="with --nbgrader: the check cell's points (default 1)")
     s.add_argument("--force", action="store_true", help="replace the file if it exists")
     s.set_defaults(run=cmd_start)
     s = sub.add_parser("hint", help="a hint; --level 2 and 3 say more")
