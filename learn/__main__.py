@@ -40,6 +40,9 @@ def _default(name: str) -> Path | None:
 def cmd_start(args) -> int:
     from .source import notebook, solution_text, stub_text
     ex = get(args.name)
+    if not ex.source.is_file():  # a teacher's exercise given without its solution
+        print(f"no {ex.source}: start cuts the stub from the exercise's solution file", file=sys.stderr)
+        return 2
     if args.nbgrader and not args.notebook:
         print("--nbgrader writes a notebook: give --notebook too", file=sys.stderr)
         return 2
@@ -123,7 +126,8 @@ def cmd_check(args) -> int:
         print(f"interrupted: {path} was not checked", file=sys.stderr)
         return 130
     print(text, end="", file=sys.stdout if code < 2 else sys.stderr)
-    if code == 0:
+    from .teach.custom import is_custom
+    if code == 0 and not is_custom(ex.name):  # a teacher's exercise has no train race, and no place in the course
         from .progress import after_pass
         print(after_pass(ex, str(path)), end="")  # recorded in the file's folder; then what comes next
     return code
@@ -251,6 +255,8 @@ def cmd_trace(argv: list[str]) -> int:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m learn", description="Learn backpropagation by writing it: "
                                 "exercises, a checker that names the mistake, training beside handgrad's layers.")
+    p.add_argument("--exercises", metavar="DIR", help="a teacher's own exercises (NAME.py and NAME_spec.py in DIR) "
+                                                       "beside the built-in ones, for every command")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     names = list(BY_NAME)
 
@@ -320,10 +326,32 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _take_exercises(argv: list[str]) -> tuple[list[str], str | None]:
+    """``--exercises DIR`` (anywhere in the command line) taken out: it must be read before the parser is built,
+    whose NAME choices it extends."""
+    rest, folder, it = [], None, iter(argv)
+    for a in it:
+        if a == "--exercises":
+            folder = next(it, "")
+        elif a.startswith("--exercises="):
+            folder = a.split("=", 1)[1]
+        else:
+            rest.append(a)
+    return rest, folder
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["trace"]:
         return cmd_trace(argv[1:])
+    argv, folder = _take_exercises(argv)
+    if folder is not None:
+        from .teach.custom import ExerciseError, register
+        try:
+            register(folder)
+        except ExerciseError as e:
+            print(f"python -m learn: {e}", file=sys.stderr)
+            return 2
     args = parser().parse_args(argv)
     return args.run(args)
 

@@ -20,6 +20,7 @@ import zipfile
 from pathlib import Path
 
 from ..exercises import get
+from .custom import SPEC_SUFFIX, is_custom
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: pyproject.toml beside learn/
 
@@ -75,19 +76,24 @@ def build_wheel(dest: Path) -> Path:
 
 
 def make_zip(names: list[str], out: Path) -> Path:
-    """The autograder zip for exercises ``names``, written to ``out`` (atomically)."""
+    """The autograder zip for exercises ``names``, written to ``out`` (atomically).  A teacher's exercise
+    (custom.py) travels as its spec file, in ``exercises/``, which run_autograder registers."""
     names = [get(n).name for n in names]
+    specs = [get(n).folder / f"{n}{SPEC_SUFFIX}" for n in names if is_custom(n)]
+    args = " ".join(names) + (' --exercises "$ROOT/source/exercises"' if specs else "")
     out = Path(out)
     with tempfile.TemporaryDirectory(prefix="handgrad-autograder-") as tmp:
         wheel = build_wheel(Path(tmp))
         part = out.with_name(f".{out.name}.part")
         with zipfile.ZipFile(part, "w", zipfile.ZIP_DEFLATED) as z:
             for arcname, text in (("setup.sh", SETUP_SH.replace("WHEEL", wheel.name)),
-                                  ("run_autograder", RUN_AUTOGRADER.replace("NAMES", " ".join(names)))):
+                                  ("run_autograder", RUN_AUTOGRADER.replace("NAMES", args))):
                 info = zipfile.ZipInfo(arcname)
                 info.external_attr = 0o100755 << 16  # executable: Gradescope runs them as they are
                 info.compress_type = zipfile.ZIP_DEFLATED
                 z.writestr(info, text)
             z.write(wheel, wheel.name)
+            for spec in specs:
+                z.write(spec, f"exercises/{spec.name}")
         part.replace(out)
     return out

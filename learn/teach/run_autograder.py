@@ -1,6 +1,6 @@
 """What an autograder zip runs on Gradescope: each exercise's submission checked, ``results/results.json`` written.
 
-``python -m learn.teach.run_autograder NAME...`` reads ``$AUTOGRADER_ROOT/submission`` (default ``/autograder``):
+``python -m learn.teach.run_autograder NAME... [--exercises DIR]`` reads ``$AUTOGRADER_ROOT/submission`` (default ``/autograder``):
 ``NAME.py`` (or ``NAME.ipynb``) for each exercise, or, for a single exercise, the one .py or .ipynb file there.
 The configurations are drawn from the student: the e-mail addresses in ``submission_metadata.json`` when
 Gradescope gives them, else the file's name (so each student's numbers are their own).  It always exits 0 once
@@ -46,7 +46,13 @@ def find(name: str, folder: Path, alone: bool) -> tuple[Path | None, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    names = [get(n).name for n in (sys.argv[1:] if argv is None else argv)]
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--exercises" in argv:  # the teacher's exercises' specs, shipped in the zip
+        at = argv.index("--exercises")
+        from .custom import register
+        register(argv[at + 1])
+        del argv[at:at + 2]
+    names = [get(n).name for n in argv]
     if not names:
         print("usage: python -m learn.teach.run_autograder NAME...", file=sys.stderr)
         return 2
