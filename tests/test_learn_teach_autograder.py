@@ -78,3 +78,34 @@ def test_a_wrong_submission_scores_less_and_names_the_mistake(unpacked):
     failed = [t for t in res["tests"] if t["status"] == "failed"]
     assert failed and failed[0]["name"] == "gradient: bias.grad" and failed[0]["tags"] == ["bias-mean"]
     assert 0 < res["score"] < len(res["tests"])
+
+
+def test_a_teachers_exercise_travels_in_the_zip(tmp_path):
+    """The zip carries the spec of a teacher's exercise, and run_autograder registers it (run from this checkout,
+    without setup.sh's install)."""
+    import re
+    text = (Path(__file__).resolve().parents[1] / "docs" / "learn.md").read_text()
+    files = dict(re.findall(r"^`(swish(?:_spec)?\.py)`:\n\n```python\n(.*?)```", text, re.S | re.M))
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    for name, body in files.items():
+        (mine / name).write_text(body)
+    from learn.teach.custom import unregister
+    try:
+        assert main(["autograder", "swish", "--exercises", str(mine), "--out", str(tmp_path / "ag.zip")]) == 0
+        assert main(["start", "swish", "--solution", "--exercises", str(mine), "--out", str(tmp_path / "s.py")]) == 0
+    finally:
+        unregister()
+    root = tmp_path / "root"
+    with zipfile.ZipFile(tmp_path / "ag.zip") as z:
+        assert "exercises/swish_spec.py" in z.namelist() and "exercises/swish.py" not in z.namelist()
+        z.extractall(root / "source")
+    (root / "submission").mkdir()
+    shutil.copy(tmp_path / "s.py", root / "submission" / "swish.py")
+    env = {"PATH": os.environ["PATH"], "AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": sys.executable,
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1", "HOME": str(tmp_path)}
+    run = subprocess.run(["bash", str(root / "source" / "run_autograder")], capture_output=True, text=True, env=env,
+                         timeout=300, cwd="/")
+    assert run.returncode == 0, run.stderr
+    res = json.loads((root / "results" / "results.json").read_text())
+    assert res["tests"] and res["score"] == len(res["tests"]) and res["extra_data"]["exercises"] == ["swish"]
