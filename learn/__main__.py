@@ -185,6 +185,9 @@ def cmd_grade(args) -> int:
         sandbox.TIME_LIMIT_S = args.time_limit
     try:
         graded = grade(args.name, folder, Path(args.out), say=lambda line: print(line, flush=True))
+    except ValueError as e:  # two submissions of one student
+        print(f"python -m learn grade: {e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted: the grades were not written", file=sys.stderr)
         return 130

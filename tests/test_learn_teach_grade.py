@@ -99,3 +99,20 @@ def test_each_student_gets_configurations_of_their_own():
     assert not torch.equal(drawn[0][1], drawn[1][1])  # a hard-coded answer for one fails the other
     assert seed_of("linear", "alice") == seed_of("linear", "alice") != seed_of("linear", "bob")
     assert seed_of("linear", "alice") == 1397703997  # the same in every process: not Python's salted hash
+
+
+def test_a_notebook_submission_is_graded_and_two_of_one_student_are_refused(tmp_path, capsys):
+    import nbformat
+    from learn.__main__ import main
+    from learn.source import notebook
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    nbformat.write(notebook(get("linear"), _text(SUBMISSIONS["bob"][0])), subs / "kim.ipynb")
+    assert main(["grade", "linear", str(subs), "--out", str(tmp_path / "out")]) == 0
+    row = next(csv.DictReader((tmp_path / "out" / "grades.csv").open()))
+    assert (row["student"], row["verdict"], row["named_mistakes"]) == ("kim", "wrong", "bias-mean")
+    (subs / "kim").mkdir()
+    (subs / "kim" / "linear.py").write_text(RIGHT)
+    capsys.readouterr()
+    assert main(["grade", "linear", str(subs), "--out", str(tmp_path / "out2")]) == 2
+    assert "two submissions for kim" in capsys.readouterr().err

@@ -47,6 +47,11 @@ def submissions(name: str, folder: Path) -> list[tuple[str, Path | None, str]]:
                                                 f"{ex.name}.py"))
         elif entry.suffix in (".py", ".ipynb"):
             found.append((entry.stem, entry, ""))
+    seen: dict[str, Path | None] = {}
+    for student, path, _ in found:
+        if student in seen:
+            raise ValueError(f"two submissions for {student} in {folder}: {seen[student]} and {path}; keep one")
+        seen[student] = path
     return found
 
 

@@ -50,6 +50,9 @@ def tests(o: Outcome, prefix: str = "") -> list[dict]:
     """Gradescope's tests, one per item, each worth one point."""
     failed = next((i for i in o.items if i.passed is False), None)
     first = failed or next((i for i in o.items if i.passed is None), None)
+    if o.status != 0 and first is None:  # wrong, yet every item passed: the verdict must still cost a point
+        o.items = [*o.items, Item("the rest of the check", False, list(o.named))]
+        first = o.items[-1]
     out = []
     for i in o.items:
         ok = i.passed is True and o.status != 2
