@@ -62,9 +62,10 @@ def next_steps(ex, file: str, passed: set[str]) -> str:
         nxt = (after or todo)[0]
         lines.append(f"python -m learn start {nxt.name}  ({nxt.teaches})")
         return "Next:  " + "\n       ".join(lines) + "\n"
-    return ("".join(f"Next:  {ln}\n" for ln in lines) + f"That was the last one: all {len(EXERCISES)} exercises "
-            f"pass.  Every backward of the course is yours; python -m learn why NAME\nre-derives any of them, python -m learn show walks "
-            f"the chain rule node by node.\n")
+    return ("".join(f"Next:  {ln}\n" for ln in lines)
+            + f"That was the last one: all {len(EXERCISES)} exercises pass.  Every backward of the course is yours; "
+              f"python -m learn why NAME\nre-derives any of them, python -m learn show walks the chain rule node by "
+              f"node.\n")
 
 
 def after_pass(ex, file: str) -> str:
