@@ -1,7 +1,8 @@
 """What an autograder zip runs on Gradescope: each exercise's submission checked, ``results/results.json`` written.
 
-``python -m learn.teach.run_autograder NAME... [--exercises DIR]`` reads ``$AUTOGRADER_ROOT/submission`` (default ``/autograder``):
-``NAME.py`` (or ``NAME.ipynb``) for each exercise, or, for a single exercise, the one .py or .ipynb file there.
+``python -m learn.teach.run_autograder NAME... [--exercises DIR]`` reads ``$AUTOGRADER_ROOT/submission``
+(default ``/autograder``): ``NAME.py`` (or ``NAME.ipynb``) for each exercise, or, for a single exercise, the one
+.py or .ipynb file there.  ``--exercises``: the folder of a teacher's exercises' specs (custom.py).
 The configurations are drawn from the student: the e-mail addresses in ``submission_metadata.json`` when
 Gradescope gives them, else the file's name (so each student's numbers are their own).  It always exits 0 once
 results.json is written: Gradescope reads the score from the file.
