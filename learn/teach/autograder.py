@@ -41,7 +41,6 @@ set -uo pipefail
 ROOT="${AUTOGRADER_ROOT:-/autograder}"
 export AUTOGRADER_ROOT="$ROOT"
 mkdir -p "$ROOT/results"
-cd "$ROOT"
 exec "${AUTOGRADER_PYTHON:-python3}" -m learn.teach.run_autograder NAMES
 """
 

@@ -165,7 +165,8 @@ def chart(name: str, graded: list[tuple[str, Outcome]], path: Path) -> None:
     counts = mistake_counts(graded)
     fig, ax = plt.subplots(figsize=(8, 1.2 + 0.45 * max(len(counts), 1)))
     labels = [k for k, _ in counts][::-1]
-    ax.barh(labels or ["(no mistakes)"], [n for _, n in counts][::-1] or [0], color="#c0504d")
+    colors = ["#999999" if k.startswith("(") else "#c0504d" for k in labels]  # grey: not a named mistake
+    ax.barh(labels or ["(no mistakes)"], [n for _, n in counts][::-1] or [0], color=colors or None)
     ax.set_xlabel("students")
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_title(f"{name}: the mistakes of {len(graded)} submissions")
