@@ -66,6 +66,8 @@ def cmd_start(args) -> int:
     else:
         text = code
     try:
+        if args.nbgrader:  # nbgrader's course layout: source/ASSIGNMENT/, made here if need be
+            out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text)
     except OSError as e:
         print(f"cannot write {out}: {e.strerror or e}", file=sys.stderr)
