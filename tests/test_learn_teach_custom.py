@@ -104,3 +104,16 @@ def test_a_built_in_name_is_refused(tmp_path, capsys):
     (d / "linear_spec.py").write_text("CLASS = 'Linear'\nINPUTS = {'x': (2, 3)}\ndef reference(x):\n    return x\n")
     assert main(["list", "--exercises", str(d)]) == 2
     assert "built-in exercise" in capsys.readouterr().err
+
+
+def test_a_notebook_of_a_teachers_exercise_checks_itself(tmp_path, folder, capsys):
+    """The check cell registers the teacher's folder first: run in a fresh kernel, it finds the exercise."""
+    import nbformat
+    path = tmp_path / "swish.ipynb"
+    assert main(["start", "swish", "--notebook", "--solution", "--out", str(path), "--exercises", str(folder)]) == 0
+    unregister()  # as a kernel starts: nothing registered
+    namespace = {}
+    for k, cell in enumerate(nbformat.read(path, as_version=4).cells):
+        if cell.cell_type == "code":
+            exec(compile(cell.source, f"<cell {k}>", "exec"), namespace)
+    assert "PASS" in capsys.readouterr().out
