@@ -116,3 +116,12 @@ def test_a_notebook_submission_is_graded_and_two_of_one_student_are_refused(tmp_
     capsys.readouterr()
     assert main(["grade", "linear", str(subs), "--out", str(tmp_path / "out2")]) == 2
     assert "two submissions for kim" in capsys.readouterr().err
+
+
+def test_adam_is_drawn_per_student_too():
+    from learn.checker.adam_check import _problem
+    with variant(seed_of("adam", "alice")):
+        alice = _problem()[0][0]
+    with variant(seed_of("adam", "bob")):
+        bob = _problem()[0][0]
+    assert not torch.equal(alice, bob) and torch.equal(_problem()[0][0], _problem()[0][0])

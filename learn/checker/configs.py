@@ -41,6 +41,11 @@ def variant(seed: int | None):
         _VARIANT[0] = before
 
 
+def current() -> int | None:
+    """The variant's seed in force, or None."""
+    return _VARIANT[0]
+
+
 def _build(spec: LayerSpec, v: int | None) -> tuple:
     def seed(k: int) -> int:  # configuration k's seed: fixed, or drawn from the variant
         return (spec.seed + k if k else spec.seed) if v is None else stable_seed(f"{v}:{k}")
