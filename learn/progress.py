@@ -54,16 +54,18 @@ def record(name: str, file: str) -> None:
 
 def next_steps(ex, file: str, passed: set[str]) -> str:
     """What to do after ``ex`` passed: train it, the next exercise not yet passed, or the course's closing line."""
-    lines = [f"python -m learn train {ex.name} {file}  (yours beside a trusted twin, the same weights and batches)"]
+    lines = [] if file.endswith(".ipynb") else [  # train reads a .py file
+        f"python -m learn train {ex.name} {file}  (yours beside a trusted twin, the same weights and batches)"]
     todo = [e for e in EXERCISES if e.name not in passed | {ex.name}]
     after = [e for e in todo if EXERCISES.index(e) > EXERCISES.index(ex)]
     if after or todo:
         nxt = (after or todo)[0]
         lines.append(f"python -m learn start {nxt.name}  ({nxt.teaches})")
         return "Next:  " + "\n       ".join(lines) + "\n"
-    return ("Next:  " + lines[0] + f"\nThat was the last one: all {len(EXERCISES)} exercises pass.  Every backward "
-            f"of the course is yours; python -m learn why NAME\nre-derives any of them, python -m learn show walks "
-            f"the chain rule node by node.\n")
+    return ("".join(f"Next:  {ln}\n" for ln in lines)
+            + f"That was the last one: all {len(EXERCISES)} exercises pass.  Every backward of the course is yours; "
+              f"python -m learn why NAME\nre-derives any of them, python -m learn show walks the chain rule node by "
+              f"node.\n")
 
 
 def after_pass(ex, file: str) -> str:

@@ -25,12 +25,13 @@ _LAYER_RULES = ("Plain tensor operations in float64: no autograd (no .backward()
 
 def check_block(ex: Exercise, file: str) -> str:
     """The end of the exercise's docstring: the rules, how to check, what a right answer looks like."""
+    extra = f" --exercises {ex.folder}" if hasattr(ex, "folder") else ""  # a teacher's exercise: where its spec is
     return (f"\n{_RULES.get(ex.name, _LAYER_RULES)}\n\n"
             f"Check it (in a notebook: run its last cell):\n"
-            f"    python -m learn check {ex.name} {file}\n"
+            f"    python -m learn check {ex.name} {file}{extra}\n"
             f"A right answer prints PASS, every number equal to PyTorch's to about 1e-15 (float64 round-off;\n"
             f"the check accepts up to 1e-9).  A wrong one prints the tensor, its worst entry (expected and\n"
-            f"yours) and, most often, the mistake by name.  Stuck?  python -m learn hint {ex.name}\n"
+            f"yours) and, most often, the mistake by name.  Stuck?  python -m learn hint {ex.name}{extra}\n"
             f"(--level 2, then 3, say more; --solution on start writes the worked answer).")
 
 
@@ -65,6 +66,13 @@ def stub_text(ex: Exercise, file: str) -> str:
     return "\n".join(out).replace("{check}", check_block(ex, file)) + "\n"
 
 
+def _register(ex: Exercise) -> str:
+    """A teacher's exercise is found by its folder (learn/teach/custom.py): the check cell registers it first."""
+    if not hasattr(ex, "folder"):
+        return ""
+    return f"from learn.teach.custom import register\nregister({str(ex.folder)!r})\n"
+
+
 def notebook(ex: Exercise, code: str):
     """The exercise as a Jupyter notebook (nbformat 4): a title, the code to fill in, the check last."""
     import nbformat
@@ -76,7 +84,7 @@ def notebook(ex: Exercise, code: str):
                                       f"Hints: `python -m learn hint {ex.name}` in a terminal, or "
                                       f"`!python -m learn hint {ex.name}` here."),
         nbformat.v4.new_code_cell(code.rstrip("\n")),
-        nbformat.v4.new_code_cell(f"from learn.cell import check\n\n"  # raises on a wrong answer: the cell fails
+        nbformat.v4.new_code_cell(_register(ex) + f"from learn.cell import check\n\n"  # raises on a wrong answer
                                   f"check({ex.name!r}, {ex.cls})  # PASS, or an AssertionError naming the mistake"),
     ]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}

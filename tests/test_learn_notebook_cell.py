@@ -8,6 +8,12 @@ from learn.exercises import BY_NAME
 from learn.source import solution_text
 
 
+@pytest.fixture(autouse=True)
+def work_folder(tmp_path, monkeypatch):
+    """start writes into the learner's work folder: here, the test's own."""
+    monkeypatch.setenv("HANDGRAD_LEARN_DIR", str(tmp_path))
+
+
 def run_cells(path):
     """Execute a notebook file's code cells in order in one namespace, as a kernel would."""
     nb = nbformat.read(path, as_version=4)

@@ -49,7 +49,8 @@ def test_the_last_exercise_with_others_left_names_the_first_of_them(tmp_path, ca
 def test_progress_and_list_tick_what_passes_in_course_order(tmp_path, monkeypatch, capsys):
     for name in ("relu", "batchnorm"):
         record(name, str(solve(tmp_path, name)))
-    monkeypatch.setenv("HANDGRAD_LEARN_DIR", str(tmp_path))  # the work folder start writes into
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HANDGRAD_LEARN_DIR", str(tmp_path))  # progress and list read the learner's work folder
     for command in (["progress"], ["list"]):
         assert main(command) == 0
         out = capsys.readouterr().out
@@ -78,6 +79,6 @@ def test_recheck_drops_what_no_longer_passes_and_adds_a_passing_file(tmp_path, c
 
 def test_an_unreadable_state_file_counts_as_nothing_passed(tmp_path, monkeypatch, capsys):
     (tmp_path / STATE).write_text("{not json")
-    monkeypatch.setenv("HANDGRAD_LEARN_DIR", str(tmp_path))  # the work folder start writes into
+    monkeypatch.chdir(tmp_path)
     assert main(["progress"]) == 0 and "0 of 15 pass." in capsys.readouterr().out
     assert main(["progress", "--dir", str(tmp_path / "nowhere")]) == 2

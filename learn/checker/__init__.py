@@ -2,8 +2,10 @@
 
 ``check_file(name, path)`` -> (exit status, report text): 0 right, 1 wrong, 2 a file that cannot be loaded, lacks
 the class, or whose code broke out of the check (time, memory, an exit, a file written).  ``check_class(name, cls)``
-checks a class object (a notebook's) and prints the report.  The learner's code runs in a child process
-(sandbox.py); the expected values and the verdict stay in this one.
+checks a class object (a notebook's) and prints the report.  ``check_path`` returns the Report itself, whose
+``items`` (each checked item's outcome) a grader turns into tests; ``planned(name)`` lists those items without a
+learner.  The learner's code runs in a child process (sandbox.py); the expected values and the verdict stay in
+this one.
 """
 from __future__ import annotations
 
@@ -12,8 +14,18 @@ from pathlib import Path
 
 from ..exercises import get
 from .load import LoadError, load_class
+from .configs import variant
 from .report import Report
 from .sandbox import Escaped, Sandbox
+
+
+def planned(name: str) -> list[str]:
+    """The items exercise ``name``'s check decides, in order (a grader's tests)."""
+    from .layer_check import planned as layer_items
+    from .spec import LayerSpec
+    from .specs import SPECS
+    spec = SPECS[get(name).name]
+    return layer_items(spec) if isinstance(spec, LayerSpec) else spec.planned()
 
 
 def run(name: str, load) -> Report:
@@ -31,13 +43,14 @@ def run(name: str, load) -> Report:
     return report
 
 
-def check_path(name: str, path: Path) -> Report:
-    """The check of the learner's file; raises LoadError when the file cannot be used, Escaped when its code
-    broke out of the check."""
+def check_path(name: str, path: Path, seed: int | None = None) -> Report:
+    """The check of the learner's file (its configurations drawn from ``seed``, None: the fixed ones); raises
+    LoadError when the file cannot be used, Escaped when its code broke out of the check."""
     ex = get(name)
     path = Path(path)
     real = path.absolute()  # the learner's code runs in a temporary folder
-    return run(ex.name, lambda: (load_class(real, ex.cls, ex.name, shown=path), str(real)))
+    with variant(seed):
+        return run(ex.name, lambda: (load_class(real, ex.cls, ex.name, shown=path), str(real)))
 
 
 def check_file(name: str, path: Path) -> tuple[int, str]:

@@ -18,7 +18,9 @@ HYPER = {"lr": 0.05, "betas": (0.8, 0.95), "eps": 1e-8}
 
 
 def _problem():
-    g = torch.Generator().manual_seed(0)
+    """The parameters and each step's gradients: from seed 0, or from a grader's per-student seed (configs.py)."""
+    from .configs import current
+    g = torch.Generator().manual_seed(current() or 0)
     params = [torch.randn(3, 5, generator=g, dtype=torch.float64), torch.randn(4, generator=g, dtype=torch.float64)]
     grads = [[torch.randn(3, 5, generator=g, dtype=torch.float64) * (1 + s),
               torch.randn(4, generator=g, dtype=torch.float64) * 1e-9] for s in range(STEPS)]
@@ -84,16 +86,21 @@ class AdamSpec:
     name, cls = "adam", "Adam"
     mistakes = [m for m, _ in MISTAKES]
 
+    def planned(self) -> list[str]:
+        return [f"step {s + 1}" for s in range(STEPS)]
+
     def check(self, box, where: str | None) -> Report:
         """``box``: the Sandbox running the learner's Adam; its steps run there, torch.optim.Adam's here."""
         report = Report(f"Checking {box.cls_name}(params, lr={HYPER['lr']}, betas={HYPER['betas']}, "
                         f"eps={HYPER['eps']}) of exercise adam: {STEPS} steps on parameters (3, 5) and (4,), beside "
                         f"torch.optim.Adam")
         report.right = "every parameter agrees with torch.optim.Adam's after every step"
+        report.plan(*self.planned())
         try:
             self._steps(box, report)
         except LearnerFailed as e:
             report.fail(e.text, e.key)
+        report.settle()
         return report
 
     def _steps(self, box, report: Report) -> None:
@@ -111,10 +118,12 @@ class AdamSpec:
             for j, (p, q) in enumerate(zip(mine_history[s], theirs)):
                 if same(p, q.detach(), RIGHT):
                     continue
+                report.mark(f"step {s + 1}", False)
                 report.fail(f"  step {s + 1}, parameter {j} {tuple(q.shape)} is wrong.  "
                             + describe(f"params[{j}]", p, q.detach()))
                 self._name(params, grads, mine_history[:s + 1], report)
                 return
+            report.mark(f"step {s + 1}", True)
         report.say(f"  every parameter equal to torch.optim.Adam's after each of {STEPS} steps")
 
     def _name(self, params, grads, mine_history, report):

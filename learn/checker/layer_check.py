@@ -27,6 +27,12 @@ from .sandbox import NotPlain
 from .spec import F64, LayerSpec
 
 CALLS = 2  # forward + backward twice: the second backward must add to the first's .grad
+# the items of a report (Report.items), each a test of its own for a grader: on the default configuration
+FORWARD, GRADIENT = "forward: {}", "gradient: {}"
+ACCUMULATE = "accumulation: a second backward adds into each .grad"
+UNCHANGED = "inputs and dout left unchanged"
+NUMERIC = "central differences of your forward agree with the gradients"
+CONFIG = "configuration {} of {}: {}"
 NUMERIC_OK = 1e-5  # central differences (h = 1e-6) of a right forward agree with autograd far closer than this
 
 
@@ -65,6 +71,27 @@ def reference_call(spec: LayerSpec, params: dict[str, Tensor], inputs: dict[str,
     return Call(inputs, douts, {o: t.detach() for o, t in outputs.items()}, grads, ctx)
 
 
+def items(spec: LayerSpec, outputs, grads, params) -> list[str]:
+    """The items checked on the default configuration, then one per further configuration."""
+    configs = expand(spec)
+    names = [FORWARD.format(o) for o in outputs] + [GRADIENT.format(g) for g in grads]
+    names += [ACCUMULATE] if params else []
+    names += [UNCHANGED] + ([NUMERIC] if spec.numeric else [])
+    return names + [CONFIG.format(n + 1, len(configs), label) for n, (label, _) in enumerate(configs) if n]
+
+
+def planned(spec: LayerSpec) -> list[str]:
+    """``items`` without a learner: from the reference on the default configuration."""
+    g = torch.Generator().manual_seed(spec.seed)
+    params = {n: make(g) for n, make in spec.params.items()}
+    c = reference_call(spec, params, spec.inputs(g), g)
+    return items(spec, c.outputs, _returns(spec, c) + tuple(f"{p}.grad" for p in params), params)
+
+
+def _returns(spec: LayerSpec, c: Call) -> tuple[str, ...]:
+    return spec.returns if spec.returns is not None else tuple(n for n in c.grads if not n.endswith(".grad"))
+
+
 def check_layer(spec: LayerSpec, box, where: str | None) -> Report:
     """Check the layer in ``box`` (a Sandbox holding the learner's class) on every configuration of ``spec``."""
     configs = expand(spec)
@@ -78,12 +105,19 @@ def check_layer(spec: LayerSpec, box, where: str | None) -> Report:
         args = ", ".join(f"{k}={v!r}" for k, v in cfg.ctor.items())
         shapes = "; ".join(f"{n} {tuple(t.shape)}" for n, t in calls[0].inputs.items())
         report.say(f"  configuration {number + 1} of {len(configs)}, {label}: {box.cls_name}({args}) on {shapes}")
+        if number == 0:
+            report.plan(*items(spec, calls[0].outputs, _returns(cfg, calls[0]) + tuple(f"{p}.grad" for p in params),
+                               params))
+        since = len(report.log)
         try:
             ok = _walk(cfg, box, number, params, calls, report)
         except LearnerFailed as e:
             report.fail(e.text, e.key)
             ok = False
+        if number:
+            report.mark(CONFIG.format(number + 1, len(configs), label), ok)
         if not ok:
+            report.settle(since)
             report.say(f"  (configuration {number + 1}, {label}, is the one that failed)")
             return report
     return report
@@ -95,14 +129,16 @@ def _walk(spec: LayerSpec, box, number: int, params: dict, calls: list[Call], re
         report.fail("  " + why)
         return False
     errors: dict[str, float] = {}
+    mark = report.mark if number == 0 else (lambda *a: None)  # items are the default configuration's
     for k, c in enumerate(calls):
-        if not _forward(spec, box, c, k, errors, report) or not _backward(spec, box, params, calls, k, errors,
-                                                                          report):
+        if not _forward(spec, box, c, k, errors, report, mark) or not _backward(spec, box, params, calls, k, errors,
+                                                                                report, mark):
             return False
     report.say("    right; the largest relative errors over two calls: "
                + ", ".join(f"{n} {e:.1e}" for n, e in errors.items()))
     if spec.numeric:
         gap = _numeric_summary(spec, box, calls[-1])
+        mark(NUMERIC, gap is None or gap <= NUMERIC_OK)
         if gap is not None and gap > NUMERIC_OK:
             report.fail(f"  central differences of your forward (h = 1e-6) disagree with the gradients by {gap:.0e} "
                         f"(a right layer agrees to about 1e-8): your forward does not compute the function whose "
@@ -127,35 +163,39 @@ def _plain(name: str, t) -> None:
         raise LearnerFailed(f"  {name} is {t}, not a plain torch.Tensor: return plain tensors", key="not-plain")
 
 
-def _unchanged(given: dict, originals: dict[str, Tensor], report: Report, what=INPUT_IN_PLACE) -> bool:
+def _unchanged(given: dict, originals: dict[str, Tensor], report: Report, mark, what=INPUT_IN_PLACE) -> bool:
     for n, t in originals.items():
         if not (isinstance(given.get(n), Tensor) and torch.equal(given[n], t)):
             report.fail("  " + what.says(n, "was"), what.key)
+            mark(UNCHANGED, False, [what.key])
             return False
+    mark(UNCHANGED, True)
     return True
 
 
-def _forward(spec, box, c: Call, k: int, errors, report) -> bool:
+def _forward(spec, box, c: Call, k: int, errors, report, mark) -> bool:
     result, given = box.request("forward", c.inputs)
     what = f"{box.cls_name}.forward"
     outs = _as_dict(result, tuple(c.outputs), what)
-    if not _unchanged(given, c.inputs, report):
+    if not _unchanged(given, c.inputs, report, mark):
         return False
     for name, expected in c.outputs.items():
         actual = outs[name]
         _plain(name, actual)
         if same(actual, expected, RIGHT):
             errors[name] = max(errors.get(name, 0.0), rel_error(actual, expected))
+            mark(FORWARD.format(name), True)
             continue
+        mark(FORWARD.format(name), False)
         report.fail(f"  forward is wrong.  {describe(name, actual, expected)}")
         name_it(spec, name, actual, [m.value(c.ctx).get(name) for m in _formulas(spec)], report, c, expected)
         return False
     return True
 
 
-def _backward(spec, box, params, calls: list[Call], k: int, errors, report) -> bool:
+def _backward(spec, box, params, calls: list[Call], k: int, errors, report, mark) -> bool:
     c = calls[k]
-    returns = spec.returns if spec.returns is not None else tuple(n for n in c.grads if not n.endswith(".grad"))
+    returns = _returns(spec, c)
     what = f"{box.cls_name}.backward"
     try:
         result, given, pgrads, inputs_after = box.request("backward", c.douts)
@@ -171,7 +211,7 @@ def _backward(spec, box, params, calls: list[Call], k: int, errors, report) -> b
         return False
     got = _as_dict(result, returns, what) if returns else {}
     saved = _intermediates(spec, box, c, params) if k == 0 else []
-    ok = _unchanged(given, c.douts, report, DOUT_IN_PLACE) and _unchanged(inputs_after, c.inputs, report)
+    ok = _unchanged(given, c.douts, report, mark, DOUT_IN_PLACE) and _unchanged(inputs_after, c.inputs, report, mark)
     rows = []  # (name, actual, expected, candidates)
     for name in returns:
         rows.append((name, got[name], c.grads[name], [m.value(c.ctx).get(name) for m in _formulas(spec)]))
@@ -182,7 +222,9 @@ def _backward(spec, box, params, calls: list[Call], k: int, errors, report) -> b
     wrong = []
     for name, actual, expected, _ in rows:
         _plain(name, actual)
-        if same(actual, expected, RIGHT):
+        right = same(actual, expected, RIGHT)
+        mark(ACCUMULATE if k and name.endswith(".grad") else GRADIENT.format(name), right)
+        if right:
             errors[name] = max(errors.get(name, 0.0), rel_error(actual, expected))
         else:
             wrong.append(name)

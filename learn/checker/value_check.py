@@ -87,6 +87,9 @@ class ValueSpec:
     name, cls = "value", "Value"
     mistakes = [m for m, _ in MISTAKES] + [RECURSION]
 
+    def planned(self) -> list[str]:
+        return [label for label, _, _ in EXPRESSIONS]
+
     def check(self, box, where: str | None) -> Report:
         """``box``: the Sandbox running the learner's Value class; each expression runs there."""
         report = Report(f"Checking {box.cls_name} of exercise value on {len(EXPRESSIONS)} expressions, a = {A}, "
@@ -102,8 +105,10 @@ class ValueSpec:
                 results[label] = e
         whole = _explains_all(results)
         errors: set[str] = set()
+        report.plan(*self.planned())
         for label, f, look in EXPRESSIONS:
-            _one(label, f, look, results[label], whole, report, errors)
+            since = len(report.log)
+            report.mark(label, _one(label, f, look, results[label], whole, report, errors), report.log[since:])
         return report
 
 
@@ -155,30 +160,31 @@ def _same(x: tuple, y: tuple, tol: float) -> bool:
     return all(_close(a, b, tol) for a, b in zip(x, y))
 
 
-def _one(label, f, look, got, whole, report: Report, errors: set[str]) -> None:
+def _one(label, f, look, got, whole, report: Report, errors: set[str]) -> bool:
+    """Report one expression; -> whether it is right."""
     if isinstance(got, LearnerFailed):
         report.fail(f"  WRONG   {label}:" + ("  the same error" if got.text in errors else ""))
         if got.text in errors:
-            return
+            return False
         errors.add(got.text)
         report.fail("\n".join("    " + ln for ln in got.text.splitlines()), got.key)
         if got.key == "recursion":
             report.fail("    -> " + RECURSION.says("backward", "is"), RECURSION.key)
-        return
+        return False
     want = _expected(f)
     if _same(got, want, 1e-9):
         report.say(f"  right   {label}")
-        return
+        return True
     report.fail(f"  WRONG   {label}")
     for name, g, w in zip(("out.data", "a.grad", "b.grad"), got, want):
         if not _close(g, w, 1e-9):
             report.say(f"    {name}: expected {w:.10g}, yours {g:.10g}")
     if not _close(got[0], want[0], 1e-9):
         report.say("    -> the forward value is wrong: look at the operation's data, before any gradient")
-        return
+        return False
     if f is _deep:
         report.say(f"    -> look at: {look}")
-        return
+        return False
     candidates = [whole] if whole is not None else [(m, None) for m, _ in MISTAKES]
     for m, theirs in candidates:
         if theirs is None:
@@ -188,5 +194,6 @@ def _one(label, f, look, got, whole, report: Report, errors: set[str]) -> None:
                 continue
         if _same(theirs[label], got, 1e-7) and not _same(theirs[label], want, 1e-9):
             report.fail("    -> " + m.says("gradients", "match"), m.key)
-            return
+            return False
     report.say(f"    -> no known mistake gives these numbers; look at: {look}")
+    return False
