@@ -56,7 +56,7 @@ class GPTStage(BaseLayer):
         self.wte, self.wpe = (gpt.wte, gpt.wpe) if self.first else (None, None)
         self.ln_f = gpt.ln_f if self.last else None
         # the output layer: the token table itself on a single stage, else the last stage's copy of it
-        self.head = None if not self.last or self.first else gpt.wte.weight.detach().clone()
+        self.head = None if not self.last or self.first else gpt.wte.weight.detach().clone().requires_grad_(gpt.wte.weight.requires_grad)
         self.vocab_size, self.n_embd = gpt.vocab_size, gpt.n_embd
         self._head_w = self._x = None
 

@@ -35,7 +35,7 @@ from layers.layer import BaseLayer, _rng_untouched
 from layers.layernorm import LayerNorm
 from models.gpt import GPT
 from .tp_cross_entropy import VocabParallelCrossEntropy
-from .tp_layers import ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding
+from .tp_layers import ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding, shard_of
 from .tp_mappings import CopyToTensorParallel, GatherFromSequenceParallel, all_reduce_, tp_rank_and_size
 
 
@@ -136,7 +136,7 @@ class TensorParallelGPT(BaseLayer):
         w = gpt.wpe.weight
         with _rng_untouched(w.device):
             self.wpe = Embedding(w.shape[0], w.shape[1], dtype=w.dtype, device=w.device)  # replicated
-        self.wpe.weight = w.detach().clone()
+        self.wpe.weight = shard_of(w, w.detach())
         self.h = [ParallelBlock(b, rank, size, group, sp) for b in gpt.h]
         self.ln_f = _copy_layernorm(gpt.ln_f)
         self.f = GatherFromSequenceParallel(group) if sp else CopyToTensorParallel(group)

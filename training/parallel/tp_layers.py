@@ -37,6 +37,12 @@ def _local_linear(weight: Tensor, bias: Tensor | None) -> Linear:
     return lin
 
 
+
+def shard_of(param: Tensor, part: Tensor) -> Tensor:
+    """A rank's own copy of ``part`` of ``param``, a parameter as ``param`` is: requiring a gradient where it does
+    (frozen stays frozen; the layers give a gradient only to a parameter whose ``requires_grad`` is True)."""
+    return part.clone().requires_grad_(param.requires_grad)
+
 class ColumnParallelLinear(BaseLayer):
     """f, then this rank's rows of the Linear: x (*, D) -> its slice of y (*, H/T).
 
@@ -52,8 +58,8 @@ class ColumnParallelLinear(BaseLayer):
             raise ValueError(f"ColumnParallelLinear: out_features {h} does not divide among {size} ranks")
         self.rows = torch.arange(rank * (h // size), (rank + 1) * (h // size)) if rows is None else rows
         self.size, self.group = size, group
-        self.weight = full.weight.detach()[self.rows].clone()  # (H/T, D)
-        self.bias = None if full.bias is None else full.bias.detach()[self.rows].clone()  # (H/T,)
+        self.weight = shard_of(full.weight, full.weight.detach()[self.rows])  # (H/T, D)
+        self.bias = None if full.bias is None else shard_of(full.bias, full.bias.detach()[self.rows])  # (H/T,)
         self.f = GatherFromSequenceParallel(group) if sequence_parallel else CopyToTensorParallel(group)
         self._lin = _local_linear(self.weight, self.bias)
 
@@ -87,8 +93,8 @@ class RowParallelLinear(BaseLayer):
         if d % size:
             raise ValueError(f"RowParallelLinear: in_features {d} does not divide among {size} ranks")
         self.group = group
-        self.weight = full.weight.detach()[:, rank * (d // size):(rank + 1) * (d // size)].clone()  # (H, D/T)
-        self.bias = None if full.bias is None else full.bias.detach().clone()  # (H,) whole, on every rank
+        self.weight = shard_of(full.weight, full.weight.detach()[:, rank * (d // size):(rank + 1) * (d // size)])  # (H, D/T)
+        self.bias = None if full.bias is None else shard_of(full.bias, full.bias.detach())  # (H,) whole, on every rank
         self.g = ReduceScatterToSequenceParallel(group) if sequence_parallel else ReduceFromTensorParallel(group)
         self.sequence_parallel = sequence_parallel
         self._lin = _local_linear(self.weight, None)
@@ -130,7 +136,7 @@ class VocabParallelEmbedding(BaseLayer):
         self.start, self.end = rank * per, (rank + 1) * per  # this rank's ids
         table = torch.zeros(self.padded, c, dtype=full.weight.dtype, device=full.weight.device)
         table[:v] = full.weight.detach()
-        self.weight = table[self.start:self.end].clone()  # (Vp/T, C)
+        self.weight = shard_of(full.weight, table[self.start:self.end])  # (Vp/T, C)
         with _rng_untouched(table.device):
             self._emb = Embedding(per, c, dtype=table.dtype, device=table.device)
         self._emb.weight = self.weight
