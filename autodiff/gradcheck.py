@@ -52,7 +52,7 @@ def _autograd(owner: str, fn: Callable[[], Tensor | tuple], leaves: list[Tensor]
     (outputs, their upstream gradients), two lists.
 
     None only for a layer that declared itself opaque to autograd; for any other, a forward that autograd
-    cannot trace is an error (it used to count as a pass, which let a crash print PASS).
+    cannot trace is an error (counted as a pass, a crash would print PASS).
     """
     if opaque:
         return None

@@ -74,11 +74,9 @@ def _add_grads(d_rows: Tensor, pairs: list[tuple[Tensor, Tensor]], biases: tuple
 
 
 def _tanh(x: Tensor, out: Tensor) -> Tensor:
-    """tanh(x) into ``out`` (which may be x).  On an AMD CPU as 2 sigmoid(2x) - 1, an exact identity: torch's
-    float32 tanh there measured 5x slower than its sigmoid (20 vs 3.7 us for 8K elements, AMD EPYC Zen 5), and
-    these four kernels 2x faster than tanh; the rounding differs from tanh's by at most ~1 ulp of 1 (1.8e-7
-    float32, 3e-16 float64).  Elsewhere torch.tanh itself: on an Intel Xeon it measured 4.6 us against 16.9 us for
-    the four kernels (2026-11-25)."""
+    """tanh(x) into ``out`` (which may be x).  On an AMD CPU as 2 sigmoid(2x) - 1, an exact identity: faster where
+    torch's float32 tanh is slow (docs/benchmarks.md has the figures); the rounding differs from tanh's by at most
+    ~1 ulp of 1.  Elsewhere torch.tanh itself, which is the faster there."""
     if SIGMOID_TANH and x.device.type == "cpu":
         return torch.mul(x, 2, out=out).sigmoid_().mul_(2).sub_(1)
     return torch.tanh(x, out=out)

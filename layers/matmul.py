@@ -1,11 +1,8 @@
 """The recurrent layers' matrix products, on the CPU through oneDNN where torch's BLAS is slower.
 
 ``torch.mm`` on the CPU calls MKL's sgemm.  On an AMD CPU MKL runs its AVX2 code, while oneDNN -- the library
-behind nn.LSTM's own CPU kernel -- generates AVX-512 code: for the products of a recurrent layer, (32, 256) x
-(256, 1024) per step and (2048, 256) x (256, 1024) over a sequence, oneDNN measured 1.6-2x faster in float32 on
-an AMD EPYC (Zen 5; ``python benchmarks/lstm_step.py`` prints both).  On an Intel CPU MKL runs its own AVX-512
-code, and there the whole LSTM step measured faster through MKL (a 2-core Intel Xeon, 2026-11-25,
-``benchmarks/lstm_step.py``: 73.3 ms against 80.1 ms through oneDNN).  So for a float32 CPU tensor on an AMD
+behind nn.LSTM's own CPU kernel -- generates AVX-512 code, faster for a recurrent layer's products there; on an Intel CPU MKL runs its own AVX-512
+code and is the faster (``python benchmarks/lstm_step.py`` prints both; the figures are in docs/benchmarks.md).  So for a float32 CPU tensor on an AMD
 CPU the products below go through oneDNN's matmul, ``torch.ops.mkldnn._linear_pointwise`` (the op torch's own
 compiler emits for nn.Linear on the CPU); for anything else -- another CPU, float64, CUDA, a torch built without
 oneDNN, or ``ONEDNN = False`` -- through ``torch.addmm``.  The two agree to float32 round-off (tests/test_recurrent.py runs both

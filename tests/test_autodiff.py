@@ -447,7 +447,7 @@ def test_unchanged_saved_tensors_pass_and_retain_graph_checks_again():
         y.backward()
 
 
-# -- the engine's parameters in torch's layout (issue 29) -------------------------------------------------------
+# -- the engine's parameters in torch's layout -------------------------------------------------------
 
 def square_and_non_square():
     """The default Net's shape with every hidden layer square (16 -> 16 -> 16 -> 10), and one all square: a
@@ -519,7 +519,7 @@ def test_optimizer_state_moves_between_torch_optim_and_the_engine_through_the_mo
 
 def test_to_keeps_the_parameter_tensors_so_an_optimizer_built_before_still_steps():
     """nn.Module.to keeps each parameter's identity; so does the engine's: the optimizer built before ``to`` holds
-    the tensors backward fills (it used to say "call backward first" after a backward)."""
+    the tensors backward fills, and a backward after ``to`` fills them."""
     torch.manual_seed(0)
     eng = EngineNet(hidden_size=16, depth=1)
     twin = PytorchNet(hidden_size=16, depth=1)
@@ -542,7 +542,7 @@ def test_to_keeps_the_parameter_tensors_so_an_optimizer_built_before_still_steps
         eng.to(torch.int64)
 
 
-# -- misuse: refused in one line naming the problem (issue 34) ----------------------------------------------------
+# -- misuse: refused in one line naming the problem ----------------------------------------------------
 
 @pytest.mark.parametrize("fn", [lambda a, b: a * b, lambda a, b: b * a, lambda a, b: a + b, lambda a, b: b - a,
                                 lambda a, b: a / b, lambda a, b: a @ b, lambda a, b: b @ a, lambda a, b: a ** b],

@@ -254,7 +254,7 @@ def test_an_integer_input_is_passed_through_and_gets_none():
         check_layer(Lookup(gives_grad=True), idx)
 
 
-# -- faults one backward's numbers do not show (issue 34) ----------------------------------------------------------
+# -- faults one backward's numbers do not show ----------------------------------------------------------
 
 class Affine:
     """out = x * weight_hh + bias, with parameters() only (no named_parameters): a learner's layer.  ``bug``:
@@ -297,7 +297,7 @@ def test_a_correct_layer_with_parameters_only_is_checked_under_its_attribute_nam
 
 
 def test_a_backward_that_overwrites_grad_is_reported_by_the_parameters_name():
-    """The most common learner's mistake: its gradient from an empty .grad is right, so it used to pass."""
+    """The most common learner's mistake: its gradient from an empty .grad is right, so the numbers alone pass it."""
     results = {r.tensor: r for r in check_layer(Affine("overwrite"), torch.randn(4, 3, dtype=torch.float64))}
     bad = results["weight_hh"]
     assert bad.rel_numeric < 1e-7 and bad.rel_autograd < 1e-7  # the numbers alone are right
@@ -309,7 +309,7 @@ def test_a_backward_that_overwrites_grad_is_reported_by_the_parameters_name():
 
 @pytest.mark.parametrize("fast", [False, True])
 def test_a_backward_that_changes_dout_in_place_is_reported(fast):
-    """Its dx is right (the changed dout is dx), so it used to pass; in a network the layer before would then
+    """Its dx is right (the changed dout is dx), so the numbers alone pass it; in a network the layer before would then
     receive a changed gradient."""
     dout = torch.randn(4, 3, dtype=torch.float64)
     kept = dout.clone()

@@ -1,4 +1,4 @@
-"""A tensor kept from the forward for the backward, changed in place in between, is refused (issue 34, item 4).
+"""A tensor kept from the forward for the backward, changed in place in between, is refused.
 
 Every layer and loss that keeps a tensor its backward reads -- an input for a weight gradient, a weight for the
 input gradient, a loss's target -- records the tensors' version counters in the forward and compares them in
@@ -442,7 +442,7 @@ def test_the_recurrent_initial_state_is_copied_so_changing_it_is_not_refused():
     torch.testing.assert_close(dh0, h0t.grad, rtol=1e-10, atol=1e-12)
 
 
-# -- three unclear errors of issue 34: one clear line each --------------------------------------------------------
+# -- three errors that were unclear: one clear line each --------------------------------------------------------
 
 @pytest.mark.parametrize("make, args", [(CrossEntropyLoss, (torch.randn(3, 4), torch.tensor([0, 1, 2]))),
                                         (MSELoss, (torch.randn(3, 4), torch.randn(3, 4)))])

@@ -1,4 +1,4 @@
-"""What a hostile user found in the layers (issue 34): each misuse ends in torch's answer or in one clear error that
+"""The layers under misuse: each misuse ends in torch's answer or in one clear error that
 names the problem, never in a different number.
 
 - a module used twice (``act`` or a Linear shared) is converted as torch runs it, the shared weight's gradient

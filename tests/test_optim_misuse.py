@@ -1,4 +1,4 @@
-"""The optimizers under misuse (issue 34): the same answer as torch.optim, or a clear refusal naming the problem.
+"""The optimizers under misuse: the same answer as torch.optim, or a clear refusal naming the problem.
 
 * Complex parameters: torch.optim updates a complex tensor as its (real, imaginary) pairs (torch.view_as_real);
   so do Adam, AdamW, RMSprop and Adagrad here (SGD's update is linear, so it matched already): 20 complex128

@@ -91,7 +91,7 @@ def test_flags_map_onto_the_config_and_remember_what_was_given():
 @pytest.mark.parametrize("given,held_out", [(None, 30), ("0.1", 30), ("10%", 30), ("30", 30), ("0.41", 123),
                                              ("12.5%", 37), ("0", 0), ("0%", 0)])
 def test_val_split_takes_a_count_a_fraction_or_a_percentage_as_its_help_says(tiny, given, held_out):
-    """--val-split 0.1 used to be "invalid int value" while --help said "default: 10%"."""
+    """--val-split 0.1 is a fraction, as --help's "default: 10%" says, not an "invalid int value"."""
     help_text = " ".join(train.build_parser().format_help().split())
     assert "a count (6000), a fraction (0.1) or a percentage (10%) of them (default: 10%; 0: none)" in help_text
     config = train.parse_config(["--data-dir", str(tiny), "--no-download"]

@@ -174,7 +174,7 @@ def test_a_checkpoint_records_its_own_size_near_its_start(one_epoch):
 
 @pytest.mark.parametrize("missing", [3212, 40, 1, "half"])
 def test_a_truncated_checkpoint_is_refused_with_both_sizes(one_epoch, tiny, capsys, missing):
-    """It used to be "not a handgrad checkpoint (ValueError: negative seek value -3212)"."""
+    """Said plainly, not as "not a handgrad checkpoint (ValueError: negative seek value -3212)"."""
     data = one_epoch.read_bytes()
     keep = len(data) // 2 if missing == "half" else len(data) - missing
     one_epoch.write_bytes(data[:keep])
@@ -203,7 +203,7 @@ def test_a_truncated_checkpoint_of_a_format_without_its_size_says_truncated(one_
 
 
 def test_a_changed_digest_shows_where_the_two_differ(one_epoch, tiny, capsys):
-    """Two digests that differ after their 16th hex digit used to show as two equal 16-digit prefixes."""
+    """Two digests that differ after their 16th hex digit do not show as two equal 16-digit prefixes."""
     data = bytearray(one_epoch.read_bytes())
     stored = data[-64:].decode()
     changed = stored[:39] + ("0" if stored[39] != "0" else "1") + stored[40:]  # hex digit 40 of 64
