@@ -92,7 +92,7 @@ def torch_step(model, opt, mark_step=False, opt_step=None):
 
 def gemm_bound(net, x):
     """The step's matrix products alone, into preallocated outputs: forward x@W^T, backward dout^T@x and dout@W."""
-    weights = [p for name, p in net.named_parameters() if name.endswith("weight")]  # (H, D) each
+    weights = [p.detach() for name, p in net.named_parameters() if name.endswith("weight")]  # (H, D) each
     acts = [x]
     for w in weights:
         acts.append(torch.empty(x.shape[0], w.shape[0], device=x.device, dtype=x.dtype))
