@@ -22,6 +22,21 @@ from gradcheck import RTOL
 # the load (training/threads.py) could sum in another order than the run it is compared with bit for bit.
 os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
 
+# The slow files: real multi-process runs (torchrun, gloo), the compiled step, every benchmark script run once, an
+# autograder installed into a fresh environment.  `pytest -q` leaves them out (pyproject's addopts), so the suite
+# answers in minutes; `pytest -q -m slow` runs them, and CI runs both.
+SLOW_FILES = {"test_benchmarks.py", "test_compile.py", "test_distributed_train.py", "test_distributed_faults.py",
+              "test_parallel_composition.py", "test_zero.py", "test_tensor_parallel.py",
+              "test_learn_teach_autograder.py"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in SLOW_FILES:
+            item.add_marker(pytest.mark.slow)
+
+
 # The real MNIST test split sits in shared/ beside the checkout (CI's clone has it there too).
 SHARED_MNIST = next((p for p in (Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist",
                                  Path("/work/shared/data/mnist")) if p.is_dir()),

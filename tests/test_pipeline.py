@@ -121,6 +121,7 @@ def both(rank, world):
     return {"hand": hand_written(rank, world), "twin": twin(rank, world)}
 
 
+@pytest.mark.slow  # two processes
 def test_two_pipeline_stages_equal_one_process_under_every_schedule_hand_written_and_twin():
     results = spawn_ranks(both, 2)
     losses, weights = one_process()

@@ -88,7 +88,7 @@ def test_readme_commands_name_what_exists_and_take_their_arguments():
         elif words[:1] == ["train.py"]:
             train.parse_config(words[1:])
         elif words[:2] == ["-m", "pytest"]:
-            assert all(w.startswith("-") for w in words[2:]), words
+            assert words[2:] in (["-q"], ["-q", "-m", "slow"]), words
         else:
             pytest.fail(f"README.md runs {words}, which this test does not know how to check")
     scripts = readme_commands("sh")
@@ -102,4 +102,5 @@ def test_ci_installs_and_tests_exactly_as_the_readme_says():
                        "") == plain, "the two set-up commands differ in more than the CPU index"
     test = next(b for b in blocks if b.endswith(".venv/bin/python -m pytest -q"))
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
-    assert plain in ci and test in ci, "CI must run README's set-up and test commands word for word"
+    slow = next(b for b in blocks if b.endswith(".venv/bin/python -m pytest -q -m slow"))
+    assert plain in ci and test in ci and slow in ci, "CI must run README's set-up and test commands word for word"
