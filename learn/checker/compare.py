@@ -41,8 +41,17 @@ def worst(actual: Tensor, expected: Tensor) -> tuple[tuple[int, ...], float, flo
     """(index, expected value, actual value) where they differ most (a nan counts as the worst)."""
     diff = (actual.double() - expected.double()).abs().nan_to_num(nan=float("inf"))
     flat = int(diff.reshape(-1).argmax())
-    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), actual.shape)) if actual.dim() else ()
-    return index, expected.reshape(-1)[flat].item(), actual.reshape(-1)[flat].item()
+    return unravel(flat, actual.shape), expected.reshape(-1)[flat].item(), actual.reshape(-1)[flat].item()
+
+
+def unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The row-major index of entry ``flat`` in ``shape`` (() for a scalar), in plain Python: torch.unravel_index
+    imports torch's symbolic-shape machinery, about 0.4 s of a check."""
+    index = []
+    for n in reversed(shape):
+        flat, i = divmod(flat, n)
+        index.append(i)
+    return tuple(reversed(index))
 
 
 def describe(name: str, actual: object, expected: Tensor) -> str:
@@ -102,3 +111,10 @@ def diagnose(name: str, actual: Tensor, expected: Tensor, others: dict[str, Tens
             lines.append(f"only in {name}[:, j] for j in {cols} (along the second axis): the others are right")
     return ["; ".join(lines)]
 
+
+def vjp(outputs: list[Tensor], inputs: list[Tensor], grad_outputs: list[Tensor]) -> tuple[Tensor | None, ...]:
+    """The gradients of sum_k <outputs[k], grad_outputs[k]> w.r.t. ``inputs`` (None where unused): what
+    ``torch.autograd.grad(outputs, inputs, grad_outputs)`` gives, written as one scalar so that torch does not import
+    its symbolic-shape machinery (about 0.4 s of a check) to compare the shapes of ``grad_outputs``."""
+    total = sum((o * g).sum() for o, g in zip(outputs, grad_outputs))
+    return torch.autograd.grad(total, inputs, allow_unused=True)

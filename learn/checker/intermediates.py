@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .compare import vjp
+
 EPS = 1e-5
 
 
@@ -24,7 +26,7 @@ def expected(trace, leaves: dict[str, Tensor], ctor: dict, douts: dict[str, Tens
         inter, outs = trace(SimpleNamespace(**t, **ctor))
         grad_outputs = [torch.ones((), dtype=torch.float64)] if loss else [douts[f"d{o}"] for o in outs]
         names = [n for n, v in inter.items() if v.requires_grad]
-        found = torch.autograd.grad(list(outs.values()), [inter[n] for n in names], grad_outputs, allow_unused=True)
+        found = vjp(list(outs.values()), [inter[n] for n in names], grad_outputs)
     out = {n: v.detach() for n, v in inter.items()}
     out.update({f"d{n}": (torch.zeros_like(inter[n]) if g is None else g).detach() for n, g in zip(names, found)})
     return out

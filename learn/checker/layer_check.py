@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from ..mistakes import DOUT_IN_PLACE, INPUT_IN_PLACE
-from .compare import RIGHT, describe, rel_error, same, shape_of
+from .compare import RIGHT, describe, rel_error, same, shape_of, unravel, vjp
 from .configs import expand
 from .guard import LearnerFailed
 from .intermediates import TRACES, compare, expected
@@ -45,6 +45,7 @@ class Call:
     ctx: SimpleNamespace  # everything, by name, for the mistakes' formulas
 
 
+
 def reference_call(spec: LayerSpec, params: dict[str, Tensor], inputs: dict[str, Tensor], g) -> Call:
     """The expected outputs and gradients of one forward/backward, from torch.autograd (its own leaves: nothing
     here depends on how a layer's tensors were made)."""
@@ -58,8 +59,7 @@ def reference_call(spec: LayerSpec, params: dict[str, Tensor], inputs: dict[str,
             douts = {f"d{o}": torch.randn(t.shape, generator=g, dtype=F64) for o, t in outputs.items()}
             grad_outputs = list(douts.values())
         wrt = [n for n, t in leaves.items() if t.requires_grad]
-        found = torch.autograd.grad(list(outputs.values()), [leaves[n] for n in wrt], grad_outputs,
-                                    allow_unused=True)
+        found = vjp(list(outputs.values()), [leaves[n] for n in wrt], grad_outputs)
     grads = {}
     for n, d in zip(wrt, found):
         d = torch.zeros_like(leaves[n]) if d is None else d
@@ -306,7 +306,7 @@ def _numeric_summary(spec, box, c: Call) -> float | None:
     gaps = []
     for name, g in c.grads.items():
         for flat in sorted({0, g.numel() // 2, g.numel() - 1}):
-            index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), g.shape)) if g.dim() else ()
+            index = unravel(flat, g.shape)
             num = _central(spec, box, c, name, index)
             if num is None:
                 return None
