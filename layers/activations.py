@@ -9,55 +9,25 @@ the sigmoid of its input.
 from __future__ import annotations
 
 import math
-from abc import ABC, abstractmethod
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from .checks import check_backward_dout, check_floating, check_tensor
 from .layer import BaseLayer
 from .saved import check_versions, versions
 
 
-class _Activation(BaseLayer, ABC):
-    """Shared plumbing of the element-wise activations: validation and the cache of the output."""
+class Out(NamedTuple):
+    out: Tensor  # the activation's output: its derivative is a cheap function of it
 
-    _saved_names: tuple[str, ...] = ("its output",)  # what ``_saved`` holds, as the in-place check names it
 
-    def __init__(self) -> None:
-        self._out: Tensor | None = None  # the output: its shape/dtype/device validate dout
-        self._saved = None  # what _backward needs (the output unless _save says otherwise)
+class X(NamedTuple):
+    x: Tensor  # the activation's input
 
-    def forward(self, x: Tensor) -> Tensor:
-        """x: any shape -> out: same shape."""
-        if not (isinstance(x, Tensor) and x.is_floating_point()):
-            check_tensor(repr(self), "x", x)
-            check_floating(repr(self), "x", x)
-        self._out = self._saved = None  # a forward that raises leaves nothing stale behind
-        self._out = out = self._forward(x)
-        if self._saved is None:  # _forward did not save something of its own (before overwriting x in place)
-            self._saved = out
-        saved = self._saved
-        self._versions = versions(*saved) if type(saved) is tuple else versions(saved)  # checked in backward
-        return out
 
-    def backward(self, dout: Tensor) -> Tensor:
-        """dout: shape of out -> dx: shape of x."""
-        out, saved = self._out, self._saved
-        check_backward_dout(self, dout, *((out.shape, out.dtype, out.device) if out is not None
-                                          else (None, None, None)))
-        self._out = self._saved = None
-        if saved is not None:  # a kept tensor changed in place since the forward is refused
-            check_versions(self, self._saved_names, saved if type(saved) is tuple else (saved,), self._versions)
-        return self._backward(dout, saved)
-
-    @abstractmethod
-    def _forward(self, x: Tensor) -> Tensor:
-        """The activation itself; its result is cached for ``_backward`` unless it sets ``self._saved``."""
-
-    @abstractmethod
-    def _backward(self, dout: Tensor, saved) -> Tensor:
-        """dL/dx from the upstream gradient and what the forward saved (by default its output)."""
+class _Activation(BaseLayer):
+    """An element-wise activation: any shape -> the same shape (the template's default input check)."""
 
 
 class ReLU(_Activation):
@@ -76,20 +46,16 @@ class ReLU(_Activation):
     def extra_repr(self) -> str:
         return "inplace=True" if self.inplace else ""
 
-    def _forward(self, x: Tensor) -> Tensor:
-        return torch.relu_(x) if self.inplace else torch.relu(x)
+    def forward(self, x: Tensor):
+        out = torch.relu_(x) if self.inplace else torch.relu(x)
+        return out, Out(out)
 
-    def backward_consumed(self) -> None:
-        """Drop the forward's cache: a following MaxPool2d ran this backward inside its own
-        (``MaxPool2d.backward_through_relu``, called by ``Sequential.backward``)."""
-        self._out = self._saved = None
-
-    def _backward(self, dout: Tensor, out: Tensor) -> Tensor:
+    def backward(self, dout: Tensor, saved: Out) -> Tensor:
         # out >= 0, so sign(out) is exactly the 0/1 mask (out > 0).  Multiplying by it is one fused
         # float kernel; dout * (out > 0) computes the same numbers 3-5x slower on CPU (bool temporaries),
         # torch.where(out > 0, dout, 0) 5-7x slower.  The mask's buffer becomes dx (mask * dout, in place):
         # one allocation of the activation's size, not two.
-        return out.sign().mul_(dout)
+        return saved.out.sign().mul_(dout)
 
 
 class Tanh(_Activation):
@@ -97,11 +63,12 @@ class Tanh(_Activation):
 
     torch_class = torch.nn.Tanh
 
-    def _forward(self, x: Tensor) -> Tensor:
-        return torch.tanh(x)
+    def forward(self, x: Tensor):
+        out = torch.tanh(x)
+        return out, Out(out)
 
-    def _backward(self, dout: Tensor, out: Tensor) -> Tensor:
-        return dout * (1 - out * out)
+    def backward(self, dout: Tensor, saved: Out) -> Tensor:
+        return dout * (1 - saved.out * saved.out)
 
 
 class Sigmoid(_Activation):
@@ -109,11 +76,12 @@ class Sigmoid(_Activation):
 
     torch_class = torch.nn.Sigmoid
 
-    def _forward(self, x: Tensor) -> Tensor:
-        return torch.sigmoid(x)
+    def forward(self, x: Tensor):
+        out = torch.sigmoid(x)
+        return out, Out(out)
 
-    def _backward(self, dout: Tensor, out: Tensor) -> Tensor:
-        return dout * out * (1 - out)
+    def backward(self, dout: Tensor, saved: Out) -> Tensor:
+        return dout * saved.out * (1 - saved.out)
 
 
 class _AlongDim(_Activation):
@@ -131,7 +99,8 @@ class _AlongDim(_Activation):
     def extra_repr(self) -> str:
         return f"dim={self.dim}"
 
-    def _check_dim(self, x: Tensor) -> None:
+    def check_input(self, x: Tensor) -> None:
+        super().check_input(x)
         if not -x.dim() <= self.dim < max(x.dim(), 1):
             raise ValueError(f"{self!r}: dim {self.dim} is out of range for an input of shape {tuple(x.shape)}")
 
@@ -148,12 +117,13 @@ class Softmax(_AlongDim):
     def __init__(self, dim: int = -1) -> None:
         super().__init__(dim)
 
-    def _forward(self, x: Tensor) -> Tensor:
-        self._check_dim(x)
-        return torch.softmax(x, self.dim)  # subtracts the row max: stable for large logits
+    def forward(self, x: Tensor):
+        out = torch.softmax(x, self.dim)  # subtracts the row max: stable for large logits
+        return out, Out(out)
 
-    def _backward(self, dout: Tensor, out: Tensor) -> Tensor:
-        return out * (dout - (dout * out).sum(self.dim, keepdim=True))
+    def backward(self, dout: Tensor, saved: Out) -> Tensor:
+        s = saved.out
+        return s * (dout - (dout * s).sum(self.dim, keepdim=True))
 
 
 class LogSoftmax(_AlongDim):
@@ -171,12 +141,12 @@ class LogSoftmax(_AlongDim):
     def __init__(self, dim: int | None = None) -> None:
         super().__init__(dim)
 
-    def _forward(self, x: Tensor) -> Tensor:
-        self._check_dim(x)
-        return torch.log_softmax(x, self.dim)  # x - max - log(sum(exp(x - max))): stable
+    def forward(self, x: Tensor):
+        out = torch.log_softmax(x, self.dim)  # x - max - log(sum(exp(x - max))): stable
+        return out, Out(out)
 
-    def _backward(self, dout: Tensor, out: Tensor) -> Tensor:
-        return dout - out.exp() * dout.sum(self.dim, keepdim=True)
+    def backward(self, dout: Tensor, saved: Out) -> Tensor:
+        return dout - saved.out.exp() * dout.sum(self.dim, keepdim=True)
 
 
 class LeakyReLU(_Activation):
@@ -186,7 +156,6 @@ class LeakyReLU(_Activation):
 
     torch_class = torch.nn.LeakyReLU
     _ctor_args = ("negative_slope", "inplace")
-    _saved_names = ("its input x",)  # (in place: the mask x > 0, its own tensor, which nothing else can change)
 
     def __init__(self, negative_slope: float = 0.01, inplace: bool = False) -> None:
         super().__init__()
@@ -200,15 +169,13 @@ class LeakyReLU(_Activation):
     def extra_repr(self) -> str:
         return f"negative_slope={self.negative_slope}" + (", inplace=True" if self.inplace else "")
 
-    def _forward(self, x: Tensor) -> Tensor:
-        if self.inplace:
-            self._saved = x > 0  # (N, ...) bool: x itself is about to be overwritten
-            return torch.nn.functional.leaky_relu_(x, self.negative_slope)
-        self._saved = x
-        return torch.nn.functional.leaky_relu(x, self.negative_slope)
+    def forward(self, x: Tensor):
+        if self.inplace:  # keep the mask x > 0 (its own tensor, which nothing else can change): x is overwritten
+            return torch.nn.functional.leaky_relu_(x, self.negative_slope), X(x > 0)
+        return torch.nn.functional.leaky_relu(x, self.negative_slope), X(x)
 
-    def _backward(self, dout: Tensor, saved: Tensor) -> Tensor:
-        positive = saved if saved.dtype == torch.bool else saved > 0
+    def backward(self, dout: Tensor, saved: X) -> Tensor:
+        positive = saved.x if saved.x.dtype == torch.bool else saved.x > 0
         return torch.where(positive, dout, dout * self.negative_slope)
 
 
@@ -237,7 +204,10 @@ class GELU(_Activation):
 
     torch_class = torch.nn.GELU
     _ctor_args = ("approximate",)
-    _saved_names = ("its input x", "its output")
+
+    class Saved(NamedTuple):
+        x: Tensor
+        out: Tensor | None  # None under recompute_output, until recompute()
 
     def __init__(self, approximate: str = "none") -> None:
         super().__init__()
@@ -249,16 +219,9 @@ class GELU(_Activation):
     def extra_repr(self) -> str:
         return f"approximate={self.approximate!r}"
 
-    def forward(self, x: Tensor) -> Tensor:
-        out = super().forward(x)
-        if self.recompute_output:  # hold nothing of out: a stand-in with its shape, dtype and device validates dout
-            self._out = out.new_empty(()).expand(out.shape)
-        return out
-
-    def _forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor):
         out = torch.nn.functional.gelu(x, approximate=self.approximate)
-        self._saved = (x, None if self.recompute_output else out)
-        return out
+        return out, self.Saved(x, None if self.recompute_output else out)
 
     def recompute(self) -> Tensor:
         """After a forward with ``recompute_output``: its output again, from the kept input (bit for bit the
@@ -267,13 +230,14 @@ class GELU(_Activation):
             raise RuntimeError(f"{self!r}: recompute() needs a forward first")
         x, out = self._saved
         if out is None:
-            check_versions(self, self._saved_names, self._saved, self._versions, before="recompute()")
-            out = torch.nn.functional.gelu(x, approximate=self.approximate)
-            self._saved = (x, out)
+            check_versions(self, ("its input x", "its output"), self._saved, self._versions, before="recompute()")
+            with torch.no_grad():
+                out = torch.nn.functional.gelu(x, approximate=self.approximate)
+            self._saved = self.Saved(x, out)
             self._versions = versions(x, out)
         return out
 
-    def _backward(self, dout: Tensor, saved: tuple[Tensor, Tensor | None]) -> Tensor:
+    def backward(self, dout: Tensor, saved: Saved) -> Tensor:
         # In-place chains on as few buffers as possible: the same formulas as the docstring.
         x, out = saved
         if self.approximate == "tanh":
@@ -300,7 +264,11 @@ class SiLU(_Activation):
 
     torch_class = torch.nn.SiLU
     _ctor_args = ("inplace",)
-    _saved_names = ("sigmoid(x)", "its output")
+    _saved_labels = {"s": "sigmoid(x)"}
+
+    class Saved(NamedTuple):
+        s: Tensor  # sigmoid(x)
+        out: Tensor
 
     def __init__(self, inplace: bool = False) -> None:
         super().__init__()
@@ -311,12 +279,11 @@ class SiLU(_Activation):
     def extra_repr(self) -> str:
         return "inplace=True" if self.inplace else ""
 
-    def _forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor):
         s = torch.sigmoid(x)  # (N, ...)
         out = x.mul_(s) if self.inplace else x * s  # (N, ...)
-        self._saved = (s, out)
-        return out
+        return out, self.Saved(s, out)
 
-    def _backward(self, dout: Tensor, saved: tuple[Tensor, Tensor]) -> Tensor:
+    def backward(self, dout: Tensor, saved: Saved) -> Tensor:
         s, out = saved
         return dout * (s + out * (1 - s))

@@ -35,7 +35,7 @@ def _mark(value: object) -> object:
     object itself."""
     if isinstance(value, Tensor):
         return weakref.ref(value)
-    if type(value) in (tuple, list):
+    if isinstance(value, (tuple, list)):  # a layer's Saved (a NamedTuple) too
         return _Seq((type(value), *map(_mark, value)))
     return value
 

@@ -30,14 +30,15 @@ container skips its first layer's dx unless asked with ``need_input_grad=True``.
 """
 from __future__ import annotations
 
-import contextlib
-import functools
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
 from torch.nn.modules.module import _IncompatibleKeys
+
+from .template import (Product, Template, accumulate_grad, is_template, no_graph, recording_graph,  # noqa: F401
+                       wants_grad, wrap_template)
 
 
 @runtime_checkable
@@ -51,35 +52,10 @@ class Layer(Protocol):
     def __call__(self, x: Tensor) -> Tensor: ...
 
 
-def wants_grad(param: Tensor) -> bool:
-    """Whether backward gives ``param`` a gradient: its own ``requires_grad``, read now.  The one rule every layer
-    follows (through ``accumulate_grad``, or around its in-place accumulations): a parameter that does not require
-    a gradient gets none, its ``.grad`` left exactly as it was, and the product that would give it is skipped."""
-    return param.requires_grad
-
-
 def learned(*tensors: Tensor | None) -> tuple[Tensor | None, ...]:
     """Mark freshly created tensors as parameters: ``requires_grad=True``, as ``nn.Parameter``'s default (None
     passes through).  The tensors keep their identity (a tied matrix stays one tensor)."""
     return tuple(None if t is None else t.requires_grad_() for t in tensors)
-
-
-def accumulate_grad(param: Tensor, grad: Tensor) -> None:
-    """``param.grad += grad``, creating ``.grad`` on first use (PyTorch's semantics); nothing for a parameter that
-    does not require a gradient (``wants_grad``).
-
-    An existing ``.grad`` is added into in place, so its storage stays put from step to step when the
-    gradients are cleared with ``zero_grad(set_to_none=False)`` (zeros written in place): what a CUDA
-    graph replays and what a tight loop wants.  ``zero_grad()`` with torch's default ``set_to_none=True``
-    drops ``.grad``, and the next backward allocates it again (from the caching allocator on CUDA).
-    ``grad`` becomes ``.grad`` itself on first use: callers pass a tensor nothing else will write to.
-    """
-    if not wants_grad(param):
-        return
-    if param.grad is None:
-        param.grad = grad
-    else:
-        param.grad.add_(grad)
 
 
 def zero_grad_(params: Iterable[Tensor], set_to_none: bool = True) -> None:
@@ -102,7 +78,7 @@ def named_parameters_of(layer: Layer) -> list[tuple[str, Tensor]]:
     return [(attrs.get(id(p), str(j)), p) for j, p in enumerate(layer.parameters())]
 
 
-class BaseLayer:
+class BaseLayer(Template):
     """Parameters, buffers, train/eval, state_dict and ``to`` for a hand-written layer.
 
     A subclass names its tensors in ``_param_names`` (learned, with ``.grad``) and
@@ -206,9 +182,14 @@ class BaseLayer:
         return [name for name, t in self.named_parameters() if not t.requires_grad]
 
     def __init_subclass__(cls, **kwargs) -> None:
-        """Each layer class's own ``forward`` and ``backward`` are wrapped once, here, to run with grad recording
-        off (``no_graph``): the parameters require gradients, and the hand-written pass must build no graph."""
+        """Each layer class's own ``forward`` and ``backward`` are wrapped once, here: a layer written in the
+        template (``backward(self, dout, saved)``) gets the base's checks, cache and gradient accumulation
+        (layers/template.py); every other runs with grad recording off (``no_graph``): the parameters require
+        gradients, and the hand-written pass must build no graph."""
         super().__init_subclass__(**kwargs)
+        if is_template(cls) or (getattr(cls, "_backward_math", None) is not None and "forward" in cls.__dict__):
+            wrap_template(cls)
+            return
         for name in ("forward", "backward"):
             method = cls.__dict__.get(name)
             if method is not None and not getattr(method, "_no_graph", False):
@@ -346,35 +327,6 @@ def copy_requires_grad(src, dst):
     else:
         dst.requires_grad_(False, frozen)
     return dst
-
-
-_recording = False  # set by recording_graph(): the layers' forward and backward record as plain torch code does
-
-
-@contextlib.contextmanager
-def recording_graph():
-    """Within: the layers' forward and backward run with grad mode as the caller set it, so that autograd records
-    the hand-written computation (gradcheck's autograd oracle differentiates the forward so)."""
-    global _recording
-    before, _recording = _recording, True
-    try:
-        yield
-    finally:
-        _recording = before
-
-
-def no_graph(method):
-    """``method`` run with grad recording off, as torch.optim runs its step: the hand-written forward and backward
-    compute with tensors that require gradients and must record nothing.  Inside a container's call, where
-    recording is off already, the cost is one ``torch.is_grad_enabled()`` test."""
-    @functools.wraps(method)
-    def wrapped(self, *args, **kwargs):
-        if torch.is_grad_enabled() and not _recording:
-            with torch.no_grad():
-                return method(self, *args, **kwargs)
-        return method(self, *args, **kwargs)
-    wrapped._no_graph = True
-    return wrapped
 
 
 def _refuse_wrapped_keys(owner: str, own: Mapping[str, Tensor], state_dict: Mapping[str, Tensor]) -> None:

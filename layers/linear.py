@@ -4,13 +4,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .checks import check_dout, check_int, check_like, check_tensor
+from typing import NamedTuple
+
+from .checks import check_int, check_like, check_tensor
 from .init import torch_default_params
-from .layer import BaseLayer, accumulate_grad, learned, wants_grad
-from .saved import check_versions, versions
-
-
-_NOT_KEPT = object()  # Linear._x after a forward with keep_input=False
+from .layer import BaseLayer, Product, learned
 
 
 class Linear(BaseLayer):
@@ -34,12 +32,21 @@ class Linear(BaseLayer):
     ``x.mul_(10)``, an optimizer step -- is refused in backward, as torch.autograd refuses it (layers/saved.py;
     the weight only when dx is asked for, as autograd keeps it only then).
     An input given back as ``backward(dout, input=x)`` is the caller's to keep unchanged: it was not kept here.
+
+    Written in the template (layers/template.py): the base checks, keeps, versions and accumulates; what is here
+    is the math.  dW and dx share no work (two GEMMs, each on dout), so ``backward_input``/``backward_weight``
+    (a pipeline's B and W) split it completely: dx now, dW and db later.
     """
 
     _param_names = ("weight", "bias")
-    _kept_names = ("its input x", "weight")
+    _input_grad_only = ("weight",)  # read for dx only: autograd keeps the weight only when x needs a gradient
     torch_class = torch.nn.Linear
     _ctor_args = ("in_features", "out_features", "bias")
+
+    class Saved(NamedTuple):
+        x: Tensor | None  # (N, D), for dW; None: not kept, the caller gives it back as backward(dout, input=x)
+        weight: Tensor  # (H, D), for dx
+        lead: torch.Size  # the input's leading axes (*), restored on dx
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
                  device: torch.device | str | None = None, dtype: torch.dtype | None = None):
@@ -47,132 +54,59 @@ class Linear(BaseLayer):
         self.out_features = check_int("Linear", "out_features", out_features)
         self.weight, self.bias = learned(*torch_default_params((out_features, in_features), bias, device=device,
                                                                dtype=dtype))
-        self._x: Tensor | None = None  # cached input as (N, D), needed for dW
-        self._lead: torch.Size = torch.Size()  # the input's leading axes (*), restored on out and dx
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
-    def forward(self, x: Tensor, keep_input: bool = True) -> Tensor:
+    def forward(self, x: Tensor, keep_input: bool = True):
         """x: (*, D) -> out: (*, H); (N, D) -> (N, H) is the common case.
 
         ``keep_input=False``: do not hold x until backward (a caller that can give it back then, recomputed
         or kept elsewhere, passes it as ``backward(dout, input=x)``)."""
-        w = self.weight
-        if not (isinstance(x, Tensor) and x.dim() >= 1 and x.shape[-1] == self.in_features
-                and x.dtype == w.dtype and x.device == w.device):
-            self._reject_input(x)  # the cheap test above failed: find out what is wrong and say so
         lead = x.shape[:-1]
         if x.dim() != 2:
             x = x.reshape(-1, self.in_features)  # (N, D), N = prod(*): a view when x is contiguous
-        self._x = x if keep_input else _NOT_KEPT
-        wt = w.t()  # (D, H), a view: no copy
+        wt = self.weight.t()  # (D, H), a view: no copy
         out = x @ wt if self.bias is None else torch.addmm(self.bias, x, wt)  # (N, H), bias add fused into the GEMM
-        self._lead = lead
-        self._versions = versions(x if keep_input else None, w)
-        return out if len(lead) == 1 else out.view(*lead, self.out_features)  # (*, H)
+        out = out if len(lead) == 1 else out.view(*lead, self.out_features)  # (*, H)
+        return out, self.Saved(x if keep_input else None, self.weight, lead)
 
-    def backward(self, dout: Tensor, need_input_grad: bool = True, input: Tensor | None = None) -> Tensor | None:
-        """dout: (*, H) -> dx: (*, D); adds dW (H, D) and db (H,) into .grad (summed over every leading position).
+    def backward(self, dout: Tensor, saved: Saved, input: Tensor | None = None):
+        """dout: (*, H) -> dx: (*, D); dW (H, D) and db (H,) summed over every leading position.
 
-        ``need_input_grad=False`` skips the dx product (the first layer of a net
-        does not need it) and returns None.  ``input``: the forward's x, given back when the forward was
-        told not to keep it (``keep_input=False``); it must hold the very values the forward saw.
-        """
-        x, w, lead = self._x, self.weight, self._lead
-        kept = x
-        if x is _NOT_KEPT or input is not None:
-            x = self._given_input(x, input)
-            kept = None  # the caller's to keep unchanged
-        if not (x is not None and isinstance(dout, Tensor) and dout.shape[:-1] == lead and dout.dim() >= 1
-                and dout.shape[-1] == self.out_features and dout.dtype == w.dtype and dout.device == w.device):
-            check_dout(repr(self), dout, None if x is None else torch.Size((*lead, self.out_features)), w)
-        # x is read for dW, the weight only for dx (autograd likewise keeps it only when x needs a gradient)
-        check_versions(self, self._kept_names, (kept, w if need_input_grad else None), self._versions)
-        self._x = None
+        ``input``: the forward's x, given back when the forward was told not to keep it
+        (``keep_input=False``); it must hold the very values the forward saw."""
+        x = saved.x if input is None and saved.x is not None else self._given_input(saved, input)
         if dout.dim() != 2:
             dout = dout.reshape(-1, self.out_features)  # (N, H)
-        # dW = dout^T @ x, (H, D): out = x W^T, so each output row's gradient is dout's column times x; a frozen
-        # parameter's product is skipped (wants_grad)
-        if not wants_grad(w):
-            pass
-        elif w.grad is None:
-            w.grad = dout.t() @ x
-        else:
-            w.grad.addmm_(dout.t(), x)  # accumulated in place: no temporary
-        if self.bias is not None and wants_grad(self.bias):
-            accumulate_grad(self.bias, dout.sum(0))  # (H,)
-        if not need_input_grad:
-            return None
-        dx = dout @ w  # (N, D)
-        return dx if len(lead) == 1 else dx.view(*lead, self.in_features)  # (*, D)
+        dx = None
+        if self.needs_input_grad:
+            dx = dout @ saved.weight  # (N, D)
+            dx = dx if len(saved.lead) == 1 else dx.view(*saved.lead, self.in_features)  # (*, D)
+        # out = x W^T + b: each output row's dW is dout's column times x, and b is added to every row
+        return dx, {"weight": Product(dout.t(), x), "bias": dout.sum(0)}
 
-    # -- the backward split in two: B (the input gradient, now) and W (the weight gradient, later) ----------------
-    # A pipeline's next stage waits for dx, not for dW (zero-bubble schedules, Qi et al. 2023): B returns dx and
-    # keeps what W reads, (dout, x); W adds dW and db into .grad.  B then W runs backward's own products on the
-    # same operands, so it equals backward bit for bit.  Linear's dW and dx share no work (two GEMMs, each on
-    # dout): the split is complete.  A layer holds one pending W: B, B without W in between, is refused.
-
-    @torch.no_grad()
-    def backward_input(self, dout: Tensor, need_input_grad: bool = True, input: Tensor | None = None) -> Tensor | None:
-        """B: dout (*, H) -> dx = dout @ W, (*, D), as ``backward`` returns it; nothing is written into .grad.
-        Keeps dout and x for ``backward_weight()``.  ``need_input_grad`` and ``input`` as in ``backward``."""
-        if getattr(self, "_pending_w", None) is not None:
-            raise RuntimeError(f"{self!r}: backward_input() again before backward_weight() of the previous one")
-        x, w, lead = self._x, self.weight, self._lead
-        kept = x
-        if x is _NOT_KEPT or input is not None:
-            x = self._given_input(x, input)
-            kept = None
-        if not (x is not None and isinstance(dout, Tensor) and dout.shape[:-1] == lead and dout.dim() >= 1
-                and dout.shape[-1] == self.out_features and dout.dtype == w.dtype and dout.device == w.device):
-            check_dout(repr(self), dout, None if x is None else torch.Size((*lead, self.out_features)), w)
-        check_versions(self, self._kept_names, (kept, w if need_input_grad else None), self._versions)
-        self._x = None
-        if dout.dim() != 2:
-            dout = dout.reshape(-1, self.out_features)  # (N, H)
-        self._pending_w = (dout, x, kept, self._versions[0])
-        if not need_input_grad:
-            return None
-        dx = dout @ w  # (N, D)
-        return dx if len(lead) == 1 else dx.view(*lead, self.in_features)  # (*, D)
-
-    @torch.no_grad()
-    def backward_weight(self) -> None:
-        """W: adds dW = dout^T @ x (H, D) and db = sum of dout (H,) into .grad, from the last ``backward_input``."""
-        pending, self._pending_w = getattr(self, "_pending_w", None), None
-        if pending is None:
-            raise RuntimeError(f"{self!r}: backward_weight() needs a backward_input() before it (one W per B)")
-        dout, x, kept, version = pending
-        check_versions(self, self._kept_names[:1], (kept,), (version,))  # x must not change between B and W
+    def check_input(self, x: object, keep_input: bool = True) -> None:
         w = self.weight
-        if wants_grad(w):
-            if w.grad is None:
-                w.grad = dout.t() @ x  # (H, D)
-            else:
-                w.grad.addmm_(dout.t(), x)
-        if self.bias is not None and wants_grad(self.bias):
-            accumulate_grad(self.bias, dout.sum(0))  # (H,)
+        if isinstance(x, Tensor) and x.dim() >= 1 and x.shape[-1] == self.in_features \
+                and x.dtype == w.dtype and x.device == w.device:
+            return
+        check_tensor(repr(self), "x", x)  # the cheap test above failed: find out what is wrong and say so
+        if x.dim() == 0 or x.shape[-1] != self.in_features:
+            raise ValueError(f"{self!r}: expected input of shape (*, {self.in_features}), got {tuple(x.shape)}")
+        check_like(repr(self), "input", x, self.weight, "weight")
 
-    def _given_input(self, kept: object, input: Tensor | None) -> Tensor:
+    def _given_input(self, saved: Saved, input: Tensor | None) -> Tensor:
         """The (N, D) input for dW when the caller gives it back (checked against the forward's shape)."""
-        if kept is None:
-            check_dout(repr(self), None, None, self.weight)  # no forward since the last backward: says so
         if input is None:
             raise ValueError(f"{self!r}: the forward did not keep its input (keep_input=False); pass it back as "
                              f"backward(dout, input=x)")
-        if kept is not _NOT_KEPT:
+        if saved.x is not None:
             raise ValueError(f"{self!r}: backward got input=, but the forward kept its own input (keep_input=True)")
-        shape = torch.Size((*self._lead, self.in_features))
+        shape = torch.Size((*saved.lead, self.in_features))
         if not (isinstance(input, Tensor) and input.shape == shape and input.dtype == self.weight.dtype
                 and input.device == self.weight.device):
             raise ValueError(f"{self!r}: input= must be the forward's input, of shape {tuple(shape)}, dtype "
                              f"{self.weight.dtype} on {self.weight.device}; got "
                              f"{tuple(input.shape) if isinstance(input, Tensor) else type(input).__name__}")
         return input.reshape(-1, self.in_features)  # (N, D)
-
-    def _reject_input(self, x: object) -> None:
-        check_tensor(repr(self), "x", x)
-        if x.dim() == 0 or x.shape[-1] != self.in_features:
-            raise ValueError(f"{self!r}: expected input of shape (*, {self.in_features}), got {tuple(x.shape)}")
-        check_like(repr(self), "input", x, self.weight, "weight")

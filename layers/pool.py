@@ -152,12 +152,12 @@ class MaxPool2d(_Pool2d):
         forward (a following in-place layer may legitimately change the pool's output: the mask is then not
         out > 0); the caller then runs the two backwards, and the ReLU's refuses a change of its output."""
         cache = self._cache
-        if cache is None or relu._out is None or relu._out is not cache[6]:
+        if cache is None or relu._saved is None or relu._saved.out is not cache[6]:
             return None
         if torch.compiler.is_compiling() or versions(cache[6], cache[7]) != self._versions:
             return None  # (compiled: the two backwards, each with its check; the compiler fuses them)
         cache = self._take_cache(dout)
-        relu.backward_consumed()
+        relu.discard_saved()
         return self._scatter(cache, cache[7].sign().mul_(dout))
 
 

@@ -413,7 +413,7 @@ def test_a_pool_output_changed_by_a_following_in_place_layer_is_not_refused(foll
 def test_a_relu_output_changed_before_the_fused_relu_pool_backward_is_refused_by_the_relu():
     model = L.Sequential(L.Conv2d(1, 2, 3, padding=1, dtype=f64), L.ReLU(), L.MaxPool2d(2))
     out = model(_seeded(1, 1, 4, 4))
-    model.layers[1]._out.mul_(2)  # the ReLU's output, the pool's input: what the pair's backward reads
+    model.layers[1]._saved.out.mul_(2)  # the ReLU's output, the pool's input: what the pair's backward reads
     with refused(model.layers[1], "its output"):
         model.backward(torch.ones_like(out))
 

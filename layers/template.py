@@ -1,0 +1,315 @@
+"""The template every built-in layer is written in: the layer writes its math, the base does the rest, once.
+
+A layer writes a forward that returns its output and what its backward needs, by name, and a backward that
+returns the gradients -- CS231n's ``affine_forward``/``affine_backward`` and torch.autograd.Function's form:
+
+    class Linear(BaseLayer):
+        _param_names = ("weight", "bias")
+
+        class Saved(NamedTuple):          # what backward reads, by name
+            x: Tensor                     # (N, D), for dW
+            weight: Tensor                # (H, D), for dx
+
+        def forward(self, x):
+            return torch.addmm(self.bias, x, self.weight.t()), self.Saved(x, self.weight)
+
+        def backward(self, dout, saved):
+            dx = dout @ saved.weight if self.needs_input_grad else None
+            return dx, {"weight": Product(dout.t(), saved.x), "bias": dout.sum(0)}
+
+A class whose ``backward`` takes ``saved`` is written in the template: ``BaseLayer.__init_subclass__`` wraps its
+two methods into the public protocol, ``layer.forward(x) -> out`` and ``layer.backward(dout) -> dx`` adding into
+``.grad``, which does for every such layer:
+
+forward(x, ...)
+    the layer's ``check_input`` (default: a floating-point tensor), grad recording off (``no_graph``), the math,
+    the version of every tensor in ``saved`` (layers/saved.py), the output's shape, dtype and device.
+backward(dout, need_input_grad=True, ...)
+    "backward called before forward", dout against the output (``check_dout``), the versions (a tensor changed in
+    place since the forward is refused, naming it), ``self.needs_input_grad`` set for the math, then each
+    parameter gradient added into ``.grad``; returns dx (None when ``need_input_grad=False``).
+backward_input(dout, ...) then backward_weight()
+    the same backward split in two for pipeline schedules: B returns dx, W adds the parameter gradients later.
+
+A parameter gradient is a tensor (fresh: it becomes ``.grad`` on first use), ``Product(a, b)`` (``a @ b``, computed
+only for a parameter that requires a gradient and added in place with ``addmm_`` when ``.grad`` exists), a
+callable returning the tensor (computed only when wanted), or None.  A layer with no parameters returns dx alone.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+from typing import Callable, NamedTuple
+
+import torch
+from torch import Tensor
+
+from .checks import check_backward_dout, check_floating, check_tensor
+from .saved import check_versions, versions
+
+_recording = False  # set by recording_graph(): the layers' forward and backward record as plain torch code does
+
+
+@contextlib.contextmanager
+def recording_graph():
+    """Within: the layers' forward and backward run with grad mode as the caller set it, so that autograd records
+    the hand-written computation (gradcheck's autograd oracle differentiates the forward so)."""
+    global _recording
+    before, _recording = _recording, True
+    try:
+        yield
+    finally:
+        _recording = before
+
+
+def no_graph(method):
+    """``method`` run with grad recording off, as torch.optim runs its step: the hand-written forward and backward
+    compute with tensors that require gradients and must record nothing.  Inside a container's call, where
+    recording is off already, the cost is one ``torch.is_grad_enabled()`` test."""
+    @functools.wraps(method)
+    def wrapped(self, *args, **kwargs):
+        if torch.is_grad_enabled() and not _recording:
+            with torch.no_grad():
+                return method(self, *args, **kwargs)
+        return method(self, *args, **kwargs)
+    wrapped._no_graph = True
+    return wrapped
+
+
+def wants_grad(param: Tensor) -> bool:
+    """Whether backward gives ``param`` a gradient: its own ``requires_grad``, read now.  The one rule every layer
+    follows: a parameter that does not require a gradient gets none, its ``.grad`` left exactly as it was, and
+    the product that would give it is skipped."""
+    return param.requires_grad
+
+
+def accumulate_grad(param: Tensor, grad: Tensor) -> None:
+    """``param.grad += grad``, creating ``.grad`` on first use (PyTorch's semantics); nothing for a parameter that
+    does not require a gradient (``wants_grad``).
+
+    An existing ``.grad`` is added into in place, so its storage stays put from step to step when the
+    gradients are cleared with ``zero_grad(set_to_none=False)`` (zeros written in place): what a CUDA
+    graph replays and what a tight loop wants.  ``zero_grad()`` with torch's default ``set_to_none=True``
+    drops ``.grad``, and the next backward allocates it again (from the caching allocator on CUDA).
+    ``grad`` becomes ``.grad`` itself on first use: callers pass a tensor nothing else will write to.
+    """
+    if not wants_grad(param):
+        return
+    if param.grad is None:
+        param.grad = grad
+    else:
+        param.grad.add_(grad)
+
+
+class Product(NamedTuple):
+    """A parameter gradient ``a @ b`` (a weight gradient is one GEMM: ``dW = dout^T x``), left to the base to
+    compute: skipped for a frozen parameter, written as ``.grad`` on first use, added in place (``addmm_``, no
+    temporary) when ``.grad`` exists."""
+    a: Tensor
+    b: Tensor
+
+
+def add_product(param: Tensor, a: Tensor, b: Tensor) -> None:
+    """``param.grad += a @ b`` without a temporary where ``.grad`` exists; nothing for a frozen parameter."""
+    if not wants_grad(param):
+        return
+    if param.grad is None:
+        param.grad = a @ b
+    elif a.dim() == 2 and b.dim() == 2:
+        param.grad.addmm_(a, b)
+    else:
+        param.grad.add_(a @ b)
+
+
+BEFORE_FORWARD = ("backward called before forward (or twice after one forward: each backward consumes the cache "
+                  "of the forward before it)")
+
+_LABELS = {"x": "its input x", "out": "its output"}  # how the in-place check names a kept tensor
+
+
+class Template:
+    """What the base does for a layer written in the template (see the module docstring).  ``BaseLayer`` mixes it
+    in; a layer may override ``check_input`` and ``check_dout``, and name its kept tensors in ``_saved_labels``
+    (field -> words for the in-place error; ``x`` and ``out`` are named already).  ``_input_grad_only`` lists the
+    fields read only for dx, checked only when dx is asked for (autograd keeps Linear's weight only then)."""
+
+    _saved_labels: dict[str, str] = {}
+    _input_grad_only: tuple[str, ...] = ()
+    needs_input_grad: bool = True  # what the math backward reads: whether dx is wanted this time
+    _saved = None  # the forward's Saved, until the backward consumes it
+    _out_meta = None  # the forward's output (shape, dtype, device): what dout must match; None: no forward
+    _pending_w = None  # backward_input's gradients, until backward_weight adds them
+
+    def check_input(self, x, *args, **kwargs) -> None:
+        """Refuse what the math forward cannot take, naming the layer: by default, anything but a floating-point
+        tensor."""
+        if not (isinstance(x, Tensor) and x.is_floating_point()):
+            check_tensor(repr(self), "x", x)
+            check_floating(repr(self), "x", x)
+
+    def check_dout(self, dout, meta) -> None:
+        """Refuse a dout unlike the forward's output (``meta``: its shape, dtype, device; None: no forward)."""
+        check_backward_dout(self, dout, *(meta or (None, None, None)))
+
+    def discard_saved(self) -> None:
+        """Drop the forward's cache, as a backward does (a caller that ran this layer's backward itself)."""
+        self._saved = self._out_meta = None
+
+    def backward_input(self, dout, need_input_grad: bool = True, **kwargs):
+        """B: the input gradient now, as ``backward`` returns it; the parameter gradients wait for
+        ``backward_weight()`` (computed there where given as ``Product``s or callables).  One W per B."""
+        if self._pending_w is not None:
+            raise RuntimeError(f"{self!r}: backward_input() again before backward_weight() of the previous one")
+        dx, grads, saved, recorded = _backward_math(self, dout, need_input_grad, kwargs)
+        self._pending_w = (grads, saved, recorded)
+        return dx
+
+    def backward_weight(self) -> None:
+        """W: adds the gradients of the last ``backward_input`` into ``.grad``.  What they read must not have
+        changed in place since the forward."""
+        pending, self._pending_w = self._pending_w, None
+        if pending is None:
+            raise RuntimeError(f"{self!r}: backward_weight() needs a backward_input() before it (one W per B)")
+        grads, saved, recorded = pending
+        if saved is not None:
+            labels, tensors = _kept(self, saved, False)
+            check_versions(self, labels, tensors, recorded)
+        if grads:
+            _add_grads(self, grads)
+
+
+def _kept(layer, saved, need_input_grad: bool) -> tuple[tuple[str, ...], tuple]:
+    """The labels and tensors of a Saved for the in-place check (None for a field that is not a tensor, and for
+    a field read only for dx when dx is not asked for)."""
+    key = (type(layer), type(saved))
+    layout = _layouts.get(key)
+    if layout is None:
+        layout = _layouts[key] = _layout(layer, saved)
+    labels, skip = layout
+    tensors = tuple([v if isinstance(v, Tensor) else None for v in saved])
+    if skip and not need_input_grad:
+        tensors = tuple([None if i in skip else t for i, t in enumerate(tensors)])
+    return labels, tensors
+
+
+_layouts: dict[tuple[type, type], tuple[tuple[str, ...], frozenset[int]]] = {}
+
+
+def _layout(layer, saved) -> tuple[tuple[str, ...], frozenset[int]]:
+    """A layer class's Saved, once: each field's words for the in-place error, and the fields read only for dx."""
+    fields = getattr(type(saved), "_fields", None)
+    if fields is None:
+        raise TypeError(f"{type(layer).__name__}.forward must return (out, saved) with saved a NamedTuple (or "
+                        f"None), got a {type(saved).__name__}")
+    own = layer._saved_labels
+    labels = tuple([own.get(n) or _LABELS.get(n, n) for n in fields])
+    return labels, frozenset(fields.index(n) for n in layer._input_grad_only)
+
+
+def _versions_of(saved) -> tuple:
+    return versions(*[v if isinstance(v, Tensor) else None for v in saved])
+
+
+def _backward_math(layer, dout, need_input_grad, kwargs):
+    """The checks, then the layer's math backward: (dx, grads, saved, recorded versions)."""
+    meta, saved = layer._out_meta, layer._saved
+    layer.check_dout(dout, meta)
+    layer._saved = layer._out_meta = None
+    recorded = layer._versions
+    if saved is not None:
+        labels, tensors = _kept(layer, saved, need_input_grad)
+        check_versions(layer, labels, tensors, recorded)
+    layer.needs_input_grad = need_input_grad
+    try:
+        result = type(layer)._backward_math(layer, dout, saved, **kwargs)
+    except Exception:
+        layer._saved, layer._out_meta = saved, meta  # a refused backward leaves the cache to try again
+        raise
+    if layer._param_names:
+        dx, grads = result
+    else:
+        dx, grads = result, None
+    return (dx if need_input_grad else None), grads, saved, recorded
+
+
+def _add_grads(layer, grads: dict) -> None:
+    """Each parameter gradient the math returned, added into its ``.grad`` (the module docstring's forms)."""
+    for name, g in grads.items():
+        if name not in layer._param_names:
+            raise KeyError(f"{layer!r}: backward returned a gradient for {name!r}, which is not one of its "
+                           f"parameters {layer._param_names}")
+        p = getattr(layer, name)
+        if g is None or p is None or not p.requires_grad:
+            continue
+        if type(g) is Product:
+            add_product(p, g.a, g.b)
+            if p.grad.shape != p.shape:
+                raise _wrong_shape(layer, name, p.grad, p)
+            continue
+        if not isinstance(g, Tensor):
+            g = g()
+        if g.shape != p.shape:
+            raise _wrong_shape(layer, name, g, p)
+        accumulate_grad(p, g)
+
+
+def _wrong_shape(layer, name: str, g: Tensor, p: Tensor) -> ValueError:
+    return ValueError(f"{layer!r}: backward's gradient for {name} has shape {tuple(g.shape)}, but {name} has "
+                      f"shape {tuple(p.shape)}")
+
+
+def is_template(cls: type) -> bool:
+    """Whether ``cls`` writes its backward in the template: ``backward(self, dout, saved, ...)``."""
+    backward = cls.__dict__.get("backward")
+    if backward is None or getattr(backward, "_template", False):
+        return False
+    params = list(inspect.signature(backward).parameters)
+    return len(params) >= 3 and params[2] == "saved"
+
+
+def wrap_template(cls: type) -> None:
+    """Replace the math ``forward``/``backward`` a template class writes by the public protocol's (the module
+    docstring); the math stays on the class as ``_forward_math``/``_backward_math``."""
+    forward, backward = cls.__dict__.get("forward"), cls.__dict__.get("backward")
+    if forward is not None and not getattr(forward, "_template", False):
+        cls._forward_math = forward
+        cls.forward = _public_forward(forward)
+    if backward is not None and not getattr(backward, "_template", False):
+        cls._backward_math = backward
+        cls.backward = _public_backward(backward)
+
+
+def _public_forward(math: Callable):
+    @functools.wraps(math)
+    def forward(self, *args, **kwargs):
+        self.check_input(*args, **kwargs)
+        self._saved = self._out_meta = None  # a forward that raises leaves nothing stale behind
+        if torch.is_grad_enabled() and not _recording:
+            with torch.no_grad():
+                out, saved = math(self, *args, **kwargs)
+        else:
+            out, saved = math(self, *args, **kwargs)
+        self._versions = () if saved is None else _versions_of(saved)
+        self._saved = saved
+        self._out_meta = (out.shape, out.dtype, out.device) if isinstance(out, Tensor) else True
+        return out
+    forward._template = forward._no_graph = True
+    return forward
+
+
+def _public_backward(math: Callable):
+    @functools.wraps(math)
+    def backward(self, dout, need_input_grad: bool = True, **kwargs):
+        if torch.is_grad_enabled() and not _recording:
+            with torch.no_grad():
+                dx, grads, _, _ = _backward_math(self, dout, need_input_grad, kwargs)
+                if grads:
+                    _add_grads(self, grads)
+                return dx
+        dx, grads, _, _ = _backward_math(self, dout, need_input_grad, kwargs)
+        if grads:
+            _add_grads(self, grads)
+        return dx
+    backward._template = backward._no_graph = True
+    return backward
