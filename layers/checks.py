@@ -1,10 +1,16 @@
 """Input validation shared by the layers and losses: every error names the layer, the argument and the shapes."""
 from __future__ import annotations
 
+import math
 import numbers
 
 import torch
 from torch import Tensor
+
+LOW_PRECISION = (torch.float16, torch.bfloat16)  # computed in float32 inside a layer, as torch's kernels accumulate
+
+BEFORE_FORWARD = ("backward called before forward (or twice after one forward: each backward consumes the cache "
+                  "of the forward before it)")
 
 
 def check_tensor(owner: str, name: str, t: object) -> Tensor:
@@ -35,8 +41,7 @@ def check_floating(owner: str, name: str, t: Tensor) -> None:
 def check_dout(owner: str, dout: object, out_shape: torch.Size | None, ref: Tensor | None) -> Tensor:
     """Validate an upstream gradient against the shape of the cached forward output."""
     if out_shape is None:
-        raise RuntimeError(f"{owner}: backward called before forward (or twice after one forward: "
-                           f"each backward consumes the cache of the forward before it)")
+        raise RuntimeError(f"{owner}: {BEFORE_FORWARD}")
     dout = check_tensor(owner, "dout", dout)
     if dout.shape != out_shape:
         raise ValueError(f"{owner}: dout has shape {tuple(dout.shape)} but the forward output had shape "
@@ -79,3 +84,30 @@ def check_int(owner: str, name: str, value: object, lo: int = 1) -> int:
 def capturing(t: Tensor) -> bool:
     """True while ``t``'s CUDA stream is being captured into a graph, where reading a value back is illegal."""
     return t.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
+def check_bool(owner: str, name: str, value: object) -> bool:
+    """Refuse anything but True or False (1, "yes" and None are not flags here), naming the argument."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{owner}: {name} must be a bool, got {value!r}")
+    return value
+
+
+def check_number(owner: str, name: str, value: object, lo: float = -math.inf, hi: float = math.inf, *,
+                 lo_open: bool = False, hi_open: bool = False) -> float:
+    """Refuse anything but a finite real number in [lo, hi] (``lo_open``/``hi_open``: the bound excluded); a bool
+    is not a number here.  Returns it as a float."""
+    ok = not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(value) \
+        and (value > lo if lo_open else value >= lo) and (value < hi if hi_open else value <= hi)
+    if not ok:
+        interval = f"{'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
+        where = "a finite number" if (lo, hi) == (-math.inf, math.inf) else f"a finite number in {interval}"
+        raise ValueError(f"{owner}: {name} must be {where}, got {value!r}")
+    return float(value)
+
+
+def check_probability(owner: str, name: str, value: object) -> float:
+    """A probability in [0, 1] (dropout's p), as a float."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"{owner}: {name} must be a probability in [0, 1], got {value!r}")
+    return float(value)

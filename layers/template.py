@@ -122,9 +122,6 @@ def add_product(param: Tensor, a: Tensor, b: Tensor) -> None:
         param.grad.add_(a @ b)
 
 
-BEFORE_FORWARD = ("backward called before forward (or twice after one forward: each backward consumes the cache "
-                  "of the forward before it)")
-
 _LABELS = {"x": "its input x", "out": "its output"}  # how the in-place check names a kept tensor
 
 
