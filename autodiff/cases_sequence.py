@@ -25,7 +25,7 @@ class TextbookAttention:
         return self.forward(*args, **kwargs)
 
     def forward(self, q, k, v, attn_mask=None, is_causal=False, dropout_mask=None):
-        bias = attention_bias(q.shape[-2], k.shape[-2], attn_mask, is_causal, dtype=q.dtype)
+        bias = attention_bias(q.shape[-2], k.shape[-2], attn_mask, is_causal=is_causal, dtype=q.dtype)
         out, self.cache = attention_forward(q, k, v, bias, dropout_mask=dropout_mask)
         return out
 

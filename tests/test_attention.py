@@ -82,7 +82,7 @@ def test_blocked_path_equals_textbook_reference_with_dropout(mask_i, p):
     # the reference: the same mask, regenerated whole from the same seed
     seed = torch.randint(0, 2 ** 63 - 1, (), generator=torch.Generator().manual_seed(123)).item()
     drop = attention_dropout_mask(seed, p, 6, L, S, dtype=F64).view(*LEAD, L, S) if p else None
-    bias = attention_bias(L, S, mask, causal, dtype=F64)
+    bias = attention_bias(L, S, mask, is_causal=causal, dtype=F64)
     leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
     ref_out, cache = attention_forward(*leaves, bias, dropout_mask=drop)
     att_ref = cache[4]
@@ -125,7 +125,7 @@ def test_one_block_path_equals_blocked_path_and_textbook(L, S, mask_i, p, need_w
     # the textbook attention (layers/reference.py), same dropout mask
     seed = torch.randint(0, 2 ** 63 - 1, (), generator=torch.Generator().manual_seed(77)).item()
     drop = attention_dropout_mask(seed, p, 6, L, S, dtype=F64).view(*LEAD, L, S) if p else None
-    bias = attention_bias(L, S, mask, causal, dtype=F64)
+    bias = attention_bias(L, S, mask, is_causal=causal, dtype=F64)
     ref_out, cache = attention_forward(q, k, v, bias, dropout_mask=drop)
     close(results[0][0], ref_out, 1e-12)
     if need_weights:
