@@ -158,6 +158,10 @@ class Template:
         ``backward_weight()`` (computed there where given as ``Product``s or callables).  One W per B."""
         if self._pending_w is not None:
             raise RuntimeError(f"{self!r}: backward_input() again before backward_weight() of the previous one")
+        if getattr(type(self), "_backward_math", None) is None:
+            raise NotImplementedError(f"{type(self).__name__}: backward_input()/backward_weight() split a backward "
+                                      f"written in the template (backward(self, dout, saved)); this layer writes "
+                                      f"its own backward")
         dx, grads, saved, recorded = _backward_math(self, dout, need_input_grad, kwargs)
         self._pending_w = (grads, saved, recorded)
         return dx
