@@ -157,8 +157,10 @@ class _TorchOracle:
         if not torch.is_grad_enabled():
             return self.layer.forward(x, hx)
         self.twin.train(self.layer.training)
-        # state_dict: torch's layouts (a Linear's weight as (H, D)), views of the layer's own tensors
-        return torch.func.functional_call(self.twin, self.layer.state_dict(), (x,) if hx is None else (x, hx))
+        # the layer's own tensors by torch's names and layouts (a Linear's weight as (H, D)), not detached
+        # (state_dict detaches, as torch's does): autograd differentiates the twin with respect to them
+        tensors = {**dict(self.layer.named_parameters()), **dict(self.layer.named_buffers())}
+        return torch.func.functional_call(self.twin, tensors, (x,) if hx is None else (x, hx))
 
     def backward(self, *douts):
         return self.layer.backward(*douts)
