@@ -157,8 +157,18 @@ class _TorchOracle:
         if not torch.is_grad_enabled():
             return self.layer.forward(x, hx)
         self.twin.train(self.layer.training)
-        # state_dict: torch's layouts (a Linear's weight as (H, D)), views of the layer's own tensors
-        return torch.func.functional_call(self.twin, self.layer.state_dict(), (x,) if hx is None else (x, hx))
+        return torch.func.functional_call(self.twin, self._attached_state(), (x,) if hx is None else (x, hx))
+
+    def _attached_state(self) -> dict[str, Tensor]:
+        """The layer's state_dict (torch's layouts: a Linear's weight as (H, D)) with each tensor rebuilt as a view
+        of the parameter whose memory it shares: state_dict detaches, as torch.nn's does, and autograd must reach
+        the parameters."""
+        params = {p.untyped_storage().data_ptr(): p for p in self.layer.parameters()}
+        state = {}
+        for key, t in self.layer.state_dict().items():
+            p = params.get(t.untyped_storage().data_ptr())
+            state[key] = t if p is None else p.as_strided(t.shape, t.stride(), t.storage_offset())
+        return state
 
     def backward(self, *douts):
         return self.layer.backward(*douts)

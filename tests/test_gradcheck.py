@@ -163,6 +163,14 @@ def test_main_one_family_in_process(capsys):
     assert "Softmax" in out and "Linear" not in out and " 0 failed" in out
 
 
+def test_recurrent_cases_reach_the_parameters_through_the_torch_twin(capsys):
+    # the autograd oracle of the recurrent layers is their torch.nn twin run on the layer's own parameters: a
+    # detached copy would give zero gradients there and fail every parameter "vs autograd"
+    assert gradcheck.main(["--layer", "rnncell"]) == 0
+    out = capsys.readouterr().out
+    assert "RNNCell" in out and "weight_hh" in out and " 0 failed" in out
+
+
 def test_main_unknown_name_exits_2(capsys):
     with pytest.raises(SystemExit) as e:
         gradcheck.main(["--layer", "conv3d"])
