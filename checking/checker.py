@@ -1,4 +1,5 @@
-"""The gradient checker: hand-written backward passes checked twice: against central differences and against torch.autograd.
+"""The gradient checker: hand-written backward passes checked twice, against central differences and against
+torch.autograd.
 
 ``check_layer(layer, x)`` / ``check_loss(loss_fn, input, target)`` return one ``GradResult`` per checked
 tensor (the input and every parameter); ``python gradcheck.py`` runs them on every built-in layer and loss.
@@ -253,7 +254,8 @@ def check_layer(layer: Layer, x: Tensor | tuple, dout: Tensor | tuple | None = N
 
         def auto_fn() -> tuple[list[Tensor], list[Tensor]]:
             outs = outputs(forward(auto_leaves))
-            return [o for o, d in zip(outs, douts) if o is not None and d is not None], [d for d in douts if d is not None]
+            kept = [(o, d) for o, d in zip(outs, douts) if o is not None and d is not None]
+            return [o for o, _ in kept], [d for _, d in kept]
 
         auto_list = _autograd(owner, auto_fn, auto_inputs + [p for _, p in params], None, opaque=opaque)
         auto = dict.fromkeys(tensors) if auto_list is None else dict(zip(tensors, auto_list))

@@ -11,6 +11,7 @@ from models import Net
 
 from .make import F64, Case, distinct_case, layer_case, loss_case, nontrivial
 
+
 def mlp() -> dict[str, list[Case]]:
     """Linear, the first activations and softmax, and the MLP (``Net``) made of them."""
     return {
@@ -45,7 +46,8 @@ def loss() -> dict[str, list[Case]]:
             loss_case("CrossEntropy(probs)", CrossEntropyLoss, (3, 5), probs),
             loss_case("CrossEntropy(probs,sum,smooth=0.2)", lambda: CrossEntropyLoss("sum", label_smoothing=0.2),
                       (3, 5), probs)],
-        "mseloss": [loss_case("MSE", MSELoss, (4, 3), same), loss_case("MSE(sum)", lambda: MSELoss("sum"), (1, 7), same),
+        "mseloss": [loss_case("MSE", MSELoss, (4, 3), same),
+                    loss_case("MSE(sum)", lambda: MSELoss("sum"), (1, 7), same),
                     loss_case("MSE", MSELoss, (2, 3, 4), same)],
     }
 
@@ -128,7 +130,8 @@ def convolution() -> dict[str, list[Case]]:
                       layer_case("AvgPool2d(3,stride=2,padding=1)", lambda: AvgPool2d(3, 2, 1), 1, 2, 5, 6),
                       layer_case("AvgPool2d(3,2,1,count_include_pad=False,ceil_mode=True)",
                                  lambda: AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False), 1, 2, 6, 6)],
-        "flatten": [layer_case("Flatten()", Flatten, 2, 3, 2, 2), layer_case("Flatten(0,1)", lambda: Flatten(0, 1), 2, 3, 4),
+        "flatten": [layer_case("Flatten()", Flatten, 2, 3, 2, 2),
+                    layer_case("Flatten(0,1)", lambda: Flatten(0, 1), 2, 3, 4),
                     layer_case("Flatten(-2,-1)", lambda: Flatten(-2, -1), 1, 2, 3, 2)],
         "cnn": [layer_case("CNN(conv,relu,maxpool,conv same,relu,avgpool,flatten,linear)", _small_cnn, 2, 1, 8, 8),
                 layer_case("CNN(conv,relu,maxpool,conv same,relu,avgpool,flatten,linear)", _small_cnn, 1, 1, 8, 8)],

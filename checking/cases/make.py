@@ -14,6 +14,7 @@ from layers import Layer
 from ..checker import check_layer, check_loss
 from ..numeric import GradResult
 
+
 def _away_from_zero(x: Tensor, margin: float = 1e-2) -> Tensor:
     """Push entries off the ReLU kink, where the derivative is undefined and differences straddle it."""
     return torch.where(x.abs() < margin, x.sign() * margin + (x == 0) * margin, x)
@@ -24,6 +25,7 @@ Case = Callable[[bool], list[GradResult]]  # run(fast) -> results
 
 
 def rnd(*shape: int, scale: float = 1.0) -> Tensor:
+    """A float64 standard normal tensor of ``shape``, times ``scale``."""
     return torch.randn(*shape, dtype=F64) * scale
 
 
@@ -42,6 +44,7 @@ def layer_case(label: str, make: Callable[[], Layer], *shape: int, kink: bool = 
 
 
 def loss_case(label: str, make, input_shape, target_fn) -> Case:
+    """A check of the loss ``make()`` on random logits of ``input_shape`` and the target ``target_fn(logits)``."""
     def run(fast: bool) -> list[GradResult]:  # a loss has few inputs: always the full check
         x = rnd(*input_shape, scale=3.0)
         return check_loss(make(), x, target_fn(x), name=f"{label} x{tuple(input_shape)}")
@@ -60,7 +63,6 @@ def nontrivial(layer):
             elif name.endswith("running_var"):
                 t.copy_(torch.rand_like(t) + 0.5)
     return layer
-
 
 
 def distinct(*shape: int, spacing: float = 0.05) -> Tensor:

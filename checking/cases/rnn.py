@@ -14,6 +14,7 @@ from ..checker import check_layer
 from ..numeric import GradResult
 from .make import F64, Case, rnd
 
+
 class _TorchOracle:
     """A recurrent layer (RNN, LSTM, GRU, the cells) for check_layer, with torch.nn's kernels as the autograd oracle.
 

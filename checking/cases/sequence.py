@@ -12,6 +12,7 @@ from models import GPT
 
 from .make import F64, Case, inputs_case, loss_case, rnd
 
+
 class TextbookAttention:
     """``layers.reference``'s attention_forward/attention_backward as a layer, so that the textbook path is checked
     like the blocked one: forward(q, k, v, *, attn_mask=None, is_causal=False, dropout_mask=None)."""
@@ -72,7 +73,8 @@ def attention() -> dict[str, list[Case]]:
                                            qkv((2,), 4, 5), attn_mask=bias, dropout_mask=drop)],
         "multiheadattention": [
             inputs_case("MHA(6,2) self", mha(), lambda: (lambda x: (x, x.clone(), x.clone()))(rnd(3, 2, 6))),
-            inputs_case("MHA(6,2,add_bias_kv,add_zero_attn) cross, key padding", mha(add_bias_kv=True, add_zero_attn=True),
+            inputs_case("MHA(6,2,add_bias_kv,add_zero_attn) cross, key padding",
+                        mha(add_bias_kv=True, add_zero_attn=True),
                         lambda: (rnd(3, 2, 6), rnd(4, 2, 6), rnd(4, 2, 6)), key_padding_mask=kpm),
             inputs_case("MHA(6,2,kdim=3,vdim=5,batch_first) float attn_mask, per-head weights",
                         mha(kdim=3, vdim=5, batch_first=True), lambda: (rnd(2, 3, 6), rnd(2, 4, 3), rnd(2, 4, 5)),
