@@ -131,6 +131,18 @@ def saved(s: State) -> dict:
     return {str(k): v for k, v in rec.items() if isinstance(v, torch.Tensor)} if isinstance(rec, dict) else {}
 
 
+def probe(s: State, paths: tuple) -> dict:
+    """The learner's object's attributes at the dotted ``paths`` ("fc1.weights"), each as it is (None if
+    missing)."""
+    found = {}
+    for path in paths:
+        value = s.obj
+        for part in path.split("."):
+            value = getattr(value, part, None)
+        found[path] = list(value) if isinstance(value, tuple) else value
+    return found
+
+
 def value_run(s: State, index: int):
     from .value_check import EXPRESSIONS, _run
     return _run(s.cls, EXPRESSIONS[index][1], s.where)
@@ -154,4 +166,4 @@ def adam_run(s: State, params: list, grads: list, hyper: dict):
 
 
 OPS = {"construct": construct, "forward": forward, "backward": backward, "numeric": numeric, "stray": stray,
-       "saved": saved, "value_run": value_run, "adam_run": adam_run}
+       "saved": saved, "probe": probe, "value_run": value_run, "adam_run": adam_run}

@@ -11,9 +11,11 @@ from .losses import MSE, SOFTMAX_CROSS_ENTROPY
 from .lstm_cell import SPEC as LSTM_CELL
 from .maxpool2d import SPEC as MAXPOOL2D
 from .norms import BATCHNORM, LAYERNORM
+from .tensor_parallel import SPEC as TENSOR_PARALLEL
 
 SPECS = {s.name: s for s in (LINEAR, RELU, SIGMOID, TANH, MSE, SOFTMAX_CROSS_ENTROPY, BATCHNORM, LAYERNORM,
-                             EMBEDDING, CONV2D, MAXPOOL2D, LSTM_CELL, ATTENTION, ValueSpec(), AdamSpec())}
+                             EMBEDDING, CONV2D, MAXPOOL2D, LSTM_CELL, ATTENTION, ValueSpec(), AdamSpec(),
+                             TENSOR_PARALLEL)}
 
 
 def catalogue() -> list[tuple[str, Mistake]]:
