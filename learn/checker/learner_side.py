@@ -165,5 +165,67 @@ def adam_run(s: State, params: list, grads: list, hyper: dict):
     return history, None
 
 
+def _grads(obj) -> dict:
+    return {f"{n}.grad": getattr(getattr(obj, n, None), "grad", None) for n in ("weight", "bias")}
+
+
+def split_construct(s: State, ctor: dict, params: dict):
+    """Two objects of the learner's Linear (exercise linear_split): one split into B and W, one fused; -> None, or
+    why the parameters cannot be set."""
+    args = ", ".join(f"{k}={v!r}" for k, v in ctor.items())
+    objs = [call(f"{s.cls.__name__}({args})", lambda: s.cls(**ctor), where=s.where) for _ in range(2)]
+    for obj in objs:
+        for n, value in params.items():
+            mine = getattr(obj, n, None)
+            if not isinstance(mine, torch.Tensor) or mine.shape != value.shape or mine.dtype != torch.float64:
+                return (f"your {s.cls.__name__}.{n} is {mine.dtype if isinstance(mine, torch.Tensor) else mine!r} of "
+                        f"shape {tuple(getattr(mine, 'shape', ()))}; expected float64 of shape {tuple(value.shape)}")
+            mine.copy_(value)
+            mine.grad = None
+    s.obj, s.twin = objs
+    s.params = tuple(params)
+    return None
+
+
+def split_forward(s: State, x):
+    given = x.clone()
+    out = call(f"{s.cls.__name__}.forward", s.obj.forward, given, where=s.where)
+    return out, given
+
+
+def split_b(s: State, dout):
+    """B on the split object: -> (dx, dout as B left it, each .grad, what B kept in self.pending)."""
+    s.dout_given = dout.clone()  # the caller's buffer: overwritten before W (split_w)
+    dx = call(f"{s.cls.__name__}.backward_input", s.obj.backward_input, s.dout_given, where=s.where,
+              params=s.ids())
+    return dx, s.dout_given.clone(), _grads(s.obj), getattr(s.obj, "pending", None)
+
+
+def split_w(s: State, overwrite):
+    """The caller reuses dout's buffer, then W: -> each .grad."""
+    s.dout_given.copy_(overwrite)
+    call(f"{s.cls.__name__}.backward_weight", s.obj.backward_weight, where=s.where, params=s.ids())
+    return _grads(s.obj)
+
+
+def split_fused(s: State, x, dout):
+    """The fused backward on the second object: -> (dx, each .grad)."""
+    call(f"{s.cls.__name__}.forward", s.twin.forward, x.clone(), where=s.where)
+    dx = call(f"{s.cls.__name__}.backward", s.twin.backward, dout.clone(), where=s.where)
+    return dx, _grads(s.twin)
+
+
+def split_w_again(s: State):
+    """A W with no B before it: -> (whether it raised, each .grad after it)."""
+    try:
+        s.obj.backward_weight()
+        raised = False
+    except Exception:
+        raised = True
+    return raised, _grads(s.obj)
+
+
 OPS = {"construct": construct, "forward": forward, "backward": backward, "numeric": numeric, "stray": stray,
-       "saved": saved, "probe": probe, "value_run": value_run, "adam_run": adam_run}
+       "saved": saved, "probe": probe, "value_run": value_run, "adam_run": adam_run,
+       "split_construct": split_construct, "split_forward": split_forward, "split_b": split_b, "split_w": split_w,
+       "split_fused": split_fused, "split_w_again": split_w_again}
