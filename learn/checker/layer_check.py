@@ -309,12 +309,27 @@ def _backward(spec, box, params, calls: list[Call], k: int, errors, report, mark
     if line:
         report.say("  " + line)
     first = True
+    ruled_out = _ruled_out(spec, c, [r[0] for r in rows], wrong)
     for name, actual, expected, candidates in rows:
         if name in wrong and actual is not None:
+            candidates = [None if i in ruled_out else cand for i, cand in enumerate(candidates)]
             name_it(spec, name, actual, candidates, report, c, expected, quiet=not first, k=k,
                     numeric=(lambda index: _central(spec, box, c, name, index)) if first else None)
             first = False
     return False
+
+
+def _ruled_out(spec: LayerSpec, c: Call, names: list[str], wrong: list[str]) -> set[int]:
+    """The known mistakes (indices into ``_formulas``) that cannot be this answer: each changes a tensor that is
+    right here (a mistake that changes dx and weight.grad is not named for a wrong weight.grad beside a right dx)."""
+    out = set()
+    for i, m in enumerate(_formulas(spec)):
+        for name, value in m.value(c.ctx).items():
+            if name in names and name not in wrong and name in c.grads and isinstance(value, Tensor) \
+                    and value.shape == c.grads[name].shape and rel_error(value, c.grads[name]) > 10 * RIGHT:
+                out.add(i)
+                break
+    return out
 
 
 def _intermediates(spec: LayerSpec, box, c: Call, params: dict) -> list[str]:
