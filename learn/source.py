@@ -24,6 +24,12 @@ _LAYER_RULES = ("Plain tensor operations in float64: no autograd (no .backward()
                 "+= into it (a second backward adds to the first).  Do not change dout or the inputs in place.")
 
 
+_RULES["linear_split"] = _LAYER_RULES + ("\nB then W must equal the given fused backward() bit for bit: the same "
+                                          "operations on the same tensors.")
+_RULES["tensor_parallel"] = _LAYER_RULES + ("\nA rank's tensors are the entries of a Python list, one per rank; "
+                                            "ranks talk only through all_reduce().")
+
+
 def check_block(ex: Exercise, file: str) -> str:
     """The end of the exercise's docstring: the rules, how to check, what a right answer looks like."""
     extra = f" --exercises {ex.folder}" if hasattr(ex, "folder") else ""  # a teacher's exercise: where its spec is
