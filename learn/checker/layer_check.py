@@ -99,7 +99,7 @@ def check_layer(spec: LayerSpec, box, where: str | None) -> Report:
     """Check the layer in ``box`` (a Sandbox holding the learner's class) on every configuration of ``spec``."""
     configs = expand(spec)
     report = Report(f"Checking {box.cls_name} of exercise {spec.name} on {len(configs)} configurations")
-    report.right = (f"every tensor agrees with PyTorch's autograd on all {len(configs)} configurations, and with "
+    report.right = (f"every tensor agrees with {spec.versus} on all {len(configs)} configurations, and with "
                     f"central differences of your forward")
     for number, (label, cfg) in enumerate(configs):
         g = torch.Generator().manual_seed(cfg.seed)

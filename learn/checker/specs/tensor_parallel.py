@@ -91,7 +91,7 @@ SPEC = LayerSpec(
     inputs=_DEFAULT["inputs"],
     reference=lambda t: {"out": torch.tanh(t.x @ t.weight1.T + t.bias1) @ t.weight2.T + t.bias2},
     mistakes=MISTAKES + [WRONG_AXIS], layout=_layout, layout_mistakes=[(WRONG_AXIS, _wrong_axis)],
-    replicas=("outs", "dxs"),
+    replicas=("outs", "dxs"), versus="the one-process MLP (autograd's gradients)",
     configs=[_shaped("one example (N = 1)", 1, 3, 6, 9, 3), _shaped("two ranks: N = 3, D = 4, H = 4, O = 2, T = 2",
                                                                      3, 4, 4, 2, 2),
              _shaped("one hidden unit a rank: H = T = 4", 2, 4, 4, 3, 4)],
