@@ -88,3 +88,19 @@ def test_the_solutions_are_one_source_with_the_stub():
     for name in ("linear_split", "tensor_parallel"):
         text = solution_text(BY_NAME[name], f"{name}.py")
         assert f"python -m learn check {name} {name}.py" in text and "### BEGIN" not in text
+
+
+def test_dw_computed_in_b_is_found_wherever_b_keeps_it(tmp_path):
+    """B that computes dW (the GEMM W should do later) gives right numbers; what it kept gives it away."""
+    report = check_path("linear_split", learner_file(tmp_path, "linear_split", [(
+        "        self.pending = dout.clone()  # (N, H)",
+        "        self.cache = {'dw': dout.T @ self.x}\n        self.pending = dout.clone()  # (N, H)")]))
+    assert report.named == ["split-dw-in-b"] and "your self.cache.dw holds dweight computed in B" in report.text()
+
+
+def test_a_grad_created_as_zeros_in_b_is_no_mistake(tmp_path):
+    report = check_path("linear_split", learner_file(tmp_path, "linear_split", [(
+        "        self.pending = dout.clone()  # (N, H)",
+        "        for p in (self.weight, self.bias):\n            if p.grad is None:\n"
+        "                p.grad = torch.zeros_like(p)\n        self.pending = dout.clone()  # (N, H)")]))
+    assert report.passed, report.text()

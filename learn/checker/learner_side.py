@@ -194,11 +194,12 @@ def split_forward(s: State, x):
 
 
 def split_b(s: State, dout):
-    """B on the split object: -> (dx, dout as B left it, each .grad, what B kept in self.pending)."""
+    """B on the split object: -> (dx, dout as B left it, each .grad, the object's other attributes: what B kept)."""
     s.dout_given = dout.clone()  # the caller's buffer: overwritten before W (split_w)
     dx = call(f"{s.cls.__name__}.backward_input", s.obj.backward_input, s.dout_given, where=s.where,
               params=s.ids())
-    return dx, s.dout_given.clone(), _grads(s.obj), getattr(s.obj, "pending", None)
+    kept = {k: v for k, v in vars(s.obj).items() if k not in ("weight", "bias", "x")}  # what B kept, by name
+    return dx, s.dout_given.clone(), _grads(s.obj), kept
 
 
 def split_w(s: State, overwrite):

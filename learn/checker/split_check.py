@@ -133,8 +133,9 @@ class LinearSplitSpec:
             if not _right("dx", dx, want["dx"], DX, report, mark, "B's dx is wrong.  "):
                 report.say("  look at: dx = dout @ weight, (N, H) @ (H, D), as the fused backward computes it")
                 return False
-            if _holds(kept, want["weight.grad"]):
-                report.fail("  -> " + DW_IN_B.says("self.pending", "holds"), DW_IN_B.key)
+            where = _holds(kept, want["weight.grad"])
+            if where:
+                report.fail("  -> " + DW_IN_B.says(f"self.{where}", "holds"), DW_IN_B.key)
                 mark(B_GRAD, False, [DW_IN_B.key])
                 return False
             for name, before in total.items():
@@ -221,20 +222,24 @@ def _plus(base, t: Tensor):
     return base + t
 
 
-def _holds(kept, t: Tensor) -> bool:
-    """Does what B kept (a tensor, or a tuple, list or dict of them) hold ``t``?"""
+def _holds(kept, t: Tensor, path: str = "") -> str:
+    """Where what B kept (attributes: tensors, or tuples, lists or dicts of them) holds ``t``; "" if nowhere."""
     if isinstance(kept, Tensor):
-        return kept.shape == t.shape and same(kept, t, RIGHT)
-    if isinstance(kept, (list, tuple)):
-        return any(_holds(v, t) for v in kept)
-    if isinstance(kept, dict):
-        return any(_holds(v, t) for v in kept.values())
-    return False
+        return path if kept.shape == t.shape and same(kept, t, RIGHT) else ""
+    items = kept.items() if isinstance(kept, dict) else enumerate(kept) if isinstance(kept, (list, tuple)) else ()
+    for key, value in items:
+        sub = (f"{path}.{key}" if path else str(key)) if isinstance(kept, dict) else f"{path}[{key}]"
+        found = _holds(value, t, sub)
+        if found:
+            return found
+    return ""
 
 
 def _same_or_none(actual, expected) -> bool:
+    """``actual`` is ``expected``; where that is None (no gradient yet), None or zeros (a .grad created, nothing
+    added) will do."""
     if expected is None:
-        return actual is None
+        return actual is None or isinstance(actual, Tensor) and not actual.any()
     return isinstance(actual, Tensor) and actual.shape == expected.shape and same(actual, expected, RIGHT)
 
 
