@@ -12,6 +12,9 @@ V = vocab_size, nh = n_head, hs = C / nh (one head's size), L = n_layer.
 Backward runs the same list in reverse; each residual connection y = x + f(x) sends dy both ways.  The
 tied matrix ``transformer.wte.weight`` is one tensor whose gradient receives both contributions: the
 output projection's dW = dlogits^T @ ln_f(x) and the embedding's scatter-add of dx at each token id.
+Each block, and the GPT, is written in the layer template as a ``Composite`` (layers/template.py,
+models/composite.py): its forward returns the output and a named ``Saved``, its backward is the chain rule through
+its children, and the base does the checks, the in-place refusals and the B/W split a pipeline schedule uses.
 
 Names, state_dict keys and initialisation are nanoGPT's (karpathy/nanoGPT ``model.py``): under one
 ``torch.manual_seed`` this GPT and nanoGPT's draw identical weights (the modules are built in nanoGPT's
@@ -380,7 +383,7 @@ class GPT(Composite):
         for n in range(max_new_tokens):
             if logits is None:  # the first step, or the window slid: positions shift, recompute the window
                 logits = cache.prefill(idx[:, -self.block_size:])  # (B, V) the window's last position
-            idx_next = next_token(logits, temperature, top_k, generator)  # (B, 1)
+            idx_next = next_token(logits, temperature, top_k=top_k, generator=generator)  # (B, 1)
             idx = torch.cat((idx, idx_next), dim=1)
             if n + 1 < max_new_tokens:
                 # one position's work while the window has room; else the window slides at the next step
