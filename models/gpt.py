@@ -357,8 +357,9 @@ class GPT(Composite):
             self._give_grads()  # one block again (the layers add into the zeroed views, the same numbers)
         x, w = saved.x, saved.weight  # (B, T, C), (V, C)
         d2 = dlogits.reshape(-1, self.vocab_size)  # (B*T, V)
-        # the output projection's share of the tied matrix: dW = dlogits^T @ ln_f(x), first, as in W
-        self.later(add_product, w, d2.t(), x.reshape(-1, self.n_embd))
+        # the output projection's share of the tied matrix: dW = dlogits^T @ ln_f(x), first, as in W; into the
+        # parameter the layer holds now (as the base adds a layer's own: as_module binds an alias for each pass)
+        self.later(add_product, self.wte.weight, d2.t(), x.reshape(-1, self.n_embd))
         dx = self.back(self.ln_f, (d2 @ w).view_as(x))  # (B, T, C)
         for block in reversed(self.h):
             dx = self.back(block, dx)
