@@ -153,6 +153,7 @@ class Template:
         """Drop the forward's cache, as a backward does (a caller that ran this layer's backward itself)."""
         self._saved = self._out_meta = None
 
+    @no_graph
     def backward_input(self, dout, need_input_grad: bool = True, **kwargs):
         """B: the input gradient now, as ``backward`` returns it; the parameter gradients wait for
         ``backward_weight()`` (computed there where given as ``Product``s or callables).  One W per B."""
@@ -166,6 +167,7 @@ class Template:
         self._pending_w = (grads, saved, recorded)
         return dx
 
+    @no_graph
     def backward_weight(self) -> None:
         """W: adds the gradients of the last ``backward_input`` into ``.grad``.  What they read must not have
         changed in place since the forward."""

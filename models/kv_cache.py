@@ -16,6 +16,7 @@ from layers.attention import ScaledDotProductAttention
 if TYPE_CHECKING:  # GPT, Block and MLP are named in annotations only: gpt.py imports this file, not the reverse
     from layers.layernorm import LayerNorm
     from layers.linear import Linear
+    from .gpt import GPT, MLP, Block
 
 
 class KVCache:
@@ -54,7 +55,7 @@ class KVCache:
         self.length += 1
         return _layernorm(m.ln_f, x[:, -1]) @ m.wte.weight.t()  # (B, V)
 
-    def _attend(self, block: Block, x: Tensor, layer: int, causal: bool) -> Tensor:
+    def _attend(self, block: Block, x: Tensor, layer: int, *, causal: bool) -> Tensor:
         a = block.attn
         B, T, C = x.shape
         nh = a.n_head
