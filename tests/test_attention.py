@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from gradcheck import check_layer
 from layers import ScaledDotProductAttention, attention_dropout_mask
-from layers.attention_dropout import splitmix64
+from layers.attention.dropout import splitmix64
 from layers.reference import attention_backward, attention_bias, attention_forward
 from tests.conftest import assert_all_pass
 
@@ -103,7 +103,7 @@ def test_blocked_path_equals_textbook_reference_with_dropout(mask_i, p):
 @pytest.mark.parametrize("mask_i", range(8))
 @pytest.mark.parametrize("p,need_weights", [(0.0, False), (0.0, True), (0.4, False), (0.4, True)])
 def test_one_block_path_equals_blocked_path_and_textbook(L, S, mask_i, p, need_weights):
-    """S <= block_size runs layers/attention_one_block.py, S > block_size the online softmax: the same numbers
+    """S <= block_size runs layers/attention/one_block.py, S > block_size the online softmax: the same numbers
     (float64), every mask kind, dropout, the weights and their gradient; both against the textbook attention."""
     name, mask, causal = masks(LEAD, L, S)[mask_i]
     q, k, v = qkv(LEAD, L, S, Ev=5, seed=5)

@@ -41,7 +41,7 @@ would be 0/0).  The block size changes nothing but rounding (``tests/test_attent
 
 Both passes compute in base 2: the scores carry a factor log2 e (in the product's alpha), exp becomes exp2
 and lse is a base-2 log-sum-exp -- the same numbers, and exp2 is several times faster on the CPU.  When all
-keys fit in one block (S <= block_size) ``layers/attention_one_block.py`` runs the same algorithm without
+keys fit in one block (S <= block_size) ``layers/attention/one_block.py`` runs the same algorithm without
 the online softmax's running state.
 """
 from __future__ import annotations
@@ -52,11 +52,11 @@ import math
 import torch
 from torch import Tensor
 
-from .attention_dropout import attention_dropout_mask, draw_seed
-from .attention_one_block import LOG2E, one_block_backward, one_block_forward
-from .checks import check_backward_dout, check_int, check_tensor
-from .layer import BaseLayer
-from .saved import check_versions, versions
+from .dropout import attention_dropout_mask, draw_seed
+from .one_block import LOG2E, one_block_backward, one_block_forward
+from ..checks import check_backward_dout, check_int, check_tensor
+from ..layer import BaseLayer
+from ..saved import check_versions, versions
 
 DEFAULT_BLOCK_SIZE = 128  # keys per block: large enough for efficient products, small enough that a causal pass
 # skips most of what it need not compute (benchmarks/attention.py --block compares sizes)
@@ -75,7 +75,7 @@ class ScaledDotProductAttention(BaseLayer):
 
     Dropout (``dropout_p > 0``: the function applies it whenever asked, as torch's does; a module passes 0
     in eval mode) draws one seed per forward from ``generator`` (default torch's CPU generator) and drops
-    the weights ``layers.attention_dropout`` says, regenerating each block's mask in backward.
+    the weights ``layers.attention.dropout`` says, regenerating each block's mask in backward.
     ``block_size``: keys per block (default 128); any value gives the same result up to rounding.
     float16/bfloat16 inputs are computed in float32 and the results rounded once.
 
@@ -130,7 +130,7 @@ class ScaledDotProductAttention(BaseLayer):
         seed = draw_seed(self.generator) if p_drop > 0.0 else None
         spec = _Spec(lead, L, S, scale, blocked, bias, is_causal, p_drop, seed, self.block_size)
 
-        if S <= spec.block:  # every key in one block: the plain softmax, no running state (attention_one_block.py)
+        if S <= spec.block:  # every key in one block: the plain softmax, no running state (one_block.py)
             out, lse, weights = one_block_forward(q, k, v, spec, need_weights)
         else:
             out, lse, weights = _blocked_forward(q, k, v, spec, need_weights)

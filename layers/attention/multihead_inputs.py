@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .checks import check_tensor
+from ..checks import check_tensor
 
 
 def check_inputs(self, query, key, value, kpm, attn_mask) -> bool:

@@ -23,12 +23,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .activations import GELU, ReLU
-from .checks import check_int, check_tensor
-from .dropout import Dropout
-from .layer import BaseLayer
-from .layernorm import LayerNorm
-from .linear import Linear
+from ..activations import GELU, ReLU
+from ..checks import check_int, check_tensor
+from ..dropout import Dropout
+from ..layer import BaseLayer
+from ..layernorm import LayerNorm
+from ..linear import Linear
 from .multihead import MultiheadAttention
 
 _ACTIVATIONS = {"relu": ReLU, "gelu": GELU}

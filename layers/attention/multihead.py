@@ -5,7 +5,7 @@ H = num_heads, hd = E / H (one head's size), kdim / vdim = the key's and value's
 Inputs are (L, N, E) -- or (N, L, E) with ``batch_first`` -- or unbatched (L, E), as torch takes them.
 
     q = query @ Wq^T + bq,  k = key @ Wk^T + bk,  v = value @ Wv^T + bv        (*, E) each, split into H heads
-    heads = attention(q_h, k_h, v_h) per head (layers.attention: the blocked, memory-efficient path)
+    heads = attention(q_h, k_h, v_h) per head (layers/attention/scaled_dot_product.py: the blocked, memory-efficient path)
     out = concat(heads) @ Wo^T + bo                                          (L, N, E)
 
 Backward: out_proj's backward (a Linear), the attention's, then each projection's: dW = dq^T @ query,
@@ -19,12 +19,12 @@ import math
 import torch
 from torch import Tensor
 
-from .attention import ScaledDotProductAttention
-from .checks import check_backward_dout, check_int
-from .layer import BaseLayer, accumulate_grad, learned, wants_grad
-from .linear import Linear
+from .scaled_dot_product import ScaledDotProductAttention
+from ..checks import check_backward_dout, check_int
+from ..layer import BaseLayer, accumulate_grad, learned, wants_grad
+from ..linear import Linear
 from .multihead_inputs import check_inputs, masks
-from .saved import check_versions, versions
+from ..saved import check_versions, versions
 
 _OWNER = "MultiheadAttention"
 
@@ -51,7 +51,7 @@ class MultiheadAttention(BaseLayer):
     A query row whose keys are all masked: with ``need_weights=False`` zeros, as torch's function gives; with
     ``need_weights=True`` nan, as torch's module gives (its softmax is 0/0 there); the gradients of such a row
     are zero (torch's are nan throughout the projections).  Dropout (training mode) drops attention weights with
-    masks from ``layers.attention_dropout``, drawn from ``self.generator`` (torch's default generator if None).
+    masks from ``layers.attention.dropout``, drawn from ``self.generator`` (torch's default generator if None).
 
     Kept from forward to backward: query, key and value (for the projections' weight gradients) and the input
     projections' weights (for the inputs' gradients); ``out_proj`` and the attention keep their own (the masks
