@@ -272,8 +272,8 @@ def test_bad_input_is_named():
         att(q, k, v, attn_mask=torch.ones(4, 5, dtype=torch.long))
     with pytest.raises(ValueError, match="pass either attn_mask or is_causal=True, not both"):
         att(q, k, v, attn_mask=torch.ones(4, 5, dtype=torch.bool), is_causal=True)
-    with pytest.raises(ValueError, match=r"dropout_p \(the probability of dropping a weight\) must be in \[0, 1\], "
-                                         r"got 1.5"):
+    with pytest.raises(ValueError, match=r"dropout_p \(the probability of dropping a weight\) must be a probability "
+                                         r"in \[0, 1\], got 1.5"):
         att(q, k, v, dropout_p=1.5)
     with pytest.raises(ValueError, match="must share dtype and device"):
         att(q, k.float(), v)

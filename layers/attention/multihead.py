@@ -166,7 +166,8 @@ class MultiheadAttention(BaseLayer):
             extra += 1
         blocked, bias = masks(attn_mask, key_padding_mask, N, H, L, S, extra, query.dtype)
         p_drop = self.dropout if self.training else 0.0
-        res = self.attention.attend(qh, kh, vh, blocked, bias, causal, p_drop, 1.0 / math.sqrt(hd), need_weights)
+        res = self.attention.attend(qh, kh, vh, blocked=blocked, bias=bias, is_causal=causal, dropout_p=p_drop,
+                                    scale=1.0 / math.sqrt(hd), need_weights=need_weights)
         attn, weights = res if need_weights else (res, None)  # (N, H, L, hd), (N, H, L, S')
         if need_weights:
             empty = self.attention.masked_rows()  # (N, H, L, 1) rows with every key masked: torch's module gives nan
@@ -246,7 +247,7 @@ class MultiheadAttention(BaseLayer):
         dattn = dmerged.view(L, N, H, hd).permute(1, 2, 0, 3)  # (N, H, L, hd)
         if dweights is not None:
             dweights = _weights_grad(dweights, batched, N, H)
-        dqh, dkh, dvh = self.attention.backward(dattn, dweights)  # (N, H, L, hd), (N, H, S', hd) x2
+        dqh, dkh, dvh = self.attention.backward(dattn, dweights=dweights)  # (N, H, L, hd), (N, H, S', hd) x2
         if self.add_zero_attn:
             dkh, dvh = dkh[:, :, :-1], dvh[:, :, :-1]  # the zero key and value are constants
         unheads = lambda t: t.permute(2, 0, 1, 3).reshape(t.shape[2], N, E)  # noqa: E731  (N, H, T, hd) -> (T, N, E)

@@ -35,7 +35,8 @@ from torch import Tensor
 LOG2E = 1.0 / math.log(2.0)  # log2(e): e^x = 2^(x log2 e)
 
 
-def one_block_forward(q: Tensor, k: Tensor, v: Tensor, spec, need_weights: bool) -> tuple[Tensor, Tensor, Tensor | None]:
+def one_block_forward(q: Tensor, k: Tensor, v: Tensor, spec, *,
+                      need_weights: bool) -> tuple[Tensor, Tensor, Tensor | None]:
     """q (B, L, E), k (B, S, E), v (B, S, Ev), ``spec`` (``scaled_dot_product._Spec``: masks, scale, dropout)
     -> (out (B, L, Ev), lse (B, L, 1) in base 2, weights A (B, L, S) or None)."""
     S = spec.S
