@@ -215,7 +215,8 @@ def test_bad_input_is_named():
         mha(x, x, x, is_causal=True)
     with pytest.raises(ValueError, match="all 3-D \\(batched\\) or all 2-D \\(unbatched\\)"):
         mha(x, x[0], x)
-    with pytest.raises(ValueError, match=r"dropout \(the probability of dropping an attention weight\) must be in"):
+    with pytest.raises(ValueError, match=r"dropout \(the probability of dropping an attention weight\) must be a "
+                                         r"probability in"):
         MultiheadAttention(8, 2, dropout=2.0)
     out, _ = mha(x, x, x)
     with pytest.raises(ValueError, match=r"dout has shape \(5, 2, 7\) but the forward output had shape \(5, 2, 8\)"):
