@@ -5,7 +5,7 @@ H = num_heads, hd = E / H (one head's size), kdim / vdim = the key's and value's
 Inputs are (L, N, E) -- or (N, L, E) with ``batch_first`` -- or unbatched (L, E), as torch takes them.
 
     q = query @ Wq^T + bq,  k = key @ Wk^T + bk,  v = value @ Wv^T + bv        (*, E) each, split into H heads
-    heads = attention(q_h, k_h, v_h) per head (layers/attention/scaled_dot_product.py: the blocked, memory-efficient path)
+    heads = attention(q_h, k_h, v_h) per head (scaled_dot_product.py: the blocked, memory-efficient path)
     out = concat(heads) @ Wo^T + bo                                          (L, N, E)
 
 Backward: out_proj's backward (a Linear), the attention's, then each projection's: dW = dq^T @ query,

@@ -1,6 +1,6 @@
 """Attention when every key fits in one block (S <= block_size): each row's softmax computed whole.
 
-The blocked path (``layers/attention/scaled_dot_product.py``) carries a running row maximum and row sum from one key block to
+The blocked path (``scaled_dot_product.py``) carries a running row maximum and row sum from one key block to
 the next and rescales what it accumulated whenever the maximum grows.  With a single block there is nothing
 to carry, so this is the same algorithm with the bookkeeping removed: one product for the scores, one
 max / exp2 / sum over each row, one product with v, and the outputs written where they are computed (no

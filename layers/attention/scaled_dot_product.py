@@ -55,7 +55,8 @@ from torch import Tensor
 
 from .dropout import attention_dropout_mask, draw_seed
 from .one_block import LOG2E, one_block_backward, one_block_forward
-from ..checks import LOW_PRECISION, check_bool, check_int, check_number, check_probability, check_tensor
+from .scaled_dot_product_inputs import OWNER, check_mask, check_qkv
+from ..checks import LOW_PRECISION, check_int, check_number, check_probability, check_tensor
 from ..layer import BaseLayer
 from ..template import _public_backward, _public_forward
 
@@ -131,12 +132,12 @@ class ScaledDotProductAttention(BaseLayer):
                 need_weights: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         """query (*, L, E), key (*, S, E), value (*, S, Ev) -> out (*, L, Ev) [, weights (*, L, S)]."""
         self.discard_saved()
-        lead, L, S, E, Ev = _check_qkv(query, key, value)
-        blocked, bias = _check_mask(attn_mask, query, lead, L, S, is_causal=is_causal)
+        lead, L, S, E, Ev = check_qkv(query, key, value)
+        blocked, bias = check_mask(attn_mask, query, lead, L, S, is_causal=is_causal)
         return self.attend(query, key, value, blocked=blocked, bias=bias, is_causal=is_causal,
-                           dropout_p=check_probability(_OWNER, "dropout_p (the probability of dropping a weight)",
+                           dropout_p=check_probability(OWNER, "dropout_p (the probability of dropping a weight)",
                                                        dropout_p),
-                           scale=None if scale is None else check_number(_OWNER, "scale", scale),
+                           scale=None if scale is None else check_number(OWNER, "scale", scale),
                            need_weights=need_weights)
 
     def _attend(self, query: Tensor, key: Tensor, value: Tensor, *, blocked: Tensor | None = None,
@@ -367,54 +368,3 @@ def _block(mask: Tensor, r0: int, j0: int, j1: int) -> Tensor:
     rows = slice(r0, None) if mask.shape[-2] != 1 else slice(None)
     cols = slice(j0, j1) if mask.shape[-1] != 1 else slice(None)
     return mask[..., rows, cols]
-
-
-# -- validation: one clear error naming the value --------------------------------------------------------------
-
-_OWNER = "scaled_dot_product_attention"
-
-
-def _check_qkv(q: object, k: object, v: object) -> tuple[tuple[int, ...], int, int, int, int]:
-    for name, t in (("query", q), ("key", k), ("value", v)):
-        check_tensor(_OWNER, name, t)
-        if not t.is_floating_point() or t.dim() < 2:
-            raise ValueError(f"{_OWNER}: {name} must be a floating-point tensor of shape (*, length, size), "
-                             f"got {t.dtype} of shape {tuple(t.shape)}")
-    if not (q.dtype == k.dtype == v.dtype and q.device == k.device == v.device):
-        raise ValueError(f"{_OWNER}: query, key and value must share dtype and device, got "
-                         f"{q.dtype}/{k.dtype}/{v.dtype} on {q.device}/{k.device}/{v.device}")
-    if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]) or q.shape[-1] != k.shape[-1] \
-            or k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"{_OWNER}: expected query (*, L, E), key (*, S, E), value (*, S, Ev) with the same "
-                         f"leading axes, got query {tuple(q.shape)}, key {tuple(k.shape)}, value {tuple(v.shape)}")
-    return tuple(q.shape[:-2]), q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
-
-
-def _check_mask(mask: object, q: Tensor, lead: tuple, L: int, S: int, *,
-                is_causal: bool) -> tuple[Tensor | None, Tensor | None]:
-    """-> (blocked: bool, True where a query may NOT attend, or None; bias: float, added, or None)."""
-    check_bool(_OWNER, "is_causal", is_causal)
-    if mask is None:
-        return None, None
-    if is_causal:
-        raise ValueError(f"{_OWNER}: pass either attn_mask or is_causal=True, not both (as torch refuses)")
-    check_tensor(_OWNER, "attn_mask", mask)
-    if mask.dtype != torch.bool and mask.dtype != q.dtype:
-        raise ValueError(f"{_OWNER}: attn_mask must be boolean (True = may attend) or of the query's dtype "
-                         f"{q.dtype} (added to the scores), got {mask.dtype}")
-    if mask.device != q.device:
-        raise ValueError(f"{_OWNER}: attn_mask is on {mask.device} but query is on {q.device}")
-    full = (*lead, L, S)
-    try:
-        ok = mask.dim() <= len(full) and torch.broadcast_shapes(mask.shape, full) == full
-    except RuntimeError:
-        ok = False
-    if not ok:
-        raise ValueError(f"{_OWNER}: attn_mask of shape {tuple(mask.shape)} does not broadcast to the scores' "
-                         f"shape {full} (*, L, S)")
-    if mask.dtype == torch.bool:
-        return mask.logical_not(), None
-    if mask.dtype in LOW_PRECISION:
-        mask = mask.float()
-    return None, mask
-
