@@ -290,3 +290,17 @@ def test_bad_input_is_named():
         att.backward(torch.ones_like(out), torch.ones(2, 4, 5, dtype=F64))
     with pytest.raises(RuntimeError, match="backward called before forward"):
         ScaledDotProductAttention().backward(out)
+
+
+def test_attend_takes_its_flags_by_name_and_keeps_a_named_cache():
+    """attend(q, k, v, *, ...): a positional flag is refused; the cache is read by field name."""
+    q, k, v = qkv((2,), 4, 4)
+    att = ScaledDotProductAttention()
+    with pytest.raises(TypeError):
+        att.attend(q, k, v, None, None, True, 0.0, 0.5, False)
+    out = att.attend(q, k, v, is_causal=True, scale=0.5)
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.5)
+    assert (out - ref).abs().max() < 1e-12
+    saved = att._saved
+    assert saved.spec.causal and saved.spec.scale == 0.5 and saved.out is not None and saved.weights is None
+    assert saved.q_shape == q.shape and saved.dtype == F64

@@ -223,3 +223,18 @@ def test_bad_input_is_named():
         mha.backward(torch.ones(5, 2, 7))
     with pytest.raises(RuntimeError, match="backward called before forward"):
         MultiheadAttention(8, 2).backward(out)
+
+
+def test_self_attention_adds_its_packed_weight_gradient_into_the_same_grad_tensor():
+    """With .grad present, the packed (3E, E) projection's gradient is added in place (its storage stays), and the
+    second backward doubles the first, as accumulation must."""
+    torch.manual_seed(5)
+    mha = MultiheadAttention(8, 2, dtype=F64)
+    x, dout = torch.randn(5, 2, 8, dtype=F64), torch.randn(5, 2, 8, dtype=F64)
+    mha(x, x, x, need_weights=False)
+    mha.backward(dout, summed=True)
+    first, storage = mha.in_proj_weight.grad.clone(), mha.in_proj_weight.grad.data_ptr()
+    mha(x, x, x, need_weights=False)
+    mha.backward(dout, summed=True)
+    assert mha.in_proj_weight.grad.data_ptr() == storage
+    assert (mha.in_proj_weight.grad - 2 * first).abs().max() < 1e-12
