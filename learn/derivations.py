@@ -175,7 +175,7 @@ A masked entry has A = 0, hence dS = 0: the mask needs nothing in the backward.
 The scale is in both directions: S = s q k^T, so each derivative of S carries s.  Why 1/sqrt(d): with
 entries of q and k of variance 1, q . k has variance d; unscaled, the softmax saturates (A nearly one-hot)
 and dS = A * (dA - ...) is nearly 0 everywhere: no gradient reaches q and k.""",
-        "attention_forward, attention_backward", "layers/attention.py: ScaledDotProductAttention", None),
+        "attention_forward, attention_backward", "layers/attention/scaled_dot_product.py: ScaledDotProductAttention", None),
     "adam": Derivation("""\
 Not a backward: the update that uses one.  Per parameter p with g = p.grad (m, v of p's shape, both 0 at t = 0):
   m_t = b1 m_(t-1) + (1 - b1) g_t          v_t = b2 v_(t-1) + (1 - b2) g_t^2

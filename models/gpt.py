@@ -81,8 +81,8 @@ class CausalSelfAttention(Composite):
         q, k, v = self.c_attn.forward(x, keep_input=keep_input).split(C, dim=2)  # (B, T, C) each
         heads = lambda t: t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # noqa: E731  (B, nh, T, hs)
         p = self.p if self.training else 0.0
-        y = self.attention.attend(heads(q), heads(k), heads(v), None, None, True, p, 1.0 / math.sqrt(C // self.n_head),
-                                  False, keep_out=False)  # (B, nh, T, hs)
+        y = self.attention.attend(heads(q), heads(k), heads(v), is_causal=True, dropout_p=p,
+                                  scale=1.0 / math.sqrt(C // self.n_head), keep_out=False)  # (B, nh, T, hs)
         # (B, T, C) the heads side by side: c_proj's input, and the attention's output for its backward (which
         # therefore does not keep its own copy in the (B, nh, T, hs) layout)
         y = y.transpose(1, 2).reshape(B, T, C)
