@@ -4,7 +4,6 @@ from .attention import ScaledDotProductAttention
 from .attention_dropout import attention_dropout_mask
 from .activations import GELU, LeakyReLU, LogSoftmax, ReLU, Sigmoid, SiLU, Softmax, Tanh
 from .batchnorm import BatchNorm1d, BatchNorm2d
-from .cells import GRUCell, LSTMCell, RNNCell
 from .conv import Conv2d
 from .convert import from_torch, to_torch
 from .dropout import Dropout, SeededDropout
@@ -15,7 +14,7 @@ from .layernorm import LayerNorm
 from .linear import Linear
 from .multihead import MultiheadAttention
 from .pool import AvgPool2d, MaxPool2d
-from .recurrent import GRU, LSTM, RNN
+from .recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from .sequential import Sequential
 from .sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
 from .transformer import TransformerEncoder, TransformerEncoderLayer

@@ -419,11 +419,11 @@ def test_seeded_lstm_is_an_nn_lstm_with_the_same_state():
     assert list(twin[0].state_dict()) == list(nn.LSTM(3, 4, 2).state_dict())
 
 
-# -- float32 on the CPU: the products go through oneDNN (layers/matmul.py); the float64 tests above use addmm ----
+# -- float32 on the CPU: the products go through oneDNN (layers/recurrent/matmul.py); the float64 tests use addmm ---
 
 @pytest.mark.parametrize("kind", ["rnn_tanh", "lstm_proj", "gru"])
 def test_float32_onednn_path_matches_torch_and_the_addmm_path(kind, monkeypatch):
-    from layers import matmul
+    from layers.recurrent import matmul
     cls, torch_cls, extra = KINDS[kind]
     torch.manual_seed(0)
     ours = cls(6, 8, num_layers=2, bidirectional=True, batch_first=True, **extra)
@@ -440,7 +440,7 @@ def test_float32_onednn_path_matches_torch_and_the_addmm_path(kind, monkeypatch)
 
     if not matmul.AVAILABLE:
         pytest.skip("this torch has no oneDNN matmul")
-    monkeypatch.setattr(matmul, "ONEDNN", True)  # whichever this CPU runs by default (layers/matmul.py)
+    monkeypatch.setattr(matmul, "ONEDNN", True)  # whichever this CPU runs by default (layers/recurrent/matmul.py)
     first = run()
     monkeypatch.setattr(matmul, "ONEDNN", False)
     second = run()
@@ -454,8 +454,8 @@ def test_float32_onednn_path_matches_torch_and_the_addmm_path(kind, monkeypatch)
 
 @pytest.mark.parametrize("sigmoid_form", [True, False])
 def test_tanh_either_way_is_torch_tanh(sigmoid_form, monkeypatch):
-    """layers/bptt.py's tanh: 2 sigmoid(2x) - 1 on an AMD CPU, torch.tanh elsewhere; both within float rounding."""
-    from layers import bptt
+    """layers/recurrent/bptt.py's tanh: 2 sigmoid(2x) - 1 on an AMD CPU, torch.tanh elsewhere; both within rounding."""
+    from layers.recurrent import bptt
     monkeypatch.setattr(bptt, "SIGMOID_TANH", sigmoid_form)
     for dtype, tol in ((torch.float32, 3e-7), (torch.float64, 1e-15)):
         x = torch.linspace(-20, 20, 4001, dtype=dtype)
@@ -465,7 +465,7 @@ def test_tanh_either_way_is_torch_tanh(sigmoid_form, monkeypatch):
 
 @pytest.mark.parametrize("onednn", [True, False], ids=["onednn", "addmm"])
 def test_matmul_helpers_agree_with_torch(onednn, monkeypatch):
-    from layers import matmul
+    from layers.recurrent import matmul
     if onednn and not matmul.AVAILABLE:
         pytest.skip("this torch has no oneDNN matmul")
     monkeypatch.setattr(matmul, "ONEDNN", onednn)

@@ -8,7 +8,7 @@ Shape legend: N = batch, I = input_size, H = hidden_size, G = gates (RNN 1; LSTM
 x (N, I) or unbatched (I,); h, c, h', c' (N, H) or (H,); an omitted state is zeros; a None gradient is zeros.
 The LSTMCell's backward also takes the pair unpacked, ``backward(dh', dc')`` (the outputs' structure as
 ``gradcheck.check_layer`` passes it).  A loop over these cells is the textbook recurrence; the sequence layers
-(layers.recurrent) run the same arithmetic -- one step here is ``layers/bptt.py`` with T = 1 -- with the input
+(rnn.py) run the same arithmetic -- one step here is ``bptt.py`` with T = 1 -- with the input
 projections of all steps in one matrix product.  Parameters ``weight_ih`` (G*H, I), ``weight_hh`` (G*H, H),
 ``bias_ih``, ``bias_hh`` (G*H,): torch's names, layout and initialisation, in its RNG order.
 """
@@ -19,10 +19,10 @@ from torch import Tensor
 
 from . import bptt_graph
 from .bptt import DirParams
-from .checks import check_floating, check_int, check_like, check_tensor
-from .init import torch_recurrent_init_
-from .layer import BaseLayer, learned
-from .saved import check_versions, versions
+from ..checks import check_floating, check_int, check_like, check_tensor
+from ..init import torch_recurrent_init_
+from ..layer import BaseLayer, learned
+from ..saved import check_versions, versions
 
 
 class _Cell(BaseLayer):
@@ -33,7 +33,7 @@ class _Cell(BaseLayer):
     # are not read): changed in place before backward, it is refused (layers/saved.py).
     _kept_names = ("its input x", "weight_ih", "weight_hh")
     _ctor_args = ("input_size", "hidden_size", "bias")
-    autograd_opaque = True  # as layers.recurrent: out= into buffers, run under no_grad; gradcheck uses the twin
+    autograd_opaque = True  # as rnn.py's: out= into buffers, run under no_grad; gradcheck uses the twin
     as_module_refuses = "takes an initial state and returns its new state beside its output"
 
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True, *,
@@ -179,7 +179,7 @@ class RNNCell(_Cell):
 
 class LSTMCell(_Cell):
     """i, f, g, o from x W_ih^T + b_ih + h W_hh^T + b_hh (torch's order); c' = f c + i g, h' = o tanh(c').
-    The gate derivatives are derived in ``layers.bptt.lstm_backward``."""
+    The gate derivatives are derived in ``layers.recurrent.bptt.lstm_backward``."""
 
     torch_class = torch.nn.LSTMCell
     _gates = 4
@@ -212,7 +212,7 @@ class LSTMCell(_Cell):
 
 class GRUCell(_Cell):
     """r, z, n from x W_ih^T + b_ih and h W_hh^T + b_hh (torch's order, the reset gate applied to W_hn h + b_hn);
-    h' = (1 - z) n + z h.  The gate derivatives are derived in ``layers.bptt.gru_backward``."""
+    h' = (1 - z) n + z h.  The gate derivatives are derived in ``layers.recurrent.bptt.gru_backward``."""
 
     torch_class = torch.nn.GRUCell
     _gates = 3

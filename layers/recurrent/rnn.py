@@ -14,7 +14,7 @@ G = gates (RNN 1; LSTM 4, stacked i, f, g, o; GRU 3, stacked r, z, n).
 
 Layer k's input is layer k-1's output (both directions); in training mode with ``dropout`` > 0 that output
 goes through dropout first (not after the last layer), as torch does.  The per-direction work -- the
-recurrence and its backward through time -- is ``layers/bptt.py``; this file is the stacking: parameters,
+recurrence and its backward through time -- is ``layers/recurrent/bptt.py``; this file is the stacking: parameters,
 directions, layers, dropout between them, the initial states, the layouts, the checks.
 
 ``backward`` takes the gradients in the structure of the outputs and returns one per tensor input of the
@@ -38,11 +38,11 @@ from torch.nn.utils.rnn import PackedSequence
 
 from . import bptt_graph
 from .bptt import DirParams
-from .checks import check_floating, check_int, check_like, check_tensor
-from .dropout import inter_layer_mask
-from .init import torch_recurrent_init_
-from .layer import BaseLayer, learned
-from .saved import check_versions, versions
+from ..checks import check_floating, check_int, check_like, check_tensor
+from ..dropout import inter_layer_mask
+from ..init import torch_recurrent_init_
+from ..layer import BaseLayer, learned
+from ..saved import check_versions, versions
 
 
 class _Recurrent(BaseLayer, ABC):
@@ -137,7 +137,7 @@ class _Recurrent(BaseLayer, ABC):
         get = lambda n: getattr(self, n + sfx, None)  # noqa: E731
         return DirParams(get("weight_ih"), get("weight_hh"), get("bias_ih"), get("bias_hh"), get("weight_hr"))
 
-    # -- the kind: one direction of one layer, forward and backward (layers/bptt.py) ---------------------------
+    # -- the kind: one direction of one layer, forward and backward (bptt.py) -------------------------------
 
     @abstractmethod
     def _forward_dir(self, x: Tensor, p: DirParams, state0: list, reverse: bool) -> tuple[Tensor, list, object]:
@@ -315,7 +315,7 @@ class _Recurrent(BaseLayer, ABC):
 class RNN(_Recurrent):
     """Elman RNN, torch.nn.RNN's twin: h_t = act(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh), act tanh or relu.
 
-    Backward through time (layers/bptt.py): da_t = dh_t * act'(a_t) with dh_t = dy_t + da_{t+1} @ W_hh.
+    Backward through time (layers/recurrent/bptt.py): da_t = dh_t * act'(a_t) with dh_t = dy_t + da_{t+1} @ W_hh.
     """
 
     torch_class = torch.nn.RNN
@@ -345,7 +345,7 @@ class LSTM(_Recurrent):
         i, f, g, o = sigmoid / sigmoid / tanh / sigmoid of (x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh)
         c_t = f * c_{t-1} + i * g,   h_t = o * tanh(c_t)   (proj_size > 0: h_t = (o * tanh(c_t)) W_hr^T)
 
-    The gate derivatives are derived in ``layers.bptt.lstm_backward``.  ``hx`` is the pair (h_0, c_0),
+    The gate derivatives are derived in ``layers.recurrent.bptt.lstm_backward``.  ``hx`` is the pair (h_0, c_0),
     ``backward(doutput, (dh_n, dc_n))``; with hx it returns ``(dx, (dh_0, dc_0))``.
     """
 
@@ -370,7 +370,7 @@ class GRU(_Recurrent):
         r, z = sigmoid(x_t W_i{r,z}^T + b_i{r,z} + h_{t-1} W_h{r,z}^T + b_h{r,z})
         n = tanh(x_t W_in^T + b_in + r * (h_{t-1} W_hn^T + b_hn)),   h_t = (1 - z) * n + z * h_{t-1}
 
-    The gate derivatives are derived in ``layers.bptt.gru_backward``.
+    The gate derivatives are derived in ``layers.recurrent.bptt.gru_backward``.
     """
 
     torch_class = torch.nn.GRU

@@ -1,6 +1,6 @@
-"""Backpropagation through time as torch.compile traces it: ``layers/bptt.py``'s equations, written without buffers.
+"""Backpropagation through time as torch.compile traces it: ``bptt.py``'s equations, written without buffers.
 
-``layers/bptt.py`` is written for eager speed: every step writes its gates and states with ``out=`` into
+``bptt.py`` (beside this file) is written for eager speed: every step writes its gates and states with ``out=`` into
 buffers allocated once (strided views of them, often), and its products go through oneDNN's prepacked matmul.
 A compiler wants the opposite -- values, not places: torch.compile cannot trace an ``out=`` into a strided view,
 and Inductor cannot lower oneDNN's op with a weight that is not a constant.  So while the step is being compiled
@@ -11,7 +11,7 @@ weight gradients as one product over all T*N rows -- each step making new tensor
 a few kernels a step and lays out in memory itself.  tests/test_compile.py ties the two to each other (and to
 autograd) in float64.
 
-Shapes and names as in ``layers/bptt.py``: T steps, N batch, I input, H hidden, H_out = P or H; ``hp``/``cp`` are
+Shapes and names as in ``bptt.py``: T steps, N batch, I input, H hidden, H_out = P or H; ``hp``/``cp`` are
 h_{t-1}/c_{t-1} for every step t (T, N, .), in time order whichever way the layer runs.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ from .bptt import Cache, DirParams, _add_grads, _steps
 
 
 def for_forward() -> ModuleType:
-    """The module whose forwards run now: this one while torch.compile traces the step, else ``layers.bptt``."""
+    """The module whose forwards run now: this one while torch.compile traces the step, else ``bptt``."""
     return sys.modules[__name__] if torch.compiler.is_compiling() else bptt
 
 

@@ -4,7 +4,7 @@ Shape legend (the recurrent layers'): T = time steps, N = batch, I = input featu
 H = hidden_size, P = proj_size (LSTM only), H_out = P if P > 0 else H (the size of h),
 G = gates stacked in the weights as torch stacks them (RNN 1; LSTM 4: i, f, g, o; GRU 3: r, z, n).
 
-``layers.recurrent`` runs these for every layer and direction of RNN, LSTM and GRU, ``layers.cells`` for one
+``rnn.py`` runs these for every layer and direction of RNN, LSTM and GRU, ``cells.py`` for one
 step (T = 1).  ``layers/reference.py`` has the same arithmetic as a reader derives it -- one cell's forward
 and backward, and a loop over time carrying ``dh_next`` -- and the tests tie the two together in float64.
 The recurrence is the only place where information moves across time.
@@ -30,7 +30,7 @@ reverse -- and dW_hh is one GEMM.  The LSTM keeps its cell states the same way.
 
 Weights are kept in torch's layout, W_ih (G*H, I), W_hh (G*H, H_out): nn.Linear's, so ``linear(h, W_hh)`` is
 h @ W_hh^T; the backward's products by W (not W^T) use a transposed copy made once per call.  The products go
-through ``layers/matmul.py`` (oneDNN for float32 on an AMD CPU, torch.addmm otherwise).  On an AMD CPU tanh is
+through ``matmul.py`` (oneDNN for float32 on an AMD CPU, torch.addmm otherwise).  On an AMD CPU tanh is
 computed as 2 sigmoid(2x) - 1 (``_tanh``: torch's float32 tanh is several times slower than its sigmoid there).  Parameter
 gradients are added into ``.grad`` (``+=``), never assigned over an existing one.
 """
@@ -41,7 +41,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from .layer import accumulate_grad, wants_grad
+from ..layer import accumulate_grad, wants_grad
 from .matmul import AMD, linear, linear_add, prepack, weight_grads
 
 SIGMOID_TANH: bool = AMD  # _tanh as 2 sigmoid(2x) - 1 (see there)
