@@ -2,50 +2,63 @@
 
 Shape legend: N = batch, I = input_size, H = hidden_size, G = gates (RNN 1; LSTM 4: i, f, g, o; GRU 3: r, z, n).
 
-    RNNCell / GRUCell   forward(x, h=None) -> h'            backward(dh') -> dx, or (dx, dh) when h was given
-    LSTMCell            forward(x, (h, c)=None) -> (h', c')   backward((dh', dc')) -> dx, or (dx, (dh, dc))
+    RNNCell / GRUCell   forward(x, hx=None) -> h'           backward(dh') -> dx, or (dx, dh) when h was given
+    LSTMCell            forward(x, hx=(h, c)) -> (h', c')     backward((dh', dc')) -> dx, or (dx, (dh, dc))
 
 x (N, I) or unbatched (I,); h, c, h', c' (N, H) or (H,); an omitted state is zeros; a None gradient is zeros.
 The LSTMCell's backward also takes the pair unpacked, ``backward(dh', dc')`` (the outputs' structure as
 ``gradcheck.check_layer`` passes it).  A loop over these cells is the textbook recurrence; the sequence layers
 (rnn.py) run the same arithmetic -- one step here is ``bptt.py`` with T = 1 -- with the input
 projections of all steps in one matrix product.  Parameters ``weight_ih`` (G*H, I), ``weight_hh`` (G*H, H),
-``bias_ih``, ``bias_hh`` (G*H,): torch's names, layout and initialisation, in its RNG order.
+``bias_ih``, ``bias_hh`` (G*H,): torch's names, layout and initialisation, in its RNG order.  Written in the layer
+template (layers/template.py): the forward returns the new state and a ``Saved``, the backward the gradients, and
+the base checks, keeps, versions and accumulates.
 """
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from . import bptt_graph
-from .bptt import DirParams
-from ..checks import check_floating, check_int, check_like, check_tensor
+from ..checks import BEFORE_FORWARD, check_bool, check_floating, check_int, check_like, check_tensor
 from ..init import torch_recurrent_init_
 from ..layer import BaseLayer, learned
-from ..saved import check_versions, versions
+from . import bptt_graph
+from .bptt import Cache, DirParams, Grads
+
+PARAM_OF = {"w_ih": "weight_ih", "w_hh": "weight_hh", "b_ih": "bias_ih", "b_hh": "bias_hh"}  # DirParams -> ours
 
 
 class _Cell(BaseLayer):
     _gates: int = 1  # G
     _states: tuple[str, ...] = ("h",)
     _param_names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
-    # What the backward reads that a caller can reach (the state is copied into the layer's own buffer, the biases
-    # are not read): changed in place before backward, it is refused (layers/saved.py).
-    _kept_names = ("its input x", "weight_ih", "weight_hh")
     _ctor_args = ("input_size", "hidden_size", "bias")
     autograd_opaque = True  # as rnn.py's: out= into buffers, run under no_grad; gradcheck uses the twin
     as_module_refuses = "takes an initial state and returns its new state beside its output"
+
+    class Saved(NamedTuple):
+        """What the backward reads that a caller can reach, version-checked by the base (the state is copied into
+        the layer's own buffer, the biases are not read), and the step's own buffers."""
+        x: Tensor  # (N, I) the input, for dW_ih: a view of x where it can be
+        weight_ih: Tensor  # (G*H, I), for dx
+        weight_hh: Tensor  # (G*H, H), for dh
+        step: Cache  # bptt's cache of the one step (T = 1)
+        batched: bool
+        had_hx: bool
+        shapes: tuple  # each new state's shape: what its gradient must match
+        dtype: torch.dtype
+        device: torch.device
 
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True, *,
                  device: torch.device | str | None = None, dtype: torch.dtype | None = None):
         name = type(self).__name__
         self.input_size = check_int(name, "input_size", input_size)
         self.hidden_size = check_int(name, "hidden_size", hidden_size)
-        if not isinstance(bias, bool):
-            raise ValueError(f"{name}: bias must be a bool, got {bias!r}")
+        self.bias = check_bool(name, "bias", bias)
         if dtype is not None and not dtype.is_floating_point:
             raise ValueError(f"{name}: dtype must be floating point, got {dtype}")
-        self.bias = bias
         gh = self._gates * hidden_size  # G*H
         kw = {"device": device, "dtype": dtype}
         self.weight_ih = torch.empty(gh, input_size, **kw)  # (G*H, I)
@@ -55,7 +68,6 @@ class _Cell(BaseLayer):
         torch_recurrent_init_([p for p in (self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh)
                                if p is not None], hidden_size)
         learned(self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh)
-        self._cache: tuple | None = None
 
     @classmethod
     def _ctor_kwargs(cls, obj: object) -> dict:
@@ -72,22 +84,30 @@ class _Cell(BaseLayer):
     def __call__(self, x: Tensor, hx=None):
         return self.forward(x, hx)
 
-    def _run(self, x: Tensor, hx: object) -> list[Tensor]:
-        """The step, x (N, I) or (I,) -> the new states [h' (, c')] as the caller hands them out."""
-        w = self.weight_ih
-        if not (isinstance(x, Tensor) and x.dim() in (1, 2) and x.shape[-1] == self.input_size
-                and x.dtype == w.dtype and x.device == w.device):
-            self._reject_input(x)
+    def forward(self, x: Tensor, hx=None):
+        """x (N, I) or (I,), hx the state (h, or the LSTM's (h, c)), each (N, H) or (H,), or None -> the new state,
+        shaped as hx."""
         batched = x.dim() == 2
         x3 = x.reshape(1, -1, self.input_size)  # (T=1, N, I)
         N = x3.shape[1]
         state0 = self._initial_states(hx, batched, N)
-        p = DirParams(self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh)
-        finals, cache = self._step(x3, p, state0)
+        finals, step = self._step(x3, DirParams(self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh), state0)
         new = [f.clone() if batched else f[0].clone() for f in finals]  # copies: the cache keeps its own
-        self._cache = (cache, batched, hx is not None, [s.shape for s in new], x.dtype, x.device)
-        self._versions = versions(cache.x2, self.weight_ih, self.weight_hh)  # x2: x as (N, I), a view where it can
-        return new
+        saved = self.Saved(step.x2, self.weight_ih, self.weight_hh, step, batched, hx is not None,
+                           tuple(s.shape for s in new), x.dtype, x.device)
+        return (new[0] if len(new) == 1 else tuple(new)), saved
+
+    def check_input(self, x: object, hx: object = None) -> None:
+        w = self.weight_ih
+        if isinstance(x, Tensor) and x.dim() in (1, 2) and x.shape[-1] == self.input_size \
+                and x.dtype == w.dtype and x.device == w.device:
+            return
+        check_tensor(repr(self), "x", x)  # the cheap test above failed: find out what is wrong and say so
+        check_floating(repr(self), "x", x)
+        if x.dim() not in (1, 2) or x.shape[-1] != self.input_size:
+            raise ValueError(f"{self!r}: expected input of shape (N, {self.input_size}) or unbatched "
+                             f"({self.input_size},), got {tuple(x.shape)}")
+        check_like(repr(self), "x", x, self.weight_ih, "weight_ih")
 
     def _initial_states(self, hx: object, batched: bool, N: int) -> list[Tensor | None]:
         if hx is None:
@@ -107,42 +127,37 @@ class _Cell(BaseLayer):
             check_like(repr(self), name, part, self.weight_ih, "weight_ih")
         return [part.reshape(N, self.hidden_size) for part in parts]
 
-    def _reject_input(self, x: object) -> None:
-        check_tensor(repr(self), "x", x)
-        check_floating(repr(self), "x", x)
-        if x.dim() not in (1, 2) or x.shape[-1] != self.input_size:
-            raise ValueError(f"{self!r}: expected input of shape (N, {self.input_size}) or unbatched "
-                             f"({self.input_size},), got {tuple(x.shape)}")
-        check_like(repr(self), "x", x, self.weight_ih, "weight_ih")
+    def backward(self, dout: tuple, saved: Saved):
+        """dout = [dh' (, dc')] (None: zeros) -> (dx, or (dx, dstate) with dstate shaped as the forward's state;
+        the parameter gradients): one step of bptt.py (T = 1)."""
+        N, H = saved.x.shape[0], self.hidden_size
+        dh = dout[0]
+        dy = torch.zeros(1, N, H, dtype=saved.dtype, device=saved.device) if dh is None \
+            else dh.reshape(1, N, H)  # (1, N, H)
+        rest = [None if g is None else g.reshape(N, H) for g in dout[1:]]
+        dx, d0, grads = self._step_backward(dy, rest, saved.step, need_d0=saved.had_hx)
+        dx = dx.view(N, self.input_size) if saved.batched else dx.view(self.input_size)  # x's shape
+        grads = {PARAM_OF[f]: g for f, g in grads.items()}
+        if not saved.had_hx:
+            return dx, grads
+        d0 = [g if saved.batched else g[0] for g in d0]
+        return (dx, (d0[0] if len(d0) == 1 else tuple(d0))), grads
 
-    def _backward(self, grads: list) -> object:
-        """grads [dh' (, dc')] (None: zeros) -> dx, or (dx, dstate) with dstate shaped as the forward's state."""
-        cache = self._cache
-        if cache is None:
-            raise RuntimeError(f"{self!r}: backward called before forward (or twice after one forward: "
-                               f"each backward consumes the cache of the forward before it)")
-        core, batched, had_hx, shapes, dtype, device = cache
-        for name, g, shape in zip(("dh'", "dc'"), grads, shapes):
-            if g is not None and not (isinstance(g, Tensor) and g.shape == shape and g.dtype == dtype
-                                      and g.device == device):
-                check_tensor(repr(self), name, g)
-                if g.shape != shape:
-                    raise ValueError(f"{self!r}: {name} has shape {tuple(g.shape)} but the forward's output had "
-                                     f"shape {tuple(shape)}")
-                check_like(repr(self), name, g, torch.empty(0, dtype=dtype, device=device), "the forward output")
-        check_versions(self, self._kept_names, (core.x2, self.weight_ih, self.weight_hh), self._versions)
-        self._cache = None
-        N = core.x2.shape[0]
-        H = self.hidden_size
-        dh = grads[0]
-        dy = torch.zeros(1, N, H, dtype=dtype, device=device) if dh is None else dh.reshape(1, N, H)  # (1, N, H)
-        rest = [None if g is None else g.reshape(N, H) for g in grads[1:]]
-        dx, d0 = self._step_backward(dy, rest, core, had_hx)
-        dx = dx.view(N, self.input_size) if batched else dx.view(self.input_size)  # x's shape
-        if not had_hx:
-            return dx
-        d0 = [g if batched else g[0] for g in d0]
-        return dx, (d0[0] if len(d0) == 1 else tuple(d0))
+    def check_dout(self, dout: tuple, meta) -> None:
+        """dout = [dh' (, dc')]: each None (zeros) or shaped as the forward's new state."""
+        if meta is None:
+            raise RuntimeError(f"{self!r}: {BEFORE_FORWARD}")
+        saved = self._saved
+        for name, g, shape in zip(("dh'", "dc'"), dout, saved.shapes):
+            if g is None or (isinstance(g, Tensor) and g.shape == shape and g.dtype == saved.dtype
+                             and g.device == saved.device):
+                continue
+            check_tensor(repr(self), name, g)
+            if g.shape != shape:
+                raise ValueError(f"{self!r}: {name} has shape {tuple(g.shape)} but the forward's output had "
+                                 f"shape {tuple(shape)}")
+            check_like(repr(self), name, g, torch.empty(0, dtype=saved.dtype, device=saved.device),
+                       "the forward output")
 
 
 class RNNCell(_Cell):
@@ -158,44 +173,32 @@ class RNNCell(_Cell):
         self.nonlinearity = nonlinearity
         super().__init__(input_size, hidden_size, bias, device=device, dtype=dtype)
 
-    @torch.no_grad()
-    def forward(self, x: Tensor, h: Tensor | None = None) -> Tensor:
-        """x (N, I) or (I,), h (N, H) or (H,) or None -> h' (N, H) or (H,)."""
-        return self._run(x, h)[0]
-
     def _step(self, x3, p, state0):
-        _, h_n, cache = bptt_graph.for_forward().rnn_forward(x3, p, state0[0], False, self.nonlinearity == "relu")
+        _, h_n, cache = bptt_graph.for_forward().rnn_forward(x3, p, state0[0], reverse=False,
+                                                             relu=self.nonlinearity == "relu")
         return [h_n], cache
 
-    @torch.no_grad()
     def backward(self, dh: Tensor | None) -> Tensor | tuple[Tensor, Tensor]:
         """dh' -> dx, or (dx, dh) when the forward was given h."""
-        return self._backward([dh])
+        return super().backward((dh,))
 
-    def _step_backward(self, dy, rest, core, need_d0):
-        dx, dh0 = bptt_graph.for_backward(core).rnn_backward(dy, None, core, need_d0)
-        return dx, [dh0]
+    def _step_backward(self, dy, rest, step, *, need_d0):
+        dx, dh0, grads = bptt_graph.for_backward(step).rnn_backward(dy, None, step, need_dh0=need_d0)
+        return dx, [dh0], grads
 
 
 class LSTMCell(_Cell):
     """i, f, g, o from x W_ih^T + b_ih + h W_hh^T + b_hh (torch's order); c' = f c + i g, h' = o tanh(c').
-    The gate derivatives are derived in ``layers.recurrent.bptt.lstm_backward``."""
+    The gate derivatives are derived in ``bptt.lstm_backward``."""
 
     torch_class = torch.nn.LSTMCell
     _gates = 4
     _states = ("h", "c")
 
-    @torch.no_grad()
-    def forward(self, x: Tensor, hx: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
-        """x (N, I) or (I,), hx = (h, c) each (N, H) or (H,), or None -> (h', c')."""
-        h, c = self._run(x, hx)
-        return h, c
-
     def _step(self, x3, p, state0):
-        _, (h_n, c_n), cache = bptt_graph.for_forward().lstm_forward(x3, p, state0[0], state0[1], False)
+        _, (h_n, c_n), cache = bptt_graph.for_forward().lstm_forward(x3, p, state0[0], state0[1], reverse=False)
         return [h_n, c_n], cache
 
-    @torch.no_grad()
     def backward(self, dh: Tensor | tuple | None, dc: Tensor | None = None):
         """(dh', dc') -> dx, or (dx, (dh, dc)) when the forward was given (h, c).  Takes the pair as one argument,
         ``backward((dh', dc'))``, or unpacked, ``backward(dh', dc')``; either gradient may be None."""
@@ -203,34 +206,28 @@ class LSTMCell(_Cell):
             if dc is not None or len(dh) != 2:
                 raise TypeError(f"{self!r}: backward takes (dh', dc') as one pair or as two arguments, not both")
             dh, dc = dh
-        return self._backward([dh, dc])
+        return super().backward((dh, dc))
 
-    def _step_backward(self, dy, rest, core, need_d0):
-        dx, dh0, dc0 = bptt_graph.for_backward(core).lstm_backward(dy, None, rest[0], core, need_d0)
-        return dx, [dh0, dc0]
+    def _step_backward(self, dy, rest, step, *, need_d0):
+        dx, dh0, dc0, grads = bptt_graph.for_backward(step).lstm_backward(dy, None, rest[0], step, need_dh0=need_d0)
+        return dx, [dh0, dc0], grads
 
 
 class GRUCell(_Cell):
     """r, z, n from x W_ih^T + b_ih and h W_hh^T + b_hh (torch's order, the reset gate applied to W_hn h + b_hn);
-    h' = (1 - z) n + z h.  The gate derivatives are derived in ``layers.recurrent.bptt.gru_backward``."""
+    h' = (1 - z) n + z h.  The gate derivatives are derived in ``bptt.gru_backward``."""
 
     torch_class = torch.nn.GRUCell
     _gates = 3
 
-    @torch.no_grad()
-    def forward(self, x: Tensor, h: Tensor | None = None) -> Tensor:
-        """x (N, I) or (I,), h (N, H) or (H,) or None -> h' (N, H) or (H,)."""
-        return self._run(x, h)[0]
-
     def _step(self, x3, p, state0):
-        _, h_n, cache = bptt_graph.for_forward().gru_forward(x3, p, state0[0], False)
+        _, h_n, cache = bptt_graph.for_forward().gru_forward(x3, p, state0[0], reverse=False)
         return [h_n], cache
 
-    @torch.no_grad()
     def backward(self, dh: Tensor | None) -> Tensor | tuple[Tensor, Tensor]:
         """dh' -> dx, or (dx, dh) when the forward was given h."""
-        return self._backward([dh])
+        return super().backward((dh,))
 
-    def _step_backward(self, dy, rest, core, need_d0):
-        dx, dh0 = bptt_graph.for_backward(core).gru_backward(dy, None, core, need_d0)
-        return dx, [dh0]
+    def _step_backward(self, dy, rest, step, *, need_d0):
+        dx, dh0, grads = bptt_graph.for_backward(step).gru_backward(dy, None, step, need_dh0=need_d0)
+        return dx, [dh0], grads

@@ -12,13 +12,17 @@ wherever oneDNN is there); the float64 tests, which hold the layers to 1e-10, us
                               blocked layout, reordered once and reused by every step), or w itself
     linear(x, w, bias=None)   x (M, K), w (N, K) or prepack(w) -> (M, N) = x @ w^T + bias     (nn.Linear's layout)
     linear_add(x, w, other)   -> other + x @ w^T                                   (other (M, N), may be strided)
-    weight_grads(d, xs)       d (K, M), xs [(K, N_i)] -> ([d^T @ x_i (M, N_i)], column sums of d (M,)): a layer's
-                              weight and bias gradients, summed over its K rows
+    weight_grad(d, x)         d (K, M), x (K, N) -> d^T @ x (M, N), a weight gradient summed over the K rows, in
+                              the form the layer template adds into .grad (layers/template.py)
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import Tensor
+
+from ..template import Product
 
 
 def _probe() -> bool:
@@ -76,14 +80,16 @@ def linear_add(x: Tensor, w: Tensor, other: Tensor) -> Tensor:
     return torch.addmm(other, x, w.t())
 
 
-def weight_grads(d: Tensor, xs: list[Tensor]) -> tuple[list[Tensor], Tensor]:
-    """d (K, M), xs [(K, N_i)] -> ([d^T @ x_i, (M, N_i) each], d's column sums (M,)).
+def weight_grad(d: Tensor, x: Tensor) -> Product | Callable[[], Tensor]:
+    """d (K, M), x (K, N) -> dW = d^T @ x (M, N), left for the layer template to compute (only for a parameter that
+    wants a gradient): ``Product(d^T, x)`` (torch.addmm, in place into an existing .grad), or through oneDNN a
+    callable.
 
-    The K = T*N rows (every step and sample) are the products' inner dimension, strided in both operands; oneDNN
-    makes its operands contiguous, and computing (x_i^T d)^T -- the smaller result first, returned as a transposed
-    view -- measured faster here than transposing d once by hand, than oneDNN on d^T x_i, and than MKL.
+    The K = T*N rows (every step and sample) are the product's inner dimension, strided in both operands; oneDNN
+    makes its operands contiguous, and computing (x^T d)^T -- the smaller result first, then transposed -- measured
+    faster than transposing d once by hand, than oneDNN on d^T x, and than MKL.
     """
     if not _onednn(d):
-        return [d.t() @ x for x in xs], d.sum(0)
+        return Product(d.t(), x)
     op = torch.ops.mkldnn._linear_pointwise
-    return [op(x.t(), d.t(), None, "none", [], "").t() for x in xs], d.sum(0)
+    return lambda: op(x.t(), d.t(), None, "none", [], "").t().contiguous()  # contiguous: it may become .grad
