@@ -64,11 +64,13 @@ Grads = dict[str, "Product | Callable[[], Tensor]"]  # DirParams field -> its gr
 
 # -- shared pieces ----------------------------------------------------------------------------------------
 
-def _grads(d_rows: Tensor, weights: dict[str, Tensor], biases: tuple[str, ...] = ()) -> Grads:
+def _grads(d_rows: Tensor, weights: dict[str, Tensor], biases: tuple[str, ...] = (),
+           p: DirParams | None = None) -> Grads:
     """d (T*N, M) -> {field: dW = d^T @ x for each weight field and its x (T*N, K), summed over every step and
-    sample; the column sums of d for each bias field}: both biases of a gate are added to one pre-activation, so
-    they get one gradient, summed once (a copy of its own for the second: .grad may become it)."""
+    sample; the column sums of d for each bias field that ``p`` has}: both biases of a gate are added to one
+    pre-activation, so they get one gradient, summed once (a copy of its own for the second: .grad may become it)."""
     grads: Grads = {name: weight_grad(d_rows, x) for name, x in weights.items()}
+    biases = tuple(name for name in biases if getattr(p, name) is not None)
     summed: list[Tensor] = []
 
     def db() -> Tensor:
@@ -167,7 +169,7 @@ def rnn_backward(dy: Tensor, dh_n: Tensor | None, cache: Cache, *, need_dh0: boo
         nxt = t
     dA2 = dA.view(T * N, H)
     # dW_ih (H, I) = sum_t da_t^T x_t, dW_hh (H, H) = sum_t da_t^T h_{t-1}, db = sum_t da_t: over all rows at once
-    grads = _grads(dA2, {"w_ih": x2, "w_hh": hs[off:off + T].reshape(T * N, H)}, ("b_ih", "b_hh"))
+    grads = _grads(dA2, {"w_ih": x2, "w_hh": hs[off:off + T].reshape(T * N, H)}, ("b_ih", "b_hh"), p)
     dh0 = linear(dA[nxt], w_hh_t) if need_dh0 else None  # (N, H)
     return (_input_grad(dA2, p.w_ih, dx) if need_dx else None), dh0, grads
 
@@ -271,7 +273,7 @@ def lstm_backward(dy: Tensor, dh_n: Tensor | None, dc_n: Tensor | None, cache: C
         nxt = t
     dA2 = dA.view(T * N, 4 * H)
     # dW_ih (4H, I) = sum_t da_t^T x_t, dW_hh (4H, H_out) = sum_t da_t^T h_{t-1}, db = sum_t da_t: all rows at once
-    grads = _grads(dA2, {"w_ih": x2, "w_hh": hs[off:off + T].reshape(T * N, Ho)}, ("b_ih", "b_hh"))
+    grads = _grads(dA2, {"w_ih": x2, "w_hh": hs[off:off + T].reshape(T * N, Ho)}, ("b_ih", "b_hh"), p)
     if rs is not None:
         grads |= _grads(dhs.view(T * N, Ho), {"w_hr": rs.view(T * N, H)})  # (P, H) sum_t dh_t^T r_t
     dh0 = linear(dA[nxt], w_hh_t) if need_dh0 else None  # (N, H_out)
@@ -353,7 +355,7 @@ def gru_backward(dy: Tensor, dh_n: Tensor | None, cache: Cache, *, need_dh0: boo
     dK2 = dK.view(T * N, 4 * H)
     dm2 = dK2[:, :3 * H]  # (T*N, 3H)
     da2 = torch.cat((dK2[:, :2 * H], dK2[:, 3 * H:]), 1)  # (T*N, 3H) [da_r, da_z, da_n]
-    grads = _grads(da2, {"w_ih": x2}, ("b_ih",))  # (3H, I) and b_ih from the input side
-    grads |= _grads(dm2, {"w_hh": h_prev.reshape(T * N, H)}, ("b_hh",))  # (3H, H) and b_hh from the hidden side
+    grads = _grads(da2, {"w_ih": x2}, ("b_ih",), p)  # (3H, I) and b_ih from the input side
+    grads |= _grads(dm2, {"w_hh": h_prev.reshape(T * N, H)}, ("b_hh",), p)  # (3H, H), b_hh: the hidden side
     dh0 = linear_add(dm[nxt], w_hh_t, dhs[nxt] * z[nxt]) if need_dh0 else None  # (N, H)
     return (_input_grad(da2, p.w_ih, dx) if need_dx else None), dh0, grads

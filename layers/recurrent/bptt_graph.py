@@ -63,7 +63,7 @@ def _finish(dA: Tensor, x2: Tensor, p: DirParams, hp: Tensor, first: int, *, nee
     """The weight gradients over all rows, dh0 = dA[first] @ W_hh, dx = dA @ W_ih (+ dx): as bptt.py."""
     T, N, G = dA.shape
     dA2 = dA.reshape(T * N, G)
-    grads = _grads(dA2, {"w_ih": x2, "w_hh": hp.reshape(T * N, -1)}, ("b_ih", "b_hh"))
+    grads = _grads(dA2, {"w_ih": x2, "w_hh": hp.reshape(T * N, -1)}, ("b_ih", "b_hh"), p)
     dh0 = dA[first] @ p.w_hh if need_dh0 else None
     if not need_dx:
         return None, dh0, grads
@@ -192,7 +192,7 @@ def gru_backward(dy: Tensor, dh_n: Tensor | None, cache: GraphCache, *, need_dh0
     dm, da = dKs[:, :, :3 * H], torch.cat([dKs[:, :, :2 * H], dKs[:, :, 3 * H:]], 2)
     dm2 = dm.reshape(T * N, 3 * H)
     da2 = da.reshape(T * N, 3 * H)
-    grads = _grads(da2, {"w_ih": x2}, ("b_ih",)) | _grads(dm2, {"w_hh": hp.reshape(T * N, H)}, ("b_hh",))
+    grads = _grads(da2, {"w_ih": x2}, ("b_ih",), p) | _grads(dm2, {"w_hh": hp.reshape(T * N, H)}, ("b_hh",), p)
     first = steps[0]
     dh0 = torch.addmm(dh * z[first], dm[first], p.w_hh) if need_dh0 else None
     if not need_dx:
