@@ -33,6 +33,7 @@ import torch.nn.functional as F
 import optimizers
 from layers import LSTM, Linear
 from layers.recurrent import matmul
+from layers.template import Product
 from losses import CrossEntropyLoss
 
 import timing  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
@@ -160,10 +161,11 @@ def candidates(seq, batch, inp, hidden, layers, vocab) -> dict:
             for t in range(T):
                 matmul.linear_add(dA3[t], w_t, dy[t])
 
-    def weight_gradients():
+    def weight_gradients():  # as the layer template computes them into a fresh .grad (zero_grad set it to None)
         for (w_ih, _, _), xin in zip(ws, ins):
-            (g_ih, g_hh), _ = matmul.weight_grads(dA, [xin, h[:T].reshape(T * N, H)])  # dW_ih, dW_hh, db
-            g_ih.contiguous(), g_hh.contiguous()
+            for g in (matmul.weight_grad(dA, xin), matmul.weight_grad(dA, h[:T].reshape(T * N, H))):  # dW_ih, dW_hh
+                g.a @ g.b if isinstance(g, Product) else g()
+            dA.sum(0).clone()  # db_ih and db_hh: one sum, a copy of it for the second bias
             matmul.linear(dA, w_ih.t().contiguous())  # dx
 
     return {
