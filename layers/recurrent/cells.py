@@ -90,7 +90,7 @@ class _Cell(BaseLayer):
         batched = x.dim() == 2
         x3 = x.reshape(1, -1, self.input_size)  # (T=1, N, I)
         N = x3.shape[1]
-        state0 = self._initial_states(hx, batched, N)
+        state0 = self._initial_states(hx, N, batched=batched)
         finals, step = self._step(x3, DirParams(self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh), state0)
         new = [f.clone() if batched else f[0].clone() for f in finals]  # copies: the cache keeps its own
         saved = self.Saved(step.x2, self.weight_ih, self.weight_hh, step, batched, hx is not None,
@@ -109,7 +109,7 @@ class _Cell(BaseLayer):
                              f"({self.input_size},), got {tuple(x.shape)}")
         check_like(repr(self), "x", x, self.weight_ih, "weight_ih")
 
-    def _initial_states(self, hx: object, batched: bool, N: int) -> list[Tensor | None]:
+    def _initial_states(self, hx: object, N: int, *, batched: bool) -> list[Tensor | None]:
         if hx is None:
             return [None] * len(self._states)
         if len(self._states) == 1:

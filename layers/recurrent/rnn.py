@@ -30,7 +30,6 @@ identical weights.
 """
 from __future__ import annotations
 
-import functools
 import warnings
 from abc import ABC, abstractmethod
 from collections import namedtuple
@@ -51,7 +50,6 @@ from .bptt import Cache, DirParams, Grads
 PARAM_OF = {"w_ih": "weight_ih", "w_hh": "weight_hh", "b_ih": "bias_ih", "b_hh": "bias_hh", "w_hr": "weight_hr"}
 
 
-@functools.lru_cache(maxsize=None)
 def saved_type(weights: tuple[str, ...]) -> type:
     """A recurrent layer's ``Saved``, one per set of weight names: what its backward reads, by name --
 
@@ -64,9 +62,18 @@ def saved_type(weights: tuple[str, ...]) -> type:
 
     The base version-checks each tensor field by its name: x and the weights, changed in place before backward,
     are refused (layers/saved.py).  The initial states are copied into the layer's own buffers, so changing hx
-    afterwards changes nothing; the biases are not read."""
-    return namedtuple("Saved", ("x", *weights, "dirs", "masks", "batched", "had_hx", "T", "N", "shapes", "dtype",
-                                    "device"))
+    afterwards changes nothing; the biases are not read.
+
+    Made once per set of names, when a layer is built (a type made while torch.compile traces would be a new type
+    at every trace)."""
+    saved = _SAVED_TYPES.get(weights)
+    if saved is None:
+        saved = _SAVED_TYPES[weights] = namedtuple("Saved", ("x", *weights, "dirs", "masks", "batched", "had_hx",
+                                                             "T", "N", "shapes", "dtype", "device"))
+    return saved
+
+
+_SAVED_TYPES: dict[tuple[str, ...], type] = {}
 
 
 class _Recurrent(BaseLayer, ABC):
@@ -119,6 +126,7 @@ class _Recurrent(BaseLayer, ABC):
                     shapes.append(s)
         self._param_names = tuple(names)  # torch's _flat_weights_names, in its order
         self._weight_names = tuple(n for n in names if n.startswith("weight"))  # each a field of saved_type's
+        saved_type(self._weight_names)
         for n, s in zip(names, shapes):
             setattr(self, n, torch.empty(s, device=device, dtype=dtype))
         torch_recurrent_init_([getattr(self, n) for n in names], hidden_size)
@@ -177,7 +185,7 @@ class _Recurrent(BaseLayer, ABC):
         T, N = xt.shape[:2]
         if T == 0:
             raise ValueError(f"{self!r}: the input has no time steps (shape {tuple(x.shape)})")
-        state0 = self._initial_states(hx, batched, N)  # [(L*D, N, .) or None] per state
+        state0 = self._initial_states(hx, N, batched=batched)  # [(L*D, N, .) or None] per state
         L, D = self.num_layers, self.num_directions
         finals: list[list[Tensor]] = [[] for _ in self._states]
         dirs, masks = [], []
@@ -227,7 +235,7 @@ class _Recurrent(BaseLayer, ABC):
                              f"I = input_size = {self.input_size}, got {tuple(x.shape)}")
         check_like(repr(self), "x", x, self.weight_ih_l0, "weight_ih_l0")
 
-    def _initial_states(self, hx: object, batched: bool, N: int) -> list[Tensor | None]:
+    def _initial_states(self, hx: object, N: int, *, batched: bool) -> list[Tensor | None]:
         """hx -> [h_0 (, c_0)] as (L*D, N, .), checked against the input's batch; Nones for no hx."""
         if hx is None:
             return [None] * len(self._states)
@@ -256,7 +264,7 @@ class _Recurrent(BaseLayer, ABC):
 
     # -- backward -----------------------------------------------------------------------------------------
 
-    def backward(self, dout: tuple, saved, need_dx: bool = True):
+    def backward(self, dout: tuple, saved, *, need_dx: bool = True):
         """dout = (doutput, dstate) -> (dx, or (dx, dhx) when the forward had hx; every parameter's gradient).
 
         Layer by layer from the top, each direction through time (bptt.py); a layer's input gradient goes through
