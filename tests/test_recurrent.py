@@ -365,6 +365,30 @@ def test_packed_sequence_is_refused_clearly():
         LSTM(3, 4)(packed)
 
 
+@pytest.mark.parametrize("make", [lambda: LSTM(3, 4, 2, proj_size=2, bidirectional=True, dtype=f64),
+                                  lambda: GRU(3, 4, 2, dtype=f64), lambda: RNN(3, 4, bias=False, dtype=f64)],
+                         ids=["lstm", "gru", "rnn"])
+def test_weight_gradients_add_into_grad_in_place_and_skip_frozen_parameters(make):
+    """Each parameter gradient the backward returns is added by the base: into an existing .grad in place (its
+    storage stays, two backwards give twice one), and not at all for a frozen parameter (.grad stays None)."""
+    torch.manual_seed(0)
+    layer = make()
+    frozen = layer._param_names[1]  # weight_hh_l0
+    getattr(layer, frozen).requires_grad_(False)
+    x = torch.randn(5, 2, 3, dtype=f64)
+    out, _ = layer(x)
+    layer.backward(torch.ones_like(out))
+    once = {n: p.grad.clone() for n, p in layer.named_parameters() if n != frozen}
+    where = {n: p.grad.data_ptr() for n, p in layer.named_parameters() if n != frozen}
+    out, _ = layer(x)
+    layer.backward(torch.ones_like(out))
+    assert getattr(layer, frozen).grad is None
+    for n, p in layer.named_parameters():
+        if n != frozen:
+            assert p.grad.data_ptr() == where[n] and p.grad.is_contiguous(), n
+            torch.testing.assert_close(p.grad, 2 * once[n], rtol=1e-14, atol=0)
+
+
 def test_backward_before_forward_or_twice_and_bad_gradients():
     gru = GRU(3, 4)
     with pytest.raises(RuntimeError, match="backward called before forward"):

@@ -59,7 +59,7 @@ class DirParams(NamedTuple):
     w_hr: Tensor | None = None  # (P, H), LSTM with proj_size > 0
 
 
-Grads = dict[str, "Product | Callable[[], Tensor]"]  # DirParams field -> its gradient, as the layer template takes it
+Grads = dict[str, Product | Callable[[], Tensor]]  # DirParams field -> its gradient, as the layer template takes it
 
 
 # -- shared pieces ----------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from ..checks import BEFORE_FORWARD, check_bool, check_floating, check_int, chec
 from ..init import torch_recurrent_init_
 from ..layer import BaseLayer, learned
 from . import bptt_graph
-from .bptt import Cache, DirParams, Grads
+from .bptt import Cache, DirParams
 
 PARAM_OF = {"w_ih": "weight_ih", "w_hh": "weight_hh", "b_ih": "bias_ih", "b_hh": "bias_hh"}  # DirParams -> ours
 

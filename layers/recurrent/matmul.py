@@ -1,12 +1,13 @@
 """The recurrent layers' matrix products, on the CPU through oneDNN where torch's BLAS is slower.
 
 ``torch.mm`` on the CPU calls MKL's sgemm.  On an AMD CPU MKL runs its AVX2 code, while oneDNN -- the library
-behind nn.LSTM's own CPU kernel -- generates AVX-512 code, faster for a recurrent layer's products there; on an Intel CPU MKL runs its own AVX-512
-code and is the faster (``python benchmarks/lstm_step.py`` prints both; the figures are in docs/benchmarks.md).  So for a float32 CPU tensor on an AMD
-CPU the products below go through oneDNN's matmul, ``torch.ops.mkldnn._linear_pointwise`` (the op torch's own
-compiler emits for nn.Linear on the CPU); for anything else -- another CPU, float64, CUDA, a torch built without
-oneDNN, or ``ONEDNN = False`` -- through ``torch.addmm``.  The two agree to float32 round-off (tests/test_recurrent.py runs both
-wherever oneDNN is there); the float64 tests, which hold the layers to 1e-10, use the addmm path.
+behind nn.LSTM's own CPU kernel -- generates AVX-512 code, faster for a recurrent layer's products there; on an
+Intel CPU MKL runs its own AVX-512 code and is the faster (``python benchmarks/lstm_step.py`` prints both; the
+figures are in docs/benchmarks.md).  So for a float32 CPU tensor on an AMD CPU the products below go through
+oneDNN's matmul, ``torch.ops.mkldnn._linear_pointwise`` (the op torch's own compiler emits for nn.Linear on the
+CPU); for anything else -- another CPU, float64, CUDA, a torch built without oneDNN, or ``ONEDNN = False`` --
+through ``torch.addmm``.  The two agree to float32 round-off (tests/test_recurrent.py runs both wherever oneDNN is
+there); the float64 tests, which hold the layers to 1e-10, use the addmm path.
 
     prepack(w, x)             w (N, K) in the layout the products with x's kind of rows read fastest (oneDNN's
                               blocked layout, reordered once and reused by every step), or w itself
