@@ -3,7 +3,6 @@ from .attention import (MultiheadAttention, ScaledDotProductAttention, Transform
                         attention_dropout_mask)
 from .activations import GELU, LeakyReLU, LogSoftmax, ReLU, Sigmoid, SiLU, Softmax, Tanh
 from .batchnorm import BatchNorm1d, BatchNorm2d
-from .cells import GRUCell, LSTMCell, RNNCell
 from .conv import Conv2d
 from .dropout import Dropout, SeededDropout
 from .embedding import Embedding
@@ -12,7 +11,7 @@ from .layer import BaseLayer, Layer
 from .layernorm import LayerNorm
 from .linear import Linear
 from .pool import AvgPool2d, MaxPool2d
-from .recurrent import GRU, LSTM, RNN
+from .recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from .sequential import Sequential
 from .sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
 from .torch_bridge import HandgradModule, as_module, from_torch, to_torch

@@ -162,7 +162,8 @@ Through the gates: dai = di i(1 - i), daf = df f(1 - f), dao = do o(1 - o), dag 
   dbih += da.sum(0) and dbhh += da.sum(0): both biases are added to a, so both get the same gradient.
 dc = dc_total * f reaches the previous cell with no matrix and no squashing: with f near 1 the gradient
 crosses many steps unchanged, the reason an LSTM remembers further back than a plain RNN.""",
-        "lstm_step_forward, lstm_step_backward", "layers/cells.py: LSTMCell (its math: layers/bptt.py)", None),
+        "lstm_step_forward, lstm_step_backward",
+        "layers/recurrent/cells.py: LSTMCell (its math: layers/recurrent/bptt.py)", None),
     "attention": Derivation("""\
 S = s q k^T (N, T, T), s = 1/sqrt(d);  S[t, u] = -inf for u > t (the future);  A = softmax(S) per row;
 out = A v (N, T, d).  Backwards, one line at a time:
