@@ -127,7 +127,7 @@ def test_logits_shapes_are_refused_naming_them():
 def test_bad_reduction_and_smoothing():
     with pytest.raises(ValueError, match=r"reduction must be one of \('mean', 'sum'\), got 'avg'"):
         CrossEntropyLoss("avg")
-    with pytest.raises(ValueError, match="label_smoothing must be in"):
+    with pytest.raises(ValueError, match=r"label_smoothing must be a probability in \[0, 1\], got 1.5"):
         CrossEntropyLoss(label_smoothing=1.5)
     with pytest.raises(ValueError, match="reduction must be one of"):
         MSELoss("none")
