@@ -83,7 +83,7 @@ class LayerNorm(BaseLayer):
             out, mean, invstd = torch.native_layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
             return out, self.Saved(x, mean, invstd, self.weight, self.bias)
         # float16/bfloat16: statistics in float32, in two passes (mean, then the mean of squared deviations):
-        # numerically good, and on CPU faster than torch.var_mean here (docs/benchmarks.md)
+        # numerically good, and on CPU faster than torch.var_mean here (measured)
         dims = self._row_axes(x)
         xs = x.float()  # (*, S)
         mean = xs.mean(dims, keepdim=True)  # (*, 1...)
