@@ -44,4 +44,5 @@ def _dout_one_by_default(public):
     @functools.wraps(public)
     def backward(self, dout: float | Tensor = 1.0) -> Tensor:
         return public(self, dout)
+    del backward.__wrapped__  # help() and inspect show this signature, dout=1.0, not the math's (dout, saved)
     return backward
