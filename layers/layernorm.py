@@ -32,8 +32,8 @@ class LayerNorm(BaseLayer):
     itself, mean and invstd (one per row), as torch's LayerNorm keeps them; x, weight and bias (which
     ``recompute()`` reads too) must not change in place before backward (checked, layers/saved.py).
     A float16/bfloat16 input with float32 parameters is accepted (statistics in float32, computed in two
-    passes; xhat recomputed in float32 from the half-precision x), as torch does; without parameters
-    (elementwise_affine=False) any floating input is.
+    passes, xhat kept in float32), as torch does; without parameters (elementwise_affine=False) any floating
+    input is.
 
     Written in the template (layers/template.py).  dgamma shares its product dout * xhat with dx, so the
     generic ``backward_input``/``backward_weight`` split computes both in B and W adds them.
@@ -47,10 +47,11 @@ class LayerNorm(BaseLayer):
         x: Tensor  # (*, S) the input
         mean: Tensor  # (*, 1...) per row, float32 for a half-precision x
         invstd: Tensor  # (*, 1...) 1 / sqrt(biased var + eps)
+        xhat: Tensor | None  # (*, S) float32, kept for a half-precision x; None: recomputed from x, mean, invstd
         weight: Tensor | None  # (S,) gamma, read by dx and by recompute()
         bias: Tensor | None  # (S,) beta, read by recompute()
 
-    _labels = ("its input x", "mean", "invstd", "weight", "bias")  # Saved's fields, as recompute()'s check names them
+    _labels = ("its input x", "mean", "invstd", "xhat", "weight", "bias")  # Saved's fields, as recompute()'s check names them
 
     def __init__(self, normalized_shape: int | Sequence[int], eps: float = 1e-5, elementwise_affine: bool = True,
                  bias: bool = True, *, device: torch.device | str | None = None, dtype: torch.dtype | None = None):
@@ -81,7 +82,7 @@ class LayerNorm(BaseLayer):
         """x: (*, S) -> out: (*, S)."""
         if x.dtype not in LOW_PRECISION:  # out (*, S), mean and invstd (*, 1...) in one fused kernel
             out, mean, invstd = torch.native_layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
-            return out, self.Saved(x, mean, invstd, self.weight, self.bias)
+            return out, self.Saved(x, mean, invstd, None, self.weight, self.bias)
         # float16/bfloat16: statistics in float32, in two passes (mean, then the mean of squared deviations):
         # numerically good, and on CPU faster than torch.var_mean here (measured)
         dims = self._row_axes(x)
@@ -89,7 +90,8 @@ class LayerNorm(BaseLayer):
         mean = xs.mean(dims, keepdim=True)  # (*, 1...)
         xc = xs - mean  # (*, S)
         invstd = torch.rsqrt((xc * xc).mean(dims, keepdim=True) + self.eps)  # (*, 1...)
-        return self._affine(xc.mul_(invstd), x.dtype), self.Saved(x, mean, invstd, self.weight, self.bias)
+        xhat = xc.mul_(invstd)  # (*, S) kept: recomputing it from a half-precision x costs more than it saves
+        return self._affine(xhat, x.dtype), self.Saved(x, mean, invstd, xhat, self.weight, self.bias)
 
     def recompute(self) -> Tensor:
         """After a forward, before its backward: the forward's output again, bit for bit (the same kernel on the
@@ -98,10 +100,9 @@ class LayerNorm(BaseLayer):
         if saved is None:
             raise RuntimeError(f"{self!r}: recompute() needs a forward first (and is gone after backward)")
         check_versions(self, self._labels, saved, self._versions, before="recompute()")
-        x, mean, invstd = saved.x, saved.mean, saved.invstd
-        if x.dtype not in LOW_PRECISION:
-            return torch.native_layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)[0]
-        return self._affine(torch.sub(x, mean).mul_(invstd), x.dtype)  # xhat in float32, as the forward had it
+        if saved.xhat is None:
+            return torch.native_layer_norm(saved.x, self.normalized_shape, self.weight, self.bias, self.eps)[0]
+        return self._affine(saved.xhat, saved.x.dtype)  # float16/bfloat16: the forward's last step again
 
     def _affine(self, xhat: Tensor, dtype: torch.dtype) -> Tensor:
         """gamma * xhat + beta in xhat's (float32) dtype, then cast to ``dtype``: the half-precision forward's
@@ -118,8 +119,9 @@ class LayerNorm(BaseLayer):
 
     def backward(self, dout: Tensor, saved: Saved):
         """dout: (*, S) -> dx: (*, S), and dgamma (S), dbeta (S) summed over the leading axes."""
-        x, mean, invstd, weight, bias = saved
-        xhat = torch.sub(x, mean).mul_(invstd)  # (*, S) recomputed from the kept input (float32 for a half x)
+        x, mean, invstd, xhat, weight, bias = saved
+        if xhat is None:
+            xhat = torch.sub(x, mean).mul_(invstd)  # (*, S) recomputed from the kept input
         d = dout.to(xhat.dtype)  # (*, S)
         dims = self._row_axes(x)
         lead = tuple(range(x.dim() - len(dims)))  # the axes gamma and beta are shared over

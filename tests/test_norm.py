@@ -386,8 +386,8 @@ def test_layernorm_refuses_an_input_changed_in_place_before_backward():
 
 
 def test_layernorm_half_precision_input_changed_in_place_is_refused():
-    """A bfloat16 input is kept as given (xhat is recomputed from it in float32), so changing it in place before
-    backward is refused, naming it, as for a float32 input."""
+    """A bfloat16 input is kept as a float32 one is, so changing it in place before backward is refused, naming it,
+    as torch.autograd refuses it."""
     ln = LayerNorm(4)
     x = torch.randn(2, 4).bfloat16()
     out = ln(x)
