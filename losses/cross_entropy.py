@@ -159,7 +159,10 @@ class CrossEntropyLoss(Loss):
 
     def check_input(self, logits: object, target: object) -> None:
         """Types and shapes (the class range is checked in forward, where it is read back once)."""
-        owner = repr(self)
+        if isinstance(logits, Tensor) and isinstance(target, Tensor) and logits.dim() == 2 and logits.shape[0] \
+                and logits.is_floating_point() and not target.is_floating_point():
+            return  # (N, C) and class indices: check_class_target, in forward, checks the rest
+        owner = repr(self)  # the cheap test above failed, or probabilities: check all and say what is wrong
         check_tensor(owner, "logits", logits)
         check_tensor(owner, "target", target)
         check_floating(owner, "logits", logits)

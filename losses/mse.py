@@ -44,7 +44,11 @@ class MSELoss(Loss):
         return saved.diff.mul_(2 * saved.scale * dout)
 
     def check_input(self, input: object, target: object) -> None:
-        owner = repr(self)
+        if isinstance(input, Tensor) and isinstance(target, Tensor) and input.shape == target.shape \
+                and input.dtype == target.dtype and input.is_floating_point() and input.device == target.device \
+                and input.numel():
+            return
+        owner = repr(self)  # the cheap test above failed: find out what is wrong and say so
         check_tensor(owner, "input", input)
         check_tensor(owner, "target", target)
         check_floating(owner, "input", input)
