@@ -22,9 +22,10 @@ class Loss(Template):
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
-        if is_template(cls):
-            wrap_template(cls)
-            cls.backward = _dout_one_by_default(cls.backward)
+        if is_template(cls) or (getattr(cls, "_backward_math", None) is not None and "forward" in cls.__dict__):
+            wrap_template(cls)  # as BaseLayer does: a subclass that writes only a new forward math is wrapped too
+            if "backward" in cls.__dict__:
+                cls.backward = _dout_one_by_default(cls.backward)
 
     def __call__(self, input: Tensor, target: Tensor) -> Tensor:
         return self.forward(input, target)
