@@ -5,12 +5,14 @@ idx = integer token ids of any shape (*), e.g. (B, T).
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
-from .checks import capturing, check_backward_dout, check_int, check_tensor
-from .layer import BaseLayer, learned, wants_grad
-from .saved import check_versions, versions
+from .checks import capturing, check_int, check_tensor
+from .layer import BaseLayer, learned
+from .template import IndexAdd
 
 
 class Embedding(BaseLayer):
@@ -28,11 +30,19 @@ class Embedding(BaseLayer):
     (layers/saved.py).  The table is not read by the backward (nor kept by autograd's): changing it is allowed.
     ``max_norm``, ``scale_grad_by_freq`` and ``sparse=True`` are nn.Embedding options handgrad does not
     implement: asking for one is an error naming it.
+
+    Written in the template (layers/template.py); the scatter-add is an ``IndexAdd``, added into ``.grad`` in
+    place.  The ids have no gradient, so the generic ``backward_input`` only checks dout and
+    ``backward_weight`` does the whole scatter-add.
     """
 
     _param_names = ("weight",)
+    _saved_labels = {"idx": "its input idx"}
     torch_class = torch.nn.Embedding
     _ctor_args = ("num_embeddings", "embedding_dim", "padding_idx", "max_norm", "scale_grad_by_freq", "sparse")
+
+    class Saved(NamedTuple):
+        idx: Tensor  # (P,) the ids flattened, P = prod(*) positions: a view of the caller's idx
 
     def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
                  max_norm: float | None = None, norm_type: float = 2.0, scale_grad_by_freq: bool = False,
@@ -61,75 +71,29 @@ class Embedding(BaseLayer):
         if padding_idx is not None:
             self.weight[padding_idx].zero_()
         learned(self.weight)
-        self._cache: tuple[Tensor, torch.Size] | None = None  # (flat ids (P,), output shape)
 
     def extra_repr(self) -> str:
         pad = f", padding_idx={self.padding_idx}" if self.padding_idx is not None else ""
         return f"{self.num_embeddings}, {self.embedding_dim}{pad}"
 
-    def forward(self, idx: Tensor) -> Tensor:
+    def forward(self, idx: Tensor):
         """idx: integer (*) -> out: (*, D)."""
+        flat = idx.reshape(-1)  # (P,)
+        out = self.weight.index_select(0, flat)  # (P, D): a copy of each looked-up row
+        return out.view(*idx.shape, self.embedding_dim), self.Saved(flat)  # (*, D)
+
+    def backward(self, dout: Tensor, saved: Saved):
+        """dout: (*, D) -> None (ids have no gradient), and dweight (V, D): dout's rows added at their ids."""
+        d = dout.reshape(-1, self.embedding_dim)  # (P, D)
+        if self.padding_idx is not None:  # the padding row gets no gradient: its positions contribute zero
+            d = d.masked_fill((saved.idx == self.padding_idx).unsqueeze(1), 0)
+        return None, {"weight": IndexAdd(saved.idx, d)}  # repeated ids add up
+
+    def check_input(self, idx: object) -> None:
         w = self.weight
         if not (isinstance(idx, Tensor) and idx.dtype in (torch.int64, torch.int32) and idx.device == w.device):
             self._reject_input(idx)
         self._check_range(idx)
-        flat = idx.reshape(-1)  # (P,) P = prod(*) positions
-        out = w.index_select(0, flat)  # (P, D): a copy of each looked-up row
-        shape = torch.Size((*idx.shape, self.embedding_dim))
-        self._cache = (flat, shape)
-        self._versions = versions(flat)
-        return out.view(shape)  # (*, D)
-
-    def backward(self, dout: Tensor) -> None:
-        """dout: (*, D) -> None (ids have no gradient); adds the scatter-add of dout into weight.grad (V, D)."""
-        cache, w = self._cache, self.weight
-        check_backward_dout(self, dout, *((cache[1], w.dtype, w.device) if cache is not None else (None, None, None)))
-        self._cache = None
-        flat, _ = cache
-        check_versions(self, ("its input idx",), (flat,), self._versions)
-        d = dout.reshape(-1, self.embedding_dim)  # (P, D)
-        if self.padding_idx is not None:  # the padding row gets no gradient: its positions contribute zero
-            d = d.masked_fill((flat == self.padding_idx).unsqueeze(1), 0)
-        if not wants_grad(w):  # frozen: no scatter-add
-            return None
-        if w.grad is None:
-            w.grad = torch.zeros_like(w)
-        w.grad.index_add_(0, flat, d)  # (V, D): repeated ids add up
-        return None
-
-    # -- the backward split in two: B (the input gradient, now) and W (the weight gradient, later) ----------------
-    # Token ids have no gradient: B only checks dout and keeps it with the ids; W is the whole scatter-add.
-
-    @torch.no_grad()
-    def backward_input(self, dout: Tensor) -> None:
-        """B: checks dout (*, D) and keeps it for ``backward_weight()``; returns None (ids have no gradient)."""
-        if getattr(self, "_pending_w", None) is not None:
-            raise RuntimeError(f"{self!r}: backward_input() again before backward_weight() of the previous one")
-        cache, w = self._cache, self.weight
-        check_backward_dout(self, dout, *((cache[1], w.dtype, w.device) if cache is not None else (None, None, None)))
-        self._cache = None
-        flat, _ = cache
-        check_versions(self, ("its input idx",), (flat,), self._versions)
-        self._pending_w = (flat, dout, self._versions)
-        return None
-
-    @torch.no_grad()
-    def backward_weight(self) -> None:
-        """W: adds the scatter-add of the kept dout at the kept ids into weight.grad (V, D)."""
-        pending, self._pending_w = getattr(self, "_pending_w", None), None
-        if pending is None:
-            raise RuntimeError(f"{self!r}: backward_weight() needs a backward_input() before it (one W per B)")
-        flat, dout, recorded = pending
-        check_versions(self, ("its input idx",), (flat,), recorded)
-        if not wants_grad(self.weight):
-            return
-        w = self.weight
-        d = dout.reshape(-1, self.embedding_dim)  # (P, D)
-        if self.padding_idx is not None:  # the padding row gets no gradient: its positions contribute zero
-            d = d.masked_fill((flat == self.padding_idx).unsqueeze(1), 0)
-        if w.grad is None:
-            w.grad = torch.zeros_like(w)
-        w.grad.index_add_(0, flat, d)  # (V, D): repeated ids add up
 
     def _check_range(self, idx: Tensor) -> None:
         """Every id in [0, V): one read-back of the smallest and largest id (skipped while a CUDA graph is

@@ -32,8 +32,9 @@ backward_input(dout, ...) then backward_weight()
     the same backward split in two for pipeline schedules: B returns dx, W adds the parameter gradients later.
 
 A parameter gradient is a tensor (fresh: it becomes ``.grad`` on first use), ``Product(a, b)`` (``a @ b``, computed
-only for a parameter that requires a gradient and added in place with ``addmm_`` when ``.grad`` exists), a
-callable returning the tensor (computed only when wanted), or None.  A layer with no parameters returns dx alone.
+only for a parameter that requires a gradient and added in place with ``addmm_`` when ``.grad`` exists),
+``IndexAdd(index, source)`` (rows scattered in place with ``index_add_``: an embedding's), a callable returning
+the tensor (computed only when wanted), or None.  A layer with no parameters returns dx alone.
 """
 from __future__ import annotations
 
@@ -120,6 +121,14 @@ def add_product(param: Tensor, a: Tensor, b: Tensor) -> None:
         param.grad.addmm_(a, b)
     else:
         param.grad.add_(a @ b)
+
+
+class IndexAdd(NamedTuple):
+    """A parameter gradient whose row ``index[i]`` receives ``source[i]``, repeated indices adding up (an embedding's
+    scatter-add), left to the base: skipped for a frozen parameter, added with ``index_add_`` into ``.grad`` in
+    place (zeros on first use): no temporary of the table's size."""
+    index: Tensor  # (P,) row of each source row
+    source: Tensor  # (P, D)
 
 
 _LABELS = {"x": "its input x", "out": "its output"}  # how the in-place check names a kept tensor
@@ -251,6 +260,11 @@ def _add_grads(layer, grads: dict) -> None:
             add_product(p, g.a, g.b)
             if p.grad.shape != p.shape:
                 raise _wrong_shape(layer, name, p.grad, p)
+            continue
+        if type(g) is IndexAdd:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            p.grad.index_add_(0, g.index, g.source)
             continue
         if not isinstance(g, Tensor):
             g = g()

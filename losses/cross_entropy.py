@@ -1,14 +1,14 @@
 """Softmax cross-entropy with a hand-written gradient: dL/dlogits = softmax - target distribution."""
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
-from layers.checks import capturing, check_floating, check_like, check_loss_dout, check_tensor
-from layers.saved import check_versions, versions
+from layers.checks import LOW_PRECISION, capturing, check_floating, check_like, check_probability, check_tensor
 from ._reduction import check_reduction
-
-_LOW_PRECISION = (torch.float16, torch.bfloat16)  # computed in float32 (see CrossEntropyLoss)
+from .loss import Loss
 
 
 def check_class_target(owner: str, logits: Tensor, target: Tensor, ignore_index: int | None = None) -> bool | None:
@@ -64,7 +64,7 @@ def class_index_grad(logp: Tensor, target: Tensor, s: float | Tensor, eps: float
     return grad
 
 
-class CrossEntropyLoss:
+class CrossEntropyLoss(Loss):
     """``loss = crit(logits, target)``; ``dlogits = crit.backward()``.
 
     logits: (N, C) floating point, or (N, C, d1, d2, ...) with a class score per position (as torch
@@ -91,135 +91,125 @@ class CrossEntropyLoss:
     cross_entropy -- the loss is returned in float32 and dL/dlogits is rounded once to the logits' dtype
     at the end (after ``dout``, e.g. a loss scale, has been applied).  float32/float64 are untouched.
 
-    Kept from forward to backward: log p (its own) and the target (a view of the caller's, where no cast or
-    copy was needed); changing the target in place in between is refused, as torch.autograd refuses it
-    (layers/saved.py).
+    Kept from forward to backward: log p (its own) and the target (a view of the caller's, where no cast,
+    copy or smoothing was needed); changing the target in place in between is refused, as torch.autograd
+    refuses it (layers/saved.py).  Written in the template (losses/loss.py).
     """
+
+    class Saved(NamedTuple):
+        logp: Tensor  # (M, C) log_softmax(z), M rows (positions), float32 for half-precision logits
+        target: Tensor  # (M,) class indices (an ignored one set to 0), or (M, C) q, the smoothed distribution
+        skip: Tensor | None  # (M,) True where the target is ignored; None: none is
+        scale: float | Tensor  # 1/count for "mean" (a tensor where the count is known on the device only), 1 for "sum"
+        dtype: torch.dtype  # the logits', dlogits' (rounded once, after the scale)
+        shape: torch.Size  # the logits'
 
     def __init__(self, reduction: str = "mean", label_smoothing: float = 0.0, ignore_index: int = -100):
         self.reduction = check_reduction("CrossEntropyLoss", reduction)
-        if not 0.0 <= float(label_smoothing) <= 1.0:
-            raise ValueError(f"CrossEntropyLoss: label_smoothing must be in [0, 1], got {label_smoothing!r}")
-        if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+        self.label_smoothing = check_probability("CrossEntropyLoss", "label_smoothing", label_smoothing)
+        if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):  # any int: -100, -1, a class
             raise ValueError(f"CrossEntropyLoss: ignore_index must be an int, got {ignore_index!r}")
-        self.label_smoothing = float(label_smoothing)
         self.ignore_index = ignore_index
-        self._cache: tuple | None = None  # log p, target, scale, dlogits dtype, ignored mask, logits' shape
 
     def __repr__(self) -> str:
         ignore = f", ignore_index={self.ignore_index}" if self.ignore_index != -100 else ""
         return f"CrossEntropyLoss(reduction={self.reduction!r}, label_smoothing={self.label_smoothing}{ignore})"
 
-    def __call__(self, logits: Tensor, target: Tensor) -> Tensor:
-        return self.forward(logits, target)
-
-    def forward(self, logits: Tensor, target: Tensor) -> Tensor:
+    def forward(self, logits: Tensor, target: Tensor):
         """logits (N, C) / (N, C, d1, ...) / (C,), target of class indices or probabilities -> loss, a 0-d tensor."""
-        shape = logits.shape if isinstance(logits, Tensor) else None
-        logits, target = self._rows(logits, target)  # (M, C) and (M,) or (M, C)
-        ignored = self._check(logits, target)
-        n, c = logits.shape
-        grad_dtype = logits.dtype
-        if grad_dtype in _LOW_PRECISION:  # compute in float32, return dlogits in the logits' dtype
-            logits = logits.float()
-            target = target.float() if target.is_floating_point() else target
-        eps = self.label_smoothing
-        logp = torch.log_softmax(logits, 1)  # (M, C)
-        skip = None
-        if target.is_floating_point():
-            scale = 1.0 / n if self.reduction == "mean" else 1.0
-            q = target * (1 - eps) + eps / c if eps else target  # (M, C)
-            total = (q * logp).sum()
-        elif ignored is False:  # no target ignored (known): the plain sums
-            scale = 1.0 / n if self.reduction == "mean" else 1.0
-            target = target.long()  # uint8/int32 targets too (a uint8 index would otherwise act as a mask)
-            total = (1 - eps) * logp.gather(1, target.unsqueeze(1)).sum()  # sum_n log p[n, y_n]
-            if eps:
-                total = total + eps / c * logp.sum()
-        else:  # some targets ignored (or, while a CUDA graph is captured, perhaps): mask them out
-            skip = target == self.ignore_index  # (M,)
-            keep = (~skip).to(logp.dtype)  # (M,) 1 for a counted position
-            target = target.long().masked_fill(skip, 0)  # any valid index: its terms are multiplied by 0
-            total = (1 - eps) * (logp.gather(1, target.unsqueeze(1)).squeeze(1) * keep).sum()
-            if eps:
-                total = total + eps / c * (logp.sum(1) * keep).sum()
-            scale = 1.0 / keep.sum() if self.reduction == "mean" else 1.0  # nan loss if every target is ignored
-        self._cache = (logp, target, scale, grad_dtype, skip, shape)
-        self._versions = versions(target)
-        return total * -scale
-
-    def backward(self, dout: float | Tensor = 1.0) -> Tensor:
-        """-> dL/dlogits in the logits' shape, times ``dout`` (the upstream gradient of the scalar loss, default 1)."""
-        if self._cache is None:
-            raise RuntimeError(f"{self!r}: backward called before forward (or twice after one forward)")
-        if not isinstance(dout, float):
-            check_loss_dout(self, dout)
-        logp, target, scale, grad_dtype, skip, shape = self._cache
-        check_versions(self, ("target",), (target,), self._versions)
-        self._cache = None
-        eps, c = self.label_smoothing, logp.shape[1]
-        s = dout * scale
-        if target.is_floating_point():
-            q = target * (1 - eps) + eps / c if eps else target
-            grad = torch.exp(logp).mul_(q.sum(1, keepdim=True)).sub_(q).mul_(s)  # (p * sum(q) - q) * s
+        dtype, shape = logits.dtype, logits.shape
+        z, t = _rows(logits, target)  # (M, C), and (M,) class indices or (M, C) probabilities
+        probs = t.is_floating_point()
+        # the range check reads back whether any target is ignored: which sums the loss needs
+        ignored = False if probs else check_class_target(repr(self), z, t, self.ignore_index)
+        if dtype in LOW_PRECISION:  # computed in float32; dlogits rounded to the logits' dtype at the end
+            z, t = z.float(), (t.float() if probs else t)
+        logp = torch.log_softmax(z, 1)  # (M, C)
+        eps, (m, c) = self.label_smoothing, z.shape
+        skip = keep = None
+        if probs:
+            t = t * (1 - eps) + eps / c if eps else t  # (M, C) q
+            total = (t * logp).sum()  # sum_n sum_c q_nc log p_nc
         else:
-            grad = class_index_grad(logp, target, s, eps)
+            t = t.long()  # uint8/int32 targets too (a uint8 index would otherwise act as a mask)
+            if ignored is not False:  # some targets ignored (or, while a CUDA graph is captured, perhaps)
+                skip = t == self.ignore_index  # (M,)
+                keep = (~skip).to(logp.dtype)  # (M,) 1 for a counted position
+                t = t.masked_fill(skip, 0)  # any valid class: its terms are multiplied by 0
+            total = (1 - eps) * _sum_rows(logp.gather(1, t.unsqueeze(1)), keep)  # sum_n log p[n, y_n]
+            if eps:
+                total = total + eps / c * _sum_rows(logp, keep)  # the uniform part: sum_n sum_c log p_nc
+        count = m if keep is None else keep.sum()  # nan loss for "mean" if every target is ignored
+        scale = 1.0 / count if self.reduction == "mean" else 1.0
+        return total * -scale, self.Saved(logp, t, skip, scale, dtype, shape)
+
+    def backward(self, dout: float | Tensor, saved: Saved) -> Tensor:
+        """-> dL/dlogits in the logits' shape, times ``dout`` (the upstream gradient of the scalar loss, default 1)."""
+        logp, target, skip, scale = saved.logp, saved.target, saved.skip, saved.scale
+        s = dout * scale
+        if target.is_floating_point():  # (p * sum(q) - q) * s
+            grad = torch.exp(logp).mul_(target.sum(1, keepdim=True)).sub_(target).mul_(s)  # (M, C)
+        else:
+            grad = class_index_grad(logp, target, s, self.label_smoothing)  # (M, C) (p - q) * s
             if skip is not None:
                 grad.masked_fill_(skip.unsqueeze(1), 0)  # an ignored position has no gradient
                 if isinstance(scale, Tensor):
                     grad.nan_to_num_(0.0)  # every target ignored: 0 * (1/0) -- torch's gradient is zero there
-        grad = grad if grad.dtype == grad_dtype else grad.to(grad_dtype)  # one rounding, after the scale
-        return self._unrows(grad, shape)
+        return _unrows(grad.to(saved.dtype), saved.shape)  # one rounding, after the scale
 
-    @staticmethod
-    def _rows(logits: object, target: object) -> tuple:
-        """(N, C, d1, ...) logits -> (N*d1*..., C) rows, class last (torch's layout keeps C second); (C,) -> (1, C).
-        The target follows: (N, d1, ...) -> (N*d1*...,), probabilities like the logits.  Anything else is
-        passed on unchanged for ``_check`` to judge."""
-        if not (isinstance(logits, Tensor) and isinstance(target, Tensor)) or logits.dim() == 2:
-            return logits, target
-        if logits.dim() == 1:
-            if target.dim() != (1 if target.is_floating_point() else 0):
-                raise ValueError(f"CrossEntropyLoss: unbatched logits of shape {tuple(logits.shape)} need one class "
-                                 f"index (a 0-d integer tensor) or probabilities of shape {tuple(logits.shape)}, "
-                                 f"got {target.dtype} of shape {tuple(target.shape)}")
-            return logits.unsqueeze(0), target.unsqueeze(0)
-        if logits.dim() > 2:
-            c = logits.shape[1]
-            rows = logits.movedim(1, -1).reshape(-1, c)  # (M, C)
-            if target.is_floating_point() and target.shape == logits.shape:
-                return rows, target.movedim(1, -1).reshape(-1, c)
-            if not target.is_floating_point() and target.shape == (logits.shape[0], *logits.shape[2:]):
-                return rows, target.reshape(-1)
-            raise ValueError(f"CrossEntropyLoss: logits of shape {tuple(logits.shape)} need class indices of shape "
-                             f"{(logits.shape[0], *logits.shape[2:])} or probabilities of shape "
-                             f"{tuple(logits.shape)}, got {target.dtype} of shape {tuple(target.shape)}")
-        return logits, target
-
-    @staticmethod
-    def _unrows(grad: Tensor, shape: torch.Size) -> Tensor:
-        """The inverse of ``_rows`` for the gradient: (M, C) -> the logits' shape."""
-        if len(shape) == 2:
-            return grad
-        if len(shape) == 1:
-            return grad.view(shape)
-        return grad.view(shape[0], *shape[2:], shape[1]).movedim(-1, 1)  # (N, C, d1, ...)
-
-    def _check(self, logits: Tensor, target: Tensor) -> bool | None:
-        """-> whether any class-index target is ignored (None: not known while capturing; False for probabilities)."""
-        owner = repr(self)
+    def check_input(self, logits: object, target: object) -> None:
+        """Types and shapes (the class range is checked in forward, where it is read back once)."""
+        if isinstance(logits, Tensor) and isinstance(target, Tensor) and logits.dim() == 2 and logits.shape[0] \
+                and logits.is_floating_point() and not target.is_floating_point():
+            return  # (N, C) and class indices: check_class_target, in forward, checks the rest
+        owner = repr(self)  # the cheap test above failed, or probabilities: check all and say what is wrong
         check_tensor(owner, "logits", logits)
         check_tensor(owner, "target", target)
         check_floating(owner, "logits", logits)
-        if logits.dim() != 2 or logits.shape[0] == 0:
+        probs, k = target.is_floating_point(), logits.dim()
+        if k == 1 and target.dim() != (1 if probs else 0):
+            raise ValueError(f"{owner}: unbatched logits of shape {tuple(logits.shape)} need one class "
+                             f"index (a 0-d integer tensor) or probabilities of shape {tuple(logits.shape)}, "
+                             f"got {target.dtype} of shape {tuple(target.shape)}")
+        classes = (logits.shape[0], *logits.shape[2:]) if k > 1 else ()  # a class index's shape
+        if k > 2 and target.shape != (logits.shape if probs else classes):
+            raise ValueError(f"{owner}: logits of shape {tuple(logits.shape)} need class indices of shape "
+                             f"{classes} or probabilities of shape {tuple(logits.shape)}, got {target.dtype} of "
+                             f"shape {tuple(target.shape)}")
+        if k == 0 or logits.shape[0] == 0 or 0 in classes:
             raise ValueError(f"{owner}: logits must have shape (N, C) with N >= 1 (or (N, C, d1, ...), or (C,)), "
                              f"got {tuple(logits.shape)}")
-        n, c = logits.shape
-        if target.is_floating_point() and target.device == logits.device:
+        if probs:
+            if target.device != logits.device:
+                raise ValueError(f"{owner}: target is on {target.device} but logits are on {logits.device}")
             if target.shape != logits.shape:
                 raise ValueError(f"{owner}: a floating-point target holds class probabilities and must have the "
                                  f"logits' shape {tuple(logits.shape)}, got {tuple(target.shape)} "
-                                 f"(class indices must be an integer tensor of shape ({n},))")
+                                 f"(class indices must be an integer tensor of shape {classes})")
             check_like(owner, "target", target, logits, "logits")
-            return False
-        return check_class_target(owner, logits, target, self.ignore_index)
+
+
+def _sum_rows(t: Tensor, keep: Tensor | None) -> Tensor:
+    """The sum of ``t`` (M, ...) over its rows whose ``keep`` (M,) is 1; all rows where keep is None."""
+    return t.sum() if keep is None else (t.sum(1) * keep).sum()
+
+
+def _rows(logits: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
+    """(N, C, d1, ...) logits -> (N*d1*..., C) rows, class last (torch's layout keeps C second); (C,) -> (1, C).
+    The target follows: (N, d1, ...) -> (N*d1*...,), probabilities like the logits."""
+    if logits.dim() == 2:
+        return logits, target
+    if logits.dim() == 1:
+        return logits.unsqueeze(0), target.unsqueeze(0)
+    c = logits.shape[1]
+    rows = logits.movedim(1, -1).reshape(-1, c)  # (M, C)
+    return rows, (target.movedim(1, -1).reshape(-1, c) if target.is_floating_point() else target.reshape(-1))
+
+
+def _unrows(grad: Tensor, shape: torch.Size) -> Tensor:
+    """The inverse of ``_rows`` for the gradient: (M, C) -> the logits' shape."""
+    if len(shape) == 2:
+        return grad
+    if len(shape) == 1:
+        return grad.view(shape)
+    return grad.view(shape[0], *shape[2:], shape[1]).movedim(-1, 1)  # (N, C, d1, ...)

@@ -1,35 +1,54 @@
 """Mean squared error with a hand-written gradient: dL/dx = 2 (x - y) / numel."""
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from torch import Tensor
 
-from layers.checks import check_floating, check_like, check_loss_dout, check_tensor
+from layers.checks import check_floating, check_like, check_tensor
 from ._reduction import check_reduction
+from .loss import Loss
 
 
-class MSELoss:
+class MSELoss(Loss):
     """``loss = crit(input, target)`` = mean (or sum) of (input - target)^2; ``crit.backward()`` -> dL/dinput.
+
+        loss = scale * sum (x - y)^2,   dL/dx = 2 scale (x - y),   scale = 1/numel for "mean", 1 for "sum"
 
     input and target must have the same shape (no silent broadcasting, unlike a
     mismatched torch call that only warns).
 
-    Kept from forward to backward: input - target, its own tensor (no version check needed: changing input or
-    target in place after the forward changes nothing here; torch.autograd, which keeps both, would refuse it).
+    Kept from forward to backward: x - y, its own tensor (changing input or target in place after the forward
+    changes nothing here; torch.autograd, which keeps both, would refuse it).  Written in the template
+    (losses/loss.py).
     """
+
+    class Saved(NamedTuple):
+        diff: Tensor  # (*) input - target; becomes dL/dinput in place
+        scale: float  # 1/numel for "mean", 1 for "sum"
 
     def __init__(self, reduction: str = "mean"):
         self.reduction = check_reduction("MSELoss", reduction)
-        self._cache: tuple[Tensor, float] | None = None
 
     def __repr__(self) -> str:
         return f"MSELoss(reduction={self.reduction!r})"
 
-    def __call__(self, input: Tensor, target: Tensor) -> Tensor:
-        return self.forward(input, target)
-
-    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+    def forward(self, input: Tensor, target: Tensor):
         """input, target: same shape (*) -> loss, a 0-d tensor."""
-        owner = repr(self)
+        diff = input - target  # (*)
+        scale = 1.0 / input.numel() if self.reduction == "mean" else 1.0
+        return (diff * diff).sum() * scale, self.Saved(diff, scale)
+
+    def backward(self, dout: float | Tensor, saved: Saved) -> Tensor:
+        """-> dL/dinput, the input's shape, times ``dout`` (default 1)."""
+        return saved.diff.mul_(2 * saved.scale * dout)
+
+    def check_input(self, input: object, target: object) -> None:
+        if isinstance(input, Tensor) and isinstance(target, Tensor) and input.shape == target.shape \
+                and input.dtype == target.dtype and input.is_floating_point() and input.device == target.device \
+                and input.numel():
+            return
+        owner = repr(self)  # the cheap test above failed: find out what is wrong and say so
         check_tensor(owner, "input", input)
         check_tensor(owner, "target", target)
         check_floating(owner, "input", input)
@@ -39,17 +58,3 @@ class MSELoss:
         check_like(owner, "target", target, input, "input")
         if input.numel() == 0:
             raise ValueError(f"{owner}: input is empty")
-        diff = input - target  # (*)
-        scale = 1.0 / input.numel() if self.reduction == "mean" else 1.0
-        self._cache = (diff, scale)
-        return (diff * diff).sum() * scale
-
-    def backward(self, dout: float | Tensor = 1.0) -> Tensor:
-        """-> dL/dinput, the input's shape, times ``dout`` (default 1)."""
-        if self._cache is None:
-            raise RuntimeError(f"{self!r}: backward called before forward (or twice after one forward)")
-        if not isinstance(dout, float):
-            check_loss_dout(self, dout)
-        diff, scale = self._cache
-        self._cache = None
-        return diff.mul_(2 * scale * dout)

@@ -96,3 +96,21 @@ def test_bad_input_is_named():
         emb.backward(torch.ones(2, 3))
     with pytest.raises(RuntimeError, match="backward called before forward"):
         Embedding(3, 2).backward(torch.ones(1, 2))
+
+
+def test_the_scatter_add_goes_into_an_existing_grad_in_place():
+    """The table's gradient is added into ``.grad`` where it exists (``index_add_``, no table-sized temporary): its
+    storage stays, and repeated ids add up on top of what was there."""
+    e = Embedding(5, 3, dtype=torch.float64)
+    before = torch.randn(5, 3, dtype=torch.float64)
+    e.weight.grad = before.clone()
+    ptr = e.weight.grad.data_ptr()
+    d = torch.randn(1, 3, 3, dtype=torch.float64)
+    e(torch.tensor([[1, 1, 4]]))
+    assert e.backward(d) is None
+    expected = before.clone()
+    expected[1] += d[0, 0]
+    expected[1] += d[0, 1]
+    expected[4] += d[0, 2]
+    assert e.weight.grad.data_ptr() == ptr
+    torch.testing.assert_close(e.weight.grad, expected, rtol=1e-15, atol=0)

@@ -127,7 +127,7 @@ def test_logits_shapes_are_refused_naming_them():
 def test_bad_reduction_and_smoothing():
     with pytest.raises(ValueError, match=r"reduction must be one of \('mean', 'sum'\), got 'avg'"):
         CrossEntropyLoss("avg")
-    with pytest.raises(ValueError, match="label_smoothing must be in"):
+    with pytest.raises(ValueError, match=r"label_smoothing must be a probability in \[0, 1\], got 1.5"):
         CrossEntropyLoss(label_smoothing=1.5)
     with pytest.raises(ValueError, match="reduction must be one of"):
         MSELoss("none")
@@ -201,3 +201,19 @@ def test_out_of_range_class_is_named_even_beside_ignored_ones():
         CrossEntropyLoss(ignore_index=-1)(torch.randn(3, 4), torch.tensor([-1, 7, 0]))
     with pytest.raises(ValueError, match="ignore_index must be an int"):
         CrossEntropyLoss(ignore_index=1.5)
+
+
+@pytest.mark.parametrize("crit", [CrossEntropyLoss(), MSELoss()])
+def test_backward_starts_from_one_by_default_and_says_so(crit):
+    """``crit.backward()`` is ``crit.backward(1.0)``, and the signature help() shows says it."""
+    import inspect
+    assert inspect.signature(type(crit).backward).parameters["dout"].default == 1.0
+    x = torch.randn(3, 4, dtype=f64)
+    y = torch.tensor([0, 3, 1]) if isinstance(crit, CrossEntropyLoss) else torch.randn(3, 4, dtype=f64)
+    crit(x, y)
+    g1 = crit.backward()
+    crit(x, y)
+    assert torch.equal(crit.backward(1.0), g1)
+    with pytest.raises(TypeError, match="dout .* must be a number or a one-element tensor"):
+        crit(x, y)
+        crit.backward("1")

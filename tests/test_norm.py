@@ -383,3 +383,16 @@ def test_layernorm_refuses_an_input_changed_in_place_before_backward():
     with pytest.raises(RuntimeError, match=r"LayerNorm\(.*\): its input x was modified in place after the forward, "
                                            r"before backward"):
         ln.backward(torch.ones(3, 4, dtype=f64))
+
+
+def test_layernorm_half_precision_input_changed_in_place_is_refused():
+    """A bfloat16 input is kept as a float32 one is, so changing it in place before backward is refused, naming it,
+    as torch.autograd refuses it."""
+    ln = LayerNorm(4)
+    x = torch.randn(2, 4).bfloat16()
+    out = ln(x)
+    x.mul_(2)
+    with pytest.raises(RuntimeError, match="its input x"):
+        ln.backward(torch.ones_like(out))
+    ln(x)
+    assert ln.backward(torch.ones_like(out)).dtype == torch.bfloat16
