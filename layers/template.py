@@ -182,7 +182,9 @@ def _kept(layer, saved, need_input_grad: bool) -> tuple[tuple[str, ...], tuple]:
     key = (type(layer), type(saved))
     layout = _layouts.get(key)
     if layout is None:
-        layout = _layouts[key] = _layout(layer, saved)
+        layout = _layout(layer, saved)
+        if not torch.compiler.is_compiling():  # a global changed inside a compiled step would recompile it
+            _layouts[key] = layout
     labels, skip = layout
     tensors = tuple([v if isinstance(v, Tensor) else None for v in saved])
     if skip and not need_input_grad:
