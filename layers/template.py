@@ -311,4 +311,14 @@ def _public_backward(math: Callable):
             _add_grads(self, grads)
         return dx
     backward._template = backward._no_graph = True
+    backward.__signature__ = _public_signature(math)
     return backward
+
+
+def _public_signature(math: Callable) -> inspect.Signature:
+    """The public backward's signature, (self, dout, need_input_grad=True, *the math's extra arguments): what
+    a container reads to ask a layer to skip dx (``functools.wraps`` would show the math's, with ``saved``)."""
+    sig = inspect.signature(math)
+    self_, dout, _saved, *extra = sig.parameters.values()
+    need = inspect.Parameter("need_input_grad", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=True)
+    return sig.replace(parameters=[self_, dout, need, *extra])
