@@ -64,7 +64,7 @@ class _BatchNorm(BaseLayer):
 
     _param_names = ("weight", "bias")
     _buffer_names = ("running_mean", "running_var", "num_batches_tracked")
-    _saved_labels = {"xc": "its input x"}  # x - mean is the layer's own; a change of it means x's was changed
+    _saved_labels = {"xc": "its input x"}  # x - mean, the layer's own copy of x centred: named as x
     _syncing = False  # whether this forward's statistics span processes (SyncBatchNorm; its backward's too)
     _ctor_args = ("num_features", "eps", "momentum", "affine", "track_running_stats", "bias")
     _input_dims: tuple[int, ...] = ()  # ranks of input accepted, set by the subclasses
