@@ -171,13 +171,14 @@ class Conv2d(BaseLayer):
         """dout: (N, C_out, H_out, W_out) -> dx: (N, C_in, H, W) (None if not ``need_input_grad``);
         dw (C_out, C_in / G, kH, kW) and db (C_out,), added into weight.grad and bias.grad.
         Unbatched: dout (C_out, H_out, W_out) -> dx (C_in, H, W)."""
+        # dx = conv_transpose2d(dout, w);  dw = x correlated with dout over (n, i, j);  db = sum of dout over (n, i, j)
         x, (h, w) = saved.x, saved.hw
         dout = dout.unsqueeze(0) if saved.unbatched else dout  # (N, C_out, H_out, W_out)
         dx = None
         if self.needs_input_grad:
             dx = self._input_grad(dout, saved.weight, x.shape)[:, :, :h, :w]  # (N, C_in, H, W): no "same" extra
             dx = dx.squeeze(0) if saved.unbatched else dx
-        # dw and db computed only for a parameter that wants them (callables): a frozen one costs nothing
+        # dw and db as callables: computed only for a parameter that wants one (a frozen one costs nothing)
         return dx, {"weight": lambda: self._weight_grad_for(x, dout), "bias": lambda: dout.sum((0, 2, 3))}
 
     def check_input(self, x: object) -> None:
