@@ -10,22 +10,13 @@ the backward -- are methods of their own (``_batch_stats``, ``_reduce_grad_sums`
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
-from .checks import check_backward_dout, check_floating, check_tensor
-from .layer import BaseLayer, accumulate_grad, learned
-from .saved import check_versions, versions
-
-_LOW_PRECISION = (torch.float16, torch.bfloat16)
-
-
-def _check_float(owner: str, name: str, value: object, lo: float, hi: float | None = None) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-            value >= lo and (hi is None or value <= hi)):
-        bounds = f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"
-        raise ValueError(f"{owner}: {name} must be a number {bounds}, got {value!r}")
-    return float(value)
+from .checks import LOW_PRECISION, check_bool, check_floating, check_int, check_number, check_tensor
+from .layer import BaseLayer, learned
 
 
 class _BatchNorm(BaseLayer):
@@ -68,27 +59,37 @@ class _BatchNorm(BaseLayer):
     Kept from forward to backward: x - mean (training: the layer's own) or, in eval mode, x itself and a copy of
     running_mean; and gamma * invstd, computed from the weight.  A change of x or of the weight in place in
     between (an optimizer step before backward) is refused, as torch.autograd refuses it (layers/saved.py).
+    Written in the template (layers/template.py): the base checks, keeps, versions and accumulates.
     """
 
     _param_names = ("weight", "bias")
     _buffer_names = ("running_mean", "running_var", "num_batches_tracked")
-    _kept_names = ("its input x", "weight")  # x in eval mode; in training, x - mean, the layer's own
+    _saved_labels = {"xc": "its input x"}  # x - mean, the layer's own copy of x centred: named as x
+    _syncing = False  # whether this forward's statistics span processes (SyncBatchNorm; its backward's too)
     _ctor_args = ("num_features", "eps", "momentum", "affine", "track_running_stats", "bias")
     _input_dims: tuple[int, ...] = ()  # ranks of input accepted, set by the subclasses
     _shape_text = ""
+
+    class Saved(NamedTuple):
+        xc: Tensor | None  # (N, C, ...) x - mean, training (xhat = xc * invstd is never stored); None in eval
+        x: Tensor | None  # (N, C, ...) x itself, eval (x - mean recomputed in backward); None in training
+        weight: Tensor | None  # (C,) gamma, read into scale: its change in place is refused
+        mean: Tensor  # (C,) the batch's, or a copy of running_mean
+        invstd: Tensor  # (C,) 1 / sqrt(var + eps)
+        scale: Tensor  # (C,) gamma * invstd
+        count: int | Tensor  # M, the values per channel (SyncBatchNorm: the global M_g, on the device)
+        batch_stats: bool  # normalised by the batch's statistics (training, or no running ones)
+        dtype: torch.dtype  # x's, given back to dx (the sums run in float32 for float16/bfloat16)
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
                  track_running_stats: bool = True, *, bias: bool = True, device: torch.device | str | None = None,
                  dtype: torch.dtype | None = None):
         owner = type(self).__name__
-        if isinstance(num_features, bool) or not isinstance(num_features, int) or num_features < 1:
-            raise ValueError(f"{owner}: num_features must be an int >= 1, got {num_features!r}")
-        self.num_features = num_features
-        self.eps = _check_float(owner, "eps", eps, 0.0)
-        self.momentum = None if momentum is None else _check_float(owner, "momentum", momentum, 0.0, 1.0)
+        self.num_features = check_int(owner, "num_features", num_features)
+        self.eps = check_number(owner, "eps", eps, 0.0)
+        self.momentum = None if momentum is None else check_number(owner, "momentum", momentum, 0.0, 1.0)
         for name, flag in (("affine", affine), ("track_running_stats", track_running_stats), ("bias", bias)):
-            if not isinstance(flag, bool):
-                raise ValueError(f"{owner}: {name} must be a bool, got {flag!r}")
+            check_bool(owner, name, flag)
         if dtype is not None and not dtype.is_floating_point:
             raise ValueError(f"{owner}: dtype must be floating point, got {dtype}")
         self.affine, self.track_running_stats = affine, track_running_stats
@@ -103,7 +104,6 @@ class _BatchNorm(BaseLayer):
             self.num_batches_tracked = torch.zeros((), dtype=torch.long, device=device)
         else:
             self.running_mean = self.running_var = self.num_batches_tracked = None
-        self._cache: tuple | None = None
 
     def extra_repr(self) -> str:
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
@@ -130,6 +130,10 @@ class _BatchNorm(BaseLayer):
         var = squares.sum(dims) / count  # (C,)
         return mean, xc, var, count
 
+    def _synchronises(self) -> bool:
+        """Whether this forward's batch statistics span processes (here: never)."""
+        return False
+
     def _reduce_grad_sums(self, sum_dout: Tensor, sum_dout_xhat: Tensor,
                           count: int | Tensor) -> tuple[Tensor, Tensor]:
         """The per-channel sums dx needs, over the whole batch (here: this process's batch is the batch)."""
@@ -144,17 +148,12 @@ class _BatchNorm(BaseLayer):
 
     # -- forward and backward ----------------------------------------------------------------------------
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor):
         """x: (N, C) or (N, C, L) [BatchNorm1d], (N, C, H, W) [BatchNorm2d] -> out: same shape."""
-        ref = self.weight if self.weight is not None else self.running_mean
-        if not (isinstance(x, Tensor) and x.dim() in self._input_dims and x.shape[1] == self.num_features
-                and (ref is None or (x.device == ref.device and (x.dtype == ref.dtype or (
-                    x.dtype in _LOW_PRECISION and ref.dtype == torch.float32))))
-                and x.is_floating_point()):
-            self._reject_input(x)  # the cheap test above failed: find out what is wrong and say so
+        self._syncing = self._synchronises()
         dims = (0, *range(2, x.dim()))  # every axis but the channel axis
         bshape = (1, self.num_features) + (1,) * (x.dim() - 2)  # (1, C[, 1[, 1]]): broadcasts over dims
-        sdtype = torch.float32 if x.dtype in _LOW_PRECISION else x.dtype  # statistics dtype
+        sdtype = torch.float32 if x.dtype in LOW_PRECISION else x.dtype  # statistics dtype
         xs = x if x.dtype == sdtype else x.to(sdtype)
         batch_stats = self.training or self.running_mean is None
         if batch_stats:
@@ -181,10 +180,9 @@ class _BatchNorm(BaseLayer):
         else:  # eval: out = x * scale + (beta - mean * scale), one pass, as torch's own CPU kernel computes it
             shift = -mean * scale if self.bias is None else self.bias.to(sdtype) - mean * scale  # (C,)
             out = torch.addcmul(shift.view(bshape), xs, scale.view(bshape))  # (N, C, ...)
-        # Cached: xc = x - mean (training; xhat = xc * invstd is never stored), or x itself in eval mode.
-        self._cache = (xs if xc is None else xc, xc is None, mean, invstd, scale, count, batch_stats, x.dtype)
-        self._versions = versions(self._cache[0], self.weight)
-        return out if out.dtype == x.dtype else out.to(x.dtype)
+        out = out if out.dtype == x.dtype else out.to(x.dtype)
+        return out, self.Saved(xc, xs if xc is None else None, self.weight, mean, invstd, scale, count,
+                               batch_stats, x.dtype)
 
     def _update_running(self, mean: Tensor, var: Tensor, count: int | Tensor) -> None:
         """running = (1 - f) * running + f * statistic, f = momentum or 1 / num_batches_tracked (momentum=None);
@@ -198,36 +196,36 @@ class _BatchNorm(BaseLayer):
         rm.mul_(1 - f).add_(f * mean.to(rm.dtype))
         rv.mul_(1 - f).add_(f * unbiased.to(rv.dtype))
 
-    def backward(self, dout: Tensor) -> Tensor:
-        """dout: shape of out -> dx: shape of x; adds dgamma (C,) and dbeta (C,) into weight.grad, bias.grad."""
-        cache = self._cache
-        check_backward_dout(self, dout, *((cache[0].shape, cache[7], cache[0].device) if cache is not None
-                                          else (None, None, None)))
-        self._cache = None
-        t, t_is_x, mean, invstd, scale, count, batch_stats, xdtype = cache
-        check_versions(self, self._kept_names, (t, self.weight), self._versions)
+    def backward(self, dout: Tensor, saved: Saved):
+        """dout: shape of out -> dx: shape of x; dgamma (C,) and dbeta (C,), added into weight.grad, bias.grad."""
+        t = saved.x if saved.xc is None else saved.xc
         dims = (0, *range(2, t.dim()))
         bshape = (1, self.num_features) + (1,) * (t.dim() - 2)
         d = dout if dout.dtype == t.dtype else dout.to(t.dtype)  # the statistics dtype
-        if not batch_stats and self.weight is None:  # eval, no parameters: dx is all there is
-            dx = d * scale.view(bshape)
-            return dx if dx.dtype == xdtype else dx.to(xdtype)
-        xc = t - mean.view(bshape) if t_is_x else t  # (N, C, ...) x - mean (eval: recomputed here)
+        scale, invstd, count = saved.scale.view(bshape), saved.invstd, saved.count
+        if not saved.batch_stats and self.weight is None:  # eval, no parameters: dx is all there is
+            return _as(d * scale, saved.dtype), {}
+        xc = t if saved.xc is not None else t - saved.mean.view(bshape)  # (N, C, ...) x - mean
         sum_dout = d.sum(dims)  # (C,)  = dbeta
         tmp = d * xc  # (N, C, ...), reused below as dx's memory
         sum_dout_xhat = tmp.sum(dims) * invstd  # (C,)  = dgamma
-        if self.weight is not None:
-            accumulate_grad(self.weight, sum_dout_xhat.to(self.weight.dtype))
-        if self.bias is not None:
-            accumulate_grad(self.bias, sum_dout.to(self.bias.dtype))
-        dx = torch.mul(d, scale.view(bshape), out=tmp)  # (N, C, ...) gamma * invstd * dout
-        if batch_stats:  # (eval with running statistics: that is all, the affine map's backward)
+        grads = {"weight": _as_like(sum_dout_xhat, self.weight), "bias": _as_like(sum_dout, self.bias)}
+        dx = torch.mul(d, scale, out=tmp)  # (N, C, ...) gamma * invstd * dout
+        if saved.batch_stats:  # (eval with running statistics: that is all, the affine map's backward)
             sum_dout, sum_dout_xhat = self._reduce_grad_sums(sum_dout, sum_dout_xhat, count)
             # dx = (gamma*invstd/M) * (M*dout - sum(dout) - xhat*sum(dout*xhat))
             #    = scale * dout + [-scale * sum(dout)/M] + xc * [-scale * invstd * sum(dout*xhat)/M]
-            dx.add_((-scale * sum_dout / count).view(bshape))
-            dx.addcmul_(xc, (-scale * invstd * sum_dout_xhat / count).view(bshape))
-        return dx if dx.dtype == xdtype else dx.to(xdtype)
+            dx.add_((-saved.scale * sum_dout / count).view(bshape))
+            dx.addcmul_(xc, (-saved.scale * invstd * sum_dout_xhat / count).view(bshape))
+        return _as(dx, saved.dtype), grads
+
+    def check_input(self, x: object) -> None:
+        ref = self.weight if self.weight is not None else self.running_mean
+        if not (isinstance(x, Tensor) and x.dim() in self._input_dims and x.shape[1] == self.num_features
+                and (ref is None or (x.device == ref.device and (x.dtype == ref.dtype or (
+                    x.dtype in LOW_PRECISION and ref.dtype == torch.float32))))
+                and x.is_floating_point()):
+            self._reject_input(x)  # the cheap test above failed: find out what is wrong and say so
 
     def _reject_input(self, x: object) -> None:
         check_tensor(repr(self), "x", x)
@@ -243,6 +241,16 @@ class _BatchNorm(BaseLayer):
                          f"bfloat16 input is accepted with float32 parameters); convert one of them")
 
 
+def _as(t: Tensor, dtype: torch.dtype) -> Tensor:
+    """t in ``dtype`` (a float16/bfloat16 input's gradient comes back in its dtype from the float32 sums)."""
+    return t if t.dtype == dtype else t.to(dtype)
+
+
+def _as_like(t: Tensor, param: Tensor | None) -> Tensor | None:
+    """A parameter gradient in its parameter's dtype; None for an absent parameter."""
+    return None if param is None else _as(t, param.dtype)
+
+
 class BatchNorm1d(_BatchNorm):
     __doc__ = "Batch norm over (N, C) or (N, C, L): statistics per channel over N (and L).\n\n" + _BatchNorm.__doc__
     torch_class = torch.nn.BatchNorm1d
@@ -255,3 +263,11 @@ class BatchNorm2d(_BatchNorm):
     torch_class = torch.nn.BatchNorm2d
     _input_dims = (4,)
     _shape_text = "(N, {C}, H, W)"
+
+
+# The names layers/layernorm.py imports from here; its own conversion takes them from layers/checks.py.
+_LOW_PRECISION = LOW_PRECISION
+
+
+def _check_float(owner: str, name: str, value: object, lo: float, hi: float = float("inf")) -> float:
+    return check_number(owner, name, value, lo, hi)

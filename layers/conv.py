@@ -35,14 +35,15 @@ to a half-precision dtype).
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .checks import check_backward_dout, check_int, check_like, check_tensor
+from .checks import check_bool, check_int, check_like, check_tensor
 from .init import torch_default_params
-from .layer import BaseLayer, accumulate_grad, learned, wants_grad
-from .saved import check_versions, versions
+from .layer import BaseLayer, learned
 
 
 _FEW_CHANNELS = 8  # input channels per group below which dw is an im2col product (benchmarks/conv.py)
@@ -78,15 +79,21 @@ class Conv2d(BaseLayer):
     Forward is ``F.conv2d``; backward is the hand-written formula of the module docstring:
     ``backward(dout, need_input_grad=True)`` adds dw and db into ``.grad`` and returns dx (or None
     with ``need_input_grad=False``: the first layer of a network skips that transposed convolution).
-    Cached between the two: the (padded) input, for dw, and the weight, for dx; changing either in place in
+    Kept between the two: the (padded) input, for dw, and the weight, for dx; changing either in place in
     between (an optimizer step before backward) is refused, as torch.autograd refuses it (layers/saved.py).
+    Written in the template (layers/template.py): the base checks, keeps, versions and accumulates.
     """
 
     _param_names = ("weight", "bias")
-    _kept_names = ("its input x", "weight")
     torch_class = torch.nn.Conv2d
     _ctor_args = ("in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation", "groups", "bias",
                   "padding_mode")
+
+    class Saved(NamedTuple):
+        x: Tensor  # (N, C_in, H', W') the input as convolved (with the extra "same" row/column), for dw
+        weight: Tensor  # (C_out, C_in / G, kH, kW), for dx
+        hw: tuple[int, int]  # the input's (H, W): dx is cut back to it
+        unbatched: bool  # the input was (C_in, H, W): dout and dx lose the batch axis of one
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int],
                  stride: int | tuple[int, int] = 1, padding: int | tuple[int, int] | str = 0,
@@ -103,8 +110,7 @@ class Conv2d(BaseLayer):
         self.kernel_size = pair(owner, "kernel_size", kernel_size, 1)
         self.stride = pair(owner, "stride", stride, 1)
         self.dilation = pair(owner, "dilation", dilation, 1)
-        if not isinstance(bias, bool):
-            raise ValueError(f"{owner}: bias must be a bool, got {bias!r}")
+        check_bool(owner, "bias", bias)
         if padding_mode != "zeros":
             raise ValueError(f"{owner}: padding_mode must be 'zeros' (reflect, replicate and circular padding are "
                              f"not supported), got {padding_mode!r}")
@@ -128,7 +134,6 @@ class Conv2d(BaseLayer):
             self._extra = (0, 0)
         self.weight, self.bias = learned(*torch_default_params((out_channels, in_channels // groups, kh, kw), bias,
                                                                device=device, dtype=dtype))
-        self._cache: tuple[Tensor, torch.Size, tuple[int, int]] | None = None  # (padded x, out shape, (H, W))
 
     def extra_repr(self) -> str:
         s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
@@ -145,16 +150,11 @@ class Conv2d(BaseLayer):
         (kh, kw), (sh, sw), (ph, pw), (dh, dw) = self.kernel_size, self.stride, self._pad, self.dilation
         return conv_out_size(h, kh, sh, ph, dh), conv_out_size(w, kw, sw, pw, dw)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor):
         """x: (N, C_in, H, W) -> out: (N, C_out, H_out, W_out); or unbatched, (C_in, H, W) -> (C_out, H_out, W_out)."""
-        w = self.weight
-        given = x
-        unbatched = isinstance(x, Tensor) and x.dim() == 3
+        unbatched = x.dim() == 3
         if unbatched:
             x = x.unsqueeze(0)  # (1, C_in, H, W), a view; the output loses the axis again
-        if not (isinstance(x, Tensor) and x.dim() == 4 and x.shape[1] == self.in_channels
-                and x.dtype == w.dtype and x.device == w.device):
-            self._reject_input(given)  # the cheap test above failed: find out what is wrong and say so
         hw = (x.shape[2], x.shape[3])
         if self._extra != (0, 0):  # "same" with an odd total padding: the extra zeros at the bottom/right
             x = F.pad(x, (0, self._extra[1], 0, self._extra[0]))  # (N, C_in, H + 1?, W + 1?)
@@ -163,43 +163,45 @@ class Conv2d(BaseLayer):
             span = tuple(d * (k - 1) + 1 for k, d in zip(self.kernel_size, self.dilation))
             raise ValueError(f"{self!r}: input of spatial size {hw} (padding {self._pad}) is smaller than the "
                              f"dilated kernel {span}")
-        out = F.conv2d(x, w, self.bias, self.stride, self._pad, self.dilation, self.groups)  # (N, C_out, H_out, W_out)
-        if unbatched:
-            out = out.squeeze(0)  # (C_out, H_out, W_out)
-        self._cache = (x, out.shape, hw)  # a 3-d output shape says the input was unbatched
-        self._versions = versions(x, w)
-        return out
+        out = F.conv2d(x, self.weight, self.bias, self.stride, self._pad, self.dilation, self.groups)
+        out = out.squeeze(0) if unbatched else out  # (N, C_out, H_out, W_out) or (C_out, H_out, W_out)
+        return out, self.Saved(x, self.weight, hw, unbatched)
 
-    def backward(self, dout: Tensor, need_input_grad: bool = True) -> Tensor | None:
+    def backward(self, dout: Tensor, saved: Saved):
         """dout: (N, C_out, H_out, W_out) -> dx: (N, C_in, H, W) (None if not ``need_input_grad``);
-        adds dw (C_out, C_in / G, kH, kW) and db (C_out,) into weight.grad and bias.grad.
+        dw (C_out, C_in / G, kH, kW) and db (C_out,), added into weight.grad and bias.grad.
         Unbatched: dout (C_out, H_out, W_out) -> dx (C_in, H, W)."""
-        cache, w = self._cache, self.weight
-        check_backward_dout(self, dout, None if cache is None else cache[1], w.dtype, w.device)
-        self._cache = None
-        x, out_shape, (h, wd) = cache
-        check_versions(self, self._kept_names, (x, w), self._versions)
-        unbatched = len(out_shape) == 3
-        if unbatched:
-            dout = dout.unsqueeze(0)  # (1, C_out, H_out, W_out)
-        if not wants_grad(w):  # frozen: its product is skipped
-            pass
-        elif x.shape[0] == 0:  # an empty batch: nothing to sum, so dw = 0 (the correlation has no channels to run on)
-            accumulate_grad(w, w.new_zeros(w.shape))
-        else:
-            dw = self._weight_grad(x, dout)  # (C_out, C_in / G, kH, kW), a strided view of the correlation
-            if w.grad is None:
-                w.grad = dw.contiguous()  # the weight's layout
-            else:
-                w.grad.add_(dw)  # in place, straight from the view: no copy
-        if self.bias is not None and wants_grad(self.bias):
-            accumulate_grad(self.bias, dout.sum((0, 2, 3)))  # (C_out,)
-        if not need_input_grad:
-            return None
-        dx = self._input_grad(dout, x.shape)[:, :, :h, :wd]  # (N, C_in, H, W): drops the extra "same" row/col
-        return dx.squeeze(0) if unbatched else dx
+        # dx = conv_transpose2d(dout, w);  dw = x correlated with dout over (n, i, j);  db = sum of dout over (n, i, j)
+        x, (h, w) = saved.x, saved.hw
+        dout = dout.unsqueeze(0) if saved.unbatched else dout  # (N, C_out, H_out, W_out)
+        dx = None
+        if self.needs_input_grad:
+            dx = self._input_grad(dout, saved.weight, x.shape)[:, :, :h, :w]  # (N, C_in, H, W): no "same" extra
+            dx = dx.squeeze(0) if saved.unbatched else dx
+        # dw and db as callables: computed only for a parameter that wants one (a frozen one costs nothing)
+        return dx, {"weight": lambda: self._weight_grad_for(x, dout), "bias": lambda: dout.sum((0, 2, 3))}
 
-    def _input_grad(self, dout: Tensor, x_shape: torch.Size) -> Tensor:
+    def check_input(self, x: object) -> None:
+        w = self.weight
+        if isinstance(x, Tensor) and x.dim() in (3, 4) and x.shape[-3] == self.in_channels \
+                and x.dtype == w.dtype and x.device == w.device:
+            return
+        check_tensor(repr(self), "x", x)  # the cheap test above failed: find out what is wrong and say so
+        if x.dim() not in (3, 4) or x.shape[-3] != self.in_channels:
+            raise ValueError(f"{self!r}: expected input of shape (N, {self.in_channels}, H, W) or, unbatched, "
+                             f"({self.in_channels}, H, W), got {tuple(x.shape)}")
+        check_like(repr(self), "input", x, self.weight, "weight")
+
+    def _weight_grad_for(self, x: Tensor, dout: Tensor) -> Tensor:
+        """dw, (C_out, C_in / G, kH, kW): added into an existing ``.grad`` straight from the strided view the
+        correlation gives (no copy), made contiguous only when it becomes ``.grad``."""
+        w = self.weight
+        if x.shape[0] == 0:  # an empty batch: nothing to sum, so dw = 0 (the correlation has no channels to run on)
+            return w.new_zeros(w.shape)
+        dw = self._weight_grad(x, dout)
+        return dw if w.grad is not None else dw.contiguous()  # the weight's layout
+
+    def _input_grad(self, dout: Tensor, weight: Tensor, x_shape: torch.Size) -> Tensor:
         """dx = the transposed convolution of dout with the weight, (N, C_in, H', W') for the padded input.
 
         conv_transpose2d's output is (H_out - 1) sH - 2 pH + dH (kH - 1) + 1 rows: the forward's floor
@@ -209,7 +211,7 @@ class Conv2d(BaseLayer):
         ho, wo = dout.shape[2], dout.shape[3]
         oph = x_shape[2] - ((ho - 1) * sh - 2 * ph + dh * (kh - 1) + 1)  # in [0, sH)
         opw = x_shape[3] - ((wo - 1) * sw - 2 * pw + dw * (kw - 1) + 1)  # in [0, sW)
-        return F.conv_transpose2d(dout, self.weight, None, self.stride, self._pad, (oph, opw), self.groups,
+        return F.conv_transpose2d(dout, weight, None, self.stride, self._pad, (oph, opw), self.groups,
                                   self.dilation)  # (N, C_in, H', W')
 
     def _weight_grad(self, x: Tensor, dout: Tensor) -> Tensor:
@@ -272,10 +274,3 @@ class Conv2d(BaseLayer):
             return dwt.t().view(o, c, kh, kw)  # a view (not contiguous)
         dwt = torch.matmul(cols.view(n, g, -1, p), dout.reshape(n, g, o // g, p).transpose(2, 3)).sum(0)
         return dwt.transpose(1, 2).reshape(o, c // g, kh, kw)  # (G, C_in/G kH kW, C_out/G) -> dw
-
-    def _reject_input(self, x: object) -> None:
-        check_tensor(repr(self), "x", x)
-        if x.dim() not in (3, 4) or x.shape[-3] != self.in_channels:
-            raise ValueError(f"{self!r}: expected input of shape (N, {self.in_channels}, H, W) or, unbatched, "
-                             f"({self.in_channels}, H, W), got {tuple(x.shape)}")
-        check_like(repr(self), "input", x, self.weight, "weight")

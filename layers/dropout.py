@@ -1,12 +1,13 @@
 """Dropout's masks: inverted dropout, the mask between recurrent layers, and ``SeededDropout`` for the twins."""
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
-from .checks import check_backward_dout, check_floating, check_tensor
+from .checks import check_bool, check_probability
 from .layer import BaseLayer
-from .saved import check_versions, versions
 
 
 class Dropout(BaseLayer):
@@ -26,58 +27,48 @@ class Dropout(BaseLayer):
     training-mode forward, or None after an identity forward (eval, p = 0).  ``inplace=True`` writes the
     output into x, as nn.Dropout(inplace=True) does.  The backward reads the mask and nothing else: changing
     ``mask`` in place before backward is refused (layers/saved.py); x and the output are not kept.
+    Written in the template (layers/template.py): the base checks the input and dout and keeps the mask.
     """
 
     torch_class = torch.nn.Dropout
     _ctor_args = ("p", "inplace")
+    _saved_labels = {"mask": "its mask (layer.mask)"}
+
+    class Saved(NamedTuple):
+        mask: Tensor | None  # x's shape, 0 or 1/(1-p); None: the forward was the identity
 
     def __init__(self, p: float = 0.5, inplace: bool = False) -> None:
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
-            raise ValueError(f"Dropout: p (the probability of an element being zeroed) must be in [0, 1], got {p!r}")
-        if not isinstance(inplace, bool):
-            raise ValueError(f"Dropout: inplace must be a bool, got {inplace!r}")
-        self.p, self.inplace = float(p), inplace
+        self.p = check_probability("Dropout", "p (the probability of an element being zeroed)", p)
+        self.inplace = check_bool("Dropout", "inplace", inplace)
         self.mask: Tensor | None = None  # the last mask drawn (None after an identity forward)
         self.generator: torch.Generator | None = None  # where masks are drawn from (None: torch's default)
         # Data parallelism: (lo, hi, total) draws the mask of the whole global batch of `total` rows and keeps rows
         # [lo, hi), this process's part, so N processes drop exactly what one process would.
         self.global_rows: tuple[int, int, int] | None = None
-        self._cache: tuple | None = None  # (mask or None, output shape, dtype, device)
 
     def extra_repr(self) -> str:
         return f"p={self.p}, inplace={self.inplace}"
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor):
         """x: any shape -> out: same shape."""
-        if not (isinstance(x, Tensor) and x.is_floating_point()):
-            check_tensor(repr(self), "x", x)
-            check_floating(repr(self), "x", x)
         if not self.training or self.p == 0.0:
             mask, out = None, x
         else:
             if self.p == 1.0:
                 mask = torch.zeros_like(x)  # (N, ...)
             else:
-                mask = draw_mask(x, self.p, self.generator, self.global_rows)  # (N, ...) 0 or 1/(1-p)
+                mask = draw_mask(x, self.p, generator=self.generator,
+                                 global_rows=self.global_rows)  # (N, ...) 0 or 1/(1-p)
             out = x.mul_(mask) if self.inplace else x * mask  # (N, ...)
         self.mask = mask
-        self._cache = (mask, x.shape, x.dtype, x.device)
-        self._versions = versions(mask)
-        return out
+        return out, self.Saved(mask)
 
-    def backward(self, dout: Tensor) -> Tensor:
+    def backward(self, dout: Tensor, saved: Saved) -> Tensor:
         """dout: shape of out -> dx = dout * mask (the forward's mask), or dout for an identity forward."""
-        cache = self._cache
-        check_backward_dout(self, dout, *(cache[1:4] if cache is not None else (None, None, None)))
-        self._cache = None
-        mask = cache[0]
-        if mask is None:
-            return dout
-        check_versions(self, ("its mask (layer.mask)",), (mask,), self._versions)
-        return dout * mask
+        return dout if saved.mask is None else dout * saved.mask
 
 
-def draw_mask(x: Tensor, p: float, generator: torch.Generator | None = None,
+def draw_mask(x: Tensor, p: float, *, generator: torch.Generator | None = None,
               global_rows: tuple[int, int, int] | None = None) -> Tensor:
     """The scaled dropout mask for x: bernoulli(1 - p) / (1 - p), x's shape, dtype and device (0 <= p < 1).
 
@@ -106,10 +97,10 @@ class SeededDropout(torch.nn.Dropout):
             return x
         if self.p == 1.0:
             return x * 0.0
-        return x * draw_mask(x, self.p, self.generator, self.global_rows)
+        return x * draw_mask(x, self.p, generator=self.generator, global_rows=self.global_rows)
 
 
-def inter_layer_mask(out: Tensor, p: float, generator: torch.Generator | None = None,
+def inter_layer_mask(out: Tensor, p: float, *, generator: torch.Generator | None = None,
                      global_rows: tuple[int, int, int] | None = None) -> Tensor:
     """The scaled dropout mask (values 0 or 1/(1-p)) for a layer's output ``out`` (T, N, F), time-major.
 
@@ -120,4 +111,5 @@ def inter_layer_mask(out: Tensor, p: float, generator: torch.Generator | None = 
     T, N, F = out.shape
     if p == 1.0:
         return out.new_zeros(T, N, F)
-    return draw_mask(out.new_empty(N, T, F), p, generator, global_rows).transpose(0, 1)  # (T, N, F) view
+    mask = draw_mask(out.new_empty(N, T, F), p, generator=generator, global_rows=global_rows)  # (N, T, F)
+    return mask.transpose(0, 1)  # (T, N, F), a view

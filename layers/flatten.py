@@ -1,10 +1,12 @@
 """Flatten: merge a run of axes into one (a reshape); the backward reshapes dout back."""
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
-from .checks import check_backward_dout, check_tensor
+from .checks import check_tensor
 from .layer import BaseLayer
 
 
@@ -12,39 +14,38 @@ class Flatten(BaseLayer):
     """out = x with axes start_dim..end_dim merged: (N, C, H, W) -> (N, C*H*W) with the defaults.
 
     Backward: dx = dout reshaped to x's shape (flattening moves no number, so nothing else happens).
-    Same arguments as torch.nn.Flatten; negative dims count from the end.  Cached: x's shape (no tensor, so
+    Same arguments as torch.nn.Flatten; negative dims count from the end.  Kept: x's shape (no tensor, so
     nothing an in-place change could alter).
     """
 
     torch_class = torch.nn.Flatten
     _ctor_args = ("start_dim", "end_dim")
 
+    class Saved(NamedTuple):
+        shape: torch.Size  # x's shape, given back to dx
+
     def __init__(self, start_dim: int = 1, end_dim: int = -1) -> None:
         for name, v in (("start_dim", start_dim), ("end_dim", end_dim)):
             if isinstance(v, bool) or not isinstance(v, int):
                 raise ValueError(f"Flatten: {name} must be an int, got {v!r}")
         self.start_dim, self.end_dim = start_dim, end_dim
-        self._cache: tuple | None = None  # (x's shape, out's shape, dtype, device)
 
     def extra_repr(self) -> str:
         return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
 
-    def forward(self, x: Tensor) -> Tensor:
+    def check_input(self, x: object) -> None:
+        check_tensor(repr(self), "x", x)  # any dtype: flattening moves no number
+
+    def forward(self, x: Tensor):
         """x: (d0, ..., d_{k-1}) -> out: the axes start_dim..end_dim merged into one."""
-        check_tensor(repr(self), "x", x)
         nd = max(x.dim(), 1)  # a 0-d tensor flattens to (1,), as in torch
         start, end = self.start_dim % nd if -nd <= self.start_dim < nd else None, \
             self.end_dim % nd if -nd <= self.end_dim < nd else None
         if start is None or end is None or start > end:
             raise ValueError(f"{self!r}: start_dim and end_dim must name axes of the input, start_dim first; "
                              f"got an input of shape {tuple(x.shape)}")
-        out = x.flatten(start, end)
-        self._cache = (x.shape, out.shape, x.dtype, x.device)
-        return out
+        return x.flatten(start, end), self.Saved(x.shape)
 
-    def backward(self, dout: Tensor) -> Tensor:
+    def backward(self, dout: Tensor, saved: Saved) -> Tensor:
         """dout: out's shape -> dx: x's shape."""
-        cache = self._cache
-        check_backward_dout(self, dout, *(cache[1:4] if cache is not None else (None, None, None)))
-        self._cache = None
-        return dout.reshape(cache[0])
+        return dout.reshape(saved.shape)

@@ -9,17 +9,19 @@ or its left padding, as torch has it):
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .checks import check_backward_dout, check_floating, check_tensor
+from .checks import check_bool, check_floating, check_tensor
 from .conv import pair
 from .layer import BaseLayer
 from .saved import versions
 
 
-def pool_out_size(size: int, kernel: int, stride: int, padding: int, dilation: int, ceil_mode: bool) -> int:
+def pool_out_size(size: int, kernel: int, stride: int, padding: int, dilation: int, *, ceil_mode: bool) -> int:
     span = size + 2 * padding - dilation * (kernel - 1) - 1
     out = (span + (stride - 1 if ceil_mode else 0)) // stride + 1
     if ceil_mode and (out - 1) * stride >= size + padding:  # the last window would start in the right padding
@@ -28,8 +30,8 @@ def pool_out_size(size: int, kernel: int, stride: int, padding: int, dilation: i
 
 
 class _Pool2d(BaseLayer):
-    """Validation and the cache shared by the two pools: parameter-free, (N, C, H, W) in and out, or, as in
-    torch, an unbatched (C, H, W) image in and (C, H_out, W_out) out (pooled as a batch of one)."""
+    """Validation shared by the two pools: parameter-free, (N, C, H, W) in and out, or, as in torch, an
+    unbatched (C, H, W) image in and (C, H_out, W_out) out (pooled as a batch of one)."""
 
     _dilation = (1, 1)
 
@@ -38,12 +40,10 @@ class _Pool2d(BaseLayer):
         self._k = pair(owner, "kernel_size", kernel_size, 1)
         self._s = self._k if stride is None else pair(owner, "stride", stride, 1)
         self._p = pair(owner, "padding", padding, 0)
-        if not isinstance(ceil_mode, bool):
-            raise ValueError(f"{owner}: ceil_mode must be a bool, got {ceil_mode!r}")
         # torch.nn keeps the arguments as given (an int stays an int) and stride=None as kernel_size.
-        self.kernel_size, self.padding, self.ceil_mode = kernel_size, padding, ceil_mode
+        self.kernel_size, self.padding = kernel_size, padding
+        self.ceil_mode = check_bool(owner, "ceil_mode", ceil_mode)
         self.stride = kernel_size if stride is None else stride
-        self._cache: tuple | None = None
 
     def _check_padding(self) -> None:
         """torch's rule: padding at most half the (dilated) window, so every window sees an input element."""
@@ -57,27 +57,23 @@ class _Pool2d(BaseLayer):
 
     def _out_hw(self, x: Tensor) -> tuple[int, int]:
         return tuple(pool_out_size(x.shape[2 + i], self._k[i], self._s[i], self._p[i], self._dilation[i],
-                                   self.ceil_mode) for i in range(2))
+                                   ceil_mode=self.ceil_mode) for i in range(2))
 
-    def _batched(self, x: object) -> Tensor:
-        """x as (N, C, H, W): an unbatched (C, H, W) image gets a batch axis of one (a view); checks the input."""
+    def check_input(self, x: object) -> None:
         if not (isinstance(x, Tensor) and x.dim() in (3, 4) and x.is_floating_point()):
             check_tensor(repr(self), "x", x)
             check_floating(repr(self), "x", x)
             raise ValueError(f"{self!r}: expected input of shape (N, C, H, W) or, unbatched, (C, H, W), "
                              f"got {tuple(x.shape)}")
+
+    def _batched(self, x: Tensor) -> Tensor:
+        """x as (N, C, H, W): an unbatched (C, H, W) image gets a batch axis of one (a view); checks its size."""
         x4 = x.unsqueeze(0) if x.dim() == 3 else x
         ho, wo = self._out_hw(x4)
         if ho < 1 or wo < 1:
             raise ValueError(f"{self!r}: input of spatial size {tuple(x.shape[-2:])} is too small for the window "
                              f"(output size would be {(ho, wo)})")
         return x4
-
-    def _take_cache(self, dout: object) -> tuple:
-        cache = self._cache
-        check_backward_dout(self, dout, *(cache[:3] if cache is not None else (None, None, None)))
-        self._cache = None
-        return cache
 
 
 class MaxPool2d(_Pool2d):
@@ -90,14 +86,27 @@ class MaxPool2d(_Pool2d):
         dx = zeros (N, C, H * W);  dx[n, c, argmax[n, c, i, j]] += dout[n, c, i, j]   (a scatter-add)
 
     The forward gets the argmax from ``F.max_pool2d(return_indices=True)`` (flat indices into each H*W
-    plane) and caches only those and the input's shape.  ``dilation`` and ``ceil_mode`` are supported;
+    plane) and keeps only those and the input's shape.  ``dilation`` and ``ceil_mode`` are supported;
     ``return_indices=True`` is not (a layer returns one tensor).  Nothing a caller holds is read by the backward
     (the argmax is the layer's own), so an in-place change of x or of the output after the forward changes
-    nothing here; ``backward_through_relu`` reads both and checks them.
+    nothing here; ``backward_through_relu`` reads both and checks them itself (``Saved.fused``).
     """
 
     torch_class = torch.nn.MaxPool2d
     _ctor_args = ("kernel_size", "stride", "padding", "dilation", "return_indices", "ceil_mode")
+
+    class Fused(NamedTuple):
+        """What only ``backward_through_relu`` reads, with its own version record: a NamedTuple inside Saved is
+        not a tensor field, so the plain backward, which reads neither tensor, does not refuse their change."""
+        x: Tensor  # the pool's input (the ReLU's output, when a ReLU came before)
+        out: Tensor  # the pool's output: out > 0 is the ReLU's mask at each argmax
+        versions: tuple  # of x and out, at the forward
+
+    class Saved(NamedTuple):
+        idx: Tensor  # (N, C, H_out, W_out) each window's argmax, a flat index into its H*W plane
+        batched: torch.Size  # (N, C, H, W): the input with its batch axis
+        shape: torch.Size  # the input's own shape, given back to dx
+        fused: "MaxPool2d.Fused"
 
     def __init__(self, kernel_size: int | tuple[int, int], stride: int | tuple[int, int] | None = None,
                  padding: int | tuple[int, int] = 0, dilation: int | tuple[int, int] = 1,
@@ -115,29 +124,23 @@ class MaxPool2d(_Pool2d):
         return (super().extra_repr() + (f", dilation={self.dilation}" if self._dilation != (1, 1) else "")
                 + (", ceil_mode=True" if self.ceil_mode else ""))
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor):
         """x: (N, C, H, W) -> out: (N, C, H_out, W_out); unbatched (C, H, W) -> (C, H_out, W_out)."""
         x4 = self._batched(x)
         out, idx = F.max_pool2d(x4, self._k, self._s, self._p, self._dilation, self.ceil_mode,
                                 return_indices=True)  # (N, C, H_out, W_out) values and flat argmax in H*W
         if x4 is not x:
             out = out.squeeze(0)  # unbatched
-        self._cache = (out.shape, x.dtype, x.device, idx, x4.shape, x.shape, x, out)
-        self._versions = versions(x, out)  # for backward_through_relu, which reads them
-        return out
+        return out, self.Saved(idx, x4.shape, x.shape, self.Fused(x, out, versions(x, out)))
 
-    def backward(self, dout: Tensor) -> Tensor:
+    def backward(self, dout: Tensor, saved: Saved) -> Tensor:
         """dout: (N, C, H_out, W_out) -> dx: (N, C, H, W), dout scattered to each window's argmax (unbatched:
         without the N axis)."""
-        return self._scatter(self._take_cache(dout), dout)
-
-    @staticmethod
-    def _scatter(cache: tuple, dout: Tensor) -> Tensor:
-        idx, (n, c, h, w), x_shape = cache[3:6]
+        n, c, h, w = saved.batched
         dx = dout.new_zeros(n, c, h * w)  # (N, C, H*W)
-        idx = idx.flatten(2)  # (N, C, H_out*W_out) (sizes spelled out, not -1: N may be 0)
+        idx = saved.idx.flatten(2)  # (N, C, H_out*W_out) (sizes spelled out, not -1: N may be 0)
         dx.scatter_add_(2, idx, dout.reshape(idx.shape))  # overlapping windows add up
-        return dx.view(x_shape)
+        return dx.view(saved.shape)
 
     def backward_through_relu(self, dout: Tensor, relu) -> Tensor | None:
         """The backwards of ``relu`` and then this pool, where this pool's input was that ReLU's output: ReLU's
@@ -151,14 +154,15 @@ class MaxPool2d(_Pool2d):
         cached output is not this pool's input, or when it or this pool's output was changed in place after the
         forward (a following in-place layer may legitimately change the pool's output: the mask is then not
         out > 0); the caller then runs the two backwards, and the ReLU's refuses a change of its output."""
-        cache = self._cache
-        if cache is None or relu._saved is None or relu._saved.out is not cache[6]:
+        saved = self._saved
+        if saved is None or relu._saved is None or relu._saved.out is not saved.fused.x:
             return None
-        if torch.compiler.is_compiling() or versions(cache[6], cache[7]) != self._versions:
+        x, out, then = saved.fused
+        if torch.compiler.is_compiling() or versions(x, out) != then:
             return None  # (compiled: the two backwards, each with its check; the compiler fuses them)
-        cache = self._take_cache(dout)
+        self.check_dout(dout, self._out_meta)  # before dout meets the mask: named, never broadcast
         relu.discard_saved()
-        return self._scatter(cache, cache[7].sign().mul_(dout))
+        return self.backward(out.sign().mul_(dout))
 
 
 class AvgPool2d(_Pool2d):
@@ -176,19 +180,22 @@ class AvgPool2d(_Pool2d):
         dx = conv_transpose2d((dout / divisor) as (N*C, 1, H_out, W_out), ones (1, 1, kH, kW),
                               stride=s, padding=p)               cut or padded to (H, W)
 
-    Cached: only the input's shape (the divisor is rebuilt from it in backward): nothing that an in-place
+    Kept: only the input's shape (the divisor is rebuilt from it in backward): nothing that an in-place
     change could alter.
     """
 
     torch_class = torch.nn.AvgPool2d
     _ctor_args = ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override")
 
+    class Saved(NamedTuple):
+        batched: torch.Size  # (N, C, H, W): the input with its batch axis
+        shape: torch.Size  # the input's own shape, given back to dx
+
     def __init__(self, kernel_size: int | tuple[int, int], stride: int | tuple[int, int] | None = None,
                  padding: int | tuple[int, int] = 0, ceil_mode: bool = False, count_include_pad: bool = True,
                  divisor_override: int | None = None) -> None:
         self._check_args(kernel_size, stride, padding, ceil_mode)
-        if not isinstance(count_include_pad, bool):
-            raise ValueError(f"AvgPool2d: count_include_pad must be a bool, got {count_include_pad!r}")
+        check_bool("AvgPool2d", "count_include_pad", count_include_pad)
         if divisor_override is not None and (isinstance(divisor_override, bool) or not isinstance(
                 divisor_override, int) or divisor_override == 0):
             raise ValueError(f"AvgPool2d: divisor_override must be None or a non-zero int, got {divisor_override!r}")
@@ -200,15 +207,14 @@ class AvgPool2d(_Pool2d):
                 + ("" if self.count_include_pad else ", count_include_pad=False")
                 + ("" if self.divisor_override is None else f", divisor_override={self.divisor_override}"))
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor):
         """x: (N, C, H, W) -> out: (N, C, H_out, W_out); unbatched (C, H, W) -> (C, H_out, W_out)."""
         x4 = self._batched(x)
         out = F.avg_pool2d(x4, self._k, self._s, self._p, self.ceil_mode, self.count_include_pad,
                            self.divisor_override)  # (N, C, H_out, W_out)
         if x4 is not x:
             out = out.squeeze(0)  # unbatched
-        self._cache = (out.shape, x.dtype, x.device, x4.shape, x.shape)
-        return out
+        return out, self.Saved(x4.shape, x.shape)
 
     def _divisor(self, hw: tuple[int, int], out_hw: tuple[int, int], like: Tensor) -> Tensor | float:
         """(H_out, W_out) divisors of the windows (a number where they are all kH * kW), torch's rule:
@@ -225,10 +231,9 @@ class AvgPool2d(_Pool2d):
             counts.append(end - start if self.count_include_pad else end.clamp(max=size) - start.clamp(min=0))
         return counts[0][:, None] * counts[1][None, :]  # (H_out, W_out)
 
-    def backward(self, dout: Tensor) -> Tensor:
+    def backward(self, dout: Tensor, saved: Saved) -> Tensor:
         """dout: (N, C, H_out, W_out) -> dx: (N, C, H, W) (unbatched: without the N axis)."""
-        out_shape, _, _, (n, c, h, w), x_shape = self._take_cache(dout)
-        ho, wo = out_shape[-2], out_shape[-1]
+        (n, c, h, w), ho, wo = saved.batched, dout.shape[-2], dout.shape[-1]
         (kh, kw), (sh, sw), (ph, pw) = self._k, self._s, self._p
         g = (dout / self._divisor((h, w), (ho, wo), dout)).reshape(n * c, 1, ho, wo)  # (N*C, 1, H_out, W_out)
         ones = dout.new_ones(1, 1, kh, kw)
@@ -236,4 +241,4 @@ class AvgPool2d(_Pool2d):
         # division dropped trailing rows (output_padding adds them, zero), more with ceil_mode (cut off).
         full_h, full_w = (ho - 1) * sh - 2 * ph + kh, (wo - 1) * sw - 2 * pw + kw
         dx = F.conv_transpose2d(g, ones, None, (sh, sw), (ph, pw), (max(h - full_h, 0), max(w - full_w, 0)))
-        return dx[:, :, :h, :w].reshape(x_shape)  # (N, C, H, W) or (C, H, W)
+        return dx[:, :, :h, :w].reshape(saved.shape)  # (N, C, H, W) or (C, H, W)

@@ -50,17 +50,16 @@ class SyncBatchNorm(_BatchNorm):
         super().__init__(num_features, eps, momentum, affine, track_running_stats, bias=bias, device=device,
                          dtype=dtype)
         self.process_group = process_group
-        self._syncing = False  # whether the last forward synchronised (its backward must too)
 
     def _world_size(self) -> int:
         if not (dist.is_available() and dist.is_initialized()):
             return 1
         return dist.get_world_size(self.process_group)
 
-    def forward(self, x: Tensor) -> Tensor:
-        """x: (N, C, *) -> out: same shape; N may differ from rank to rank (0 too)."""
-        self._syncing = self.training and self._world_size() > 1
-        return super().forward(x)
+    def _synchronises(self) -> bool:
+        """Batch statistics across the group: in training, with more than one process (N may differ from rank
+        to rank, 0 too).  The forward's answer holds for its backward (``_syncing``)."""
+        return self.training and self._world_size() > 1
 
     def _check_batch(self, x: Tensor, count: int) -> None:
         if not self._syncing:

@@ -61,7 +61,8 @@ class _SeededMixin:
             finals.append(state)
             if k < L - 1:
                 xt = x if not self.batch_first else x.transpose(0, 1)  # (T, N, F)
-                mask = inter_layer_mask(xt, self.dropout, self.generator, self.global_rows)  # (T, N, F)
+                mask = inter_layer_mask(xt, self.dropout, generator=self.generator,
+                                        global_rows=self.global_rows)  # (T, N, F)
                 x = x * (mask if not self.batch_first else mask.transpose(0, 1))
         h_n = tuple(torch.cat([f[i] for f in finals]) for i in range(2)) if lstm else torch.cat(finals)
         if not batched:

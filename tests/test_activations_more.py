@@ -157,7 +157,7 @@ def test_dropout_identity_cases_and_p_one():
 
 def test_dropout_errors_and_conversion():
     for p in (-0.1, 1.5, "0.5", True):
-        with pytest.raises(ValueError, match=r"Dropout: p .* must be in \[0, 1\]"):
+        with pytest.raises(ValueError, match=r"Dropout: p .* must be a probability in \[0, 1\]"):
             Dropout(p)
     relu = from_torch(nn.ReLU(inplace=True))  # the flag converted both ways, not dropped
     assert repr(relu) == "ReLU(inplace=True)" and repr(relu.to_torch()) == repr(nn.ReLU(inplace=True))

@@ -119,7 +119,7 @@ def test_every_form_of_the_weight_gradient_equals_autograd(cfg):
     dout = torch.randn_like(out)
     out.backward(dout)
     ours(x)
-    xp = ours._cache[0]  # the input as the forward convolved it (with the extra "same" row/column)
+    xp = ours._saved.x  # the input as the forward convolved it (with the extra "same" row/column)
     (kh, kw), (ph, pw), (dh, dw) = ours.kernel_size, ours._pad, ours.dilation
     forms = [ours._weight_grad_correlation, ours._weight_grad_im2col]
     if ours.groups == 1 and ours.stride == (1, 1) and ph <= dh * (kh - 1) and pw <= dw * (kw - 1):

@@ -240,8 +240,9 @@ def test_batchnorm_bad_input_and_arguments():
     with pytest.raises(RuntimeError, match="backward called before forward"):
         bn.backward(torch.randn_like(x))
     for kwargs, match in [({"num_features": 0}, "num_features must be an int >= 1, got 0"),
-                          ({"num_features": 3, "momentum": 1.5}, r"momentum must be a number in \[0.0, 1.0\], got 1.5"),
-                          ({"num_features": 3, "eps": -1}, "eps must be a number >= 0.0, got -1"),
+                          ({"num_features": 3, "momentum": 1.5},
+                           r"momentum must be a finite number in \[0.0, 1.0\], got 1.5"),
+                          ({"num_features": 3, "eps": -1}, r"eps must be a finite number in \[0.0, inf\], got -1"),
                           ({"num_features": 3, "affine": 1}, "affine must be a bool, got 1"),
                           ({"num_features": 3, "dtype": torch.int32}, "dtype must be floating point")]:
         with pytest.raises(ValueError, match=match):

@@ -162,7 +162,7 @@ def test_relu_then_max_pool_backward_runs_fused_and_equals_the_two_backwards():
         model.register_backward_hook(lambda layer: calls.append(type(layer).__name__))
         dx = model.backward(dout, need_input_grad=True)
         assert calls == ["Flatten", "MaxPool2d", "ReLU", "BatchNorm2d", "Conv2d"]
-        assert model[2]._saved is None and model[3]._cache is None  # both caches consumed
+        assert model[2]._saved is None and model[3]._saved is None  # both caches consumed
         grads = {n: p.grad.clone() for n, p in model.named_parameters()}
         model.zero_grad()
         model(x)
@@ -186,4 +186,4 @@ def test_fused_backward_falls_back_when_the_pool_did_not_pool_that_relu_s_output
     relu(x)
     out = pool(torch.relu(x) + 1.0)  # not the ReLU's output
     assert pool.backward_through_relu(torch.ones_like(out), relu) is None
-    assert relu._saved is not None and pool._cache is not None  # nothing consumed
+    assert relu._saved is not None and pool._saved is not None  # nothing consumed

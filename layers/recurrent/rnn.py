@@ -204,7 +204,8 @@ class _Recurrent(BaseLayer, ABC):
             out = ys[0] if D == 1 else torch.cat(ys, 2)  # (T, N, D*H_out)
             mask = None
             if k < L - 1 and self.training and self.dropout > 0:
-                mask = inter_layer_mask(out, self.dropout, self.generator, self.global_rows)  # (T, N, D*H_out)
+                mask = inter_layer_mask(out, self.dropout, generator=self.generator,
+                                        global_rows=self.global_rows)  # (T, N, D*H_out)
                 out = (out * mask).contiguous()  # layer k+1's input
             masks.append(mask)
             inp = out
