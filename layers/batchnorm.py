@@ -264,10 +264,3 @@ class BatchNorm2d(_BatchNorm):
     _input_dims = (4,)
     _shape_text = "(N, {C}, H, W)"
 
-
-# The names layers/layernorm.py imports from here; its own conversion takes them from layers/checks.py.
-_LOW_PRECISION = LOW_PRECISION
-
-
-def _check_float(owner: str, name: str, value: object, lo: float, hi: float = float("inf")) -> float:
-    return check_number(owner, name, value, lo, hi)
