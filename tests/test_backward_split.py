@@ -1,11 +1,12 @@
 """The backward split in two: B (``backward_input``: the input gradient, nothing written into .grad) then W
-(``backward_weight``: the weight gradients) equals the fused ``backward`` bit for bit in float64, for every layer
-that has weights and for the GPT's attention, MLP, block and whole model; gradients accumulate across several
-B/W pairs in the order their W's run, as across several fused backwards; W without B, and B twice, are refused."""
+(``backward_weight``: the weight gradients) equals the fused ``backward`` bit for bit in float64, for the layers
+with weights (Linear, LayerNorm, Embedding, Conv2d, BatchNorm) and for the GPT's attention, MLP, block and whole
+model; gradients accumulate across several B/W pairs in the order their W's run, as across several fused
+backwards; W without B, and B twice, are refused."""
 import pytest
 import torch
 
-from layers import Embedding, LayerNorm, Linear
+from layers import BatchNorm1d, BatchNorm2d, Conv2d, Embedding, LayerNorm, Linear
 from models.gpt import GPT, MLP, Block, CausalSelfAttention
 
 f64 = torch.float64
@@ -49,6 +50,11 @@ CASES = {
     "linear-2d": (lambda: Linear(5, 4, dtype=f64), (3, 5), (3, 4)),
     "linear-3d-nobias": (lambda: Linear(5, 4, bias=False, dtype=f64), (2, 3, 5), (2, 3, 4)),
     "layernorm": (lambda: LayerNorm(6, dtype=f64), (2, 3, 6), (2, 3, 6)),
+    "conv2d": (lambda: Conv2d(2, 3, 3, padding=1, dtype=f64), (2, 2, 5, 5), (2, 3, 5, 5)),
+    "conv2d-strided-nobias": (lambda: Conv2d(2, 4, (3, 2), stride=2, bias=False, dtype=f64), (2, 2, 7, 6),
+                              (2, 4, 3, 3)),
+    "batchnorm1d": (lambda: BatchNorm1d(4, dtype=f64), (6, 4), (6, 4)),
+    "batchnorm2d": (lambda: BatchNorm2d(3, dtype=f64), (4, 3, 4, 4), (4, 3, 4, 4)),
     "layernorm-2axes": (lambda: LayerNorm((3, 4), dtype=f64), (2, 3, 4), (2, 3, 4)),
     "attention": (lambda: CausalSelfAttention(8, 2, 0.1, True, dtype=f64), (2, 5, 8), (2, 5, 8)),
     "mlp": (lambda: MLP(8, 0.1, True, dtype=f64), (2, 5, 8), (2, 5, 8)),
