@@ -79,6 +79,9 @@ def _build(config: TrainConfig, device: torch.device, info: DistInfo, task: Task
     settings."""
     try:
         models = task.build_models(device, config.torch_dtype, info)
+        if config.model_parallel:  # the GPT split over the ranks (training/parallel/run.py)
+            from .parallel.run import build_parallel_impls
+            return build_parallel_impls(config, models, info, task.steps_per_round)
         return build_impls(config, device, config.torch_dtype, info, steps_per_epoch=task.steps_per_round,
                            models=models)
     except (torch.OutOfMemoryError, MemoryError, RuntimeError) as e:
@@ -147,7 +150,8 @@ def _train(config: TrainConfig, device: torch.device, info: DistInfo, say: Calla
                 diff = drift.end_epoch(r)
                 say(f"{task.round_name(r, pad=True)} largest weight difference between {', '.join(impls)}: {diff:.3e}"
                     f"{_drift_note(config)}")
-            if info.is_main and not config.dry_run:  # a smoke test leaves no checkpoint (tens of MB) behind
+            # a smoke test leaves no checkpoint (tens of MB) behind; a model-parallel run's optimizer state is sharded
+            if info.is_main and not config.dry_run and not config.model_parallel:
                 save_checkpoint(ckpt_path, {**checkpoint_state(impls, config, r, records, batch_gen, task.fingerprint),
                                             **task.checkpoint_extra(), "world_size": info.world_size, "monitor": monitor_state(monitors)})
                 saved_epoch = r
@@ -253,7 +257,7 @@ def _finish(config: TrainConfig, out: Path, impls: dict, task: Task, records: li
     if not info.is_main:
         return
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
-    written = ["summary.json", "metrics.jsonl"] + ([] if config.dry_run else ["checkpoint.pt"])
+    written = ["summary.json", "metrics.jsonl"] + ([] if config.dry_run or config.model_parallel else ["checkpoint.pt"])
     if config.plots:
         from .plots import write_plots
         written += [p.name for p in write_plots(out, records, task.kind)]
