@@ -102,6 +102,9 @@ def _train(config: TrainConfig, device: torch.device, info: DistInfo, say: Calla
     check_ranks_agree(info, run_identity(config, device, task.fingerprint, ckpt))
     task.check(info)
     impls = _build(config, device, info, task)
+    if config.check_parity:  # the first step sharded and in one process, compared; nothing is trained or written
+        from .parallel.parity import check_parity
+        return check_parity(impls["manual"], task, config, device, info, say)
     writer = open_tensorboard(config, info)
     monitors = attach_monitors(impls, config, info, task.round_ends, writer, task.watch_activations)
     batch_gen = torch.Generator().manual_seed((config.seed + 1) % 2 ** 64)  # torch's range

@@ -102,6 +102,7 @@ class ParallelImpl:
                 self.buckets = GradBuckets(self.params, scale=1.0 / self.D, group=lay.dp_group)
         self.eval_crit = CrossEntropyLoss(reduction="sum")
         self._stale = False  # whether the shards moved since the whole model was gathered
+        self.logits = None  # the last step's logits where they are in one piece a copy (not pipelined)
 
     # -- a training step -------------------------------------------------------------------------------------------
     def train_step(self, x: Tensor, y: Tensor, total: int, step: int = 0):
@@ -135,12 +136,14 @@ class ParallelImpl:
             crit = self.part.loss()
             logits = self.part(x)
             mean = crit(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+            self.logits = logits  # (B, T, Vp/T) this rank's vocabulary columns, for --check-parity
             self.part.backward(crit.backward(share).view_as(logits))
             self.part.finish_gradients()
         else:
             crit = CrossEntropyLoss()
             logits = self.model(x)
             mean = crit(*rows(logits, y))
+            self.logits = logits
             self.model.backward(crit.backward(share).view_as(logits))
         self._stale = True
         return mean.detach().double() * y.numel() if reports else torch.zeros((), dtype=torch.float64)
