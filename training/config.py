@@ -359,7 +359,7 @@ def _validate_parallel(self: TrainConfig) -> None:
     if T > 1 and P > 1:
         raise UsageError(f"--tensor-parallel {T} with --pipeline-parallel {P}: tensor x pipeline parallelism is not "
                          f"written; use one of them (each composes with data parallelism and --zero)")
-    for what, n, parts in (("--n-head", self.n_head, T), ("--n-embd", self.n_embd, T), ("--n-layer", self.n_layer, P)):
+    for what, n, parts in (("--n-head", self.n_head, T), ("--n-layer", self.n_layer, P)):  # n_embd: a multiple of n_head
         if n % parts:
             split = "--tensor-parallel" if parts == T else "--pipeline-parallel"
             raise UsageError(f"{what} {n} does not divide by {split} {parts}")
