@@ -74,14 +74,16 @@ def test_tensor_x_data_parallel_with_zero_on_four_ranks_equals_one_process(tmp_p
     _assert_equal(tmp_path, one_process)
 
 
-def test_check_parity_reports_parity_on_a_correct_run(tmp_path):
-    results = spawn_ranks(_train, 2, str(tmp_path), dict(tensor_parallel=2, check_parity=True), join=False)
+@pytest.mark.parametrize("kw", [dict(tensor_parallel=2), dict(zero=2)], ids=["tp", "zero2"])
+def test_check_parity_reports_parity_on_a_correct_run(tmp_path, kw):
+    results = spawn_ranks(_train, 2, str(tmp_path), dict(kw, check_parity=True), join=False)
     rc, lines = results[0]
     assert rc == 0 and results[1][0] == 0, lines
     assert lines[-1].startswith("parity: all ") and "within float64 rounding" in lines[-1], lines
     rows = [line for line in lines if line.startswith(("output ", "grad ", "weight ", "loss"))]
     assert any(r.startswith("grad transformer.h.1.attn.c_attn.weight") for r in rows)
-    assert any(r.startswith("output logits") for r in rows)
+    assert any(r.startswith("weight transformer.h.1.attn.c_attn.weight") for r in rows)
+    assert any(r.startswith("output logits") for r in rows)  # data parallel: rank 0's rows
     assert all(r.endswith("rounding") for r in rows), rows
     assert not (tmp_path / "summary.json").exists()  # a check trains nothing and writes nothing
 
