@@ -138,7 +138,8 @@ def _train(config: TrainConfig, device: torch.device, info: DistInfo, say: Calla
 
     say(f"{task.describe(device)} ({_precision(config)}; {threads}); "
         f"loaded in {task.data_seconds:.2f} s; model {config.model}; impl {', '.join(impls)}; "
-        f"{f'{info.world_size} processes; ' if info.enabled else ''}output {out}")
+        f"{f'{info.world_size} processes; ' if info.enabled else ''}"
+        f"{impls['manual'].describe() + '; ' if config.model_parallel else ''}output {out}")
     drift = Drift(impls, task.steps_per_round, log) if len(impls) > 1 else None
     try:
         for r in range(start, task.rounds + 1):

@@ -201,8 +201,16 @@ class ParallelImpl:
         return self.eval_crit(*rows(logits, y)), logits
 
     def named_parameters(self) -> list[tuple[str, Tensor]]:
-        self._sync_model()
+        """The whole GPT's parameters as last gathered (at the last evaluation: no collective here)."""
         return list(self.model.named_parameters())
+
+    def describe(self) -> str:
+        """The split, for the run's first line."""
+        c = self.config
+        split = (f"tensor-parallel {self.T}{' with sequence parallelism' * c.sequence_parallel}" if self.T > 1 else
+                 f"pipeline-parallel {self.P} ({c.pipeline_schedule}, {c.micro_batches} micro-batches)" if self.P > 1
+                 else "the model whole on each rank")
+        return f"{split} x data-parallel {self.D}{f', ZeRO-{c.zero}' if c.zero else ''}"
 
 
 def build_parallel_impls(config: TrainConfig, models: dict, info: DistInfo, steps_per_epoch: int) -> dict:
