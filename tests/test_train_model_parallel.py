@@ -74,7 +74,9 @@ def test_tensor_x_data_parallel_with_zero_on_four_ranks_equals_one_process(tmp_p
     _assert_equal(tmp_path, one_process)
 
 
-@pytest.mark.parametrize("kw", [dict(tensor_parallel=2), dict(zero=2)], ids=["tp", "zero2"])
+@pytest.mark.parametrize("kw", [dict(tensor_parallel=2), dict(zero=2),
+                                dict(pipeline_parallel=2, micro_batches=2, pipeline_schedule="zb-h1")],
+                         ids=["tp", "zero2", "pp-zb-h1"])
 def test_check_parity_reports_parity_on_a_correct_run(tmp_path, kw):
     results = spawn_ranks(_train, 2, str(tmp_path), dict(kw, check_parity=True), join=False)
     rc, lines = results[0]
@@ -83,7 +85,8 @@ def test_check_parity_reports_parity_on_a_correct_run(tmp_path, kw):
     rows = [line for line in lines if line.startswith(("output ", "grad ", "weight ", "loss"))]
     assert any(r.startswith("grad transformer.h.1.attn.c_attn.weight") for r in rows)
     assert any(r.startswith("weight transformer.h.1.attn.c_attn.weight") for r in rows)
-    assert any(r.startswith("output logits") for r in rows)  # data parallel: rank 0's rows
+    assert any(r.startswith("output logits") for r in rows)  # data parallel: rank 0's rows; pipeline: the last stage's
+    assert any(r.startswith("output transformer.h.1") for r in rows)
     assert all(r.endswith("rounding") for r in rows), rows
     assert not (tmp_path / "summary.json").exists()  # a check trains nothing and writes nothing
 

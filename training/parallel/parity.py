@@ -8,7 +8,7 @@ reference measures what reordering a float sum does to each tensor.  Every rank 
 shards are gathered to rank 0:
 
     outputs    each block's output and the logits (tensor parallelism: gathered; data parallelism: rank 0's rows;
-               a pipeline's stages are not recorded: their copies per micro-batch are made by the runtime)
+               a pipeline: the rows forwarded once more through a copy of each stage, without micro-batches)
     loss       the first batch's mean loss
     gradients  before clipping, averaged over the data-parallel ranks, in the order backward computes them
     weights    after the optimizer's step (ZeRO's reduce-scatter, shard step and all-gather included)
@@ -87,13 +87,13 @@ def _reference(config: TrainConfig, task, device, x: Tensor, y: Tensor, pieces: 
 def _sharded(impl, x: Tensor, y: Tensor) -> dict:
     """The first step as the run takes it, every rank; -> on rank 0 the gathered tensors (elsewhere partial)."""
     lo, hi = shard_bounds(x.shape[0], impl.data_info)
+    out = _pipeline_outputs(impl, x[lo:hi]) if impl.P > 1 else {}
     blocks = impl.part.h if impl.P == 1 else []
     seen, stop = _record_outputs(blocks)
     try:
         loss = impl.forward_backward(x[lo:hi], y[lo:hi], y.numel())
     finally:
         stop()
-    out: dict = {}
     sp = impl.T > 1 and impl.config.sequence_parallel
     for i, t in enumerate(seen):  # under sequence parallelism each rank holds its positions: gathered along T
         out[f"output transformer.h.{i}"] = _gather(t, 1, impl.inner_group) if sp else t
@@ -119,6 +119,32 @@ def _sharded(impl, x: Tensor, y: Tensor) -> dict:
     weights = impl.gathered()
     out.update((f"weight {name}", weights[name]) for name, _ in impl.model.named_parameters())
     return out
+
+
+@torch.no_grad()
+def _pipeline_outputs(impl, x: Tensor) -> dict:
+    """A pipeline's block outputs and logits: the rows ``x`` forwarded once through the stages (a copy of each, so the
+    step's own caches are untouched), each stage sending its activation on; gathered on every stage."""
+    from .pipeline_gpt import replicate
+    stage, group, s = replicate(impl.part), impl.inner_group, impl.inner_rank
+    seen, stop = _record_outputs(stage.h)
+    try:
+        if stage.first:
+            inp = x
+        else:
+            inp = torch.empty(*x.shape, impl.model.n_embd, dtype=impl.params[0].dtype)
+            dist.recv(inp, src=dist.get_global_rank(group, s - 1), group=group)
+        act = stage.forward(inp)
+        if not stage.last:
+            dist.send(act.contiguous(), dst=dist.get_global_rank(group, s + 1), group=group)
+    finally:
+        stop()
+    mine = {f"output transformer.h.{stage.offset + i}": t for i, t in enumerate(seen)}
+    if stage.last:
+        mine["output logits"] = act
+    every = [None] * impl.P
+    dist.all_gather_object(every, mine, group=group)
+    return {k: v for part in every for k, v in part.items()}  # compare() reads them in the reference's order
 
 
 def _gather(t: Tensor, dim: int, group) -> Tensor:
