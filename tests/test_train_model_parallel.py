@@ -1,7 +1,7 @@
 """train.py's model parallelism on gloo processes equals one process in float64: tensor (with and without sequence
-parallelism), pipeline (1F1B and ZB-H1) and ZeRO-1/2 on 2 ranks, tensor x data with ZeRO on 4, each run's step
-losses and summary.json's results to 1e-9 relative (the gradient clipped every step, so the whole model's norm is
-checked too); --check-parity reports parity on a correct run and, on a run whose tensor-parallel f forgets its
+parallelism), pipeline (1F1B and ZB-H1) and ZeRO-1/2 on 2 ranks, tensor x data and pipeline x data with ZeRO on 4,
+each run's step losses and summary.json's results to 1e-9 relative (the gradient clipped every step, so the whole
+model's norm is checked too); --check-parity reports parity on a correct run and, on a run whose tensor-parallel f forgets its
 all-reduce, names the first tensor a reordered sum does not explain and exits 1."""
 import json
 from pathlib import Path
@@ -67,8 +67,11 @@ def test_two_ranks_equal_one_process(tmp_path, one_process, kw):
     _assert_equal(tmp_path, one_process)
 
 
-def test_tensor_x_data_parallel_with_zero_on_four_ranks_equals_one_process(tmp_path, one_process):
-    results = spawn_ranks(_train, 4, str(tmp_path), dict(tensor_parallel=2, zero=1), join=False, timeout=180)
+@pytest.mark.parametrize("kw", [dict(tensor_parallel=2, zero=1),
+                                dict(pipeline_parallel=2, micro_batches=2, pipeline_schedule="zb-h1", zero=2)],
+                         ids=["tp-x-dp-zero1", "pp-x-dp-zero2"])
+def test_model_x_data_parallel_with_zero_on_four_ranks_equals_one_process(tmp_path, one_process, kw):
+    results = spawn_ranks(_train, 4, str(tmp_path), kw, join=False, timeout=180)
     assert [rc for rc, _ in results.values()] == [0] * 4
     assert json.loads((tmp_path / "summary.json").read_text())["world_size"] == 4
     _assert_equal(tmp_path, one_process)
