@@ -2,46 +2,29 @@
 differences and against torch.autograd -- and print a table; ``--layer NAME`` checks one, ``--fast`` uses random
 projections of the Jacobian.  Exit status 1 on any failure.
 
-The library is ``autodiff.gradcheck`` (re-exported here: ``from gradcheck import check_layer`` checks a layer of
-your own), the numbers it measures are ``autodiff.numeric``'s, and the cases are ``autodiff.cases`` and
-``autodiff.cases_sequence``.
+The library is the package ``checking`` (re-exported here: ``from gradcheck import check_layer`` checks a layer of
+your own); the cases are ``checking.cases``'s families.
 """
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 
 import torch
 
-from autodiff.cases import (Case, _conv_cases, _loss_cases, _mlp_cases, _norm_cases, distinct, layer_case,
-                            nontrivial, rnd)
-from autodiff.cases_sequence import _attention_cases, _recurrent_cases
-from autodiff.gradcheck import check_layer, check_loss
-from autodiff.numeric import EPS, PROJECTIONS, RTOL, GradResult, directional_derivative, numeric_grad, rel_error
+from checking import (EPS, PROJECTIONS, RTOL, GradResult, check_layer, check_loss, directional_derivative,
+                      numeric_grad, rel_error)
+from checking.cases import FAMILIES, Case, Family, collect, distinct, layer_case, nontrivial, rnd
 
 __all__ = ["check_layer", "check_loss", "GradResult", "rel_error", "numeric_grad", "directional_derivative", "EPS",
            "RTOL", "PROJECTIONS", "builtin_cases", "main", "rnd", "layer_case", "nontrivial", "distinct"]
 
-CASE_FAMILIES: list[Callable[[], dict[str, list[Case]]]] = [
-    _mlp_cases,
-    _loss_cases,
-    _norm_cases,
-    _conv_cases,
-    _attention_cases,
-    _recurrent_cases,
-]
+CASE_FAMILIES: list[Family] = list(FAMILIES)  # what the command runs (a test may swap in its own)
 
 
 def builtin_cases() -> dict[str, list[Case]]:
     """Every built-in layer and loss, on several shapes (including N=1), in float64."""
-    cases: dict[str, list[Case]] = {}
-    for family in CASE_FAMILIES:
-        for key, runs in family().items():
-            if key in cases:
-                raise ValueError(f"gradcheck: two families define the case {key!r}")
-            cases[key] = runs
-    return cases
+    return collect(CASE_FAMILIES)
 
 
 def main(argv: list[str] | None = None) -> int:

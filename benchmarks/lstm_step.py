@@ -16,10 +16,11 @@ All candidates run interleaved, round-robin, one call each per round, so drift i
 them alike; each figure is the median over the timed rounds.  "vs nn.LSTM" = t(nn.LSTM step) / t(candidate) from
 this one run (> 1 is faster).  The breakdown rows time parts of the hand-written step separately on the same
 shapes: the forward and the backward of the LSTM alone, the head (Linear + loss, forward and backward), the AdamW
-step, and the matrix products alone -- the same calls the LSTM makes (layers/matmul.py), into nothing else -- so
-"the rest" of the forward and of the backward is the gate arithmetic, the factor precomputation and Python.
+step, and the matrix products alone -- the same calls the LSTM makes (layers/recurrent/matmul.py), into nothing
+else -- so "the rest" of the forward and of the backward is the gate arithmetic, the factor precomputation and Python.
 The "products through ..." row is the hand-written step with its products the other way than
-layers/matmul.py chooses for this CPU (oneDNN's matmul on an AMD CPU, MKL's sgemm through torch.addmm elsewhere).
+layers/recurrent/matmul.py chooses for this CPU (oneDNN's matmul on an AMD CPU, MKL's sgemm through torch.addmm
+elsewhere).
 """
 from __future__ import annotations
 
@@ -30,7 +31,9 @@ import torch
 import torch.nn.functional as F
 
 import optimizers
-from layers import LSTM, Linear, matmul
+from layers import LSTM, Linear
+from layers.recurrent import matmul
+from layers.template import Product
 from losses import CrossEntropyLoss
 
 import timing  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
@@ -53,7 +56,8 @@ def build(seq: int, batch: int, inp: int, hidden: int, layers: int, vocab: int):
 
 def compiled_candidates(seq, batch, inp, hidden, layers, vocab) -> dict:
     """--compile: the hand-written step under torch.compile(fullgraph=True) (the recurrent layers then run
-    layers/bptt_graph.py), and the nn.LSTM step with the model under torch.compile, each on a model of its own."""
+    layers/recurrent/bptt_graph.py), and the nn.LSTM step with the model under torch.compile, each on a model of its
+    own."""
     lstm, head, twin_lstm, twin_head, x, y = build(seq, batch, inp, hidden, layers, vocab)
     opt = optimizers.AdamW(lstm.parameters() + head.parameters(), lr=1e-3)
     crit = CrossEntropyLoss()
@@ -133,7 +137,7 @@ def candidates(seq, batch, inp, hidden, layers, vocab) -> dict:
     def adamw():
         opt.step()
 
-    # The matrix products alone, as the LSTM calls them (layers/bptt.py), on the same shapes.
+    # The matrix products alone, as the LSTM calls them (layers/recurrent/bptt.py), on the same shapes.
     ws = [(getattr(lstm, f"weight_ih_l{k}"), getattr(lstm, f"weight_hh_l{k}"),
            getattr(lstm, f"bias_ih_l{k}") + getattr(lstm, f"bias_hh_l{k}")) for k in range(layers)]
     ins = [x.reshape(T * N, inp)] + [torch.randn(T * N, H) for _ in range(layers - 1)]
@@ -157,10 +161,11 @@ def candidates(seq, batch, inp, hidden, layers, vocab) -> dict:
             for t in range(T):
                 matmul.linear_add(dA3[t], w_t, dy[t])
 
-    def weight_gradients():
+    def weight_gradients():  # as the layer template computes them into a fresh .grad (zero_grad set it to None)
         for (w_ih, _, _), xin in zip(ws, ins):
-            (g_ih, g_hh), _ = matmul.weight_grads(dA, [xin, h[:T].reshape(T * N, H)])  # dW_ih, dW_hh, db
-            g_ih.contiguous(), g_hh.contiguous()
+            for g in (matmul.weight_grad(dA, xin), matmul.weight_grad(dA, h[:T].reshape(T * N, H))):  # dW_ih, dW_hh
+                g.a @ g.b if isinstance(g, Product) else g()
+            dA.sum(0).clone()  # db_ih and db_hh: one sum, a copy of it for the second bias
             matmul.linear(dA, w_ih.t().contiguous())  # dx
 
     return {

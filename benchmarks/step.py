@@ -24,6 +24,8 @@ handgrad rows:
                      call on the CPU (where it measures the in-place, device-counter path)
   compiled           --compile: the README call under torch.compile(step, fullgraph=True), one graph for
                      zero_grad, forward, loss, backward and the optimizer step
+  compiled fast      --compile: that step with torch.compile's guard evaluation skipped where proven safe
+                     (training/compiled_fast.py's GuardFreeStep)
   <half> master      --half: the Net in bfloat16/float16 with float32 MasterWeights (benchmarks/precision.py),
                      compared with the twin under torch.autocast (+ GradScaler for float16)
 The cnn "net" is train.py --model cnn (batch 128, Adam) vs its twin, and the im2col reference convolution
@@ -108,6 +110,12 @@ def gemm_bound(net, x):
     return step
 
 
+def _guard_free(net, opt):
+    """The compiled step with guard evaluation skipped where proven safe (training/compiled_fast.py)."""
+    from training.compiled_fast import GuardFreeStep
+    return GuardFreeStep(torch.compile(handgrad_step(net, opt, CrossEntropyLoss()), fullgraph=True), net, opt)
+
+
 def candidates(hidden, x, y, device, compile_modes, halves=()):
     """name -> (step function, the name of the nn.Module row it is compared with)."""
     torch.manual_seed(0)
@@ -143,6 +151,8 @@ def candidates(hidden, x, y, device, compile_modes, halves=()):
         net = hand()
         c["handgrad compiled (fullgraph), SGD"] = (
             torch.compile(handgrad_step(net, sgd(net.parameters()), CrossEntropyLoss()), fullgraph=True), nn_sgd)
+        net = hand()
+        c["handgrad compiled fast, SGD"] = (_guard_free(net, sgd(net.parameters())), nn_sgd)
     for mode in compile_modes:
         m = twin()
         cm = torch.compile(m, mode=mode)
@@ -164,6 +174,8 @@ def candidates(hidden, x, y, device, compile_modes, halves=()):
         net = hand()
         c["handgrad compiled (fullgraph), Adam"] = (torch.compile(handgrad_step(
             net, optimizers.Adam(net.parameters(), lr=1e-4), CrossEntropyLoss()), fullgraph=True), nn_adam)
+        net = hand()
+        c["handgrad compiled fast, Adam"] = (_guard_free(net, optimizers.Adam(net.parameters(), lr=1e-4)), nn_adam)
     m = twin()
     c[nn_adam] = (torch_step(m, torch.optim.Adam(m.parameters(), lr=1e-4,
                                                  capturable=device.type == "cuda")), nn_adam)

@@ -1,24 +1,20 @@
 """Hand-written layers, the building blocks: each computes its own backward pass (whole models are in ``models``)."""
-from .as_module import HandgradModule, as_module
-from .attention import ScaledDotProductAttention
-from .attention_dropout import attention_dropout_mask
+from .attention import (MultiheadAttention, ScaledDotProductAttention, TransformerEncoder, TransformerEncoderLayer,
+                        attention_dropout_mask)
 from .activations import GELU, LeakyReLU, LogSoftmax, ReLU, Sigmoid, SiLU, Softmax, Tanh
 from .batchnorm import BatchNorm1d, BatchNorm2d
-from .cells import GRUCell, LSTMCell, RNNCell
 from .conv import Conv2d
-from .convert import from_torch, to_torch
 from .dropout import Dropout, SeededDropout
 from .embedding import Embedding
 from .flatten import Flatten
 from .layer import BaseLayer, Layer
 from .layernorm import LayerNorm
 from .linear import Linear
-from .multihead import MultiheadAttention
 from .pool import AvgPool2d, MaxPool2d
-from .recurrent import GRU, LSTM, RNN
+from .recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from .sequential import Sequential
 from .sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
-from .transformer import TransformerEncoder, TransformerEncoderLayer
+from .torch_bridge import HandgradModule, as_module, from_torch, to_torch
 
 __all__ = ["Layer", "BaseLayer", "Linear", "ReLU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax", "LeakyReLU", "GELU",
            "SiLU", "BatchNorm1d", "BatchNorm2d", "SyncBatchNorm", "convert_sync_batchnorm", "LayerNorm", "Dropout",

@@ -14,6 +14,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from .checks import check_bool, check_number
 from .layer import BaseLayer
 from .saved import check_versions, versions
 
@@ -39,9 +40,7 @@ class ReLU(_Activation):
 
     def __init__(self, inplace: bool = False) -> None:
         super().__init__()
-        if not isinstance(inplace, bool):
-            raise ValueError(f"ReLU: inplace must be a bool, got {inplace!r}")
-        self.inplace = inplace
+        self.inplace = check_bool("ReLU", "inplace", inplace)
 
     def extra_repr(self) -> str:
         return "inplace=True" if self.inplace else ""
@@ -159,12 +158,8 @@ class LeakyReLU(_Activation):
 
     def __init__(self, negative_slope: float = 0.01, inplace: bool = False) -> None:
         super().__init__()
-        if isinstance(negative_slope, bool) or not isinstance(negative_slope, (int, float)) \
-                or not math.isfinite(negative_slope):
-            raise ValueError(f"LeakyReLU: negative_slope must be a finite number, got {negative_slope!r}")
-        if not isinstance(inplace, bool):
-            raise ValueError(f"LeakyReLU: inplace must be a bool, got {inplace!r}")
-        self.negative_slope, self.inplace = float(negative_slope), inplace
+        self.negative_slope = check_number("LeakyReLU", "negative_slope", negative_slope)
+        self.inplace = check_bool("LeakyReLU", "inplace", inplace)
 
     def extra_repr(self) -> str:
         return f"negative_slope={self.negative_slope}" + (", inplace=True" if self.inplace else "")
@@ -272,9 +267,7 @@ class SiLU(_Activation):
 
     def __init__(self, inplace: bool = False) -> None:
         super().__init__()
-        if not isinstance(inplace, bool):
-            raise ValueError(f"SiLU: inplace must be a bool, got {inplace!r}")
-        self.inplace = inplace
+        self.inplace = check_bool("SiLU", "inplace", inplace)
 
     def extra_repr(self) -> str:
         return "inplace=True" if self.inplace else ""

@@ -149,7 +149,7 @@ def _conv_out(size: int, k: int, stride, padding, dilation, axis: int) -> int:
     return (size + 2 * at(padding) - at(dilation) * (k - 1) - 1) // at(stride) + 1
 
 
-def attention_bias(L: int, S: int, attn_mask: Tensor | None = None, is_causal: bool = False,
+def attention_bias(L: int, S: int, attn_mask: Tensor | None = None, *, is_causal: bool = False,
                    dtype: torch.dtype = torch.float64, device=None) -> Tensor:
     """The masks of F.scaled_dot_product_attention as one additive bias, as torch's documentation writes its
     reference: 0 where query l may attend key s, -inf where not.  ``is_causal``: key s <= l (top-left aligned);
@@ -167,7 +167,7 @@ def attention_bias(L: int, S: int, attn_mask: Tensor | None = None, is_causal: b
     return bias
 
 
-def attention_forward(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, scale: float | None = None,
+def attention_forward(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, *, scale: float | None = None,
                       dropout_mask: Tensor | None = None) -> tuple[Tensor, tuple]:
     """Attention the textbook way, holding the (L, S) matrices (llm.c's ``preatt`` and ``att``):
 

@@ -153,15 +153,21 @@ class Template:
         """Drop the forward's cache, as a backward does (a caller that ran this layer's backward itself)."""
         self._saved = self._out_meta = None
 
+    @no_graph
     def backward_input(self, dout, need_input_grad: bool = True, **kwargs):
         """B: the input gradient now, as ``backward`` returns it; the parameter gradients wait for
         ``backward_weight()`` (computed there where given as ``Product``s or callables).  One W per B."""
         if self._pending_w is not None:
             raise RuntimeError(f"{self!r}: backward_input() again before backward_weight() of the previous one")
+        if getattr(type(self), "_backward_math", None) is None:
+            raise NotImplementedError(f"{type(self).__name__}: backward_input()/backward_weight() split a backward "
+                                      f"written in the template (backward(self, dout, saved)); this layer writes "
+                                      f"its own backward")
         dx, grads, saved, recorded = _backward_math(self, dout, need_input_grad, kwargs)
         self._pending_w = (grads, saved, recorded)
         return dx
 
+    @no_graph
     def backward_weight(self) -> None:
         """W: adds the gradients of the last ``backward_input`` into ``.grad``.  What they read must not have
         changed in place since the forward."""
@@ -182,7 +188,9 @@ def _kept(layer, saved, need_input_grad: bool) -> tuple[tuple[str, ...], tuple]:
     key = (type(layer), type(saved))
     layout = _layouts.get(key)
     if layout is None:
-        layout = _layouts[key] = _layout(layer, saved)
+        layout = _layout(layer, saved)
+        if not torch.compiler.is_compiling():  # a global changed inside a compiled step would recompile it
+            _layouts[key] = layout
     labels, skip = layout
     tensors = tuple([v if isinstance(v, Tensor) else None for v in saved])
     if skip and not need_input_grad:
@@ -309,4 +317,14 @@ def _public_backward(math: Callable):
             _add_grads(self, grads)
         return dx
     backward._template = backward._no_graph = True
+    backward.__signature__ = _public_signature(math)
     return backward
+
+
+def _public_signature(math: Callable) -> inspect.Signature:
+    """The public backward's signature, (self, dout, need_input_grad=True, *the math's extra arguments): what
+    a container reads to ask a layer to skip dx (``functools.wraps`` would show the math's, with ``saved``)."""
+    sig = inspect.signature(math)
+    self_, dout, _saved, *extra = sig.parameters.values()
+    need = inspect.Parameter("need_input_grad", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=True)
+    return sig.replace(parameters=[self_, dout, need, *extra])

@@ -162,7 +162,8 @@ Through the gates: dai = di i(1 - i), daf = df f(1 - f), dao = do o(1 - o), dag 
   dbih += da.sum(0) and dbhh += da.sum(0): both biases are added to a, so both get the same gradient.
 dc = dc_total * f reaches the previous cell with no matrix and no squashing: with f near 1 the gradient
 crosses many steps unchanged, the reason an LSTM remembers further back than a plain RNN.""",
-        "lstm_step_forward, lstm_step_backward", "layers/cells.py: LSTMCell (its math: layers/bptt.py)", None),
+        "lstm_step_forward, lstm_step_backward",
+        "layers/recurrent/cells.py: LSTMCell (its math: layers/recurrent/bptt.py)", None),
     "attention": Derivation("""\
 S = s q k^T (N, T, T), s = 1/sqrt(d);  S[t, u] = -inf for u > t (the future);  A = softmax(S) per row;
 out = A v (N, T, d).  Backwards, one line at a time:
@@ -175,7 +176,7 @@ A masked entry has A = 0, hence dS = 0: the mask needs nothing in the backward.
 The scale is in both directions: S = s q k^T, so each derivative of S carries s.  Why 1/sqrt(d): with
 entries of q and k of variance 1, q . k has variance d; unscaled, the softmax saturates (A nearly one-hot)
 and dS = A * (dA - ...) is nearly 0 everywhere: no gradient reaches q and k.""",
-        "attention_forward, attention_backward", "layers/attention.py: ScaledDotProductAttention", None),
+        "attention_forward, attention_backward", "layers/attention/scaled_dot_product.py: ScaledDotProductAttention", None),
     "adam": Derivation("""\
 Not a backward: the update that uses one.  Per parameter p with g = p.grad (m, v of p's shape, both 0 at t = 0):
   m_t = b1 m_(t-1) + (1 - b1) g_t          v_t = b2 v_(t-1) + (1 - b2) g_t^2
@@ -188,4 +189,34 @@ the step is lr (1 - b1^t)/sqrt(1 - b2^t) m_hat/sqrt(v_hat): 3.2 lr at t = 1, 6.6
 square root (inside it, sqrt(v_hat + 1e-8) = 1e-4 would swamp small gradients).  m_hat/sqrt(v_hat) does not
 change when the loss is multiplied by a constant: Adam's step size is set by lr, not by the gradient's scale.""",
         None, "optimizers/adam.py: Adam", None),
+    "linear_split": Derivation("""\
+out = x W^T + b, x (N, D), W (H, D); the backward is three products on dout (N, H), two of them independent:
+  dx = dout @ W      (N, D)    needs dout and W                 -> B, backward_input: the stage before waits
+  dW = dout^T @ x    (H, D)    needs dout and x, not dx         -> W, backward_weight: nobody waits for it
+  db = dout.sum(0)   (H,)      needs dout alone                 -> W
+No term of dW or db reads dx, and dx reads neither: the split is a split of lines, not of math.  B must keep
+what W reads, dout (a copy: a pipeline receives the next micro-batch's dout into the same buffer) and x; W
+uses it up, so a second W has nothing to add.  Run as the fused backward runs them, the same operations on the
+same tensors give the same bits: B then W equals backward() exactly, not to round-off.
+Why bother: with P stages and M micro-batches, 1F1B idles (P - 1)/(M + P - 1) of the time; each stage's W
+passes can fill those idle slots (ZB-H1, Qi et al. 2023), because only B is on the path between stages.
+In a layer where dW shares work with dx (layer norm's xhat, attention's packed q, k, v), B computes the shared
+part once and keeps it for W.  The micro-batches' W add into .grad in a fixed order, B's order, so the sum
+is the same whatever the schedule delays.""",
+        "linear_forward, linear_backward", "layers/linear.py: Linear (backward_input, backward_weight)", None),
+    "tensor_parallel": Derivation("""\
+One process: h = tanh(x W1^T + b1), out = h W2^T + b2;  x (N, D), W1 (H, D), W2 (O, H).  T ranks, H/T each.
+Column-parallel W1: rank r holds rows W1_r (H/T, D), b1_r; h_r = tanh(x W1_r^T + b1_r) (N, H/T) is an exact slice
+of h, so tanh needs no communication.  Row-parallel W2: rank r holds columns W2_r (O, H/T), the ones h_r meets:
+  out = h W2^T + b2 = sum_r h_r W2_r^T + b2          (each term (N, O))  -> g's forward: an all-reduce; b2 once
+Backward.  out is a sum, so each term's gradient is dout itself: g's backward is the identity, and
+  dW2_r = dout^T h_r (O, H/T),  dh_r = dout W2_r (N, H/T),  db2 = dout.sum(0) (O,), the same on every rank
+  da_r = dh_r (1 - h_r^2),  dW1_r = da_r^T x (H/T, D),  db1_r = da_r.sum(0)     each on its own rank
+x feeds every rank's rows, so its gradient sums their contributions:
+  dx = sum_r da_r W1_r   (N, D)                       -> f's backward: an all-reduce; f's forward the identity
+f and g are conjugate: the identity one way, the sum the other.  Two all-reduces of (N, D) or (N, O) values
+per MLP per step, one each way; an all-reduce in the wrong pass adds T copies (T x, T dout), a bias added per
+rank is added T times.  Every shard's gradient is the slice of the one-process gradient: gathered, equal.""",
+        None, "training/parallel/tp_layers.py: ColumnParallelLinear (RowParallelLinear beside it; f and g in "
+        "training/parallel/tp_mappings.py)", None),
 }

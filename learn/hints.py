@@ -146,4 +146,35 @@ HINTS = {
         "    m.mul_(beta1).add_((1 - beta1) * p.grad)\n    v.mul_(beta2).add_((1 - beta2) * p.grad ** 2)\n"
         "    p -= self.lr * (m / (1 - beta1 ** self.t)) / ((v / (1 - beta2 ** self.t)).sqrt() + self.eps)",
     ],
+    "linear_split": [
+        "Look at the fused backward(): three lines, dx = dout @ weight, dweight = dout.T @ x, dbias = dout.sum(0).  "
+        "Which of them does the stage before wait for?  B is that one; W is the other two, later.",
+        "backward_input keeps a copy of dout (the caller may overwrite its own before W runs) in self.pending and "
+        "returns dout @ self.weight; it does not touch .grad.  backward_weight does nothing when self.pending is None; "
+        "else it takes the kept dout, sets self.pending = None (one W per B) and adds dout.T @ self.x and "
+        "dout.sum(0) into .grad as the fused backward does.",
+        "backward_input:\n    self.pending = dout.clone()\n    dx = dout @ self.weight\n"
+        "backward_weight:\n    if self.pending is None:\n        return\n    dout, self.pending = self.pending, None\n"
+        "    dweight, dbias = dout.T @ self.x, dout.sum(0)\n    then, for each parameter p and its gradient g:\n"
+        "    if p.grad is None:\n        p.grad = torch.zeros_like(p)\n    p.grad += g",
+    ],
+    "tensor_parallel": [
+        "Write the one-process MLP as a sum over ranks: rank r holds rows r*H/T.. of weight1 and bias1 (whole entries "
+        "of h) and the same block of columns of weight2 (the entries of h it holds).  Then ask of each pass: does "
+        "every rank already hold the whole result, or only its part of a sum?",
+        "f: every rank holds all of x, so its forward is the identity; x feeds every rank's rows, so dx is a sum "
+        "over ranks: an all-reduce in f's backward.  g: out is the sum of the ranks' partial products, an "
+        "all-reduce in g's forward; each product receives the same dout, so g's backward is the identity.  The "
+        "row-parallel bias is added once, after g, and its gradient goes into bias.grad once.",
+        "f.forward: return xs;  f.backward: return all_reduce(dxs)\n"
+        "g.forward: return all_reduce(parts);  g.backward: return douts\n"
+        "ColumnParallelLinear: self.weights = shard(weight, 0, ranks); self.biases = shard(bias, 0, ranks)\n"
+        "    forward: self.xs = self.f.forward(xs); return [x @ w.T + b for each rank]\n"
+        "    backward: into shard(self.weight.grad, 0, ranks)[r] += dy_r.T @ x_r (and the bias's rows);\n"
+        "              return self.f.backward([dy_r @ w_r for each rank])\n"
+        "RowParallelLinear: self.weights = shard(weight, 1, ranks)\n"
+        "    forward: outs = self.g.forward([x_r @ w_r.T for each rank]); return [out + self.bias for out in outs]\n"
+        "    backward: self.bias.grad += douts[0].sum(0); douts = self.g.backward(douts);\n"
+        "              shard(self.weight.grad, 1, ranks)[r] += dout_r.T @ x_r; return [dout_r @ w_r for each rank]",
+    ],
 }

@@ -13,6 +13,7 @@ from .exercises import Exercise
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 _DEF = re.compile(r"^    def (\w+)\(")
+_CLASS = re.compile(r"^class (\w+)")
 
 _RULES = {
     "value": "Plain Python floats and the math module: no torch here.",
@@ -21,6 +22,12 @@ _RULES = {
 _LAYER_RULES = ("Plain tensor operations in float64: no autograd (no .backward(), no requires_grad), no torch.nn\n"
                 "layers.  A gradient is added into .grad as PyTorch adds it: create .grad when it is None, then\n"
                 "+= into it (a second backward adds to the first).  Do not change dout or the inputs in place.")
+
+
+_RULES["linear_split"] = _LAYER_RULES + ("\nB then W must equal the given fused backward() bit for bit: the same "
+                                          "operations on the same tensors.")
+_RULES["tensor_parallel"] = _LAYER_RULES + ("\nA rank's tensors are the entries of a Python list, one per rank; "
+                                            "ranks talk only through all_reduce().")
 
 
 def check_block(ex: Exercise, file: str) -> str:
@@ -47,16 +54,18 @@ def solution_text(ex: Exercise, file: str) -> str:
 
 def stub_text(ex: Exercise, file: str) -> str:
     """The learner's file: each answer region replaced by a NotImplementedError naming the method."""
-    out, inside, method = [], False, "?"
+    out, inside, method, cls = [], False, "?", ex.cls
     for ln in _raw(ex):
-        m = _DEF.match(ln)
+        m, c = _DEF.match(ln), _CLASS.match(ln)
         if m:
             method = m.group(1)
+        if c:  # a file may hold several classes (tensor_parallel's f, g and Linears): name the one to fill in
+            cls = c.group(1)
         if ln.strip() == BEGIN:
             inside = True
             indent = ln[:len(ln) - len(ln.lstrip())]
             out += [f"{indent}# YOUR CODE HERE",
-                    f'{indent}raise NotImplementedError("{ex.cls}.{method}: not written yet")']
+                    f'{indent}raise NotImplementedError("{cls}.{method}: not written yet")']
         elif ln.strip() == END:
             inside = False
         elif not inside:

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 from .train_optim import adam_race
+from .train_parallel import parallel_race, split_race
 from .train_text import text_race
 from .train_value import value_race
 
 RACES = {"embedding": text_race, "lstm_cell": text_race, "attention": text_race, "adam": adam_race,
-         "value": value_race}
+         "value": value_race, "linear_split": split_race, "tensor_parallel": parallel_race}

@@ -12,6 +12,9 @@ V = vocab_size, nh = n_head, hs = C / nh (one head's size), L = n_layer.
 Backward runs the same list in reverse; each residual connection y = x + f(x) sends dy both ways.  The
 tied matrix ``transformer.wte.weight`` is one tensor whose gradient receives both contributions: the
 output projection's dW = dlogits^T @ ln_f(x) and the embedding's scatter-add of dx at each token id.
+Each block, and the GPT, is written in the layer template as a ``Composite`` (layers/template.py,
+models/composite.py): its forward returns the output and a named ``Saved``, its backward is the chain rule through
+its children, and the base does the checks, the in-place refusals and the B/W split a pipeline schedule uses.
 
 Names, state_dict keys and initialisation are nanoGPT's (karpathy/nanoGPT ``model.py``): under one
 ``torch.manual_seed`` this GPT and nanoGPT's draw identical weights (the modules are built in nanoGPT's
@@ -23,30 +26,38 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Mapping
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 from layers.activations import GELU
 from layers.attention import ScaledDotProductAttention
-from layers.checks import check_int
+from layers.checks import BEFORE_FORWARD, check_bool, check_int, check_number
 from layers.dropout import Dropout
 from layers.embedding import Embedding
 from layers.layer import BaseLayer, _rng_untouched, copy_requires_grad, wants_grad
 from layers.layernorm import LayerNorm
 from layers.linear import Linear
+from layers.template import add_product
+from .composite import Composite
 from .kv_cache import KVCache
-from layers.saved import check_versions, versions
 from .sampling import check_sampling, next_token
 
 
-class CausalSelfAttention(BaseLayer):
+class CausalSelfAttention(Composite):
     """nanoGPT's attention: one packed projection ``c_attn`` (C -> 3C: q, k, v), nh causal heads (the blocked
     attention of ``layers.attention``), the heads side by side, ``c_proj`` (C -> C), ``resid_dropout``.
 
     forward(x (B, T, C)) -> (B, T, C); backward(dy) -> dx.  ``p`` and ``generator``: the attention weights'
     dropout probability and where its seeds are drawn (the trainer points every dropout of a model at one
-    generator, so that the twin draws the same masks)."""
+    generator, so that the twin draws the same masks).  The attention between the two projections has no
+    weights: under the B/W split all of it is B, and c_attn's W reads dqkv, kept by c_attn."""
+
+    _saved_labels = {"y": "the heads' output y (c_proj's input)"}
+
+    class Saved(NamedTuple):
+        y: Tensor  # (B, T, C) the heads side by side: c_proj's input, and the attention's output for its backward
 
     def __init__(self, n_embd: int, n_head: int, dropout: float, bias: bool, *, device=None, dtype=None) -> None:
         if n_embd % n_head:
@@ -57,7 +68,6 @@ class CausalSelfAttention(BaseLayer):
         self.resid_dropout = Dropout(dropout)
         self.n_head, self.n_embd, self.p = n_head, n_embd, float(dropout)
         self.attention = ScaledDotProductAttention()
-        self._y: Tensor | None = None  # the heads side by side (B, T, C), from forward to backward
 
     generator = property(lambda self: self.attention.generator,
                          lambda self, g: setattr(self.attention, "generator", g))
@@ -65,61 +75,34 @@ class CausalSelfAttention(BaseLayer):
     def named_children(self) -> Iterator[tuple[str, BaseLayer]]:
         return iter((("c_attn", self.c_attn), ("c_proj", self.c_proj), ("resid_dropout", self.resid_dropout)))
 
-    def forward(self, x: Tensor, keep_input: bool = True) -> Tensor:
+    def forward(self, x: Tensor, *, keep_input: bool = True):
         """``keep_input=False``: x is not held (c_attn's input); backward then takes it back as ``input=``."""
         B, T, C = x.shape
-        q, k, v = self.c_attn.forward(x, keep_input).split(C, dim=2)  # (B, T, C) each
+        q, k, v = self.c_attn.forward(x, keep_input=keep_input).split(C, dim=2)  # (B, T, C) each
         heads = lambda t: t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # noqa: E731  (B, nh, T, hs)
         p = self.p if self.training else 0.0
-        y = self.attention.attend(heads(q), heads(k), heads(v), None, None, True, p, 1.0 / math.sqrt(C // self.n_head),
-                                  False, keep_out=False)  # (B, nh, T, hs)
+        y = self.attention.attend(heads(q), heads(k), heads(v), is_causal=True, dropout_p=p,
+                                  scale=1.0 / math.sqrt(C // self.n_head), keep_out=False)  # (B, nh, T, hs)
         # (B, T, C) the heads side by side: c_proj's input, and the attention's output for its backward (which
-        # therefore does not keep its own copy in the (B, nh, T, hs) layout; c_proj, which keeps it, refuses an
-        # in-place change of it before its backward, which runs first)
-        self._y = y = y.transpose(1, 2).reshape(B, T, C)
-        return self.resid_dropout(self.c_proj(y))
+        # therefore does not keep its own copy in the (B, nh, T, hs) layout)
+        y = y.transpose(1, 2).reshape(B, T, C)
+        return self.resid_dropout(self.c_proj(y)), self.Saved(y)
 
-    def backward(self, dy: Tensor, input: Tensor | Callable[[], Tensor] | None = None) -> Tensor:
+    def backward(self, dy: Tensor, saved: Saved, input: Tensor | Callable[[], Tensor] | None = None) -> Tensor:
         """dy (B, T, C) -> dx.  ``input``: the forward's x when it was not kept, or a function that returns it
         (called only when c_attn needs it, so a recomputed input is held no longer than its use)."""
-        if self._y is None:
-            raise RuntimeError(f"{self!r}: backward called before forward (or twice after one forward)")
-        B, T, C = self._y.shape
+        B, T, C = saved.y.shape
         nh, hs = self.n_head, C // self.n_head
-        y, self._y = self._y, None
-        dy = self.c_proj.backward(self.resid_dropout.backward(dy))  # (B, T, C)
+        dy = self.back(self.c_proj, self.resid_dropout.backward(dy))  # (B, T, C)
         dq, dk, dv = self.attention.backward(dy.view(B, T, nh, hs).transpose(1, 2),
-                                             out=y.view(B, T, nh, hs).transpose(1, 2))  # (B, nh, T, hs) each
+                                             out=saved.y.view(B, T, nh, hs).transpose(1, 2))  # (B, nh, T, hs) each
         dqkv = dy.new_empty(B, T, 3 * C)  # the three written into c_attn's output gradient, no concatenation
         for i, d in enumerate((dq, dk, dv)):
             dqkv[:, :, i * C:(i + 1) * C].view(B, T, nh, hs).copy_(d.transpose(1, 2))
-        return self.c_attn.backward(dqkv, input=input() if callable(input) else input)
+        return self.back(self.c_attn, dqkv, input=input() if callable(input) else input)
 
 
-    def backward_input(self, dy: Tensor, input: Tensor | Callable[[], Tensor] | None = None) -> Tensor:
-        """B: dy (B, T, C) -> dx, as ``backward``; c_proj's and c_attn's weight gradients wait for
-        ``backward_weight()``.  The attention between them has no weights: all of it is B.  c_attn's dW needs dqkv,
-        the attention's output gradient, so B keeps it (in c_attn) for W: q, k and v's weights share no other work
-        with dx."""
-        if self._y is None:
-            raise RuntimeError(f"{self!r}: backward_input called before forward (or twice after one forward)")
-        B, T, C = self._y.shape
-        nh, hs = self.n_head, C // self.n_head
-        y, self._y = self._y, None
-        dy = self.c_proj.backward_input(self.resid_dropout.backward(dy))  # (B, T, C)
-        dq, dk, dv = self.attention.backward(dy.view(B, T, nh, hs).transpose(1, 2),
-                                             out=y.view(B, T, nh, hs).transpose(1, 2))  # (B, nh, T, hs) each
-        dqkv = dy.new_empty(B, T, 3 * C)
-        for i, d in enumerate((dq, dk, dv)):
-            dqkv[:, :, i * C:(i + 1) * C].view(B, T, nh, hs).copy_(d.transpose(1, 2))
-        return self.c_attn.backward_input(dqkv, input=input() if callable(input) else input)
-
-    def backward_weight(self) -> None:
-        """W: c_proj's and c_attn's dW and db, from the last ``backward_input``."""
-        self.c_proj.backward_weight()
-        self.c_attn.backward_weight()
-
-class MLP(BaseLayer):
+class MLP(Composite):
     """c_fc (C -> 4C), GELU, c_proj (4C -> C), dropout; backward in reverse.
 
     GELU's output is not held from forward to backward (llm.c's ``recompute``): GELU keeps its input h, c_proj
@@ -138,28 +121,18 @@ class MLP(BaseLayer):
     def named_children(self) -> Iterator[tuple[str, BaseLayer]]:
         return iter((("c_fc", self.c_fc), ("gelu", self.gelu), ("c_proj", self.c_proj), ("dropout", self.dropout)))
 
-    def forward(self, x: Tensor, keep_input: bool = True) -> Tensor:
+    def forward(self, x: Tensor, *, keep_input: bool = True):
         """``keep_input=False``: x is not held (c_fc's input); backward then takes it back as ``input=``."""
-        return self.dropout(self.c_proj.forward(self.gelu(self.c_fc.forward(x, keep_input)), keep_input=False))
+        h = self.c_fc.forward(x, keep_input=keep_input)  # (B, T, 4C)
+        return self.dropout(self.c_proj.forward(self.gelu(h), keep_input=False)), None  # the children keep it all
 
-    def backward(self, dy: Tensor, input: Tensor | Callable[[], Tensor] | None = None) -> Tensor:
+    def backward(self, dy: Tensor, saved: None, input: Tensor | Callable[[], Tensor] | None = None) -> Tensor:
         """dy (B, T, C) -> dx.  ``input`` as in ``CausalSelfAttention.backward``."""
-        dg = self.c_proj.backward(self.dropout.backward(dy), input=self.gelu.recompute())  # gelu(h) again
-        return self.c_fc.backward(self.gelu.backward(dg), input=input() if callable(input) else input)
+        dg = self.back(self.c_proj, self.dropout.backward(dy), input=self.gelu.recompute())  # gelu(h) again
+        return self.back(self.c_fc, self.gelu.backward(dg), input=input() if callable(input) else input)
 
 
-    def backward_input(self, dy: Tensor, input: Tensor | Callable[[], Tensor] | None = None) -> Tensor:
-        """B: dy (B, T, C) -> dx, as ``backward``; c_proj and c_fc keep their dout and input (gelu(h), recomputed
-        here as in ``backward``, and x) for ``backward_weight()``."""
-        dg = self.c_proj.backward_input(self.dropout.backward(dy), input=self.gelu.recompute())  # gelu(h) again
-        return self.c_fc.backward_input(self.gelu.backward(dg), input=input() if callable(input) else input)
-
-    def backward_weight(self) -> None:
-        """W: c_proj's and c_fc's dW and db, from the last ``backward_input``."""
-        self.c_proj.backward_weight()
-        self.c_fc.backward_weight()
-
-class Block(BaseLayer):
+class Block(Composite):
     """x = x + attn(ln_1(x)); x = x + mlp(ln_2(x)).  Backward: dx = dy + ln_1.backward(attn.backward(dy)), after the
     same through the MLP.
 
@@ -177,32 +150,20 @@ class Block(BaseLayer):
     def named_children(self) -> Iterator[tuple[str, BaseLayer]]:
         return iter((("ln_1", self.ln_1), ("attn", self.attn), ("ln_2", self.ln_2), ("mlp", self.mlp)))
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor):
         # Each sum is added into the branch's output (a fresh tensor no layer keeps), not into x: ln_1 and ln_2
         # keep their inputs for backward.  One (B, T, C) allocation per residual fewer.
         x = self.attn.forward(self.ln_1(x), keep_input=False).add_(x)
-        return self.mlp.forward(self.ln_2(x), keep_input=False).add_(x)
+        return self.mlp.forward(self.ln_2(x), keep_input=False).add_(x), None  # the children keep it all
 
-    def backward(self, dy: Tensor) -> Tensor:
-        # likewise into the LayerNorms' dx (fresh); dy itself may be a layer's cached tensor, so never written
-        dy = self.ln_2.backward(self.mlp.backward(dy, input=self.ln_2.recompute)).add_(dy)
-        return self.ln_1.backward(self.attn.backward(dy, input=self.ln_1.recompute)).add_(dy)
+    def backward(self, dy: Tensor, saved: None) -> Tensor:
+        # y = x + f(x) sends dy both ways: dx = dy + f'(x)^T dy.  Added into the LayerNorms' dx (fresh); dy itself
+        # may be a layer's cached tensor, so never written.  Each branch's Linear gets its LayerNorm's output again.
+        dy = self.back(self.ln_2, self.back(self.mlp, dy, input=self.ln_2.recompute)).add_(dy)
+        return self.back(self.ln_1, self.back(self.attn, dy, input=self.ln_1.recompute)).add_(dy)
 
 
-    def backward_input(self, dy: Tensor) -> Tensor:
-        """B: dy (B, T, C) -> dx, as ``backward``; every weight gradient of the block waits for ``backward_weight()``
-        (the recomputed LayerNorm outputs are kept by the Linears that read them, for their dW)."""
-        dy = self.ln_2.backward_input(self.mlp.backward_input(dy, input=self.ln_2.recompute)).add_(dy)
-        return self.ln_1.backward_input(self.attn.backward_input(dy, input=self.ln_1.recompute)).add_(dy)
-
-    def backward_weight(self) -> None:
-        """W: every parameter's gradient of the block, from the last ``backward_input``."""
-        self.mlp.backward_weight()
-        self.ln_2.backward_weight()
-        self.attn.backward_weight()
-        self.ln_1.backward_weight()
-
-class GPT(BaseLayer):
+class GPT(Composite):
     """``GPT(vocab_size, block_size, n_layer, n_head, n_embd, dropout=0.0, bias=True, dtype=None, device=None)``:
     nanoGPT's GPTConfig fields and defaults (block_size 1024, vocab_size 50304, n_layer 12, n_head 12,
     n_embd 768: GPT-2 small).
@@ -214,16 +175,20 @@ class GPT(BaseLayer):
     ``lm_head.weight`` (the same tensor), as nanoGPT's.
     """
 
+    _saved_labels = {"x": "ln_f's output", "weight": "transformer.wte.weight"}
+
+    class Saved(NamedTuple):
+        x: Tensor  # (B, T, C) ln_f's output, for the output projection's dW
+        weight: Tensor  # (V, C) the tied matrix, for dx: changed in place before backward (an optimizer step), refused
+
     def __init__(self, vocab_size: int = 50304, block_size: int = 1024, n_layer: int = 12, n_head: int = 12,
                  n_embd: int = 768, dropout: float = 0.0, bias: bool = True, dtype: torch.dtype | None = None,
                  device: torch.device | str | None = None) -> None:
         for name, v in (("vocab_size", vocab_size), ("block_size", block_size), ("n_layer", n_layer),
                         ("n_head", n_head), ("n_embd", n_embd)):
             check_int("GPT", name, v)
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
-            raise ValueError(f"GPT: dropout must be in [0, 1), got {dropout!r}")
-        if not isinstance(bias, bool):
-            raise ValueError(f"GPT: bias must be a bool, got {bias!r}")
+        check_number("GPT", "dropout", dropout, 0.0, 1.0, hi_open=True)
+        check_bool("GPT", "bias", bias)
         self.vocab_size, self.block_size, self.n_layer = vocab_size, block_size, n_layer
         self.n_head, self.n_embd, self.dropout, self.bias = n_head, n_embd, float(dropout), bias
         kw = {"device": device, "dtype": dtype}
@@ -237,7 +202,6 @@ class GPT(BaseLayer):
         self.wte.weight = lm_head.weight  # (V, C) one tensor for the embedding and the output
         self._init_weights()
         self._lay_out_flat()
-        self._cache: tuple | None = None
 
     def _init_weights(self) -> None:
         """nanoGPT's ``self.apply(self._init_weights)`` (modules in its order: each Linear and Embedding N(0, 0.02),
@@ -358,104 +322,51 @@ class GPT(BaseLayer):
     def __call__(self, idx: Tensor) -> Tensor:
         return self.forward(idx)
 
-    def forward(self, idx: Tensor) -> Tensor:
-        """idx (B, T) integer token ids, T <= block_size -> logits (B, T, V)."""
+    def check_input(self, idx: object) -> None:
         if not (isinstance(idx, Tensor) and idx.dim() == 2):
             raise ValueError(f"GPT: idx must be a (B, T) tensor of token ids, got "
                              f"{tuple(idx.shape) if isinstance(idx, Tensor) else type(idx).__name__}")
-        B, T = idx.shape
+        T = idx.shape[1]
         if T == 0:
             raise ValueError(f"GPT: idx has shape {tuple(idx.shape)}: a sequence needs at least one position (T >= 1)")
         if T > self.block_size:
             raise ValueError(f"GPT: cannot forward a sequence of length {T}: block_size is only {self.block_size}")
-        pos = torch.arange(T, device=idx.device)  # (T,)
+
+    def check_dout(self, dlogits: object, meta) -> None:
+        if meta is None:
+            raise RuntimeError(f"GPT: {BEFORE_FORWARD}")
+        if not isinstance(dlogits, Tensor) or dlogits.shape != meta[0]:
+            raise ValueError(f"GPT: dlogits has shape {tuple(getattr(dlogits, 'shape', ()))} but the logits had "
+                             f"shape {tuple(meta[0])}")
+
+    def forward(self, idx: Tensor):
+        """idx (B, T) integer token ids, T <= block_size -> logits (B, T, V)."""
+        pos = torch.arange(idx.shape[1], device=idx.device)  # (T,)
         x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C)
         for block in self.h:
             x = block(x)
         x = self.ln_f(x)  # (B, T, C)
-        self._cache = (x, pos)
-        # The tied matrix is read again for dx: changed in place before backward (an optimizer step), it is refused
-        # (layers/saved.py).  x, ln_f's output, is the model's own; every layer checks what it keeps.
-        self._versions = versions(self.wte.weight)
-        return x @ self.wte.weight.t()  # (B, T, V) logits = ln_f(x) @ wte^T
+        w = self.wte.weight  # (V, C)
+        return x @ w.t(), self.Saved(x, w)  # (B, T, V) logits = ln_f(x) @ wte^T
 
-    def backward(self, dlogits: Tensor) -> None:
+    def backward(self, dlogits: Tensor, saved: Saved) -> None:
         """dlogits (B, T, V) -> None; every parameter's gradient added into its .grad, the tied matrix's from both
-        of its uses."""
-        if self._cache is None:
-            raise RuntimeError("GPT: backward called before forward (or twice after one forward)")
-        x, pos = self._cache
-        if not isinstance(dlogits, Tensor) or dlogits.shape != (*x.shape[:2], self.vocab_size):
-            raise ValueError(f"GPT: dlogits has shape {tuple(getattr(dlogits, 'shape', ()))} but the logits had "
-                             f"shape {(*x.shape[:2], self.vocab_size)}")
-        self._cache = None
+        of its uses.  (Token ids have no gradient: under the B/W split the GPT's B returns None and leaves all of
+        its work on the weights to W; a pipeline stage that ends inside the GPT uses the blocks' own B and W.)"""
         if all(p.grad is None for p, _, _ in self._grad_layout):  # as after zero_grad(): the gradients laid out in
             self._give_grads()  # one block again (the layers add into the zeroed views, the same numbers)
-        C, V = self.n_embd, self.vocab_size
-        w = self.wte.weight  # (V, C)
-        check_versions(self, ("transformer.wte.weight",), (w,), self._versions)
-        d2 = dlogits.reshape(-1, V)  # (B*T, V)
-        # the output projection's share of the tied matrix: dW = dlogits^T @ ln_f(x)
-        if not wants_grad(w):  # frozen: its product is skipped
-            pass
-        elif w.grad is None:
-            w.grad = d2.t() @ x.reshape(-1, C)  # (V, C)
-        else:
-            w.grad.addmm_(d2.t(), x.reshape(-1, C))
-        dx = (d2 @ w).view_as(x)  # (B, T, C)
-        del x  # ln_f's output: not needed past here (a (B, T, C) fewer through the whole backward)
-        dx = self.ln_f.backward(dx)
-        for block in reversed(self.h):
-            dx = block.backward(dx)
-        dx = self.drop.backward(dx)
-        self.wpe.backward(dx.sum(0))  # (T, C): every sequence of the batch used positions 0..T-1
-        self.wte.backward(dx)  # the embedding's share of the tied matrix: the scatter-add, into the same .grad
-        return None
-
-    def backward_input(self, dlogits: Tensor) -> None:
-        """B: the input gradients through every layer, as ``backward``, with no weight gradient written; the token
-        ids have none, so the GPT's B returns None and leaves all of its work on the weights to
-        ``backward_weight()``.  (A pipeline stage that ends inside the GPT uses the blocks' own B and W.)"""
-        if self._cache is None:
-            raise RuntimeError("GPT: backward_input called before forward (or twice after one forward)")
-        x, pos = self._cache
-        if not isinstance(dlogits, Tensor) or dlogits.shape != (*x.shape[:2], self.vocab_size):
-            raise ValueError(f"GPT: dlogits has shape {tuple(getattr(dlogits, 'shape', ()))} but the logits had "
-                             f"shape {(*x.shape[:2], self.vocab_size)}")
-        self._cache = None
-        w = self.wte.weight  # (V, C)
-        check_versions(self, ("transformer.wte.weight",), (w,), self._versions)
+        x, w = saved.x, saved.weight  # (B, T, C), (V, C)
         d2 = dlogits.reshape(-1, self.vocab_size)  # (B*T, V)
-        self._head_w = (d2, x.reshape(-1, self.n_embd))  # the output projection's dW operands, for W
-        with torch.no_grad():
-            dx = (d2 @ w).view_as(x)  # (B, T, C)
-        dx = self.ln_f.backward_input(dx)
+        # the output projection's share of the tied matrix: dW = dlogits^T @ ln_f(x), first, as in W; into the
+        # parameter the layer holds now (as the base adds a layer's own: as_module binds an alias for each pass)
+        self.later(add_product, self.wte.weight, d2.t(), x.reshape(-1, self.n_embd))
+        dx = self.back(self.ln_f, (d2 @ w).view_as(x))  # (B, T, C)
         for block in reversed(self.h):
-            dx = block.backward_input(dx)
+            dx = self.back(block, dx)
         dx = self.drop.backward(dx)
-        self.wpe.backward_input(dx.sum(0))  # (T, C)
-        self.wte.backward_input(dx)
+        self.back(self.wpe, dx.sum(0))  # (T, C): every sequence of the batch used positions 0..T-1
+        self.back(self.wte, dx)  # the embedding's share of the tied matrix: the scatter-add, into the same .grad
         return None
-
-    def backward_weight(self) -> None:
-        """W: every weight gradient of the last ``backward_input``; the tied matrix's two shares in ``backward``'s
-        order (the output projection's dW, then the embedding's scatter-add), so B then W equals it bit for bit."""
-        head, self._head_w = getattr(self, "_head_w", None), None
-        if head is None:
-            raise RuntimeError("GPT: backward_weight() needs a backward_input() before it (one W per B)")
-        d2, x = head
-        w = self.wte.weight
-        if wants_grad(w):
-            with torch.no_grad():
-                if w.grad is None:
-                    w.grad = d2.t() @ x  # (V, C)
-                else:
-                    w.grad.addmm_(d2.t(), x)
-        self.ln_f.backward_weight()
-        for block in reversed(self.h):
-            block.backward_weight()
-        self.wpe.backward_weight()
-        self.wte.backward_weight()
 
     # -- sampling --------------------------------------------------------------------------------------------
 
@@ -473,7 +384,7 @@ class GPT(BaseLayer):
         for n in range(max_new_tokens):
             if logits is None:  # the first step, or the window slid: positions shift, recompute the window
                 logits = cache.prefill(idx[:, -self.block_size:])  # (B, V) the window's last position
-            idx_next = next_token(logits, temperature, top_k, generator)  # (B, 1)
+            idx_next = next_token(logits, temperature, top_k=top_k, generator=generator)  # (B, 1)
             idx = torch.cat((idx, idx_next), dim=1)
             if n + 1 < max_new_tokens:
                 # one position's work while the window has room; else the window slides at the next step

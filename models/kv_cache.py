@@ -16,6 +16,7 @@ from layers.attention import ScaledDotProductAttention
 if TYPE_CHECKING:  # GPT, Block and MLP are named in annotations only: gpt.py imports this file, not the reverse
     from layers.layernorm import LayerNorm
     from layers.linear import Linear
+    from .gpt import GPT, MLP, Block
 
 
 class KVCache:
@@ -54,7 +55,7 @@ class KVCache:
         self.length += 1
         return _layernorm(m.ln_f, x[:, -1]) @ m.wte.weight.t()  # (B, V)
 
-    def _attend(self, block: Block, x: Tensor, layer: int, causal: bool) -> Tensor:
+    def _attend(self, block: Block, x: Tensor, layer: int, *, causal: bool) -> Tensor:
         a = block.attn
         B, T, C = x.shape
         nh = a.n_head
@@ -66,7 +67,7 @@ class KVCache:
         else:  # one more position
             k = self.k[layer] = torch.cat([self.k[layer], k], 2)  # (B, nh, t+1, hs)
             v = self.v[layer] = torch.cat([self.v[layer], v], 2)
-        y = ScaledDotProductAttention().attend(q, k, v, None, None, causal, 0.0, 1.0 / math.sqrt(C // nh), False)
+        y = ScaledDotProductAttention().attend(q, k, v, is_causal=causal, scale=1.0 / math.sqrt(C // nh))
         return _linear(a.c_proj, y.transpose(1, 2).reshape(B, T, C))
 
     @staticmethod

@@ -8,7 +8,7 @@ from torch import Tensor
 
 from layers.activations import ReLU
 from .architecture import CLASSES, DEPTH, HIDDEN, IN_FEATURES, mlp_layers
-from layers.checks import check_tensor
+from layers.checks import BEFORE_FORWARD, check_tensor
 from layers.layer import Layer
 from layers.linear import Linear
 from layers.sequential import Sequential
@@ -48,7 +48,7 @@ class Net(Sequential):
     def backward(self, dout: Tensor, need_input_grad: bool = False) -> Tensor | None:
         """dout: dL/dlogits (N, C) -> dL/dx in the input's shape (None unless ``need_input_grad``)."""
         if self._in_shape is None:
-            raise RuntimeError("Net: backward called before forward (or twice after one forward)")
+            raise RuntimeError(f"Net: {BEFORE_FORWARD}")
         in_shape, self._in_shape = self._in_shape, None
         dx = super().backward(dout, need_input_grad)
         return dx.reshape(in_shape) if dx is not None else None

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from layers.checks import check_int
+from layers.checks import BEFORE_FORWARD, check_int
 from layers.embedding import Embedding
 from layers.layer import BaseLayer
 from layers.linear import Linear
@@ -60,7 +60,7 @@ class TorchRecurrentLM(nn.Module):
     def generate(self, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
                  generator: torch.Generator | None = None) -> Tensor:
         """idx (B, t) -> (B, t + max_new_tokens), sampled as ``RecurrentLM.generate`` samples (call it in eval mode)."""
-        return generate_recurrent(self, idx, max_new_tokens, temperature, top_k, generator)
+        return generate_recurrent(self, idx, max_new_tokens, temperature, top_k=top_k, generator=generator)
 
 
 class RecurrentLM(BaseLayer):
@@ -103,7 +103,7 @@ class RecurrentLM(BaseLayer):
                  generator: torch.Generator | None = None) -> Tensor:
         """idx (B, t) -> (B, t + max_new_tokens): the prompt once, then each new token from the carried state, drawn
         as nanoGPT draws (models/sampling.py).  Call it in eval mode (no dropout)."""
-        return generate_recurrent(self, idx, max_new_tokens, temperature, top_k, generator)
+        return generate_recurrent(self, idx, max_new_tokens, temperature, top_k=top_k, generator=generator)
 
     def forward(self, idx: Tensor, state=None):
         """idx (N, T) or (T,) -> (logits (N, T, V) or (T, V), the recurrent layer's final state)."""
@@ -116,8 +116,7 @@ class RecurrentLM(BaseLayer):
         """dlogits (N, T, V), dstate (the final state's gradient, or None) -> None, or (None, dstate_0) when the
         forward was given a state; adds every parameter's gradient."""
         if self._had_state is None:
-            raise RuntimeError(f"{self!r}: backward called before forward (or twice after one forward: "
-                               f"each backward consumes the cache of the forward before it)")
+            raise RuntimeError(f"{self!r}: {BEFORE_FORWARD}")
         had_state, self._had_state = self._had_state, None
         grads = self.rnn.backward(self.head.backward(dlogits), dstate)  # BPTT: (N, T, E) (, dstate_0)
         de, dstate0 = grads if had_state else (grads, None)

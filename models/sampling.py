@@ -11,15 +11,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from layers.checks import check_int
+from layers.checks import check_int, check_number
 
 
 def check_sampling(owner: str, idx, max_new_tokens, temperature, top_k, vocab_size: int | None = None) -> None:
     """Every argument of a ``generate``: a clear ValueError naming the first that is wrong (with ``vocab_size``,
     also a prompt token outside 0..vocab_size-1)."""
     check_int(owner, "max_new_tokens", max_new_tokens, lo=0)
-    if isinstance(temperature, bool) or not (isinstance(temperature, (int, float)) and temperature > 0):
-        raise ValueError(f"{owner}: temperature must be > 0, got {temperature!r}")
+    check_number(owner, "temperature", temperature, 0.0, lo_open=True)  # > 0
     if top_k is not None:
         check_int(owner, "top_k", top_k)
     if not (isinstance(idx, Tensor) and idx.dim() == 2 and idx.shape[1] >= 1):
@@ -34,7 +33,7 @@ def check_sampling(owner: str, idx, max_new_tokens, temperature, top_k, vocab_si
             raise ValueError(f"{owner}: the prompt holds token id {bad}, outside the vocabulary 0..{vocab_size - 1}")
 
 
-def next_token(logits: Tensor, temperature: float = 1.0, top_k: int | None = None,
+def next_token(logits: Tensor, temperature: float = 1.0, *, top_k: int | None = None,
                generator: torch.Generator | None = None) -> Tensor:
     """logits (B, V) of the last position -> the next token ids (B, 1), drawn as nanoGPT draws them."""
     logits = logits / temperature
@@ -46,14 +45,14 @@ def next_token(logits: Tensor, temperature: float = 1.0, top_k: int | None = Non
 
 
 @torch.no_grad()
-def generate_recurrent(model, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-                       generator: torch.Generator | None = None) -> Tensor:
+def generate_recurrent(model, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, *,
+                       top_k: int | None = None, generator: torch.Generator | None = None) -> Tensor:
     """idx (B, t) -> (B, t + max_new_tokens) from a recurrent language model, each new token one position's work."""
     check_sampling(f"{type(model).__name__}.generate", idx, max_new_tokens, temperature, top_k,
                    getattr(model, "vocab_size", None))
     logits, state = model(idx)  # the prompt, from a zero state
     for n in range(max_new_tokens):
-        nxt = next_token(logits[:, -1], temperature, top_k, generator)  # (B, 1)
+        nxt = next_token(logits[:, -1], temperature, top_k=top_k, generator=generator)  # (B, 1)
         idx = torch.cat((idx, nxt), dim=1)
         if n + 1 < max_new_tokens:
             logits, state = model(nxt, state)  # (B, 1, V): one step from the carried state

@@ -4,7 +4,7 @@ nn.LSTM's own dropout between layers is drawn inside its C++ kernel from torch's
 and layout nothing outside can reproduce.  These subclasses keep nn.LSTM's parameters, state_dict and kernels,
 and change one thing: in training mode with dropout > 0 and more than one layer, the forward runs the layers one
 at a time -- torch's own single-layer kernel (``torch._VF.lstm`` with num_layers=1, what nn.LSTM calls) -- and
-multiplies each layer's output but the last by ``layers.recurrent.inter_layer_mask``, drawn from ``generator``
+multiplies each layer's output but the last by ``layers.dropout.inter_layer_mask``, drawn from ``generator``
 exactly as the hand-written layer draws it.  Otherwise (eval mode, no dropout, one layer) it is nn.LSTM's
 forward untouched.  Autograd differentiates ``y * mask``, so the backward reuses the mask.
 

@@ -2,7 +2,7 @@
 
 nanoGPT's architecture, names and initialisation (so its state_dict, and ``models.GPT``'s, load as they are),
 with two differences that let it train beside the hand-written GPT from the same random draws: its dropouts
-are ``SeededDropout``s, and its attention-weight dropout uses ``layers.attention_dropout``'s masks, drawn
+are ``SeededDropout``s, and its attention-weight dropout uses ``layers.attention.dropout``'s masks, drawn
 from ``generator`` as the hand-written attention draws them.  Without dropout (the default) its attention is
 ``F.scaled_dot_product_attention(is_causal=True)``, nanoGPT's own call.
 """
@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from layers.attention_dropout import attention_dropout_mask, draw_seed
+from layers.attention.dropout import attention_dropout_mask, draw_seed
 from layers.dropout import SeededDropout
 
 

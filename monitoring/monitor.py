@@ -32,6 +32,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from layers.checks import check_int
+
 from .activations import ActivationWatcher
 from .records import write_jsonl
 from .stats import ACT_FIELDS, GRAD_FIELDS, PARAM_FIELDS, grad_stats, param_stats, total_norm, update_ratio
@@ -77,10 +79,8 @@ class GradientMonitor:
         for what, obj in (("the model", model), ("parameters", parameters)):
             if obj is not None and not callable(getattr(obj, "named_parameters", None)):
                 raise TypeError(f"GradientMonitor: {what} ({type(obj).__name__}) has no named_parameters()")
-        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-            raise ValueError(f"GradientMonitor: every must be an int >= 1, got {every!r}")
-        if isinstance(hist_bins, bool) or not isinstance(hist_bins, int) or hist_bins < 1:
-            raise ValueError(f"GradientMonitor: hist_bins must be an int >= 1, got {hist_bins!r}")
+        check_int("GradientMonitor", "every", every)
+        check_int("GradientMonitor", "hist_bins", hist_bins)
         self.model, self.every, self.hist_bins, self.name = model, every, hist_bins, name
         self.also = frozenset(operator.index(s) for s in also)
         self._param_source = model if parameters is None else parameters

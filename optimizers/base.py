@@ -144,7 +144,7 @@ class HandOptimizer(Optimizer):
         self._checked: dict[int, tuple[dict, dict]] = {}  # group index -> (group, a copy when last checked)
         super().__init__(params, self._check_values(name, defaults))
 
-    def _check_values(self, owner: str, values: dict, read: bool = True, keys: set | None = None) -> dict:
+    def _check_values(self, owner: str, values: dict, *, read: bool = True, keys: set | None = None) -> dict:
         """Check a group's (or the defaults') hyper-parameters, or only those named in ``keys``; returns the values
         with lr and betas as the constructor keeps them."""
         checked = {}
@@ -152,7 +152,7 @@ class HandOptimizer(Optimizer):
             if keys is None or key in keys:
                 if key not in values:
                     raise ValueError(f"{owner}: no {key!r}, which {type(self).__name__} needs")
-                checked[key] = check(owner, key, values[key], read)
+                checked[key] = check(owner, key, values[key], read=read)
         for key in self._flags:
             if key in values and (keys is None or key in keys):
                 check_flag(owner, key, values[key])
@@ -201,7 +201,7 @@ class HandOptimizer(Optimizer):
             raise
         self._record_checked(len(self.param_groups) - 1, param_group)
 
-    def _record_checked(self, i: int, group: dict, params_changed: bool = True) -> None:
+    def _record_checked(self, i: int, group: dict, *, params_changed: bool = True) -> None:
         self._checked[i] = (group, dict(group))
         if params_changed:
             self._has_complex = self._has_complex or any(p.is_complex() for p in group["params"])

@@ -80,19 +80,19 @@ def check_impl_flags(owner: str, foreach: object, differentiable: object, fused:
 
 # The checks a subclass's ``_hyper`` names: (owner, name, value, read) -> the value (lr and betas as the
 # constructor keeps them; the others as given).
-def learning_rate(owner: str, name: str, value: object, read: bool = True) -> float | Tensor:
+def learning_rate(owner: str, name: str, value: object, *, read: bool = True) -> float | Tensor:
     return check_scalar_tensor(owner, name, value, read=read)
 
 
-def betas_pair(owner: str, name: str, value: object, read: bool = True) -> tuple:
+def betas_pair(owner: str, name: str, value: object, *, read: bool = True) -> tuple:
     return check_betas(owner, value, read=read)
 
 
-def non_negative(owner: str, name: str, value: object, read: bool = True) -> object:
+def non_negative(owner: str, name: str, value: object, *, read: bool = True) -> object:
     check_hyper(owner, name, value)
     return value
 
 
-def decay_rate(owner: str, name: str, value: object, read: bool = True) -> object:
+def decay_rate(owner: str, name: str, value: object, *, read: bool = True) -> object:
     check_hyper(owner, name, value, hi=1.0)
     return value

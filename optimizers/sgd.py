@@ -34,8 +34,8 @@ class SGD(HandOptimizer):
                         capturable=bool(capturable))
         super().__init__(params, defaults)
 
-    def _check_values(self, owner: str, values: dict, read: bool = True, keys: set | None = None) -> dict:
-        checked = super()._check_values(owner, values, read, keys)
+    def _check_values(self, owner: str, values: dict, *, read: bool = True, keys: set | None = None) -> dict:
+        checked = super()._check_values(owner, values, read=read, keys=keys)
         if values.get("nesterov") and (values["momentum"] <= 0 or values["dampening"] != 0):
             raise ValueError(f"{owner}: nesterov=True requires momentum > 0 and dampening == 0, "
                              f"got momentum={values['momentum']!r}, dampening={values['dampening']!r}")

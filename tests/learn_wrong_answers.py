@@ -1,4 +1,4 @@
-"""Seventy-five wrong answers written as a learner writes them, five per exercise, not taken from the catalogue.
+"""Eighty-five wrong answers written as a learner writes them, five per exercise, not taken from the catalogue.
 
 Each is (exercise, kind, changes to the worked solution, the mistake's key the checker should name or None).
 A key is given where the catalogue has (or was grown to have) the mistake.
@@ -189,6 +189,31 @@ WRONG_ANSWERS = [
                         "        self.m = self.v = [torch.zeros_like(p) for p in self.params]\n")], "adam-shared-state"),
     ("adam", "plain", [("p -= self.lr * m_hat / (v_hat.sqrt() + self.eps)", "p -= self.lr * m_hat / v_hat.sqrt() + self.eps")],
      None),
+    # -- linear_split
+    ("linear_split", "autograd", [("dweight, dbias = dout.T @ self.x, dout.sum(0)",
+                                   "w_ = self.weight.clone().requires_grad_()\n"
+                                   f"        (dweight,) = {AG}(self.x @ w_.T, w_, dout)\n        dbias = dout.sum(0)")],
+     None),
+    ("linear_split", "config", [("dweight, dbias = dout.T @ self.x, dout.sum(0)",
+                                 "dweight, dbias = dout.T @ self.x, dout.squeeze().sum(0)")], None),
+    ("linear_split", "near", [("dx = dout @ self.weight  # (N, D): all",
+                               "dx = (dout.float() @ self.weight.float()).double()  #")], None),
+    ("linear_split", "plain", [("dweight, dbias = dout.T @ self.x, dout.sum(0)",
+                                "dweight, dbias = dout.T @ self.x.abs(), dout.sum(0)")], None),
+    ("linear_split", "plain", [("dx = dout @ self.weight  # (N, D): all", "dx = self.backward(dout)  #")],
+     "split-grad-in-b"),  # B running the fused backward: W's gradients added in B
+    # -- tensor_parallel
+    ("tensor_parallel", "autograd",
+     [("return self.f.backward([dy @ w for dy, w in zip(dys, self.weights)])",
+       "parts = []\n        for dy, w, x in zip(dys, self.weights, self.xs):\n"
+       "            x_ = x.clone().requires_grad_()\n"
+       f"            parts += list({AG}(x_ @ w.T, x_, dy))\n        return self.f.backward(parts)")], None),
+    ("tensor_parallel", "config", [("self.biases = shard(bias, 0, ranks)", "self.biases = shard(bias, 0, 3)")], None),
+    ("tensor_parallel", "near", [("gw += dy.T @ x  # (H/T, D)", "gw += (dy.T.float() @ x.float()).double()  #")],
+     None),
+    ("tensor_parallel", "plain", [("gb += dy.sum(0)", "gb += dy.sum(0) / len(dy)")], None),
+    ("tensor_parallel", "plain", [("return self.f.backward([dy @ w for dy, w in zip(dys, self.weights)])",
+                                   "return [dy @ w for dy, w in zip(dys, self.weights)]")], "tp-f-backward-identity"),
     # -- value
     ("value", "autograd", [("import math", "import math\nimport torch"),
                            ("self.grad += (1 - t ** 2) * out.grad", "x_ = torch.tensor(self.data, requires_grad=True)\n"

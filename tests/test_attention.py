@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from gradcheck import check_layer
 from layers import ScaledDotProductAttention, attention_dropout_mask
-from layers.attention_dropout import splitmix64
+from layers.attention.dropout import splitmix64
 from layers.reference import attention_backward, attention_bias, attention_forward
 from tests.conftest import assert_all_pass
 
@@ -82,7 +82,7 @@ def test_blocked_path_equals_textbook_reference_with_dropout(mask_i, p):
     # the reference: the same mask, regenerated whole from the same seed
     seed = torch.randint(0, 2 ** 63 - 1, (), generator=torch.Generator().manual_seed(123)).item()
     drop = attention_dropout_mask(seed, p, 6, L, S, dtype=F64).view(*LEAD, L, S) if p else None
-    bias = attention_bias(L, S, mask, causal, dtype=F64)
+    bias = attention_bias(L, S, mask, is_causal=causal, dtype=F64)
     leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
     ref_out, cache = attention_forward(*leaves, bias, dropout_mask=drop)
     att_ref = cache[4]
@@ -103,7 +103,7 @@ def test_blocked_path_equals_textbook_reference_with_dropout(mask_i, p):
 @pytest.mark.parametrize("mask_i", range(8))
 @pytest.mark.parametrize("p,need_weights", [(0.0, False), (0.0, True), (0.4, False), (0.4, True)])
 def test_one_block_path_equals_blocked_path_and_textbook(L, S, mask_i, p, need_weights):
-    """S <= block_size runs layers/attention_one_block.py, S > block_size the online softmax: the same numbers
+    """S <= block_size runs layers/attention/one_block.py, S > block_size the online softmax: the same numbers
     (float64), every mask kind, dropout, the weights and their gradient; both against the textbook attention."""
     name, mask, causal = masks(LEAD, L, S)[mask_i]
     q, k, v = qkv(LEAD, L, S, Ev=5, seed=5)
@@ -125,7 +125,7 @@ def test_one_block_path_equals_blocked_path_and_textbook(L, S, mask_i, p, need_w
     # the textbook attention (layers/reference.py), same dropout mask
     seed = torch.randint(0, 2 ** 63 - 1, (), generator=torch.Generator().manual_seed(77)).item()
     drop = attention_dropout_mask(seed, p, 6, L, S, dtype=F64).view(*LEAD, L, S) if p else None
-    bias = attention_bias(L, S, mask, causal, dtype=F64)
+    bias = attention_bias(L, S, mask, is_causal=causal, dtype=F64)
     ref_out, cache = attention_forward(q, k, v, bias, dropout_mask=drop)
     close(results[0][0], ref_out, 1e-12)
     if need_weights:
@@ -272,8 +272,8 @@ def test_bad_input_is_named():
         att(q, k, v, attn_mask=torch.ones(4, 5, dtype=torch.long))
     with pytest.raises(ValueError, match="pass either attn_mask or is_causal=True, not both"):
         att(q, k, v, attn_mask=torch.ones(4, 5, dtype=torch.bool), is_causal=True)
-    with pytest.raises(ValueError, match=r"dropout_p \(the probability of dropping a weight\) must be in \[0, 1\], "
-                                         r"got 1.5"):
+    with pytest.raises(ValueError, match=r"dropout_p \(the probability of dropping a weight\) must be a probability "
+                                         r"in \[0, 1\], got 1.5"):
         att(q, k, v, dropout_p=1.5)
     with pytest.raises(ValueError, match="must share dtype and device"):
         att(q, k.float(), v)
@@ -290,3 +290,17 @@ def test_bad_input_is_named():
         att.backward(torch.ones_like(out), torch.ones(2, 4, 5, dtype=F64))
     with pytest.raises(RuntimeError, match="backward called before forward"):
         ScaledDotProductAttention().backward(out)
+
+
+def test_attend_takes_its_flags_by_name_and_keeps_a_named_cache():
+    """attend(q, k, v, *, ...): a positional flag is refused; the cache is read by field name."""
+    q, k, v = qkv((2,), 4, 4)
+    att = ScaledDotProductAttention()
+    with pytest.raises(TypeError):
+        att.attend(q, k, v, None, None, True, 0.0, 0.5, False)
+    out = att.attend(q, k, v, is_causal=True, scale=0.5)
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.5)
+    assert (out - ref).abs().max() < 1e-12
+    saved = att._saved
+    assert saved.spec.causal and saved.spec.scale == 0.5 and saved.out is not None and saved.weights is None
+    assert saved.q_shape == q.shape and saved.dtype == F64

@@ -133,3 +133,33 @@ def test_a_frozen_parameter_gets_no_gradient_from_w():
     split.backward_weight()
     assert split.bias.grad is None and fused.bias.grad is None
     assert torch.equal(split.weight.grad, fused.weight.grad)
+
+
+def test_a_blocks_frozen_parameters_get_no_gradient_from_w_and_the_rest_equal_the_fused_backward():
+    frozen = ["attn.c_attn.weight", "ln_2.bias", "mlp.c_proj.bias"]
+    fused, split = _pair(lambda: Block(8, 2, 0.0, True, dtype=f64))
+    for layer in (fused, split):
+        layer.requires_grad_(False, frozen)
+    g = torch.Generator().manual_seed(2)
+    x, dout = torch.randn(2, 2, 5, 8, dtype=f64, generator=g), torch.randn(2, 2, 5, 8, dtype=f64, generator=g)
+    (dx_f, g_f), (dx_s, g_s) = _run(fused, x, dout, False), _run(split, x, dout, True)
+    assert torch.equal(dx_f, dx_s)
+    for name in g_f:
+        if name in frozen:
+            assert g_f[name] is None and g_s[name] is None, name
+        else:
+            assert torch.equal(g_f[name], g_s[name]), f"{name}.grad differs"
+
+
+def test_a_composites_w_without_b_and_b_twice_are_refused():
+    mlp = MLP(4, 0.0, True, dtype=f64)
+    with pytest.raises(RuntimeError, match=r"MLP\(\): backward_weight\(\) needs a backward_input\(\)"):
+        mlp.backward_weight()
+    x = torch.randn(3, 4, dtype=f64)
+    mlp(x)
+    mlp.backward_input(torch.randn(3, 4, dtype=f64))
+    mlp(x)
+    with pytest.raises(RuntimeError, match=r"backward_input\(\) again before backward_weight\(\)"):
+        mlp.backward_input(torch.randn(3, 4, dtype=f64))
+    mlp.backward_weight()  # the first B's W still runs: every parameter gets its gradient
+    assert all(p.grad is not None for p in mlp.parameters())

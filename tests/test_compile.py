@@ -18,7 +18,8 @@ from torch._dynamo.utils import counters
 
 import optimizers
 from layers import GRU, LSTM, RNN, BatchNorm2d, Conv2d, Dropout, Flatten, GRUCell, Linear, LSTMCell, MaxPool2d, ReLU
-from layers import RNNCell, Sequential, bptt_graph
+from layers import RNNCell, Sequential
+from layers.recurrent import bptt_graph
 from losses import CrossEntropyLoss
 from models import GPT, Net, RecurrentLM
 
@@ -194,7 +195,7 @@ def test_target_out_of_range_is_refused_in_the_compiled_step():
         loss(torch.tensor([0, 1, 2, 10]))
 
 
-# -- layers/bptt_graph.py, the compiler's BPTT, against layers/bptt.py (eager, no compiler) -------------------
+# -- layers/recurrent/bptt_graph.py, the compiler's BPTT, against bptt.py (eager, no compiler) ---------------
 
 @pytest.mark.parametrize("make", [
     lambda: LSTM(4, 6, 2, bidirectional=True), lambda: LSTM(4, 6, 1, proj_size=3, bidirectional=True),

@@ -163,6 +163,14 @@ def test_main_one_family_in_process(capsys):
     assert "Softmax" in out and "Linear" not in out and " 0 failed" in out
 
 
+def test_recurrent_cases_reach_the_parameters_through_the_torch_twin(capsys):
+    # the autograd oracle of the recurrent layers is their torch.nn twin run on the layer's own parameters: a
+    # detached copy would give zero gradients there and fail every parameter "vs autograd"
+    assert gradcheck.main(["--layer", "rnncell"]) == 0
+    out = capsys.readouterr().out
+    assert "RNNCell" in out and "weight_hh" in out and " 0 failed" in out
+
+
 def test_main_unknown_name_exits_2(capsys):
     with pytest.raises(SystemExit) as e:
         gradcheck.main(["--layer", "conv3d"])
@@ -349,3 +357,40 @@ def test_builtin_layers_add_into_grad_and_leave_dout_alone():
     for layer, x in cases:
         results = check_layer(layer, x, fast=True)
         assert all(r.passed and r.problem is None for r in results), [r.describe() for r in results]
+
+
+def test_the_case_families_are_public_documented_and_are_what_the_command_runs():
+    from pathlib import Path
+
+    from checking import cases
+    page = (Path(__file__).resolve().parents[1] / "docs" / "checking.md").read_text()
+    names = [f.__name__ for f in cases.FAMILIES]
+    assert names == ["mlp", "loss", "normalisation", "activations", "convolution", "attention", "recurrent"]
+    assert [n for n in names if f"`cases.{n}`" not in page] == [], "a family docs/checking.md does not name"
+    by_family = [set(f()) for f in cases.FAMILIES]
+    assert list(gradcheck.builtin_cases()) == [k for f in cases.FAMILIES for k in f()]  # the command's order
+    assert all(len(a & b) == 0 for i, a in enumerate(by_family) for b in by_family[i + 1:])
+
+
+def test_two_families_defining_one_name_are_refused():
+    from checking import cases
+    with pytest.raises(ValueError, match="two families define the case 'tanh'"):
+        cases.collect([cases.mlp, lambda: {"tanh": []}])
+
+
+def test_the_command_reexports_the_package():
+    import checking
+    assert gradcheck.check_layer is checking.check_layer and gradcheck.check_loss is checking.check_loss
+    assert gradcheck.RTOL == checking.RTOL == 1e-7 and gradcheck.EPS == checking.EPS == 1e-6
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"eps": 0.0}, r"eps must be a finite number in \(0.0, inf\], got 0.0"),
+    ({"eps": True}, r"eps must be .* got True"),
+    ({"rtol": -1e-7}, r"rtol must be .* got -1e-07"),
+    ({"fast": "yes"}, r"fast must be a bool, got 'yes'"),
+    ({"seed": -1}, r"seed must be an int >= 0, got -1"),
+])
+def test_bad_settings_are_refused_by_name(kwargs, message):
+    with pytest.raises(ValueError, match="gradcheck: " + message):
+        check_layer(Linear(2, 2, dtype=torch.float64), torch.randn(3, 2, dtype=torch.float64), **kwargs)

@@ -363,6 +363,18 @@ def test_gpt_refuses_a_change_between_forward_and_backward(change):
         gpt.backward(crit.backward().view_as(logits))
 
 
+
+def test_the_gpt_attention_refuses_a_change_of_the_heads_output_it_keeps():
+    """CausalSelfAttention keeps the heads side by side (c_proj's input) for the attention's backward: a change
+    of it in place before backward is refused, naming it."""
+    from models.gpt import CausalSelfAttention
+    torch.manual_seed(0)
+    attn = CausalSelfAttention(8, 2, 0.0, True, dtype=f64)
+    out = attn(_seeded(2, 5, 8))
+    attn._saved.y.mul_(2)
+    with refused(attn, "the heads' output y (c_proj's input)"):
+        attn.backward(torch.ones_like(out))
+
 # -- what must not be refused -------------------------------------------------------------------------------------
 
 def test_a_first_linear_without_dx_does_not_read_its_weight_so_a_change_is_not_refused():

@@ -238,6 +238,32 @@ WRONG = [
     ("value", [("n * self.data ** (n - 1)", "n * self.data ** n")], "value-pow-no-minus-one"),
     ("value", [("n * self.data ** (n - 1)", "self.data ** (n - 1)")], "value-pow-no-n"),
     ("value", [(_VALUE_WALK, _RECURSIVE_TOPO)], "value-recursion"),
+    # -- tensor_parallel
+    ("tensor_parallel", [("return xs  # every rank", "return all_reduce(xs)  #")], "tp-f-forward-all-reduce"),
+    ("tensor_parallel", [("return all_reduce(dxs)", "return dxs")], "tp-f-backward-identity"),
+    ("tensor_parallel", [("return all_reduce(parts)", "return parts")], "tp-g-forward-identity"),
+    ("tensor_parallel", [("return douts  # each", "return all_reduce(douts)  #")], "tp-g-backward-all-reduce"),
+    ("tensor_parallel", [("outs = self.g.forward([x @ w.T for x, w in zip(xs, self.weights)])",
+                          "outs = self.g.forward([x @ w.T + self.bias for x, w in zip(xs, self.weights)])"),
+                         ("return [out + self.bias for out in outs]", "return outs")], "tp-row-bias-every-rank"),
+    ("tensor_parallel", [("self.bias.grad += douts[0].sum(0)",
+                          "for dout in douts:\n            self.bias.grad += dout.sum(0)")],
+     "tp-row-bias-grad-every-rank"),
+    ("tensor_parallel", [("shard(weight, 0, ranks)  # rows", "shard(weight, 1, ranks)  # rows")], "tp-wrong-axis"),
+    ("tensor_parallel", [("shard(weight, 1, ranks)  # columns", "shard(weight, 0, ranks)  # columns")],
+     "tp-wrong-axis"),
+    # -- linear_split
+    ("linear_split", [("self.pending = dout.clone()", "self.pending = dout.T @ self.x")], "split-dw-in-b"),
+    ("linear_split", [("dx = dout @ self.weight  # (N, D): all",
+                       "self.backward_weight()\n        dx = dout @ self.weight  #")], "split-grad-in-b"),
+    ("linear_split", [("self.pending = dout.clone()", "self.pending = dout")], "split-dout-not-kept"),
+    ("linear_split", [("        dout, self.pending = self.pending, None\n", "        dout = self.pending\n")],
+     "split-w-twice"),
+    ("linear_split", [("for p, g in ((self.weight, dweight), (self.bias, dbias)):",
+                       "for p, g in ((self.weight, dweight),):")], "split-bias-forgotten"),
+    ("linear_split", [("dweight, dbias = dout.T @ self.x, dout.sum(0)",
+                       "dweight, dbias = dout.T @ self.x, dout.mean(0)")], "bias-mean"),
+    ("linear_split", [("p.grad += g  # accumulate: the", "p.grad = g  # accumulate: the")], "grad-overwritten"),
 ]
 
 

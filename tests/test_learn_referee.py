@@ -152,8 +152,12 @@ def test_what_the_learners_code_prints_is_shown(tmp_path):
 
 
 def _children(pid: int) -> list[str]:
+    """The forked children of ``pid`` (their command line is the parent's): the check's sandbox, not a helper
+    program something runs while it imports."""
     try:
-        return open(f"/proc/{pid}/task/{pid}/children").read().split()
+        own = open(f"/proc/{pid}/cmdline", "rb").read()
+        kids = open(f"/proc/{pid}/task/{pid}/children").read().split()
+        return [k for k in kids if open(f"/proc/{k}/cmdline", "rb").read() == own]
     except OSError:
         return []
 

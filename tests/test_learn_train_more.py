@@ -1,5 +1,6 @@
-"""python -m learn train for adam, value, embedding, lstm_cell and attention: a right answer trains exactly as its
-twin does (torch.optim.Adam and handgrad's Adam; torch.autograd; handgrad's layers in a character model), a wrong
+"""python -m learn train for adam, value, embedding, lstm_cell, attention, linear_split and tensor_parallel (and every
+exercise has a race): a right answer trains exactly as its twin does (torch.optim.Adam and handgrad's Adam;
+torch.autograd; handgrad's layers in a character model; handgrad's fused layers in one process), a wrong
 one parts at the first step its mistake can show, and a wrong answer whose loss still falls is told that a falling
 loss is no gradient check."""
 from argparse import Namespace
@@ -13,7 +14,7 @@ from learn.source import solution_text
 from learn.train import main
 from learn.train_value import two_moons
 
-MORE = ["adam", "value", "embedding", "lstm_cell", "attention"]
+MORE = ["adam", "value", "embedding", "lstm_cell", "attention", "linear_split", "tensor_parallel"]
 
 
 def write(tmp_path, name, changes=()):
@@ -39,6 +40,8 @@ def test_a_right_answer_trains_as_its_twin_does(tmp_path, capsys, name):
         assert "torch.optim.Adam and handgrad Adam do" in out
     if name in ("embedding", "lstm_cell", "attention"):
         assert "Shakespeare" in out
+    if name == "tensor_parallel":
+        assert "over 4 simulated ranks beside one process" in out
 
 
 @pytest.mark.parametrize("name, changes", [
@@ -48,11 +51,19 @@ def test_a_right_answer_trains_as_its_twin_does(tmp_path, capsys, name):
                     "dweight[self.idx] += dout")]),  # repeated ids do not add up
     ("lstm_cell", [("dc = dc_total * f  # (N, H): through the forget gate", "dc = dc_total")]),
     ("attention", [("dq = dscores @ self.k * self.scale", "dq = dscores @ self.k")]),
+    ("linear_split", [("dweight, dbias = dout.T @ self.x, dout.sum(0)", "dweight, dbias = dout.T @ self.x, dout.mean(0)")]),
+    ("tensor_parallel", [("return douts  # each", "return all_reduce(douts)  #")]),  # g's backward all-reduces
 ])
 def test_a_wrong_gradient_or_update_parts_at_step_2(tmp_path, capsys, name, changes):
     assert train(write(tmp_path, name, changes), name) == 1
     out = capsys.readouterr().out
     assert "PART at step 2" in out and "<- they part" in out, out
+
+
+def test_every_exercise_has_a_race():
+    from learn.train import NETWORKS
+    from learn.train_more import RACES
+    assert set(NETWORKS) | set(RACES) == set(BY_NAME) and not set(NETWORKS) & set(RACES)
 
 
 def test_a_wrong_forward_parts_at_step_1(tmp_path, capsys):

@@ -28,6 +28,10 @@ UNPLANTED = [  # (exercise, changes, what the report must say)
     ("adam", [("(v_hat.sqrt() + self.eps)", "v_hat.sqrt()")], ["step 1, parameter", "no known mistake"]),
     ("embedding", [("out = self.weight[idx]", "out = self.weight[idx.T]")],
      ["out: expected shape (2, 5, 3), got (5, 2, 3)"]),
+    ("tensor_parallel", [("gb += dy.sum(0)", "gb += 3 * dy.sum(0)")],
+     ["bias1.grad is the right one times 3", "look at: rank r's da_r.sum(0) into its rows of bias1.grad"]),
+    ("linear_split", [("dx = dout @ self.weight  # (N, D): all", "dx = -(dout @ self.weight)  #")],
+     ["B's dx is wrong", "dx has the wrong sign everywhere", "look at: dx = dout @ weight"]),
 ]
 
 

@@ -1,6 +1,6 @@
 """Never PASS a wrong answer, never name the wrong mistake, show every tensor.
 
-Seventy-five wrong answers written as a learner writes them (tests/learn_wrong_answers.py: right for one
+Eighty-five wrong answers written as a learner writes them (tests/learn_wrong_answers.py: right for one
 configuration only, within about 1e-8 of right, using autograd, plain mistakes) must all fail; each is named
 exactly when the catalogue has its mistake, and never named as another.  A failing configuration is named; a
 mistake is named only when its replay is clearly closer to the answer than the right one; a wrong backward gets a

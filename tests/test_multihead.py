@@ -215,10 +215,26 @@ def test_bad_input_is_named():
         mha(x, x, x, is_causal=True)
     with pytest.raises(ValueError, match="all 3-D \\(batched\\) or all 2-D \\(unbatched\\)"):
         mha(x, x[0], x)
-    with pytest.raises(ValueError, match=r"dropout \(the probability of dropping an attention weight\) must be in"):
+    with pytest.raises(ValueError, match=r"dropout \(the probability of dropping an attention weight\) must be a "
+                                         r"probability in"):
         MultiheadAttention(8, 2, dropout=2.0)
     out, _ = mha(x, x, x)
     with pytest.raises(ValueError, match=r"dout has shape \(5, 2, 7\) but the forward output had shape \(5, 2, 8\)"):
         mha.backward(torch.ones(5, 2, 7))
     with pytest.raises(RuntimeError, match="backward called before forward"):
         MultiheadAttention(8, 2).backward(out)
+
+
+def test_self_attention_adds_its_packed_weight_gradient_into_the_same_grad_tensor():
+    """With .grad present, the packed (3E, E) projection's gradient is added in place (its storage stays), and the
+    second backward doubles the first, as accumulation must."""
+    torch.manual_seed(5)
+    mha = MultiheadAttention(8, 2, dtype=F64)
+    x, dout = torch.randn(5, 2, 8, dtype=F64), torch.randn(5, 2, 8, dtype=F64)
+    mha(x, x, x, need_weights=False)
+    mha.backward(dout, summed=True)
+    first, storage = mha.in_proj_weight.grad.clone(), mha.in_proj_weight.grad.data_ptr()
+    mha(x, x, x, need_weights=False)
+    mha.backward(dout, summed=True)
+    assert mha.in_proj_weight.grad.data_ptr() == storage
+    assert (mha.in_proj_weight.grad - 2 * first).abs().max() < 1e-12

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from layers import GRU, LSTM, RNN, from_torch
+from layers.template import Product
 from models import SeededLSTM, seeded_dropouts
 from layers import reference as ref
 from training.impls.models import use_generator
@@ -364,6 +365,30 @@ def test_packed_sequence_is_refused_clearly():
         LSTM(3, 4)(packed)
 
 
+@pytest.mark.parametrize("make", [lambda: LSTM(3, 4, 2, proj_size=2, bidirectional=True, dtype=f64),
+                                  lambda: GRU(3, 4, 2, dtype=f64), lambda: RNN(3, 4, bias=False, dtype=f64)],
+                         ids=["lstm", "gru", "rnn"])
+def test_weight_gradients_add_into_grad_in_place_and_skip_frozen_parameters(make):
+    """Each parameter gradient the backward returns is added by the base: into an existing .grad in place (its
+    storage stays, two backwards give twice one), and not at all for a frozen parameter (.grad stays None)."""
+    torch.manual_seed(0)
+    layer = make()
+    frozen = layer._param_names[1]  # weight_hh_l0
+    getattr(layer, frozen).requires_grad_(False)
+    x = torch.randn(5, 2, 3, dtype=f64)
+    out, _ = layer(x)
+    layer.backward(torch.ones_like(out))
+    once = {n: p.grad.clone() for n, p in layer.named_parameters() if n != frozen}
+    where = {n: p.grad.data_ptr() for n, p in layer.named_parameters() if n != frozen}
+    out, _ = layer(x)
+    layer.backward(torch.ones_like(out))
+    assert getattr(layer, frozen).grad is None
+    for n, p in layer.named_parameters():
+        if n != frozen:
+            assert p.grad.data_ptr() == where[n] and p.grad.is_contiguous(), n
+            torch.testing.assert_close(p.grad, 2 * once[n], rtol=1e-14, atol=0)
+
+
 def test_backward_before_forward_or_twice_and_bad_gradients():
     gru = GRU(3, 4)
     with pytest.raises(RuntimeError, match="backward called before forward"):
@@ -385,7 +410,7 @@ def test_backward_before_forward_or_twice_and_bad_gradients():
 
 @pytest.mark.parametrize("make,message", [
     (lambda: LSTM(3, 4, proj_size=4), "proj_size must be smaller than hidden_size, got proj_size=4"),
-    (lambda: LSTM(3, 4, dropout=1.5), "dropout .* must be a number in \\[0, 1\\], got 1.5"),
+    (lambda: LSTM(3, 4, dropout=1.5), "dropout .* must be a probability in \\[0, 1\\], got 1.5"),
     (lambda: LSTM(3, 4, dropout=True), "got True"),
     (lambda: RNN(3, 4, nonlinearity="sigmoid"), "nonlinearity must be 'tanh' or 'relu', got 'sigmoid'"),
     (lambda: GRU(0, 4), "input_size must be an int >= 1, got 0"),
@@ -419,11 +444,11 @@ def test_seeded_lstm_is_an_nn_lstm_with_the_same_state():
     assert list(twin[0].state_dict()) == list(nn.LSTM(3, 4, 2).state_dict())
 
 
-# -- float32 on the CPU: the products go through oneDNN (layers/matmul.py); the float64 tests above use addmm ----
+# -- float32 on the CPU: the products go through oneDNN (layers/recurrent/matmul.py); the float64 tests use addmm ---
 
 @pytest.mark.parametrize("kind", ["rnn_tanh", "lstm_proj", "gru"])
 def test_float32_onednn_path_matches_torch_and_the_addmm_path(kind, monkeypatch):
-    from layers import matmul
+    from layers.recurrent import matmul
     cls, torch_cls, extra = KINDS[kind]
     torch.manual_seed(0)
     ours = cls(6, 8, num_layers=2, bidirectional=True, batch_first=True, **extra)
@@ -440,7 +465,7 @@ def test_float32_onednn_path_matches_torch_and_the_addmm_path(kind, monkeypatch)
 
     if not matmul.AVAILABLE:
         pytest.skip("this torch has no oneDNN matmul")
-    monkeypatch.setattr(matmul, "ONEDNN", True)  # whichever this CPU runs by default (layers/matmul.py)
+    monkeypatch.setattr(matmul, "ONEDNN", True)  # whichever this CPU runs by default (layers/recurrent/matmul.py)
     first = run()
     monkeypatch.setattr(matmul, "ONEDNN", False)
     second = run()
@@ -454,8 +479,8 @@ def test_float32_onednn_path_matches_torch_and_the_addmm_path(kind, monkeypatch)
 
 @pytest.mark.parametrize("sigmoid_form", [True, False])
 def test_tanh_either_way_is_torch_tanh(sigmoid_form, monkeypatch):
-    """layers/bptt.py's tanh: 2 sigmoid(2x) - 1 on an AMD CPU, torch.tanh elsewhere; both within float rounding."""
-    from layers import bptt
+    """layers/recurrent/bptt.py's tanh: 2 sigmoid(2x) - 1 on an AMD CPU, torch.tanh elsewhere; both within rounding."""
+    from layers.recurrent import bptt
     monkeypatch.setattr(bptt, "SIGMOID_TANH", sigmoid_form)
     for dtype, tol in ((torch.float32, 3e-7), (torch.float64, 1e-15)):
         x = torch.linspace(-20, 20, 4001, dtype=dtype)
@@ -465,7 +490,7 @@ def test_tanh_either_way_is_torch_tanh(sigmoid_form, monkeypatch):
 
 @pytest.mark.parametrize("onednn", [True, False], ids=["onednn", "addmm"])
 def test_matmul_helpers_agree_with_torch(onednn, monkeypatch):
-    from layers import matmul
+    from layers.recurrent import matmul
     if onednn and not matmul.AVAILABLE:
         pytest.skip("this torch has no oneDNN matmul")
     monkeypatch.setattr(matmul, "ONEDNN", onednn)
@@ -476,5 +501,7 @@ def test_matmul_helpers_agree_with_torch(onednn, monkeypatch):
     assert err(matmul.linear(x, matmul.prepack(w, x)), x @ w.t()) < 1e-6
     assert err(matmul.linear_add(x, w, other), other + x @ w.t()) < 1e-6
     d, xs = torch.randn(30, 4, generator=g), [torch.randn(30, 3, generator=g), torch.randn(30, 2, generator=g)]
-    grads, db = matmul.weight_grads(d, xs)
-    assert all(err(gr, d.t() @ xi) < 1e-6 for gr, xi in zip(grads, xs)) and err(db, d.sum(0)) < 1e-6
+    for xi in xs:  # dW = d^T x as the layer template computes it: a Product, or through oneDNN a callable
+        g = matmul.weight_grad(d, xi)
+        dw = g() if onednn else g.a @ g.b
+        assert isinstance(g, Product) != onednn and dw.is_contiguous() and err(dw, d.t() @ xi) < 1e-6

@@ -126,5 +126,5 @@ def test_generate_carries_the_state_and_draws_what_the_twin_draws():
     idx = prompt
     for _ in range(7):
         logits, _ = model(idx)
-        idx = torch.cat((idx, next_token(logits[:, -1], 0.9, 4, gen)), dim=1)
+        idx = torch.cat((idx, next_token(logits[:, -1], 0.9, top_k=4, generator=gen)), dim=1)
     assert torch.equal(idx, out)

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from ..mistakes import DOUT_IN_PLACE, INPUT_IN_PLACE
-from .compare import RIGHT, describe, rel_error, same, shape_of, unravel, vjp
+from .compare import RIGHT, SAME, describe, rel_error, same, shape_of, unravel, vjp
 from .configs import expand
 from .guard import LearnerFailed
 from .intermediates import TRACES, compare, expected
@@ -33,6 +33,8 @@ ACCUMULATE = "accumulation: a second backward adds into each .grad"
 UNCHANGED = "inputs and dout left unchanged"
 NUMERIC = "central differences of your forward agree with the gradients"
 CONFIG = "configuration {} of {}: {}"
+LAYOUT = "layout: each rank's shards"
+REPLICAS = "every rank holds the same result"
 NUMERIC_OK = 1e-5  # central differences (h = 1e-6) of a right forward agree with autograd far closer than this
 
 
@@ -74,9 +76,10 @@ def reference_call(spec: LayerSpec, params: dict[str, Tensor], inputs: dict[str,
 def items(spec: LayerSpec, outputs, grads, params) -> list[str]:
     """The items checked on the default configuration, then one per further configuration."""
     configs = expand(spec)
-    names = [FORWARD.format(o) for o in outputs] + [GRADIENT.format(g) for g in grads]
+    names = ([LAYOUT] if spec.layout else []) + [FORWARD.format(o) for o in outputs]
+    names += [GRADIENT.format(g) for g in grads]
     names += [ACCUMULATE] if params else []
-    names += [UNCHANGED] + ([NUMERIC] if spec.numeric else [])
+    names += [UNCHANGED] + ([REPLICAS] if spec.replicas else []) + ([NUMERIC] if spec.numeric else [])
     return names + [CONFIG.format(n + 1, len(configs), label) for n, (label, _) in enumerate(configs) if n]
 
 
@@ -96,7 +99,7 @@ def check_layer(spec: LayerSpec, box, where: str | None) -> Report:
     """Check the layer in ``box`` (a Sandbox holding the learner's class) on every configuration of ``spec``."""
     configs = expand(spec)
     report = Report(f"Checking {box.cls_name} of exercise {spec.name} on {len(configs)} configurations")
-    report.right = (f"every tensor agrees with PyTorch's autograd on all {len(configs)} configurations, and with "
+    report.right = (f"every tensor agrees with {spec.versus} on all {len(configs)} configurations, and with "
                     f"central differences of your forward")
     for number, (label, cfg) in enumerate(configs):
         g = torch.Generator().manual_seed(cfg.seed)
@@ -130,9 +133,13 @@ def _walk(spec: LayerSpec, box, number: int, params: dict, calls: list[Call], re
         return False
     errors: dict[str, float] = {}
     mark = report.mark if number == 0 else (lambda *a: None)  # items are the default configuration's
+    if spec.layout is not None and not _layout(spec, box, calls[0].ctx, report, mark):
+        return False
     for k, c in enumerate(calls):
         if not _forward(spec, box, c, k, errors, report, mark) or not _backward(spec, box, params, calls, k, errors,
                                                                                 report, mark):
+            return False
+        if spec.replicas and not _replicas(spec, box, report, mark):
             return False
     report.say("    right; the largest relative errors over two calls: "
                + ", ".join(f"{n} {e:.1e}" for n, e in errors.items()))
@@ -146,6 +153,58 @@ def _walk(spec: LayerSpec, box, number: int, params: dict, calls: list[Call], re
             return False
         if gap is not None:
             report.say(f"    central differences of your forward (h = 1e-6) agree with them to {gap:.0e}")
+    return True
+
+
+def _parts_equal(mine, want: list[Tensor], tol: float) -> bool:
+    return isinstance(mine, list) and len(mine) == len(want) and all(same(a, b, tol) for a, b in zip(mine, want))
+
+
+def _shapes(parts) -> str:
+    if not isinstance(parts, list):
+        return shape_of(parts)
+    return "[" + ", ".join(shape_of(t) for t in parts) + "]"
+
+
+def _layout(spec: LayerSpec, box, ctx, report: Report, mark) -> bool:
+    """The learner's shards, one per rank, right after construction: each the expected block of its parameter."""
+    want = spec.layout(ctx)
+    got = box.request("probe", tuple(want))
+    for path, parts in want.items():
+        mine = got.get(path)
+        if _parts_equal(mine, parts, RIGHT):
+            continue
+        report.fail(f"  layout is wrong: self.{path} should hold {len(parts)} shards, one per rank, of shapes "
+                    f"{_shapes(parts)}, each the block of the parameter that rank holds; yours: {_shapes(mine)}")
+        for m, alt in spec.layout_mistakes:
+            if _parts_equal(mine, alt(ctx).get(path), SAME):
+                report.fail("  -> " + m.says(f"self.{path}", "is"), m.key)
+                mark(LAYOUT, False, [m.key])
+                return False
+        if isinstance(mine, list) and [shape_of(t) for t in mine] == [shape_of(t) for t in parts]:
+            report.say("  -> the shapes are right, the values are not: is each shard a view of the parameter "
+                       "(shard() gives views)?  The checker sets the parameters after the constructor, and a "
+                       "copy never sees them")
+        mark(LAYOUT, False)
+        return False
+    mark(LAYOUT, True)
+    return True
+
+
+def _replicas(spec: LayerSpec, box, report: Report, mark) -> bool:
+    """After a forward and backward: each list of per-rank results holds one value on every rank."""
+    for path, parts in box.request("probe", spec.replicas).items():
+        if not isinstance(parts, list) or not parts:
+            report.fail(f"  self.{path} is {shape_of(parts)}: it should be a list with one tensor per rank")
+            mark(REPLICAS, False)
+            return False
+        for r, t in enumerate(parts[1:], 1):
+            if not same(t, parts[0], RIGHT):
+                report.fail(f"  rank {r}'s {path} differs from rank 0's: after an all-reduce every rank holds the "
+                            f"same sum.  " + describe(f"{path}[{r}]", t, parts[0]))
+                mark(REPLICAS, False)
+                return False
+    mark(REPLICAS, True)
     return True
 
 
@@ -250,12 +309,27 @@ def _backward(spec, box, params, calls: list[Call], k: int, errors, report, mark
     if line:
         report.say("  " + line)
     first = True
+    ruled_out = _ruled_out(spec, c, [r[0] for r in rows], wrong)
     for name, actual, expected, candidates in rows:
         if name in wrong and actual is not None:
+            candidates = [None if i in ruled_out else cand for i, cand in enumerate(candidates)]
             name_it(spec, name, actual, candidates, report, c, expected, quiet=not first, k=k,
                     numeric=(lambda index: _central(spec, box, c, name, index)) if first else None)
             first = False
     return False
+
+
+def _ruled_out(spec: LayerSpec, c: Call, names: list[str], wrong: list[str]) -> set[int]:
+    """The known mistakes (indices into ``_formulas``) that cannot be this answer: each changes a tensor that is
+    right here (a mistake that changes dx and weight.grad is not named for a wrong weight.grad beside a right dx)."""
+    out = set()
+    for i, m in enumerate(_formulas(spec)):
+        for name, value in m.value(c.ctx).items():
+            if name in names and name not in wrong and name in c.grads and isinstance(value, Tensor) \
+                    and value.shape == c.grads[name].shape and rel_error(value, c.grads[name]) > 10 * RIGHT:
+                out.add(i)
+                break
+    return out
 
 
 def _intermediates(spec: LayerSpec, box, c: Call, params: dict) -> list[str]:

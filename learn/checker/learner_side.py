@@ -131,6 +131,18 @@ def saved(s: State) -> dict:
     return {str(k): v for k, v in rec.items() if isinstance(v, torch.Tensor)} if isinstance(rec, dict) else {}
 
 
+def probe(s: State, paths: tuple) -> dict:
+    """The learner's object's attributes at the dotted ``paths`` ("fc1.weights"), each as it is (None if
+    missing)."""
+    found = {}
+    for path in paths:
+        value = s.obj
+        for part in path.split("."):
+            value = getattr(value, part, None)
+        found[path] = list(value) if isinstance(value, tuple) else value
+    return found
+
+
 def value_run(s: State, index: int):
     from .value_check import EXPRESSIONS, _run
     return _run(s.cls, EXPRESSIONS[index][1], s.where)
@@ -153,5 +165,68 @@ def adam_run(s: State, params: list, grads: list, hyper: dict):
     return history, None
 
 
+def _grads(obj) -> dict:
+    return {f"{n}.grad": getattr(getattr(obj, n, None), "grad", None) for n in ("weight", "bias")}
+
+
+def split_construct(s: State, ctor: dict, params: dict):
+    """Two objects of the learner's Linear (exercise linear_split): one split into B and W, one fused; -> None, or
+    why the parameters cannot be set."""
+    args = ", ".join(f"{k}={v!r}" for k, v in ctor.items())
+    objs = [call(f"{s.cls.__name__}({args})", lambda: s.cls(**ctor), where=s.where) for _ in range(2)]
+    for obj in objs:
+        for n, value in params.items():
+            mine = getattr(obj, n, None)
+            if not isinstance(mine, torch.Tensor) or mine.shape != value.shape or mine.dtype != torch.float64:
+                return (f"your {s.cls.__name__}.{n} is {mine.dtype if isinstance(mine, torch.Tensor) else mine!r} of "
+                        f"shape {tuple(getattr(mine, 'shape', ()))}; expected float64 of shape {tuple(value.shape)}")
+            mine.copy_(value)
+            mine.grad = None
+    s.obj, s.twin = objs
+    s.params = tuple(params)
+    return None
+
+
+def split_forward(s: State, x):
+    given = x.clone()
+    out = call(f"{s.cls.__name__}.forward", s.obj.forward, given, where=s.where)
+    return out, given
+
+
+def split_b(s: State, dout):
+    """B on the split object: -> (dx, dout as B left it, each .grad, the object's other attributes: what B kept)."""
+    s.dout_given = dout.clone()  # the caller's buffer: overwritten before W (split_w)
+    dx = call(f"{s.cls.__name__}.backward_input", s.obj.backward_input, s.dout_given, where=s.where,
+              params=s.ids())
+    kept = {k: v for k, v in vars(s.obj).items() if k not in ("weight", "bias", "x")}  # what B kept, by name
+    return dx, s.dout_given.clone(), _grads(s.obj), kept
+
+
+def split_w(s: State, overwrite):
+    """The caller reuses dout's buffer, then W: -> each .grad."""
+    s.dout_given.copy_(overwrite)
+    call(f"{s.cls.__name__}.backward_weight", s.obj.backward_weight, where=s.where, params=s.ids())
+    return _grads(s.obj)
+
+
+def split_fused(s: State, x, dout):
+    """The fused backward on the second object: -> (dx, each .grad)."""
+    call(f"{s.cls.__name__}.forward", s.twin.forward, x.clone(), where=s.where)
+    dx = call(f"{s.cls.__name__}.backward", s.twin.backward, dout.clone(), where=s.where)
+    return dx, _grads(s.twin)
+
+
+def split_w_again(s: State):
+    """A W with no B before it: -> (whether it raised, each .grad after it)."""
+    try:
+        s.obj.backward_weight()
+        raised = False
+    except Exception:
+        raised = True
+    return raised, _grads(s.obj)
+
+
 OPS = {"construct": construct, "forward": forward, "backward": backward, "numeric": numeric, "stray": stray,
-       "saved": saved, "value_run": value_run, "adam_run": adam_run}
+       "saved": saved, "probe": probe, "value_run": value_run, "adam_run": adam_run,
+       "split_construct": split_construct, "split_forward": split_forward, "split_b": split_b, "split_w": split_w,
+       "split_fused": split_fused, "split_w_again": split_w_again}

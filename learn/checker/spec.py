@@ -66,3 +66,10 @@ class LayerSpec:
     nan_hint: str = ""  # where a nan or inf comes from in this exercise
     shared: list[tuple[tuple[str, ...], str]] = field(default_factory=list)  # tensors computed from one
     # intermediate, and where that is: all of them wrong, the others right, points there
+    layout: Callable[[SimpleNamespace], dict[str, list[Tensor]]] | None = None  # after construction, the learner's
+    # object's lists of tensors at these attribute paths ("fc1.weights": one shard per rank) must hold these
+    layout_mistakes: list[tuple[Mistake, Callable[[SimpleNamespace], dict[str, list[Tensor]]]]] = \
+        field(default_factory=list)  # a known wrong layout, and the lists it would give
+    versus: str = "PyTorch's autograd"  # what the expected values are, in the report's verdict
+    replicas: tuple[str, ...] = ()  # attribute paths of lists (one tensor per simulated rank) that must hold one
+    # value on every rank after each backward

@@ -37,6 +37,10 @@ EXERCISES = [
     Exercise("attention", "CausalAttention", "softmax's Jacobian, the causal mask and the 1/sqrt(d) scale, both "
              "ways"),
     Exercise("adam", "Adam", "an optimizer from .grad: moments, bias correction, eps outside the square root"),
+    Exercise("linear_split", "Linear", "a backward split for a pipeline: B (dx, now), W (dW and db, later), "
+             "bit for bit the fused one"),
+    Exercise("tensor_parallel", "TensorParallelMLP", "an MLP split over ranks, Megatron's f and g: which pass "
+             "all-reduces, and the bias added once"),
 ]
 BY_NAME = {e.name: e for e in EXERCISES}
 

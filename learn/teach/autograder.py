@@ -61,7 +61,9 @@ def build_wheel(dest: Path) -> Path:
         for f in ("pyproject.toml", "README.md", "LICENSE", *(f"{m}.py" for m in tool.get("py-modules", []))):
             if (ROOT / f).is_file():
                 shutil.copy2(ROOT / f, src / f)
-        for top in sorted({p.split(".")[0] for p in tool["packages"]}):
+        packages = tool["packages"]  # a list of names, or setuptools' find: {include: ["layers*", ...]}
+        names = packages["find"]["include"] if isinstance(packages, dict) else packages
+        for top in sorted({p.split(".")[0].rstrip("*") for p in names}):
             shutil.copytree(ROOT / top, src / top, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         run = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                               "--no-index", "-q", "-w", str(dest), str(src)], capture_output=True, text=True,

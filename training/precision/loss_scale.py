@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping
 import torch
 from torch import Tensor
 
+from layers.checks import check_int
+
 
 class DynamicLossScaler:
     """A loss scale S that backs off on overflow and grows after ``growth_interval`` clean steps.
@@ -41,8 +43,7 @@ class DynamicLossScaler:
                     or value != value or value == float("inf"):
                 need = {"init_scale": "> 0", "growth_factor": "> 1", "backoff_factor": "in (0, 1)"}[name]
                 raise ValueError(f"{owner}: {name} must be a finite number {need}, got {value!r}")
-        if isinstance(growth_interval, bool) or not isinstance(growth_interval, int) or growth_interval < 1:
-            raise ValueError(f"{owner}: growth_interval must be an int >= 1, got {growth_interval!r}")
+        check_int(owner, "growth_interval", growth_interval)
         self.growth_factor, self.backoff_factor = float(growth_factor), float(backoff_factor)
         self.growth_interval, self.enabled, self.fused = growth_interval, bool(enabled), bool(fused)
         device = torch.device(device)

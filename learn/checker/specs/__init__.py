@@ -1,6 +1,7 @@
 """What the checker knows about each exercise (inputs, autograd reference, known mistakes), by exercise name."""
 from ...mistakes import GENERIC, Mistake
 from ..adam_check import AdamSpec
+from ..split_check import LinearSplitSpec
 from ..value_check import ValueSpec
 from .activations import RELU, SIGMOID, TANH
 from .attention import SPEC as ATTENTION
@@ -11,9 +12,11 @@ from .losses import MSE, SOFTMAX_CROSS_ENTROPY
 from .lstm_cell import SPEC as LSTM_CELL
 from .maxpool2d import SPEC as MAXPOOL2D
 from .norms import BATCHNORM, LAYERNORM
+from .tensor_parallel import SPEC as TENSOR_PARALLEL
 
 SPECS = {s.name: s for s in (LINEAR, RELU, SIGMOID, TANH, MSE, SOFTMAX_CROSS_ENTROPY, BATCHNORM, LAYERNORM,
-                             EMBEDDING, CONV2D, MAXPOOL2D, LSTM_CELL, ATTENTION, ValueSpec(), AdamSpec())}
+                             EMBEDDING, CONV2D, MAXPOOL2D, LSTM_CELL, ATTENTION, ValueSpec(), AdamSpec(),
+                             LinearSplitSpec(), TENSOR_PARALLEL)}
 
 
 def catalogue() -> list[tuple[str, Mistake]]:

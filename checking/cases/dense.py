@@ -1,59 +1,19 @@
-"""gradcheck's built-in cases, first part: the MLPs, the losses, normalisation, convolution and pooling.
-
-A case is ``run(fast) -> list[GradResult]``: it draws its inputs (the command seeds each case), builds the layer
-and checks it.  ``cases_sequence.py`` has attention, the GPT and the recurrent layers; ``gradcheck.py`` (the
-command) runs them all.
-"""
+"""The case families of the feed-forward layers: MLPs, losses, normalisation and dropout, the further activations,
+convolution and pooling.  Each family is a function returning {command-line name: [cases]}, built when called."""
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
-from torch import Tensor
 
-from layers import (GELU, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv2d, Dropout, Flatten, Layer, LayerNorm, LeakyReLU,
-                    Linear, LogSoftmax, MaxPool2d, ReLU, Sequential, Sigmoid, SiLU, Softmax, SyncBatchNorm, Tanh)
+from layers import (GELU, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv2d, Dropout, Flatten, LayerNorm, LeakyReLU, Linear,
+                    LogSoftmax, MaxPool2d, ReLU, Sequential, Sigmoid, SiLU, Softmax, SyncBatchNorm, Tanh)
 from losses import CrossEntropyLoss, MSELoss
 from models import Net
 
-from .gradcheck import check_layer, check_loss
-from .numeric import GradResult
-
-def _away_from_zero(x: Tensor, margin: float = 1e-2) -> Tensor:
-    """Push entries off the ReLU kink, where the derivative is undefined and differences straddle it."""
-    return torch.where(x.abs() < margin, x.sign() * margin + (x == 0) * margin, x)
+from .make import F64, Case, distinct_case, layer_case, loss_case, nontrivial
 
 
-F64 = torch.float64
-Case = Callable[[bool], list[GradResult]]  # run(fast) -> results
-
-
-def rnd(*shape: int, scale: float = 1.0) -> Tensor:
-    return torch.randn(*shape, dtype=F64) * scale
-
-
-def layer_case(label: str, make: Callable[[], Layer], *shape: int, kink: bool = False, scale: float = 1.0,
-               mode: str | None = None) -> Case:
-    """A check of ``make()`` on a random (shape) input; ``mode`` "train"/"eval" sets the layer's mode first;
-    ``kink`` keeps inputs off a ReLU-like kink."""
-    def run(fast: bool) -> list[GradResult]:
-        x = rnd(*shape, scale=scale)
-        layer = make()
-        if mode is not None:
-            layer.train(mode == "train")
-        tag = f" [{mode}]" if mode else ""
-        return check_layer(layer, _away_from_zero(x) if kink else x, name=f"{label}{tag} x{tuple(shape)}", fast=fast)
-    return run
-
-
-def loss_case(label: str, make, input_shape, target_fn) -> Case:
-    def run(fast: bool) -> list[GradResult]:  # a loss has few inputs: always the full check
-        x = rnd(*input_shape, scale=3.0)
-        return check_loss(make(), x, target_fn(x), name=f"{label} x{tuple(input_shape)}")
-    return run
-
-
-def _mlp_cases() -> dict[str, list[Case]]:
+def mlp() -> dict[str, list[Case]]:
+    """Linear, the first activations and softmax, and the MLP (``Net``) made of them."""
     return {
         "linear": [layer_case("Linear(7,5)", lambda: Linear(7, 5, dtype=F64), 4, 7),
                    layer_case("Linear(3,6)", lambda: Linear(3, 6, dtype=F64), 1, 3),
@@ -73,7 +33,8 @@ def _mlp_cases() -> dict[str, list[Case]]:
     }
 
 
-def _loss_cases() -> dict[str, list[Case]]:
+def loss() -> dict[str, list[Case]]:
+    """Cross-entropy (class indices, probabilities, label smoothing) and mean squared error."""
     idx = lambda x: torch.randint(0, x.shape[1], (x.shape[0],))  # noqa: E731
     probs = lambda x: torch.softmax(torch.randn_like(x), 1)  # noqa: E731
     same = lambda x: torch.randn_like(x)  # noqa: E731
@@ -85,26 +46,14 @@ def _loss_cases() -> dict[str, list[Case]]:
             loss_case("CrossEntropy(probs)", CrossEntropyLoss, (3, 5), probs),
             loss_case("CrossEntropy(probs,sum,smooth=0.2)", lambda: CrossEntropyLoss("sum", label_smoothing=0.2),
                       (3, 5), probs)],
-        "mseloss": [loss_case("MSE", MSELoss, (4, 3), same), loss_case("MSE(sum)", lambda: MSELoss("sum"), (1, 7), same),
+        "mseloss": [loss_case("MSE", MSELoss, (4, 3), same),
+                    loss_case("MSE(sum)", lambda: MSELoss("sum"), (1, 7), same),
                     loss_case("MSE", MSELoss, (2, 3, 4), same)],
     }
 
 
-def nontrivial(layer):
-    """Parameters away from their defaults (gamma off 1, beta off 0: a default can hide a missing term) and
-    running statistics away from 0 and 1, so eval mode checks them too."""
-    with torch.no_grad():
-        for name, t in layer.named_parameters():
-            t.copy_(torch.rand_like(t) + 0.5 if name.endswith("weight") else torch.randn_like(t))
-        for name, t in layer.named_buffers():
-            if name.endswith("running_mean"):
-                t.copy_(torch.randn_like(t) * 0.5)
-            elif name.endswith("running_var"):
-                t.copy_(torch.rand_like(t) + 0.5)
-    return layer
-
-
-def _norm_cases() -> dict[str, list[Case]]:
+def normalisation() -> dict[str, list[Case]]:
+    """Batch norm (train and eval, every option), SyncBatchNorm, layer norm and dropout."""
     bn1 = lambda c, **kw: lambda: nontrivial(BatchNorm1d(c, dtype=F64, **kw))  # noqa: E731
     bn2 = lambda c, **kw: lambda: nontrivial(BatchNorm2d(c, dtype=F64, **kw))  # noqa: E731
     ln = lambda s, **kw: lambda: nontrivial(LayerNorm(s, dtype=F64, **kw))  # noqa: E731
@@ -135,6 +84,12 @@ def _norm_cases() -> dict[str, list[Case]]:
         "dropout": [layer_case("Dropout(0.3)", lambda: Dropout(0.3), 4, 9, mode="train"),
                     layer_case("Dropout(0.3)", lambda: Dropout(0.3), 1, 2, 3, 4, mode="train"),
                     layer_case("Dropout(0.3)", lambda: Dropout(0.3), 4, 9, mode="eval")],
+    }
+
+
+def activations() -> dict[str, list[Case]]:
+    """GELU (exact and tanh), LeakyReLU, SiLU and LogSoftmax."""
+    return {
         "gelu": [layer_case("GELU", GELU, 4, 9, scale=2.0), layer_case("GELU(tanh)", lambda: GELU("tanh"), 1, 5, 3,
                                                                           scale=2.0)],
         "leakyrelu": [layer_case("LeakyReLU", LeakyReLU, 4, 9, kink=True),
@@ -146,26 +101,6 @@ def _norm_cases() -> dict[str, list[Case]]:
     }
 
 
-def distinct(*shape: int, spacing: float = 0.05) -> Tensor:
-    """A random arrangement of evenly spaced values (centred on 0): no two entries closer than ``spacing``, so
-    a perturbation of eps << spacing never changes which entry is a window's maximum (max pooling's kink)."""
-    n = 1
-    for s in shape:
-        n *= s
-    return ((torch.randperm(n, dtype=F64) - (n - 1) / 2) * spacing).view(*shape)
-
-
-def distinct_case(label: str, make: Callable[[], Layer], *shape: int, mode: str | None = None) -> Case:
-    """``layer_case`` on an input of distinct values (``distinct``): for layers that take a maximum."""
-    def run(fast: bool) -> list[GradResult]:
-        layer = make()
-        if mode is not None:
-            layer.train(mode == "train")
-        tag = f" [{mode}]" if mode else ""
-        return check_layer(layer, distinct(*shape), name=f"{label}{tag} x{tuple(shape)}", fast=fast)
-    return run
-
-
 def _small_cnn() -> Sequential:
     """(N, 1, 8, 8) -> conv+ReLU+max pool -> conv("same", even kernel)+ReLU+avg pool -> Flatten -> Linear -> (N, 5)."""
     return Sequential(Conv2d(1, 3, 3, padding=1, dtype=F64), ReLU(), MaxPool2d(2),
@@ -173,7 +108,8 @@ def _small_cnn() -> Sequential:
                       Flatten(), Linear(16, 5, dtype=F64))
 
 
-def _conv_cases() -> dict[str, list[Case]]:
+def convolution() -> dict[str, list[Case]]:
+    """Conv2d (stride, padding, dilation, groups), max and average pooling, Flatten, and a small CNN."""
     conv = lambda *a, **kw: lambda: Conv2d(*a, dtype=F64, **kw)  # noqa: E731
     return {
         "conv2d": [layer_case("Conv2d(2,3,3)", conv(2, 3, 3), 2, 2, 5, 5),
@@ -194,22 +130,9 @@ def _conv_cases() -> dict[str, list[Case]]:
                       layer_case("AvgPool2d(3,stride=2,padding=1)", lambda: AvgPool2d(3, 2, 1), 1, 2, 5, 6),
                       layer_case("AvgPool2d(3,2,1,count_include_pad=False,ceil_mode=True)",
                                  lambda: AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False), 1, 2, 6, 6)],
-        "flatten": [layer_case("Flatten()", Flatten, 2, 3, 2, 2), layer_case("Flatten(0,1)", lambda: Flatten(0, 1), 2, 3, 4),
+        "flatten": [layer_case("Flatten()", Flatten, 2, 3, 2, 2),
+                    layer_case("Flatten(0,1)", lambda: Flatten(0, 1), 2, 3, 4),
                     layer_case("Flatten(-2,-1)", lambda: Flatten(-2, -1), 1, 2, 3, 2)],
         "cnn": [layer_case("CNN(conv,relu,maxpool,conv same,relu,avgpool,flatten,linear)", _small_cnn, 2, 1, 8, 8),
                 layer_case("CNN(conv,relu,maxpool,conv same,relu,avgpool,flatten,linear)", _small_cnn, 1, 1, 8, 8)],
     }
-
-
-def inputs_case(label: str, make: Callable[[], Layer], inputs: Callable[[], tuple], mode: str | None = None,
-                **forward_kwargs) -> Case:
-    """A check of ``make()`` on the tuple ``inputs()`` (query, key, value; token ids) with keyword arguments."""
-    def run(fast: bool) -> list[GradResult]:
-        layer = make()
-        if mode is not None:
-            layer.train(mode == "train")
-        args = inputs()
-        tag = f" [{mode}]" if mode else ""
-        shapes = ",".join(str(tuple(a.shape)) for a in (args if isinstance(args, tuple) else (args,)))
-        return check_layer(layer, args, name=f"{label}{tag} x{shapes}", fast=fast, forward_kwargs=forward_kwargs)
-    return run

@@ -1,6 +1,6 @@
-"""Backpropagation through time as torch.compile traces it: ``layers/bptt.py``'s equations, written without buffers.
+"""Backpropagation through time as torch.compile traces it: ``bptt.py``'s equations, written without buffers.
 
-``layers/bptt.py`` is written for eager speed: every step writes its gates and states with ``out=`` into
+``bptt.py`` (beside this file) is written for eager speed: every step writes its gates and states with ``out=`` into
 buffers allocated once (strided views of them, often), and its products go through oneDNN's prepacked matmul.
 A compiler wants the opposite -- values, not places: torch.compile cannot trace an ``out=`` into a strided view,
 and Inductor cannot lower oneDNN's op with a weight that is not a constant.  So while the step is being compiled
@@ -11,7 +11,7 @@ weight gradients as one product over all T*N rows -- each step making new tensor
 a few kernels a step and lays out in memory itself.  tests/test_compile.py ties the two to each other (and to
 autograd) in float64.
 
-Shapes and names as in ``layers/bptt.py``: T steps, N batch, I input, H hidden, H_out = P or H; ``hp``/``cp`` are
+Shapes and names as in ``bptt.py``: T steps, N batch, I input, H hidden, H_out = P or H; ``hp``/``cp`` are
 h_{t-1}/c_{t-1} for every step t (T, N, .), in time order whichever way the layer runs.
 """
 from __future__ import annotations
@@ -23,11 +23,11 @@ import torch
 from torch import Tensor
 
 from . import bptt
-from .bptt import Cache, DirParams, _add_grads, _steps
+from .bptt import Cache, DirParams, Grads, _grads, _steps
 
 
 def for_forward() -> ModuleType:
-    """The module whose forwards run now: this one while torch.compile traces the step, else ``layers.bptt``."""
+    """The module whose forwards run now: this one while torch.compile traces the step, else ``bptt``."""
     return sys.modules[__name__] if torch.compiler.is_compiling() else bptt
 
 
@@ -58,21 +58,21 @@ def _in_time_order(per_step: dict[int, Tensor]) -> Tensor:
     return torch.stack([per_step[t] for t in range(len(per_step))])
 
 
-def _finish(dA: Tensor, x2: Tensor, p: DirParams, hp: Tensor, first: int, need_dh0: bool, need_dx: bool,
-            dx: Tensor | None, biases: tuple) -> tuple[Tensor | None, Tensor | None]:
+def _finish(dA: Tensor, x2: Tensor, p: DirParams, hp: Tensor, first: int, *, need_dh0: bool, need_dx: bool,
+            dx: Tensor | None) -> tuple[Tensor | None, Tensor | None, Grads]:
     """The weight gradients over all rows, dh0 = dA[first] @ W_hh, dx = dA @ W_ih (+ dx): as bptt.py."""
     T, N, G = dA.shape
     dA2 = dA.reshape(T * N, G)
-    _add_grads(dA2, [(p.w_ih, x2), (p.w_hh, hp.reshape(T * N, -1))], biases)
+    grads = _grads(dA2, {"w_ih": x2, "w_hh": hp.reshape(T * N, -1)}, ("b_ih", "b_hh"), p)
     dh0 = dA[first] @ p.w_hh if need_dh0 else None
     if not need_dx:
-        return None, dh0
-    return (dA2 @ p.w_ih if dx is None else torch.addmm(dx, dA2, p.w_ih)), dh0
+        return None, dh0, grads
+    return (dA2 @ p.w_ih if dx is None else torch.addmm(dx, dA2, p.w_ih)), dh0, grads
 
 
 # -- RNN: h_t = act(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh) -------------------------------------------------
 
-def rnn_forward(x: Tensor, p: DirParams, h0: Tensor | None, reverse: bool, relu: bool):
+def rnn_forward(x: Tensor, p: DirParams, h0: Tensor | None, *, reverse: bool, relu: bool):
     T, N, _ = x.shape
     x2, A = _inputs(x, p.w_ih, p.b_ih, p.b_hh)
     h = _zeros_or(h0, x, N, p.w_hh.shape[0])
@@ -85,7 +85,7 @@ def rnn_forward(x: Tensor, p: DirParams, h0: Tensor | None, reverse: bool, relu:
     return y, h, GraphCache(x2, p, reverse, _in_time_order(hp), y, (relu,))
 
 
-def rnn_backward(dy: Tensor, dh_n: Tensor | None, cache: GraphCache, need_dh0: bool, need_dx: bool = True,
+def rnn_backward(dy: Tensor, dh_n: Tensor | None, cache: GraphCache, *, need_dh0: bool, need_dx: bool = True,
                  dx: Tensor | None = None):
     x2, p, reverse, hp, y, (relu,) = cache
     k = (y > 0).to(y.dtype) if relu else 1 - y * y  # act'(a) for every step
@@ -95,12 +95,12 @@ def rnn_backward(dy: Tensor, dh_n: Tensor | None, cache: GraphCache, need_dh0: b
         dh = (dy[t] if dh_n is None else dy[t] + dh_n) if nxt is None else torch.addmm(dy[t], dA[nxt], p.w_hh)
         dA[t] = dh * k[t]
         nxt = t
-    return _finish(_in_time_order(dA), x2, p, hp, steps[0], need_dh0, need_dx, dx, (p.b_ih, p.b_hh))
+    return _finish(_in_time_order(dA), x2, p, hp, steps[0], need_dh0=need_dh0, need_dx=need_dx, dx=dx)
 
 
 # -- LSTM: gates i, f, g, o; c_t = f c_{t-1} + i g; h_t = o tanh(c_t) (then @ W_hr^T with a projection) -----
 
-def lstm_forward(x: Tensor, p: DirParams, h0: Tensor | None, c0: Tensor | None, reverse: bool):
+def lstm_forward(x: Tensor, p: DirParams, h0: Tensor | None, c0: Tensor | None, *, reverse: bool):
     T, N, _ = x.shape
     H, Ho = p.w_hh.shape[0] // 4, p.w_hh.shape[1]
     x2, A = _inputs(x, p.w_ih, p.b_ih, p.b_hh)
@@ -123,7 +123,7 @@ def lstm_forward(x: Tensor, p: DirParams, h0: Tensor | None, c0: Tensor | None, 
     return _in_time_order(hs), (h, c), GraphCache(x2, p, reverse, _in_time_order(hp), _in_time_order(acts), extra)
 
 
-def lstm_backward(dy: Tensor, dh_n: Tensor | None, dc_n: Tensor | None, cache: GraphCache, need_dh0: bool,
+def lstm_backward(dy: Tensor, dh_n: Tensor | None, dc_n: Tensor | None, cache: GraphCache, *, need_dh0: bool,
                   need_dx: bool = True, dx: Tensor | None = None):
     x2, p, reverse, hp, act, (cp, tc, rs) = cache
     i, f, g, o = act.chunk(4, 2)  # (T, N, H) each
@@ -141,16 +141,16 @@ def lstm_backward(dy: Tensor, dh_n: Tensor | None, dc_n: Tensor | None, cache: G
         dA[t] = torch.cat([(K3[t] * dc.unsqueeze(1)).flatten(1), Ko[t] * dr], 1)  # (N, 4H)
         dc = dc * f[t]
         nxt = t
+    dx, dh0, grads = _finish(_in_time_order(dA), x2, p, hp, steps[0], need_dh0=need_dh0, need_dx=need_dx, dx=dx)
     if rs is not None:  # dW_hr = sum_t dh_t^T r_t
         T, N, H = rs.shape
-        _add_grads(_in_time_order(dhs).reshape(T * N, -1), [(p.w_hr, rs.reshape(T * N, H))])
-    dx, dh0 = _finish(_in_time_order(dA), x2, p, hp, steps[0], need_dh0, need_dx, dx, (p.b_ih, p.b_hh))
-    return dx, dh0, dc
+        grads |= _grads(_in_time_order(dhs).reshape(T * N, -1), {"w_hr": rs.reshape(T * N, H)})
+    return dx, dh0, dc, grads
 
 
 # -- GRU: r, z = sigmoid(...), n = tanh(a_n + r m_n), h_t = (1 - z) n + z h_{t-1} ------------------------------
 
-def gru_forward(x: Tensor, p: DirParams, h0: Tensor | None, reverse: bool):
+def gru_forward(x: Tensor, p: DirParams, h0: Tensor | None, *, reverse: bool):
     T, N, _ = x.shape
     H = p.w_hh.shape[0] // 3
     x2, A = _inputs(x, p.w_ih, p.b_ih, None)  # b_hh belongs to the hidden side (r multiplies m_n)
@@ -170,7 +170,7 @@ def gru_forward(x: Tensor, p: DirParams, h0: Tensor | None, reverse: bool):
     return y, h, GraphCache(x2, p, reverse, _in_time_order(hp), _in_time_order(acts), (_in_time_order(mns),))
 
 
-def gru_backward(dy: Tensor, dh_n: Tensor | None, cache: GraphCache, need_dh0: bool, need_dx: bool = True,
+def gru_backward(dy: Tensor, dh_n: Tensor | None, cache: GraphCache, *, need_dh0: bool, need_dx: bool = True,
                  dx: Tensor | None = None):
     x2, p, reverse, hp, act, (mn,) = cache
     r, z, n = act.chunk(3, 2)  # (T, N, H) each
@@ -191,11 +191,10 @@ def gru_backward(dy: Tensor, dh_n: Tensor | None, cache: GraphCache, need_dh0: b
     T, N = dKs.shape[:2]
     dm, da = dKs[:, :, :3 * H], torch.cat([dKs[:, :, :2 * H], dKs[:, :, 3 * H:]], 2)
     dm2 = dm.reshape(T * N, 3 * H)
-    _add_grads(dm2, [(p.w_hh, hp.reshape(T * N, H))], (p.b_hh,))
     da2 = da.reshape(T * N, 3 * H)
-    _add_grads(da2, [(p.w_ih, x2)], (p.b_ih,))
+    grads = _grads(da2, {"w_ih": x2}, ("b_ih",), p) | _grads(dm2, {"w_hh": hp.reshape(T * N, H)}, ("b_hh",), p)
     first = steps[0]
     dh0 = torch.addmm(dh * z[first], dm[first], p.w_hh) if need_dh0 else None
     if not need_dx:
-        return None, dh0
-    return (da2 @ p.w_ih if dx is None else torch.addmm(dx, da2, p.w_ih)), dh0
+        return None, dh0, grads
+    return (da2 @ p.w_ih if dx is None else torch.addmm(dx, da2, p.w_ih)), dh0, grads

@@ -5,11 +5,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .checks import check_tensor
+from ..checks import check_tensor
 
 
 def check_inputs(self, query, key, value, kpm, attn_mask) -> bool:
-    """``self``: the MultiheadAttention.  torch's shape rules (``_mha_shape_check``), each failure one error naming the shapes; -> batched."""
+    """``self``: the MultiheadAttention.  torch's shape rules (``_mha_shape_check``), each failure one error naming
+    the shapes; -> batched."""
     for name, t in (("query", query), ("key", key), ("value", value)):
         check_tensor(repr(self), name, t)
         if not t.is_floating_point():

@@ -1,31 +1,27 @@
-"""gradcheck's built-in cases, second part: attention (both paths, every mask), transformer layers, the GPT and the
-recurrent layers and cells, the last checked against torch's own kernels as the autograd oracle."""
+"""The case family of the sequence layers: embeddings, attention (both paths, every mask), multi-head attention, the
+transformer layers, the GPT and cross-entropy over sequences."""
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
-from torch import Tensor
 
-from layers import (GRU, LSTM, RNN, Embedding, GRUCell, Layer, LayerNorm, LSTMCell, MultiheadAttention, RNNCell,
-                    ScaledDotProductAttention, TransformerEncoder, TransformerEncoderLayer, attention_dropout_mask)
+from layers import (Embedding, LayerNorm, MultiheadAttention, ScaledDotProductAttention, TransformerEncoder,
+                    TransformerEncoderLayer, attention_dropout_mask)
 from layers.reference import attention_backward, attention_bias, attention_forward
 from losses import CrossEntropyLoss
-from models import GPT, RecurrentLM, seeded_dropouts
+from models import GPT
 
-from .cases import F64, Case, inputs_case, loss_case, rnd
-from .gradcheck import check_layer
-from .numeric import GradResult
+from .make import F64, Case, inputs_case, loss_case, rnd
+
 
 class TextbookAttention:
     """``layers.reference``'s attention_forward/attention_backward as a layer, so that the textbook path is checked
-    like the blocked one: forward(q, k, v, attn_mask=None, is_causal=False, dropout_mask=None)."""
+    like the blocked one: forward(q, k, v, *, attn_mask=None, is_causal=False, dropout_mask=None)."""
 
     def __call__(self, *args, **kwargs):
         return self.forward(*args, **kwargs)
 
-    def forward(self, q, k, v, attn_mask=None, is_causal=False, dropout_mask=None):
-        bias = attention_bias(q.shape[-2], k.shape[-2], attn_mask, is_causal, dtype=q.dtype)
+    def forward(self, q, k, v, *, attn_mask=None, is_causal=False, dropout_mask=None):
+        bias = attention_bias(q.shape[-2], k.shape[-2], attn_mask, is_causal=is_causal, dtype=q.dtype)
         out, self.cache = attention_forward(q, k, v, bias, dropout_mask=dropout_mask)
         return out
 
@@ -39,7 +35,9 @@ class TextbookAttention:
         return "TextbookAttention()"
 
 
-def _attention_cases() -> dict[str, list[Case]]:
+def attention() -> dict[str, list[Case]]:
+    """Embedding, attention (blocked and textbook), MultiheadAttention, the transformer layers, the GPT and
+    cross-entropy over (N, C, T) logits with ignore_index."""
     g = torch.Generator().manual_seed(11)
     qkv = lambda lead, L, S, E=4, Ev=3: lambda: (rnd(*lead, L, E), rnd(*lead, S, E), rnd(*lead, S, Ev))  # noqa: E731
     allowed = torch.rand(2, 4, 5, generator=g) > 0.3  # (N, L, S) bool, True = may attend
@@ -75,7 +73,8 @@ def _attention_cases() -> dict[str, list[Case]]:
                                            qkv((2,), 4, 5), attn_mask=bias, dropout_mask=drop)],
         "multiheadattention": [
             inputs_case("MHA(6,2) self", mha(), lambda: (lambda x: (x, x.clone(), x.clone()))(rnd(3, 2, 6))),
-            inputs_case("MHA(6,2,add_bias_kv,add_zero_attn) cross, key padding", mha(add_bias_kv=True, add_zero_attn=True),
+            inputs_case("MHA(6,2,add_bias_kv,add_zero_attn) cross, key padding",
+                        mha(add_bias_kv=True, add_zero_attn=True),
                         lambda: (rnd(3, 2, 6), rnd(4, 2, 6), rnd(4, 2, 6)), key_padding_mask=kpm),
             inputs_case("MHA(6,2,kdim=3,vdim=5,batch_first) float attn_mask, per-head weights",
                         mha(kdim=3, vdim=5, batch_first=True), lambda: (rnd(2, 3, 6), rnd(2, 4, 3), rnd(2, 4, 5)),
@@ -127,102 +126,3 @@ def unit_scale(model):
             is_gain = t.dim() == 1 and "ln" in name and name.endswith("weight")
             t.copy_(torch.rand_like(t) + 0.5 if is_gain else torch.randn_like(t) * 0.5)
     return model
-
-
-class _TorchOracle:
-    """A recurrent layer (RNN, LSTM, GRU, the cells) for check_layer, with torch.nn's kernels as the autograd oracle.
-
-    These layers write into preallocated buffers with out=, which autograd cannot record, and say so
-    (``autograd_opaque``).  Under grad mode -- only check_layer's autograd pass -- this runs their torch.nn twin
-    instead, ``seeded_dropouts(layer.to_torch())`` (the same dropout masks), with the layer's own parameter tensors
-    (in torch's layouts, as views) swapped in by ``torch.func.functional_call``: "vs autograd" is then the
-    hand-written backward against autograd through nn.LSTM's (nn.GRU's, ...) own kernels, on the same weights and
-    inputs.  Every other call is the layer's.
-    """
-
-    def __init__(self, layer):
-        self.layer = layer
-        self.twin = seeded_dropouts(layer.to_torch())
-
-    def __repr__(self) -> str:
-        return repr(self.layer)
-
-    def named_parameters(self):
-        return self.layer.named_parameters()
-
-    def parameters(self) -> list[Tensor]:
-        return self.layer.parameters()
-
-    def forward(self, x, hx=None):
-        if not torch.is_grad_enabled():
-            return self.layer.forward(x, hx)
-        self.twin.train(self.layer.training)
-        # state_dict: torch's layouts (a Linear's weight as (H, D)), views of the layer's own tensors
-        return torch.func.functional_call(self.twin, self.layer.state_dict(), (x,) if hx is None else (x, hx))
-
-    def backward(self, *douts):
-        return self.layer.backward(*douts)
-
-
-def recurrent_case(label: str, make: Callable[[], Layer], x_shape: tuple[int, ...],
-                   states: tuple | None = None, mode: str | None = None, vocab: int | None = None) -> Case:
-    """A check of a recurrent layer or cell on a random input of ``x_shape`` (token ids below ``vocab`` if given)
-    and, when ``states`` gives their shapes (a shape, or a pair of shapes for the LSTM's (h_0, c_0)), random
-    initial states: their gradients are checked too.  The autograd oracle is the torch.nn twin (``_TorchOracle``)."""
-    def run(fast: bool) -> list[GradResult]:
-        layer = make()
-        if mode is not None:
-            layer.train(mode == "train")
-        x = rnd(*x_shape) if vocab is None else torch.randint(0, vocab, x_shape)
-        if states is None:
-            inputs = x
-        else:
-            hx = tuple(rnd(*s) for s in states) if isinstance(states[0], tuple) else rnd(*states)
-            inputs = (x, hx)
-        tag = f" [{mode}]" if mode else ""
-        where = f" x{x_shape}" + ("" if states is None else f" hx{states}")
-        return check_layer(_TorchOracle(layer), inputs, name=f"{label}{tag}{where}", fast=fast)
-    return run
-
-
-def _recurrent_cases() -> dict[str, list[Case]]:
-    """Small sizes (T = 3-4, batch 2, hidden 3-5): every entry of every weight is perturbed twice."""
-    def make(cls, *a, **kw):
-        return lambda: cls(*a, dtype=F64, **kw)
-    return {
-        "rnn": [recurrent_case("RNN(3,4)", make(RNN, 3, 4), (4, 2, 3)),
-                recurrent_case("RNN(3,4,relu,2 layers)", make(RNN, 3, 4, 2, "relu"), (4, 2, 3), (2, 2, 4)),
-                recurrent_case("RNN(3,3,bidirectional,batch_first,bias=False)",
-                               make(RNN, 3, 3, bias=False, batch_first=True, bidirectional=True), (2, 4, 3), (2, 2, 3)),
-                recurrent_case("RNN(3,4) unbatched", make(RNN, 3, 4), (4, 3), (1, 4))],
-        "lstm": [recurrent_case("LSTM(3,4)", make(LSTM, 3, 4), (4, 2, 3)),
-                 recurrent_case("LSTM(3,3,2 layers,bidirectional)", make(LSTM, 3, 3, 2, bidirectional=True),
-                                (3, 2, 3), ((4, 2, 3), (4, 2, 3))),
-                 recurrent_case("LSTM(3,4,proj_size=2,batch_first)", make(LSTM, 3, 4, proj_size=2, batch_first=True),
-                                (2, 4, 3), ((1, 2, 2), (1, 2, 4))),
-                 recurrent_case("LSTM(3,3,2 layers,dropout=0.4)", make(LSTM, 3, 3, 2, dropout=0.4), (3, 2, 3),
-                                mode="train"),
-                 recurrent_case("LSTM(2,3,proj_size=2,bidirectional) unbatched",
-                                make(LSTM, 2, 3, proj_size=2, bidirectional=True), (3, 2), ((2, 2), (2, 3)))],
-        "gru": [recurrent_case("GRU(3,4)", make(GRU, 3, 4), (4, 2, 3), (1, 2, 4)),
-                recurrent_case("GRU(3,3,2 layers,bidirectional,batch_first)",
-                               make(GRU, 3, 3, 2, batch_first=True, bidirectional=True), (2, 3, 3), (4, 2, 3)),
-                recurrent_case("GRU(3,4,bias=False) unbatched", make(GRU, 3, 4, bias=False), (4, 3), (1, 4))],
-        "rnncell": [recurrent_case("RNNCell(3,4)", make(RNNCell, 3, 4), (2, 3), (2, 4)),
-                    recurrent_case("RNNCell(3,4,relu)", make(RNNCell, 3, 4, nonlinearity="relu"), (2, 3)),
-                    recurrent_case("RNNCell(3,4) unbatched", make(RNNCell, 3, 4), (3,), (4,))],
-        "lstmcell": [recurrent_case("LSTMCell(3,4)", make(LSTMCell, 3, 4), (2, 3), ((2, 4), (2, 4))),
-                     recurrent_case("LSTMCell(3,4)", make(LSTMCell, 3, 4), (2, 3)),
-                     recurrent_case("LSTMCell(3,4,bias=False) unbatched", make(LSTMCell, 3, 4, bias=False), (3,),
-                                    ((4,), (4,)))],
-        "grucell": [recurrent_case("GRUCell(3,4)", make(GRUCell, 3, 4), (2, 3), (2, 4)),
-                    recurrent_case("GRUCell(3,4) unbatched", make(GRUCell, 3, 4), (3,), (4,))],
-        "recurrentlm": [recurrent_case("RecurrentLM(5,3,4,2 layers,lstm,dropout=0.3)",
-                                       make(RecurrentLM, 5, 3, 4, 2, dropout=0.3), (2, 3), ((2, 2, 4), (2, 2, 4)),
-                                       mode="train", vocab=5),
-                        recurrent_case("RecurrentLM(5,3,4,gru)", make(RecurrentLM, 5, 3, 4, cell="gru"), (2, 3),
-                                       vocab=5)],
-    }
-
-
-# One function per family of layers; each returns {command-line name: [cases]}.

@@ -1,8 +1,9 @@
-"""The gradient checker: hand-written backward passes checked twice: against central differences and against torch.autograd.
+"""The gradient checker: hand-written backward passes checked twice, against central differences and against
+torch.autograd.
 
 ``check_layer(layer, x)`` / ``check_loss(loss_fn, input, target)`` return one ``GradResult`` per checked
 tensor (the input and every parameter); ``python gradcheck.py`` runs them on every built-in layer and loss.
-Everything runs in float64; ``autodiff/numeric.py`` has the central differences and the relative error.
+Everything runs in float64; ``numeric.py`` beside this file has the central differences and the relative error.
 
 ``fast=True`` checks random projections of the Jacobian instead of every entry, as
 ``torch.autograd.gradcheck(fast_mode=True)`` does: the scalar f = sum(out * dout) (dout
@@ -35,9 +36,17 @@ import torch
 import torch.utils._pytree
 from torch import Tensor
 
+from layers.checks import check_bool, check_int, check_number
 from layers.layer import Layer, named_parameters_of, recording_graph
 
-from .numeric import EPS, RTOL, GradResult, _fast_result, _result, numeric_grad, rel_error
+from .numeric import EPS, RTOL, GradResult, fast_result, full_result, numeric_grad, rel_error
+
+
+def _check_settings(eps: object, rtol: object) -> None:
+    """eps and rtol: positive finite numbers (a bool is not one)."""
+    check_number("gradcheck", "eps", eps, 0.0, lo_open=True)
+    check_number("gradcheck", "rtol", rtol, 0.0, lo_open=True)
+
 
 def _require_float64(owner: str, tensors: dict[str, Tensor]) -> None:
     for name, t in tensors.items():
@@ -46,7 +55,7 @@ def _require_float64(owner: str, tensors: dict[str, Tensor]) -> None:
                              f"(use .to(dtype=torch.float64) / .double())")
 
 
-def _autograd(owner: str, fn: Callable[[], Tensor | tuple], leaves: list[Tensor], dout: Tensor | None,
+def _autograd(owner: str, fn: Callable[[], Tensor | tuple], leaves: list[Tensor], dout: Tensor | None, *,
               opaque: bool) -> list[Tensor] | None:
     """Gradients of fn() (contracted with dout) w.r.t. leaves by torch.autograd.  ``fn`` may instead return
     (outputs, their upstream gradients), two lists.
@@ -135,6 +144,9 @@ def check_layer(layer: Layer, x: Tensor | tuple, dout: Tensor | tuple | None = N
         raise TypeError(f"gradcheck: check_layer needs a layer, an object with forward(x) and backward(dout) "
                         f"methods (and parameters() if it has any), got {type(layer).__name__} {layer!r:.60}; "
                         f"a plain function has no hand-written backward to check")
+    _check_settings(eps, rtol)
+    check_bool("gradcheck", "fast", fast)
+    check_int("gradcheck", "seed", seed, lo=0)
     owner = name or repr(layer).split("\n")[0]
     kwargs = forward_kwargs or {}
     multi = isinstance(x, tuple)
@@ -242,9 +254,10 @@ def check_layer(layer: Layer, x: Tensor | tuple, dout: Tensor | tuple | None = N
 
         def auto_fn() -> tuple[list[Tensor], list[Tensor]]:
             outs = outputs(forward(auto_leaves))
-            return [o for o, d in zip(outs, douts) if o is not None and d is not None], [d for d in douts if d is not None]
+            kept = [(o, d) for o, d in zip(outs, douts) if o is not None and d is not None]
+            return [o for o, _ in kept], [d for _, d in kept]
 
-        auto_list = _autograd(owner, auto_fn, auto_inputs + [p for _, p in params], None, opaque)
+        auto_list = _autograd(owner, auto_fn, auto_inputs + [p for _, p in params], None, opaque=opaque)
         auto = dict.fromkeys(tensors) if auto_list is None else dict(zip(tensors, auto_list))
 
         def f() -> float:
@@ -253,10 +266,11 @@ def check_layer(layer: Layer, x: Tensor | tuple, dout: Tensor | tuple | None = N
                 return sum((o * d).sum().item() for o, d in zip(outs, douts) if o is not None and d is not None)
 
         if fast:
-            results = [_fast_result(owner, n, hand[n], f, t, auto[n], rtol, eps, seed + 7 + i)
+            results = [fast_result(owner, n, hand[n], f, t, auto[n], rtol, eps, seed + 7 + i)
                        for i, (n, t) in enumerate(tensors.items())]
         else:
-            results = [_result(owner, n, hand[n], numeric_grad(f, t, eps), auto[n], rtol) for n, t in tensors.items()]
+            results = [full_result(owner, n, hand[n], numeric_grad(f, t, eps), auto[n], rtol)
+                       for n, t in tensors.items()]
         for r in results:
             r.problem = problems.get(r.tensor)
         return results
@@ -315,6 +329,7 @@ def _placed(e: Exception, where: str) -> Exception:
 def check_loss(loss_fn, input: Tensor, target: Tensor, *, eps: float = EPS, rtol: float = RTOL,
                name: str | None = None) -> list[GradResult]:
     """Check ``loss_fn.backward()`` (dL/dinput) for a loss with the ``crit(input, target)`` interface."""
+    _check_settings(eps, rtol)
     owner = name or repr(loss_fn)
     x = input.detach().clone()
     _require_float64(owner, {"input": x})
@@ -323,11 +338,11 @@ def check_loss(loss_fn, input: Tensor, target: Tensor, *, eps: float = EPS, rtol
         hand = loss_fn.backward()
     xa = x.clone()
     auto_list = _autograd(owner, lambda: loss_fn(xa, target), [xa], None,
-                          bool(getattr(loss_fn, "autograd_opaque", False)))
+                          opaque=bool(getattr(loss_fn, "autograd_opaque", False)))
 
     def f() -> float:
         with torch.no_grad():
             return loss_fn(x, target).item()
 
-    return [_result(owner, "input", hand, numeric_grad(f, x, eps), None if auto_list is None else auto_list[0],
+    return [full_result(owner, "input", hand, numeric_grad(f, x, eps), None if auto_list is None else auto_list[0],
                     rtol)]

@@ -51,9 +51,9 @@ def draw_seed(generator: torch.Generator | None = None) -> int:
     return int(torch.randint(0, 2 ** 63 - 1, (), generator=generator, device=getattr(generator, "device", "cpu")))
 
 
-def attention_dropout_mask(seed: int, p: float, batch: int, rows: int, cols: int, *, row_range: tuple[int, int] | None = None,
-                           col_range: tuple[int, int] | None = None, dtype: torch.dtype = torch.float32,
-                           device: torch.device | str | None = None) -> Tensor:
+def attention_dropout_mask(seed: int, p: float, batch: int, rows: int, cols: int, *,
+                           row_range: tuple[int, int] | None = None, col_range: tuple[int, int] | None = None,
+                           dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> Tensor:
     """The scaled dropout mask (values 0 or 1/(1-p)) of attention weights of shape (batch, rows, cols), or of
     its block [:, r0:r1, c0:c1] given ``row_range=(r0, r1)`` and ``col_range=(c0, c1)``: (batch, r1-r0, c1-c0).
 

@@ -41,26 +41,35 @@ would be 0/0).  The block size changes nothing but rounding (``tests/test_attent
 
 Both passes compute in base 2: the scores carry a factor log2 e (in the product's alpha), exp becomes exp2
 and lse is a base-2 log-sum-exp -- the same numbers, and exp2 is several times faster on the CPU.  When all
-keys fit in one block (S <= block_size) ``layers/attention_one_block.py`` runs the same algorithm without
+keys fit in one block (S <= block_size) ``layers/attention/one_block.py`` runs the same algorithm without
 the online softmax's running state.
 """
 from __future__ import annotations
 
 import functools
 import math
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from .attention_dropout import attention_dropout_mask, draw_seed
-from .attention_one_block import LOG2E, one_block_backward, one_block_forward
-from .checks import check_backward_dout, check_int, check_tensor
-from .layer import BaseLayer
-from .saved import check_versions, versions
+from .dropout import attention_dropout_mask, draw_seed
+from .one_block import LOG2E, one_block_backward, one_block_forward
+from .scaled_dot_product_inputs import OWNER, check_mask, check_qkv
+from ..checks import LOW_PRECISION, check_int, check_number, check_probability, check_tensor
+from ..layer import BaseLayer
+from ..template import _public_backward, _public_forward
 
 DEFAULT_BLOCK_SIZE = 128  # keys per block: large enough for efficient products, small enough that a causal pass
 # skips most of what it need not compute (benchmarks/attention.py --block compares sizes)
-_LOW_PRECISION = (torch.float16, torch.bfloat16)  # computed in float32, as flash kernels accumulate
+
+
+def as_written(method):
+    """A public method the template's wrapping (layers/template.py) leaves as written: a layer whose forward takes
+    several tensors or whose backward takes several gradients keeps its own signature and calls the template's
+    checked forward and backward itself."""
+    method._template = method._no_graph = True
+    return method
 
 
 class ScaledDotProductAttention(BaseLayer):
@@ -75,23 +84,39 @@ class ScaledDotProductAttention(BaseLayer):
 
     Dropout (``dropout_p > 0``: the function applies it whenever asked, as torch's does; a module passes 0
     in eval mode) draws one seed per forward from ``generator`` (default torch's CPU generator) and drops
-    the weights ``layers.attention_dropout`` says, regenerating each block's mask in backward.
+    the weights ``layers.attention.dropout`` says, regenerating each block's mask in backward.
     ``block_size``: keys per block (default 128); any value gives the same result up to rounding.
     float16/bfloat16 inputs are computed in float32 and the results rounded once.
 
-    Kept from forward to backward: query, key and value (views of them where no cast or copy was needed), the
-    output and the weights it returned (views of its own, where no cast was needed), and the masks; changing
-    any in place in between (``out += x``) is refused, as torch.autograd refuses it (layers/saved.py).
+    Kept from forward to backward (``Saved``): query, key and value (views of them where no cast or copy was
+    needed), the output and the weights it returned (views of its own, where no cast was needed), and the masks;
+    changing any in place in between (``out += x``) is refused, as torch.autograd refuses it (layers/saved.py).
     """
 
-    _kept_names = ("its input query", "its input key", "its input value", "its output", "its returned weights",
-                   "its attention mask (blocked positions)", "its attention mask (added to the scores)")
+    class Saved(NamedTuple):
+        spec: _Spec                # sizes, scale, masks, causality, dropout seed, block size
+        q: Tensor                  # (B, L, E) in the compute dtype
+        k: Tensor                  # (B, S, E)
+        v: Tensor                  # (B, S, Ev)
+        out: Tensor | None         # (B, L, Ev); None with keep_out=False (the caller gives it back)
+        lse: Tensor                # (B, L, 1) each row's base-2 log-sum-exp
+        weights: Tensor | None     # (B, L, S) the weights returned with need_weights, else None
+        blocked: Tensor | None     # spec's boolean mask (True: may NOT attend), kept here to be version-checked
+        bias: Tensor | None        # spec's float mask, likewise
+        dtype: torch.dtype         # the inputs' dtype: the gradients' own
+        q_shape: torch.Size        # query's shape (*, L, E)
+        k_shape: torch.Size        # key's (*, S, E)
+        v_shape: torch.Size        # value's (*, S, Ev)
+
+    _saved_labels = {"q": "its input query", "k": "its input key", "v": "its input value",
+                     "weights": "its returned weights", "lse": "its log-sum-exp",
+                     "blocked": "its attention mask (blocked positions)",
+                     "bias": "its attention mask (added to the scores)"}
 
     def __init__(self, block_size: int | None = None, generator: torch.Generator | None = None) -> None:
         self.block_size = DEFAULT_BLOCK_SIZE if block_size is None else check_int(
             "ScaledDotProductAttention", "block_size", block_size)
         self.generator = generator
-        self._cache: tuple | None = None
 
     def extra_repr(self) -> str:
         return f"block_size={self.block_size}"
@@ -101,67 +126,75 @@ class ScaledDotProductAttention(BaseLayer):
 
     # -- forward ------------------------------------------------------------------------------------------
 
+    @as_written
     def forward(self, query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
                 dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
                 need_weights: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         """query (*, L, E), key (*, S, E), value (*, S, Ev) -> out (*, L, Ev) [, weights (*, L, S)]."""
-        self._cache = None
-        lead, L, S, E, Ev = _check_qkv(query, key, value)
-        blocked, bias = _check_mask(attn_mask, query, lead, L, S, is_causal)
-        return self.attend(query, key, value, blocked, bias, is_causal, _check_dropout(dropout_p),
-                           1.0 / math.sqrt(E) if scale is None else _check_scale(scale), need_weights)
+        self.discard_saved()
+        lead, L, S, E, Ev = check_qkv(query, key, value)
+        blocked, bias = check_mask(attn_mask, query, lead, L, S, is_causal=is_causal)
+        return self.attend(query, key, value, blocked=blocked, bias=bias, is_causal=is_causal,
+                           dropout_p=check_probability(OWNER, "dropout_p (the probability of dropping a weight)",
+                                                       dropout_p),
+                           scale=None if scale is None else check_number(OWNER, "scale", scale),
+                           need_weights=need_weights)
 
-    def attend(self, query: Tensor, key: Tensor, value: Tensor, blocked: Tensor | None, bias: Tensor | None,
-               is_causal: bool, p_drop: float, scale: float, need_weights: bool,
-               keep_out: bool = True) -> Tensor | tuple[Tensor, Tensor]:
-        """``forward`` after validation, for callers that hold valid inputs and both kinds of mask at once (the
-        multi-head layer's key padding and attention masks): ``blocked`` (bool, True where a query may NOT
-        attend) and ``bias`` (float, added to the scores) broadcast to (*, L, S); either may be None.
-        ``keep_out=False``: the output is not held for backward, which then needs it back as ``out=`` (a
-        caller that keeps the same values in another layout anyway: the GPT's heads side by side)."""
-        self._cache = None
+    def _attend(self, query: Tensor, key: Tensor, value: Tensor, *, blocked: Tensor | None = None,
+                bias: Tensor | None = None, is_causal: bool = False, dropout_p: float = 0.0,
+                scale: float | None = None, need_weights: bool = False, keep_out: bool = True):
+        """The forward's math: -> (out [, weights]), Saved."""
         lead, L, S, E, Ev = tuple(query.shape[:-2]), query.shape[-2], key.shape[-2], query.shape[-1], value.shape[-1]
         B = math.prod(lead)
         dtype = query.dtype
-        cdt = torch.float32 if dtype in _LOW_PRECISION else dtype  # compute dtype
+        cdt = torch.float32 if dtype in LOW_PRECISION else dtype  # compute dtype
         q = query.reshape(B, L, E).to(cdt)  # (B, L, E): views when contiguous and not half
         k = key.reshape(B, S, E).to(cdt)  # (B, S, E)
         v = value.reshape(B, S, Ev).to(cdt)  # (B, S, Ev)
-        seed = draw_seed(self.generator) if p_drop > 0.0 else None
-        spec = _Spec(lead, L, S, scale, blocked, bias, is_causal, p_drop, seed, self.block_size)
-
-        if S <= spec.block:  # every key in one block: the plain softmax, no running state (attention_one_block.py)
-            out, lse, weights = one_block_forward(q, k, v, spec, need_weights)
+        seed = draw_seed(self.generator) if dropout_p > 0.0 else None
+        spec = _Spec(lead=lead, L=L, S=S, scale=1.0 / math.sqrt(E) if scale is None else scale, blocked=blocked,
+                     bias=bias, causal=is_causal, p=dropout_p, seed=seed, block=self.block_size)
+        if S <= spec.block:  # every key in one block: the plain softmax, no running state (one_block.py)
+            out, lse, weights = one_block_forward(q, k, v, spec, need_weights=need_weights)
         else:
-            out, lse, weights = _blocked_forward(q, k, v, spec, need_weights)
-        self._cache = (spec, q, k, v, out if keep_out else None, lse, weights, dtype, query.shape, key.shape,
-                       value.shape)
-        self._versions = versions(q, k, v, self._cache[4], weights, blocked, bias)
+            out, lse, weights = _blocked_forward(q, k, v, spec, need_weights=need_weights)
+        saved = self.Saved(spec, q, k, v, out if keep_out else None, lse, weights, blocked, bias, dtype, query.shape,
+                           key.shape, value.shape)
         out = out.view(*lead, L, Ev).to(dtype)
         if not need_weights:
-            return out
-        return out, weights.view(*lead, L, S).to(dtype)
+            return out, saved
+        return (out, weights.view(*lead, L, S).to(dtype)), saved
+
+    attend = _public_forward(_attend)
+    attend.__doc__ = """``forward`` after validation, for callers that hold valid inputs and both kinds of mask at once
+        (the multi-head layer's key padding and attention masks): ``blocked`` (bool, True where a query may NOT
+        attend) and ``bias`` (float, added to the scores) broadcast to (*, L, S); either may be None.  ``scale``
+        None: 1/sqrt(E).  ``keep_out=False``: the output is not held for backward, which then needs it back as
+        ``out=`` (a caller that keeps the same values in another layout anyway: the GPT's heads side by side)."""
 
     def masked_rows(self) -> Tensor:
         """After a forward: bool (*, L, 1), True for the query rows whose keys were all masked."""
-        if self._cache is None:
+        if self._saved is None:
             raise RuntimeError(f"{self!r}: masked_rows() needs a forward first")
-        spec, lse = self._cache[0], self._cache[5]
+        spec, lse = self._saved.spec, self._saved.lse
         return lse.isinf().view(*spec.lead, spec.L, 1)
 
     # -- backward -----------------------------------------------------------------------------------------
 
-    def backward(self, dout: Tensor, dweights: Tensor | None = None,
-                 out: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
-        """dout (*, L, Ev) [, dweights (*, L, S)] -> (dquery (*, L, E), dkey (*, S, E), dvalue (*, S, Ev)).
-        ``out``: the forward's output, given back when the forward did not keep it (``keep_out=False``)."""
-        cache = self._cache
-        if cache is None:
-            check_backward_dout(self, dout, None, None, None)
-        spec, q, k, v, kept, lse, weights, dtype, q_shape, k_shape, v_shape = cache
+    def check_dout(self, dout, meta) -> None:
+        if meta is True:  # the forward returned (out, weights): dout is the output's
+            saved = self._saved
+            meta = (torch.Size((*saved.spec.lead, saved.spec.L, saved.v.shape[2])), saved.dtype, saved.q.device)
+        super().check_dout(dout, meta)
+
+    def _backward_math(self, dout: Tensor, saved: Saved, dweights: Tensor | None = None,
+                       out: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """The backward's math (the module docstring's), after the template's checks of dout and of the kept
+        tensors' versions."""
+        spec, q, k, v, kept, lse, weights, dtype = saved.spec, saved.q, saved.k, saved.v, saved.out, saved.lse, \
+            saved.weights, saved.dtype
         lead, L, S = spec.lead, spec.L, spec.S
-        out_shape = torch.Size((*lead, L, v.shape[2]))
-        check_backward_dout(self, dout, out_shape, dtype, q.device)
+        out_shape = dout.shape
         if (kept is None) != (out is not None):
             raise ValueError(f"{self!r}: " + ("the forward did not keep its output (keep_out=False); pass it back "
                                               "as backward(dout, out=...)" if kept is None else
@@ -177,8 +210,6 @@ class ScaledDotProductAttention(BaseLayer):
             if dweights.shape != (*lead, L, S) or dweights.dtype != dtype:
                 raise ValueError(f"{self!r}: dweights has shape {tuple(dweights.shape)} and dtype {dweights.dtype}, "
                                  f"expected {(*lead, L, S)} and {dtype} (the weights' own)")
-        check_versions(self, self._kept_names, (q, k, v, kept, weights, spec.blocked, spec.bias), self._versions)
-        self._cache = None
         B = q.shape[0]
         do = dout.reshape(B, L, v.shape[2]).to(q.dtype)  # (B, L, Ev)
         dw = None if dweights is None else dweights.reshape(B, L, S).to(q.dtype)  # (B, L, S)
@@ -192,8 +223,16 @@ class ScaledDotProductAttention(BaseLayer):
             dq, dk, dv = one_block_backward(q, k, v, do, dw, D, lse, spec)
         else:
             dq, dk, dv = _blocked_backward(q, k, v, do, dw, D, lse, spec)
-        dtype_out = dtype
-        return (dq.view(q_shape).to(dtype_out), dk.view(k_shape).to(dtype_out), dv.view(v_shape).to(dtype_out))
+        return dq.view(saved.q_shape).to(dtype), dk.view(saved.k_shape).to(dtype), dv.view(saved.v_shape).to(dtype)
+
+    _checked_backward = _public_backward(_backward_math)  # the template's checks around the math
+
+    @as_written
+    def backward(self, dout: Tensor, dweights: Tensor | None = None,
+                 out: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """dout (*, L, Ev) [, dweights (*, L, S)] -> (dquery (*, L, E), dkey (*, S, E), dvalue (*, S, Ev)).
+        ``out``: the forward's output, given back when the forward did not keep it (``keep_out=False``)."""
+        return self._checked_backward(dout, dweights=dweights, out=out)
 
 
 class _Spec:
@@ -202,7 +241,7 @@ class _Spec:
 
     __slots__ = ("lead", "L", "S", "scale", "blocked", "bias", "causal", "p", "seed", "block")
 
-    def __init__(self, lead, L, S, scale, blocked, bias, causal, p, seed, block) -> None:
+    def __init__(self, *, lead, L, S, scale, blocked, bias, causal, p, seed, block) -> None:
         self.lead, self.L, self.S, self.scale = lead, L, S, scale
         self.blocked, self.bias, self.causal, self.p, self.seed, self.block = blocked, bias, causal, p, seed, block
 
@@ -235,7 +274,7 @@ class _Spec:
                                       col_range=(j0, j1), dtype=like.dtype, device=like.device)
 
 
-def _blocked_forward(q: Tensor, k: Tensor, v: Tensor, spec: _Spec,
+def _blocked_forward(q: Tensor, k: Tensor, v: Tensor, spec: _Spec, *,
                      need_weights: bool) -> tuple[Tensor, Tensor, Tensor | None]:
     """q (B, L, E), k (B, S, E), v (B, S, Ev) -> (out (B, L, Ev), lse (B, L, 1) in base 2, weights (B, L, S) or
     None): the key blocks one after another with the online softmax (the module docstring's forward)."""
@@ -329,66 +368,3 @@ def _block(mask: Tensor, r0: int, j0: int, j1: int) -> Tensor:
     rows = slice(r0, None) if mask.shape[-2] != 1 else slice(None)
     cols = slice(j0, j1) if mask.shape[-1] != 1 else slice(None)
     return mask[..., rows, cols]
-
-
-# -- validation: one clear error naming the value --------------------------------------------------------------
-
-_OWNER = "scaled_dot_product_attention"
-
-
-def _check_qkv(q: object, k: object, v: object) -> tuple[tuple[int, ...], int, int, int, int]:
-    for name, t in (("query", q), ("key", k), ("value", v)):
-        check_tensor(_OWNER, name, t)
-        if not t.is_floating_point() or t.dim() < 2:
-            raise ValueError(f"{_OWNER}: {name} must be a floating-point tensor of shape (*, length, size), "
-                             f"got {t.dtype} of shape {tuple(t.shape)}")
-    if not (q.dtype == k.dtype == v.dtype and q.device == k.device == v.device):
-        raise ValueError(f"{_OWNER}: query, key and value must share dtype and device, got "
-                         f"{q.dtype}/{k.dtype}/{v.dtype} on {q.device}/{k.device}/{v.device}")
-    if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]) or q.shape[-1] != k.shape[-1] \
-            or k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"{_OWNER}: expected query (*, L, E), key (*, S, E), value (*, S, Ev) with the same "
-                         f"leading axes, got query {tuple(q.shape)}, key {tuple(k.shape)}, value {tuple(v.shape)}")
-    return tuple(q.shape[:-2]), q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
-
-
-def _check_mask(mask: object, q: Tensor, lead: tuple, L: int, S: int,
-                is_causal: bool) -> tuple[Tensor | None, Tensor | None]:
-    """-> (blocked: bool, True where a query may NOT attend, or None; bias: float, added, or None)."""
-    if not isinstance(is_causal, bool):
-        raise ValueError(f"{_OWNER}: is_causal must be a bool, got {is_causal!r}")
-    if mask is None:
-        return None, None
-    if is_causal:
-        raise ValueError(f"{_OWNER}: pass either attn_mask or is_causal=True, not both (as torch refuses)")
-    check_tensor(_OWNER, "attn_mask", mask)
-    if mask.dtype != torch.bool and mask.dtype != q.dtype:
-        raise ValueError(f"{_OWNER}: attn_mask must be boolean (True = may attend) or of the query's dtype "
-                         f"{q.dtype} (added to the scores), got {mask.dtype}")
-    if mask.device != q.device:
-        raise ValueError(f"{_OWNER}: attn_mask is on {mask.device} but query is on {q.device}")
-    full = (*lead, L, S)
-    try:
-        ok = mask.dim() <= len(full) and torch.broadcast_shapes(mask.shape, full) == full
-    except RuntimeError:
-        ok = False
-    if not ok:
-        raise ValueError(f"{_OWNER}: attn_mask of shape {tuple(mask.shape)} does not broadcast to the scores' "
-                         f"shape {full} (*, L, S)")
-    if mask.dtype == torch.bool:
-        return mask.logical_not(), None
-    if mask.dtype in _LOW_PRECISION:
-        mask = mask.float()
-    return None, mask
-
-
-def _check_dropout(p: object) -> float:
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
-        raise ValueError(f"{_OWNER}: dropout_p (the probability of dropping a weight) must be in [0, 1], got {p!r}")
-    return float(p)
-
-
-def _check_scale(scale: object) -> float:
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
-        raise ValueError(f"{_OWNER}: scale must be a finite number, got {scale!r}")
-    return float(scale)

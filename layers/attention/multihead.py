@@ -5,7 +5,7 @@ H = num_heads, hd = E / H (one head's size), kdim / vdim = the key's and value's
 Inputs are (L, N, E) -- or (N, L, E) with ``batch_first`` -- or unbatched (L, E), as torch takes them.
 
     q = query @ Wq^T + bq,  k = key @ Wk^T + bk,  v = value @ Wv^T + bv        (*, E) each, split into H heads
-    heads = attention(q_h, k_h, v_h) per head (layers.attention: the blocked, memory-efficient path)
+    heads = attention(q_h, k_h, v_h) per head (scaled_dot_product.py: the blocked, memory-efficient path)
     out = concat(heads) @ Wo^T + bo                                          (L, N, E)
 
 Backward: out_proj's backward (a Linear), the attention's, then each projection's: dW = dq^T @ query,
@@ -15,16 +15,18 @@ input projections as one (M, E) x (E, 3E) product with the packed ``in_proj_weig
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from .attention import ScaledDotProductAttention
-from .checks import check_backward_dout, check_int
-from .layer import BaseLayer, accumulate_grad, learned, wants_grad
-from .linear import Linear
+from .scaled_dot_product import ScaledDotProductAttention
+from ..checks import check_bool, check_int, check_probability
+from ..layer import BaseLayer, Product, learned
+from ..linear import Linear
+from ..template import _public_backward
 from .multihead_inputs import check_inputs, masks
-from .saved import check_versions, versions
+from .scaled_dot_product import as_written
 
 _OWNER = "MultiheadAttention"
 
@@ -51,7 +53,7 @@ class MultiheadAttention(BaseLayer):
     A query row whose keys are all masked: with ``need_weights=False`` zeros, as torch's function gives; with
     ``need_weights=True`` nan, as torch's module gives (its softmax is 0/0 there); the gradients of such a row
     are zero (torch's are nan throughout the projections).  Dropout (training mode) drops attention weights with
-    masks from ``layers.attention_dropout``, drawn from ``self.generator`` (torch's default generator if None).
+    masks from ``layers.attention.dropout``, drawn from ``self.generator`` (torch's default generator if None).
 
     Kept from forward to backward: query, key and value (for the projections' weight gradients) and the input
     projections' weights (for the inputs' gradients); ``out_proj`` and the attention keep their own (the masks
@@ -60,8 +62,25 @@ class MultiheadAttention(BaseLayer):
 
     _param_names = ("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias",
                     "bias_k", "bias_v")
-    _kept_names = ("its input query", "its input key", "its input value", "its key_padding_mask", "its attn_mask",
-                   "in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight")  # what ``_kept`` returns
+
+    class Saved(NamedTuple):
+        packing: str                      # which inputs shared one projection: "qkv", "kv" or ""
+        query: Tensor                     # (L, N, E) as projected, for the weight gradients
+        key: Tensor                       # (S, N, kdim)
+        value: Tensor                     # (S, N, vdim)
+        key_padding_mask: Tensor | None   # (N, S): the attention keeps a view; named here as the caller passed it
+        attn_mask: Tensor | None          # (L, S) or (N*H, L, S), likewise
+        in_proj_weight: Tensor | None     # (3E, E), for the inputs' gradients (None where separate)
+        q_proj_weight: Tensor | None      # (E, E)
+        k_proj_weight: Tensor | None      # (E, kdim)
+        v_proj_weight: Tensor | None      # (E, vdim)
+        batched: bool                     # False: the inputs were (L, E), a batch of one squeezed again
+        L: int                            # target length
+        N: int                            # batch
+        S: int                            # source length (before bias_k and the zero key)
+
+    _saved_labels = {"query": "its input query", "key": "its input key", "value": "its input value",
+                     "key_padding_mask": "its key_padding_mask", "attn_mask": "its attn_mask"}
     torch_class = torch.nn.MultiheadAttention
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
@@ -76,12 +95,9 @@ class MultiheadAttention(BaseLayer):
         self.vdim = embed_dim if vdim is None else check_int(_OWNER, "vdim", vdim)
         for name, flag in (("bias", bias), ("add_bias_kv", add_bias_kv), ("add_zero_attn", add_zero_attn),
                            ("batch_first", batch_first)):
-            if not isinstance(flag, bool):
-                raise ValueError(f"{_OWNER}: {name} must be a bool, got {flag!r}")
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout <= 1.0:
-            raise ValueError(f"{_OWNER}: dropout (the probability of dropping an attention weight) must be in "
-                             f"[0, 1], got {dropout!r}")
-        self.dropout, self.batch_first, self.add_zero_attn = float(dropout), batch_first, add_zero_attn
+            check_bool(_OWNER, name, flag)
+        self.dropout = check_probability(_OWNER, "dropout (the probability of dropping an attention weight)", dropout)
+        self.batch_first, self.add_zero_attn = batch_first, add_zero_attn
         self.head_dim = embed_dim // num_heads
         self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
         kw = {"device": device, "dtype": dtype}
@@ -106,7 +122,6 @@ class MultiheadAttention(BaseLayer):
         learned(self.in_proj_weight, self.q_proj_weight, self.k_proj_weight, self.v_proj_weight, self.in_proj_bias,
                 self.bias_k, self.bias_v)
         self.attention = ScaledDotProductAttention()  # the blocked path; its generator draws dropout seeds
-        self._cache: tuple | None = None
 
     @property
     def generator(self) -> torch.Generator | None:
@@ -133,8 +148,7 @@ class MultiheadAttention(BaseLayer):
         """query (L, N, E), key (S, N, kdim), value (S, N, vdim) -> out (L, N, E), weights (N, L, S) averaged
         over heads, (N, H, L, S) with ``average_attn_weights=False``, or None; (N, ...) with batch_first;
         unbatched (L, E) -> (L, E), (L, S)."""
-        self._cache = None
-        batched = check_inputs(self, query, key, value, key_padding_mask, attn_mask)
+        batched = query.dim() == 3  # (check_input has checked the shapes)
         packing = "qkv" if query is key and key is value else "kv" if key is value else ""  # before new views
         if not batched:  # a batch of one, squeezed again at the end
             query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
@@ -166,7 +180,8 @@ class MultiheadAttention(BaseLayer):
             extra += 1
         blocked, bias = masks(attn_mask, key_padding_mask, N, H, L, S, extra, query.dtype)
         p_drop = self.dropout if self.training else 0.0
-        res = self.attention.attend(qh, kh, vh, blocked, bias, causal, p_drop, 1.0 / math.sqrt(hd), need_weights)
+        res = self.attention.attend(qh, kh, vh, blocked=blocked, bias=bias, is_causal=causal, dropout_p=p_drop,
+                                    scale=1.0 / math.sqrt(hd), need_weights=need_weights)
         attn, weights = res if need_weights else (res, None)  # (N, H, L, hd), (N, H, L, S')
         if need_weights:
             empty = self.attention.masked_rows()  # (N, H, L, 1) rows with every key masked: torch's module gives nan
@@ -175,8 +190,8 @@ class MultiheadAttention(BaseLayer):
                 weights = weights.masked_fill(empty, math.nan)
         merged = attn.permute(2, 0, 1, 3).reshape(L * N, E)  # (L*N, E) the heads side by side
         out = self.out_proj(merged).view(L, N, E)
-        self._cache = (packed, query, key, value, S, batched, N, L, key_padding_mask, attn_mask)
-        self._versions = versions(*self._kept(query, key, value, key_padding_mask, attn_mask))
+        saved = self.Saved(packed, query, key, value, key_padding_mask, attn_mask, self.in_proj_weight,
+                           self.q_proj_weight, self.k_proj_weight, self.v_proj_weight, batched, L, N, S)
         if self.batch_first:
             out = out.transpose(0, 1)
         if not batched:
@@ -185,7 +200,12 @@ class MultiheadAttention(BaseLayer):
             weights = weights.mean(1) if average_attn_weights else weights  # (N, L, S') or (N, H, L, S')
             if not batched:
                 weights = weights.squeeze(0)
-        return out, weights
+        return (out, weights), saved
+
+    def check_input(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
+                    average_attn_weights=True, is_causal=False) -> None:
+        """torch's shape rules for the inputs and masks (layers/attention/multihead_inputs.py)."""
+        check_inputs(self, query, key, value, key_padding_mask, attn_mask)
 
     def _project(self, query: Tensor, key: Tensor, value: Tensor, packing: str) -> tuple[Tensor, Tensor, Tensor, str]:
         """The input projections, packed into one product where the caller passed one tensor as several inputs
@@ -206,14 +226,6 @@ class MultiheadAttention(BaseLayer):
             return q, k, v, "kv"
         return q, _linear(key, wk, bk), _linear(value, wv, bv), ""
 
-    def _kept(self, query: Tensor, key: Tensor, value: Tensor, kpm: Tensor | None,
-              attn_mask: Tensor | None) -> tuple[Tensor | None, ...]:
-        """What the backward reads that a caller can reach, in the order of ``_kept_names``: the inputs, the masks
-        (the attention keeps them, or views of them; checked here to name them as the caller passed them) and
-        the input projections' weights (None where absent)."""
-        return (query, key, value, kpm, attn_mask, self.in_proj_weight, self.q_proj_weight, self.k_proj_weight,
-                self.v_proj_weight)
-
     def _weights(self) -> tuple[Tensor, Tensor, Tensor]:
         """(Wq, Wk, Wv) in torch's (E, in) layout: views of in_proj_weight, or the separate weights."""
         if self.in_proj_weight is not None:
@@ -222,22 +234,23 @@ class MultiheadAttention(BaseLayer):
 
     # -- backward -----------------------------------------------------------------------------------------
 
-    def backward(self, dout: Tensor, dweights: Tensor | None = None, *,
-                 summed: bool = False) -> tuple[Tensor, Tensor, Tensor] | Tensor:
-        """dout: the output's shape [, dweights: the weights'] -> (dquery, dkey, dvalue) in the inputs' shapes;
-        ``summed=True``: dquery + dkey + dvalue, one tensor (the gradient of a tensor passed as all three)."""
-        cache = self._cache
-        if cache is None:
-            check_backward_dout(self, dout, None, None, None)
-        packed, query, key, value, S, batched, N, L, kpm, attn_mask = cache
+    def check_dout(self, dout, meta) -> None:
+        saved = self._saved
+        if saved is not None:  # the forward returned (out, weights): dout is the output's
+            L, N, E = saved.L, saved.N, self.embed_dim
+            shape = ((N, L, E) if self.batch_first else (L, N, E)) if saved.batched else (L, E)
+            meta = (torch.Size(shape), saved.query.dtype, saved.query.device)
+        super().check_dout(dout, meta)
+
+    def _backward_math(self, dout: Tensor, saved: Saved, dweights: Tensor | None = None, summed: bool = False):
+        """The backward's math, after the template's checks of dout and of the kept tensors' versions:
+        -> ((dquery, dkey, dvalue) or their sum, {parameter: gradient}); out_proj adds its own."""
+        packing, query, key, value = saved.packing, saved.query, saved.key, saved.value
+        batched, L, N, S = saved.batched, saved.L, saved.N, saved.S
         E, H, hd = self.embed_dim, self.num_heads, self.head_dim
-        out_shape = (L, N, E) if not self.batch_first else (N, L, E)
-        check_backward_dout(self, dout, torch.Size(out_shape if batched else (L, E)), query.dtype, query.device)
         if summed and not (query.shape == key.shape == value.shape):
             raise ValueError(f"{_OWNER}: summed=True adds the gradients of query, key and value, which needs them "
                              f"of one shape; got {tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}")
-        check_versions(self, self._kept_names, self._kept(query, key, value, kpm, attn_mask), self._versions)
-        self._cache = None
         if not batched:
             dout = dout.unsqueeze(1)
         if self.batch_first:
@@ -245,45 +258,58 @@ class MultiheadAttention(BaseLayer):
         dmerged = self.out_proj.backward(dout.reshape(L * N, E))  # (L*N, E)
         dattn = dmerged.view(L, N, H, hd).permute(1, 2, 0, 3)  # (N, H, L, hd)
         if dweights is not None:
-            dweights = _weights_grad(dweights, batched, N, H)
-        dqh, dkh, dvh = self.attention.backward(dattn, dweights)  # (N, H, L, hd), (N, H, S', hd) x2
+            dweights = _weights_grad(dweights, N, H, batched=batched)
+        dqh, dkh, dvh = self.attention.backward(dattn, dweights=dweights)  # (N, H, L, hd), (N, H, S', hd) x2
         if self.add_zero_attn:
             dkh, dvh = dkh[:, :, :-1], dvh[:, :, :-1]  # the zero key and value are constants
         unheads = lambda t: t.permute(2, 0, 1, 3).reshape(t.shape[2], N, E)  # noqa: E731  (N, H, T, hd) -> (T, N, E)
         dq, dk, dv = unheads(dqh), unheads(dkh), unheads(dvh)  # (L, N, E), (S(+1), N, E) x2
-        if self.bias_k is not None:
-            _accumulate(self.bias_k, dk[S:].sum(1, keepdim=True))  # (1, 1, E)
-            _accumulate(self.bias_v, dv[S:].sum(1, keepdim=True))
+        grads = {}
+        if self.bias_k is not None:  # the appended key and value: their rows' gradients summed over the batch
+            grads["bias_k"] = dk[S:].sum(1, keepdim=True)  # (1, 1, E)
+            grads["bias_v"] = dv[S:].sum(1, keepdim=True)
             dk, dv = dk[:S], dv[:S]
-        grads = self._project_backward(packed, query, key, value, dq, dk, dv, summed)
-        grads = tuple(g.transpose(0, 1) if self.batch_first else g for g in grads)
+        dx = self._project_backward(packing, query, key, value, dq, dk, dv, grads, summed=summed)
+        dx = tuple(g.transpose(0, 1) if self.batch_first else g for g in dx)
         if not batched:
-            grads = tuple(g.squeeze(1) for g in grads)
-        return grads[0] if summed else grads
+            dx = tuple(g.squeeze(1) for g in dx)
+        return (dx[0] if summed else dx), grads
 
-    def _project_backward(self, packed: str, query: Tensor, key: Tensor, value: Tensor, dq: Tensor, dk: Tensor,
-                          dv: Tensor, summed: bool) -> tuple[Tensor, ...]:
-        """Backward through the input projections: dW += d^T @ input, db += sum of d, dinput = d @ W."""
-        E = self.embed_dim
-        if packed == "qkv":
+    _checked_backward = _public_backward(_backward_math)  # the template's checks around the math
+
+    @as_written
+    def backward(self, dout: Tensor, dweights: Tensor | None = None, *,
+                 summed: bool = False) -> tuple[Tensor, Tensor, Tensor] | Tensor:
+        """dout: the output's shape [, dweights: the weights'] -> (dquery, dkey, dvalue) in the inputs' shapes;
+        ``summed=True``: dquery + dkey + dvalue, one tensor (the gradient of a tensor passed as all three)."""
+        return self._checked_backward(dout, dweights=dweights, summed=summed)
+
+    def _project_backward(self, packing: str, query: Tensor, key: Tensor, value: Tensor, dq: Tensor, dk: Tensor,
+                          dv: Tensor, grads: dict, *, summed: bool) -> tuple[Tensor, ...]:
+        """Backward through the input projections: dW = d^T @ input and db = sum of d, into ``grads``;
+        -> dinput = d @ W for each input (or their sum)."""
+        rows = lambda t: t.reshape(-1, t.shape[-1])  # noqa: E731  (T, N, F) -> (T*N, F)
+        b = self.in_proj_bias
+        if packing == "qkv":  # one input, one (3E, E) product: dW = [dq dk dv]^T @ x
             d = torch.cat([dq, dk, dv], -1)  # (L, N, 3E)
-            _linear_backward(query, self.in_proj_weight, self.in_proj_bias, d, slice(0, 3 * E))
+            grads["in_proj_weight"] = Product(rows(d).t(), rows(query))
+            if b is not None:
+                grads["in_proj_bias"] = rows(d).sum(0)  # (3E,)
             if summed:
                 return (_input_grad(d, self.in_proj_weight),)
             wq, wk, wv = self._weights()
             return _input_grad(dq, wq), _input_grad(dk, wk), _input_grad(dv, wv)
         wq, wk, wv = self._weights()
-        w_in, b = self.in_proj_weight, self.in_proj_bias
-        _linear_backward(query, w_in if w_in is not None else wq, b, dq, slice(0, E))
-        if packed == "kv":
-            _linear_backward(key, w_in, b, torch.cat([dk, dv], -1), slice(E, 3 * E))
+        pairs = ((dq, query), (dk, key), (dv, value))
+        if self.in_proj_weight is not None:  # the packed weight's three row blocks, each from its own input
+            grads["in_proj_weight"] = lambda: torch.cat([rows(d).t() @ rows(x) for d, x in pairs])  # (3E, E)
         else:
-            _linear_backward(key, w_in if w_in is not None else wk, b, dk, slice(E, 2 * E),
-                             full=w_in is not None)
-            _linear_backward(value, w_in if w_in is not None else wv, b, dv, slice(2 * E, 3 * E),
-                             full=w_in is not None)
-        grads = (_input_grad(dq, wq), _input_grad(dk, wk), _input_grad(dv, wv))
-        return (grads[0] + grads[1] + grads[2],) if summed else grads
+            for name, (d, x) in zip(("q_proj_weight", "k_proj_weight", "v_proj_weight"), pairs):
+                grads[name] = Product(rows(d).t(), rows(x))  # (E, in)
+        if b is not None:
+            grads["in_proj_bias"] = torch.cat([rows(d).sum(0) for d, _ in pairs])  # (3E,)
+        dx = (_input_grad(dq, wq), _input_grad(dk, wk), _input_grad(dv, wv))
+        return (dx[0] + dx[1] + dx[2],) if summed else dx
 
     # -- conversion -----------------------------------------------------------------------------------------
 
@@ -308,27 +334,7 @@ def _input_grad(d: Tensor, w: Tensor) -> Tensor:
     return (d.reshape(-1, d.shape[-1]) @ w).view(*d.shape[:-1], w.shape[1])
 
 
-def _linear_backward(x: Tensor, w: Tensor, b: Tensor | None, d: Tensor, rows: slice, full: bool = True) -> None:
-    """dW += d^T @ x into the rows ``rows`` of w.grad (all of a separate weight when not ``full``), db likewise."""
-    x2, d2 = x.reshape(-1, x.shape[-1]), d.reshape(-1, d.shape[-1])  # (T*N, in), (T*N, out)
-    if wants_grad(w):  # frozen: its product is skipped
-        if w.grad is None:
-            w.grad = torch.zeros_like(w)
-        gw = w.grad[rows] if full else w.grad
-        gw.addmm_(d2.t(), x2)  # (out, in)
-    if b is not None and wants_grad(b):
-        if b.grad is None:
-            b.grad = torch.zeros_like(b)
-        b.grad[rows].add_(d2.sum(0))
-
-
-def _accumulate(p: Tensor, g: Tensor) -> None:
-    """p.grad += g, g copied on first use (it may be a view of a tensor the caller still writes)."""
-    if wants_grad(p):
-        accumulate_grad(p, g.clone() if p.grad is None else g)
-
-
-def _weights_grad(dweights: Tensor, batched: bool, N: int, H: int) -> Tensor:
+def _weights_grad(dweights: Tensor, N: int, H: int, *, batched: bool) -> Tensor:
     """The gradient of the returned weights -> that of the per-head weights (N, H, L, S') (a mean over heads
     spreads its gradient 1/H to each head)."""
     d = dweights if batched else dweights.unsqueeze(0)

@@ -4,7 +4,7 @@ Shape legend (the recurrent layers'): T = time steps, N = batch, I = input featu
 H = hidden_size, P = proj_size (LSTM only), H_out = P if P > 0 else H (the size of h),
 G = gates stacked in the weights as torch stacks them (RNN 1; LSTM 4: i, f, g, o; GRU 3: r, z, n).
 
-``layers.recurrent`` runs these for every layer and direction of RNN, LSTM and GRU, ``layers.cells`` for one
+``rnn.py`` runs these for every layer and direction of RNN, LSTM and GRU, ``cells.py`` for one
 step (T = 1).  ``layers/reference.py`` has the same arithmetic as a reader derives it -- one cell's forward
 and backward, and a loop over time carrying ``dh_next`` -- and the tests tie the two together in float64.
 The recurrence is the only place where information moves across time.
@@ -22,6 +22,8 @@ backward   the factors of the gate derivatives that do not depend on the upstrea
                         dA[t] = dh * factors                  2-4 elementwise kernels
            after the loop, each one matrix product over all T*N rows:
                         dW_ih = dA^T @ x,  dW_hh = dA^T @ h_prev,  db = column sums of dA,  dx = dA @ W_ih
+           the parameter gradients are returned, by DirParams field, for the layer template to add into .grad
+           (computed there, and only for a parameter that wants one: see ``Grads``)
 
 The hidden states live in one buffer of T + 2 rows, ``hs``: hs[t + 1] = h_t for t = 0..T-1, and the initial
 state at hs[0] (forward direction) or hs[T + 1] (reverse direction, which runs t = T-1 down to 0, so its
@@ -30,19 +32,19 @@ reverse -- and dW_hh is one GEMM.  The LSTM keeps its cell states the same way.
 
 Weights are kept in torch's layout, W_ih (G*H, I), W_hh (G*H, H_out): nn.Linear's, so ``linear(h, W_hh)`` is
 h @ W_hh^T; the backward's products by W (not W^T) use a transposed copy made once per call.  The products go
-through ``layers/matmul.py`` (oneDNN for float32 on an AMD CPU, torch.addmm otherwise).  On an AMD CPU tanh is
-computed as 2 sigmoid(2x) - 1 (``_tanh``: torch's float32 tanh is several times slower than its sigmoid there).  Parameter
-gradients are added into ``.grad`` (``+=``), never assigned over an existing one.
+through ``matmul.py`` (oneDNN for float32 on an AMD CPU, torch.addmm otherwise).  On an AMD CPU tanh is
+computed as 2 sigmoid(2x) - 1 (``_tanh``: torch's float32 tanh is several times slower than its sigmoid
+there).
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 from torch import Tensor
 
-from .layer import accumulate_grad, wants_grad
-from .matmul import AMD, linear, linear_add, prepack, weight_grads
+from ..template import Product
+from .matmul import AMD, linear, linear_add, prepack, weight_grad
 
 SIGMOID_TANH: bool = AMD  # _tanh as 2 sigmoid(2x) - 1 (see there)
 
@@ -57,20 +59,26 @@ class DirParams(NamedTuple):
     w_hr: Tensor | None = None  # (P, H), LSTM with proj_size > 0
 
 
+Grads = dict[str, Product | Callable[[], Tensor]]  # DirParams field -> its gradient, as the layer template takes it
+
+
 # -- shared pieces ----------------------------------------------------------------------------------------
 
-def _add_grads(d_rows: Tensor, pairs: list[tuple[Tensor, Tensor]], biases: tuple = ()) -> None:
-    """param.grad += d^T @ x for each (param, x) -- d (T*N, M), x (T*N, K): sums over every step and sample -- and
-    bias.grad += the column sums of d for each bias, from one call of matmul.weight_grads."""
-    pairs = [(param, x) for param, x in pairs if wants_grad(param)]  # a frozen parameter's product is skipped
-    biases = [b for b in biases if b is not None and wants_grad(b)]
-    if not pairs and not biases:
-        return
-    grads, db = weight_grads(d_rows, [x for _, x in pairs])
-    for (param, _), g in zip(pairs, grads):
-        accumulate_grad(param, g.contiguous()) if param.grad is None else param.grad.add_(g)
-    for i, b in enumerate(biases):
-        accumulate_grad(b, db if i == 0 else db.clone())  # a tensor of its own each: .grad may become it
+def _grads(d_rows: Tensor, weights: dict[str, Tensor], biases: tuple[str, ...] = (),
+           p: DirParams | None = None) -> Grads:
+    """d (T*N, M) -> {field: dW = d^T @ x for each weight field and its x (T*N, K), summed over every step and
+    sample; the column sums of d for each bias field that ``p`` has}: both biases of a gate are added to one
+    pre-activation, so they get one gradient, summed once (a copy of its own for the second: .grad may become it)."""
+    grads: Grads = {name: weight_grad(d_rows, x) for name, x in weights.items()}
+    biases = tuple(name for name in biases if getattr(p, name) is not None)
+    summed: list[Tensor] = []
+
+    def db() -> Tensor:
+        if summed:
+            return summed[0].clone()
+        summed.append(d_rows.sum(0))
+        return summed[0]
+    return grads | {name: db for name in biases}
 
 
 def _tanh(x: Tensor, out: Tensor) -> Tensor:
@@ -87,7 +95,7 @@ def _steps(T: int, reverse: bool) -> tuple[range, int]:
     return (range(T - 1, -1, -1), 2) if reverse else (range(T), 0)
 
 
-def _hidden_buffer(x: Tensor, T: int, N: int, size: int, h0: Tensor | None, reverse: bool) -> Tensor:
+def _hidden_buffer(x: Tensor, T: int, N: int, size: int, h0: Tensor | None, *, reverse: bool) -> Tensor:
     """hs (T + 2, N, size), with h0 (zeros if None) at its initial row: 0 forward, T + 1 reverse."""
     hs = x.new_empty(T + 2, N, size)
     init = hs[T + 1] if reverse else hs[0]
@@ -114,7 +122,7 @@ class Cache(NamedTuple):
 
 # -- RNN --------------------------------------------------------------------------------------------------
 
-def rnn_forward(x: Tensor, p: DirParams, h0: Tensor | None, reverse: bool, relu: bool
+def rnn_forward(x: Tensor, p: DirParams, h0: Tensor | None, *, reverse: bool, relu: bool
                 ) -> tuple[Tensor, Tensor, Cache]:
     """Elman RNN, h_t = act(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh), act tanh or relu.
 
@@ -126,7 +134,7 @@ def rnn_forward(x: Tensor, p: DirParams, h0: Tensor | None, reverse: bool, relu:
     x2 = x.reshape(T * N, -1)  # (T*N, I)
     bias = None if p.b_ih is None else p.b_ih + p.b_hh  # (H,)
     A = linear(x2, p.w_ih, bias).view(T, N, H)  # (T, N, H) input terms, all steps in one GEMM
-    hs = _hidden_buffer(x, T, N, H, h0, reverse)  # (T + 2, N, H)
+    hs = _hidden_buffer(x, T, N, H, h0, reverse=reverse)  # (T + 2, N, H)
     w_hh = prepack(p.w_hh, hs[0])  # (H, H), reused by every step
     steps, off = _steps(T, reverse)
     for t in steps:
@@ -135,9 +143,10 @@ def rnn_forward(x: Tensor, p: DirParams, h0: Tensor | None, reverse: bool, relu:
     return hs[1:T + 1], hs[T if not reverse else 1], Cache(x2, p, reverse, hs, A, (relu,))
 
 
-def rnn_backward(dy: Tensor, dh_n: Tensor | None, cache: Cache, need_dh0: bool, need_dx: bool = True,
-                 dx: Tensor | None = None) -> tuple[Tensor | None, Tensor | None]:
-    """dy (T, N, H), dh_n (N, H) or None -> (dx (T*N, I) or None, dh0 (N, H) or None); adds the weight grads.
+def rnn_backward(dy: Tensor, dh_n: Tensor | None, cache: Cache, *, need_dh0: bool, need_dx: bool = True,
+                 dx: Tensor | None = None) -> tuple[Tensor | None, Tensor | None, Grads]:
+    """dy (T, N, H), dh_n (N, H) or None -> (dx (T*N, I) or None, dh0 (N, H) or None, the parameter gradients).
+    ``dx`` given (a second direction's): the input gradient is added to it.
 
     With a = the pre-activation, h = act(a):  da = dh * act'(a),  act' = 1 - h^2 (tanh) or [h > 0] (relu),
     and dh_{t-1} = da_t @ W_hh (plus dy_{t-1}, the output's own gradient).
@@ -160,14 +169,14 @@ def rnn_backward(dy: Tensor, dh_n: Tensor | None, cache: Cache, need_dh0: bool, 
         nxt = t
     dA2 = dA.view(T * N, H)
     # dW_ih (H, I) = sum_t da_t^T x_t, dW_hh (H, H) = sum_t da_t^T h_{t-1}, db = sum_t da_t: over all rows at once
-    _add_grads(dA2, [(p.w_ih, x2), (p.w_hh, hs[off:off + T].reshape(T * N, H))], (p.b_ih, p.b_hh))
+    grads = _grads(dA2, {"w_ih": x2, "w_hh": hs[off:off + T].reshape(T * N, H)}, ("b_ih", "b_hh"), p)
     dh0 = linear(dA[nxt], w_hh_t) if need_dh0 else None  # (N, H)
-    return (_input_grad(dA2, p.w_ih, dx) if need_dx else None), dh0
+    return (_input_grad(dA2, p.w_ih, dx) if need_dx else None), dh0, grads
 
 
 # -- LSTM -------------------------------------------------------------------------------------------------
 
-def lstm_forward(x: Tensor, p: DirParams, h0: Tensor | None, c0: Tensor | None, reverse: bool
+def lstm_forward(x: Tensor, p: DirParams, h0: Tensor | None, c0: Tensor | None, *, reverse: bool
                  ) -> tuple[Tensor, tuple[Tensor, Tensor], Cache]:
     """LSTM, torch's equations and gate order (i, f, g, o):
 
@@ -185,8 +194,8 @@ def lstm_forward(x: Tensor, p: DirParams, h0: Tensor | None, c0: Tensor | None, 
     A = linear(x2, p.w_ih, bias).view(T, N, 4 * H)  # (T, N, 4H) input terms, all steps in one GEMM
     act = torch.empty_like(A)  # (T, N, 4H) gate values i, f, g, o
     gi, gf, gg, go = act.view(T, N, 4, H).unbind(2)  # (T, N, H) views, one per gate
-    hs = _hidden_buffer(x, T, N, Ho, h0, reverse)  # (T + 2, N, H_out)
-    cs = _hidden_buffer(x, T, N, H, c0, reverse)  # (T + 2, N, H) cell states, hs's layout
+    hs = _hidden_buffer(x, T, N, Ho, h0, reverse=reverse)  # (T + 2, N, H_out)
+    cs = _hidden_buffer(x, T, N, H, c0, reverse=reverse)  # (T + 2, N, H) cell states, hs's layout
     tc = x.new_empty(T, N, H)  # (T, N, H) tanh(c_t)
     rs = x.new_empty(T, N, H) if p.w_hr is not None else None  # (T, N, H) r_t before the projection
     w_hh = prepack(p.w_hh, hs[0])  # (4H, H_out), reused by every step
@@ -208,10 +217,11 @@ def lstm_forward(x: Tensor, p: DirParams, h0: Tensor | None, c0: Tensor | None, 
     return hs[1:T + 1], (hs[last], cs[last]), Cache(x2, p, reverse, hs, act, (cs, tc, rs, A))
 
 
-def lstm_backward(dy: Tensor, dh_n: Tensor | None, dc_n: Tensor | None, cache: Cache, need_dh0: bool,
+def lstm_backward(dy: Tensor, dh_n: Tensor | None, dc_n: Tensor | None, cache: Cache, *, need_dh0: bool,
                   need_dx: bool = True, dx: Tensor | None = None
-                  ) -> tuple[Tensor | None, Tensor | None, Tensor]:
-    """dy (T, N, H_out), dh_n (N, H_out), dc_n (N, H) (None: zeros) -> (dx (T*N, I) or None, dh0, dc0).
+                  ) -> tuple[Tensor | None, Tensor | None, Tensor, Grads]:
+    """dy (T, N, H_out), dh_n (N, H_out), dc_n (N, H) (None: zeros) -> (dx (T*N, I) or None, dh0, dc0, the
+    parameter gradients).
 
     Per step, with dh the total gradient reaching h_t (dy_t plus what flows back from step t+1) and dc_next
     the gradient reaching c_t from step t+1:
@@ -263,16 +273,16 @@ def lstm_backward(dy: Tensor, dh_n: Tensor | None, dc_n: Tensor | None, cache: C
         nxt = t
     dA2 = dA.view(T * N, 4 * H)
     # dW_ih (4H, I) = sum_t da_t^T x_t, dW_hh (4H, H_out) = sum_t da_t^T h_{t-1}, db = sum_t da_t: all rows at once
-    _add_grads(dA2, [(p.w_ih, x2), (p.w_hh, hs[off:off + T].reshape(T * N, Ho))], (p.b_ih, p.b_hh))
+    grads = _grads(dA2, {"w_ih": x2, "w_hh": hs[off:off + T].reshape(T * N, Ho)}, ("b_ih", "b_hh"), p)
     if rs is not None:
-        _add_grads(dhs.view(T * N, Ho), [(p.w_hr, rs.view(T * N, H))])  # (P, H) sum_t dh_t^T r_t
+        grads |= _grads(dhs.view(T * N, Ho), {"w_hr": rs.view(T * N, H)})  # (P, H) sum_t dh_t^T r_t
     dh0 = linear(dA[nxt], w_hh_t) if need_dh0 else None  # (N, H_out)
-    return (_input_grad(dA2, p.w_ih, dx) if need_dx else None), dh0, dc
+    return (_input_grad(dA2, p.w_ih, dx) if need_dx else None), dh0, dc, grads
 
 
 # -- GRU --------------------------------------------------------------------------------------------------
 
-def gru_forward(x: Tensor, p: DirParams, h0: Tensor | None, reverse: bool) -> tuple[Tensor, Tensor, Cache]:
+def gru_forward(x: Tensor, p: DirParams, h0: Tensor | None, *, reverse: bool) -> tuple[Tensor, Tensor, Cache]:
     """GRU, torch's equations and gate order (r, z, n), the reset gate applied after the hidden matmul:
 
         [a_r, a_z, a_n] = x_t W_ih^T + b_ih              [m_r, m_z, m_n] = h_{t-1} W_hh^T + b_hh      (N, 3H)
@@ -286,7 +296,7 @@ def gru_forward(x: Tensor, p: DirParams, h0: Tensor | None, reverse: bool) -> tu
     x2 = x.reshape(T * N, -1)  # (T*N, I)
     act = linear(x2, p.w_ih, p.b_ih).view(T, N, 3 * H)  # (T, N, 3H) input terms (one GEMM), become r, z, n
     mn = x.new_empty(T, N, H)  # (T, N, H) m_n = h_{t-1} W_hn^T + b_hn per step, kept for the backward
-    hs = _hidden_buffer(x, T, N, H, h0, reverse)  # (T + 2, N, H)
+    hs = _hidden_buffer(x, T, N, H, h0, reverse=reverse)  # (T + 2, N, H)
     w_hh = prepack(p.w_hh, hs[0])  # (3H, H), reused by every step
     steps, off = _steps(T, reverse)
     for t in steps:
@@ -301,9 +311,9 @@ def gru_forward(x: Tensor, p: DirParams, h0: Tensor | None, reverse: bool) -> tu
     return hs[1:T + 1], hs[last], Cache(x2, p, reverse, hs, act, (mn,))
 
 
-def gru_backward(dy: Tensor, dh_n: Tensor | None, cache: Cache, need_dh0: bool, need_dx: bool = True,
-                 dx: Tensor | None = None) -> tuple[Tensor | None, Tensor | None]:
-    """dy (T, N, H), dh_n (N, H) or None -> (dx (T*N, I) or None, dh0 (N, H) or None); adds the weight grads.
+def gru_backward(dy: Tensor, dh_n: Tensor | None, cache: Cache, *, need_dh0: bool, need_dx: bool = True,
+                 dx: Tensor | None = None) -> tuple[Tensor | None, Tensor | None, Grads]:
+    """dy (T, N, H), dh_n (N, H) or None -> (dx (T*N, I) or None, dh0 (N, H) or None, the parameter gradients).
 
     Per step, with dh the total gradient reaching h_t and h = n + z (h_prev - n):
 
@@ -345,7 +355,7 @@ def gru_backward(dy: Tensor, dh_n: Tensor | None, cache: Cache, need_dh0: bool, 
     dK2 = dK.view(T * N, 4 * H)
     dm2 = dK2[:, :3 * H]  # (T*N, 3H)
     da2 = torch.cat((dK2[:, :2 * H], dK2[:, 3 * H:]), 1)  # (T*N, 3H) [da_r, da_z, da_n]
-    _add_grads(da2, [(p.w_ih, x2)], (p.b_ih,))  # (3H, I) and b_ih from the input side
-    _add_grads(dm2, [(p.w_hh, h_prev.reshape(T * N, H))], (p.b_hh,))  # (3H, H) and b_hh from the hidden side
+    grads = _grads(da2, {"w_ih": x2}, ("b_ih",), p)  # (3H, I) and b_ih from the input side
+    grads |= _grads(dm2, {"w_hh": h_prev.reshape(T * N, H)}, ("b_hh",), p)  # (3H, H), b_hh: the hidden side
     dh0 = linear_add(dm[nxt], w_hh_t, dhs[nxt] * z[nxt]) if need_dh0 else None  # (N, H)
-    return (_input_grad(da2, p.w_ih, dx) if need_dx else None), dh0
+    return (_input_grad(da2, p.w_ih, dx) if need_dx else None), dh0, grads

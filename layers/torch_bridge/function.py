@@ -18,9 +18,9 @@ from torch import Tensor, nn
 from torch._C._functorch import TransformType
 from torch._functorch.eager_transforms import enable_inplace_requires_grad
 
-from .as_module_binding import _named, _plain, bind
-from .layer import Layer
-from .saved import versions
+from .binding import _named, _plain, bind
+from ..layer import Layer
+from ..saved import versions
 
 _MISSING = object()
 
@@ -165,7 +165,7 @@ def _refuse_transforms(layer: Layer) -> None:
 
 class _HandgradFunction(torch.autograd.Function):
     """apply(module, x, *params) -> module.layer.forward(x) computing with ``params`` (the tensors the module holds
-    now, bound into the layer: as_module_binding.py); backward: module.layer.backward(dout), the gradients of the
+    now, bound into the layer: binding.py); backward: module.layer.backward(dout), the gradients of the
     bound tensors handed to autograd."""
 
     @staticmethod

@@ -10,7 +10,7 @@ sharing memory with the layer's own tensors: an optimizer stepping the Parameter
 Buffers (batch norm's running statistics) are registered as buffers, the very tensors the layer updates,
 so the module's ``state_dict()`` has the keys and layouts of the torch.nn twin and loads from it.
 
-The layer computes with the parameters the module holds at each call (as_module_binding.py):
+The layer computes with the parameters the module holds at each call (binding.py):
 ``getattr(submodule, name)`` as torch would read it, so ``torch.func.functional_call`` with other weights,
 a parametrization (``weight_norm``, ``spectral_norm``, ``register_parametrization``), pruning and a
 Parameter assigned in place of another are what the hand-written forward and backward compute with, and
@@ -62,11 +62,11 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor, nn
 
-from .dropout import Dropout
-from .layer import BaseLayer, Layer, named_parameters_of
-from .as_module_binding import bind, read_parameters, rewired, run_pruning_hooks
-from .as_module_function import _HandgradFunction, _refuse_transforms, _refused_under
-from .sequential import _takes_need_input_grad
+from ..dropout import Dropout
+from ..layer import BaseLayer, Layer, named_parameters_of
+from .binding import bind, read_parameters, rewired, run_pruning_hooks
+from .function import _HandgradFunction, _refuse_transforms, _refused_under
+from ..sequential import _takes_need_input_grad
 
 def _walk(layer: Layer, prefix: str = "") -> Iterator[tuple[str, Layer]]:
     """(dotted prefix, layer) for the layer and every layer inside it, depth first (explicit stack)."""
@@ -271,7 +271,7 @@ class HandgradModule(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """x: the layer's input -> the layer's output (autograd's backward runs the hand-written backward).  The layer
-        computes with the parameters as the module holds them now (as_module_binding.py)."""
+        computes with the parameters as the module holds them now (binding.py)."""
         layer = self.layer
         if getattr(layer, "training", self.training) != self.training:
             self.train(self.training)  # the module's mode was set without train() (e.g. module.training = False)

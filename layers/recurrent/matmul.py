@@ -1,24 +1,29 @@
 """The recurrent layers' matrix products, on the CPU through oneDNN where torch's BLAS is slower.
 
 ``torch.mm`` on the CPU calls MKL's sgemm.  On an AMD CPU MKL runs its AVX2 code, while oneDNN -- the library
-behind nn.LSTM's own CPU kernel -- generates AVX-512 code, faster for a recurrent layer's products there; on an Intel CPU MKL runs its own AVX-512
-code and is the faster (``python benchmarks/lstm_step.py`` prints both; the figures are in docs/benchmarks.md).  So for a float32 CPU tensor on an AMD
-CPU the products below go through oneDNN's matmul, ``torch.ops.mkldnn._linear_pointwise`` (the op torch's own
-compiler emits for nn.Linear on the CPU); for anything else -- another CPU, float64, CUDA, a torch built without
-oneDNN, or ``ONEDNN = False`` -- through ``torch.addmm``.  The two agree to float32 round-off (tests/test_recurrent.py runs both
-wherever oneDNN is there); the float64 tests, which hold the layers to 1e-10, use the addmm path.
+behind nn.LSTM's own CPU kernel -- generates AVX-512 code, faster for a recurrent layer's products there; on an
+Intel CPU MKL runs its own AVX-512 code and is the faster (``python benchmarks/lstm_step.py`` prints both; the
+figures are in docs/benchmarks.md).  So for a float32 CPU tensor on an AMD CPU the products below go through
+oneDNN's matmul, ``torch.ops.mkldnn._linear_pointwise`` (the op torch's own compiler emits for nn.Linear on the
+CPU); for anything else -- another CPU, float64, CUDA, a torch built without oneDNN, or ``ONEDNN = False`` --
+through ``torch.addmm``.  The two agree to float32 round-off (tests/test_recurrent.py runs both wherever oneDNN is
+there); the float64 tests, which hold the layers to 1e-10, use the addmm path.
 
     prepack(w, x)             w (N, K) in the layout the products with x's kind of rows read fastest (oneDNN's
                               blocked layout, reordered once and reused by every step), or w itself
     linear(x, w, bias=None)   x (M, K), w (N, K) or prepack(w) -> (M, N) = x @ w^T + bias     (nn.Linear's layout)
     linear_add(x, w, other)   -> other + x @ w^T                                   (other (M, N), may be strided)
-    weight_grads(d, xs)       d (K, M), xs [(K, N_i)] -> ([d^T @ x_i (M, N_i)], column sums of d (M,)): a layer's
-                              weight and bias gradients, summed over its K rows
+    weight_grad(d, x)         d (K, M), x (K, N) -> d^T @ x (M, N), a weight gradient summed over the K rows, in
+                              the form the layer template adds into .grad (layers/template.py)
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import Tensor
+
+from ..template import Product
 
 
 def _probe() -> bool:
@@ -76,14 +81,16 @@ def linear_add(x: Tensor, w: Tensor, other: Tensor) -> Tensor:
     return torch.addmm(other, x, w.t())
 
 
-def weight_grads(d: Tensor, xs: list[Tensor]) -> tuple[list[Tensor], Tensor]:
-    """d (K, M), xs [(K, N_i)] -> ([d^T @ x_i, (M, N_i) each], d's column sums (M,)).
+def weight_grad(d: Tensor, x: Tensor) -> Product | Callable[[], Tensor]:
+    """d (K, M), x (K, N) -> dW = d^T @ x (M, N), left for the layer template to compute (only for a parameter that
+    wants a gradient): ``Product(d^T, x)`` (torch.addmm, in place into an existing .grad), or through oneDNN a
+    callable.
 
-    The K = T*N rows (every step and sample) are the products' inner dimension, strided in both operands; oneDNN
-    makes its operands contiguous, and computing (x_i^T d)^T -- the smaller result first, returned as a transposed
-    view -- measured faster here than transposing d once by hand, than oneDNN on d^T x_i, and than MKL.
+    The K = T*N rows (every step and sample) are the product's inner dimension, strided in both operands; oneDNN
+    makes its operands contiguous, and computing (x^T d)^T -- the smaller result first, then transposed -- measured
+    faster than transposing d once by hand, than oneDNN on d^T x, and than MKL.
     """
     if not _onednn(d):
-        return [d.t() @ x for x in xs], d.sum(0)
+        return Product(d.t(), x)
     op = torch.ops.mkldnn._linear_pointwise
-    return [op(x.t(), d.t(), None, "none", [], "").t() for x in xs], d.sum(0)
+    return lambda: op(x.t(), d.t(), None, "none", [], "").t().contiguous()  # contiguous: it may become .grad

@@ -7,8 +7,8 @@ from collections import OrderedDict
 import torch
 from torch import nn
 
-from .layer import BaseLayer
-from .sequential import Sequential
+from ..layer import BaseLayer
+from ..sequential import Sequential
 
 
 def _supported() -> dict[type[nn.Module], type[BaseLayer]]:

@@ -14,8 +14,10 @@ G = gates (RNN 1; LSTM 4, stacked i, f, g, o; GRU 3, stacked r, z, n).
 
 Layer k's input is layer k-1's output (both directions); in training mode with ``dropout`` > 0 that output
 goes through dropout first (not after the last layer), as torch does.  The per-direction work -- the
-recurrence and its backward through time -- is ``layers/bptt.py``; this file is the stacking: parameters,
-directions, layers, dropout between them, the initial states, the layouts, the checks.
+recurrence and its backward through time -- is ``bptt.py``; this file is the stacking: parameters, directions,
+layers, dropout between them, the initial states, the layouts, the checks.  Written in the layer template
+(layers/template.py): the forward returns its outputs and a ``Saved``, the backward the inputs' gradients and
+every parameter's, and the base checks, keeps, versions and accumulates.
 
 ``backward`` takes the gradients in the structure of the outputs and returns one per tensor input of the
 forward: ``dx`` when the forward had no ``hx``, ``(dx, dhx)`` when it had one, ``dhx`` shaped as ``hx``
@@ -28,21 +30,50 @@ identical weights.
 """
 from __future__ import annotations
 
-import numbers
 import warnings
 from abc import ABC, abstractmethod
+from collections import namedtuple
 
 import torch
 from torch import Tensor
 from torch.nn.utils.rnn import PackedSequence
 
+from ..checks import (BEFORE_FORWARD, check_bool, check_floating, check_int, check_like, check_probability,
+                      check_tensor)
+from ..dropout import inter_layer_mask
+from ..init import torch_recurrent_init_
+from ..layer import BaseLayer, learned
 from . import bptt_graph
-from .bptt import DirParams
-from .checks import check_floating, check_int, check_like, check_tensor
-from .dropout import inter_layer_mask
-from .init import torch_recurrent_init_
-from .layer import BaseLayer, learned
-from .saved import check_versions, versions
+from .bptt import Cache, DirParams, Grads
+
+# a DirParams field -> the parameter's name in torch's scheme, before its _l{k}[_reverse] suffix
+PARAM_OF = {"w_ih": "weight_ih", "w_hh": "weight_hh", "b_ih": "bias_ih", "b_hh": "bias_hh", "w_hr": "weight_hr"}
+
+
+def saved_type(weights: tuple[str, ...]) -> type:
+    """A recurrent layer's ``Saved``, one per set of weight names: what its backward reads, by name --
+
+        x          (T*N, I) the input as layer 0 keeps it for dW_ih (a view of x, or its own copy where x was not
+                   contiguous)
+        <weights>  every weight matrix under torch's name (weight_ih_l0, ..., weight_hr_l1_reverse), for dx and dh
+        dirs       [layer][direction] -> bptt.Cache, what each direction's backward reads (buffers of its own)
+        masks      [layer] -> the dropout mask (T, N, D*H_out) on its output, or None
+        batched, had_hx, T, N, shapes (the output's, then each state's: what the gradients must match), dtype, device
+
+    The base version-checks each tensor field by its name: x and the weights, changed in place before backward,
+    are refused (layers/saved.py).  The initial states are copied into the layer's own buffers, so changing hx
+    afterwards changes nothing; the biases are not read.
+
+    Made once per set of names, when a layer is built (a type made while torch.compile traces would be a new type
+    at every trace)."""
+    saved = _SAVED_TYPES.get(weights)
+    if saved is None:
+        saved = _SAVED_TYPES[weights] = namedtuple("Saved", ("x", *weights, "dirs", "masks", "batched", "had_hx",
+                                                             "T", "N", "shapes", "dtype", "device"))
+    return saved
+
+
+_SAVED_TYPES: dict[tuple[str, ...], type] = {}
 
 
 class _Recurrent(BaseLayer, ABC):
@@ -53,7 +84,7 @@ class _Recurrent(BaseLayer, ABC):
     _ctor_args = ("input_size", "hidden_size", "num_layers", "bias", "batch_first", "dropout", "bidirectional")
     # The forward writes into preallocated buffers with out=, which autograd cannot record (and runs under no_grad:
     # no graph is built).  gradcheck's autograd oracle for these layers is autograd through the torch.nn twin's
-    # own kernels on the same weights (autodiff.cases_sequence._TorchOracle), as the tests compare.
+    # own kernels on the same weights (checking.cases.rnn._TorchOracle), as the tests compare.
     autograd_opaque = True
     as_module_refuses = "takes an initial state and returns its new state beside its output"
 
@@ -65,11 +96,9 @@ class _Recurrent(BaseLayer, ABC):
         self.hidden_size = check_int(name, "hidden_size", hidden_size)
         self.num_layers = check_int(name, "num_layers", num_layers)
         for flag, value in (("bias", bias), ("batch_first", batch_first), ("bidirectional", bidirectional)):
-            if not isinstance(value, bool):
-                raise ValueError(f"{name}: {flag} must be a bool, got {value!r}")
-        if isinstance(dropout, bool) or not isinstance(dropout, numbers.Real) or not 0.0 <= dropout <= 1.0:
-            raise ValueError(f"{name}: dropout (the probability of zeroing an element of a layer's output) must be "
-                             f"a number in [0, 1], got {dropout!r}")
+            check_bool(name, flag, value)
+        self.dropout = check_probability(name, "dropout (the probability of zeroing an element of a layer's output)",
+                                         dropout)
         self.proj_size = check_int(name, "proj_size", proj_size, lo=0)
         if proj_size >= hidden_size:
             raise ValueError(f"{name}: proj_size must be smaller than hidden_size, got proj_size={proj_size} and "
@@ -80,7 +109,6 @@ class _Recurrent(BaseLayer, ABC):
             warnings.warn(f"{name}: dropout acts between recurrent layers, so dropout={dropout} does nothing with "
                           f"num_layers=1", stacklevel=2)
         self.bias, self.batch_first, self.bidirectional = bias, batch_first, bidirectional
-        self.dropout = float(dropout)
         self.h_out = proj_size or hidden_size  # H_out
         self.num_directions = 2 if bidirectional else 1  # D
         names, shapes = [], []
@@ -97,7 +125,8 @@ class _Recurrent(BaseLayer, ABC):
                     names.append(n)
                     shapes.append(s)
         self._param_names = tuple(names)  # torch's _flat_weights_names, in its order
-        self._kept_names = ("its input x", *(n for n in names if n.startswith("weight")))  # see _kept
+        self._weight_names = tuple(n for n in names if n.startswith("weight"))  # each a field of saved_type's
+        saved_type(self._weight_names)
         for n, s in zip(names, shapes):
             setattr(self, n, torch.empty(s, device=device, dtype=dtype))
         torch_recurrent_init_([getattr(self, n) for n in names], hidden_size)
@@ -106,7 +135,6 @@ class _Recurrent(BaseLayer, ABC):
         # twin's, at one generator (training.impls.models.use_generator finds them by ``generator`` and ``p``).
         self.generator: torch.Generator | None = None
         self.global_rows: tuple[int, int, int] | None = None
-        self._cache: tuple | None = None
 
     def __call__(self, x: Tensor, hx: Tensor | tuple[Tensor, Tensor] | None = None):
         return self.forward(x, hx)
@@ -133,58 +161,46 @@ class _Recurrent(BaseLayer, ABC):
         return s
 
     def _params(self, k: int, d: int) -> DirParams:
-        sfx = f"_l{k}" + ("_reverse" if d else "")
-        get = lambda n: getattr(self, n + sfx, None)  # noqa: E731
+        get = lambda n: getattr(self, n + _suffix(k, d), None)  # noqa: E731
         return DirParams(get("weight_ih"), get("weight_hh"), get("bias_ih"), get("bias_hh"), get("weight_hr"))
 
-    # -- the kind: one direction of one layer, forward and backward (layers/bptt.py) ---------------------------
+    # -- the kind: one direction of one layer, forward and backward (bptt.py) -------------------------------
 
     @abstractmethod
-    def _forward_dir(self, x: Tensor, p: DirParams, state0: list, reverse: bool) -> tuple[Tensor, list, object]:
+    def _forward_dir(self, x: Tensor, p: DirParams, state0: list, *, reverse: bool) -> tuple[Tensor, list, Cache]:
         """x (T, N, in) -> (y (T, N, H_out), final states [h_n (, c_n)], cache)."""
 
     @abstractmethod
-    def _backward_dir(self, dy: Tensor, dfinal: list, cache: object, need_d0: bool, need_dx: bool,
-                      dx: Tensor | None) -> tuple[Tensor | None, list]:
-        """-> (dx (T*N, in) or None, [dh_0 (, dc_0)] or Nones); adds the parameter gradients."""
+    def _backward_dir(self, dy: Tensor, dfinal: list, cache: Cache, *, need_d0: bool, need_dx: bool,
+                      dx: Tensor | None) -> tuple[Tensor | None, list, Grads]:
+        """-> (dx (T*N, in) or None, [dh_0 (, dc_0)] or Nones, the parameter gradients by DirParams field)."""
 
     # -- forward ------------------------------------------------------------------------------------------
 
-    def _kept(self, caches: list) -> tuple[Tensor, ...]:
-        """What the backward reads that a caller can reach, in the order of ``_kept_names``: the input as layer 0
-        keeps it for dW_ih (a view of x, or its own copy where x was not contiguous) and every weight matrix (for
-        dx and dh).  The initial states are copied into the layer's own buffers in the forward, so changing hx
-        afterwards changes nothing; the biases are not read."""
-        return (caches[0][0].x2, *(getattr(self, n) for n in self._kept_names[1:]))
-
-    @torch.no_grad()
     def forward(self, x: Tensor, hx: Tensor | tuple[Tensor, Tensor] | None = None):
-        """x (T, N, I) / (N, T, I) / (T, I), hx as in the module docstring -> (output, h_n) (LSTM: (output, (h_n, c_n)))."""
-        w = self.weight_ih_l0
-        if not (isinstance(x, Tensor) and x.dim() in (2, 3) and x.shape[-1] == self.input_size
-                and x.dtype == w.dtype and x.device == w.device):
-            self._reject_input(x)  # the cheap test above failed: find out what is wrong and say so
+        """x (T, N, I) / (N, T, I) / (T, I), hx as in the module docstring -> (output, h_n) (LSTM: (output,
+        (h_n, c_n)))."""
         batched = x.dim() == 3
         xt = x.transpose(0, 1) if batched and self.batch_first else x if batched else x.unsqueeze(1)  # (T, N, I)
         T, N = xt.shape[:2]
         if T == 0:
             raise ValueError(f"{self!r}: the input has no time steps (shape {tuple(x.shape)})")
-        state0 = self._initial_states(hx, batched, N)  # [(L*D, N, .) or None] per state
+        state0 = self._initial_states(hx, N, batched=batched)  # [(L*D, N, .) or None] per state
         L, D = self.num_layers, self.num_directions
         finals: list[list[Tensor]] = [[] for _ in self._states]
-        caches, masks = [], []
+        dirs, masks = [], []
         inp = xt
         for k in range(L):
-            ys, layer_caches = [], []
+            ys, layer_dirs = [], []
             for d in range(D):
                 j = k * D + d
-                y, fin, cache = self._forward_dir(inp, self._params(k, d), [None if s is None else s[j] for s in state0],
-                                                  d == 1)
+                y, fin, cache = self._forward_dir(inp, self._params(k, d),
+                                                  [None if s is None else s[j] for s in state0], reverse=d == 1)
                 ys.append(y)
-                layer_caches.append(cache)
+                layer_dirs.append(cache)
                 for lst, f in zip(finals, fin):
                     lst.append(f)
-            caches.append(layer_caches)
+            dirs.append(layer_dirs)
             out = ys[0] if D == 1 else torch.cat(ys, 2)  # (T, N, D*H_out)
             mask = None
             if k < L - 1 and self.training and self.dropout > 0:
@@ -198,12 +214,28 @@ class _Recurrent(BaseLayer, ABC):
         h_n = [torch.stack(lst) for lst in finals]  # (L*D, N, H_out), (L*D, N, H)
         if not batched:
             h_n = [h[:, 0] for h in h_n]  # (L*D, H_out)
-        self._cache = (caches, masks, batched, T, N, hx is not None, output.shape, [h.shape for h in h_n],
-                       output.dtype, output.device)
-        self._versions = versions(*self._kept(caches))  # changed in place before backward: refused (layers/saved.py)
-        return output, (h_n[0] if len(h_n) == 1 else tuple(h_n))
+        saved = saved_type(self._weight_names)(dirs[0][0].x2, *(getattr(self, n) for n in self._weight_names), dirs,
+                                               masks, batched, hx is not None, T, N,
+                                               (output.shape, *(h.shape for h in h_n)), output.dtype, output.device)
+        return (output, (h_n[0] if len(h_n) == 1 else tuple(h_n))), saved
 
-    def _initial_states(self, hx: object, batched: bool, N: int) -> list[Tensor | None]:
+    def check_input(self, x: object, hx: object = None) -> None:
+        w = self.weight_ih_l0
+        if isinstance(x, Tensor) and x.dim() in (2, 3) and x.shape[-1] == self.input_size \
+                and x.dtype == w.dtype and x.device == w.device:
+            return
+        if isinstance(x, PackedSequence):  # the cheap test above failed: find out what is wrong and say so
+            raise TypeError(f"{self!r}: PackedSequence input is not supported; pad the batch "
+                            f"(torch.nn.utils.rnn.pad_packed_sequence) and pass the padded tensor")
+        check_tensor(repr(self), "x", x)
+        check_floating(repr(self), "x", x)
+        if x.dim() not in (2, 3) or x.shape[-1] != self.input_size:
+            layout = "(N, T, I)" if self.batch_first else "(T, N, I)"
+            raise ValueError(f"{self!r}: expected input of shape {layout} or unbatched (T, I) with "
+                             f"I = input_size = {self.input_size}, got {tuple(x.shape)}")
+        check_like(repr(self), "x", x, self.weight_ih_l0, "weight_ih_l0")
+
+    def _initial_states(self, hx: object, N: int, *, batched: bool) -> list[Tensor | None]:
         """hx -> [h_0 (, c_0)] as (L*D, N, .), checked against the input's batch; Nones for no hx."""
         if hx is None:
             return [None] * len(self._states)
@@ -230,67 +262,61 @@ class _Recurrent(BaseLayer, ABC):
             out.append(part if batched else part.unsqueeze(1))
         return out
 
-    def _reject_input(self, x: object) -> None:
-        if isinstance(x, PackedSequence):
-            raise TypeError(f"{self!r}: PackedSequence input is not supported; pad the batch "
-                            f"(torch.nn.utils.rnn.pad_packed_sequence) and pass the padded tensor")
-        check_tensor(repr(self), "x", x)
-        check_floating(repr(self), "x", x)
-        if x.dim() not in (2, 3) or x.shape[-1] != self.input_size:
-            layout = "(N, T, I)" if self.batch_first else "(T, N, I)"
-            raise ValueError(f"{self!r}: expected input of shape {layout} or unbatched (T, I) with "
-                             f"I = input_size = {self.input_size}, got {tuple(x.shape)}")
-        check_like(repr(self), "x", x, self.weight_ih_l0, "weight_ih_l0")
-
     # -- backward -----------------------------------------------------------------------------------------
 
-    @torch.no_grad()
-    def backward(self, doutput: Tensor | None = None, dstate: Tensor | tuple | None = None,
-                 need_input_grad: bool = True):
-        """Gradients in the structure of the forward's outputs -> the inputs' gradients; adds every parameter's.
+    def backward(self, dout: tuple, saved, *, need_dx: bool = True):
+        """dout = (doutput, dstate) -> (dx, or (dx, dhx) when the forward had hx; every parameter's gradient).
 
-        ``doutput`` the output's shape; ``dstate`` h_n's (the LSTM's: the pair (dh_n, dc_n)); any of them None
-        stands for zeros.  Returns ``dx`` (the input's shape) when the forward had no hx, else ``(dx, dhx)``,
-        ``dhx`` shaped as hx.  ``need_input_grad=False`` skips dx (the first layer's dA @ W_ih) and gives None.
-        """
-        cache = self._cache
-        if cache is None:
-            raise RuntimeError(f"{self!r}: backward called before forward (or twice after one forward: "
-                               f"each backward consumes the cache of the forward before it)")
-        caches, masks, batched, T, N, had_hx, out_shape, state_shapes, dtype, device = cache
-        dstates = self._state_grads(dstate)
-        self._check_grad("doutput", doutput, out_shape, dtype, device)
-        for name, g, shape in zip(("dh_n", "dc_n"), dstates, state_shapes):
-            self._check_grad(name, g, shape, dtype, device)
-        check_versions(self, self._kept_names, self._kept(caches), self._versions)
-        self._cache = None
+        Layer by layer from the top, each direction through time (bptt.py); a layer's input gradient goes through
+        the dropout mask below it.  ``need_dx=False`` skips dx (the first layer's dA @ W_ih)."""
+        doutput, dstate = dout
         L, D, Ho = self.num_layers, self.num_directions, self.h_out
+        T, N, batched = saved.T, saved.N, saved.batched
         if doutput is None:
-            d = torch.zeros(T, N, D * Ho, dtype=dtype, device=device)
+            d = torch.zeros(T, N, D * Ho, dtype=saved.dtype, device=saved.device)
         else:  # (T, N, D*H_out), a view
             d = doutput.transpose(0, 1) if self.batch_first and batched else doutput if batched \
                 else doutput.unsqueeze(1)
-        dstates = [g if g is None or batched else g.unsqueeze(1) for g in dstates]  # (L*D, N, .)
+        dstates = [g if g is None or batched else g.unsqueeze(1) for g in self._state_grads(dstate)]  # (L*D, N, .)
         d0: list[list] = [[None] * (L * D) for _ in self._states]
+        grads = {}
         for k in reversed(range(L)):
             dx = None
-            need_dx = k > 0 or need_input_grad
             for dd in range(D):
                 j = k * D + dd
                 dy = d if D == 1 else d[:, :, dd * Ho:(dd + 1) * Ho]  # (T, N, H_out)
-                dx, g0 = self._backward_dir(dy, [None if g is None else g[j] for g in dstates], caches[k][dd],
-                                            had_hx, need_dx, dx)
+                dx, g0, dir_grads = self._backward_dir(dy, [None if g is None else g[j] for g in dstates],
+                                                       saved.dirs[k][dd], need_d0=saved.had_hx,
+                                                       need_dx=k > 0 or need_dx, dx=dx)
                 for lst, g in zip(d0, g0):
                     lst[j] = g
+                grads |= {PARAM_OF[f] + _suffix(k, dd): g for f, g in dir_grads.items()}
             d = None if dx is None else dx.view(T, N, -1)  # (T, N, in) the gradient of layer k's input
-            if k > 0 and masks[k - 1] is not None:
-                d.mul_(masks[k - 1])  # through the dropout between layers k-1 and k
+            if k > 0 and saved.masks[k - 1] is not None:
+                d.mul_(saved.masks[k - 1])  # through the dropout between layers k-1 and k
         if d is not None:
             d = d.transpose(0, 1).contiguous() if self.batch_first and batched else d if batched else d[:, 0]
-        if not had_hx:
-            return d
+        if not saved.had_hx:
+            return d, grads
         dhx = [torch.stack(lst) if batched else torch.stack(lst)[:, 0] for lst in d0]
-        return d, (dhx[0] if len(dhx) == 1 else tuple(dhx))
+        return (d, (dhx[0] if len(dhx) == 1 else tuple(dhx))), grads
+
+    def check_dout(self, dout: tuple, meta) -> None:
+        """dout = (doutput, dstate): each gradient None (zeros) or shaped as the forward's output it belongs to."""
+        if meta is None:
+            raise RuntimeError(f"{self!r}: {BEFORE_FORWARD}")
+        doutput, dstate = dout
+        saved = self._saved
+        for name, g, shape in zip(("doutput", "dh_n", "dc_n"), (doutput, *self._state_grads(dstate)), saved.shapes):
+            if g is None or (isinstance(g, Tensor) and g.shape == shape and g.dtype == saved.dtype
+                             and g.device == saved.device):
+                continue
+            check_tensor(repr(self), name, g)
+            if g.shape != shape:
+                raise ValueError(f"{self!r}: {name} has shape {tuple(g.shape)} but the forward's output had shape "
+                                 f"{tuple(shape)}")
+            check_like(repr(self), name, g, torch.empty(0, dtype=saved.dtype, device=saved.device),
+                       "the forward output")
 
     def _state_grads(self, dstate: object) -> list[Tensor | None]:
         if len(self._states) == 1:
@@ -302,20 +328,30 @@ class _Recurrent(BaseLayer, ABC):
         raise TypeError(f"{self!r}: the state's gradient must be the pair (dh_n, dc_n) (either may be None) or "
                         f"None, got {type(dstate).__name__}")
 
-    def _check_grad(self, name: str, g: object, shape: torch.Size, dtype: torch.dtype, device: torch.device) -> None:
-        if g is None or (isinstance(g, Tensor) and g.shape == shape and g.dtype == dtype and g.device == device):
-            return
-        check_tensor(repr(self), name, g)
-        if g.shape != shape:
-            raise ValueError(f"{self!r}: {name} has shape {tuple(g.shape)} but the forward's output had shape "
-                             f"{tuple(shape)}")
-        check_like(repr(self), name, g, torch.empty(0, dtype=dtype, device=device), "the forward output")
+
+def _suffix(k: int, d: int) -> str:
+    """The name suffix of layer k, direction d's parameters, torch's: _l0, _l0_reverse, _l1, ..."""
+    return f"_l{k}" + ("_reverse" if d else "")
 
 
-class RNN(_Recurrent):
+class _RecurrentLayer(_Recurrent):
+    """The public backward of RNN, LSTM and GRU: the gradients of the two outputs as two arguments."""
+
+    def backward(self, doutput: Tensor | None = None, dstate: Tensor | tuple | None = None,
+                 need_input_grad: bool = True):
+        """Gradients in the structure of the forward's outputs -> the inputs' gradients; adds every parameter's.
+
+        ``doutput`` the output's shape; ``dstate`` h_n's (the LSTM's: the pair (dh_n, dc_n)); any of them None
+        stands for zeros.  Returns ``dx`` (the input's shape) when the forward had no hx, else ``(dx, dhx)``,
+        ``dhx`` shaped as hx.  ``need_input_grad=False`` skips dx (the first layer's dA @ W_ih) and gives None.
+        """
+        return super().backward((doutput, dstate), need_dx=need_input_grad)
+
+
+class RNN(_RecurrentLayer):
     """Elman RNN, torch.nn.RNN's twin: h_t = act(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh), act tanh or relu.
 
-    Backward through time (layers/bptt.py): da_t = dh_t * act'(a_t) with dh_t = dy_t + da_{t+1} @ W_hh.
+    Backward through time (bptt.py): da_t = dh_t * act'(a_t) with dh_t = dy_t + da_{t+1} @ W_hh.
     """
 
     torch_class = torch.nn.RNN
@@ -330,22 +366,24 @@ class RNN(_Recurrent):
         super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
                          device=device, dtype=dtype)
 
-    def _forward_dir(self, x, p, state0, reverse):
-        y, h_n, cache = bptt_graph.for_forward().rnn_forward(x, p, state0[0], reverse, self.nonlinearity == "relu")
+    def _forward_dir(self, x, p, state0, *, reverse):
+        y, h_n, cache = bptt_graph.for_forward().rnn_forward(x, p, state0[0], reverse=reverse,
+                                                             relu=self.nonlinearity == "relu")
         return y, [h_n], cache
 
-    def _backward_dir(self, dy, dfinal, cache, need_d0, need_dx, dx):
-        dx, dh0 = bptt_graph.for_backward(cache).rnn_backward(dy, dfinal[0], cache, need_d0, need_dx, dx)
-        return dx, [dh0]
+    def _backward_dir(self, dy, dfinal, cache, *, need_d0, need_dx, dx):
+        dx, dh0, grads = bptt_graph.for_backward(cache).rnn_backward(dy, dfinal[0], cache, need_dh0=need_d0,
+                                                                     need_dx=need_dx, dx=dx)
+        return dx, [dh0], grads
 
 
-class LSTM(_Recurrent):
+class LSTM(_RecurrentLayer):
     """Long short-term memory, torch.nn.LSTM's twin (gates i, f, g, o; two biases; optional projection P):
 
         i, f, g, o = sigmoid / sigmoid / tanh / sigmoid of (x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh)
         c_t = f * c_{t-1} + i * g,   h_t = o * tanh(c_t)   (proj_size > 0: h_t = (o * tanh(c_t)) W_hr^T)
 
-    The gate derivatives are derived in ``layers.bptt.lstm_backward``.  ``hx`` is the pair (h_0, c_0),
+    The gate derivatives are derived in ``bptt.lstm_backward``.  ``hx`` is the pair (h_0, c_0),
     ``backward(doutput, (dh_n, dc_n))``; with hx it returns ``(dx, (dh_0, dc_0))``.
     """
 
@@ -354,23 +392,24 @@ class LSTM(_Recurrent):
     _states = ("h_0", "c_0")
     _ctor_args = _Recurrent._ctor_args + ("proj_size",)
 
-    def _forward_dir(self, x, p, state0, reverse):
-        y, (h_n, c_n), cache = bptt_graph.for_forward().lstm_forward(x, p, state0[0], state0[1], reverse)
+    def _forward_dir(self, x, p, state0, *, reverse):
+        y, (h_n, c_n), cache = bptt_graph.for_forward().lstm_forward(x, p, state0[0], state0[1], reverse=reverse)
         return y, [h_n, c_n], cache
 
-    def _backward_dir(self, dy, dfinal, cache, need_d0, need_dx, dx):
+    def _backward_dir(self, dy, dfinal, cache, *, need_d0, need_dx, dx):
         kernels = bptt_graph.for_backward(cache)
-        dx, dh0, dc0 = kernels.lstm_backward(dy, dfinal[0], dfinal[1], cache, need_d0, need_dx, dx)
-        return dx, [dh0, dc0]
+        dx, dh0, dc0, grads = kernels.lstm_backward(dy, dfinal[0], dfinal[1], cache, need_dh0=need_d0,
+                                                    need_dx=need_dx, dx=dx)
+        return dx, [dh0, dc0], grads
 
 
-class GRU(_Recurrent):
+class GRU(_RecurrentLayer):
     """Gated recurrent unit, torch.nn.GRU's twin (gates r, z, n; the reset gate multiplies W_hn h + b_hn):
 
         r, z = sigmoid(x_t W_i{r,z}^T + b_i{r,z} + h_{t-1} W_h{r,z}^T + b_h{r,z})
         n = tanh(x_t W_in^T + b_in + r * (h_{t-1} W_hn^T + b_hn)),   h_t = (1 - z) * n + z * h_{t-1}
 
-    The gate derivatives are derived in ``layers.bptt.gru_backward``.
+    The gate derivatives are derived in ``bptt.gru_backward``.
     """
 
     torch_class = torch.nn.GRU
@@ -382,10 +421,11 @@ class GRU(_Recurrent):
         super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
                          device=device, dtype=dtype)
 
-    def _forward_dir(self, x, p, state0, reverse):
-        y, h_n, cache = bptt_graph.for_forward().gru_forward(x, p, state0[0], reverse)
+    def _forward_dir(self, x, p, state0, *, reverse):
+        y, h_n, cache = bptt_graph.for_forward().gru_forward(x, p, state0[0], reverse=reverse)
         return y, [h_n], cache
 
-    def _backward_dir(self, dy, dfinal, cache, need_d0, need_dx, dx):
-        dx, dh0 = bptt_graph.for_backward(cache).gru_backward(dy, dfinal[0], cache, need_d0, need_dx, dx)
-        return dx, [dh0]
+    def _backward_dir(self, dy, dfinal, cache, *, need_d0, need_dx, dx):
+        dx, dh0, grads = bptt_graph.for_backward(cache).gru_backward(dy, dfinal[0], cache, need_dh0=need_d0,
+                                                                     need_dx=need_dx, dx=dx)
+        return dx, [dh0], grads

@@ -51,6 +51,7 @@ class GradResult:
 
 
 def rel_error(a: Tensor, b: Tensor) -> float:
+    """max|a - b| / max(max|a|, max|b|, 1e-12); 0 for empty tensors."""
     scale = max(a.abs().max().item(), b.abs().max().item(), 1e-12) if a.numel() else 1.0
     return (a - b).abs().max().item() / scale if a.numel() else 0.0
 
@@ -83,7 +84,8 @@ def directional_derivative(f: Callable[[], float], t: Tensor, v: Tensor, eps: fl
     return (fp - fm) / (2 * eps)
 
 
-def _result(owner: str, name: str, h: Tensor, n: Tensor, auto: Tensor | None, rtol: float) -> GradResult:
+def full_result(owner: str, name: str, h: Tensor, n: Tensor, auto: Tensor | None, rtol: float) -> GradResult:
+    """The verdict on hand-written gradient ``h`` against numeric ``n`` (every entry) and autograd's ``auto``."""
     if h.shape != n.shape:
         raise ValueError(f"gradcheck {owner}: gradient of {name} has shape {tuple(h.shape)}, "
                          f"expected {tuple(n.shape)}")
@@ -96,7 +98,7 @@ def _result(owner: str, name: str, h: Tensor, n: Tensor, auto: Tensor | None, rt
                       actual=h.reshape(-1)[flat_i].item() if h.numel() else 0.0, rtol=rtol)
 
 
-def _fast_result(owner: str, name: str, h: Tensor, f: Callable[[], float], t: Tensor, auto: Tensor | None,
+def fast_result(owner: str, name: str, h: Tensor, f: Callable[[], float], t: Tensor, auto: Tensor | None,
                  rtol: float, eps: float, seed: int) -> GradResult:
     """Compare <h, v> with the numeric derivative along PROJECTIONS random directions v; keep the worst."""
     g = torch.Generator(device="cpu").manual_seed(seed)

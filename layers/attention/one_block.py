@@ -1,10 +1,10 @@
 """Attention when every key fits in one block (S <= block_size): each row's softmax computed whole.
 
-The blocked path (``layers/attention.py``) carries a running row maximum and row sum from one key block to
+The blocked path (``scaled_dot_product.py``) carries a running row maximum and row sum from one key block to
 the next and rescales what it accumulated whenever the maximum grows.  With a single block there is nothing
 to carry, so this is the same algorithm with the bookkeeping removed: one product for the scores, one
 max / exp2 / sum over each row, one product with v, and the outputs written where they are computed (no
-zero-filled accumulators, no copies into slices).  Shapes as in ``layers/attention.py``: B flattened leading
+zero-filled accumulators, no copies into slices).  Shapes as in ``scaled_dot_product.py``: B flattened leading
 axes, L queries, S keys, E query/key size, Ev value size.
 
 Scores are kept in base 2 (both paths): exp(x) = 2^(x log2 e), the factor log2 e rides in the product's
@@ -35,8 +35,9 @@ from torch import Tensor
 LOG2E = 1.0 / math.log(2.0)  # log2(e): e^x = 2^(x log2 e)
 
 
-def one_block_forward(q: Tensor, k: Tensor, v: Tensor, spec, need_weights: bool) -> tuple[Tensor, Tensor, Tensor | None]:
-    """q (B, L, E), k (B, S, E), v (B, S, Ev), ``spec`` (``layers.attention._Spec``: masks, scale, dropout)
+def one_block_forward(q: Tensor, k: Tensor, v: Tensor, spec, *,
+                      need_weights: bool) -> tuple[Tensor, Tensor, Tensor | None]:
+    """q (B, L, E), k (B, S, E), v (B, S, Ev), ``spec`` (``scaled_dot_product._Spec``: masks, scale, dropout)
     -> (out (B, L, Ev), lse (B, L, 1) in base 2, weights A (B, L, S) or None)."""
     S = spec.S
     s = torch.baddbmm(q.new_zeros(1, 1, 1), q, k.transpose(1, 2), beta=0, alpha=spec.scale * LOG2E)  # (B, L, S)

@@ -23,12 +23,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .activations import GELU, ReLU
-from .checks import check_int, check_tensor
-from .dropout import Dropout
-from .layer import BaseLayer
-from .layernorm import LayerNorm
-from .linear import Linear
+from ..activations import GELU, ReLU
+from ..checks import check_bool, check_int, check_tensor
+from ..dropout import Dropout
+from ..layer import BaseLayer
+from ..layernorm import LayerNorm
+from ..linear import Linear
 from .multihead import MultiheadAttention
 
 _ACTIVATIONS = {"relu": ReLU, "gelu": GELU}
@@ -54,8 +54,7 @@ class TransformerEncoderLayer(BaseLayer):
                  dtype: torch.dtype | None = None) -> None:
         kw = {"device": device, "dtype": dtype}
         check_int("TransformerEncoderLayer", "dim_feedforward", dim_feedforward)
-        if not isinstance(norm_first, bool):
-            raise ValueError(f"TransformerEncoderLayer: norm_first must be a bool, got {norm_first!r}")
+        check_bool("TransformerEncoderLayer", "norm_first", norm_first)
         self.activation_name = _activation_name(activation)
         # torch's order of construction, hence of random draws: self_attn, linear1, dropout, linear2, norms
         self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first, **kw)
@@ -69,7 +68,6 @@ class TransformerEncoderLayer(BaseLayer):
         self.dropout2 = Dropout(dropout)
         self.activation = _ACTIVATIONS[self.activation_name]()
         self.batch_first = batch_first
-        self._shape: torch.Size | None = None
 
     def named_children(self):
         return iter((("self_attn", self.self_attn), ("linear1", self.linear1), ("dropout", self.dropout),
@@ -84,36 +82,31 @@ class TransformerEncoderLayer(BaseLayer):
     def __call__(self, *args, **kwargs):
         return self.forward(*args, **kwargs)
 
-    def forward(self, src: Tensor, src_mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None,
-                is_causal: bool = False) -> Tensor:
-        """src (L, N, E) / (N, L, E) / (L, E) -> out, the same shape."""
+    def check_input(self, src, *args, **kwargs) -> None:
         check_tensor(repr(self), "src", src)
-        self._shape = None
+
+    def forward(self, src: Tensor, src_mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None,
+                is_causal: bool = False) -> tuple[Tensor, None]:
+        """src (L, N, E) / (N, L, E) / (L, E) -> out, the same shape (the sublayers keep what their backward
+        needs: nothing is saved here)."""
         x = src
         if self.norm_first:
-            x = x + self._sa(self.norm1(x), src_mask, src_key_padding_mask, is_causal)
+            x = x + self._sa(self.norm1(x), src_mask, src_key_padding_mask, is_causal=is_causal)
             x = x + self._ff(self.norm2(x))
         else:
-            x = self.norm1(x + self._sa(x, src_mask, src_key_padding_mask, is_causal))
+            x = self.norm1(x + self._sa(x, src_mask, src_key_padding_mask, is_causal=is_causal))
             x = self.norm2(x + self._ff(x))
-        self._shape = x.shape
-        return x
+        return x, None
 
-    def _sa(self, x: Tensor, mask, kpm, is_causal: bool) -> Tensor:
+    def _sa(self, x: Tensor, mask, kpm, *, is_causal: bool) -> Tensor:
         return self.dropout1(self.self_attn(x, x, x, attn_mask=mask, key_padding_mask=kpm, need_weights=False,
                                             is_causal=is_causal)[0])
 
     def _ff(self, x: Tensor) -> Tensor:
         return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
 
-    def backward(self, dout: Tensor) -> Tensor:
-        """dout: the output's shape -> dsrc; adds every parameter's gradient into its .grad."""
-        if self._shape is None:
-            raise RuntimeError(f"{self!r}: backward called before forward (or twice after one forward)")
-        if not isinstance(dout, Tensor) or dout.shape != self._shape:
-            raise ValueError(f"{self!r}: dout has shape {tuple(getattr(dout, 'shape', ()))} but the forward output "
-                             f"had shape {tuple(self._shape)}")
-        self._shape = None
+    def backward(self, dout: Tensor, saved: None) -> Tensor:
+        """dout: the output's shape -> dsrc; every sublayer adds its parameters' gradients into their .grad."""
         if self.norm_first:
             d = dout + self.norm2.backward(self._ff_backward(dout))  # through x = x + ff(norm2(x))
             return d + self.norm1.backward(self._sa_backward(d))  # through x = x + sa(norm1(x))
@@ -165,7 +158,6 @@ class TransformerEncoder(BaseLayer):
         self.layers = [copy.deepcopy(encoder_layer) for _ in range(num_layers)]
         self.num_layers, self.norm = num_layers, norm
         self.enable_nested_tensor, self.mask_check = enable_nested_tensor, mask_check  # torch's; no effect here
-        self._forwarded = False
 
     def named_children(self):
         children = [(f"layers.{i}", layer) for i, layer in enumerate(self.layers)]
@@ -179,11 +171,13 @@ class TransformerEncoder(BaseLayer):
     def __call__(self, *args, **kwargs):
         return self.forward(*args, **kwargs)
 
-    def forward(self, src: Tensor, mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None,
-                is_causal: bool | None = None) -> Tensor:
-        """src (L, N, E) / (N, L, E) / (L, E) -> out, the same shape."""
+    def check_input(self, src, *args, **kwargs) -> None:
         check_tensor(repr(self), "src", src)
-        self._forwarded = False
+
+    def forward(self, src: Tensor, mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None,
+                is_causal: bool | None = None) -> tuple[Tensor, None]:
+        """src (L, N, E) / (N, L, E) / (L, E) -> out, the same shape (the layers keep their own: nothing is
+        saved here)."""
         seq_len = src.shape[1 if self.layers[0].batch_first and src.dim() == 3 else 0]
         is_causal = torch.nn.modules.transformer._detect_is_causal_mask(mask, is_causal, seq_len)
         x = src
@@ -191,14 +185,10 @@ class TransformerEncoder(BaseLayer):
             x = layer(x, src_mask=mask, src_key_padding_mask=src_key_padding_mask, is_causal=is_causal)
         if self.norm is not None:
             x = self.norm(x)
-        self._forwarded = True
-        return x
+        return x, None
 
-    def backward(self, dout: Tensor) -> Tensor:
+    def backward(self, dout: Tensor, saved: None) -> Tensor:
         """dout -> dsrc, through the norm and the layers in reverse."""
-        if not self._forwarded:
-            raise RuntimeError(f"{self!r}: backward called before forward (or twice after one forward)")
-        self._forwarded = False
         d = self.norm.backward(dout) if self.norm is not None else dout
         for layer in reversed(self.layers):
             d = layer.backward(d)

@@ -1,0 +1,62 @@
+"""A layer made of layers, written in the template: its backward is the chain rule through its children.
+
+The GPT's blocks and the GPT itself compute nothing of their own but residual sums and the tied output matrix;
+their backward calls the children's backwards in reverse.  Written in the template (layers/template.py), the base
+does the checks, the versions of what ``Saved`` holds, and "backward before forward"; what a composite adds is
+the backward split in two (a pipeline's B and W): ``self.back(child, dout)`` is the child's ``backward`` in a fused
+backward and its ``backward_input`` under B, with the child's ``backward_weight`` queued; W runs the queue in the
+order the B's ran -- the fused backward's order, so a tensor two children add into (the GPT's tied matrix) gets
+its terms in the same order, and B then W equals the fused backward bit for bit.
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+from torch import Tensor
+
+from layers.layer import BaseLayer, no_graph
+
+
+class Composite(BaseLayer):
+    """A template layer whose backward runs its children's: ``self.back(child, dout, **kw)`` for each child with
+    weights (a child without weights is called with its own ``backward``: it has no W), and
+    ``self.later(add, *args)`` for a gradient the composite adds itself (the GPT's output matrix)."""
+
+    _queue: list[Callable[[], None]] | None = None  # within backward_input: the W steps, in the order of the B's
+    _w_steps: list[Callable[[], None]] | None = None  # from backward_input to backward_weight
+
+    def back(self, child: BaseLayer, dout: Tensor, **kwargs) -> Tensor | None:
+        """The child's backward now (a fused backward), or its B now and its W queued (under ``backward_input``)."""
+        if self._queue is None:
+            return child.backward(dout, **kwargs)
+        dx = child.backward_input(dout, **kwargs)
+        self._queue.append(child.backward_weight)
+        return dx
+
+    def later(self, add: Callable[..., None], *args) -> None:
+        """``add(*args)``, a weight gradient's accumulation: now in a fused backward, in W after a B."""
+        if self._queue is None:
+            add(*args)
+        else:
+            self._queue.append(functools.partial(add, *args))
+
+    @no_graph
+    def backward_input(self, dout: Tensor, need_input_grad: bool = True, **kwargs):
+        """B: the input gradient, every child's W (and the composite's own ``later``) queued for
+        ``backward_weight()``; recording no graph, as ``backward``."""
+        self._queue = queue = []
+        try:
+            dx = super().backward_input(dout, need_input_grad, **kwargs)
+        finally:
+            self._queue = None
+        self._w_steps = queue
+        return dx
+
+    @no_graph
+    def backward_weight(self) -> None:
+        """W: the queued weight gradients of the last ``backward_input``, in the order its B's ran."""
+        super().backward_weight()  # one W per B, and what Saved holds unchanged since the forward
+        steps, self._w_steps = self._w_steps, None
+        for step in steps:
+            step()
