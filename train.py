@@ -25,7 +25,7 @@ try:  # importing torch takes seconds: Ctrl-C then is an interruption like any o
     from optimizers import OPTIMIZERS
     from training import (DATASETS, DTYPES, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, IMPL_GROUPS, IMPLS, MODELS,
                           SCHEDULES, TEXT_DATASETS, Interrupted, RunFailed, TrainConfig, UsageError, run)
-    from training.config import parse_val_split
+    from training.config import PIPELINE_SCHEDULES, parse_val_split
     from training.storage.checkpoint import saved_model
 except KeyboardInterrupt:
     print("\ninterrupted", file=sys.stderr)
@@ -71,6 +71,14 @@ def _eval_iters(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"invalid value {text!r}: an integer or all") from None
 
 
+class _Schedule(argparse.Action):
+    """--schedule takes a learning-rate schedule or a pipeline schedule (the names are apart): each to its own
+    setting, so both can be given (--schedule warmup-cosine --schedule zb-h1)."""
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        setattr(namespace, "pipeline_schedule" if value in PIPELINE_SCHEDULES else "schedule", value)
+
+
 def build_parser() -> argparse.ArgumentParser:
     d = TrainConfig.__dataclass_fields__
     p = _Parser(description=__doc__.split("\n\n")[0], formatter_class=_HelpFormatter)
@@ -101,10 +109,11 @@ def build_parser() -> argparse.ArgumentParser:
       "decay the matrices and embeddings only, as nanoGPT (default: 0 for images, 0.1 for text)")
     a("--beta2", type=float, default=None, help="adam/adamw's second-moment decay (default: 0.999 for images, 0.99 "
       "for text)")
-    a("--schedule", choices=list(SCHEDULES), default=None,
+    a("--schedule", choices=[*SCHEDULES, *PIPELINE_SCHEDULES], default=None, action=_Schedule,
       help="learning rate per step: constant (the images' default); cosine (annealed to 0); onecycle (warm-up to "
            "--lr, then annealed); warmup-cosine (text's default, nanoGPT's: linear warm-up for --warmup-iters, then "
-           "cosine to --min-lr at --lr-decay-iters)")
+           "cosine to --min-lr at --lr-decay-iters); or, with --pipeline-parallel, the pipeline's schedule: gpipe, "
+           "1f1b (its default) or zb-h1 (zero bubble: weight gradients fill the bubbles); give it twice for both")
     a("--augment", action="store_true", help="random left-right flips and 2-pixel shifts of training images")
     a("--hidden", type=int, default=None, help="the MLP's hidden width, or the lstm/gru's hidden size (default: 1024 for the "
       "MLP, 256 for lstm/gru)")
@@ -165,6 +174,22 @@ def build_parser() -> argparse.ArgumentParser:
       help="under torchrun: seconds a collective may wait before the run fails")
     a("--no-sync-bn", action="store_true", help="under torchrun: per-process batch norm statistics (the twin "
       "then uses plain BatchNorm under DDP) instead of synchronised ones")
+    m = p.add_argument_group("model parallelism of the GPT under torchrun (docs/model-parallel.md): T x P ranks "
+                             "hold one copy of the model, data parallelism over the rest of the world size").add_argument
+    m("--tensor-parallel", type=int, default=d["tensor_parallel"].default, metavar="T",
+      help="split each block's heads and MLP width, and the vocabulary, over T ranks (Megatron's f and g by hand)")
+    m("--sequence-parallel", action="store_true", help="with --tensor-parallel: layer norms and residuals on each "
+      "rank's block_size / T positions (all-gather / reduce-scatter along the sequence)")
+    m("--pipeline-parallel", type=int, default=d["pipeline_parallel"].default, metavar="P",
+      help="cut the blocks into P stages, run by --schedule gpipe, 1f1b or zb-h1")
+    m("--pipeline-schedule", choices=list(PIPELINE_SCHEDULES), default=d["pipeline_schedule"].default,
+      help="the same as --schedule gpipe|1f1b|zb-h1")
+    m("--micro-batches", type=int, default=d["micro_batches"].default, metavar="M",
+      help="a pipelined step's micro-batches (each data-parallel rank's batch splits into M equal parts)")
+    m("--zero", type=int, choices=(0, 1, 2), default=d["zero"].default,
+      help="ZeRO over the data-parallel ranks: 0 all-reduce, 1 optimizer state sharded, 2 gradients sharded too")
+    m("--check-parity", action="store_true", help="run the first step sharded and in one process (rank 0), print "
+      "per tensor the largest difference and whether it is float64 round-off or a bug, and stop")
     a("--out", type=Path, default=None, help="output folder (default: runs/<timestamp>-<pid>, unique to the run)")
     a("--overwrite", action="store_true", help="replace the run already in --out (without it a fresh run there is "
       "refused: --resume continues it)")

@@ -1,7 +1,8 @@
 """Run a function on N gloo processes (a ``file://`` rendezvous in a temporary folder), bounded in time.
 
 ``spawn_ranks(fn, world, *args, timeout=120)`` calls ``fn(rank, world, *args)`` in each spawned process inside
-a process group and returns ``{rank: what fn returned}``; a rank's exception comes back as its traceback and
+a process group and returns ``{rank: what fn returned}`` (``join=False``: ``fn(rank, world, init_method, *args)``
+outside one, to join it itself); a rank's exception comes back as its traceback and
 fails the caller, and a run past ``timeout`` seconds is killed and fails it too."""
 from __future__ import annotations
 
@@ -15,9 +16,12 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
-def _entry(rank, world, tmp, fn, args, results):
+def _entry(rank, world, tmp, fn, args, results, join):
     torch.set_num_threads(1)  # the ranks share the machine's cores: one thread each, not a pool each spinning
     try:
+        if not join:  # fn joins the group itself, at this rendezvous (as train.py's run does under torchrun)
+            results[rank] = fn(rank, world, f"file://{tmp}/rendezvous", *args)
+            return
         dist.init_process_group("gloo", init_method=f"file://{tmp}/rendezvous", rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=60))
         results[rank] = fn(rank, world, *args)
@@ -28,10 +32,10 @@ def _entry(rank, world, tmp, fn, args, results):
             dist.destroy_process_group()
 
 
-def spawn_ranks(fn, world: int, *args, timeout: float = 120.0) -> dict:
+def spawn_ranks(fn, world: int, *args, timeout: float = 120.0, join: bool = True) -> dict:
     with tempfile.TemporaryDirectory() as tmp, mp.Manager() as manager:
         results = manager.dict()
-        ctx = mp.start_processes(_entry, args=(world, tmp, fn, args, results), nprocs=world, start_method="spawn",
+        ctx = mp.start_processes(_entry, args=(world, tmp, fn, args, results, join), nprocs=world, start_method="spawn",
                                  join=False)
         deadline = time.monotonic() + timeout
         while not ctx.join(timeout=1.0):

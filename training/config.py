@@ -25,7 +25,8 @@ IMPL_GROUPS = {"both": ("manual", "torch"), "all": IMPLS}
 DTYPES = ("float32", "float64", "bfloat16", "float16")
 # Mixed precision: data and the weights the optimizer updates stay float32, the matrix products run in the half dtype.
 HALF_DTYPES = ("bfloat16", "float16")
-SCHEDULES = ("constant", "cosine", "onecycle", "warmup-cosine")  # learning rate per step (torch.optim.lr_scheduler);
+SCHEDULES = ("constant", "cosine", "onecycle", "warmup-cosine")
+PIPELINE_SCHEDULES = ("gpipe", "1f1b", "zb-h1")  # training/parallel/pipeline_schedules.py  # learning rate per step (torch.optim.lr_scheduler);
 # warmup-cosine is nanoGPT's: linear warm-up for --warmup-iters, cosine from --lr to --min-lr by --lr-decay-iters
 # Settings that determine the numbers a run produces: a resumed run keeps them.
 MATH_FIELDS = ("dataset", "model", "impl", "batch_size", "lr", "optimizer", "momentum", "weight_decay", "hidden",
@@ -37,6 +38,9 @@ RECORD_FIELDS = ("log_interval", "val_interval", "monitor")
 # Settings that only say where this process finds and puts things, or how it talks: under torchrun the ranks may
 # differ in these (every other setting must agree on every rank, training/parallel/agreement.py checks it).
 LOCAL_FIELDS = ("data_dir", "download", "device", "out", "overwrite", "resume", "tensorboard", "quiet", "plots")
+# Settings of the model-parallel run (training/parallel/run.py)
+PARALLEL_FIELDS = ("tensor_parallel", "sequence_parallel", "pipeline_parallel", "pipeline_schedule",
+                   "micro_batches", "zero", "check_parity")
 MLP_FIELDS = ("hidden", "depth")  # settings of --model mlp only
 # Settings of the image runs only, and of the text runs only (a setting of the other kind is refused, never ignored)
 IMAGE_FIELDS = ("epochs", "augment", "val_interval", "val_split", "limit_train", "data_dir", "download", "sync_bn")
@@ -115,6 +119,14 @@ class TrainConfig:
     plots: bool = True               # render PNG figures at the end
     dist_timeout: float = 120.0      # seconds a collective may wait under torchrun before the run fails
     sync_bn: bool = True             # under torchrun: batch statistics over the global batch (SyncBatchNorm)
+    # model parallelism of the GPT under torchrun (training/parallel/run.py): T x P ranks a replica, data over the rest
+    tensor_parallel: int = 1         # T: each block's heads and widths, and the vocabulary, split over T ranks
+    sequence_parallel: bool = False  # with T > 1: layer norms and residuals on T/T positions a rank
+    pipeline_parallel: int = 1       # P: the blocks cut into P stages
+    pipeline_schedule: str = "1f1b"  # one of PIPELINE_SCHEDULES
+    micro_batches: int = 1           # M: a pipelined step's micro-batches
+    zero: int = 0                    # ZeRO stage over the data-parallel ranks: 0 (all-reduce), 1 or 2
+    check_parity: bool = False       # the first step sharded and in one process, compared tensor by tensor
     given: frozenset[str] = field(default=frozenset(), compare=False)  # fields set explicitly by the user
 
     @property
@@ -125,6 +137,13 @@ class TrainConfig:
     def default_of(self, name: str):
         """The default of setting ``name`` for this run's model and family."""
         return MODEL_DEFAULTS.get(self.model, {}).get(name, FAMILY_DEFAULTS[self.family].get(name, _DEFAULTS[name]))
+
+    @property
+    def model_parallel(self) -> bool:
+        """Whether the run takes training/parallel/run.py's path: any of the model-parallel settings given."""
+        return (self.tensor_parallel > 1 or self.pipeline_parallel > 1 or self.zero > 0 or self.check_parity
+                or self.sequence_parallel
+                or any(n in self.given for n in PARALLEL_FIELDS))
 
     @property
     def is_text(self) -> bool:
@@ -138,6 +157,8 @@ class TrainConfig:
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
         object.__setattr__(self, "optimizer", str(self.optimizer).lower())
+        if self.model_parallel and "impl" not in self.given and self.impl == "both":  # the twins are not split
+            object.__setattr__(self, "impl", "manual")
         for name in ("data_dir", "out", "resume", "tensorboard", "data_file"):  # str paths from library callers
             value = getattr(self, name)
             if value is not None:
@@ -186,6 +207,7 @@ class TrainConfig:
             if getattr(self, name) not in allowed:
                 raise UsageError(f"{flag(name)}: unknown {name} {getattr(self, name)!r}; known: {', '.join(allowed)}")
         self._validate_family()
+        _validate_parallel(self)
         lowest = {"epochs": 1, "batch_size": 1, "hidden": 1, "depth": 0, "log_interval": 1, "val_interval": 1,
                   "limit_train": 1, "threads": 1, "max_iters": 1, "eval_interval": 1,
                   "block_size": 1, "n_layer": 1, "n_head": 1, "n_embd": 1, "warmup_iters": 0, "lr_decay_iters": 1}
@@ -307,6 +329,55 @@ def _validate_family(self: TrainConfig) -> None:
 
 
 TrainConfig._validate_family = _validate_family
+
+
+def _validate_parallel(self: TrainConfig) -> None:
+    """The model-parallel settings on their own and against the rest of the config (the world size is checked when
+    the run starts: training/parallel/run.py).  Each refusal names the values."""
+    for name, low in (("tensor_parallel", 1), ("pipeline_parallel", 1), ("micro_batches", 1)):
+        value = getattr(self, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise UsageError(f"{flag(name)} {value!r} is out of range (an integer, at least {low})")
+    if self.zero not in (0, 1, 2) or isinstance(self.zero, bool):
+        raise UsageError(f"--zero {self.zero!r}: the ZeRO stage is 0 (all-reduce), 1 (optimizer state sharded) or 2 "
+                         f"(gradients too)")
+    if self.pipeline_schedule not in PIPELINE_SCHEDULES:
+        raise UsageError(f"--schedule {self.pipeline_schedule!r}: unknown pipeline schedule; known: "
+                         f"{', '.join(PIPELINE_SCHEDULES)}")
+    if not self.model_parallel:
+        return
+    T, P = self.tensor_parallel, self.pipeline_parallel
+    if self.model != "gpt":
+        raise UsageError(f"model parallelism (--tensor-parallel, --pipeline-parallel, --zero, --check-parity) splits "
+                         f"the GPT only, not --model {self.model}")
+    if self.sequence_parallel and T == 1:
+        raise UsageError("--sequence-parallel splits the sequence over the tensor-parallel ranks: give "
+                         "--tensor-parallel T > 1")
+    if P == 1 and ("micro_batches" in self.given or "pipeline_schedule" in self.given):
+        what = "--micro-batches" if "micro_batches" in self.given else "--schedule " + self.pipeline_schedule
+        raise UsageError(f"{what} applies to a pipeline: give --pipeline-parallel P > 1")
+    if T > 1 and P > 1:
+        raise UsageError(f"--tensor-parallel {T} with --pipeline-parallel {P}: tensor x pipeline parallelism is not "
+                         f"written; use one of them (each composes with data parallelism and --zero)")
+    for what, n, parts in (("--n-head", self.n_head, T), ("--n-layer", self.n_layer, P)):  # n_embd: a multiple of n_head
+        if n % parts:
+            split = "--tensor-parallel" if parts == T else "--pipeline-parallel"
+            raise UsageError(f"{what} {n} does not divide by {split} {parts}")
+    if self.sequence_parallel and self.block_size % T:
+        raise UsageError(f"--block-size {self.block_size} does not divide by --tensor-parallel {T} (sequence "
+                         f"parallelism gives each rank block_size / T positions)")
+    if self.dropout:
+        raise UsageError(f"--dropout {self.dropout}: model parallelism runs without dropout (its masks would have to "
+                         f"be drawn for the whole model on every rank); use --dropout 0")
+    if self.impl != "manual":
+        raise UsageError(f"--impl {self.impl}: model parallelism trains the hand-written GPT (--impl manual); its "
+                         f"twins are training/parallel/*_twin.py, tested against it")
+    for name, bad in (("dtype", self.is_mixed), ("compile", self.compile), ("cuda_graph", bool(self.cuda_graph)),
+                      ("monitor", self.monitor), ("resume", self.resume is not None)):
+        if bad:
+            value = "" if isinstance(getattr(self, name), bool) else f" {getattr(self, name)}"
+            raise UsageError(f"{flag(name)}{value} with model parallelism is not supported (float32 or float64, "
+                             f"eager, no monitor, a fresh run)")
 
 
 def use_threads(threads: int | None) -> int:

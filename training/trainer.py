@@ -79,6 +79,9 @@ def _build(config: TrainConfig, device: torch.device, info: DistInfo, task: Task
     settings."""
     try:
         models = task.build_models(device, config.torch_dtype, info)
+        if config.model_parallel:  # the GPT split over the ranks (training/parallel/run.py)
+            from .parallel.run import build_parallel_impls
+            return build_parallel_impls(config, models, info, task.steps_per_round)
         return build_impls(config, device, config.torch_dtype, info, steps_per_epoch=task.steps_per_round,
                            models=models)
     except (torch.OutOfMemoryError, MemoryError, RuntimeError) as e:
@@ -99,6 +102,9 @@ def _train(config: TrainConfig, device: torch.device, info: DistInfo, say: Calla
     check_ranks_agree(info, run_identity(config, device, task.fingerprint, ckpt))
     task.check(info)
     impls = _build(config, device, info, task)
+    if config.check_parity:  # the first step sharded and in one process, compared; nothing is trained or written
+        from .parallel.parity import check_parity
+        return check_parity(impls["manual"], task, config, device, info, say)
     writer = open_tensorboard(config, info)
     monitors = attach_monitors(impls, config, info, task.round_ends, writer, task.watch_activations)
     batch_gen = torch.Generator().manual_seed((config.seed + 1) % 2 ** 64)  # torch's range
@@ -132,7 +138,8 @@ def _train(config: TrainConfig, device: torch.device, info: DistInfo, say: Calla
 
     say(f"{task.describe(device)} ({_precision(config)}; {threads}); "
         f"loaded in {task.data_seconds:.2f} s; model {config.model}; impl {', '.join(impls)}; "
-        f"{f'{info.world_size} processes; ' if info.enabled else ''}output {out}")
+        f"{f'{info.world_size} processes; ' if info.enabled else ''}"
+        f"{impls['manual'].describe() + '; ' if config.model_parallel else ''}output {out}")
     drift = Drift(impls, task.steps_per_round, log) if len(impls) > 1 else None
     try:
         for r in range(start, task.rounds + 1):
@@ -147,7 +154,8 @@ def _train(config: TrainConfig, device: torch.device, info: DistInfo, say: Calla
                 diff = drift.end_epoch(r)
                 say(f"{task.round_name(r, pad=True)} largest weight difference between {', '.join(impls)}: {diff:.3e}"
                     f"{_drift_note(config)}")
-            if info.is_main and not config.dry_run:  # a smoke test leaves no checkpoint (tens of MB) behind
+            # a smoke test leaves no checkpoint (tens of MB) behind; a model-parallel run's optimizer state is sharded
+            if info.is_main and not config.dry_run and not config.model_parallel:
                 save_checkpoint(ckpt_path, {**checkpoint_state(impls, config, r, records, batch_gen, task.fingerprint),
                                             **task.checkpoint_extra(), "world_size": info.world_size, "monitor": monitor_state(monitors)})
                 saved_epoch = r
@@ -253,7 +261,7 @@ def _finish(config: TrainConfig, out: Path, impls: dict, task: Task, records: li
     if not info.is_main:
         return
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
-    written = ["summary.json", "metrics.jsonl"] + ([] if config.dry_run else ["checkpoint.pt"])
+    written = ["summary.json", "metrics.jsonl"] + ([] if config.dry_run or config.model_parallel else ["checkpoint.pt"])
     if config.plots:
         from .plots import write_plots
         written += [p.name for p in write_plots(out, records, task.kind)]

@@ -70,6 +70,7 @@ class ZeroOptimizer:
         self.buckets = _ShardedBuckets(params, 1.0 / self.world, bucket_cap_mb, group, pad_to=self.world)
         group_of = {id(p): i for i, g in enumerate(groups) for p in g["params"]}
         pieces: list[list[Tensor]] = [[] for _ in groups]
+        self._owner: list[tuple[Tensor, Tensor]] = []  # (this rank's piece of a parameter, the parameter)
         for b in self.buckets.buckets:
             n = b.buffer.numel() // self.world
             lo, hi = self.rank * n, (self.rank + 1) * n  # this rank's shard of the bucket
@@ -87,6 +88,7 @@ class ZeroOptimizer:
                     piece = b.params_flat[a:c]
                     piece.grad = b.shard[a - lo:c - lo]
                     pieces[group_of[id(p)]].append(piece)
+                    self._owner.append((piece, p))
                 offset += p.numel()
         kept = [dict(g, params=ps) for g, ps in zip(groups, pieces) if ps]
         if not kept:
@@ -111,14 +113,24 @@ class ZeroOptimizer:
                     b.shard, b.params_flat, b.lo, b.hi = shard, params_flat, lo, hi
 
     @torch.no_grad()
-    def step(self, max_norm: float | None = None) -> Tensor | None:
+    def step(self, max_norm: float | None = None, norm_weight: dict | None = None,
+             norm_group: dist.ProcessGroup | None = None) -> Tensor | None:
         """The step; with ``max_norm``, the averaged gradients are first clipped to that total 2-norm (the norm of
-        all of them, from each rank's shard: its sum of squares all-reduced), and the norm before clipping returned."""
+        all of them, from each rank's shard: its sum of squares all-reduced), and the norm before clipping returned.
+
+        ``norm_weight`` (id(parameter) -> weight) and ``norm_group`` (None: the whole world) are for a model split
+        further, whose norm takes the squares of every rank of ``norm_group``: a parameter that other model-parallel
+        ranks hold copies of is counted once by weighting its squares 1 / copies."""
         self.buckets.finish()  # 1. the reduce-scatters, x 1/W
         total = None
-        if max_norm is not None:  # clip_grad_norm_'s rule, g *= min(1, max_norm / (total + 1e-6)), over the shards
+        if max_norm is not None and norm_weight is not None:
+            squares = sum((norm_weight[id(p)] * piece.grad.square().sum() for piece, p in self._owner),
+                          torch.zeros((), dtype=self._owner[0][0].dtype))
+            dist.all_reduce(squares, group=norm_group)
+        elif max_norm is not None:
             squares = torch.stack([b.shard.square().sum() for b in self.buckets.buckets]).sum()
             dist.all_reduce(squares, group=self.group)
+        if max_norm is not None:  # clip_grad_norm_'s rule, g *= min(1, max_norm / (total + 1e-6)), over the shards
             total = squares.sqrt()
             coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
             for b in self.buckets.buckets:

@@ -63,7 +63,7 @@ class TextTask:
         dropout is refused (its masks are drawn per window of the rank's share, not of the global batch, so the
         run would differ from one process's)."""
         config = self.config
-        if not info.enabled:
+        if not info.enabled or config.model_parallel:  # training/parallel/run.py checks its own world
             return
         if config.batch_size < info.world_size:
             raise UsageError(f"--batch-size {config.batch_size} windows cannot be shared by {info.world_size} "
@@ -89,7 +89,8 @@ class TextTask:
         config, T = self.config, self.config.block_size
         first = (r - 1) * config.eval_interval  # iterations before this round
         steps = order.shape[0]
-        lo, hi = shard_bounds(config.batch_size, info) if info.enabled else (0, config.batch_size)
+        data = getattr(impl, "data_info", info)  # a model-parallel run splits the batch over its data-parallel ranks
+        lo, hi = shard_bounds(config.batch_size, data) if data.enabled else (0, config.batch_size)
         sums = StepSums(config.log_interval, 1, order.device, info)  # per step: the summed loss
         loss_sum, seen = 0.0, 0
         bar = tqdm(total=steps, desc=f"iter {first + 1}-{first + steps} {impl.name}", leave=False, file=sys.stdout,

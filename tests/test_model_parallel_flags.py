@@ -1,0 +1,72 @@
+"""train.py's model-parallel flags: each lands on its TrainConfig field, --schedule takes a learning-rate or a
+pipeline schedule (both when given twice), and what does not compose or does not divide -- a non-GPT model,
+heads, width, layers, block size, batch, world size, tensor x pipeline, dropout, the twins -- is refused in one
+line naming the values, before any process group is needed (the width divides by T when the heads do)."""
+import pytest
+
+import train
+from training import TrainConfig, UsageError
+from training.parallel.distributed import DistInfo
+from training.parallel.run import check_world
+
+GPT = ["--model", "gpt", "--n-layer", "4", "--n-head", "4", "--n-embd", "32"]
+
+
+def test_the_flags_land_on_the_config():
+    c = train.parse_config([*GPT, "--tensor-parallel", "2", "--sequence-parallel", "--zero", "1"])
+    assert (c.tensor_parallel, c.sequence_parallel, c.zero, c.pipeline_parallel) == (2, True, 1, 1)
+    assert c.model_parallel and c.impl == "manual"  # the split trains the hand-written GPT, without being told
+    c = train.parse_config([*GPT, "--pipeline-parallel", "2", "--micro-batches", "4", "--schedule", "zb-h1",
+                            "--schedule", "cosine"])
+    assert (c.pipeline_parallel, c.micro_batches, c.pipeline_schedule, c.schedule) == (2, 4, "zb-h1", "cosine")
+    assert train.parse_config([*GPT, "--pipeline-parallel", "2", "--pipeline-schedule", "gpipe"]).pipeline_schedule \
+        == "gpipe"
+    plain = train.parse_config(GPT)
+    assert not plain.model_parallel and plain.schedule == "warmup-cosine" and plain.impl == "both"
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--model", "lstm", "--zero", "1"], "splits the GPT only, not --model lstm"),
+    ([*GPT, "--tensor-parallel", "3"], "--n-head 4 does not divide by --tensor-parallel 3"),
+    ([*GPT, "--micro-batches", "0", "--pipeline-parallel", "2"], "--micro-batches 0 is out of range"),
+    ([*GPT, "--pipeline-parallel", "3"], "--n-layer 4 does not divide by --pipeline-parallel 3"),
+    ([*GPT, "--tensor-parallel", "2", "--pipeline-parallel", "2"],
+     "--tensor-parallel 2 with --pipeline-parallel 2: tensor x pipeline parallelism is not written"),
+    ([*GPT, "--sequence-parallel"], "--sequence-parallel splits the sequence over the tensor-parallel ranks"),
+    ([*GPT, "--tensor-parallel", "2", "--sequence-parallel", "--block-size", "9"],
+     "--block-size 9 does not divide by --tensor-parallel 2"),
+    ([*GPT, "--micro-batches", "4"], "--micro-batches applies to a pipeline: give --pipeline-parallel P > 1"),
+    ([*GPT, "--schedule", "1f1b"], "--schedule 1f1b applies to a pipeline"),
+    ([*GPT, "--tensor-parallel", "2", "--dropout", "0.1"], "--dropout 0.1: model parallelism runs without dropout"),
+    ([*GPT, "--zero", "1", "--impl", "both"], "--impl both: model parallelism trains the hand-written GPT"),
+    ([*GPT, "--tensor-parallel", "0"], "--tensor-parallel 0 is out of range"),
+    ([*GPT, "--zero", "3"], "--zero: invalid choice: 3"),
+    ([*GPT, "--zero", "1", "--dtype", "bfloat16"], "--dtype bfloat16 with model parallelism is not supported"),
+])
+def test_what_does_not_compose_or_divide_is_refused_by_name(argv, message):
+    with pytest.raises(UsageError) as e:
+        train.parse_config(argv)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def _config(**kw):
+    return TrainConfig(**{"model": "gpt", "n_layer": 4, "n_head": 4, "n_embd": 32, "batch_size": 8, **kw})
+
+
+@pytest.mark.parametrize("kw,world,message", [
+    (dict(tensor_parallel=2), 3, "the world size 3 does not divide by --tensor-parallel 2 x --pipeline-parallel 1"),
+    (dict(pipeline_parallel=2, micro_batches=3, given=frozenset({"micro_batches"})), 2,
+     "--batch-size 8 does not divide by 1 data-parallel ranks x --micro-batches 3"),
+    (dict(pipeline_parallel=2), 6, "--batch-size 8 does not divide by 3 data-parallel ranks x --micro-batches 1"),
+    (dict(zero=1, batch_size=2), 4, "--batch-size 2 windows cannot be shared by 4 data-parallel ranks"),
+    (dict(zero=1), 1, "runs under torchrun"),
+])
+def test_a_world_the_settings_do_not_divide_is_refused_by_name(kw, world, message):
+    with pytest.raises(UsageError, match=message.replace("(", r"\(")):
+        check_world(_config(**kw), DistInfo(0, world) if world > 1 else DistInfo())
+
+
+def test_a_world_that_divides_gives_the_data_parallel_size():
+    assert check_world(_config(tensor_parallel=2), DistInfo(0, 4)) == 2
+    assert check_world(_config(pipeline_parallel=2, micro_batches=4, given=frozenset({"micro_batches"})),
+                       DistInfo(0, 4)) == 2

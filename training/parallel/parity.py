@@ -1,0 +1,216 @@
+"""--check-parity: the run's first step sharded and in one process (rank 0), compared tensor by tensor, with the
+answer to "round-off or bug".
+
+Rank 0 builds the one-process GPT again under the run's seed and takes the first step on the whole first batch:
+the reference.  It takes the step a second time on a second copy with the batch cut into pieces of rows whose
+gradients are summed in reverse order: the same mathematics, summed in another order, so its distance from the
+reference measures what reordering a float sum does to each tensor.  Every rank takes the sharded step, and the
+shards are gathered to rank 0:
+
+    outputs    each block's output and the logits (tensor parallelism: gathered; data parallelism: rank 0's rows;
+               a pipeline: the rows forwarded once more through a copy of each stage, without micro-batches)
+    loss       the first batch's mean loss
+    gradients  before clipping, averaged over the data-parallel ranks, in the order backward computes them
+    weights    after the optimizer's step (ZeRO's reduce-scatter, shard step and all-gather included)
+
+For each tensor: the largest |sharded - reference|, the reordered sum's largest |reordered - reference|, and the
+reference's largest |value|.  A difference within ``ROUNDING_ULPS`` ulps of the tensor's largest value is float
+rounding; past that, a difference no more than ``REORDER_FACTOR`` times the reordered sum's is round-off that
+reordering alone produces (a different summation order, as sharding's), and anything more is a bug: no order of
+the same sums gives it.  The report names the first tensor past rounding; the exit status is 1 on a bug.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from losses import CrossEntropyLoss
+from optimizers import clip_grad_norm_, get_optimizer
+
+from ..config import TrainConfig
+from ..errors import EXIT_FAILED, EXIT_OK
+from ..impls.optim_setup import optimizer_kwargs, param_groups, rows
+from ..schedule import make_scheduler
+from .distributed import DistInfo, shard_bounds
+
+ROUNDING_ULPS = 1e3  # sums of up to ~1e6 terms in another order stay within this many ulps of their largest value
+REORDER_FACTOR = 16.0  # a sharded sum's order differs from the reordered reference's: allow this much more
+
+
+def _record_outputs(blocks: list) -> tuple[list, Callable]:
+    """Each block's output, appended as it runs; -> (the list, a function that removes the recording)."""
+    seen: list[Tensor] = []
+    for block in blocks:
+        def forward(x, _f=block.forward):
+            out = _f(x)
+            seen.append(out.detach().clone())
+            return out
+        block.forward = forward  # an instance attribute: __call__ finds it before the class's
+    return seen, lambda: [vars(b).pop("forward", None) for b in blocks]
+
+
+def _reference(config: TrainConfig, task, device, x: Tensor, y: Tensor, pieces: int) -> dict:
+    """The first step in one process: outputs, loss, gradients before clipping, weights after; with ``pieces`` > 1
+    the gradient is summed over that many row pieces, last piece first."""
+    model = task.build_models(device, config.torch_dtype, DistInfo())["manual"]
+    named = list(model.named_parameters())
+    opt = get_optimizer(config.optimizer, param_groups(named, config), **optimizer_kwargs(config))
+    make_scheduler(opt, config, task.steps_per_round)  # the first step's learning rate, as the run's
+    crit, total = CrossEntropyLoss(reduction="sum"), y.numel()
+    out: dict = {}
+    bounds = [shard_bounds(x.shape[0], DistInfo(i, pieces)) for i in range(pieces)]
+    loss = 0.0
+    for lo, hi in reversed(bounds):
+        if lo == hi:
+            continue
+        seen, stop = _record_outputs(model.h)
+        logits = model(x[lo:hi])
+        stop()
+        loss = loss + crit(*rows(logits, y[lo:hi])) / total
+        model.backward(crit.backward(1.0 / total).view_as(logits))
+        if pieces == 1:
+            out.update((f"output transformer.h.{i}", t) for i, t in enumerate(seen))
+            out["output logits"] = logits.detach()
+    out["loss"] = torch.as_tensor(loss).detach().reshape(1)
+    for name, p in reversed(named):
+        out[f"grad {name}"] = p.grad.detach().clone()
+    if config.clip_grad:
+        clip_grad_norm_(model.parameters(), config.clip_grad)
+    opt.step()
+    out.update((f"weight {name}", p.detach().clone()) for name, p in named)
+    return out
+
+
+def _sharded(impl, x: Tensor, y: Tensor) -> dict:
+    """The first step as the run takes it, every rank; -> on rank 0 the gathered tensors (elsewhere partial)."""
+    lo, hi = shard_bounds(x.shape[0], impl.data_info)
+    out = _pipeline_outputs(impl, x[lo:hi]) if impl.P > 1 else {}
+    blocks = impl.part.h if impl.P == 1 else []
+    seen, stop = _record_outputs(blocks)
+    try:
+        loss = impl.forward_backward(x[lo:hi], y[lo:hi], y.numel())
+    finally:
+        stop()
+    sp = impl.T > 1 and impl.config.sequence_parallel
+    for i, t in enumerate(seen):  # under sequence parallelism each rank holds its positions: gathered along T
+        out[f"output transformer.h.{i}"] = _gather(t, 1, impl.inner_group) if sp else t
+    if impl.logits is not None:
+        logits = impl.logits.detach()
+        if impl.T > 1:  # each rank holds its vocabulary columns (padded): gathered, the padding cut
+            logits = _gather(logits, -1, impl.inner_group)[..., :impl.model.vocab_size]
+        out["output logits"] = logits
+    dist.all_reduce(loss)  # one rank of each copy reports its rows' summed loss
+    out["loss"] = (loss / y.numel()).reshape(1)
+    kept = [p.grad for p in impl.params]
+    for p in impl.params:  # the gradient averaged over the data-parallel ranks, for the report only
+        p.grad = p.grad.clone()
+        if impl.D > 1:
+            dist.all_reduce(p.grad, group=impl.dp_group)
+            p.grad.div_(impl.D)
+    grads = impl.gathered(grad=True)
+    for p, g in zip(impl.params, kept):
+        p.grad = g
+    out.update((f"grad {name}", grads[name]) for name, _ in reversed(list(impl.model.named_parameters())))
+    impl.reduce_and_step()
+    impl._stale = True
+    weights = impl.gathered()
+    out.update((f"weight {name}", weights[name]) for name, _ in impl.model.named_parameters())
+    return out
+
+
+@torch.no_grad()
+def _pipeline_outputs(impl, x: Tensor) -> dict:
+    """A pipeline's block outputs and logits: the rows ``x`` forwarded once through the stages (a copy of each, so the
+    step's own caches are untouched), each stage sending its activation on; gathered on every stage."""
+    from .pipeline_gpt import replicate
+    stage, group, s = replicate(impl.part), impl.inner_group, impl.inner_rank
+    seen, stop = _record_outputs(stage.h)
+    try:
+        if stage.first:
+            inp = x
+        else:
+            inp = torch.empty(*x.shape, impl.model.n_embd, dtype=impl.params[0].dtype)
+            dist.recv(inp, src=dist.get_global_rank(group, s - 1), group=group)
+        act = stage.forward(inp)
+        if not stage.last:
+            dist.send(act.contiguous(), dst=dist.get_global_rank(group, s + 1), group=group)
+    finally:
+        stop()
+    mine = {f"output transformer.h.{stage.offset + i}": t for i, t in enumerate(seen)}
+    if stage.last:
+        mine["output logits"] = act
+    every = [None] * impl.P
+    dist.all_gather_object(every, mine, group=group)
+    return {k: v for part in every for k, v in part.items()}  # compare() reads them in the reference's order
+
+
+def _gather(t: Tensor, dim: int, group) -> Tensor:
+    parts = [torch.empty_like(t) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, t.contiguous(), group=group)
+    return torch.cat(parts, dim=dim)
+
+
+def compare(sharded: dict, reference: dict, reordered: dict, eps: float) -> list[dict]:
+    """One row per tensor of the reference that the sharded step has: the differences and the verdict."""
+    out = []
+    for name, ref in reference.items():
+        if name not in sharded:
+            continue
+        got, re = sharded[name].double(), reordered.get(name, ref).double()
+        ref = ref.double()
+        scale = ref.abs().max().item() if ref.numel() else 0.0
+        diff = (got - ref).abs().max().item()
+        reorder = (re - ref).abs().max().item()
+        rounding = ROUNDING_ULPS * eps * scale
+        verdict = ("rounding" if diff <= rounding else "round-off" if diff <= REORDER_FACTOR * reorder else "bug")
+        out.append({"tensor": name, "diff": diff, "reordered": reorder, "scale": scale, "verdict": verdict})
+    return out
+
+
+def check_parity(impl, task, config: TrainConfig, device, info: DistInfo, say: Callable) -> int:
+    """Take the run's first step sharded (every rank) and in one process (rank 0); print the comparison on rank 0;
+    -> EXIT_OK when every tensor is rounding or round-off, EXIT_FAILED when one is a bug (on every rank)."""
+    from ..tasks.corpus import TextData
+    gen = torch.Generator().manual_seed((config.seed + 1) % 2 ** 64)  # the trainer's batch stream
+    x, y = TextData.windows_at(task.text.train, task.round_order(1, gen)[0], config.block_size)
+    sharded = _sharded(impl, x, y)
+    bug = torch.zeros((), dtype=torch.int64)
+    if info.is_main:
+        pieces = max(2, impl.D * config.micro_batches)
+        mine = shard_bounds(x.shape[0], DistInfo(0, impl.D))[1]  # rank 0's rows: the outputs it recorded
+        refs = [{k: v[:mine] if k.startswith("output") else v for k, v in ref.items()}
+                for ref in (_reference(config, task, device, x, y, 1),
+                            _reference(config, task, device, x, y, min(pieces, x.shape[0])))]
+        rows_ = compare(sharded, *refs, torch.finfo(config.torch_dtype).eps)
+        for line in report(rows_, config):
+            say(line)
+        bug += any(r["verdict"] == "bug" for r in rows_)
+    dist.broadcast(bug, 0)
+    return EXIT_FAILED if bug.item() else EXIT_OK
+
+
+def report(rows_: list[dict], config: TrainConfig) -> list[str]:
+    """The table, then the verdict line naming the first tensor past rounding."""
+    split = (f"--tensor-parallel {config.tensor_parallel}{' --sequence-parallel' * config.sequence_parallel} "
+             f"--pipeline-parallel {config.pipeline_parallel} --zero {config.zero}")
+    lines = [f"parity of the first step, {split} against one process ({config.dtype}): largest |difference| per "
+             f"tensor; 'reordered': a one-process sum in another order",
+             f"{'tensor':<48}{'|diff|':>10}{'reordered':>11}{'max|ref|':>10}  verdict"]
+    lines += [f"{r['tensor']:<48}{r['diff']:>10.1e}{r['reordered']:>11.1e}{r['scale']:>10.1e}  {r['verdict']}"
+              for r in rows_]
+    first = next((r for r in rows_ if r["verdict"] != "rounding"), None)
+    if first is None:
+        lines.append(f"parity: all {len(rows_)} tensors within {config.dtype} rounding of one process")
+    elif all(r["verdict"] != "bug" for r in rows_):
+        lines.append(f"parity: round-off. The first tensor past {config.dtype} rounding is {first['tensor']} "
+                     f"(|diff| {first['diff']:.1e}), and a reordered one-process sum differs as much "
+                     f"({first['reordered']:.1e}); no tensor differs more than reordering explains")
+    else:
+        bug = next(r for r in rows_ if r["verdict"] == "bug")
+        lines.append(f"parity: BUG. The first tensor past {config.dtype} rounding is {first['tensor']} (|diff| "
+                     f"{first['diff']:.1e}, max|ref| {first['scale']:.1e}); the first no reordered sum explains is "
+                     f"{bug['tensor']} (|diff| {bug['diff']:.1e} against {bug['reordered']:.1e} from reordering)")
+    return lines

@@ -1,0 +1,222 @@
+"""train.py's model-parallel run: the GPT split T (tensor) x P (pipeline) ways, data parallelism over the rest of
+the world, ZeRO over the data-parallel ranks; one implementation behind the trainer's ``Impl`` protocol.
+
+World = D x (T or P) ranks, a replica's ranks adjacent (``layout.parallel_layout``): rank = d * n + i with n = T or P,
+i the rank's tensor-parallel rank or pipeline stage, d its data-parallel rank.  Tensor x pipeline parallelism is
+refused (``config._validate_parallel``).  A step, on the rank's share of the global batch (the data-parallel rank's
+contiguous rows, ``shard_bounds``):
+
+    T > 1   ``TensorParallelGPT``: forward, the vocabulary-parallel loss, backward, ``finish_gradients``
+    P > 1   ``GPTStage`` run by ``run_schedule`` over M equal micro-batches, then the tied table's two copies summed
+    D       the gradients averaged over the data-parallel group: ``GradBuckets`` (--zero 0) or ``ZeroOptimizer``
+    clip    the total norm of the whole model's gradient: every rank's sum of squares, a parameter replicated over
+            the tensor-parallel ranks counted 1/T, the pipeline's copy of the table not at all, all-reduced
+
+Each rank's loss gradient is its rows' share of the global mean, times D (the data-parallel reduction averages), so
+the update is the one-process step's up to the order of the sums.  ``model`` is the whole GPT: after each step's
+weights change it is gathered from the shards (collective: every rank evaluates the same batches), and evaluation,
+the summary and ``--check-parity`` read it.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from losses import CrossEntropyLoss
+from optimizers import OPTIMIZERS, get_optimizer
+
+from ..config import TrainConfig, flag
+from ..errors import UsageError
+from ..impls.optim_setup import optimizer_kwargs, param_groups, rows
+from .allreduce import GradBuckets
+from .distributed import DistInfo
+from .layout import parallel_layout
+
+
+def check_world(config: TrainConfig, info: DistInfo) -> int:
+    """Refuse, in one line naming the values, a world size or batch that the settings do not divide; -> D."""
+    T, P, M = config.tensor_parallel, config.pipeline_parallel, config.micro_batches
+    if not info.enabled:
+        raise UsageError(f"model parallelism ({_settings(config)}) runs under torchrun: torchrun --standalone "
+                         f"--nproc-per-node N train.py ...")
+    n = T * P
+    if info.world_size % n:
+        raise UsageError(f"the world size {info.world_size} does not divide by --tensor-parallel {T} x "
+                         f"--pipeline-parallel {P} = {n} ranks a copy of the model")
+    D = info.world_size // n
+    if config.batch_size < D:
+        raise UsageError(f"--batch-size {config.batch_size} windows cannot be shared by {D} data-parallel ranks "
+                         f"(world size {info.world_size} / {n}); use --batch-size >= {D}")
+    if P > 1 and config.batch_size % (D * M):
+        raise UsageError(f"--batch-size {config.batch_size} does not divide by {D} data-parallel ranks x "
+                         f"--micro-batches {M} (a pipeline's micro-batches are equal)")
+    return D
+
+
+def _settings(config: TrainConfig) -> str:
+    names = ("tensor_parallel", "pipeline_parallel", "zero")
+    return " ".join(f"{flag(n)} {getattr(config, n)}" for n in names) + (" --check-parity" * config.check_parity)
+
+
+class ParallelImpl:
+    """The hand-written GPT's step split as the config says; see the module."""
+
+    name = "manual"
+    sched = None
+    monitor = None
+
+    def __init__(self, gpt, config: TrainConfig, info: DistInfo) -> None:
+        self.config, self.model, self.clip = config, gpt, config.clip_grad
+        T, P = config.tensor_parallel, config.pipeline_parallel
+        self.D = check_world(config, info)
+        lay = parallel_layout(T * P)  # groups of adjacent ranks (one copy of the model), data parallel across them
+        self.inner_rank, self.inner_group, self.dp_group = lay.tp_rank, lay.tp_group, lay.dp_group
+        self.T, self.P = T, P
+        self.data_info = DistInfo(lay.dp_rank, self.D)  # the rows of each global batch this rank's copy trains on
+        full = dict(gpt.named_parameters())
+        if T > 1:
+            from .tp_gpt import TensorParallelGPT
+            self.part = TensorParallelGPT(gpt, lay.tp_group, sequence_parallel=config.sequence_parallel)
+        elif P > 1:
+            from .pipeline_gpt import GPTStage
+            self.part = GPTStage(gpt, lay.tp_rank, P)
+            ends = [dist.new_group([d * P, d * P + P - 1]) for d in range(self.D)]  # first and last stage: the table
+            self.tie_group = ends[lay.dp_rank]
+        else:
+            self.part = gpt
+        named = list(self.part.named_parameters())
+        self.params = [p for _, p in named]
+        # the clip's weight of each parameter's squares: the norm is of the one-process model's gradient
+        self.norm_weight = {id(p): (0.0 if name == "head" else 1.0 / T if T > 1 and p.numel() == full[name].numel()
+                                    else 1.0) for name, p in named}
+        groups, kw = param_groups(named, config), optimizer_kwargs(config)
+        self.zero, self.buckets = None, None
+        if config.zero:
+            from .zero import ZeroOptimizer
+            self.zero = ZeroOptimizer(OPTIMIZERS[config.optimizer], groups, stage=config.zero, group=lay.dp_group, **kw)
+            self.opt = self.zero.optimizer
+        else:
+            self.opt = get_optimizer(config.optimizer, groups, **kw)
+            if self.D > 1:
+                self.buckets = GradBuckets(self.params, scale=1.0 / self.D, group=lay.dp_group)
+        self.eval_crit = CrossEntropyLoss(reduction="sum")
+        self._stale = False  # whether the shards moved since the whole model was gathered
+        self.logits = None  # the last step's logits where they are in one piece a copy (not pipelined)
+
+    # -- a training step -------------------------------------------------------------------------------------------
+    def train_step(self, x: Tensor, y: Tensor, total: int, step: int = 0):
+        """-> (this rank's part of the global batch's summed loss: its rows' on one rank of each copy, 0 on the
+        others; None for the logits; the total norm before clipping or None)."""
+        loss = self.forward_backward(x, y, total)
+        norm = self.reduce_and_step()
+        return loss, None, norm
+
+    def zero_grad(self) -> None:
+        if self.zero is not None:
+            self.zero.zero_grad()
+        else:
+            for p in self.params:
+                p.grad = None
+
+    def forward_backward(self, x: Tensor, y: Tensor, total: int) -> Tensor:
+        """This rank's gradients of its share of the global mean loss (x D); -> its summed loss as train_step's."""
+        self.zero_grad()
+        share = y.numel() / total * self.D  # the data-parallel reduction averages over D
+        reports = self.inner_rank == (self.P - 1 if self.P > 1 else 0)  # one rank of each copy reports the loss
+        if self.P > 1:
+            from .pipeline_runtime import run_schedule
+            stage, M = self.part, self.config.micro_batches
+            b = x.shape[0] // M
+            losses, self.trace = run_schedule(stage, self.config.pipeline_schedule, list(x.split(b)),
+                                              list(y.split(b)), (b, x.shape[1], self.model.n_embd), self.inner_group)
+            stage.tie_gradients(self.tie_group)
+            mean = torch.tensor(sum(losses) / M if stage.last else 0.0, dtype=torch.float64)
+        elif self.T > 1:
+            crit = self.part.loss()
+            logits = self.part(x)
+            mean = crit(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+            self.logits = logits  # (B, T, Vp/T) this rank's vocabulary columns, for --check-parity
+            self.part.backward(crit.backward(share).view_as(logits))
+            self.part.finish_gradients()
+        else:
+            crit = CrossEntropyLoss()
+            logits = self.model(x)
+            mean = crit(*rows(logits, y))
+            self.logits = logits
+            self.model.backward(crit.backward(share).view_as(logits))
+        self._stale = True
+        return mean.detach().double() * y.numel() if reports else torch.zeros((), dtype=torch.float64)
+
+    def reduce_and_step(self) -> Tensor | None:
+        """Average the gradients over the data-parallel ranks, clip by the whole model's norm, step."""
+        if self.zero is not None:
+            return self.zero.step(self.clip, norm_weight=self.norm_weight, norm_group=None)
+        if self.buckets is not None:
+            self.buckets.finish()
+        norm = self._clip() if self.clip else None
+        self.opt.step()
+        return norm
+
+    @torch.no_grad()
+    def _clip(self) -> Tensor:
+        """clip_grad_norm_'s rule, g *= min(1, max_norm / (total + 1e-6)), with the total over the whole model."""
+        squares = sum(self.norm_weight[id(p)] * p.grad.double().square().sum() for p in self.params
+                      if p.grad is not None)
+        squares = torch.as_tensor(squares, dtype=torch.float64) / self.D  # every data-parallel rank holds them all
+        dist.all_reduce(squares)
+        total = squares.sqrt()
+        coef = (self.clip / (total + 1e-6)).clamp(max=1.0)
+        for p in self.params:
+            if p.grad is not None:
+                p.grad.mul_(coef.to(p.grad.dtype))
+        return total
+
+    # -- the whole model -------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def gathered(self, grad: bool = False) -> dict[str, Tensor]:
+        """Every parameter of the GPT (or, with ``grad``, its gradient now), whole, under the GPT's names, on every
+        rank (collective over the model's copy)."""
+        if self.T > 1:
+            return self.part.full_state_dict(grad=grad)
+        mine = {n: (p.grad if grad else p).detach().clone() for n, p in self.part.named_parameters() if n != "head"}
+        if self.P == 1:
+            return mine
+        every = [None] * self.P
+        dist.all_gather_object(every, mine, group=self.inner_group)
+        return {n: t for part in every for n, t in part.items()}
+
+    @torch.no_grad()
+    def _sync_model(self) -> None:
+        if self._stale and self.part is not self.model:
+            whole = self.gathered()
+            for name, p in self.model.named_parameters():
+                if p.data_ptr() != whole[name].data_ptr():
+                    p.copy_(whole[name])
+        self._stale = False
+
+    def eval_batch(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        self._sync_model()
+        logits = self.model(x)
+        return self.eval_crit(*rows(logits, y)), logits
+
+    def named_parameters(self) -> list[tuple[str, Tensor]]:
+        """The whole GPT's parameters as last gathered (at the last evaluation: no collective here)."""
+        return list(self.model.named_parameters())
+
+    def describe(self) -> str:
+        """The split, for the run's first line."""
+        c = self.config
+        split = (f"tensor-parallel {self.T}{' with sequence parallelism' * c.sequence_parallel}" if self.T > 1 else
+                 f"pipeline-parallel {self.P} ({c.pipeline_schedule}, {c.micro_batches} micro-batches)" if self.P > 1
+                 else "the model whole on each rank")
+        return f"{split} x data-parallel {self.D}{f', ZeRO-{c.zero}' if c.zero else ''}"
+
+
+def build_parallel_impls(config: TrainConfig, models: dict, info: DistInfo, steps_per_epoch: int) -> dict:
+    """{"manual": ParallelImpl} from the task's one-process GPT (built under the seed: the same on every rank), with
+    the learning-rate schedule on the optimizer that steps (ZeRO's on the shard)."""
+    from ..schedule import make_scheduler
+    impl = ParallelImpl(models["manual"], config, info)
+    impl.sched = make_scheduler(impl.opt, config, steps_per_epoch) if steps_per_epoch else None
+    return {"manual": impl}
