@@ -161,9 +161,11 @@ def build_parser() -> argparse.ArgumentParser:
     a("--cuda-graph", action=argparse.BooleanOptionalAction, default=None,
       help="capture the hand-written step once as a CUDA graph and replay it (default: on with a CUDA device for "
            "the MLP without --monitor or torchrun; on the CPU the same capturable, in-place step runs eagerly)")
-    a("--compile", action="store_true", help="compile the hand-written step with torch.compile as one graph "
-      "(fullgraph), and the twin's model as PyTorch users do (torch.compile(model)); the compile time is reported "
-      "apart from the time per epoch or iteration")
+    a("--compile", nargs="?", const="graph", default=None, choices=("graph", "fast"), metavar="fast",
+      help="compile the hand-written step with torch.compile as one graph (fullgraph), and the twin's model as "
+      "PyTorch users do (torch.compile(model)); the compile time is reported apart from the time per epoch or "
+      "iteration. --compile fast: the hand-written step's guards are not evaluated at calls whose entry state they "
+      "already passed (training/compiled_fast.py)")
     a("--monitor", action="store_true", help="record gradient, weight, update and activation statistics of every "
       "implementation every --log-interval steps, at the run's first step and at each epoch's last "
       "(monitor_<impl>.jsonl and monitor_*.png in the output folder)")
@@ -213,6 +215,10 @@ def parse_config(argv: list[str] | None) -> TrainConfig:
     values["download"] = not values.pop("no_download")
     values["plots"] = not values.pop("no_plots")
     values["sync_bn"] = not values.pop("no_sync_bn")
+    compile_as = values.pop("compile")
+    values["compile"], values["compile_fast"] = compile_as is not None, compile_as == "fast"
+    if "compile" in given:
+        given = given | {"compile_fast"}
     values.pop("sanity")
     if values["resume"] is not None and "model" not in given:  # the checkpoint's family decides which flags apply
         values["model"] = saved_model(values["resume"])

@@ -109,6 +109,7 @@ class TrainConfig:
     lr_decay_iters: int = 2000
     cuda_graph: bool | None = None   # capture the hand-written step as a CUDA graph; None: on CUDA where allowed
     compile: bool = False            # torch.compile the hand-written step as one graph, and the twin's model
+    compile_fast: bool = False       # --compile fast: that step's guards skipped where proven safe (compiled_fast.py)
     monitor: bool = False            # GradientMonitor on every implementation (training/monitors.py)
     tensorboard: Path | None = None  # also write scalars and histograms there for TensorBoard
     out: Path | None = None          # None: runs/<timestamp>, or the checkpoint's folder when resuming
@@ -208,6 +209,8 @@ class TrainConfig:
                 raise UsageError(f"{flag(name)}: unknown {name} {getattr(self, name)!r}; known: {', '.join(allowed)}")
         self._validate_family()
         _validate_parallel(self)
+        if self.compile_fast and not self.compile:
+            raise UsageError("compile_fast=True needs compile=True (on the command line: --compile fast)")
         lowest = {"epochs": 1, "batch_size": 1, "hidden": 1, "depth": 0, "log_interval": 1, "val_interval": 1,
                   "limit_train": 1, "threads": 1, "max_iters": 1, "eval_interval": 1,
                   "block_size": 1, "n_layer": 1, "n_head": 1, "n_embd": 1, "warmup_iters": 0, "lr_decay_iters": 1}

@@ -16,6 +16,7 @@ from optimizers import clip_grad_norm_, get_optimizer
 from ..parallel.allreduce import GradBuckets
 from ..config import TrainConfig
 from ..compiled import CompileTimer, compile_step
+from ..compiled_fast import GuardFreeStep
 from ..cuda_graph import CapturedStep
 from ..parallel.distributed import SINGLE, DistInfo
 from ..precision.loss_scale import DynamicLossScaler
@@ -60,6 +61,8 @@ class ManualImpl:
             **(capturable_kwargs(config, model.parameters()[0]) if cuda_graph or config.compile else {})})
         if config.compile:
             step = compile_step(lambda xb, yb, total: self._step(xb, yb, total, 0), model, self.opt)
+            if config.compile_fast:  # guards skipped at calls whose entry state they already passed
+                step = GuardFreeStep(step, model, self.opt)
             self.compiled = CompileTimer(step, model.parameters()[0].device)
         if info.enabled:  # each rank's share of the global mean, summed over ranks by hand-written all-reduces
             self.crit = CrossEntropyLoss(reduction="sum")
