@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from layers.checks import check_int
+
 from .engine import Tensor, _topological_order
 
 FORMATS = ("svg", "png", "pdf", "dot")
@@ -52,8 +54,7 @@ def to_dot(root: Tensor, labels: Mapping[str, Tensor] | Iterable[tuple[str, Tens
     if root._released:
         raise RuntimeError("draw_graph: this graph was freed by backward(); draw it before backward(), or call "
                            "backward(retain_graph=True) to draw it with its gradients")
-    if isinstance(max_elements, bool) or not isinstance(max_elements, int) or max_elements < 0:
-        raise ValueError(f"draw_graph: max_elements must be an int >= 0, got {max_elements!r}")
+    check_int("draw_graph", "max_elements", max_elements, lo=0)
     if rankdir not in ("LR", "TB", "RL", "BT"):
         raise ValueError(f"draw_graph: rankdir must be one of LR, TB, RL, BT, got {rankdir!r}")
     pairs = labels.items() if isinstance(labels, Mapping) else (labels or ())

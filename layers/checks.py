@@ -74,10 +74,11 @@ def check_loss_dout(loss: object, dout: object) -> None:
                         f"tensor, default 1.0; got {type(dout).__name__} {dout!r:.40}")
 
 
-def check_int(owner: str, name: str, value: object, lo: int = 1) -> int:
-    """Refuse anything but an int >= lo (a bool is not an int here), naming the argument and the value."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        raise ValueError(f"{owner}: {name} must be an int >= {lo}, got {value!r}")
+def check_int(owner: str, name: str, value: object, lo: int | None = 1) -> int:
+    """Refuse anything but an int >= lo (any int with ``lo=None``; a bool is not an int here), naming the argument
+    and the value."""
+    if isinstance(value, bool) or not isinstance(value, int) or (lo is not None and value < lo):
+        raise ValueError(f"{owner}: {name} must be an int{'' if lo is None else f' >= {lo}'}, got {value!r}")
     return value
 
 

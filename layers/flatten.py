@@ -6,7 +6,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from .checks import check_tensor
+from .checks import check_int, check_tensor
 from .layer import BaseLayer
 
 
@@ -25,10 +25,8 @@ class Flatten(BaseLayer):
         shape: torch.Size  # x's shape, given back to dx
 
     def __init__(self, start_dim: int = 1, end_dim: int = -1) -> None:
-        for name, v in (("start_dim", start_dim), ("end_dim", end_dim)):
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise ValueError(f"Flatten: {name} must be an int, got {v!r}")
-        self.start_dim, self.end_dim = start_dim, end_dim
+        self.start_dim = check_int("Flatten", "start_dim", start_dim, lo=None)  # negative: counted from the end
+        self.end_dim = check_int("Flatten", "end_dim", end_dim, lo=None)
 
     def extra_repr(self) -> str:
         return f"start_dim={self.start_dim}, end_dim={self.end_dim}"

@@ -106,9 +106,6 @@ class BaseLayer(Template):
 
     # -- the tree -------------------------------------------------------------------------------------
 
-    def named_children(self) -> Iterator[tuple[str, Layer]]:
-        return iter(())
-
     def named_parameters(self, prefix: str = "", remove_duplicate: bool = True) -> Iterator[tuple[str, Tensor]]:
         """Every parameter with torch's dotted name ("0.weight", "layers.2.bias", ...), in torch's order.  A tensor
         held by two layers (a module used twice, a tied matrix) comes once, under its first name, as torch's

@@ -51,14 +51,14 @@ def check_versions(layer: object, names: tuple[str, ...], tensors: tuple[Tensor 
     """Raise a RuntimeError if a tensor in ``tensors`` changed in place since ``recorded = versions(*tensors)``.
 
     ``names`` says what each tensor is, as the message shows it ("its input x"; a parameter by its attribute
-    name, "weight"); ``before`` is the step that was about to use them ("backward", "recompute()").  A None in
+    name, "weight"), or is a function that returns those words, called only when they are needed; ``before`` is the step that was about to use them ("backward", "recompute()").  A None in
     ``tensors`` is not checked (a tensor this backward does not read after all).  Under torch.compile see the
     module docstring."""
     if recorded and recorded[0] is _TRACED or torch.compiler.is_compiling():
-        return _check_compiled(layer, names, tensors, recorded, before)
+        return _check_compiled(layer, names() if callable(names) else names, tensors, recorded, before)
     for t, then in zip(tensors, recorded):
         if t is not None and then != -1 and t._version != then:
-            raise _changed(layer, names, tensors, recorded, before)
+            raise _changed(layer, names() if callable(names) else names, tensors, recorded, before)
 
 
 def _changed(layer: object, names: tuple[str, ...], tensors: tuple[Tensor | None, ...], recorded: tuple[int, ...],

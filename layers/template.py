@@ -146,6 +146,13 @@ class Template:
     _saved = None  # the forward's Saved, until the backward consumes it
     _out_meta = None  # the forward's output (shape, dtype, device): what dout must match; None: no forward
     _pending_w = None  # backward_input's gradients, until backward_weight adds them
+    _kept = None  # the tensors of _saved, field by field (None for the rest): what the in-place check covers
+    _childless = True  # no child layers (set per class by wrap_template): a forward without parameters builds no
+    # graph unless it is given a tensor that requires a gradient
+
+    def named_children(self):
+        """The child layers (none here; a container or a block names its own)."""
+        return iter(())
 
     def check_input(self, x, *args, **kwargs) -> None:
         """Refuse what the math forward cannot take, naming the layer: by default, anything but a floating-point
@@ -172,8 +179,8 @@ class Template:
             raise NotImplementedError(f"{type(self).__name__}: backward_input()/backward_weight() split a backward "
                                       f"written in the template (backward(self, dout, saved)); this layer writes "
                                       f"its own backward")
-        dx, grads, saved, recorded = _backward_math(self, dout, need_input_grad, kwargs)
-        self._pending_w = (grads, saved, recorded)
+        dx, grads, saved, kept, recorded = _backward_math(self, dout, need_input_grad, kwargs)
+        self._pending_w = (grads, saved, kept, recorded)
         return dx
 
     @no_graph
@@ -183,68 +190,55 @@ class Template:
         pending, self._pending_w = self._pending_w, None
         if pending is None:
             raise RuntimeError(f"{self!r}: backward_weight() needs a backward_input() before it (one W per B)")
-        grads, saved, recorded = pending
-        if saved is not None:
-            labels, tensors = _kept(self, saved, False)
-            check_versions(self, labels, tensors, recorded)
+        grads, saved, kept, recorded = pending
+        if saved is not None:  # (what only dx read is done with)
+            check_versions(self, _labels(self, saved), _without_input_grad_only(self, saved, kept), recorded)
         if grads:
             _add_grads(self, grads)
 
 
-def _kept(layer, saved, need_input_grad: bool) -> tuple[tuple[str, ...], tuple]:
-    """The labels and tensors of a Saved for the in-place check (None for a field that is not a tensor, and for
-    a field read only for dx when dx is not asked for)."""
-    key = (type(layer), type(saved))
-    layout = _layouts.get(key)
-    if layout is None:
-        layout = _layout(layer, saved)
-        if not torch.compiler.is_compiling():  # a global changed inside a compiled step would recompile it
-            _layouts[key] = layout
-    labels, skip = layout
-    tensors = tuple([v if isinstance(v, Tensor) else None for v in saved])
-    if skip and not need_input_grad:
-        tensors = tuple([None if i in skip else t for i, t in enumerate(tensors)])
-    return labels, tensors
+def _labels(layer, saved) -> Callable[[], tuple[str, ...]]:
+    """The words for each field of ``saved`` in an in-place error (made only when a check needs them)."""
+    def labels() -> tuple[str, ...]:
+        own = layer._saved_labels
+        return tuple([own.get(n) or _LABELS.get(n, n) for n in type(saved)._fields])
+    return labels
 
 
-_layouts: dict[tuple[type, type], tuple[tuple[str, ...], frozenset[int]]] = {}
-
-
-def _layout(layer, saved) -> tuple[tuple[str, ...], frozenset[int]]:
-    """A layer class's Saved, once: each field's words for the in-place error, and the fields read only for dx."""
-    fields = getattr(type(saved), "_fields", None)
-    if fields is None:
+def _tensors_of(layer, saved) -> tuple:
+    """The tensors a Saved holds, by field (None for a field that is not a tensor): what the versions cover."""
+    if not hasattr(saved, "_fields"):
         raise TypeError(f"{type(layer).__name__}.forward must return (out, saved) with saved a NamedTuple (or "
                         f"None), got a {type(saved).__name__}")
-    own = layer._saved_labels
-    labels = tuple([own.get(n) or _LABELS.get(n, n) for n in fields])
-    return labels, frozenset(fields.index(n) for n in layer._input_grad_only)
+    return tuple([v if isinstance(v, Tensor) else None for v in saved])
 
 
-def _versions_of(saved) -> tuple:
-    return versions(*[v if isinstance(v, Tensor) else None for v in saved])
+def _without_input_grad_only(layer, saved, kept: tuple) -> tuple:
+    """``kept`` less the fields read only for dx (``_input_grad_only``), when dx is not asked for."""
+    fields = type(saved)._fields
+    return tuple([None if f in layer._input_grad_only else t for f, t in zip(fields, kept)])
 
 
 def _backward_math(layer, dout, need_input_grad, kwargs):
-    """The checks, then the layer's math backward: (dx, grads, saved, recorded versions)."""
-    meta, saved = layer._out_meta, layer._saved
+    """The checks, then the layer's math backward: (dx, grads, saved, kept tensors, recorded versions)."""
+    meta, saved, kept = layer._out_meta, layer._saved, layer._kept
     layer.check_dout(dout, meta)
-    layer._saved = layer._out_meta = None
+    layer._saved = layer._out_meta = layer._kept = None
     recorded = layer._versions
     if saved is not None:
-        labels, tensors = _kept(layer, saved, need_input_grad)
-        check_versions(layer, labels, tensors, recorded)
+        checked = kept if need_input_grad or not layer._input_grad_only else _without_input_grad_only(layer, saved, kept)
+        check_versions(layer, _labels(layer, saved), checked, recorded)
     layer.needs_input_grad = need_input_grad
     try:
         result = type(layer)._backward_math(layer, dout, saved, **kwargs)
     except Exception:
-        layer._saved, layer._out_meta = saved, meta  # a refused backward leaves the cache to try again
+        layer._saved, layer._out_meta, layer._kept = saved, meta, kept  # a refused backward leaves the cache
         raise
     if layer._param_names:
         dx, grads = result
     else:
         dx, grads = result, None
-    return (dx if need_input_grad else None), grads, saved, recorded
+    return (dx if need_input_grad else None), grads, saved, kept, recorded
 
 
 def _add_grads(layer, grads: dict) -> None:
@@ -290,6 +284,7 @@ def is_template(cls: type) -> bool:
 def wrap_template(cls: type) -> None:
     """Replace the math ``forward``/``backward`` a template class writes by the public protocol's (the module
     docstring); the math stays on the class as ``_forward_math``/``_backward_math``."""
+    cls._childless = cls.named_children is Template.named_children
     forward, backward = cls.__dict__.get("forward"), cls.__dict__.get("backward")
     if forward is not None and not getattr(forward, "_template", False):
         cls._forward_math = forward
@@ -299,17 +294,31 @@ def wrap_template(cls: type) -> None:
         cls.backward = _public_backward(backward)
 
 
+def _any_requires_grad(args: tuple) -> bool:
+    """Whether a layer without parameters is given a tensor that requires a gradient (else it has no graph to
+    build, and grad mode need not be switched off around it)."""
+    for a in args:
+        if isinstance(a, Tensor) and a.requires_grad:
+            return True
+    return False
+
+
 def _public_forward(math: Callable):
     @functools.wraps(math)
     def forward(self, *args, **kwargs):
         self.check_input(*args, **kwargs)
         self._saved = self._out_meta = None  # a forward that raises leaves nothing stale behind
-        if torch.is_grad_enabled() and not _recording:
+        if torch.is_grad_enabled() and not _recording and (self._param_names or not self._childless
+                                                           or _any_requires_grad(args)):
             with torch.no_grad():
                 out, saved = math(self, *args, **kwargs)
-        else:
+        else:  # (recording off already, or nothing here requires a gradient: no graph to build)
             out, saved = math(self, *args, **kwargs)
-        self._versions = () if saved is None else _versions_of(saved)
+        if saved is None:
+            self._kept = self._versions = ()
+        else:
+            self._kept = kept = _tensors_of(self, saved)
+            self._versions = versions(*kept)
         self._saved = saved
         self._out_meta = (out.shape, out.dtype, out.device) if isinstance(out, Tensor) else True
         return out
@@ -320,13 +329,14 @@ def _public_forward(math: Callable):
 def _public_backward(math: Callable):
     @functools.wraps(math)
     def backward(self, dout, need_input_grad: bool = True, **kwargs):
-        if torch.is_grad_enabled() and not _recording:
+        if torch.is_grad_enabled() and not _recording and (self._param_names or not self._childless
+                                                           or _any_requires_grad((dout,))):
             with torch.no_grad():
-                dx, grads, _, _ = _backward_math(self, dout, need_input_grad, kwargs)
+                dx, grads, _, _, _ = _backward_math(self, dout, need_input_grad, kwargs)
                 if grads:
                     _add_grads(self, grads)
                 return dx
-        dx, grads, _, _ = _backward_math(self, dout, need_input_grad, kwargs)
+        dx, grads, _, _, _ = _backward_math(self, dout, need_input_grad, kwargs)
         if grads:
             _add_grads(self, grads)
         return dx

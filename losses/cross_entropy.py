@@ -6,7 +6,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from layers.checks import LOW_PRECISION, capturing, check_floating, check_like, check_probability, check_tensor
+from layers.checks import (LOW_PRECISION, capturing, check_floating, check_int, check_like, check_probability,
+                           check_tensor)
 from ._reduction import check_reduction
 from .loss import Loss
 
@@ -107,9 +108,7 @@ class CrossEntropyLoss(Loss):
     def __init__(self, reduction: str = "mean", label_smoothing: float = 0.0, ignore_index: int = -100):
         self.reduction = check_reduction("CrossEntropyLoss", reduction)
         self.label_smoothing = check_probability("CrossEntropyLoss", "label_smoothing", label_smoothing)
-        if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):  # any int: -100, -1, a class
-            raise ValueError(f"CrossEntropyLoss: ignore_index must be an int, got {ignore_index!r}")
-        self.ignore_index = ignore_index
+        self.ignore_index = check_int("CrossEntropyLoss", "ignore_index", ignore_index, lo=None)  # -100, -1, a class
 
     def __repr__(self) -> str:
         ignore = f", ignore_index={self.ignore_index}" if self.ignore_index != -100 else ""

@@ -32,6 +32,8 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from layers.checks import check_int
+
 from .compiled import _graphs
 
 
@@ -41,9 +43,7 @@ class GuardFreeStep:
     count the calls of each kind."""
 
     def __init__(self, compiled: Callable, model, opt, warmup: int = 2):
-        if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 1:
-            raise ValueError(f"GuardFreeStep: warmup must be an int >= 1 (the optimizer's state is created in the "
-                             f"first calls), got {warmup!r}")
+        check_int("GuardFreeStep", "warmup", warmup)  # >= 1: the optimizer's state is created in the first calls
         self.compiled, self.model, self.opt, self.warmup = compiled, model, opt, warmup
         self.proven: set[tuple] = set()
         self.guarded = self.skipped = 0

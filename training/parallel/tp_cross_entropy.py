@@ -21,6 +21,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from layers.checks import BEFORE_FORWARD
+
 
 class VocabParallelCrossEntropy:
     """``loss = crit(logits_local (N, Vl), target (N,))``, the mean over N; ``crit.backward(dloss=1.0)`` returns
@@ -56,7 +58,7 @@ class VocabParallelCrossEntropy:
 
     def backward(self, dloss: float | Tensor = 1.0) -> Tensor:
         if self._cache is None:
-            raise RuntimeError("VocabParallelCrossEntropy: backward called before forward (or twice after one)")
+            raise RuntimeError(f"VocabParallelCrossEntropy: {BEFORE_FORWARD}")
         e, s, local, mine = self._cache
         self._cache = None
         n = e.shape[0]
