@@ -138,8 +138,8 @@ def candidates(hidden, x, y, device, compile_modes, halves=()):
     nn_sgd, nn_adam = "nn.Module eager, SGD", "nn.Module eager, Adam"
     c = {}
     if compile_modes:  # each compiled row is a new closure of handgrad_step's one function: a cache entry each
-        import torch._dynamo
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        import torch._dynamo as dynamo
+        dynamo.config.recompile_limit = max(dynamo.config.recompile_limit, 64)
     net = hand()
     c["handgrad README call, SGD"] = (handgrad_step(net, sgd(net.parameters()), CrossEntropyLoss()), nn_sgd)
     net = hand()

@@ -47,7 +47,7 @@ import torch
 from torch import Tensor
 
 from .checks import check_backward_dout, check_floating, check_tensor
-from .saved import check_versions, versions
+from .saved import _TRACED, check_versions, versions
 
 _recording = False  # set by recording_graph(): the layers' forward and backward record as plain torch code does
 
@@ -147,6 +147,7 @@ class Template:
     _out_meta = None  # the forward's output (shape, dtype, device): what dout must match; None: no forward
     _pending_w = None  # backward_input's gradients, until backward_weight adds them
     _kept = None  # the tensors of _saved, field by field (None for the rest): what the in-place check covers
+    _plain_dout_check = True  # check_dout not overridden (set per class by wrap_template): tested inline first
     _childless = True  # no child layers (set per class by wrap_template): a forward without parameters builds no
     # graph unless it is given a tensor that requires a gradient
 
@@ -222,23 +223,37 @@ def _without_input_grad_only(layer, saved, kept: tuple) -> tuple:
 def _backward_math(layer, dout, need_input_grad, kwargs):
     """The checks, then the layer's math backward: (dx, grads, saved, kept tensors, recorded versions)."""
     meta, saved, kept = layer._out_meta, layer._saved, layer._kept
-    layer.check_dout(dout, meta)
+    if not (layer._plain_dout_check and meta is not None and type(dout) is Tensor and dout.shape == meta[0]
+            and dout.dtype == meta[1] and dout.device == meta[2]):
+        layer.check_dout(dout, meta)  # (the cheap test above failed, or the layer checks its own way)
     layer._saved = layer._out_meta = layer._kept = None
-    recorded = layer._versions
+    recorded, layer._versions = layer._versions, ()
     if saved is not None:
         checked = kept if need_input_grad or not layer._input_grad_only else _without_input_grad_only(layer, saved, kept)
-        check_versions(layer, _labels(layer, saved), checked, recorded)
+        if _moved(checked, recorded):
+            check_versions(layer, _labels(layer, saved), checked, recorded)
     layer.needs_input_grad = need_input_grad
     try:
         result = type(layer)._backward_math(layer, dout, saved, **kwargs)
     except Exception:
-        layer._saved, layer._out_meta, layer._kept = saved, meta, kept  # a refused backward leaves the cache
+        layer._saved, layer._out_meta, layer._kept, layer._versions = saved, meta, kept, recorded  # kept to retry
         raise
     if layer._param_names:
         dx, grads = result
     else:
         dx, grads = result, None
     return (dx if need_input_grad else None), grads, saved, kept, recorded
+
+
+def _moved(tensors: tuple, recorded: tuple) -> bool:
+    """Whether the in-place check has something to say (a version moved), or must run in full (compiling, or
+    versions recorded while compiling): the common case, nothing moved, in one pass and no call."""
+    if torch.compiler.is_compiling() or (recorded and recorded[0] is _TRACED):
+        return True
+    for t, then in zip(tensors, recorded):
+        if t is not None and then != -1 and t._version != then:
+            return True
+    return False
 
 
 def _add_grads(layer, grads: dict) -> None:
@@ -285,6 +300,7 @@ def wrap_template(cls: type) -> None:
     """Replace the math ``forward``/``backward`` a template class writes by the public protocol's (the module
     docstring); the math stays on the class as ``_forward_math``/``_backward_math``."""
     cls._childless = cls.named_children is Template.named_children
+    cls._plain_dout_check = cls.check_dout is Template.check_dout
     forward, backward = cls.__dict__.get("forward"), cls.__dict__.get("backward")
     if forward is not None and not getattr(forward, "_template", False):
         cls._forward_math = forward
@@ -317,7 +333,9 @@ def _public_forward(math: Callable):
         if saved is None:
             self._kept = self._versions = ()
         else:
-            self._kept = kept = _tensors_of(self, saved)
+            if not isinstance(saved, tuple):
+                _tensors_of(self, saved)  # says what a forward must return
+            self._kept = kept = tuple([v if isinstance(v, Tensor) else None for v in saved])
             self._versions = versions(*kept)
         self._saved = saved
         self._out_meta = (out.shape, out.dtype, out.device) if isinstance(out, Tensor) else True

@@ -132,3 +132,13 @@ def test_the_gpt_holds_no_layernorm_gelu_or_second_attention_output_between_forw
         assert block.mlp.c_fc._saved.x is None and block.mlp.c_proj._saved.x is None
         assert block.mlp.gelu._saved[1] is None
         assert block.attn.attention._saved.out is None  # the output is the heads side by side, c_proj's input
+
+
+def test_gelu_output_recomputed_then_changed_in_place_is_refused():
+    gelu = GELU()
+    gelu.recompute_output = True
+    x = torch.randn(3, 4, dtype=f64)
+    gelu(x)
+    gelu.recompute().mul_(2)  # the recomputed output is kept for backward, as the forward's would be
+    with pytest.raises(RuntimeError, match="its output was modified in place"):
+        gelu.backward(torch.ones(3, 4, dtype=f64))
