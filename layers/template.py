@@ -177,7 +177,7 @@ class Template:
         if self._pending_w is not None:
             raise RuntimeError(f"{self!r}: backward_input() again before backward_weight() of the previous one")
         if getattr(type(self), "_backward_math", None) is None:
-            raise NotImplementedError(f"{type(self).__name__}: backward_input()/backward_weight() split a backward "
+            raise TypeError(f"{type(self).__name__}: backward_input()/backward_weight() split a backward "
                                       f"written in the template (backward(self, dout, saved)); this layer writes "
                                       f"its own backward")
         dx, grads, saved, kept, recorded = _backward_math(self, dout, need_input_grad, kwargs)
