@@ -229,7 +229,7 @@ class GELU(_Activation):
             with torch.no_grad():
                 out = torch.nn.functional.gelu(x, approximate=self.approximate)
             self._saved = self.Saved(x, out)
-            self._kept, self._versions = (x, out), versions(x, out)  # out too is checked before backward
+            self._versions = versions(x, out)  # out too is checked before backward
         return out
 
     def backward(self, dout: Tensor, saved: Saved) -> Tensor:

@@ -146,7 +146,7 @@ class Template:
     _saved = None  # the forward's Saved, until the backward consumes it
     _out_meta = None  # the forward's output (shape, dtype, device): what dout must match; None: no forward
     _pending_w = None  # backward_input's gradients, until backward_weight adds them
-    _kept = None  # the tensors of _saved, field by field (None for the rest): what the in-place check covers
+    _versions = ()  # the version of each field of _saved (-1: not a tensor): what the in-place check compares
     _plain_dout_check = True  # check_dout not overridden (set per class by wrap_template): tested inline first
     _childless = True  # no child layers (set per class by wrap_template): a forward without parameters builds no
     # graph unless it is given a tensor that requires a gradient
@@ -180,8 +180,8 @@ class Template:
             raise TypeError(f"{type(self).__name__}: backward_input()/backward_weight() split a backward "
                                       f"written in the template (backward(self, dout, saved)); this layer writes "
                                       f"its own backward")
-        dx, grads, saved, kept, recorded = _backward_math(self, dout, need_input_grad, kwargs)
-        self._pending_w = (grads, saved, kept, recorded)
+        dx, grads, saved, recorded = _backward_math(self, dout, need_input_grad, kwargs)
+        self._pending_w = (grads, saved, recorded)
         return dx
 
     @no_graph
@@ -191,9 +191,10 @@ class Template:
         pending, self._pending_w = self._pending_w, None
         if pending is None:
             raise RuntimeError(f"{self!r}: backward_weight() needs a backward_input() before it (one W per B)")
-        grads, saved, kept, recorded = pending
+        grads, saved, recorded = pending
         if saved is not None:  # (what only dx read is done with)
-            check_versions(self, _labels(self, saved), _without_input_grad_only(self, saved, kept), recorded)
+            tensors = _without_input_grad_only(self, saved, _tensors_of(self, saved))
+            check_versions(self, _labels(self, saved), tensors, recorded)
         if grads:
             _add_grads(self, grads)
 
@@ -214,76 +215,88 @@ def _tensors_of(layer, saved) -> tuple:
     return tuple([v if isinstance(v, Tensor) else None for v in saved])
 
 
-def _without_input_grad_only(layer, saved, kept: tuple) -> tuple:
-    """``kept`` less the fields read only for dx (``_input_grad_only``), when dx is not asked for."""
+def _without_input_grad_only(layer, saved, tensors: tuple) -> tuple:
+    """``tensors`` (``_tensors_of(saved)``) less the fields read only for dx (``_input_grad_only``), when dx is
+    not asked for."""
     fields = type(saved)._fields
-    return tuple([None if f in layer._input_grad_only else t for f, t in zip(fields, kept)])
+    return tuple([None if f in layer._input_grad_only else t for f, t in zip(fields, tensors)])
 
 
 def _backward_math(layer, dout, need_input_grad, kwargs):
-    """The checks, then the layer's math backward: (dx, grads, saved, kept tensors, recorded versions)."""
-    meta, saved, kept = layer._out_meta, layer._saved, layer._kept
+    """The checks, then the layer's math backward: (dx, grads, saved, recorded versions)."""
+    meta, saved = layer._out_meta, layer._saved
     if not (layer._plain_dout_check and meta is not None and type(dout) is Tensor and dout.shape == meta[0]
             and dout.dtype == meta[1] and dout.device == meta[2]):
         layer.check_dout(dout, meta)  # (the cheap test above failed, or the layer checks its own way)
-    layer._saved = layer._out_meta = layer._kept = None
+    layer._saved = layer._out_meta = None
     recorded, layer._versions = layer._versions, ()
     if saved is not None:
-        checked = kept if need_input_grad or not layer._input_grad_only else _without_input_grad_only(layer, saved, kept)
-        if _moved(checked, recorded):
-            check_versions(layer, _labels(layer, saved), checked, recorded)
+        # the common case, no kept tensor changed in place, in one pass; compiling, the check runs in full
+        moved = torch.compiler.is_compiling() or (recorded and recorded[0] is _TRACED)
+        if not moved:
+            for t, then in zip(saved, recorded):
+                if then != -1 and t._version != then:
+                    moved = True
+                    break
+        if moved:
+            tensors = _tensors_of(layer, saved)
+            if not need_input_grad and layer._input_grad_only:
+                tensors = _without_input_grad_only(layer, saved, tensors)
+            check_versions(layer, _labels(layer, saved), tensors, recorded)
     layer.needs_input_grad = need_input_grad
     try:
         result = type(layer)._backward_math(layer, dout, saved, **kwargs)
     except Exception:
-        layer._saved, layer._out_meta, layer._kept, layer._versions = saved, meta, kept, recorded  # kept to retry
+        layer._saved, layer._out_meta, layer._versions = saved, meta, recorded  # kept for a retry
         raise
     if layer._param_names:
         dx, grads = result
     else:
         dx, grads = result, None
-    return (dx if need_input_grad else None), grads, saved, kept, recorded
-
-
-def _moved(tensors: tuple, recorded: tuple) -> bool:
-    """Whether the in-place check has something to say (a version moved), or must run in full (compiling, or
-    versions recorded while compiling): the common case, nothing moved, in one pass and no call."""
-    if torch.compiler.is_compiling() or (recorded and recorded[0] is _TRACED):
-        return True
-    for t, then in zip(tensors, recorded):
-        if t is not None and then != -1 and t._version != then:
-            return True
-    return False
+    return (dx if need_input_grad else None), grads, saved, recorded
 
 
 def _add_grads(layer, grads: dict) -> None:
-    """Each parameter gradient the math returned, added into its ``.grad`` (the module docstring's forms)."""
+    """Each parameter gradient the math returned, added into its ``.grad`` (the module docstring's forms): as
+    ``add_product`` and ``accumulate_grad`` do, written out here, the hot loop of every backward."""
+    names = layer._param_names
     for name, g in grads.items():
-        if name not in layer._param_names:
+        if name not in names:
             raise KeyError(f"{layer!r}: backward returned a gradient for {name!r}, which is not one of its "
-                           f"parameters {layer._param_names}")
+                           f"parameters {names}")
         p = getattr(layer, name)
         if g is None or p is None or not p.requires_grad:
             continue
-        if type(g) is Product:
-            add_product(p, g.a, g.b)
-            if p.grad.shape != p.shape:
-                raise _wrong_shape(layer, name, p.grad, p)
-            continue
-        if type(g) is IndexAdd:
+        kind = type(g)
+        if kind is Product:
+            a, b = g
+            grad = p.grad
+            if grad is None or a.dim() != 2 or b.dim() != 2:
+                g = a @ b
+            else:
+                shape = p.shape
+                if len(shape) != 2 or a.shape[0] != shape[0] or b.shape[1] != shape[1]:
+                    raise _wrong_shape(layer, name, (a.shape[0], b.shape[1]), p)
+                grad.addmm_(a, b)  # no temporary
+                continue
+        elif kind is IndexAdd:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
             p.grad.index_add_(0, g.index, g.source)
             continue
-        if not isinstance(g, Tensor):
+        elif not isinstance(g, Tensor):
             g = g()
         if g.shape != p.shape:
-            raise _wrong_shape(layer, name, g, p)
-        accumulate_grad(p, g)
+            raise _wrong_shape(layer, name, g.shape, p)
+        grad = p.grad
+        if grad is None:
+            p.grad = g
+        else:
+            grad.add_(g)
 
 
-def _wrong_shape(layer, name: str, g: Tensor, p: Tensor) -> ValueError:
-    return ValueError(f"{layer!r}: backward's gradient for {name} has shape {tuple(g.shape)}, but {name} has "
+def _wrong_shape(layer, name: str, shape: tuple, p: Tensor) -> ValueError:
+    return ValueError(f"{layer!r}: backward's gradient for {name} has shape {tuple(shape)}, but {name} has "
                       f"shape {tuple(p.shape)}")
 
 
@@ -331,12 +344,14 @@ def _public_forward(math: Callable):
         else:  # (recording off already, or nothing here requires a gradient: no graph to build)
             out, saved = math(self, *args, **kwargs)
         if saved is None:
-            self._kept = self._versions = ()
+            self._versions = ()
+        elif isinstance(saved, tuple) and not torch.compiler.is_compiling():
+            try:  # the version of each kept tensor; -1: a field that is not a tensor
+                self._versions = tuple([v._version if isinstance(v, Tensor) else -1 for v in saved])
+            except RuntimeError:  # "Inference tensors do not track version counter"
+                self._versions = versions(*_tensors_of(self, saved))
         else:
-            if not isinstance(saved, tuple):
-                _tensors_of(self, saved)  # says what a forward must return
-            self._kept = kept = tuple([v if isinstance(v, Tensor) else None for v in saved])
-            self._versions = versions(*kept)
+            self._versions = versions(*_tensors_of(self, saved))  # (_tensors_of says what a forward must return)
         self._saved = saved
         self._out_meta = (out.shape, out.dtype, out.device) if isinstance(out, Tensor) else True
         return out
@@ -350,11 +365,11 @@ def _public_backward(math: Callable):
         if torch.is_grad_enabled() and not _recording and (self._param_names or not self._childless
                                                            or _any_requires_grad((dout,))):
             with torch.no_grad():
-                dx, grads, _, _, _ = _backward_math(self, dout, need_input_grad, kwargs)
+                dx, grads, _, _ = _backward_math(self, dout, need_input_grad, kwargs)
                 if grads:
                     _add_grads(self, grads)
                 return dx
-        dx, grads, _, _, _ = _backward_math(self, dout, need_input_grad, kwargs)
+        dx, grads, _, _ = _backward_math(self, dout, need_input_grad, kwargs)
         if grads:
             _add_grads(self, grads)
         return dx

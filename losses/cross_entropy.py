@@ -16,8 +16,8 @@ def check_class_target(owner: str, logits: Tensor, target: Tensor, ignore_index:
     """Class-index targets: integer (N,) on the logits' device, every class in [0, C) -- except those equal to
     ``ignore_index``, which may hold any value.  -> whether any target is ignored (None: not known, see below).
 
-    The range check reads the smallest and largest class (and whether any is ignored) back to the host:
-    one synchronisation per call.  While a CUDA graph is being captured that read is illegal, so the range
+    The range check reads the smallest and largest class back to the host: one synchronisation per call
+    (a second, for whether any target is ignored, only where ``ignore_index`` lies between them).  While a CUDA graph is being captured that read is illegal, so the range
     check is skipped (dtype, shape and device are still checked) and None returned: a graph replays on new
     data without checking it, and an out-of-range class there gives a garbage loss (or a device-side
     assert), never an error naming the class.  ``training.cuda_graph.CapturedStep`` runs the step eagerly,
@@ -38,12 +38,14 @@ def check_class_target(owner: str, logits: Tensor, target: Tensor, ignore_index:
                             f"{owner}: target contains a class outside [0, {c - 1}] for {c} classes"
                             + ("" if ignore_index is None else f" (ignore_index={ignore_index})"))
         return False if ignore_index is None else None
-    if ignore_index is None:
-        lo, hi = torch.stack(torch.aminmax(target)).tolist()  # one host sync for both bounds
+    lo, hi = torch.aminmax(target)
+    # the bounds read back: on the CPU each read is cheap, on a GPU one synchronisation for both
+    lo, hi = (lo.item(), hi.item()) if target.device.type == "cpu" else torch.stack((lo, hi)).tolist()
+    if ignore_index is None or not lo <= ignore_index <= hi:  # no target can equal ignore_index: none ignored
         ignored = 0
-    else:
+    else:  # some target may be ignored (and ignored ones may be out of range, -100): check the others
         skip = target == ignore_index
-        kept = target.masked_fill(skip, 0)  # ignored entries may be out of range (-100): check the others
+        kept = target.masked_fill(skip, 0)
         lo, hi, ignored = torch.stack([*torch.aminmax(kept), skip.any().to(kept.dtype)]).tolist()  # one sync
     if lo < 0 or hi >= c:
         raise ValueError(f"{owner}: target contains class {lo if lo < 0 else hi}, outside [0, {c - 1}] "
@@ -154,7 +156,8 @@ class CrossEntropyLoss(Loss):
                 grad.masked_fill_(skip.unsqueeze(1), 0)  # an ignored position has no gradient
                 if isinstance(scale, Tensor):
                     grad.nan_to_num_(0.0)  # every target ignored: 0 * (1/0) -- torch's gradient is zero there
-        return _unrows(grad.to(saved.dtype), saved.shape)  # one rounding, after the scale
+        grad = grad if grad.dtype == saved.dtype else grad.to(saved.dtype)  # one rounding, after the scale
+        return _unrows(grad, saved.shape)
 
     def check_input(self, logits: object, target: object) -> None:
         """Types and shapes (the class range is checked in forward, where it is read back once)."""

@@ -173,6 +173,31 @@ def test_class_targets_match_torch_with_ignore_index_and_positions(shape, kw):
     torch.testing.assert_close(dz, ref_dz, rtol=1e-12, atol=1e-15)
 
 
+@pytest.mark.parametrize("ignore_index", [-100, 0, 2, 4, 5])
+@pytest.mark.parametrize("present", [False, True])
+def test_ignore_index_inside_or_outside_the_targets_span_matches_torch(ignore_index, present):
+    """The range check reads the smallest and largest class first: an ignore_index outside that span cannot be
+    ignoring anything, one inside it (at an edge too) may or may not; each case equals torch's."""
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(8, 5, generator=g, dtype=torch.float64)
+    target = torch.tensor([1, 3, 1, 3, 2, 3, 1, 1])  # span [1, 3]
+    if present:
+        target[5] = ignore_index
+    crit = CrossEntropyLoss(ignore_index=ignore_index)
+    if present and not 0 <= ignore_index < 5:  # only an ignored position may hold an out-of-range value
+        target[6] = 7
+        with pytest.raises(ValueError, match=rf"target contains class 7, outside \[0, 4\] for 5 classes "
+                                             rf"\(ignore_index={ignore_index}\)"):
+            crit(logits, target)
+        target[6] = 1
+    loss, dz = crit(logits, target), crit.backward()
+    ref_loss, ref_dz = _torch_ce(logits, target, ignore_index=ignore_index)
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-13, atol=0)
+    torch.testing.assert_close(dz, ref_dz, rtol=1e-12, atol=1e-15)
+    with pytest.raises(ValueError, match=r"target contains class -3, outside \[0, 4\]"):
+        crit(logits, torch.tensor([1, -3, 2, 2, 2, 2, 2, 2]))
+
+
 def test_probability_targets_over_positions_match_torch():
     g = torch.Generator().manual_seed(1)
     logits = torch.randn(2, 4, 3, generator=g, dtype=torch.float64)

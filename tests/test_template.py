@@ -140,6 +140,23 @@ def test_a_wrong_gradient_is_refused_by_name_and_shape():
         layer.backward(d)
 
 
+def test_a_product_of_the_wrong_shape_is_refused_first_time_and_when_adding():
+    """A weight gradient given as Product(a, b) is checked against the parameter whether it becomes .grad or
+    is added into an existing one (addmm_)."""
+    class Transposed(Linear):
+        def backward(self, dout, saved, input=None):
+            return None, {"weight": Product(saved.x.t(), dout)}  # (D, H): dW transposed
+
+    layer = Transposed(3, 2, dtype=f64)
+    x, d = torch.randn(4, 3, dtype=f64), torch.ones(4, 2, dtype=f64)
+    for grad in (None, torch.zeros(2, 3, dtype=f64)):
+        layer.weight.grad = grad
+        layer(x)
+        with pytest.raises(ValueError, match=r"gradient for weight has shape \(3, 2\), but weight has shape \(2, 3\)"):
+            layer.backward(d)
+        assert (layer.weight.grad is None) if grad is None else torch.equal(layer.weight.grad, grad)
+
+
 def test_a_refused_backward_keeps_the_cache_for_a_retry():
     class Picky(Swish):
         def backward(self, dout, saved, scale=1.0):
