@@ -188,14 +188,20 @@ class Template:
     def backward_weight(self) -> None:
         """W: adds the gradients of the last ``backward_input`` into ``.grad``.  What they read must not have
         changed in place since the forward."""
+        grads = self._take_pending_w()
+        if grads:
+            _add_grads(self, grads)
+
+    def _take_pending_w(self) -> dict | None:
+        """The gradients the last ``backward_input`` left for W, after the checks: one W per B, and what they read
+        unchanged in place since the forward."""
         pending, self._pending_w = self._pending_w, None
         if pending is None:
             raise RuntimeError(f"{self!r}: backward_weight() needs a backward_input() before it (one W per B)")
         grads, saved, kept, recorded = pending
         if saved is not None:  # (what only dx read is done with)
             check_versions(self, _labels(self, saved), _without_input_grad_only(self, saved, kept), recorded)
-        if grads:
-            _add_grads(self, grads)
+        return grads
 
 
 def _labels(layer, saved) -> Callable[[], tuple[str, ...]]:
