@@ -142,6 +142,29 @@ def test_the_encoder_layers_w_runs_its_sublayers_w_in_the_fused_backwards_order(
         assert ran == order
 
 
+def test_the_encoders_w_runs_its_norm_then_its_layers_from_the_top():
+    enc = ENCODER["encoder-2-layers-norm"]()
+    ran = []
+    for name, child in (("norm", enc.norm), ("layers.0", enc.layers[0]), ("layers.1", enc.layers[1])):
+        child.backward_weight = (lambda c, n: lambda: (ran.append(n), type(c).backward_weight(c)))(child, name)
+    enc(torch.randn(L, Nb, E, dtype=f64))
+    enc.backward_input(torch.randn(L, Nb, E, dtype=f64))
+    enc.backward_weight()
+    assert ran == ["norm", "layers.1", "layers.0"]
+
+
+def test_multihead_attentions_w_adds_out_proj_first_then_the_input_projections():
+    mha = MultiheadAttention(E, 2, dtype=f64)
+    seen = []
+    mha.out_proj.backward_weight = lambda: (seen.append(mha.in_proj_weight.grad is None),
+                                            type(mha.out_proj).backward_weight(mha.out_proj))
+    x = torch.randn(L, Nb, E, dtype=f64)
+    mha(x, x, x)
+    mha.backward_input(torch.randn(L, Nb, E, dtype=f64), summed=True)
+    mha.backward_weight()
+    assert seen == [True] and mha.in_proj_weight.grad is not None and mha.out_proj.weight.grad is not None
+
+
 @pytest.mark.parametrize("make", [lambda: MultiheadAttention(E, 2, dtype=f64),
                                   lambda: TransformerEncoderLayer(E, 2, 16, dtype=f64)], ids=["mha", "encoder-layer"])
 def test_w_without_b_and_b_twice_are_refused(make):
