@@ -188,6 +188,13 @@ class Template:
     def backward_weight(self) -> None:
         """W: adds the gradients of the last ``backward_input`` into ``.grad``.  What they read must not have
         changed in place since the forward."""
+        grads = self._take_pending_w()
+        if grads:
+            _add_grads(self, grads)
+
+    def _take_pending_w(self) -> dict | None:
+        """The gradients the last ``backward_input`` left for W, after the checks: one W per B, and what they read
+        unchanged in place since the forward."""
         pending, self._pending_w = self._pending_w, None
         if pending is None:
             raise RuntimeError(f"{self!r}: backward_weight() needs a backward_input() before it (one W per B)")
@@ -195,8 +202,7 @@ class Template:
         if saved is not None:  # (what only dx read is done with)
             tensors = _without_input_grad_only(self, saved, _tensors_of(self, saved))
             check_versions(self, _labels(self, saved), tensors, recorded)
-        if grads:
-            _add_grads(self, grads)
+        return grads
 
 
 def _labels(layer, saved) -> Callable[[], tuple[str, ...]]:

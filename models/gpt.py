@@ -13,7 +13,7 @@ Backward runs the same list in reverse; each residual connection y = x + f(x) se
 tied matrix ``transformer.wte.weight`` is one tensor whose gradient receives both contributions: the
 output projection's dW = dlogits^T @ ln_f(x) and the embedding's scatter-add of dx at each token id.
 Each block, and the GPT, is written in the layer template as a ``Composite`` (layers/template.py,
-models/composite.py): its forward returns the output and a named ``Saved``, its backward is the chain rule through
+layers/composite.py): its forward returns the output and a named ``Saved``, its backward is the chain rule through
 its children, and the base does the checks, the in-place refusals and the B/W split a pipeline schedule uses.
 
 Names, state_dict keys and initialisation are nanoGPT's (karpathy/nanoGPT ``model.py``): under one
@@ -40,7 +40,7 @@ from layers.layer import BaseLayer, _rng_untouched, copy_requires_grad, wants_gr
 from layers.layernorm import LayerNorm
 from layers.linear import Linear
 from layers.template import add_product
-from .composite import Composite
+from layers.composite import Composite
 from .kv_cache import KVCache
 from .sampling import check_sampling, next_token
 

@@ -11,6 +11,15 @@ Inputs are (L, N, E) -- or (N, L, E) with ``batch_first`` -- or unbatched (L, E)
 Backward: out_proj's backward (a Linear), the attention's, then each projection's: dW = dq^T @ query,
 dquery = dq @ Wq (likewise k, v).  Self-attention (the same tensor as query, key and value) runs the three
 input projections as one (M, E) x (E, 3E) product with the packed ``in_proj_weight``, as torch does.
+
+The backward split in two (a pipeline's B and W; the layer is a ``Composite``, layers/composite.py):
+    B   out_proj's B (dmerged = dout @ Wo), the attention's backward (no weights: all of it is B), the
+        projections' input gradients dquery = dq @ Wq, dkey = dk @ Wk, dvalue = dv @ Wv; keeps dq, dk, dv
+    W   out_proj's W (dWo = dout^T @ merged, dbo), then the input projections' dW = d^T @ input and
+        db = sum of d, then bias_k's and bias_v's (their rows of dk and dv summed over the batch)
+Shared work: the attention's backward yields dq, dk and dv together, the gradients both passes read; with packed
+self-attention B concatenates them into d = [dq dk dv] (L, N, 3E) once -- ``summed=True`` reads it for dx, one
+product with ``in_proj_weight``, and W for dW = d^T @ x -- and W keeps d in place of its three parts.
 """
 from __future__ import annotations
 
@@ -22,7 +31,8 @@ from torch import Tensor
 
 from .scaled_dot_product import ScaledDotProductAttention
 from ..checks import check_bool, check_int, check_probability
-from ..layer import BaseLayer, Product, learned
+from ..composite import Composite
+from ..layer import Product, learned
 from ..linear import Linear
 from ..template import _public_backward
 from .multihead_inputs import check_inputs, masks
@@ -31,7 +41,7 @@ from .scaled_dot_product import as_written
 _OWNER = "MultiheadAttention"
 
 
-class MultiheadAttention(BaseLayer):
+class MultiheadAttention(Composite):
     """``MultiheadAttention(embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False, add_zero_attn=False,
     kdim=None, vdim=None, batch_first=False)``: torch.nn's arguments, parameter names and layouts
     (``in_proj_weight`` (3E, E) and ``in_proj_bias`` (3E,), or ``q_proj_weight``/``k_proj_weight``/``v_proj_weight``
@@ -255,7 +265,7 @@ class MultiheadAttention(BaseLayer):
             dout = dout.unsqueeze(1)
         if self.batch_first:
             dout = dout.transpose(0, 1)
-        dmerged = self.out_proj.backward(dout.reshape(L * N, E))  # (L*N, E)
+        dmerged = self.back(self.out_proj, dout.reshape(L * N, E))  # (L*N, E); under B, its W queued
         dattn = dmerged.view(L, N, H, hd).permute(1, 2, 0, 3)  # (N, H, L, hd)
         if dweights is not None:
             dweights = _weights_grad(dweights, N, H, batched=batched)
@@ -264,10 +274,11 @@ class MultiheadAttention(BaseLayer):
             dkh, dvh = dkh[:, :, :-1], dvh[:, :, :-1]  # the zero key and value are constants
         unheads = lambda t: t.permute(2, 0, 1, 3).reshape(t.shape[2], N, E)  # noqa: E731  (N, H, T, hd) -> (T, N, E)
         dq, dk, dv = unheads(dqh), unheads(dkh), unheads(dvh)  # (L, N, E), (S(+1), N, E) x2
-        grads = {}
+        grads = {}  # added after out_proj's (the base adds them after this math; W after out_proj's W)
         if self.bias_k is not None:  # the appended key and value: their rows' gradients summed over the batch
-            grads["bias_k"] = dk[S:].sum(1, keepdim=True)  # (1, 1, E)
-            grads["bias_v"] = dv[S:].sum(1, keepdim=True)
+            dk_extra, dv_extra = dk[S:], dv[S:]  # (1, N, E) each
+            grads["bias_k"] = lambda: dk_extra.sum(1, keepdim=True)  # (1, 1, E)
+            grads["bias_v"] = lambda: dv_extra.sum(1, keepdim=True)
             dk, dv = dk[:S], dv[:S]
         dx = self._project_backward(packing, query, key, value, dq, dk, dv, grads, summed=summed)
         dx = tuple(g.transpose(0, 1) if self.batch_first else g for g in dx)
@@ -286,15 +297,15 @@ class MultiheadAttention(BaseLayer):
 
     def _project_backward(self, packing: str, query: Tensor, key: Tensor, value: Tensor, dq: Tensor, dk: Tensor,
                           dv: Tensor, grads: dict, *, summed: bool) -> tuple[Tensor, ...]:
-        """Backward through the input projections: dW = d^T @ input and db = sum of d, into ``grads``;
-        -> dinput = d @ W for each input (or their sum)."""
+        """Backward through the input projections: dW = d^T @ input and db = sum of d, into ``grads`` (computed
+        when the base adds them: in W under the split); -> dinput = d @ W for each input (or their sum)."""
         rows = lambda t: t.reshape(-1, t.shape[-1])  # noqa: E731  (T, N, F) -> (T*N, F)
         b = self.in_proj_bias
         if packing == "qkv":  # one input, one (3E, E) product: dW = [dq dk dv]^T @ x
-            d = torch.cat([dq, dk, dv], -1)  # (L, N, 3E)
+            d = torch.cat([dq, dk, dv], -1)  # (L, N, 3E) read by dx (summed) and by dW: built once, in B
             grads["in_proj_weight"] = Product(rows(d).t(), rows(query))
             if b is not None:
-                grads["in_proj_bias"] = rows(d).sum(0)  # (3E,)
+                grads["in_proj_bias"] = lambda: rows(d).sum(0)  # (3E,)
             if summed:
                 return (_input_grad(d, self.in_proj_weight),)
             wq, wk, wv = self._weights()
@@ -307,7 +318,7 @@ class MultiheadAttention(BaseLayer):
             for name, (d, x) in zip(("q_proj_weight", "k_proj_weight", "v_proj_weight"), pairs):
                 grads[name] = Product(rows(d).t(), rows(x))  # (E, in)
         if b is not None:
-            grads["in_proj_bias"] = torch.cat([rows(d).sum(0) for d, _ in pairs])  # (3E,)
+            grads["in_proj_bias"] = lambda: torch.cat([rows(d).sum(0) for d, _ in pairs])  # (3E,)
         dx = (_input_grad(dq, wq), _input_grad(dk, wk), _input_grad(dv, wv))
         return (dx[0] + dx[1] + dx[2],) if summed else dx
 

@@ -14,6 +14,12 @@ sublayer (``norm_first=True``, pre-norm, as GPT-2):
 Backward walks it in reverse.  A residual connection y = x + f(x) sends its gradient down both ways,
 dx = dy + f.backward(dy); self-attention receives x as query, key and value, so its input gradient is the
 sum of the three (``MultiheadAttention.backward(..., summed=True)``).
+
+Both are ``Composite`` layers (layers/composite.py): under the backward split, B runs each sublayer's B in
+backward's order (the weightless dropouts and activation run their backward, all B) and W each sublayer's W in
+the same order -- post-norm norm2, linear2, linear1, norm1, self_attn; pre-norm linear2, linear1, norm2,
+self_attn, norm1 -- the order in which the fused backward adds them.  What each sublayer shares between its B and
+W is its own: LayerNorm computes its two (E,) sums in B, the attention concatenates dq, dk, dv once in B.
 """
 from __future__ import annotations
 
@@ -26,7 +32,7 @@ from torch import Tensor
 from ..activations import GELU, ReLU
 from ..checks import check_bool, check_int, check_tensor
 from ..dropout import Dropout
-from ..layer import BaseLayer
+from ..composite import Composite
 from ..layernorm import LayerNorm
 from ..linear import Linear
 from .multihead import MultiheadAttention
@@ -34,7 +40,7 @@ from .multihead import MultiheadAttention
 _ACTIVATIONS = {"relu": ReLU, "gelu": GELU}
 
 
-class TransformerEncoderLayer(BaseLayer):
+class TransformerEncoderLayer(Composite):
     """``TransformerEncoderLayer(d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu",
     layer_norm_eps=1e-5, batch_first=False, norm_first=False, bias=True)``: torch.nn's arguments, defaults,
     parameter names (``self_attn.in_proj_weight``, ``linear1.weight``, ``norm1.weight``, ...) and initialisation
@@ -106,21 +112,22 @@ class TransformerEncoderLayer(BaseLayer):
         return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
 
     def backward(self, dout: Tensor, saved: None) -> Tensor:
-        """dout: the output's shape -> dsrc; every sublayer adds its parameters' gradients into their .grad."""
+        """dout: the output's shape -> dsrc; every sublayer adds its parameters' gradients into their .grad (under
+        B, queues its W)."""
         if self.norm_first:
-            d = dout + self.norm2.backward(self._ff_backward(dout))  # through x = x + ff(norm2(x))
-            return d + self.norm1.backward(self._sa_backward(d))  # through x = x + sa(norm1(x))
-        d = self.norm2.backward(dout)  # through x = norm2(x + ff(x))
+            d = dout + self.back(self.norm2, self._ff_backward(dout))  # through x = x + ff(norm2(x))
+            return d + self.back(self.norm1, self._sa_backward(d))  # through x = x + sa(norm1(x))
+        d = self.back(self.norm2, dout)  # through x = norm2(x + ff(x))
         d = d + self._ff_backward(d)
-        d = self.norm1.backward(d)  # through x = norm1(x + sa(x))
+        d = self.back(self.norm1, d)  # through x = norm1(x + sa(x))
         return d + self._sa_backward(d)
 
     def _sa_backward(self, d: Tensor) -> Tensor:
-        return self.self_attn.backward(self.dropout1.backward(d), summed=True)  # query = key = value
+        return self.back(self.self_attn, self.dropout1.backward(d), summed=True)  # query = key = value
 
     def _ff_backward(self, d: Tensor) -> Tensor:
-        d = self.linear2.backward(self.dropout2.backward(d))
-        return self.linear1.backward(self.activation.backward(self.dropout.backward(d)))
+        d = self.back(self.linear2, self.dropout2.backward(d))
+        return self.back(self.linear1, self.activation.backward(self.dropout.backward(d)))
 
     @classmethod
     def _ctor_kwargs(cls, obj) -> dict:
@@ -134,7 +141,7 @@ class TransformerEncoderLayer(BaseLayer):
                 "norm_first": obj.norm_first, "bias": obj.linear1.bias is not None}
 
 
-class TransformerEncoder(BaseLayer):
+class TransformerEncoder(Composite):
     """``TransformerEncoder(encoder_layer, num_layers, norm=None)``: ``num_layers`` copies of ``encoder_layer``
     (deep copies, as torch's: identical initial weights), then ``norm`` if given.  Keys as torch's
     (``layers.0.self_attn.in_proj_weight``, ``norm.weight``).
@@ -188,10 +195,10 @@ class TransformerEncoder(BaseLayer):
         return x, None
 
     def backward(self, dout: Tensor, saved: None) -> Tensor:
-        """dout -> dsrc, through the norm and the layers in reverse."""
-        d = self.norm.backward(dout) if self.norm is not None else dout
+        """dout -> dsrc, through the norm and the layers in reverse (under B, each one's W queued in that order)."""
+        d = self.back(self.norm, dout) if self.norm is not None else dout
         for layer in reversed(self.layers):
-            d = layer.backward(d)
+            d = self.back(layer, d)
         return d
 
     @classmethod

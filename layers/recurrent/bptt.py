@@ -4,7 +4,7 @@ Shape legend (the recurrent layers'): T = time steps, N = batch, I = input featu
 H = hidden_size, P = proj_size (LSTM only), H_out = P if P > 0 else H (the size of h),
 G = gates stacked in the weights as torch stacks them (RNN 1; LSTM 4: i, f, g, o; GRU 3: r, z, n).
 
-``rnn.py`` runs these for every layer and direction of RNN, LSTM and GRU, ``cells.py`` for one
+``stacked.py`` runs these for every layer and direction of RNN, LSTM and GRU, ``cells.py`` for one
 step (T = 1).  ``layers/reference.py`` has the same arithmetic as a reader derives it -- one cell's forward
 and backward, and a loop over time carrying ``dh_next`` -- and the tests tie the two together in float64.
 The recurrence is the only place where information moves across time.

@@ -13,6 +13,10 @@ projections of all steps in one matrix product.  Parameters ``weight_ih`` (G*H, 
 ``bias_ih``, ``bias_hh`` (G*H,): torch's names, layout and initialisation, in its RNG order.  Written in the layer
 template (layers/template.py): the forward returns the new state and a ``Saved``, the backward the gradients, and
 the base checks, keeps, versions and accumulates.
+
+``backward_input`` takes and returns what ``backward`` does and leaves the parameter gradients to
+``backward_weight()``: B is the step's backward (the pre-activation gradient dA, dx = dA @ W_ih, dh = dA @ W_hh),
+W the products dW_ih = dA^T @ x, dW_hh = dA^T @ h and the biases' sums of dA (as stacked.py's split, T = 1).
 """
 from __future__ import annotations
 
@@ -182,6 +186,10 @@ class RNNCell(_Cell):
         """dh' -> dx, or (dx, dh) when the forward was given h."""
         return super().backward((dh,))
 
+    def backward_input(self, dh: Tensor | None) -> Tensor | tuple[Tensor, Tensor]:
+        """B: as ``backward``; the parameter gradients wait for ``backward_weight()``."""
+        return super().backward_input((dh,))
+
     def _step_backward(self, dy, rest, step, *, need_d0):
         dx, dh0, grads = bptt_graph.for_backward(step).rnn_backward(dy, None, step, need_dh0=need_d0)
         return dx, [dh0], grads
@@ -202,11 +210,19 @@ class LSTMCell(_Cell):
     def backward(self, dh: Tensor | tuple | None, dc: Tensor | None = None):
         """(dh', dc') -> dx, or (dx, (dh, dc)) when the forward was given (h, c).  Takes the pair as one argument,
         ``backward((dh', dc'))``, or unpacked, ``backward(dh', dc')``; either gradient may be None."""
+        return super().backward(self._pair(dh, dc))
+
+    def backward_input(self, dh: Tensor | tuple | None, dc: Tensor | None = None):
+        """B: as ``backward``; the parameter gradients wait for ``backward_weight()``."""
+        return super().backward_input(self._pair(dh, dc))
+
+    def _pair(self, dh, dc) -> tuple:
+        """(dh', dc') from the pair as one argument or as two."""
         if isinstance(dh, (tuple, list)):
             if dc is not None or len(dh) != 2:
                 raise TypeError(f"{self!r}: backward takes (dh', dc') as one pair or as two arguments, not both")
             dh, dc = dh
-        return super().backward((dh, dc))
+        return dh, dc
 
     def _step_backward(self, dy, rest, step, *, need_d0):
         dx, dh0, dc0, grads = bptt_graph.for_backward(step).lstm_backward(dy, None, rest[0], step, need_dh0=need_d0)
@@ -227,6 +243,10 @@ class GRUCell(_Cell):
     def backward(self, dh: Tensor | None) -> Tensor | tuple[Tensor, Tensor]:
         """dh' -> dx, or (dx, dh) when the forward was given h."""
         return super().backward((dh,))
+
+    def backward_input(self, dh: Tensor | None) -> Tensor | tuple[Tensor, Tensor]:
+        """B: as ``backward``; the parameter gradients wait for ``backward_weight()``."""
+        return super().backward_input((dh,))
 
     def _step_backward(self, dy, rest, step, *, need_d0):
         dx, dh0, grads = bptt_graph.for_backward(step).gru_backward(dy, None, step, need_dh0=need_d0)
