@@ -14,8 +14,8 @@ process turns the kernels on when its steps are many, e.g. a benchmark or a trai
 
 The layers call a kernel only where it is a drop-in for their plain eager math, ``usable(...)``: the kernels on,
 CPU tensors of float32 or float64, nothing for autograd to record (the template's normal backward; gradcheck's
-autograd oracle records the plain math instead), and not while torch.compile traces a whole step (Inductor fuses the
-plain math there itself, in the step's one graph).  Anything else -- and a kernel that fails to compile, said
+autograd oracle records the plain math instead), no dispatch mode active, and not while torch.compile traces a whole
+step (Inductor fuses the plain math there itself, in the step's one graph).  Anything else -- and a kernel that fails to compile, said
 once in a warning -- runs the layer's plain math.  ``tests/test_fused.py`` ties every kernel to that plain math
 in float64 and float32.  Nothing here calls autograd or ``torch.ops.aten.*_backward``.
 """
@@ -62,8 +62,8 @@ def kernels(on: bool = True) -> Iterator[None]:
 
 def usable(*tensors: Tensor) -> bool:
     """Whether a layer may call a kernel on ``tensors`` instead of its plain math (the module docstring's rule)."""
-    if not _enabled or torch.compiler.is_compiling():
-        return False
+    if not _enabled or torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack():
+        return False  # (under a dispatch mode, e.g. a FLOP counter, torch.compile runs no compiled frame)
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):  # autograd would record this
         return False
     dtype = tensors[0].dtype
