@@ -2,12 +2,14 @@
 interleaved in one process, with peak memory and where the hand-written iteration's time goes.
 
     python benchmarks/gpt_step.py [--device cuda] [--dtype bfloat16] [--preset default|gpt2-small] [--repeats 30]
-                                  [--glibc-default]
+                                  [--glibc-default] [--fused]
 
 The default preset is nanoGPT's CPU configuration and train.py's --model gpt default (n_layer 4, n_head 4,
 n_embd 128, block_size 64, batch 12, vocab 65); gpt2-small is 12 layers of 768 with a 1024 window (a GPU's shape).
 "speed vs twin" = t_twin / t_handgrad (> 1 is faster).  ``--compile`` adds the twin under torch.compile (the model,
-as PyTorch users compile it) and handgrad's whole iteration under torch.compile(fullgraph=True).
+as PyTorch users compile it) and handgrad's whole iteration under torch.compile(fullgraph=True).  ``--fused`` adds
+handgrad's eager iteration with the fused kernels on (layers/fused.py: GELU's and LayerNorm's backward each one
+compiled pass), on a model of its own.
 Peak memory: the most tensor memory one iteration held at once (benchmarks/memory.py); on the CPU the weights,
 gradients and optimizer state count from the first operation that touches them (both sides alike: the
 hand-written step keeps its gradients between steps and zeroes them first, the twin's are allocated in backward).
@@ -59,7 +61,17 @@ def hand_step(model, opt, x, y, V: int):
     return handgrad
 
 
-def steps(model, twin, opt, opt_t, x, y, V: int, compiled=None, hand_compiled=None):
+def with_fused_kernels(step):
+    """``step`` run with layers/fused.py's kernels on."""
+    from layers import fused
+
+    def fused_step():
+        with fused.kernels():
+            step()
+    return fused_step
+
+
+def steps(model, twin, opt, opt_t, x, y, V: int, compiled=None, hand_compiled=None, hand_fused=None):
     handgrad = hand_step(model, opt, x, y, V)
 
     def make_twin(fwd):
@@ -71,6 +83,8 @@ def steps(model, twin, opt, opt_t, x, y, V: int, compiled=None, hand_compiled=No
         return twin_step
 
     cands = {"handgrad GPT + handgrad AdamW": handgrad, "nn.Module twin + torch.optim.AdamW": make_twin(twin)}
+    if hand_fused is not None:
+        cands["handgrad eager, fused kernels"] = hand_fused
     if hand_compiled is not None:
         cands["handgrad under torch.compile (fullgraph)"] = hand_compiled
     if compiled is not None:
@@ -132,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--glibc-default", action="store_true",
                     help="leave glibc's malloc as it is (by default it keeps freed memory, as train.py has it: "
                          "training/allocator.py)")
+    ap.add_argument("--fused", action="store_true",
+                    help="also handgrad's eager iteration with the fused kernels on (layers/fused.py)")
     args = ap.parse_args(argv)
     retained = False if args.glibc_default else retain_freed_memory()
     device = args.device
@@ -148,7 +164,11 @@ def main(argv: list[str] | None = None) -> int:
         compiled = torch.compile(twin)
         model_c, _, opt_c, _ = build(cfg, device, dtype)
         hand_compiled = torch.compile(hand_step(model_c, opt_c, x, y, cfg["vocab_size"]), fullgraph=True)
-    cands = steps(model, twin, opt, opt_t, x, y, cfg["vocab_size"], compiled, hand_compiled)
+    hand_fused = None
+    if args.fused:  # handgrad's eager iteration with layers/fused.py's kernels, on a model of its own
+        model_f, _, opt_f, _ = build(cfg, device, dtype)
+        hand_fused = with_fused_kernels(hand_step(model_f, opt_f, x, y, cfg["vocab_size"]))
+    cands = steps(model, twin, opt, opt_t, x, y, cfg["vocab_size"], compiled, hand_compiled, hand_fused)
     times = interleaved(cands, args.repeats, args.warmup, device, clock=args.clock)
     mems = {name: peak_mb(fn, device) for name, fn in cands.items()}
     print(timing.machine(device, args.clock))

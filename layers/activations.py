@@ -14,6 +14,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from . import fused
 from .checks import check_bool, check_number
 from .layer import BaseLayer
 from .saved import check_versions, versions
@@ -233,8 +234,12 @@ class GELU(_Activation):
         return out
 
     def backward(self, dout: Tensor, saved: Saved) -> Tensor:
-        # In-place chains on as few buffers as possible: the same formulas as the docstring.
         x, out = saved
+        if fused.usable(x, dout):  # the docstring's formula as one compiled pass (layers/fused.py), where on
+            dx = fused.gelu_backward(x, dout, self.approximate)
+            if dx is not None:
+                return dx
+        # In-place chains on as few buffers as possible: the same formulas as the docstring.
         if self.approximate == "tanh":
             x2 = x * x  # (N, ...)
             t = torch.mul(x2, 0.044715).add_(1.0).mul_(x).mul_(_SQRT_2_OVER_PI).tanh_()  # (N, ...) tanh(u)

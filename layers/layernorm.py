@@ -11,6 +11,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from . import fused
 from .checks import LOW_PRECISION, check_bool, check_floating, check_number, check_tensor
 from .layer import BaseLayer, learned
 from .saved import check_versions
@@ -120,6 +121,14 @@ class LayerNorm(BaseLayer):
     def backward(self, dout: Tensor, saved: Saved):
         """dout: (*, S) -> dx: (*, S), and dgamma (S), dbeta (S) summed over the leading axes."""
         x, mean, invstd, xhat, weight, bias = saved
+        if xhat is None and weight is not None and self.needs_input_grad and fused.usable(dout, x, weight):
+            k = weight.numel()  # the docstring's formulas as one compiled kernel (layers/fused.py), where on
+            grads = fused.layer_norm_backward(dout.reshape(-1, k), x.reshape(-1, k), mean.reshape(-1, 1),
+                                              invstd.reshape(-1, 1), weight.reshape(k))
+            if grads is not None:
+                dx, dweight, dbias = grads
+                return dx.view(x.shape), {"weight": dweight.view(weight.shape),
+                                          "bias": None if bias is None else dbias.view(bias.shape)}
         if xhat is None:
             xhat = torch.sub(x, mean).mul_(invstd)  # (*, S) recomputed from the kept input
         d = dout.to(xhat.dtype)  # (*, S)
