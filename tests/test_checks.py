@@ -90,3 +90,16 @@ def test_no_package_rolls_its_own_bool_exclusion():
                 found += [f"{rel}:{i}" for i, line in enumerate(path.read_text().splitlines(), 1)
                           if pattern.search(line)]
     assert not found, found
+
+
+def test_the_command_lines_refuse_a_bool_where_a_count_belongs(tmp_path):
+    from training.errors import UsageError
+    from training.storage.checkpoint import check_fields
+    from training.tasks.sampling import sample_text
+    with pytest.raises(UsageError, match=r"--max-new-tokens True is out of range \(an integer >= 0\)"):
+        sample_text(tmp_path / "none.pt", "a", max_new_tokens=True)
+    ckpt = {"epoch": 1, "config": {}, "models": {}, "optimizers": {}, "rng": {}, "records": [{"epoch": True}]}
+    with pytest.raises(UsageError, match=r"'records\[0\]' is of epoch True, outside the checkpoint's epochs 1..1"):
+        check_fields(ckpt, tmp_path / "c.pt")
+    with pytest.raises(UsageError, match="'epoch' is of type bool, not int"):
+        check_fields({**ckpt, "epoch": True}, tmp_path / "c.pt")
