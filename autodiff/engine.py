@@ -42,6 +42,8 @@ from contextlib import ContextDecorator
 
 import torch
 
+from layers.checks import is_a
+
 from .ops import TensorOps, _accum
 
 _state = threading.local()
@@ -145,7 +147,7 @@ class Tensor(TensorOps):
         engine's are separate, so it would silently get no gradient."""
         if isinstance(x, Tensor):
             return x
-        if isinstance(x, numbers.Number) and not isinstance(x, bool):
+        if is_a(x, numbers.Number):
             dtype = self.dtype if self.data.is_floating_point() else torch.get_default_dtype()
             return Tensor._wrap(torch.tensor(x, dtype=dtype), False, (), "")
         if isinstance(x, torch.Tensor) and x.requires_grad:

@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from layers.checks import is_a
+
 
 class TensorOps:
     """The operations of ``autodiff.Tensor`` (see ``engine.py`` for the node each of them makes)."""
@@ -76,7 +78,7 @@ class TensorOps:
     def __pow__(self, exponent) -> TensorOps:
         a = self
         ad = a.data
-        if isinstance(exponent, numbers.Number) and not isinstance(exponent, bool):
+        if is_a(exponent, numbers.Number):
             p = exponent
 
             def backward(g):  # d(a^p)/da = p a^(p-1)
@@ -329,5 +331,4 @@ def _unwrap_index(index):
 def _is_basic(index) -> bool:
     """Ints, slices, None and Ellipsis only: the result is a view and no element repeats."""
     items = index if isinstance(index, tuple) else (index,)
-    return all((isinstance(i, (int, slice)) and not isinstance(i, bool)) or i is None or i is Ellipsis
-               for i in items)
+    return all(is_a(i, (int, slice)) or i is None or i is Ellipsis for i in items)

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from . import fused
-from .checks import check_bool, check_number
+from .checks import check_bool, check_int, check_number
 from .layer import BaseLayer
 from .saved import check_versions, versions
 
@@ -92,9 +92,7 @@ class _AlongDim(_Activation):
 
     def __init__(self, dim: int) -> None:
         super().__init__()
-        if isinstance(dim, bool) or not isinstance(dim, int):
-            raise ValueError(f"{type(self).__name__}: dim must be an int{self._dim_hint}, got {dim!r}")
-        self.dim = dim
+        self.dim = check_int(type(self).__name__, "dim", dim, lo=None, why=self._dim_hint)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"

@@ -197,7 +197,10 @@ class _BatchNorm(BaseLayer):
         rv.mul_(1 - f).add_(f * unbiased.to(rv.dtype))
 
     def backward(self, dout: Tensor, saved: Saved):
-        """dout: shape of out -> dx: shape of x; dgamma (C,) and dbeta (C,), added into weight.grad, bias.grad."""
+        """dout: shape of out -> dx: shape of x (None when not ``self.needs_input_grad``: the first layer of a
+        network); dgamma (C,) and dbeta (C,), added into weight.grad, bias.grad."""
+        if not self.needs_input_grad and self.weight is None:  # affine=False: no parameter, no dx: nothing to do
+            return None, {}
         t = saved.x if saved.xc is None else saved.xc
         dims = (0, *range(2, t.dim()))
         bshape = (1, self.num_features) + (1,) * (t.dim() - 2)
@@ -210,6 +213,8 @@ class _BatchNorm(BaseLayer):
         tmp = d * xc  # (N, C, ...), reused below as dx's memory
         sum_dout_xhat = tmp.sum(dims) * invstd  # (C,)  = dgamma
         grads = {"weight": _as_like(sum_dout_xhat, self.weight), "bias": _as_like(sum_dout, self.bias)}
+        if not self.needs_input_grad:  # dgamma and dbeta only (nor SyncBatchNorm's all-reduce, as torch skips it)
+            return None, grads
         dx = torch.mul(d, scale, out=tmp)  # (N, C, ...) gamma * invstd * dout
         if saved.batch_stats:  # (eval with running statistics: that is all, the affine map's backward)
             sum_dout, sum_dout_xhat = self._reduce_grad_sums(sum_dout, sum_dout_xhat, count)

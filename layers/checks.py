@@ -13,6 +13,12 @@ BEFORE_FORWARD = ("backward called before forward (or twice after one forward: e
                   "of the forward before it)")
 
 
+def is_a(value: object, kinds: type | tuple[type, ...]) -> bool:
+    """``isinstance(value, kinds)``, except that a bool is never an int or a number here (True == 1 in Python,
+    but a flag passed where a size or a scale belongs is a mistake)."""
+    return isinstance(value, kinds) and not isinstance(value, bool)
+
+
 def check_tensor(owner: str, name: str, t: object) -> Tensor:
     if not isinstance(t, Tensor):
         raise TypeError(f"{owner}: {name} must be a torch.Tensor, got {type(t).__name__}")
@@ -69,16 +75,19 @@ def check_loss_dout(loss: object, dout: object) -> None:
         if dout.numel() != 1 or dout.is_complex() or dout.dtype == torch.bool:
             raise ValueError(f"{loss!r}: dout (the upstream gradient of the loss) must be a real scalar, got a "
                              f"tensor of shape {tuple(dout.shape)} and dtype {dout.dtype}")
-    elif isinstance(dout, bool) or not isinstance(dout, numbers.Real):
+    elif not is_a(dout, numbers.Real):
         raise TypeError(f"{loss!r}: dout (the upstream gradient of the loss) must be a number or a one-element "
                         f"tensor, default 1.0; got {type(dout).__name__} {dout!r:.40}")
 
 
-def check_int(owner: str, name: str, value: object, lo: int | None = 1) -> int:
-    """Refuse anything but an int >= lo (any int with ``lo=None``; a bool is not an int here), naming the argument
-    and the value."""
-    if isinstance(value, bool) or not isinstance(value, int) or (lo is not None and value < lo):
-        raise ValueError(f"{owner}: {name} must be an int{'' if lo is None else f' >= {lo}'}, got {value!r}")
+def check_int(owner: str, name: str, value: object, lo: int | None = 1, hi: int | None = None, *,
+              why: str = "") -> int:
+    """Refuse anything but an int in [lo, hi] (no bound where None; a bool is not an int here), naming the
+    argument and the value; ``why`` is added after the requirement (" (the table has 4 rows)")."""
+    if not is_a(value, int) or (lo is not None and value < lo) or (hi is not None and value > hi):
+        bounds = (f" in [{lo}, {hi}]" if lo is not None and hi is not None else f" >= {lo}" if lo is not None
+                  else f" <= {hi}" if hi is not None else "")
+        raise ValueError(f"{owner}: {name} must be an int{bounds}{why}, got {value!r}")
     return value
 
 
@@ -87,10 +96,11 @@ def capturing(t: Tensor) -> bool:
     return t.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
-def check_bool(owner: str, name: str, value: object) -> bool:
-    """Refuse anything but True or False (1, "yes" and None are not flags here), naming the argument."""
+def check_bool(owner: str, name: str, value: object, *, error: type[Exception] = ValueError) -> bool:
+    """Refuse anything but True or False (1, "yes" and None are not flags here), naming the argument; ``error``:
+    the exception raised (TypeError where torch's twin raises one)."""
     if not isinstance(value, bool):
-        raise ValueError(f"{owner}: {name} must be a bool, got {value!r}")
+        raise error(f"{owner}: {name} must be a bool, got {value!r}")
     return value
 
 
@@ -98,7 +108,7 @@ def check_number(owner: str, name: str, value: object, lo: float = -math.inf, hi
                  lo_open: bool = False, hi_open: bool = False) -> float:
     """Refuse anything but a finite real number in [lo, hi] (``lo_open``/``hi_open``: the bound excluded); a bool
     is not a number here.  Returns it as a float."""
-    ok = not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(value) \
+    ok = is_a(value, numbers.Real) and math.isfinite(value) \
         and (value > lo if lo_open else value >= lo) and (value < hi if hi_open else value <= hi)
     if not ok:
         interval = f"{'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
@@ -109,6 +119,6 @@ def check_number(owner: str, name: str, value: object, lo: float = -math.inf, hi
 
 def check_probability(owner: str, name: str, value: object) -> float:
     """A probability in [0, 1] (dropout's p), as a float."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value <= 1.0:
+    if not is_a(value, numbers.Real) or not 0.0 <= value <= 1.0:
         raise ValueError(f"{owner}: {name} must be a probability in [0, 1], got {value!r}")
     return float(value)

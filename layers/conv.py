@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .checks import check_bool, check_int, check_like, check_tensor
+from .checks import check_bool, check_int, check_like, check_tensor, is_a
 from .init import torch_default_params
 from .layer import BaseLayer, learned
 
@@ -51,9 +51,8 @@ _FEW_CHANNELS = 8  # input channels per group below which dw is an im2col produc
 
 def pair(owner: str, name: str, value: object, lo: int) -> tuple[int, int]:
     """An int or a pair of ints, each >= lo, as (rows, cols); anything else is a ValueError naming it."""
-    items = (value, value) if isinstance(value, int) and not isinstance(value, bool) else value
-    if not (isinstance(items, (tuple, list)) and len(items) == 2
-            and all(isinstance(v, int) and not isinstance(v, bool) and v >= lo for v in items)):
+    items = (value, value) if is_a(value, int) else value
+    if not (isinstance(items, (tuple, list)) and len(items) == 2 and all(is_a(v, int) and v >= lo for v in items)):
         raise ValueError(f"{owner}: {name} must be an int >= {lo} or a pair of them, got {value!r}")
     return int(items[0]), int(items[1])
 

@@ -57,10 +57,8 @@ class Embedding(BaseLayer):
             raise ValueError(f"Embedding: {', '.join(unsupported)} is not implemented by handgrad "
                              f"(supported: num_embeddings, embedding_dim, padding_idx)")
         if padding_idx is not None:
-            if isinstance(padding_idx, bool) or not isinstance(padding_idx, int) \
-                    or not -num_embeddings <= padding_idx < num_embeddings:
-                raise ValueError(f"Embedding: padding_idx must be an int in [{-num_embeddings}, {num_embeddings - 1}] "
-                                 f"(the table has {num_embeddings} rows), got {padding_idx!r}")
+            check_int("Embedding", "padding_idx", padding_idx, -num_embeddings, num_embeddings - 1,
+                      why=f" (the table has {num_embeddings} rows)")
             padding_idx %= num_embeddings  # a negative index counts from the end, as torch normalises it
         if dtype is not None and not dtype.is_floating_point:
             raise ValueError(f"Embedding: dtype must be floating point, got {dtype}")

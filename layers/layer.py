@@ -37,6 +37,7 @@ import torch
 from torch import Tensor
 from torch.nn.modules.module import _IncompatibleKeys
 
+from .checks import check_bool
 from .template import (Product, Template, accumulate_grad, is_template, no_graph, recording_graph,  # noqa: F401
                        wants_grad, wrap_template)
 
@@ -151,9 +152,7 @@ class BaseLayer(Template):
         ``module.requires_grad_`` / ``p.requires_grad_(False)`` do, and nothing else (``.grad`` is left as it is).
         ``names``: dotted names as ``named_parameters()`` gives them (None: all).  A tensor shared by several
         layers is one tensor with one flag.  Returns self."""
-        if not isinstance(requires_grad, bool):
-            raise TypeError(f"{type(self).__name__}.requires_grad_: requires_grad must be a bool, got "
-                            f"{requires_grad!r}")
+        check_bool(f"{type(self).__name__}.requires_grad_", "requires_grad", requires_grad, error=TypeError)
         slots = list(self._slots("param"))
         if names is None:
             targets = {id(t) for _, _, _, t in slots}

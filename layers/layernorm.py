@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from . import fused
-from .checks import LOW_PRECISION, check_bool, check_floating, check_number, check_tensor
+from .checks import LOW_PRECISION, check_bool, check_floating, check_number, check_tensor, is_a
 from .layer import BaseLayer, learned
 from .saved import check_versions
 
@@ -61,7 +61,7 @@ class LayerNorm(BaseLayer):
             shape = tuple(shape)
         except TypeError:
             shape = None
-        if not shape or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in shape):
+        if not shape or any(not is_a(s, int) or s < 1 for s in shape):
             raise ValueError(f"LayerNorm: normalized_shape must be an int >= 1 or a non-empty sequence of them, "
                              f"got {normalized_shape!r}")
         check_bool("LayerNorm", "elementwise_affine", elementwise_affine)

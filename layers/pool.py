@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .checks import check_bool, check_floating, check_tensor
+from .checks import check_bool, check_floating, check_tensor, is_a
 from .conv import pair
 from .layer import BaseLayer
 from .saved import versions
@@ -196,8 +196,7 @@ class AvgPool2d(_Pool2d):
                  divisor_override: int | None = None) -> None:
         self._check_args(kernel_size, stride, padding, ceil_mode)
         check_bool("AvgPool2d", "count_include_pad", count_include_pad)
-        if divisor_override is not None and (isinstance(divisor_override, bool) or not isinstance(
-                divisor_override, int) or divisor_override == 0):
+        if divisor_override is not None and (not is_a(divisor_override, int) or divisor_override == 0):
             raise ValueError(f"AvgPool2d: divisor_override must be None or a non-zero int, got {divisor_override!r}")
         self.count_include_pad, self.divisor_override = count_include_pad, divisor_override
         self._check_padding()

@@ -68,8 +68,8 @@ def _label(tensor: str, kind: str, *index: int) -> str:
 
 def _entry(tensor: str, kind: str, index: tuple[int, ...], **how) -> dict:
     """One line of a step's arithmetic: the number it computes (``result``, a ref), its label, and how:
-    ``terms`` (a sum of products of refs), ``fn`` and ``arg`` (a function of one ref), or ``mse`` (pairs of refs
-    (y, t), averaged as the loss averages them)."""
+    ``terms`` (a sum of products of refs, less the products in ``minus``, if any), ``fn`` and ``arg`` (a function of
+    one ref), or ``mse`` (pairs of refs (y, t), averaged as the loss averages them)."""
     return {"result": _ref(tensor, kind, *index), "label": _label(tensor, kind, *index), **how}
 
 
@@ -192,14 +192,13 @@ def _update_step() -> dict:
     entries = []
     for name, shape in PARAMS:
         for index in _indices(shape):
-            e = _entry(f"{name}_new", "value", index, terms=[[_ref(name, "value", *index)],
-                                                             [_ref("minus_lr", "value"), _ref(name, "grad", *index)]])
+            e = _entry(f"{name}_new", "value", index, terms=[[_ref(name, "value", *index)]],
+                       minus=[[_ref("lr", "value"), _ref(name, "grad", *index)]])
             e["label"] = f"{name}′[{','.join(map(str, index))}]"
             entries.append(e)
     loss_new = _entry("loss_new", "value", (), mse=[[_ref("y_new", "value", n, 0), _ref("t", "value", n, 0)]
                                                     for n in range(N)])
-    change = _entry("loss_change", "value", (), terms=[[_ref("loss_new", "value")],
-                                                       [_ref("minus_one", "value"), _ref("loss", "value")]])
+    change = _entry("loss_change", "value", (), terms=[[_ref("loss_new", "value")]], minus=[[_ref("loss", "value")]])
     loss_new["label"], change["label"] = "loss′", "loss′ − loss"
     return {"phase": "update", "reveal": [[f"{name}_new", "value"] for name, _ in PARAMS]
             + [["loss_new", "value"], ["loss_change", "value"]], "node": None, "edge": None,
@@ -212,7 +211,7 @@ def _update_step() -> dict:
 
 def _update(fc1: Linear, fc2: Linear, x: torch.Tensor, t: torch.Tensor) -> dict[str, torch.Tensor]:
     """One SGD step from the layers' weights and gradients, and the forward pass again with the new weights."""
-    new = {f"{name}_new": p - LR * p.grad for name, p in
+    new = {f"{name}_new": p.detach() - LR * p.grad for name, p in
            (("W1", fc1.weight), ("b1", fc1.bias), ("W2", fc2.weight), ("b2", fc2.bias))}
     again1, again2 = Linear(D, H, dtype=x.dtype), Linear(H, 1, dtype=x.dtype)
     again1.load_state_dict({"weight": new["W1_new"], "bias": new["b1_new"]})
@@ -220,7 +219,7 @@ def _update(fc1: Linear, fc2: Linear, x: torch.Tensor, t: torch.Tensor) -> dict[
     y_new = Sigmoid().forward(again2.forward(Tanh().forward(again1.forward(x))))
     loss_new = MSELoss().forward(y_new, t)
     return {**new, "y_new": y_new, "loss_new": loss_new,
-            "minus_lr": torch.tensor(-LR, dtype=x.dtype), "minus_one": torch.tensor(-1.0, dtype=x.dtype)}
+            "lr": torch.tensor(LR, dtype=x.dtype)}
 
 
 def build_walk(seed: int = 0) -> dict:
@@ -254,7 +253,8 @@ def build_walk(seed: int = 0) -> dict:
     fc1.backward(dz1, need_input_grad=False)  # dL/dW1 (H, D), dL/db1 (H,); x is data, it needs no gradient
 
     # The local derivatives the backward multiplied by, for the page to show (the layers' own formulas).
-    values = {"x": x, "t": t, "W1": fc1.weight, "b1": fc1.bias, "W2": fc2.weight, "b2": fc2.bias,
+    values = {"x": x, "t": t, "W1": fc1.weight.detach(), "b1": fc1.bias.detach(), "W2": fc2.weight.detach(),
+              "b2": fc2.bias.detach(),  # (the numbers, apart from the parameters, which require a gradient)
               "z1": z1, "h": h, "z2": z2, "y": y, "loss": loss,
               "dloss_dy": 2 * (y - t) / N, "dy_dz2": y * (1 - y), "dh_dz1": 1 - h * h}
     grads = {"loss": dloss, "y": dy, "z2": dz2, "W2": fc2.weight.grad, "b2": fc2.bias.grad, "h": dh, "z1": dz1,

@@ -27,6 +27,7 @@ def _distinct(right: float, candidates: list[tuple[float, str]]) -> list[dict]:
 def wrong_answers(v: dict[str, torch.Tensor], g: dict[str, torch.Tensor]) -> dict[str, list[dict]]:
     """{gradient's tensor: [{"value", "says"}]} for the entry each backward step asks: v the values, g the
     gradients (by the page's tensor names)."""
+    v, g = ({k: t.detach() for k, t in d.items()} for d in (v, g))  # numbers: a parameter's tensor requires grad
     y, t, h, x, z1, z2 = v["y"], v["t"], v["h"], v["x"], v["z1"], v["z2"]
     dy, dz2, dh, dz1 = g["y"], g["z2"], g["h"], g["z1"]
     f = float

@@ -9,11 +9,13 @@ import numbers
 import torch
 from torch import Tensor
 
+from layers.checks import is_a
+
 
 def check_hyper(owner: str, name: str, value: object, *, lo: float = 0.0, hi: float | None = None,
                 hi_open: bool = False) -> float:
     """Refuse a hyper-parameter that is not a finite real number in [lo, hi] (or [lo, hi) with hi_open)."""
-    if type(value) not in (float, int) and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+    if type(value) not in (float, int) and not is_a(value, numbers.Real):
         raise ValueError(f"{owner}: {name} must be a number, got {value!r}")  # (the usual types skip the ABC check)
     # (finite as comparisons, not math.isfinite: torch.compile turns them into guards on a symbolic float)
     ok = value == value and abs(value) != math.inf and value >= lo and (

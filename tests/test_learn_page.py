@@ -20,6 +20,7 @@ import torch
 
 from learn.exercises import BY_NAME
 from learn.page import LR, build_walk, write_page
+from learn.page_predict import wrong_answers
 
 SEED = 7  # its weights make some gradients print as 3.901e-5: the exponent form is checked too
 FORWARD = ["z1", "h", "z2", "y", "loss"]  # the node each forward step computes, in order
@@ -27,7 +28,7 @@ BACKWARD = ["loss", "y", "z2", "W2", "b2", "h", "z1", "W1", "b1"]  # the gradien
 GIVEN = ["x", "t", "W1", "b1", "W2", "b2"]  # shown from the start
 LOCAL = ["dloss_dy", "dy_dz2", "dh_dz1"]  # the local derivatives the backward's arithmetic shows
 UPDATE = ["W1_new", "b1_new", "W2_new", "b2_new", "loss_new", "loss_change"]  # what the SGD step reveals
-AUX = ["y_new", "minus_lr", "minus_one"]  # numbers the update's arithmetic shows besides
+AUX = ["y_new", "lr"]  # numbers the update's arithmetic shows besides
 
 
 def autograd_reference(seed: int) -> dict[tuple[str, str], torch.Tensor]:
@@ -62,7 +63,7 @@ def autograd_reference(seed: int) -> dict[tuple[str, str], torch.Tensor]:
         y_new = torch.sigmoid(torch.tanh(x @ new["W1_new"].T + new["b1_new"]) @ new["W2_new"].T + new["b2_new"])
         loss_new = ((y_new - t) ** 2).mean()
     values |= new | {"y_new": y_new, "loss_new": loss_new, "loss_change": loss_new - loss,
-                     "minus_lr": torch.tensor(-LR, dtype=f64), "minus_one": torch.tensor(-1.0, dtype=f64)}
+                     "lr": torch.tensor(LR, dtype=f64)}
     grads = {"loss": loss.grad, "y": y.grad, "z2": z2.grad, "W2": fc2.weight.grad, "b2": fc2.bias.grad, "h": h.grad,
              "z1": z1.grad, "W1": fc1.weight.grad, "b1": fc1.bias.grad}
     return ({(k, "value"): v.detach() for k, v in values.items()} | {(k, "grad"): g for k, g in grads.items()})
@@ -140,8 +141,9 @@ def test_build_walk_arithmetic_adds_up_and_uses_only_what_is_known():
                 used = [r for pair in e["mse"] for r in pair]
                 got = sum((number(y) - number(t)) ** 2 for y, t in e["mse"]) / len(e["mse"])
             elif e["terms"]:
-                used = [f for term in e["terms"] for f in term]
-                got = sum(math.prod(number(f) for f in term) for term in e["terms"])
+                used = [f for term in e["terms"] + e.get("minus", []) for f in term]
+                got = sum(math.prod(number(f) for f in term) for term in e["terms"]) \
+                    - sum(math.prod(number(f) for f in term) for term in e.get("minus", []))
             else:
                 used, got = [], 1.0  # dL/dL
             assert got == pytest.approx(number(e["result"]), rel=1e-12, abs=1e-15), f"step {k}: {e['label']}"
@@ -313,6 +315,21 @@ def test_page_walks_forward_then_backward_and_shows_autograds_numbers(browser, p
         check_printed(text, at(reference, tensor, kind, index), f"{kind} of {tensor}[{index}]")
 
 
+def test_page_writes_the_update_as_a_subtraction(browser, page):
+    """On the update step each weight reads "W1′[0,0] = 0.1234 − 1 × (−0.5678) = ...", never "+ (−1) ×"."""
+    open_page(browser, page)
+    nxt = browser.find_element("id", "next")
+    for _ in range(15):
+        nxt.click()
+    lines = [e.text for e in browser.find_elements("css selector", "#work .work.update .entry")]
+    assert len(lines) == 4 + 2 + 2 + 1 + 2, lines  # W1, b1, W2, b2 entry by entry, loss′, loss′ − loss
+    num = r"\(?-?[\d.]+(?:e[+-]?\d+)?\)?"
+    for line in lines[:9]:
+        assert re.fullmatch(rf"[Wb][12]′\[[\d,]+\] = {num} − {LR:g} × {num} = {num}", line), line
+    assert re.fullmatch(rf"loss′ − loss = {num} − {num} = {num}", lines[-1]), lines[-1]
+    assert not any(minus_one in line for line in lines for minus_one in ("(-1)", "(−1)")), lines
+
+
 def test_page_predict_first_asks_before_revealing(browser, page):
     reference = autograd_reference(SEED)
     open_page(browser, page)
@@ -380,6 +397,30 @@ def test_the_last_step_updates_the_weights_and_the_loss_falls(seed):
     assert t["loss_new"]["value"] < t["loss"]["value"] and t["loss_change"]["value"] < 0
     update = walk["steps"][-1]
     assert update["phase"] == "update" and update["entries"][-1]["label"] == "loss′ − loss"
+
+
+def test_the_update_subtracts_instead_of_adding_a_negative_constant():
+    """W′ = W − lr × dL/dW and loss′ − loss are written as subtractions of positive factors, not as a sum with a
+    factor of −1 (the page shows the arithmetic as it is written)."""
+    walk = build_walk(SEED)
+    assert walk["tensors"]["lr"]["value"] == LR > 0
+    update = walk["steps"][-1]["entries"]
+    for e in update[:-2]:
+        name, _, index = e["result"]
+        assert e["terms"] == [[[name[:-len("_new")], "value", index]]], e["label"]
+        assert e["minus"] == [[["lr", "value", ""], [name[:-len("_new")], "grad", index]]], e["label"]
+    assert update[-1]["terms"] == [[["loss_new", "value", ""]]] and update[-1]["minus"] == [[["loss", "value", ""]]]
+
+
+@pytest.mark.filterwarnings("error")
+def test_the_walk_and_its_wrong_answers_read_numbers_without_a_warning():
+    """The parameters require a gradient; their numbers are read from detached tensors (no UserWarning about
+    converting a tensor that requires grad to a scalar), whoever passes them."""
+    walk = build_walk(SEED)
+    t = walk["tensors"]
+    values = {k: torch.tensor(v["value"], dtype=torch.float64, requires_grad=True) for k, v in t.items()}
+    grads = {k: torch.tensor(v["grad"], dtype=torch.float64) for k, v in t.items() if "grad" in v}
+    assert wrong_answers(values, grads) == {s["node"]: s["mistakes"] for s in walk["steps"][6:15]}
 
 
 @pytest.mark.parametrize("seed", [0, SEED])

@@ -1,8 +1,10 @@
 """BatchNorm1d/2d and LayerNorm: gradient checks, torch.nn parity over several steps (running statistics,
-momentum=None, eval mode), conversion with buffers, the textbook batch norm, mixed precision, bad input."""
+momentum=None, eval mode), conversion with buffers, the textbook batch norm, mixed precision, bad input, and no
+dx computed where none is asked for."""
 import pytest
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from gradcheck import nontrivial, check_layer
 from layers import BatchNorm1d, BatchNorm2d, LayerNorm, from_torch
@@ -397,3 +399,48 @@ def test_layernorm_half_precision_input_changed_in_place_is_refused():
         ln.backward(torch.ones_like(out))
     ln(x)
     assert ln.backward(torch.ones_like(out)).dtype == torch.bfloat16
+
+
+class _FullSize(TorchDispatchMode):
+    """Records every op that makes a tensor of ``shape`` (the input's: what dx's statement would allocate)."""
+
+    def __init__(self, shape):
+        super().__init__()
+        self.shape, self.ops = torch.Size(shape), []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if isinstance(out, torch.Tensor) and out.shape == self.shape:
+            self.ops.append(str(func))
+        return out
+
+
+@pytest.mark.parametrize("cls,_,shape", BN_CONFIGS[1::2], ids=ids(BN_CONFIGS[1::2]))
+@pytest.mark.parametrize("opts", [{}, {"bias": False}, {"affine": False}, {"track_running_stats": False}], ids=str)
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_batchnorm_without_input_grad_gives_the_same_grads_and_computes_no_dx(cls, _, shape, opts, mode):
+    """need_input_grad=False (a network's first layer): None, .grad as with dx, and dx's statement never runs
+    (fewer input-sized tensors; none at all without parameters; the sums dx needs are not reduced)."""
+    torch.manual_seed(11)
+    layer = nontrivial(cls(shape[1], dtype=f64, **opts)).train(mode == "train")
+    x, dout = torch.randn(*shape, dtype=f64) * 2 + 1, torch.randn(*shape, dtype=f64)
+    reduced = []
+    layer._reduce_grad_sums = lambda *sums: reduced.append(1) or sums[:2]  # the sums only dx reads
+    runs = {}
+    for need in (True, False):
+        layer.zero_grad()
+        layer(x)
+        with _FullSize(shape) as made:
+            dx = layer.backward(dout, need_input_grad=need)
+        runs[need] = (dx, [None if p.grad is None else p.grad.clone() for p in layer.parameters()], made.ops,
+                      len(reduced))
+        reduced.clear()
+    (dx, with_dx, ops_dx, reduced_dx), (none, without_dx, ops, reduced_none) = runs[True], runs[False]
+    assert none is None and isinstance(dx, torch.Tensor) and dx.shape == x.shape
+    assert len(with_dx) == len(without_dx) == (0 if opts.get("affine") is False else 2 - ("bias" in opts))
+    for g, h in zip(with_dx, without_dx):
+        assert torch.equal(g, h)
+    assert len(ops) < len(ops_dx), (ops, ops_dx)
+    if opts.get("affine") is False:
+        assert ops == [], ops
+    assert reduced_none == 0 and reduced_dx == (1 if mode == "train" or "track_running_stats" in opts else 0)

@@ -38,6 +38,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from layers.checks import check_int
+
 from .config import TrainConfig, flag
 from .parallel.distributed import SINGLE, DistInfo
 from .errors import UsageError
@@ -70,9 +72,7 @@ class CapturedStep:
         for name, t in (("example_x", example_x), ("example_y", example_y)):
             if not isinstance(t, Tensor):
                 raise TypeError(f"CapturedStep: {name} must be a tensor, got {type(t).__name__}")
-        if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 1:
-            raise ValueError(f"CapturedStep: warmup must be an int >= 1 (capture needs the step's state to exist), "
-                             f"got {warmup!r}")
+        check_int("CapturedStep", "warmup", warmup, why=" (capture needs the step's state to exist)")
         on_cuda = example_x.device.type == "cuda" and example_y.device == example_x.device
         if enabled and not on_cuda:
             raise ValueError(f"CapturedStep: enabled=True needs example_x and example_y on one CUDA device, got "

@@ -10,6 +10,7 @@ with central differences of that forward: a forward whose gradient is not the on
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -101,7 +102,9 @@ def check_layer(spec: LayerSpec, box, where: str | None) -> Report:
     report = Report(f"Checking {box.cls_name} of exercise {spec.name} on {len(configs)} configurations")
     report.right = (f"every tensor agrees with {spec.versus} on all {len(configs)} configurations, and with "
                     f"central differences of your forward")
-    for number, (label, cfg) in enumerate(configs):
+
+    def run(number: int, mark) -> bool:
+        label, cfg = configs[number]
         g = torch.Generator().manual_seed(cfg.seed)
         params = {n: make(g) for n, make in cfg.params.items()}
         calls = [reference_call(cfg, params, cfg.inputs(g), g) for _ in range(CALLS)]
@@ -111,28 +114,41 @@ def check_layer(spec: LayerSpec, box, where: str | None) -> Report:
         if number == 0:
             report.plan(*items(spec, calls[0].outputs, _returns(cfg, calls[0]) + tuple(f"{p}.grad" for p in params),
                                params))
+        return _walk(cfg, box, number, params, calls, report, mark)
+    return each_configuration(report, [label for label, _ in configs], run)
+
+
+def each_configuration(report: Report, labels: list[str], run: Callable[[int, Callable], bool]) -> Report:
+    """Run configuration after configuration, ``run(number, mark) -> right``, until one fails: ``mark`` marks the
+    report's items on the default configuration (number 0) and nothing after it; each further configuration is an
+    item of its own; a LearnerFailed is the failure it says; the first failure ends the walk, settled, its
+    configuration named."""
+    for number, label in enumerate(labels):
         since = len(report.log)
         try:
-            ok = _walk(cfg, box, number, params, calls, report)
+            ok = run(number, report.mark if number == 0 else _unmarked)
         except LearnerFailed as e:
             report.fail(e.text, e.key)
             ok = False
         if number:
-            report.mark(CONFIG.format(number + 1, len(configs), label), ok)
+            report.mark(CONFIG.format(number + 1, len(labels), label), ok)
         if not ok:
             report.settle(since)
             report.say(f"  (configuration {number + 1}, {label}, is the one that failed)")
-            return report
+            break
     return report
 
 
-def _walk(spec: LayerSpec, box, number: int, params: dict, calls: list[Call], report: Report) -> bool:
+def _unmarked(*args, **kwargs) -> None:
+    """``mark`` after the default configuration: the items are that configuration's."""
+
+
+def _walk(spec: LayerSpec, box, number: int, params: dict, calls: list[Call], report: Report, mark) -> bool:
     why = box.request("construct", number, params)
     if why is not None:
         report.fail("  " + why)
         return False
     errors: dict[str, float] = {}
-    mark = report.mark if number == 0 else (lambda *a: None)  # items are the default configuration's
     if spec.layout is not None and not _layout(spec, box, calls[0].ctx, report, mark):
         return False
     for k, c in enumerate(calls):
@@ -222,7 +238,8 @@ def _plain(name: str, t) -> None:
         raise LearnerFailed(f"  {name} is {t}, not a plain torch.Tensor: return plain tensors", key="not-plain")
 
 
-def _unchanged(given: dict, originals: dict[str, Tensor], report: Report, mark, what=INPUT_IN_PLACE) -> bool:
+def unchanged(given: dict, originals: dict[str, Tensor], report: Report, mark, what=INPUT_IN_PLACE) -> bool:
+    """Each of ``originals`` as ``given`` back after a call (bit for bit); else ``what`` named, UNCHANGED failed."""
     for n, t in originals.items():
         if not (isinstance(given.get(n), Tensor) and torch.equal(given[n], t)):
             report.fail("  " + what.says(n, "was"), what.key)
@@ -236,7 +253,7 @@ def _forward(spec, box, c: Call, k: int, errors, report, mark) -> bool:
     result, given = box.request("forward", c.inputs)
     what = f"{box.cls_name}.forward"
     outs = _as_dict(result, tuple(c.outputs), what)
-    if not _unchanged(given, c.inputs, report, mark):
+    if not unchanged(given, c.inputs, report, mark):
         return False
     for name, expected in c.outputs.items():
         actual = outs[name]
@@ -270,7 +287,7 @@ def _backward(spec, box, params, calls: list[Call], k: int, errors, report, mark
         return False
     got = _as_dict(result, returns, what) if returns else {}
     saved = _intermediates(spec, box, c, params) if k == 0 else []
-    ok = _unchanged(given, c.douts, report, mark, DOUT_IN_PLACE) and _unchanged(inputs_after, c.inputs, report, mark)
+    ok = unchanged(given, c.douts, report, mark, DOUT_IN_PLACE) and unchanged(inputs_after, c.inputs, report, mark)
     rows = []  # (name, actual, expected, candidates)
     for name in returns:
         rows.append((name, got[name], c.grads[name], [m.value(c.ctx).get(name) for m in _formulas(spec)]))

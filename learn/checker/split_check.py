@@ -19,20 +19,18 @@ from ..mistakes import DOUBLED, DOUT_IN_PLACE, INPUT_IN_PLACE, OVERWRITE, Mistak
 from .compare import RIGHT, describe, diagnose, rel_error, same
 from .configs import current, stable_seed
 from .guard import LearnerFailed
+from .layer_check import CALLS, CONFIG, UNCHANGED, each_configuration, unchanged
 from .naming import matches
 from .report import Report
 from .spec import normal, uniform
 from .specs.linear import MISTAKES as LINEAR_MISTAKES
 
 F64 = torch.float64
-CALLS = 2
 FORWARD, DX, B_GRAD = "forward: out", "B: dx", "B leaves .grad alone"
 W_GRAD = "W: {} (from the dout B received)"
 ACCUMULATE = "accumulation: a second B and W add into each .grad"
-UNCHANGED = "inputs and dout left unchanged"
 ONE_W = "one W per B: a W with no B before it adds nothing"
 BITS = "B then W equal the fused backward bit for bit"
-CONFIG = "configuration {} of {}: {}"
 SHAPES = [("the default", 4, 5, 3), ("one example (N = 1)", 1, 5, 3), ("wide: N = 3, D = 2, H = 6", 3, 2, 6)]
 
 DW_IN_B = Mistake(
@@ -93,23 +91,13 @@ class LinearSplitSpec:
         report.right = (f"B then W equal your fused backward bit for bit, and B's dx and W's gradients agree with "
                         f"PyTorch's autograd on all {len(configs)} configurations")
         report.plan(*self.planned())
-        for number, (label, n, d, h, seed) in enumerate(configs):
+
+        def run(number: int, mark) -> bool:
+            label, n, d, h, seed = configs[number]
             report.say(f"  configuration {number + 1} of {len(configs)}, {label}: {box.cls_name}(in_features={d}, "
                        f"out_features={h}) on x ({n}, {d})")
-            since = len(report.log)
-            mark = report.mark if number == 0 else (lambda *a, **k: None)
-            try:
-                ok = self._one(box, report, mark, n, d, h, seed)
-            except LearnerFailed as e:
-                report.fail(e.text, e.key)
-                ok = False
-            if number:
-                report.mark(CONFIG.format(number + 1, len(configs), label), ok)
-            if not ok:
-                report.settle(since)
-                report.say(f"  (configuration {number + 1}, {label}, is the one that failed)")
-                return report
-        return report
+            return self._one(box, report, mark, n, d, h, seed)
+        return each_configuration(report, [c[0] for c in configs], run)
 
     def _one(self, box, report: Report, mark, n: int, d: int, h: int, seed: int) -> bool:
         g = torch.Generator().manual_seed(seed)
@@ -123,12 +111,12 @@ class LinearSplitSpec:
         for k in range(CALLS):
             want = _expected(params["weight"], params["bias"], xs[k], douts[k])
             out, x_after = box.request("split_forward", xs[k])
-            if not _unchanged("x", x_after, xs[k], INPUT_IN_PLACE, report, mark):
+            if not unchanged({"x": x_after}, {"x": xs[k]}, report, mark, INPUT_IN_PLACE):
                 return False
             if not _right("out", out, want["out"], FORWARD, report, mark, "forward is wrong.  "):
                 return False
             dx, dout_after, grads_b, kept = box.request("split_b", douts[k])
-            if not _unchanged("dout", dout_after, douts[k], DOUT_IN_PLACE, report, mark):
+            if not unchanged({"dout": dout_after}, {"dout": douts[k]}, report, mark, DOUT_IN_PLACE):
                 return False
             if not _right("dx", dx, want["dx"], DX, report, mark, "B's dx is wrong.  "):
                 report.say("  look at: dx = dout @ weight, (N, H) @ (H, D), as the fused backward computes it")
@@ -138,12 +126,8 @@ class LinearSplitSpec:
                 report.fail("  -> " + DW_IN_B.says(f"self.{where}", "holds"), DW_IN_B.key)
                 mark(B_GRAD, False, [DW_IN_B.key])
                 return False
-            for name, before in total.items():
-                if not _same_or_none(grads_b.get(name), before):
-                    report.fail(f"  -> " + GRAD_IN_B.says(name, "was"), GRAD_IN_B.key)
-                    mark(B_GRAD, False, [GRAD_IN_B.key])
-                    return False
-            mark(B_GRAD, True)
+            if not _grads_are(grads_b, total, GRAD_IN_B, B_GRAD, report, mark):
+                return False
             try:
                 grads_w = box.request("split_w", overwrite[k])
             except LearnerFailed as e:  # name what the failing line tried to add, when a mistake gives it
@@ -164,12 +148,8 @@ class LinearSplitSpec:
             if not _fused(dx, dx_f, grads_w, grads_f, want, total, report, mark):
                 return False
         raised, grads_again = box.request("split_w_again")
-        for name, expected in total.items():
-            if not _same_or_none(grads_again.get(name), expected):
-                report.fail(f"  -> " + W_TWICE.says(name, "was"), W_TWICE.key)
-                mark(ONE_W, False, [W_TWICE.key])
-                return False
-        mark(ONE_W, True)
+        if not _grads_are(grads_again, total, W_TWICE, ONE_W, report, mark):
+            return False
         report.say("    right: B's dx and W's gradients agree with autograd over two calls, equal to the fused backward "
                    "bit for bit" + (", and a W with no B refused" if raised else ", and a W with no B adds nothing"))
         return True
@@ -235,21 +215,23 @@ def _holds(kept, t: Tensor, path: str = "") -> str:
     return ""
 
 
+def _grads_are(grads: dict, total: dict, mistake: Mistake, item: str, report: Report, mark) -> bool:
+    """Each .grad as ``total`` says it must be by now (None: none yet); else ``mistake`` named and ``item`` failed."""
+    for name, expected in total.items():
+        if not _same_or_none(grads.get(name), expected):
+            report.fail("  -> " + mistake.says(name, "was"), mistake.key)
+            mark(item, False, [mistake.key])
+            return False
+    mark(item, True)
+    return True
+
+
 def _same_or_none(actual, expected) -> bool:
     """``actual`` is ``expected``; where that is None (no gradient yet), None or zeros (a .grad created, nothing
     added) will do."""
     if expected is None:
         return actual is None or isinstance(actual, Tensor) and not actual.any()
     return isinstance(actual, Tensor) and actual.shape == expected.shape and same(actual, expected, RIGHT)
-
-
-def _unchanged(name: str, after, before: Tensor, what: Mistake, report: Report, mark) -> bool:
-    if isinstance(after, Tensor) and torch.equal(after, before):
-        mark(UNCHANGED, True)
-        return True
-    report.fail("  " + what.says(name, "was"), what.key)
-    mark(UNCHANGED, False, [what.key])
-    return False
 
 
 def _right(name: str, actual, expected: Tensor, item: str, report: Report, mark, lead: str) -> bool:

@@ -206,6 +206,10 @@ function arithmetic(entry) {
       if (n) line.append(" + ");
       factors.forEach((f, i) => line.append(i ? " × " : "", numberElement(f, n > 0 || i > 0)));
     });
+    (entry.minus || []).forEach(factors => {  // subtracted: "W − 1 × 0.25", never "W + (−1) × 0.25"
+      line.append(" − ");
+      factors.forEach((f, i) => line.append(i ? " × " : "", numberElement(f, true)));
+    });
   }
   if (entry.fn || entry.mse || entry.terms.length) line.append(" = ");
   line.append(numberElement(entry.result));

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 import torch
 from torch import Tensor
 
-from layers.checks import check_int
+from layers.checks import check_int, check_number
 
 
 class DynamicLossScaler:
@@ -36,13 +36,9 @@ class DynamicLossScaler:
                  growth_interval: int = 2000, *, enabled: bool = True, device: torch.device | str = "cpu",
                  fused: bool = True):
         owner = "DynamicLossScaler"
-        for name, value, ok in (("init_scale", init_scale, lambda v: v > 0),
-                                ("growth_factor", growth_factor, lambda v: v > 1),
-                                ("backoff_factor", backoff_factor, lambda v: 0 < v < 1)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(float(value)) \
-                    or value != value or value == float("inf"):
-                need = {"init_scale": "> 0", "growth_factor": "> 1", "backoff_factor": "in (0, 1)"}[name]
-                raise ValueError(f"{owner}: {name} must be a finite number {need}, got {value!r}")
+        check_number(owner, "init_scale", init_scale, 0.0, lo_open=True)
+        check_number(owner, "growth_factor", growth_factor, 1.0, lo_open=True)
+        check_number(owner, "backoff_factor", backoff_factor, 0.0, 1.0, lo_open=True, hi_open=True)
         check_int(owner, "growth_interval", growth_interval)
         self.growth_factor, self.backoff_factor = float(growth_factor), float(backoff_factor)
         self.growth_interval, self.enabled, self.fused = growth_interval, bool(enabled), bool(fused)

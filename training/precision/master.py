@@ -39,12 +39,12 @@ import torch
 from torch import Tensor
 
 from layers.batchnorm import _BatchNorm
+from layers.checks import LOW_PRECISION
 from layers.layer import zero_grad_
 from layers.layernorm import LayerNorm
 
 from .loss_scale import DynamicLossScaler
 
-LOW_PRECISION = (torch.float16, torch.bfloat16)
 # Normalisation layers keep float32 parameters (and running statistics): they take a half input with
 # float32 parameters, compute their statistics in float32 and return the input's dtype.
 _KEEP_FLOAT32 = (_BatchNorm, LayerNorm)

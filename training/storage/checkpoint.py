@@ -20,6 +20,8 @@ from pathlib import Path
 
 import torch
 
+from layers.checks import is_a
+
 from .checksum import SEAL_BYTES, ChecksumMismatch, ends_whole, seal, unseal
 from ..config import MATH_FIELDS, MLP_FIELDS, RECORD_FIELDS, TrainConfig, flag
 from ..errors import UsageError
@@ -150,14 +152,14 @@ def check_fields(ckpt: dict, path: Path) -> None:
     for key, kind in kinds.items():
         if key not in ckpt:
             _refuse(path, f"the checkpoint has no '{key}'")
-        if not isinstance(ckpt[key], kind) or isinstance(ckpt[key], bool):
+        if not is_a(ckpt[key], kind):
             _refuse(path, f"'{key}' is of type {type(ckpt[key]).__name__}, not {kind.__name__}")
     epoch = ckpt["epoch"]
     if epoch < 1:
         _refuse(path, f"'epoch' is {epoch}; a checkpoint is written after its first epoch or a later one")
     for i, rec in enumerate(ckpt["records"]):
         rec_epoch = rec.get("epoch") if isinstance(rec, dict) else None
-        if not isinstance(rec_epoch, int) or not 1 <= rec_epoch <= epoch:
+        if not is_a(rec_epoch, int) or not 1 <= rec_epoch <= epoch:
             _refuse(path, f"'records[{i}]' is of epoch {rec_epoch!r}, outside the checkpoint's epochs 1..{epoch}")
     for name, state in ckpt["models"].items():
         if not isinstance(state, dict):

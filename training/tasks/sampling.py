@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from layers.checks import is_a
 from models import GPT, PytorchGPT, RecurrentLM, TorchRecurrentLM
 
 from ..storage.checkpoint import read_checkpoint
@@ -48,7 +49,7 @@ def sample_text(path: Path, prompt: str, max_new_tokens: int = 300, temperature:
     Every way the request cannot be met (an unreadable or image checkpoint, an implementation it does not hold, a
     character outside its vocabulary, out-of-range settings) is one UsageError, raised before anything is drawn.
     """
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+    if not is_a(max_new_tokens, int) or max_new_tokens < 0:
         raise UsageError(f"--max-new-tokens {max_new_tokens} is out of range (an integer >= 0)")
     if not temperature > 0:
         raise UsageError(f"--temperature {temperature} is out of range (need a number > 0)")
