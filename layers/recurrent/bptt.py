@@ -31,10 +31,10 @@ state at hs[0] (forward direction) or hs[T + 1] (reverse direction, which runs t
 reverse -- and dW_hh is one GEMM.  The LSTM keeps its cell states the same way.
 
 Weights are kept in torch's layout, W_ih (G*H, I), W_hh (G*H, H_out): nn.Linear's, so ``linear(h, W_hh)`` is
-h @ W_hh^T; the backward's products by W (not W^T) use a transposed copy made once per call.  The products go
-through ``matmul.py`` (oneDNN for float32 on an AMD CPU, torch.addmm otherwise).  On an AMD CPU tanh is
-computed as 2 sigmoid(2x) - 1 (``_tanh``: torch's float32 tanh is several times slower than its sigmoid
-there).
+h @ W_hh^T; the backward's products by W itself pass the view W.t(), read in place (``prepack``: the per-step
+products read their weight once laid out for them, a copy per call at most).  The products go through
+``matmul.py`` (oneDNN for float32 on an AMD CPU, torch.addmm otherwise).  On an AMD CPU tanh is computed as
+2 sigmoid(2x) - 1 (``_tanh``: torch's float32 tanh is several times slower than its sigmoid there).
 """
 from __future__ import annotations
 
@@ -105,8 +105,8 @@ def _hidden_buffer(x: Tensor, T: int, N: int, size: int, h0: Tensor | None, *, r
 
 def _input_grad(dA2: Tensor, w_ih: Tensor, dx: Tensor | None) -> Tensor:
     """dx = dA @ W_ih, (T*N, G*H) x (G*H, I) -> (T*N, I); added to ``dx`` when given (a second direction)."""
-    w_t = w_ih.t().contiguous()  # (I, G*H)
-    return linear(dA2, w_t) if dx is None else linear_add(dA2, w_t, dx)
+    w = prepack(w_ih.t(), dA2)  # (I, G*H): linear(dA2, W_ih^T) = dA2 @ W_ih
+    return linear(dA2, w) if dx is None else linear_add(dA2, w, dx)
 
 
 class Cache(NamedTuple):
@@ -157,7 +157,7 @@ def rnn_backward(dy: Tensor, dh_n: Tensor | None, cache: Cache, *, need_dh0: boo
     # act'(a) for all steps at once, into the input-projection buffer (dead after the forward)
     k = scratch.copy_(h > 0) if relu else torch.mul(h, h, out=scratch).neg_().add_(1)  # (T, N, H)
     dA = torch.empty_like(h)  # (T, N, H) dL/da per step
-    w_hh_t = prepack(p.w_hh.t().contiguous(), dA[0])  # (H, H) W_hh^T: linear(d, W_hh^T) = d @ W_hh
+    w_hh_t = prepack(p.w_hh.t(), dA[0])  # (H, H) W_hh^T: linear(d, W_hh^T) = d @ W_hh
     steps, off = _steps(T, reverse)
     nxt = None
     for t in reversed(steps):
@@ -254,8 +254,8 @@ def lstm_backward(dy: Tensor, dh_n: Tensor | None, dc_n: Tensor | None, cache: C
     dA3, dAo = dA.view(T, N, 4, H)[:, :, :3], dA.view(T, N, 4, H)[:, :, 3]
     dc = dy.new_zeros(N, H) if dc_n is None else dc_n.clone()  # (N, H) dc_next
     dhs = dy.new_empty(T, N, Ho) if rs is not None else None  # (T, N, P) dh per step, for dW_hr
-    w_hh_t = prepack(p.w_hh.t().contiguous(), dA[0])  # (H_out, 4H) W_hh^T: linear(d, W_hh^T) = d @ W_hh
-    w_hr_t = None if p.w_hr is None else prepack(p.w_hr.t().contiguous(), dc)  # (H, P)
+    w_hh_t = prepack(p.w_hh.t(), dA[0])  # (H_out, 4H) W_hh^T: linear(d, W_hh^T) = d @ W_hh
+    w_hr_t = None if p.w_hr is None else prepack(p.w_hr.t(), dc)  # (H, P)
     nxt = None
     for t in reversed(steps):
         if nxt is None:  # the last step the forward ran: dh = dy + dh_n
@@ -342,7 +342,7 @@ def gru_backward(dy: Tensor, dh_n: Tensor | None, cache: Cache, *, need_dh0: boo
     dK = torch.empty_like(K)  # (T, N, 4, H): [da_r, da_z, dm_n, da_n] per step
     dm = dK.view(T, N, 4 * H)[:, :, :3 * H]  # (T, N, 3H) the hidden side's gradient (strided view)
     dhs = dy.new_empty(T, N, H)  # (T, N, H) dh per step
-    w_hh_t = prepack(p.w_hh.t().contiguous(), dhs[0])  # (H, 3H) W_hh^T: linear(d, W_hh^T) = d @ W_hh
+    w_hh_t = prepack(p.w_hh.t(), dhs[0])  # (H, 3H) W_hh^T: linear(d, W_hh^T) = d @ W_hh
     nxt = None
     for t in reversed(steps):
         if nxt is None:  # the last step the forward ran: dh = dy + dh_n
