@@ -44,7 +44,7 @@ import torch
 from torch import Tensor
 
 from ..template import Product
-from .matmul import AMD, linear, linear_add, prepack, weight_grad
+from .matmul import AMD, linear, linear_add, linear_add_, prepack, weight_grad
 
 SIGMOID_TANH: bool = AMD  # _tanh as 2 sigmoid(2x) - 1 (see there)
 
@@ -201,17 +201,21 @@ def lstm_forward(x: Tensor, p: DirParams, h0: Tensor | None, c0: Tensor | None, 
     w_hh = prepack(p.w_hh, hs[0])  # (4H, H_out), reused by every step
     w_hr = None if p.w_hr is None else prepack(p.w_hr, tc[0])  # (P, H)
     steps, off = _steps(T, reverse)
+    # every step's views made at once (unbind: one call each, not one indexing per step and buffer)
+    a_, act_, h_, c_, tc_ = A.unbind(0), act.unbind(0), hs.unbind(0), cs.unbind(0), tc.unbind(0)
+    i_, f_, g_, o_ = gi.unbind(0), gf.unbind(0), gg.unbind(0), go.unbind(0)
+    ag_ = A[:, :, 2 * H:3 * H].unbind(0)  # (N, H) g's pre-activation: where linear_add_ leaves it
     for t in steps:
-        a = linear_add(hs[t + off], w_hh, A[t])  # (N, 4H) pre-activations: A[t] + h_{t-1} W_hh^T
-        torch.sigmoid(a, out=act[t])  # (N, 4H): i, f, o (and g's slot, overwritten next)
-        _tanh(a[:, 2 * H:3 * H], out=gg[t])  # (N, H) g
-        c = torch.mul(gf[t], cs[t + off], out=cs[t + 1])  # (N, H) f * c_{t-1}
-        c.addcmul_(gi[t], gg[t])  # (N, H) c_t = f * c_{t-1} + i * g
-        _tanh(c, out=tc[t])  # (N, H)
+        a = linear_add_(h_[t + off], w_hh, a_[t])  # (N, 4H) pre-activations, into A[t]: A[t] + h_{t-1} W_hh^T
+        torch.sigmoid(a, out=act_[t])  # (N, 4H): i, f, o (and g's slot, overwritten next)
+        _tanh(ag_[t] if a is a_[t] else a[:, 2 * H:3 * H], out=g_[t])  # (N, H) g
+        c = torch.mul(f_[t], c_[t + off], out=c_[t + 1])  # (N, H) f * c_{t-1}
+        c.addcmul_(i_[t], g_[t])  # (N, H) c_t = f * c_{t-1} + i * g
+        _tanh(c, out=tc_[t])  # (N, H)
         if rs is None:
-            torch.mul(go[t], tc[t], out=hs[t + 1])  # (N, H) h_t = o * tanh(c_t)
+            torch.mul(o_[t], tc_[t], out=h_[t + 1])  # (N, H) h_t = o * tanh(c_t)
         else:
-            hs[t + 1].copy_(linear(torch.mul(go[t], tc[t], out=rs[t]), w_hr))  # (N, P) h_t = r_t W_hr^T
+            h_[t + 1].copy_(linear(torch.mul(o_[t], tc_[t], out=rs[t]), w_hr))  # (N, P) h_t = r_t W_hr^T
     last = 1 if reverse else T
     # A (the input terms) is dead now; the cache keeps it as scratch memory for the backward's factors.
     return hs[1:T + 1], (hs[last], cs[last]), Cache(x2, p, reverse, hs, act, (cs, tc, rs, A))
@@ -256,20 +260,23 @@ def lstm_backward(dy: Tensor, dh_n: Tensor | None, dc_n: Tensor | None, cache: C
     dhs = dy.new_empty(T, N, Ho) if rs is not None else None  # (T, N, P) dh per step, for dW_hr
     w_hh_t = prepack(p.w_hh.t(), dA[0])  # (H_out, 4H) W_hh^T: linear(d, W_hh^T) = d @ W_hh
     w_hr_t = None if p.w_hr is None else prepack(p.w_hr.t(), dc)  # (H, P)
+    dy_, dA_, dA3_, dAo_ = dy.unbind(0), dA.unbind(0), dA3.unbind(0), dAo.unbind(0)  # every step's views at once
+    K3_, Ko_, Kc_, f_ = K3.unbind(0), Ko.unbind(0), Kc.unbind(0), gf.unbind(0)
+    dc3 = dc.unsqueeze(1)  # (N, 1, H) a view of dc, which changes in place only
     nxt = None
     for t in reversed(steps):
         if nxt is None:  # the last step the forward ran: dh = dy + dh_n
-            dh = dy[t] if dh_n is None else dy[t] + dh_n
+            dh = dy_[t] if dh_n is None else dy_[t] + dh_n
         else:
-            dh = linear_add(dA[nxt], w_hh_t, dy[t])  # (N, H_out) dy_t + da_{next} @ W_hh
+            dh = linear_add(dA_[nxt], w_hh_t, dy_[t])  # (N, H_out) dy_t + da_{next} @ W_hh
         if dhs is None:
             dr = dh  # (N, H)
         else:
             dr = linear(dhs[t].copy_(dh), w_hr_t)  # (N, H) dh @ W_hr
-        dc.addcmul_(dr, Kc[t])  # (N, H) dc = dc_next + dr * o (1 - tanh(c)^2)
-        torch.mul(K3[t], dc.unsqueeze(1), out=dA3[t])  # (N, 3, H) da_i, da_f, da_g
-        torch.mul(Ko[t], dr, out=dAo[t])  # (N, H) da_o
-        dc.mul_(gf[t])  # (N, H) dc_next for the step before
+        dc.addcmul_(dr, Kc_[t])  # (N, H) dc = dc_next + dr * o (1 - tanh(c)^2)
+        torch.mul(K3_[t], dc3, out=dA3_[t])  # (N, 3, H) da_i, da_f, da_g
+        torch.mul(Ko_[t], dr, out=dAo_[t])  # (N, H) da_o
+        dc.mul_(f_[t])  # (N, H) dc_next for the step before
         nxt = t
     dA2 = dA.view(T * N, 4 * H)
     # dW_ih (4H, I) = sum_t da_t^T x_t, dW_hh (4H, H_out) = sum_t da_t^T h_{t-1}, db = sum_t da_t: all rows at once

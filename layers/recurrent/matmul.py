@@ -13,6 +13,7 @@ there); the float64 tests, which hold the layers to 1e-10, use the addmm path.
                               blocked layout, reordered once and reused by every step, or w^T row-major)
     linear(x, w, bias=None)   x (M, K), w (N, K) or prepack(w) -> (M, N) = x @ w^T + bias     (nn.Linear's layout)
     linear_add(x, w, other)   -> other + x @ w^T                                   (other (M, N), may be strided)
+    linear_add_(x, w, other)  the same, into other where it can (a scratch buffer: the caller uses what it returns)
     weight_grad(d, x)         d (K, M), x (K, N) -> d^T @ x (M, N), a weight gradient summed over the K rows, in
                               the form the layer template adds into .grad (layers/template.py)
 """
@@ -82,6 +83,14 @@ def linear_add(x: Tensor, w: Tensor, other: Tensor) -> Tensor:
     if _onednn(x):
         return torch.ops.mkldnn._linear_pointwise.binary(x, other, w, None, "add")
     return torch.addmm(other, x, w.t())
+
+
+def linear_add_(x: Tensor, w: Tensor, other: Tensor) -> Tensor:
+    """x (M, K), w (N, K), other (M, N) -> other + x @ w^T, written into ``other`` and returned (a GEMM with beta = 1:
+    no copy of other, no new tensor); through oneDNN a new tensor, ``other`` left as it was."""
+    if _onednn(x):
+        return torch.ops.mkldnn._linear_pointwise.binary(x, other, w, None, "add")
+    return other.addmm_(x, w.t())
 
 
 def weight_grad(d: Tensor, x: Tensor) -> Product | Callable[[], Tensor]:
