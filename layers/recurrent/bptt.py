@@ -31,10 +31,10 @@ state at hs[0] (forward direction) or hs[T + 1] (reverse direction, which runs t
 reverse -- and dW_hh is one GEMM.  The LSTM keeps its cell states the same way.
 
 Weights are kept in torch's layout, W_ih (G*H, I), W_hh (G*H, H_out): nn.Linear's, so ``linear(h, W_hh)`` is
-h @ W_hh^T; the backward's products by W (not W^T) use a transposed copy made once per call.  The products go
-through ``matmul.py`` (oneDNN for float32 on an AMD CPU, torch.addmm otherwise).  On an AMD CPU tanh is
-computed as 2 sigmoid(2x) - 1 (``_tanh``: torch's float32 tanh is several times slower than its sigmoid
-there).
+h @ W_hh^T; the backward's products by W itself pass the view W.t(), read in place (``prepack``: the per-step
+products read their weight once laid out for them, a copy per call at most).  The products go through
+``matmul.py`` (oneDNN for float32 on an AMD CPU, torch.addmm otherwise).  On an AMD CPU tanh is computed as
+2 sigmoid(2x) - 1 (``_tanh``: torch's float32 tanh is several times slower than its sigmoid there).
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ import torch
 from torch import Tensor
 
 from ..template import Product
-from .matmul import AMD, linear, linear_add, prepack, weight_grad
+from .matmul import AMD, linear, linear_add, linear_add_, prepack, weight_grad
 
 SIGMOID_TANH: bool = AMD  # _tanh as 2 sigmoid(2x) - 1 (see there)
 
@@ -105,8 +105,8 @@ def _hidden_buffer(x: Tensor, T: int, N: int, size: int, h0: Tensor | None, *, r
 
 def _input_grad(dA2: Tensor, w_ih: Tensor, dx: Tensor | None) -> Tensor:
     """dx = dA @ W_ih, (T*N, G*H) x (G*H, I) -> (T*N, I); added to ``dx`` when given (a second direction)."""
-    w_t = w_ih.t().contiguous()  # (I, G*H)
-    return linear(dA2, w_t) if dx is None else linear_add(dA2, w_t, dx)
+    w = prepack(w_ih.t(), dA2)  # (I, G*H): linear(dA2, W_ih^T) = dA2 @ W_ih
+    return linear(dA2, w) if dx is None else linear_add(dA2, w, dx)
 
 
 class Cache(NamedTuple):
@@ -157,7 +157,7 @@ def rnn_backward(dy: Tensor, dh_n: Tensor | None, cache: Cache, *, need_dh0: boo
     # act'(a) for all steps at once, into the input-projection buffer (dead after the forward)
     k = scratch.copy_(h > 0) if relu else torch.mul(h, h, out=scratch).neg_().add_(1)  # (T, N, H)
     dA = torch.empty_like(h)  # (T, N, H) dL/da per step
-    w_hh_t = prepack(p.w_hh.t().contiguous(), dA[0])  # (H, H) W_hh^T: linear(d, W_hh^T) = d @ W_hh
+    w_hh_t = prepack(p.w_hh.t(), dA[0])  # (H, H) W_hh^T: linear(d, W_hh^T) = d @ W_hh
     steps, off = _steps(T, reverse)
     nxt = None
     for t in reversed(steps):
@@ -201,17 +201,21 @@ def lstm_forward(x: Tensor, p: DirParams, h0: Tensor | None, c0: Tensor | None, 
     w_hh = prepack(p.w_hh, hs[0])  # (4H, H_out), reused by every step
     w_hr = None if p.w_hr is None else prepack(p.w_hr, tc[0])  # (P, H)
     steps, off = _steps(T, reverse)
+    # every step's views made at once (unbind: one call each, not one indexing per step and buffer)
+    a_, act_, h_, c_, tc_ = A.unbind(0), act.unbind(0), hs.unbind(0), cs.unbind(0), tc.unbind(0)
+    i_, f_, g_, o_ = gi.unbind(0), gf.unbind(0), gg.unbind(0), go.unbind(0)
+    ag_ = A[:, :, 2 * H:3 * H].unbind(0)  # (N, H) g's pre-activation: where linear_add_ leaves it
     for t in steps:
-        a = linear_add(hs[t + off], w_hh, A[t])  # (N, 4H) pre-activations: A[t] + h_{t-1} W_hh^T
-        torch.sigmoid(a, out=act[t])  # (N, 4H): i, f, o (and g's slot, overwritten next)
-        _tanh(a[:, 2 * H:3 * H], out=gg[t])  # (N, H) g
-        c = torch.mul(gf[t], cs[t + off], out=cs[t + 1])  # (N, H) f * c_{t-1}
-        c.addcmul_(gi[t], gg[t])  # (N, H) c_t = f * c_{t-1} + i * g
-        _tanh(c, out=tc[t])  # (N, H)
+        a = linear_add_(h_[t + off], w_hh, a_[t])  # (N, 4H) pre-activations, into A[t]: A[t] + h_{t-1} W_hh^T
+        torch.sigmoid(a, out=act_[t])  # (N, 4H): i, f, o (and g's slot, overwritten next)
+        _tanh(ag_[t] if a is a_[t] else a[:, 2 * H:3 * H], out=g_[t])  # (N, H) g
+        c = torch.mul(f_[t], c_[t + off], out=c_[t + 1])  # (N, H) f * c_{t-1}
+        c.addcmul_(i_[t], g_[t])  # (N, H) c_t = f * c_{t-1} + i * g
+        _tanh(c, out=tc_[t])  # (N, H)
         if rs is None:
-            torch.mul(go[t], tc[t], out=hs[t + 1])  # (N, H) h_t = o * tanh(c_t)
+            torch.mul(o_[t], tc_[t], out=h_[t + 1])  # (N, H) h_t = o * tanh(c_t)
         else:
-            hs[t + 1].copy_(linear(torch.mul(go[t], tc[t], out=rs[t]), w_hr))  # (N, P) h_t = r_t W_hr^T
+            h_[t + 1].copy_(linear(torch.mul(o_[t], tc_[t], out=rs[t]), w_hr))  # (N, P) h_t = r_t W_hr^T
     last = 1 if reverse else T
     # A (the input terms) is dead now; the cache keeps it as scratch memory for the backward's factors.
     return hs[1:T + 1], (hs[last], cs[last]), Cache(x2, p, reverse, hs, act, (cs, tc, rs, A))
@@ -254,22 +258,25 @@ def lstm_backward(dy: Tensor, dh_n: Tensor | None, dc_n: Tensor | None, cache: C
     dA3, dAo = dA.view(T, N, 4, H)[:, :, :3], dA.view(T, N, 4, H)[:, :, 3]
     dc = dy.new_zeros(N, H) if dc_n is None else dc_n.clone()  # (N, H) dc_next
     dhs = dy.new_empty(T, N, Ho) if rs is not None else None  # (T, N, P) dh per step, for dW_hr
-    w_hh_t = prepack(p.w_hh.t().contiguous(), dA[0])  # (H_out, 4H) W_hh^T: linear(d, W_hh^T) = d @ W_hh
-    w_hr_t = None if p.w_hr is None else prepack(p.w_hr.t().contiguous(), dc)  # (H, P)
+    w_hh_t = prepack(p.w_hh.t(), dA[0])  # (H_out, 4H) W_hh^T: linear(d, W_hh^T) = d @ W_hh
+    w_hr_t = None if p.w_hr is None else prepack(p.w_hr.t(), dc)  # (H, P)
+    dy_, dA_, dA3_, dAo_ = dy.unbind(0), dA.unbind(0), dA3.unbind(0), dAo.unbind(0)  # every step's views at once
+    K3_, Ko_, Kc_, f_ = K3.unbind(0), Ko.unbind(0), Kc.unbind(0), gf.unbind(0)
+    dc3 = dc.unsqueeze(1)  # (N, 1, H) a view of dc, which changes in place only
     nxt = None
     for t in reversed(steps):
         if nxt is None:  # the last step the forward ran: dh = dy + dh_n
-            dh = dy[t] if dh_n is None else dy[t] + dh_n
+            dh = dy_[t] if dh_n is None else dy_[t] + dh_n
         else:
-            dh = linear_add(dA[nxt], w_hh_t, dy[t])  # (N, H_out) dy_t + da_{next} @ W_hh
+            dh = linear_add(dA_[nxt], w_hh_t, dy_[t])  # (N, H_out) dy_t + da_{next} @ W_hh
         if dhs is None:
             dr = dh  # (N, H)
         else:
             dr = linear(dhs[t].copy_(dh), w_hr_t)  # (N, H) dh @ W_hr
-        dc.addcmul_(dr, Kc[t])  # (N, H) dc = dc_next + dr * o (1 - tanh(c)^2)
-        torch.mul(K3[t], dc.unsqueeze(1), out=dA3[t])  # (N, 3, H) da_i, da_f, da_g
-        torch.mul(Ko[t], dr, out=dAo[t])  # (N, H) da_o
-        dc.mul_(gf[t])  # (N, H) dc_next for the step before
+        dc.addcmul_(dr, Kc_[t])  # (N, H) dc = dc_next + dr * o (1 - tanh(c)^2)
+        torch.mul(K3_[t], dc3, out=dA3_[t])  # (N, 3, H) da_i, da_f, da_g
+        torch.mul(Ko_[t], dr, out=dAo_[t])  # (N, H) da_o
+        dc.mul_(f_[t])  # (N, H) dc_next for the step before
         nxt = t
     dA2 = dA.view(T * N, 4 * H)
     # dW_ih (4H, I) = sum_t da_t^T x_t, dW_hh (4H, H_out) = sum_t da_t^T h_{t-1}, db = sum_t da_t: all rows at once
@@ -342,7 +349,7 @@ def gru_backward(dy: Tensor, dh_n: Tensor | None, cache: Cache, *, need_dh0: boo
     dK = torch.empty_like(K)  # (T, N, 4, H): [da_r, da_z, dm_n, da_n] per step
     dm = dK.view(T, N, 4 * H)[:, :, :3 * H]  # (T, N, 3H) the hidden side's gradient (strided view)
     dhs = dy.new_empty(T, N, H)  # (T, N, H) dh per step
-    w_hh_t = prepack(p.w_hh.t().contiguous(), dhs[0])  # (H, 3H) W_hh^T: linear(d, W_hh^T) = d @ W_hh
+    w_hh_t = prepack(p.w_hh.t(), dhs[0])  # (H, 3H) W_hh^T: linear(d, W_hh^T) = d @ W_hh
     nxt = None
     for t in reversed(steps):
         if nxt is None:  # the last step the forward ran: dh = dy + dh_n

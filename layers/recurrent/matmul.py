@@ -10,9 +10,10 @@ through ``torch.addmm``.  The two agree to float32 round-off (tests/test_recurre
 there); the float64 tests, which hold the layers to 1e-10, use the addmm path.
 
     prepack(w, x)             w (N, K) in the layout the products with x's kind of rows read fastest (oneDNN's
-                              blocked layout, reordered once and reused by every step), or w itself
+                              blocked layout, reordered once and reused by every step, or w^T row-major)
     linear(x, w, bias=None)   x (M, K), w (N, K) or prepack(w) -> (M, N) = x @ w^T + bias     (nn.Linear's layout)
     linear_add(x, w, other)   -> other + x @ w^T                                   (other (M, N), may be strided)
+    linear_add_(x, w, other)  the same, into other where it can (a scratch buffer: the caller uses what it returns)
     weight_grad(d, x)         d (K, M), x (K, N) -> d^T @ x (M, N), a weight gradient summed over the K rows, in
                               the form the layer template adds into .grad (layers/template.py)
 """
@@ -61,10 +62,13 @@ def _onednn(x: Tensor) -> bool:
 
 
 def prepack(w: Tensor, x: Tensor) -> Tensor:
-    """w (N, K) prepared for many products ``linear(x_i, w)`` with x_i shaped and typed as x (M, K)."""
+    """w (N, K), any strides (``W.t()`` for a product by W itself), prepared for products ``linear(x_i, w)`` with
+    x_i shaped and typed as x (M, K): oneDNN's blocked layout, or for torch.addmm w with w^T contiguous -- MKL's
+    sgemm reads its second operand faster row-major than transposed at these shapes (a copy only where w^T is
+    not contiguous already)."""
     if _onednn(x):
-        return torch.ops.mkldnn._reorder_linear_weight(w, x.shape[0])
-    return w
+        return torch.ops.mkldnn._reorder_linear_weight(w.contiguous(), x.shape[0])
+    return w.t().contiguous().t()
 
 
 def linear(x: Tensor, w: Tensor, bias: Tensor | None = None) -> Tensor:
@@ -79,6 +83,14 @@ def linear_add(x: Tensor, w: Tensor, other: Tensor) -> Tensor:
     if _onednn(x):
         return torch.ops.mkldnn._linear_pointwise.binary(x, other, w, None, "add")
     return torch.addmm(other, x, w.t())
+
+
+def linear_add_(x: Tensor, w: Tensor, other: Tensor) -> Tensor:
+    """x (M, K), w (N, K), other (M, N) -> other + x @ w^T, written into ``other`` and returned (a GEMM with beta = 1:
+    no copy of other, no new tensor); through oneDNN a new tensor, ``other`` left as it was."""
+    if _onednn(x):
+        return torch.ops.mkldnn._linear_pointwise.binary(x, other, w, None, "add")
+    return other.addmm_(x, w.t())
 
 
 def weight_grad(d: Tensor, x: Tensor) -> Product | Callable[[], Tensor]:
