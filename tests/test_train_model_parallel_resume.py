@@ -1,8 +1,8 @@
 """A model-parallel train.py run stopped half-way and resumed from its checkpoint equals the run done in one go, bit
 for bit in float64: every metrics.jsonl record (step losses, evaluations), summary.json's results, the whole model
-in checkpoint.pt, and each rank's own parameters and optimizer state (ZeRO-1's shards, the tensor-parallel shards,
-the pipeline stages).  The resumed run is given only --resume and the new length: the split comes from the
-checkpoint."""
+in checkpoint.pt, and each rank's own parameters and optimizer state (ZeRO-1's and ZeRO-2's shards, the
+tensor-parallel shards, the pipeline stages).  The resumed run is given only --resume and the new length: the split
+comes from the checkpoint."""
 import json
 from pathlib import Path
 
@@ -49,10 +49,10 @@ def _tensors(tree, prefix=""):
             yield from _tensors(v, f"{prefix}[{i}]")
 
 
-@pytest.mark.parametrize("split", [dict(zero=1), dict(tensor_parallel=2),
+@pytest.mark.parametrize("split", [dict(zero=1), dict(zero=2), dict(tensor_parallel=2),
                                    dict(pipeline_parallel=2, micro_batches=2, pipeline_schedule="zb-h1",
                                         given=frozenset({"micro_batches", "pipeline_schedule"}))],
-                         ids=["zero1", "tp2", "pp2-zb-h1"])
+                         ids=["zero1", "zero2", "tp2", "pp2-zb-h1"])
 def test_a_run_stopped_half_way_and_resumed_equals_the_run_done_in_one_go(tmp_path, split):
     whole, half = tmp_path / "whole", tmp_path / "half"
     _spawn({**TINY, **split, "max_iters": 4, "out": whole})
