@@ -90,6 +90,8 @@ def _checkpoint(world: int = 2, **split) -> dict:
     (dict(tensor_parallel=2), dict(tensor_parallel=1, given=frozenset({"tensor_parallel"})), 2,
      "the checkpoint was written with --tensor-parallel 2, this run has --tensor-parallel 1;"),
     (dict(zero=1), {}, 4, "the checkpoint was written with world size 2, this run has world size 4;"),
+    (dict(pipeline_parallel=2), dict(tensor_parallel=2, given=frozenset({"tensor_parallel"})), 2,
+     "the checkpoint was written with --tensor-parallel 1, this run has --tensor-parallel 2;"),
     (dict(pipeline_parallel=2, micro_batches=4), dict(pipeline_parallel=2, micro_batches=2,
                                                            given=frozenset({"micro_batches"})), 2,
      "the checkpoint was written with --micro-batches 4, this run has --micro-batches 2;"),

@@ -55,20 +55,22 @@ def resume_settings(config: TrainConfig, ckpt: dict, world_size: int, path: Path
     saved = (ckpt.get("model_parallel") or {}).get("settings")
     if saved is None:
         if config.model_parallel:
+            now = _words(split_settings(config, world_size))
             raise UsageError(f"--resume {path}: the checkpoint was written without model parallelism (world size "
-                             f"{ckpt.get('world_size', 1)}), this run has {_words(split_settings(config, world_size))}; "
-                             f"its optimizer state is not cut into shards: resume it as it was trained")
+                             f"{ckpt.get('world_size', 1)}), this run has {now}; its optimizer state is not cut "
+                             f"into shards: resume it as it was trained")
         return config
-    adopted = {k: v for k, v in saved.items() if k in SETTINGS and k not in config.given}
-    if adopted:
-        # the checkpoint's split stays on the model-parallel path even where its settings are all defaults
-        config = config.replace(**adopted, given=config.given | {"zero"})
     now = split_settings(config, world_size)
-    differs = [k for k in now if saved.get(k) != now[k]]
+    # the values given are compared before the others are adopted: a mix of the two could be refused for itself
+    differs = [k for k in now if (k in config.given or k == "world_size") and saved.get(k) != now[k]]
     if differs:
         old, new = _words({k: saved.get(k) for k in differs}), _words({k: now[k] for k in differs})
         raise UsageError(f"--resume {path}: the checkpoint was written with {old}, this run has {new}; a "
                          f"model-parallel checkpoint resumes with the split and world size it was written with")
+    adopted = {k: v for k, v in saved.items() if k in SETTINGS and k not in config.given}
+    if adopted:
+        # the checkpoint's split stays on the model-parallel path even where its settings are all defaults
+        config = config.replace(**adopted, given=config.given | {"zero"})
     return config
 
 
