@@ -1,7 +1,9 @@
 """train.py's model-parallel flags: each lands on its TrainConfig field, --schedule takes a learning-rate or a
 pipeline schedule (both when given twice), and what does not compose or does not divide -- a non-GPT model,
 heads, width, layers, block size, batch, world size, tensor x pipeline, dropout, the twins -- is refused in one
-line naming the values, before any process group is needed (the width divides by T when the heads do)."""
+line naming the values, before any process group is needed (the width divides by T when the heads do).  A resumed
+model-parallel run keeps the split its checkpoint was written with (a setting not given is the checkpoint's); another
+split or world size is refused in one line naming the checkpoint's value and this run's."""
 import pytest
 
 import train
@@ -70,3 +72,51 @@ def test_a_world_that_divides_gives_the_data_parallel_size():
     assert check_world(_config(tensor_parallel=2), DistInfo(0, 4)) == 2
     assert check_world(_config(pipeline_parallel=2, micro_batches=4, given=frozenset({"micro_batches"})),
                        DistInfo(0, 4)) == 2
+
+
+# -- resuming a model-parallel checkpoint: the split it was written with, or a one-line refusal naming both ------------
+
+def _checkpoint(world: int = 2, **split) -> dict:
+    """What resume_settings reads of a checkpoint: a model-parallel run's split settings, or (no split) none."""
+    from training.parallel.checkpoint import split_settings
+    if not split:
+        return {"world_size": world}
+    return {"world_size": world, "model_parallel": {"settings": split_settings(_config(**split), world)}}
+
+
+@pytest.mark.parametrize("saved,kw,world,message", [
+    (dict(tensor_parallel=2), dict(zero=1, given=frozenset({"zero"})), 2,
+     "the checkpoint was written with --zero 0, this run has --zero 1;"),
+    (dict(tensor_parallel=2), dict(tensor_parallel=1, given=frozenset({"tensor_parallel"})), 2,
+     "the checkpoint was written with --tensor-parallel 2, this run has --tensor-parallel 1;"),
+    (dict(zero=1), {}, 4, "the checkpoint was written with world size 2, this run has world size 4;"),
+    (dict(pipeline_parallel=2), dict(tensor_parallel=2, given=frozenset({"tensor_parallel"})), 2,
+     "the checkpoint was written with --tensor-parallel 1, this run has --tensor-parallel 2;"),
+    (dict(pipeline_parallel=2, micro_batches=4), dict(pipeline_parallel=2, micro_batches=2,
+                                                           given=frozenset({"micro_batches"})), 2,
+     "the checkpoint was written with --micro-batches 4, this run has --micro-batches 2;"),
+    ({}, dict(zero=1), 2, "the checkpoint was written without model parallelism (world size 2), this run has "
+                          "--tensor-parallel 1, --sequence-parallel False, --pipeline-parallel 1"),
+])
+def test_a_resume_with_another_split_or_world_is_refused_naming_old_and_new(saved, kw, world, message):
+    from training.parallel.checkpoint import resume_settings
+    with pytest.raises(UsageError) as e:
+        resume_settings(_config(**kw), _checkpoint(**saved), world, "run/checkpoint.pt")
+    assert str(e.value).startswith("--resume run/checkpoint.pt: ") and message in str(e.value), str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_a_resume_takes_the_split_it_is_not_given_from_the_checkpoint():
+    from training.parallel.checkpoint import resume_settings
+    c = resume_settings(_config(), _checkpoint(tensor_parallel=2, zero=1), 2, "run/checkpoint.pt")
+    assert (c.tensor_parallel, c.zero, c.pipeline_parallel) == (2, 1, 1) and c.model_parallel
+    c = resume_settings(_config(), _checkpoint(zero=0, given=frozenset({"zero"})), 2, "c.pt")
+    assert c.zero == 0 and c.model_parallel  # data parallelism by the model-parallel path stays on it
+    plain = _config()
+    assert resume_settings(plain, _checkpoint(), 2, "c.pt") is plain  # neither is model-parallel: nothing to do
+
+
+def test_check_parity_with_resume_is_refused():
+    with pytest.raises(UsageError, match="--check-parity with --resume run/checkpoint.pt: the check takes a fresh"):
+        _config(zero=1, check_parity=True, resume="run/checkpoint.pt")
+    assert _config(zero=1, resume="run/checkpoint.pt").resume.name == "checkpoint.pt"  # resuming itself is allowed

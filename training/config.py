@@ -376,11 +376,14 @@ def _validate_parallel(self: TrainConfig) -> None:
         raise UsageError(f"--impl {self.impl}: model parallelism trains the hand-written GPT (--impl manual); its "
                          f"twins are training/parallel/*_twin.py, tested against it")
     for name, bad in (("dtype", self.is_mixed), ("compile", self.compile), ("cuda_graph", bool(self.cuda_graph)),
-                      ("monitor", self.monitor), ("resume", self.resume is not None)):
+                      ("monitor", self.monitor)):
         if bad:
             value = "" if isinstance(getattr(self, name), bool) else f" {getattr(self, name)}"
             raise UsageError(f"{flag(name)}{value} with model parallelism is not supported (float32 or float64, "
-                             f"eager, no monitor, a fresh run)")
+                             f"eager, no monitor)")
+    if self.check_parity and self.resume is not None:
+        raise UsageError(f"--check-parity with --resume {self.resume}: the check takes a fresh run's first step; "
+                         f"drop --resume")
 
 
 def use_threads(threads: int | None) -> int:

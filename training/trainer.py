@@ -19,6 +19,7 @@ import torch
 
 from .allocator import retain_freed_memory
 from .parallel.agreement import check_ranks_agree, run_identity
+from .parallel.checkpoint import restore_sharded, resume_settings, sharded_state
 from .storage.checkpoint import check_data, checkpoint_state, load_checkpoint, save_checkpoint
 from .storage.restore import restore
 from .config import TrainConfig, resolve_device
@@ -57,6 +58,7 @@ def _run(config: TrainConfig, device: torch.device, info: DistInfo, say: Callabl
     ckpt = None
     if config.resume is not None:
         config, ckpt = load_checkpoint(config.resume, config)
+        config = resume_settings(config, ckpt, info.world_size, config.resume)  # a model-parallel run: its split
         saved_world = ckpt.get("world_size", 1)
         if saved_world != info.world_size:
             say(f"note: the checkpoint was trained on {saved_world} process(es), this run has {info.world_size}; "
@@ -111,7 +113,10 @@ def _train(config: TrainConfig, device: torch.device, info: DistInfo, say: Calla
     records: list[dict] = []  # everything logged, in order; rounds are the records of type "epoch"
     start = 1
     if ckpt is not None:
-        restore(impls, ckpt, batch_gen, device, task.steps_per_round, config.resume, say)
+        if config.model_parallel:  # each rank's own shards (training/parallel/checkpoint.py)
+            restore_sharded(impls["manual"], ckpt, batch_gen, info.rank, task.steps_per_round, config.resume)
+        else:
+            restore(impls, ckpt, batch_gen, device, task.steps_per_round, config.resume, say)
         records = list(ckpt["records"])
         restore_monitors(monitors, ckpt)
         start = ckpt["epoch"] + 1
@@ -154,10 +159,14 @@ def _train(config: TrainConfig, device: torch.device, info: DistInfo, say: Calla
                 diff = drift.end_epoch(r)
                 say(f"{task.round_name(r, pad=True)} largest weight difference between {', '.join(impls)}: {diff:.3e}"
                     f"{_drift_note(config)}")
-            # a smoke test leaves no checkpoint (tens of MB) behind; a model-parallel run's optimizer state is sharded
-            if info.is_main and not config.dry_run and not config.model_parallel:
+            # a smoke test leaves no checkpoint (tens of MB) behind; a model-parallel run's ranks send rank 0 theirs
+            sharded = {}
+            if config.model_parallel and not config.dry_run:
+                sharded = sharded_state(impls["manual"], config, info)
+            if info.is_main and not config.dry_run:
                 save_checkpoint(ckpt_path, {**checkpoint_state(impls, config, r, records, batch_gen, task.fingerprint),
-                                            **task.checkpoint_extra(), "world_size": info.world_size, "monitor": monitor_state(monitors)})
+                                            **task.checkpoint_extra(), "world_size": info.world_size,
+                                            "monitor": monitor_state(monitors), **sharded})
                 saved_epoch = r
             if config.dry_run:
                 break
@@ -261,7 +270,7 @@ def _finish(config: TrainConfig, out: Path, impls: dict, task: Task, records: li
     if not info.is_main:
         return
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
-    written = ["summary.json", "metrics.jsonl"] + ([] if config.dry_run or config.model_parallel else ["checkpoint.pt"])
+    written = ["summary.json", "metrics.jsonl"] + ([] if config.dry_run else ["checkpoint.pt"])
     if config.plots:
         from .plots import write_plots
         written += [p.name for p in write_plots(out, records, task.kind)]
