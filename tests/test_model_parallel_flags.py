@@ -1,7 +1,7 @@
 """train.py's model-parallel flags: each lands on its TrainConfig field, --schedule takes a learning-rate or a
 pipeline schedule (both when given twice), and what does not compose or does not divide -- a non-GPT model,
-heads, width, layers, block size, batch, world size, --check-parity with tensor x pipeline, dropout, the twins -- is
-refused in one line naming the values, before any process group is needed (the width divides by T when the heads do)."""
+heads, width, layers, block size, batch, world size, dropout, the twins -- is refused in one line naming the
+values, before any process group is needed (the width divides by T when the heads do)."""
 import pytest
 
 import train
@@ -33,8 +33,6 @@ def test_the_flags_land_on_the_config():
     ([*GPT, "--tensor-parallel", "3"], "--n-head 4 does not divide by --tensor-parallel 3"),
     ([*GPT, "--micro-batches", "0", "--pipeline-parallel", "2"], "--micro-batches 0 is out of range"),
     ([*GPT, "--pipeline-parallel", "3"], "--n-layer 4 does not divide by --pipeline-parallel 3"),
-    ([*GPT, "--tensor-parallel", "2", "--pipeline-parallel", "2", "--check-parity"],
-     "--check-parity with --tensor-parallel 2 and --pipeline-parallel 2: the parity report takes one of them"),
     ([*GPT, "--tensor-parallel", "3", "--pipeline-parallel", "2"], "--n-head 4 does not divide by --tensor-parallel 3"),
     ([*GPT, "--tensor-parallel", "2", "--pipeline-parallel", "3"], "--n-layer 4 does not divide by --pipeline-parallel 3"),
     ([*GPT, "--tensor-parallel", "2", "--pipeline-parallel", "2", "--sequence-parallel", "--block-size", "9"],

@@ -2,8 +2,9 @@
 stage's blocks over two tensor ranks, the vocabulary-parallel table and loss on the first and last stage) under
 1F1B and ZB-H1, and with sequence parallelism under GPipe, each run's step losses and summary.json's results to 1e-9
 relative and its final weights to 1e-9 of the largest (the gradient clipped every step, so the whole model's norm,
-each parameter counted once, is checked too); a pipelined run writes its timeline into its folder (text, and a PNG
-with --plots) and rank 0 prints it with the measured bubble, once."""
+each parameter counted once, is checked too); --check-parity finds every tensor within rounding; a pipelined run
+writes its timeline into its folder (text, and a PNG with --plots) and rank 0 prints it with the measured bubble,
+once."""
 import json
 from pathlib import Path
 
@@ -63,3 +64,17 @@ def test_tensor_x_pipeline_on_four_ranks_equals_one_process(tmp_path, one_proces
     assert text[-1].startswith("measured bubble of that step: 0.")
     assert not any("measured bubble" in line for r in (1, 2, 3) for line in results[r][1])
     assert (tmp_path / "pipeline_timeline.png").exists() == bool(kw.get("plots"))
+
+
+def test_check_parity_reports_parity_for_tensor_x_pipeline(tmp_path):
+    kw = dict(tensor_parallel=2, pipeline_parallel=2, micro_batches=2, pipeline_schedule="zb-h1",
+              sequence_parallel=True, check_parity=True)
+    results = spawn_ranks(_train, 4, str(tmp_path), kw, join=False, timeout=240)
+    rc, lines, _ = results[0]
+    assert [r[0] for r in results.values()] == [0] * 4, lines
+    assert lines[-1].startswith("parity: all ") and "within float64 rounding" in lines[-1], lines
+    rows = [line for line in lines if line.startswith(("output ", "grad ", "weight ", "loss"))]
+    for name in ("output logits", "output transformer.h.0", "output transformer.h.1", "grad transformer.wte.weight",
+                 "grad transformer.h.1.attn.c_attn.weight", "weight transformer.h.0.mlp.c_proj.bias"):
+        assert any(r.startswith(name + " ") for r in rows), (name, rows)
+    assert all(r.endswith("rounding") for r in rows), rows
