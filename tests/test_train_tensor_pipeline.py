@@ -13,7 +13,7 @@ import torch
 
 import training
 from tests.spawn_ranks import spawn_ranks
-from tests.test_train_model_parallel import TINY, TOL, _assert_equal, _cfg
+from tests.test_train_model_parallel import TOL, _assert_equal, _cfg
 from training.parallel.distributed import DistInfo
 
 def _train(rank, world, init_method, out, kw):
