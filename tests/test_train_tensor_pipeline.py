@@ -2,9 +2,9 @@
 stage's blocks over two tensor ranks, the vocabulary-parallel table and loss on the first and last stage) under
 1F1B and ZB-H1, and with sequence parallelism under GPipe, each run's step losses and summary.json's results to 1e-9
 relative and its final weights to 1e-9 of the largest (the gradient clipped every step, so the whole model's norm,
-each parameter counted once, is checked too); --check-parity finds every tensor within rounding; a pipelined run
-writes its timeline into its folder (text, and a PNG with --plots) and rank 0 prints it with the measured bubble,
-once."""
+each parameter counted once, is checked too); so does T=2 x P=2 x D=2 with ZeRO-2 on 8 processes; --check-parity
+finds every tensor within rounding; a pipelined run writes its timeline into its folder (text, and a PNG with
+--plots) and rank 0 prints it with the measured bubble, once."""
 import json
 from pathlib import Path
 
@@ -66,6 +66,17 @@ def test_tensor_x_pipeline_on_four_ranks_equals_one_process(tmp_path, one_proces
     assert (tmp_path / "pipeline_timeline.png").exists() == bool(kw.get("plots"))
 
 
+def test_tensor_x_pipeline_x_data_with_zero_on_eight_ranks_equals_one_process(tmp_path, one_process):
+    kw = dict(tensor_parallel=2, pipeline_parallel=2, micro_batches=2, pipeline_schedule="zb-h1", zero=2)
+    results = spawn_ranks(_train, 8, str(tmp_path), kw, join=False, timeout=300)
+    assert [r[0] for r in results.values()] == [0] * 8, results[0][1]
+    assert json.loads((tmp_path / "summary.json").read_text())["world_size"] == 8
+    ref, ref_weights = one_process
+    _assert_equal(tmp_path, ref)
+    for name, w in results[0][2].items():
+        assert (w - ref_weights[name]).abs().max() <= TOL * ref_weights[name].abs().max(), name
+
+
 def test_check_parity_reports_parity_for_tensor_x_pipeline(tmp_path):
     kw = dict(tensor_parallel=2, pipeline_parallel=2, micro_batches=2, pipeline_schedule="zb-h1",
               sequence_parallel=True, check_parity=True)
@@ -75,6 +86,7 @@ def test_check_parity_reports_parity_for_tensor_x_pipeline(tmp_path):
     assert lines[-1].startswith("parity: all ") and "within float64 rounding" in lines[-1], lines
     rows = [line for line in lines if line.startswith(("output ", "grad ", "weight ", "loss"))]
     for name in ("output logits", "output transformer.h.0", "output transformer.h.1", "grad transformer.wte.weight",
-                 "grad transformer.h.1.attn.c_attn.weight", "weight transformer.h.0.mlp.c_proj.bias"):
+                 "grad transformer.wpe.weight", "grad transformer.h.1.attn.c_attn.weight",
+                 "weight transformer.h.0.mlp.c_proj.weight"):
         assert any(r.startswith(name + " ") for r in rows), (name, rows)
     assert all(r.endswith("rounding") for r in rows), rows
