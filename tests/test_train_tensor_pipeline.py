@@ -16,6 +16,7 @@ from tests.spawn_ranks import spawn_ranks
 from tests.test_train_model_parallel import TOL, _assert_equal, _cfg
 from training.parallel.distributed import DistInfo
 
+
 def _train(rank, world, init_method, out, kw):
     import training.parallel.run as run
     built = []
@@ -32,7 +33,7 @@ def _train(rank, world, init_method, out, kw):
 @pytest.fixture(scope="module")
 def one_process(tmp_path_factory):
     out = tmp_path_factory.mktemp("one")
-    assert training.run(_cfg(out, pipeline_parallel=1)) == 0
+    assert training.run(_cfg(out)) == 0
     weights = torch.load(out / "checkpoint.pt", weights_only=False)["models"]["manual"]
     summary = json.loads((out / "summary.json").read_text())["results"]["manual"]
     steps = [r["loss"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
