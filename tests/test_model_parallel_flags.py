@@ -1,9 +1,9 @@
 """train.py's model-parallel flags: each lands on its TrainConfig field, --schedule takes a learning-rate or a
 pipeline schedule (both when given twice), and what does not compose or does not divide -- a non-GPT model,
-heads, width, layers, block size, batch, world size, tensor x pipeline, dropout, the twins -- is refused in one
-line naming the values, before any process group is needed (the width divides by T when the heads do).  A resumed
-model-parallel run keeps the split its checkpoint was written with (a setting not given is the checkpoint's); another
-split or world size is refused in one line naming the checkpoint's value and this run's."""
+heads, width, layers, block size, batch, world size, dropout, the twins -- is refused in one line naming the
+values, before any process group is needed (the width divides by T when the heads do).  A resumed model-parallel
+run keeps the split its checkpoint was written with (a setting not given is the checkpoint's); another split or world
+size is refused in one line naming the checkpoint's value and this run's."""
 import pytest
 
 import train
@@ -23,6 +23,9 @@ def test_the_flags_land_on_the_config():
     assert (c.pipeline_parallel, c.micro_batches, c.pipeline_schedule, c.schedule) == (2, 4, "zb-h1", "cosine")
     assert train.parse_config([*GPT, "--pipeline-parallel", "2", "--pipeline-schedule", "gpipe"]).pipeline_schedule \
         == "gpipe"
+    c = train.parse_config([*GPT, "--tensor-parallel", "2", "--pipeline-parallel", "2", "--schedule", "zb-h1",
+                            "--micro-batches", "2", "--sequence-parallel"])  # tensor x pipeline composes
+    assert (c.tensor_parallel, c.pipeline_parallel, c.pipeline_schedule, c.sequence_parallel) == (2, 2, "zb-h1", True)
     plain = train.parse_config(GPT)
     assert not plain.model_parallel and plain.schedule == "warmup-cosine" and plain.impl == "both"
 
@@ -32,8 +35,10 @@ def test_the_flags_land_on_the_config():
     ([*GPT, "--tensor-parallel", "3"], "--n-head 4 does not divide by --tensor-parallel 3"),
     ([*GPT, "--micro-batches", "0", "--pipeline-parallel", "2"], "--micro-batches 0 is out of range"),
     ([*GPT, "--pipeline-parallel", "3"], "--n-layer 4 does not divide by --pipeline-parallel 3"),
-    ([*GPT, "--tensor-parallel", "2", "--pipeline-parallel", "2"],
-     "--tensor-parallel 2 with --pipeline-parallel 2: tensor x pipeline parallelism is not written"),
+    ([*GPT, "--tensor-parallel", "3", "--pipeline-parallel", "2"], "--n-head 4 does not divide by --tensor-parallel 3"),
+    ([*GPT, "--tensor-parallel", "2", "--pipeline-parallel", "3"], "--n-layer 4 does not divide by --pipeline-parallel 3"),
+    ([*GPT, "--tensor-parallel", "2", "--pipeline-parallel", "2", "--sequence-parallel", "--block-size", "9"],
+     "--block-size 9 does not divide by --tensor-parallel 2"),
     ([*GPT, "--sequence-parallel"], "--sequence-parallel splits the sequence over the tensor-parallel ranks"),
     ([*GPT, "--tensor-parallel", "2", "--sequence-parallel", "--block-size", "9"],
      "--block-size 9 does not divide by --tensor-parallel 2"),
@@ -62,6 +67,10 @@ def _config(**kw):
     (dict(pipeline_parallel=2), 6, "--batch-size 8 does not divide by 3 data-parallel ranks x --micro-batches 1"),
     (dict(zero=1, batch_size=2), 4, "--batch-size 2 windows cannot be shared by 4 data-parallel ranks"),
     (dict(zero=1), 1, "runs under torchrun"),
+    (dict(tensor_parallel=2, pipeline_parallel=2), 6,
+     "the world size 6 does not divide by --tensor-parallel 2 x --pipeline-parallel 2 = 4 ranks"),
+    (dict(tensor_parallel=2, pipeline_parallel=2, micro_batches=3, given=frozenset({"micro_batches"})), 8,
+     "--batch-size 8 does not divide by 2 data-parallel ranks x --micro-batches 3"),
 ])
 def test_a_world_the_settings_do_not_divide_is_refused_by_name(kw, world, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(")):
@@ -70,6 +79,7 @@ def test_a_world_the_settings_do_not_divide_is_refused_by_name(kw, world, messag
 
 def test_a_world_that_divides_gives_the_data_parallel_size():
     assert check_world(_config(tensor_parallel=2), DistInfo(0, 4)) == 2
+    assert check_world(_config(tensor_parallel=2, pipeline_parallel=2), DistInfo(0, 8)) == 2
     assert check_world(_config(pipeline_parallel=2, micro_batches=4, given=frozenset({"micro_batches"})),
                        DistInfo(0, 4)) == 2
 

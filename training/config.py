@@ -359,9 +359,6 @@ def _validate_parallel(self: TrainConfig) -> None:
     if P == 1 and ("micro_batches" in self.given or "pipeline_schedule" in self.given):
         what = "--micro-batches" if "micro_batches" in self.given else "--schedule " + self.pipeline_schedule
         raise UsageError(f"{what} applies to a pipeline: give --pipeline-parallel P > 1")
-    if T > 1 and P > 1:
-        raise UsageError(f"--tensor-parallel {T} with --pipeline-parallel {P}: tensor x pipeline parallelism is not "
-                         f"written; use one of them (each composes with data parallelism and --zero)")
     for what, n, parts in (("--n-head", self.n_head, T), ("--n-layer", self.n_layer, P)):  # n_embd: a multiple of n_head
         if n % parts:
             split = "--tensor-parallel" if parts == T else "--pipeline-parallel"

@@ -267,10 +267,15 @@ def _finish(config: TrainConfig, out: Path, impls: dict, task: Task, records: li
         summary["world_size"] = info.world_size
     if config.is_mixed:
         summary["mixed_precision"] = _mixed_summary(config, impls)
+    # a pipelined run's timeline (training/parallel/pipeline_report.py; collective, so before rank 0 goes on alone)
+    timeline, timeline_lines = impls["manual"].write_timeline(out, info.is_main) if config.model_parallel else ([], [])
     if not info.is_main:
         return
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     written = ["summary.json", "metrics.jsonl"] + ([] if config.dry_run else ["checkpoint.pt"])
+    written += timeline
+    for line in timeline_lines:
+        say(line)
     if config.plots:
         from .plots import write_plots
         written += [p.name for p in write_plots(out, records, task.kind)]

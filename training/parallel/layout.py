@@ -1,12 +1,17 @@
-"""Where a rank sits when tensor parallelism and data parallelism share the world: its process groups.
+"""Where a rank sits when tensor, pipeline and data parallelism share the world: its coordinates and process groups.
 
-world = T x D ranks, tensor-parallel ranks adjacent (Megatron's order: the group that talks at every layer is the
-closest), so rank = d * T + t:
+world = D x P x T ranks in Megatron's order, tensor-parallel ranks adjacent, then the pipeline stages, then the
+data-parallel copies (the group that talks at every layer is the closest, the one that talks once a step the
+farthest), so rank = (d * P + p) * T + t:
 
-    tensor-parallel group of rank r: the T ranks d * T .. d * T + T - 1   (split the model; same data)
-    data-parallel group of rank r:   the D ranks t, T + t, 2T + t, ...     (same shards; split the batch)
+    tensor-parallel group of rank r:  the T ranks with its (d, p)   (split each layer; same data, same stage)
+    pipeline group of rank r:         the P ranks with its (d, t)   (the stages; sends and receives between them)
+    data-parallel group of rank r:    the D ranks with its (p, t)   (the same shards; split the batch)
+    tied-table group of rank r:       stage 0 and stage P-1 with its (d, t)   (the token table's two copies)
 
-Every rank must create every group, in the same order (torch.distributed's rule for ``new_group``).
+A model's copy is the T x P ranks of one d.  With P = 1 this is T x D (rank = d * T + t), with T = 1 it is P x D
+(rank = d * P + p).  Every rank must create every group, in the same order (torch.distributed's rule for
+``new_group``).
 """
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ import torch.distributed as dist
 
 @dataclass(frozen=True)
 class ParallelLayout:
-    """This rank's coordinates (tensor-parallel rank t, data-parallel rank d) and its two groups."""
+    """This rank's coordinates (tensor-parallel rank t, pipeline stage p, data-parallel rank d) and its groups."""
 
     tp: int
     dp: int
@@ -25,14 +30,32 @@ class ParallelLayout:
     dp_rank: int
     tp_group: dist.ProcessGroup
     dp_group: dist.ProcessGroup
+    pp: int = 1
+    pp_rank: int = 0
+    pp_group: dist.ProcessGroup | None = None
+    tie_group: dist.ProcessGroup | None = None  # stage 0 and stage P-1 of this (d, t); None when P = 1
 
 
-def parallel_layout(tensor_parallel: int) -> ParallelLayout:
-    """The groups of a world of T x D ranks (D = world / T); refuses a T that does not divide the world."""
+def rank_of(d: int, p: int, t: int, pipeline_parallel: int, tensor_parallel: int) -> int:
+    """The global rank of coordinates (d, p, t): (d * P + p) * T + t."""
+    return (d * pipeline_parallel + p) * tensor_parallel + t
+
+
+def parallel_layout(tensor_parallel: int, pipeline_parallel: int = 1) -> ParallelLayout:
+    """The groups of a world of D x P x T ranks (D = world / (T P)); refuses a T x P that does not divide the
+    world."""
     world, rank = dist.get_world_size(), dist.get_rank()
-    if tensor_parallel < 1 or world % tensor_parallel:
-        raise ValueError(f"--tensor-parallel {tensor_parallel} does not divide the world size {world}")
-    t, d = tensor_parallel, world // tensor_parallel
-    tp_groups = [dist.new_group(list(range(i * t, (i + 1) * t))) for i in range(d)]
-    dp_groups = [dist.new_group(list(range(j, world, t))) for j in range(t)]
-    return ParallelLayout(t, d, rank % t, rank // t, tp_groups[rank // t], dp_groups[rank % t])
+    T, P = tensor_parallel, pipeline_parallel
+    if T < 1 or P < 1 or world % (T * P):
+        what = f"--tensor-parallel {T}" + (f" x --pipeline-parallel {P} = {T * P}" if P != 1 else "")
+        raise ValueError(f"{what} does not divide the world size {world}")
+    D = world // (T * P)
+    d, p, t = rank // (T * P), rank // T % P, rank % T
+    at = lambda d_, p_, t_: rank_of(d_, p_, t_, P, T)  # noqa: E731
+    # every rank creates every group, in one order: tensor, then pipeline, then data, then the tied table
+    tp_groups = {(i, j): dist.new_group([at(i, j, k) for k in range(T)]) for i in range(D) for j in range(P)}
+    pp_groups = {(i, k): dist.new_group([at(i, j, k) for j in range(P)]) for i in range(D) for k in range(T)}
+    dp_groups = {(j, k): dist.new_group([at(i, j, k) for i in range(D)]) for j in range(P) for k in range(T)}
+    tie_groups = ({(i, k): dist.new_group([at(i, 0, k), at(i, P - 1, k)]) for i in range(D) for k in range(T)}
+                  if P > 1 else {})
+    return ParallelLayout(T, D, t, d, tp_groups[d, p], dp_groups[p, t], P, p, pp_groups[d, t], tie_groups.get((d, t)))

@@ -8,7 +8,8 @@ reference measures what reordering a float sum does to each tensor.  Every rank 
 shards are gathered to rank 0:
 
     outputs    each block's output and the logits (tensor parallelism: gathered; data parallelism: rank 0's rows;
-               a pipeline: the rows forwarded once more through a copy of each stage, without micro-batches)
+               a pipeline: the rows forwarded once more through a copy of each stage, without micro-batches, each
+               stage's tensor-parallel parts gathered)
     loss       the first batch's mean loss
     gradients  before clipping, averaged over the data-parallel ranks, in the order backward computes them
     weights    after the optimizer's step (ZeRO's reduce-scatter, shard step and all-gather included)
@@ -124,7 +125,8 @@ def _sharded(impl, x: Tensor, y: Tensor) -> dict:
 @torch.no_grad()
 def _pipeline_outputs(impl, x: Tensor) -> dict:
     """A pipeline's block outputs and logits: the rows ``x`` forwarded once through the stages (a copy of each, so the
-    step's own caches are untouched), each stage sending its activation on; gathered on every stage."""
+    step's own caches are untouched), each stage sending its activation on; gathered on every stage (a tensor-parallel
+    stage's logits over its vocabulary columns, its sequence-parallel outputs along T)."""
     from .pipeline_gpt import replicate
     stage, group, s = replicate(impl.part), impl.inner_group, impl.inner_rank
     seen, stop = _record_outputs(stage.h)
@@ -132,16 +134,19 @@ def _pipeline_outputs(impl, x: Tensor) -> dict:
         if stage.first:
             inp = x
         else:
-            inp = torch.empty(*x.shape, impl.model.n_embd, dtype=impl.params[0].dtype)
+            inp = torch.empty(stage.activation_shape(*x.shape), dtype=impl.params[0].dtype)
             dist.recv(inp, src=dist.get_global_rank(group, s - 1), group=group)
         act = stage.forward(inp)
         if not stage.last:
             dist.send(act.contiguous(), dst=dist.get_global_rank(group, s + 1), group=group)
     finally:
         stop()
+    tp = impl.layout.tp_group
+    if impl.T > 1 and impl.config.sequence_parallel:
+        seen = [_gather(t, 1, tp) for t in seen]
     mine = {f"output transformer.h.{stage.offset + i}": t for i, t in enumerate(seen)}
     if stage.last:
-        mine["output logits"] = act
+        mine["output logits"] = _gather(act, -1, tp)[..., :impl.model.vocab_size] if impl.T > 1 else act
     every = [None] * impl.P
     dist.all_gather_object(every, mine, group=group)
     return {k: v for part in every for k, v in part.items()}  # compare() reads them in the reference's order

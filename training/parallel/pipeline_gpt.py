@@ -20,6 +20,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from layers.layer import BaseLayer
+from losses import CrossEntropyLoss
 from models.gpt import GPT
 
 
@@ -68,6 +69,14 @@ class GPTStage(BaseLayer):
             yield f"transformer.h.{self.offset + i}", block
         if self.last:
             yield "transformer.ln_f", self.ln_f
+
+    def activation_shape(self, rows: int, seq: int) -> tuple[int, int, int]:
+        """What a stage sends to the next: the residual stream (b, T, C)."""
+        return rows, seq, self.n_embd
+
+    def loss(self) -> CrossEntropyLoss:
+        """The last stage's criterion on its logits (the mean over the micro-batch's positions)."""
+        return CrossEntropyLoss()
 
     def _out_weight(self) -> Tensor:
         return self.wte.weight if self.head is None else self.head

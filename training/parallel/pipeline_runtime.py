@@ -2,9 +2,9 @@
 
 ``run_schedule(stage, schedule, inputs, targets, act_shape, group)`` walks ``pipeline_schedules.actions`` for this
 rank's stage, one action at a time: "F" runs a fresh copy of the stage (``pipeline_gpt.replicate``) on the
-micro-batch, the last stage computing the micro-batch's loss; "B" runs that copy's ``backward_input`` on the
-gradient (on the last stage the loss's, times 1/M: the step's loss is the mean over the M equal micro-batches);
-"W" its ``backward_weight``; sends are ``isend`` (waited for at the end), receives are blocking ``recv``, so a
+micro-batch, the last stage computing the micro-batch's loss (``stage.loss()``); "B" runs that copy's
+``backward_input`` on the gradient (on the last stage the loss's, times 1/M: the step's loss is the mean over the M
+equal micro-batches); "W" its ``backward_weight``; sends are ``isend`` (waited for at the end), receives are blocking ``recv``, so a
 stage waits exactly where the schedule says it depends on another.  Every stage runs its W's in the order of its
 B's, so the gradients add into .grad in micro-batch order whatever the schedule.  Returns the micro-batches' losses
 (on the last stage; empty elsewhere) and the trace: (op, micro-batch, start, end) in seconds, for ``format_trace``.
@@ -17,14 +17,15 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from losses import CrossEntropyLoss
 from .pipeline_gpt import replicate
 from .pipeline_schedules import actions
 
 
 def run_schedule(stage, schedule: str, inputs: list[Tensor] | None, targets: list[Tensor] | None,
                  act_shape: tuple[int, ...], group: dist.ProcessGroup | None = None) -> tuple[list[float], list]:
-    """One step's forwards and backwards of ``stage`` (a ``GPTStage``) over M micro-batches; see the module."""
+    """One step's forwards and backwards of ``stage`` (a ``GPTStage`` or a ``TensorParallelStage``) over M
+    micro-batches, exchanging activations of ``act_shape`` with the neighbouring ranks of ``group``; see the
+    module."""
     rank, size = dist.get_rank(group), dist.get_world_size(group)
     peer = (lambda r: r) if group is None else (lambda r: dist.get_global_rank(group, r))  # noqa: E731
     m = len(inputs) if stage.first else len(targets)
@@ -43,7 +44,7 @@ def run_schedule(stage, schedule: str, inputs: list[Tensor] | None, targets: lis
             copies[i] = replicate(stage)
             out = copies[i].forward(inputs[i] if stage.first else received.pop(("recv_act", i)))
             if stage.last:
-                crits[i] = CrossEntropyLoss()
+                crits[i] = stage.loss()  # the stage's criterion (vocabulary-parallel on a tensor-parallel stage)
                 losses[i] = float(crits[i](out.reshape(-1, out.shape[-1]), targets[i].reshape(-1)))
                 outputs["logits", i] = out.shape
             else:

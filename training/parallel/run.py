@@ -1,13 +1,14 @@
 """train.py's model-parallel run: the GPT split T (tensor) x P (pipeline) ways, data parallelism over the rest of
 the world, ZeRO over the data-parallel ranks; one implementation behind the trainer's ``Impl`` protocol.
 
-World = D x (T or P) ranks, a replica's ranks adjacent (``layout.parallel_layout``): rank = d * n + i with n = T or P,
-i the rank's tensor-parallel rank or pipeline stage, d its data-parallel rank.  Tensor x pipeline parallelism is
-refused (``config._validate_parallel``).  A step, on the rank's share of the global batch (the data-parallel rank's
-contiguous rows, ``shard_bounds``):
+World = D x P x T ranks in Megatron's order (``layout.parallel_layout``): rank = (d * P + p) * T + t, t the rank's
+tensor-parallel rank, p its pipeline stage, d its data-parallel rank.  A step, on the rank's share of the global
+batch (the data-parallel rank's contiguous rows, ``shard_bounds``):
 
     T > 1   ``TensorParallelGPT``: forward, the vocabulary-parallel loss, backward, ``finish_gradients``
-    P > 1   ``GPTStage`` run by ``run_schedule`` over M equal micro-batches, then the tied table's two copies summed
+    P > 1   ``GPTStage`` (T = 1) or ``TensorParallelStage`` (T > 1: each stage's blocks over its T ranks) run by
+            ``run_schedule`` over M equal micro-batches, then ``finish_gradients`` (T > 1), then the tied table's
+            two copies summed between the first and the last stage of each tensor rank
     D       the gradients averaged over the data-parallel group: ``GradBuckets`` (--zero 0) or ``ZeroOptimizer``
     clip    the total norm of the whole model's gradient: every rank's sum of squares, a parameter replicated over
             the tensor-parallel ranks counted 1/T, the pipeline's copy of the table not at all, all-reduced
@@ -15,7 +16,8 @@ contiguous rows, ``shard_bounds``):
 Each rank's loss gradient is its rows' share of the global mean, times D (the data-parallel reduction averages), so
 the update is the one-process step's up to the order of the sums.  ``model`` is the whole GPT: after each step's
 weights change it is gathered from the shards (collective: every rank evaluates the same batches), and evaluation,
-the summary and ``--check-parity`` read it.
+the summary and ``--check-parity`` read it.  With P > 1 the run's last step's timeline is written and printed at
+the end (``write_timeline``, pipeline_report.py).
 """
 from __future__ import annotations
 
@@ -70,21 +72,14 @@ class ParallelImpl:
         self.config, self.model, self.clip = config, gpt, config.clip_grad
         T, P = config.tensor_parallel, config.pipeline_parallel
         self.D = check_world(config, info)
-        lay = parallel_layout(T * P)  # groups of adjacent ranks (one copy of the model), data parallel across them
-        self.inner_rank, self.inner_group, self.dp_group = lay.tp_rank, lay.tp_group, lay.dp_group
-        self.T, self.P = T, P
+        lay = parallel_layout(T, P)  # Megatron's order: tensor ranks adjacent, then the stages, then the copies
+        self.layout, self.T, self.P = lay, T, P
+        # the group a stage's activations travel in (P > 1), else the tensor-parallel group: parity.py reads them
+        self.inner_rank, self.inner_group = (lay.pp_rank, lay.pp_group) if P > 1 else (lay.tp_rank, lay.tp_group)
+        self.dp_group = lay.dp_group
         self.data_info = DistInfo(lay.dp_rank, self.D)  # the rows of each global batch this rank's copy trains on
         full = dict(gpt.named_parameters())
-        if T > 1:
-            from .tp_gpt import TensorParallelGPT
-            self.part = TensorParallelGPT(gpt, lay.tp_group, sequence_parallel=config.sequence_parallel)
-        elif P > 1:
-            from .pipeline_gpt import GPTStage
-            self.part = GPTStage(gpt, lay.tp_rank, P)
-            ends = [dist.new_group([d * P, d * P + P - 1]) for d in range(self.D)]  # first and last stage: the table
-            self.tie_group = ends[lay.dp_rank]
-        else:
-            self.part = gpt
+        self.part, self.tie_group = _split(gpt, config, lay), lay.tie_group
         named = list(self.part.named_parameters())
         self.params = [p for _, p in named]
         # the clip's weight of each parameter's squares: the norm is of the one-process model's gradient
@@ -123,13 +118,17 @@ class ParallelImpl:
         """This rank's gradients of its share of the global mean loss (x D); -> its summed loss as train_step's."""
         self.zero_grad()
         share = y.numel() / total * self.D  # the data-parallel reduction averages over D
-        reports = self.inner_rank == (self.P - 1 if self.P > 1 else 0)  # one rank of each copy reports the loss
+        lay = self.layout  # one rank of each copy reports the loss: the last stage's first tensor rank
+        reports = lay.pp_rank == self.P - 1 and lay.tp_rank == 0
         if self.P > 1:
             from .pipeline_runtime import run_schedule
             stage, M = self.part, self.config.micro_batches
             b = x.shape[0] // M
             losses, self.trace = run_schedule(stage, self.config.pipeline_schedule, list(x.split(b)),
-                                              list(y.split(b)), (b, x.shape[1], self.model.n_embd), self.inner_group)
+                                              list(y.split(b)), stage.activation_shape(b, x.shape[1]),
+                                              self.inner_group)
+            if self.T > 1:
+                stage.finish_gradients()
             stage.tie_gradients(self.tie_group)
             mean = torch.tensor(sum(losses) / M if stage.last else 0.0, dtype=torch.float64)
         elif self.T > 1:
@@ -178,8 +177,10 @@ class ParallelImpl:
         """Every parameter of the GPT (or, with ``grad``, its gradient now), whole, under the GPT's names, on every
         rank (collective over the model's copy)."""
         if self.T > 1:
-            return self.part.full_state_dict(grad=grad)
-        mine = {n: (p.grad if grad else p).detach().clone() for n, p in self.part.named_parameters() if n != "head"}
+            mine = self.part.full_state_dict(grad=grad)  # this stage's, gathered over its tensor-parallel ranks
+        else:
+            mine = {n: (p.grad if grad else p).detach().clone() for n, p in self.part.named_parameters()
+                    if n != "head"}
         if self.P == 1:
             return mine
         every = [None] * self.P
@@ -204,13 +205,40 @@ class ParallelImpl:
         """The whole GPT's parameters as last gathered (at the last evaluation: no collective here)."""
         return list(self.model.named_parameters())
 
+    def write_timeline(self, out, is_main: bool) -> tuple[list, list]:
+        """P > 1: the last step's timeline into ``out`` (pipeline_report.py), by rank 0 (collective: every rank
+        calls it); -> (the files written, the lines to print), empty elsewhere and with P = 1."""
+        if self.P == 1:
+            return [], []
+        from .pipeline_report import gather_traces, write_timeline
+        traces = gather_traces(getattr(self, "trace", []), self.inner_group)
+        if not is_main:
+            return [], []
+        return write_timeline(out, self.config.pipeline_schedule, self.config.micro_batches, traces,
+                              png=self.config.plots)
+
     def describe(self) -> str:
         """The split, for the run's first line."""
         c = self.config
-        split = (f"tensor-parallel {self.T}{' with sequence parallelism' * c.sequence_parallel}" if self.T > 1 else
-                 f"pipeline-parallel {self.P} ({c.pipeline_schedule}, {c.micro_batches} micro-batches)" if self.P > 1
-                 else "the model whole on each rank")
+        tensor = f"tensor-parallel {self.T}{' with sequence parallelism' * c.sequence_parallel}"
+        pipe = f"pipeline-parallel {self.P} ({c.pipeline_schedule}, {c.micro_batches} micro-batches)"
+        split = " x ".join([tensor] * (self.T > 1) + [pipe] * (self.P > 1)) or "the model whole on each rank"
         return f"{split} x data-parallel {self.D}{f', ZeRO-{c.zero}' if c.zero else ''}"
+
+
+def _split(gpt, config: TrainConfig, lay):
+    """This rank's part of the GPT: a tensor-parallel stage, a tensor-parallel GPT, a stage, or the GPT whole."""
+    T, P, sp = config.tensor_parallel, config.pipeline_parallel, config.sequence_parallel
+    if T > 1 and P > 1:
+        from .tp_pipeline import TensorParallelStage
+        return TensorParallelStage(gpt, lay.pp_rank, P, lay.tp_group, sequence_parallel=sp)
+    if T > 1:
+        from .tp_gpt import TensorParallelGPT
+        return TensorParallelGPT(gpt, lay.tp_group, sequence_parallel=sp)
+    if P > 1:
+        from .pipeline_gpt import GPTStage
+        return GPTStage(gpt, lay.pp_rank, P)
+    return gpt
 
 
 def build_parallel_impls(config: TrainConfig, models: dict, info: DistInfo, steps_per_epoch: int) -> dict:

@@ -18,7 +18,8 @@ and each g a reduce-scatter (``tp_mappings``).  The replicated parameters (layer
 biases) then see only their rank's positions: ``finish_gradients()`` all-reduces their gradients over the group,
 once, after the step's backwards.  Dropout is refused (its masks would
 have to be drawn for the whole model's heads and widths on every rank).  Parameter names are the GPT's, holding
-this rank's shards; ``full_state_dict()`` gathers them back into the GPT's layout.
+this rank's shards; ``full_state_dict()`` gathers them back into the GPT's layout.  A block's backward also runs in
+two, ``backward_input`` then ``backward_weight`` (a zero-bubble pipeline's B and W: tp_pipeline.py).
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from torch import Tensor
 from layers.activations import GELU
 from layers.attention import ScaledDotProductAttention
 from layers.embedding import Embedding
-from layers.layer import BaseLayer, _rng_untouched
+from layers.layer import BaseLayer, _rng_untouched, no_graph
 from layers.layernorm import LayerNorm
 from models.gpt import GPT
 from .tp_cross_entropy import VocabParallelCrossEntropy
@@ -78,6 +79,20 @@ class ParallelSelfAttention(BaseLayer):
         dqkv = torch.cat([d.transpose(1, 2).reshape(B, T, self.local) for d in (dq, dk, dv)], dim=2)
         return self.c_attn.backward(dqkv)
 
+    @no_graph
+    def backward_input(self, dy: Tensor) -> Tensor:
+        """B: dx through c_proj's and c_attn's input gradients (the attention has no weights); W later."""
+        dy = self.c_proj.backward_input(dy)
+        B, T, _ = dy.shape
+        dq, dk, dv = self.attention.backward(dy.view(B, T, self.n_head, self.hs).transpose(1, 2))
+        dqkv = torch.cat([d.transpose(1, 2).reshape(B, T, self.local) for d in (dq, dk, dv)], dim=2)
+        return self.c_attn.backward_input(dqkv)
+
+    @no_graph
+    def backward_weight(self) -> None:
+        self.c_proj.backward_weight()
+        self.c_attn.backward_weight()
+
 
 class ParallelMLP(BaseLayer):
     """c_fc column-parallel, GELU on this rank's 4C/P, c_proj row-parallel."""
@@ -95,6 +110,15 @@ class ParallelMLP(BaseLayer):
 
     def backward(self, dy: Tensor) -> Tensor:
         return self.c_fc.backward(self.gelu.backward(self.c_proj.backward(dy)))
+
+    @no_graph
+    def backward_input(self, dy: Tensor) -> Tensor:
+        return self.c_fc.backward_input(self.gelu.backward(self.c_proj.backward_input(dy)))
+
+    @no_graph
+    def backward_weight(self) -> None:
+        self.c_proj.backward_weight()
+        self.c_fc.backward_weight()
 
 
 class ParallelBlock(BaseLayer):
@@ -115,6 +139,17 @@ class ParallelBlock(BaseLayer):
     def backward(self, dy: Tensor) -> Tensor:
         dy = dy + self.ln_2.backward(self.mlp.backward(dy))
         return dy + self.ln_1.backward(self.attn.backward(dy))
+
+    @no_graph
+    def backward_input(self, dy: Tensor) -> Tensor:
+        """B: ``backward``'s dx, every weight gradient left to ``backward_weight`` (a pipeline's W)."""
+        dy = dy + self.ln_2.backward_input(self.mlp.backward_input(dy))
+        return dy + self.ln_1.backward_input(self.attn.backward_input(dy))
+
+    @no_graph
+    def backward_weight(self) -> None:
+        for layer in (self.mlp, self.ln_2, self.attn, self.ln_1):  # backward's order
+            layer.backward_weight()
 
 
 class TensorParallelGPT(BaseLayer):

@@ -16,6 +16,9 @@ every rank.  Each layer can ``gather()`` its full tensors (or their gradients) b
 embedding) are split along the sequence, (B, T/P, C); f becomes an all-gather along T and g a reduce-scatter along
 T (``tp_mappings``).  The row-parallel bias is then added to this rank's positions only, so its gradient is a
 partial sum: ``partial_grads()`` names it, to be all-reduced over the group after the backward.
+
+For a zero-bubble pipeline each layer's backward also runs in two: ``backward_input`` (B: dx, with f's or g's
+communication) and ``backward_weight`` (W: the shard's dW, later); B then W adds the same terms as ``backward``.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ import torch
 from torch import Tensor
 
 from layers.embedding import Embedding
-from layers.layer import BaseLayer, _rng_untouched, accumulate_grad
+from layers.layer import BaseLayer, _rng_untouched, accumulate_grad, no_graph
 from layers.linear import Linear
 from .tp_mappings import (CopyToTensorParallel, GatherFromSequenceParallel, ReduceFromTensorParallel,
                           ReduceScatterToSequenceParallel, gather_rows)
@@ -69,6 +72,15 @@ class ColumnParallelLinear(BaseLayer):
     def backward(self, dout: Tensor) -> Tensor:
         return self.f.backward(self._lin.backward(dout))  # the ranks' partial dx summed
 
+    @no_graph
+    def backward_input(self, dout: Tensor) -> Tensor:
+        """B: dx (the ranks' partial dx summed); dW waits for ``backward_weight``."""
+        return self.f.backward(self._lin.backward_input(dout))
+
+    @no_graph
+    def backward_weight(self) -> None:
+        self._lin.backward_weight()
+
     def gather(self, grad: bool = False) -> dict[str, Tensor]:
         """The full weight and bias (or their gradients), rows put back where ``rows`` took them from."""
         out = {}
@@ -98,6 +110,7 @@ class RowParallelLinear(BaseLayer):
         self.g = ReduceScatterToSequenceParallel(group) if sequence_parallel else ReduceFromTensorParallel(group)
         self.sequence_parallel = sequence_parallel
         self._lin = _local_linear(self.weight, None)
+        self._dbias: Tensor | None = None  # between backward_input and backward_weight: dout, for the bias
 
     def forward(self, x: Tensor) -> Tensor:
         y = self.g(self._lin.forward(x))  # (*, H) the partial products summed
@@ -107,6 +120,19 @@ class RowParallelLinear(BaseLayer):
         if self.bias is not None:
             accumulate_grad(self.bias, dout.reshape(-1, dout.shape[-1]).sum(0))  # (H,) this rank's positions' part
         return self._lin.backward(self.g.backward(dout))
+
+    @no_graph
+    def backward_input(self, dout: Tensor) -> Tensor:
+        """B: this rank's slice of dx; the weight's and the bias's gradients wait for ``backward_weight``."""
+        self._dbias = dout if self.bias is not None else None
+        return self._lin.backward_input(self.g.backward(dout))
+
+    @no_graph
+    def backward_weight(self) -> None:
+        dout, self._dbias = self._dbias, None
+        if dout is not None:
+            accumulate_grad(self.bias, dout.reshape(-1, dout.shape[-1]).sum(0))
+        self._lin.backward_weight()
 
     def partial_grads(self) -> list[Tensor]:
         return [self.bias] if self.sequence_parallel and self.bias is not None else []
@@ -152,6 +178,16 @@ class VocabParallelEmbedding(BaseLayer):
     def backward(self, dout: Tensor) -> None:
         outside, self._outside = self._outside, None
         self._emb.backward(self.g.backward(dout).masked_fill(outside.unsqueeze(-1), 0.0))  # only the rows held here
+
+    @no_graph
+    def backward_input(self, dout: Tensor) -> None:
+        """B: the lookup has no input gradient; the rows' gradients wait for ``backward_weight``."""
+        outside, self._outside = self._outside, None
+        self._emb.backward_input(self.g.backward(dout).masked_fill(outside.unsqueeze(-1), 0.0))
+
+    @no_graph
+    def backward_weight(self) -> None:
+        self._emb.backward_weight()
 
     def gather(self, grad: bool = False) -> dict[str, Tensor]:
         return {"weight": gather_rows(self.weight.grad if grad else self.weight, self.group)[:self.vocab_size]}
