@@ -1,8 +1,8 @@
 """A model-parallel train.py run stopped half-way and resumed from its checkpoint equals the run done in one go, bit
-for bit in float64: every metrics.jsonl record (step losses, evaluations), summary.json's results, the whole model
-in checkpoint.pt, and each rank's own parameters and optimizer state (ZeRO-1's and ZeRO-2's shards, the
-tensor-parallel shards, the pipeline stages).  The resumed run is given only --resume and the new length: the split
-comes from the checkpoint."""
+for bit in float64 (ZeRO, tensor, pipeline, and tensor x pipeline on 4 processes): every metrics.jsonl record (step
+losses, evaluations), summary.json's results, the whole model in checkpoint.pt, and each rank's own parameters and
+optimizer state (ZeRO-1's and ZeRO-2's shards, the tensor-parallel shards, the pipeline stages).  The resumed run is
+given only --resume and the new length: the split comes from the checkpoint."""
 import json
 from pathlib import Path
 
@@ -26,9 +26,9 @@ def _train(rank, world, init_method, kw):
                         init_method=init_method)
 
 
-def _spawn(kw: dict) -> None:
-    results = spawn_ranks(_train, 2, kw, join=False)
-    assert list(results.values()) == [0, 0]
+def _spawn(kw: dict, world: int = 2) -> None:
+    results = spawn_ranks(_train, world, kw, join=False)
+    assert list(results.values()) == [0] * world
 
 
 def _records(out: Path) -> list[dict]:
@@ -51,16 +51,20 @@ def _tensors(tree, prefix=""):
 
 @pytest.mark.parametrize("split", [dict(zero=1), dict(zero=2), dict(tensor_parallel=2),
                                    dict(pipeline_parallel=2, micro_batches=2, pipeline_schedule="zb-h1",
+                                        given=frozenset({"micro_batches", "pipeline_schedule"})),
+                                   dict(tensor_parallel=2, pipeline_parallel=2, micro_batches=2,
+                                        pipeline_schedule="1f1b",
                                         given=frozenset({"micro_batches", "pipeline_schedule"}))],
-                         ids=["zero1", "zero2", "tp2", "pp2-zb-h1"])
+                         ids=["zero1", "zero2", "tp2", "pp2-zb-h1", "tp2-pp2-1f1b"])
 def test_a_run_stopped_half_way_and_resumed_equals_the_run_done_in_one_go(tmp_path, split):
     whole, half = tmp_path / "whole", tmp_path / "half"
-    _spawn({**TINY, **split, "max_iters": 4, "out": whole})
-    _spawn({**TINY, **split, "max_iters": 2, "out": half})
+    world = max(2, split.get("tensor_parallel", 1) * split.get("pipeline_parallel", 1))  # ZeRO: 2 data ranks
+    _spawn({**TINY, **split, "max_iters": 4, "out": whole}, world)
+    _spawn({**TINY, **split, "max_iters": 2, "out": half}, world)
     stopped = torch.load(half / "checkpoint.pt", weights_only=True)
-    assert stopped["epoch"] == 1 and len(stopped["model_parallel"]["params"]) == 2
+    assert stopped["epoch"] == 1 and len(stopped["model_parallel"]["params"]) == world
     _spawn({**LOCAL, "model": "gpt", "resume": half / "checkpoint.pt", "max_iters": 4,
-            "given": frozenset({"max_iters"})})
+            "given": frozenset({"max_iters"})}, world)
 
     assert _records(half) == _records(whole)
     assert [r["global_step"] for r in _records(half) if r["type"] == "step"] == [1, 2, 3, 4]
@@ -70,7 +74,7 @@ def test_a_run_stopped_half_way_and_resumed_equals_the_run_done_in_one_go(tmp_pa
     a, b = (torch.load(d / "checkpoint.pt", weights_only=True) for d in (whole, half))
     assert a["epoch"] == b["epoch"] == 2
     assert a["model_parallel"]["settings"] == b["model_parallel"]["settings"]
-    assert a["model_parallel"]["settings"]["world_size"] == 2
+    assert a["model_parallel"]["settings"]["world_size"] == world
     for part in ("models", "optimizers", "schedulers"):
         assert a[part].keys() == b[part].keys()
     for key in ("models", "optimizers", "model_parallel"):
@@ -78,7 +82,7 @@ def test_a_run_stopped_half_way_and_resumed_equals_the_run_done_in_one_go(tmp_pa
         assert mine.keys() == theirs.keys() and mine
         differ = [k for k in mine if not torch.equal(mine[k], theirs[k])]
         assert not differ, (key, differ[:5])
-    for r in range(2):  # each rank's optimizer state holds moments of its own, and they moved
+    for r in range(world):  # each rank's optimizer state holds moments of its own, and they moved
         assert any(k.endswith("exp_avg") for k, _ in _tensors(a["optimizers"]["manual"][r]))
     assert not torch.equal(*(dict(_tensors(c["models"]))[".manual.transformer.h.0.attn.c_attn.weight"]
                              for c in (stopped, a)))
