@@ -6,10 +6,10 @@ interleaved in one process, with peak memory and where the hand-written iteratio
 
 The default preset is nanoGPT's CPU configuration and train.py's --model gpt default (n_layer 4, n_head 4,
 n_embd 128, block_size 64, batch 12, vocab 65); gpt2-small is 12 layers of 768 with a 1024 window (a GPU's shape).
-"speed vs twin" = t_twin / t_handgrad (> 1 is faster).  ``--compile`` adds the twin under torch.compile (the model,
-as PyTorch users compile it) and handgrad's whole iteration under torch.compile(fullgraph=True).  ``--fused`` adds
-handgrad's eager iteration with the fused kernels on (layers/fused.py: GELU's and LayerNorm's backward each one
-compiled pass), on a model of its own.
+"speed vs twin" = t_twin / t_handgrad (> 1 is faster); tokens/s = batch x block_size / t.  ``--compile`` adds the
+twin under torch.compile (the model, as PyTorch users compile it) and handgrad's whole iteration under
+torch.compile(fullgraph=True).  ``--fused`` adds handgrad's eager iteration with the fused kernels on
+(layers/fused.py: GELU's and LayerNorm's backward each one compiled pass), on a model of its own.
 Peak memory: the most tensor memory one iteration held at once (benchmarks/memory.py); on the CPU the weights,
 gradients and optimizer state count from the first operation that touches them (both sides alike: the
 hand-written step keeps its gradients between steps and zeroes them first, the twin's are allocated in backward).
@@ -173,10 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     mems = {name: peak_mb(fn, device) for name, fn in cands.items()}
     print(timing.machine(device, args.clock))
     print(f"{args.dtype}; GPT {cfg}; malloc: {'keeps freed memory (as train.py)' if retained else 'default'}")
-    print(f"{'candidate':<38} {'ms/iter':>9} {'speed vs twin':>14} {'peak MB':>9}")
+    print(f"{'candidate':<40} {'ms/iter':>9} {'tokens/s':>10} {'speed vs twin':>14} {'peak MB':>9}")
     ref = times["nn.Module twin + torch.optim.AdamW"]
+    tokens = cfg["batch"] * cfg["block_size"]
     for name, t in times.items():
-        print(f"{name:<38} {t * 1e3:>9.2f} {ref / t:>13.2f}x {mems[name]:>9.1f}")
+        print(f"{name:<40} {t * 1e3:>9.2f} {tokens / t:>10.0f} {ref / t:>13.2f}x {mems[name]:>9.1f}")
     if device.type == "cpu":
         print("\nwhere the hand-written iteration's time goes (forward + backward of each kind, torch.profiler):")
         for label, sec in breakdown(model, x, y, cfg["vocab_size"]):

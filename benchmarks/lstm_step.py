@@ -3,6 +3,7 @@ the hand-written step's time goes.
 
     python benchmarks/lstm_step.py                           # T 64, batch 32, input 64, hidden 256, 2 layers, vocab 65
     python benchmarks/lstm_step.py --seq 128 --batch 64 --threads 2 --repeats 30
+    python benchmarks/lstm_step.py --device cuda --hidden 1024 --batch 64   # the two steps only, vs cuDNN
 
 The model is the character language model's middle and top: x (T, N, E) -> LSTM(E, H, 2 layers) -> Linear(H, V) ->
 cross-entropy over all T*N positions, with the input's gradient computed (an embedding below it needs it; x stands
@@ -44,13 +45,14 @@ OTHER = ("handgrad step, products through " + ("torch.addmm" if matmul.ONEDNN el
          + ("" if matmul.AVAILABLE else " (not in this torch: addmm)"))
 
 
-def build(seq: int, batch: int, inp: int, hidden: int, layers: int, vocab: int):
+def build(seq: int, batch: int, inp: int, hidden: int, layers: int, vocab: int, device=torch.device("cpu")):
     torch.manual_seed(0)
     lstm, head = LSTM(inp, hidden, layers), Linear(hidden, vocab)
-    twin_lstm, twin_head = lstm.to_torch(), head.to_torch()
+    twin_lstm, twin_head = lstm.to_torch().to(device), head.to_torch().to(device)
+    lstm.to(device), head.to(device)
     g = torch.Generator().manual_seed(1)
-    x = torch.randn(seq, batch, inp, generator=g)  # (T, N, E) stand-in for the embedding's output
-    y = torch.randint(0, vocab, (seq * batch,), generator=g)  # (T*N,) next characters
+    x = torch.randn(seq, batch, inp, generator=g).to(device)  # (T, N, E) stand-in for the embedding's output
+    y = torch.randint(0, vocab, (seq * batch,), generator=g).to(device)  # (T*N,) next characters
     return lstm, head, twin_lstm, twin_head, x, y
 
 
@@ -89,8 +91,9 @@ def compiled_candidates(seq, batch, inp, hidden, layers, vocab) -> dict:
             "nn.LSTM step, forward under torch.compile": torch_step}
 
 
-def candidates(seq, batch, inp, hidden, layers, vocab) -> dict:
-    lstm, head, twin_lstm, twin_head, x, y = build(seq, batch, inp, hidden, layers, vocab)
+def candidates(seq, batch, inp, hidden, layers, vocab, device=torch.device("cpu")) -> dict:
+    """The two steps and, on the CPU, the hand-written step's parts (the oneDNN products are the CPU's)."""
+    lstm, head, twin_lstm, twin_head, x, y = build(seq, batch, inp, hidden, layers, vocab, device)
     params = lstm.parameters() + head.parameters()
     opt = optimizers.AdamW(params, lr=1e-3)
     crit = CrossEntropyLoss()
@@ -121,6 +124,8 @@ def candidates(seq, batch, inp, hidden, layers, vocab) -> dict:
         opt_t.step()
         xr.grad = None
 
+    if device.type != "cpu":  # on a GPU: handgrad's step vs nn.LSTM's (cuDNN's fused kernel), nothing else
+        return {"handgrad step": hand_step, "nn.LSTM step": torch_step}
     dout = torch.randn(T, N, H) * 1e-3
 
     def lstm_forward():
@@ -197,16 +202,17 @@ def main(argv=None) -> int:
                     help="add the hand-written step under torch.compile(fullgraph=True) and the nn.LSTM step with its "
                          "forward compiled (each compiles in the warm-up rounds: minutes at the default shape)")
     a = ap.parse_args(argv)
-    if a.device.type != "cpu":
-        ap.error(f"--device {a.device}: this benchmark measures the CPU's LSTM step (oneDNN products); use --device cpu")
+    if a.device.type != "cpu" and a.compile:
+        ap.error(f"--compile: on {a.device} this benchmark times the two eager steps only; leave --compile out")
     print(timing.machine(a.device, a.clock))
     load = os.getloadavg()[0]
-    cands = candidates(a.seq, a.batch, a.input, a.hidden, a.layers, a.vocab)
+    cands = candidates(a.seq, a.batch, a.input, a.hidden, a.layers, a.vocab, a.device)
     if a.compile:
         cands.update(compiled_candidates(a.seq, a.batch, a.input, a.hidden, a.layers, a.vocab))
     t = interleaved(cands, a.repeats, a.warmup, a.device, clock=a.clock)
     load_after = os.getloadavg()[0]
-    print(f"torch {torch.__version__}, CPU, {torch.get_num_threads()} threads, float32, oneDNN products: "
+    where = "CPU" if a.device.type == "cpu" else f"{a.device} (nn.LSTM: cuDNN)"
+    print(f"torch {torch.__version__}, {where}, {torch.get_num_threads()} threads, float32, oneDNN products: "
           f"{matmul.ONEDNN}; load average {load:.2f} before, {load_after:.2f} after")
     print(f"LSTM({a.input}, {a.hidden}, num_layers={a.layers}) + Linear({a.hidden}, {a.vocab}), T {a.seq}, batch "
           f"{a.batch}: median of {a.repeats} interleaved rounds")
@@ -216,6 +222,8 @@ def main(argv=None) -> int:
              "handgrad step under torch.compile (fullgraph)", "nn.LSTM step, forward under torch.compile")
     for name in (n for n in shown if n in t):
         print(f"  {name:<46}{t[name] * 1e3:>9.2f}{ref / t[name]:>11.2f}x")
+    if a.device.type != "cpu":
+        return 0
     fwd, fb = t["LSTM forward"], t["LSTM forward + backward"]
     bwd = fb - fwd
     rows = [("LSTM forward", fwd),

@@ -34,9 +34,12 @@ SLOW_FILES = {"test_benchmarks.py", "test_compile.py", "test_fused.py", "test_di
 
 @pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects
 def pytest_collection_modifyitems(config, items):
+    no_cuda = pytest.mark.skip(reason="no CUDA device")
     for item in items:
         if item.path.name in SLOW_FILES:
             item.add_marker(pytest.mark.slow)
+        if "cuda" in item.keywords and not torch.cuda.is_available():
+            item.add_marker(no_cuda)
 
 
 # The real MNIST test split sits in shared/ beside the checkout (CI's clone has it there too).

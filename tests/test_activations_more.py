@@ -263,7 +263,7 @@ def test_random_sequential_from_torch_equals_autograd_with_shared_dropout_masks(
     assert rel(back.eval()(x), theirs.eval()(x)) < 1e-13
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.cuda
 def test_new_activations_and_dropout_on_cuda():
     torch.manual_seed(8)
     x, d = torch.randn(4, 6, dtype=f64, device="cuda"), torch.randn(4, 6, dtype=f64, device="cuda")

@@ -421,7 +421,7 @@ def test_a_linear_output_may_be_overwritten_in_place_as_nn_linear_s_may():
     assert x.grad is not None
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.cuda
 def test_cuda_gradcheck_and_twin():
     cuda = torch.device("cuda")
     torch.manual_seed(0)

@@ -498,7 +498,7 @@ def test_flatten_bad_input():
 
 # -- CUDA -----------------------------------------------------------------------------------------------
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.cuda
 @pytest.mark.parametrize("cfg", CONV_CONFIGS[:4], ids=CONV_IDS[:4])
 def test_conv_and_pools_on_cuda_equal_torch(cfg):
     dev = torch.device("cuda")

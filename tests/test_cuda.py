@@ -8,7 +8,7 @@ import optimizers as hg
 from models import Net, PytorchNet
 from losses import CrossEntropyLoss
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+pytestmark = pytest.mark.cuda  # skipped without a CUDA device (tests/conftest.py)
 cuda = torch.device("cuda")
 
 

@@ -10,7 +10,6 @@ import optimizers as hg
 from losses import CrossEntropyLoss
 from training.cuda_graph import CapturedStep
 
-cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
 
 def training_step(net, opt, crit):
@@ -75,7 +74,7 @@ def test_disabled_and_bad_arguments():
 
 # -- CUDA ----------------------------------------------------------------------------------------------
 
-@cuda_only
+@pytest.mark.cuda
 @pytest.mark.parametrize("opt_name", ["SGD", "Adam"])
 def test_100_captured_steps_equal_eager(opt_name):
     cuda = torch.device("cuda")
@@ -94,7 +93,7 @@ def test_100_captured_steps_equal_eager(opt_name):
     assert all(oa.state[p]["step"].device.type == "cuda" for p in a.parameters()) if opt_name == "Adam" else True
 
 
-@cuda_only
+@pytest.mark.cuda
 def test_captured_step_with_dropout_draws_fresh_masks_and_recapture():
     cuda = torch.device("cuda")
     torch.manual_seed(0)
@@ -116,7 +115,7 @@ def test_captured_step_with_dropout_draws_fresh_masks_and_recapture():
     assert step.captures == 2 and all(torch.equal(p, q) for p, q in zip(net.parameters(), before))
 
 
-@cuda_only
+@pytest.mark.cuda
 @pytest.mark.parametrize("name,kw", [("Adam", dict(amsgrad=True, weight_decay=0.1)), ("AdamW", {}),
                                      ("RMSprop", dict(centered=True, momentum=0.5))])
 def test_capturable_optimizers_equal_torch_capturable_on_cuda(name, kw):
@@ -137,7 +136,7 @@ def test_capturable_optimizers_equal_torch_capturable_on_cuda(name, kw):
     assert all(o.state[p]["step"].device.type == "cuda" for p in ours)
 
 
-@cuda_only
+@pytest.mark.cuda
 def test_capturable_optimizer_inside_a_graph_equals_torch_capturable():
     """Our Adam(capturable=True) replayed in a graph vs torch.optim.Adam(capturable=True) replayed likewise."""
     cuda = torch.device("cuda")

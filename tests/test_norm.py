@@ -313,7 +313,7 @@ def test_layernorm_bfloat16_input_float32_params():
     assert ours.backward(torch.ones_like(out)).dtype == torch.bfloat16 and ours.weight.grad.dtype == torch.float32
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.cuda
 def test_norm_layers_on_cuda_equal_cpu():
     torch.manual_seed(10)
     for make, shape in ((lambda: nontrivial(BatchNorm2d(3, momentum=None, dtype=f64)), (4, 3, 5, 5)),
