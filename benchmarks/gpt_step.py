@@ -2,7 +2,7 @@
 interleaved in one process, with peak memory and where the hand-written iteration's time goes.
 
     python benchmarks/gpt_step.py [--device cuda] [--dtype bfloat16] [--preset default|gpt2-small] [--repeats 30]
-                                  [--glibc-default] [--fused]
+                                  [--glibc-default] [--fused] [--profile]
 
 The default preset is nanoGPT's CPU configuration and train.py's --model gpt default (n_layer 4, n_head 4,
 n_embd 128, block_size 64, batch 12, vocab 65); gpt2-small is 12 layers of 768 with a 1024 window (a GPU's shape).
@@ -134,6 +134,27 @@ def breakdown(model, x, y, V: int) -> list[tuple[str, float]]:
     return sorted(totals.items(), key=lambda kv: -kv[1])
 
 
+def top_ops(fn, device, n: int = 12) -> str:
+    """The ``n`` operators that took the most time of three calls of ``fn`` (on a GPU the kernels' own device
+    time, on the CPU the operators' own CPU time), as torch.profiler's table, per call."""
+    from torch.profiler import ProfilerActivity, profile
+    cuda = device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    fn()
+    sync()
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+        for _ in range(3):
+            fn()
+        sync()
+    events = prof.key_averages()
+    for key in (("self_device_time_total", "self_cuda_time_total") if cuda else ("self_cpu_time_total",)):
+        try:
+            return events.table(sort_by=key, row_limit=n, max_name_column_width=48)
+        except (AttributeError, KeyError, ValueError):  # the name of the device column changed between versions
+            continue
+    return events.table(row_limit=n)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = timing.parser(__doc__, clock=True)
     ap.add_argument("--dtype", default="float32", choices=("float32", "float64", "bfloat16"))
@@ -146,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--glibc-default", action="store_true",
                     help="leave glibc's malloc as it is (by default it keeps freed memory, as train.py has it: "
                          "training/allocator.py)")
+    ap.add_argument("--profile", action="store_true",
+                    help="also where each eager iteration's time goes, operator by operator (torch.profiler: on a GPU "
+                         "each kernel's device time), for the hand-written iteration and the twin's")
     ap.add_argument("--fused", action="store_true",
                     help="also handgrad's eager iteration with the fused kernels on (layers/fused.py)")
     args = ap.parse_args(argv)
@@ -178,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     tokens = cfg["batch"] * cfg["block_size"]
     for name, t in times.items():
         print(f"{name:<40} {t * 1e3:>9.2f} {tokens / t:>10.0f} {ref / t:>13.2f}x {mems[name]:>9.1f}")
+    if args.profile:
+        for name in ("handgrad GPT + handgrad AdamW", "nn.Module twin + torch.optim.AdamW"):
+            print(f"\n{name}: the operators that took the most time, over 3 iterations\n{top_ops(cands[name], device)}")
     if device.type == "cpu":
         print("\nwhere the hand-written iteration's time goes (forward + backward of each kind, torch.profiler):")
         for label, sec in breakdown(model, x, y, cfg["vocab_size"]):

@@ -11,7 +11,8 @@ goals need first, so a run cut short by --budget still has them.
   mlp             benchmarks/step.py: the small, then the default MLP's step, hand-written eager, captured as a
                   CUDA graph and compiled whole, vs nn.Module eager and compiled, and the GEMM-only bound
   gpt-eager       benchmarks/gpt_step.py --preset gpt2-small (12 layers of 768, 12 heads, block 1024, batch 8) in
-                  float32 and in bfloat16: hand-written vs its twin, tokens/s and peak memory
+                  float32 and in bfloat16: hand-written vs its twin, tokens/s and peak memory, and (bfloat16)
+                  the kernels that took the most device time in each
   gpt-compiled    the same with --compile, bfloat16 then float32: both iterations under torch.compile (minutes)
   lstm            benchmarks/lstm_step.py: the character LSTM step at two sizes, hand-written vs nn.LSTM (cuDNN)
   precision       benchmarks/precision.py: bfloat16 and float16 (with its dynamic loss scale) vs autocast
@@ -42,7 +43,7 @@ def sections(device: str, quick: bool, data_dir: str, out: str) -> list[tuple[st
     return [
         ("mlp", [str(HERE / "step.py"), *dev, "--nets", "small", "--compile", "default", *mlp], 180),
         ("gpt-eager", [str(HERE / "gpt_step.py"), *dev, *gpt, "--dtype", "float32"], 90),
-        ("gpt-eager", [str(HERE / "gpt_step.py"), *dev, *gpt, "--dtype", "bfloat16"], 90),
+        ("gpt-eager", [str(HERE / "gpt_step.py"), *dev, *gpt, "--dtype", "bfloat16", "--profile"], 90),
         ("gpt-compiled", [str(HERE / "gpt_step.py"), *dev, *gpt, "--dtype", "bfloat16", "--compile"], 240),
         ("lstm", [str(HERE / "lstm_step.py"), *dev, *lstm], 60),
         ("lstm", [str(HERE / "lstm_step.py"), *dev, *lstm, "--hidden", "1024", "--input", "256", "--batch", "64"], 60),

@@ -92,8 +92,9 @@ def check_int(owner: str, name: str, value: object, lo: int | None = 1, hi: int 
 
 
 def capturing(t: Tensor) -> bool:
-    """True while ``t``'s CUDA stream is being captured into a graph, where reading a value back is illegal."""
-    return t.is_cuda and torch.cuda.is_current_stream_capturing()
+    """True while ``t``'s CUDA stream is being captured into a graph, where reading a value back is illegal; never
+    while torch.compile traces (it cannot trace the query, and the callers' compiled checks read nothing back)."""
+    return t.is_cuda and not torch.compiler.is_compiling() and torch.cuda.is_current_stream_capturing()
 
 
 def check_bool(owner: str, name: str, value: object, *, error: type[Exception] = ValueError) -> bool:

@@ -30,6 +30,7 @@ container skips its first layer's dx unless asked with ``need_input_grad=True``.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Protocol, runtime_checkable
 
@@ -302,8 +303,13 @@ class BaseLayer(Template):
         if self.torch_class is None:
             raise TypeError(f"{type(self).__name__} has no torch.nn twin")
         placed = self._device_dtype() if _takes_dtype(type(self)) else {}
+        kw = self._ctor_kwargs(self)
+        if "bias" in kw and "bias" not in _torch_ctor_args(self.torch_class):  # an older torch: a bias always
+            if not kw.pop("bias"):
+                raise TypeError(f"{self!r} has no twin in torch {torch.__version__}: its "
+                                f"{self.torch_class.__name__} takes no bias argument (a bias is always there)")
         with _rng_untouched(placed.get("device")):
-            module = self.torch_class(**self._ctor_kwargs(self), **placed)
+            module = self.torch_class(**kw, **placed)
         module.load_state_dict(self.state_dict())
         return copy_requires_grad(self, module).train(self.training)
 
@@ -342,6 +348,13 @@ def _takes_dtype(cls: type) -> bool:
     """Whether the layer's constructor (hence its torch twin's) takes device= and dtype= (layers with tensors)."""
     import inspect
     return "dtype" in inspect.signature(cls.__init__).parameters
+
+
+@functools.cache
+def _torch_ctor_args(cls: type) -> frozenset[str]:
+    """The arguments a torch.nn class's constructor takes (BatchNorm's ``bias`` came with a later torch)."""
+    import inspect
+    return frozenset(inspect.signature(cls).parameters)
 
 
 def _rng_untouched(device: torch.device | None):

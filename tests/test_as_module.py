@@ -437,7 +437,8 @@ def test_cuda_gradcheck_and_twin():
                 m.generator.manual_seed(SEED)
         return module(x)
 
-    assert torch.autograd.gradcheck(f, (x, *module.parameters()), eps=1e-6, atol=1e-8, rtol=1e-6)
+    # nondet_tol: on a GPU a second backward may sum in another order (atomic adds), differing in the last bits
+    assert torch.autograd.gradcheck(f, (x, *module.parameters()), eps=1e-6, atol=1e-8, rtol=1e-6, nondet_tol=1e-12)
 
 
 def test_a_direct_call_of_the_layer_in_between_is_noticed():

@@ -444,3 +444,16 @@ def test_batchnorm_without_input_grad_gives_the_same_grads_and_computes_no_dx(cl
     if opts.get("affine") is False:
         assert ops == [], ops
     assert reduced_none == 0 and reduced_dx == (1 if mode == "train" or "track_running_stats" in opts else 0)
+
+
+def test_a_twin_under_a_torch_whose_batch_norm_takes_no_bias(monkeypatch):
+    """Before torch gave BatchNorm a ``bias`` argument its BatchNorm always had one: to_torch leaves the argument
+    out where it is True, and refuses by name where it is False (no such twin exists there)."""
+    import layers.layer as layer_module
+    args = layer_module._torch_ctor_args
+    monkeypatch.setattr(layer_module, "_torch_ctor_args", lambda cls: args(cls) - {"bias"})
+    ours = nontrivial(BatchNorm2d(3, dtype=f64))
+    twin = ours.to_torch()
+    assert twin.bias is not None and torch.equal(twin.bias, ours.bias)
+    with pytest.raises(TypeError, match=r"BatchNorm2d\(3.*bias=False.*has no twin in torch .*takes no bias argument"):
+        BatchNorm2d(3, bias=False).to_torch()
