@@ -34,6 +34,8 @@ from torch import Tensor
 
 _TRACED = "traced"  # first element of versions recorded while compiling (their values mean nothing outside)
 _warned = False
+# torch.compile keeps a string message of torch._check in the graph from torch 2.14 (2.11's dynamo refuses it)
+MESSAGE_IN_GRAPH = torch.torch_version.TorchVersion(torch.__version__) >= "2.14"
 
 
 def versions(*tensors: Tensor | None) -> tuple[int, ...]:
@@ -87,7 +89,7 @@ def _check_compiled(layer: object, names: tuple[str, ...], tensors: tuple[Tensor
                     recorded: tuple, before: str) -> None:
     """check_versions where the forward or the backward is being compiled (module docstring)."""
     global _warned
-    traced = bool(recorded) and recorded[0] is _TRACED
+    traced = len(recorded) > 0 and recorded[0] is _TRACED  # len: older dynamo cannot trace bool(tuple)
     if not torch.compiler.is_compiling():  # recorded in a compiled graph, compared eagerly: nothing to compare
         if not _warned:
             _warned = True
@@ -106,7 +108,9 @@ def _check_compiled(layer: object, names: tuple[str, ...], tensors: tuple[Tensor
             message = (f"{kind}: {name} was modified in place after the forward, before {before}, in the compiled "
                        f"step; {kind} keeps it for its backward, which would compute the gradient from the changed "
                        f"values. Make the change on a copy, or after backward, as torch.autograd requires too.")
-            torch._check(t._version == then, message)  # (a string: what torch.compile keeps for the graph)
+            # (a string: what torch.compile keeps for the graph; an older dynamo traces only a function without
+            # closure, and its refusal then reads "Runtime assertion failed")
+            torch._check(t._version == then, message if MESSAGE_IN_GRAPH else lambda m=message: m)
 
 
 def _check_eagerly(layer, names, tensors, recorded, before) -> None:
