@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CASES = {  # script: (toy arguments, text its table must contain)
     "step.py": (["--nets", "small,cnn", "--repeats", "1", "--warmup", "4", "--half", "bfloat16"], "im2col"),
     "cnn_step.py": (["--batch-size", "4", "--repeats", "1", "--threads", "1", "--clock", "cpu"], "clock: cpu"),
-    "gpt_step.py": (["--batch", "2", "--repeats", "1", "--warmup", "0", "--fused"], "handgrad eager, fused kernels"),
+    "gpt_step.py": (["--batch", "2", "--repeats", "1", "--warmup", "0", "--fused", "--profile"],
+                    "handgrad eager, fused kernels"),
     "attention.py": (["--T", "32", "--batch", "1", "--heads", "2", "--head-dim", "8", "--repeats", "1", "--part", "memory",
                       "--block", "8"], "blocked"),
     "conv.py": (["--batch", "2", "--repeats", "1", "--warmup", "0"], "vs nn"),
@@ -24,6 +25,7 @@ CASES = {  # script: (toy arguments, text its table must contain)
                       "--warmup", "0"], "vs nn.LSTM"),
     "precision.py": (["--hidden", "16", "--depth", "1", "--batch", "8", "--repeats", "1", "--warmup", "0",
                       "--dtypes", "bfloat16", "float16"], "bfloat16"),
+    "gpu.py": (["--device", "cpu", "--quick", "--only", "lstm,precision"], "how it ended"),  # exit 0: each ok
     "data_parallel.py": (["--world", "2", "--hidden", "16", "--depth", "1", "--batch-size", "8", "--steps", "1",
                           "--warmup", "0"], "samples/s"),
 }
