@@ -79,8 +79,8 @@ def test_the_engine_takes_a_number_but_not_a_bool_as_an_operand():
 
 def test_no_package_rolls_its_own_bool_exclusion():
     """``isinstance(v, bool) or not isinstance(v, int)`` and its variants are ``is_a`` / ``check_int`` /
-    ``check_number``; training/config.py keeps its own command-line checks (UsageError, flag names)."""
-    allowed = {"layers/checks.py", "training/config.py"}
+    ``check_number``, the command line's checks (training/config*.py) included."""
+    allowed = {"layers/checks.py"}
     pattern = re.compile(r"isinstance\([^()]*,\s*bool\)\s*or\s*not\s+isinstance|and\s+not\s+isinstance\([^()]*,\s*bool\)")
     found = []
     for package in ("layers", "losses", "models", "optimizers", "training", "autodiff", "checking", "monitoring"):
@@ -103,3 +103,19 @@ def test_the_command_lines_refuse_a_bool_where_a_count_belongs(tmp_path):
         check_fields(ckpt, tmp_path / "c.pt")
     with pytest.raises(UsageError, match="'epoch' is of type bool, not int"):
         check_fields({**ckpt, "epoch": True}, tmp_path / "c.pt")
+
+
+@pytest.mark.parametrize("field,value,words", [
+    ("lr", True, r"--lr True is out of range"),
+    ("dist_timeout", True, r"--dist-timeout True is out of range"),
+    ("seed", True, r"--seed True is out of range"),
+    ("zero", 1.0, r"--zero 1.0: the ZeRO stage is 0"),
+    ("tensor_parallel", True, r"--tensor-parallel True is out of range"),
+    ("dropout", False, r"--dropout False is out of range"),
+    ("epochs", True, r"--epochs must be an integer, got True"),
+])
+def test_a_training_config_refuses_a_bool_or_float_where_a_number_or_stage_belongs(field, value, words):
+    from training import TrainConfig
+    from training.errors import UsageError
+    with pytest.raises(UsageError, match=words):
+        TrainConfig(**{field: value}).validate()

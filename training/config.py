@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from layers.checks import is_a
 from optimizers import OPTIMIZERS
 
 from .errors import UsageError
@@ -25,9 +26,9 @@ IMPL_GROUPS = {"both": ("manual", "torch"), "all": IMPLS}
 DTYPES = ("float32", "float64", "bfloat16", "float16")
 # Mixed precision: data and the weights the optimizer updates stay float32, the matrix products run in the half dtype.
 HALF_DTYPES = ("bfloat16", "float16")
-SCHEDULES = ("constant", "cosine", "onecycle", "warmup-cosine")
-PIPELINE_SCHEDULES = ("gpipe", "1f1b", "zb-h1")  # training/parallel/pipeline_schedules.py  # learning rate per step (torch.optim.lr_scheduler);
+SCHEDULES = ("constant", "cosine", "onecycle", "warmup-cosine")  # learning rate per step (torch.optim.lr_scheduler);
 # warmup-cosine is nanoGPT's: linear warm-up for --warmup-iters, cosine from --lr to --min-lr by --lr-decay-iters
+PIPELINE_SCHEDULES = ("gpipe", "1f1b", "zb-h1")  # training/parallel/pipeline_schedules.py
 # Settings that determine the numbers a run produces: a resumed run keeps them.
 MATH_FIELDS = ("dataset", "model", "impl", "batch_size", "lr", "optimizer", "momentum", "weight_decay", "hidden",
                "depth", "seed", "dtype", "clip_grad", "limit_train", "val_split", "schedule", "augment", "beta2",
@@ -208,7 +209,8 @@ class TrainConfig:
             if getattr(self, name) not in allowed:
                 raise UsageError(f"{flag(name)}: unknown {name} {getattr(self, name)!r}; known: {', '.join(allowed)}")
         self._validate_family()
-        _validate_parallel(self)
+        from .config_parallel import validate_parallel  # here: that file reads flag() and the schedules from this one
+        validate_parallel(self)
         if self.compile_fast and not self.compile:
             raise UsageError("compile_fast=True needs compile=True (on the command line: --compile fast)")
         lowest = {"epochs": 1, "batch_size": 1, "hidden": 1, "depth": 0, "log_interval": 1, "val_interval": 1,
@@ -218,14 +220,14 @@ class TrainConfig:
             value = getattr(self, name)
             if value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, int):
+            if not is_a(value, int):
                 raise UsageError(f"{flag(name)} must be an integer, got {value!r}")
             if value < low:
                 raise UsageError(f"{flag(name)} {value} is out of range (at least {low})")
         _validate_val_split(self.val_split)
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not SEEDS[0] <= self.seed <= SEEDS[1]:
+        if not is_a(self.seed, int) or not SEEDS[0] <= self.seed <= SEEDS[1]:
             raise UsageError(f"--seed {self.seed} is out of range (an integer from -2**63 to 2**64 - 1)")
-        if not (isinstance(self.dist_timeout, (int, float)) and 0 < self.dist_timeout <= MAX_DIST_TIMEOUT):
+        if not (is_a(self.dist_timeout, (int, float)) and 0 < self.dist_timeout <= MAX_DIST_TIMEOUT):
             raise UsageError(f"--dist-timeout {self.dist_timeout} is out of range (need seconds > 0 and at most "
                              f"{MAX_DIST_TIMEOUT:g})")
         largest = torch.finfo(self.torch_dtype).max  # the optimizer computes with these in the weights' dtype
@@ -233,7 +235,7 @@ class TrainConfig:
             value = getattr(self, name)
             if value is None:
                 continue
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0) \
+            if not (is_a(value, (int, float)) and math.isfinite(value) and value >= 0) \
                     or (name == "clip_grad" and value == 0):
                 need = "a positive number" if name == "clip_grad" else "a finite number >= 0"
                 raise UsageError(f"{flag(name)} {value} is out of range (need {need})")
@@ -248,7 +250,7 @@ class TrainConfig:
                 if name in self.given or getattr(self, name) != self.default_of(name):
                     raise UsageError(f"{flag(name)} applies to --model mlp only, not --model {self.model}")
         for name, value in (("beta2", self.beta2), ("dropout", self.dropout)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+            if not is_a(value, (int, float)) or not 0.0 <= value < 1.0:
                 raise UsageError(f"{flag(name)} {value} is out of range (need a number in [0, 1))")
         if self.momentum and self.optimizer not in ("sgd", "rmsprop"):
             raise UsageError(f"--momentum applies to sgd and rmsprop, not {self.optimizer}")
@@ -285,7 +287,7 @@ def parse_val_split(text: str) -> int | float:
 def _validate_val_split(value) -> None:
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_a(value, (int, float)):
         raise UsageError(f"--val-split must be {VAL_SPLIT_FORMS}, got {value!r}")
     if isinstance(value, int) and value < 0:
         raise UsageError(f"--val-split {value} is out of range (a count of samples is at least 0)")
@@ -309,8 +311,7 @@ def _validate_family(self: TrainConfig) -> None:
                              f"{', '.join(TEXT_DATASETS)}, or --data-file PATH), not --dataset {self.dataset}")
         if self.model == "gpt" and self.n_embd % self.n_head:
             raise UsageError(f"--n-embd {self.n_embd} is not divisible by --n-head {self.n_head}")
-        if not (self.eval_iters == "all" or (isinstance(self.eval_iters, int) and not isinstance(self.eval_iters, bool)
-                                             and self.eval_iters >= 1)):
+        if not (self.eval_iters == "all" or (is_a(self.eval_iters, int) and self.eval_iters >= 1)):
             raise UsageError(f"--eval-iters {self.eval_iters!r} is out of range (an integer >= 1, or all)")
         for name in ("n_head", "bias") if self.model != "gpt" else ():
             if name in self.given:
@@ -332,55 +333,6 @@ def _validate_family(self: TrainConfig) -> None:
 
 
 TrainConfig._validate_family = _validate_family
-
-
-def _validate_parallel(self: TrainConfig) -> None:
-    """The model-parallel settings on their own and against the rest of the config (the world size is checked when
-    the run starts: training/parallel/run.py).  Each refusal names the values."""
-    for name, low in (("tensor_parallel", 1), ("pipeline_parallel", 1), ("micro_batches", 1)):
-        value = getattr(self, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise UsageError(f"{flag(name)} {value!r} is out of range (an integer, at least {low})")
-    if self.zero not in (0, 1, 2) or isinstance(self.zero, bool):
-        raise UsageError(f"--zero {self.zero!r}: the ZeRO stage is 0 (all-reduce), 1 (optimizer state sharded) or 2 "
-                         f"(gradients too)")
-    if self.pipeline_schedule not in PIPELINE_SCHEDULES:
-        raise UsageError(f"--schedule {self.pipeline_schedule!r}: unknown pipeline schedule; known: "
-                         f"{', '.join(PIPELINE_SCHEDULES)}")
-    if not self.model_parallel:
-        return
-    T, P = self.tensor_parallel, self.pipeline_parallel
-    if self.model != "gpt":
-        raise UsageError(f"model parallelism (--tensor-parallel, --pipeline-parallel, --zero, --check-parity) splits "
-                         f"the GPT only, not --model {self.model}")
-    if self.sequence_parallel and T == 1:
-        raise UsageError("--sequence-parallel splits the sequence over the tensor-parallel ranks: give "
-                         "--tensor-parallel T > 1")
-    if P == 1 and ("micro_batches" in self.given or "pipeline_schedule" in self.given):
-        what = "--micro-batches" if "micro_batches" in self.given else "--schedule " + self.pipeline_schedule
-        raise UsageError(f"{what} applies to a pipeline: give --pipeline-parallel P > 1")
-    for what, n, parts in (("--n-head", self.n_head, T), ("--n-layer", self.n_layer, P)):  # n_embd: a multiple of n_head
-        if n % parts:
-            split = "--tensor-parallel" if parts == T else "--pipeline-parallel"
-            raise UsageError(f"{what} {n} does not divide by {split} {parts}")
-    if self.sequence_parallel and self.block_size % T:
-        raise UsageError(f"--block-size {self.block_size} does not divide by --tensor-parallel {T} (sequence "
-                         f"parallelism gives each rank block_size / T positions)")
-    if self.dropout:
-        raise UsageError(f"--dropout {self.dropout}: model parallelism runs without dropout (its masks would have to "
-                         f"be drawn for the whole model on every rank); use --dropout 0")
-    if self.impl != "manual":
-        raise UsageError(f"--impl {self.impl}: model parallelism trains the hand-written GPT (--impl manual); its "
-                         f"twins are training/parallel/*_twin.py, tested against it")
-    for name, bad in (("dtype", self.is_mixed), ("compile", self.compile), ("cuda_graph", bool(self.cuda_graph)),
-                      ("monitor", self.monitor)):
-        if bad:
-            value = "" if isinstance(getattr(self, name), bool) else f" {getattr(self, name)}"
-            raise UsageError(f"{flag(name)}{value} with model parallelism is not supported (float32 or float64, "
-                             f"eager, no monitor)")
-    if self.check_parity and self.resume is not None:
-        raise UsageError(f"--check-parity with --resume {self.resume}: the check takes a fresh run's first step; "
-                         f"drop --resume")
 
 
 def use_threads(threads: int | None) -> int:
