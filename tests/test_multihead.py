@@ -238,3 +238,42 @@ def test_self_attention_adds_its_packed_weight_gradient_into_the_same_grad_tenso
     mha.backward(dout, summed=True)
     assert mha.in_proj_weight.grad.data_ptr() == storage
     assert (mha.in_proj_weight.grad - 2 * first).abs().max() < 1e-12
+
+
+@pytest.mark.parametrize("kw,inputs", [({}, "self"), ({}, "separate"), ({"kdim": 3, "vdim": 5}, "separate")],
+                         ids=["packed-self", "packed-separate", "separate-weights"])
+def test_backward_input_without_the_input_gradient_makes_no_input_products(kw, inputs):
+    """B with need_input_grad=False returns None and skips the three d @ W products for the inputs; W then gives the
+    weight gradients of a full backward, bit for bit."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class CountMM(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default):
+                CountMM.n += 1
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(3)
+    layers = [MultiheadAttention(8, 2, dtype=F64, **kw) for _ in range(2)]
+    layers[1].load_state_dict(layers[0].state_dict())
+    g = torch.Generator().manual_seed(4)
+    q = torch.randn(5, 3, 8, generator=g, dtype=F64)
+    k = q if inputs == "self" else torch.randn(6, 3, kw.get("kdim", 8), generator=g, dtype=F64)
+    v = q if inputs == "self" else torch.randn(6, 3, kw.get("vdim", 8), generator=g, dtype=F64)
+    dout = torch.randn(5, 3, 8, generator=g, dtype=F64)
+    counts = []
+    for layer, need in zip(layers, (True, False)):
+        layer(q, k, v)
+        CountMM.n = 0
+        with CountMM():
+            dx = layer.backward_input(dout, need_input_grad=need)
+        counts.append(CountMM.n)
+        layer.backward_weight()
+        assert (dx is None) != need
+    assert counts[1] == counts[0] - 3, counts  # d @ W for query, key and value: not made
+    full, split = named_grads(layers[0]), named_grads(layers[1])
+    assert full.keys() == split.keys()
+    for name in full:
+        assert torch.equal(full[name], split[name]), name

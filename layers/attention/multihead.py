@@ -281,6 +281,8 @@ class MultiheadAttention(Composite):
             grads["bias_v"] = lambda: dv_extra.sum(1, keepdim=True)
             dk, dv = dk[:S], dv[:S]
         dx = self._project_backward(packing, query, key, value, dq, dk, dv, grads, summed=summed)
+        if not self.needs_input_grad:  # backward_input(need_input_grad=False): the weight gradients only
+            return None, grads
         dx = tuple(g.transpose(0, 1) if self.batch_first else g for g in dx)
         if not batched:
             dx = tuple(g.squeeze(1) for g in dx)
@@ -298,7 +300,8 @@ class MultiheadAttention(Composite):
     def _project_backward(self, packing: str, query: Tensor, key: Tensor, value: Tensor, dq: Tensor, dk: Tensor,
                           dv: Tensor, grads: dict, *, summed: bool) -> tuple[Tensor, ...]:
         """Backward through the input projections: dW = d^T @ input and db = sum of d, into ``grads`` (computed
-        when the base adds them: in W under the split); -> dinput = d @ W for each input (or their sum)."""
+        when the base adds them: in W under the split); -> dinput = d @ W for each input (or their sum), or ()
+        where no input gradient is asked for."""
         rows = lambda t: t.reshape(-1, t.shape[-1])  # noqa: E731  (T, N, F) -> (T*N, F)
         b = self.in_proj_bias
         if packing == "qkv":  # one input, one (3E, E) product: dW = [dq dk dv]^T @ x
@@ -306,6 +309,8 @@ class MultiheadAttention(Composite):
             grads["in_proj_weight"] = Product(rows(d).t(), rows(query))
             if b is not None:
                 grads["in_proj_bias"] = lambda: rows(d).sum(0)  # (3E,)
+            if not self.needs_input_grad:
+                return ()
             if summed:
                 return (_input_grad(d, self.in_proj_weight),)
             wq, wk, wv = self._weights()
@@ -319,6 +324,8 @@ class MultiheadAttention(Composite):
                 grads[name] = Product(rows(d).t(), rows(x))  # (E, in)
         if b is not None:
             grads["in_proj_bias"] = lambda: torch.cat([rows(d).sum(0) for d, _ in pairs])  # (3E,)
+        if not self.needs_input_grad:
+            return ()
         dx = (_input_grad(dq, wq), _input_grad(dk, wk), _input_grad(dv, wv))
         return (dx[0] + dx[1] + dx[2],) if summed else dx
 
