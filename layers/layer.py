@@ -304,7 +304,7 @@ class BaseLayer(Template):
             raise TypeError(f"{type(self).__name__} has no torch.nn twin")
         placed = self._device_dtype() if _takes_dtype(type(self)) else {}
         kw = self._ctor_kwargs(self)
-        if "bias" in kw and "bias" not in _torch_ctor_args(self.torch_class):  # an older torch: a bias always
+        if "bias" in kw and not _torch_takes(self.torch_class, "bias"):  # an older torch: a bias always
             if not kw.pop("bias"):
                 raise TypeError(f"{self!r} has no twin in torch {torch.__version__}: its "
                                 f"{self.torch_class.__name__} takes no bias argument (a bias is always there)")
@@ -351,10 +351,12 @@ def _takes_dtype(cls: type) -> bool:
 
 
 @functools.cache
-def _torch_ctor_args(cls: type) -> frozenset[str]:
-    """The arguments a torch.nn class's constructor takes (BatchNorm's ``bias`` came with a later torch)."""
+def _torch_takes(cls: type, name: str) -> bool:
+    """Whether a torch.nn class's constructor takes the argument ``name`` (BatchNorm's ``bias`` came with a later
+    torch; RNN's constructor takes ``**kwargs``, which it checks itself)."""
     import inspect
-    return frozenset(inspect.signature(cls).parameters)
+    params = inspect.signature(cls).parameters
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 def _rng_untouched(device: torch.device | None):

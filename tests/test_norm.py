@@ -450,8 +450,8 @@ def test_a_twin_under_a_torch_whose_batch_norm_takes_no_bias(monkeypatch):
     """Before torch gave BatchNorm a ``bias`` argument its BatchNorm always had one: to_torch leaves the argument
     out where it is True, and refuses by name where it is False (no such twin exists there)."""
     import layers.layer as layer_module
-    args = layer_module._torch_ctor_args
-    monkeypatch.setattr(layer_module, "_torch_ctor_args", lambda cls: args(cls) - {"bias"})
+    takes = layer_module._torch_takes
+    monkeypatch.setattr(layer_module, "_torch_takes", lambda cls, name: name != "bias" and takes(cls, name))
     ours = nontrivial(BatchNorm2d(3, dtype=f64))
     twin = ours.to_torch()
     assert twin.bias is not None and torch.equal(twin.bias, ours.bias)
