@@ -38,9 +38,9 @@ def replicate(layer):
 class PipelineStage(BaseLayer):
     """What every stage of the GPT's pipeline shares, whatever its blocks: the children under the GPT's names, the
     split backward (B, then W) and the tied table's gradient sum.  A subclass sets ``first``, ``last``, ``stages``,
-    ``offset``, ``h``, ``wte``, ``wpe``, ``ln_f``, ``head``, ``n_embd`` and, on the last stage, ``_x`` (the final
-    layer norm's output, (B, T, C), saved by ``forward``); ``_head_grad`` maps the output layer's input gradient
-    back through whatever stands between it and ``ln_f``."""
+    ``offset``, ``h``, ``wte``, ``wpe``, ``ln_f``, ``head`` and ``n_embd``, and gives ``_embed`` (the first stage's
+    input from the token ids); ``_head_input`` and its backward are what stands between ``ln_f`` and the output
+    layer."""
 
     _param_names = ("head",)
 
@@ -56,9 +56,23 @@ class PipelineStage(BaseLayer):
     def _out_weight(self) -> Tensor:
         return self.wte.weight if self.head is None else self.head
 
-    def _head_grad(self, dx: Tensor) -> Tensor:
-        """The gradient at ``ln_f``'s output from the one at the output layer's input (B, T, C): the same here."""
+    def _head_input(self, x: Tensor) -> Tensor:
+        """What stands between ``ln_f`` and the output layer: nothing on a plain stage, ``f`` on a tensor-parallel one."""
+        return x
+
+    def _head_input_backward(self, dx: Tensor) -> Tensor:
+        """``_head_input``'s backward: the gradient at ``ln_f``'s output from the one at the output layer's input."""
         return dx
+
+    def forward(self, inp: Tensor) -> Tensor:
+        x = self._embed(inp) if self.first else inp  # (B, T, C)
+        for block in self.h:
+            x = block(x)
+        if not self.last:
+            return x
+        x = self._head_input(self.ln_f(x))
+        self._x = x
+        return x @ self._out_weight().t()  # (B, T, V)
 
     @torch.no_grad()
     def backward_input(self, dout: Tensor) -> Tensor | None:
@@ -67,7 +81,7 @@ class PipelineStage(BaseLayer):
             w = self._out_weight()  # (V, C), or this rank's vocabulary rows
             d2 = dout.reshape(-1, w.shape[0])  # (B*T, V)
             self._head_w, self._x = (d2, self._x.reshape(-1, self.n_embd)), None  # the output layer's dW, for W
-            dx = self.ln_f.backward_input(self._head_grad((d2 @ w).view(*dout.shape[:-1], self.n_embd)))
+            dx = self.ln_f.backward_input(self._head_input_backward((d2 @ w).view(*dout.shape[:-1], self.n_embd)))
         for block in reversed(self.h):
             dx = block.backward_input(dx)
         if not self.first:
@@ -136,15 +150,6 @@ class GPTStage(PipelineStage):
         """The last stage's criterion on its logits (the mean over the micro-batch's positions)."""
         return CrossEntropyLoss()
 
-    def forward(self, inp: Tensor) -> Tensor:
-        if self.first:
-            x = self.wte(inp) + self.wpe(torch.arange(inp.shape[1], device=inp.device))  # (B, T, C)
-        else:
-            x = inp
-        for block in self.h:
-            x = block(x)
-        if not self.last:
-            return x
-        x = self.ln_f(x)
-        self._x = x
-        return x @ self._out_weight().t()  # (B, T, V)
+    def _embed(self, idx: Tensor) -> Tensor:
+        """The first stage's input: token ids (B, T) -> wte + wpe, (B, T, C)."""
+        return self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))

@@ -12,7 +12,7 @@ the same on the Tp ranks of a stage, or under sequence parallelism this rank's p
 stage's Tp ranks send Tp disjoint parts and nothing is sent twice.  The input gradient goes back the same way.
 The stage's ranks run the same schedule, so their all-reduces (or all-gathers and reduce-scatters) inside each F,
 B and W meet.  ``backward_input`` / ``backward_weight`` are the B and W of ``pipeline_runtime``, shared with
-``pipeline_gpt.GPTStage`` through ``pipeline_gpt.PipelineStage``; only the way back through ``f`` is this stage's.
+``pipeline_gpt.GPTStage`` through ``pipeline_gpt.PipelineStage``; only the embedding's positions and ``f`` are this stage's.
 """
 from __future__ import annotations
 
@@ -85,23 +85,20 @@ class TensorParallelStage(PipelineStage):
     def loss(self) -> VocabParallelCrossEntropy:
         return VocabParallelCrossEntropy(self.start, self.vocab_size, self.group)
 
-    def forward(self, inp: Tensor) -> Tensor:
-        if self.first:
-            B, T = inp.shape
-            part = T // self.size if self.sequence_parallel else T  # positions a rank holds between split regions
-            lo = self.rank * part if self.sequence_parallel else 0
-            x = self.wte(inp) + self.wpe(torch.arange(lo, lo + part, device=inp.device))  # (b, part, C)
-        else:
-            x = inp
-        for block in self.h:
-            x = block(x)
-        if not self.last:
-            return x
-        x = self.f(self.ln_f(x))  # (b, T, C): gathered along T under sequence parallelism
-        self._x = x
-        return x @ self._out_weight().t()  # (b, T, Vp/Tp)
+    def _embed(self, idx: Tensor) -> Tensor:
+        """Token ids (b, T) -> wte + wpe at the positions this rank holds, (b, T, C) or under sequence parallelism
+        (b, T/Tp, C)."""
+        _, T = idx.shape
+        part = T // self.size if self.sequence_parallel else T  # positions a rank holds between split regions
+        lo = self.rank * part if self.sequence_parallel else 0
+        return self.wte(idx) + self.wpe(torch.arange(lo, lo + part, device=idx.device))
 
-    def _head_grad(self, dx: Tensor) -> Tensor:
+    def _head_input(self, x: Tensor) -> Tensor:
+        """``f`` after ``ln_f``: (b, T, C), gathered along T under sequence parallelism; the logits are then this
+        rank's vocabulary columns (b, T, Vp/Tp)."""
+        return self.f(x)
+
+    def _head_input_backward(self, dx: Tensor) -> Tensor:
         """Back through ``f``: the vocabulary columns' partial gradients summed over the tensor-parallel group
         (all-reduce, or under sequence parallelism reduce-scatter along T to this rank's positions)."""
         return self.f.backward(dx)
