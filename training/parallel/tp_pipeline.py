@@ -24,9 +24,9 @@ from layers.layer import _rng_untouched
 from models.gpt import GPT
 from .pipeline_gpt import PipelineStage
 from .tp_cross_entropy import VocabParallelCrossEntropy
-from .tp_gpt import ParallelBlock, TensorParallelGPT, _copy_layernorm
+from .tp_gpt import ParallelBlock, TensorParallelGPT, _copy_layernorm, sum_partial_grads
 from .tp_layers import VocabParallelEmbedding, shard_of
-from .tp_mappings import CopyToTensorParallel, GatherFromSequenceParallel, all_reduce_, tp_rank_and_size
+from .tp_mappings import CopyToTensorParallel, GatherFromSequenceParallel, tp_rank_and_size
 
 
 def vocab_rows(table: Tensor, rank: int, size: int) -> tuple[int, Tensor]:
@@ -108,16 +108,9 @@ class TensorParallelStage(PipelineStage):
         """Under sequence parallelism: sum over the tensor-parallel group the gradients of the replicated parameters
         that saw only this rank's positions (this stage's layer norms, wpe, row-parallel biases); once, after the
         step's backwards.  Else nothing."""
-        if not self.sequence_parallel:
-            return
-        partial = [self.wpe.weight] if self.first else []
-        partial += [self.ln_f.weight, self.ln_f.bias] if self.last else []
-        for block in self.h:
-            partial += [block.ln_1.weight, block.ln_1.bias, block.ln_2.weight, block.ln_2.bias,
-                        *block.attn.c_proj.partial_grads(), *block.mlp.c_proj.partial_grads()]
-        for p in partial:
-            if p is not None and p.grad is not None:
-                p.grad = all_reduce_(p.grad, self.group)
+        if self.sequence_parallel:
+            sum_partial_grads(([self.wpe.weight] if self.first else []) +
+                              ([self.ln_f.weight, self.ln_f.bias] if self.last else []), self.h, self.group)
 
     def full_state_dict(self, grad: bool = False) -> dict[str, Tensor]:
         """This stage's parameters (or gradients) whole, under the GPT's names, the output layer's copy left out
