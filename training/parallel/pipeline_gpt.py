@@ -5,6 +5,8 @@ Shape legend as models/gpt.py's.  P stages of n_layer / P blocks each; stage 0 a
 the final layer norm and the output layer.  The output layer is the token table (tied): with P > 1 the last stage
 holds a copy of it, ``head``, and after each step's backwards the two gradients are summed between the first and
 the last stage (``tie_gradients``), as Megatron does, so both copies take the same step and stay equal.
+``PipelineStage`` holds the forward, B, W and that sum; ``GPTStage`` and ``tp_pipeline.TensorParallelStage`` are the
+plain stage and the tensor-parallel one.
 
 A layer keeps one forward's cache until its backward, and a pipeline holds several micro-batches in flight, so each
 micro-batch runs on its own copy of the stage (``replicate``): new layer objects, the very same parameter tensors,
@@ -57,7 +59,7 @@ class PipelineStage(BaseLayer):
         return self.wte.weight if self.head is None else self.head
 
     def _head_input(self, x: Tensor) -> Tensor:
-        """What stands between ``ln_f`` and the output layer: nothing on a plain stage, ``f`` on a tensor-parallel one."""
+        """What stands between ``ln_f`` and the output layer: nothing on a plain stage, f on a tensor-parallel one."""
         return x
 
     def _head_input_backward(self, dx: Tensor) -> Tensor:

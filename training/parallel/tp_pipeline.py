@@ -12,7 +12,8 @@ the same on the Tp ranks of a stage, or under sequence parallelism this rank's p
 stage's Tp ranks send Tp disjoint parts and nothing is sent twice.  The input gradient goes back the same way.
 The stage's ranks run the same schedule, so their all-reduces (or all-gathers and reduce-scatters) inside each F,
 B and W meet.  ``backward_input`` / ``backward_weight`` are the B and W of ``pipeline_runtime``, shared with
-``pipeline_gpt.GPTStage`` through ``pipeline_gpt.PipelineStage``; only the embedding's positions and ``f`` are this stage's.
+``pipeline_gpt.GPTStage`` through ``pipeline_gpt.PipelineStage``; only the embedding's positions and f are this
+stage's own.
 """
 from __future__ import annotations
 
