@@ -304,7 +304,8 @@ class BaseLayer(Template):
             raise TypeError(f"{type(self).__name__} has no torch.nn twin")
         placed = self._device_dtype() if _takes_dtype(type(self)) else {}
         kw = self._ctor_kwargs(self)
-        if "bias" in kw and "bias" not in _torch_ctor_args(self.torch_class):  # an older torch: a bias always
+        args = _torch_ctor_args(self.torch_class)
+        if "bias" in kw and "bias" not in args and "**" not in args:  # an older torch: a bias always
             if not kw.pop("bias"):
                 raise TypeError(f"{self!r} has no twin in torch {torch.__version__}: its "
                                 f"{self.torch_class.__name__} takes no bias argument (a bias is always there)")
@@ -352,9 +353,10 @@ def _takes_dtype(cls: type) -> bool:
 
 @functools.cache
 def _torch_ctor_args(cls: type) -> frozenset[str]:
-    """The arguments a torch.nn class's constructor takes (BatchNorm's ``bias`` came with a later torch)."""
+    """The arguments a torch.nn class's constructor takes (BatchNorm's ``bias`` came with a later torch); ``**``
+    among them where it takes any keyword (nn.RNN's ``*args, **kwargs``), whose names its signature does not tell."""
     import inspect
-    return frozenset(inspect.signature(cls).parameters)
+    return frozenset("**" if p.kind is p.VAR_KEYWORD else name for name, p in inspect.signature(cls).parameters.items())
 
 
 def _rng_untouched(device: torch.device | None):
