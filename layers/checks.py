@@ -68,6 +68,23 @@ def check_backward_dout(layer: object, dout: object, out_shape: torch.Size | Non
                None if out_shape is None else torch.empty(0, dtype=dtype, device=device))
 
 
+def check_grads_like(layer: object, names: tuple[str, ...], grads, shapes, dtype: torch.dtype,
+                     device: torch.device) -> None:
+    """A backward's check of several upstream gradients (a recurrent layer's output and states), paired in order
+    with their ``names`` and the ``shapes`` of the forward's outputs they belong to: each None (zeros) or a tensor of
+    that shape, dtype and device.  One comparison each on the hot path; only a failing one pays for the layer's repr
+    and the named error."""
+    for name, g, shape in zip(names, grads, shapes):
+        if g is None or (isinstance(g, Tensor) and g.shape == shape and g.dtype == dtype and g.device == device):
+            continue
+        owner = repr(layer)
+        check_tensor(owner, name, g)
+        if g.shape != shape:
+            raise ValueError(f"{owner}: {name} has shape {tuple(g.shape)} but the forward's output had shape "
+                             f"{tuple(shape)}")
+        check_like(owner, name, g, torch.empty(0, dtype=dtype, device=device), "the forward output")
+
+
 def check_loss_dout(loss: object, dout: object) -> None:
     """A loss's ``backward(dout)``: the upstream gradient of the scalar loss, a real number or a one-element real
     tensor (1.0 by default; a loss scale, a 1/N weight)."""

@@ -1,6 +1,7 @@
 """Helpers and fixtures shared by the test files.
 
-Plain functions (``assert_all_pass``, ``rel``, ``twin_pair``, ``write_split``, ``wait_for``) are imported with
+Plain functions (``assert_all_pass``, ``rel``, ``twin_pair``, ``write_split``, ``wait_for``, and for the backward split
+``seeded_pair``, ``assert_same``, ``assert_grads_same``) are imported with
 ``from tests.conftest import ...``; fixtures (``tiny``) are found by pytest.
 """
 from __future__ import annotations
@@ -147,3 +148,35 @@ def named_grads(layer) -> dict[str, torch.Tensor]:
     """Every parameter's .grad under its torch.nn name, as the layer exposes it (torch's layout: no view taken), to
     compare with ``dict((n, p.grad) for n, p in module.named_parameters())``."""
     return {name: p.grad for name, p in layer.named_parameters()}
+
+
+# -- the backward split: B then W against the fused backward, bit for bit ------------------------------------------
+
+def seeded_pair(make, seed: int = 0):
+    """Two identical layers, built under one seed: one for the fused backward, one for B then W."""
+    torch.manual_seed(seed)
+    a = make()
+    torch.manual_seed(seed)
+    return a, make()
+
+
+def assert_same(a, b, what: str = "dx") -> None:
+    """Equal bit for bit, through any nesting of tuples and lists (``(dx, (dh_0, dc_0))``), None where None."""
+    if isinstance(a, (tuple, list)):
+        assert isinstance(b, (tuple, list)) and len(a) == len(b), what
+        for i, (u, v) in enumerate(zip(a, b)):
+            assert_same(u, v, f"{what}[{i}]")
+        return
+    assert (a is None) == (b is None), what
+    if a is not None:
+        assert torch.equal(a, b), f"{what} differs by {(a - b).abs().max().item():.3g}"
+
+
+def assert_grads_same(fused, split) -> None:
+    """Every learned parameter's .grad equal bit for bit between the two layers; a frozen one has none in either."""
+    got = dict(split.named_parameters())
+    for name, p in fused.named_parameters():
+        if p.requires_grad:
+            assert p.grad is not None and torch.equal(p.grad, got[name].grad), f"{name}.grad differs"
+        else:
+            assert p.grad is None and got[name].grad is None, f"frozen {name} got a gradient"

@@ -8,16 +8,9 @@ import torch
 
 from layers import BatchNorm1d, BatchNorm2d, Conv2d, Embedding, LayerNorm, Linear
 from models.gpt import GPT, MLP, Block, CausalSelfAttention
+from tests.conftest import seeded_pair
 
 f64 = torch.float64
-
-
-def _pair(make, seed=0):
-    """Two identical layers, built under one seed: one for the fused backward, one for B then W."""
-    torch.manual_seed(seed)
-    a = make()
-    torch.manual_seed(seed)
-    return a, make()
 
 
 def _run(layer, x, dout, split, steps=2, **fw):
@@ -65,7 +58,7 @@ CASES = {
 @pytest.mark.parametrize("case", CASES)
 def test_b_then_w_equals_the_fused_backward_bit_for_bit(case):
     make, xs, ds = CASES[case]
-    fused, split = _pair(make)
+    fused, split = seeded_pair(make)
     g = torch.Generator().manual_seed(1)
     x = torch.randn(2, *xs, dtype=f64, generator=g)
     dout = torch.randn(2, *ds, dtype=f64, generator=g)
@@ -73,7 +66,7 @@ def test_b_then_w_equals_the_fused_backward_bit_for_bit(case):
 
 
 def test_embedding_with_padding_and_repeated_ids():
-    fused, split = _pair(lambda: Embedding(7, 3, padding_idx=2, dtype=f64))
+    fused, split = seeded_pair(lambda: Embedding(7, 3, padding_idx=2, dtype=f64))
     idx = torch.tensor([[[1, 2, 1, 6], [0, 1, 2, 2]]] * 2)  # repeated ids add up; the padding row gets none
     dout = torch.randn(2, 2, 4, 3, dtype=f64)
     _assert_bitwise(_run(fused, idx, dout, False), _run(split, idx, dout, True))
@@ -82,7 +75,7 @@ def test_embedding_with_padding_and_repeated_ids():
 
 @pytest.mark.parametrize("given_input", [False, True])
 def test_linear_without_input_gradient_and_with_its_input_given_back(given_input):
-    fused, split = _pair(lambda: Linear(5, 4, dtype=f64))
+    fused, split = seeded_pair(lambda: Linear(5, 4, dtype=f64))
     x, dout = torch.randn(3, 5, dtype=f64), torch.randn(3, 4, dtype=f64)
     for layer in (fused, split):
         layer.forward(x, keep_input=not given_input)
@@ -95,8 +88,8 @@ def test_linear_without_input_gradient_and_with_its_input_given_back(given_input
 
 @pytest.mark.parametrize("dropout", [0.0, 0.2])
 def test_the_gpt_b_then_w_equals_its_backward_with_the_tied_matrix(dropout):
-    fused, split = _pair(lambda: GPT(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=8, dropout=dropout,
-                                     dtype=f64))
+    fused, split = seeded_pair(lambda: GPT(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=8, dropout=dropout,
+                                           dtype=f64))
     g = torch.Generator().manual_seed(3)
     idx = torch.randint(0, 11, (2, 2, 6), generator=g)
     dlogits = torch.randn(2, 2, 6, 11, dtype=f64, generator=g)
@@ -129,7 +122,7 @@ def test_an_input_changed_between_b_and_w_is_refused():
 
 
 def test_a_frozen_parameter_gets_no_gradient_from_w():
-    fused, split = _pair(lambda: LayerNorm(4, dtype=f64))
+    fused, split = seeded_pair(lambda: LayerNorm(4, dtype=f64))
     for layer in (fused, split):
         layer.requires_grad_(False, "bias")
     x, dout = torch.randn(3, 4, dtype=f64), torch.randn(3, 4, dtype=f64)
@@ -143,7 +136,7 @@ def test_a_frozen_parameter_gets_no_gradient_from_w():
 
 def test_a_blocks_frozen_parameters_get_no_gradient_from_w_and_the_rest_equal_the_fused_backward():
     frozen = ["attn.c_attn.weight", "ln_2.bias", "mlp.c_proj.bias"]
-    fused, split = _pair(lambda: Block(8, 2, 0.0, True, dtype=f64))
+    fused, split = seeded_pair(lambda: Block(8, 2, 0.0, True, dtype=f64))
     for layer in (fused, split):
         layer.requires_grad_(False, frozen)
     g = torch.Generator().manual_seed(2)

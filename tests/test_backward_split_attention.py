@@ -8,33 +8,10 @@ import torch
 
 from layers import MultiheadAttention, TransformerEncoder, TransformerEncoderLayer
 from layers.layernorm import LayerNorm
+from tests.conftest import assert_grads_same, assert_same, seeded_pair
 
 f64 = torch.float64
 L, S, Nb, E = 5, 4, 2, 8
-
-
-def _pair(make):
-    torch.manual_seed(0)
-    a = make()
-    torch.manual_seed(0)
-    return a, make()
-
-
-def _equal(a, b, what="dx") -> None:
-    if isinstance(a, tuple):
-        for i, (u, v) in enumerate(zip(a, b, strict=True)):
-            _equal(u, v, f"{what}[{i}]")
-        return
-    assert torch.equal(a, b), f"{what} differs by {(a - b).abs().max().item():.3g}"
-
-
-def _grads_equal(fused, split) -> None:
-    got = dict(split.named_parameters())
-    for name, p in fused.named_parameters():
-        if p.requires_grad:
-            assert p.grad is not None and torch.equal(p.grad, got[name].grad), f"{name}.grad differs"
-        else:
-            assert p.grad is None and got[name].grad is None, f"frozen {name} got a gradient"
 
 
 def _steps(layer, forward, douts, *, split, **bw):
@@ -85,20 +62,20 @@ MHA = {
 def test_multihead_attentions_b_then_w_equals_its_backward_bit_for_bit(case):
     layout, kw, bw = MHA[case]
     make, forward = _mha_case(layout, **kw)
-    fused, split = _pair(make)
+    fused, split = seeded_pair(make)
     douts = [torch.randn(L, Nb, E, dtype=f64) for _ in range(2)]
-    _equal(_steps(fused, forward, douts, split=False, **bw), _steps(split, forward, douts, split=True, **bw))
-    _grads_equal(fused, split)
+    assert_same(_steps(fused, forward, douts, split=False, **bw), _steps(split, forward, douts, split=True, **bw))
+    assert_grads_same(fused, split)
 
 
 def test_multihead_attention_with_the_weights_gradient():
     make, forward = _mha_case("separate")
-    fused, split = _pair(make)
+    fused, split = seeded_pair(make)
     douts = [torch.randn(L, Nb, E, dtype=f64) for _ in range(2)]
     dweights = torch.randn(Nb, L, S, dtype=f64)
-    _equal(_steps(fused, forward, douts, split=False, dweights=dweights),
-           _steps(split, forward, douts, split=True, dweights=dweights))
-    _grads_equal(fused, split)
+    assert_same(_steps(fused, forward, douts, split=False, dweights=dweights),
+                _steps(split, forward, douts, split=True, dweights=dweights))
+    assert_grads_same(fused, split)
 
 
 ENCODER = {
@@ -115,15 +92,15 @@ ENCODER = {
 
 @pytest.mark.parametrize("case", ENCODER)
 def test_the_encoders_b_then_w_equals_its_backward_bit_for_bit(case):
-    fused, split = _pair(ENCODER[case])
+    fused, split = seeded_pair(ENCODER[case])
     g = torch.Generator().manual_seed(3)
     shape = (Nb, L, E) if "batch-first" in case else (L, Nb, E)
     xs = [torch.randn(*shape, dtype=f64, generator=g) for _ in range(2)]
     mask = torch.nn.Transformer.generate_square_subsequent_mask(L, dtype=f64)
     douts = [torch.randn(*shape, dtype=f64, generator=g) for _ in range(2)]
     forward = lambda layer, i: layer(xs[i], mask)  # noqa: E731
-    _equal(_steps(fused, forward, douts, split=False), _steps(split, forward, douts, split=True))
-    _grads_equal(fused, split)
+    assert_same(_steps(fused, forward, douts, split=False), _steps(split, forward, douts, split=True))
+    assert_grads_same(fused, split)
 
 
 def test_the_encoder_layers_w_runs_its_sublayers_w_in_the_fused_backwards_order():
@@ -198,13 +175,13 @@ def test_an_input_changed_in_place_between_b_and_w_is_refused_before_any_gradien
 def test_frozen_parameters_get_nothing_from_w_and_the_rest_equal_the_fused_backward():
     frozen = ["layers.0.self_attn.in_proj_weight", "layers.1.self_attn.out_proj.bias", "layers.0.norm1.bias",
               "layers.1.linear1.weight", "norm.weight"]
-    fused, split = _pair(ENCODER["encoder-2-layers-norm"])
+    fused, split = seeded_pair(ENCODER["encoder-2-layers-norm"])
     for layer in (fused, split):
         layer.requires_grad_(False, frozen)
     xs = [torch.randn(L, Nb, E, dtype=f64) for _ in range(2)]
     douts = [torch.randn(L, Nb, E, dtype=f64) for _ in range(2)]
     forward = lambda layer, i: layer(xs[i])  # noqa: E731
-    _equal(_steps(fused, forward, douts, split=False), _steps(split, forward, douts, split=True))
-    _grads_equal(fused, split)
+    assert_same(_steps(fused, forward, douts, split=False), _steps(split, forward, douts, split=True))
+    assert_grads_same(fused, split)
     named = dict(split.named_parameters())
     assert all(named[n].grad is None for n in frozen)

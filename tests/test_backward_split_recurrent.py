@@ -7,37 +7,10 @@ import pytest
 import torch
 
 from layers import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
+from tests.conftest import assert_grads_same, assert_same, seeded_pair
 
 f64 = torch.float64
 T, N, I, H = 4, 3, 5, 6
-
-
-def _pair(make):
-    torch.manual_seed(0)
-    a = make()
-    torch.manual_seed(0)
-    return a, make()
-
-
-def _equal(a, b, what="dx") -> None:
-    """Equal bit for bit, through the nesting of (dx, (dh_0, dc_0))."""
-    if isinstance(a, (tuple, list)):
-        assert isinstance(b, (tuple, list)) and len(a) == len(b), what
-        for i, (u, v) in enumerate(zip(a, b)):
-            _equal(u, v, f"{what}[{i}]")
-        return
-    assert (a is None) == (b is None), what
-    if a is not None:
-        assert torch.equal(a, b), f"{what} differs by {(a - b).abs().max().item():.3g}"
-
-
-def _grads_equal(fused, split) -> None:
-    got = dict(split.named_parameters())
-    for name, p in fused.named_parameters():
-        if p.requires_grad:
-            assert p.grad is not None and torch.equal(p.grad, got[name].grad), f"{name}.grad differs"
-        else:
-            assert p.grad is None and got[name].grad is None, f"frozen {name} got a gradient"
 
 
 def _steps(layer, inputs, douts, *, split, **bw):
@@ -64,7 +37,7 @@ def _sequence_case(kind, layers, bidirectional, with_hx, *, proj=0, dropout=0.0,
           "dtype": f64}
     if proj:
         kw["proj_size"] = proj
-    fused, split = _pair(lambda: kind(I, H, **kw))
+    fused, split = seeded_pair(lambda: kind(I, H, **kw))
     Ho = proj or H
     g = torch.Generator().manual_seed(1)
     rnd = lambda *s: torch.randn(*s, dtype=f64, generator=g)  # noqa: E731
@@ -97,8 +70,8 @@ SEQUENCE = {
 def test_a_recurrent_layers_b_then_w_equals_its_backward_bit_for_bit(case):
     kind, layers, bi, with_hx, kw = SEQUENCE[case]
     fused, split, inputs, douts = _sequence_case(kind, layers, bi, with_hx, **kw)
-    _equal(_steps(fused, inputs, douts, split=False), _steps(split, inputs, douts, split=True))
-    _grads_equal(fused, split)
+    assert_same(_steps(fused, inputs, douts, split=False), _steps(split, inputs, douts, split=True))
+    assert_grads_same(fused, split)
 
 
 def test_b_without_the_input_gradient_gives_none_for_dx_and_the_same_weight_gradients():
@@ -106,17 +79,17 @@ def test_b_without_the_input_gradient_gives_none_for_dx_and_the_same_weight_grad
     out_f = _steps(fused, inputs, douts, split=False, need_input_grad=False)
     out_s = _steps(split, inputs, douts, split=True, need_input_grad=False)
     assert out_f[0] is None and out_s[0] is None
-    _equal(out_f, out_s)
-    _grads_equal(fused, split)
+    assert_same(out_f, out_s)
+    assert_grads_same(fused, split)
 
 
 def test_an_unbatched_sequence_and_a_missing_output_gradient():
-    fused, split = _pair(lambda: GRU(I, H, num_layers=2, dtype=f64))
+    fused, split = seeded_pair(lambda: GRU(I, H, num_layers=2, dtype=f64))
     x = torch.randn(T, I, dtype=f64)
     inputs = [(x, None)] * 2
     douts = [(None, torch.randn(2, H, dtype=f64)), (torch.randn(T, H, dtype=f64), None)]
-    _equal(_steps(fused, inputs, douts, split=False), _steps(split, inputs, douts, split=True))
-    _grads_equal(fused, split)
+    assert_same(_steps(fused, inputs, douts, split=False), _steps(split, inputs, douts, split=True))
+    assert_grads_same(fused, split)
 
 
 CELLS = {
@@ -131,7 +104,7 @@ CELLS = {
 @pytest.mark.parametrize("case", CELLS)
 def test_a_cells_b_then_w_equals_its_backward_bit_for_bit(case, with_state):
     make, states = CELLS[case]
-    fused, split = _pair(make)
+    fused, split = seeded_pair(make)
     g = torch.Generator().manual_seed(2)
     rnd = lambda *s: torch.randn(*s, dtype=f64, generator=g)  # noqa: E731
     inputs, douts = [], []
@@ -141,19 +114,19 @@ def test_a_cells_b_then_w_equals_its_backward_bit_for_bit(case, with_state):
             hx = rnd(N, H) if states == 1 else (rnd(N, H), rnd(N, H))
         inputs.append((rnd(N, I), hx))
         douts.append((rnd(N, H),) if states == 1 else (rnd(N, H), rnd(N, H)))
-    _equal(_steps(fused, inputs, douts, split=False), _steps(split, inputs, douts, split=True))
-    _grads_equal(fused, split)
+    assert_same(_steps(fused, inputs, douts, split=False), _steps(split, inputs, douts, split=True))
+    assert_grads_same(fused, split)
 
 
 def test_the_lstm_cell_takes_the_pair_as_one_argument_in_b_too():
-    fused, split = _pair(lambda: LSTMCell(I, H, dtype=f64))
+    fused, split = seeded_pair(lambda: LSTMCell(I, H, dtype=f64))
     x, dh, dc = torch.randn(N, I, dtype=f64), torch.randn(N, H, dtype=f64), torch.randn(N, H, dtype=f64)
     fused(x), split(x)
     dx_f = fused.backward(dh, dc)
     dx_s = split.backward_input((dh, dc))
     split.backward_weight()
-    _equal(dx_f, dx_s)
-    _grads_equal(fused, split)
+    assert_same(dx_f, dx_s)
+    assert_grads_same(fused, split)
     split(x)
     with pytest.raises(TypeError, match="one pair or as two arguments"):
         split.backward_input((dh, dc), dc)
@@ -195,6 +168,6 @@ def test_frozen_parameters_get_nothing_from_w_and_the_rest_equal_the_fused_backw
     fused, split, inputs, douts = _sequence_case(kind, 2, True, True)
     for layer in (fused, split):
         layer.requires_grad_(False, frozen)
-    _equal(_steps(fused, inputs, douts, split=False), _steps(split, inputs, douts, split=True))
-    _grads_equal(fused, split)
+    assert_same(_steps(fused, inputs, douts, split=False), _steps(split, inputs, douts, split=True))
+    assert_grads_same(fused, split)
     assert all(getattr(split, n).grad is None for n in frozen)

@@ -25,7 +25,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from ..checks import BEFORE_FORWARD, check_bool, check_floating, check_int, check_like, check_tensor
+from ..checks import BEFORE_FORWARD, check_bool, check_floating, check_grads_like, check_int, check_like, check_tensor
 from ..init import torch_recurrent_init_
 from ..layer import BaseLayer, learned
 from . import bptt_graph
@@ -152,16 +152,7 @@ class _Cell(BaseLayer):
         if meta is None:
             raise RuntimeError(f"{self!r}: {BEFORE_FORWARD}")
         saved = self._saved
-        for name, g, shape in zip(("dh'", "dc'"), dout, saved.shapes):
-            if g is None or (isinstance(g, Tensor) and g.shape == shape and g.dtype == saved.dtype
-                             and g.device == saved.device):
-                continue
-            check_tensor(repr(self), name, g)
-            if g.shape != shape:
-                raise ValueError(f"{self!r}: {name} has shape {tuple(g.shape)} but the forward's output had "
-                                 f"shape {tuple(shape)}")
-            check_like(repr(self), name, g, torch.empty(0, dtype=saved.dtype, device=saved.device),
-                       "the forward output")
+        check_grads_like(self, ("dh'", "dc'"), dout, saved.shapes, saved.dtype, saved.device)
 
 
 class RNNCell(_Cell):

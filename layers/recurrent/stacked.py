@@ -40,8 +40,8 @@ import torch
 from torch import Tensor
 from torch.nn.utils.rnn import PackedSequence
 
-from ..checks import (BEFORE_FORWARD, check_bool, check_floating, check_int, check_like, check_probability,
-                      check_tensor)
+from ..checks import (BEFORE_FORWARD, check_bool, check_floating, check_grads_like, check_int, check_like,
+                      check_probability, check_tensor)
 from ..dropout import inter_layer_mask
 from ..init import torch_recurrent_init_
 from ..layer import BaseLayer, learned
@@ -309,16 +309,8 @@ class _Recurrent(BaseLayer, ABC):
             raise RuntimeError(f"{self!r}: {BEFORE_FORWARD}")
         doutput, dstate = dout
         saved = self._saved
-        for name, g, shape in zip(("doutput", "dh_n", "dc_n"), (doutput, *self._state_grads(dstate)), saved.shapes):
-            if g is None or (isinstance(g, Tensor) and g.shape == shape and g.dtype == saved.dtype
-                             and g.device == saved.device):
-                continue
-            check_tensor(repr(self), name, g)
-            if g.shape != shape:
-                raise ValueError(f"{self!r}: {name} has shape {tuple(g.shape)} but the forward's output had shape "
-                                 f"{tuple(shape)}")
-            check_like(repr(self), name, g, torch.empty(0, dtype=saved.dtype, device=saved.device),
-                       "the forward output")
+        check_grads_like(self, ("doutput", "dh_n", "dc_n"), (doutput, *self._state_grads(dstate)), saved.shapes,
+                         saved.dtype, saved.device)
 
     def _state_grads(self, dstate: object) -> list[Tensor | None]:
         if len(self._states) == 1:

@@ -121,6 +121,19 @@ class ParallelMLP(BaseLayer):
         self.c_fc.backward_weight()
 
 
+def sum_partial_grads(replicated: list[Tensor | None], blocks: list[ParallelBlock], group) -> None:
+    """Under sequence parallelism, after the step's backwards: all-reduce over ``group`` the gradients that saw only
+    this rank's positions -- the ``replicated`` parameters given (wpe, ln_f) and the blocks' layer norms and
+    row-parallel biases."""
+    partial = list(replicated)
+    for block in blocks:
+        partial += [block.ln_1.weight, block.ln_1.bias, block.ln_2.weight, block.ln_2.bias,
+                    *block.attn.c_proj.partial_grads(), *block.mlp.c_proj.partial_grads()]
+    for p in partial:
+        if p is not None and p.grad is not None:
+            p.grad = all_reduce_(p.grad, group)
+
+
 class ParallelBlock(BaseLayer):
     """x = x + attn(ln_1(x)); x = x + mlp(ln_2(x)), the attention and MLP split, the layer norms replicated."""
 
@@ -215,15 +228,8 @@ class TensorParallelGPT(BaseLayer):
     def finish_gradients(self) -> None:
         """Under sequence parallelism: sum over the group the gradients of the parameters that saw only this rank's
         positions (layer norms, wpe, row-parallel biases); call once after the step's backwards.  Else nothing."""
-        if not self.sequence_parallel:
-            return
-        partial = [self.wpe.weight, self.ln_f.weight, self.ln_f.bias]
-        for block in self.h:
-            partial += [block.ln_1.weight, block.ln_1.bias, block.ln_2.weight, block.ln_2.bias,
-                        *block.attn.c_proj.partial_grads(), *block.mlp.c_proj.partial_grads()]
-        for p in partial:
-            if p is not None and p.grad is not None:
-                p.grad = all_reduce_(p.grad, self.group)
+        if self.sequence_parallel:
+            sum_partial_grads([self.wpe.weight, self.ln_f.weight, self.ln_f.bias], self.h, self.group)
 
     def full_state_dict(self, grad: bool = False) -> dict[str, Tensor]:
         """Every parameter (or its gradient) whole, under the GPT's names, the same on every rank (collective: every
