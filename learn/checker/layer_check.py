@@ -255,16 +255,16 @@ def _forward(spec, box, c: Call, k: int, errors, report, mark) -> bool:
     outs = _as_dict(result, tuple(c.outputs), what)
     if not unchanged(given, c.inputs, report, mark):
         return False
-    for name, expected in c.outputs.items():
+    for name, want in c.outputs.items():
         actual = outs[name]
         _plain(name, actual)
-        if same(actual, expected, RIGHT):
-            errors[name] = max(errors.get(name, 0.0), rel_error(actual, expected))
+        if same(actual, want, RIGHT):
+            errors[name] = max(errors.get(name, 0.0), rel_error(actual, want))
             mark(FORWARD.format(name), True)
             continue
         mark(FORWARD.format(name), False)
-        report.fail(f"  forward is wrong.  {describe(name, actual, expected)}")
-        name_it(spec, name, actual, [m.value(c.ctx).get(name) for m in _formulas(spec)], report, c, expected)
+        report.fail(f"  forward is wrong.  {describe(name, actual, want)}")
+        name_it(spec, name, actual, [m.value(c.ctx).get(name) for m in _formulas(spec)], report, c, want)
         return False
     return True
 
@@ -288,7 +288,7 @@ def _backward(spec, box, params, calls: list[Call], k: int, errors, report, mark
     got = _as_dict(result, returns, what) if returns else {}
     saved = _intermediates(spec, box, c, params) if k == 0 else []
     ok = unchanged(given, c.douts, report, mark, DOUT_IN_PLACE) and unchanged(inputs_after, c.inputs, report, mark)
-    rows = []  # (name, actual, expected, candidates)
+    rows = []  # (name, actual, want, candidates): want is autograd's
     for name in returns:
         rows.append((name, got[name], c.grads[name], [m.value(c.ctx).get(name) for m in _formulas(spec)]))
     for p in params:
@@ -296,12 +296,12 @@ def _backward(spec, box, params, calls: list[Call], k: int, errors, report, mark
         rows.append((name, pgrads[p], sum(calls[j].grads[name] for j in range(k + 1)),
                      param_candidates(spec, calls, k, name, _formulas(spec))))
     wrong = []
-    for name, actual, expected, _ in rows:
+    for name, actual, want, _ in rows:
         _plain(name, actual)
-        right = same(actual, expected, RIGHT)
+        right = same(actual, want, RIGHT)
         mark(ACCUMULATE if k and name.endswith(".grad") else GRADIENT.format(name), right)
         if right:
-            errors[name] = max(errors.get(name, 0.0), rel_error(actual, expected))
+            errors[name] = max(errors.get(name, 0.0), rel_error(actual, want))
         else:
             wrong.append(name)
     if saved and (spec.label == "the default" or wrong):
@@ -313,24 +313,24 @@ def _backward(spec, box, params, calls: list[Call], k: int, errors, report, mark
     when = "" if k == 0 else " after the second forward/backward (a .grad must hold the sum of both calls')"
     report.fail(f"  backward is wrong{when}.  Each tensor (the relative error is the tensor's: its largest "
                 f"difference over its largest entry):")
-    for name, actual, expected, _ in rows:
+    for name, actual, want, _ in rows:
         if name in wrong:
             if actual is None and name.endswith(".grad"):
                 report.say(f"    WRONG  {name} is None: your backward must add the gradient into self.{name} "
-                           f"(creating it when it is None)" + _stray(box, expected))
+                           f"(creating it when it is None)" + _stray(box, want))
             else:
-                report.say(f"    WRONG  {describe(name, actual, expected)}")
+                report.say(f"    WRONG  {describe(name, actual, want)}")
         else:
-            report.say(f"    right  {name} (relative error {rel_error(actual, expected):.1e})")
+            report.say(f"    right  {name} (relative error {rel_error(actual, want):.1e})")
     line = _localise(spec, [r[0] for r in rows], wrong)
     if line:
         report.say("  " + line)
     first = True
     ruled_out = _ruled_out(spec, c, [r[0] for r in rows], wrong)
-    for name, actual, expected, candidates in rows:
+    for name, actual, want, candidates in rows:
         if name in wrong and actual is not None:
             candidates = [None if i in ruled_out else cand for i, cand in enumerate(candidates)]
-            name_it(spec, name, actual, candidates, report, c, expected, quiet=not first, k=k,
+            name_it(spec, name, actual, candidates, report, c, want, quiet=not first, k=k,
                     numeric=(lambda index: _central(spec, box, c, name, index)) if first else None)
             first = False
     return False

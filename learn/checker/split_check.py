@@ -251,7 +251,7 @@ def _fused(dx, dx_f, grads_w, grads_f, want, total, report: Report, mark) -> boo
     pairs = [("dx", dx, dx_f, want["dx"])] + [(n, grads_w[n], grads_f.get(n), total[n]) for n in total]
     for name, split, fused, expected in pairs:
         if not (isinstance(fused, Tensor) and same(fused, expected, RIGHT)):
-            report.fail(f"  your class's fused backward() (given) is wrong: " + describe(name, fused, expected)
+            report.fail("  your class's fused backward() (given) is wrong: " + describe(name, fused, expected)
                         + ".  Restore it from python -m learn start linear_split --solution")
             mark(BITS, False)
             return False
