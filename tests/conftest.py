@@ -57,6 +57,21 @@ def assert_all_pass(results, rtol: float = RTOL) -> None:
         assert r.rel_autograd is not None and r.rel_autograd < rtol, r.describe()
 
 
+def train_step(model, opt):
+    """The README's training step as a function of the batch (zero_grad, forward, cross-entropy, backward, step),
+    returning the loss: what the compiled-step tests compile."""
+    from losses import CrossEntropyLoss
+    crit = CrossEntropyLoss()
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = crit(model(x), y)
+        model.backward(crit.backward())
+        opt.step()
+        return loss
+    return step
+
+
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     """max|a - b| / max|b|: the relative error of ``a`` against the reference ``b``."""
     return ((a - b).abs().max() / b.abs().max().clamp_min(1e-300)).item()

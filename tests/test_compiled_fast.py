@@ -7,7 +7,7 @@ import torch
 
 import optimizers
 from layers import Dropout, Linear, ReLU, Sequential
-from losses import CrossEntropyLoss
+from tests.conftest import train_step
 from training.compiled_fast import GuardFreeStep
 
 pytestmark = pytest.mark.slow
@@ -18,15 +18,7 @@ def _setup(seed=0):
     torch.manual_seed(seed)
     model = Sequential(Linear(6, 8, dtype=f64), ReLU(), Dropout(0.0), Linear(8, 3, dtype=f64))
     opt = optimizers.Adam(model.parameters(), lr=0.01)
-    crit = CrossEntropyLoss()
-
-    def step(x, y):
-        opt.zero_grad()
-        loss = crit(model(x), y)
-        model.backward(crit.backward())
-        opt.step()
-        return loss
-    return model, opt, step
+    return model, opt, train_step(model, opt)
 
 
 def _batches(n=10, seed=1):

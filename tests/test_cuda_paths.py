@@ -1,6 +1,7 @@
 """Every path that trains on a GPU computes there what it computes on the CPU: the GPT, the recurrent layers,
 multi-head attention, the compiled whole step, mixed precision with its loss scale, and train.py's text and CNN
-runs. float64 to 1e-10; bfloat16 and float16 within their rounding. (Marked cuda: skipped without a device.)"""
+runs. float64 to 1e-10; bfloat16 and float16 within their rounding. (Marked cuda: skipped without a device. The
+float16 loss scale's overflow and recovery on a GPU: tests/test_precision.py, parametrized by device.)"""
 import json
 
 import pytest
@@ -8,12 +9,11 @@ import torch
 import torch.nn.functional as F
 
 import train
-from layers import GRU, LSTM, RNN, Linear, MultiheadAttention, ReLU, Sequential
+from layers import GRU, LSTM, RNN, MultiheadAttention
 from losses import CrossEntropyLoss
 from models import GPT, Net
 from optimizers import SGD, Adam, AdamW
-from tests.conftest import named_grads, write_tiny_mnist
-from training.precision.loss_scale import DynamicLossScaler
+from tests.conftest import named_grads, train_step, write_tiny_mnist
 from training.precision.master import MasterWeights
 
 pytestmark = pytest.mark.cuda
@@ -135,27 +135,15 @@ def test_multihead_attention_float64_on_cuda_equals_cpu():
         assert err(g_gpu, grads[name]) < 1e-10, name
 
 
-def _step(net, opt):
-    crit = CrossEntropyLoss()
-
-    def step(x, y):
-        opt.zero_grad()
-        loss = crit(net(x), y)
-        net.backward(crit.backward())
-        opt.step()
-        return loss
-    return step
-
-
 @pytest.mark.parametrize("fast", [False, True], ids=["compiled", "compiled-fast"])
 def test_compiled_whole_step_on_cuda_equals_eager_over_ten_steps(fast):
     torch.manual_seed(7)
     eager_net = Net(hidden_size=32, depth=2, device=CUDA, dtype=F64)
     comp_net = Net(hidden_size=32, depth=2, device=CUDA, dtype=F64)
     comp_net.load_state_dict(eager_net.state_dict())
-    eager = _step(eager_net, Adam(eager_net.parameters(), lr=1e-2))
+    eager = train_step(eager_net, Adam(eager_net.parameters(), lr=1e-2))
     comp_opt = Adam(comp_net.parameters(), lr=1e-2)
-    compiled = torch.compile(_step(comp_net, comp_opt), fullgraph=True)
+    compiled = torch.compile(train_step(comp_net, comp_opt), fullgraph=True)
     if fast:
         from training.compiled_fast import GuardFreeStep
         compiled = GuardFreeStep(compiled, comp_net, comp_opt)
@@ -166,35 +154,6 @@ def test_compiled_whole_step_on_cuda_equals_eager_over_ten_steps(fast):
         assert err(compiled(x, y), eager(x, y)) < 1e-10
     for (name, a), (_, b) in zip(comp_net.named_parameters(), eager_net.named_parameters()):
         assert err(a, b) < 1e-10, name
-
-
-def test_mixed_precision_loss_scale_on_cuda_skips_overflow_and_recovers():
-    """float16 on the GPU with float32 master weights: gradients that overflow at the first scales are skipped
-    while the scale halves, then every step is taken and the loss falls, as on the CPU."""
-    torch.manual_seed(0)
-    net = Sequential(Linear(8, 16), ReLU(), Linear(16, 2)).to(CUDA)
-    master = MasterWeights(net, cast_to=torch.float16)
-    opt = SGD(master.parameters(), lr=0.05)
-    scaler = DynamicLossScaler(growth_interval=5, device=CUDA)
-    crit = CrossEntropyLoss()
-    x = (torch.randn(256, 8) * 30).half().to(CUDA)  # dW = x^T dout * 2^16 overflows float16
-    y = (x[:, 0] > 0).long()
-    stepped, scales, losses = [], [], []
-    for _ in range(30):
-        master.zero_grad()
-        losses.append(crit(net(x), y).item())
-        net.backward(crit.backward(scaler.scale_loss_grad()))
-        master.grads_to_master(scaler)
-        stepped.append(scaler.step(opt))
-        scaler.update()
-        master.master_to_model()
-        scales.append(scaler.get_scale())
-    first_ok = stepped.index(True)
-    assert first_ok >= 1 and not any(stepped[:first_ok]) and all(stepped[first_ok:])
-    assert scales[:first_ok] == [2.0 ** (15 - i) for i in range(first_ok)]
-    assert losses[-1] < 0.5 * losses[first_ok]
-    assert all(m.device.type == "cuda" and m.dtype == torch.float32 and torch.isfinite(m).all()
-               for m in master.parameters())
 
 
 def test_bfloat16_master_weights_on_cuda_follow_the_autocast_twin():

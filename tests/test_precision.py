@@ -218,16 +218,17 @@ def test_scaler_follows_grad_scaler(fused, factors):
     assert ours.state_dict() == theirs.state_dict()
 
 
-def test_scaler_skips_nonfinite_steps_and_recovers():
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_scaler_skips_nonfinite_steps_and_recovers(device):
     """A model whose float16 gradients overflow at scale 2^16: the first steps are skipped while the scale
     halves, then it trains (loss falls), and after growth_interval clean steps the scale doubles."""
     torch.manual_seed(0)
-    net = Sequential(Linear(8, 16), ReLU(), Linear(16, 2))
+    net = Sequential(Linear(8, 16), ReLU(), Linear(16, 2)).to(device)
     master = MasterWeights(net, cast_to=torch.float16)
     opt = SGD(master.parameters(), lr=0.05)
-    scaler = DynamicLossScaler(growth_interval=5)
+    scaler = DynamicLossScaler(growth_interval=5, device=torch.device(device))
     crit = CrossEntropyLoss()
-    x = (torch.randn(256, 8) * 30).half()  # big inputs: dW = x^T dout * 2^16 overflows float16 (65504)
+    x = (torch.randn(256, 8) * 30).half().to(device)  # big inputs: dW = x^T dout * 2^16 overflows float16 (65504)
     y = (x[:, 0] > 0).long()
     scales, stepped, losses = [], [], []
     for _ in range(30):
@@ -245,7 +246,8 @@ def test_scaler_skips_nonfinite_steps_and_recovers():
     assert all(stepped[first_ok:])  # recovered: every later step taken
     assert scales[first_ok + 4] == 2 * scales[first_ok - 1]  # 5 clean steps: grown
     assert losses[-1] < 0.5 * losses[first_ok]
-    assert all(torch.isfinite(m).all() for m in master.parameters())
+    assert all(m.device.type == device and m.dtype == torch.float32 and torch.isfinite(m).all()
+               for m in master.parameters())
 
 
 def test_scaler_disabled_is_a_no_op():
