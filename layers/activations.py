@@ -186,9 +186,11 @@ class GELU(_Activation):
         "tanh":  dx = dout * (1/2 (1 + t) + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)),  t = tanh(u)
 
     Keeps x and out (out is held anyway: the next layer keeps it as its input).  "none" reads Phi(x) off the
-    forward's result, Phi(x) = out / x (Phi(0) = 1/2 where that is 0/0), and phi as 2^(-x^2/2 log2 e - log2
-    sqrt(2 pi)): no erf and no exp in backward (both several times slower than exp2 on the CPU, measured with
-    torch 2.14), and one (N, ...) temporary, which becomes dx.  "tanh" recomputes t.
+    forward's result, Phi(x) = 1/2 + (out - x/2) / x, and phi as 2^(-x^2/2 log2 e - log2 sqrt(2 pi)): no erf,
+    erfc or exp in backward (each slower than exp2 on the CPU, and erfc and exp many times slower where their
+    results underflow; docs/benchmarks.md).  Not out / x: where x is subnormal, out = x Phi(x) ~ x/2 keeps too few
+    digits to divide by x, while out - x/2 is then exactly 0 (both round x/2 alike), so Phi = 1/2, as it should;
+    at x = 0 both are 0/0, set to 1/2.  "tanh" recomputes t.
 
     ``recompute_output = True`` (llm.c's ``recompute``; the GPT's MLP sets it): keep only x, and compute out again
     when it is needed -- ``recompute()`` returns it for the caller that did not keep it either (the next
@@ -247,7 +249,8 @@ class GELU(_Activation):
         if out is None:
             out = torch.nn.functional.gelu(x)  # recompute_output without recompute(): computed here
         g = torch.addcmul(x.new_full((), _LOG2_INV_SQRT_2PI), x, x, value=-0.5 * _LOG2E).exp2_()  # (N, ...) phi(x)
-        g.mul_(x).addcdiv_(out, x)  # x phi(x) + Phi(x), Phi(x) = out / x: 0/0 = nan where x = 0
+        torch.addcmul(x.new_full((), 0.5), g, x, out=g)  # 1/2 + x phi(x)
+        g.addcdiv_(torch.add(out, x, alpha=-0.5), x)  # + (out - x/2) / x: Phi(x) + x phi(x), nan where x = 0 (0/0)
         # x = 0: Phi(0) + 0 = 1/2.  nan_to_num would also turn a nan in x into 1/2: adding 0 * x puts it back
         # (0 * nan = nan; 0 for any finite x).  Two in-place passes, where x == 0 and masked_fill_ took ten times
         # as long (a boolean tensor; measured).

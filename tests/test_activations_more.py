@@ -1,5 +1,6 @@
 """GELU, LeakyReLU, SiLU, LogSoftmax and Dropout (with SeededDropout): gradient checks, torch.nn parity,
 in-place variants, conversion, a random nn.Sequential of the new layers, bad input."""
+import math
 import random
 
 import pytest
@@ -106,6 +107,30 @@ def test_activation_errors():
         layer.backward(torch.randn(2, 3))
         with pytest.raises(RuntimeError, match="backward called before forward"):
             layer.backward(torch.randn(2, 3))
+
+
+@pytest.mark.parametrize("recompute", [False, True])
+@pytest.mark.parametrize("dtype", [f64, torch.float32])
+def test_gelu_backward_is_exact_at_zero_subnormal_and_far_inputs(dtype, recompute):
+    """dx = dout (Phi(x) + x phi(x)) where a shortcut goes wrong: 0 and -0 (1/2), subnormal x (1/2: out = x Phi(x)
+    rounds away the digits that out / x would need), far below and above 0, nan (nan); against the formula in
+    Python's float64 math, with the output kept or recomputed.  Errors are measured against the derivative's own
+    scale, 1 (far below 0 it is a difference of two terms, as in torch's own backward)."""
+    sub = torch.finfo(dtype).tiny * torch.finfo(dtype).eps  # the smallest subnormal: x/2 rounds for an odd multiple
+    xs = [0.0, -0.0, sub, -sub, 3 * sub, -7 * sub, 12345 * sub, 1e-30, -3.0, -8.0, 5.0, 40.0, 1.5, -0.7]
+    x = torch.tensor(xs, dtype=dtype)
+    layer = GELU()
+    layer.recompute_output = recompute
+    layer(x)
+    dx = layer.backward(torch.ones_like(x)).double()
+    want = torch.tensor([0.5 * math.erfc(-v / math.sqrt(2)) + v * math.exp(-v * v / 2) / math.sqrt(2 * math.pi)
+                         for v in x.double().tolist()], dtype=f64)  # the values as rounded to dtype
+    err = (dx - want).abs() / want.abs().clamp_min(1.0)
+    assert err.max().item() < (1e-15 if dtype == f64 else 5e-7), (x, dx, want)  # a few units of rounding
+    assert (dx[:8] == 0.5).all()  # Phi(0) = 1/2, and x phi(x) vanishes for every |x| this small
+    layer(torch.tensor([math.nan, 0.0], dtype=dtype))
+    dx = layer.backward(torch.ones(2, dtype=dtype))
+    assert math.isnan(dx[0].item()) and dx[1].item() == 0.5
 
 
 def test_a_forward_without_backward_does_not_leave_a_stale_cache():
