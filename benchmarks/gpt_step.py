@@ -8,7 +8,9 @@ The default preset is nanoGPT's CPU configuration and train.py's --model gpt def
 n_embd 128, block_size 64, batch 12, vocab 65); gpt2-small is 12 layers of 768 with a 1024 window (a GPU's shape).
 "speed vs twin" = t_twin / t_handgrad (> 1 is faster); tokens/s = batch x block_size / t.  ``--compile`` adds the
 twin under torch.compile (the model, as PyTorch users compile it) and handgrad's whole iteration under
-torch.compile(fullgraph=True).  ``--fused`` adds handgrad's eager iteration with the fused kernels on
+torch.compile(fullgraph=True).  Each hand-written row has a twin row "activations held": the same step with
+``GPT.recompute = False`` (the LayerNorms' and GELU's outputs held from forward to backward, as autograd holds
+them, instead of computed again).  ``--fused`` adds handgrad's eager iteration with the fused kernels on
 (layers/fused.py: GELU's and LayerNorm's backward each one compiled pass), on a model of its own.
 Peak memory: the most tensor memory one iteration held at once (benchmarks/memory.py); on the CPU the weights,
 gradients and optimizer state count from the first operation that touches them (both sides alike: the
@@ -71,7 +73,8 @@ def with_fused_kernels(step):
     return fused_step
 
 
-def steps(model, twin, opt, opt_t, x, y, V: int, compiled=None, hand_compiled=None, hand_fused=None):
+def steps(model, twin, opt, opt_t, x, y, V: int, compiled=None, hand_compiled=None, hand_fused=None, extra=None):
+    """The candidates, name -> step; ``extra``: more hand-written rows, added after the first two."""
     handgrad = hand_step(model, opt, x, y, V)
 
     def make_twin(fwd):
@@ -83,6 +86,7 @@ def steps(model, twin, opt, opt_t, x, y, V: int, compiled=None, hand_compiled=No
         return twin_step
 
     cands = {"handgrad GPT + handgrad AdamW": handgrad, "nn.Module twin + torch.optim.AdamW": make_twin(twin)}
+    cands.update(extra or {})
     if hand_fused is not None:
         cands["handgrad eager, fused kernels"] = hand_fused
     if hand_compiled is not None:
@@ -183,25 +187,36 @@ def main(argv: list[str] | None = None) -> int:
     g = torch.Generator(device=device).manual_seed(1)
     x = torch.randint(0, cfg["vocab_size"], (cfg["batch"], cfg["block_size"]), generator=g, device=device)
     y = torch.randint(0, cfg["vocab_size"], (cfg["batch"], cfg["block_size"]), generator=g, device=device)
+    V = cfg["vocab_size"]
+
+    def held(label: str, wrap=lambda step: step):
+        """A row of its own: handgrad with GPT.recompute = False (the activations held, as autograd holds them)."""
+        m, _, o, _ = build(cfg, device, dtype)
+        m.recompute = False
+        return {f"{label}, activations held": wrap(hand_step(m, o, x, y, V))}
+
+    extra = held("handgrad eager")
     compiled = hand_compiled = None
     if args.compile:  # the twin's model compiled; handgrad's whole iteration, on a model of its own
         compiled = torch.compile(twin)
         model_c, _, opt_c, _ = build(cfg, device, dtype)
-        hand_compiled = torch.compile(hand_step(model_c, opt_c, x, y, cfg["vocab_size"]), fullgraph=True)
+        hand_compiled = torch.compile(hand_step(model_c, opt_c, x, y, V), fullgraph=True)
+        extra.update(held("handgrad compiled", lambda step: torch.compile(step, fullgraph=True)))
     hand_fused = None
     if args.fused:  # handgrad's eager iteration with layers/fused.py's kernels, on a model of its own
         model_f, _, opt_f, _ = build(cfg, device, dtype)
-        hand_fused = with_fused_kernels(hand_step(model_f, opt_f, x, y, cfg["vocab_size"]))
-    cands = steps(model, twin, opt, opt_t, x, y, cfg["vocab_size"], compiled, hand_compiled, hand_fused)
+        hand_fused = with_fused_kernels(hand_step(model_f, opt_f, x, y, V))
+        extra.update(held("handgrad fused kernels", with_fused_kernels))
+    cands = steps(model, twin, opt, opt_t, x, y, V, compiled, hand_compiled, hand_fused, extra)
     times = interleaved(cands, args.repeats, args.warmup, device, clock=args.clock)
     mems = {name: peak_mb(fn, device) for name, fn in cands.items()}
     print(timing.machine(device, args.clock))
     print(f"{args.dtype}; GPT {cfg}; malloc: {'keeps freed memory (as train.py)' if retained else 'default'}")
-    print(f"{'candidate':<40} {'ms/iter':>9} {'tokens/s':>10} {'speed vs twin':>14} {'peak MB':>9}")
+    print(f"{'candidate':<44} {'ms/iter':>9} {'tokens/s':>10} {'speed vs twin':>14} {'peak MB':>9}")
     ref = times["nn.Module twin + torch.optim.AdamW"]
     tokens = cfg["batch"] * cfg["block_size"]
     for name, t in times.items():
-        print(f"{name:<40} {t * 1e3:>9.2f} {tokens / t:>10.0f} {ref / t:>13.2f}x {mems[name]:>9.1f}")
+        print(f"{name:<44} {t * 1e3:>9.2f} {tokens / t:>10.0f} {ref / t:>13.2f}x {mems[name]:>9.1f}")
     if args.profile:
         for name in ("handgrad GPT + handgrad AdamW", "nn.Module twin + torch.optim.AdamW"):
             print(f"\n{name}: the operators that took the most time, over 3 iterations\n{top_ops(cands[name], device)}")

@@ -108,13 +108,17 @@ class MLP(Composite):
     GELU's output is not held from forward to backward (llm.c's ``recompute``): GELU keeps its input h, c_proj
     does not keep its input gelu(h), and backward computes gelu(h) again -- the same bits -- for c_proj's
     weight gradient and GELU's own backward.  One (B, T, 4C) pass more per step; one (B, T, 4C) tensor fewer
-    held per block, the largest a block has."""
+    held per block, the largest a block has.  ``recompute = False``: gelu(h) is held instead (as torch's autograd
+    holds it), one pass fewer."""
+
+    class Saved(NamedTuple):
+        recomputed: bool  # gelu(h) was not held: computed again in backward
 
     def __init__(self, n_embd: int, dropout: float, bias: bool, *, device=None, dtype=None) -> None:
         kw = {"device": device, "dtype": dtype}
         self.c_fc = Linear(n_embd, 4 * n_embd, bias=bias, **kw)
         self.gelu = GELU()
-        self.gelu.recompute_output = True
+        self.recompute = True
         self.c_proj = Linear(4 * n_embd, n_embd, bias=bias, **kw)
         self.dropout = Dropout(dropout)
 
@@ -123,12 +127,14 @@ class MLP(Composite):
 
     def forward(self, x: Tensor, *, keep_input: bool = True):
         """``keep_input=False``: x is not held (c_fc's input); backward then takes it back as ``input=``."""
+        r = self.gelu.recompute_output = self.recompute
         h = self.c_fc.forward(x, keep_input=keep_input)  # (B, T, 4C)
-        return self.dropout(self.c_proj.forward(self.gelu(h), keep_input=False)), None  # the children keep it all
+        return self.dropout(self.c_proj.forward(self.gelu(h), keep_input=not r)), self.Saved(r)  # children keep the rest
 
-    def backward(self, dy: Tensor, saved: None, input: Tensor | Callable[[], Tensor] | None = None) -> Tensor:
+    def backward(self, dy: Tensor, saved: Saved, input: Tensor | Callable[[], Tensor] | None = None) -> Tensor:
         """dy (B, T, C) -> dx.  ``input`` as in ``CausalSelfAttention.backward``."""
-        dg = self.back(self.c_proj, self.dropout.backward(dy), input=self.gelu.recompute())  # gelu(h) again
+        g = self.gelu.recompute() if saved.recomputed else None  # gelu(h) again, or c_proj kept it
+        dg = self.back(self.c_proj, self.dropout.backward(dy), input=g)
         return self.back(self.c_fc, self.gelu.backward(dg), input=input() if callable(input) else input)
 
 
@@ -138,7 +144,11 @@ class Block(Composite):
 
     The LayerNorms' outputs are not held from forward to backward: each LayerNorm keeps its input anyway (and
     its mean and 1/std), so backward computes its output again, bit for bit, for the next Linear's weight
-    gradient.  One (B, T, C) pass more per LayerNorm; two (B, T, C) tensors fewer held per block."""
+    gradient.  One (B, T, C) pass more per LayerNorm; two (B, T, C) tensors fewer held per block.
+    ``recompute = False`` (``GPT.recompute``): the Linears keep their inputs instead, as autograd does."""
+
+    class Saved(NamedTuple):
+        recomputed: bool  # the LayerNorms' outputs were not held: computed again in backward
 
     def __init__(self, n_embd: int, n_head: int, dropout: float, bias: bool, *, device=None, dtype=None) -> None:
         kw = {"device": device, "dtype": dtype}
@@ -146,6 +156,7 @@ class Block(Composite):
         self.attn = CausalSelfAttention(n_embd, n_head, dropout, bias, **kw)
         self.ln_2 = LayerNorm(n_embd, bias=bias, **kw)
         self.mlp = MLP(n_embd, dropout, bias, **kw)
+        self.recompute = True
 
     def named_children(self) -> Iterator[tuple[str, BaseLayer]]:
         return iter((("ln_1", self.ln_1), ("attn", self.attn), ("ln_2", self.ln_2), ("mlp", self.mlp)))
@@ -153,14 +164,17 @@ class Block(Composite):
     def forward(self, x: Tensor):
         # Each sum is added into the branch's output (a fresh tensor no layer keeps), not into x: ln_1 and ln_2
         # keep their inputs for backward.  One (B, T, C) allocation per residual fewer.
-        x = self.attn.forward(self.ln_1(x), keep_input=False).add_(x)
-        return self.mlp.forward(self.ln_2(x), keep_input=False).add_(x), None  # the children keep it all
+        r = self.recompute
+        x = self.attn.forward(self.ln_1(x), keep_input=not r).add_(x)
+        return self.mlp.forward(self.ln_2(x), keep_input=not r).add_(x), self.Saved(r)  # the children keep the rest
 
-    def backward(self, dy: Tensor, saved: None) -> Tensor:
+    def backward(self, dy: Tensor, saved: Saved) -> Tensor:
         # y = x + f(x) sends dy both ways: dx = dy + f'(x)^T dy.  Added into the LayerNorms' dx (fresh); dy itself
-        # may be a layer's cached tensor, so never written.  Each branch's Linear gets its LayerNorm's output again.
-        dy = self.back(self.ln_2, self.back(self.mlp, dy, input=self.ln_2.recompute)).add_(dy)
-        return self.back(self.ln_1, self.back(self.attn, dy, input=self.ln_1.recompute)).add_(dy)
+        # may be a layer's cached tensor, so never written.  Each branch's Linear gets its LayerNorm's output again
+        # (a function: called only when the Linear needs it), unless it kept it.
+        r = saved.recomputed
+        dy = self.back(self.ln_2, self.back(self.mlp, dy, input=self.ln_2.recompute if r else None)).add_(dy)
+        return self.back(self.ln_1, self.back(self.attn, dy, input=self.ln_1.recompute if r else None)).add_(dy)
 
 
 class GPT(Composite):
@@ -263,6 +277,20 @@ class GPT(Composite):
         super().to(device, dtype)
         self._lay_out_flat()
         return self
+
+    @property
+    def recompute(self) -> bool:
+        """llm.c's ``recompute``: True (the default) holds neither the LayerNorms' nor GELU's outputs from forward
+        to backward and computes them again there (three (B, T, C)-sized tensors fewer held per block, one of them
+        4C wide); False holds them, as torch's autograd does, and saves those passes.  The same gradients, bit
+        for bit, either way."""
+        return all(block.recompute and block.mlp.recompute for block in self.h)
+
+    @recompute.setter
+    def recompute(self, value: bool) -> None:
+        check_bool("GPT", "recompute", value)
+        for block in self.h:
+            block.recompute = block.mlp.recompute = value
 
     def extra_repr(self) -> str:
         return (f"vocab_size={self.vocab_size}, block_size={self.block_size}, n_layer={self.n_layer}, "

@@ -306,11 +306,13 @@ def _gpt_batch():
     return torch.randint(0, 11, (2, 6), generator=g), torch.randint(0, 11, (2, 6), generator=g)
 
 
-def test_gpt_steps_with_its_flat_adamw_are_not_refused_and_match_the_twin():
-    """The GPT's own training step: recomputed LayerNorm and GELU outputs, residuals added in place into fresh
-    tensors, parameters in one block updated by one kernel (AdamW's flat path) after backward -- no refusal, and
-    three steps equal the nn.Module twin's under torch.optim.AdamW."""
+@pytest.mark.parametrize("recompute", [True, False])
+def test_gpt_steps_with_its_flat_adamw_are_not_refused_and_match_the_twin(recompute):
+    """The GPT's own training step: recomputed LayerNorm and GELU outputs (or held ones), residuals added in place
+    into fresh tensors, parameters in one block updated by one kernel (AdamW's flat path) after backward -- no
+    refusal, and three steps equal the nn.Module twin's under torch.optim.AdamW."""
     gpt = _gpt()
+    gpt.recompute = recompute
     twin = gpt.to_torch()
     opt = optimizers.AdamW(gpt.parameters(), lr=1e-2)
     topt = torch.optim.AdamW(twin.parameters(), lr=1e-2)

@@ -142,3 +142,29 @@ def test_gelu_output_recomputed_then_changed_in_place_is_refused():
     gelu.recompute().mul_(2)  # the recomputed output is kept for backward, as the forward's would be
     with pytest.raises(RuntimeError, match="its output was modified in place"):
         gelu.backward(torch.ones(3, 4, dtype=f64))
+
+
+def test_the_gpt_with_its_activations_held_gives_the_same_gradients_bit_for_bit():
+    """GPT.recompute = False holds the LayerNorms' and GELU's outputs (the Linears keep their inputs, as autograd
+    does) instead of computing them again: the same logits and gradients, bit for bit, two steps in a row."""
+    grads = {}
+    for recompute in (True, False):
+        torch.manual_seed(4)
+        gpt = GPT(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=8, dtype=f64)
+        gpt.recompute = recompute
+        assert gpt.recompute is recompute
+        g = torch.Generator().manual_seed(5)
+        for _ in range(2):
+            idx = torch.randint(0, 11, (2, 8), generator=g)
+            logits = gpt(idx)
+            for block in gpt.h:  # what each Linear and GELU holds
+                held = block.mlp.c_proj._saved.x is not None
+                assert held is (not recompute) and (block.attn.c_attn._saved.x is not None) is held
+                assert (block.mlp.gelu._saved.out is not None) is held
+            gpt.backward(torch.randn(logits.shape, generator=g, dtype=f64))
+        grads[recompute] = (logits, {n: p.grad.clone() for n, p in gpt.named_parameters()})
+    assert torch.equal(grads[True][0], grads[False][0])
+    for name, grad in grads[True][1].items():
+        assert torch.equal(grad, grads[False][1][name]), name
+    with pytest.raises(ValueError, match="GPT: recompute must be a bool"):
+        gpt.recompute = 1
