@@ -235,8 +235,10 @@ class GELU(_Activation):
 
     def backward(self, dout: Tensor, saved: Saved) -> Tensor:
         x, out = saved
+        if out is None and self.approximate == "none":
+            out = torch.nn.functional.gelu(x)  # recompute_output without recompute(): computed here
         if fused.usable(x, dout):  # the docstring's formula as one compiled pass (layers/fused.py), where on
-            dx = fused.gelu_backward(x, dout, self.approximate)
+            dx = fused.gelu_backward(x, out, dout, self.approximate)
             if dx is not None:
                 return dx
         # In-place chains on as few buffers as possible: the same formulas as the docstring.
@@ -246,10 +248,8 @@ class GELU(_Activation):
             right = torch.mul(t, t).neg_().add_(1.0).mul_(x).mul_(0.5 * _SQRT_2_OVER_PI)  # x/2 (1-t^2) sqrt(2/pi)
             right.mul_(x2.mul_(3 * 0.044715).add_(1.0))  # ... (1 + 3 * 0.044715 x^2)
             return right.add_(t.add_(1.0).mul_(0.5)).mul_(dout)  # (N, ...)
-        if out is None:
-            out = torch.nn.functional.gelu(x)  # recompute_output without recompute(): computed here
         g = torch.addcmul(x.new_full((), _LOG2_INV_SQRT_2PI), x, x, value=-0.5 * _LOG2E).exp2_()  # (N, ...) phi(x)
-        torch.addcmul(x.new_full((), 0.5), g, x, out=g)  # 1/2 + x phi(x)
+        g = torch.addcmul(x.new_full((), 0.5), g, x)  # 1/2 + x phi(x)
         g.addcdiv_(torch.add(out, x, alpha=-0.5), x)  # + (out - x/2) / x: Phi(x) + x phi(x), nan where x = 0 (0/0)
         # x = 0: Phi(0) + 0 = 1/2.  nan_to_num would also turn a nan in x into 1/2: adding 0 * x puts it back
         # (0 * nan = nan; 0 for any finite x).  Two in-place passes, where x == 0 and masked_fill_ took ten times

@@ -34,6 +34,8 @@ _compiled: dict[str, Callable | None] = {}  # name -> compiled kernel; None: it 
 
 _SQRT1_2 = 1.0 / math.sqrt(2.0)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+_LOG2E = 1.0 / math.log(2.0)  # e^y = 2^(y log2 e)
+_LOG2_INV_SQRT_2PI = -0.5 * math.log2(2.0 * math.pi)  # 2^this = 1 / sqrt(2 pi)
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _DTYPES = (torch.float32, torch.float64)
 
@@ -72,12 +74,13 @@ def usable(*tensors: Tensor) -> bool:
 
 # -- the math each kernel fuses ------------------------------------------------------------------------------
 
-def gelu_backward_math(x: Tensor, dout: Tensor) -> Tensor:
+def gelu_backward_math(x: Tensor, out: Tensor, dout: Tensor) -> Tensor:
     """GELU ("none"): out = x Phi(x), so dx = dout * (Phi(x) + x phi(x)), Phi the standard normal CDF and phi its
-    density.  One pass: reads x and dout, writes dx."""
-    cdf = 0.5 * (1.0 + torch.erf(x * _SQRT1_2))  # Phi(x)
-    pdf = torch.exp(-0.5 * x * x) * _INV_SQRT_2PI  # phi(x)
-    return dout * (cdf + x * pdf)
+    density; Phi read off the output as the layer reads it, 1/2 + (out - x/2) / x (1/2 at x = 0), which needs no
+    erf (slow in the generated code).  One pass: reads x, out and dout, writes dx."""
+    pdf = torch.exp2(x * x * (-0.5 * _LOG2E) + _LOG2_INV_SQRT_2PI)  # phi(x), as the layer computes it
+    g = (0.5 + x * pdf) + (out - 0.5 * x) / x  # Phi(x) + x phi(x), in the layer's order
+    return dout * torch.where(x == 0, 0.5, g)
 
 
 def gelu_tanh_backward_math(x: Tensor, dout: Tensor) -> Tensor:
@@ -124,11 +127,12 @@ def call(name: str, math_fn: Callable, *args):
         return None
 
 
-def gelu_backward(x: Tensor, dout: Tensor, approximate: str) -> Tensor | None:
-    """GELU's dx in one pass, or None (the caller's plain math runs)."""
+def gelu_backward(x: Tensor, out: Tensor, dout: Tensor, approximate: str) -> Tensor | None:
+    """GELU's dx in one pass (``out``: the forward's output, read by "none"), or None (the caller's plain math
+    runs)."""
     if approximate == "tanh":
         return call("gelu_tanh_backward", gelu_tanh_backward_math, x, dout)
-    return call("gelu_backward", gelu_backward_math, x, dout)
+    return call("gelu_backward", gelu_backward_math, x, out, dout)
 
 
 def layer_norm_backward(dout: Tensor, x: Tensor, mean: Tensor, invstd: Tensor,
