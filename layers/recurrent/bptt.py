@@ -16,8 +16,8 @@ forward    A = x @ W_ih^T + b             the input projections of all T steps: 
                         the gate arithmetic on the (N, G*H) slab, written with out= into preallocated
                         buffers (the product's (N, G*H) result is the loop's only allocation)
 backward   the factors of the gate derivatives that do not depend on the upstream gradient (LSTM's
-           o * (1 - tanh(c)^2), every sigmoid's s * (1 - s), ...): computed for all steps at once, before
-           the loop, as a few large elementwise kernels
+           o * (1 - tanh(c)^2), every sigmoid's s * (1 - s), ...): computed before the loop, as a few
+           elementwise kernels over all steps (the LSTM's over a few steps at a time, from cache)
            per step:    dh = dy[t] + dA[t+1] @ W_hh          one product, add fused (dh_next of the textbook)
                         dA[t] = dh * factors                  2-4 elementwise kernels
            after the loop, each one matrix product over all T*N rows:
