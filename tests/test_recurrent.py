@@ -224,9 +224,23 @@ def _textbook(kind, layer, x, state, dout, dstate, sfx="_l0"):
 @pytest.mark.parametrize("reverse", [False, True])
 def test_fast_path_equals_the_textbook_loop(kind, reverse):
     """One layer, each direction: the reverse direction is the textbook loop run on the time-reversed sequence."""
+    _against_textbook(kind, reverse, T=9)
+
+
+@pytest.mark.parametrize("kind", ["lstm", "lstm_proj"])
+def test_lstm_factors_by_chunks_equal_the_textbook_loop(kind):
+    """The LSTM's backward computes its gate factors a few steps at a time (bptt._FACTOR_STEPS): every length from
+    one step to past two chunks -- the last chunk whole or partial, in either direction -- is the textbook loop."""
+    from layers.recurrent import bptt
+    for T in range(1, 2 * bptt._FACTOR_STEPS + 2):
+        _against_textbook(kind, False, T=T)
+        _reverse_grads_against_textbook(kind, T=T)
+
+
+def _against_textbook(kind, reverse, *, T):
     ours, _ = pair(kind, input_size=4, hidden_size=5, bidirectional=reverse)
     g = torch.Generator().manual_seed(3)
-    T, N = 9, 3
+    N = 3
     x = torch.randn(T, N, 4, generator=g, dtype=f64)
     hx = states_for(ours, N, g)
     out, hn = ours(x, hx)
@@ -255,9 +269,13 @@ def test_fast_path_equals_the_textbook_loop(kind, reverse):
 
 def test_reverse_direction_gradients_equal_the_textbook_loop():
     """A bidirectional layer's reverse weights get exactly the textbook loop's gradients on the reversed sequence."""
-    ours, _ = pair("lstm_proj", input_size=4, hidden_size=5, bidirectional=True)
+    _reverse_grads_against_textbook("lstm_proj", T=6)
+
+
+def _reverse_grads_against_textbook(kind, *, T):
+    ours, _ = pair(kind, input_size=4, hidden_size=5, bidirectional=True)
     g = torch.Generator().manual_seed(4)
-    x = torch.randn(6, 2, 4, generator=g, dtype=f64)
+    x = torch.randn(T, 2, 4, generator=g, dtype=f64)
     out, (h, c) = ours(x)
     dout = torch.randn(out.shape, generator=g, dtype=f64)
     ours.backward(dout)

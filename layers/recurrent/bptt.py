@@ -16,8 +16,8 @@ forward    A = x @ W_ih^T + b             the input projections of all T steps: 
                         the gate arithmetic on the (N, G*H) slab, written with out= into preallocated
                         buffers (the product's (N, G*H) result is the loop's only allocation)
 backward   the factors of the gate derivatives that do not depend on the upstream gradient (LSTM's
-           o * (1 - tanh(c)^2), every sigmoid's s * (1 - s), ...): computed for all steps at once, before
-           the loop, as a few large elementwise kernels
+           o * (1 - tanh(c)^2), every sigmoid's s * (1 - s), ...): computed before the loop, as a few
+           elementwise kernels over all steps (the LSTM's over a few steps at a time, from cache)
            per step:    dh = dy[t] + dA[t+1] @ W_hh          one product, add fused (dh_next of the textbook)
                         dA[t] = dh * factors                  2-4 elementwise kernels
            after the loop, each one matrix product over all T*N rows:
@@ -221,6 +221,30 @@ def lstm_forward(x: Tensor, p: DirParams, h0: Tensor | None, c0: Tensor | None, 
     return hs[1:T + 1], (hs[last], cs[last]), Cache(x2, p, reverse, hs, act, (cs, tc, rs, A))
 
 
+_FACTOR_STEPS = 4  # time steps per pass of _lstm_factors: their slabs stay in cache from one pass to the next
+
+
+def _lstm_factors(act: Tensor, c_prev: Tensor, tc: Tensor, K: Tensor, Kc: Tensor) -> None:
+    """The factors of the LSTM's gate derivatives that do not depend on the upstream gradient, for the steps of
+    ``act`` (S, N, 4H) = [i, f, g, o], ``c_prev`` c_{t-1} and ``tc`` tanh(c_t) (S, N, H):
+
+        K  = [g i (1 - i),  c_{t-1} f (1 - f),  i (1 - g^2),  tanh(c) o (1 - o)]      into K (S, N, 4H)
+        Kc = o (1 - tanh(c)^2)                                                    into Kc (S, N, H)
+
+    ``lstm_backward`` calls it on a few steps at a time: each pass after the first then reads what the one before
+    left in cache, where over the whole sequence every pass would go to memory."""
+    S, N, H4 = act.shape
+    H = H4 // 4
+    gi, _, gg, go = act.view(S, N, 4, H).unbind(2)  # (S, N, H) views
+    torch.addcmul(act, act, act, value=-1, out=K)  # (S, N, 4H) s (1 - s) for every gate (g's slot replaced below)
+    Ki, Kf, Kg, Ko = K.view(S, N, 4, H).unbind(2)  # (S, N, H) views
+    Ki.mul_(gg)  # g i (1 - i)
+    Kf.mul_(c_prev)  # c_{t-1} f (1 - f)
+    torch.addcmul(gi, torch.mul(gi, gg, out=Kc), gg, value=-1, out=Kg)  # i (1 - g^2); Kc is scratch for i g
+    Ko.mul_(tc)  # tanh(c) o (1 - o)
+    torch.addcmul(go, torch.mul(go, tc, out=Kc), tc, value=-1, out=Kc)  # o (1 - tanh(c)^2)
+
+
 def lstm_backward(dy: Tensor, dh_n: Tensor | None, dc_n: Tensor | None, cache: Cache, *, need_dh0: bool,
                   need_dx: bool = True, dx: Tensor | None = None
                   ) -> tuple[Tensor | None, Tensor | None, Tensor, Grads]:
@@ -237,24 +261,24 @@ def lstm_backward(dy: Tensor, dh_n: Tensor | None, dc_n: Tensor | None, cache: C
         dc_next for step t-1 = dc * f,   dh for step t-1 = dy_{t-1} + da @ W_hh       (da = [da_i, da_f, da_g, da_o])
 
     Everything but dr and dc above is known from the forward: the factors K = [g i(1-i), c_{t-1} f(1-f),
-    i (1-g^2), tanh(c) o(1-o)] (T, N, 4H) and o (1 - tanh(c)^2) (T, N, H) are computed for all steps before the
-    loop, which is left with one product (two with P > 0) and four elementwise kernels per step.
+    i (1-g^2), tanh(c) o(1-o)] (T, N, 4H) and o (1 - tanh(c)^2) (T, N, H) are computed before the loop
+    (``_lstm_factors``), which is left with one product (two with P > 0) and four elementwise kernels per step.
     """
     x2, p, reverse, hs, act, (cs, tc, rs, K) = cache
     T, N, Ho = dy.shape
     H = act.shape[2] // 4
-    gi, gf, gg, go = act.view(T, N, 4, H).unbind(2)  # (T, N, H) views
+    gf = act.view(T, N, 4, H)[:, :, 1]  # (T, N, H) f
     steps, off = _steps(T, reverse)
-    # The factors, for all steps at once; K reuses the forward's input-projection buffer.
-    torch.addcmul(act, act, act, value=-1, out=K)  # (T, N, 4H) s (1 - s) for every gate (g's slot replaced below)
-    Ki, Kf, Kg, Ko = K.view(T, N, 4, H).unbind(2)  # (T, N, H) views
-    Ki.mul_(gg)  # g i (1 - i)
-    Kf.mul_(cs[off:off + T])  # c_{t-1} f (1 - f)
-    torch.addcmul(gi, gi * gg, gg, value=-1, out=Kg)  # i (1 - g^2)
-    Ko.mul_(tc)  # tanh(c) o (1 - o)
-    Kc = torch.addcmul(go, go * tc, tc, value=-1)  # (T, N, H) o (1 - tanh(c)^2)
-    K3 = K.view(T, N, 4, H)[:, :, :3]  # (T, N, 3, H) the factors that multiply dc
-    dA = torch.empty_like(act)  # (T, N, 4H) dL/da per step
+    # The factors, before the loop; K reuses the forward's input-projection buffer.
+    Kc = dy.new_empty(T, N, H)  # (T, N, H) o (1 - tanh(c)^2)
+    c_prev = cs[off:off + T]  # (T, N, H) c_{t-1}
+    for s in range(0, T, _FACTOR_STEPS):
+        e = s + _FACTOR_STEPS
+        _lstm_factors(act[s:e], c_prev[s:e], tc[s:e], K[s:e], Kc[s:e])
+    K3, Ko = K.view(T, N, 4, H)[:, :, :3], K.view(T, N, 4, H)[:, :, 3]  # (T, N, 3, H) the factors of dc; of dr
+    # dA is written over K, step by step: each step's da reads that step's factors only, and a buffer of this
+    # size is a fresh mapping of memory (page faults) where it is allocated anew.
+    dA = K  # (T, N, 4H) dL/da per step
     dA3, dAo = dA.view(T, N, 4, H)[:, :, :3], dA.view(T, N, 4, H)[:, :, 3]
     dc = dy.new_zeros(N, H) if dc_n is None else dc_n.clone()  # (N, H) dc_next
     dhs = dy.new_empty(T, N, Ho) if rs is not None else None  # (T, N, P) dh per step, for dW_hr
