@@ -15,7 +15,7 @@ them, instead of computed again).  ``--fused`` adds handgrad's eager iteration w
 Peak memory: the most tensor memory one iteration held at once (benchmarks/memory.py); on the CPU the weights,
 gradients and optimizer state count from the first operation that touches them (both sides alike: the
 hand-written step keeps its gradients between steps and zeroes them first, the twin's are allocated in backward).
-By default glibc keeps freed memory, as train.py has it (training/allocator.py); --glibc-default leaves it be.
+By default glibc keeps freed memory, as train.py has it (benchmarks/timing.py); --glibc-default leaves it be.
 The breakdown times each kind of layer's forward+backward inside the hand-written iteration (torch.profiler).
 """
 from __future__ import annotations
@@ -28,7 +28,6 @@ import torch.nn.functional as F
 from models import GPT
 from losses import CrossEntropyLoss
 from optimizers import AdamW, clip_grad_norm_
-from training.allocator import retain_freed_memory
 
 from memory import peak_mb  # sibling scripts: benchmarks/ is sys.path[0] when a script here runs
 import timing
@@ -168,16 +167,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--compile", action="store_true",
                     help="also the twin under torch.compile, and handgrad's iteration compiled whole")
-    ap.add_argument("--glibc-default", action="store_true",
-                    help="leave glibc's malloc as it is (by default it keeps freed memory, as train.py has it: "
-                         "training/allocator.py)")
     ap.add_argument("--profile", action="store_true",
                     help="also where each eager iteration's time goes, operator by operator (torch.profiler: on a GPU "
                          "each kernel's device time), for the hand-written iteration and the twin's")
     ap.add_argument("--fused", action="store_true",
                     help="also handgrad's eager iteration with the fused kernels on (layers/fused.py)")
     args = ap.parse_args(argv)
-    retained = False if args.glibc_default else retain_freed_memory()
     device = args.device
     cfg = dict(PRESETS[args.preset])
     if args.batch:
@@ -211,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     times = interleaved(cands, args.repeats, args.warmup, device, clock=args.clock)
     mems = {name: peak_mb(fn, device) for name, fn in cands.items()}
     print(timing.machine(device, args.clock))
-    print(f"{args.dtype}; GPT {cfg}; malloc: {'keeps freed memory (as train.py)' if retained else 'default'}")
+    print(f"{args.dtype}; GPT {cfg}")
     print(f"{'candidate':<44} {'ms/iter':>9} {'tokens/s':>10} {'speed vs twin':>14} {'peak MB':>9}")
     ref = times["nn.Module twin + torch.optim.AdamW"]
     tokens = cfg["batch"] * cfg["block_size"]

@@ -8,7 +8,8 @@ call did, which other processes on a shared machine inflate far less than its wa
 and memory bandwidth).  ``machine``: the header line saying where and under what load a figure was measured.
 ``parser``: an argument parser with ``--threads`` (torch.set_num_threads, applied as the arguments are parsed; not
 given, chosen from the load by training.threads and printed), ``--device`` (checked, one line where it does not
-exist here) and, for scripts that take it, ``--clock``; its errors are one line.  (Imported by the sibling
+exist here), ``--glibc-default`` (without it glibc's malloc keeps freed memory, as train.py has it:
+training/allocator.py) and, for scripts that take it, ``--clock``; its errors are one line.  (Imported by the sibling
 scripts: benchmarks/ is sys.path[0] when one of them runs.)
 """
 from __future__ import annotations
@@ -23,9 +24,11 @@ from collections.abc import Callable, Mapping
 import torch
 
 from training import UsageError, resolve_device
+from training.allocator import retain_freed_memory
 from training.threads import use_threads
 
 CLOCKS = ("wall", "cpu")
+MALLOC = "glibc's default"  # what the parsed command line made of malloc (the header says it)
 
 
 def interleaved(cands: Mapping[str, Callable], repeats: int, warmup: int, device: torch.device,
@@ -77,7 +80,8 @@ def machine(device: torch.device, clock: str = "wall") -> str:
     load = f"{os.getloadavg()[0]:.2f}" if hasattr(os, "getloadavg") else "n/a"
     what = "CPU time of the calling thread" if clock == "cpu" else "wall time"
     return (f"torch {torch.__version__}, {device}{gpu}; CPU {cpu_name()}, {os.cpu_count()} cores, "
-            f"{threads} thread{'' if threads == 1 else 's'}; clock: {clock} ({what}); load average at start {load}")
+            f"{threads} thread{'' if threads == 1 else 's'}; clock: {clock} ({what}); load average at start {load}; "
+            f"malloc: {MALLOC}")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -86,6 +90,10 @@ class _Parser(argparse.ArgumentParser):
 
     def parse_args(self, args=None, namespace=None):
         ns = super().parse_args(args, namespace)
+        global MALLOC
+        # as train.py has it (training/allocator.py): a step's freed activations kept, not faulted back in next step
+        ns.retained = False if ns.glibc_default else retain_freed_memory()
+        MALLOC = "keeps freed memory (as train.py)" if ns.retained else "glibc's default"
         if getattr(ns, "threads", 0) is None:  # not given: as many as the load leaves cores free, said in one line
             print(f"threads: {use_threads(None)}")
             ns.threads = torch.get_num_threads()
@@ -121,6 +129,9 @@ def parser(doc: str, device: bool = True, clock: bool = False) -> argparse.Argum
     p.add_argument("--threads", type=int, action=_SetThreads, default=None, metavar="N",
                    help=f"CPU threads for torch's operations (default: the cores the load average leaves free, at "
                         f"most {torch.get_num_threads()} here; printed at the start)")
+    p.add_argument("--glibc-default", action="store_true",
+                   help="leave glibc's malloc as it is (by default it keeps freed memory, as train.py has it: "
+                        "training/allocator.py)")
     if clock:
         p.add_argument("--clock", choices=CLOCKS, default="wall",
                        help="wall time (default), or the calling thread's CPU time (needs --threads 1): steadier on a "
