@@ -13,7 +13,7 @@ CONFIGS = [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1), dict(k
 
 
 @pytest.mark.parametrize("kw", CONFIGS, ids=str)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
 def test_max_pool_equals_the_plane_kernel_on_ties_and_nans(kw, dtype):
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, 3, (3, 5, 9, 10), generator=g).to(dtype)  # three values: ties in most windows
