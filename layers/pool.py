@@ -127,8 +127,18 @@ class MaxPool2d(_Pool2d):
     def forward(self, x: Tensor):
         """x: (N, C, H, W) -> out: (N, C, H_out, W_out); unbatched (C, H, W) -> (C, H_out, W_out)."""
         x4 = self._batched(x)
-        out, idx = F.max_pool2d(x4, self._k, self._s, self._p, self._dilation, self.ceil_mode,
+        xp = x4
+        if x4.device.type == "cpu" and not torch.compiler.is_compiling() \
+                and not x4.is_contiguous(memory_format=torch.channels_last):
+            # ATen's CPU kernel for a channels-last plane runs its windows across channels in vector lanes; the
+            # one for (N, C, H, W) walks each plane alone, several times slower than copying into that layout
+            # first (benchmarks/cnn_step.py).  The same maxima and argmaxes (flat in each H*W plane, first on
+            # a tie), and out is given back in x's layout.
+            xp = x4.contiguous(memory_format=torch.channels_last)
+        out, idx = F.max_pool2d(xp, self._k, self._s, self._p, self._dilation, self.ceil_mode,
                                 return_indices=True)  # (N, C, H_out, W_out) values and flat argmax in H*W
+        if xp is not x4:
+            out, idx = out.contiguous(), idx.contiguous()
         if x4 is not x:
             out = out.squeeze(0)  # unbatched
         return out, self.Saved(idx, x4.shape, x.shape, self.Fused(x, out, versions(x, out)))
