@@ -128,12 +128,13 @@ class MaxPool2d(_Pool2d):
         """x: (N, C, H, W) -> out: (N, C, H_out, W_out); unbatched (C, H, W) -> (C, H_out, W_out)."""
         x4 = self._batched(x)
         xp = x4
-        if x4.device.type == "cpu" and not torch.compiler.is_compiling() \
+        if x4.device.type == "cpu" and x4.shape[1] >= 8 and not torch.compiler.is_compiling() \
                 and not x4.is_contiguous(memory_format=torch.channels_last):
             # ATen's CPU kernel for a channels-last plane runs its windows across channels in vector lanes; the
             # one for (N, C, H, W) walks each plane alone, several times slower than copying into that layout
-            # first (benchmarks/cnn_step.py).  The same maxima and argmaxes (flat in each H*W plane, first on
-            # a tie), and out is given back in x's layout.
+            # first where there are channels enough to fill the lanes (from 8; with 3 the copies cost more:
+            # docs/benchmarks.md).  The same maxima and argmaxes (flat in each H*W plane, first on a tie), and
+            # out is given back in x's layout.
             xp = x4.contiguous(memory_format=torch.channels_last)
         out, idx = F.max_pool2d(xp, self._k, self._s, self._p, self._dilation, self.ceil_mode,
                                 return_indices=True)  # (N, C, H_out, W_out) values and flat argmax in H*W

@@ -12,15 +12,20 @@ CONFIGS = [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1), dict(k
            dict(kernel_size=3, stride=2, ceil_mode=True)]
 
 
+@pytest.mark.parametrize("channels", [9, 5], ids=["through channels-last", "plane kernel (few channels)"])
 @pytest.mark.parametrize("kw", CONFIGS, ids=str)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
-def test_max_pool_equals_the_plane_kernel_on_ties_and_nans(kw, dtype):
+def test_max_pool_equals_the_plane_kernel_on_ties_and_nans(kw, dtype, channels, monkeypatch):
+    seen = []  # the layout each pool's input had
+    real = F.max_pool2d
+    monkeypatch.setattr(F, "max_pool2d", lambda x, *a, **k: seen.append(x.is_contiguous()) or real(x, *a, **k))
     g = torch.Generator().manual_seed(0)
-    x = torch.randint(0, 3, (3, 5, 9, 10), generator=g).to(dtype)  # three values: ties in most windows
+    x = torch.randint(0, 3, (3, channels, 9, 10), generator=g).to(dtype)  # three values: ties in most windows
     x[0, 1, 2, 3] = x[2, 4, 7, 1] = float("nan")
     layer = MaxPool2d(**kw)
     out = layer(x)
-    want, idx = F.max_pool2d(x, layer._k, layer._s, layer._p, layer._dilation, layer.ceil_mode, return_indices=True)
+    assert seen == [channels < 8]  # the layer's own call: channels-last from 8 channels, else the plane kernel
+    want, idx = real(x, layer._k, layer._s, layer._p, layer._dilation, layer.ceil_mode, return_indices=True)
     assert out.is_contiguous() and torch.equal(out.isnan(), want.isnan())
     assert torch.equal(out.nan_to_num(), want.nan_to_num()) and torch.equal(layer._saved.idx, idx)
     dout = torch.randn(out.shape, generator=g, dtype=dtype)
