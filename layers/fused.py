@@ -32,8 +32,6 @@ from torch import Tensor
 _enabled = False
 _compiled: dict[str, Callable | None] = {}  # name -> compiled kernel; None: it failed to compile, plain math used
 
-_SQRT1_2 = 1.0 / math.sqrt(2.0)
-_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 _LOG2E = 1.0 / math.log(2.0)  # e^y = 2^(y log2 e)
 _LOG2_INV_SQRT_2PI = -0.5 * math.log2(2.0 * math.pi)  # 2^this = 1 / sqrt(2 pi)
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
