@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from . import fused
+from .fused import _LOG2_INV_SQRT_2PI, _LOG2E, _SQRT_2_OVER_PI  # the constants of GELU's formulas, once
 from .checks import check_bool, check_int, check_number
 from .layer import BaseLayer
 from .saved import check_versions, versions
@@ -173,9 +174,6 @@ class LeakyReLU(_Activation):
         return torch.where(positive, dout, dout * self.negative_slope)
 
 
-_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
-_LOG2E = 1.0 / math.log(2.0)  # e^y = 2^(y log2 e)
-_LOG2_INV_SQRT_2PI = -0.5 * math.log2(2.0 * math.pi)  # 2^this = 1 / sqrt(2 pi)
 
 
 class GELU(_Activation):
