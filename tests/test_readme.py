@@ -104,3 +104,20 @@ def test_ci_installs_and_tests_exactly_as_the_readme_says():
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     slow = next(b for b in blocks if b.endswith(".venv/bin/python -m pytest -q -m slow"))
     assert plain in ci and test in ci and slow in ci, "CI must run README's set-up and test commands word for word"
+    before = ci[:ci.index(plain)]
+    assert not [line for line in before if line.strip() and not line.startswith(("#", "set ", "export ", "cd "))], \
+        f"CI does something before README's set-up command that a new user would not: {before}"
+    quick = [c for c in (b.strip() for b in blocks) if c.startswith(".venv/bin/python -m learn")][0].splitlines()
+    at = [ci.index(line) for line in quick]
+    assert at == sorted(at) and ci.index(plain) < at[0] and at[-1] < ci.index(test) < ci.index(slow), \
+        "CI runs README's Quick start after its set-up and before its tests, as a learner does, in the README's order"
+
+
+def test_nothing_gitignore_names_is_tracked():
+    """A tracked file that .gitignore names reaches every fresh clone (a tracked .venv link broke the set-up)."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    r = subprocess.run(["git", "ls-files", "-ci", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert not r.stdout.strip(), f"tracked, though .gitignore names them (git rm --cached them): {r.stdout.split()}"
