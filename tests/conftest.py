@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import gzip
 import os
+import shutil
 import struct
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,7 +32,81 @@ SLOW_FILES = {"test_benchmarks.py", "test_compile.py", "test_fused.py", "test_di
               "test_distributed_faults.py",
               "test_parallel_composition.py", "test_zero.py", "test_tensor_parallel.py",
               "test_learn_teach_autograder.py", "test_train_model_parallel.py", "test_train_tensor_pipeline.py",
-              "test_tp_backward_split.py"}
+              "test_tp_backward_split.py", "test_home_isolation.py"}
+
+
+# -- the user's own files stay out of reach ---------------------------------------------------------------------------
+# A learner runs the suite in the home where `learn` keeps their exercises and progress: the whole session sees a
+# fresh home of its own instead (the learner's folder, matplotlib's and Jupyter's folders, every cache under it), and
+# the compilers' caches in one folder of the system's temporary directory, kept between sessions so that `pytest -q`
+# and `pytest -q -m slow` build each kernel once.  Set when pytest is configured: before any test module is imported
+# (matplotlib reads its folder at import), and inherited by every process a test starts.
+
+_HOME_VARIABLES = ("HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "MPLCONFIGDIR",
+                   "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "IPYTHONDIR",
+                   "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "HANDGRAD_LEARN_DIR")
+_isolated: dict[str, object] = {}
+
+
+def _fingerprint(folder: Path) -> dict[str, tuple[int, int]]:
+    """{path: (size, mtime)} of everything under ``folder`` that a test could have touched; {} if there is none."""
+    found = {}
+    for root, dirs, files in os.walk(folder, onerror=lambda e: None):
+        for name in dirs + files:
+            path = Path(root, name)
+            try:
+                st = path.lstat()
+            except OSError:
+                continue
+            found[str(path.relative_to(folder))] = (st.st_size, st.st_mtime_ns)
+    return found
+
+
+def _the_users_folders() -> list[Path]:
+    """The folders of the user's home that the suite's tools would write into if it ran in that home."""
+    home = Path(os.path.expanduser("~"))
+    learn = Path(os.environ["HANDGRAD_LEARN_DIR"]).expanduser() if os.environ.get("HANDGRAD_LEARN_DIR") else None
+    return [p for p in (learn, home / "handgrad-learn", home / ".cache" / "torch_extensions", home / ".triton",
+                        home / ".config" / "matplotlib", home / ".cache" / "matplotlib") if p is not None]
+
+
+def pytest_configure(config):
+    session = Path(tempfile.mkdtemp(prefix="handgrad-tests-"))
+    caches = Path(tempfile.gettempdir()) / f"handgrad-tests-cache-{os.getuid()}"
+    folders = _the_users_folders()
+    _isolated.update(session=session, saved={k: os.environ.get(k) for k in _HOME_VARIABLES},
+                     before={p: _fingerprint(p) for p in folders})
+    home = session / "home"
+    values = {"HOME": home, "XDG_CONFIG_HOME": home / ".config", "XDG_CACHE_HOME": home / ".cache",
+              "XDG_DATA_HOME": home / ".local" / "share", "XDG_STATE_HOME": home / ".local" / "state",
+              "MPLCONFIGDIR": home / ".config" / "matplotlib", "IPYTHONDIR": home / ".ipython",
+              "JUPYTER_CONFIG_DIR": home / ".jupyter", "JUPYTER_DATA_DIR": home / ".local" / "share" / "jupyter",
+              "JUPYTER_RUNTIME_DIR": home / ".local" / "share" / "jupyter" / "runtime",
+              "TORCHINDUCTOR_CACHE_DIR": caches / "inductor", "TRITON_CACHE_DIR": caches / "triton",
+              "TORCH_EXTENSIONS_DIR": caches / "torch_extensions"}
+    for key, folder in values.items():
+        folder.mkdir(parents=True, exist_ok=True)
+        os.environ[key] = str(folder)
+    os.environ.pop("HANDGRAD_LEARN_DIR", None)  # learn's default folder, ~/handgrad-learn, is now the session's
+
+
+def pytest_unconfigure(config):
+    for key, value in _isolated.get("saved", {}).items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    if "session" in _isolated:
+        shutil.rmtree(_isolated["session"], ignore_errors=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def the_users_files_untouched():
+    """The session runs in its own home (pytest_configure); at its end, the user's own folders are as they were."""
+    assert Path(os.path.expanduser("~")) == _isolated["session"] / "home"
+    yield
+    changed = [str(folder) for folder, before in _isolated["before"].items() if _fingerprint(folder) != before]
+    assert not changed, f"the test session changed the user's own files in {changed}"
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects
