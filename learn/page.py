@@ -86,7 +86,8 @@ def _forward_steps() -> list[dict]:
         "node": None, "edge": None, "formula": "",
         "text": "The data and the weights: the four XOR inputs x (one row per example) with their targets t, and "
                 "the weights W1, b1, W2, b2, drawn at random as torch.nn.Linear draws them. Everything else is "
-                "still to be computed. Press Next to run the forward pass, one node at a time.",
+                "still to be computed. Next runs the forward pass node by node, then the backward pass: each gradient "
+                "dL/d(tensor) arrives along an edge as downstream times local, the chain rule; then one update.",
         "entries": []}
     steps = [
         ("z1", "z1 = x W1ᵀ + b1",

@@ -1,6 +1,6 @@
 """The step-through page: build_walk's numbers equal torch.autograd's, and the page, clicked through in headless
 Chromium, reveals them node by node, the backward's only once reached, ends with an SGD update that lowers the loss,
-names the mistake a wrong prediction matches, links each step to its exercise, and fits a 1280 x 800 screen.
+names the mistake a wrong prediction matches, links each step to its exercise, and fits a 1280 x 800 window; the README's picture of it is the page as it is.
 
 The browser tests need Debian's Chromium and its driver (``apt-get install chromium chromium-driver``) and
 selenium.  Without Chromium they are skipped, saying what to install, except where ``$CI`` is set (CI installs
@@ -8,6 +8,7 @@ it: a missing browser there is a failure); HANDGRAD_SKIP_BROWSER=1 skips them on
 """
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import re
@@ -22,6 +23,7 @@ from learn.exercises import BY_NAME
 from learn.page import LR, build_walk, write_page
 from learn.page_predict import wrong_answers
 
+ROOT = Path(__file__).resolve().parents[1]
 SEED = 7  # its weights make some gradients print as 3.901e-5: the exponent form is checked too
 FORWARD = ["z1", "h", "z2", "y", "loss"]  # the node each forward step computes, in order
 BACKWARD = ["loss", "y", "z2", "W2", "b2", "h", "z1", "W1", "b1"]  # the gradient each backward step reveals
@@ -168,9 +170,10 @@ def test_page_is_one_file_that_asks_nothing_of_the_network(tmp_path):
 
 # ---- the page in headless Chromium -----------------------------------------------------------------------
 
-CHROMIUM_FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--no-first-run", "--window-size=1440,1300"]
+SCREENSHOT = importlib.util.spec_from_file_location("page_screenshot", ROOT / "scripts" / "page_screenshot.py")
+screenshot = importlib.util.module_from_spec(SCREENSHOT)
+SCREENSHOT.loader.exec_module(screenshot)
+CHROMIUM_FLAGS = screenshot.FLAGS  # the README's picture is taken in the browser these tests drive
 INSTALL = "apt-get install chromium chromium-driver"
 
 
@@ -358,36 +361,53 @@ def test_page_predict_first_asks_before_revealing(browser, page):
     assert ("z2", "grad", "0,0") in shown
 
 
-def test_page_fits_1280_by_800_with_the_arithmetic_in_view(browser, page):
-    """At every step, in both modes, nothing is cut at the right and the lines entry by entry end above the fold."""
+def test_page_fits_a_1280_by_800_window_with_the_arithmetic_in_view(browser, page):
+    """At every step, in both modes, in the viewport a 1280 x 800 window leaves below its bars (1280 x 657): nothing
+    is cut at the right, nothing scrolls, and the lines entry by entry end above the fold."""
     open_page(browser, page)
     size = browser.get_window_size()
+    width, height = screenshot.VIEWPORT
     try:
-        inner = browser.execute_script("return [window.innerWidth, window.innerHeight]")
-        browser.set_window_size(size["width"] + 1280 - inner[0], size["height"] + 800 - inner[1])
+        screenshot.set_viewport(browser, width, height)
         open_page(browser, page)
-        assert browser.execute_script("return [window.innerWidth, window.innerHeight]") == [1280, 800]
         for predict in (False, True):
             if predict:
                 browser.find_element("id", "predict").click()
             nxt = browser.find_element("id", "next")
             while True:
                 where = f"{'predict ' if predict else ''}frame {browser.find_element('id', 'progress').text}"
-                width, height, loss_right, work_bottom = browser.execute_script("""
+                page_width, page_height, loss_right, work_bottom = browser.execute_script("""
                   const shown = Array.from(document.querySelectorAll('#work .work, #ask'))
                     .filter(e => e.checkVisibility());
                   return [document.documentElement.scrollWidth, document.documentElement.scrollHeight,
                           document.getElementById('node-loss').getBoundingClientRect().right,
                           Math.max(0, ...shown.map(e => e.getBoundingClientRect().bottom))];""")
-                assert width <= 1280 and loss_right <= 1280, f"{where}: {width} px wide, the loss node ends at " \
-                                                             f"{loss_right}"
-                assert height <= 800 and work_bottom <= 800, f"{where}: {height} px tall, the arithmetic ends at " \
-                                                             f"{work_bottom}"
+                assert page_width <= width and loss_right <= width, \
+                    f"{where}: {page_width} px wide, the loss node ends at {loss_right}"
+                assert page_height <= height and work_bottom <= height, \
+                    f"{where}: {page_height} px tall, the arithmetic ends at {work_bottom}"
                 if not nxt.is_enabled():
                     break
                 nxt.click()
     finally:
         browser.set_window_size(size["width"], size["height"])
+
+
+def test_the_readmes_picture_is_the_page_as_it_is(browser, tmp_path):
+    """scripts/page_screenshot.py's picture, taken now, equals the committed one: a changed page without a new
+    picture fails here.  A pixel counts as changed where a colour channel moved by more than 32 of 255, so that a
+    renderer's anti-aliasing may differ where the page does not."""
+    from PIL import Image, ImageChops
+    size = browser.get_window_size()
+    try:
+        now = Image.open(screenshot.shoot(browser, tmp_path / "now.png")).convert("RGB")
+    finally:
+        browser.set_window_size(size["width"], size["height"])
+    committed = Image.open(screenshot.FIGURE).convert("RGB")
+    redo = f"run python scripts/page_screenshot.py to take it again (this one is in {tmp_path / 'now.png'})"
+    assert now.size == committed.size, f"the README's picture is {committed.size}, the page {now.size}: {redo}"
+    changed = sum(1 for v in ImageChops.difference(now, committed).getdata() if max(v) > 32)
+    assert changed <= 10, f"the README's picture differs from the page in {changed} pixels: {redo}"
 
 
 @pytest.mark.parametrize("seed", [0, SEED])

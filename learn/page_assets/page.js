@@ -7,7 +7,7 @@ const walk = JSON.parse(document.getElementById("walk").textContent);
 const CHAIN = ["x", "z1", "h", "z2", "y", "loss"];
 const ABOVE = {z1: ["W1", "b1"], z2: ["W2", "b2"], loss: ["t"]};
 const GAP = 46;  // px between two boxes of the chain
-const EDGE_ROOM = 58;  // px between the row above and the chain: the arrows and their labels
+const EDGE_ROOM = 46;  // px between the row above and the chain: the arrows and their labels
 let laneTop = 0;  // where the labels of the chain's edges sit, in a lane below the chain (set by layOut)
 
 // ---- numbers -------------------------------------------------------------------------------------------
@@ -84,7 +84,7 @@ for (const node of walk.nodes) {
   boxes[node.id] = box;
 }
 
-// The edge each backward step's gradient flows along, labelled with that step's formula on two lines.
+// The edge each backward step's gradient flows along, labelled with that step's formula.
 const edgeStep = {};
 walk.steps.forEach((s, k) => { if (s.edge) edgeStep[s.edge.join(">")] = k; });
 const edgeLabels = {};
@@ -92,7 +92,7 @@ for (const [from, to] of walk.edges) {
   const k = edgeStep[`${from}>${to}`];
   if (k === undefined) continue;
   const [lhs, rhs] = walk.steps[k].formula.split(" = ");
-  const label = el("div", "edge-label", el("div", "", `${lhs} =`), el("div", "", rhs));
+  const label = el("div", "edge-label", `${lhs} = ${rhs}`);
   label.dataset.step = k;
   graph.append(label);
   edgeLabels[`${from}>${to}`] = label;
@@ -118,7 +118,7 @@ function layOut() {
   for (const id in boxes) boxes[id].style.left = boxes[id].offsetLeft + shift + "px";
   const chainBottom = chainTop + Math.max(...CHAIN.map(id => boxes[id].offsetHeight));
   laneTop = chainBottom + 10;
-  graph.style.height = laneTop + 40 + "px";
+  graph.style.height = laneTop + 24 + "px";
   graph.style.width = left - GAP + shift + "px";
 }
 layOut();
