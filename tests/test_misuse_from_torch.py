@@ -130,6 +130,20 @@ def test_added_tensors_and_subclasses_are_refused_naming_them():
         from_torch(container)
 
 
+def test_parameters_over_the_same_memory_are_refused_not_copied_apart():
+    """A tied transposed autoencoder: torch's two Parameters stay one memory; copies would drift apart silently."""
+    enc, dec = nn.Linear(6, 3), nn.Linear(3, 6)
+    dec.weight = nn.Parameter(enc.weight.T)
+    with pytest.raises(TypeError, match=r"^from_torch: 0\.weight and 2\.weight are two tensors over the same memory"):
+        from_torch(nn.Sequential(enc, nn.Tanh(), dec))
+    shared = torch.zeros(12)  # disjoint slices of one buffer are two tensors, each with memory of its own
+    a, b = nn.Linear(2, 3, bias=False), nn.Linear(2, 3, bias=False)
+    a.weight, b.weight = nn.Parameter(shared[:6].view(3, 2)), nn.Parameter(shared[6:].view(3, 2))
+    from_torch(nn.Sequential(a, b))  # converts
+    dec.weight = nn.Parameter(enc.weight.detach().T.clone())  # untied: converts, and trains the two apart
+    from_torch(nn.Sequential(enc, nn.Tanh(), dec))
+
+
 @pytest.mark.parametrize("build", [_tied_linears, _tied_embedding], ids=["linear-linear", "embedding-linear"])
 def test_to_torch_keeps_a_tied_weight_tied(build):
     torch.manual_seed(0)

@@ -36,7 +36,9 @@ def from_torch(module: nn.Module) -> BaseLayer:
     tensors -- each keeps its own cache for backward, and the shared weight's ``.grad`` receives both uses.
     A parameter shared by two modules (``l2.weight = l1.weight``; an Embedding tied to the output Linear) is
     likewise one tensor in both hand-written layers.  ``named_parameters()`` then names a shared tensor once,
-    state_dict under every name, as torch's do.  A parameter with ``requires_grad=False`` is frozen
+    state_dict under every name, as torch's do.  Two different tensors over the same memory (a transposed tie,
+    ``l2.weight = nn.Parameter(l1.weight.T)``) are refused: copies of them would drift apart.  A parameter with
+    ``requires_grad=False`` is frozen
     (``requires_grad_``): it gets no gradient.
 
     Each child keeps its own train/eval mode (``model.train(); bn.eval()``).  What the hand-written layers would
@@ -47,7 +49,29 @@ def from_torch(module: nn.Module) -> BaseLayer:
     if not isinstance(module, nn.Module):
         raise TypeError(f"from_torch: expected a torch.nn.Module, got {type(module).__name__}")
     _refuse_global_hooks()
+    _refuse_overlapping(module)
     return _convert(module, "", {}, {})
+
+
+def _refuse_overlapping(module: nn.Module) -> None:
+    """Refuse two different tensors over the same memory (``l2.weight = nn.Parameter(l1.weight.T)``, a tied
+    transposed autoencoder): copied apart, they would drift apart at the first step where torch's stay one."""
+    seen: dict[tuple, list[tuple[int, int, str]]] = {}
+    named = [*module.named_parameters(remove_duplicate=True), *module.named_buffers(remove_duplicate=True)]
+    for name, t in named:
+        if t.device.type == "meta" or t.numel() == 0:
+            continue
+        storage = t.untyped_storage()
+        start = t.storage_offset() * t.element_size()
+        span = 1 + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride(), strict=True))  # elements it reaches
+        end = start + span * t.element_size()
+        for other_start, other_end, other in seen.setdefault((t.device, storage.data_ptr()), []):
+            if start < other_end and other_start < end:
+                raise TypeError(f"from_torch: {other} and {name} are two tensors over the same memory (one a view "
+                                f"of the other, as a transposed tie is), which two hand-written layers cannot share: "
+                                f"copied apart they would drift apart at the first step; give {name} its own memory "
+                                f"(nn.Parameter(t.detach().clone())) to train the two apart")
+        seen[(t.device, storage.data_ptr())].append((start, end, name))
 
 
 _HOOKS = (("_forward_pre_hooks", "forward pre-hook"), ("_forward_hooks", "forward hook"),
