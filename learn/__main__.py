@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 
 from .exercises import BY_NAME, get
-from .files import NotebookError, notebook_code, work_dir
+from .files import NotebookError, check_command, notebook_code, work_dir
 
 
 def cmd_list(args) -> int:
@@ -72,7 +72,6 @@ def cmd_start(args) -> int:
     except OSError as e:
         print(f"cannot write {out}: {e.strerror or e}", file=sys.stderr)
         return 2
-    file = f" {out}" if args.out else ""  # the default file is the one check reads by default
     if args.nbgrader:
         print(f"wrote {out}: nbgrader's source notebook (the solution between ### BEGIN/END SOLUTION, the last cell "
               f"a locked test worth {args.points:g} point(s) that fails on a wrong answer); put it in your course's "
@@ -85,10 +84,10 @@ def cmd_start(args) -> int:
             ".venv/bin/pip install -e '.[notebook]')")
         print(f"wrote {out}: open it in Jupyter{jupyter}, fill in the parts marked '# YOUR CODE HERE', run the "
               f"cells; the last one checks your {ex.cls}. Or check it from a terminal:\n"
-              f"    python -m learn check {ex.name} {out}")
+              f"    {check_command(ex.name, out)}")
     else:
         print(f"wrote {out}: read it, fill in the parts marked '# YOUR CODE HERE', then check it with\n"
-              f"    python -m learn check {ex.name}{file}")
+              f"    {check_command(ex.name, out)}")
     return 0
 
 

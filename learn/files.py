@@ -10,6 +10,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import shlex
 import tempfile
 from pathlib import Path
 
@@ -44,6 +45,17 @@ def _temp_dir() -> Path:
     except (KeyError, OSError):  # no name for this uid
         user = str(os.getuid())
     return Path(tempfile.gettempdir()) / f"handgrad-learn-{user}"
+
+
+def check_command(name: str, file: str | Path | None = None) -> str:
+    """The command that checks ``file`` as exercise ``name``, written so that it works as printed wherever the learner
+    stands: the work folder's ``NAME.py`` (the default, also when ``file`` is None) needs no file name; any other
+    file is named by its absolute path."""
+    if file is not None:
+        path = Path(file).expanduser().resolve()
+        if path != (work_dir(create=False) / f"{name}.py").resolve():
+            return f"python -m learn check {name} {shlex.quote(str(path))}"
+    return f"python -m learn check {name}"
 
 
 class NotebookError(ValueError):

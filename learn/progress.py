@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .exercises import EXERCISES
+from .files import check_command
 
 STATE = ".handgrad-progress.json"
 
@@ -96,7 +97,7 @@ def recheck(folder: Path) -> list[str]:
             said.append(f"  {e.name}: {file} passes")
         elif code != 0 and e.name in passed:
             del passed[e.name]
-            said.append(f"  {e.name}: {file} no longer passes (python -m learn check {e.name} {file} says why)")
+            said.append(f"  {e.name}: {file} no longer passes ({check_command(e.name, folder / file)} says why)")
     save(folder, passed)
     return said
 
@@ -113,9 +114,8 @@ def table(folder: Path, verbose: bool = True) -> str:
     if verbose:
         todo = [e for e in EXERCISES if e.name not in passed]
         if todo:
-            lines.append(f"Next:  python -m learn start {todo[0].name}  (then python -m learn check {todo[0].name} "
-                         f"{todo[0].name}.py; stuck: python -m learn hint {todo[0].name}, python -m learn why "
-                         f"{todo[0].name})")
+            lines.append(f"Next:  python -m learn start {todo[0].name}  (then {check_command(todo[0].name)}; "
+                         f"stuck: python -m learn hint {todo[0].name}, python -m learn why {todo[0].name})")
         else:
             lines.append("The course is done: every exercise passes.")
     return "\n".join(lines) + "\n"

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .checker.guard import LearnerFailed
+from .files import check_command
 
 TOL = 1e-6  # relative difference of the losses that counts as parting (a right answer: ~1e-15)
 LEARNING_IS_NO_CHECK = ("Your loss still falls?  Your wrong gradient still trains: a falling loss is no gradient "
@@ -42,7 +43,7 @@ def run(race: Race, ex, file: str, steps: int, plot: str | None) -> int:
             a = race.mine(step)
         except LearnerFailed as e:
             print(e.text)
-            print(f"PART at step {step}: your code raised.  python -m learn check {ex.name} {file} tries it on "
+            print(f"PART at step {step}: your code raised.  {check_command(ex.name, file)} tries it on "
                   f"small inputs and says more.")
             return 1
         bs = [race.twins[n](step) for n in names]
@@ -65,8 +66,8 @@ def run(race: Race, ex, file: str, steps: int, plot: str | None) -> int:
         print(f"AGREE: {len(ours)} steps, the losses never more than {worst:.1e} apart (tolerance {TOL:g} "
               f"relative): your {ex.cls} trains as {' and '.join(names)} {'do' if len(names) > 1 else 'does'}.")
         return 0
-    print(f"PART at step {parted}: {race.first_part if parted == 1 else race.later_part}.  python -m learn check "
-          f"{ex.name} {file} names the tensor and, most often, the mistake.")
+    print(f"PART at step {parted}: {race.first_part if parted == 1 else race.later_part}.  "
+          f"{check_command(ex.name, file)} names the tensor and, most often, the mistake.")
     if len(ours) > 1 and ours[-1] < ours[0]:
         print(race.still_learns)
     return 1

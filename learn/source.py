@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from .exercises import Exercise
+from .files import check_command
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 _DEF = re.compile(r"^    def (\w+)\(")
@@ -35,7 +36,7 @@ def check_block(ex: Exercise, file: str) -> str:
     extra = f" --exercises {ex.folder}" if hasattr(ex, "folder") else ""  # a teacher's exercise: where its spec is
     return (f"\n{_RULES.get(ex.name, _LAYER_RULES)}\n\n"
             f"Check it (in a notebook: run its last cell):\n"
-            f"    python -m learn check {ex.name} {file}{extra}\n"
+            f"    {check_command(ex.name, file)}{extra}\n"
             f"A right answer prints PASS, every number equal to PyTorch's to about 1e-15 (float64 round-off;\n"
             f"the check accepts up to 1e-9).  A wrong one prints the tensor, its worst entry (expected and\n"
             f"yours) and, most often, the mistake by name.  Stuck?  python -m learn hint {ex.name}{extra}\n"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .derivations import DERIVATIONS
 from .exercises import get
+from .files import check_command
 
 
 def pointer(name: str) -> str:
@@ -32,5 +33,5 @@ def text(name: str) -> str:
 
 def main(args) -> int:
     print(text(args.name), end="")
-    print(f"\nYour file checked against it:  python -m learn check {args.name} {args.name}.py")
+    print(f"\nYour file checked against it:  {check_command(args.name)}")
     return 0

@@ -1,6 +1,8 @@
 """The exercises: every worked solution passes the checker, every stub fails cleanly, and start/hint/list work."""
 import json
 
+from pathlib import Path
+
 import pytest
 
 from learn.__main__ import main
@@ -44,7 +46,7 @@ def test_the_stub_fails_cleanly(tmp_path, name):
 def test_the_stub_says_what_to_do_and_how_to_check_it(name):
     stub = stub_text(BY_NAME[name], "mine.py")
     assert "TODO" in stub and "# YOUR CODE HERE" in stub and BEGIN not in stub
-    assert f"python -m learn check {name} mine.py" in stub and "1e-15" in stub
+    assert f"python -m learn check {name} {Path('mine.py').resolve()}" in stub and "1e-15" in stub
     assert BEGIN not in solution_text(BY_NAME[name], "mine.py")
 
 

@@ -8,6 +8,7 @@ import torch
 from learn.checker import check_path, planned
 from learn.checker.specs.tensor_parallel import _sharded
 from learn.exercises import BY_NAME
+from learn.files import check_command
 from learn.source import solution_text
 from tests.test_learn_mistakes import learner_file
 
@@ -88,7 +89,7 @@ def test_a_grader_sees_each_checked_item(name, items):
 def test_the_solutions_are_one_source_with_the_stub():
     for name in ("linear_split", "tensor_parallel"):
         text = solution_text(BY_NAME[name], f"{name}.py")
-        assert f"python -m learn check {name} {name}.py" in text and "### BEGIN" not in text
+        assert check_command(name, f"{name}.py") in text and "### BEGIN" not in text
 
 
 def test_dw_computed_in_b_is_found_wherever_b_keeps_it(tmp_path):
