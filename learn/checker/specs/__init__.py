@@ -24,4 +24,5 @@ def catalogue() -> list[tuple[str, Mistake]]:
     entries = [("any layer", m) for m in GENERIC]
     for name, spec in SPECS.items():
         entries += [(name, m) for m in spec.mistakes]
-    return entries
+    seen = set()  # one entry per mistake: a mistake replayed two ways (x < 0 and x <= 0) is listed once
+    return [(where, m) for where, m in entries if (where, m.key) not in seen and not seen.add((where, m.key))]

@@ -46,7 +46,9 @@ def _ce_large(g):
     x = _ce_inputs(g, 3, 4, std=200.0)
     x["logits"][0] += 800.0  # a row of logits near 800: exp overflows unless the row's max is subtracted first
     x["logits"][1] -= 800.0  # and near -800: exp underflows to 0, and log(0) is -inf
-    return x
+    row = x["logits"][2]
+    row[x["target"][2]] = row.max() - 900.0  # a target 900 below its row's max: its p underflows to 0, its
+    return x  # log-softmax is -900 all the same (log(softmax) gives log 0 = -inf)
 
 
 def _random_ce(g):
@@ -91,7 +93,8 @@ SOFTMAX_CROSS_ENTROPY = LayerSpec(
               lambda c: -_p(c)[range(len(c.target)), c.target].mean()),
     ],
     configs=[{"label": "one example (N = 1, C = 3)", "inputs": lambda g: _ce_inputs(g, 1, 3)},
-             {"label": "large logits (near +800 and -800 in some rows)", "inputs": _ce_large, "numeric": False},
+             {"label": "large logits (near +800 and -800 in some rows, a target 900 below its row's max)",
+              "inputs": _ce_large, "numeric": False},
              {"label": "two classes, N = 5", "inputs": lambda g: _ce_inputs(g, 5, 2)}],
     random=_random_ce,
     nan_hint=("exp overflowed or a log of 0: subtract each row's max before exp (shifted = logits - "
