@@ -48,7 +48,7 @@ INPUT_IN_PLACE = Mistake(
     "it wrote into its input (x[x < 0] = 0, x.clamp_(...), x -= ..., in forward or in backward).  The caller still needs it (the "
     "layer before keeps it for its own backward): compute a new tensor instead")
 CACHE_CHANGED = Mistake(
-    "cache-changed-in-place", "a second backward after the same forward that gives other gradients",
+    "cache-changed-in-place", "other gradients on a second backward after the same forward",
     "the first backward after a forward is right, the next is not: your backward changed a tensor its forward "
     "kept (self.diff *= 2, dlogits = self.p then dlogits[...] -= 1, s *= 1 - s: an in-place operation on the "
     "cache, or on a name bound to it).  A layer must give the same answer twice: compute new tensors (dlogits = "
@@ -65,8 +65,8 @@ SAVED_FAMILY = Mistake(
     "the two have the same shape, so nothing fails: check which tensor the formula needs")
 AXIS_FAMILY = Mistake(
     "wrong-axis", "its right formula with a sum over another axis",
-    "broadcasting lets a (1, D) stand where an (N, 1) belongs, so no shape error says so: sum over the axis the "
-    "forward's statistic (or broadcast) ran along")
+    "sum over the axis the forward's statistic (or broadcast) ran along; where the wrong sum still has a shape "
+    "that fits (broadcasting lets a (1, D) stand where an (N, 1) belongs), nothing fails to tell you")
 GENERIC = [OVERWRITE, DOUBLED, GRAD_NONE, DOUT_IN_PLACE, INPUT_IN_PLACE, CACHE_CHANGED, OVERFLOW, SAVED_FAMILY,
            AXIS_FAMILY]
 

@@ -20,7 +20,7 @@ WRONG_ANSWERS = [
     ("linear", "near", [("dweight = dout.T @ self.x ", "dweight = (dout.T.float() @ self.x.float()).double() ")],
      None),
     ("linear", "plain", [("out = x @ self.weight.T + self.bias", "out = x @ self.weight.T")], None),
-    ("linear", "plain", [("dbias = dout.sum(0)", "dbias = dout.sum(1)")], None),
+    ("linear", "plain", [("dbias = dout.sum(0)", "dbias = dout.sum(1)")], "wrong-axis"),
     # -- relu
     ("relu", "autograd", [("self.mask = x > 0  #", "self.x = x\n        self.mask = x > 0  #"),
                           ("dx = dout * self.mask", "x_ = self.x.clone().requires_grad_()\n"

@@ -82,5 +82,6 @@ def test_recheck_drops_what_no_longer_passes_and_adds_a_passing_file(tmp_path, c
 def test_an_unreadable_state_file_counts_as_nothing_passed(tmp_path, monkeypatch, capsys):
     (tmp_path / STATE).write_text("{not json")
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HANDGRAD_LEARN_DIR", str(tmp_path))  # the work folder progress reads, not the user's home
     assert main(["progress"]) == 0 and f"0 of {len(EXERCISES)} pass." in capsys.readouterr().out
     assert main(["progress", "--dir", str(tmp_path / "nowhere")]) == 2

@@ -25,14 +25,15 @@ class Reduce:
     """The sums of a formula, one call site after another: each over its own axis, or (a replay) site ``site``
     over ``axis`` instead.  ``seen`` records each site: (the summed tensor's dimensions, its axis, its label)."""
 
-    def __init__(self, site: int | None = None, axis: int | None = None):
-        self.site, self.axis, self.count, self.seen = site, axis, 0, []
+    def __init__(self, site: int | None = None, axis: int | None = None, keepdim: bool | None = None):
+        self.site, self.axis, self.keepdim, self.count, self.seen = site, axis, keepdim, 0, []
 
     def sum(self, t: Tensor, dim, keepdim: bool = False, label: str = "", mean: bool = False) -> Tensor:
         j, self.count = self.count, self.count + 1
-        self.seen.append((t.dim(), dim, label))
+        self.seen.append((t.dim(), dim, keepdim, label))
         if j == self.site:
             dim = self.axis
+            keepdim = keepdim if self.keepdim is None else self.keepdim
         return t.mean(dim, keepdim=keepdim) if mean else t.sum(dim, keepdim=keepdim)
 
     def mean(self, t: Tensor, dim, keepdim: bool = False, label: str = "") -> Tensor:
@@ -53,21 +54,19 @@ def _with(ctx, **changes) -> SimpleNamespace:
 def _saved_case(spec, name: str, a: str, b: str) -> Mistake:
     what = spec.saved
     formula = f"its right formula with {b} where {a} belongs"
-    why = (f"{b} ({what[b]}) has the shape of {a} ({what[a]}), so the product runs, but {name}'s formula needs "
-           f"{a}" + (f": {spec.where[name]}" if name in spec.where else ""))
+    why = f"{b} ({what[b]}) has the shape of {a} ({what[a]}), so nothing fails, but the formula needs {a}"
     return Mistake(SAVED_FAMILY.key, formula, why,
                    lambda c: {name: spec.formula(_with(c, **{a: getattr(c, b)}))[name]})
 
 
-def _axis_case(spec, name: str, site: int, axis: int, dims: int, was, label: str) -> Mistake:
-    def show(d):
-        return str(d if d is None or d >= 0 else d + dims)
+def _axis_case(spec, name: str, site: int, axis: int, keepdim: bool, dims: int, was) -> Mistake:
+    _, _, kept, label = was
     of = f" of {label}" if label else ""
-    formula = f"its right formula with the sum{of} over axis {axis} where axis {show(was)} belongs"
-    why = (f"broadcasting lets the wrong sum keep a shape that fits, so nothing fails: {AXIS_FAMILY.why}"
-           + (f" ({spec.where[name]})" if name in spec.where else ""))
-    return Mistake(AXIS_FAMILY.key, formula, why,
-                   lambda c: {name: spec.formula(_with(c, _reduce=Reduce(site, axis)))[name]})
+    how = f"{label or 'it'}.sum({axis}{', keepdim=True' if keepdim else ''})"
+    right = f"{label or 'it'}.sum({was[1] % dims}{', keepdim=True' if kept else ''})"
+    formula = f"its right formula with the sum{of} over axis {axis} ({how} where {right} belongs)"
+    return Mistake(AXIS_FAMILY.key, formula, AXIS_FAMILY.why,
+                   lambda c: {name: spec.formula(_with(c, _reduce=Reduce(site, axis, keepdim)))[name]})
 
 
 def family_mistakes(spec, name: str, ctx) -> list[Mistake]:
@@ -87,10 +86,12 @@ def family_mistakes(spec, name: str, ctx) -> list[Mistake]:
         formula(_with(ctx, _reduce=probe))
     except Exception:
         return out
-    for site, (dims, was, label) in enumerate(probe.seen):
+    for site, seen in enumerate(probe.seen):
+        dims, was, kept, _ = seen
         if not isinstance(was, int):
             continue
         for axis in range(dims):
             if axis != was % dims:
-                out.append(_axis_case(spec, name, site, axis, dims, was, label))
+                for keepdim in sorted({kept, True}):  # the learner's keepdim=True where none belongs, too
+                    out.append(_axis_case(spec, name, site, axis, keepdim, dims, seen))
     return out

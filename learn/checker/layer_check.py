@@ -208,12 +208,23 @@ class _Run:
         (None: this configuration's text is not shown, nothing to name)."""
         if evidence is None:
             return
-        for site in reversed(self.sites):
+        said, keys = {}, []  # a naming already given (the tensor's name taken out) -> the lines that gave it
+        subs = []
+        for site in self.sites:
             sub = Report("")
             name_it(self.spec, site.name, report=sub, evidence=evidence, **site.args)
+            same_as = said.get(tuple(ln.replace(f"your {site.name} ", "your _ ") for ln in sub.lines))
+            if sub.log and same_as is not None:  # the same mistake in another tensor: one line says both
+                same_as[0] = same_as[0].replace(" equals ", f" (and your {site.name}) equals ", 1) \
+                    if "(and your" not in same_as[0] else same_as[0].replace(") equals ", f", {site.name}) equals ", 1)
+                sub.lines = []
+            elif sub.log:
+                said[tuple(ln.replace(f"your {site.name} ", "your _ ") for ln in sub.lines)] = sub.lines
+            subs.append(sub)
+            keys += sub.log
+        for site, sub in reversed(list(zip(self.sites, subs))):
             self.scratch.lines[site.at:site.at] = sub.lines
-            for key in reversed(sub.log):
-                self.scratch.log.insert(0, key)
+        self.scratch.log[:0] = keys
         self.scratch.named = list(dict.fromkeys(self.scratch.log))
 
     # -- the walk ---------------------------------------------------------------------------------------------
@@ -517,7 +528,7 @@ class _Run:
             n = bad[0]
             self.fail(f"  a second backward after the same forward is wrong (the first was right).  "
                       + describe(n, mine.get(n), want[n]))
-            self.fail("  -> " + CACHE_CHANGED.says(f"backward", "has"), CACHE_CHANGED.key)
+            self.fail("  -> " + CACHE_CHANGED.says("backward", "gives"), CACHE_CHANGED.key)
             self.mark(AGAIN, False, [CACHE_CHANGED.key])
             self.settle_told()
             return

@@ -78,6 +78,9 @@ def fits(m, tensor: str, evidence: list[Evidence]) -> bool:
                 if not _right(value, want):
                     return False  # the mistake would have made a right tensor wrong
             elif name == tensor:
+                if not torch.isfinite(actual.double()).all() and isinstance(value, Tensor) and \
+                        bool(torch.isfinite(value.double()).all()):
+                    continue  # nan or inf from the learner's arithmetic (an overflow): a replay cannot say
                 if not matches(actual, value, want):
                     return False
     return True

@@ -43,8 +43,11 @@ def _no_dout(name: str, local: str, fn):
 _INVERTED = ("the mask is taken from the wrong side: the gradient passes where x > 0 (there out = x, a slope of 1) "
              "and stops where x <= 0 (there out = 0, a constant)")
 
+_SAVED = {"x": "the input", "out": "the output"}
+
 RELU = LayerSpec(
-    name="relu", cls="ReLU", ctor={}, params={}, inputs=_away_from_zero,
+    name="relu", cls="ReLU", ctor={}, params={}, inputs=_away_from_zero, saved=_SAVED,
+    formula=lambda c: {"dx": c.dout * (c.x > 0)},
     reference=lambda t: {"out": torch.relu(t.x)},
     configs=[CONFIGS[0], {"label": "exact zeros in x (relu's gradient there is 0), and tiny values (1e-7)",
                           "inputs": _zeros, "numeric": False}],
@@ -69,7 +72,8 @@ _OVERFLOW = ("an exp overflowed: exp(x) is inf past x = 709, and inf / inf is na
              "torch.sigmoid, torch.tanh), which cannot overflow")
 
 SIGMOID = LayerSpec(
-    name="sigmoid", cls="Sigmoid", ctor={}, params={}, inputs=_away_from_zero, nan_hint=_OVERFLOW,
+    name="sigmoid", cls="Sigmoid", ctor={}, params={}, inputs=_away_from_zero, nan_hint=_OVERFLOW, saved=_SAVED,
+    formula=lambda c: {"dx": c.dout * c.out * (1 - c.out)},
     reference=lambda t: {"out": torch.sigmoid(t.x)}, configs=CONFIGS,
     mistakes=[
         wrong("sigmoid-no-one-minus", "dx", "dout * s",
@@ -86,7 +90,8 @@ SIGMOID = LayerSpec(
 )
 
 TANH = LayerSpec(
-    name="tanh", cls="Tanh", ctor={}, params={}, inputs=_away_from_zero, nan_hint=_OVERFLOW,
+    name="tanh", cls="Tanh", ctor={}, params={}, inputs=_away_from_zero, nan_hint=_OVERFLOW, saved=_SAVED,
+    formula=lambda c: {"dx": c.dout * (1 - c.out ** 2)},
     reference=lambda t: {"out": torch.tanh(t.x)}, configs=CONFIGS,
     mistakes=[
         wrong("tanh-of-input", "dx", "dout * (1 - x**2)",

@@ -16,6 +16,8 @@ def _random_mse(g):
 MSE = LayerSpec(
     name="mse", cls="MSELoss", ctor={}, params={}, inputs=_mse_inputs, loss=True, constants=("target",),
     reference=lambda t: {"loss": ((t.input - t.target) ** 2).mean()},
+    formula=lambda c: {"dinput": 2 * (c.input - c.target) / c.input.numel()},
+    saved={"input": "the input", "target": "the target"},
     configs=[{"label": "one example (N = 1, C = 6)", "inputs": lambda g: _mse_inputs(g, 1, 6)},
              {"label": "N = 5, C = 2", "inputs": lambda g: _mse_inputs(g, 5, 2)}],
     random=_random_mse,
@@ -67,6 +69,9 @@ def _p(c):
 SOFTMAX_CROSS_ENTROPY = LayerSpec(
     name="softmax_cross_entropy", cls="SoftmaxCrossEntropy", ctor={}, params={}, inputs=_ce_inputs, loss=True,
     reference=lambda t: {"loss": torch.nn.functional.cross_entropy(t.logits, t.target)},
+    context=lambda c: {"p": _p(c)},
+    formula=lambda c: {"dlogits": (c.p - _onehot(c)) / len(c.logits)},
+    saved={"logits": "the logits", "p": "softmax(logits), row by row"},
     mistakes=[
         wrong("ce-no-onehot", "dlogits", "p / N",
               "the one-hot target is not subtracted: dlogits = (p - onehot(target)) / N.  Raising the right class's "
