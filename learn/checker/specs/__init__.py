@@ -1,6 +1,6 @@
 """What the checker knows about each exercise (inputs, autograd reference, known mistakes), by exercise name."""
 from ...mistakes import GENERIC, Mistake
-from ..adam_check import AdamSpec
+from ..adam_check import ADAM, RMSPROP, SGD
 from ..split_check import LinearSplitSpec
 from ..value_check import ValueSpec
 from .activations import RELU, SIGMOID, TANH
@@ -15,7 +15,7 @@ from .norms import BATCHNORM, LAYERNORM
 from .tensor_parallel import SPEC as TENSOR_PARALLEL
 
 SPECS = {s.name: s for s in (LINEAR, RELU, SIGMOID, TANH, MSE, SOFTMAX_CROSS_ENTROPY, BATCHNORM, LAYERNORM,
-                             EMBEDDING, CONV2D, MAXPOOL2D, LSTM_CELL, ATTENTION, ValueSpec(), AdamSpec(),
+                             EMBEDDING, CONV2D, MAXPOOL2D, LSTM_CELL, ATTENTION, ValueSpec(), ADAM,
                              LinearSplitSpec(), TENSOR_PARALLEL)}
 
 
