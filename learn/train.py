@@ -34,6 +34,8 @@ NETWORKS = {  # the layers of each exercise's network; the layers of the exercis
     "sigmoid": [("linear", (196, H)), ("sigmoid", ()), ("linear", (H, 10))],
     "batchnorm": [("linear", (196, H)), ("batchnorm", (H,)), ("relu", ()), ("linear", (H, 10))],
     "layernorm": [("linear", (196, H)), ("layernorm", (H,)), ("relu", ()), ("linear", (H, 10))],
+    "gelu": [("linear", (196, H)), ("gelu", ()), ("linear", (H, 10))],
+    "dropout": [("linear", (196, H)), ("relu", ()), ("dropout", (0.2, 5)), ("linear", (H, 10))],
     "conv2d": _CNN, "maxpool2d": _CNN,
 }
 _KW = {"conv2d": {"padding": 1}}  # keyword arguments of the layer beyond NETWORKS' positional ones
@@ -44,8 +46,17 @@ def _handgrad(kind: str, args: tuple):
             "sigmoid": layers.Sigmoid, "batchnorm": lambda: layers.BatchNorm1d(*args, dtype=F64),
             "layernorm": lambda: layers.LayerNorm(*args, dtype=F64), "flatten": layers.Flatten,
             "conv2d": lambda: layers.Conv2d(*args, **_KW["conv2d"], dtype=F64),
-            "maxpool2d": lambda: layers.MaxPool2d(*args)}[kind]
+            "maxpool2d": lambda: layers.MaxPool2d(*args), "gelu": layers.GELU,
+            "dropout": lambda: _seeded_dropout(*args)}[kind]
     return make()
+
+
+def _seeded_dropout(p: float, seed: int):
+    """handgrad's Dropout drawing its masks from a generator seeded as the exercise's Dropout(p, seed) seeds its
+    own: both drop the same elements, step after step."""
+    layer = layers.Dropout(p)
+    layer.generator = torch.Generator().manual_seed(seed)
+    return layer
 
 
 def build(name: str, cls: type, seed: int, where: str):

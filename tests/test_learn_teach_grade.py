@@ -120,7 +120,7 @@ def test_a_notebook_submission_is_graded_and_two_of_one_student_are_refused(tmp_
 
 
 def test_adam_is_drawn_per_student_too():
-    from learn.checker.adam_check import _problem
+    from learn.checker.optim_check import problem as _problem
     with variant(seed_of("adam", "alice")):
         alice = _problem()[0][0]
     with variant(seed_of("adam", "bob")):

@@ -69,8 +69,8 @@ def fits(m, tensor: str, evidence: list[Evidence]) -> bool:
                 return False  # the mistake cannot even run here, and the learner's tensor is right
             continue
         for name, value in replay.items():
-            if name not in ev.want or not isinstance(ev.mine.get(name), Tensor):
-                continue
+            if value is None or name not in ev.want or not isinstance(ev.mine.get(name), Tensor):
+                continue  # the mistake says nothing of this tensor here (it gives the right one, or cannot be)
             actual, want = ev.mine[name], ev.want[name]
             if name.endswith(".grad") and isinstance(value, Tensor) and value.shape != want.shape:
                 value = _broadcast(value, want.shape)  # p.grad += g broadcasts a (1,) g into p.grad

@@ -1,5 +1,5 @@
-"""The optimizer exercises' updates, each written out once with switches that make its known mistakes: Adam,
-RMSprop and SGD with momentum, checked beside torch.optim by optim_check.py.
+"""The checks of exercises adam, rmsprop and sgd_momentum: each update written out once, with switches that make
+its known mistakes, checked beside torch.optim by optim_check.py.
 
 Every replay works on clones and returns the parameters after each step; given ``trace`` (a dict), it records
 the update's quantities at each (step, parameter) for the report's comparison.
@@ -8,15 +8,10 @@ from __future__ import annotations
 
 import torch
 
-from ..mistakes import Mistake
-from .optim_check import OptimizerSpec, problem
+from ...mistakes import Mistake
+from ..optim_check import OptimizerSpec
 
 HYPER = {"lr": 0.05, "betas": (0.8, 0.95), "eps": 1e-8}
-
-
-def _problem():
-    """The parameters and each step's gradients (optim_check.problem)."""
-    return problem()
 
 
 def _adam(params, grads, hyper=None, trace=None, bias_correction=True, eps_inside=False, state_reset=False,
@@ -112,10 +107,6 @@ ADAM = OptimizerSpec(
     "adam", "Adam", torch.optim.Adam, _adam, [("the default", HYPER)], MISTAKES,
     update="m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2;  m_hat = m / (1 - beta1^t);  "
            "v_hat = v / (1 - beta2^t);  p -= lr m_hat / (sqrt(v_hat) + eps)")
-
-
-def AdamSpec() -> OptimizerSpec:  # the name the catalogue used
-    return ADAM
 
 
 # -- RMSprop -----------------------------------------------------------------------------------------------------
