@@ -10,7 +10,8 @@ class, three batches:
     forward_backward(batch 3)   .grad = batch 3's alone
 
 The calls run in the learner's process through the sandbox's requests (the spec's ``forward`` runs
-forward_backward, its ``backward`` zero_grad, a probe reads .grad).  Known mistakes are replayed from the
+forward_backward, or zero_grad when its inputs say so; a probe reads .grad); zero_grad is also called once on the
+fresh model, before any gradient, as a training loop's first zero_grad is.  Known mistakes are replayed from the
 same batches and named only when they fit.
 """
 from __future__ import annotations
@@ -115,11 +116,13 @@ def _random(g) -> dict:
 
 
 def _forward(obj, t):
+    """In the learner's process: zero_grad() when ``t`` is ZERO_GRAD, else forward_backward(x, target)."""
+    if "zero_grad" in t:
+        return obj.zero_grad()
     return obj.forward_backward(t["x"], t["target"])
 
 
-def _zero_grad(obj, d):
-    return obj.zero_grad()
+ZERO_GRAD = {"zero_grad": torch.zeros(())}  # the request for zero_grad: its "inputs"
 
 
 @dataclass
@@ -178,6 +181,13 @@ def _walk(cfg, box, number: int, total: int, report: Report, mark) -> bool:
     if why is not None:
         report.fail("  " + why)
         return False
+    try:  # zero_grad on a model that has no gradient yet, as a training loop's first zero_grad is
+        box.request("forward", ZERO_GRAD)
+    except LearnerFailed as e:
+        mark(CLEARS, False)
+        report.fail("  zero_grad on a fresh model, before any gradient (every .grad None), raised:")
+        report.fail(e.text, e.key)
+        return False
     ok = True
 
     def call(k) -> dict | None:
@@ -214,10 +224,10 @@ def _walk(cfg, box, number: int, total: int, report: Report, mark) -> bool:
     if not _grads_right(got, both, report, mark, ADDS, "after a second forward_backward, with no zero_grad "
                         "between (.grad must hold both batches' gradients)", None, alone=want[1]):
         return False
-    _, _, cleared, _ = box.request("backward", {"zero_grad": torch.zeros(())})
+    box.request("forward", ZERO_GRAD)
+    cleared = box.request("probe", GRADS)
     for name in GRADS:
-        p = name[:-5]
-        value = cleared.get(p)
+        value = cleared.get(name)
         if value is not None and not (isinstance(value, Tensor) and not value.any()):
             mark(CLEARS, False, [ZERO_GRAD_NOOP.key])
             report.fail(f"  after zero_grad, {name} still holds " + (f"a {type(value).__name__}" if not isinstance(
@@ -274,7 +284,7 @@ SPEC = AccumulateSpec(
     params={"weight": lambda g: torch.rand(3, 4, generator=g, dtype=torch.float64) * 2 - 1,
             "bias": lambda g: torch.randn(3, generator=g, dtype=torch.float64) + 0.5},
     inputs=_inputs, reference=lambda t: {"loss": ((t.x @ t.weight.T + t.bias - t.target) ** 2).mean()},
-    loss=True, constants=("target",), forward=_forward, backward=_zero_grad,
+    loss=True, constants=("target",), forward=_forward,
     mistakes=MISTAKES + LOSS_MISTAKES + [ZEROED_INSIDE, ZERO_GRAD_NOOP],
     configs=[_shaped("a shorter last micro-batch: N = 7, micro_batch = 3", 7, 4, 3, 3),
              _shaped("one micro-batch for the whole batch: N = 5, micro_batch = 5", 5, 4, 3, 5),

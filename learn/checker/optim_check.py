@@ -102,7 +102,7 @@ class OptimizerSpec:
                     mark(f"step {s + 1}", False)
                 report.fail(f"  step {s + 1}, parameter {j} {tuple(q.shape)} is wrong.  "
                             + describe(f"params[{j}]", p, q.detach()))
-                self._name(params, grads, hyper, mine_history[:s + 1], s, j, report)
+                self._name(params, grads, hyper, mine_history, s, j, report)
                 return False
             if mark:
                 mark(f"step {s + 1}", True)
@@ -111,8 +111,9 @@ class OptimizerSpec:
         return True
 
     def _name(self, params, grads, hyper, mine_history, s: int, j: int, report) -> None:
-        """Name the mistake whose replay is clearly closer to the learner's steps than the right steps are; else
-        give the right update's quantities at the entry that differs most."""
+        """Name the mistake whose replay is clearly closer to the learner's steps than the right steps are, on every
+        step the learner's optimizer took (two mistakes can agree on the first); else give the right update's
+        quantities at the entry that differs most."""
         steps = len(mine_history)
         trace: dict = {}
         right = self.replay(params, grads[:steps], hyper, trace=trace)

@@ -46,6 +46,14 @@ def _random(g):
     return {"label": f"x ({n}, {d})", "inputs": lambda g2: _inputs(g2, n, d)}
 
 
+def _exact(c, t):
+    return t if c.approximate != "tanh" else None  # a slip of the exact form's branch: the tanh form untouched
+
+
+def _tanh(c, t):
+    return t if c.approximate == "tanh" else None
+
+
 _TANH = {"approximate": "tanh"}
 SPEC = LayerSpec(
     name="gelu", cls="GELU", ctor={"approximate": "none"}, params={}, inputs=_inputs,
@@ -62,13 +70,16 @@ SPEC = LayerSpec(
     mistakes=[
         wrong("gelu-product-rule-half", "dx", "dout * Phi(x), without x phi(x)",
               "out = x * Phi(x) is a product: d out/dx = Phi(x) + x phi(x), the second term from Phi's own "
-              "derivative", lambda c: _dx(c, second_term=False)),
+              "derivative", lambda c: _exact(c, _dx(c, second_term=False))),
+        wrong("gelu-product-rule-half", "dx", "dout * (1 + t) / 2, without x/2 times dt/dx",
+              "out = x/2 (1 + t) is a product: its derivative is (1 + t)/2 + x/2 (1 - t^2) du/dx",
+              lambda c: _tanh(c, _dx(c, second_term=False))),
         wrong("gelu-pdf-unnormalised", "dx", "dout * (Phi(x) + x exp(-x^2/2)), without 1/sqrt(2 pi)",
               "phi is the standard normal density: exp(-x^2 / 2) / sqrt(2 pi)",
               lambda c: _dx(c, pdf_scale=math.sqrt(2 * math.pi))),
         wrong("gelu-erf-no-sqrt2", "out", "x (1 + erf(x)) / 2, erf of x instead of x / sqrt(2)",
               "Phi(x) = (1 + erf(x / sqrt(2))) / 2: erf is the CDF of a normal of variance 1/2, hence the sqrt(2)",
-              lambda c: 0.5 * c.x * (1 + torch.erf(c.x))),
+              lambda c: _exact(c, 0.5 * c.x * (1 + torch.erf(c.x)))),
         wrong("gelu-approximate-ignored", "out", "the exact GELU where approximate='tanh' asks for the tanh form",
               "the two differ by up to about 1e-3: with approximate='tanh', out = x/2 (1 + tanh(sqrt(2/pi) (x + "
               "0.044715 x^3)))", lambda c: F.gelu(c.x) if c.approximate == "tanh" else None),
