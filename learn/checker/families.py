@@ -62,8 +62,9 @@ def _saved_case(spec, name: str, a: str, b: str) -> Mistake:
 def _axis_case(spec, name: str, site: int, axis: int, keepdim: bool, dims: int, was) -> Mistake:
     _, _, kept, label = was
     of = f" of {label}" if label else ""
-    how = f"{label or 'it'}.sum({axis}{', keepdim=True' if keepdim else ''})"
-    right = f"{label or 'it'}.sum({was[1] % dims}{', keepdim=True' if kept else ''})"
+    summed = f"({label})" if " " in label else label or "it"
+    how = f"{summed}.sum({axis}{', keepdim=True' if keepdim else ''})"
+    right = f"{summed}.sum({was[1] % dims}{', keepdim=True' if kept else ''})"
     formula = f"its right formula with the sum{of} over axis {axis} ({how} where {right} belongs)"
     return Mistake(AXIS_FAMILY.key, formula, AXIS_FAMILY.why,
                    lambda c: {name: spec.formula(_with(c, _reduce=Reduce(site, axis, keepdim)))[name]})

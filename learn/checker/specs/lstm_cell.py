@@ -68,12 +68,12 @@ def _inputs(g, n=2, i=I, h=H):
     return {"x": normal(g, n, i), "h": normal(g, n, h, std=0.5), "c": normal(g, n, h)}
 
 
-def _shaped(label, n, i, h):
-    return {"label": label, "ctor": {"input_size": i, "hidden_size": h},
+def _shaped(label, n, i, h, std=1.0):
+    return {"label": label, "ctor": {"input_size": i, "hidden_size": h}, "numeric": std == 1.0,
             "params": {"weight_ih": lambda g: uniform(g, 4 * h, i), "weight_hh": lambda g: uniform(g, 4 * h, h),
                        "bias_ih": lambda g: normal(g, 4 * h, std=0.5, mean=0.2),
                        "bias_hh": lambda g: normal(g, 4 * h, std=0.5, mean=-0.1)},
-            "inputs": lambda g: _inputs(g, n, i, h)}
+            "inputs": lambda g: {"x": normal(g, n, i, std=std), "h": normal(g, n, h, std=0.5), "c": normal(g, n, h)}}
 
 
 def _random(g):
@@ -88,7 +88,8 @@ SPEC = LayerSpec(
             "bias_hh": lambda g: normal(g, 4 * H, std=0.5, mean=-0.1)},
     inputs=_inputs, reference=_reference, returns=("dx", "dh", "dc"), context=_context, formula=_formula,
     saved=SAVED,
-    configs=[_shaped("one example (N = 1)", 1, I, H), _shaped("input wider than hidden: N = 3, I = 5, H = 2", 3, 5, 2)],
+    configs=[_shaped("one example (N = 1)", 1, I, H), _shaped("input wider than hidden: N = 3, I = 5, H = 2", 3, 5, 2),
+             _shaped("large inputs (x with std 300: saturated gates)", 2, I, H, std=300.0)],
     random=_random,
     shared=[(("dx", "dh", "weight_ih.grad", "weight_hh.grad", "bias_ih.grad", "bias_hh.grad"),
              "da (N, 4H), the gates' gradients stacked i, f, g, o: between dc_total and da (di, df, dg, do and "
