@@ -14,7 +14,8 @@ mistake).  The rule for all of them: no wrong answer passes, and a name is given
 the checker cannot name is located (the tensor, the worst entry, where to look), never misnamed.
 
     python -m tests.learn_wrong_answers      every wrong answer checked: how many are named, located, passed,
-                                             and named otherwise than expected (misnamed)
+                                             named otherwise than expected (misnamed), and located where a name
+                                             was expected
 """
 
 AG = "torch.autograd.grad"
@@ -722,7 +723,7 @@ def tally(rows) -> dict[str, int]:
     from learn.checker.sandbox import Escaped
     from learn.exercises import get
     from learn.source import solution_text
-    counts = {"named": 0, "located": 0, "passed": 0, "misnamed": 0}
+    counts = {"named": 0, "located": 0, "passed": 0, "misnamed": 0, "not named as expected": 0}
     with tempfile.TemporaryDirectory() as folder:
         for k, (name, kind, changes, key) in enumerate(rows):
             path = Path(folder) / f"{name}.py"
@@ -738,7 +739,7 @@ def tally(rows) -> dict[str, int]:
             verdict = "passed" if passed else "named" if named else "located"
             counts[verdict] += 1
             if not passed and named != ([key] if key else []) and kind != "autograd":
-                counts["misnamed"] += 1
+                counts["misnamed" if named else "not named as expected"] += 1  # a name, not the true one
                 verdict += f" (expected {key}, named {named})"
             print(f"{k:3d} {name:22} {kind:10} {verdict}")
     return counts
