@@ -531,7 +531,7 @@ class _Run:
                            for n in want)
         if right_before:  # the first backward after this forward was right, the second is not: the cache
             n = bad[0]
-            self.fail(f"  a second backward after the same forward is wrong (the first was right).  "
+            self.fail("  a second backward after the same forward is wrong (the first was right).  "
                       + describe(n, mine.get(n), want[n]))
             self.fail("  -> " + CACHE_CHANGED.says("backward", "gives"), CACHE_CHANGED.key)
             self.mark(AGAIN, False, [CACHE_CHANGED.key])

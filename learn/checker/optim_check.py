@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
-from torch import Tensor
 
 from ..mistakes import Mistake
 from .compare import RIGHT, SAME, describe, rel_error, same, worst

@@ -6,8 +6,8 @@ dout it gave (a pipeline reuses its receive buffer) and W (``backward_weight``) 
 gradients of the dout B received, added to the previous call's.  Beside it, a second object of the learner's class
 runs the fused ``backward`` on the same tensors: B then W must equal it bit for bit (``torch.equal``).  Then one more
 B and W with a new dout after the last forward (that dout's gradients, or a refusal: a B that changed what the
-forward kept gives others); last, a W with no B before it must add nothing (or refuse).  Known mistakes are replayed from the same tensors and named only
-when true (naming.matches).
+forward kept gives others); last, a W with no B before it must add nothing (or refuse).  Known mistakes are
+replayed from the same tensors and named only when true (naming.matches).
 """
 from __future__ import annotations
 
