@@ -76,17 +76,18 @@ def family_mistakes(spec, name: str, ctx) -> list[Mistake]:
     formula = getattr(spec, "formula", None)
     if formula is None:
         return []
+    probe = Reduce()
+    try:
+        if name not in formula(_with(ctx, _reduce=probe)):
+            return []  # a tensor the formula does not give (a forward's output)
+    except Exception:
+        return []
     out = []
     tensors = {n: getattr(ctx, n, None) for n in spec.saved}
     for a, ta in tensors.items():
         for b, tb in tensors.items():
             if a != b and isinstance(ta, Tensor) and isinstance(tb, Tensor) and ta.shape == tb.shape:
                 out.append(_saved_case(spec, name, a, b))
-    probe = Reduce()
-    try:
-        formula(_with(ctx, _reduce=probe))
-    except Exception:
-        return out
     for site, seen in enumerate(probe.seen):
         dims, was, kept, _ = seen
         if not isinstance(was, int):

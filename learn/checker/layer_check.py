@@ -389,13 +389,13 @@ class _Run:
         saved = self._intermediates(c) if k == 0 else []
         self._unchanged(given, c.douts, DOUT_IN_PLACE)
         self._unchanged(inputs_after, c.inputs)
-        rows = []  # (name, actual, want, candidates): want is autograd's
+        rows = []  # (name, actual, want, candidates()): want is autograd's; the replays made only when wrong
         for name in returns:
-            rows.append((name, got[name], c.grads[name], _candidates(spec, c, name)))
+            rows.append((name, got[name], c.grads[name], lambda name=name: _candidates(spec, c, name)))
         for p in self.params:
             name = f"{p}.grad"
             rows.append((name, pgrads[p], sum(self.calls[j].grads[name] for j in range(k + 1)),
-                         param_candidates(spec, self.calls, k, name, _formulas(spec))))
+                         lambda name=name: param_candidates(spec, self.calls, k, name, _formulas(spec))))
         wrong = []
         for name, actual, want, _ in rows:
             _plain(name, actual)
@@ -417,6 +417,9 @@ class _Run:
         return {n: a for n, a, *_ in rows}
 
     def _tell_backward(self, k: int, rows: list, wrong: list[str]) -> None:
+        if self.told:  # a failure was told already: this one is judged (its items), not told
+            self.ok = False
+            return
         c = self.calls[k]
         when = "" if k == 0 else " after the second forward/backward (a .grad must hold the sum of both calls')"
         self.fail(f"  backward is wrong{when}.  Each tensor (the relative error is the tensor's: its largest "
@@ -437,7 +440,7 @@ class _Run:
         ruled_out = _ruled_out(self.spec, c, [r[0] for r in rows], wrong)
         for name, actual, want, candidates in rows:
             if name in wrong and actual is not None:
-                candidates = [None if i in ruled_out else cand for i, cand in enumerate(candidates)]
+                candidates = [None if i in ruled_out else cand for i, cand in enumerate(candidates())]
                 if not self.told:
                     if _overflowed(actual, want, self.label):
                         self._say_overflow(name)
