@@ -57,8 +57,22 @@ Quotient rule, with u = e^x - e^-x and w = e^x + e^-x (u' = w, w' = u):
   dx = dout * (1 - t^2)                                                 (N, D)
 with t the forward's *output*: 1 - x^2 (the input) is the usual slip.  The derivative is 1 at x = 0 and
 falls to 0 as |x| grows (a saturated unit passes no gradient).  tanh(x) = 2 sigmoid(2x) - 1, so this is the
-sigmoid's s (1 - s) rescaled: 1 - t^2 = 4 s (1 - s) with s = sigmoid(2x).""",
+sigmoid's s (1 - s) rescaled: 1 - t^2 = 4 s (1 - s) with s = sigmoid(2x).  The exp definition is for the
+derivation, not for computing: e^x is inf past x = 709 in float64 and inf / inf is nan.  Compute t with
+torch.tanh, or from e^(-2|x|) (which only underflows) with the sign put back.""",
         None, "layers/activations.py: Tanh", "dL/dz1 = dL/dh x (1 - h^2): the tanh of the hidden layer"),
+    "gelu": Derivation("""\
+out = x Phi(x), element by element          x, out (N, D); Phi the standard normal CDF, phi its density
+  Phi(x) = (1 + erf(x / sqrt 2)) / 2        phi(x) = Phi'(x) = exp(-x^2 / 2) / sqrt(2 pi)
+A product of two functions of x, so the product rule:
+  d out/dx = Phi(x) + x phi(x)              dx = dout * (Phi(x) + x phi(x))          (N, D)
+For x far below 0 both terms vanish (phi(x) underflows to 0, harmlessly: exp(-x^2/2) never overflows); far
+above, Phi = 1 and x phi(x) = 0, so the slope is 1.  Between them the slope dips below 0 near x = -0.75.
+The tanh form (GPT-2's), out = x/2 (1 + t), t = tanh(u), u = sqrt(2/pi) (x + 0.044715 x^3), is a product
+and a chain:
+  d out/dx = (1 + t)/2 + x/2 (1 - t^2) du/dx,     du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+Keep t from the forward; 1 - t^2 is tanh's derivative written with its output, as in exercise tanh.""",
+        None, "layers/activations.py: GELU", None),
     "mse": Derivation("""\
 L = (1/M) sum_k (input_k - target_k)^2        input, target (N, C); M = N C, every element; L a scalar
 The loss is where the backward starts: dL/dL = 1, so backward() takes no dout.
@@ -80,6 +94,30 @@ The same in one line: -log p_y = -z_y + log sum_k e^z_k, whose derivative is -de
 dz sums to 0 (adding a constant to a row's logits changes nothing).  Compute p from z - max(z) (the same
 softmax, no overflow); the backward needs no log and no division by p.""",
         "softmax_cross_entropy", "losses/cross_entropy.py: CrossEntropyLoss", None),
+    "broadcast": Derivation("""\
+out = x * scale + shift, the three broadcast together: x (N, C, L), scale (C, 1), shift (L,) -> out (N, C, L)
+Broadcasting lines shapes up from the right and copies a tensor along every axis it lacks or has as 1:
+  out[n,c,l] = x[n,c,l] * scale[c,0] + shift[l]
+A copy's backward is a sum: an entry used at many places of out gets the sum of their gradients.
+  dscale[c,0] = sum_{n,l} dout[n,c,l] x[n,c,l]      dshift[l] = sum_{n,c} dout[n,c,l]
+So each input's gradient is out's gradient (dout * scale, dout * x, dout), summed back to its own shape:
+  over each leading axis the input lacks (sum(0) until the dimensions match), and
+  over each axis where the input has size 1 and out does not (sum(axis, keepdim=True): the 1 stays)
+Without keepdim, scale's gradient would be (C,), not (C, 1); summing the wrong axis may still broadcast, so
+the shapes must be compared.  linear's bias, added to every row, is the first case: dbias = dout.sum(0).""",
+        None, "autodiff/ops.py: TensorOps (its _unbroadcast)", None),
+    "accumulate": Derivation("""\
+L = (1/(N H)) sum_{n,h} (out[n,h] - target[n,h])^2 over a batch x (N, D); out = x W^T + b (N, H)
+A sum splits over any partition of its terms: with micro-batches B_1, ..., B_k of the rows,
+  L = sum_j L_j,   L_j = (1/(N H)) sum_{n in B_j} sum_h (out[n,h] - target[n,h])^2
+and the gradient of a sum is the sum of the gradients: dL/dW = sum_j dL_j/dW.  Each micro-batch's dout is
+  dout_j = 2 (out_j - target_j) / (N H)        (m_j, H): divided by the whole batch's count, not m_j H
+A backward that adds (p.grad += g) makes the sum: run the k micro-batches one after another and .grad holds
+dL/dW, whatever their sizes.  Averaging the micro-batches' own means is right only when all m_j are equal.
+The same += is why a second backward without zero_grad doubles .grad: the optimizer would step with the
+sum of two batches' gradients.  zero_grad (p.grad = None) between batches, never inside one.
+Only the memory of one micro-batch's activations is held at a time: the price is k forward passes of m_j rows.""",
+        None, "optimizers/base.py: HandOptimizer (its zero_grad)", None),
     "value": Derivation("""\
 Every Value is a node of a graph that ends in one scalar L; node.grad means dL/dnode (a float).
 At one node out = f(a, b), the chain rule sends back dL/da += dL/dout * df/da (and the same for b):
@@ -93,6 +131,18 @@ recursion limit (about 1,000).  Start with L.grad = 1 (dL/dL).  One visit per ed
 made: reverse mode gives the gradient with respect to every input in one pass (micrograd's engine).""",
         None, "autodiff/engine.py: Tensor (its backward and _topological_order)",
         "every backward step: dL/dL = 1 first, then each gradient once all its users have sent theirs"),
+    "dropout": Derivation("""\
+In training: keep ~ Bernoulli(1 - p) element by element (p: the probability of dropping, torch's meaning)
+  mask = keep / (1 - p)       out = x * mask        x, mask, out (N, D)
+E[out] = x (1 - p) / (1 - p) = x: at test time the layer is the identity, no rescaling needed ("inverted").
+Once drawn, the mask is a constant of this forward: out is x times a fixed tensor, element by element, so
+  dx = dout * mask                                                (N, D)
+the same mask: a dropped element did not reach out (gradient 0), a kept one is scaled by 1/(1 - p) both ways.
+Drawing a new mask in backward, or dropping the 1/(1 - p), gives another function's gradient.
+p = 1 drops everything: out = 0 and dx = 0 (1/(1 - p) is 1/0: zeros, not nan).  p = 0 and eval: identity.
+The mask must be kept from forward to backward: a seeded generator makes the draws repeatable, which is how
+the checker replays them and how a twin model drops the same elements.""",
+        None, "layers/dropout.py: Dropout", None),
     "batchnorm": Derivation("""\
 One column (a feature d; drop the index), over the batch n = 1..N, with r = 1/sqrt(var + eps):
   mu = (1/N) sum_n x_n;  var = (1/N) sum_n (x_n - mu)^2;  xhat_n = (x_n - mu) r;  out_n = gamma xhat_n + beta
@@ -134,15 +184,16 @@ One weight is used at every position of every example, so its gradient sums over
   db[o]       = sum_{n,y,x} dout[n,o,y,x]                              (C_out,)
 One input pixel is seen by up to k^2 positions of each output channel, so its gradient sums over those:
   dxp[n,c,Y,X] = sum_{o,i,j} dout[n,o,Y-i,X-j] W[o,c,i,j]             (the out-of-range terms are 0)
-dx is the convolution of dout with the flipped kernel ('full', a transposed convolution); dx is dxp with
-the padding cut off (the pad is a constant: its gradient goes nowhere).  In the loop over offsets (i, j),
-each out += W[:,:,i,j] . patch gives dW[:,:,i,j] = einsum('nohw,nchw->oc', dout, patch) and
-dxp[:,:,i:i+H_out, j:j+W_out] += einsum('nohw,oc->nchw', dout, W[:,:,i,j]).""",
+Written as one operation, that is a 'full' convolution of dout with the flipped kernel (a transposed
+convolution); written as the forward's loop over offsets (i, j), it needs no flip: each out += W[:,:,i,j] . patch
+gives dW[:,:,i,j] = einsum('nohw,nchw->oc', dout, patch) and dxp[:,:,i:i+H_out, j:j+W_out] +=
+einsum('nohw,oc->nchw', dout, W[:,:,i,j]), W[:,:,i,j] itself.  dx is dxp with the padding cut off (the pad is a
+constant: its gradient goes nowhere).""",
         "conv2d_forward, conv2d_backward", "layers/conv.py: Conv2d", None),
     "maxpool2d": Derivation("""\
 out[n,c,i,j] = max of the window x[n,c, i s : i s + k, j s : j s + k]      x (N, C, H, W)
 A max is locally one of its inputs: d out / d x = 1 for the window's winner (its argmax, kept from the
-forward; on a tie, one of them, as torch picks one) and 0 for the k^2 - 1 others.  So the backward
+forward; on a tie, the first in row-major order, as torch picks) and 0 for the k^2 - 1 others.  So the backward
 multiplies nothing, it routes:
   dx = zeros(N, C, H, W);  for each window: dx[n, c, winner] += dout[n, c, i, j]
 With s < k the windows overlap and an input can win two of them: +=, as everywhere.  Inputs that never win
@@ -164,6 +215,21 @@ dc = dc_total * f reaches the previous cell with no matrix and no squashing: wit
 crosses many steps unchanged, the reason an LSTM remembers further back than a plain RNN.""",
         "lstm_step_forward, lstm_step_backward",
         "layers/recurrent/cells.py: LSTMCell (its math: layers/recurrent/bptt.py)", None),
+    "gru_cell": Derivation("""\
+gi = x Wih^T + bih, gh = h Whh^T + bhh (N, 3H) -> (i_r, i_z, i_n), (h_r, h_z, h_n), torch's order r, z, n
+r = sigmoid(i_r + h_r);  z = sigmoid(i_z + h_z);  n = tanh(i_n + r * h_n);  h' = (1 - z) n + z h
+h' is linear in n, z and h:
+  dn = dh' (1 - z)        dz = dh' (h - n)        h's direct share: dh' z                   (N, H)
+Through n = tanh(a_n), a_n = i_n + r * h_n (r multiplies h_n, a product rule):
+  da_n = dn (1 - n^2);    dr = da_n * h_n;    dh_n = da_n * r
+Through the sigmoids: da_r = dr r (1 - r), da_z = dz z (1 - z).  Stacked as the forward cut them:
+  dgi = [da_r, da_z, da_n],  dgh = [da_r, da_z, dh_n]      (N, 3H): they differ in the n part, by r
+  dx = dgi Wih (N, I);  dh = dh' z + dgh Whh (N, H);  dWih += dgi^T x;  dWhh += dgh^T h
+  dbih += dgi.sum(0);  dbhh += dgh.sum(0)            (3H,): the n parts differ, unlike the LSTM's two biases
+The reset gate inside the product is PyTorch's (and cuDNN's) choice; the GRU paper puts it on h before Whn.
+With z near 1, dh = dh' z + ... passes the gradient to the previous step almost unchanged, as the LSTM's f.""",
+        "gru_step_forward, gru_step_backward",
+        "layers/recurrent/cells.py: GRUCell (its math: layers/recurrent/bptt.py)", None),
     "attention": Derivation("""\
 S = s q k^T (N, T, T), s = 1/sqrt(d);  S[t, u] = -inf for u > t (the future);  A = softmax(S) per row;
 out = A v (N, T, d).  Backwards, one line at a time:
@@ -177,6 +243,29 @@ The scale is in both directions: S = s q k^T, so each derivative of S carries s.
 entries of q and k of variance 1, q . k has variance d; unscaled, the softmax saturates (A nearly one-hot)
 and dS = A * (dA - ...) is nearly 0 everywhere: no gradient reaches q and k.""",
         "attention_forward, attention_backward", "layers/attention/scaled_dot_product.py: ScaledDotProductAttention", None),
+    "sgd_momentum": Derivation("""\
+Not a backward: the update that uses one.  Per parameter p (any shape, (N, D) say) with g = p.grad:
+  buf_1 = g;   buf_t = mu buf_(t-1) + g          d = buf_t  (Nesterov: d = g + mu buf_t)      p -= lr d
+Unrolled, buf_t = sum_(s<=t) mu^(t-s) g_s: with a steady gradient g it tends to g / (1 - mu), so momentum
+0.9 takes steps ten times lr g along a direction the gradients agree on, while directions where they flip
+sign cancel out.  torch adds the whole g (no (1 - mu) factor: that would be an average, a step 1/(1 - mu)
+times smaller) and starts the buffer at g itself, a copy.
+Nesterov's looks ahead: the step is taken as if from where the momentum is about to carry p, which in
+this form is g + mu buf_t.  With mu = 0 both are plain SGD, p -= lr g.
+The buffer is state: one per parameter, kept between steps; made anew at every step, momentum is lost.""",
+        None, "optimizers/sgd.py: SGD", None),
+    "rmsprop": Derivation("""\
+Not a backward: the update that uses one.  Per parameter p (any shape, (N, D) say) with g = p.grad:
+  v_t = alpha v_(t-1) + (1 - alpha) g_t^2        (v_0 = 0, v of p's shape)
+  p -= lr g_t / (sqrt(v_t) + eps)
+v is a moving average of g^2, so sqrt(v) is each entry's typical gradient size: every entry takes a step of
+about lr in its own units, a large gradient no larger a step than a small one.  Dividing by v itself (no
+sqrt) would make the step shrink like 1/|g|.  eps keeps the step finite where v is ~0; it is added after
+the square root (inside, sqrt(v + 1e-8) = 1e-4 would swamp small gradients).
+No bias correction: v starts at 0, so the first steps are larger than lr by 1/sqrt(1 - alpha) (3.2 for
+alpha = 0.9); Adam corrects this, torch's RMSprop does not.  Adam is RMSprop with a moving average of g (m)
+in place of g, and both corrections.""",
+        None, "optimizers/rmsprop.py: RMSprop", None),
     "adam": Derivation("""\
 Not a backward: the update that uses one.  Per parameter p with g = p.grad (m, v of p's shape, both 0 at t = 0):
   m_t = b1 m_(t-1) + (1 - b1) g_t          v_t = b2 v_(t-1) + (1 - b2) g_t^2

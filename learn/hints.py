@@ -136,6 +136,79 @@ HINTS = {
         "    dscores = self.att * (datt - (datt * self.att).sum(-1, keepdim=True))\n"
         "    dq = dscores @ self.k * self.scale\n    dk = dscores.transpose(1, 2) @ self.q * self.scale",
     ],
+    "gelu": [
+        "out = x * Phi(x) is a product of two functions of x: differentiate it with the product rule.  Phi's "
+        "derivative is phi, the normal density.",
+        "d out/dx = Phi(x) + x phi(x), with Phi(x) = (1 + erf(x / sqrt(2))) / 2 and phi(x) = exp(-x^2 / 2) / "
+        "sqrt(2 pi).  For approximate='tanh': out = x/2 (1 + t), t = tanh(u): the product rule gives (1 + t)/2 "
+        "plus x/2 times dt/dx, and dt/dx = (1 - t^2) du/dx, du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2).",
+        "backward, exact:\n    cdf = 0.5 * (1 + torch.erf(x / math.sqrt(2)))\n"
+        "    pdf = torch.exp(-0.5 * x ** 2) / math.sqrt(2 * math.pi)\n    dx = dout * (cdf + x * pdf)\n"
+        "tanh form, with t = tanh(u) kept from the forward:\n"
+        "    du = math.sqrt(2 / math.pi) * (1 + 3 * 0.044715 * x ** 2)\n"
+        "    dx = dout * (0.5 * (1 + t) + 0.5 * x * (1 - t ** 2) * du)",
+    ],
+    "broadcast": [
+        "Write out one entry: out[n, c, l] = x[n, c, l] * scale[c, 0] + shift[l].  scale[c, 0] is used by every n "
+        "and every l: its gradient sums over all of them.",
+        "Every input's gradient is first out's shape (dout * scale for x, dout * x for scale, dout for shift), "
+        "then summed back to the input's shape: over each leading axis the input lacks, and over each axis where "
+        "the input has size 1 (keepdim=True, so the 1 stays).",
+        "    def sum_to(g, shape):\n        while g.dim() > len(shape):\n            g = g.sum(0)\n"
+        "        for axis, n in enumerate(shape):\n            if n == 1 and g.shape[axis] != 1:\n"
+        "                g = g.sum(axis, keepdim=True)\n        return g\n"
+        "backward: dx = sum_to(dout * scale, x.shape); dscale = sum_to(dout * x, scale.shape); "
+        "dshift = sum_to(dout, shift.shape)",
+    ],
+    "accumulate": [
+        "The whole batch's loss is one mean over N * H elements.  Split the sum into micro-batches: each "
+        "micro-batch's part of the gradient is its own squared errors' gradient divided by the whole count N * H.",
+        "For each micro-batch: out = layer.forward(xb), diff = out - tb, then layer.backward(2 * diff / (N * H)): "
+        "the given backward adds (+=) into .grad, so the micro-batches' shares add up.  Never clear .grad inside "
+        "forward_backward: a second call must add too.  zero_grad sets every p.grad = None.",
+        "    count = target.numel()\n    total = 0\n"
+        "    for start in range(0, len(x), self.micro_batch):\n"
+        "        xb, tb = x[start:start + self.micro_batch], target[start:start + self.micro_batch]\n"
+        "        diff = self.layer.forward(xb) - tb\n        total = total + (diff ** 2).sum()\n"
+        "        self.layer.backward(2 * diff / count)\n    return total / count",
+    ],
+    "dropout": [
+        "out = x * mask, element by element, where mask is fixed once the forward drew it: the backward is a "
+        "product with that same mask.",
+        "mask = keep / (1 - p): 0 where dropped, 1 / (1 - p) where kept (so out's expected value is x).  Keep it "
+        "on self in forward; dx = dout * mask.  With p = 1 everything is dropped: the mask is zeros (1 / (1 - p) "
+        "would be 1/0).  Never draw again in backward.",
+        "forward:\n    self.mask = keep / (1 - self.p) if self.p < 1 else torch.zeros_like(x)\n"
+        "    out = x * self.mask\nbackward:\n    dx = dout if self.mask is None else dout * self.mask",
+    ],
+    "gru_cell": [
+        "Go backwards through the forward's lines.  h_next = (1 - z) * n + z * h is linear in n, z and h: dn, dz "
+        "and h's direct share come first.  r multiplies h_n = W_hn h + b_hn inside the tanh.",
+        "dn = dh_next * (1 - z), dz = dh_next * (h - n), h's direct share dh_next * z.  da_n = dn * (1 - n**2); "
+        "then dr = da_n * h_n and dh_n = da_n * r.  Through the sigmoids: da_r = dr * r (1 - r), da_z = dz * z "
+        "(1 - z).  dgi stacks (da_r, da_z, da_n), dgh stacks (da_r, da_z, dh_n): they differ in the n part.",
+        "    dgi = torch.cat([da_r, da_z, da_n], dim=1)\n    dgh = torch.cat([da_r, da_z, dh_n], dim=1)\n"
+        "    dx = dgi @ self.weight_ih\n    dh = dh_next * z + dgh @ self.weight_hh\n"
+        "and into .grad: weight_ih += dgi.T @ x, weight_hh += dgh.T @ h, bias_ih += dgi.sum(0), "
+        "bias_hh += dgh.sum(0).",
+    ],
+    "sgd_momentum": [
+        "One buffer per parameter, made at its first step and kept between steps (not made anew each step).",
+        "First step: buf = a copy of g.  Later: buf = momentum * buf + g (the whole g, not (1 - momentum) g).  "
+        "Then d = buf, or with nesterov d = g + momentum * buf; p -= lr * d, in place.  momentum = 0 is plain SGD.",
+        "    for k, p in enumerate(self.params):\n        d = p.grad\n        if self.momentum:\n"
+        "            if self.buf[k] is None:\n                self.buf[k] = d.clone()\n            else:\n"
+        "                self.buf[k].mul_(self.momentum).add_(d)\n"
+        "            d = d + self.momentum * self.buf[k] if self.nesterov else self.buf[k]\n        p -= self.lr * d",
+    ],
+    "rmsprop": [
+        "Keep one v per parameter (zeros, its shape), across steps.  Change each parameter in place.",
+        "v = alpha v + (1 - alpha) g^2 (alpha keeps the old average); p -= lr * g / (sqrt(v) + eps), eps after "
+        "the square root.  No bias correction: that is Adam's.",
+        "In __init__:\n    self.v = [torch.zeros_like(p) for p in self.params]\nIn step, for each p, v:\n"
+        "    v.mul_(self.alpha).add_((1 - self.alpha) * p.grad * p.grad)\n"
+        "    p -= self.lr * p.grad / (v.sqrt() + self.eps)",
+    ],
     "adam": [
         "Keep one m and one v per parameter (zeros, its shape) and a step count t, all across steps.  Change each "
         "parameter in place.",

@@ -47,5 +47,26 @@ INPUT_IN_PLACE = Mistake(
     "input-changed-in-place", "changed in place by your layer",
     "it wrote into its input (x[x < 0] = 0, x.clamp_(...), x -= ..., in forward or in backward).  The caller still needs it (the "
     "layer before keeps it for its own backward): compute a new tensor instead")
-GENERIC = [OVERWRITE, DOUBLED, GRAD_NONE, DOUT_IN_PLACE, INPUT_IN_PLACE]
+CACHE_CHANGED = Mistake(
+    "cache-changed-in-place", "other gradients on a second backward after the same forward",
+    "the first backward after a forward is right, the next is not: your backward changed a tensor its forward "
+    "kept (self.diff *= 2, dlogits = self.p then dlogits[...] -= 1, s *= 1 - s: an in-place operation on the "
+    "cache, or on a name bound to it).  A layer must give the same answer twice: compute new tensors (dlogits = "
+    "self.p.clone(), or s * (1 - s))")
+OVERFLOW = Mistake(
+    "exp-overflow", "nan or inf where the function is finite, for large inputs",
+    "an exp overflowed (exp(x) is inf past x = 709 in float64, and inf / inf is nan): write the function so that "
+    "it exponentiates only what cannot overflow (torch.tanh, torch.sigmoid, or exp(-|x|) with the sign put "
+    "back; for a softmax, subtract the row's max first)")
+# families: one entry each in the catalogue; the checker builds each case from the exercise's own formulas
+# (learn/checker/families.py), and names it only when it fits every configuration
+SAVED_FAMILY = Mistake(
+    "wrong-saved-tensor", "its right formula with one saved tensor where another of the same shape belongs",
+    "the two have the same shape, so nothing fails: check which tensor the formula needs")
+AXIS_FAMILY = Mistake(
+    "wrong-axis", "its right formula with a sum over another axis",
+    "sum over the axis the forward's statistic (or broadcast) ran along; where the wrong sum still has a shape "
+    "that fits (broadcasting lets a (1, D) stand where an (N, 1) belongs), nothing fails to tell you")
+GENERIC = [OVERWRITE, DOUBLED, GRAD_NONE, DOUT_IN_PLACE, INPUT_IN_PLACE, CACHE_CHANGED, OVERFLOW, SAVED_FAMILY,
+           AXIS_FAMILY]
 

@@ -20,6 +20,7 @@ from .checker.guard import LearnerFailed, call
 from .checker.load import LoadError, load_class
 from .data import small_task
 from .exercises import BY_NAME
+from .files import check_command
 from .race import Race, run
 
 F64 = torch.float64
@@ -34,6 +35,8 @@ NETWORKS = {  # the layers of each exercise's network; the layers of the exercis
     "sigmoid": [("linear", (196, H)), ("sigmoid", ()), ("linear", (H, 10))],
     "batchnorm": [("linear", (196, H)), ("batchnorm", (H,)), ("relu", ()), ("linear", (H, 10))],
     "layernorm": [("linear", (196, H)), ("layernorm", (H,)), ("relu", ()), ("linear", (H, 10))],
+    "gelu": [("linear", (196, H)), ("gelu", ()), ("linear", (H, 10))],
+    "dropout": [("linear", (196, H)), ("relu", ()), ("dropout", (0.2, 5)), ("linear", (H, 10))],
     "conv2d": _CNN, "maxpool2d": _CNN,
 }
 _KW = {"conv2d": {"padding": 1}}  # keyword arguments of the layer beyond NETWORKS' positional ones
@@ -44,8 +47,17 @@ def _handgrad(kind: str, args: tuple):
             "sigmoid": layers.Sigmoid, "batchnorm": lambda: layers.BatchNorm1d(*args, dtype=F64),
             "layernorm": lambda: layers.LayerNorm(*args, dtype=F64), "flatten": layers.Flatten,
             "conv2d": lambda: layers.Conv2d(*args, **_KW["conv2d"], dtype=F64),
-            "maxpool2d": lambda: layers.MaxPool2d(*args)}[kind]
+            "maxpool2d": lambda: layers.MaxPool2d(*args), "gelu": layers.GELU,
+            "dropout": lambda: _seeded_dropout(*args)}[kind]
     return make()
+
+
+def _seeded_dropout(p: float, seed: int):
+    """handgrad's Dropout drawing its masks from a generator seeded as the exercise's Dropout(p, seed) seeds its
+    own: both drop the same elements, step after step."""
+    layer = layers.Dropout(p)
+    layer.generator = torch.Generator().manual_seed(seed)
+    return layer
 
 
 def build(name: str, cls: type, seed: int, where: str):
@@ -68,7 +80,7 @@ def build(name: str, cls: type, seed: int, where: str):
             p = getattr(layer, pname, None)
             if not isinstance(p, torch.Tensor) or p.shape != tp.shape or p.dtype != F64:
                 raise LearnerFailed(f"your {shown} has no float64 {pname} of shape {tuple(tp.shape)} "
-                                    f"(python -m learn check {name} FILE says more)")
+                                    f"({check_command(name, where)} says more)")
             with torch.no_grad():
                 p.copy_(tp)  # the same initial weights as the twin's
             pairs.append((p, tp))

@@ -15,6 +15,7 @@ from losses import CrossEntropyLoss
 
 from .checker.guard import LearnerFailed, call
 from .data import small_task
+from .files import check_command
 from .race import Race
 from .train import BATCH, F64, H, LR, _sgd, build
 
@@ -97,7 +98,7 @@ def parallel_race(ex, cls, file: str, seed: int) -> Race:
         p = getattr(mlp, name, None)
         if not isinstance(p, torch.Tensor) or p.shape != tp.shape or p.dtype != F64:
             raise LearnerFailed(f"your {shown} has no float64 {name} of shape {tuple(tp.shape)} "
-                                f"(python -m learn check {ex.name} FILE says more)")
+                                f"({check_command(ex.name, file)} says more)")
         with torch.no_grad():
             p.copy_(tp)  # in place: the shards are views of it
         pairs.append((p, tp))

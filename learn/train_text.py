@@ -1,4 +1,4 @@
-"""``learn train`` for embedding, lstm_cell and attention: a tiny character model on the shipped Shakespeare.
+"""``learn train`` for embedding, lstm_cell, gru_cell and attention: a tiny character model on the shipped Shakespeare.
 
 Each model predicts the next character of windows of the corpus (``training/tasks/corpora/shakespeare``); the
 learner's layer sits in it beside handgrad's, every other layer handgrad's on both sides, from the same weights,
@@ -7,6 +7,7 @@ on the same windows, with the same SGD steps:
     embedding   idx (N, T) -> Embedding (V, D) [yours] -> Linear D -> V -> cross-entropy of the next character
     lstm_cell   idx -> Embedding (V, I) -> T steps of LSTMCell(I, H) [yours, one instance per step, the
                 parameters shared, so their gradients add up over the steps] -> Linear H -> V at every step
+    gru_cell    the same with GRUCell(I, H) [yours]
     attention   idx -> Embedding (V, D) -> q, k, v = three Linear D -> d -> CausalAttention [yours] -> Linear d -> V
 
 The shapes differ from the checker's (longer sequences, wider layers, ids repeated many times in a batch).
@@ -27,7 +28,8 @@ F64 = torch.float64
 CORPUS = Path(__file__).resolve().parents[1] / "training" / "tasks" / "corpora" / "shakespeare" / "tragedies.txt"
 N, T = 8, 12  # windows per batch, characters per window
 LR = 0.5
-SIZES = {"embedding": dict(D=16), "lstm_cell": dict(I=10, H=16), "attention": dict(D=16, d=8)}
+SIZES = {"embedding": dict(D=16), "lstm_cell": dict(I=10, H=16), "gru_cell": dict(I=10, H=16),
+         "attention": dict(D=16, d=8)}
 
 
 def corpus(chars: int = 60_000) -> tuple[torch.Tensor, int, str]:
@@ -145,6 +147,48 @@ def _lstm_cell(cls, V, where):
                    f"steps] -> Linear({H}, {V}) at each step -> cross-entropy")
 
 
+def _gru_cell(cls, V, where):
+    I, H = SIZES["gru_cell"]["I"], SIZES["gru_cell"]["H"]
+    names = ["weight_ih", "weight_hh", "bias_ih", "bias_hh"]
+    emb0, cell0, head0 = layers.Embedding(V, I, dtype=F64), layers.GRUCell(I, H, dtype=F64), \
+        layers.Linear(H, V, dtype=F64)
+    sides = []
+    for yours in (True, False):
+        emb, head = layers.Embedding(V, I, dtype=F64), layers.Linear(H, V, dtype=F64)
+        emb.load_state_dict(emb0.state_dict())
+        head.load_state_dict(head0.state_dict())
+        if yours:
+            shown = f"{cls.__name__}({I}, {H})"
+            cells = [call(shown, lambda: cls(I, H), where=where) for _ in range(T)]
+            shared = _adopt(cells[0], cell0, names, shown)
+        else:
+            cells = [layers.GRUCell(I, H, dtype=F64) for _ in range(T)]
+            cells[0].load_state_dict(cell0.state_dict())
+            shared = [getattr(cells[0], n) for n in names]
+        for cell in cells[1:]:  # one instance per step (each keeps its own cache), the same parameter tensors
+            for name, p in zip(names, shared):
+                setattr(cell, name, p)
+        crit = CrossEntropyLoss()
+
+        def fb(idx, target, emb=emb, head=head, crit=crit, cells=cells):
+            x = emb.forward(idx)  # (N, T, I)
+            h = torch.zeros(N, H, dtype=F64)
+            hs = []
+            for t in range(T):
+                h = cells[t].forward(x[:, t], h)
+                hs.append(h)
+            loss, dhs = _head_loss(head, crit, torch.stack(hs, 1), target)  # dhs (N, T, H)
+            dh_next = torch.zeros(N, H, dtype=F64)
+            dxs = [None] * T
+            for t in reversed(range(T)):  # h_t feeds the head and the next step: both gradients add up
+                dxs[t], dh_next = cells[t].backward(dhs[:, t] + dh_next)
+            emb.backward(torch.stack(dxs, 1))
+            return loss
+        sides.append(_Side(shared + list(emb.parameters()) + list(head.parameters()), fb))
+    return sides, (f"Embedding({V}, {I}) -> {T} steps of GRUCell({I}, {H}) [yours, its parameters shared by the "
+                   f"steps] -> Linear({H}, {V}) at each step -> cross-entropy")
+
+
 def _attention(cls, V, where):
     D, d = SIZES["attention"]["D"], SIZES["attention"]["d"]
     emb0 = layers.Embedding(V, D, dtype=F64)
@@ -176,7 +220,7 @@ def _attention(cls, V, where):
                    f"T = {T} -> Linear({d}, {V}) -> cross-entropy of the next character")
 
 
-BUILD = {"embedding": _embedding, "lstm_cell": _lstm_cell, "attention": _attention}
+BUILD = {"embedding": _embedding, "lstm_cell": _lstm_cell, "gru_cell": _gru_cell, "attention": _attention}
 
 
 def text_race(ex, cls, file: str, seed: int) -> Race:

@@ -15,6 +15,18 @@ from learn.source import BEGIN, END, notebook, solution_text, stub_text
 NAMES = [e.name for e in EXERCISES]
 
 
+def test_the_learn_page_counts_what_the_code_holds():
+    """docs/learn.md's counts are the registry's and the catalogue's (the README reads them the same way)."""
+    from pathlib import Path
+
+    from learn.checker.specs import catalogue
+    text = (Path(__file__).resolve().parents[1] / "docs" / "learn.md").read_text()
+    assert f"a place to practise: {len(EXERCISES)} exercises" in text
+    assert f"holds {len(catalogue())} mistakes" in text
+    for e in EXERCISES:
+        assert f"`{e.name}`" in text, e.name
+
+
 def test_every_exercise_has_a_check_hints_and_a_source_with_answer_regions():
     assert len(EXERCISES) >= 15 and set(SPECS) == set(BY_NAME) == set(HINTS)
     for e in EXERCISES:

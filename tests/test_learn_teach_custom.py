@@ -65,7 +65,9 @@ def test_a_known_mistake_is_named(tmp_path, folder, capsys, old, new, key):
     path.write_text(path.read_text().replace(old, new))
     assert main(["check", "swish", str(path), "--exercises", str(folder), "--format", "json"]) == 1
     res = json.loads(capsys.readouterr().out)
-    assert res["named"] == [key] and [i["named"] for i in res["items"] if i["passed"] is False] == [[key]]
+    failed = [i for i in res["items"] if i["passed"] is False]
+    assert res["named"] == [key] and failed[0]["named"] == [key] and failed[0]["name"] == "gradient: dx"
+    assert all(i["name"].startswith("configuration ") and i["named"] == [] for i in failed[1:])  # judged on its own
 
 
 def test_graded_as_a_class(tmp_path, folder, capsys):
@@ -76,7 +78,9 @@ def test_graded_as_a_class(tmp_path, folder, capsys):
     (subs / "ben.py").write_text(right.replace("self.x * self.beta * self.s", "self.x * self.s"))
     assert main(["grade", "swish", str(subs), "--out", str(tmp_path / "out"), "--exercises", str(folder)]) == 0
     rows = (tmp_path / "out" / "grades.csv").read_text().splitlines()
-    assert rows[1].startswith("ann,6,6,right,") and rows[2].startswith("ben,2,6,wrong,swish-no-beta,")
+    # seven items each: the forward, dx, the second backward, the inputs unchanged, central differences, two more
+    # configurations; ben's wrong dx costs dx and the two configurations, the rest is judged on its own
+    assert rows[1].startswith("ann,7,7,right,") and rows[2].startswith("ben,4,7,wrong,swish-no-beta,")
     assert "1  swish-no-beta" in (tmp_path / "out" / "summary.txt").read_text()
 
 

@@ -28,6 +28,8 @@ def test_a_right_layer_agrees_with_handgrads(tmp_path, capsys, name):
     ("tanh", [("dx = dout * (1 - self.out ** 2)", "dx = dout * (1 - self.out)")], 2),
     ("batchnorm", [("var = ((x - mean) ** 2).mean(0)", "var = x.var(0)")], 1),  # a wrong forward: at once
     ("softmax_cross_entropy", [("        dlogits /= n  # the loss is a mean over the batch\n", "")], 2),
+    ("gelu", [("dx = dout * (cdf + x * pdf)", "dx = dout * cdf")], 2),
+    ("dropout", [("self.mask = keep / (1 - self.p) if", "self.mask = keep if")], 1),  # not scaled: the forward
 ])
 def test_a_wrong_layer_parts_from_handgrads(tmp_path, capsys, name, changes, step):
     assert train(learner_file(tmp_path, name, changes), name) == 1

@@ -14,7 +14,8 @@ from learn.source import solution_text
 from learn.train import main
 from learn.train_value import two_moons
 
-MORE = ["adam", "value", "embedding", "lstm_cell", "attention", "linear_split", "tensor_parallel"]
+MORE = ["adam", "rmsprop", "sgd_momentum", "value", "broadcast", "accumulate", "embedding", "lstm_cell", "gru_cell",
+        "attention", "linear_split", "tensor_parallel"]
 
 
 def write(tmp_path, name, changes=()):
@@ -38,7 +39,7 @@ def test_a_right_answer_trains_as_its_twin_does(tmp_path, capsys, name):
     assert "AGREE: 3 steps" in out
     if name == "adam":
         assert "torch.optim.Adam and handgrad Adam do" in out
-    if name in ("embedding", "lstm_cell", "attention"):
+    if name in ("embedding", "lstm_cell", "gru_cell", "attention"):
         assert "Shakespeare" in out
     if name == "tensor_parallel":
         assert "over 4 simulated ranks beside one process" in out
@@ -53,6 +54,11 @@ def test_a_right_answer_trains_as_its_twin_does(tmp_path, capsys, name):
     ("attention", [("dq = dscores @ self.k * self.scale", "dq = dscores @ self.k")]),
     ("linear_split", [("dweight, dbias = dout.T @ self.x, dout.sum(0)", "dweight, dbias = dout.T @ self.x, dout.mean(0)")]),
     ("tensor_parallel", [("return douts  # each", "return all_reduce(douts)  #")]),  # g's backward all-reduces
+    ("rmsprop", [("(v.sqrt() + self.eps)", "(v + self.eps).sqrt()")]),
+    ("sgd_momentum", [("self.buf[k] = d.clone()", "self.buf[k] = (1 - self.momentum) * d")]),  # an average
+    ("broadcast", [("dshift = self.sum_to(dout, shift_shape)", "dshift = self.sum_to(dout, shift_shape) / 2")]),
+    ("accumulate", [("self.layer.backward(2 * diff / count)", "self.layer.backward(2 * diff / diff.numel())")]),
+    ("gru_cell", [("dr, dh_n = da_n * h_n, da_n * r", "dr, dh_n = da_n * h_n, da_n")]),
 ])
 def test_a_wrong_gradient_or_update_parts_at_step_2(tmp_path, capsys, name, changes):
     assert train(write(tmp_path, name, changes), name) == 1

@@ -14,7 +14,7 @@ from learn.checker.compare import diagnose
 from learn.checker.configs import expand
 from learn.checker.specs import SPECS
 from learn.checker.spec import LayerSpec
-from tests.learn_wrong_answers import WRONG_ANSWERS
+from tests.learn_wrong_answers import FRESH, WRONG_ANSWERS
 from tests.test_learn_mistakes import learner_file
 
 IDS = [f"{i:02d}-{name}-{kind}" for i, (name, kind, _, _) in enumerate(WRONG_ANSWERS)]
@@ -34,6 +34,19 @@ def test_a_learners_wrong_answer_fails_and_is_named_only_when_true(tmp_path, nam
         assert named == [key], text
     if kind == "near" and name not in ("value",):
         assert "float32" in text, text
+
+
+@pytest.mark.parametrize("name, family, changes, key", FRESH,
+                         ids=[f"{i:02d}-{name}-{family}" for i, (name, family, _, _) in enumerate(FRESH)])
+def test_an_honest_mistake_of_any_family_fails_and_is_named_only_when_true(tmp_path, name, family, changes, key):
+    """No wrong answer passes; one the checker can name is named, by that name alone; one it cannot is located
+    (the tensor and where to look), never given another's name."""
+    report = check_path(name, learner_file(tmp_path, name, changes))
+    text = report.text()
+    assert not report.passed and "Traceback" not in text, text
+    assert [k for k in report.named if k != "not-written"] == ([key] if key else []), text
+    if key is None:  # located: the tensor that is wrong, the line that raised, or where to look
+        assert any(word in text for word in ("WRONG", "wrong", "raised", "look at")), text
 
 
 def test_every_layer_exercise_has_several_configurations():

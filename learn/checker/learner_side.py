@@ -156,7 +156,10 @@ def adam_run(s: State, params: list, grads: list, hyper: dict):
     history = []
     for gs in grads:
         for p, g in zip(mine, gs):
-            p.grad = g.clone()
+            if p.grad is None:
+                p.grad = g.clone()
+            else:  # written into the same .grad tensor, as a loop that zeroes .grad in place does: state that
+                p.grad.copy_(g)  # is that tensor itself (a momentum buffer not copied) changes with it
         try:
             call(f"{s.cls.__name__}.step", opt.step, where=s.where)
         except LearnerFailed as e:

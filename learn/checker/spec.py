@@ -73,3 +73,7 @@ class LayerSpec:
     versus: str = "PyTorch's autograd"  # what the expected values are, in the report's verdict
     replicas: tuple[str, ...] = ()  # attribute paths of lists (one tensor per simulated rank) that must hold one
     # value on every rank after each backward
+    formula: Callable[[SimpleNamespace], dict[str, Tensor]] | None = None  # the right backward from named tensors
+    # of the context, its sums through families.reduce_of: the families of mistakes are replayed from it
+    saved: dict[str, str] = field(default_factory=dict)  # the tensors a backward may read, each in a few words: a
+    # family case swaps one for another of its shape

@@ -4,9 +4,10 @@ On each configuration (N, D, H non-square; N = 1; H > D; a seeded random draw), 
 with a random dout, whose dx is compared and after which ``.grad`` must be as it was; then the caller overwrites the
 dout it gave (a pipeline reuses its receive buffer) and W (``backward_weight``) runs, whose ``.grad`` must hold the
 gradients of the dout B received, added to the previous call's.  Beside it, a second object of the learner's class
-runs the fused ``backward`` on the same tensors: B then W must equal it bit for bit (``torch.equal``).  Last, a W
-with no B before it must add nothing (or refuse).  Known mistakes are replayed from the same tensors and named only
-when true (naming.matches).
+runs the fused ``backward`` on the same tensors: B then W must equal it bit for bit (``torch.equal``).  Then one more
+B and W with a new dout after the last forward (that dout's gradients, or a refusal: a B that changed what the
+forward kept gives others); last, a W with no B before it must add nothing (or refuse).  Known mistakes are
+replayed from the same tensors and named only when true (naming.matches).
 """
 from __future__ import annotations
 
@@ -15,11 +16,11 @@ from types import SimpleNamespace
 import torch
 from torch import Tensor
 
-from ..mistakes import DOUBLED, DOUT_IN_PLACE, INPUT_IN_PLACE, OVERWRITE, Mistake
+from ..mistakes import CACHE_CHANGED, DOUBLED, DOUT_IN_PLACE, INPUT_IN_PLACE, OVERWRITE, Mistake
 from .compare import RIGHT, describe, diagnose, rel_error, same
 from .configs import current, stable_seed
 from .guard import LearnerFailed
-from .layer_check import CALLS, CONFIG, UNCHANGED, each_configuration, unchanged
+from .layer_check import AGAIN, CALLS, CONFIG, UNCHANGED, each_configuration, unchanged
 from .naming import matches
 from .report import Report
 from .spec import normal, uniform
@@ -81,7 +82,7 @@ class LinearSplitSpec:
 
     def planned(self) -> list[str]:
         configs = _configs()
-        return [FORWARD, DX, B_GRAD, W_GRAD.format("weight.grad"), W_GRAD.format("bias.grad"), ACCUMULATE,
+        return [FORWARD, DX, B_GRAD, W_GRAD.format("weight.grad"), W_GRAD.format("bias.grad"), ACCUMULATE, AGAIN,
                 UNCHANGED, ONE_W, BITS] + [CONFIG.format(k + 1, len(configs), c[0]) for k, c in enumerate(configs) if k]
 
     def check(self, box, where: str | None) -> Report:
@@ -147,12 +148,38 @@ class LinearSplitSpec:
             dx_f, grads_f = box.request("split_fused", xs[k], douts[k])
             if not _fused(dx, dx_f, grads_w, grads_f, want, total, report, mark):
                 return False
+        if not self._again(box, report, mark, params, xs[-1], normal(g, n, h), normal(g, n, h), total):
+            return False
         raised, grads_again = box.request("split_w_again")
         if not _grads_are(grads_again, total, W_TWICE, ONE_W, report, mark):
             return False
         report.say("    right: B's dx and W's gradients agree with autograd over two calls, equal to the fused backward "
                    "bit for bit" + (", and a W with no B refused" if raised else ", and a W with no B adds nothing"))
         return True
+
+    def _again(self, box, report: Report, mark, params, x, dout, overwrite, total) -> bool:
+        """AGAIN: one more B and W, with a new dout, after the last forward: that dout's dx, and its gradients added
+        into .grad (``total`` is updated); or a refusal (an exception in B)."""
+        want = _expected(params["weight"], params["bias"], x, dout)
+        try:
+            dx, _, _, _ = box.request("split_b", dout)
+        except LearnerFailed as e:
+            report.say(f"    a second B after one forward is refused ({e.text.strip().splitlines()[0].strip()}): fine")
+            mark(AGAIN, True)
+            return True
+        grads = box.request("split_w", overwrite)
+        for name in total:
+            total[name] = total[name] + want[name]
+        wrong = [n for n, a, w in [("dx", dx, want["dx"])] + [(n, grads.get(n), total[n]) for n in total]
+                 if not (isinstance(a, Tensor) and same(a, w, RIGHT))]
+        mark(AGAIN, not wrong)
+        if wrong:
+            n = wrong[0]
+            mine = dx if n == "dx" else grads.get(n)
+            report.fail("  a second B and W after the same forward are wrong (the first were right).  "
+                        + describe(n, mine, want["dx"] if n == "dx" else total[n]))
+            report.fail("  -> " + CACHE_CHANGED.says("B and W", "give"), CACHE_CHANGED.key)
+        return not wrong
 
     def _grad(self, name, actual, expected, before, one, x, dout, overwritten, k, grads, report, mark, item) -> bool:
         """One .grad after W: right, or wrong with the mistake named when one fits."""

@@ -12,8 +12,8 @@ from collections import deque
 
 class Switches:
     """The mistakes to make; the defaults make none."""
-    walk = "topo"  # "topo" | "preorder" | "bfs" | "recursive" | "not-reversed"
-    overwrite = False  # grads assigned (=) in every _backward instead of added (+=)
+    walk = "topo"  # "topo" | "preorder" | "preorder-lifo" | "bfs" | "recursive" | "not-reversed"
+    overwrite = False  # grads assigned (=) instead of added (+=): in every _backward (True) or in one ("add", ...)
     seed = True  # backward() sets the output's grad to 1
     mul_own = False  # a * b gives a the gradient a.data * out.grad
     tanh_input = False  # tanh' as 1 - x**2
@@ -36,16 +36,16 @@ def engine(switches: Switches) -> type:
             self.data, self.grad, self._prev = float(data), 0.0, tuple(_prev)
             self._backward = lambda: None
 
-        def _give(self, node, g):
-            node.grad = g if s.overwrite else node.grad + g
+        def _give(self, node, g, op=""):
+            node.grad = g if s.overwrite is True or s.overwrite == op else node.grad + g
 
         def __add__(self, other):
             other = other if isinstance(other, RefValue) else RefValue(other)
             out = RefValue(self.data + other.data, (self, other))
 
             def _backward():
-                self._give(self, out.grad)
-                self._give(other, out.grad)
+                self._give(self, out.grad, "add")
+                self._give(other, out.grad, "add")
             out._backward = _backward
             return out
 
@@ -54,8 +54,8 @@ def engine(switches: Switches) -> type:
             out = RefValue(self.data * other.data, (self, other))
 
             def _backward():
-                self._give(self, (self.data if s.mul_own else other.data) * out.grad)
-                self._give(other, (other.data if s.mul_own else self.data) * out.grad)
+                self._give(self, (self.data if s.mul_own else other.data) * out.grad, "mul")
+                self._give(other, (other.data if s.mul_own else self.data) * out.grad, "mul")
             out._backward = _backward
             return out
 
@@ -64,7 +64,7 @@ def engine(switches: Switches) -> type:
 
             def _backward():
                 local = n * self.data ** (n if s.pow_no_minus_one else n - 1)
-                self._give(self, (self.data ** (n - 1) if s.pow_no_n else local) * out.grad)
+                self._give(self, (self.data ** (n - 1) if s.pow_no_n else local) * out.grad, "pow")
             out._backward = _backward
             return out
 
@@ -73,7 +73,7 @@ def engine(switches: Switches) -> type:
             out = RefValue(t, (self,))
 
             def _backward():
-                self._give(self, (1 - (self.data if s.tanh_input else t) ** 2) * out.grad)
+                self._give(self, (1 - (self.data if s.tanh_input else t) ** 2) * out.grad, "tanh")
             out._backward = _backward
             return out
 
@@ -82,7 +82,7 @@ def engine(switches: Switches) -> type:
             out = RefValue(e, (self,))
 
             def _backward():
-                self._give(self, e * out.grad)
+                self._give(self, e * out.grad, "exp")
             out._backward = _backward
             return out
 
@@ -135,14 +135,14 @@ def _walk(root, how: str):
         return reversed(_topo(root))
     if how == "not-reversed":
         return _topo(root)
-    if how == "preorder":  # depth first, each node once, as soon as it is reached
-        order, seen, stack = [], set(), [root]
+    if how in ("preorder", "preorder-lifo"):  # depth first, each node once, as soon as it is reached (its inputs
+        order, seen, stack = [], set(), [root]  # pushed so that the first is popped first, or the last)
         while stack:
             node = stack.pop()
             if id(node) not in seen:
                 seen.add(id(node))
                 order.append(node)
-                stack.extend(reversed(node._prev))
+                stack.extend(reversed(node._prev) if how == "preorder" else node._prev)
         return order
     if how == "bfs":
         order, seen, queue = [], {id(root)}, deque([root])

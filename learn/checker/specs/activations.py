@@ -10,10 +10,12 @@ def _away_from_zero(g):
 
 
 def _zeros(g):
-    """Exact zeros among the inputs, where autograd's relu'(0) = 0 (and sigmoid, tanh are smooth)."""
+    """Exact zeros among the inputs, where autograd's relu'(0) = 0 (and sigmoid, tanh are smooth), and tiny values
+    either side of 0, where the gradient is 1 or 0 as anywhere else."""
     x = normal(g, 4, 6, std=1.5)
     x[0, :3] = 0.0
     x[2, 4] = 0.0
+    x[3, :2] = torch.tensor([1e-7, -1e-7], dtype=x.dtype)
     return {"x": x}
 
 
@@ -22,11 +24,14 @@ def _one_row(g):
 
 
 def _large(g):
-    return {"x": normal(g, 2, 5, std=15.0)}  # saturated: exp(-x) near 1e-20 or 1e20
+    """Saturated: |x| from 20 to 800, both signs; past 709, exp(|x|) is inf in float64."""
+    x = normal(g, 2, 5, std=15.0)
+    x[1] = torch.tensor([800.0, -800.0, 710.0, -750.0, 300.0], dtype=x.dtype)
+    return {"x": x}
 
 
 CONFIGS = [{"label": "one example (N = 1)", "inputs": _one_row},
-           {"label": "large inputs (|x| up to about 40)", "inputs": _large, "numeric": False}]
+           {"label": "large inputs (|x| up to 800: exp(x) overflows past 709)", "inputs": _large, "numeric": False}]
 
 
 def _no_dout(name: str, local: str, fn):
@@ -35,15 +40,21 @@ def _no_dout(name: str, local: str, fn):
                  f"dx = dout * {local}", fn)
 
 
+_INVERTED = ("the mask is taken from the wrong side: the gradient passes where x > 0 (there out = x, a slope of 1) "
+             "and stops where x <= 0 (there out = 0, a constant)")
+
+_SAVED = {"x": "the input", "out": "the output"}
+
 RELU = LayerSpec(
-    name="relu", cls="ReLU", ctor={}, params={}, inputs=_away_from_zero,
+    name="relu", cls="ReLU", ctor={}, params={}, inputs=_away_from_zero, saved=_SAVED,
+    formula=lambda c: {"dx": c.dout * (c.x > 0)},
     reference=lambda t: {"out": torch.relu(t.x)},
-    configs=[CONFIGS[0], {"label": "exact zeros in x (relu's gradient there is 0)", "inputs": _zeros,
-                          "numeric": False}],
+    configs=[CONFIGS[0], {"label": "exact zeros in x (relu's gradient there is 0), and tiny values (1e-7)",
+                          "inputs": _zeros, "numeric": False}],
     mistakes=[
-        wrong("relu-mask-inverted", "dx", "dout * (x < 0)",
-              "the mask is taken from the wrong side: the gradient passes where x > 0 (there out = x, a slope of "
-              "1) and stops where x <= 0 (there out = 0, a constant)", lambda c: c.dout * (c.x < 0)),
+        wrong("relu-mask-inverted", "dx", "dout * (x < 0)", _INVERTED, lambda c: c.dout * (c.x < 0)),
+        wrong("relu-mask-inverted", "dx", "dout * ~mask, that is dout * (x <= 0)", _INVERTED,
+              lambda c: c.dout * (c.x <= 0)),
         wrong("relu-mask-from-dout", "dx", "dout * (dout > 0)",
               "the mask must come from the forward's input (x > 0), not from the sign of the gradient: a negative "
               "gradient flows through a ReLU that was on", lambda c: c.dout * (c.dout > 0)),
@@ -57,8 +68,12 @@ RELU = LayerSpec(
     where={"dx": "dx = dout * (x > 0)", "out": "out = max(x, 0), a new tensor"},
 )
 
+_OVERFLOW = ("an exp overflowed: exp(x) is inf past x = 709, and inf / inf is nan.  Exponentiate only -|x| (or use "
+             "torch.sigmoid, torch.tanh), which cannot overflow")
+
 SIGMOID = LayerSpec(
-    name="sigmoid", cls="Sigmoid", ctor={}, params={}, inputs=_away_from_zero,
+    name="sigmoid", cls="Sigmoid", ctor={}, params={}, inputs=_away_from_zero, nan_hint=_OVERFLOW, saved=_SAVED,
+    formula=lambda c: {"dx": c.dout * c.out * (1 - c.out)},
     reference=lambda t: {"out": torch.sigmoid(t.x)}, configs=CONFIGS,
     mistakes=[
         wrong("sigmoid-no-one-minus", "dx", "dout * s",
@@ -75,7 +90,8 @@ SIGMOID = LayerSpec(
 )
 
 TANH = LayerSpec(
-    name="tanh", cls="Tanh", ctor={}, params={}, inputs=_away_from_zero,
+    name="tanh", cls="Tanh", ctor={}, params={}, inputs=_away_from_zero, nan_hint=_OVERFLOW, saved=_SAVED,
+    formula=lambda c: {"dx": c.dout * (1 - c.out ** 2)},
     reference=lambda t: {"out": torch.tanh(t.x)}, configs=CONFIGS,
     mistakes=[
         wrong("tanh-of-input", "dx", "dout * (1 - x**2)",

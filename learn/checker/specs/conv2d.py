@@ -63,6 +63,12 @@ SPEC = LayerSpec(
         wrong("conv-dbias-per-position", "bias.grad", "dout.sum(0), of shape (C_out, H_out, W_out)",
               "one bias per output channel is added at every position of every example: dout.sum((0, 2, 3))",
               lambda c: c.dout.sum(0)),
+        wrong("conv-dweight-offsets-swapped", "weight.grad", "dweight[:, :, j, i] for the offset (i, j)",
+              "the offset (i, j) is row i, column j of the kernel: its gradient goes into dweight[:, :, i, j]",
+              lambda c: c.expected["weight.grad"].transpose(2, 3)),
+        wrong("conv-dx-cropped-one-side", "dx", "dxp[:, :, p:, p:], the padding cut on one side only",
+              "dxp is padded on both sides, (H + 2p, W + 2p): dx = dxp[:, :, p:p + H, p:p + W], with H = "
+              "dxp.shape[2] - 2 * p", lambda c: _dx_padded(c)[:, :, c.padding:, c.padding:]),
         wrong("conv-dbias-mean", "bias.grad", "dout.mean((0, 2, 3))",
               "the bias is added at every position of every example, so its gradient is the *sum* over them: "
               "dout.sum((0, 2, 3))", lambda c: c.dout.mean((0, 2, 3))),

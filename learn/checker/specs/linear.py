@@ -1,6 +1,7 @@
 """The checks of exercise linear: Linear(5, 3) on x (4, 5), and its known mistakes."""
 import torch
 
+from ..families import reduce_of
 from ..spec import LayerSpec, normal, uniform, wrong
 
 MISTAKES = [
@@ -19,6 +20,15 @@ MISTAKES = [
           "the loss, which already put its 1/N into dout)", lambda c: c.dout.T @ c.x / len(c.x)),
 ]
 
+def _formula(c) -> dict:
+    """The right backward, from the named tensors (families.py replays it)."""
+    return {"dx": c.dout @ c.weight, "weight.grad": c.dout.T @ c.x,
+            "bias.grad": reduce_of(c).sum(c.dout, 0, label="dout")}
+
+
+SAVED = {"x": "the input", "out": "the output", "weight": "the weight"}
+
+
 def _shapes(label: str, n: int, d: int, h: int) -> dict:
     """A configuration: x (n, d), Linear(d, h)."""
     return {"label": label, "ctor": {"in_features": d, "out_features": h},
@@ -36,7 +46,7 @@ SPEC = LayerSpec(
     params={"weight": lambda g: uniform(g, 3, 5), "bias": lambda g: normal(g, 3, mean=0.5)},
     inputs=lambda g: {"x": normal(g, 4, 5)},
     reference=lambda t: {"out": t.x @ t.weight.T + t.bias},
-    mistakes=MISTAKES,
+    mistakes=MISTAKES, formula=_formula, saved=SAVED,
     configs=[_shapes("one example (N = 1)", 1, 5, 3), _shapes("wide: N = 3, D = 2, H = 6", 3, 2, 6)],
     random=_random,
     where={"dx": "dx = dout @ weight: (N, H) @ (H, D)",

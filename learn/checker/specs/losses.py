@@ -16,6 +16,8 @@ def _random_mse(g):
 MSE = LayerSpec(
     name="mse", cls="MSELoss", ctor={}, params={}, inputs=_mse_inputs, loss=True, constants=("target",),
     reference=lambda t: {"loss": ((t.input - t.target) ** 2).mean()},
+    formula=lambda c: {"dinput": 2 * (c.input - c.target) / c.input.numel()},
+    saved={"input": "the input", "target": "the target"},
     configs=[{"label": "one example (N = 1, C = 6)", "inputs": lambda g: _mse_inputs(g, 1, 6)},
              {"label": "N = 5, C = 2", "inputs": lambda g: _mse_inputs(g, 5, 2)}],
     random=_random_mse,
@@ -46,7 +48,9 @@ def _ce_large(g):
     x = _ce_inputs(g, 3, 4, std=200.0)
     x["logits"][0] += 800.0  # a row of logits near 800: exp overflows unless the row's max is subtracted first
     x["logits"][1] -= 800.0  # and near -800: exp underflows to 0, and log(0) is -inf
-    return x
+    row = x["logits"][2]
+    row[x["target"][2]] = row.max() - 900.0  # a target 900 below its row's max: its p underflows to 0, its
+    return x  # log-softmax is -900 all the same (log(softmax) gives log 0 = -inf)
 
 
 def _random_ce(g):
@@ -65,6 +69,9 @@ def _p(c):
 SOFTMAX_CROSS_ENTROPY = LayerSpec(
     name="softmax_cross_entropy", cls="SoftmaxCrossEntropy", ctor={}, params={}, inputs=_ce_inputs, loss=True,
     reference=lambda t: {"loss": torch.nn.functional.cross_entropy(t.logits, t.target)},
+    context=lambda c: {"p": _p(c)},
+    formula=lambda c: {"dlogits": (c.p - _onehot(c)) / len(c.logits)},
+    saved={"logits": "the logits", "p": "softmax(logits), row by row"},
     mistakes=[
         wrong("ce-no-onehot", "dlogits", "p / N",
               "the one-hot target is not subtracted: dlogits = (p - onehot(target)) / N.  Raising the right class's "
@@ -91,7 +98,8 @@ SOFTMAX_CROSS_ENTROPY = LayerSpec(
               lambda c: -_p(c)[range(len(c.target)), c.target].mean()),
     ],
     configs=[{"label": "one example (N = 1, C = 3)", "inputs": lambda g: _ce_inputs(g, 1, 3)},
-             {"label": "large logits (near +800 and -800 in some rows)", "inputs": _ce_large, "numeric": False},
+             {"label": "large logits (near +800 and -800 in some rows, a target 900 below its row's max)",
+              "inputs": _ce_large, "numeric": False},
              {"label": "two classes, N = 5", "inputs": lambda g: _ce_inputs(g, 5, 2)}],
     random=_random_ce,
     nan_hint=("exp overflowed or a log of 0: subtract each row's max before exp (shifted = logits - "

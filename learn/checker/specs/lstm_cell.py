@@ -6,6 +6,7 @@ hidden_size 4, so a gradient taken through the wrong weight has the wrong shape.
 import torch
 
 from ...mistakes import Mistake
+from ..families import reduce_of
 from ..spec import LayerSpec, normal, uniform
 
 I, H = 3, 4
@@ -39,16 +40,40 @@ def _grads(c, order="ifgo", forget=True, dh_into_c=True, tanh_of_c=False, sigmoi
             "bias_hh.grad": da.sum(0)}
 
 
+def _context(c):
+    a = c.x @ c.weight_ih.T + c.bias_ih + c.h @ c.weight_hh.T + c.bias_hh
+    ai, af, ag, ao = a.chunk(4, 1)
+    return {"i": torch.sigmoid(ai), "f": torch.sigmoid(af), "g": torch.tanh(ag), "o": torch.sigmoid(ao),
+            "tc": torch.tanh(c.c_next)}
+
+
+def _formula(c):
+    """The right backward from the named tensors (families.py replays it)."""
+    r = reduce_of(c)
+    do = c.dh_next * c.tc
+    dc_total = c.dc_next + c.dh_next * c.o * (1 - c.tc ** 2)
+    di, df, dg = dc_total * c.g, dc_total * c.c, dc_total * c.i
+    da = torch.cat([di * c.i * (1 - c.i), df * c.f * (1 - c.f), dg * (1 - c.g ** 2), do * c.o * (1 - c.o)], 1)
+    return {"dx": da @ c.weight_ih, "dh": da @ c.weight_hh, "dc": dc_total * c.f, "weight_ih.grad": da.T @ c.x,
+            "weight_hh.grad": da.T @ c.h, "bias_ih.grad": r.sum(da, 0, label="da"),
+            "bias_hh.grad": r.sum(da, 0, label="da")}
+
+
+SAVED = {"x": "the input", "h": "the previous hidden state", "c": "the previous cell state",
+         "c_next": "the new cell state", "h_next": "the new hidden state", "i": "the input gate",
+         "f": "the forget gate", "g": "the candidate, tanh", "o": "the output gate", "tc": "tanh(c_next)"}
+
+
 def _inputs(g, n=2, i=I, h=H):
     return {"x": normal(g, n, i), "h": normal(g, n, h, std=0.5), "c": normal(g, n, h)}
 
 
-def _shaped(label, n, i, h):
-    return {"label": label, "ctor": {"input_size": i, "hidden_size": h},
+def _shaped(label, n, i, h, std=1.0):
+    return {"label": label, "ctor": {"input_size": i, "hidden_size": h}, "numeric": std == 1.0,
             "params": {"weight_ih": lambda g: uniform(g, 4 * h, i), "weight_hh": lambda g: uniform(g, 4 * h, h),
                        "bias_ih": lambda g: normal(g, 4 * h, std=0.5, mean=0.2),
                        "bias_hh": lambda g: normal(g, 4 * h, std=0.5, mean=-0.1)},
-            "inputs": lambda g: _inputs(g, n, i, h)}
+            "inputs": lambda g: {"x": normal(g, n, i, std=std), "h": normal(g, n, h, std=0.5), "c": normal(g, n, h)}}
 
 
 def _random(g):
@@ -61,8 +86,10 @@ SPEC = LayerSpec(
     params={"weight_ih": lambda g: uniform(g, 4 * H, I), "weight_hh": lambda g: uniform(g, 4 * H, H),
             "bias_ih": lambda g: normal(g, 4 * H, std=0.5, mean=0.2),
             "bias_hh": lambda g: normal(g, 4 * H, std=0.5, mean=-0.1)},
-    inputs=_inputs, reference=_reference, returns=("dx", "dh", "dc"),
-    configs=[_shaped("one example (N = 1)", 1, I, H), _shaped("input wider than hidden: N = 3, I = 5, H = 2", 3, 5, 2)],
+    inputs=_inputs, reference=_reference, returns=("dx", "dh", "dc"), context=_context, formula=_formula,
+    saved=SAVED,
+    configs=[_shaped("one example (N = 1)", 1, I, H), _shaped("input wider than hidden: N = 3, I = 5, H = 2", 3, 5, 2),
+             _shaped("large inputs (x with std 300: saturated gates)", 2, I, H, std=300.0)],
     random=_random,
     shared=[(("dx", "dh", "weight_ih.grad", "weight_hh.grad", "bias_ih.grad", "bias_hh.grad"),
              "da (N, 4H), the gates' gradients stacked i, f, g, o: between dc_total and da (di, df, dg, do and "

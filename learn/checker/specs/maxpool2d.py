@@ -28,6 +28,39 @@ def _spread(c, how: str):
     return dx
 
 
+def _stride(c) -> int:
+    return getattr(c, "stride", None) or c.kernel_size
+
+
+def _windows(c):
+    """(N, C, H_out, W_out, k*k): each window of x, flat in row-major order."""
+    k, s = c.kernel_size, _stride(c)
+    w = c.x.unfold(2, k, s).unfold(3, k, s)
+    return w.reshape(*w.shape[:4], k * k)
+
+
+def _route(c, arg, swap: bool = False):
+    """dx with each window's dout sent to flat place ``arg`` of its window (row arg // k, column arg % k; swapped:
+    row arg % k, column arg // k)."""
+    k, s = c.kernel_size, _stride(c)
+    n, ch, ho, wo = c.dout.shape
+    h, w = c.x.shape[2:]
+    r, q = (arg % k, arg // k) if swap else (arg // k, arg % k)
+    rows = torch.arange(ho).view(1, 1, ho, 1) * s + r
+    cols = torch.arange(wo).view(1, 1, 1, wo) * s + q
+    if (rows >= h).any() or (cols >= w).any():
+        return None  # the swapped place falls outside x: that answer would have raised
+    flat = (rows * w + cols).reshape(n, ch, -1)
+    dx = torch.zeros(n, ch, h * w, dtype=c.dout.dtype).scatter_add_(2, flat, c.dout.reshape(n, ch, -1))
+    return dx.view(n, ch, h, w)
+
+
+def _last_max(c):
+    """Each window's last maximum (row-major): what a running max with >= keeps."""
+    win = _windows(c)
+    return win.shape[-1] - 1 - win.flip(-1).argmax(-1)
+
+
 def _shaped(label, n, ch, h, w, k, s=None, relu=False):
     def inputs(g):
         x = normal(g, n, ch, h, w)
@@ -66,6 +99,20 @@ SPEC = LayerSpec(
         wrong("pool-overlap-assigned", "dx", "dx[window] = ... for each window",
               "windows overlap (stride < kernel_size): assigning a window's share overwrites what an earlier "
               "window gave the same inputs.  Add (+=) each window's share", lambda c: _spread(c, "assign")),
+        wrong("pool-ties-last", "dx", "a tied window's dout sent to the last of its maxima",
+              "PyTorch sends a tied window's gradient to the first of its maxima in row-major order (a running max "
+              "kept with >= picks the last one, > the first; max(-1) and argmax give the first)",
+              lambda c: _route(c, _last_max(c))),
+        wrong("pool-unravel-swapped", "dx", "each winner's row and column swapped (arg % k, arg // k)",
+              "a flat index into a k x k window is row * k + column: the row is arg // k, the column arg % k",
+              lambda c: _route(c, _windows(c).argmax(-1), swap=True)),
+        wrong("pool-size-no-plus-one", "out", "(H - k) // stride windows down a column, (W - k) // stride across",
+              "a window starts at 0, s, 2s, ... as long as it fits, up to H - k: that is (H - k) // s + 1 windows",
+              lambda c: F.max_pool2d(c.x, c.kernel_size, _stride(c))[:, :, :-1, :-1]),
+        wrong("pool-stride-as-kernel", "out", "windows kernel_size apart (the stride taken as the kernel size)",
+              "the windows start stride apart, not kernel_size apart: with stride < kernel_size they overlap",
+              lambda c: F.max_pool2d(c.x, c.kernel_size, c.kernel_size)),
     ],
-    where={"dx": "each window's dout goes to the input that won its max, += where windows overlap"},
+    where={"dx": "each window's dout goes to the input that won its max (the first of them on a tie), += where "
+                 "windows overlap", "out": "H_out = (H - k) // stride + 1 windows, stride apart"},
 )

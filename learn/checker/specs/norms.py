@@ -5,6 +5,7 @@ missing eps, or an eps in the wrong place, changes the output well beyond round-
 """
 import torch
 
+from ..families import reduce_of
 from ..spec import LayerSpec, normal, uniform, wrong
 
 EPS = 1e-5
@@ -29,6 +30,23 @@ def _context(dim):
         xhat = (c.x - mean) * rstd
         return {"rstd": rstd, "xhat": xhat, "dxhat": c.dout * c.weight}
     return ctx
+
+
+def _formula(dim):
+    """The right backward from the named tensors (families.py replays it): dim is the statistics' axis."""
+    def formula(c):
+        r, keep, n = reduce_of(c), dim != 0, c.x.shape[dim]
+        dxhat = c.dout * c.weight  # (N, D)
+        s1 = r.sum(dxhat, dim, keepdim=keep, label="dxhat")
+        s2 = r.sum(dxhat * c.xhat, dim, keepdim=keep, label="dxhat * xhat")
+        return {"dx": c.rstd / n * (n * dxhat - s1 - c.xhat * s2),
+                "weight.grad": r.sum(c.dout * c.xhat, 0, label="dout * xhat"),
+                "bias.grad": r.sum(c.dout, 0, label="dout")}
+    return formula
+
+
+SAVED = {"x": "the input", "xhat": "the normalised input (x - mean) * rstd", "out": "the output, weight * xhat + bias",
+         "weight": "the scale gamma", "bias": "the shift beta", "rstd": "1 / sqrt(var + eps)"}
 
 
 def _without(c, dim, mean_path: bool, var_path: bool):
@@ -87,7 +105,8 @@ _CONSTANTS = ("mean and var treated as constants: dout * weight / sqrt(var + eps
 BATCHNORM = LayerSpec(
     name="batchnorm", cls="BatchNorm1d", ctor={"num_features": 4},
     params={"weight": lambda g: uniform(g, 4, lo=0.5, hi=1.5), "bias": lambda g: normal(g, 4, mean=0.3)},
-    inputs=_bn_inputs, reference=lambda t: {"out": _norm(t, 0)}, context=_context(0),
+    inputs=_bn_inputs, reference=lambda t: {"out": _norm(t, 0)}, context=_context(0), formula=_formula(0),
+    saved=SAVED,
     configs=[_norm_config("a small odd batch (N = 3, D = 5)", 3, 5, "num_features", _bn_shaped),
              _norm_config("two examples (N = 2, D = 3)", 2, 3, "num_features", _bn_shaped),
              _norm_config("square (N = D = 4)", 4, 4, "num_features", _bn_shaped)],
@@ -146,7 +165,8 @@ def _ln_random(g):
 LAYERNORM = LayerSpec(
     name="layernorm", cls="LayerNorm", ctor={"normalized_shape": 5},
     params={"weight": lambda g: uniform(g, 5, lo=0.5, hi=1.5), "bias": lambda g: normal(g, 5, mean=0.3)},
-    inputs=_ln_inputs, reference=lambda t: {"out": _norm(t, -1)}, context=_context(-1),
+    inputs=_ln_inputs, reference=lambda t: {"out": _norm(t, -1)}, context=_context(-1), formula=_formula(-1),
+    saved=SAVED,
     configs=[_norm_config("one example (N = 1, D = 6)", 1, 6, "normalized_shape", _ln_shaped),
              _norm_config("N = 4, D = 3", 4, 3, "normalized_shape", _ln_shaped),
              _norm_config("square (N = D = 4)", 4, 4, "normalized_shape", _ln_shaped)],
