@@ -229,6 +229,9 @@ def save(rows: dict[str, dict[str, str]], path: Path = TABLE) -> None:
     path.write_text(HEAD + "\n".join(lines) + "\n")
 
 
+SECTIONS = ("install", "tests", "timings", "headline")  # the README's generated sections, in its order
+
+
 def sections(rows: dict[str, dict[str, str]]) -> dict[str, str]:
     """The README's generated sections: name -> markdown, every number from ``rows``."""
     v = {k: r["value"] for k, r in rows.items()}
@@ -275,10 +278,12 @@ def sections(rows: dict[str, dict[str, str]]) -> dict[str, str]:
 
 def render(text: str, rows: dict[str, dict[str, str]]) -> str:
     """``text`` (the README) with each ``<!-- figures:NAME -->`` ... ``<!-- /figures:NAME -->`` section rendered."""
-    for name, body in sections(rows).items():
+    for name in SECTIONS:
         start, end = f"<!-- figures:{name} -->", f"<!-- /figures:{name} -->"
         if text.count(start) != 1 or text.count(end) != 1:
             raise SystemExit(f"README.md must hold {start} and {end} once each")
+    for name, body in sections(rows).items():
+        start, end = f"<!-- figures:{name} -->", f"<!-- /figures:{name} -->"
         head, rest = text.split(start)
         text = f"{head}{start}\n{body}\n{end}{rest.split(end, 1)[1]}"
     return text
