@@ -75,13 +75,16 @@ def upcast_dots(kernel, dtype: torch.dtype) -> bool:
 
 @triton.jit
 def dot(a, b, acc, UPCAST: tl.constexpr):
-    """acc + a @ b, accumulated in acc's dtype; float32 operands in IEEE float32 (input_precision="ieee": the
-    GPU's default would round them to TF32, 10 bits of mantissa, which the interpreter does not emulate).
-    UPCAST (the interpreter's bfloat16): the operands as float32, whose products of bfloat16 values are exact
-    as the tensor cores' are, so the result is the GPU's up to the order of the sums."""
+    """acc + a @ b, accumulated in acc's dtype; float32 and float64 operands in full precision
+    (input_precision="ieee": the GPU's default would round float32 to TF32, 10 bits of mantissa, which the
+    interpreter does not emulate); float16 and bfloat16 on the tensor cores.  UPCAST (the interpreter's
+    bfloat16): the operands as float32, whose products of bfloat16 values are exact as the tensor cores' are,
+    so the result is the GPU's up to the order of the sums."""
     if UPCAST:
         return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
-    return tl.dot(a, b, acc, input_precision="ieee")
+    if a.dtype == tl.float32 or a.dtype == tl.float64:
+        return tl.dot(a, b, acc, input_precision="ieee")
+    return tl.dot(a, b, acc)
 
 
 def rows(t: Tensor) -> Tensor:
