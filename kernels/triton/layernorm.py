@@ -140,6 +140,8 @@ def layer_norm_forward(x: Tensor, weight: Tensor | None, bias: Tensor | None, *,
     """
     owner = "layer_norm_forward"
     check_tensors(owner, _layer_norm_forward_kernel, x=x, weight=weight, bias=bias)
+    if x.dim() == 0:
+        raise ValueError(f"{owner}: x must have at least one axis to normalise, got a 0-d tensor")
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
     shape = tuple(weight.shape) if shape is None and weight is not None else shape or (x.shape[-1],)
     if tuple(x.shape[x.dim() - len(shape):]) != tuple(shape):
