@@ -242,13 +242,24 @@ def _setup(owner: str, q: Tensor, k: Tensor, v: Tensor, scale, block_m, block_n,
     scale = 1.0 / math.sqrt(E) if scale is None else scale
     if not isinstance(scale, (int, float)) or not math.isfinite(scale):
         raise ValueError(f"{owner}: scale must be a finite number, got {scale!r}")
-    default = 64 if q.element_size() <= 2 else 32  # bytes of a tile in shared memory; to tune on a GPU
-    block_m = check_block(owner, "block_m", default if block_m is None else block_m)
-    block_n = check_block(owner, "block_n", default if block_n is None else block_n)
+    (bm, bn), warps = default_blocks(q.dtype, max(E, EV), backward=kernel is not _attention_forward_kernel)
+    block_m = check_block(owner, "block_m", bm if block_m is None else block_m)
+    block_n = check_block(owner, "block_n", bn if block_n is None else block_n)
     consts = dict(SCALE=float(scale), ACC=tl_dtype(acc_dtype(q.dtype)), UPCAST=upcast_dots(kernel, q.dtype),
-                  BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_E=pow2(E, 16), BLOCK_EV=pow2(EV, 16),
-                  num_warps=8 if max(E, EV) > 64 and block_m * block_n >= 64 * 64 else 4)
+                  BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_E=pow2(E, 16), BLOCK_EV=pow2(EV, 16), num_warps=warps)
     return consts
+
+
+def default_blocks(dtype: torch.dtype, width: int, backward: bool) -> tuple[tuple[int, int], int]:
+    """((Bm, Bn), warps) for a dtype and head width: tiles whose kernels, compiled for sm_80 and sm_90, neither
+    spill registers nor need more shared memory than an A100 gives a block (scripts/triton_compile.py says so);
+    their speed is yet to be measured on a GPU."""
+    wide = width > 64
+    if dtype in (torch.float16, torch.bfloat16):
+        return (64, 64), 8 if wide or backward else 4  # dK/dV holds two more tiles than the forward
+    if dtype == torch.float32:  # IEEE float32 products run on the CUDA cores, operands in registers
+        return ((16, 32) if wide else (32, 32)), 8
+    return (16, 16), 8 if wide else 4  # float64
 
 
 def flash_attention_forward(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, scale: float | None = None,
