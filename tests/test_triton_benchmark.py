@@ -2,7 +2,6 @@
 GPU machine): the script that will take the GPU figures runs, and its correctness gate passes.  No timing is
 asserted."""
 import argparse
-import sys
 from pathlib import Path
 
 import pytest

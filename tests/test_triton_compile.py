@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.triton, pytest.mark.slow, pytest.mark.skipif(not HAVE_
 
 
 def test_every_kernel_compiles_for_sm90_without_spills():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # the compiler's kernels, not the interpreter's
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # the compiler's kernels this time
     r = subprocess.run([sys.executable, "scripts/triton_compile.py", "--quick"], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

@@ -38,7 +38,7 @@ def textbook(z, y, eps=0.0, ignore_index=-100, reduction="mean", dloss=1.0):
     s = torch.as_tensor(dloss, dtype=z.dtype, device=z.device)
     if reduction == "mean":
         s = s / keep.sum()
-    grad = (logp.exp() - q) * s.reshape(-1, 1) * keep[:, None] if reduction == "none" else (logp.exp() - q) * s * keep[:, None]
+    grad = (logp.exp() - q) * (s.reshape(-1, 1) if reduction == "none" else s) * keep[:, None]
     loss = losses if reduction == "none" else losses.sum() / (keep.sum() if reduction == "mean" else 1)
     return loss, grad
 

@@ -17,7 +17,8 @@ def LN():
 
 
 def textbook(x, w, b, dout, eps):
-    """llm.c's layernorm_forward / layernorm_backward over the last axis, in x's dtype: (out, mean, rstd, dx, dw, db)."""
+    """llm.c's layernorm_forward / layernorm_backward over the last axis, in x's dtype:
+    (out, mean, rstd, dx, dweight, dbias)."""
     mean = x.mean(-1, keepdim=True)
     rstd = 1 / ((x - mean) ** 2).mean(-1, keepdim=True).add(eps).sqrt()  # biased variance
     xhat = (x - mean) * rstd
