@@ -25,6 +25,13 @@ from gradcheck import RTOL
 # the load (training/threads.py) could sum in another order than the run it is compared with bit for bit.
 os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
 
+# The Triton kernels (kernels/triton/, `pytest -m triton`) run in Triton's interpreter where there is no CUDA device.
+# Triton reads TRITON_INTERPRET when it defines a kernel, its own library's helpers (tl.zeros, tl.sum) included when
+# Triton is first imported, which a test module may do as it is collected: so it is set here, before any is.  On CPU
+# tensors nothing else reads it (Inductor compiles C++ there).  tests/triton_support.py says the rest.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 # The slow files: real multi-process runs (torchrun, gloo), the compiled step, every benchmark script run once, an
 # autograder installed into a fresh environment.  `pytest -q` leaves them out (pyproject's addopts), so the suite
 # answers in minutes; `pytest -q -m slow` runs them, and CI runs both.
