@@ -30,7 +30,7 @@ SLOW_FILES = {"test_benchmarks.py", "test_compile.py", "test_fused.py", "test_di
               "test_distributed_faults.py",
               "test_parallel_composition.py", "test_zero.py", "test_tensor_parallel.py",
               "test_learn_teach_autograder.py", "test_train_model_parallel.py", "test_train_tensor_pipeline.py",
-              "test_tp_backward_split.py"}
+              "test_tp_backward_split.py", "test_learn_teach_attacks.py"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects

@@ -13,10 +13,11 @@ from tests.test_learn_mistakes import learner_file
 
 
 def test_a_split_right_to_round_off_but_not_bit_for_bit_fails_and_says_why(tmp_path):
-    """dW as a sum of outer products, row by row: right to about 1e-16, but another order of additions."""
+    """dW as a sum of outer products, row by row from the last: right to about 1e-16, but another order of
+    additions (from the first row, a one-threaded product can add in the same order, bit for bit)."""
     report = check_path("linear_split", learner_file(tmp_path, "linear_split", [(
         "dweight, dbias = dout.T @ self.x, dout.sum(0)",
-        "dweight, dbias = sum(torch.outer(a, b) for a, b in zip(dout, self.x)), dout.sum(0)")]))
+        "dweight, dbias = sum(torch.outer(a, b) for a, b in zip(dout.flip(0), self.x.flip(0))), dout.sum(0)")]))
     text = report.text()
     assert not report.passed and report.named == [] and "not bit for bit" in text, text
     assert report.items["B then W equal the fused backward bit for bit"].passed is False
