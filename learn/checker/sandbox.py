@@ -341,7 +341,7 @@ def _environment_binds(python: str) -> list[str]:
     real = os.path.realpath(python)
     binds = [os.path.dirname(os.path.dirname(real)), os.path.dirname(os.path.dirname(os.path.abspath(python)))]
     binds += child_path(python)
-    out, masks, seen = [], [], set()
+    out, masks, seen = [], [], {"/", "/usr", os.path.expanduser("~")}  # never the whole of these
     for folder in binds:
         if not os.path.isdir(folder) or folder in seen or folder.startswith("/usr/"):
             continue
@@ -531,9 +531,9 @@ class Sandbox:
                 info_r, info_w = os.pipe()
                 fds.append(info_w)
                 self.info = info_r
-                argv = [bwrap_path(), *flags, *_system_binds(), *_environment_binds(python),
-                        "--ro-bind", str(view), VIEW_AT, "--ro-bind", str(copy), "/submission",
-                        "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--chdir", "/tmp",
+                argv = [bwrap_path(), *flags, *_system_binds(), "--proc", "/proc", "--dev", "/dev",
+                        "--tmpfs", "/tmp", *_environment_binds(python),  # an environment in /tmp stays seen
+                        "--ro-bind", str(view), VIEW_AT, "--ro-bind", str(copy), "/submission", "--chdir", "/tmp",
                         "--setenv", "HOME", "/tmp", "--info-fd", str(info_w), "--",
                         python, "-I", "-B", "-c", BOOT, VIEW_AT, child.__name__, str(req_r), str(rep_w)]
                 folder, file = "/tmp", f"/submission/{name}"

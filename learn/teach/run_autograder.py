@@ -77,7 +77,8 @@ def choose_isolation() -> tuple[str, str]:
 
 def hide_from_unprivileged(base: Path) -> None:
     """Root, before running a submission as nobody: the autograder's own files and handgrad's installed code
-    (its worked solutions, the library's layers) no longer readable by others."""
+    (the library's layers, the checker's reference engines) no longer readable by others.  A checkout on the
+    path (an editable install) is left alone: there the view's stand-ins stop its import, not its reading."""
     import importlib.util
     from ..checker.sandbox import PROJECT
     places = [base / "source"]
@@ -88,7 +89,9 @@ def hide_from_unprivileged(base: Path) -> None:
             continue
         if spec is not None and spec.origin:
             origin = Path(spec.origin)
-            places.append(origin.parent if origin.name == "__init__.py" else origin)
+            place = origin.parent if origin.name == "__init__.py" else origin
+            if {"site-packages", "dist-packages"} & set(place.parts):  # an install, never a teacher's checkout
+                places.append(place)
     for place in places:
         try:
             if place.exists() and place.stat().st_uid == 0:
