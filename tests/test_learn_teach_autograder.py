@@ -202,3 +202,20 @@ def _owner(pid: str) -> int | None:
         return os.stat(f"/proc/{pid}").st_uid
     except OSError:
         return None
+
+
+def test_the_try_it_here_recipe_runs_as_written_from_any_folder(tmp_path):
+    """docs/learn.md's recipe, word for word (python: this environment's), from a folder that is not the checkout,
+    on a student's file there."""
+    import shlex
+    text = (Path(__file__).resolve().parents[1] / "docs" / "learn.md").read_text()
+    recipe = next(ln for ln in text.splitlines() if ln.startswith("python -m learn autograder") and "--try" in ln)
+    argv = shlex.split(recipe.split("#")[0])
+    (tmp_path / "alice.py").write_text(RIGHT)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run([sys.executable, *argv[1:]], cwd=tmp_path, capture_output=True, text=True, env=env,
+                         timeout=900)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "alice.py: 10 of 10" in run.stdout
+    res = json.loads((tmp_path / "autograder.results.json").read_text())
+    assert res["score"] == len(res["tests"]) == 10
