@@ -21,13 +21,6 @@ from learn.checker.sandbox import Channel, Escaped
 from tests.test_learn_cli import ROOT, run_learn
 
 
-def bwrap_or_skip():
-    if sandbox.bwrap_flags() is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("bubblewrap cannot run here, and CI installs it (sh scripts/debian-packages.sh bubblewrap)")
-        pytest.skip("bubblewrap cannot run here (sh scripts/debian-packages.sh bubblewrap installs it)")
-
-
 @pytest.fixture
 def short_limit(monkeypatch):
     monkeypatch.setattr(sandbox, "TIME_LIMIT_S", 4.0)
@@ -287,8 +280,7 @@ for key, value in seen.items():
 '''
 
 
-def test_the_sandbox_sees_the_environment_and_the_check_and_nothing_else(tmp_path):
-    bwrap_or_skip()
+def test_the_sandbox_sees_the_environment_and_the_check_and_nothing_else(tmp_path, bwrap):
     subs = tmp_path / "subs"
     subs.mkdir()
     (subs / "alice.py").write_text(attack.RIGHT)
@@ -310,8 +302,7 @@ def test_the_sandbox_sees_the_environment_and_the_check_and_nothing_else(tmp_pat
 
 
 @pytest.mark.parametrize("what", ["read the worked solution", "copy a classmate", "subclass the library"])
-def test_the_answer_key_is_out_of_reach_in_the_sandbox(tmp_path, what):
-    bwrap_or_skip()
+def test_the_answer_key_is_out_of_reach_in_the_sandbox(tmp_path, bwrap, what):
     classmate = tmp_path / "subs" / "alice.py"
     classmate.parent.mkdir()
     classmate.write_text(attack.RIGHT)
@@ -324,10 +315,9 @@ def test_the_answer_key_is_out_of_reach_in_the_sandbox(tmp_path, what):
         assert "uses the library's own Linear" in str(e.value)
 
 
-def test_every_process_of_a_sandboxed_check_is_gone_when_it_ends(tmp_path, monkeypatch):
+def test_every_process_of_a_sandboxed_check_is_gone_when_it_ends(tmp_path, monkeypatch, bwrap):
     """Even without the seccomp filter (an architecture it does not know), bubblewrap's PID namespace takes every
     process the check started with it: here the filter is off, and the leftover process does start."""
-    bwrap_or_skip()
     monkeypatch.setattr(sandbox, "SECCOMP", False)
     started = attack._in_forward(attack.leftover([Path("/tmp/forged")], attack.RIGHT, delay=30),
                                  "import glob\nprint('STARTED', len(glob.glob('/proc/[0-9]*')))")
@@ -335,3 +325,34 @@ def test_every_process_of_a_sandboxed_check_is_gone_when_it_ends(tmp_path, monke
     counts = [int(ln.split("STARTED")[1]) for ln in report.text().splitlines() if "STARTED" in ln]
     assert report.passed and counts and max(counts) >= 4, report.text()  # bubblewrap's init, python, sh, sleep
     assert not _processes_with(attack.MARK)
+
+
+def test_every_student_gets_a_row_whatever_stops_their_check(tmp_path, monkeypatch):
+    """The checker failing on one submission grades the rest; Ctrl-C writes the grades, the students not reached
+    listed as such."""
+    import importlib
+    g = importlib.import_module("learn.teach.grade")  # learn.teach.grade is also the function re-exported
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    for student in ("alice", "bob", "carol"):
+        (subs / f"{student}.py").write_text(attack.RIGHT)
+    real = g.check_one
+
+    def failing(stop):
+        def check_one(name, student, *args, **kwargs):
+            if student == "bob":
+                raise stop
+            return real(name, student, *args, **kwargs)
+        return check_one
+
+    monkeypatch.setattr(g, "check_one", failing(RuntimeError("the sandbox broke")))
+    g.grade("linear", subs, tmp_path / "out", isolate="fork")
+    rows = {r["student"]: r for r in csv.DictReader((tmp_path / "out" / "grades.csv").open())}
+    assert rows["alice"]["verdict"] == rows["carol"]["verdict"] == "right"
+    assert rows["bob"]["verdict"] == "not checked" and "the checker failed" in rows["bob"]["note"]
+    monkeypatch.setattr(g, "check_one", failing(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        g.grade("linear", subs, tmp_path / "out2", isolate="fork")
+    rows = {r["student"]: r for r in csv.DictReader((tmp_path / "out2" / "grades.csv").open())}
+    assert rows["alice"]["verdict"] == "right"
+    assert all("not reached" in rows[s]["note"] for s in ("bob", "carol")), rows

@@ -8,11 +8,10 @@ import sys
 import time
 
 import tests.learn_attacks as attack
-from tests.test_learn_sandbox import _processes_with, bwrap_or_skip
+from tests.test_learn_sandbox import _processes_with
 
 
-def test_a_class_of_attacks_leaves_the_honest_grades_and_nothing_else(tmp_path):
-    bwrap_or_skip()
+def test_a_class_of_attacks_leaves_the_honest_grades_and_nothing_else(tmp_path, bwrap):
     subs, out, victims = tmp_path / "subs", tmp_path / "out", tmp_path / "victims"
     for folder in (subs, victims):
         folder.mkdir()

@@ -41,7 +41,7 @@ def _text(changes):
     return text
 
 
-def test_a_class_of_ten_is_graded_and_summarised(tmp_path):
+def test_a_class_of_ten_is_graded_and_summarised(tmp_path, bwrap):
     subs = tmp_path / "subs"
     subs.mkdir()
     for student, (changes, _, _) in SUBMISSIONS.items():
@@ -101,7 +101,7 @@ def test_each_student_gets_configurations_of_their_own():
     assert seed_of("linear", "alice") == 1397703997  # the same in every process: not Python's salted hash
 
 
-def test_a_notebook_submission_is_graded_and_two_of_one_student_are_not_checked(tmp_path, capsys):
+def test_a_notebook_submission_is_graded_and_two_of_one_student_are_not_checked(tmp_path, capsys, bwrap):
     import nbformat
     from learn.__main__ import main
     from learn.source import notebook
