@@ -138,7 +138,7 @@ def _check_structured(name: str, path: Path, fmt: str, trusted: bool) -> int:
     """learn check --format json|gradescope: a grader's check, inside bubblewrap (or forked, with
     --trust-submissions where it cannot run); the structured result on stdout, the exit status as the text's."""
     import json
-    from .checker.sandbox import Unavailable, isolation
+    from .checker.boundary import Unavailable, isolation
     from .teach.gradescope import outcome, plain, results
     try:
         o = outcome(name, path, isolate=isolation(trusted))
@@ -153,7 +153,8 @@ def _check_structured(name: str, path: Path, fmt: str, trusted: bool) -> int:
 
 
 def cmd_grade(args) -> int:
-    from .checker.sandbox import Unavailable, isolation, time_limit
+    from .checker.boundary import Unavailable, isolation
+    from .checker.sandbox import time_limit
     from .teach.grade import GradeError, check_out, grade
     folder = Path(args.folder)
     if not folder.is_dir():

@@ -135,8 +135,8 @@ def wait_for(predicate, proc, what: str, timeout: float = 120.0) -> None:
 def bwrap() -> None:
     """bubblewrap can run here (a grader's check runs inside it): else the test is skipped, saying how to install
     it, except in CI (CI=true), which installs it through the README's set-up and fails instead."""
-    from learn.checker import sandbox
-    if sandbox.bwrap_flags() is None:
+    from learn.checker import boundary
+    if boundary.bwrap_flags() is None:
         if os.environ.get("CI") == "true":
             pytest.fail("bubblewrap cannot run here, and CI installs it (sh scripts/debian-packages.sh bubblewrap)")
         pytest.skip("bubblewrap cannot run here (sh scripts/debian-packages.sh bubblewrap installs it)")

@@ -133,8 +133,10 @@ def _write_pipes(data):
         except OSError:
             pass
 '''
-MALFORMED = _in_forward(_after_import(RIGHT, _PIPES), '_write_pipes(b"\\x00\\x00\\x00\\x08garbage!")\nimport os\nos._exit(0)')
-HALF_SENT = _in_forward(_after_import(RIGHT, _PIPES), '_write_pipes(b"\\x00\\x00\\x00\\x40abc")\nimport time\ntime.sleep(600)')
+MALFORMED = _in_forward(_after_import(RIGHT, _PIPES),
+                        '_write_pipes(b"\\x00\\x00\\x00\\x08garbage!")\nimport os\nos._exit(0)')
+HALF_SENT = _in_forward(_after_import(RIGHT, _PIPES),
+                        '_write_pipes(b"\\x00\\x00\\x00\\x40abc")\nimport time\ntime.sleep(600)')
 KILL_GRADER = _in_forward(RIGHT, '''
 import os, signal
 signal.pidfd_send_signal(os.pidfd_open(os.getppid()), signal.SIGKILL)

@@ -6,7 +6,6 @@ half-sent message, the grader killed, a forged mistake, notebooks that crash a p
 import ast
 import csv
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,8 +15,8 @@ import torch
 
 import tests.learn_attacks as attack
 from learn.__main__ import main
-from learn.checker import check_file, check_path, sandbox
-from learn.checker.sandbox import Channel, Escaped
+from learn.checker import boundary, check_file, check_path, sandbox, wire
+from learn.checker.wire import Channel
 from tests.test_learn_cli import ROOT, run_learn
 
 
@@ -203,13 +202,13 @@ def test_a_message_of_shared_references_is_refused_not_walked():
     bomb = ("list", [])
     for _ in range(60):  # 2**60 paths through 60 lists
         bomb = ("list", [bomb, bomb])
-    with pytest.raises(sandbox._Unreadable):
-        sandbox.decode(bomb)
-    with pytest.raises(sandbox._Unreadable):
-        sandbox.decode(("tensor", "torch.float64", (2, 2), b"\x00" * 8, None, False))  # 4 values in 8 bytes
+    with pytest.raises(wire.Unreadable):
+        wire.decode(bomb)
+    with pytest.raises(wire.Unreadable):
+        wire.decode(("tensor", "torch.float64", (2, 2), b"\x00" * 8, None, False))  # 4 values in 8 bytes
     t = torch.randn(2, 3, dtype=torch.float64)
-    assert torch.equal(sandbox.decode(sandbox.encode(t)), t)
-    assert isinstance(sandbox.decode(sandbox.encode(t.requires_grad_())), sandbox.NotPlain)
+    assert torch.equal(wire.decode(wire.encode(t)), t)
+    assert isinstance(wire.decode(wire.encode(t.requires_grad_())), wire.NotPlain)
 
 
 def test_a_frame_is_received_whole_by_its_deadline_or_not_at_all():
@@ -235,7 +234,7 @@ def test_the_seccomp_program_covers_both_architectures():
 
 def test_the_sandbox_is_a_leaf_and_its_view_holds_what_the_child_imports():
     """sandbox.py imports nothing of the checker above it (no cycle through learner_side, layer_check, specs,
-    split_check); the child's own modules import only each other (the view sandbox.VIEW copies)."""
+    split_check); the child's own modules import only each other (the view boundary.VIEW copies)."""
     checker = ROOT / "learn" / "checker"
 
     def imports(path: Path) -> set[str]:
@@ -248,13 +247,15 @@ def test_the_sandbox_is_a_leaf_and_its_view_holds_what_the_child_imports():
                 found.update(names)
             elif isinstance(node, ast.Import):
                 found.update(a.name for a in node.names)
-        return {f for f in found if f.split(".")[0] in sandbox.PROJECT}
+        return {f for f in found if f.split(".")[0] in boundary.PROJECT}
 
-    assert imports(checker / "sandbox.py") <= {"learn.checker.guard", "learn.checker.load"}
+    below = {"learn.checker.guard", "learn.checker.load", "learn.checker.wire", "learn.checker.boundary"}
+    assert imports(checker / "sandbox.py") <= below
+    assert imports(checker / "boundary.py") <= {"learn.checker.load"} and imports(checker / "wire.py") == set()
     assert imports(checker / "guard.py") <= {"learn.mistakes"} and imports(checker / "load.py") == set()
-    view = {rel[:-3].replace("/", ".").removesuffix(".__init__") for rel in sandbox.VIEW}
-    for rel in sandbox.VIEW:
-        if sandbox.VIEW[rel] is None:
+    view = {rel[:-3].replace("/", ".").removesuffix(".__init__") for rel in boundary.VIEW}
+    for rel in boundary.VIEW:
+        if boundary.VIEW[rel] is None:
             assert imports(ROOT / rel) <= view | {"learn.checker"}, (rel, imports(ROOT / rel) - view)
 
 
@@ -284,8 +285,8 @@ def test_the_sandbox_sees_the_environment_and_the_check_and_nothing_else(tmp_pat
     subs = tmp_path / "subs"
     subs.mkdir()
     (subs / "alice.py").write_text(attack.RIGHT)
-    paths = {"solutions": str(attack.SOLUTION), "checkout": str(ROOT / "pyproject.toml"), "layers": str(ROOT / "layers"),
-             "classmate": str(subs / "alice.py"), "the test's folder": str(tmp_path)}
+    paths = {"solutions": str(attack.SOLUTION), "checkout": str(ROOT / "pyproject.toml"),
+             "layers": str(ROOT / "layers"), "classmate": str(subs / "alice.py"), "the test's folder": str(tmp_path)}
     home = str(Path.home())
     text = attack._after_import(attack.RIGHT, f"PATHS = {paths!r}\nHOME = {home!r}\n" + PROBE)
     report = check_path("linear", _file(tmp_path, text), isolate="bwrap")

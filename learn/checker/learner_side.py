@@ -21,7 +21,7 @@ import sys
 
 from .guard import LearnerFailed, call
 from .load import LoadError, library_origin, load_class
-from .sandbox import Channel, decode, dumps, encode
+from .wire import Channel, decode, dumps, encode
 
 NO_AUTOGRAD = "no autograd here: write the gradient by hand"
 
@@ -108,15 +108,17 @@ def _fatal(channel: Channel, line: str) -> None:
         os._exit(0)
 
 
+_MEMORY = [2 << 30]  # the bytes of address space the child may add (the setup's), for the line that says so
+
+
 def _why_stopped(e: BaseException, doing: str) -> str | None:
-    from .sandbox import MEMORY_LIMIT
     if isinstance(e, SystemExit):
         return f"your code called sys.exit({e.code if e.code is not None else ''}) while {doing}: a checked class " \
                f"must return, not end the program"
     if isinstance(e, KeyboardInterrupt):
         return f"your code raised KeyboardInterrupt while {doing}: the check stopped"
     if isinstance(e, MemoryError) or "can't allocate memory" in str(e) or "not enough memory" in str(e):
-        return f"your code asked for more memory than the check allows ({MEMORY_LIMIT >> 30} GiB more) while {doing}"
+        return f"your code asked for more memory than the check allows ({_MEMORY[0] >> 30} GiB more) while {doing}"
     return None
 
 
@@ -141,6 +143,7 @@ def prepare(setup: dict, channel: Channel) -> None:
     (x @ x).sum().item()  # the math libraries start what they start now, before threads are refused
     _inert_checks()
     fence.drop_capabilities()
+    _MEMORY[0] = setup["memory"]
     fence.hard_limits(memory=setup["memory"], cpu_seconds=setup["time_limit"] + 5, file_size=setup["output"])
     watch_autograd()
     refuse_autograd()

@@ -9,7 +9,7 @@ import traceback
 import types
 from pathlib import Path
 
-# handgrad's own packages and modules (sandbox.PROJECT): a class from one of them is not the learner's
+# handgrad's own packages and modules (boundary.PROJECT): a class from one of them is not the learner's
 OWN = ("learn", "layers", "models", "losses", "optimizers", "autodiff", "checking", "training", "monitoring",
         "kernels", "gradcheck", "train", "sample")
 

@@ -15,7 +15,7 @@ a folder outside the submissions, and nowhere else:
     summary.txt, summary.png        how many students made each named mistake, ranked; and where the
                                     class's answers first went wrong, item by item
 
-Names are written escaped (``sandbox.one_line``): a file named with a newline or a terminal escape cannot forge
+Names are written escaped (``wire.one_line``): a file named with a newline or a terminal escape cannot forge
 a line of the summary or a folder of ``out``.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ..checker.configs import stable_seed
 from ..checker.report import Item
-from ..checker.sandbox import one_line
+from ..checker.wire import one_line
 from ..exercises import get
 from .gradescope import Outcome, outcome, results
 

@@ -45,7 +45,7 @@ class SandboxedChecks(Preprocessor):
                                          "refusing (your own notebooks only)").tag(config=True)
 
     def preprocess(self, nb, resources):
-        from ..checker.sandbox import isolation
+        from ..checker.boundary import isolation
         isolate = isolation(self.trust_submissions)  # Unavailable: nbgrader reports it, nothing is scored
         with tempfile.TemporaryDirectory(prefix="handgrad-nbgrader-") as tmp:
             path = Path(tmp) / "submission.ipynb"

@@ -65,7 +65,7 @@ def find(name: str, folder: Path, alone: bool) -> tuple[Path | None, str]:
 def choose_isolation() -> tuple[str, str]:
     """("bwrap" | "user" | "fork", a note for the log): bubblewrap where it runs; as root without it, an
     unprivileged user; else (a teacher trying the zip without either) a forked child, said plainly."""
-    from ..checker.sandbox import bwrap_flags
+    from ..checker.boundary import bwrap_flags
     if bwrap_flags() is not None:
         return "bwrap", ""
     if os.geteuid() == 0:
@@ -80,7 +80,7 @@ def hide_from_unprivileged(base: Path) -> None:
     (the library's layers, the checker's reference engines) no longer readable by others.  A checkout on the
     path (an editable install) is left alone: there the view's stand-ins stop its import, not its reading."""
     import importlib.util
-    from ..checker.sandbox import PROJECT
+    from ..checker.boundary import PROJECT
     places = [base / "source"]
     for name in PROJECT:
         try:
@@ -136,8 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         outcomes.append(o)
         print(o.text, end="")  # the run's log, hidden from students (stdout_visibility)
     if isolate == "user":
-        from ..checker.sandbox import _unprivileged, kill_user
-        kill_user(_unprivileged()[0])  # nothing of the submission is left to touch what is written next
+        from ..checker.boundary import kill_user, unprivileged
+        kill_user(*unprivileged())  # nothing of the submission is left to touch what is written next
     res = results(outcomes)
     if note:
         res["output"] = note + "\n" + res["output"]
