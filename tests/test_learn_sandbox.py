@@ -357,3 +357,19 @@ def test_every_student_gets_a_row_whatever_stops_their_check(tmp_path, monkeypat
     rows = {r["student"]: r for r in csv.DictReader((tmp_path / "out2" / "grades.csv").open())}
     assert rows["alice"]["verdict"] == "right"
     assert all("not reached" in rows[s]["note"] for s in ("bob", "carol")), rows
+
+
+def test_without_bubblewrap_a_grader_refuses_in_one_line_unless_trusted(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("LEARN_BWRAP", "")  # as where bubblewrap is not installed
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    (subs / "alice.py").write_text(attack.RIGHT)
+    for argv in (["grade", "linear", str(subs), "--out", str(tmp_path / "out")],
+                 ["check", "linear", str(subs / "alice.py"), "--format", "json"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "apt-get install bubblewrap" in err and \
+            "--trust-submissions" in err, err
+    assert not (tmp_path / "out").exists()
+    assert main(["grade", "linear", str(subs), "--out", str(tmp_path / "out"), "--trust-submissions"]) == 0
+    assert "not in a sandbox" in capsys.readouterr().out

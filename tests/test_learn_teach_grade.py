@@ -41,7 +41,10 @@ def _text(changes):
     return text
 
 
-def test_a_class_of_ten_is_graded_and_summarised(tmp_path, bwrap):
+def test_a_class_of_ten_is_graded_and_summarised(tmp_path):
+    """Graded with --trust-submissions where bubblewrap is said to be missing (LEARN_BWRAP=""): the grading, not
+    the boundary, is what this test reads, and forked checks keep it quick (test_learn_teach_attacks.py grades a
+    class inside bubblewrap)."""
     subs = tmp_path / "subs"
     subs.mkdir()
     for student, (changes, _, _) in SUBMISSIONS.items():
@@ -49,8 +52,10 @@ def test_a_class_of_ten_is_graded_and_summarised(tmp_path, bwrap):
     (subs / "judy").mkdir()  # one folder per student works too
     (subs / "judy" / "linear.py").write_text(RIGHT)
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "LEARN_CHECK_TIME_LIMIT": "3", "OMP_NUM_THREADS": "1"}
-    run = subprocess.run([sys.executable, "-m", "learn", "grade", "linear", str(subs), "--out", str(out)],
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LEARN_CHECK_TIME_LIMIT": "3", "OMP_NUM_THREADS": "1",
+           "LEARN_BWRAP": ""}
+    run = subprocess.run([sys.executable, "-m", "learn", "grade", "linear", str(subs), "--out", str(out),
+                          "--trust-submissions"],
                          capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     rows = {r["student"]: r for r in csv.DictReader((out / "grades.csv").open())}
@@ -86,6 +91,7 @@ def test_a_class_of_ten_is_graded_and_summarised(tmp_path, bwrap):
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 1000
     assert not list(out.glob(".*tmp*"))  # written atomically: no temporary file left
     assert "bias-mean" in run.stdout and "grades.csv" in run.stdout
+    assert "--trust-submissions: each submission runs in a forked child" in run.stdout
 
 
 def test_each_student_gets_configurations_of_their_own():
