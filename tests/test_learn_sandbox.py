@@ -324,7 +324,7 @@ def test_every_process_of_a_sandboxed_check_is_gone_when_it_ends(tmp_path, monke
                                  "import glob\nprint('STARTED', len(glob.glob('/proc/[0-9]*')))")
     report = check_path("linear", _file(tmp_path, started), isolate="bwrap")
     counts = [int(ln.split("STARTED")[1]) for ln in report.text().splitlines() if "STARTED" in ln]
-    assert report.passed and counts and max(counts) >= 4, report.text()  # bubblewrap's init, python, sh, sleep
+    assert report.passed and counts and max(counts) >= 3, report.text()  # bubblewrap's init, python, sh (sleep)
     assert not _processes_with(attack.MARK)
 
 
