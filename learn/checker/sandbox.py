@@ -75,7 +75,6 @@ def time_limit(value=None, source: str = "LEARN_CHECK_TIME_LIMIT") -> float:
 _checked_limit = time_limit  # Sandbox takes a ``time_limit`` argument, which hides the function's name there
 
 
-
 # -- the parent's side ------------------------------------------------------------------------------------------
 
 class Sandbox:
@@ -161,7 +160,9 @@ class Sandbox:
         view = write_view(self.folder / "view")
         python = sys.executable
         src = Path(target["file"])
-        name = src.name if src.suffix in (".py", ".ipynb") else "submission.py"
+        suffix = src.suffix if src.suffix in (".py", ".ipynb") else ".py"
+        plain = src.name.isprintable() and len(src.name) <= 100 and not src.name.startswith((".", "-"))
+        name = src.name if plain and src.suffix == suffix else f"{self.exercise}{suffix}"  # its own name, if plain
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                "TMPDIR": "/tmp"}
         req_r, rep_w = self._pipes()
@@ -191,8 +192,7 @@ class Sandbox:
                 work = self.folder / "work"
                 work.mkdir()
                 (work / name).write_bytes(target["data"])
-                for p in (self.folder, view.parent):
-                    os.chmod(p, 0o755)
+                os.chmod(self.folder, 0o755)  # the view inside it readable by the user; .output stays root's
                 os.chown(work, uid, gid)
                 os.chown(work / name, uid, gid)
                 os.chmod(work, 0o700)
