@@ -4,12 +4,11 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
-import tempfile
 import textwrap
 from pathlib import Path
 
 from .exercises import BY_NAME, get
-from .files import NotebookError, check_command, notebook_code, work_dir
+from .files import check_command, work_dir
 
 
 def cmd_list(args) -> int:
@@ -75,7 +74,10 @@ def cmd_start(args) -> int:
     if args.nbgrader:
         print(f"wrote {out}: nbgrader's source notebook (the solution between ### BEGIN/END SOLUTION, the last cell "
               f"a locked test worth {args.points:g} point(s) that fails on a wrong answer); put it in your course's "
-              f"source/ASSIGNMENT/ folder and run nbgrader generate_assignment ASSIGNMENT")
+              f"source/ASSIGNMENT/ folder and run nbgrader generate_assignment ASSIGNMENT.  So that nothing a "
+              f"student's kernel does can change the grade, add to the course's nbgrader_config.py:\n"
+              f"    from learn.teach.nbgrader_autograde import autograde_preprocessors\n"
+              f"    c.Autograde.autograde_preprocessors = autograde_preprocessors()")
     elif args.solution:
         print(f"wrote the worked solution of {ex.name} to {out}")
     elif args.notebook:
@@ -117,12 +119,9 @@ def cmd_check(args) -> int:
               f"your file: python -m learn check {ex.name} FILE)", file=sys.stderr)
         return 2
     if args.format != "text":
-        return _check_structured(ex.name, path, args.format)
+        return _check_structured(ex.name, path, args.format, args.trust_submissions)
     try:
-        if path.suffix == ".ipynb":
-            code, text = _check_notebook(ex.name, path, check_file)
-        else:
-            code, text = check_file(ex.name, path)
+        code, text = check_file(ex.name, path)
     except KeyboardInterrupt:  # the learner's code runs in a child, which the checker has stopped
         print(f"interrupted: {path} was not checked", file=sys.stderr)
         return 130
@@ -134,37 +133,17 @@ def cmd_check(args) -> int:
     return code
 
 
-def _check_notebook(name: str, path: Path, check_file) -> tuple[int, str]:
-    """check_file on a notebook's code cells (learn/files.py), copied into a temporary file named as the notebook."""
-    try:
-        code = notebook_code(path)
-    except NotebookError as e:
-        return 2, f"Cannot check {path}: {e}\n"
-    with tempfile.TemporaryDirectory(prefix="handgrad-notebook-") as tmp:
-        copy = Path(tmp) / f"{path.stem}.py"
-        copy.write_text(code)
-        status, text = check_file(name, copy)
-    note = f"(the code cells of {path}, joined into {copy.name}: its line N is the Nth line of code)\n"
-    return status, note + text.replace(str(copy), str(path))
-
-
-def _check_structured(name: str, path: Path, fmt: str) -> int:
-    """learn check --format json|gradescope: the structured result on stdout, the exit status as the text's."""
+def _check_structured(name: str, path: Path, fmt: str, trusted: bool) -> int:
+    """learn check --format json|gradescope: a grader's check, inside bubblewrap (or forked, with
+    --trust-submissions where it cannot run); the structured result on stdout, the exit status as the text's."""
     import json
+    from .checker.boundary import Unavailable, isolation
     from .teach.gradescope import outcome, plain, results
     try:
-        if path.suffix == ".ipynb":
-            with tempfile.TemporaryDirectory(prefix="handgrad-notebook-") as tmp:
-                copy = Path(tmp) / f"{path.stem}.py"
-                try:
-                    copy.write_text(notebook_code(path))
-                except NotebookError as e:
-                    print(f"Cannot check {path}: {e}", file=sys.stderr)
-                    return 2
-                o = outcome(name, copy)
-                o.text = o.text.replace(str(copy), str(path))
-        else:
-            o = outcome(name, path)
+        o = outcome(name, path, isolate=isolation(trusted))
+    except Unavailable as e:
+        print(f"python -m learn check: {e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"interrupted: {path} was not checked", file=sys.stderr)
         return 130
@@ -173,24 +152,31 @@ def _check_structured(name: str, path: Path, fmt: str) -> int:
 
 
 def cmd_grade(args) -> int:
-    from .checker import sandbox
-    from .teach.grade import grade
+    from .checker.boundary import Unavailable, isolation
+    from .checker.sandbox import time_limit
+    from .teach.grade import GradeError, check_out, grade
     folder = Path(args.folder)
     if not folder.is_dir():
         print(f"python -m learn grade: {folder} is not a folder of submissions", file=sys.stderr)
         return 2
-    if args.time_limit is not None:
-        if args.time_limit <= 0:
-            print(f"python -m learn grade: --time-limit must be positive, not {args.time_limit:g}", file=sys.stderr)
-            return 2
-        sandbox.TIME_LIMIT_S = args.time_limit
     try:
-        graded = grade(args.name, folder, Path(args.out), say=lambda line: print(line, flush=True))
-    except ValueError as e:  # two submissions of one student
+        limit = time_limit(args.time_limit, "--time-limit") if args.time_limit is not None else time_limit()
+        check_out(folder, Path(args.out))
+        isolate = isolation(args.trust_submissions)
+    except (ValueError, Unavailable) as e:
+        print(f"python -m learn grade: {e}", file=sys.stderr)
+        return 2
+    if isolate == "fork":
+        print("(--trust-submissions: each submission runs in a forked child of this process, not in a sandbox)")
+    try:
+        graded = grade(args.name, folder, Path(args.out), say=lambda line: print(line, flush=True), isolate=isolate,
+                       time_limit=limit)
+    except GradeError as e:
         print(f"python -m learn grade: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted: the grades were not written", file=sys.stderr)
+        print(f"interrupted: the students not reached are listed as such in {Path(args.out) / 'grades.csv'}",
+              file=sys.stderr)
         return 130
     out = Path(args.out)
     print(f"\n{len(graded)} submissions graded: {out / 'grades.csv'}, {out / 'summary.txt'}, "
@@ -208,6 +194,9 @@ def cmd_autograder(args) -> int:
         return 2
     print(f"wrote {out}: upload it as a Gradescope programming assignment's autograder (Configure Autograder, "
           f"Zip file upload); students submit {', '.join(f'{n}.py' for n in args.names)}")
+    if args.try_files:
+        from .teach.run_autograder import try_zip
+        return try_zip(out, [Path(f) for f in args.try_files])
     return 0
 
 
@@ -288,7 +277,11 @@ def parser() -> argparse.ArgumentParser:
                                            "writes to)")
     s.add_argument("--format", choices=("text", "json", "gradescope"), default="text",
                    help="text (the report, default), json (each checked item, the verdict, the named mistakes), or "
-                        "gradescope (its results.json: one test per checked item)")
+                        "gradescope (its results.json: one test per checked item); json and gradescope are a "
+                        "grader's: the file is checked inside bubblewrap")
+    s.add_argument("--trust-submissions", action="store_true",
+                   help="with --format json|gradescope where bubblewrap cannot run: check the file unsandboxed (code "
+                        "you trust only)")
     s.set_defaults(run=cmd_check)
     s = sub.add_parser("grade", help="a teacher's: check a folder of submissions (alice.py, or alice/NAME.py), "
                                      "write grades.csv, each student's results.json and the class's mistakes")
@@ -296,12 +289,18 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("folder", metavar="SUBMISSIONS_DIR")
     s.add_argument("--out", required=True, metavar="DIR", help="where grades.csv, summary.txt, summary.png and "
                                                                 "students/ go")
-    s.add_argument("--time-limit", type=float, default=None, metavar="S",
+    s.add_argument("--time-limit", default=None, metavar="S",
                    help="seconds each submission's check may take (default 30, or $LEARN_CHECK_TIME_LIMIT)")
+    s.add_argument("--trust-submissions", action="store_true",
+                   help="where bubblewrap cannot run: check the submissions unsandboxed, in forked children (your own "
+                        "tests only: their code could change the grades)")
     s.set_defaults(run=cmd_grade)
     s = sub.add_parser("autograder", help="a teacher's: a Gradescope autograder zip checking these exercises")
     s.add_argument("names", nargs="+", choices=names, metavar="NAME")
     s.add_argument("--out", default="autograder.zip", help="the zip to write (default autograder.zip)")
+    s.add_argument("--try", dest="try_files", nargs="+", metavar="FILE",
+                   help="then run the zip here, as Gradescope would, on these submitted files (from any folder): "
+                        "the score, and results.json beside the zip")
     s.set_defaults(run=cmd_autograder)
     s = sub.add_parser("progress", help="which exercises pass (kept in .handgrad-progress.json) and what is next")
     s.add_argument("--dir", default=None, help="the folder of your files (default: the work folder start writes into)")
@@ -311,7 +310,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("name", choices=names, metavar="NAME")
     s.set_defaults(run=cmd_why)
     s = sub.add_parser("train", help="train your answer beside a trusted twin, the same weights and batches "
-                                     "(exit 0 when they agree, 1 when they part)")
+                                     "(exit 0 when they agree, 1 when they part); your file runs in this process, "
+                                     "unsandboxed: for your own code, not a grader's")
     s.add_argument("name", metavar="NAME")
     s.add_argument("file")
     s.add_argument("--steps", type=int, default=40, help="training steps (default 40)")
@@ -357,6 +357,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"python -m learn: {e}", file=sys.stderr)
             return 2
     args = parser().parse_args(argv)
+    if args.command in ("check", "grade", "progress"):
+        from .checker.sandbox import time_limit
+        try:
+            time_limit()  # a bad $LEARN_CHECK_TIME_LIMIT is refused once, here, in one line
+        except ValueError as e:
+            print(f"python -m learn {args.command}: {e}", file=sys.stderr)
+            return 2
     return args.run(args)
 
 

@@ -97,5 +97,6 @@ def notebook(ex: Exercise, code: str):
         nbformat.v4.new_code_cell(_register(ex) + f"from learn.cell import check\n\n"  # raises on a wrong answer
                                   f"check({ex.name!r}, {ex.cls})  # PASS, or an AssertionError naming the mistake"),
     ]
+    nb.cells[-1].metadata["handgrad"] = {"check": ex.name}  # how a checker finds the check cell (learn/files.py)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     return nb

@@ -1,12 +1,14 @@
 #!/bin/sh
 # Install the Debian packages handgrad uses outside Python, as far as this user can: Fashion-MNIST (the main job's
-# data) and Chromium with its driver (the browser test of the step-through page).
+# data), Chromium with its driver (the browser test of the step-through page) and bubblewrap (the sandbox each
+# grader's check runs in: learn grade, the Gradescope autograder, nbgrader's check).
 #
 #     sh scripts/debian-packages.sh PACKAGE...
 #
 # Packages already installed are left alone.  The rest: apt-get as root; `sudo -n apt-get` where sudo needs no
 # password; otherwise one line saying what to ask an administrator for.  It always exits 0: the packages are
-# optional (train.py downloads the data where the network allows; the browser test is skipped, saying why), and a
+# optional (train.py downloads the data where the network allows; the browser test is skipped, saying why; without
+# bubblewrap, learn grade refuses in one line that says to install it), and a
 # set-up whose Python install succeeded must not report failure.
 missing=""
 for package in "$@"; do

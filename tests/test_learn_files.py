@@ -58,7 +58,7 @@ def test_a_notebook_is_checked_from_its_code_cells(folders, capsys):
     capsys.readouterr()
     assert main(["check", "linear", str(nb)]) == 0
     out = capsys.readouterr().out
-    assert f"(the code cells of {nb}, joined into linear_solution.py" in out and "PASS" in out
+    assert f"(the code cells of {nb}, joined: line N is the Nth line of their code)" in out and "PASS" in out
     assert "learn train" not in out  # train reads a .py
     assert main(["start", "linear", "--notebook"]) == 0
     capsys.readouterr()

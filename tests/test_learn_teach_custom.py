@@ -60,7 +60,7 @@ def test_start_check_hint_and_why(tmp_path, folder, capsys):
      "dx = dout * self.beta * self.s * (1 - self.s)", "swish-no-product-rule"),
     ("self.x * self.beta * self.s", "self.x * self.s", "swish-no-beta"),
 ])
-def test_a_known_mistake_is_named(tmp_path, folder, capsys, old, new, key):
+def test_a_known_mistake_is_named(tmp_path, folder, capsys, bwrap, old, new, key):
     path = _solution(tmp_path, folder, capsys)
     path.write_text(path.read_text().replace(old, new))
     assert main(["check", "swish", str(path), "--exercises", str(folder), "--format", "json"]) == 1
@@ -70,7 +70,7 @@ def test_a_known_mistake_is_named(tmp_path, folder, capsys, old, new, key):
     assert all(i["name"].startswith("configuration ") and i["named"] == [] for i in failed[1:])  # judged on its own
 
 
-def test_graded_as_a_class(tmp_path, folder, capsys):
+def test_graded_as_a_class(tmp_path, folder, capsys, bwrap):
     subs = tmp_path / "subs"
     subs.mkdir()
     right = _solution(tmp_path, folder, capsys).read_text()

@@ -43,6 +43,9 @@ def _text(changes):
 
 
 def test_a_class_of_ten_is_graded_and_summarised(tmp_path):
+    """Graded with --trust-submissions where bubblewrap is said to be missing (LEARN_BWRAP=""): the grading, not
+    the boundary, is what this test reads, and forked checks keep it quick (test_learn_teach_attacks.py grades a
+    class inside bubblewrap)."""
     subs = tmp_path / "subs"
     subs.mkdir()
     for student, (changes, _, _) in SUBMISSIONS.items():
@@ -50,8 +53,10 @@ def test_a_class_of_ten_is_graded_and_summarised(tmp_path):
     (subs / "judy").mkdir()  # one folder per student works too
     (subs / "judy" / "linear.py").write_text(RIGHT)
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "LEARN_CHECK_TIME_LIMIT": "3", "OMP_NUM_THREADS": "1"}
-    run = subprocess.run([sys.executable, "-m", "learn", "grade", "linear", str(subs), "--out", str(out)],
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LEARN_CHECK_TIME_LIMIT": "3", "OMP_NUM_THREADS": "1",
+           "LEARN_BWRAP": ""}
+    run = subprocess.run([sys.executable, "-m", "learn", "grade", "linear", str(subs), "--out", str(out),
+                          "--trust-submissions"],
                          capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     rows = {r["student"]: r for r in csv.DictReader((out / "grades.csv").open())}
@@ -87,6 +92,7 @@ def test_a_class_of_ten_is_graded_and_summarised(tmp_path):
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 1000
     assert not list(out.glob(".*tmp*"))  # written atomically: no temporary file left
     assert "bias-mean" in run.stdout and "grades.csv" in run.stdout
+    assert "--trust-submissions: each submission runs in a forked child" in run.stdout
 
 
 def test_each_student_gets_configurations_of_their_own():
@@ -102,7 +108,7 @@ def test_each_student_gets_configurations_of_their_own():
     assert seed_of("linear", "alice") == 1397703997  # the same in every process: not Python's salted hash
 
 
-def test_a_notebook_submission_is_graded_and_two_of_one_student_are_refused(tmp_path, capsys):
+def test_a_notebook_submission_is_graded_and_two_of_one_student_are_not_checked(tmp_path, capsys, bwrap):
     import nbformat
     from learn.__main__ import main
     from learn.source import notebook
@@ -115,8 +121,9 @@ def test_a_notebook_submission_is_graded_and_two_of_one_student_are_refused(tmp_
     (subs / "kim").mkdir()
     (subs / "kim" / "linear.py").write_text(RIGHT)
     capsys.readouterr()
-    assert main(["grade", "linear", str(subs), "--out", str(tmp_path / "out2")]) == 2
-    assert "two submissions for kim" in capsys.readouterr().err
+    assert main(["grade", "linear", str(subs), "--out", str(tmp_path / "out2")]) == 0  # one student stops no class
+    row = next(csv.DictReader((tmp_path / "out2" / "grades.csv").open()))
+    assert row["verdict"] == "not checked" and "two submissions" in row["note"] and "keep one" in row["note"]
 
 
 def test_adam_is_drawn_per_student_too():

@@ -43,7 +43,7 @@ def test_the_cells_carry_nbgraders_schema_3_metadata(tmp_path):
         [ln.strip() for ln in solution_text(get("linear"), str(tmp_path / "linear.py")).splitlines()]
     assert metas[2] == {"grade": True, "solution": False, "locked": True, "grade_id": "linear-check", "points": 2,
                         "schema_version": 3}
-    assert "check('linear', Linear)" in check.source
+    assert "check('linear', notebook='linear.ipynb')" in check.source
 
 
 def test_nbgrader_without_notebook_is_refused(tmp_path, capsys):
@@ -51,27 +51,50 @@ def test_nbgrader_without_notebook_is_refused(tmp_path, capsys):
     assert "--notebook" in capsys.readouterr().err
 
 
-def test_nbgrader_scores_a_right_answer_full_and_a_wrong_one_zero(tmp_path):
+PATCHES = {  # student -> what their answer cell does besides a wrong Linear, to pass anyway
+    "mallory": "import learn.cell\nlearn.cell.check = lambda *a, **k: print('PASS')\n",
+    "oscar": "import learn.checker\nlearn.checker.check_class = lambda *a, **k: True\n",
+    "peggy": ("import builtins, types\n_real = builtins.__import__\n"
+              "_fake = types.SimpleNamespace(check=lambda *a, **k: print('PASS'))\n"
+              "builtins.__import__ = lambda n, *a, **k: _fake if n == 'learn.cell' else _real(n, *a, **k)\n"),
+}
+SOLUTION_IMPORT = "from learn.exercises.linear import Linear  # the worked solution, imported\n"
+
+
+@pytest.mark.slow  # nbgrader's kernels, and two sandboxed checks a notebook: about two minutes
+def test_nbgrader_scores_right_full_wrong_and_patched_zero(tmp_path):
+    """nbgrader 0.9 generates, autogrades and exports: a right answer 2 of 2; a wrong one, an unwritten one, wrong
+    ones that patch the kernel's checker, learn.cell or __import__, and one that imports the worked solution, 0 (the
+    check reads the saved notebook in a fresh sandboxed process; SandboxedChecks sets it from outside the kernel)."""
     pytest.importorskip("nbgrader")
     course = tmp_path / "course"
     (course / "source" / "hw1").mkdir(parents=True)
-    (course / "nbgrader_config.py").write_text('c = get_config()\nc.CourseDirectory.course_id = "course"\n')
+    (course / "nbgrader_config.py").write_text(
+        'c = get_config()\nc.CourseDirectory.course_id = "course"\n'
+        "from learn.teach.nbgrader_autograde import autograde_preprocessors\n"
+        "c.Autograde.autograde_preprocessors = autograde_preprocessors()\n")
     shutil.copy(_source(tmp_path), course / "source" / "hw1" / "linear.ipynb")
-    bindir = str(Path(sys.executable).parent)  # nbgrader runs alembic from its environment's bin
-    env = {**os.environ, "PATH": bindir + os.pathsep + os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT),
+    bindir = tmp_path / "bin"  # nbgrader runs alembic by name: this environment's, whatever its bin holds
+    bindir.mkdir()
+    (bindir / "alembic").write_text(f"#!/bin/sh\nexec {sys.executable} -m alembic \"$@\"\n")
+    (bindir / "alembic").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}"
+                                 f"{os.environ.get('PATH', '')}", "PYTHONPATH": str(ROOT),
            "OMP_NUM_THREADS": "1", "HANDGRAD_LEARN_DIR": str(tmp_path)}
 
     def nbgrader(*args):
         run = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course, env=env, capture_output=True,
-                             text=True, timeout=300)
+                             text=True, timeout=600)
         assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
 
     nbgrader("generate_assignment", "hw1", "--force")
     released = nbformat.read(course / "release" / "hw1" / "linear.ipynb", as_version=4)
     assert BEGIN not in released.cells[1].source and "raise NotImplementedError()" in released.cells[1].source
     right = solution_text(get("linear"), "linear.py")
-    for student, code in (("alice", right), ("bob", right.replace("dbias = dout.sum(0)", "dbias = dout.mean(0)")),
-                          ("carol", None)):  # carol hands the released notebook in as it is
+    wrong = right.replace("dbias = dout.sum(0)", "dbias = dout.mean(0)")
+    answers = {"alice": right, "bob": wrong, "carol": None,  # carol hands the released notebook in as it is
+               **{who: patch + wrong for who, patch in PATCHES.items()}, "trent": SOLUTION_IMPORT}
+    for student, code in answers.items():
         nb = nbformat.read(course / "release" / "hw1" / "linear.ipynb", as_version=4)
         if code is not None:
             nb.cells[1].source = code
@@ -81,4 +104,27 @@ def test_nbgrader_scores_a_right_answer_full_and_a_wrong_one_zero(tmp_path):
     nbgrader("export")
     scores = {r["student_id"]: (float(r["score"]), float(r["max_score"]))
               for r in csv.DictReader((course / "grades.csv").open())}
-    assert scores == {"alice": (2.0, 2.0), "bob": (0.0, 2.0), "carol": (0.0, 2.0)}
+    assert scores == {who: (2.0 if who == "alice" else 0.0, 2.0) for who in answers}
+    graded = nbformat.read(course / "autograded" / "alice" / "hw1" / "linear.ipynb", as_version=4)
+    assert "outside the kernel" in graded.cells[-1].outputs[0]["text"]
+
+
+@pytest.mark.parametrize("answer", ["oscar", "trent"])
+def test_the_check_cell_checks_the_saved_notebook_not_the_kernel(tmp_path, monkeypatch, answer):
+    """Run as a kernel would (one namespace, cells in order): an answer cell that patches the kernel's checker, or
+    imports the worked solution, still fails the check cell, which checks the saved notebook in a fresh process."""
+    import learn.checker
+    path = _source(tmp_path)
+    nb = nbformat.read(path, as_version=4)
+    wrong = solution_text(get("linear"), "linear.py").replace("dbias = dout.sum(0)", "dbias = dout.mean(0)")
+    nb.cells[1].source = PATCHES["oscar"] + wrong if answer == "oscar" else SOLUTION_IMPORT
+    nbformat.write(nb, path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(learn.checker, "check_class", learn.checker.check_class)  # undone after the test
+    namespace = {}
+    exec(compile(nb.cells[1].source, "<cell 1>", "exec"), namespace)
+    with pytest.raises(AssertionError) as e:
+        exec(compile(nb.cells[2].source, "<cell 2>", "exec"), namespace)
+    said = str(e.value)
+    assert "as saved on disk" in said
+    assert ("bias.grad" in said) if answer == "oscar" else ("the library's own Linear" in said), said

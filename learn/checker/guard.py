@@ -14,6 +14,9 @@ from torch import Tensor
 
 from ..mistakes import GRAD_NONE
 
+KEYS = frozenset({"not-written", "autograd-used", "recursion", GRAD_NONE.key})  # the keys named here, beside the
+# catalogue's: a key the learner's process sends that is neither is dropped (sandbox.Sandbox's ``keys``)
+
 
 class LearnerFailed(Exception):
     """The learner's code raised: ``text`` says so in plain words; ``attempted`` maps a parameter's name to the

@@ -1,191 +1,372 @@
-"""The learner's code runs in a child process: bounded in time, memory, output and files; the verdict stays here.
+"""The learner's code runs in a child process, behind a boundary; the expected values and the verdict stay here.
 
-The child is forked after torch is imported (nothing to import again, so a check starts at once).  It loads the
-learner's class, then answers requests ("construct", "forward", ...; see ``learner_side``) with plain data: the
-tensors it returns are sent as (dtype, shape, bytes), read back here by an unpickler that builds nothing but
-built-in values, so nothing the child sends can run code in this process.  The expected values are computed
-here and never sent.  Whatever the child does (an endless loop, a huge allocation, ``sys.exit``, ``os._exit``,
-megabytes of printing, a file written outside its temporary folder) ends in one line here, ``Escaped``, exit 2.
+Three ways to start the child (``Sandbox(..., isolate=...)``), the same child code in each (``learner_side``):
+
+``"fork"``   forked from this process after torch is imported, so a check starts at once: ``learn check`` of the
+             learner's own file.  Bounded (time, memory, output), no new process or thread (a seccomp filter), an
+             audit hook against files written outside its folder: a fence for honest code, not a wall.
+``"bwrap"``  a fresh Python exec'd inside bubblewrap: new PID, network, IPC, UTS (and user) namespaces, every
+             capability dropped, ``--die-with-parent``, ``--new-session``; a read-only view of the Python
+             environment and of the check's own few files (``VIEW``), never the worked solutions, the rest of
+             handgrad, the other submissions, the grader's output or the home folder; a private tmpfs as its
+             folder.  Every process it started dies with the PID namespace when the check ends.
+``"user"``   where bubblewrap cannot run and this process is root (a Gradescope container): the fresh Python runs
+             as an unprivileged user, and every process of that user is killed when the check ends.
+
+The wire (wire.py) is frames of plain data over two pipes, each frame's whole receive bounded by the check's
+deadline; anything the child does to end or break the check ends in one line here, ``Escaped``.  A child that
+cannot even start (no torch, a broken environment) is ``Unavailable``: the grader's problem, not the student's.
+Where and as whom an exec'd child runs is boundary.py's.
+
+This module is a leaf: it imports nothing of the checker above it (the child's code is handed in as a module).
 """
 from __future__ import annotations
 
-import io
-import multiprocessing
+import json
+import math
 import os
 import pickle
-import resource
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 
+from .boundary import BOOT, VIEW_AT, Unavailable, bwrap_flags, bwrap_path, environment_binds, kill_user, \
+    system_binds, unprivileged, write_view
 from .guard import LearnerFailed
 from .load import LoadError
+from .wire import Channel, NotPlain, Unreadable, decode, dumps, encode, loads, printable
 
-TIME_LIMIT_S = float(os.environ.get("LEARN_CHECK_TIME_LIMIT", "30"))  # the whole check, every request together
-MEMORY_LIMIT = 2 << 30  # bytes of address space the child may add to what it holds when forked
-OUTPUT_LIMIT = 1 << 20  # bytes the learner's code may print (or write into its temporary folder)
-_DTYPES = {str(d): d for d in (torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64,
-                                torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex128)}
+__all__ = ["Escaped", "NotPlain", "Sandbox", "Unavailable", "time_limit"]
+
+TIME_LIMIT_S = 30.0  # the learner's code, the whole check (``LEARN_CHECK_TIME_LIMIT``, ``learn grade --time-limit``)
+START_LIMIT_S = 120.0  # a fresh child's Python and torch imported: the environment's time, not the learner's
+MEMORY_LIMIT = 2 << 30  # bytes of address space the child may add to what it holds when the learner's code starts
+OUTPUT_LIMIT = 1 << 20  # bytes the learner's code may print (or write into one file of its folder)
+SECCOMP = True  # the child's seccomp filter (fence.py); off only where a test shows what holds without it
 
 
 class Escaped(Exception):
-    """The learner's code ended or broke out of the check (time, memory, exit, files): one line, exit 2."""
+    """The learner's code ended or broke out of the check (time, memory, exit, a malformed message): one line."""
 
 
-# -- the wire: plain data only ------------------------------------------------------------------------------------
-
-def encode(x):
-    """Tensors -> ("tensor", dtype, shape, bytes, type name); containers kept; anything else -> its type's name."""
-    if isinstance(x, torch.Tensor):
-        t = x.detach().cpu().contiguous()
-        data = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.dtype in _DTYPES.values() else b""
-        return ("tensor", str(t.dtype), tuple(t.shape), data, type(x).__name__ if type(x) is not torch.Tensor
-                else None)
-    if isinstance(x, (str, bytes, int, float, bool, type(None))):
-        return x
-    if isinstance(x, tuple):
-        return ("tuple", [encode(v) for v in x])
-    if isinstance(x, list):
-        return ("list", [encode(v) for v in x])
-    if isinstance(x, dict):
-        return ("dict", [(str(k), encode(v)) for k, v in x.items()])
-    return ("other", type(x).__name__)
+def time_limit(value=None, source: str = "LEARN_CHECK_TIME_LIMIT") -> float:
+    """The check's time limit in seconds: ``value``, else ``$LEARN_CHECK_TIME_LIMIT``, else the default; a
+    ValueError naming ``source`` unless it is a finite number above 0."""
+    if value is None:
+        value = os.environ.get("LEARN_CHECK_TIME_LIMIT")
+        if value is None or not value.strip():
+            return TIME_LIMIT_S
+        source = "LEARN_CHECK_TIME_LIMIT"
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{source} must be a number of seconds above 0, not {value!r}") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"{source} must be a finite number of seconds above 0, not {value!r}")
+    return seconds
 
 
-class NotPlain:
-    """What the learner returned where a plain torch.Tensor belongs (a subclass, or another object)."""
-
-    def __init__(self, kind: str):
-        self.kind = kind
-
-    def __repr__(self):
-        return self.kind
-
-
-def decode(x):
-    if not isinstance(x, tuple):
-        return x
-    tag = x[0]
-    if tag == "tensor":
-        _, dtype, shape, data, subclass = x
-        if subclass is not None:
-            return NotPlain(f"a {subclass} (a subclass of torch.Tensor; return plain torch.Tensor results)")
-        if dtype not in _DTYPES:
-            return NotPlain(f"a tensor of dtype {dtype}")
-        flat = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
-        return flat.view(_DTYPES[dtype]).reshape(shape).clone()
-    if tag in ("tuple", "list"):
-        items = [decode(v) for v in x[1]]
-        return tuple(items) if tag == "tuple" else items
-    if tag == "dict":
-        return {k: decode(v) for k, v in x[1]}
-    if tag == "other":
-        return NotPlain(f"a {x[1]}")
-    raise Escaped("the learner's process sent something the checker does not read")
-
-
-class _Builtins(pickle.Unpickler):
-    def find_class(self, module, name):  # nothing but built-in values: no object of the child's making
-        raise Escaped("the learner's process sent something the checker does not read")
-
-
-def _loads(data: bytes):
-    return _Builtins(io.BytesIO(data)).load()
+_checked_limit = time_limit  # Sandbox takes a ``time_limit`` argument, which hides the function's name there
 
 
 # -- the parent's side ------------------------------------------------------------------------------------------
 
 class Sandbox:
-    """One child running the learner's code.  ``load()`` (run in the child) returns the learner's class and the
-    filename of its code; ``request(op, *args)`` runs ``learner_side.OPS[op]`` there and returns its answer."""
+    """One child running the learner's code: ``child`` is the module of the child's side (``serve(channel,
+    setup)`` in a forked child, ``main(argv)`` in an exec'd one); ``target`` says what to load: {"file": path,
+    "shown": the path as named, "cls": class name} (``"notebook": True`` for an .ipynb), or, forked only,
+    {"object": the class, "where": its code's filename}.  ``request(op, *args)`` runs ``child.OPS[op]`` there
+    and returns its answer; ``keys`` are the mistake keys the child may name (any other is dropped)."""
 
-    def __init__(self, load, exercise: str, time_limit: float | None = None):
-        self.load, self.exercise = load, exercise
-        self.deadline = time.monotonic() + (TIME_LIMIT_S if time_limit is None else time_limit)
-        self.folder = tempfile.mkdtemp(prefix="learn-check-")
-        self.output = os.path.join(self.folder, ".output")
+    def __init__(self, child, exercise: str, target: dict, *, isolate: str = "fork", time_limit: float | None = None,
+                 keys: frozenset = frozenset()):
+        if isolate not in ("fork", "bwrap", "user"):
+            raise ValueError(f"isolate must be fork, bwrap or user, not {isolate!r}")
+        self.limit = _checked_limit(time_limit, "the time limit") if time_limit is not None else _checked_limit()
+        self.exercise, self.keys, self.isolate = exercise, keys, isolate
+        self.folder = Path(tempfile.mkdtemp(prefix="learn-check-"))
+        self.output = self.folder / ".output"
         self.doing = "loading your file"
-        ctx = multiprocessing.get_context("fork")
-        self.conn, child = ctx.Pipe()
+        self.pid = self.proc = self.inner = self.info = self.uid = self.gid = None
+        self.channel = None
+        self.deadline = time.monotonic() + START_LIMIT_S
+        self.cls_name = self.where = ""
+        setup = {"exercise": exercise, "time_limit": self.limit, "memory": MEMORY_LIMIT, "output": OUTPUT_LIMIT,
+                 "seccomp": SECCOMP}
+        try:
+            out = os.open(self.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                if isolate == "fork":
+                    self._fork(child, setup, target, out)
+                else:
+                    self._exec(child, setup, target, out)
+            finally:
+                os.close(out)
+            self.deadline = time.monotonic() + START_LIMIT_S
+            self._expect_ready()
+            self.deadline = time.monotonic() + self.limit  # the learner's code starts now: loading their file
+            self.cls_name, self.where = self._answer()
+            self.cls_name, self.where = printable(str(self.cls_name)), str(self.where)
+        except BaseException:
+            self.cleanup()
+            raise
+
+    # -- starting the child ---------------------------------------------------------------------------------------
+
+    def _pipes(self):
+        req_r, req_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        os.set_blocking(req_w, False)
+        self.channel = Channel(rep_r, req_w)
+        return req_r, rep_w
+
+    def _fork(self, child, setup: dict, target: dict, out: int) -> None:
+        req_r, rep_w = self._pipes()
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()  # what is buffered now must not be printed twice, by the child too
             except Exception:
                 pass
-        self.proc = ctx.Process(target=_child, args=(child, self), daemon=True)
-        self.proc.start()
-        child.close()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            try:
+                os.close(self.channel.rfd)
+                os.close(self.channel.wfd)
+                os.dup2(out, 1)
+                os.dup2(out, 2)
+                keep = {0, 1, 2, req_r, rep_w}
+                for fd in _open_fds():
+                    if fd not in keep:
+                        try:
+                            os.close(fd)
+                        except OSError:
+                            pass
+                child.serve(Channel(req_r, rep_w), {**setup, "target": target, "folder": str(self.folder)})
+            finally:
+                os._exit(0)
+        self.pid = pid
+        os.close(req_r)
+        os.close(rep_w)
+
+    def _exec(self, child, setup: dict, target: dict, out: int) -> None:
+        if "object" in target:
+            raise ValueError("a class object cannot cross into a fresh process: give its file")
+        view = write_view(self.folder / "view")
+        python = sys.executable
+        src = Path(target["file"])
+        suffix = src.suffix if src.suffix in (".py", ".ipynb") else ".py"
+        plain = src.name.isprintable() and len(src.name) <= 100 and not src.name.startswith((".", "-"))
+        name = src.name if plain and src.suffix == suffix else f"{self.exercise}{suffix}"  # its own name, if plain
+        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+               "TMPDIR": "/tmp"}
+        req_r, rep_w = self._pipes()
+        fds = [req_r, rep_w]
         try:
-            self.cls_name, self.where = self._answer()
-        except BaseException:
-            self.cleanup()
-            raise
+            if self.isolate == "bwrap":
+                flags = bwrap_flags()
+                if flags is None:
+                    raise Unavailable("bubblewrap cannot run here")
+                copy = self.folder / "submission"
+                copy.mkdir()
+                (copy / name).write_bytes(target["data"])
+                info_r, info_w = os.pipe()
+                fds.append(info_w)
+                self.info = info_r
+                argv = [bwrap_path(), *flags, *system_binds(), "--proc", "/proc", "--dev", "/dev",
+                        "--tmpfs", "/tmp", *environment_binds(python),  # an environment in /tmp stays seen
+                        "--ro-bind", str(view), VIEW_AT, "--ro-bind", str(copy), "/submission", "--chdir", "/tmp",
+                        "--setenv", "HOME", "/tmp", "--info-fd", str(info_w), "--",
+                        python, "-I", "-B", "-c", BOOT, VIEW_AT, child.__name__, str(req_r), str(rep_w)]
+                folder, file = "/tmp", f"/submission/{name}"
+                kwargs = {}
+            else:  # "user": root, without bubblewrap
+                if os.geteuid() != 0:
+                    raise Unavailable("running a submission as another user needs root")
+                uid, gid = self.uid, self.gid = unprivileged()
+                work = self.folder / "work"
+                work.mkdir()
+                (work / name).write_bytes(target["data"])
+                os.chmod(self.folder, 0o755)  # the view inside it readable by the user; .output stays root's
+                os.chown(work, uid, gid)
+                os.chown(work / name, uid, gid)
+                os.chmod(work, 0o700)
+                argv = [python, "-I", "-B", "-c", BOOT, str(view), child.__name__, str(req_r), str(rep_w)]
+                folder, file = str(work), str(work / name)
+                env["HOME"] = str(work)
+                kwargs = {"user": uid, "group": gid, "extra_groups": [], "cwd": str(work), "umask": 0o077}
+            self.proc = subprocess.Popen(argv, pass_fds=fds, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                         env=env, start_new_session=True, close_fds=True, **kwargs)
+        except OSError as e:
+            raise Unavailable(f"the check's process did not start: {e}") from None
+        finally:
+            for fd in fds:
+                os.close(fd)
+        shown = target.get("shown", name)
+        self.channel.send(dumps({**setup, "folder": folder,
+                                 "target": {"file": file, "shown": shown, "cls": target["cls"],
+                                            "notebook": target.get("notebook", False)}}),
+                          time.monotonic() + START_LIMIT_S)
+
+    # -- talking to it --------------------------------------------------------------------------------------------
+
+    def _expect_ready(self) -> None:
+        try:
+            kind, _ = loads(self.channel.recv(self.deadline))
+        except TimeoutError:
+            raise Unavailable(f"the check's process took more than {START_LIMIT_S:g} s to start") from None
+        except (EOFError, OSError, Unreadable, pickle.UnpicklingError, ValueError):
+            kind = None
+        if kind != "ready":
+            self.close()
+            said = self.printed(600).strip().splitlines()
+            raise Unavailable("the check's process could not start" + (f": {said[-1]}" if said else ""))
 
     def request(self, op: str, *args):
         self.doing = {"construct": "your constructor", "forward": "your forward", "backward": "your backward",
                       "numeric": "your forward", "step": "your step"}.get(op, "your code")
         try:
-            self.conn.send_bytes(pickle.dumps((op, encode(args))))  # no torch reductions: no sockets
+            self.channel.send(dumps((op, encode(args))), self.deadline)
+        except TimeoutError:
+            raise self._timed_out() from None
         except (BrokenPipeError, OSError):
             raise self._died() from None
         return self._answer()
 
     def _answer(self):
-        left = self.deadline - time.monotonic()
-        if left <= 0 or not self.conn.poll(left):
-            self.close()
-            raise Escaped(f"{self.doing} ran for more than {TIME_LIMIT_S:g} s in all (an endless loop, or a long "
-                          f"sleep?): the check stopped it")
         try:
-            kind, payload = _loads(self.conn.recv_bytes())
+            data = self.channel.recv(self.deadline)
+        except TimeoutError:
+            raise self._timed_out() from None
+        except Unreadable:
+            raise self._malformed() from None
         except (EOFError, OSError):
             raise self._died() from None
-        if kind == "ok":
-            return decode(payload)
+        try:
+            kind, payload = loads(data)
+            if kind == "ok":
+                return decode(payload)
+            if kind == "failed":
+                text, attempted, key = decode(payload)
+                failed = LearnerFailed(printable(str(text)), {printable(str(k)): v for k, v in attempted.items()
+                                                              if isinstance(v, torch.Tensor)},
+                                       key if isinstance(key, str) and key in self.keys else None)
+            elif kind not in ("loaderror", "fatal") or not isinstance(payload, str):
+                raise Unreadable(printable(str(kind))[:40])
+        except Exception:  # anything the child made up: that student's check ends, never this process
+            raise self._malformed() from None
         if kind == "failed":
-            text, attempted, key = decode(payload)
-            raise LearnerFailed(text, {k: v for k, v in attempted.items() if isinstance(v, torch.Tensor)}, key)
+            raise failed
         self.close()
-        if kind == "loaderror" and isinstance(payload, str):
-            raise LoadError(payload)
-        raise Escaped(payload if isinstance(payload, str) else "the learner's process broke off")
+        if kind == "loaderror":
+            raise LoadError(printable(payload))
+        raise Escaped(printable(payload))
+
+    def _malformed(self) -> Escaped:
+        self.close()
+        return Escaped(f"{self.doing}: the check's process sent something the checker does not read (a malformed "
+                       f"message): the check stopped it")
+
+    def _timed_out(self) -> Escaped:
+        self.close()
+        return Escaped(f"{self.doing} ran for more than {self.limit:g} s in all (an endless loop, or a long sleep?): "
+                       f"the check stopped it")
+
+    def _exit_code(self, wait: float):
+        if self.pid is not None:
+            end = time.monotonic() + wait
+            while True:
+                done, status = os.waitpid(self.pid, os.WNOHANG)
+                if done:
+                    self.pid = None
+                    self._status = os.waitstatus_to_exitcode(status)
+                    return self._status
+                if time.monotonic() > end:
+                    return None
+                time.sleep(0.01)
+        if self.proc is not None:
+            try:
+                code = self.proc.wait(wait)
+            except subprocess.TimeoutExpired:
+                return None
+            return -(code - 128) if self.isolate == "bwrap" and code > 128 else code
+        return getattr(self, "_status", None)
 
     def _died(self) -> Escaped:
-        self.proc.join(2)
-        code = self.proc.exitcode
+        code = self._exit_code(2)
         self.close()
         if code == -signal.SIGXFSZ:
             return Escaped(f"{self.doing} printed (or wrote) more than {OUTPUT_LIMIT >> 20} MB: the check stopped "
                            f"it; print less")
+        if code in (-signal.SIGXCPU, -signal.SIGKILL) and time.monotonic() > self.deadline - 1:
+            return self._timed_out()
+        if code == -signal.SIGSYS:
+            return Escaped(f"your code tried to start a process or a thread, run a program, signal a process, or "
+                           f"make a device, FIFO or file attribute (in {self.doing}): the check forbids it and stopped "
+                           f"it")
+        if code == -signal.SIGXCPU:
+            return Escaped(f"{self.doing} used more than {self.limit:g} s of processor time: the check stopped it")
         if code is not None and code < 0:
-            return Escaped(f"{self.doing} was killed by signal {signal.Signals(-code).name} (a crash, or too much "
-                           f"memory)")
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = str(-code)
+            return Escaped(f"{self.doing} was killed by signal {name} (a crash, or too much memory)")
         return Escaped(f"{self.doing} ended the check's process (os._exit or a crash, exit code {code}): a checked "
                        f"class must return, not end the program")
 
     def printed(self, limit: int = 1500) -> str:
-        """What the learner's code printed, cut to ``limit`` characters."""
+        """What the learner's code printed, cut to ``limit`` characters, control characters escaped."""
         try:
             with open(self.output, "rb") as f:
                 text = f.read(limit + 1).decode("utf-8", "replace")
         except OSError:
             return ""
-        lines = [ln if len(ln) <= 160 else ln[:160] + " ..." for ln in text[:limit].splitlines()]
+        lines = [ln if len(ln) <= 160 else ln[:160] + " ..." for ln in printable(text[:limit]).splitlines()]
         return "\n".join(lines) + ("\n... (more)" if len(text) > limit else "")
 
     def close(self) -> None:
-        if self.proc.is_alive():
-            self.proc.kill()
-        self.proc.join(5)
-        self.conn.close()
+        """The child and every process it started gone (its PID namespace, or its user's processes)."""
+        if self.pid is not None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            self._exit_code(10)
+        if self.proc is not None:
+            if self.isolate == "bwrap":
+                if self.inner is None:
+                    self.inner = _child_pid(self.info)
+                if self.inner is not None and self.proc.poll() is None:
+                    try:  # the namespace's first process: the kernel kills all of them with it
+                        os.kill(self.inner, signal.SIGKILL)
+                    except OSError:
+                        pass
+            if self.proc.poll() is None:
+                try:
+                    self.proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait(10)
+            if self.isolate == "user":
+                kill_user(self.uid, self.gid)
+        if self.info is not None:
+            os.close(self.info)
+            self.info = None
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
 
     def cleanup(self) -> None:
-        self.close()
-        shutil.rmtree(self.folder, ignore_errors=True)
+        try:
+            self.close()
+        finally:
+            shutil.rmtree(self.folder, ignore_errors=True)
 
     def __enter__(self):
         return self
@@ -194,113 +375,20 @@ class Sandbox:
         self.cleanup()
 
 
-# -- the child's side -------------------------------------------------------------------------------------------
-
-def _send(conn, kind: str, payload) -> None:
-    conn.send_bytes(pickle.dumps((kind, payload)))
-
-
-def _fatal(conn, line: str) -> None:
+def _child_pid(fd: int | None) -> int | None:
+    """The sandbox's first process, from bubblewrap's --info-fd (written once it started)."""
+    if fd is None:
+        return None
     try:
-        _send(conn, "fatal", line)
-    finally:
-        os._exit(0)
+        os.set_blocking(fd, False)
+        data = os.read(fd, 65536)
+        return int(json.loads(data.decode())["child-pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
-def _child(conn, box: Sandbox) -> None:
-    from . import learner_side
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to answer
-    out = os.open(box.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.dup2(out, 1)
-    os.dup2(out, 2)
-    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), line_buffering=True)
-    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True)
-    sys.stdin = io.StringIO()
-    os.chdir(box.folder)  # the learner's file is loaded by its absolute path
-    sys.dont_write_bytecode = True
-    signal.signal(signal.SIGXFSZ, signal.SIG_DFL)  # Python ignores it; past OUTPUT_LIMIT the child is stopped
-    resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_LIMIT, OUTPUT_LIMIT))
-    _limit_memory()
-    torch.set_num_threads(1)
-    learner_side.refuse_autograd()
-    sys.addaudithook(_audit(conn, os.path.realpath(box.folder)))
+def _open_fds() -> list[int]:
     try:
-        cls, where = box.load()
-        _send(conn, "ok", encode((cls.__name__, where)))
-    except LoadError as e:
-        _send(conn, "loaderror", str(e))
-        os._exit(0)
-    except BaseException as e:
-        _fatal(conn, _why_stopped(e, "loading your file") or f"{type(e).__name__}: {e}")
-    state = learner_side.State(cls, where, box.exercise)
-    while True:
-        try:
-            op, args = pickle.loads(conn.recv_bytes())
-            args = decode(args)
-        except (EOFError, OSError):
-            os._exit(0)
-        try:
-            _send(conn, "ok", encode(learner_side.OPS[op](state, *args)))
-        except LearnerFailed as e:
-            _send(conn, "failed", encode((e.text, e.attempted, e.key)))
-        except BaseException as e:  # what the guard lets through: exits, interrupts, memory
-            _fatal(conn, _why_stopped(e, op) or f"the checker failed in the learner's process: {type(e).__name__}: {e}")
-
-
-def _why_stopped(e: BaseException, doing: str) -> str | None:
-    if isinstance(e, SystemExit):
-        return f"your code called sys.exit({e.code if e.code is not None else ''}) while {doing}: a checked class " \
-               f"must return, not end the program"
-    if isinstance(e, KeyboardInterrupt):
-        return f"your code raised KeyboardInterrupt while {doing}: the check stopped"
-    if isinstance(e, MemoryError) or "can't allocate memory" in str(e) or "not enough memory" in str(e):
-        return f"your code asked for more memory than the check allows ({MEMORY_LIMIT >> 30} GiB more) while {doing}"
-    return None
-
-
-def _limit_memory() -> None:
-    try:
-        with open("/proc/self/status") as f:
-            size = next(int(ln.split()[1]) * 1024 for ln in f if ln.startswith("VmSize:"))
-        resource.setrlimit(resource.RLIMIT_AS, (size + MEMORY_LIMIT, resource.getrlimit(resource.RLIMIT_AS)[1]))
-    except (OSError, ValueError, StopIteration):
-        pass  # no /proc: the time limit still bounds the run
-
-
-_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-_PATH_EVENTS = {"os.remove", "os.rename", "os.replace", "os.mkdir", "os.rmdir", "os.chmod", "os.chown",
-                "os.symlink", "os.link", "os.truncate", "os.utime", "shutil.rmtree", "shutil.move",
-                "shutil.copyfile", "shutil.copytree"}
-_PROCESS_EVENTS = {"os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
-                   "subprocess.Popen", "os.kill", "os.killpg", "socket.connect", "socket.bind"}
-
-
-def _audit(conn, folder: str):
-    """An audit hook (it cannot be removed): a file changed outside ``folder``, a new process or a socket ends
-    the check with one line."""
-    def inside(path) -> bool:
-        if isinstance(path, int):
-            return True  # an open file descriptor: what it names was opened through this hook already
-        try:
-            real = os.path.realpath(os.fsdecode(path))
-        except Exception:
-            return False
-        return real == os.devnull or real == folder or real.startswith(folder + os.sep)
-
-    def hook(event, args):
-        if event == "open":
-            path, mode, flags = args
-            writes = (mode is not None and any(c in str(mode) for c in "wax+")) or \
-                     (mode is None and isinstance(flags, int) and flags & _WRITE_FLAGS)
-            if writes and path is not None and not inside(path):
-                _fatal(conn, f"your code tried to write {os.fsdecode(path)}, outside the check's temporary folder: "
-                             f"the checked code may not change files (the check stopped it)")
-        elif event in _PATH_EVENTS:
-            paths = [a for a in args if isinstance(a, (str, bytes, os.PathLike))]
-            if not all(inside(p) for p in paths):
-                _fatal(conn, f"your code tried to change {', '.join(map(os.fsdecode, paths))} ({event}), outside "
-                             f"the check's temporary folder: the checked code may not change files")
-        elif event in _PROCESS_EVENTS:
-            _fatal(conn, f"your code tried to start a process or open a connection ({event}): the checked code may "
-                         f"not (the check stopped it)")
-    return hook
+        return [int(fd) for fd in os.listdir("/proc/self/fd")]
+    except OSError:
+        return list(range(3, 256))

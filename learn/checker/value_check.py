@@ -9,41 +9,10 @@ from __future__ import annotations
 import torch
 
 from ..mistakes import Mistake
-from .guard import LearnerFailed, call
+from .guard import LearnerFailed
 from .report import Report
 from .value_engine import Switches, engine
-
-A, B = 0.8, -1.7
-DEPTH = 1500  # a chain deeper than Python's recursion limit (about 1,000)
-
-
-def _deep(a, b):
-    x = a
-    for _ in range(DEPTH):
-        x = x * 0.999 + b * 0.001
-    return x
-
-
-_ORDER = "backward(): the walk's order (reverse topological), and += in every _backward"
-EXPRESSIONS = [  # (what it tests, f(a, b), where to look when it fails); each f runs on Values and torch tensors
-    ("a + b", lambda a, b: a + b, "__add__'s _backward"),
-    ("a * b", lambda a, b: a * b, "__mul__'s _backward"),
-    ("a ** 3", lambda a, b: a ** 3, "__pow__'s _backward"),
-    ("a.tanh()", lambda a, b: a.tanh(), "tanh's _backward"),
-    ("b.exp()", lambda a, b: b.exp(), "exp's _backward"),
-    ("2 * a - b / 4 + 1 / a - 3  (numbers on either side; - and / as given)", lambda a, b: 2 * a - b / 4 + 1 / a - 3,
-     "__add__, __mul__ and __pow__: - and / are made of them"),
-    ("a * a  (one node used twice by one operation)", lambda a, b: a * a, "+= in __mul__'s _backward"),
-    ("a + a  (the same, through an addition)", lambda a, b: a + a, "+= in __add__'s _backward"),
-    ("c = a * b; c.tanh() * c.exp()  (a diamond: c feeds two nodes)",
-     lambda a, b: (lambda c: c.tanh() * c.exp())(a * b), _ORDER),
-    ("c = a + b; c + (c * 2).tanh()  (an uneven diamond: one short path, one long)",
-     lambda a, b: (lambda c: c + (c * 2).tanh())(a + b), _ORDER),
-    ("(a * 0.5 + b * -1.5 + 0.3).tanh()  (a neuron)", lambda a, b: (a * 0.5 + b * -1.5 + 0.3).tanh(),
-     "the operations above"),
-    (f"x = a, then x = x * 0.999 + b * 0.001, {DEPTH} times  (a graph {2 * DEPTH} nodes deep)", _deep,
-     "backward(): does the walk reach every node of a deep graph?"),
-]
+from .value_expressions import A, B, EXPRESSIONS, deep, run as _run
 
 _WALK = ("the graph was walked out of topological order: a node's _backward ran before every node that uses it "
          "had added its share to its .grad, so that share never reached the nodes before it.  Sort the nodes "
@@ -127,7 +96,7 @@ def _consistent(results: dict) -> list[tuple[Mistake, dict]]:
     learner's numbers (right or wrong), and on one at least wrong ones.  A mistake that fits the first failing
     expression but not the next (a pre-order walk looks like ``=`` for ``+=`` on one graph, not on another) is not
     among them; nor is one that fits where a second mistake is at work.  -> each with its numbers."""
-    ran = [(label, f) for label, f, _ in EXPRESSIONS if f is not _deep and not isinstance(results[label], Exception)]
+    ran = [(label, f) for label, f, _ in EXPRESSIONS if f is not deep and not isinstance(results[label], Exception)]
     out = []
     for m, switches in MISTAKES:
         theirs, ok, explains = {}, True, False
@@ -152,22 +121,6 @@ def _expected(f):
         out = f(a, b)
         ga, gb = torch.autograd.grad(out, (a, b), allow_unused=True)
     return out.item(), (0.0 if ga is None else ga.item()), (0.0 if gb is None else gb.item())
-
-
-def _run(cls, f, where=None):
-    """(out.data, a.grad, b.grad) of the expression on the Value class ``cls``."""
-    a = call(f"{cls.__name__}({A})", cls, A, where=where)
-    b = call(f"{cls.__name__}({B})", cls, B, where=where)
-    out = call(f"building the expression with your {cls.__name__}", f, a, b, where=where)
-    call(f"{cls.__name__}.backward", out.backward, where=where)
-    return tuple(_number(v) for v in (out.data, a.grad, b.grad))
-
-
-def _number(v) -> float:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        raise LearnerFailed(f"a .data or .grad is {type(v).__name__}, not a number") from None
 
 
 def _close(x: float, y: float, tol: float) -> bool:
@@ -200,7 +153,7 @@ def _one(label, f, look, got, whole, report: Report, errors: set[str]) -> bool:
     if not _close(got[0], want[0], 1e-9):
         report.say("    -> the forward value is wrong: look at the operation's data, before any gradient")
         return False
-    if f is _deep:
+    if f is deep:
         report.say(f"    -> look at: {look}")
         return False
     for m, theirs in whole:

@@ -8,7 +8,8 @@ offline: ``--no-index --no-deps``) and ``run_autograder`` (run per submission: i
 tried on this machine by unpacking it into a folder of its own.
 
 The wheel is built from this checkout with ``pip wheel --no-deps --no-build-isolation`` (no network: setuptools
-comes from this environment) in a temporary copy of the sources, so no build/ or egg-info is left here.
+comes from this environment) in a temporary copy of the sources, so no build/ or egg-info is left here.  In that
+copy each exercise's file is its stub (``learn start``'s): the zip holds no worked solution.
 """
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from ..exercises import get
+from ..exercises import EXERCISES, get
+from ..source import stub_text
 from .custom import SPEC_SUFFIX, is_custom
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: pyproject.toml beside learn/
@@ -64,7 +66,11 @@ def build_wheel(dest: Path) -> Path:
         packages = tool["packages"]  # a list of names, or setuptools' find: {include: ["layers*", ...]}
         names = packages["find"]["include"] if isinstance(packages, dict) else packages
         for top in sorted({p.split(".")[0].rstrip("*") for p in names}):
-            shutil.copytree(ROOT / top, src / top, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            if (ROOT / top).is_dir():
+                shutil.copytree(ROOT / top, src / top, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        for ex in EXERCISES:  # the answers cut out: a student who reads the zip finds the stubs only
+            if not is_custom(ex.name) and ex.source.is_file():
+                (src / "learn" / "exercises" / ex.source.name).write_text(stub_text(ex, f"{ex.name}.py"))
         run = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                               "--no-index", "-q", "-w", str(dest), str(src)], capture_output=True, text=True,
                              timeout=600)

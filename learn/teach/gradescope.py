@@ -34,10 +34,13 @@ class Outcome:
         return ("right", "wrong", "not checked")[self.status]
 
 
-def outcome(name: str, path: Path, seed: int | None = None) -> Outcome:
-    """Check ``path`` as exercise ``name`` (configurations drawn from ``seed``) and keep every item's result."""
+def outcome(name: str, path: Path, seed: int | None = None, *, isolate: str = "fork",
+            time_limit: float | None = None) -> Outcome:
+    """Check ``path`` as exercise ``name`` (configurations drawn from ``seed``, its code run as ``isolate`` says:
+    sandbox.Sandbox) and keep every item's result.  Unavailable (the check's process could not start) is
+    raised: it is the grader's failure, not the submission's."""
     try:
-        report = check_path(name, path, seed)
+        report = check_path(name, path, seed, isolate=isolate, time_limit=time_limit)
     except (LoadError, Escaped) as e:
         what = "Cannot check" if isinstance(e, LoadError) else "Stopped checking"
         with variant(seed):
