@@ -46,13 +46,15 @@ def run(name: str, target: dict, *, isolate: str = "fork", time_limit: float | N
     from . import learner_side
     from .calls import LayerCalls
     from .layer_check import check_layer
+    from .spec import LayerSpec
     from .specs import SPECS
     spec = SPECS[name]
     with Sandbox(learner_side, name, target, isolate=isolate, time_limit=time_limit, keys=mistake_keys()) as box:
+        calls = LayerCalls(box, spec) if isinstance(spec, LayerSpec) else box  # a layer's calls as plain data
         if hasattr(spec, "check"):  # the value engine, the optimizers, accumulation: checks of their own
-            report = spec.check(box, box.where)
+            report = spec.check(calls, box.where)
         else:
-            report = check_layer(spec, LayerCalls(box, spec), box.where)
+            report = check_layer(spec, calls, box.where)
         printed = box.printed()
     if target.get("notebook"):
         report.lines.insert(0, f"  (the code cells of {target['shown']}, joined: line N is the Nth line of their "
