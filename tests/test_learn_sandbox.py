@@ -15,6 +15,7 @@ import torch
 
 import tests.learn_attacks as attack
 from learn.__main__ import main
+from learn.checker.sandbox import Escaped
 from learn.checker import boundary, check_file, check_path, sandbox, wire
 from learn.checker.wire import Channel
 from tests.test_learn_cli import ROOT, run_learn
@@ -103,8 +104,14 @@ def test_the_checked_code_cannot_kill_the_checker(tmp_path):
 
 
 def test_a_mistake_the_learners_code_names_itself_is_not_named(tmp_path):
-    report = check_path("linear", _file(tmp_path, attack.OWN_MISTAKE))
-    assert not report.passed and report.named == [], report.named
+    """Its forged messages name nothing; the process it then ends stops the check (the next request finds it gone)
+    or leaves a failed report, never a named mistake."""
+    try:
+        report = check_path("linear", _file(tmp_path, attack.OWN_MISTAKE))
+    except Escaped as e:
+        assert "ended the check's process" in str(e) and "my own mistake" not in str(e), e
+    else:
+        assert not report.passed and report.named == [], report.named
 
 
 @pytest.mark.parametrize("text", [attack.IMPORT_SOLUTION, attack.SUBCLASS_LIBRARY], ids=["import", "subclass"])
