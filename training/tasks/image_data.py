@@ -17,7 +17,8 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from ..config import DATASETS, TrainConfig
+from ..config.choices import DATASETS
+from ..config.parts import DataConfig
 from ..errors import UsageError
 from ..storage.files import atomic_write_bytes
 from ..storage.fingerprint import fingerprint
@@ -162,9 +163,9 @@ def read_split(raw: Path, train: bool, dataset: str = "mnist") -> tuple[Tensor, 
     return images, labels
 
 
-def load_data(config: TrainConfig, device: torch.device, dtype: torch.dtype, say: Callable = print,
-              sample_shape: tuple[int, ...] = (784,)) -> Data:
-    """The whole dataset, normalised, on the device, loaded once; the validation split is seeded.
+def load_data(config: DataConfig, device: torch.device, dtype: torch.dtype, say: Callable = print,
+              sample_shape: tuple[int, ...] = (784,), seed: int = 0) -> Data:
+    """The whole dataset, normalised, on the device, loaded once; the validation split is drawn from ``seed``.
 
     ``sample_shape`` is (784,) for an MLP, (1, 28, 28) for a CNN.
     """
@@ -180,7 +181,7 @@ def load_data(config: TrainConfig, device: torch.device, dtype: torch.dtype, say
     if n_val >= n:
         raise UsageError(f"--val-split {config.val_split} holds out {n_val} of the {n} training samples, leaving none "
                          f"to train on")
-    order = torch.randperm(n, generator=torch.Generator().manual_seed(config.seed))
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     val_idx, train_idx = order[:n_val], order[n_val:]
     train = x[train_idx].to(torch.float64) / 255
     mean, std = train.mean().item(), train.std().item()
