@@ -19,7 +19,7 @@ def test_the_flags_land_on_the_config():
     config = train.parse_config([*GPT, "--tensor-parallel", "2", "--sequence-parallel", "--zero", "1"])
     c = config.parallel
     assert (c.tensor_parallel, c.sequence_parallel, c.zero, c.pipeline_parallel) == (2, True, 1, 1)
-    assert config.model_parallel and config.run.impl == "manual"  # the split trains the hand-written GPT, without being told
+    assert config.model_parallel and config.run.impl == "manual"  # the split trains the hand-written GPT, untold
     config = train.parse_config([*GPT, "--pipeline-parallel", "2", "--micro-batches", "4", "--schedule", "zb-h1",
                                  "--schedule", "cosine"])
     c = config.parallel

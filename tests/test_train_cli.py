@@ -163,6 +163,8 @@ def test_config_validates_in_one_place():
     assert TrainConfig(impl="all").run.impls == ("manual", "engine", "torch")
     with pytest.raises(UsageError, match="unknown settings: hiden"):
         TrainConfig(hiden=16)  # a misspelled setting is refused, never a new one
+    with pytest.raises(UsageError, match="--augment must be True or False, got 'yes'"):
+        TrainConfig(augment="yes")
 
 
 def test_training_imports_nothing_from_the_command_line():

@@ -88,6 +88,9 @@ class Setting:
             if str(value) == "":  # Path("") is the current folder: never what an empty argument meant
                 raise UsageError(f"{self.flag} is empty; give a path")
             return Path(value)
+        if self.type is bool and type(value) is not bool:
+            name = f"{self.key} ({self.flag})" if self.form == "negated" else self.flag
+            raise UsageError(f"{name} must be True or False, got {value!r}")
         if self.choices is not None and value not in self.choices:
             raise UsageError(f"{self.flag}: unknown {self.key} {value!r}; known: "
                              f"{', '.join(str(c) for c in self.choices)}")

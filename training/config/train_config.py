@@ -113,8 +113,9 @@ class TrainConfig:
         if family == "image" and self.optim.schedule == "warmup-cosine":
             raise UsageError("--schedule warmup-cosine is the text runs' (its --warmup-iters, --min-lr and "
                              "--lr-decay-iters count iterations); the image runs take constant, cosine or onecycle")
+        values = self.settings()
         for key, (_, s) in SETTINGS.items():  # a setting of another model: refused where given or set, never ignored
-            if not s.applies_to(model, family) and (key in self.given or self.settings([key])[key] != self.default_of(key)):
+            if not s.applies_to(model, family) and (key in self.given or values[key] != self.default_of(key)):
                 raise UsageError(_not_for(s, model, family))
         largest = torch.finfo(self.run.torch_dtype).max  # the optimizer computes with these in the weights' dtype
         name, value = self.optim.largest()
