@@ -299,29 +299,26 @@ class RunConfig:
         return getattr(torch, self.dtype)
 
 
-_PARALLEL_GROUP = "parallel"
-
-
 @dataclass(frozen=True)
 class ParallelConfig:
     """How the GPT is split over the ranks under torchrun (training/parallel/run.py): T x P ranks hold one copy
     of the model, data parallelism over the rest of the world size."""
     tensor_parallel: int = setting(1, "split each block's heads and MLP width, and the vocabulary, over T ranks "
-                                   "(Megatron's f and g by hand)", type=int, low=1, metavar="T", group=_PARALLEL_GROUP)
+                                   "(Megatron's f and g by hand)", type=int, low=1, metavar="T", group="parallel")
     sequence_parallel: bool = setting(False, "with --tensor-parallel: layer norms and residuals on each rank's "
                                       "block_size / T positions (all-gather / reduce-scatter along the sequence)",
-                                      type=bool, form="switch", group=_PARALLEL_GROUP)
+                                      type=bool, form="switch", group="parallel")
     pipeline_parallel: int = setting(1, "cut the blocks into P stages, run by --schedule gpipe, 1f1b or zb-h1",
-                                     type=int, low=1, metavar="P", group=_PARALLEL_GROUP)
+                                     type=int, low=1, metavar="P", group="parallel")
     pipeline_schedule: str = setting("1f1b", "the same as --schedule gpipe|1f1b|zb-h1", choices=PIPELINE_SCHEDULES,
-                                     shares="schedule", group=_PARALLEL_GROUP)
+                                     shares="schedule", group="parallel")
     micro_batches: int = setting(1, "a pipelined step's micro-batches (each data-parallel rank's batch splits into M "
-                                 "equal parts)", type=int, low=1, metavar="M", group=_PARALLEL_GROUP)
+                                 "equal parts)", type=int, low=1, metavar="M", group="parallel")
     zero: int = setting(0, "ZeRO over the data-parallel ranks: 0 all-reduce, 1 optimizer state sharded, 2 gradients "
-                        "sharded too", type=int, choices=(0, 1, 2), group=_PARALLEL_GROUP)
+                        "sharded too", type=int, choices=(0, 1, 2), group="parallel")
     check_parity: bool = setting(False, "run the first step sharded and in one process (rank 0), print per tensor "
                                  "the largest difference and whether it is float64 round-off or a bug, and stop",
-                                 type=bool, form="switch", group=_PARALLEL_GROUP)
+                                 type=bool, form="switch", group="parallel")
 
     def __post_init__(self):
         for name in ("tensor_parallel", "pipeline_parallel", "micro_batches"):  # the value named, as given
