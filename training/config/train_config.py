@@ -47,7 +47,8 @@ class TrainConfig:
         given = frozenset(given)
         unknown = sorted((set(settings) | given) - set(SETTINGS))
         if unknown:
-            raise UsageError(f"unknown settings: {', '.join(unknown)}; known: {', '.join(SETTINGS)}")
+            raise UsageError(f"unknown settings: {', '.join(unknown)} (train.py --help lists every setting as its "
+                             f"flag: batch_size is --batch-size)")
         family = family_of(settings.get("model"), settings.get("dataset"), settings.get("data_file"))
         model = settings.get("model") or declared("model").default.of(None, family)
         values = {}
