@@ -82,7 +82,7 @@ def test_the_weight_difference_is_printed_with_the_first_steps_agreement(tiny, t
     assert "--dtype float64" in agreement and "curves.png plots the drift over steps" in agreement
     epoch = next(line for line in out if "largest weight difference between manual, torch:" in line)
     assert epoch.endswith("(float32 rounding, which training amplifies as between two runs that sum in another "
-                          "order; far smaller with --dtype float64)")  # the epoch's line explains itself
+                          "order; --dtype float64 delays it)")  # the epoch's line explains itself
 
 
 def test_all_three_implementations_agree(tiny, tmp_path):
