@@ -73,6 +73,15 @@ def test_recurrent_models_train_beside_their_twins(corpus, tmp_path, cell):
     assert abs(m["val_loss"] - t["val_loss"]) < 1e-12 and summary["max_param_abs_diff"] < 1e-12
 
 
+def test_a_recurrent_run_resumes_with_its_own_hidden_size(corpus, tmp_path):
+    """--hidden is the recurrent models' too: the checkpoint's (12 here, not lstm's default 256) is the one kept."""
+    out = tmp_path / "lstm"
+    assert run("--data-file", corpus, "--model", "lstm", "--out", out, "--max-iters", "2", "--eval-interval", "2",
+               *RNN) == 0
+    assert run("--resume", out / "checkpoint.pt", "--max-iters", "4", "--quiet", "--no-plots") == 0
+    assert json.loads((out / "summary.json").read_text())["iters"] == 4
+
+
 def test_a_resumed_text_run_equals_one_never_stopped(corpus, tmp_path):
     common = ["--data-file", corpus, "--dtype", "float64", "--dropout", "0.1", "--eval-interval", "3", *GPT]
     assert run("--out", tmp_path / "whole", "--max-iters", "6", *common) == 0
