@@ -34,13 +34,14 @@ def main(argv=None) -> int:
     print(f"{timing.machine(device)}\n{a.dataset}: loading ...", flush=True)
     t0 = time.perf_counter()
     try:
-        data = training.load_data(config, device, torch.float32, say=lambda *x: None)
+        data = training.load_data(config.data, device, torch.float32, say=lambda *x: None)
     except training.UsageError as e:
         print(e, file=sys.stderr)
         return 2
     load = time.perf_counter() - t0
-    impl = training.build_impls(config, device, torch.float32)["manual"]
-    n, bs = data.train_x.shape[0], config.batch_size
+    models = training.build_models(config.model, config.run, device, torch.float32)
+    impl = training.build_impls(models, config.optim, config.run, device)["manual"]
+    n, bs = data.train_x.shape[0], config.data.batch_size
     gen = torch.Generator().manual_seed(0)
 
     def gather_epoch():  # milliseconds: no progress bar to time along with it

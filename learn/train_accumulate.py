@@ -14,7 +14,7 @@ from losses import MSELoss
 from .checker.guard import LearnerFailed, call
 from .data import small_task
 from .race import Race
-from .train import BATCH, LR, _step
+from .train_layers import BATCH, LR, forward_backward
 
 F64 = torch.float64
 MICRO = 5  # rows per micro-batch: 32 is no multiple of it, so the last micro-batch is shorter
@@ -56,7 +56,7 @@ def accumulate_race(ex, cls, file: str, seed: int) -> Race:
         return float(loss)
 
     def step_twin(k):
-        loss = _step([twin], MSELoss(), *batches.pop(k), True)
+        loss = forward_backward([twin], MSELoss(), *batches.pop(k), True)
         for p in twin.parameters():
             with torch.no_grad():
                 p -= LR * p.grad

@@ -17,7 +17,7 @@ from losses import CrossEntropyLoss
 from .checker.guard import LearnerFailed, call
 from .data import small_task
 from .race import Race
-from .train import BATCH, H, _step
+from .train_layers import BATCH, H, forward_backward
 
 F64 = torch.float64
 HYPER = {"lr": 0.01, "betas": (0.85, 0.99), "eps": 1e-7}
@@ -58,7 +58,7 @@ def adam_race(ex, cls, file: str, seed: int) -> Race:
                 idx = torch.randint(0, len(x), (BATCH,), generator=g)
                 batches[k] = [x[idx].reshape(BATCH, -1), y[idx], 0]
             b = batches[k]
-            loss = _step(nets[who], CrossEntropyLoss(), b[0], b[1], False)
+            loss = forward_backward(nets[who], CrossEntropyLoss(), b[0], b[1], False)
             if who == "yours":
                 with torch.no_grad():  # the parameters may require grad: an in-place update is allowed only here
                     call(f"your {cls.__name__}.step()", opts[who].step, where=file)

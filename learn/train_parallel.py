@@ -17,7 +17,7 @@ from .checker.guard import LearnerFailed, call
 from .data import small_task
 from .files import check_command
 from .race import Race
-from .train import BATCH, F64, H, LR, _sgd, build
+from .train_layers import BATCH, F64, H, LR, build, sgd
 
 RANKS = 4  # H = 24 divides by it
 
@@ -72,12 +72,12 @@ def split_race(ex, cls, file: str, seed: int) -> Race:
     def step_mine(step):
         loss = call("a training step with your Linear's B and W", _split, mine, crit_mine, *batch(step), cls,
                     where=file)
-        _sgd(mine_params, f"your {ex.cls}")
+        sgd(mine_params, f"your {ex.cls}")
         return loss
 
     def step_twin(step):
         loss = _fused(twin, crit_twin, *batch(step))
-        _sgd(twin_params, "handgrad's network")
+        sgd(twin_params, "handgrad's network")
         return loss
 
     return Race([f"Training your {ex.cls}'s B and W beside handgrad's fused backward: exercise {ex.name}, from {file}",
@@ -112,12 +112,12 @@ def parallel_race(ex, cls, file: str, seed: int) -> Race:
 
     def step_mine(step):
         loss = call("a training step with your TensorParallelMLP", one, *batch(step), where=file)
-        _sgd([p for p, _ in pairs], f"your {ex.cls}")
+        sgd([p for p, _ in pairs], f"your {ex.cls}")
         return loss
 
     def step_twin(step):
         loss = _fused(twin, crit_twin, *batch(step))
-        _sgd([tp for _, tp in pairs], "handgrad's network")
+        sgd([tp for _, tp in pairs], "handgrad's network")
         return loss
 
     return Race([f"Training your {ex.cls} over {RANKS} simulated ranks beside one process: exercise {ex.name}, from "

@@ -13,10 +13,9 @@ from torch import Tensor
 
 from layers.attention import ScaledDotProductAttention
 
-if TYPE_CHECKING:  # GPT, Block and MLP are named in annotations only: gpt.py imports this file, not the reverse
+if TYPE_CHECKING:
     from layers.layernorm import LayerNorm
     from layers.linear import Linear
-    from .gpt import GPT, MLP, Block
 
 
 class KVCache:
@@ -28,7 +27,7 @@ class KVCache:
     the same math as their forwards, nothing kept for a backward.
     """
 
-    def __init__(self, model: GPT) -> None:
+    def __init__(self, model) -> None:  # a models.gpt.GPT, which imports this file (so this one names it in words)
         self.model, self.length = model, 0
         self.k: list[Tensor] = []
         self.v: list[Tensor] = []
@@ -55,7 +54,7 @@ class KVCache:
         self.length += 1
         return _layernorm(m.ln_f, x[:, -1]) @ m.wte.weight.t()  # (B, V)
 
-    def _attend(self, block: Block, x: Tensor, layer: int, *, causal: bool) -> Tensor:
+    def _attend(self, block, x: Tensor, layer: int, *, causal: bool) -> Tensor:  # block: the GPT's Block
         a = block.attn
         B, T, C = x.shape
         nh = a.n_head
@@ -71,7 +70,7 @@ class KVCache:
         return _linear(a.c_proj, y.transpose(1, 2).reshape(B, T, C))
 
     @staticmethod
-    def _mlp(mlp: MLP, x: Tensor) -> Tensor:
+    def _mlp(mlp, x: Tensor) -> Tensor:  # mlp: a Block's MLP
         return _linear(mlp.c_proj, torch.nn.functional.gelu(_linear(mlp.c_fc, x), approximate=mlp.gelu.approximate))
 
 

@@ -41,11 +41,11 @@ def test_schedules_peak_at_lr_and_end_near_zero(schedule):
     w = torch.zeros(2)
     w.grad = torch.zeros(2)
     opt = SGD([w], lr=0.1)
-    sched = make_scheduler(opt, config, steps_per_epoch=10)
+    sched = make_scheduler(opt, config.optim, 30)
     lrs = []
     for _ in range(30):
         lrs.append(opt.param_groups[0]["lr"])
         opt.step()
         sched.step()
     assert max(lrs) == pytest.approx(0.1, rel=1e-3) and lrs[-1] < 0.01
-    assert make_scheduler(opt, TrainConfig(), 10) is None
+    assert make_scheduler(opt, TrainConfig().optim, 10) is None

@@ -118,4 +118,4 @@ def test_a_training_config_refuses_a_bool_or_float_where_a_number_or_stage_belon
     from training import TrainConfig
     from training.errors import UsageError
     with pytest.raises(UsageError, match=words):
-        TrainConfig(**{field: value}).validate()
+        TrainConfig(**{field: value})

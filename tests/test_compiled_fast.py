@@ -110,5 +110,5 @@ def test_train_py_compile_fast_equals_the_eager_run(tmp_path):
 
 def test_compile_fast_is_a_choice_of_compile():
     from train import parse_config
-    assert parse_config(["--compile", "fast"]).compile_fast and parse_config(["--compile"]).compile
-    assert not parse_config(["--compile"]).compile_fast
+    assert parse_config(["--compile", "fast"]).run.compile_fast and parse_config(["--compile"]).run.compile
+    assert not parse_config(["--compile"]).run.compile_fast

@@ -9,25 +9,29 @@ import pytest
 import train
 from training import TrainConfig, UsageError
 from training.parallel.distributed import DistInfo
+from training.config.resume import resume_split as resume_settings
 from training.parallel.run import check_world
 
 GPT = ["--model", "gpt", "--n-layer", "4", "--n-head", "4", "--n-embd", "32"]
 
 
 def test_the_flags_land_on_the_config():
-    c = train.parse_config([*GPT, "--tensor-parallel", "2", "--sequence-parallel", "--zero", "1"])
+    config = train.parse_config([*GPT, "--tensor-parallel", "2", "--sequence-parallel", "--zero", "1"])
+    c = config.parallel
     assert (c.tensor_parallel, c.sequence_parallel, c.zero, c.pipeline_parallel) == (2, True, 1, 1)
-    assert c.model_parallel and c.impl == "manual"  # the split trains the hand-written GPT, without being told
-    c = train.parse_config([*GPT, "--pipeline-parallel", "2", "--micro-batches", "4", "--schedule", "zb-h1",
-                            "--schedule", "cosine"])
-    assert (c.pipeline_parallel, c.micro_batches, c.pipeline_schedule, c.schedule) == (2, 4, "zb-h1", "cosine")
-    assert train.parse_config([*GPT, "--pipeline-parallel", "2", "--pipeline-schedule", "gpipe"]).pipeline_schedule \
-        == "gpipe"
+    assert config.model_parallel and config.run.impl == "manual"  # the split trains the hand-written GPT, untold
+    config = train.parse_config([*GPT, "--pipeline-parallel", "2", "--micro-batches", "4", "--schedule", "zb-h1",
+                                 "--schedule", "cosine"])
+    c = config.parallel
+    assert (c.pipeline_parallel, c.micro_batches, c.pipeline_schedule, config.optim.schedule) == (2, 4, "zb-h1",
+                                                                                                   "cosine")
+    assert train.parse_config([*GPT, "--pipeline-parallel", "2", "--pipeline-schedule", "gpipe"]) \
+        .parallel.pipeline_schedule == "gpipe"
     c = train.parse_config([*GPT, "--tensor-parallel", "2", "--pipeline-parallel", "2", "--schedule", "zb-h1",
-                            "--micro-batches", "2", "--sequence-parallel"])  # tensor x pipeline composes
+                            "--micro-batches", "2", "--sequence-parallel"]).parallel  # tensor x pipeline composes
     assert (c.tensor_parallel, c.pipeline_parallel, c.pipeline_schedule, c.sequence_parallel) == (2, 2, "zb-h1", True)
     plain = train.parse_config(GPT)
-    assert not plain.model_parallel and plain.schedule == "warmup-cosine" and plain.impl == "both"
+    assert not plain.model_parallel and plain.optim.schedule == "warmup-cosine" and plain.run.impl == "both"
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -74,24 +78,28 @@ def _config(**kw):
 ])
 def test_a_world_the_settings_do_not_divide_is_refused_by_name(kw, world, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(")):
-        check_world(_config(**kw), DistInfo(0, world) if world > 1 else DistInfo())
+        _check_world(_config(**kw), DistInfo(0, world) if world > 1 else DistInfo())
+
+
+def _check_world(config, info):
+    return check_world(config.parallel, config.data.batch_size, info)
 
 
 def test_a_world_that_divides_gives_the_data_parallel_size():
-    assert check_world(_config(tensor_parallel=2), DistInfo(0, 4)) == 2
-    assert check_world(_config(tensor_parallel=2, pipeline_parallel=2), DistInfo(0, 8)) == 2
-    assert check_world(_config(pipeline_parallel=2, micro_batches=4, given=frozenset({"micro_batches"})),
-                       DistInfo(0, 4)) == 2
+    assert _check_world(_config(tensor_parallel=2), DistInfo(0, 4)) == 2
+    assert _check_world(_config(tensor_parallel=2, pipeline_parallel=2), DistInfo(0, 8)) == 2
+    assert _check_world(_config(pipeline_parallel=2, micro_batches=4, given=frozenset({"micro_batches"})),
+                        DistInfo(0, 4)) == 2
 
 
 # -- resuming a model-parallel checkpoint: the split it was written with, or a one-line refusal naming both ------------
 
 def _checkpoint(world: int = 2, **split) -> dict:
     """What resume_settings reads of a checkpoint: a model-parallel run's split settings, or (no split) none."""
-    from training.parallel.checkpoint import split_settings
     if not split:
         return {"world_size": world}
-    return {"world_size": world, "model_parallel": {"settings": split_settings(_config(**split), world)}}
+    return {"world_size": world, "model_parallel": {"settings": {**_config(**split).parallel.split(),
+                                                                 "world_size": world}}}
 
 
 @pytest.mark.parametrize("saved,kw,world,message", [
@@ -109,7 +117,6 @@ def _checkpoint(world: int = 2, **split) -> dict:
                           "--tensor-parallel 1, --sequence-parallel False, --pipeline-parallel 1"),
 ])
 def test_a_resume_with_another_split_or_world_is_refused_naming_old_and_new(saved, kw, world, message):
-    from training.parallel.checkpoint import resume_settings
     with pytest.raises(UsageError) as e:
         resume_settings(_config(**kw), _checkpoint(**saved), world, "run/checkpoint.pt")
     assert str(e.value).startswith("--resume run/checkpoint.pt: ") and message in str(e.value), str(e.value)
@@ -117,11 +124,10 @@ def test_a_resume_with_another_split_or_world_is_refused_naming_old_and_new(save
 
 
 def test_a_resume_takes_the_split_it_is_not_given_from_the_checkpoint():
-    from training.parallel.checkpoint import resume_settings
     c = resume_settings(_config(), _checkpoint(tensor_parallel=2, zero=1), 2, "run/checkpoint.pt")
-    assert (c.tensor_parallel, c.zero, c.pipeline_parallel) == (2, 1, 1) and c.model_parallel
+    assert (c.parallel.tensor_parallel, c.parallel.zero, c.parallel.pipeline_parallel) == (2, 1, 1) and c.model_parallel
     c = resume_settings(_config(), _checkpoint(zero=0, given=frozenset({"zero"})), 2, "c.pt")
-    assert c.zero == 0 and c.model_parallel  # data parallelism by the model-parallel path stays on it
+    assert c.parallel.zero == 0 and c.model_parallel  # data parallelism by the model-parallel path stays on it
     plain = _config()
     assert resume_settings(plain, _checkpoint(), 2, "c.pt") is plain  # neither is model-parallel: nothing to do
 
@@ -129,4 +135,4 @@ def test_a_resume_takes_the_split_it_is_not_given_from_the_checkpoint():
 def test_check_parity_with_resume_is_refused():
     with pytest.raises(UsageError, match="--check-parity with --resume run/checkpoint.pt: the check takes a fresh"):
         _config(zero=1, check_parity=True, resume="run/checkpoint.pt")
-    assert _config(zero=1, resume="run/checkpoint.pt").resume.name == "checkpoint.pt"  # resuming itself is allowed
+    assert _config(zero=1, resume="run/checkpoint.pt").run.resume.name == "checkpoint.pt"  # resuming itself is allowed

@@ -226,23 +226,23 @@ def test_float64_cuda_graph_run_ends_as_close_to_its_twin_as_the_eager_run(tiny,
                                             "--no-download", "--no-plots")]) == 0
     summary = json.loads((tmp_path / "g" / "summary.json").read_text())
     assert summary["max_param_abs_diff"] < 1e-14
-    line = next(x for x in capsys.readouterr().out.splitlines() if "the first step's gradients agreed to" in x)
+    line = next(x for x in capsys.readouterr().out.splitlines() if "agreeing means: the first step agreed" in x)
     assert "float64 rounding" in line
 
 
 def agreement_line(dtype, step1_weights):
-    from training.trainer import _agreement
-    config = types.SimpleNamespace(dtype=dtype, is_mixed=False, plots=False)
+    from training.drift import agreement
+    run = types.SimpleNamespace(dtype=dtype, is_mixed=False, plots=False, torch_dtype=getattr(torch, dtype))
     records = [{"type": "drift", "epoch": 1, "step": 1, "max_grad_rel_diff": 2.4e-16,
                 "max_param_abs_diff": step1_weights}]
-    return _agreement(config, records)
+    return agreement(run, records)
 
 
 def test_the_closing_line_calls_a_difference_rounding_only_where_the_first_step_agrees_to_rounding():
     assert "float64 rounding" in agreement_line("float64", 2.8e-17)  # the eager run, and --cuda-graph now
     line = agreement_line("float64", 6.6e-9)  # --cuda-graph with float32 counters (measured before the fix)
     assert "rounding, which" not in line and "more than float64 rounding explains" in line
-    assert "its weights to 6.6e-09" in line
+    assert "its updated weights to 6.6e-09" in line
     assert "float32 rounding" in agreement_line("float32", 1e-8)
 
 

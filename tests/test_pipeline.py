@@ -89,7 +89,7 @@ def hand_written(rank, world):
 
 
 def twin(rank, world):
-    from training.parallel.pipeline_twin import TWIN_SCHEDULES, TwinStage, twin_schedule
+    from training.parallel.verify.pipeline_twin import TWIN_SCHEDULES, TwinStage, twin_schedule
     out = {}
     for schedule in TWIN_SCHEDULES:
         torch.manual_seed(0)
@@ -145,7 +145,7 @@ def test_two_pipeline_stages_equal_one_process_under_every_schedule_hand_written
 def test_the_timeline_png_is_written(tmp_path):
     from PIL import Image
 
-    from training.parallel.pipeline_plot import write_timeline_png
+    from training.parallel.verify.pipeline_plot import write_timeline_png
     path = write_timeline_png(tmp_path / "zb-h1.png", "zb-h1", 4, 8)
     with Image.open(path) as im:
         assert im.format == "PNG" and im.size[0] > im.size[1] > 100

@@ -224,7 +224,7 @@ def test_twins_differentiable_all_reduce_uses_no_deprecated_api(tmp_path):
     one process by tests/test_distributed_train.py's CNN run."""
     import warnings
 
-    from training.parallel.twin_syncbn import all_reduce_sum
+    from training.parallel.verify.twin_syncbn import all_reduce_sum
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rdv", rank=0, world_size=1,
                             timeout=datetime.timedelta(seconds=30))
     try:

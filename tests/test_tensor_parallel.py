@@ -64,7 +64,7 @@ def hand_written(rank, world, sequence_parallel=False):
 
 def twin(rank, world):
     from torch.distributed.device_mesh import init_device_mesh
-    from training.parallel.tp_twin import full_state_dict, tensor_parallel_twin
+    from training.parallel.verify.tp_twin import full_state_dict, tensor_parallel_twin
     torch.manual_seed(0)
     m = tensor_parallel_twin(GPT(**CFG).to_torch(), init_device_mesh("cpu", (world,)))
     opt, losses = torch.optim.AdamW(m.parameters(), lr=1e-2, foreach=False), []

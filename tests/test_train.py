@@ -75,13 +75,14 @@ def test_the_weight_difference_is_printed_with_the_first_steps_agreement(tiny, t
     out = capsys.readouterr().out.splitlines()
     at = next(i for i, line in enumerate(out) if line.startswith("largest weight difference between implementations"))
     assert out[at].endswith("after 1 epoch: " + out[at].split(": ")[-1])  # "1 epoch", not "1 epochs"
-    agreement = out[at + 1]
-    assert agreement.startswith("  the first step's gradients agreed to ") and "float32 rounding" in agreement
-    assert float(agreement.split("agreed to ")[1].split()[0]) < 1e-5
+    agreement = out[at + 1]  # what agreeing means in float32, measured on this run's first step
+    assert agreement.startswith("  in float32, agreeing means: the first step agreed, its forward bit for bit (equal "
+                                "logits), its gradients to ") and "float32 rounding (its unit is 1.2e-07)" in agreement
+    assert float(agreement.split("its gradients to ")[1].split()[0]) < 1e-5
     assert "--dtype float64" in agreement and "curves.png plots the drift over steps" in agreement
     epoch = next(line for line in out if "largest weight difference between manual, torch:" in line)
     assert epoch.endswith("(float32 rounding, which training amplifies as between two runs that sum in another "
-                          "order; far smaller with --dtype float64)")  # the epoch's line explains itself
+                          "order; --dtype float64 delays it)")  # the epoch's line explains itself
 
 
 def test_all_three_implementations_agree(tiny, tmp_path):

@@ -1,10 +1,13 @@
 """train.py's command line: every bad argument or unusable path is one line naming it, exit status 2."""
+import re
+
 import pytest
 import torch
 
 import train
 import training
 from training import TrainConfig, UsageError
+from training.config import SETTINGS
 
 
 def run(*argv):
@@ -38,7 +41,7 @@ def run(*argv):
     (["--out", ""], "argument --out: is empty; give a path"),
     (["--data-dir", ""], "argument --data-dir: is empty; give a path"),
     (["--resume", ""], "argument --resume: is empty; give a path"),
-    (["--model", "cnn", "--hidden", "64"], "--hidden applies to --model mlp only, not --model cnn"),
+    (["--model", "cnn", "--hidden", "64"], "--hidden applies to --model mlp, lstm or gru only, not --model cnn"),
     (["--model", "cnn", "--depth", "3"], "--depth applies to --model mlp only, not --model cnn"),  # the default, given
     (["--threads", "0"], "--threads 0 is out of range (at least 1)"),
 ])
@@ -77,15 +80,14 @@ def test_data_dir_that_is_a_file_is_one_line(tmp_path, capsys):
 
 def test_flags_map_onto_the_config_and_remember_what_was_given():
     config = train.parse_config(["--optimizer", "adam", "--no-download", "--epochs", "3"])
-    assert config.optimizer == "adam" and config.download is False and config.epochs == 3
+    assert config.optim.optimizer == "adam" and config.data.download is False and config.run.epochs == 3
     assert config.given == {"optimizer", "download", "epochs"}  # adam is the default, yet it was given
     assert train.parse_config([]).given == frozenset()
-    # Every flag lands on a TrainConfig field of the same name (or its negation).
+    # Every flag but --sanity lands on the setting of its name (--no-x on x), and every setting has its flag.
     dests = {a.dest for a in train.build_parser()._actions if a.dest != "help"}
-    fields = set(TrainConfig.__dataclass_fields__)
-    negated = {"no_download", "no_plots", "no_sync_bn"}
-    assert negated <= dests
-    assert dests - negated - {"sanity"} <= fields
+    assert dests == set(SETTINGS) | {"sanity"}
+    assert {a.option_strings[0] for a in train.build_parser()._actions if a.dest in ("download", "plots", "sync_bn")} \
+        == {"--no-download", "--no-plots", "--no-sync-bn"}
 
 
 @pytest.mark.parametrize("given,held_out", [(None, 30), ("0.1", 30), ("10%", 30), ("30", 30), ("0.41", 123),
@@ -96,7 +98,7 @@ def test_val_split_takes_a_count_a_fraction_or_a_percentage_as_its_help_says(tin
     assert "a count (6000), a fraction (0.1) or a percentage (10%) of them (default: 10%; 0: none)" in help_text
     config = train.parse_config(["--data-dir", str(tiny), "--no-download"]
                                 + ([] if given is None else ["--val-split", given]))
-    data = training.load_data(config, torch.device("cpu"), torch.float32, say=lambda *a: None)
+    data = training.load_data(config.data, torch.device("cpu"), torch.float32, say=lambda *a: None)
     assert data.train_x.shape[0] == 300 - held_out  # 0.41 of 300 is 123, though 0.41 * 300 is 122.99999999999999
     assert (data.val_x is None) if held_out == 0 else data.val_x.shape[0] == held_out
 
@@ -124,8 +126,11 @@ def test_help_states_every_default_once():
             continue
         text = formatter._expand_help(action)
         assert text.count("(default") <= 1 and "(default: None)" not in text, text
-        if action.default is not None and action.default is not False:  # switches are off unless given
-            assert f"(default: {action.default}" in text, text
+        s = SETTINGS.get(action.dest, (None, None))[1]
+        if s is not None and s.varies:  # each model's default named, from the one declaration
+            assert all(str(v) in text or f"{v:g}" in text for v in s.default.values.values()), text
+        elif s is not None and s.default is not None and s.default is not False and s.form != "negated":
+            assert f"(default: {s.default}" in text, text  # switches are off unless given, --no-x's are on
     assert "fashion-mnist (the default for the image models)" in " ".join(parser.format_help().split())  # the install's data
 
 
@@ -150,11 +155,16 @@ def test_config_validates_in_one_place():
         TrainConfig(impl="jax")
     with pytest.raises(UsageError, match="--out is empty; give a path"):
         TrainConfig(out="")
-    with pytest.raises(UsageError, match="--hidden applies to --model mlp only"):
+    with pytest.raises(UsageError, match="--hidden applies to --model mlp, lstm or gru only"):
         TrainConfig(model="cnn", hidden=16)  # a library caller's value that the CNN would ignore
-    assert TrainConfig(model="cnn").hidden == 1024  # the defaults themselves are not an error
-    assert TrainConfig(optimizer="SGD").optimizer == "sgd"
-    assert TrainConfig(impl="all").impls == ("manual", "engine", "torch")
+    assert TrainConfig(model="cnn").model.depth == 3  # the defaults themselves are not an error
+    assert TrainConfig(model="cnn").model.hidden is None and TrainConfig(model="gru").model.hidden == 256
+    assert TrainConfig(optimizer="SGD").optim.optimizer == "sgd"
+    assert TrainConfig(impl="all").run.impls == ("manual", "engine", "torch")
+    with pytest.raises(UsageError, match="unknown settings: hiden"):
+        TrainConfig(hiden=16)  # a misspelled setting is refused, never a new one
+    with pytest.raises(UsageError, match="--augment must be True or False, got 'yes'"):
+        TrainConfig(augment="yes")
 
 
 def test_training_imports_nothing_from_the_command_line():
@@ -163,3 +173,38 @@ def test_training_imports_nothing_from_the_command_line():
     code = "import sys, training, training.trainer, training.parallel.distributed, training.parallel.allreduce; " \
            "sys.exit('train' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def _help_entries(text: str) -> tuple[set, dict, list]:
+    """--help as (the usage line's bracketed options, option -> its whole entry with help and default, the section
+    titles), whitespace and order aside; the thread count of this machine aside."""
+    text = re.sub(r"\(\d+\s+here\)", "(N here)", text)
+    usage, _, rest = text.partition("\n\n")
+    entries, sections, current = {}, [], None
+    for line in rest.splitlines():
+        if line.startswith("  -"):
+            current = line.split()[0].rstrip(",")
+            entries[current] = [line]
+        elif line and not line.startswith(" "):
+            sections.append(line)
+            current = None
+        elif current is not None:
+            entries[current].append(line)
+    return (set(re.findall(r"\[[^\[\]]+\]", " ".join(usage.split()))),
+            {k: " ".join(" ".join(v).split()) for k, v in entries.items()}, sections)
+
+
+def test_help_keeps_every_flag_default_and_help_text_of_the_hand_written_parser(monkeypatch):
+    """train_help.txt is --help as train.py printed it (80 columns) when every option was written by hand; the flags
+    derived from the settings' declarations print the same entries (in their parts' order)."""
+    import pathlib
+    monkeypatch.setenv("COLUMNS", "80")
+    before = _help_entries((pathlib.Path(__file__).parent / "train_help.txt").read_text())
+    parser = train.build_parser()
+    parser.prog = "train.py"
+    now = _help_entries(parser.format_help())
+    assert len(before[1]) == 59
+    assert now[0] == before[0]
+    for flag in before[1].keys() | now[1].keys():
+        assert now[1].get(flag) == before[1].get(flag), flag
+    assert sorted(now[2]) == sorted(before[2])

@@ -36,7 +36,7 @@ def test_one_epoch_of_the_cnn_leaves_the_twins_within_1e_9(tiny, tmp_path):
 def test_the_cnn_has_dropout_and_batch_norm_and_the_twin_draws_the_same_masks():
     from training.impls.models import build_models, use_generator
     config = training.TrainConfig(model="cnn", dtype="float64")
-    models = build_models(config, torch.device("cpu"), torch.float64)
+    models = build_models(config.model, config.run, torch.device("cpu"), torch.float64)
     manual, twin = models["manual"], models["torch"]
     layers = list(manual.layers)
     assert any(isinstance(l, Dropout) for l in layers) and any(isinstance(l, BatchNorm2d) for l in layers)

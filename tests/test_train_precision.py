@@ -21,7 +21,7 @@ import training.impls
 import training.impls.manual
 from tests.conftest import write_tiny_mnist
 from tests.test_train import _run_first_epoch_only
-from training import TrainConfig, UsageError, build_impls
+from training import TrainConfig, UsageError, build_impls, build_models
 from training.parallel.distributed import DistInfo
 from training.impls import check_mixed_precision
 
@@ -56,11 +56,18 @@ def runs(tmp_path_factory):
     return go
 
 
+def _impls(config):
+    cpu = torch.device("cpu")
+    models = build_models(config.model, config.run, cpu, config.run.torch_dtype)
+    return build_impls(models, config.optim, config.run, cpu, model=config.model.name)
+
+
 def test_config_keeps_float32_data_and_master_weights():
     for dtype, half in (("bfloat16", torch.bfloat16), ("float16", torch.float16)):
         config = TrainConfig(dtype=dtype, model="cnn", impl="both")
-        assert config.is_mixed and config.torch_dtype == torch.float32 and config.compute_dtype == half
-        impls = build_impls(config, torch.device("cpu"), config.torch_dtype)
+        run = config.run
+        assert run.is_mixed and run.torch_dtype == torch.float32 and run.compute_dtype == half
+        impls = _impls(config)
         manual, twin = impls["manual"], impls["torch"]
         dtypes = {name: p.dtype for name, p in manual.model.named_parameters()}
         assert dtypes["0.weight"] == dtypes["13.weight"] == half  # convolutions and linear layers in half
@@ -72,9 +79,9 @@ def test_config_keeps_float32_data_and_master_weights():
         # the float32 weights the run compares and saves: the masters equal the twin's weights at the start
         assert training.impls.max_param_abs_diff(impls) == 0.0
     for dtype in ("float32", "float64"):  # the plain paths are untouched
-        config = TrainConfig(dtype=dtype)
-        assert not config.is_mixed and config.torch_dtype == config.compute_dtype == getattr(torch, dtype)
-        impls = build_impls(config, torch.device("cpu"), config.torch_dtype)
+        run = TrainConfig(dtype=dtype).run
+        assert not run.is_mixed and run.torch_dtype == run.compute_dtype == getattr(torch, dtype)
+        impls = _impls(TrainConfig(dtype=dtype))
         assert impls["manual"].master is None and impls["manual"].scaler is None and impls["torch"].autocast is None
 
 
@@ -192,7 +199,7 @@ def test_engine_and_torchrun_are_refused(capsys):
     assert run("--impl", "engine", "--dtype", "float16") == 2
     assert "--impl engine: the autodiff engine has no mixed precision" in capsys.readouterr().err
     with pytest.raises(UsageError, match="--dtype float16 under torchrun: mixed precision runs in a single process"):
-        check_mixed_precision(TrainConfig(dtype="float16"), DistInfo(rank=0, world_size=2))
-    check_mixed_precision(TrainConfig(dtype="float32"), DistInfo(rank=0, world_size=2))  # no error
+        check_mixed_precision(TrainConfig(dtype="float16").run, DistInfo(rank=0, world_size=2))
+    check_mixed_precision(TrainConfig(dtype="float32").run, DistInfo(rank=0, world_size=2))  # no error
     assert run("--dtype", "float8") == 2
     assert "invalid choice: 'float8'" in capsys.readouterr().err

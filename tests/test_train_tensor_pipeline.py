@@ -21,7 +21,7 @@ def _train(rank, world, init_method, out, kw):
     import training.parallel.run as run
     built = []
     build = run.build_parallel_impls
-    run.build_parallel_impls = lambda *a: built.append(build(*a)) or built[-1]  # to read the final weights
+    run.build_parallel_impls = lambda *a, **k: built.append(build(*a, **k)) or built[-1]  # to read the final weights
     lines = []
     rc = training.run(_cfg(Path(out), **kw), say=lines.append, info=DistInfo(rank, world, rank),
                       init_method=init_method)

@@ -73,6 +73,15 @@ def test_recurrent_models_train_beside_their_twins(corpus, tmp_path, cell):
     assert abs(m["val_loss"] - t["val_loss"]) < 1e-12 and summary["max_param_abs_diff"] < 1e-12
 
 
+def test_a_recurrent_run_resumes_with_its_own_hidden_size(corpus, tmp_path):
+    """--hidden is the recurrent models' too: the checkpoint's (12 here, not lstm's default 256) is the one kept."""
+    out = tmp_path / "lstm"
+    assert run("--data-file", corpus, "--model", "lstm", "--out", out, "--max-iters", "2", "--eval-interval", "2",
+               *RNN) == 0
+    assert run("--resume", out / "checkpoint.pt", "--max-iters", "4", "--quiet", "--no-plots") == 0
+    assert json.loads((out / "summary.json").read_text())["iters"] == 4
+
+
 def test_a_resumed_text_run_equals_one_never_stopped(corpus, tmp_path):
     common = ["--data-file", corpus, "--dtype", "float64", "--dropout", "0.1", "--eval-interval", "3", *GPT]
     assert run("--out", tmp_path / "whole", "--max-iters", "6", *common) == 0
@@ -132,24 +141,26 @@ def test_text_runs_refuse_what_does_not_apply(corpus, tmp_path, capsys, argv, sa
 def test_text_runs_under_torchrun_refuse_dropout_and_too_small_a_batch(corpus):
     from training.parallel.distributed import DistInfo
     from training.tasks.text import TextTask
-    task = TextTask(TrainConfig(model="gpt", data_file=corpus, block_size=8, dropout=0.1), torch.device("cpu"), print)
+    c = TrainConfig(model="gpt", data_file=corpus, block_size=8, dropout=0.1)
+    task = TextTask(c.model, c.data, c.run, torch.device("cpu"), print)
     with pytest.raises(training.UsageError, match="--dropout 0.1 under torchrun"):
         task.check(DistInfo(rank=0, world_size=2))
-    task = TextTask(TrainConfig(model="gpt", data_file=corpus, block_size=8, batch_size=3), torch.device("cpu"), print)
+    c = TrainConfig(model="gpt", data_file=corpus, block_size=8, batch_size=3)
+    task = TextTask(c.model, c.data, c.run, torch.device("cpu"), print)
     with pytest.raises(training.UsageError, match="--batch-size 3 windows cannot be shared by 4 processes"):
         task.check(DistInfo(rank=0, world_size=4))
     task.check(DistInfo(rank=0, world_size=3))  # one window each
 
 
 def test_warmup_cosine_is_nanogpts_schedule():
-    c = TrainConfig(model="gpt", lr=1e-3, min_lr=1e-4, warmup_iters=100, lr_decay_iters=2000)
+    c = TrainConfig(model="gpt", lr=1e-3, min_lr=1e-4, warmup_iters=100, lr_decay_iters=2000).optim
     assert warmup_cosine(0, c) == pytest.approx(1e-3 / 101)
     assert warmup_cosine(99, c) == pytest.approx(1e-3 * 100 / 101)
     assert warmup_cosine(100, c) == pytest.approx(1e-3)
     assert warmup_cosine(1050, c) == pytest.approx(0.55e-3)  # halfway: the mean of lr and min_lr
     assert warmup_cosine(2000, c) == pytest.approx(1e-4) and warmup_cosine(5000, c) == 1e-4
     opt = torch.optim.AdamW([torch.zeros(1, requires_grad=True)], lr=c.lr)
-    sched = training.schedule.make_scheduler(opt, c, 1)
+    sched = training.schedule.make_scheduler(opt, c, 2000)
     lrs = []
     for _ in range(3):
         lrs.append(opt.param_groups[0]["lr"])
@@ -196,6 +207,37 @@ def test_sample_py_refuses_bad_input_in_one_line(corpus, tmp_path, capsys, tiny)
     assert "image classifier" in err and len(err.strip().splitlines()) == 1
     assert sample.main(["--resume", str(tmp_path / "missing.pt")]) == 2
     assert "no such file" in capsys.readouterr().err
+    for flag, value, says in (("--temperature", "inf", "--temperature inf is out of range (need a finite number > 0)"),
+                              ("--temperature", "nan", "--temperature nan is out of range"),
+                              ("--temperature", "-1", "--temperature -1.0 is out of range"),
+                              ("--temperature", "1e-300", "--temperature 1e-300 is too small: the logits divided by "
+                                                          "it overflow float32"),
+                              ("--top-k", "0", "--top-k 0 is out of range (an integer >= 1)"),
+                              ("--max-new-tokens", "-1", "--max-new-tokens -1 is out of range"),
+                              ("--seed", str(2 ** 64), f"--seed {2 ** 64} is out of range")):
+        assert sample.main(["--resume", str(out / "checkpoint.pt"), f"{flag}={value}"]) == 2, flag
+        err = capsys.readouterr().err.strip()
+        assert err == f"sample.py: error: {says}" or err.startswith(f"sample.py: error: {says}"), err
+        assert len(err.splitlines()) == 1
+
+
+def test_a_checkpoint_that_cannot_be_read_is_refused_for_itself_before_any_flag(corpus, tmp_path, capsys):
+    """--resume with --max-iters and no --model: the checkpoint decides which flags apply, so a truncated, damaged,
+    empty or folder --resume is refused as such, not as an image run given a text run's flag."""
+    out = tmp_path / "r"
+    assert run("--data-file", corpus, "--out", out, "--max-iters", "2", "--eval-interval", "2", *GPT) == 0
+    data = (out / "checkpoint.pt").read_bytes()
+    bad = {"truncated.pt": (data[:-200], "is truncated"), "empty.pt": (b"", "is empty"),
+           "damaged.pt": (data[:len(data) // 2] + bytes([data[len(data) // 2] ^ 1]) + data[len(data) // 2 + 1:],
+                          "is damaged")}
+    for name, (content, _) in bad.items():
+        (tmp_path / name).write_bytes(content)
+    (tmp_path / "folder.pt").mkdir()
+    capsys.readouterr()
+    for name, says in [*((n, s) for n, (_, s) in bad.items()), ("folder.pt", "is a folder")]:
+        assert run("--resume", tmp_path / name, "--max-iters", "4") == 2, name
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"train.py: error: --resume {tmp_path / name} {says}") and len(err.splitlines()) == 1, err
 
 
 def test_eval_iters_all_is_the_mean_loss_over_every_window_of_each_split(corpus, tmp_path):

@@ -94,10 +94,10 @@ def test_fashion_mnist_found_in_debian_location(tmp_path, monkeypatch):
 
 def test_data_is_normalised_with_training_statistics(tiny):
     config = TrainConfig(data_dir=tiny, download=False, val_split=30)
-    data = training.load_data(config, torch.device("cpu"), torch.float64, say=lambda *a: None)
+    data = training.load_data(config.data, torch.device("cpu"), torch.float64, say=lambda *a: None)
     assert data.train_x.shape == (270, 784) and data.val_x.shape == (30, 784) and data.test_x.shape == (80, 784)
     assert abs(data.train_x.mean().item()) < 1e-12 and abs(data.train_x.std().item() - 1) < 1e-12
-    again = training.load_data(config, torch.device("cpu"), torch.float64, say=lambda *a: None)
+    again = training.load_data(config.data, torch.device("cpu"), torch.float64, say=lambda *a: None)
     assert torch.equal(again.val_y, data.val_y)  # the split is seeded
 
 
@@ -120,7 +120,8 @@ def test_real_mnist_test_split_loads(tmp_path, recwarn):
 
 def test_images_for_a_cnn_keep_their_shape(tiny):
     config = TrainConfig(data_dir=tiny, download=False, val_split=0)
-    data = training.load_data(config, torch.device("cpu"), torch.float32, say=lambda *a: None, sample_shape=(1, 28, 28))
+    data = training.load_data(config.data, torch.device("cpu"), torch.float32, say=lambda *a: None,
+                              sample_shape=(1, 28, 28))
     assert data.train_x.shape == (300, 1, 28, 28) and data.test_x.shape == (80, 1, 28, 28)
 
 

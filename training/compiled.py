@@ -27,7 +27,7 @@ from typing import Callable
 
 import torch
 
-from .config import TrainConfig, flag
+from .config.parts import RunConfig
 from .cuda_graph import whole_step_blockers
 from .errors import UsageError
 from .parallel.distributed import SINGLE, DistInfo
@@ -146,14 +146,14 @@ def compile_note(rec: dict) -> str:
     return f" (+ {seconds:.1f} s compiling)" if seconds else ""
 
 
-def check_compile(config: TrainConfig, info: DistInfo = SINGLE) -> None:
+def check_compile(run: RunConfig, info: DistInfo = SINGLE) -> None:
     """Refuse ``--compile`` where the run's step cannot be one compiled graph, naming why."""
-    if not config.compile:
+    if not run.compile:
         return
-    blockers = whole_step_blockers(config, info)
-    if config.is_mixed:
-        blockers.append(f"--dtype {config.dtype}'s mixed-precision step has not been made compilable yet")
-    if config.cuda_graph:
+    blockers = whole_step_blockers(run, info)
+    if run.is_mixed:
+        blockers.append(f"--dtype {run.dtype}'s mixed-precision step has not been made compilable yet")
+    if run.cuda_graph:
         blockers.append("--cuda-graph captures the eager step; use one or the other")
     if blockers:
-        raise UsageError(f"{flag('compile')}: cannot compile this run's step: {'; '.join(blockers)}")
+        raise UsageError(f"--compile: cannot compile this run's step: {'; '.join(blockers)}")

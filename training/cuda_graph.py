@@ -40,7 +40,8 @@ from torch import Tensor
 
 from layers.checks import check_int
 
-from .config import TrainConfig, flag
+from .config.choices import TEXT_MODELS
+from .config.parts import RunConfig
 from .parallel.distributed import SINGLE, DistInfo
 from .errors import UsageError
 
@@ -158,32 +159,32 @@ def _signature(x: Tensor, y: Tensor) -> tuple:
     return tuple((t.shape, t.dtype, t.device) for t in (x, y))
 
 
-def whole_step_blockers(config: TrainConfig, info: DistInfo) -> list[str]:
+def whole_step_blockers(run: RunConfig, info: DistInfo) -> list[str]:
     """Why this run's step cannot be taken as one unit -- captured as a CUDA graph, or compiled as one graph
     (training/compiled.py) -- whichever way: the reasons the two share."""
     blockers = []
     if info.enabled:
         blockers.append("under torchrun the gradient all-reduces run between the layers' backwards")
-    if config.monitor:
+    if run.monitor:
         blockers.append("--monitor reads statistics back during the step")
     return blockers
 
 
-def use_cuda_graph(config: TrainConfig, device: torch.device, info: DistInfo = SINGLE) -> bool:
-    """Whether the hand-written step is captured as a CUDA graph (``--cuda-graph``; on by default on CUDA where
-    the run allows it).  On the CPU ``--cuda-graph`` runs the same capturable, in-place step eagerly."""
-    blockers = whole_step_blockers(config, info)
-    if config.is_mixed:
-        blockers.append(f"--dtype {config.dtype}'s mixed-precision step is not capturable yet (the float16 loss "
+def use_cuda_graph(run: RunConfig, model: str, device: torch.device, info: DistInfo = SINGLE) -> bool:
+    """Whether the hand-written step of ``model`` is captured as a CUDA graph (``--cuda-graph``; on by default on
+    CUDA where the run allows it).  On the CPU ``--cuda-graph`` runs the same capturable, in-place step eagerly."""
+    blockers = whole_step_blockers(run, info)
+    if run.is_mixed:
+        blockers.append(f"--dtype {run.dtype}'s mixed-precision step is not capturable yet (the float16 loss "
                         f"scaler reads its overflow flag back)")
-    if config.model == "cnn":
+    if model == "cnn":
         blockers.append("--model cnn's dropout draws from a generator seeded afresh every epoch, which a graph "
                         "would freeze")
-    if config.is_text:
-        blockers.append(f"--model {config.model}'s step (attention or recurrence, a language model's loss) has not "
+    if model in TEXT_MODELS:
+        blockers.append(f"--model {model}'s step (attention or recurrence, a language model's loss) has not "
                         f"been made capturable yet; it runs eagerly")
-    if config.cuda_graph is None:
-        return device.type == "cuda" and not blockers and not config.compile  # --compile: the compiled step
-    if config.cuda_graph and blockers:
-        raise UsageError(f"{flag('cuda_graph')}: cannot capture this run's step: {'; '.join(blockers)}")
-    return bool(config.cuda_graph)
+    if run.cuda_graph is None:
+        return device.type == "cuda" and not blockers and not run.compile  # --compile: the compiled step
+    if run.cuda_graph and blockers:
+        raise UsageError(f"--cuda-graph: cannot capture this run's step: {'; '.join(blockers)}")
+    return bool(run.cuda_graph)

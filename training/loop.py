@@ -20,7 +20,7 @@ from torch import Tensor
 
 from .tasks.augment import flip_and_shift
 from .compiled import compile_seconds, round_seconds
-from .config import TrainConfig
+from .config.parts import DataConfig, RunConfig
 from .tasks.image_data import Data
 from .parallel.distributed import SINGLE, DistInfo, all_reduce_sum_, shard_bounds
 from .errors import NonFiniteLoss
@@ -92,35 +92,35 @@ class StepSums:
         return values
 
 
-def epoch_generator(config: TrainConfig, epoch: int, device: torch.device) -> torch.Generator:
+def epoch_generator(seed: int, epoch: int, device: torch.device) -> torch.Generator:
     """The random stream of one epoch's augmentation and dropout masks, the same for every implementation (each
     replays it from the start of the epoch) and reproducible on resume (a function of the seed and epoch)."""
-    return torch.Generator(device=device).manual_seed((config.seed * 1_000_003 + epoch) % 2 ** 64)  # torch's range
+    return torch.Generator(device=device).manual_seed((seed * 1_000_003 + epoch) % 2 ** 64)  # torch's range
 
 
-def train_epoch(impl: Impl, data: Data, perm: Tensor, epoch: int, config: TrainConfig,
+def train_epoch(impl: Impl, data: Data, perm: Tensor, epoch: int, batches: DataConfig, run: RunConfig,
                 log: Callable[[dict], None], info: DistInfo = SINGLE,
-                after_step: Callable[[Impl, int], None] | None = None) -> dict:
-    """One pass over the training split in the order ``perm``; returns the epoch's metrics.  Step numbers
-    (``global_step``, the monitor's) count from 1 at the run's first step; ``after_step(impl, global_step)`` is
-    called after each (training/drift.py's)."""
+                after_step: Callable[[Impl, int, Tensor], None] | None = None) -> dict:
+    """One pass over the training split in the order ``perm``, in batches of ``batches.batch_size`` (augmented
+    if it says so); returns the epoch's metrics.  Step numbers (``global_step``, the monitor's) count from 1 at the
+    run's first step; ``after_step(impl, global_step, logits)`` is called after each (training/drift.py's)."""
     from tqdm import tqdm
-    bs, n = config.batch_size, perm.shape[0]
-    steps = 1 if config.dry_run else math.ceil(n / bs)
-    sums = StepSums(config.log_interval, 2, perm.device, info)  # per step: summed loss, correct predictions
+    bs, n = batches.batch_size, perm.shape[0]
+    steps = 1 if run.dry_run else math.ceil(n / bs)
+    sums = StepSums(run.log_interval, 2, perm.device, info)  # per step: summed loss, correct predictions
     sizes: list[int] = []  # global batch sizes of the steps now in the buffer
     loss_sum, correct, seen = 0.0, 0, 0
     bar = tqdm(total=steps, desc=f"epoch {epoch} {impl.name}", leave=False, file=sys.stdout,
-               disable=config.quiet or not info.is_main or not sys.stdout.isatty())
+               disable=run.quiet or not info.is_main or not sys.stdout.isatty())
     set_training(impl.model, True)
-    gen = epoch_generator(config, epoch, perm.device)
+    gen = epoch_generator(run.seed, epoch, perm.device)
     use_generator(impl.model, gen)
     rows = None  # under torchrun: (lo, hi, total), this rank's rows of the global batch the dropouts were given
     start, compiling = time.perf_counter(), compile_seconds(impl)
     for step in range(1, steps + 1):
         idx = perm[(step - 1) * bs: step * bs]
         total = idx.shape[0]
-        if config.augment:  # the whole global batch on every rank, so each rank's slice is the one-process one's
+        if batches.augment:  # the whole global batch on every rank, so each rank's slice is the one-process one's
             x = flip_and_shift(data.train_x[idx].view(total, -1, 28, 28), gen, fill=data.background)
             x = x.view(total, *data.train_x.shape[1:])
         else:
@@ -136,7 +136,7 @@ def train_epoch(impl: Impl, data: Data, perm: Tensor, epoch: int, config: TrainC
         if impl.sched is not None:
             impl.sched.step()
         if after_step is not None:
-            after_step(impl, (epoch - 1) * steps + step)
+            after_step(impl, (epoch - 1) * steps + step, logits)
         sums.add(batch_loss.detach(), (logits.argmax(1) == y).sum())
         sizes.append(total)
         if sums.due(step == steps):

@@ -15,15 +15,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .config import TrainConfig
+from .config.parts import RunConfig
 from .parallel.distributed import DistInfo
 from .errors import UsageError
 from .storage.files import atomic_write, atomic_write_text
 
 
-def open_tensorboard(config: TrainConfig, info: DistInfo):
-    """A SummaryWriter on config.tensorboard (rank 0 only), or None."""
-    if config.tensorboard is None or not info.is_main:
+def open_tensorboard(run: RunConfig, info: DistInfo):
+    """A SummaryWriter on --tensorboard's folder (rank 0 only), or None."""
+    if run.tensorboard is None or not info.is_main:
         return None
     try:
         from torch.utils.tensorboard import SummaryWriter
@@ -31,25 +31,25 @@ def open_tensorboard(config: TrainConfig, info: DistInfo):
         raise UsageError("--tensorboard needs the tensorboard package: pip install tensorboard "
                          "(or the project's train extra: pip install -e '.[train]')") from None
     try:
-        return SummaryWriter(log_dir=str(config.tensorboard))
+        return SummaryWriter(log_dir=str(run.tensorboard))
     except OSError as e:
-        raise UsageError(f"--tensorboard {config.tensorboard}: cannot write there "
+        raise UsageError(f"--tensorboard {run.tensorboard}: cannot write there "
                          f"({e.strerror or type(e).__name__})") from None
 
 
-def attach_monitors(impls: dict, config: TrainConfig, info: DistInfo, round_ends: set[int], writer=None,
+def attach_monitors(impls: dict, run: RunConfig, info: DistInfo, round_ends: set[int], writer=None,
                     activations: bool = True) -> dict:
     """impl name -> GradientMonitor, set as ``impl.monitor`` (empty unless --monitor, or off rank 0); besides every
     ``log_interval`` steps each records the run's first step and the steps in ``round_ends`` (each epoch's last,
     or each evaluation's).  ``activations``: also per-layer activation statistics (not for the engine's models,
     which have no forward hooks)."""
-    if not config.monitor or not info.is_main:
+    if not run.monitor or not info.is_main:
         return {}
     from monitoring import GradientMonitor
     monitors = {}
     for name, impl in impls.items():
         # mixed precision: weights and gradients are the float32 masters' (unscaled, as they are clipped)
-        mon = GradientMonitor(impl.model, every=config.log_interval, name=name, tensorboard=writer,
+        mon = GradientMonitor(impl.model, every=run.log_interval, name=name, tensorboard=writer,
                               parameters=getattr(impl, "master", None), also={1, *round_ends})
         if activations and name != "engine":
             mon.watch_activations()

@@ -16,9 +16,10 @@ import torch.nn.functional as F
 from losses import CrossEntropyLoss
 from optimizers import Adam
 
-from .config import TrainConfig, resolve_device
-from .threads import use_threads
+from .config import TrainConfig
+from .device import resolve_device
 from .errors import UsageError
+from .threads import use_threads
 from .tasks.image_data import load_data
 from .impls.models import SAMPLE_SHAPES, build_models, use_generator
 
@@ -31,8 +32,13 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a - b).abs().max() / b.abs().max().clamp_min(1e-300)).item()
 
 
+def _manual(config: TrainConfig, device) -> object:
+    c = config.replace(impl="manual")
+    return build_models(c.model, c.run, device, c.run.torch_dtype)["manual"]
+
+
 def _initial_loss(config, device, x, y) -> tuple[float, bool, str]:
-    manual = build_models(config.replace(impl="manual"), device, config.torch_dtype)["manual"]
+    manual = _manual(config, device)
     manual.eval()
     loss = CrossEntropyLoss()(manual(x), y).item()
     target = math.log(CLASSES)
@@ -40,7 +46,7 @@ def _initial_loss(config, device, x, y) -> tuple[float, bool, str]:
 
 
 def _overfit(config, device, x, y) -> tuple[float, bool, str]:
-    manual = build_models(config.replace(impl="manual"), device, config.torch_dtype)["manual"]
+    manual = _manual(config, device)
     opt, crit = Adam(manual.parameters(), lr=1e-3), CrossEntropyLoss()
     x, y = x[:OVERFIT_SAMPLES], y[:OVERFIT_SAMPLES]
     for step in range(1, OVERFIT_STEPS + 1):
@@ -59,10 +65,11 @@ def _overfit(config, device, x, y) -> tuple[float, bool, str]:
 
 def _first_step(config, device, x, y) -> dict[str, torch.Tensor]:
     """One forward and backward of the hand-written model and its twin -> losses and gradients by name."""
-    models = build_models(config.replace(impl="both"), device, config.torch_dtype)
+    c = config.replace(impl="both")
+    models = build_models(c.model, c.run, device, c.run.torch_dtype)
     manual, twin = models["manual"], models["torch"]
     for m in (manual, twin):
-        use_generator(m, torch.Generator(device=device).manual_seed(config.seed))  # the same dropout masks
+        use_generator(m, torch.Generator(device=device).manual_seed(c.run.seed))  # the same dropout masks
     crit = CrossEntropyLoss()
     loss_m = crit(manual(x), y)
     manual.backward(crit.backward())
@@ -77,13 +84,15 @@ def _first_step(config, device, x, y) -> dict[str, torch.Tensor]:
 
 def run_sanity(config: TrainConfig, say: Callable = print) -> int:
     """Run the four checks on the configured model and data; print the table; 0 if all pass, else 1."""
+    model, run = config.model.name, config.run
     if config.is_text:
-        raise UsageError(f"--sanity checks the image models; for --model {config.model} run python gradcheck.py "
+        raise UsageError(f"--sanity checks the image models; for --model {model} run python gradcheck.py "
                          f"(every hand-written backward of the language models against autograd in float64) and "
                          f"read a run's first-step agreement line")
-    use_threads(config.threads)
-    device = resolve_device(config.device)
-    data = load_data(config, device, config.torch_dtype, lambda *a, **k: None, sample_shape=SAMPLE_SHAPES[config.model])
+    use_threads(run.threads)
+    device = resolve_device(run.device)
+    data = load_data(config.data, device, run.torch_dtype, lambda *a, **k: None, sample_shape=SAMPLE_SHAPES[model],
+                     seed=run.seed)
     x, y = data.train_x[:256], data.train_y[:256]
     rows = []
     value, ok, want = _initial_loss(config, device, x, y)
@@ -95,14 +104,14 @@ def run_sanity(config: TrainConfig, say: Callable = print) -> int:
     rows.append(("gradients vs autograd (float64)", f"{g['worst_grad']:.2e}", f"<= {GRAD_RTOL:g} relative",
                  g["worst_grad"] <= GRAD_RTOL))
     s = _first_step(config, device, x[:64], y[:64])
-    tol = 1e-12 if config.dtype == "float64" else 1e-5
+    tol = 1e-12 if run.dtype == "float64" else 1e-5
     diff = abs(s["loss_manual"] - s["loss_torch"]) / abs(s["loss_torch"])
-    run_dtype = str(config.torch_dtype).removeprefix("torch.")  # a mixed-precision run's model is float32 here
+    run_dtype = str(run.torch_dtype).removeprefix("torch.")  # a mixed-precision run's model is float32 here
     rows.append((f"first-step loss, manual vs twin ({run_dtype})", f"{diff:.2e}", f"<= {tol:g} relative",
                  diff <= tol))
     width = max(len(r[0]) for r in rows)
-    say(f"sanity checks: --model {config.model}, --dataset {config.dataset}, {device}"
-        f"{f' (--dtype {config.dtype}: checked on the float32 model and master weights)' if config.is_mixed else ''}")
+    say(f"sanity checks: --model {model}, --dataset {config.data.dataset}, {device}"
+        f"{f' (--dtype {run.dtype}: checked on the float32 model and master weights)' if run.is_mixed else ''}")
     say(f"{'check':<{width}}  {'measured':>14}  {'required':<26} result")
     for name, value, want, ok in rows:
         say(f"{name:<{width}}  {value:>14}  {want:<26} {'PASS' if ok else 'FAIL'}")

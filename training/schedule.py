@@ -6,27 +6,26 @@ import math
 
 import torch
 
-from .config import TrainConfig
+from .config.parts import OptimConfig
 
 
-def make_scheduler(opt: torch.optim.Optimizer, config: TrainConfig, steps_per_epoch: int):
-    """-> an LRScheduler for ``config.schedule``, or None for a constant rate."""
-    total = steps_per_epoch * config.epochs
-    if config.schedule == "cosine":
+def make_scheduler(opt: torch.optim.Optimizer, optim: OptimConfig, total: int):
+    """-> an LRScheduler for ``optim.schedule`` over ``total`` steps, or None for a constant rate."""
+    if optim.schedule == "cosine":
         return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total)
-    if config.schedule == "warmup-cosine":
-        return torch.optim.lr_scheduler.LambdaLR(opt, lambda it: warmup_cosine(it, config) / config.lr)
-    if config.schedule == "onecycle":
+    if optim.schedule == "warmup-cosine":
+        return torch.optim.lr_scheduler.LambdaLR(opt, lambda it: warmup_cosine(it, optim) / optim.lr)
+    if optim.schedule == "onecycle":
         # Warm up from lr/25 to lr over the first 30% of the steps, anneal to lr/1e4; no momentum cycling, so
         # every optimizer (SGD without momentum, Adagrad) takes it.
-        return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=config.lr, total_steps=total, cycle_momentum=False)
+        return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=optim.lr, total_steps=total, cycle_momentum=False)
     return None
 
 
-def warmup_cosine(it: int, config: TrainConfig) -> float:
+def warmup_cosine(it: int, optim: OptimConfig) -> float:
     """nanoGPT's learning rate at iteration ``it`` (counted from 0): a linear warm-up over --warmup-iters, a cosine
     from --lr down to --min-lr at --lr-decay-iters, then --min-lr."""
-    lr, min_lr, warmup, decay = config.lr, config.min_lr, config.warmup_iters, config.lr_decay_iters
+    lr, min_lr, warmup, decay = optim.lr, optim.min_lr, optim.warmup_iters, optim.lr_decay_iters
     if it < warmup:
         return lr * (it + 1) / (warmup + 1)
     if it > decay:

@@ -18,22 +18,25 @@ from typing import Callable
 import torch
 
 from .allocator import retain_freed_memory
-from .parallel.agreement import check_ranks_agree, run_identity
-from .parallel.checkpoint import restore_sharded, resume_settings, sharded_state
-from .storage.checkpoint import check_data, checkpoint_state, load_checkpoint, save_checkpoint
-from .storage.restore import restore
-from .config import TrainConfig, resolve_device
-from .threads import use_threads
+from .config import TrainConfig
+from .config.parts import RunConfig
+from .config.resume import resumed, settings_to_save
+from .device import resolve_device
+from .drift import MIXED_DRIFT, Drift, agreement, drift_note
 from .errors import EXIT_FAILED, EXIT_OK, Interrupted, NonFiniteLoss, RunFailed, UsageError
-from .storage.files import WriteFailed, atomic_write_text
-from .drift import Drift, first_step_agreement
 from .impls import build_impls, check_mixed_precision, max_param_abs_diff
-from .parallel.distributed import DistInfo
+from .impls.state import impls_state, restore
 from .monitors import (attach_monitors, close_tensorboard, log_scalars, monitor_state, open_tensorboard,
                        restore_monitors, write_monitor_outputs)
-from .storage.output import OutputFolder, default_out
+from .parallel.checkpoint import restore_sharded, sharded_state
+from .parallel.distributed import DistInfo
 from .parallel.launch import under_torchrun
+from .parallel.verify.agreement import check_ranks_agree, run_identity
+from .storage.checkpoint import check_data, checkpoint_state, read_checkpoint, save_checkpoint
+from .storage.files import WriteFailed, atomic_write_text
+from .storage.output import OutputFolder, default_out
 from .tasks.task import Task, make_task, task_class
+from .threads import use_threads
 
 
 def run(config: TrainConfig, say: Callable | None = None, *, init_method: str | None = None,
@@ -46,27 +49,27 @@ def run(config: TrainConfig, say: Callable | None = None, *, init_method: str | 
     Under torchrun (or with ``info``/``init_method`` given, as tests do) every rank runs this; rank 0 alone prints
     and writes files.
     """
-    threads = use_threads(config.threads)
+    threads = use_threads(config.run.threads)
     retain_freed_memory()  # activations are not returned to the system and faulted back in at every step
-    device = resolve_device(config.device)
-    with under_torchrun(device, config.dist_timeout, init_method, info) as (info, device):
-        quiet = config.quiet or not info.is_main
+    device = resolve_device(config.run.device)
+    with under_torchrun(device, config.run.dist_timeout, init_method, info) as (info, device):
+        quiet = config.run.quiet or not info.is_main
         return _run(config, device, info, say or ((lambda *a, **k: None) if quiet else print), threads)
 
 
 def _run(config: TrainConfig, device: torch.device, info: DistInfo, say: Callable, threads: str) -> int:
-    ckpt = None
-    if config.resume is not None:
-        config, ckpt = load_checkpoint(config.resume, config)
-        config = resume_settings(config, ckpt, info.world_size, config.resume)  # a model-parallel run: its split
+    ckpt, resume = None, config.run.resume
+    if resume is not None:
+        ckpt = read_checkpoint(resume)
+        config = resumed(config, ckpt, info.world_size)  # its settings (a model-parallel run: its split too)
         saved_world = ckpt.get("world_size", 1)
         if saved_world != info.world_size:
             say(f"note: the checkpoint was trained on {saved_world} process(es), this run has {info.world_size}; "
                 f"the global batch is the same, so it continues the same run (sums are taken in another order)")
-    check_mixed_precision(config, info)
-    out = config.out or (config.resume.parent if config.resume else default_out())
-    task_class(config).check_source(config)
-    folder = OutputFolder(out, config.resume, config.overwrite) if info.is_main else None
+    check_mixed_precision(config.run, info)
+    out = config.run.out or (resume.parent if resume else default_out())
+    task_class(config.family).check_source(config.data)
+    folder = OutputFolder(out, resume, config.run.overwrite) if info.is_main else None
     try:  # rank 0 holds the output folder's lock from here to the end of the run
         if folder is not None:
             folder.check()
@@ -80,12 +83,13 @@ def _build(config: TrainConfig, device: torch.device, info: DistInfo, task: Task
     """build_impls on the task's models, with a model too large for the device's memory as one line naming its size
     settings."""
     try:
-        models = task.build_models(device, config.torch_dtype, info)
+        models = task.build_models(device, config.run.torch_dtype, info)
         if config.model_parallel:  # the GPT split over the ranks (training/parallel/run.py)
             from .parallel.run import build_parallel_impls
-            return build_parallel_impls(config, models, info, task.steps_per_round)
-        return build_impls(config, device, config.torch_dtype, info, steps_per_epoch=task.steps_per_round,
-                           models=models)
+            return build_parallel_impls(models, config.parallel, config.optim, info,
+                                        batch_size=config.data.batch_size, total_steps=task.total_steps)
+        return build_impls(models, config.optim, config.run, device, info, total_steps=task.total_steps,
+                           model=config.model.name)
     except (torch.OutOfMemoryError, MemoryError, RuntimeError) as e:
         text = str(e)
         if not isinstance(e, (torch.OutOfMemoryError, MemoryError)) and "allocate" not in text:
@@ -98,31 +102,33 @@ def _build(config: TrainConfig, device: torch.device, info: DistInfo, task: Task
 
 def _train(config: TrainConfig, device: torch.device, info: DistInfo, say: Callable, ckpt: dict | None, out: Path,
            folder: OutputFolder | None, threads: str) -> int:
-    task = make_task(config, device, say)
+    run, resume = config.run, config.run.resume
+    task = make_task(config.family, config.model, config.data, run, device, say)
     if ckpt is not None:
-        check_data(ckpt, task.fingerprint, config.resume, task.data_name)
-    check_ranks_agree(info, run_identity(config, device, task.fingerprint, ckpt))
-    task.check(info)
+        check_data(ckpt, task.fingerprint, resume, task.data_name)
+    check_ranks_agree(info, run_identity(config.shared(), device, task.fingerprint, ckpt))
+    if not config.model_parallel:  # a model-parallel run checks its own world (training/parallel/run.py)
+        task.check(info)
     impls = _build(config, device, info, task)
-    if config.check_parity:  # the first step sharded and in one process, compared; nothing is trained or written
-        from .parallel.parity import check_parity
-        return check_parity(impls["manual"], task, config, device, info, say)
-    writer = open_tensorboard(config, info)
-    monitors = attach_monitors(impls, config, info, task.round_ends, writer, task.watch_activations)
-    batch_gen = torch.Generator().manual_seed((config.seed + 1) % 2 ** 64)  # torch's range
+    if config.parallel.check_parity:  # the first step sharded and in one process, compared; nothing is trained
+        from .parallel.verify.parity import check_parity
+        return check_parity(impls["manual"], task, config.optim, run, device, info, say)
+    writer = open_tensorboard(run, info)
+    monitors = attach_monitors(impls, run, info, task.round_ends, writer, task.watch_activations)
+    batch_gen = torch.Generator().manual_seed((run.seed + 1) % 2 ** 64)  # torch's range
     records: list[dict] = []  # everything logged, in order; rounds are the records of type "epoch"
     start = 1
     if ckpt is not None:
         if config.model_parallel:  # each rank's own shards (training/parallel/checkpoint.py)
-            restore_sharded(impls["manual"], ckpt, batch_gen, info.rank, task.steps_per_round, config.resume)
+            restore_sharded(impls["manual"], ckpt, batch_gen, info.rank, task.steps_per_round, resume)
         else:
-            restore(impls, ckpt, batch_gen, device, task.steps_per_round, config.resume, say)
+            restore(impls, ckpt, batch_gen, device, task.steps_per_round, resume, say)
         records = list(ckpt["records"])
         restore_monitors(monitors, ckpt)
         start = ckpt["epoch"] + 1
-        say(f"resuming from {config.resume} after {task.round_name(ckpt['epoch'])}")
+        say(f"resuming from {resume} after {task.round_name(ckpt['epoch'])}")
     ckpt_path = out / "checkpoint.pt"
-    saved_epoch = None if ckpt is None or ckpt_path.resolve() != config.resume.resolve() else ckpt["epoch"]
+    saved_epoch = None if ckpt is None or ckpt_path.resolve() != resume.resolve() else ckpt["epoch"]
     metrics_file = None
     if folder is not None:  # the run is sure to start: its folder is made (and claimed) now
         folder.create(say)
@@ -141,8 +147,8 @@ def _train(config: TrainConfig, device: torch.device, info: DistInfo, say: Calla
         log_scalars(writer, rec)
         records.append(rec)
 
-    say(f"{task.describe(device)} ({_precision(config)}; {threads}); "
-        f"loaded in {task.data_seconds:.2f} s; model {config.model}; impl {', '.join(impls)}; "
+    say(f"{task.describe(device)} ({_precision(run)}; {threads}); "
+        f"loaded in {task.data_seconds:.2f} s; model {config.model.name}; impl {', '.join(impls)}; "
         f"{f'{info.world_size} processes; ' if info.enabled else ''}"
         f"{impls['manual'].describe() + '; ' if config.model_parallel else ''}output {out}")
     drift = Drift(impls, task.steps_per_round, log) if len(impls) > 1 else None
@@ -158,17 +164,18 @@ def _train(config: TrainConfig, device: torch.device, info: DistInfo, say: Calla
             if drift is not None:
                 diff = drift.end_epoch(r)
                 say(f"{task.round_name(r, pad=True)} largest weight difference between {', '.join(impls)}: {diff:.3e}"
-                    f"{_drift_note(config)}")
+                    f"{drift_note(run)}")
             # a smoke test leaves no checkpoint (tens of MB) behind; a model-parallel run's ranks send rank 0 theirs
             sharded = {}
-            if config.model_parallel and not config.dry_run:
-                sharded = sharded_state(impls["manual"], config, info)
-            if info.is_main and not config.dry_run:
-                save_checkpoint(ckpt_path, {**checkpoint_state(impls, config, r, records, batch_gen, task.fingerprint),
-                                            **task.checkpoint_extra(), "world_size": info.world_size,
+            if config.model_parallel and not run.dry_run:
+                sharded = sharded_state(impls["manual"], config.parallel.split(), info)
+            if info.is_main and not run.dry_run:
+                state = checkpoint_state(settings_to_save(config), impls_state(impls), r, records, batch_gen,
+                                         task.fingerprint)
+                save_checkpoint(ckpt_path, {**state, **task.checkpoint_extra(), "world_size": info.world_size,
                                             "monitor": monitor_state(monitors), **sharded})
                 saved_epoch = r
-            if config.dry_run:
+            if run.dry_run:
                 break
         _finish(config, out, impls, task, records, say, info, monitors)
     except NonFiniteLoss as e:
@@ -193,61 +200,19 @@ def _last_checkpoint(path: Path, r: int | None, task: Task) -> str:
     return f"the last complete checkpoint is {path} ({task.round_name(r)})"
 
 
-_MIXED_DRIFT = (" (mixed precision: float32 weights of two runs that may round their half products differently, "
-                "not expected to agree to float32 precision)")
+def _precision(run: RunConfig) -> str:
+    if not run.is_mixed:
+        return run.dtype
+    scale = ", dynamic loss scale" if run.dtype == "float16" else ""
+    return f"{run.dtype} mixed precision: float32 data and master weights{scale}"
 
 
-def _drift_note(config: TrainConfig) -> str:
-    """Why the weights of implementations that agree step by step move apart, for the line that prints it."""
-    if config.is_mixed:
-        return _MIXED_DRIFT
-    note = f" ({config.dtype} rounding, which training amplifies as between two runs that sum in another order"
-    return note + ("; far smaller with --dtype float64)" if config.dtype == "float32" else ")")
-
-
-# float64 rounding moves a first step's weights apart by about 1e-17 (ulps of the weights); a difference of 1e4 ulps
-# of 1 (2.2e-12) is a different computation, such as bias corrections taken in float32 (7e-10 at lr 1e-3).
-_FLOAT64_ROUNDING = 1e4 * torch.finfo(torch.float64).eps
-
-
-def _agreement(config: TrainConfig, records: list) -> str | None:
-    """What the largest weight difference means: how closely the run's first step agreed, and why they drift.  It is
-    put down to rounding only where the first step's weights agree to rounding (checked in float64, where that is
-    sharp: in float32 a gradient near zero whose sign rounds differently moves an Adam weight by up to ~0.2 lr)."""
-    rel = first_step_agreement(records)
-    if rel is None:  # resumed from a checkpoint of a version that did not record it
-        return None
-    line = f"  the first step's gradients agreed to {rel:.1e} (largest relative difference)"
-    first = next((r for r in records if r["type"] == "drift" and "max_grad_rel_diff" in r), {})
-    moved = first.get("max_param_abs_diff")
-    if moved is not None:
-        line += f" and its weights to {moved:.1e} (largest difference)"
-    if config.is_mixed:
-        return line
-    if config.dtype == "float64" and moved is not None and moved > _FLOAT64_ROUNDING:
-        return line + (f": more than float64 rounding explains ({_FLOAT64_ROUNDING:.1e}), so the implementations' "
-                       f"steps compute different numbers (an optimizer's precision, a different update), not "
-                       f"only in another order")
-    line += (f": {config.dtype} rounding, which the optimizer's steps amplify as they would between two runs that "
-             f"sum in another order")
-    if config.dtype == "float32":
-        line += " (--dtype float64 keeps the drift far smaller)"
-    return line + ("; curves.png plots the drift over steps" if config.plots else "")
-
-
-def _precision(config: TrainConfig) -> str:
-    if not config.is_mixed:
-        return config.dtype
-    scale = ", dynamic loss scale" if config.dtype == "float16" else ""
-    return f"{config.dtype} mixed precision: float32 data and master weights{scale}"
-
-
-def _mixed_summary(config: TrainConfig, impls: dict) -> dict:
+def _mixed_summary(run: RunConfig, impls: dict) -> dict:
     """What summary.json says of a mixed-precision run: the compute dtype, what max_param_abs_diff compares, and
     (float16) each implementation's final loss scale."""
-    info = {"compute_dtype": config.dtype, "weights": "float32 (the manual run's master weights)",
+    info = {"compute_dtype": run.dtype, "weights": "float32 (the manual run's master weights)",
             "max_param_abs_diff": "between float32 weights of runs that each round their products to "
-                                  f"{config.dtype} their own way: how far they drift apart, not an error bound"}
+                                  f"{run.dtype} their own way: how far they drift apart, not an error bound"}
     scales = {name: impl.scaler.get_scale() for name, impl in impls.items()
               if getattr(impl, "scaler", None) is not None}
     if scales:
@@ -261,32 +226,34 @@ def _finish(config: TrainConfig, out: Path, impls: dict, task: Task, records: li
     figures."""
     results = {name: task.results(impl, [r for r in records if r["type"] == "epoch" and r["impl"] == name], info)
                for name, impl in impls.items()}
-    summary = {"dataset": config.dataset, "model": config.model, **task.extent(records), "results": results,
+    run = config.run
+    summary = {"dataset": config.data.dataset, "model": config.model.name, **task.extent(records), "results": results,
                "max_param_abs_diff": max_param_abs_diff(impls)}
     if info.enabled:
         summary["world_size"] = info.world_size
-    if config.is_mixed:
-        summary["mixed_precision"] = _mixed_summary(config, impls)
-    # a pipelined run's timeline (training/parallel/pipeline_report.py; collective, so before rank 0 goes on alone)
-    timeline, timeline_lines = impls["manual"].write_timeline(out, info.is_main) if config.model_parallel else ([], [])
+    if run.is_mixed:
+        summary["mixed_precision"] = _mixed_summary(run, impls)
+    # a pipelined run's timeline (parallel/verify/pipeline_report.py; collective, so before rank 0 goes on alone)
+    timeline, timeline_lines = (impls["manual"].write_timeline(out, info.is_main, run.plots) if config.model_parallel
+                                else ([], []))
     if not info.is_main:
         return
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
-    written = ["summary.json", "metrics.jsonl"] + ([] if config.dry_run else ["checkpoint.pt"])
+    written = ["summary.json", "metrics.jsonl"] + ([] if run.dry_run else ["checkpoint.pt"])
     written += timeline
     for line in timeline_lines:
         say(line)
-    if config.plots:
+    if run.plots:
         from .plots import write_plots
         written += [p.name for p in write_plots(out, records, task.kind)]
-    written += write_monitor_outputs(out, monitors, config.plots)
+    written += write_monitor_outputs(out, monitors, run.plots)
 
     for line in task.results_table(results):
         say(line)
     if summary["max_param_abs_diff"] is not None:
         say(f"largest weight difference between implementations after {task.extent_words(summary)}: "
-            f"{summary['max_param_abs_diff']:.3e}{_MIXED_DRIFT if config.is_mixed else ''}")
-        agreement = _agreement(config, records)
-        if agreement:
-            say(agreement)
+            f"{summary['max_param_abs_diff']:.3e}{MIXED_DRIFT if run.is_mixed else ''}")
+        meaning = agreement(run, records)
+        if meaning:
+            say(meaning)
     say(f"wrote {', '.join(str(out / w) if i == 0 else w for i, w in enumerate(written))}")

@@ -155,7 +155,19 @@ class _Cell(BaseLayer):
         check_grads_like(self, ("dh'", "dc'"), dout, saved.shapes, saved.dtype, saved.device)
 
 
-class RNNCell(_Cell):
+class _HiddenStateCell(_Cell):
+    """A cell whose state is h alone (RNNCell, GRUCell): its backward takes dh' by itself."""
+
+    def backward(self, dh: Tensor | None) -> Tensor | tuple[Tensor, Tensor]:
+        """dh' -> dx, or (dx, dh) when the forward was given h."""
+        return super().backward((dh,))
+
+    def backward_input(self, dh: Tensor | None) -> Tensor | tuple[Tensor, Tensor]:
+        """B: as ``backward``; the parameter gradients wait for ``backward_weight()``."""
+        return super().backward_input((dh,))
+
+
+class RNNCell(_HiddenStateCell):
     """h' = act(x W_ih^T + b_ih + h W_hh^T + b_hh), act tanh or relu; backward: da = dh' * act'(a)."""
 
     torch_class = torch.nn.RNNCell
@@ -172,14 +184,6 @@ class RNNCell(_Cell):
         _, h_n, cache = bptt_graph.for_forward().rnn_forward(x3, p, state0[0], reverse=False,
                                                              relu=self.nonlinearity == "relu")
         return [h_n], cache
-
-    def backward(self, dh: Tensor | None) -> Tensor | tuple[Tensor, Tensor]:
-        """dh' -> dx, or (dx, dh) when the forward was given h."""
-        return super().backward((dh,))
-
-    def backward_input(self, dh: Tensor | None) -> Tensor | tuple[Tensor, Tensor]:
-        """B: as ``backward``; the parameter gradients wait for ``backward_weight()``."""
-        return super().backward_input((dh,))
 
     def _step_backward(self, dy, rest, step, *, need_d0):
         dx, dh0, grads = bptt_graph.for_backward(step).rnn_backward(dy, None, step, need_dh0=need_d0)
@@ -220,7 +224,7 @@ class LSTMCell(_Cell):
         return dx, [dh0, dc0], grads
 
 
-class GRUCell(_Cell):
+class GRUCell(_HiddenStateCell):
     """r, z, n from x W_ih^T + b_ih and h W_hh^T + b_hh (torch's order, the reset gate applied to W_hn h + b_hn);
     h' = (1 - z) n + z h.  The gate derivatives are derived in ``bptt.gru_backward``."""
 
@@ -230,14 +234,6 @@ class GRUCell(_Cell):
     def _step(self, x3, p, state0):
         _, h_n, cache = bptt_graph.for_forward().gru_forward(x3, p, state0[0], reverse=False)
         return [h_n], cache
-
-    def backward(self, dh: Tensor | None) -> Tensor | tuple[Tensor, Tensor]:
-        """dh' -> dx, or (dx, dh) when the forward was given h."""
-        return super().backward((dh,))
-
-    def backward_input(self, dh: Tensor | None) -> Tensor | tuple[Tensor, Tensor]:
-        """B: as ``backward``; the parameter gradients wait for ``backward_weight()``."""
-        return super().backward_input((dh,))
 
     def _step_backward(self, dy, rest, step, *, need_d0):
         dx, dh0, grads = bptt_graph.for_backward(step).gru_backward(dy, None, step, need_dh0=need_d0)

@@ -20,13 +20,12 @@ import torch
 from torch import Tensor
 
 from ..compiled import check_compile
-from ..config import TrainConfig
+from ..config.parts import OptimConfig, RunConfig
 from ..cuda_graph import use_cuda_graph
 from ..parallel.distributed import SINGLE, DistInfo, broadcast_
 from .engine import EngineImpl
 from ..errors import UsageError
 from .manual import ManualImpl
-from .models import build_models
 from ..schedule import make_scheduler
 from .twin import TorchImpl
 
@@ -53,41 +52,38 @@ class Impl(Protocol):
         """(torch-style name, tensor whose .grad is the gradient)."""
 
 
-def check_mixed_precision(config: TrainConfig, info: DistInfo) -> None:
+def check_mixed_precision(run: RunConfig, info: DistInfo) -> None:
     """Mixed precision runs in one process: the hand-written all-reduce buckets and the loss scaler's found-inf
     flag have not been made to work together across ranks yet."""
-    if config.is_mixed and info.enabled:
-        raise UsageError(f"--dtype {config.dtype} under torchrun: mixed precision runs in a single process only "
+    if run.is_mixed and info.enabled:
+        raise UsageError(f"--dtype {run.dtype} under torchrun: mixed precision runs in a single process only "
                          f"for now; use --dtype float32 (or float64) with torchrun")
 
 
 IMPL_CLASSES = {"manual": ManualImpl, "engine": EngineImpl, "torch": TorchImpl}
 
 
-def build_impls(config: TrainConfig, device: torch.device, dtype: torch.dtype, info: DistInfo = SINGLE,
-                steps_per_epoch: int = 0, models: dict | None = None) -> dict[str, Impl]:
-    """impl name -> Impl for every implementation the config names, all from the same initial weights.
-
-    ``models``: impl name -> model (a task's; default the image models of ``config``).  With ``steps_per_epoch``
-    each gets the learning-rate scheduler ``config.schedule`` asks for (``impl.sched``).  Under torchrun rank 0's
-    initial weights and buffers are broadcast to every rank first.
+def build_impls(models: dict, optim: OptimConfig, run: RunConfig, device: torch.device, info: DistInfo = SINGLE,
+                *, total_steps: int = 0, model: str = "mlp") -> dict[str, Impl]:
+    """impl name -> Impl training each of ``models`` (impl name -> ``model``'s hand-written model or a copy of its
+    weights: build_models, a task's), stepped by ``optim``'s optimizer, as ``run`` says (precision, the compiled
+    or captured step).  With ``total_steps`` each gets the learning-rate scheduler ``optim.schedule`` asks for
+    (``impl.sched``).  Under torchrun rank 0's initial weights and buffers are broadcast to every rank first.
     """
-    check_mixed_precision(config, info)
-    check_compile(config, info)
-    if models is None:
-        models = build_models(config, device, dtype, sync_bn=info.enabled and config.sync_bn)
+    check_mixed_precision(run, info)
+    check_compile(run, info)
     if info.enabled:
-        for name, model in models.items():
+        for name, m in models.items():
             if name == "engine":
-                broadcast_([p.data for p in model.parameters()])
+                broadcast_([p.data for p in m.parameters()])
             elif name != "torch":  # DistributedDataParallel broadcasts the twin's itself
-                broadcast_([t for _, t in model.named_parameters()] + [t for _, t in model.named_buffers()])
-    impls = {name: IMPL_CLASSES[name](model, config, info) for name, model in models.items() if name != "manual"}
-    if "manual" in models:  # first, as the config lists it
-        manual = ManualImpl(models["manual"], config, info, cuda_graph=use_cuda_graph(config, device, info))
+                broadcast_([t for _, t in m.named_parameters()] + [t for _, t in m.named_buffers()])
+    impls = {name: IMPL_CLASSES[name](m, optim, run, info) for name, m in models.items() if name != "manual"}
+    if "manual" in models:  # first, as --impl lists it
+        manual = ManualImpl(models["manual"], optim, run, info, cuda_graph=use_cuda_graph(run, model, device, info))
         impls = {"manual": manual, **impls}
     for impl in impls.values():
-        impl.sched = make_scheduler(impl.opt, config, steps_per_epoch) if steps_per_epoch else None
+        impl.sched = make_scheduler(impl.opt, optim, total_steps) if total_steps else None
     return impls
 
 

@@ -5,7 +5,7 @@ from autodiff import cross_entropy, no_grad
 from optimizers import clip_grad_norm_, get_optimizer
 
 from ..parallel.allreduce import GradBuckets
-from ..config import TrainConfig
+from ..config.parts import OptimConfig, RunConfig
 from ..parallel.distributed import SINGLE, DistInfo
 from .optim_setup import clip_monitored, optimizer_kwargs
 
@@ -15,10 +15,10 @@ class EngineImpl:
     sched = None
     monitor = None
 
-    def __init__(self, model, config: TrainConfig, info: DistInfo = SINGLE):
+    def __init__(self, model, optim: OptimConfig, run: RunConfig, info: DistInfo = SINGLE):
         self.model = model
-        self.opt = get_optimizer(config.optimizer, model.parameters(), **optimizer_kwargs(config))
-        self.clip = config.clip_grad
+        self.opt = get_optimizer(optim.optimizer, model.parameters(), **optimizer_kwargs(optim))
+        self.clip = optim.clip_grad
         # The engine's graph has no per-layer hook: its gradients are all-reduced after the whole backward.
         self.buckets = GradBuckets([p.data for p in model.parameters()], scale=1.0, flags=False) \
             if info.enabled else None  # the flags are the engine Tensors', not their .data's

@@ -14,7 +14,7 @@ from losses import CrossEntropyLoss
 from optimizers import clip_grad_norm_, get_optimizer
 
 from ..parallel.allreduce import GradBuckets
-from ..config import TrainConfig
+from ..config.parts import OptimConfig, RunConfig
 from ..compiled import CompileTimer, compile_step
 from ..compiled_fast import GuardFreeStep
 from ..cuda_graph import CapturedStep
@@ -37,31 +37,32 @@ class ManualImpl:
     scaler = None   # float16: the DynamicLossScaler
     compiled = None  # --compile: the compiled step, timed (training/compiled.py)
 
-    def __init__(self, model, config: TrainConfig, info: DistInfo = SINGLE, cuda_graph: bool = False):
+    def __init__(self, model, optim: OptimConfig, run: RunConfig, info: DistInfo = SINGLE, cuda_graph: bool = False):
         self.model = model
         # With cuda_graph the step is captured once and replayed (training/cuda_graph.py): the optimizer keeps its
         # step counters on the device (capturable); .grad buffers stay put in every mode (zeroed in place).
         self.cuda_graph, self.graph = cuda_graph, None
-        self.capture_fallback = config.cuda_graph is None  # chosen by default: a failed capture warns, runs eagerly
+        self.capture_fallback = run.cuda_graph is None  # chosen by default: a failed capture warns, runs eagerly
         self.crit = CrossEntropyLoss()
         self.eval_crit = CrossEntropyLoss(reduction="sum")
-        self.clip = config.clip_grad
+        self.clip = optim.clip_grad
         self.buckets = None
-        if config.is_mixed:
-            self.compute_dtype = config.compute_dtype
-            self.master = MasterWeights(model, cast_to=config.compute_dtype)  # copies first, then the cast
-            self.opt = get_optimizer(config.optimizer, param_groups(self.master.named_parameters(), config), **optimizer_kwargs(config))
-            if config.compute_dtype == torch.float16:
+        if run.is_mixed:
+            self.compute_dtype = run.compute_dtype
+            self.master = MasterWeights(model, cast_to=run.compute_dtype)  # copies first, then the cast
+            self.opt = get_optimizer(optim.optimizer, param_groups(self.master.named_parameters(), optim),
+                                     **optimizer_kwargs(optim))
+            if run.compute_dtype == torch.float16:
                 self.scaler = DynamicLossScaler(device=self.master.parameters()[0].device)
             return
         # --compile: the step as one graph (training/compiled.py); capturable like the captured step's optimizer, so
         # that a schedule's lr is a tensor the graph reads rather than a constant it would be compiled again for
-        self.opt = get_optimizer(config.optimizer, param_groups(list(model.named_parameters()), config), **{
-            **optimizer_kwargs(config),
-            **(capturable_kwargs(config, model.parameters()[0]) if cuda_graph or config.compile else {})})
-        if config.compile:
+        self.opt = get_optimizer(optim.optimizer, param_groups(list(model.named_parameters()), optim), **{
+            **optimizer_kwargs(optim),
+            **(capturable_kwargs(optim, model.parameters()[0]) if cuda_graph or run.compile else {})})
+        if run.compile:
             step = compile_step(lambda xb, yb, total: self._step(xb, yb, total, 0), model, self.opt)
-            if config.compile_fast:  # guards skipped at calls whose entry state they already passed
+            if run.compile_fast:  # guards skipped at calls whose entry state they already passed
                 step = GuardFreeStep(step, model, self.opt)
             self.compiled = CompileTimer(step, model.parameters()[0].device)
         if info.enabled:  # each rank's share of the global mean, summed over ranks by hand-written all-reduces

@@ -1,7 +1,7 @@
 """The models a run trains: the hand-written model, and the same weights as an engine model and an nn.Module.
 
-``build_models(config, device, dtype)`` draws the hand-written model's weights once (seeded) and copies them into
-every other implementation the config asks for, so all of them start equal.
+``build_models(model, run, device, dtype)`` draws the hand-written model's weights once (seeded by ``run.seed``)
+and copies them into every other implementation the run trains (``run.impls``), so all of them start equal.
 """
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from autodiff import EngineNet
 from layers import BatchNorm2d, Conv2d, Dropout, Flatten, Linear, MaxPool2d, ReLU, Sequential, convert_sync_batchnorm
 from models import Net, PytorchNet, seeded_dropouts
 
-from ..config import TrainConfig
-from ..parallel.twin_syncbn import sync_batchnorm_twin
+from ..config.parts import ModelConfig, RunConfig
+from ..parallel.verify.twin_syncbn import sync_batchnorm_twin
 
 SAMPLE_SHAPES = {"mlp": (784,), "cnn": (1, 28, 28)}  # the shape of one input sample each model takes
 
@@ -34,30 +34,32 @@ def cnn(num_classes: int = 10, *, device=None, dtype=None) -> Sequential:
         Flatten(), Dropout(0.3), Linear(64 * 7 * 7, 128, **kw), ReLU(), Dropout(0.3), Linear(128, num_classes, **kw))
 
 
-def build_models(config: TrainConfig, device: torch.device, dtype: torch.dtype, sync_bn: bool = False,
+def build_models(model: ModelConfig, run: RunConfig, device: torch.device, dtype: torch.dtype, sync_bn: bool = False,
                  ) -> dict[str, object]:
-    """impl name -> model, for every name in ``config.impls``, all with the same initial weights.
+    """impl name -> image model, for every name in ``run.impls``, all with the same initial weights.
 
     ``sync_bn`` (under torchrun): batch norm becomes the hand-written SyncBatchNorm, and nn.SyncBatchNorm in the
     twin, so batch statistics are those of the global batch.
     """
-    torch.manual_seed(config.seed)
-    if config.model == "cnn":
+    torch.manual_seed(run.seed)
+    impls = run.impls
+    if model.name == "cnn":
         manual = cnn(device=device, dtype=dtype)
         twin = seeded_dropouts(manual.to_torch())  # the twin draws its dropout masks as the hand-written layers do
         if sync_bn:
             manual, twin = convert_sync_batchnorm(manual), sync_batchnorm_twin(twin, torch.device(device))
-        return {name: {"manual": manual, "torch": twin}[name] for name in config.impls}
-    manual = Net(hidden_size=config.hidden, depth=config.depth, device=device, dtype=dtype)
+        return {name: {"manual": manual, "torch": twin}[name] for name in impls}
+    size = {"hidden_size": model.hidden, "depth": model.depth, "device": device, "dtype": dtype}
+    manual = Net(**size)
     models: dict[str, object] = {}
-    if "manual" in config.impls:
+    if "manual" in impls:
         models["manual"] = manual
-    if "engine" in config.impls:
-        engine = EngineNet(hidden_size=config.hidden, depth=config.depth, device=device, dtype=dtype)
+    if "engine" in impls:
+        engine = EngineNet(**size)
         engine.load_state_dict(manual.state_dict())
         models["engine"] = engine
-    if "torch" in config.impls:
-        twin = PytorchNet(hidden_size=config.hidden, depth=config.depth, device=device, dtype=dtype)
+    if "torch" in impls:
+        twin = PytorchNet(**size)
         twin.load_state_dict(manual.state_dict())
         models["torch"] = twin
     return models

@@ -5,36 +5,36 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..config import TrainConfig
+from ..config.parts import OptimConfig
 
 
-def optimizer_kwargs(config: TrainConfig) -> dict:
-    kw = {"lr": config.lr, "weight_decay": config.weight_decay}
-    if config.optimizer in ("sgd", "rmsprop"):
-        kw["momentum"] = config.momentum
-    if config.optimizer in ("adam", "adamw"):
-        kw["betas"] = (0.9, config.beta2)
+def optimizer_kwargs(optim: OptimConfig) -> dict:
+    kw = {"lr": optim.lr, "weight_decay": optim.weight_decay}
+    if optim.optimizer in ("sgd", "rmsprop"):
+        kw["momentum"] = optim.momentum
+    if optim.optimizer in ("adam", "adamw"):
+        kw["betas"] = (0.9, optim.beta2)
     return kw
 
 
-def param_groups(named: list[tuple[str, Tensor]], config: TrainConfig) -> list:
-    """The optimizer's parameters: all in one group for the image models; for the language models nanoGPT's two
-    (``configure_optimizers``): weight decay on the tensors of two or more dimensions (matrices, embeddings), none
-    on biases and layer-norm gains."""
+def param_groups(named: list[tuple[str, Tensor]], optim: OptimConfig) -> list:
+    """The optimizer's parameters: all in one group for the image models; for the language models
+    (``optim.matrices_only``) nanoGPT's two (``configure_optimizers``): weight decay on the tensors of two or more
+    dimensions (matrices, embeddings), none on biases and layer-norm gains."""
     params = [p for _, p in named]
-    if not config.is_text:
+    if not optim.matrices_only:
         return params
-    return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
+    return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": optim.weight_decay},
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
 
 
-def capturable_kwargs(config: TrainConfig, param: torch.Tensor) -> dict:
+def capturable_kwargs(optim: OptimConfig, param: torch.Tensor) -> dict:
     """The captured step's optimizer: capturable (step counters on the device) and, with a --schedule, lr a 0-d
     tensor beside the parameters that the kernels read there, so that the schedule's changes (schedulers fill a
     tensor lr in place) reach a replayed graph.  A constant lr stays a number (one kernel fewer in SGD's step)."""
     kw = {"capturable": True}
-    if config.schedule != "constant":
-        kw["lr"] = torch.tensor(config.lr, dtype=param.dtype, device=param.device)
+    if optim.schedule != "constant":
+        kw["lr"] = torch.tensor(optim.lr, dtype=param.dtype, device=param.device)
     return kw
 
 

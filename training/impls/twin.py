@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from optimizers import OPTIMIZERS
 
 from ..compiled import CompileTimer
-from ..config import TrainConfig
+from ..config.parts import OptimConfig, RunConfig
 from ..parallel.distributed import SINGLE, DistInfo
 from .optim_setup import clip_monitored, optimizer_kwargs, param_groups, rows
 
@@ -24,21 +24,21 @@ class TorchImpl:
     scaler = None    # float16: torch.amp.GradScaler
     compiled = None  # --compile: the step around the compiled model, timed (training/compiled.py)
 
-    def __init__(self, model: torch.nn.Module, config: TrainConfig, info: DistInfo = SINGLE):
+    def __init__(self, model: torch.nn.Module, optim: OptimConfig, run: RunConfig, info: DistInfo = SINGLE):
         self.model = model
-        cls = getattr(torch.optim, OPTIMIZERS[config.optimizer].__name__)  # handgrad's twin in torch.optim
-        self.opt = cls(param_groups(list(model.named_parameters()), config), **optimizer_kwargs(config))
-        self.clip = config.clip_grad
+        cls = getattr(torch.optim, OPTIMIZERS[optim.optimizer].__name__)  # handgrad's twin in torch.optim
+        self.opt = cls(param_groups(list(model.named_parameters()), optim), **optimizer_kwargs(optim))
+        self.clip = optim.clip_grad
         self.world = info.world_size if info.enabled else None
         # Under torchrun the twin trains as PyTorch users train: DistributedDataParallel (it averages over ranks).
         self.forward = torch.nn.parallel.DistributedDataParallel(model) if info.enabled else model
-        if config.compile:  # as PyTorch users compile: the model (autograd's backward compiled with it)
+        if run.compile:  # as PyTorch users compile: the model (autograd's backward compiled with it)
             self.forward = torch.compile(model)
             self.compiled = CompileTimer(self._step, next(model.parameters()).device)
-        if config.is_mixed:
-            self.autocast = config.compute_dtype
+        if run.is_mixed:
+            self.autocast = run.compute_dtype
             self.device_type = next(model.parameters()).device.type
-            if config.compute_dtype == torch.float16:
+            if run.compute_dtype == torch.float16:
                 self.scaler = torch.amp.GradScaler(self.device_type)
 
     def train_step(self, x, y, total, step=0):

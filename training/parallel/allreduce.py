@@ -134,6 +134,10 @@ class GradBuckets:
         """Start a full bucket's collective (here its all-reduce; ZeRO's subclass reduce-scatters)."""
         return dist.all_reduce(b.buffer, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
 
+    def _reduced(self, b: _Bucket) -> Tensor:
+        """Where a bucket's collective leaves the sum: the whole buffer (ZeRO's subclass: this rank's shard)."""
+        return b.buffer
+
     def finish(self) -> None:
         """Launch any bucket not yet launched (in bucket order), wait for all, scale; ready for the next step."""
         for b in self.buckets:
@@ -142,7 +146,7 @@ class GradBuckets:
         for b in self.buckets:
             b.work.wait()
             if self.scale != 1.0:
-                b.buffer.mul_(self.scale)
+                self._reduced(b).mul_(self.scale)
         self._start_step()
 
     def reduce_all(self) -> None:

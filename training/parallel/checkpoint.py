@@ -23,7 +23,8 @@ never a set of files from two different rounds.  The price: rank 0 holds every r
 writes (``gather_object``), the memory ZeRO saves between writes.
 
 A checkpoint resumes with the split it was written with: the settings a resumed run is not given are the
-checkpoint's, and a different one given, or another world size, is refused naming both values.
+checkpoint's, and a different one given, or another world size, is refused naming both values
+(training/config/resume.py).
 """
 from __future__ import annotations
 
@@ -32,46 +33,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from ..config import TrainConfig, flag
-from ..errors import UsageError
 from .distributed import DistInfo
-
-SETTINGS = ("tensor_parallel", "sequence_parallel", "pipeline_parallel", "pipeline_schedule", "micro_batches", "zero")
-
-
-def split_settings(config: TrainConfig, world_size: int) -> dict:
-    """The settings that decide each rank's state and the order of every sum: a resume must keep them all."""
-    return {**{name: getattr(config, name) for name in SETTINGS}, "world_size": world_size}
-
-
-def _words(settings: dict) -> str:
-    return ", ".join(f"{flag(k)} {v}" if k != "world_size" else f"world size {v}" for k, v in settings.items())
-
-
-def resume_settings(config: TrainConfig, ckpt: dict, world_size: int, path: Path) -> TrainConfig:
-    """The config that continues ``ckpt`` on ``world_size`` processes: a model-parallel checkpoint's split settings
-    adopted where not given; UsageError in one line naming the checkpoint's and this run's values where they differ,
-    or where only one of the two is model-parallel."""
-    saved = (ckpt.get("model_parallel") or {}).get("settings")
-    if saved is None:
-        if config.model_parallel:
-            now = _words(split_settings(config, world_size))
-            raise UsageError(f"--resume {path}: the checkpoint was written without model parallelism (world size "
-                             f"{ckpt.get('world_size', 1)}), this run has {now}; its optimizer state is not cut "
-                             f"into shards: resume it as it was trained")
-        return config
-    now = split_settings(config, world_size)
-    # the values given are compared before the others are adopted: a mix of the two could be refused for itself
-    differs = [k for k in now if (k in config.given or k == "world_size") and saved.get(k) != now[k]]
-    if differs:
-        old, new = _words({k: saved.get(k) for k in differs}), _words({k: now[k] for k in differs})
-        raise UsageError(f"--resume {path}: the checkpoint was written with {old}, this run has {new}; a "
-                         f"model-parallel checkpoint resumes with the split and world size it was written with")
-    adopted = {k: v for k, v in saved.items() if k in SETTINGS and k not in config.given}
-    if adopted:
-        # the checkpoint's split stays on the model-parallel path even where its settings are all defaults
-        config = config.replace(**adopted, given=config.given | {"zero"})
-    return config
 
 
 def _own_state(impl) -> dict:
@@ -82,10 +44,11 @@ def _own_state(impl) -> dict:
             "rng": torch.get_rng_state()}
 
 
-def sharded_state(impl, config: TrainConfig, info: DistInfo) -> dict:
+def sharded_state(impl, split: dict, info: DistInfo) -> dict:
     """What checkpoint.pt holds beyond a one-process run's (collective: every rank calls it); on rank 0 the
-    entries that replace its ``optimizers`` and ``schedulers`` and add ``model_parallel``, {} on the others.  The
-    whole model is gathered from the shards first, so ``models.manual`` is this step's."""
+    entries that replace its ``optimizers`` and ``schedulers`` and add ``model_parallel``, {} on the others (``split``:
+    the settings of the split, ParallelConfig.split()).  The whole model is gathered from the shards first, so
+    ``models.manual`` is this step's."""
     impl._sync_model()
     every = [None] * info.world_size if info.is_main else None
     dist.gather_object(_own_state(impl), every, dst=0)
@@ -93,7 +56,7 @@ def sharded_state(impl, config: TrainConfig, info: DistInfo) -> dict:
         return {}
     return {"optimizers": {"manual": [s["optimizer"] for s in every]},
             "schedulers": {"manual": [s["scheduler"] for s in every]} if impl.sched is not None else {},
-            "model_parallel": {"settings": split_settings(config, info.world_size),
+            "model_parallel": {"settings": {**split, "world_size": info.world_size},
                                "params": [s["params"] for s in every], "rng": [s["rng"] for s in every]}}
 
 
@@ -101,7 +64,7 @@ def restore_sharded(impl, ckpt: dict, batch_gen: torch.Generator, rank: int, ste
                     path: Path) -> None:
     """Load a model-parallel checkpoint into this rank's freshly built run: the whole model, then the rank's own
     parameters, optimizer state, schedule and random streams, each checked against what the rank holds first."""
-    from ..storage.restore import _check_optimizer, _check_weights, _load
+    from ..impls.state import _check_optimizer, _check_weights, _load
     from ..storage.checkpoint import _refuse
     mp = ckpt["model_parallel"]
     for part in ("params", "rng"):

@@ -28,7 +28,7 @@ from torch import Tensor
 from losses import CrossEntropyLoss
 from optimizers import OPTIMIZERS, get_optimizer
 
-from ..config import TrainConfig, flag
+from ..config.parts import OptimConfig, ParallelConfig
 from ..errors import UsageError
 from ..impls.optim_setup import optimizer_kwargs, param_groups, rows
 from .allreduce import GradBuckets
@@ -36,42 +36,42 @@ from .distributed import DistInfo
 from .layout import parallel_layout
 
 
-def check_world(config: TrainConfig, info: DistInfo) -> int:
-    """Refuse, in one line naming the values, a world size or batch that the settings do not divide; -> D."""
-    T, P, M = config.tensor_parallel, config.pipeline_parallel, config.micro_batches
+def check_world(split: ParallelConfig, batch_size: int, info: DistInfo) -> int:
+    """Refuse, in one line naming the values, a world size or global batch that the split does not divide; -> D."""
+    T, P, M = split.tensor_parallel, split.pipeline_parallel, split.micro_batches
     if not info.enabled:
-        raise UsageError(f"model parallelism ({_settings(config)}) runs under torchrun: torchrun --standalone "
+        raise UsageError(f"model parallelism ({_settings(split)}) runs under torchrun: torchrun --standalone "
                          f"--nproc-per-node N train.py ...")
     n = T * P
     if info.world_size % n:
         raise UsageError(f"the world size {info.world_size} does not divide by --tensor-parallel {T} x "
                          f"--pipeline-parallel {P} = {n} ranks a copy of the model")
     D = info.world_size // n
-    if config.batch_size < D:
-        raise UsageError(f"--batch-size {config.batch_size} windows cannot be shared by {D} data-parallel ranks "
+    if batch_size < D:
+        raise UsageError(f"--batch-size {batch_size} windows cannot be shared by {D} data-parallel ranks "
                          f"(world size {info.world_size} / {n}); use --batch-size >= {D}")
-    if P > 1 and config.batch_size % (D * M):
-        raise UsageError(f"--batch-size {config.batch_size} does not divide by {D} data-parallel ranks x "
+    if P > 1 and batch_size % (D * M):
+        raise UsageError(f"--batch-size {batch_size} does not divide by {D} data-parallel ranks x "
                          f"--micro-batches {M} (a pipeline's micro-batches are equal)")
     return D
 
 
-def _settings(config: TrainConfig) -> str:
-    names = ("tensor_parallel", "pipeline_parallel", "zero")
-    return " ".join(f"{flag(n)} {getattr(config, n)}" for n in names) + (" --check-parity" * config.check_parity)
+def _settings(split: ParallelConfig) -> str:
+    return (f"--tensor-parallel {split.tensor_parallel} --pipeline-parallel {split.pipeline_parallel} --zero "
+            f"{split.zero}" + " --check-parity" * split.check_parity)
 
 
 class ParallelImpl:
-    """The hand-written GPT's step split as the config says; see the module."""
+    """The hand-written GPT's step split as ``split`` says, stepped by ``optim``'s optimizer; see the module."""
 
     name = "manual"
     sched = None
     monitor = None
 
-    def __init__(self, gpt, config: TrainConfig, info: DistInfo) -> None:
-        self.config, self.model, self.clip = config, gpt, config.clip_grad
-        T, P = config.tensor_parallel, config.pipeline_parallel
-        self.D = check_world(config, info)
+    def __init__(self, gpt, split: ParallelConfig, optim: OptimConfig, batch_size: int, info: DistInfo) -> None:
+        self.split, self.model, self.clip = split, gpt, optim.clip_grad
+        T, P = split.tensor_parallel, split.pipeline_parallel
+        self.D = check_world(split, batch_size, info)
         lay = parallel_layout(T, P)  # Megatron's order: tensor ranks adjacent, then the stages, then the copies
         self.layout, self.T, self.P = lay, T, P
         # the group a stage's activations travel in (P > 1), else the tensor-parallel group: parity.py reads them
@@ -79,20 +79,20 @@ class ParallelImpl:
         self.dp_group = lay.dp_group
         self.data_info = DistInfo(lay.dp_rank, self.D)  # the rows of each global batch this rank's copy trains on
         full = dict(gpt.named_parameters())
-        self.part, self.tie_group = _split(gpt, config, lay), lay.tie_group
+        self.part, self.tie_group = _split(gpt, split, lay), lay.tie_group
         named = list(self.part.named_parameters())
         self.params = [p for _, p in named]
         # the clip's weight of each parameter's squares: the norm is of the one-process model's gradient
         self.norm_weight = {id(p): (0.0 if name == "head" else 1.0 / T if T > 1 and p.numel() == full[name].numel()
                                     else 1.0) for name, p in named}
-        groups, kw = param_groups(named, config), optimizer_kwargs(config)
+        groups, kw = param_groups(named, optim), optimizer_kwargs(optim)
         self.zero, self.buckets = None, None
-        if config.zero:
+        if split.zero:
             from .zero import ZeroOptimizer
-            self.zero = ZeroOptimizer(OPTIMIZERS[config.optimizer], groups, stage=config.zero, group=lay.dp_group, **kw)
+            self.zero = ZeroOptimizer(OPTIMIZERS[optim.optimizer], groups, stage=split.zero, group=lay.dp_group, **kw)
             self.opt = self.zero.optimizer
         else:
-            self.opt = get_optimizer(config.optimizer, groups, **kw)
+            self.opt = get_optimizer(optim.optimizer, groups, **kw)
             if self.D > 1:
                 self.buckets = GradBuckets(self.params, scale=1.0 / self.D, group=lay.dp_group)
         self.eval_crit = CrossEntropyLoss(reduction="sum")
@@ -122,9 +122,9 @@ class ParallelImpl:
         reports = lay.pp_rank == self.P - 1 and lay.tp_rank == 0
         if self.P > 1:
             from .pipeline_runtime import run_schedule
-            stage, M = self.part, self.config.micro_batches
+            stage, M = self.part, self.split.micro_batches
             b = x.shape[0] // M
-            losses, self.trace = run_schedule(stage, self.config.pipeline_schedule, list(x.split(b)),
+            losses, self.trace = run_schedule(stage, self.split.pipeline_schedule, list(x.split(b)),
                                               list(y.split(b)), stage.activation_shape(b, x.shape[1]),
                                               self.inner_group)
             if self.T > 1:
@@ -205,30 +205,30 @@ class ParallelImpl:
         """The whole GPT's parameters as last gathered (at the last evaluation: no collective here)."""
         return list(self.model.named_parameters())
 
-    def write_timeline(self, out, is_main: bool) -> tuple[list, list]:
-        """P > 1: the last step's timeline into ``out`` (pipeline_report.py), by rank 0 (collective: every rank
-        calls it); -> (the files written, the lines to print), empty elsewhere and with P = 1."""
+    def write_timeline(self, out, is_main: bool, png: bool) -> tuple[list, list]:
+        """P > 1: the last step's timeline into ``out`` (verify/pipeline_report.py; ``png``: its picture too), by
+        rank 0 (collective: every rank calls it); -> (the files written, the lines to print), empty elsewhere and
+        with P = 1."""
         if self.P == 1:
             return [], []
-        from .pipeline_report import gather_traces, write_timeline
+        from .verify.pipeline_report import gather_traces, write_timeline
         traces = gather_traces(getattr(self, "trace", []), self.inner_group)
         if not is_main:
             return [], []
-        return write_timeline(out, self.config.pipeline_schedule, self.config.micro_batches, traces,
-                              png=self.config.plots)
+        return write_timeline(out, self.split.pipeline_schedule, self.split.micro_batches, traces, png=png)
 
     def describe(self) -> str:
         """The split, for the run's first line."""
-        c = self.config
+        c = self.split
         tensor = f"tensor-parallel {self.T}{' with sequence parallelism' * c.sequence_parallel}"
         pipe = f"pipeline-parallel {self.P} ({c.pipeline_schedule}, {c.micro_batches} micro-batches)"
         split = " x ".join([tensor] * (self.T > 1) + [pipe] * (self.P > 1)) or "the model whole on each rank"
         return f"{split} x data-parallel {self.D}{f', ZeRO-{c.zero}' if c.zero else ''}"
 
 
-def _split(gpt, config: TrainConfig, lay):
+def _split(gpt, split: ParallelConfig, lay):
     """This rank's part of the GPT: a tensor-parallel stage, a tensor-parallel GPT, a stage, or the GPT whole."""
-    T, P, sp = config.tensor_parallel, config.pipeline_parallel, config.sequence_parallel
+    T, P, sp = split.tensor_parallel, split.pipeline_parallel, split.sequence_parallel
     if T > 1 and P > 1:
         from .tp_pipeline import TensorParallelStage
         return TensorParallelStage(gpt, lay.pp_rank, P, lay.tp_group, sequence_parallel=sp)
@@ -241,10 +241,11 @@ def _split(gpt, config: TrainConfig, lay):
     return gpt
 
 
-def build_parallel_impls(config: TrainConfig, models: dict, info: DistInfo, steps_per_epoch: int) -> dict:
+def build_parallel_impls(models: dict, split: ParallelConfig, optim: OptimConfig, info: DistInfo, *,
+                         batch_size: int, total_steps: int) -> dict:
     """{"manual": ParallelImpl} from the task's one-process GPT (built under the seed: the same on every rank), with
-    the learning-rate schedule on the optimizer that steps (ZeRO's on the shard)."""
+    the learning-rate schedule over ``total_steps`` on the optimizer that steps (ZeRO's on the shard)."""
     from ..schedule import make_scheduler
-    impl = ParallelImpl(models["manual"], config, info)
-    impl.sched = make_scheduler(impl.opt, config, steps_per_epoch) if steps_per_epoch else None
+    impl = ParallelImpl(models["manual"], split, optim, batch_size, info)
+    impl.sched = make_scheduler(impl.opt, optim, total_steps) if total_steps else None
     return {"manual": impl}

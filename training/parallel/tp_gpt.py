@@ -73,20 +73,20 @@ class ParallelSelfAttention(BaseLayer):
         return self.c_proj(y.transpose(1, 2).reshape(B, T, self.local))
 
     def backward(self, dy: Tensor) -> Tensor:
-        dy = self.c_proj.backward(dy)  # (B, T, C/P)
-        B, T, _ = dy.shape
-        dq, dk, dv = self.attention.backward(dy.view(B, T, self.n_head, self.hs).transpose(1, 2))
-        dqkv = torch.cat([d.transpose(1, 2).reshape(B, T, self.local) for d in (dq, dk, dv)], dim=2)
-        return self.c_attn.backward(dqkv)
+        return self._back(dy, "backward")
 
     @no_graph
     def backward_input(self, dy: Tensor) -> Tensor:
         """B: dx through c_proj's and c_attn's input gradients (the attention has no weights); W later."""
-        dy = self.c_proj.backward_input(dy)
+        return self._back(dy, "backward_input")
+
+    def _back(self, dy: Tensor, way: str) -> Tensor:
+        """The chain rule back through the attention, each Linear taking ``way``: its whole backward, or its B."""
+        dy = getattr(self.c_proj, way)(dy)  # (B, T, C/P)
         B, T, _ = dy.shape
         dq, dk, dv = self.attention.backward(dy.view(B, T, self.n_head, self.hs).transpose(1, 2))
         dqkv = torch.cat([d.transpose(1, 2).reshape(B, T, self.local) for d in (dq, dk, dv)], dim=2)
-        return self.c_attn.backward_input(dqkv)
+        return getattr(self.c_attn, way)(dqkv)
 
     @no_graph
     def backward_weight(self) -> None:
@@ -109,11 +109,15 @@ class ParallelMLP(BaseLayer):
         return self.c_proj(self.gelu(self.c_fc(x)))
 
     def backward(self, dy: Tensor) -> Tensor:
-        return self.c_fc.backward(self.gelu.backward(self.c_proj.backward(dy)))
+        return self._back(dy, "backward")
 
     @no_graph
     def backward_input(self, dy: Tensor) -> Tensor:
-        return self.c_fc.backward_input(self.gelu.backward(self.c_proj.backward_input(dy)))
+        return self._back(dy, "backward_input")
+
+    def _back(self, dy: Tensor, way: str) -> Tensor:
+        """c_proj, GELU, c_fc backwards; the Linears take ``way``: their whole backward, or their B."""
+        return getattr(self.c_fc, way)(self.gelu.backward(getattr(self.c_proj, way)(dy)))
 
     @no_graph
     def backward_weight(self) -> None:
@@ -150,14 +154,17 @@ class ParallelBlock(BaseLayer):
         return x + self.mlp(self.ln_2(x))
 
     def backward(self, dy: Tensor) -> Tensor:
-        dy = dy + self.ln_2.backward(self.mlp.backward(dy))
-        return dy + self.ln_1.backward(self.attn.backward(dy))
+        return self._back(dy, "backward")
 
     @no_graph
     def backward_input(self, dy: Tensor) -> Tensor:
         """B: ``backward``'s dx, every weight gradient left to ``backward_weight`` (a pipeline's W)."""
-        dy = dy + self.ln_2.backward_input(self.mlp.backward_input(dy))
-        return dy + self.ln_1.backward_input(self.attn.backward_input(dy))
+        return self._back(dy, "backward_input")
+
+    def _back(self, dy: Tensor, way: str) -> Tensor:
+        """Each residual branch back, last first; every layer takes ``way``: its whole backward, or its B."""
+        dy = dy + getattr(self.ln_2, way)(getattr(self.mlp, way)(dy))
+        return dy + getattr(self.ln_1, way)(getattr(self.attn, way)(dy))
 
     @no_graph
     def backward_weight(self) -> None:

@@ -37,15 +37,8 @@ class _ShardedBuckets(GradBuckets):
     def _launch(self, b: _Bucket):
         return dist.reduce_scatter_single(b.shard, b.buffer, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
 
-    def finish(self) -> None:
-        for b in self.buckets:
-            if b.work is None:
-                self.ready(b.params)
-        for b in self.buckets:
-            b.work.wait()
-            if self.scale != 1.0:
-                b.shard.mul_(self.scale)
-        self._start_step()
+    def _reduced(self, b: _Bucket) -> Tensor:
+        return b.shard
 
 
 class ZeroOptimizer:

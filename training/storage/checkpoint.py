@@ -4,9 +4,10 @@ SHA-256 of their bytes, and read back with the settings they fix.
 
 Reading one checks, before anything is loaded into a model, that its bytes are all there (a file cut short is
 called truncated, with the size it has and the size it recorded near its start) and are those that were written
-(training/storage/checksum.py), that every field is there and possible (epochs, records, settings that pass
-TrainConfig's validation, tensors of the model's shapes, step counts within its epochs), and, once the data is
-loaded, that it is the data the run was trained on.  Each refusal is one line naming the field.
+(training/storage/checksum.py), that every field is there and possible (epochs, records, finite weights), and, once
+the data is loaded, that it is the data the run was trained on.  Each refusal is one line naming the field.  The
+settings a checkpoint holds are read back by training/config/resume.py, its implementations' states by
+training/impls/state.py (tensors of the model's shapes, step counts within its epochs).
 
 A mixed-precision run (--dtype bfloat16/float16) stores float32 weights for every implementation (the manual
 run's master weights, not their half rounding) and, for float16, each loss scaler's state (scale and growth
@@ -22,12 +23,10 @@ import torch
 
 from layers.checks import is_a
 
-from .checksum import SEAL_BYTES, ChecksumMismatch, ends_whole, seal, unseal
-from ..config import MATH_FIELDS, MLP_FIELDS, RECORD_FIELDS, TrainConfig, flag
 from ..errors import UsageError
+from .checksum import SEAL_BYTES, ChecksumMismatch, ends_whole, seal, unseal
 from .files import atomic_write_bytes
 from .fingerprint import difference
-from ..impls import weights_state
 
 FORMAT = "handgrad-train-5"
 # Version 1 stored the settings under "args" and had no --model; versions 1 and 2 have no checksum and no data
@@ -71,29 +70,16 @@ def recorded_size(data: bytes) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def checkpoint_state(impls: dict, config: TrainConfig, epoch: int, records: list, batch_gen: torch.Generator,
+def checkpoint_state(settings: dict, impls_state: dict, epoch: int, records: list, batch_gen: torch.Generator,
                      data_fingerprint: dict | None = None) -> dict:
+    """A checkpoint's contents: the settings it resumes with, the implementations' states (``models``,
+    ``optimizers``, ``schedulers``, ``scalers``: impls.state.impls_state), the random streams and the log so far."""
     return {
-        "format": FORMAT, "epoch": epoch, "data": data_fingerprint or {},
-        "config": {**{k: getattr(config, k) for k in MATH_FIELDS + RECORD_FIELDS}, "epochs": config.epochs,
-                   **_text_extent(config)},
-        "models": {name: weights_state(impl) for name, impl in impls.items()},
-        "optimizers": {name: impl.opt.state_dict() for name, impl in impls.items()},
-        "schedulers": {name: impl.sched.state_dict() for name, impl in impls.items() if impl.sched is not None},
-        "scalers": {name: impl.scaler.state_dict() for name, impl in impls.items()
-                    if getattr(impl, "scaler", None) is not None},
+        "format": FORMAT, "epoch": epoch, "data": data_fingerprint or {}, "config": settings, **impls_state,
         "rng": {"torch": torch.get_rng_state(), "batches": batch_gen.get_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
         "records": records,  # every metrics.jsonl line so far
     }
-
-
-def _text_extent(config: TrainConfig) -> dict:
-    """A text run's length and corpus file (a str: checkpoints hold no Path objects), kept like --epochs."""
-    if not config.is_text:
-        return {}
-    data_file = None if config.data_file is None else str(Path(config.data_file).resolve())  # resumable from anywhere
-    return {"max_iters": config.max_iters, "data_file": data_file}
 
 
 def read_checkpoint(path: Path) -> dict:
@@ -107,6 +93,9 @@ def read_checkpoint(path: Path) -> dict:
         raise UsageError(f"--resume {path} is a folder; pass the checkpoint.pt inside it") from None
     except OSError as e:
         raise UsageError(f"--resume {path}: cannot read it ({e.strerror})") from None
+    if not data:
+        raise UsageError(f"--resume {path} is empty (0 bytes): a checkpoint whose writing never began; resume from "
+                         f"an intact copy or start again")
     try:
         sha256 = unseal(data)
     except ChecksumMismatch as e:
@@ -174,90 +163,11 @@ def check_fields(ckpt: dict, path: Path) -> None:
             _refuse(path, f"'rng.{key}' is missing or not a tensor")
 
 
-def saved_model(path: Path) -> str | None:
-    """The --model a checkpoint was trained with, or None where it cannot be read (load_checkpoint then says why)."""
-    try:
-        ckpt = read_checkpoint(path)
-    except UsageError:
-        return None
-    return (ckpt.get("config") or ckpt.get("args") or {}).get("model", "mlp")
-
-
-def load_checkpoint(path: Path, config: TrainConfig) -> tuple[TrainConfig, dict]:
-    """Read a checkpoint (``read_checkpoint``); return the config it continues (its settings adopted) and it.
-
-    A setting given explicitly that differs from the checkpoint's is an error naming both values (for the
-    settings of what is recorded, --log-interval, --val-interval, --monitor, the given value applies).  Without
-    --epochs the run's own target is kept; a checkpoint that already holds every requested epoch is returned as
-    is (the run then only completes its outputs).  Settings that fail TrainConfig's validation are refused.
-    """
+def saved_model(path: Path) -> str:
+    """The --model a checkpoint was trained with; UsageError, as read_checkpoint says it, where the checkpoint cannot
+    be read (missing, a folder, truncated, damaged): its problem comes before any flag is checked against it."""
     ckpt = read_checkpoint(path)
-    saved = dict(ckpt.get("config") or ckpt["args"])
-    saved.setdefault("model", "mlp")
-    if saved["model"] != "mlp":  # checkpoints before the MLP's settings were refused for the CNN kept them
-        for key in MLP_FIELDS:
-            saved.pop(key, None)
-    length = ("max_iters", "data_file", "epochs")  # how long the run is planned, and (text) on which file
-    try:  # the checkpoint's settings on their own, before any flag is set against them
-        own = TrainConfig(**{k: saved[k] for k in (*MATH_FIELDS, *RECORD_FIELDS, *length) if k in saved})
-    except (UsageError, TypeError) as e:
-        _refuse(path, f"the checkpoint's settings are impossible: {e}")
-    changes = {}
-    for key in MATH_FIELDS:
-        if key not in saved:
-            continue
-        value = getattr(config, key)
-        if key in config.given and value != saved[key]:
-            raise UsageError(f"--resume: the checkpoint was trained with {flag(key)} {saved[key]}, but {flag(key)} "
-                             f"{value} was given; drop {flag(key)} to continue it")
-        changes[key] = saved[key]
-    changes.update({k: saved[k] for k in RECORD_FIELDS if k in saved and k not in config.given})
-    if own.is_text:
-        return _resume_text(path, config, ckpt, own, changes)
-    if "epochs" not in config.given and "epochs" in saved:
-        changes["epochs"] = max(saved["epochs"], ckpt["epoch"])
-    elif saved.get("schedule", "constant") != "constant" and config.epochs != saved.get("epochs"):
-        raise UsageError(f"--resume: the checkpoint's --schedule {saved['schedule']} was planned over --epochs "
-                         f"{saved['epochs']}, but --epochs {config.epochs} was given; drop --epochs to continue it")
-    config = config.replace(**changes)
-    if ckpt["epoch"] > config.epochs:
-        raise UsageError(f"--resume: the checkpoint already holds {ckpt['epoch']} epochs, more than --epochs "
-                         f"{config.epochs}; pass --epochs >= {ckpt['epoch']}")
-    _check_parts(path, config, ckpt)
-    return config, ckpt
-
-
-def _resume_text(path: Path, config: TrainConfig, ckpt: dict, own: TrainConfig,
-                 changes: dict) -> tuple[TrainConfig, dict]:
-    """load_checkpoint for a text run: its corpus file is kept unless given again (the data's fingerprint is
-    checked once it is read), its --max-iters unless given; a longer run continues a checkpoint whose last round
-    was a whole --eval-interval (a shorter last round cannot grow)."""
-    if "data_file" not in config.given:
-        changes["data_file"] = own.data_file
-    iters = changes["max_iters"] = config.max_iters if "max_iters" in config.given else own.max_iters
-    done = min(ckpt["epoch"] * own.eval_interval, own.max_iters)  # the iterations the checkpoint holds
-    if iters < done:
-        raise UsageError(f"--resume: the checkpoint already holds {done} iterations, more than --max-iters {iters}; "
-                         f"pass --max-iters >= {done}")
-    if iters > done and done % own.eval_interval:
-        raise UsageError(f"--resume: the checkpoint's last evaluation came after a short round (iteration {done}, "
-                         f"not a multiple of --eval-interval {own.eval_interval}), so the run cannot be continued "
-                         f"past --max-iters {own.max_iters}")
-    config = config.replace(**changes)
-    _check_parts(path, config, ckpt)
-    return config, ckpt
-
-
-def _check_parts(path: Path, config: TrainConfig, ckpt: dict) -> None:
-    """The checkpoint holds every implementation's weights, optimizer and (where the run has them) scheduler and
-    loss scaler."""
-    parts = {"models": config.impls, "optimizers": config.impls,
-             "schedulers": config.impls if config.schedule != "constant" else (),
-             "scalers": config.impls if config.dtype == "float16" else ()}
-    for part, names in parts.items():
-        for name in names:
-            if name not in ckpt.get(part, {}):
-                _refuse(path, f"the checkpoint has no '{part}.{name}' (--impl {config.impl} needs it)")
+    return (ckpt.get("config") or ckpt.get("args") or {}).get("model", "mlp")
 
 
 def check_data(ckpt: dict, fingerprint: dict, path: Path, data_name: str) -> None:

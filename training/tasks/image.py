@@ -12,7 +12,7 @@ from typing import Callable
 import torch
 
 from ..compiled import compile_note
-from ..config import TrainConfig
+from ..config.parts import DataConfig, ModelConfig, RunConfig
 from .image_data import check_data_dir, load_data
 from ..parallel.distributed import DistInfo
 from ..errors import UsageError
@@ -26,47 +26,50 @@ class ImageTask:
     watch_activations = True
 
     @staticmethod
-    def check_source(config: TrainConfig) -> None:
-        check_data_dir(config.data_dir)
+    def check_source(data: DataConfig) -> None:
+        check_data_dir(data.data_dir)
 
-    def __init__(self, config: TrainConfig, device: torch.device, say: Callable) -> None:
-        self.config, self.device = config, device
+    def __init__(self, model: ModelConfig, data: DataConfig, run: RunConfig, device: torch.device,
+                 say: Callable) -> None:
+        self.model, self.batches, self.run, self.device = model, data, run, device
         t0 = time.perf_counter()
-        self.data = load_data(config, device, config.torch_dtype, say, sample_shape=SAMPLE_SHAPES[config.model])
+        self.data = load_data(data, device, run.torch_dtype, say, sample_shape=SAMPLE_SHAPES[model.name],
+                              seed=run.seed)
         self.data_seconds = time.perf_counter() - t0
-        self.fingerprint, self.data_name = self.data.fingerprint, f"--data-dir {config.data_dir}"
+        self.fingerprint, self.data_name = self.data.fingerprint, f"--data-dir {data.data_dir}"
         n = self.data.train_x.shape[0]
-        self.rounds = config.epochs
-        self.steps_per_round = -(-n // config.batch_size)
-        self.round_ends = {epoch * self.steps_per_round for epoch in range(1, config.epochs + 1)}
+        self.rounds = run.epochs
+        self.steps_per_round = -(-n // data.batch_size)
+        self.total_steps = self.rounds * self.steps_per_round
+        self.round_ends = {epoch * self.steps_per_round for epoch in range(1, run.epochs + 1)}
 
     def describe(self, device: torch.device) -> str:
         d = self.data
         n_val = 0 if d.val_x is None else d.val_x.shape[0]
-        return (f"{self.config.dataset}: {d.train_x.shape[0]} train, {n_val} val, {d.test_x.shape[0]} test on "
+        return (f"{self.batches.dataset}: {d.train_x.shape[0]} train, {n_val} val, {d.test_x.shape[0]} test on "
                 f"{device}")
 
     def check(self, info: DistInfo) -> None:
         """Every global batch must give every rank at least one sample."""
-        config, n = self.config, self.data.train_x.shape[0]
-        smallest = min(config.batch_size, n % config.batch_size or config.batch_size)
+        bs, n = self.batches.batch_size, self.data.train_x.shape[0]
+        smallest = min(bs, n % bs or bs)
         if info.enabled and smallest < info.world_size:
-            raise UsageError(f"--batch-size {config.batch_size} over {n} samples leaves a batch of {smallest}, fewer "
+            raise UsageError(f"--batch-size {bs} over {n} samples leaves a batch of {smallest}, fewer "
                              f"than the {info.world_size} processes; pick a batch size (or --limit-train) so every "
                              f"batch has at least {info.world_size} samples")
 
     def build_models(self, device: torch.device, dtype: torch.dtype, info: DistInfo) -> dict:
-        return build_models(self.config, device, dtype, sync_bn=info.enabled and self.config.sync_bn)
+        return build_models(self.model, self.run, device, dtype, sync_bn=info.enabled and self.model.sync_bn)
 
     def round_order(self, r: int, gen: torch.Generator):
         return torch.randperm(self.data.train_x.shape[0], generator=gen).to(self.device)
 
     def train_round(self, impl: Impl, order, r: int, log: Callable, info: DistInfo, after_step) -> dict:
-        return train_epoch(impl, self.data, order, r, self.config, log, info, after_step)
+        return train_epoch(impl, self.data, order, r, self.batches, self.run, log, info, after_step)
 
     def evaluate_round(self, impl: Impl, r: int, info: DistInfo) -> dict:
-        d, config = self.data, self.config
-        if d.val_x is None or not (r % config.val_interval == 0 or r == config.epochs):
+        d, run = self.data, self.run
+        if d.val_x is None or not (r % run.val_interval == 0 or r == run.epochs):
             return {"val_loss": None, "val_acc": None}
         val_loss, val_acc = evaluate(impl, d.val_x, d.val_y, info=info)
         return {"val_loss": val_loss, "val_acc": val_acc}
@@ -83,8 +86,8 @@ class ImageTask:
         return f"epoch {r:>3}" if pad else f"epoch {r}"
 
     def size_flags(self) -> str:
-        config = self.config
-        return f"--hidden {config.hidden} --depth {config.depth}" if config.model == "mlp" else "--model cnn"
+        m = self.model
+        return f"--hidden {m.hidden} --depth {m.depth}" if m.name == "mlp" else "--model cnn"
 
     def extent(self, records: list[dict]) -> dict:
         return {"epochs": max(r["epoch"] for r in records if r["type"] == "epoch")}

@@ -17,7 +17,8 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from ..config import DATASETS, TrainConfig
+from ..config.choices import DATASETS
+from ..config.parts import DataConfig
 from ..errors import UsageError
 from ..storage.files import atomic_write_bytes
 from ..storage.fingerprint import fingerprint
@@ -162,25 +163,25 @@ def read_split(raw: Path, train: bool, dataset: str = "mnist") -> tuple[Tensor, 
     return images, labels
 
 
-def load_data(config: TrainConfig, device: torch.device, dtype: torch.dtype, say: Callable = print,
-              sample_shape: tuple[int, ...] = (784,)) -> Data:
-    """The whole dataset, normalised, on the device, loaded once; the validation split is seeded.
+def load_data(settings: DataConfig, device: torch.device, dtype: torch.dtype, say: Callable = print,
+              sample_shape: tuple[int, ...] = (784,), seed: int = 0) -> Data:
+    """The whole dataset, normalised, on the device, loaded once; the validation split is drawn from ``seed``.
 
     ``sample_shape`` is (784,) for an MLP, (1, 28, 28) for a CNN.
     """
-    train_raw = prepare_raw(config.data_dir, config.dataset, True, config.download, say)
-    test_raw = prepare_raw(config.data_dir, config.dataset, False, config.download, say)
-    x, y = read_split(train_raw, True, config.dataset)
-    tx, ty = read_split(test_raw, False, config.dataset)
+    train_raw = prepare_raw(settings.data_dir, settings.dataset, True, settings.download, say)
+    test_raw = prepare_raw(settings.data_dir, settings.dataset, False, settings.download, say)
+    x, y = read_split(train_raw, True, settings.dataset)
+    tx, ty = read_split(test_raw, False, settings.dataset)
     arrays = fingerprint({"train_images": x, "train_labels": y, "test_images": tx, "test_labels": ty})
-    if config.limit_train is not None:
-        x, y = x[: config.limit_train], y[: config.limit_train]
+    if settings.limit_train is not None:
+        x, y = x[: settings.limit_train], y[: settings.limit_train]
     n = x.shape[0]
-    n_val = config.val_count(n)
+    n_val = settings.val_count(n)
     if n_val >= n:
-        raise UsageError(f"--val-split {config.val_split} holds out {n_val} of the {n} training samples, leaving none "
-                         f"to train on")
-    order = torch.randperm(n, generator=torch.Generator().manual_seed(config.seed))
+        raise UsageError(f"--val-split {settings.val_split} holds out {n_val} of the {n} training samples, leaving "
+                         f"none to train on")
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     val_idx, train_idx = order[:n_val], order[n_val:]
     train = x[train_idx].to(torch.float64) / 255
     mean, std = train.mean().item(), train.std().item()

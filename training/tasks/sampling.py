@@ -7,6 +7,7 @@ one ``torch.multinomial`` per character on a generator seeded by ``seed``), in e
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import torch
@@ -14,8 +15,12 @@ import torch
 from layers.checks import is_a
 from models import GPT, PytorchGPT, RecurrentLM, TorchRecurrentLM
 
+from ..config import MATH_KEYS, TEXT_MODELS, TrainConfig
+from ..config.choices import SEEDS
+from ..config.parts import ModelConfig
+from ..config.resume import saved_settings
+from ..device import resolve_device
 from ..storage.checkpoint import read_checkpoint
-from ..config import MATH_FIELDS, TEXT_MODELS, TrainConfig, resolve_device
 from ..errors import UsageError
 from .corpus import TextData
 from .text_models import model_kwargs
@@ -23,23 +28,22 @@ from .text_models import model_kwargs
 
 def checkpoint_config(ckpt: dict, path: Path) -> TrainConfig:
     """The settings a checkpoint was trained with."""
-    saved = dict(ckpt.get("config") or ckpt.get("args") or {})
-    saved.setdefault("model", "mlp")
+    saved = saved_settings(ckpt)
     if saved["model"] not in TEXT_MODELS:
         raise UsageError(f"--resume {path} is a checkpoint of --model {saved['model']} on {saved.get('dataset')}, "
                          f"an image classifier: sample.py samples the language models (--model "
                          f"{', '.join(TEXT_MODELS)})")
     try:
-        return TrainConfig(**{k: saved[k] for k in MATH_FIELDS if k in saved})
+        return TrainConfig(**{k: saved[k] for k in MATH_KEYS if k in saved})
     except (UsageError, TypeError) as e:
         raise UsageError(f"--resume {path}: the checkpoint's settings are impossible: {e}") from None
 
 
-def build_model(config: TrainConfig, vocab_size: int, impl: str, device: torch.device, dtype: torch.dtype):
-    """The language model (with ``generate``) of ``config``: the hand-written one, or (impl "torch") its twin."""
-    gpt = config.model == "gpt"
+def build_model(model: ModelConfig, vocab_size: int, impl: str, device: torch.device, dtype: torch.dtype):
+    """The language model (with ``generate``) of ``model``: the hand-written one, or (impl "torch") its twin."""
+    gpt = model.name == "gpt"
     cls = {"manual": GPT if gpt else RecurrentLM, "torch": PytorchGPT if gpt else TorchRecurrentLM}[impl]
-    return cls(**model_kwargs(config, vocab_size), device=device, dtype=dtype)
+    return cls(**model_kwargs(model, vocab_size), device=device, dtype=dtype)
 
 
 def sample_text(path: Path, prompt: str, max_new_tokens: int = 300, temperature: float = 1.0,
@@ -51,10 +55,12 @@ def sample_text(path: Path, prompt: str, max_new_tokens: int = 300, temperature:
     """
     if not is_a(max_new_tokens, int) or max_new_tokens < 0:
         raise UsageError(f"--max-new-tokens {max_new_tokens} is out of range (an integer >= 0)")
-    if not temperature > 0:
-        raise UsageError(f"--temperature {temperature} is out of range (need a number > 0)")
-    if top_k is not None and top_k < 1:
+    if not (is_a(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
+        raise UsageError(f"--temperature {temperature} is out of range (need a finite number > 0)")
+    if top_k is not None and not (is_a(top_k, int) and top_k >= 1):
         raise UsageError(f"--top-k {top_k} is out of range (an integer >= 1)")
+    if not (is_a(seed, int) and SEEDS[0] <= seed <= SEEDS[1]):
+        raise UsageError(f"--seed {seed} is out of range (an integer from -2**63 to 2**64 - 1)")
     if not prompt:
         raise UsageError("--prompt is empty: give at least one character to start from (nanoGPT starts from \"\\n\")")
     ckpt = read_checkpoint(path)
@@ -71,7 +77,7 @@ def sample_text(path: Path, prompt: str, max_new_tokens: int = 300, temperature:
     except UsageError as e:
         raise UsageError(f"--prompt: {e} (the characters of the corpus it was trained on)") from None
     dev = resolve_device(device)
-    model = build_model(config, len(vocab), impl, dev, config.torch_dtype)
+    model = build_model(config.model, len(vocab), impl, dev, config.run.torch_dtype)
     state = ckpt["models"][impl]
     try:
         model.load_state_dict({k: v.to(dev) for k, v in state.items()})
@@ -80,5 +86,12 @@ def sample_text(path: Path, prompt: str, max_new_tokens: int = 300, temperature:
     model.train(False)
     gen = torch.Generator(device=dev).manual_seed(seed)
     idx = torch.tensor([ids], dtype=torch.int64, device=dev)
-    out = model.generate(idx, max_new_tokens, temperature=temperature, top_k=top_k, generator=gen)
+    try:
+        out = model.generate(idx, max_new_tokens, temperature=temperature, top_k=top_k, generator=gen)
+    except RuntimeError as e:  # torch.multinomial's: the probabilities are not finite
+        if "probability tensor" not in str(e):
+            raise
+        dtype = str(config.run.torch_dtype).removeprefix("torch.")
+        raise UsageError(f"--temperature {temperature} is too small: the logits divided by it overflow {dtype}, so "
+                         f"their softmax is not finite; use a larger temperature") from None
     return text.decode(out[0].tolist())

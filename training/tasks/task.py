@@ -19,7 +19,7 @@ from typing import Callable, Protocol
 
 import torch
 
-from ..config import TrainConfig
+from ..config.parts import DataConfig, ModelConfig, RunConfig
 from ..parallel.distributed import DistInfo
 from ..impls import Impl
 
@@ -28,7 +28,8 @@ class Task(Protocol):
     kind: str                 # "image" or "text"
     fingerprint: dict         # of the data (training/storage/fingerprint.py): a resume on other data is refused
     rounds: int               # rounds in the run: epochs, or evaluation intervals
-    steps_per_round: int      # training steps in a full round (schedulers, the drift's probes)
+    steps_per_round: int      # training steps in a full round (the drift's probes)
+    total_steps: int          # training steps in the whole run (the learning-rate schedule's length)
     round_ends: set[int]      # the global step numbers that end a round (the monitor records them)
 
     watch_activations: bool   # --monitor records per-layer activation statistics (the models are Sequential trees)
@@ -36,14 +37,15 @@ class Task(Protocol):
     data_name: str            # where the data came from, as the user gave it (--data-dir, --data-file)
 
     @staticmethod
-    def check_source(config: TrainConfig) -> None:
+    def check_source(data: DataConfig) -> None:
         """Refuse (UsageError) data that cannot be there, cheaply, before the output folder is touched."""
 
     def describe(self, device: torch.device) -> str:
         """The start of the run's first line: what the data is."""
 
     def check(self, info: DistInfo) -> None:
-        """Refuse (UsageError) what this data cannot do with these settings, before anything is built."""
+        """Refuse (UsageError) what this data cannot do with these settings under data parallelism over
+        ``info``'s ranks, before anything is built."""
 
     def build_models(self, device: torch.device, dtype: torch.dtype, info: DistInfo) -> dict:
         """impl name -> model, all with the same initial weights."""
@@ -83,15 +85,17 @@ class Task(Protocol):
         """The final table the run prints."""
 
 
-def task_class(config: TrainConfig) -> type:
-    """The class of the task ``config`` asks for (imported on demand: each pulls in its own data and models)."""
-    if config.is_text:
+def task_class(family: str) -> type:
+    """The task of a model ``family``, "image" or "text" (imported on demand: each pulls in its own data and
+    models)."""
+    if family == "text":
         from .text import TextTask
         return TextTask
     from .image import ImageTask
     return ImageTask
 
 
-def make_task(config: TrainConfig, device: torch.device, say: Callable) -> Task:
-    """The task ``config`` asks for, its data loaded onto ``device``."""
-    return task_class(config)(config, device, say)
+def make_task(family: str, model: ModelConfig, data: DataConfig, run: RunConfig, device: torch.device,
+              say: Callable) -> Task:
+    """The task of ``family`` for this model, data and run, its data loaded onto ``device``."""
+    return task_class(family)(model, data, run, device, say)

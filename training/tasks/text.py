@@ -16,7 +16,7 @@ from typing import Callable
 import torch
 
 from ..compiled import compile_note, compile_seconds, round_seconds
-from ..config import TrainConfig
+from ..config.parts import DataConfig, ModelConfig, RunConfig
 from ..parallel.distributed import DistInfo, shard_bounds
 from ..errors import UsageError
 from ..impls import Impl
@@ -33,28 +33,30 @@ class TextTask:
     watch_activations = False  # the language models are not Sequential trees: no layer hooks
 
     @staticmethod
-    def check_source(config: TrainConfig) -> None:
+    def check_source(data: DataConfig) -> None:
         """Nothing to check before reading: the corpus is read (and refused if unusable) when the task is made,
         still before the output folder is created."""
 
-    def __init__(self, config: TrainConfig, device: torch.device, say: Callable) -> None:
-        self.config, self.device = config, device
+    def __init__(self, model: ModelConfig, data: DataConfig, run: RunConfig, device: torch.device,
+                 say: Callable) -> None:
+        self.model, self.batches, self.run, self.device = model, data, run, device
         t0 = time.perf_counter()
-        self.text: TextData = load_text(corpus_path(config.dataset, config.data_file), config.block_size, device)
+        self.text: TextData = load_text(corpus_path(data.dataset, data.data_file), model.block_size, device)
         self.data_seconds = time.perf_counter() - t0
         self.fingerprint = self.text.fingerprint
-        self.data_name = f"--data-file {config.data_file}" if config.data_file else f"--dataset {config.dataset}"
-        self.rounds = -(-config.max_iters // config.eval_interval)
-        self.steps_per_round = config.eval_interval
+        self.data_name = f"--data-file {data.data_file}" if data.data_file else f"--dataset {data.dataset}"
+        self.rounds = -(-run.max_iters // run.eval_interval)
+        self.steps_per_round = run.eval_interval
+        self.total_steps = run.max_iters
         self.round_ends = {self.last_iter(r) for r in range(1, self.rounds + 1)}
 
     def last_iter(self, r: int) -> int:
         """The iteration that ends round ``r`` (iterations count from 1)."""
-        return min(r * self.config.eval_interval, self.config.max_iters)
+        return min(r * self.run.eval_interval, self.run.max_iters)
 
     def describe(self, device: torch.device) -> str:
         t = self.text
-        name = self.config.data_file or self.config.dataset
+        name = self.batches.data_file or self.batches.dataset
         return (f"{name}: {t.train.shape[0]:,} train, {t.val.shape[0]:,} val characters, a vocabulary of "
                 f"{t.vocab_size}, on {device}")
 
@@ -62,51 +64,50 @@ class TextTask:
         """Under torchrun each rank trains on its contiguous share of every batch's windows: each needs one, and
         dropout is refused (its masks are drawn per window of the rank's share, not of the global batch, so the
         run would differ from one process's)."""
-        config = self.config
-        if not info.enabled or config.model_parallel:  # training/parallel/run.py checks its own world
+        if not info.enabled:
             return
-        if config.batch_size < info.world_size:
-            raise UsageError(f"--batch-size {config.batch_size} windows cannot be shared by {info.world_size} "
+        if self.batches.batch_size < info.world_size:
+            raise UsageError(f"--batch-size {self.batches.batch_size} windows cannot be shared by {info.world_size} "
                              f"processes; use --batch-size >= {info.world_size}")
-        if config.dropout:
-            raise UsageError(f"--dropout {config.dropout} under torchrun: the language models' dropout masks are "
+        if self.model.dropout:
+            raise UsageError(f"--dropout {self.model.dropout} under torchrun: the language models' dropout masks are "
                              f"drawn for each process's share of the batch, not for the global batch, so the run "
                              f"would not equal one process's; use --dropout 0 with torchrun, or one process")
 
     def build_models(self, device: torch.device, dtype: torch.dtype, info: DistInfo) -> dict:
-        return build_text_models(self.config, self.text.vocab_size, device, dtype)
+        return build_text_models(self.model, self.run, self.text.vocab_size, device, dtype)
 
     def round_order(self, r: int, gen: torch.Generator):
         """The offsets of round ``r``'s windows, (iterations, batch), drawn on the CPU from ``gen``."""
-        steps = self.last_iter(r) - (r - 1) * self.config.eval_interval
-        if self.config.dry_run:
+        steps = self.last_iter(r) - (r - 1) * self.run.eval_interval
+        if self.run.dry_run:
             steps = 1
-        high = self.text.train.shape[0] - self.config.block_size
-        return torch.randint(high, (steps, self.config.batch_size), generator=gen).to(self.device)
+        high = self.text.train.shape[0] - self.model.block_size
+        return torch.randint(high, (steps, self.batches.batch_size), generator=gen).to(self.device)
 
     def train_round(self, impl: Impl, order, r: int, log: Callable, info: DistInfo, after_step) -> dict:
         from tqdm import tqdm
-        config, T = self.config, self.config.block_size
-        first = (r - 1) * config.eval_interval  # iterations before this round
+        run, T, B = self.run, self.model.block_size, self.batches.batch_size
+        first = (r - 1) * run.eval_interval  # iterations before this round
         steps = order.shape[0]
         data = getattr(impl, "data_info", info)  # a model-parallel run splits the batch over its data-parallel ranks
-        lo, hi = shard_bounds(config.batch_size, data) if data.enabled else (0, config.batch_size)
-        sums = StepSums(config.log_interval, 1, order.device, info)  # per step: the summed loss
+        lo, hi = shard_bounds(B, data) if data.enabled else (0, B)
+        sums = StepSums(run.log_interval, 1, order.device, info)  # per step: the summed loss
         loss_sum, seen = 0.0, 0
         bar = tqdm(total=steps, desc=f"iter {first + 1}-{first + steps} {impl.name}", leave=False, file=sys.stdout,
-                   disable=config.quiet or not info.is_main or not sys.stdout.isatty())
+                   disable=run.quiet or not info.is_main or not sys.stdout.isatty())
         set_training(impl.model, True)
-        use_generator(impl.model, epoch_generator(config, r, order.device))  # the round's dropout masks
+        use_generator(impl.model, epoch_generator(run.seed, r, order.device))  # the round's dropout masks
         start, compiling = time.perf_counter(), compile_seconds(impl)
-        tokens = config.batch_size * T  # of the global batch: the gradient is that of their mean loss
+        tokens = B * T  # of the global batch: the gradient is that of their mean loss
         for s in range(steps):
             it = first + s + 1
             x, y = TextData.windows_at(self.text.train, order[s, lo:hi], T)  # (B, T) each: this rank's windows
-            batch_loss, _, _ = impl.train_step(x, y, tokens, it)
+            batch_loss, logits, _ = impl.train_step(x, y, tokens, it)
             if impl.sched is not None:
                 impl.sched.step()
             if after_step is not None:
-                after_step(impl, it)
+                after_step(impl, it, logits)
             sums.add(batch_loss.detach())
             if sums.due(s == steps - 1):
                 start_it = it - sums.kept + 1
@@ -126,8 +127,7 @@ class TextTask:
         """The mean loss per character on each split: ``--eval-iters`` batches at offsets drawn from a stream seeded
         by the seed and the round (every implementation sees the same), or every window.  Under torchrun every rank
         evaluates the whole of it (the same weights: the same numbers, and no collective)."""
-        config = self.config
-        gen = torch.Generator().manual_seed((config.seed * 1_000_003 + 7_919 * r + 1) % 2 ** 64)
+        gen = torch.Generator().manual_seed((self.run.seed * 1_000_003 + 7_919 * r + 1) % 2 ** 64)
         out = {}
         was = set_training(impl.model, False)
         try:
@@ -138,14 +138,14 @@ class TextTask:
         return out
 
     def _loss(self, impl: Impl, split: str, gen: torch.Generator) -> float:
-        config, T = self.config, self.config.block_size
+        iters, T = self.run.eval_iters, self.model.block_size
         total = torch.zeros((), dtype=torch.float64, device=self.device)
         count = 0
-        if config.eval_iters == "all":
+        if iters == "all":
             xs, ys = self.text.all_windows(split, T)
             batches = ((xs[i:i + EVAL_WINDOWS], ys[i:i + EVAL_WINDOWS]) for i in range(0, xs.shape[0], EVAL_WINDOWS))
         else:
-            batches = (self.text.batch(split, config.batch_size, T, gen) for _ in range(config.eval_iters))
+            batches = (self.text.batch(split, self.batches.batch_size, T, gen) for _ in range(iters))
         for x, y in batches:
             loss, _ = impl.eval_batch(x, y)
             total += loss.double()
@@ -163,8 +163,8 @@ class TextTask:
         return f"iter {self.last_iter(r):>5}" if pad else f"iteration {self.last_iter(r)}"
 
     def size_flags(self) -> str:
-        c = self.config
-        if c.model == "gpt":
+        c = self.model
+        if c.name == "gpt":
             return f"--n-layer {c.n_layer} --n-head {c.n_head} --n-embd {c.n_embd} --block-size {c.block_size}"
         return f"--n-layer {c.n_layer} --hidden {c.hidden} --n-embd {c.n_embd}"
 

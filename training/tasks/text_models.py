@@ -13,7 +13,7 @@ import torch
 from models import GPT, PytorchGPT, RecurrentLM, TorchRecurrentLM, seeded_dropouts
 from layers.layer import _rng_untouched
 
-from ..config import TrainConfig
+from ..config.parts import ModelConfig, RunConfig
 
 
 class CharRNN(RecurrentLM):
@@ -34,22 +34,22 @@ class TorchCharRNN(TorchRecurrentLM):
         return super().forward(idx, state)[0]
 
 
-def model_kwargs(config: TrainConfig, vocab_size: int) -> dict:
-    """The constructor arguments of ``config``'s language model: GPT's, or RecurrentLM's (and their twins')."""
-    if config.model == "gpt":
-        return dict(vocab_size=vocab_size, block_size=config.block_size, n_layer=config.n_layer,
-                    n_head=config.n_head, n_embd=config.n_embd, dropout=config.dropout, bias=config.bias)
-    return dict(vocab_size=vocab_size, embedding_dim=config.n_embd, hidden_size=config.hidden,
-                num_layers=config.n_layer, cell=config.model, dropout=config.dropout)
+def model_kwargs(model: ModelConfig, vocab_size: int) -> dict:
+    """The constructor arguments of ``model``'s language model: GPT's, or RecurrentLM's (and their twins')."""
+    if model.name == "gpt":
+        return dict(vocab_size=vocab_size, block_size=model.block_size, n_layer=model.n_layer,
+                    n_head=model.n_head, n_embd=model.n_embd, dropout=model.dropout, bias=model.bias)
+    return dict(vocab_size=vocab_size, embedding_dim=model.n_embd, hidden_size=model.hidden,
+                num_layers=model.n_layer, cell=model.name, dropout=model.dropout)
 
 
-def build_text_models(config: TrainConfig, vocab_size: int, device, dtype) -> dict:
-    """impl name -> model for ``config.impls`` (manual, torch), the twin holding the hand-written model's weights."""
-    torch.manual_seed(config.seed)
-    kw = {**model_kwargs(config, vocab_size), "device": device, "dtype": dtype}
-    manual_cls, twin_cls = (GPT, PytorchGPT) if config.model == "gpt" else (CharRNN, TorchCharRNN)
+def build_text_models(model: ModelConfig, run: RunConfig, vocab_size: int, device, dtype) -> dict:
+    """impl name -> model for ``run.impls`` (manual, torch), the twin holding the hand-written model's weights."""
+    torch.manual_seed(run.seed)
+    kw = {**model_kwargs(model, vocab_size), "device": device, "dtype": dtype}
+    manual_cls, twin_cls = (GPT, PytorchGPT) if model.name == "gpt" else (CharRNN, TorchCharRNN)
     manual = manual_cls(**kw)
     with _rng_untouched(torch.device(device)):
         twin = seeded_dropouts(twin_cls(**kw))  # the recurrent twin's dropout draws the hand-written one's masks
     twin.load_state_dict(manual.state_dict())
-    return {name: {"manual": manual, "torch": twin}[name] for name in config.impls}
+    return {name: {"manual": manual, "torch": twin}[name] for name in run.impls}

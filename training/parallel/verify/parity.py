@@ -31,11 +31,11 @@ from torch import Tensor
 from losses import CrossEntropyLoss
 from optimizers import clip_grad_norm_, get_optimizer
 
-from ..config import TrainConfig
-from ..errors import EXIT_FAILED, EXIT_OK
-from ..impls.optim_setup import optimizer_kwargs, param_groups, rows
-from ..schedule import make_scheduler
-from .distributed import DistInfo, shard_bounds
+from ...config.parts import OptimConfig, ParallelConfig, RunConfig
+from ...errors import EXIT_FAILED, EXIT_OK
+from ...impls.optim_setup import optimizer_kwargs, param_groups, rows
+from ...schedule import make_scheduler
+from ..distributed import DistInfo, shard_bounds
 
 ROUNDING_ULPS = 1e3  # sums of up to ~1e6 terms in another order stay within this many ulps of their largest value
 REORDER_FACTOR = 16.0  # a sharded sum's order differs from the reordered reference's: allow this much more
@@ -53,13 +53,13 @@ def _record_outputs(blocks: list) -> tuple[list, Callable]:
     return seen, lambda: [vars(b).pop("forward", None) for b in blocks]
 
 
-def _reference(config: TrainConfig, task, device, x: Tensor, y: Tensor, pieces: int) -> dict:
+def _reference(optim: OptimConfig, dtype: torch.dtype, task, device, x: Tensor, y: Tensor, pieces: int) -> dict:
     """The first step in one process: outputs, loss, gradients before clipping, weights after; with ``pieces`` > 1
     the gradient is summed over that many row pieces, last piece first."""
-    model = task.build_models(device, config.torch_dtype, DistInfo())["manual"]
+    model = task.build_models(device, dtype, DistInfo())["manual"]
     named = list(model.named_parameters())
-    opt = get_optimizer(config.optimizer, param_groups(named, config), **optimizer_kwargs(config))
-    make_scheduler(opt, config, task.steps_per_round)  # the first step's learning rate, as the run's
+    opt = get_optimizer(optim.optimizer, param_groups(named, optim), **optimizer_kwargs(optim))
+    make_scheduler(opt, optim, task.total_steps)  # the first step's learning rate, as the run's
     crit, total = CrossEntropyLoss(reduction="sum"), y.numel()
     out: dict = {}
     bounds = [shard_bounds(x.shape[0], DistInfo(i, pieces)) for i in range(pieces)]
@@ -78,8 +78,8 @@ def _reference(config: TrainConfig, task, device, x: Tensor, y: Tensor, pieces: 
     out["loss"] = torch.as_tensor(loss).detach().reshape(1)
     for name, p in reversed(named):
         out[f"grad {name}"] = p.grad.detach().clone()
-    if config.clip_grad:
-        clip_grad_norm_(model.parameters(), config.clip_grad)
+    if optim.clip_grad:
+        clip_grad_norm_(model.parameters(), optim.clip_grad)
     opt.step()
     out.update((f"weight {name}", p.detach().clone()) for name, p in named)
     return out
@@ -95,7 +95,7 @@ def _sharded(impl, x: Tensor, y: Tensor) -> dict:
         loss = impl.forward_backward(x[lo:hi], y[lo:hi], y.numel())
     finally:
         stop()
-    sp = impl.T > 1 and impl.config.sequence_parallel
+    sp = impl.T > 1 and impl.split.sequence_parallel
     for i, t in enumerate(seen):  # under sequence parallelism each rank holds its positions: gathered along T
         out[f"output transformer.h.{i}"] = _gather(t, 1, impl.inner_group) if sp else t
     if impl.logits is not None:
@@ -127,7 +127,7 @@ def _pipeline_outputs(impl, x: Tensor) -> dict:
     """A pipeline's block outputs and logits: the rows ``x`` forwarded once through the stages (a copy of each, so the
     step's own caches are untouched), each stage sending its activation on; gathered on every stage (a tensor-parallel
     stage's logits over its vocabulary columns, its sequence-parallel outputs along T)."""
-    from .pipeline_gpt import replicate
+    from ..pipeline_gpt import replicate
     stage, group, s = replicate(impl.part), impl.inner_group, impl.inner_rank
     seen, stop = _record_outputs(stage.h)
     try:
@@ -142,7 +142,7 @@ def _pipeline_outputs(impl, x: Tensor) -> dict:
     finally:
         stop()
     tp = impl.layout.tp_group
-    if impl.T > 1 and impl.config.sequence_parallel:
+    if impl.T > 1 and impl.split.sequence_parallel:
         seen = [_gather(t, 1, tp) for t in seen]
     mine = {f"output transformer.h.{stage.offset + i}": t for i, t in enumerate(seen)}
     if stage.last:
@@ -175,47 +175,47 @@ def compare(sharded: dict, reference: dict, reordered: dict, eps: float) -> list
     return out
 
 
-def check_parity(impl, task, config: TrainConfig, device, info: DistInfo, say: Callable) -> int:
+def check_parity(impl, task, optim: OptimConfig, run: RunConfig, device, info: DistInfo, say: Callable) -> int:
     """Take the run's first step sharded (every rank) and in one process (rank 0); print the comparison on rank 0;
     -> EXIT_OK when every tensor is rounding or round-off, EXIT_FAILED when one is a bug (on every rank)."""
-    from ..tasks.corpus import TextData
-    gen = torch.Generator().manual_seed((config.seed + 1) % 2 ** 64)  # the trainer's batch stream
-    x, y = TextData.windows_at(task.text.train, task.round_order(1, gen)[0], config.block_size)
+    from ...tasks.corpus import TextData
+    gen = torch.Generator().manual_seed((run.seed + 1) % 2 ** 64)  # the trainer's batch stream
+    x, y = TextData.windows_at(task.text.train, task.round_order(1, gen)[0], task.model.block_size)
     sharded = _sharded(impl, x, y)
     bug = torch.zeros((), dtype=torch.int64)
     if info.is_main:
-        pieces = max(2, impl.D * config.micro_batches)
+        pieces = max(2, impl.D * impl.split.micro_batches)
         mine = shard_bounds(x.shape[0], DistInfo(0, impl.D))[1]  # rank 0's rows: the outputs it recorded
         refs = [{k: v[:mine] if k.startswith("output") else v for k, v in ref.items()}
-                for ref in (_reference(config, task, device, x, y, 1),
-                            _reference(config, task, device, x, y, min(pieces, x.shape[0])))]
-        rows_ = compare(sharded, *refs, torch.finfo(config.torch_dtype).eps)
-        for line in report(rows_, config):
+                for ref in (_reference(optim, run.torch_dtype, task, device, x, y, 1),
+                            _reference(optim, run.torch_dtype, task, device, x, y, min(pieces, x.shape[0])))]
+        rows_ = compare(sharded, *refs, torch.finfo(run.torch_dtype).eps)
+        for line in report(rows_, impl.split, run.dtype):
             say(line)
         bug += any(r["verdict"] == "bug" for r in rows_)
     dist.broadcast(bug, 0)
     return EXIT_FAILED if bug.item() else EXIT_OK
 
 
-def report(rows_: list[dict], config: TrainConfig) -> list[str]:
+def report(rows_: list[dict], split: ParallelConfig, dtype: str) -> list[str]:
     """The table, then the verdict line naming the first tensor past rounding."""
-    split = (f"--tensor-parallel {config.tensor_parallel}{' --sequence-parallel' * config.sequence_parallel} "
-             f"--pipeline-parallel {config.pipeline_parallel} --zero {config.zero}")
-    lines = [f"parity of the first step, {split} against one process ({config.dtype}): largest |difference| per "
+    settings = (f"--tensor-parallel {split.tensor_parallel}{' --sequence-parallel' * split.sequence_parallel} "
+                f"--pipeline-parallel {split.pipeline_parallel} --zero {split.zero}")
+    lines = [f"parity of the first step, {settings} against one process ({dtype}): largest |difference| per "
              f"tensor; 'reordered': a one-process sum in another order",
              f"{'tensor':<48}{'|diff|':>10}{'reordered':>11}{'max|ref|':>10}  verdict"]
     lines += [f"{r['tensor']:<48}{r['diff']:>10.1e}{r['reordered']:>11.1e}{r['scale']:>10.1e}  {r['verdict']}"
               for r in rows_]
     first = next((r for r in rows_ if r["verdict"] != "rounding"), None)
     if first is None:
-        lines.append(f"parity: all {len(rows_)} tensors within {config.dtype} rounding of one process")
+        lines.append(f"parity: all {len(rows_)} tensors within {dtype} rounding of one process")
     elif all(r["verdict"] != "bug" for r in rows_):
-        lines.append(f"parity: round-off. The first tensor past {config.dtype} rounding is {first['tensor']} "
+        lines.append(f"parity: round-off. The first tensor past {dtype} rounding is {first['tensor']} "
                      f"(|diff| {first['diff']:.1e}), and a reordered one-process sum differs as much "
                      f"({first['reordered']:.1e}); no tensor differs more than reordering explains")
     else:
         bug = next(r for r in rows_ if r["verdict"] == "bug")
-        lines.append(f"parity: BUG. The first tensor past {config.dtype} rounding is {first['tensor']} (|diff| "
+        lines.append(f"parity: BUG. The first tensor past {dtype} rounding is {first['tensor']} (|diff| "
                      f"{first['diff']:.1e}, max|ref| {first['scale']:.1e}); the first no reordered sum explains is "
                      f"{bug['tensor']} (|diff| {bug['diff']:.1e} against {bug['reordered']:.1e} from reordering)")
     return lines

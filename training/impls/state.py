@@ -1,7 +1,7 @@
-"""Loading a checkpoint into a freshly built run: weights and buffers, optimizer states (an older format's Linear
-state transposed to today's layout), schedulers, loss scalers and random streams, each checked against the model
-before it is loaded; a missing or mis-shaped tensor, or more steps than the checkpoint's epochs hold, is refused
-naming it."""
+"""What a checkpoint holds of the implementations (``impls_state``), and loading it into a freshly built run
+(``restore``): weights and buffers, optimizer states (an older format's Linear state transposed to today's layout),
+schedulers, loss scalers and random streams, each checked against the model before it is loaded; a missing or
+mis-shaped tensor, or more steps than the checkpoint's epochs hold, is refused naming it."""
 from __future__ import annotations
 
 import math
@@ -10,8 +10,21 @@ from pathlib import Path
 
 import torch
 
-from ..impls import load_weights_state, weights_state
-from .checkpoint import TRANSPOSED_LINEAR_STATE, _refuse
+from ..storage.checkpoint import TRANSPOSED_LINEAR_STATE, _refuse
+from . import load_weights_state, weights_state
+
+
+def impls_state(impls: dict) -> dict:
+    """Every implementation's weights (a mixed-precision run's float32 masters), optimizer, scheduler and loss
+    scaler state, by implementation, as a checkpoint keeps them."""
+    return {
+        "models": {name: weights_state(impl) for name, impl in impls.items()},
+        "optimizers": {name: impl.opt.state_dict() for name, impl in impls.items()},
+        "schedulers": {name: impl.sched.state_dict() for name, impl in impls.items() if impl.sched is not None},
+        "scalers": {name: impl.scaler.state_dict() for name, impl in impls.items()
+                    if getattr(impl, "scaler", None) is not None},
+    }
+
 
 def set_capturable(opt: torch.optim.Optimizer, capturable: bool, tensor_lr: bool = False) -> None:
     """Make a loaded optimizer state fit this run: ``capturable`` in every group (load_state_dict brings back the

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from .pipeline_runtime import format_trace
-from .pipeline_schedules import COMPUTE, render
+from ..pipeline_runtime import format_trace
+from ..pipeline_schedules import COMPUTE, render
 
 TEXT, PNG = "pipeline_timeline.txt", "pipeline_timeline.png"
 
@@ -51,7 +51,7 @@ def timeline_lines(schedule: str, micro_batches: int, traces: list[list]) -> lis
 
 def write_timeline(out: Path, schedule: str, micro_batches: int, traces: list[list], png: bool) -> tuple[list, list]:
     """Write the text (and with ``png`` the figure) into ``out``; -> (the files' names, the text's lines)."""
-    from ..storage.files import atomic_write_text
+    from ...storage.files import atomic_write_text
     lines = timeline_lines(schedule, micro_batches, traces)
     atomic_write_text(Path(out) / TEXT, "\n".join(lines) + "\n")
     written = [TEXT]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .pipeline_schedules import bubble, bubble_formula, timeline
+from ..pipeline_schedules import bubble, bubble_formula, timeline
 
 COLOURS = {"F": "#4c72b0", "B": "#dd8452", "W": "#55a868"}
 

@@ -3,32 +3,29 @@
 A rank started with another ``--lr`` (or another ``--hidden``, or other data under the same name) would train
 something else in lockstep with the others, or fail in a collective with a shape error, or hang.  So at start-up,
 once the data is loaded, every rank sends every other rank what defines its run: each setting that is not
-merely local to it (``config.LOCAL_FIELDS``: paths, printing, the device index), the device type, the data's
+merely local to it (declared ``local``: paths, printing, the device index), the device type, the data's
 fingerprint and the checkpoint it resumes.  These are a few hundred bytes, so the values themselves travel
 (not a hash of them), and a disagreement stops every rank with the same line naming each field that differs
 and every rank's value of it.
 """
 from __future__ import annotations
 
-from dataclasses import fields
-
 import torch
 import torch.distributed as dist
 
-from ..config import LOCAL_FIELDS, TrainConfig, flag
-from .distributed import DistInfo
-from ..errors import UsageError
-from ..storage.fingerprint import difference
+from ...errors import UsageError
+from ...storage.fingerprint import difference
+from ..distributed import DistInfo
 
 
 class RanksDisagree(UsageError):
     """The ranks were started with different settings or data."""
 
 
-def run_identity(config: TrainConfig, device: torch.device, data_fingerprint: dict, ckpt: dict | None) -> dict:
-    """What must be equal on every rank: setting name -> value, and the device type, data and checkpoint."""
-    values = {flag(f.name): getattr(config, f.name) for f in fields(config)
-              if f.name not in LOCAL_FIELDS and f.name != "given"}
+def run_identity(settings: dict, device: torch.device, data_fingerprint: dict, ckpt: dict | None) -> dict:
+    """What must be equal on every rank: ``settings`` (flag -> value, those not local to a rank), and the device
+    type, data and checkpoint."""
+    values = dict(settings)
     values["the device type"] = device.type
     values["the data"] = data_fingerprint
     values["the checkpoint resumed"] = None if ckpt is None else f"sha256 {str(ckpt.get('sha256'))[:16]}... " \
