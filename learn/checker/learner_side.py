@@ -160,10 +160,9 @@ def _inert_checks() -> None:
     cell = types.ModuleType("learn.cell")
     cell.check = lambda *args, **kwargs: None
     sys.modules["learn.cell"] = cell
-    import learn
-    import learn.checker as checker
-    learn.cell = cell
-    checker.check_class = lambda *args, **kwargs: True
+    # the packages this module sits in, loaded before it (taken from sys.modules: importing them would be a cycle)
+    sys.modules["learn"].cell = cell
+    sys.modules["learn.checker"].check_class = lambda *args, **kwargs: True
 
 
 _GRAPH: dict = {}
