@@ -8,6 +8,7 @@ import sys
 import time
 
 import tests.learn_attacks as attack
+from learn.checker import planned
 from tests.test_learn_sandbox import _processes_with
 
 
@@ -39,7 +40,8 @@ def test_a_class_of_attacks_leaves_the_honest_grades_and_nothing_else(tmp_path, 
     rows = {r["student"]: r for r in csv.DictReader((out / "grades.csv").open())}
     assert len(rows) == len(honest) + len(attacks) + 1  # every student, the link included
     for student in ("alice", "carol", "dave"):
-        assert (rows[student]["verdict"], rows[student]["score"]) == ("right", "10"), rows[student]
+        assert (rows[student]["verdict"], rows[student]["score"]) == ("right", str(len(planned("linear")))), \
+            rows[student]
     assert rows["bob"]["verdict"] == "wrong" and rows["bob"]["named_mistakes"] == "bias-mean"
     attackers = {r: rows[r] for r in rows if r not in ("alice", "bob", "carol", "dave")}
     assert all(int(r["score"]) < int(r["max_score"]) for r in attackers.values()), attackers
