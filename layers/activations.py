@@ -16,7 +16,7 @@ from torch import Tensor
 
 from . import fused
 from .fused import _LOG2_INV_SQRT_2PI, _LOG2E, _SQRT_2_OVER_PI  # the constants of GELU's formulas, once
-from .checks import check_bool, check_int, check_number
+from .checks import Expects, check_bool, check_int, check_number
 from .layer import BaseLayer
 from .saved import check_versions, versions
 
@@ -47,11 +47,11 @@ class ReLU(_Activation):
     def extra_repr(self) -> str:
         return "inplace=True" if self.inplace else ""
 
-    def forward(self, x: Tensor):
+    def forward_math(self, x: Tensor):
         out = torch.relu_(x) if self.inplace else torch.relu(x)
         return out, Out(out)
 
-    def backward(self, dout: Tensor, saved: Out) -> Tensor:
+    def backward_math(self, dout: Tensor, saved: Out) -> Tensor:
         # out >= 0, so sign(out) is exactly the 0/1 mask (out > 0).  Multiplying by it is one fused
         # float kernel; dout * (out > 0) computes the same numbers 3-5x slower on CPU (bool temporaries),
         # torch.where(out > 0, dout, 0) 5-7x slower.  The mask's buffer becomes dx (mask * dout, in place):
@@ -64,11 +64,11 @@ class Tanh(_Activation):
 
     torch_class = torch.nn.Tanh
 
-    def forward(self, x: Tensor):
+    def forward_math(self, x: Tensor):
         out = torch.tanh(x)
         return out, Out(out)
 
-    def backward(self, dout: Tensor, saved: Out) -> Tensor:
+    def backward_math(self, dout: Tensor, saved: Out) -> Tensor:
         return dout * (1 - saved.out * saved.out)
 
 
@@ -77,11 +77,11 @@ class Sigmoid(_Activation):
 
     torch_class = torch.nn.Sigmoid
 
-    def forward(self, x: Tensor):
+    def forward_math(self, x: Tensor):
         out = torch.sigmoid(x)
         return out, Out(out)
 
-    def backward(self, dout: Tensor, saved: Out) -> Tensor:
+    def backward_math(self, dout: Tensor, saved: Out) -> Tensor:
         return dout * saved.out * (1 - saved.out)
 
 
@@ -89,6 +89,7 @@ class _AlongDim(_Activation):
     """An activation normalised along one axis, ``dim`` (Softmax, LogSoftmax): its check and repr."""
 
     _ctor_args = ("dim",)
+    expects = Expects(axis="dim")  # a floating-point tensor with an axis dim
     _dim_hint = ""  # added to the message that refuses a dim that is not an int
 
     def __init__(self, dim: int) -> None:
@@ -97,11 +98,6 @@ class _AlongDim(_Activation):
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"
-
-    def check_input(self, x: Tensor) -> None:
-        super().check_input(x)
-        if not -x.dim() <= self.dim < max(x.dim(), 1):
-            raise ValueError(f"{self!r}: dim {self.dim} is out of range for an input of shape {tuple(x.shape)}")
 
 
 class Softmax(_AlongDim):
@@ -116,11 +112,11 @@ class Softmax(_AlongDim):
     def __init__(self, dim: int = -1) -> None:
         super().__init__(dim)
 
-    def forward(self, x: Tensor):
+    def forward_math(self, x: Tensor):
         out = torch.softmax(x, self.dim)  # subtracts the row max: stable for large logits
         return out, Out(out)
 
-    def backward(self, dout: Tensor, saved: Out) -> Tensor:
+    def backward_math(self, dout: Tensor, saved: Out) -> Tensor:
         s = saved.out
         return s * (dout - (dout * s).sum(self.dim, keepdim=True))
 
@@ -140,11 +136,11 @@ class LogSoftmax(_AlongDim):
     def __init__(self, dim: int | None = None) -> None:
         super().__init__(dim)
 
-    def forward(self, x: Tensor):
+    def forward_math(self, x: Tensor):
         out = torch.log_softmax(x, self.dim)  # x - max - log(sum(exp(x - max))): stable
         return out, Out(out)
 
-    def backward(self, dout: Tensor, saved: Out) -> Tensor:
+    def backward_math(self, dout: Tensor, saved: Out) -> Tensor:
         return dout - saved.out.exp() * dout.sum(self.dim, keepdim=True)
 
 
@@ -164,12 +160,12 @@ class LeakyReLU(_Activation):
     def extra_repr(self) -> str:
         return f"negative_slope={self.negative_slope}" + (", inplace=True" if self.inplace else "")
 
-    def forward(self, x: Tensor):
+    def forward_math(self, x: Tensor):
         if self.inplace:  # keep the mask x > 0 (its own tensor, which nothing else can change): x is overwritten
             return torch.nn.functional.leaky_relu_(x, self.negative_slope), X(x > 0)
         return torch.nn.functional.leaky_relu(x, self.negative_slope), X(x)
 
-    def backward(self, dout: Tensor, saved: X) -> Tensor:
+    def backward_math(self, dout: Tensor, saved: X) -> Tensor:
         positive = saved.x if saved.x.dtype == torch.bool else saved.x > 0
         return torch.where(positive, dout, dout * self.negative_slope)
 
@@ -213,7 +209,7 @@ class GELU(_Activation):
     def extra_repr(self) -> str:
         return f"approximate={self.approximate!r}"
 
-    def forward(self, x: Tensor):
+    def forward_math(self, x: Tensor):
         out = torch.nn.functional.gelu(x, approximate=self.approximate)
         return out, self.Saved(x, None if self.recompute_output else out)
 
@@ -231,7 +227,7 @@ class GELU(_Activation):
             self._versions = versions(x, out)  # out too is checked before backward
         return out
 
-    def backward(self, dout: Tensor, saved: Saved) -> Tensor:
+    def backward_math(self, dout: Tensor, saved: Saved) -> Tensor:
         x, out = saved
         if out is None and self.approximate == "none":
             out = torch.nn.functional.gelu(x)  # recompute_output without recompute(): computed here
@@ -276,11 +272,11 @@ class SiLU(_Activation):
     def extra_repr(self) -> str:
         return "inplace=True" if self.inplace else ""
 
-    def forward(self, x: Tensor):
+    def forward_math(self, x: Tensor):
         s = torch.sigmoid(x)  # (N, ...)
         out = x.mul_(s) if self.inplace else x * s  # (N, ...)
         return out, self.Saved(s, out)
 
-    def backward(self, dout: Tensor, saved: Saved) -> Tensor:
+    def backward_math(self, dout: Tensor, saved: Saved) -> Tensor:
         s, out = saved
         return dout * (s + out * (1 - s))

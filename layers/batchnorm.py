@@ -15,7 +15,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from .checks import LOW_PRECISION, check_bool, check_floating, check_int, check_number, check_tensor
+from .checks import LOW_PRECISION, Expects, check_bool, check_int, check_number
 from .layer import BaseLayer, learned
 
 
@@ -67,8 +67,6 @@ class _BatchNorm(BaseLayer):
     _saved_labels = {"xc": "its input x"}  # x - mean, the layer's own copy of x centred: named as x
     _syncing = False  # whether this forward's statistics span processes (SyncBatchNorm; its backward's too)
     _ctor_args = ("num_features", "eps", "momentum", "affine", "track_running_stats", "bias")
-    _input_dims: tuple[int, ...] = ()  # ranks of input accepted, set by the subclasses
-    _shape_text = ""
 
     class Saved(NamedTuple):
         xc: Tensor | None  # (N, C, ...) x - mean, training (xhat = xc * invstd is never stored); None in eval
@@ -148,7 +146,7 @@ class _BatchNorm(BaseLayer):
 
     # -- forward and backward ----------------------------------------------------------------------------
 
-    def forward(self, x: Tensor):
+    def forward_math(self, x: Tensor):
         """x: (N, C) or (N, C, L) [BatchNorm1d], (N, C, H, W) [BatchNorm2d] -> out: same shape."""
         self._syncing = self._synchronises()
         dims = (0, *range(2, x.dim()))  # every axis but the channel axis
@@ -196,7 +194,7 @@ class _BatchNorm(BaseLayer):
         rm.mul_(1 - f).add_(f * mean.to(rm.dtype))
         rv.mul_(1 - f).add_(f * unbiased.to(rv.dtype))
 
-    def backward(self, dout: Tensor, saved: Saved):
+    def backward_math(self, dout: Tensor, saved: Saved):
         """dout: shape of out -> dx: shape of x (None when not ``self.needs_input_grad``: the first layer of a
         network); dgamma (C,) and dbeta (C,), added into weight.grad, bias.grad."""
         if not self.needs_input_grad and self.weight is None:  # affine=False: no parameter, no dx: nothing to do
@@ -224,27 +222,6 @@ class _BatchNorm(BaseLayer):
             dx.addcmul_(xc, (-saved.scale * invstd * sum_dout_xhat / count).view(bshape))
         return _as(dx, saved.dtype), grads
 
-    def check_input(self, x: object) -> None:
-        ref = self.weight if self.weight is not None else self.running_mean
-        if not (isinstance(x, Tensor) and x.dim() in self._input_dims and x.shape[1] == self.num_features
-                and (ref is None or (x.device == ref.device and (x.dtype == ref.dtype or (
-                    x.dtype in LOW_PRECISION and ref.dtype == torch.float32))))
-                and x.is_floating_point()):
-            self._reject_input(x)  # the cheap test above failed: find out what is wrong and say so
-
-    def _reject_input(self, x: object) -> None:
-        check_tensor(repr(self), "x", x)
-        check_floating(repr(self), "x", x)
-        if x.dim() not in self._input_dims or x.shape[1] != self.num_features:
-            raise ValueError(f"{self!r}: expected input of shape {self._shape_text.format(C=self.num_features)}, "
-                             f"got {tuple(x.shape)}")
-        ref = self.weight if self.weight is not None else self.running_mean
-        if x.device != ref.device:
-            raise ValueError(f"{self!r}: x is on {x.device} but the parameters are on {ref.device}; "
-                             f"move one of them (e.g. layer.to(device='{x.device}'))")
-        raise ValueError(f"{self!r}: x has dtype {x.dtype} but the parameters have dtype {ref.dtype} (a float16/"
-                         f"bfloat16 input is accepted with float32 parameters); convert one of them")
-
 
 def _as(t: Tensor, dtype: torch.dtype) -> Tensor:
     """t in ``dtype`` (a float16/bfloat16 input's gradient comes back in its dtype from the float32 sums)."""
@@ -259,13 +236,13 @@ def _as_like(t: Tensor, param: Tensor | None) -> Tensor | None:
 class BatchNorm1d(_BatchNorm):
     __doc__ = "Batch norm over (N, C) or (N, C, L): statistics per channel over N (and L).\n\n" + _BatchNorm.__doc__
     torch_class = torch.nn.BatchNorm1d
-    _input_dims = (2, 3)
-    _shape_text = "(N, {C}) or (N, {C}, L)"
+    expects = Expects(dims=(2, 3), size=(1, "num_features"), like=("weight", "running_mean"), half=True,
+                      shape="(N, {num_features}) or (N, {num_features}, L)")
 
 
 class BatchNorm2d(_BatchNorm):
     __doc__ = "Batch norm over (N, C, H, W): statistics per channel over N, H and W.\n\n" + _BatchNorm.__doc__
     torch_class = torch.nn.BatchNorm2d
-    _input_dims = (4,)
-    _shape_text = "(N, {C}, H, W)"
+    expects = Expects(dims=(4,), size=(1, "num_features"), like=("weight", "running_mean"), half=True,
+                      shape="(N, {num_features}, H, W)")
 

@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .checks import check_bool, check_int, check_like, check_tensor, is_a
+from .checks import Expects, check_bool, check_int, is_a
 from .init import torch_default_params
 from .layer import BaseLayer, learned
 
@@ -84,6 +84,8 @@ class Conv2d(BaseLayer):
     """
 
     _param_names = ("weight", "bias")
+    expects = Expects(dims=(3, 4), size=(-3, "in_channels"), like=("weight",), like_name="input", floating=False,
+                      shape="(N, {in_channels}, H, W) or, unbatched, ({in_channels}, H, W)")
     torch_class = torch.nn.Conv2d
     _ctor_args = ("in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation", "groups", "bias",
                   "padding_mode")
@@ -149,7 +151,7 @@ class Conv2d(BaseLayer):
         (kh, kw), (sh, sw), (ph, pw), (dh, dw) = self.kernel_size, self.stride, self._pad, self.dilation
         return conv_out_size(h, kh, sh, ph, dh), conv_out_size(w, kw, sw, pw, dw)
 
-    def forward(self, x: Tensor):
+    def forward_math(self, x: Tensor):
         """x: (N, C_in, H, W) -> out: (N, C_out, H_out, W_out); or unbatched, (C_in, H, W) -> (C_out, H_out, W_out)."""
         unbatched = x.dim() == 3
         if unbatched:
@@ -166,7 +168,7 @@ class Conv2d(BaseLayer):
         out = out.squeeze(0) if unbatched else out  # (N, C_out, H_out, W_out) or (C_out, H_out, W_out)
         return out, self.Saved(x, self.weight, hw, unbatched)
 
-    def backward(self, dout: Tensor, saved: Saved):
+    def backward_math(self, dout: Tensor, saved: Saved):
         """dout: (N, C_out, H_out, W_out) -> dx: (N, C_in, H, W) (None if not ``need_input_grad``);
         dw (C_out, C_in / G, kH, kW) and db (C_out,), added into weight.grad and bias.grad.
         Unbatched: dout (C_out, H_out, W_out) -> dx (C_in, H, W)."""
@@ -179,17 +181,6 @@ class Conv2d(BaseLayer):
             dx = dx.squeeze(0) if saved.unbatched else dx
         # dw and db as callables: computed only for a parameter that wants one (a frozen one costs nothing)
         return dx, {"weight": lambda: self._weight_grad_for(x, dout), "bias": lambda: dout.sum((0, 2, 3))}
-
-    def check_input(self, x: object) -> None:
-        w = self.weight
-        if isinstance(x, Tensor) and x.dim() in (3, 4) and x.shape[-3] == self.in_channels \
-                and x.dtype == w.dtype and x.device == w.device:
-            return
-        check_tensor(repr(self), "x", x)  # the cheap test above failed: find out what is wrong and say so
-        if x.dim() not in (3, 4) or x.shape[-3] != self.in_channels:
-            raise ValueError(f"{self!r}: expected input of shape (N, {self.in_channels}, H, W) or, unbatched, "
-                             f"({self.in_channels}, H, W), got {tuple(x.shape)}")
-        check_like(repr(self), "input", x, self.weight, "weight")
 
     def _weight_grad_for(self, x: Tensor, dout: Tensor) -> Tensor:
         """dw, (C_out, C_in / G, kH, kW): added into an existing ``.grad`` straight from the strided view the

@@ -74,13 +74,13 @@ class Embedding(BaseLayer):
         pad = f", padding_idx={self.padding_idx}" if self.padding_idx is not None else ""
         return f"{self.num_embeddings}, {self.embedding_dim}{pad}"
 
-    def forward(self, idx: Tensor):
+    def forward_math(self, idx: Tensor):
         """idx: integer (*) -> out: (*, D)."""
         flat = idx.reshape(-1)  # (P,)
         out = self.weight.index_select(0, flat)  # (P, D): a copy of each looked-up row
         return out.view(*idx.shape, self.embedding_dim), self.Saved(flat)  # (*, D)
 
-    def backward(self, dout: Tensor, saved: Saved):
+    def backward_math(self, dout: Tensor, saved: Saved):
         """dout: (*, D) -> None (ids have no gradient), and dweight (V, D): dout's rows added at their ids."""
         d = dout.reshape(-1, self.embedding_dim)  # (P, D)
         if self.padding_idx is not None:  # the padding row gets no gradient: its positions contribute zero

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from . import fused
-from .checks import LOW_PRECISION, check_bool, check_floating, check_number, check_tensor, is_a
+from .checks import LOW_PRECISION, Expects, check_bool, check_number, is_a
 from .layer import BaseLayer, learned
 from .saved import check_versions
 
@@ -41,6 +41,7 @@ class LayerNorm(BaseLayer):
     """
 
     _param_names = ("weight", "bias")
+    expects = Expects(trailing="normalized_shape", like=("weight",), half=True, shape="(*, {_shape_text})")
     torch_class = torch.nn.LayerNorm
     _ctor_args = ("normalized_shape", "eps", "elementwise_affine", "bias")
 
@@ -76,10 +77,14 @@ class LayerNorm(BaseLayer):
         self.bias = torch.zeros(shape, **kw) if elementwise_affine and bias else None  # S, beta
         learned(self.weight, self.bias)
 
+    @property
+    def _shape_text(self) -> str:
+        return ", ".join(map(str, self.normalized_shape))
+
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
 
-    def forward(self, x: Tensor):
+    def forward_math(self, x: Tensor):
         """x: (*, S) -> out: (*, S)."""
         if x.dtype not in LOW_PRECISION:  # out (*, S), mean and invstd (*, 1...) in one fused kernel
             out, mean, invstd = torch.native_layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
@@ -118,7 +123,7 @@ class LayerNorm(BaseLayer):
         """The normalised axes S of an input (*, S): the last len(S)."""
         return tuple(range(x.dim() - len(self.normalized_shape), x.dim()))
 
-    def backward(self, dout: Tensor, saved: Saved):
+    def backward_math(self, dout: Tensor, saved: Saved):
         """dout: (*, S) -> dx: (*, S), and dgamma (S), dbeta (S) summed over the leading axes."""
         x, mean, invstd, xhat, weight, bias = saved
         if xhat is None and weight is not None and self.needs_input_grad and fused.usable(dout, x, weight):
@@ -150,26 +155,3 @@ class LayerNorm(BaseLayer):
         m2 = dxhat_xhat.mean(dims, keepdim=True)  # (*, 1...)
         dx = dxhat.sub_(dxhat.mean(dims, keepdim=True)).addcmul_(xhat, m2, value=-1).mul_(invstd)  # (*, S)
         return dx.to(x.dtype), grads
-
-    def check_input(self, x: object) -> None:
-        k, w = len(self.normalized_shape), self.weight
-        if isinstance(x, Tensor) and x.is_floating_point() and x.dim() >= k \
-                and tuple(x.shape[x.dim() - k:]) == self.normalized_shape \
-                and (w is None or (x.device == w.device and (x.dtype == w.dtype or (
-                    x.dtype in LOW_PRECISION and w.dtype == torch.float32)))):
-            return
-        self._reject_input(x)  # the cheap test above failed: find out what is wrong and say so
-
-    def _reject_input(self, x: object) -> None:
-        check_tensor(repr(self), "x", x)
-        check_floating(repr(self), "x", x)
-        k = len(self.normalized_shape)
-        if x.dim() < k or tuple(x.shape[x.dim() - k:]) != self.normalized_shape:
-            raise ValueError(f"{self!r}: expected input of shape (*, {', '.join(map(str, self.normalized_shape))}), "
-                             f"got {tuple(x.shape)}")
-        w = self.weight
-        if x.device != w.device:
-            raise ValueError(f"{self!r}: x is on {x.device} but the parameters are on {w.device}; "
-                             f"move one of them (e.g. layer.to(device='{x.device}'))")
-        raise ValueError(f"{self!r}: x has dtype {x.dtype} but the parameters have dtype {w.dtype} (a float16/"
-                         f"bfloat16 input is accepted with float32 parameters); convert one of them")

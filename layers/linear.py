@@ -6,7 +6,7 @@ from torch import Tensor
 
 from typing import NamedTuple
 
-from .checks import check_int, check_like, check_tensor
+from .checks import Expects, check_int
 from .init import torch_default_params
 from .layer import BaseLayer, Product, learned
 
@@ -39,6 +39,8 @@ class Linear(BaseLayer):
     """
 
     _param_names = ("weight", "bias")
+    expects = Expects(size=(-1, "in_features"), like=("weight",), shape="(*, {in_features})", like_name="input",
+                      floating=False)
     _input_grad_only = ("weight",)  # read for dx only: autograd keeps the weight only when x needs a gradient
     torch_class = torch.nn.Linear
     _ctor_args = ("in_features", "out_features", "bias")
@@ -58,7 +60,7 @@ class Linear(BaseLayer):
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
-    def forward(self, x: Tensor, keep_input: bool = True):
+    def forward_math(self, x: Tensor, keep_input: bool = True):
         """x: (*, D) -> out: (*, H); (N, D) -> (N, H) is the common case.
 
         ``keep_input=False``: do not hold x until backward (a caller that can give it back then, recomputed
@@ -71,7 +73,7 @@ class Linear(BaseLayer):
         out = out if len(lead) == 1 else out.view(*lead, self.out_features)  # (*, H)
         return out, self.Saved(x if keep_input else None, self.weight, lead)
 
-    def backward(self, dout: Tensor, saved: Saved, input: Tensor | None = None):
+    def backward_math(self, dout: Tensor, saved: Saved, input: Tensor | None = None):
         """dout: (*, H) -> dx: (*, D); dW (H, D) and db (H,) summed over every leading position.
 
         ``input``: the forward's x, given back when the forward was told not to keep it
@@ -85,16 +87,6 @@ class Linear(BaseLayer):
             dx = dx if len(saved.lead) == 1 else dx.view(*saved.lead, self.in_features)  # (*, D)
         # out = x W^T + b: each output row's dW is dout's column times x, and b is added to every row
         return dx, {"weight": Product(dout.t(), x), "bias": dout.sum(0)}
-
-    def check_input(self, x: object, keep_input: bool = True) -> None:
-        w = self.weight
-        if isinstance(x, Tensor) and x.dim() >= 1 and x.shape[-1] == self.in_features \
-                and x.dtype == w.dtype and x.device == w.device:
-            return
-        check_tensor(repr(self), "x", x)  # the cheap test above failed: find out what is wrong and say so
-        if x.dim() == 0 or x.shape[-1] != self.in_features:
-            raise ValueError(f"{self!r}: expected input of shape (*, {self.in_features}), got {tuple(x.shape)}")
-        check_like(repr(self), "input", x, self.weight, "weight")
 
     def _given_input(self, saved: Saved, input: Tensor | None) -> Tensor:
         """The (N, D) input for dW when the caller gives it back (checked against the forward's shape)."""

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .checks import check_bool, check_floating, check_tensor, is_a
+from .checks import Expects, check_bool, is_a
 from .conv import pair
 from .layer import BaseLayer
 from .saved import versions
@@ -34,6 +34,7 @@ class _Pool2d(BaseLayer):
     unbatched (C, H, W) image in and (C, H_out, W_out) out (pooled as a batch of one)."""
 
     _dilation = (1, 1)
+    expects = Expects(dims=(3, 4), shape="(N, C, H, W) or, unbatched, (C, H, W)")
 
     def _check_args(self, kernel_size, stride, padding, ceil_mode) -> None:
         owner = type(self).__name__
@@ -58,13 +59,6 @@ class _Pool2d(BaseLayer):
     def _out_hw(self, x: Tensor) -> tuple[int, int]:
         return tuple(pool_out_size(x.shape[2 + i], self._k[i], self._s[i], self._p[i], self._dilation[i],
                                    ceil_mode=self.ceil_mode) for i in range(2))
-
-    def check_input(self, x: object) -> None:
-        if not (isinstance(x, Tensor) and x.dim() in (3, 4) and x.is_floating_point()):
-            check_tensor(repr(self), "x", x)
-            check_floating(repr(self), "x", x)
-            raise ValueError(f"{self!r}: expected input of shape (N, C, H, W) or, unbatched, (C, H, W), "
-                             f"got {tuple(x.shape)}")
 
     def _batched(self, x: Tensor) -> Tensor:
         """x as (N, C, H, W): an unbatched (C, H, W) image gets a batch axis of one (a view); checks its size."""
@@ -124,7 +118,7 @@ class MaxPool2d(_Pool2d):
         return (super().extra_repr() + (f", dilation={self.dilation}" if self._dilation != (1, 1) else "")
                 + (", ceil_mode=True" if self.ceil_mode else ""))
 
-    def forward(self, x: Tensor):
+    def forward_math(self, x: Tensor):
         """x: (N, C, H, W) -> out: (N, C, H_out, W_out); unbatched (C, H, W) -> (C, H_out, W_out)."""
         x4 = self._batched(x)
         xp = x4
@@ -144,7 +138,7 @@ class MaxPool2d(_Pool2d):
             out = out.squeeze(0)  # unbatched
         return out, self.Saved(idx, x4.shape, x.shape, self.Fused(x, out, versions(x, out)))
 
-    def backward(self, dout: Tensor, saved: Saved) -> Tensor:
+    def backward_math(self, dout: Tensor, saved: Saved) -> Tensor:
         """dout: (N, C, H_out, W_out) -> dx: (N, C, H, W), dout scattered to each window's argmax (unbatched:
         without the N axis)."""
         n, c, h, w = saved.batched
@@ -171,7 +165,7 @@ class MaxPool2d(_Pool2d):
         x, out, then = saved.fused
         if torch.compiler.is_compiling() or versions(x, out) != then:
             return None  # (compiled: the two backwards, each with its check; the compiler fuses them)
-        self.check_dout(dout, self._out_meta)  # before dout meets the mask: named, never broadcast
+        self.check_dout((dout,), self._out_meta, saved)  # before dout meets the mask: named, never broadcast
         relu.discard_saved()
         return self.backward(out.sign().mul_(dout))
 
@@ -217,7 +211,7 @@ class AvgPool2d(_Pool2d):
                 + ("" if self.count_include_pad else ", count_include_pad=False")
                 + ("" if self.divisor_override is None else f", divisor_override={self.divisor_override}"))
 
-    def forward(self, x: Tensor):
+    def forward_math(self, x: Tensor):
         """x: (N, C, H, W) -> out: (N, C, H_out, W_out); unbatched (C, H, W) -> (C, H_out, W_out)."""
         x4 = self._batched(x)
         out = F.avg_pool2d(x4, self._k, self._s, self._p, self.ceil_mode, self.count_include_pad,
@@ -241,7 +235,7 @@ class AvgPool2d(_Pool2d):
             counts.append(end - start if self.count_include_pad else end.clamp(max=size) - start.clamp(min=0))
         return counts[0][:, None] * counts[1][None, :]  # (H_out, W_out)
 
-    def backward(self, dout: Tensor, saved: Saved) -> Tensor:
+    def backward_math(self, dout: Tensor, saved: Saved) -> Tensor:
         """dout: (N, C, H_out, W_out) -> dx: (N, C, H, W) (unbatched: without the N axis)."""
         (n, c, h, w), ho, wo = saved.batched, dout.shape[-2], dout.shape[-1]
         (kh, kw), (sh, sw), (ph, pw) = self._k, self._s, self._p

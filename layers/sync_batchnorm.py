@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from .checks import Expects
 from .batchnorm import _BatchNorm
 from .layer import BaseLayer
 from .sequential import Sequential
@@ -41,8 +42,8 @@ class SyncBatchNorm(_BatchNorm):
 
     torch_class = torch.nn.SyncBatchNorm
     _ctor_args = ("num_features", "eps", "momentum", "affine", "track_running_stats", "process_group", "bias")
-    _input_dims = tuple(range(2, 9))  # any (N, C, *) as torch's SyncBatchNorm
-    _shape_text = "(N, {C}, *)"
+    expects = Expects(dims=tuple(range(2, 9)), size=(1, "num_features"), like=("weight", "running_mean"), half=True,
+                      shape="(N, {num_features}, *)")  # any (N, C, *) as torch's SyncBatchNorm
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
                  track_running_stats: bool = True, process_group: dist.ProcessGroup | None = None, *,

@@ -116,7 +116,7 @@ class CrossEntropyLoss(Loss):
         ignore = f", ignore_index={self.ignore_index}" if self.ignore_index != -100 else ""
         return f"CrossEntropyLoss(reduction={self.reduction!r}, label_smoothing={self.label_smoothing}{ignore})"
 
-    def forward(self, logits: Tensor, target: Tensor):
+    def forward_math(self, logits: Tensor, target: Tensor):
         """logits (N, C) / (N, C, d1, ...) / (C,), target of class indices or probabilities -> loss, a 0-d tensor."""
         dtype, shape = logits.dtype, logits.shape
         z, t = _rows(logits, target)  # (M, C), and (M,) class indices or (M, C) probabilities
@@ -144,7 +144,7 @@ class CrossEntropyLoss(Loss):
         scale = 1.0 / count if self.reduction == "mean" else 1.0
         return total * -scale, self.Saved(logp, t, skip, scale, dtype, shape)
 
-    def backward(self, dout: float | Tensor, saved: Saved) -> Tensor:
+    def backward_math(self, dout: float | Tensor, saved: Saved) -> Tensor:
         """-> dL/dlogits in the logits' shape, times ``dout`` (the upstream gradient of the scalar loss, default 1)."""
         logp, target, skip, scale = saved.logp, saved.target, saved.skip, saved.scale
         s = dout * scale

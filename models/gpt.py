@@ -75,20 +75,20 @@ class CausalSelfAttention(Composite):
     def named_children(self) -> Iterator[tuple[str, BaseLayer]]:
         return iter((("c_attn", self.c_attn), ("c_proj", self.c_proj), ("resid_dropout", self.resid_dropout)))
 
-    def forward(self, x: Tensor, *, keep_input: bool = True):
+    def forward_math(self, x: Tensor, *, keep_input: bool = True):
         """``keep_input=False``: x is not held (c_attn's input); backward then takes it back as ``input=``."""
         B, T, C = x.shape
         q, k, v = self.c_attn.forward(x, keep_input=keep_input).split(C, dim=2)  # (B, T, C) each
         heads = lambda t: t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # noqa: E731  (B, nh, T, hs)
         p = self.p if self.training else 0.0
-        y = self.attention.attend(heads(q), heads(k), heads(v), is_causal=True, dropout_p=p,
-                                  scale=1.0 / math.sqrt(C // self.n_head), keep_out=False)  # (B, nh, T, hs)
+        y = self.attention(heads(q), heads(k), heads(v), dropout_p=p, is_causal=True,
+                           scale=1.0 / math.sqrt(C // self.n_head), keep_out=False)  # (B, nh, T, hs)
         # (B, T, C) the heads side by side: c_proj's input, and the attention's output for its backward (which
         # therefore does not keep its own copy in the (B, nh, T, hs) layout)
         y = y.transpose(1, 2).reshape(B, T, C)
         return self.resid_dropout(self.c_proj(y)), self.Saved(y)
 
-    def backward(self, dy: Tensor, saved: Saved, input: Tensor | Callable[[], Tensor] | None = None) -> Tensor:
+    def backward_math(self, dy: Tensor, saved: Saved, input: Tensor | Callable[[], Tensor] | None = None) -> Tensor:
         """dy (B, T, C) -> dx.  ``input``: the forward's x when it was not kept, or a function that returns it
         (called only when c_attn needs it, so a recomputed input is held no longer than its use)."""
         B, T, C = saved.y.shape
@@ -125,13 +125,13 @@ class MLP(Composite):
     def named_children(self) -> Iterator[tuple[str, BaseLayer]]:
         return iter((("c_fc", self.c_fc), ("gelu", self.gelu), ("c_proj", self.c_proj), ("dropout", self.dropout)))
 
-    def forward(self, x: Tensor, *, keep_input: bool = True):
+    def forward_math(self, x: Tensor, *, keep_input: bool = True):
         """``keep_input=False``: x is not held (c_fc's input); backward then takes it back as ``input=``."""
         r = self.gelu.recompute_output = self.recompute
         h = self.c_fc.forward(x, keep_input=keep_input)  # (B, T, 4C)
         return self.dropout(self.c_proj.forward(self.gelu(h), keep_input=not r)), self.Saved(r)  # children keep the rest
 
-    def backward(self, dy: Tensor, saved: Saved, input: Tensor | Callable[[], Tensor] | None = None) -> Tensor:
+    def backward_math(self, dy: Tensor, saved: Saved, input: Tensor | Callable[[], Tensor] | None = None) -> Tensor:
         """dy (B, T, C) -> dx.  ``input`` as in ``CausalSelfAttention.backward``."""
         g = self.gelu.recompute() if saved.recomputed else None  # gelu(h) again, or c_proj kept it
         dg = self.back(self.c_proj, self.dropout.backward(dy), input=g)
@@ -161,14 +161,14 @@ class Block(Composite):
     def named_children(self) -> Iterator[tuple[str, BaseLayer]]:
         return iter((("ln_1", self.ln_1), ("attn", self.attn), ("ln_2", self.ln_2), ("mlp", self.mlp)))
 
-    def forward(self, x: Tensor):
+    def forward_math(self, x: Tensor):
         # Each sum is added into the branch's output (a fresh tensor no layer keeps), not into x: ln_1 and ln_2
         # keep their inputs for backward.  One (B, T, C) allocation per residual fewer.
         r = self.recompute
         x = self.attn.forward(self.ln_1(x), keep_input=not r).add_(x)
         return self.mlp.forward(self.ln_2(x), keep_input=not r).add_(x), self.Saved(r)  # the children keep the rest
 
-    def backward(self, dy: Tensor, saved: Saved) -> Tensor:
+    def backward_math(self, dy: Tensor, saved: Saved) -> Tensor:
         # y = x + f(x) sends dy both ways: dx = dy + f'(x)^T dy.  Added into the LayerNorms' dx (fresh); dy itself
         # may be a layer's cached tensor, so never written.  Each branch's Linear gets its LayerNorm's output again
         # (a function: called only when the Linear needs it), unless it kept it.
@@ -360,14 +360,15 @@ class GPT(Composite):
         if T > self.block_size:
             raise ValueError(f"GPT: cannot forward a sequence of length {T}: block_size is only {self.block_size}")
 
-    def check_dout(self, dlogits: object, meta) -> None:
+    def check_dout(self, grads: tuple, meta, saved) -> None:
+        dlogits = grads[0]
         if meta is None:
             raise RuntimeError(f"GPT: {BEFORE_FORWARD}")
         if not isinstance(dlogits, Tensor) or dlogits.shape != meta[0]:
             raise ValueError(f"GPT: dlogits has shape {tuple(getattr(dlogits, 'shape', ()))} but the logits had "
                              f"shape {tuple(meta[0])}")
 
-    def forward(self, idx: Tensor):
+    def forward_math(self, idx: Tensor):
         """idx (B, T) integer token ids, T <= block_size -> logits (B, T, V)."""
         pos = torch.arange(idx.shape[1], device=idx.device)  # (T,)
         x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C)
@@ -377,7 +378,7 @@ class GPT(Composite):
         w = self.wte.weight  # (V, C)
         return x @ w.t(), self.Saved(x, w)  # (B, T, V) logits = ln_f(x) @ wte^T
 
-    def backward(self, dlogits: Tensor, saved: Saved) -> None:
+    def backward_math(self, dlogits: Tensor, saved: Saved) -> None:
         """dlogits (B, T, V) -> None; every parameter's gradient added into its .grad, the tied matrix's from both
         of its uses.  (Token ids have no gradient: under the B/W split the GPT's B returns None and leaves all of
         its work on the weights to W; a pipeline stage that ends inside the GPT uses the blocks' own B and W.)"""

@@ -292,15 +292,16 @@ def test_bad_input_is_named():
         ScaledDotProductAttention().backward(out)
 
 
-def test_attend_takes_its_flags_by_name_and_keeps_a_named_cache():
-    """attend(q, k, v, *, ...): a positional flag is refused; the cache is read by field name."""
+def test_keep_out_is_keyword_only_and_the_cache_is_named():
+    """forward(q, k, v, attn_mask, dropout_p, is_causal, scale, need_weights, *, keep_out): a positional keep_out is
+    refused; the cache is read by field name."""
     q, k, v = qkv((2,), 4, 4)
     att = ScaledDotProductAttention()
     with pytest.raises(TypeError):
-        att.attend(q, k, v, None, None, True, 0.0, 0.5, False)
-    out = att.attend(q, k, v, is_causal=True, scale=0.5)
+        att(q, k, v, None, 0.0, True, 0.5, False, False)
+    out = att(q, k, v, is_causal=True, scale=0.5)
     ref = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.5)
     assert (out - ref).abs().max() < 1e-12
-    saved = att._saved
+    saved = att.kept
     assert saved.spec.causal and saved.spec.scale == 0.5 and saved.out is not None and saved.weights is None
     assert saved.q_shape == q.shape and saved.dtype == F64

@@ -107,18 +107,18 @@ def test_attention_given_back_its_output_in_another_layout_gives_the_same_gradie
     B, H, T, E = 2, 3, 5, 4
     q, k, v, do = (torch.randn(B, H, T, E, dtype=f64) for _ in range(4))
     kept, lean = ScaledDotProductAttention(), ScaledDotProductAttention()
-    out = kept.attend(q, k, v, is_causal=True, scale=0.5)
-    assert torch.equal(lean.attend(q, k, v, is_causal=True, scale=0.5, keep_out=False), out)
+    out = kept(q, k, v, is_causal=True, scale=0.5)
+    assert torch.equal(lean(q, k, v, is_causal=True, scale=0.5, keep_out=False), out)
     side_by_side = out.transpose(1, 2).contiguous()  # (B, T, H, E): the caller's own copy
     do_strided = do.transpose(1, 2).contiguous().transpose(1, 2)
     for a, b in zip(kept.backward(do), lean.backward(do_strided, out=side_by_side.transpose(1, 2))):
         assert (a - b).abs().max() < 1e-15
-    lean.attend(q, k, v, is_causal=True, scale=0.5, keep_out=False)
+    lean(q, k, v, is_causal=True, scale=0.5, keep_out=False)
     with pytest.raises(ValueError, match=r"did not keep its output \(keep_out=False\); pass it back"):
         lean.backward(do)
     with pytest.raises(ValueError, match=r"out= must be the forward's output, of shape \(2, 3, 5, 4\)"):
         lean.backward(do, out=out[:1])
-    kept.attend(q, k, v, is_causal=True, scale=0.5)
+    kept(q, k, v, is_causal=True, scale=0.5)
     with pytest.raises(ValueError, match="backward got out=, but the forward kept its own output"):
         kept.backward(do, out=out)
 

@@ -55,21 +55,12 @@ from torch import Tensor
 
 from .dropout import attention_dropout_mask, draw_seed
 from .one_block import LOG2E, one_block_backward, one_block_forward
-from .scaled_dot_product_inputs import OWNER, check_mask, check_qkv
+from .scaled_dot_product_inputs import OWNER, check_mask, check_qkv, mask_parts
 from ..checks import LOW_PRECISION, check_int, check_number, check_probability, check_tensor
 from ..layer import BaseLayer
-from ..template import _public_backward, _public_forward
 
 DEFAULT_BLOCK_SIZE = 128  # keys per block: large enough for efficient products, small enough that a causal pass
 # skips most of what it need not compute (benchmarks/attention.py --block compares sizes)
-
-
-def as_written(method):
-    """A public method the template's wrapping (layers/template.py) leaves as written: a layer whose forward takes
-    several tensors or whose backward takes several gradients keeps its own signature and calls the template's
-    checked forward and backward itself."""
-    method._template = method._no_graph = True
-    return method
 
 
 class ScaledDotProductAttention(BaseLayer):
@@ -87,6 +78,10 @@ class ScaledDotProductAttention(BaseLayer):
     the weights ``layers.attention.dropout`` says, regenerating each block's mask in backward.
     ``block_size``: keys per block (default 128); any value gives the same result up to rounding.
     float16/bfloat16 inputs are computed in float32 and the results rounded once.
+
+    ``keep_out=False`` (a keyword of the forward): the output is not held for backward, which then needs it back
+    as ``backward(dout, out=...)`` (a caller that keeps the same values in another layout anyway: the GPT's heads
+    side by side).
 
     Kept from forward to backward (``Saved``): query, key and value (views of them where no cast or copy was
     needed), the output and the weights it returned (views of its own, where no cast was needed), and the masks;
@@ -121,30 +116,24 @@ class ScaledDotProductAttention(BaseLayer):
     def extra_repr(self) -> str:
         return f"block_size={self.block_size}"
 
-    def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
-
     # -- forward ------------------------------------------------------------------------------------------
 
-    @as_written
-    def forward(self, query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
-                dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
-                need_weights: bool = False) -> Tensor | tuple[Tensor, Tensor]:
-        """query (*, L, E), key (*, S, E), value (*, S, Ev) -> out (*, L, Ev) [, weights (*, L, S)]."""
-        self.discard_saved()
+    def check_input(self, query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+                    dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+                    need_weights: bool = False, *, keep_out: bool = True) -> None:
+        """torch's rules for query, key, value and the mask (scaled_dot_product_inputs.py), dropout_p and scale."""
         lead, L, S, E, Ev = check_qkv(query, key, value)
-        blocked, bias = check_mask(attn_mask, query, lead, L, S, is_causal=is_causal)
-        return self.attend(query, key, value, blocked=blocked, bias=bias, is_causal=is_causal,
-                           dropout_p=check_probability(OWNER, "dropout_p (the probability of dropping a weight)",
-                                                       dropout_p),
-                           scale=None if scale is None else check_number(OWNER, "scale", scale),
-                           need_weights=need_weights)
+        check_mask(attn_mask, query, lead, L, S, is_causal=is_causal)
+        check_probability(OWNER, "dropout_p (the probability of dropping a weight)", dropout_p)
+        if scale is not None:
+            check_number(OWNER, "scale", scale)
 
-    def _attend(self, query: Tensor, key: Tensor, value: Tensor, *, blocked: Tensor | None = None,
-                bias: Tensor | None = None, is_causal: bool = False, dropout_p: float = 0.0,
-                scale: float | None = None, need_weights: bool = False, keep_out: bool = True):
-        """The forward's math: -> (out [, weights]), Saved."""
+    def forward_math(self, query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+                     dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+                     need_weights: bool = False, *, keep_out: bool = True):
+        """query (*, L, E), key (*, S, E), value (*, S, Ev) -> (out (*, L, Ev) [, weights (*, L, S)]), Saved."""
         lead, L, S, E, Ev = tuple(query.shape[:-2]), query.shape[-2], key.shape[-2], query.shape[-1], value.shape[-1]
+        blocked, bias = mask_parts(attn_mask)
         B = math.prod(lead)
         dtype = query.dtype
         cdt = torch.float32 if dtype in LOW_PRECISION else dtype  # compute dtype
@@ -153,7 +142,7 @@ class ScaledDotProductAttention(BaseLayer):
         v = value.reshape(B, S, Ev).to(cdt)  # (B, S, Ev)
         seed = draw_seed(self.generator) if dropout_p > 0.0 else None
         spec = _Spec(lead=lead, L=L, S=S, scale=1.0 / math.sqrt(E) if scale is None else scale, blocked=blocked,
-                     bias=bias, causal=is_causal, p=dropout_p, seed=seed, block=self.block_size)
+                     bias=bias, causal=is_causal, p=float(dropout_p), seed=seed, block=self.block_size)
         if S <= spec.block:  # every key in one block: the plain softmax, no running state (one_block.py)
             out, lse, weights = one_block_forward(q, k, v, spec, need_weights=need_weights)
         else:
@@ -165,32 +154,26 @@ class ScaledDotProductAttention(BaseLayer):
             return out, saved
         return (out, weights.view(*lead, L, S).to(dtype)), saved
 
-    attend = _public_forward(_attend)
-    attend.__doc__ = """``forward`` after validation, for callers that hold valid inputs and both kinds of mask at once
-        (the multi-head layer's key padding and attention masks): ``blocked`` (bool, True where a query may NOT
-        attend) and ``bias`` (float, added to the scores) broadcast to (*, L, S); either may be None.  ``scale``
-        None: 1/sqrt(E).  ``keep_out=False``: the output is not held for backward, which then needs it back as
-        ``out=`` (a caller that keeps the same values in another layout anyway: the GPT's heads side by side)."""
-
     def masked_rows(self) -> Tensor:
         """After a forward: bool (*, L, 1), True for the query rows whose keys were all masked."""
-        if self._saved is None:
+        if self.kept is None:
             raise RuntimeError(f"{self!r}: masked_rows() needs a forward first")
-        spec, lse = self._saved.spec, self._saved.lse
+        spec, lse = self.kept.spec, self.kept.lse
         return lse.isinf().view(*spec.lead, spec.L, 1)
 
     # -- backward -----------------------------------------------------------------------------------------
 
-    def check_dout(self, dout, meta) -> None:
+    def check_dout(self, grads: tuple, meta, saved) -> None:
+        """dout, the output's gradient (and dweights, the returned weights', checked by the math)."""
         if meta is True:  # the forward returned (out, weights): dout is the output's
-            saved = self._saved
             meta = (torch.Size((*saved.spec.lead, saved.spec.L, saved.v.shape[2])), saved.dtype, saved.q.device)
-        super().check_dout(dout, meta)
+        super().check_dout(grads[:1], meta, saved)
 
-    def _backward_math(self, dout: Tensor, saved: Saved, dweights: Tensor | None = None,
-                       out: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
-        """The backward's math (the module docstring's), after the template's checks of dout and of the kept
-        tensors' versions."""
+    def backward_math(self, dout: Tensor, saved: Saved, dweights: Tensor | None = None,
+                      out: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """dout (*, L, Ev) [, dweights (*, L, S)] -> (dquery (*, L, E), dkey (*, S, E), dvalue (*, S, Ev)): the
+        module docstring's backward.  ``out``: the forward's output, given back when the forward did not keep it
+        (``keep_out=False``)."""
         spec, q, k, v, kept, lse, weights, dtype = saved.spec, saved.q, saved.k, saved.v, saved.out, saved.lse, \
             saved.weights, saved.dtype
         lead, L, S = spec.lead, spec.L, spec.S
@@ -224,15 +207,6 @@ class ScaledDotProductAttention(BaseLayer):
         else:
             dq, dk, dv = _blocked_backward(q, k, v, do, dw, D, lse, spec)
         return dq.view(saved.q_shape).to(dtype), dk.view(saved.k_shape).to(dtype), dv.view(saved.v_shape).to(dtype)
-
-    _checked_backward = _public_backward(_backward_math)  # the template's checks around the math
-
-    @as_written
-    def backward(self, dout: Tensor, dweights: Tensor | None = None,
-                 out: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
-        """dout (*, L, Ev) [, dweights (*, L, S)] -> (dquery (*, L, E), dkey (*, S, E), dvalue (*, S, Ev)).
-        ``out``: the forward's output, given back when the forward did not keep it (``keep_out=False``)."""
-        return self._checked_backward(dout, dweights=dweights, out=out)
 
 
 class _Spec:

@@ -3,11 +3,11 @@
 Shape legend: N = batch, I = input_size, H = hidden_size, G = gates (RNN 1; LSTM 4: i, f, g, o; GRU 3: r, z, n).
 
     RNNCell / GRUCell   forward(x, hx=None) -> h'           backward(dh') -> dx, or (dx, dh) when h was given
-    LSTMCell            forward(x, hx=(h, c)) -> (h', c')     backward((dh', dc')) -> dx, or (dx, (dh, dc))
+    LSTMCell            forward(x, hx=(h, c)) -> (h', c')     backward(dh', dc') -> dx, or (dx, (dh, dc))
 
 x (N, I) or unbatched (I,); h, c, h', c' (N, H) or (H,); an omitted state is zeros; a None gradient is zeros.
 The LSTMCell's backward also takes the pair unpacked, ``backward(dh', dc')`` (the outputs' structure as
-``gradcheck.check_layer`` passes it).  A loop over these cells is the textbook recurrence; the sequence layers
+``gradcheck.check_layer`` passes it), or as one pair, ``backward((dh', dc'))``.  A loop over these cells is the textbook recurrence; the sequence layers
 (rnn.py) run the same arithmetic -- one step here is ``bptt.py`` with T = 1 -- with the input
 projections of all steps in one matrix product.  Parameters ``weight_ih`` (G*H, I), ``weight_hh`` (G*H, H),
 ``bias_ih``, ``bias_hh`` (G*H,): torch's names, layout and initialisation, in its RNG order.  Written in the layer
@@ -25,7 +25,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from ..checks import BEFORE_FORWARD, check_bool, check_floating, check_grads_like, check_int, check_like, check_tensor
+from ..checks import BEFORE_FORWARD, Expects, check_bool, check_grads_like, check_int, check_like, check_tensor
 from ..init import torch_recurrent_init_
 from ..layer import BaseLayer, learned
 from . import bptt_graph
@@ -40,6 +40,8 @@ class _Cell(BaseLayer):
     _param_names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
     _ctor_args = ("input_size", "hidden_size", "bias")
     autograd_opaque = True  # as rnn.py's: out= into buffers, run under no_grad; gradcheck uses the twin
+    expects = Expects(dims=(1, 2), size=(-1, "input_size"), like=("weight_ih",),
+                      shape="(N, {input_size}) or unbatched ({input_size},)")
     as_module_refuses = "takes an initial state and returns its new state beside its output"
 
     class Saved(NamedTuple):
@@ -88,7 +90,7 @@ class _Cell(BaseLayer):
     def __call__(self, x: Tensor, hx=None):
         return self.forward(x, hx)
 
-    def forward(self, x: Tensor, hx=None):
+    def forward_math(self, x: Tensor, hx=None):
         """x (N, I) or (I,), hx the state (h, or the LSTM's (h, c)), each (N, H) or (H,), or None -> the new state,
         shaped as hx."""
         batched = x.dim() == 2
@@ -100,18 +102,6 @@ class _Cell(BaseLayer):
         saved = self.Saved(step.x2, self.weight_ih, self.weight_hh, step, batched, hx is not None,
                            tuple(s.shape for s in new), x.dtype, x.device)
         return (new[0] if len(new) == 1 else tuple(new)), saved
-
-    def check_input(self, x: object, hx: object = None) -> None:
-        w = self.weight_ih
-        if isinstance(x, Tensor) and x.dim() in (1, 2) and x.shape[-1] == self.input_size \
-                and x.dtype == w.dtype and x.device == w.device:
-            return
-        check_tensor(repr(self), "x", x)  # the cheap test above failed: find out what is wrong and say so
-        check_floating(repr(self), "x", x)
-        if x.dim() not in (1, 2) or x.shape[-1] != self.input_size:
-            raise ValueError(f"{self!r}: expected input of shape (N, {self.input_size}) or unbatched "
-                             f"({self.input_size},), got {tuple(x.shape)}")
-        check_like(repr(self), "x", x, self.weight_ih, "weight_ih")
 
     def _initial_states(self, hx: object, N: int, *, batched: bool) -> list[Tensor | None]:
         if hx is None:
@@ -131,9 +121,10 @@ class _Cell(BaseLayer):
             check_like(repr(self), name, part, self.weight_ih, "weight_ih")
         return [part.reshape(N, self.hidden_size) for part in parts]
 
-    def backward(self, dout: tuple, saved: Saved):
-        """dout = [dh' (, dc')] (None: zeros) -> (dx, or (dx, dstate) with dstate shaped as the forward's state;
-        the parameter gradients): one step of bptt.py (T = 1)."""
+    def backward_math(self, dh: Tensor | tuple | None, saved: Saved, dc: Tensor | None = None):
+        """dh' (, dc') (None: zeros) -> (dx, or (dx, dstate) with dstate shaped as the forward's state; the
+        parameter gradients): one step of bptt.py (T = 1)."""
+        dout = _pair(dh, dc) if len(self._states) == 2 else (dh,)
         N, H = saved.x.shape[0], self.hidden_size
         dh = dout[0]
         dy = torch.zeros(1, N, H, dtype=saved.dtype, device=saved.device) if dh is None \
@@ -147,11 +138,14 @@ class _Cell(BaseLayer):
         d0 = [g if saved.batched else g[0] for g in d0]
         return (dx, (d0[0] if len(d0) == 1 else tuple(d0))), grads
 
-    def check_dout(self, dout: tuple, meta) -> None:
-        """dout = [dh' (, dc')]: each None (zeros) or shaped as the forward's new state."""
+    def check_dout(self, grads: tuple, meta, saved) -> None:
+        """dh' (, dc'): each None (zeros) or shaped as the forward's new state."""
         if meta is None:
             raise RuntimeError(f"{self!r}: {BEFORE_FORWARD}")
-        saved = self._saved
+        if len(grads) > len(self._states) or (len(self._states) == 1 and isinstance(grads[0], (tuple, list))):
+            raise TypeError(f"{self!r}: backward takes {' and '.join(self._states)}'s gradients, got {len(grads)} "
+                            f"arguments")
+        dout = _pair(*grads) if len(self._states) == 2 else grads
         check_grads_like(self, ("dh'", "dc'"), dout, saved.shapes, saved.dtype, saved.device)
 
 
@@ -173,14 +167,6 @@ class RNNCell(_Cell):
                                                              relu=self.nonlinearity == "relu")
         return [h_n], cache
 
-    def backward(self, dh: Tensor | None) -> Tensor | tuple[Tensor, Tensor]:
-        """dh' -> dx, or (dx, dh) when the forward was given h."""
-        return super().backward((dh,))
-
-    def backward_input(self, dh: Tensor | None) -> Tensor | tuple[Tensor, Tensor]:
-        """B: as ``backward``; the parameter gradients wait for ``backward_weight()``."""
-        return super().backward_input((dh,))
-
     def _step_backward(self, dy, rest, step, *, need_d0):
         dx, dh0, grads = bptt_graph.for_backward(step).rnn_backward(dy, None, step, need_dh0=need_d0)
         return dx, [dh0], grads
@@ -198,23 +184,6 @@ class LSTMCell(_Cell):
         _, (h_n, c_n), cache = bptt_graph.for_forward().lstm_forward(x3, p, state0[0], state0[1], reverse=False)
         return [h_n, c_n], cache
 
-    def backward(self, dh: Tensor | tuple | None, dc: Tensor | None = None):
-        """(dh', dc') -> dx, or (dx, (dh, dc)) when the forward was given (h, c).  Takes the pair as one argument,
-        ``backward((dh', dc'))``, or unpacked, ``backward(dh', dc')``; either gradient may be None."""
-        return super().backward(self._pair(dh, dc))
-
-    def backward_input(self, dh: Tensor | tuple | None, dc: Tensor | None = None):
-        """B: as ``backward``; the parameter gradients wait for ``backward_weight()``."""
-        return super().backward_input(self._pair(dh, dc))
-
-    def _pair(self, dh, dc) -> tuple:
-        """(dh', dc') from the pair as one argument or as two."""
-        if isinstance(dh, (tuple, list)):
-            if dc is not None or len(dh) != 2:
-                raise TypeError(f"{self!r}: backward takes (dh', dc') as one pair or as two arguments, not both")
-            dh, dc = dh
-        return dh, dc
-
     def _step_backward(self, dy, rest, step, *, need_d0):
         dx, dh0, dc0, grads = bptt_graph.for_backward(step).lstm_backward(dy, None, rest[0], step, need_dh0=need_d0)
         return dx, [dh0, dc0], grads
@@ -231,14 +200,15 @@ class GRUCell(_Cell):
         _, h_n, cache = bptt_graph.for_forward().gru_forward(x3, p, state0[0], reverse=False)
         return [h_n], cache
 
-    def backward(self, dh: Tensor | None) -> Tensor | tuple[Tensor, Tensor]:
-        """dh' -> dx, or (dx, dh) when the forward was given h."""
-        return super().backward((dh,))
-
-    def backward_input(self, dh: Tensor | None) -> Tensor | tuple[Tensor, Tensor]:
-        """B: as ``backward``; the parameter gradients wait for ``backward_weight()``."""
-        return super().backward_input((dh,))
-
     def _step_backward(self, dy, rest, step, *, need_d0):
         dx, dh0, grads = bptt_graph.for_backward(step).gru_backward(dy, None, step, need_dh0=need_d0)
         return dx, [dh0], grads
+
+
+def _pair(dh, dc=None) -> tuple:
+    """(dh', dc') from the pair as one argument, ``backward((dh', dc'))``, or as two."""
+    if isinstance(dh, (tuple, list)):
+        if dc is not None or len(dh) != 2:
+            raise TypeError("LSTMCell: backward takes (dh', dc') as one pair or as two arguments, not both")
+        dh, dc = dh
+    return dh, dc

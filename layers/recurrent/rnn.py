@@ -18,24 +18,12 @@ from .stacked import _Recurrent
 
 
 class _RecurrentLayer(_Recurrent):
-    """The public backward of RNN, LSTM and GRU, and its split in two: the gradients of the two outputs as two
-    arguments."""
-
-    def backward(self, doutput: Tensor | None = None, dstate: Tensor | tuple | None = None,
-                 need_input_grad: bool = True):
-        """Gradients in the structure of the forward's outputs -> the inputs' gradients; adds every parameter's.
-
-        ``doutput`` the output's shape; ``dstate`` h_n's (the LSTM's: the pair (dh_n, dc_n)); any of them None
-        stands for zeros.  Returns ``dx`` (the input's shape) when the forward had no hx, else ``(dx, dhx)``,
-        ``dhx`` shaped as hx.  ``need_input_grad=False`` skips dx (the first layer's dA @ W_ih) and gives None.
-        """
-        return super().backward((doutput, dstate), need_dx=need_input_grad)
-
-    def backward_input(self, doutput: Tensor | None = None, dstate: Tensor | tuple | None = None,
-                       need_input_grad: bool = True):
-        """B: ``backward``'s arguments and result, the whole backward through time; the parameter gradients wait
-        for ``backward_weight()`` (stacked.py's module docstring says what each pass computes)."""
-        return super().backward_input((doutput, dstate), need_dx=need_input_grad)
+    """RNN, LSTM and GRU: ``backward(doutput, dstate=None, need_input_grad=True)`` takes the gradients in the
+    structure of the forward's outputs -- ``doutput`` the output's shape, ``dstate`` h_n's (the LSTM's: the pair
+    (dh_n, dc_n)), any of them None for zeros -- and returns ``dx`` (the input's shape) when the forward had no
+    hx, else ``(dx, dhx)``, ``dhx`` shaped as hx; ``need_input_grad=False`` skips dx (the first layer's
+    dA @ W_ih) and gives None.  ``backward_input`` takes the same: the whole backward through time; the parameter
+    gradients wait for ``backward_weight()`` (stacked.py's module docstring says what each pass computes)."""
 
 
 class RNN(_RecurrentLayer):

@@ -40,7 +40,7 @@ import torch
 from torch import Tensor
 from torch.nn.utils.rnn import PackedSequence
 
-from ..checks import (BEFORE_FORWARD, check_bool, check_floating, check_grads_like, check_int, check_like,
+from ..checks import (BEFORE_FORWARD, Expects, check_bool, check_floating, check_grads_like, check_int, check_like,
                       check_probability, check_tensor)
 from ..dropout import inter_layer_mask
 from ..init import torch_recurrent_init_
@@ -88,6 +88,8 @@ class _Recurrent(BaseLayer, ABC):
     # own kernels on the same weights (checking.cases.rnn._TorchOracle), as the tests compare.
     autograd_opaque = True
     as_module_refuses = "takes an initial state and returns its new state beside its output"
+    expects = Expects(dims=(2, 3), size=(-1, "input_size"), like=("weight_ih_l0",),
+                      shape="{_layout} or unbatched (T, I) with I = input_size = {input_size}")
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, proj_size: int = 0,
@@ -178,7 +180,7 @@ class _Recurrent(BaseLayer, ABC):
 
     # -- forward ------------------------------------------------------------------------------------------
 
-    def forward(self, x: Tensor, hx: Tensor | tuple[Tensor, Tensor] | None = None):
+    def forward_math(self, x: Tensor, hx: Tensor | tuple[Tensor, Tensor] | None = None):
         """x (T, N, I) / (N, T, I) / (T, I), hx as in the module docstring -> (output, h_n) (LSTM: (output,
         (h_n, c_n)))."""
         batched = x.dim() == 3
@@ -222,20 +224,14 @@ class _Recurrent(BaseLayer, ABC):
         return (output, (h_n[0] if len(h_n) == 1 else tuple(h_n))), saved
 
     def check_input(self, x: object, hx: object = None) -> None:
-        w = self.weight_ih_l0
-        if isinstance(x, Tensor) and x.dim() in (2, 3) and x.shape[-1] == self.input_size \
-                and x.dtype == w.dtype and x.device == w.device:
-            return
-        if isinstance(x, PackedSequence):  # the cheap test above failed: find out what is wrong and say so
+        if isinstance(x, PackedSequence):
             raise TypeError(f"{self!r}: PackedSequence input is not supported; pad the batch "
                             f"(torch.nn.utils.rnn.pad_packed_sequence) and pass the padded tensor")
-        check_tensor(repr(self), "x", x)
-        check_floating(repr(self), "x", x)
-        if x.dim() not in (2, 3) or x.shape[-1] != self.input_size:
-            layout = "(N, T, I)" if self.batch_first else "(T, N, I)"
-            raise ValueError(f"{self!r}: expected input of shape {layout} or unbatched (T, I) with "
-                             f"I = input_size = {self.input_size}, got {tuple(x.shape)}")
-        check_like(repr(self), "x", x, self.weight_ih_l0, "weight_ih_l0")
+        super().check_input(x)  # what ``expects`` declares; hx is checked by the forward (_initial_states)
+
+    @property
+    def _layout(self) -> str:
+        return "(N, T, I)" if self.batch_first else "(T, N, I)"
 
     def _initial_states(self, hx: object, N: int, *, batched: bool) -> list[Tensor | None]:
         """hx -> [h_0 (, c_0)] as (L*D, N, .), checked against the input's batch; Nones for no hx."""
@@ -266,12 +262,13 @@ class _Recurrent(BaseLayer, ABC):
 
     # -- backward -----------------------------------------------------------------------------------------
 
-    def backward(self, dout: tuple, saved, *, need_dx: bool = True):
-        """dout = (doutput, dstate) -> (dx, or (dx, dhx) when the forward had hx; every parameter's gradient).
+    def backward_math(self, doutput: Tensor | None, saved, dstate: Tensor | tuple | None = None):
+        """doutput, dstate (any of them None: zeros) -> (dx, or (dx, dhx) when the forward had hx; every
+        parameter's gradient).
 
         Layer by layer from the top, each direction through time (bptt.py); a layer's input gradient goes through
-        the dropout mask below it.  ``need_dx=False`` skips dx (the first layer's dA @ W_ih)."""
-        doutput, dstate = dout
+        the dropout mask below it.  ``needs_input_grad`` False skips dx (the first layer's dA @ W_ih)."""
+        need_dx = self.needs_input_grad
         L, D, Ho = self.num_layers, self.num_directions, self.h_out
         T, N, batched = saved.T, saved.N, saved.batched
         if doutput is None:
@@ -303,12 +300,14 @@ class _Recurrent(BaseLayer, ABC):
         dhx = [torch.stack(lst) if batched else torch.stack(lst)[:, 0] for lst in d0]
         return (d, (dhx[0] if len(dhx) == 1 else tuple(dhx))), grads
 
-    def check_dout(self, dout: tuple, meta) -> None:
-        """dout = (doutput, dstate): each gradient None (zeros) or shaped as the forward's output it belongs to."""
+    def check_dout(self, grads: tuple, meta, saved) -> None:
+        """(doutput, dstate): each gradient None (zeros) or shaped as the forward's output it belongs to."""
         if meta is None:
             raise RuntimeError(f"{self!r}: {BEFORE_FORWARD}")
-        doutput, dstate = dout
-        saved = self._saved
+        if len(grads) > 2:
+            raise TypeError(f"{self!r}: backward takes the gradients of the output and of the state, got "
+                            f"{len(grads)} arguments")
+        doutput, dstate = (*grads, None)[:2]
         check_grads_like(self, ("doutput", "dh_n", "dc_n"), (doutput, *self._state_grads(dstate)), saved.shapes,
                          saved.dtype, saved.device)
 
