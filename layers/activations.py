@@ -18,7 +18,6 @@ from . import fused
 from .fused import _LOG2_INV_SQRT_2PI, _LOG2E, _SQRT_2_OVER_PI  # the constants of GELU's formulas, once
 from .checks import Expects, check_bool, check_int, check_number
 from .layer import BaseLayer
-from .saved import check_versions, versions
 
 
 class Out(NamedTuple):
@@ -185,11 +184,6 @@ class GELU(_Activation):
     results underflow; docs/benchmarks.md).  Not out / x: where x is subnormal, out = x Phi(x) ~ x/2 keeps too few
     digits to divide by x, while out - x/2 is then exactly 0 (both round x/2 alike), so Phi = 1/2, as it should;
     at x = 0 both are 0/0, set to 1/2.  "tanh" recomputes t.
-
-    ``recompute_output = True`` (llm.c's ``recompute``; the GPT's MLP sets it): keep only x, and compute out again
-    when it is needed -- ``recompute()`` returns it for the caller that did not keep it either (the next
-    Linear, ``keep_input=False``), and backward uses that.  One more pass over x; the (N, ...) output is not
-    held from forward to backward.
     """
 
     torch_class = torch.nn.GELU
@@ -197,40 +191,23 @@ class GELU(_Activation):
 
     class Saved(NamedTuple):
         x: Tensor
-        out: Tensor | None  # None under recompute_output, until recompute()
+        out: Tensor
 
     def __init__(self, approximate: str = "none") -> None:
         super().__init__()
         if approximate not in ("none", "tanh"):
             raise ValueError(f"GELU: approximate must be 'none' or 'tanh', got {approximate!r}")
         self.approximate = approximate
-        self.recompute_output = False
 
     def extra_repr(self) -> str:
         return f"approximate={self.approximate!r}"
 
     def forward_math(self, x: Tensor):
         out = torch.nn.functional.gelu(x, approximate=self.approximate)
-        return out, self.Saved(x, None if self.recompute_output else out)
-
-    def recompute(self) -> Tensor:
-        """After a forward with ``recompute_output``: its output again, from the kept input (bit for bit the
-        forward's), also kept now for this layer's backward."""
-        if self._saved is None:
-            raise RuntimeError(f"{self!r}: recompute() needs a forward first")
-        x, out = self._saved
-        if out is None:
-            check_versions(self, ("its input x", "its output"), self._saved, self._versions, before="recompute()")
-            with torch.no_grad():
-                out = torch.nn.functional.gelu(x, approximate=self.approximate)
-            self._saved = self.Saved(x, out)
-            self._versions = versions(x, out)  # out too is checked before backward
-        return out
+        return out, self.Saved(x, out)
 
     def backward_math(self, dout: Tensor, saved: Saved) -> Tensor:
         x, out = saved
-        if out is None and self.approximate == "none":
-            out = torch.nn.functional.gelu(x)  # recompute_output without recompute(): computed here
         if fused.usable(x, dout):  # the docstring's formula as one compiled pass (layers/fused.py), where on
             dx = fused.gelu_backward(x, out, dout, self.approximate)
             if dx is not None:

@@ -14,7 +14,6 @@ from torch import Tensor
 from . import fused
 from .checks import LOW_PRECISION, Expects, check_bool, check_number, is_a
 from .layer import BaseLayer, learned
-from .saved import check_versions
 
 
 class LayerNorm(BaseLayer):
@@ -50,10 +49,9 @@ class LayerNorm(BaseLayer):
         mean: Tensor  # (*, 1...) per row, float32 for a half-precision x
         invstd: Tensor  # (*, 1...) 1 / sqrt(biased var + eps)
         xhat: Tensor | None  # (*, S) float32, kept for a half-precision x; None: recomputed from x, mean, invstd
-        weight: Tensor | None  # (S,) gamma, read by dx and by recompute()
-        bias: Tensor | None  # (S,) beta, read by recompute()
+        weight: Tensor | None  # (S,) gamma, read by dx
+        bias: Tensor | None  # (S,) beta
 
-    _labels = ("its input x", "mean", "invstd", "xhat", "weight", "bias")  # Saved's fields, as recompute()'s check names them
 
     def __init__(self, normalized_shape: int | Sequence[int], eps: float = 1e-5, elementwise_affine: bool = True,
                  bias: bool = True, *, device: torch.device | str | None = None, dtype: torch.dtype | None = None):
@@ -99,20 +97,9 @@ class LayerNorm(BaseLayer):
         xhat = xc.mul_(invstd)  # (*, S) kept: recomputing it from a half-precision x costs more than it saves
         return self._affine(xhat, x.dtype), self.Saved(x, mean, invstd, xhat, self.weight, self.bias)
 
-    def recompute(self) -> Tensor:
-        """After a forward, before its backward: the forward's output again, bit for bit (the same kernel on the
-        kept input), for a next layer that did not keep it (a Linear's ``keep_input=False``: the GPT's blocks)."""
-        saved = self._saved
-        if saved is None:
-            raise RuntimeError(f"{self!r}: recompute() needs a forward first (and is gone after backward)")
-        check_versions(self, self._labels, saved, self._versions, before="recompute()")
-        if saved.xhat is None:
-            return torch.native_layer_norm(saved.x, self.normalized_shape, self.weight, self.bias, self.eps)[0]
-        return self._affine(saved.xhat, saved.x.dtype)  # float16/bfloat16: the forward's last step again
-
     def _affine(self, xhat: Tensor, dtype: torch.dtype) -> Tensor:
         """gamma * xhat + beta in xhat's (float32) dtype, then cast to ``dtype``: the half-precision forward's
-        last step, and its recompute's."""
+        last step."""
         out = xhat
         if self.weight is not None:
             w = self.weight.to(xhat.dtype)

@@ -31,7 +31,6 @@ class Linear(BaseLayer):
     Kept from forward to backward: x (for dW) and the weight (for dx).  Changing either in place in between --
     ``x.mul_(10)``, an optimizer step -- is refused in backward, as torch.autograd refuses it (layers/saved.py;
     the weight only when dx is asked for, as autograd keeps it only then).
-    An input given back as ``backward(dout, input=x)`` is the caller's to keep unchanged: it was not kept here.
 
     Written in the template (layers/template.py): the base checks, keeps, versions and accumulates; what is here
     is the math.  dW and dx share no work (two GEMMs, each on dout), so ``backward_input``/``backward_weight``
@@ -46,7 +45,7 @@ class Linear(BaseLayer):
     _ctor_args = ("in_features", "out_features", "bias")
 
     class Saved(NamedTuple):
-        x: Tensor | None  # (N, D), for dW; None: not kept, the caller gives it back as backward(dout, input=x)
+        x: Tensor  # (N, D), for dW
         weight: Tensor  # (H, D), for dx
         lead: torch.Size  # the input's leading axes (*), restored on dx
 
@@ -60,25 +59,19 @@ class Linear(BaseLayer):
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
-    def forward_math(self, x: Tensor, keep_input: bool = True):
-        """x: (*, D) -> out: (*, H); (N, D) -> (N, H) is the common case.
-
-        ``keep_input=False``: do not hold x until backward (a caller that can give it back then, recomputed
-        or kept elsewhere, passes it as ``backward(dout, input=x)``)."""
+    def forward_math(self, x: Tensor):
+        """x: (*, D) -> out: (*, H); (N, D) -> (N, H) is the common case."""
         lead = x.shape[:-1]
         if x.dim() != 2:
             x = x.reshape(-1, self.in_features)  # (N, D), N = prod(*): a view when x is contiguous
         wt = self.weight.t()  # (D, H), a view: no copy
         out = x @ wt if self.bias is None else torch.addmm(self.bias, x, wt)  # (N, H), bias add fused into the GEMM
         out = out if len(lead) == 1 else out.view(*lead, self.out_features)  # (*, H)
-        return out, self.Saved(x if keep_input else None, self.weight, lead)
+        return out, self.Saved(x, self.weight, lead)
 
-    def backward_math(self, dout: Tensor, saved: Saved, input: Tensor | None = None):
-        """dout: (*, H) -> dx: (*, D); dW (H, D) and db (H,) summed over every leading position.
-
-        ``input``: the forward's x, given back when the forward was told not to keep it
-        (``keep_input=False``); it must hold the very values the forward saw."""
-        x = saved.x if input is None and saved.x is not None else self._given_input(saved, input)
+    def backward_math(self, dout: Tensor, saved: Saved):
+        """dout: (*, H) -> dx: (*, D); dW (H, D) and db (H,) summed over every leading position."""
+        x = saved.x
         if dout.dim() != 2:
             dout = dout.reshape(-1, self.out_features)  # (N, H)
         dx = None
@@ -87,18 +80,3 @@ class Linear(BaseLayer):
             dx = dx if len(saved.lead) == 1 else dx.view(*saved.lead, self.in_features)  # (*, D)
         # out = x W^T + b: each output row's dW is dout's column times x, and b is added to every row
         return dx, {"weight": Product(dout.t(), x), "bias": dout.sum(0)}
-
-    def _given_input(self, saved: Saved, input: Tensor | None) -> Tensor:
-        """The (N, D) input for dW when the caller gives it back (checked against the forward's shape)."""
-        if input is None:
-            raise ValueError(f"{self!r}: the forward did not keep its input (keep_input=False); pass it back as "
-                             f"backward(dout, input=x)")
-        if saved.x is not None:
-            raise ValueError(f"{self!r}: backward got input=, but the forward kept its own input (keep_input=True)")
-        shape = torch.Size((*saved.lead, self.in_features))
-        if not (isinstance(input, Tensor) and input.shape == shape and input.dtype == self.weight.dtype
-                and input.device == self.weight.device):
-            raise ValueError(f"{self!r}: input= must be the forward's input, of shape {tuple(shape)}, dtype "
-                             f"{self.weight.dtype} on {self.weight.device}; got "
-                             f"{tuple(input.shape) if isinstance(input, Tensor) else type(input).__name__}")
-        return input.reshape(-1, self.in_features)  # (N, D)
