@@ -12,8 +12,8 @@ compiled into one pass.  A layer's backward calls its family's kernel where one 
     mask = saved.out > 0
     ...
 
-Every kernel is tied by a test to the textbook it replaces (``tests/test_kernels.py``: float64 to 1e-12, each
-other dtype within its rounding).  On by default; ``HANDGRAD_KERNELS=off`` in the environment, or the context
+Every kernel is tied by a test to the textbook it replaces (``tests/test_kernels.py`` and the layers' tests:
+float64 to 1e-12, each other dtype within its rounding).  On by default; ``HANDGRAD_KERNELS=off`` in the environment, or the context
 ``kernels.disabled()``, runs every layer's textbook instead (slower, the same numbers to rounding), and
 ``kernels.enabled()`` says which is on.  ``docs/kernels.md`` says how each kernel follows from its layer's formula
 and how to add one.
@@ -28,6 +28,7 @@ and how to add one.
     recurrent     backpropagation through time with prepacked weights, out= buffers and factor blocks
     optimizers    parameters that tile one block of memory updated as one
     compiled      the norms' and GELU's backward compiled by Inductor into one loop (opt-in: ``compiled.enable()``)
+    gradients     the forms a kernel gives a parameter gradient in (``Product``, ``IndexAdd``), for the template
 """
 from __future__ import annotations
 

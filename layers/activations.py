@@ -1,10 +1,11 @@
 """Parameter-free activations: ReLU, Tanh, Sigmoid, Softmax, LogSoftmax, LeakyReLU, GELU, SiLU.
 
-Each caches what its backward needs, and no more.  For tanh, sigmoid, softmax and
-log-softmax that is the *output* (the derivative is a cheap function of it); ReLU's
-output also tells where the input was positive.  GELU keeps its input, LeakyReLU
-its input (or, in place, the mask of where it was positive), SiLU its output and
-the sigmoid of its input.
+Each is element-wise (softmax and log-softmax along one axis): its Jacobian is diagonal, so its backward is
+dout times the local derivative, dx = dout * f'(x).  Each caches what that derivative needs, and no more.  For
+tanh, sigmoid, softmax and log-softmax that is the *output* (the derivative is a cheap function of it); ReLU's
+output also tells where the input was positive.  GELU keeps its input (and its output, for its kernel), LeakyReLU
+its input (or, in place, the mask of where it was positive), SiLU its output and the sigmoid of its input.
+ReLU's and GELU's backwards have faster forms in kernels/elementwise.py, used while the kernels are on.
 """
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from . import fused
-from .fused import _LOG2_INV_SQRT_2PI, _LOG2E, _SQRT_2_OVER_PI  # the constants of GELU's formulas, once
+import kernels
+from kernels import elementwise
+
 from .checks import Expects, check_bool, check_int, check_number
 from .layer import BaseLayer
 
@@ -51,11 +53,12 @@ class ReLU(_Activation):
         return out, Out(out)
 
     def backward_math(self, dout: Tensor, saved: Out) -> Tensor:
-        # out >= 0, so sign(out) is exactly the 0/1 mask (out > 0).  Multiplying by it is one fused
-        # float kernel; dout * (out > 0) computes the same numbers 3-5x slower on CPU (bool temporaries),
-        # torch.where(out > 0, dout, 0) 5-7x slower.  The mask's buffer becomes dx (mask * dout, in place):
-        # one allocation of the activation's size, not two.
-        return saved.out.sign().mul_(dout)
+        """dout -> dx: the gradient passes where the input was positive and stops elsewhere."""
+        if kernels.enabled():  # the same numbers on one buffer: kernels/elementwise.py
+            return elementwise.relu_backward(dout, saved.out)
+        mask = saved.out > 0  # where x > 0: out = max(x, 0) is positive exactly there
+        dx = dout * mask
+        return dx
 
 
 class Tanh(_Activation):
@@ -68,7 +71,9 @@ class Tanh(_Activation):
         return out, Out(out)
 
     def backward_math(self, dout: Tensor, saved: Out) -> Tensor:
-        return dout * (1 - saved.out * saved.out)
+        out = saved.out
+        dx = dout * (1 - out ** 2)
+        return dx
 
 
 class Sigmoid(_Activation):
@@ -81,7 +86,9 @@ class Sigmoid(_Activation):
         return out, Out(out)
 
     def backward_math(self, dout: Tensor, saved: Out) -> Tensor:
-        return dout * saved.out * (1 - saved.out)
+        s = saved.out
+        dx = dout * s * (1 - s)
+        return dx
 
 
 class _AlongDim(_Activation):
@@ -169,8 +176,6 @@ class LeakyReLU(_Activation):
         return torch.where(positive, dout, dout * self.negative_slope)
 
 
-
-
 class GELU(_Activation):
     """out = x * Phi(x), Phi the standard normal CDF ("none"), or its tanh approximation ("tanh"):
     out = x/2 * (1 + tanh(u)),  u = sqrt(2/pi) * (x + 0.044715 x^3).
@@ -178,13 +183,12 @@ class GELU(_Activation):
         "none":  dx = dout * (Phi(x) + x * phi(x)),   phi(x) = exp(-x^2/2) / sqrt(2 pi)
         "tanh":  dx = dout * (1/2 (1 + t) + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)),  t = tanh(u)
 
-    Keeps x and out (out is held anyway: the next layer keeps it as its input).  "none" reads Phi(x) off the
-    forward's result, Phi(x) = 1/2 + (out - x/2) / x, and phi as 2^(-x^2/2 log2 e - log2 sqrt(2 pi)): no erf,
-    erfc or exp in backward (each slower than exp2 on the CPU, and erfc and exp many times slower where their
-    results underflow; docs/benchmarks.md).  Not out / x: where x is subnormal, out = x Phi(x) ~ x/2 keeps too few
-    digits to divide by x, while out - x/2 is then exactly 0 (both round x/2 alike), so Phi = 1/2, as it should;
-    at x = 0 both are 0/0, set to 1/2.  "tanh" recomputes t.
+    the product rule on x Phi(x) and on x/2 (1 + t), with dt/du = 1 - t^2 (llm.c's ``gelu_backward``, whose
+    ``sech_out`` 1 / cosh^2 is this 1 - t^2).  Keeps x, and the output for the kernel (kernels/elementwise.py reads
+    Phi(x) off it, in exp2, without erf; the output is held anyway: the next layer keeps it as its input).
     """
+
+    GELU_SCALING_FACTOR = math.sqrt(2.0 / math.pi)  # llm.c's name: sqrt(2/pi)
 
     torch_class = torch.nn.GELU
     _ctor_args = ("approximate",)
@@ -207,26 +211,20 @@ class GELU(_Activation):
         return out, self.Saved(x, out)
 
     def backward_math(self, dout: Tensor, saved: Saved) -> Tensor:
-        x, out = saved
-        if fused.usable(x, dout):  # the docstring's formula as one compiled pass (layers/fused.py), where on
-            dx = fused.gelu_backward(x, out, dout, self.approximate)
-            if dx is not None:
-                return dx
-        # In-place chains on as few buffers as possible: the same formulas as the docstring.
-        if self.approximate == "tanh":
-            x2 = x * x  # (N, ...)
-            t = torch.mul(x2, 0.044715).add_(1.0).mul_(x).mul_(_SQRT_2_OVER_PI).tanh_()  # (N, ...) tanh(u)
-            right = torch.mul(t, t).neg_().add_(1.0).mul_(x).mul_(0.5 * _SQRT_2_OVER_PI)  # x/2 (1-t^2) sqrt(2/pi)
-            right.mul_(x2.mul_(3 * 0.044715).add_(1.0))  # ... (1 + 3 * 0.044715 x^2)
-            return right.add_(t.add_(1.0).mul_(0.5)).mul_(dout)  # (N, ...)
-        g = torch.addcmul(x.new_full((), _LOG2_INV_SQRT_2PI), x, x, value=-0.5 * _LOG2E).exp2_()  # (N, ...) phi(x)
-        g = torch.addcmul(x.new_full((), 0.5), g, x)  # 1/2 + x phi(x)
-        g.addcdiv_(torch.add(out, x, alpha=-0.5), x)  # + (out - x/2) / x: Phi(x) + x phi(x), nan where x = 0 (0/0)
-        # x = 0: Phi(0) + 0 = 1/2.  nan_to_num would also turn a nan in x into 1/2: adding 0 * x puts it back
-        # (0 * nan = nan; 0 for any finite x).  Two in-place passes, where x == 0 and masked_fill_ took ten times
-        # as long (a boolean tensor; measured).
-        g.nan_to_num_(nan=0.5, posinf=math.inf, neginf=-math.inf).add_(x, alpha=0.0)
-        return g.mul_(dout)
+        if kernels.enabled():  # the same formulas on one buffer, in exp2: kernels/elementwise.py
+            return elementwise.gelu_backward(saved.x, saved.out, dout, self.approximate)
+        x = saved.x
+        if self.approximate == "tanh":  # as llm.c's gelu_backward writes it
+            cube = 0.044715 * x * x * x
+            tanh_out = torch.tanh(self.GELU_SCALING_FACTOR * (x + cube))
+            sech2 = 1.0 - tanh_out * tanh_out  # 1 / cosh^2, the derivative of tanh
+            local_grad = 0.5 * (1.0 + tanh_out) \
+                + x * 0.5 * sech2 * self.GELU_SCALING_FACTOR * (1.0 + 3.0 * 0.044715 * x * x)
+        else:
+            cdf = 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))  # Phi(x)
+            pdf = torch.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)  # phi(x)
+            local_grad = cdf + x * pdf
+        return local_grad * dout
 
 
 class SiLU(_Activation):

@@ -15,6 +15,9 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+import kernels
+from kernels import norms
+
 from .checks import LOW_PRECISION, Expects, check_bool, check_int, check_number
 from .layer import BaseLayer, learned
 
@@ -32,32 +35,28 @@ class _BatchNorm(BaseLayer):
 
     Backward in training mode, derived on paper (CS231n's batchnorm_backward_alt; makemore's
     "Becoming a Backprop Ninja").  Per channel, with sums over the M values of that channel,
-    mu = sum(x)/M, var = sum((x - mu)^2)/M, invstd = 1/sqrt(var + eps), xhat = (x - mu) * invstd,
-    out = gamma * xhat + beta, and dxhat = gamma * dout:
+    mu = sum(x)/M, var = sum((x - mu)^2)/M, rstd = 1/sqrt(var + eps), xhat = (x - mu) * rstd,
+    out = gamma * xhat + beta, and dxhat = gamma * dout.  x reaches xhat three ways -- directly, through mu and
+    through var --, one term each:
 
         dbeta  = sum(dout)                       dgamma = sum(dout * xhat)
-        dvar   = sum(dxhat * (x - mu)) * (-1/2) * invstd^3 = -(1/2) * invstd^2 * sum(dxhat * xhat)
-                                                                   [x - mu = xhat / invstd]
-        dmu    = -invstd * sum(dxhat) + dvar * (-2/M) * sum(x - mu) = -invstd * sum(dxhat)   [sum(x - mu) = 0]
-        dx     = dxhat * invstd + dvar * 2 (x - mu) / M + dmu / M
-               = (invstd / M) * (M * dxhat - sum(dxhat) - xhat * sum(dxhat * xhat))
+        dvar   = sum(dxhat * (x - mu)) * (-1/2) * rstd^3 = -(1/2) * rstd^2 * sum(dxhat * xhat)
+                                                                   [x - mu = xhat / rstd]
+        dmu    = -rstd * sum(dxhat) + dvar * (-2/M) * sum(x - mu) = -rstd * sum(dxhat)   [sum(x - mu) = 0]
+        dx     = dxhat * rstd  +  dvar * 2 (x - mu) / M  +  dmu / M        (term 1: direct; 2: var; 3: mu)
+               = rstd / M * (M * dxhat - sum(dxhat) - xhat * sum(dxhat * xhat))
 
-    and since gamma is constant over the channel:
-
-        dx = (gamma * invstd / M) * (M * dout - sum(dout) - xhat * sum(dout * xhat))
-
-    One statement; the two sums are exactly dbeta and dgamma.  The code keeps x - mu (not xhat) from
-    the forward and evaluates the statement in place in one buffer, as
-    scale * dout + a + (x - mu) * b with per-channel scale = gamma * invstd, a and b.
-    ``layers/reference.py`` has the step-by-step computational-graph version; a test ties them.
-    Eval mode (running statistics): dx = dout * gamma * invstd, the affine map's backward.
+    One statement.  The backward below writes it on rows, the channels last: (N, C, ...) as (M, C).  The kernel
+    (kernels/norms.py) keeps x - mu (not xhat) from the forward and evaluates the statement in place in one
+    buffer, as scale * dout + a + (x - mu) * b with per-channel scale = gamma * rstd, a and b.
+    Eval mode (running statistics): mean and var are constants, dx = dxhat * rstd, the affine map's backward.
 
     Mixed precision: a float16/bfloat16 input is accepted with float32 (or matching) parameters, as
     torch accepts it; the statistics, the normalisation and the gradient sums are then computed in float32, and
     the output and dx are returned in the input's dtype.
 
     Kept from forward to backward: x - mean (training: the layer's own) or, in eval mode, x itself and a copy of
-    running_mean; and gamma * invstd, computed from the weight.  A change of x or of the weight in place in
+    running_mean; and gamma * rstd, computed from the weight.  A change of x or of the weight in place in
     between (an optimizer step before backward) is refused, as torch.autograd refuses it (layers/saved.py).
     Written in the template (layers/template.py): the base checks, keeps, versions and accumulates.
     """
@@ -69,12 +68,12 @@ class _BatchNorm(BaseLayer):
     _ctor_args = ("num_features", "eps", "momentum", "affine", "track_running_stats", "bias")
 
     class Saved(NamedTuple):
-        xc: Tensor | None  # (N, C, ...) x - mean, training (xhat = xc * invstd is never stored); None in eval
+        xc: Tensor | None  # (N, C, ...) x - mean, training (xhat = xc * rstd is never stored); None in eval
         x: Tensor | None  # (N, C, ...) x itself, eval (x - mean recomputed in backward); None in training
         weight: Tensor | None  # (C,) gamma, read into scale: its change in place is refused
         mean: Tensor  # (C,) the batch's, or a copy of running_mean
-        invstd: Tensor  # (C,) 1 / sqrt(var + eps)
-        scale: Tensor  # (C,) gamma * invstd
+        rstd: Tensor  # (C,) 1 / sqrt(var + eps)
+        scale: Tensor  # (C,) gamma * rstd
         count: int | Tensor  # M, the values per channel (SyncBatchNorm: the global M_g, on the device)
         batch_stats: bool  # normalised by the batch's statistics (training, or no running ones)
         dtype: torch.dtype  # x's, given back to dx (the sums run in float32 for float16/bfloat16)
@@ -116,7 +115,7 @@ class _BatchNorm(BaseLayer):
 
         Two passes from per-channel sums: mean = sum(x) / M, then var = sum(xc * xc) / M -- numerically
         good (no cancellation as in sum(x^2)/M - mean^2), and xc is what both the output and the backward
-        use.  (torch.var_mean over several axes is 10-30x slower than these sums on CPU, measured.)"""
+        use (and faster on the CPU than torch.var_mean over several axes: docs/benchmarks.md)."""
         count = x.numel() // x.shape[1]
         bshape = (1, x.shape[1]) + (1,) * (x.dim() - 2)
         if count == 0:  # an empty batch (torch returns an empty output): mean 0 and var 1, so every sum is 0
@@ -169,9 +168,9 @@ class _BatchNorm(BaseLayer):
         else:  # running_mean copied: the backward reads it, and the buffer may be rewritten before then
             # (as_module's re-run writes the same values back, which a version check could not tell from a change)
             mean, xc, var, count = self.running_mean.to(sdtype, copy=True), None, self.running_var.to(sdtype), None
-        invstd = torch.rsqrt(var + self.eps)  # (C,)
-        scale = invstd if self.weight is None else self.weight.to(sdtype) * invstd  # (C,) gamma * invstd
-        if xc is not None:  # out = xc * gamma * invstd + beta
+        rstd = torch.rsqrt(var + self.eps)  # (C,)
+        scale = rstd if self.weight is None else self.weight.to(sdtype) * rstd  # (C,) gamma * rstd
+        if xc is not None:  # out = xc * gamma * rstd + beta
             out = xc * scale.view(bshape) if out is None else torch.mul(xc, scale.view(bshape), out=out)  # (N, C, ...)
             if self.bias is not None:
                 out.add_(self.bias.to(sdtype).view(bshape))
@@ -179,7 +178,7 @@ class _BatchNorm(BaseLayer):
             shift = -mean * scale if self.bias is None else self.bias.to(sdtype) - mean * scale  # (C,)
             out = torch.addcmul(shift.view(bshape), xs, scale.view(bshape))  # (N, C, ...)
         out = out if out.dtype == x.dtype else out.to(x.dtype)
-        return out, self.Saved(xc, xs if xc is None else None, self.weight, mean, invstd, scale, count,
+        return out, self.Saved(xc, xs if xc is None else None, self.weight, mean, rstd, scale, count,
                                batch_stats, x.dtype)
 
     def _update_running(self, mean: Tensor, var: Tensor, count: int | Tensor) -> None:
@@ -195,37 +194,45 @@ class _BatchNorm(BaseLayer):
         rv.mul_(1 - f).add_(f * unbiased.to(rv.dtype))
 
     def backward_math(self, dout: Tensor, saved: Saved):
-        """dout: shape of out -> dx: shape of x (None when not ``self.needs_input_grad``: the first layer of a
-        network); dgamma (C,) and dbeta (C,), added into weight.grad, bias.grad."""
-        if not self.needs_input_grad and self.weight is None:  # affine=False: no parameter, no dx: nothing to do
-            return None, {}
-        t = saved.x if saved.xc is None else saved.xc
-        dims = (0, *range(2, t.dim()))
-        bshape = (1, self.num_features) + (1,) * (t.dim() - 2)
-        d = dout if dout.dtype == t.dtype else dout.to(t.dtype)  # the statistics dtype
-        scale, invstd, count = saved.scale.view(bshape), saved.invstd, saved.count
-        if not saved.batch_stats and self.weight is None:  # eval, no parameters: dx is all there is
-            return _as(d * scale, saved.dtype), {}
-        xc = t if saved.xc is not None else t - saved.mean.view(bshape)  # (N, C, ...) x - mean
-        sum_dout = d.sum(dims)  # (C,)  = dbeta
-        tmp = d * xc  # (N, C, ...), reused below as dx's memory
-        sum_dout_xhat = tmp.sum(dims) * invstd  # (C,)  = dgamma
-        grads = {"weight": _as_like(sum_dout_xhat, self.weight), "bias": _as_like(sum_dout, self.bias)}
-        if not self.needs_input_grad:  # dgamma and dbeta only (nor SyncBatchNorm's all-reduce, as torch skips it)
-            return None, grads
-        dx = torch.mul(d, scale, out=tmp)  # (N, C, ...) gamma * invstd * dout
-        if saved.batch_stats:  # (eval with running statistics: that is all, the affine map's backward)
-            sum_dout, sum_dout_xhat = self._reduce_grad_sums(sum_dout, sum_dout_xhat, count)
-            # dx = (gamma*invstd/M) * (M*dout - sum(dout) - xhat*sum(dout*xhat))
-            #    = scale * dout + [-scale * sum(dout)/M] + xc * [-scale * invstd * sum(dout*xhat)/M]
-            dx.add_((-saved.scale * sum_dout / count).view(bshape))
-            dx.addcmul_(xc, (-saved.scale * invstd * sum_dout_xhat / count).view(bshape))
-        return _as(dx, saved.dtype), grads
+        """dout: shape of out -> dx: shape of x; dweight (C,) and dbias (C,), added into weight.grad, bias.grad."""
+        if kernels.enabled():  # the same statement in one buffer: kernels/norms.py
+            dx, dweight, dbias = norms.batch_norm_backward(dout, saved, needs_dx=self.needs_input_grad,
+                                                           affine=self.weight is not None,
+                                                           reduce=self._reduce_grad_sums)
+            return _as(dx, saved.dtype), {"weight": _as_like(dweight, self.weight), "bias": _as_like(dbias, self.bias)}
+        x = saved.xc if saved.batch_stats else saved.x - saved.mean.view(_bshape(saved.x))  # x - mean
+        xhat, dout, rstd = _rows(x) * saved.rstd, _rows(dout.to(x.dtype)), saved.rstd  # (M, C), (M, C), (C,)
+        weight = rstd.new_ones(rstd.shape) if self.weight is None else self.weight.to(rstd.dtype)  # (C,)
+        n = dout.shape[0]
+        dweight = (dout * xhat).sum(0)  # (C,)
+        dbias = dout.sum(0)  # (C,)
+        dxhat = dout * weight  # (M, C)
+        if saved.batch_stats:  # x reaches xhat directly, through the mean and through the variance: one term each
+            dx = rstd / n * (n * dxhat - dxhat.sum(0) - xhat * (dxhat * xhat).sum(0))  # (M, C)
+        else:  # eval with running statistics: mean and var are constants, the affine map's backward
+            dx = dxhat * rstd
+        return _as(_unrows(dx, x.shape), saved.dtype), {"weight": _as_like(dweight, self.weight),
+                                                        "bias": _as_like(dbias, self.bias)}
 
 
-def _as(t: Tensor, dtype: torch.dtype) -> Tensor:
+def _bshape(x: Tensor) -> tuple[int, ...]:
+    """(1, C, 1, ...): a (C,) tensor viewed to broadcast over x (N, C, ...)."""
+    return (1, x.shape[1]) + (1,) * (x.dim() - 2)
+
+
+def _rows(x: Tensor) -> Tensor:
+    """(N, C, ...) -> (M, C): the channels last, every other axis flattened into the M rows."""
+    return x.movedim(1, -1).reshape(-1, x.shape[1])
+
+
+def _unrows(rows: Tensor, shape: torch.Size) -> Tensor:
+    """(M, C) -> (N, C, ...) of ``shape``: ``_rows`` undone."""
+    return rows.view(shape[0], *shape[2:], shape[1]).movedim(-1, 1)
+
+
+def _as(t: Tensor | None, dtype: torch.dtype) -> Tensor | None:
     """t in ``dtype`` (a float16/bfloat16 input's gradient comes back in its dtype from the float32 sums)."""
-    return t if t.dtype == dtype else t.to(dtype)
+    return t if t is None or t.dtype == dtype else t.to(dtype)
 
 
 def _as_like(t: Tensor, param: Tensor | None) -> Tensor | None:

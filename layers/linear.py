@@ -1,14 +1,20 @@
-"""Linear layer: out = x @ W^T + b, W (out_features, in_features) as nn.Linear's, with a hand-written backward."""
+"""Linear layer: out = x @ W^T + b, W (out_features, in_features) as nn.Linear's, with a hand-written backward.
+
+Shape legend: N = batch (every leading position), D = in_features, H = out_features.
+"""
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from typing import NamedTuple
+import kernels
+from kernels import linear
 
 from .checks import Expects, check_int
 from .init import torch_default_params
-from .layer import BaseLayer, Product, learned
+from .layer import BaseLayer, learned
 
 
 class Linear(BaseLayer):
@@ -28,13 +34,21 @@ class Linear(BaseLayer):
     an unbatched (D,) -> (H,).  The leading axes are flattened into the N of one (N, D) product, so a
     sequence of tokens costs one GEMM, and the weight gradient sums over every leading position.
 
+    Backward, the chain rule on out[n, h] = sum_d x[n, d] weight[h, d] + bias[h]: each of x, weight and bias is
+    used by several outputs, and its gradient is the sum over them --
+
+        dx[n, d] = sum_h dout[n, h] weight[h, d]     x[n, d] feeds every output h of its row:   dx = dout @ W
+        dW[h, d] = sum_n dout[n, h] x[n, d]          W[h, d] is used by every row n:            dW = dout.T @ x
+        db[h]    = sum_n dout[n, h]                  b is added to every row:                   db = dout.sum(0)
+
     Kept from forward to backward: x (for dW) and the weight (for dx).  Changing either in place in between --
     ``x.mul_(10)``, an optimizer step -- is refused in backward, as torch.autograd refuses it (layers/saved.py;
     the weight only when dx is asked for, as autograd keeps it only then).
 
     Written in the template (layers/template.py): the base checks, keeps, versions and accumulates; what is here
     is the math.  dW and dx share no work (two GEMMs, each on dout), so ``backward_input``/``backward_weight``
-    (a pipeline's B and W) split it completely: dx now, dW and db later.
+    (a pipeline's B and W) split it completely: dx now, dW and db later.  The kernel (kernels/linear.py) adds dW
+    into ``.grad`` in place and skips dx where it is not asked for.
     """
 
     _param_names = ("weight", "bias")
@@ -70,13 +84,16 @@ class Linear(BaseLayer):
         return out, self.Saved(x, self.weight, lead)
 
     def backward_math(self, dout: Tensor, saved: Saved):
-        """dout: (*, H) -> dx: (*, D); dW (H, D) and db (H,) summed over every leading position."""
-        x = saved.x
+        """dout: (*, H) -> dx: (*, D); dweight (H, D) and dbias (H,) summed over every leading position."""
+        x, weight = saved.x, saved.weight  # (N, D), (H, D)
         if dout.dim() != 2:
-            dout = dout.reshape(-1, self.out_features)  # (N, H)
-        dx = None
-        if self.needs_input_grad:
-            dx = dout @ saved.weight  # (N, D)
-            dx = dx if len(saved.lead) == 1 else dx.view(*saved.lead, self.in_features)  # (*, D)
-        # out = x W^T + b: each output row's dW is dout's column times x, and b is added to every row
-        return dx, {"weight": Product(dout.t(), x), "bias": dout.sum(0)}
+            dout = dout.reshape(-1, self.out_features)  # (N, H): every leading position a row
+        if kernels.enabled():  # dweight into .grad in place, dx only when asked for: kernels/linear.py
+            dx, dweight, dbias = linear.linear_backward(dout, x, weight, needs_dx=self.needs_input_grad)
+        else:
+            dx = dout @ weight  # (N, D): dx[n, d] = sum_h dout[n, h] weight[h, d]
+            dweight = dout.T @ x  # (H, D): dweight[h, d] = sum_n dout[n, h] x[n, d], a sum over the batch
+            dbias = dout.sum(0)  # (H,): the bias is added to every row, so its gradient sums over the batch
+        if dx is not None and len(saved.lead) != 1:
+            dx = dx.view(*saved.lead, self.in_features)  # (*, D)
+        return dx, {"weight": dweight, "bias": dbias}

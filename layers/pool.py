@@ -15,6 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+import kernels
+from kernels import convolution
+
 from .checks import Expects, check_bool, is_a
 from .conv import pair
 from .layer import BaseLayer
@@ -83,14 +86,16 @@ class MaxPool2d(_Pool2d):
     plane) and keeps only those and the input's shape.  ``dilation`` and ``ceil_mode`` are supported;
     ``return_indices=True`` is not (a layer returns one tensor).  Nothing a caller holds is read by the backward
     (the argmax is the layer's own), so an in-place change of x or of the output after the forward changes
-    nothing here; ``backward_through_relu`` reads both and checks them itself (``Saved.fused``).
+    nothing here; the kernel that runs a ReLU's backward and this pool's as one (kernels/convolution.py, from a
+    Sequential) reads both and checks them itself (``Saved.fused``).  The kernel's forward takes a CPU input of many
+    channels through the channels-last pooling kernel: the same maxima and argmaxes.
     """
 
     torch_class = torch.nn.MaxPool2d
     _ctor_args = ("kernel_size", "stride", "padding", "dilation", "return_indices", "ceil_mode")
 
     class Fused(NamedTuple):
-        """What only ``backward_through_relu`` reads, with its own version record: a NamedTuple inside Saved is
+        """What only the ReLU -> MaxPool2d kernel reads, with its own version record: a NamedTuple inside Saved is
         not a tensor field, so the plain backward, which reads neither tensor, does not refuse their change."""
         x: Tensor  # the pool's input (the ReLU's output, when a ReLU came before)
         out: Tensor  # the pool's output: out > 0 is the ReLU's mask at each argmax
@@ -121,19 +126,8 @@ class MaxPool2d(_Pool2d):
     def forward_math(self, x: Tensor):
         """x: (N, C, H, W) -> out: (N, C, H_out, W_out); unbatched (C, H, W) -> (C, H_out, W_out)."""
         x4 = self._batched(x)
-        xp = x4
-        if x4.device.type == "cpu" and x4.shape[1] >= 8 and not torch.compiler.is_compiling() \
-                and not x4.is_contiguous(memory_format=torch.channels_last):
-            # ATen's CPU kernel for a channels-last plane runs its windows across channels in vector lanes; the
-            # one for (N, C, H, W) walks each plane alone, several times slower than copying into that layout
-            # first where there are channels enough to fill the lanes (from 8; with 3 the copies cost more:
-            # docs/benchmarks.md).  The same maxima and argmaxes (flat in each H*W plane, first on a tie), and
-            # out is given back in x's layout.
-            xp = x4.contiguous(memory_format=torch.channels_last)
-        out, idx = F.max_pool2d(xp, self._k, self._s, self._p, self._dilation, self.ceil_mode,
-                                return_indices=True)  # (N, C, H_out, W_out) values and flat argmax in H*W
-        if xp is not x4:
-            out, idx = out.contiguous(), idx.contiguous()
+        pool = convolution.max_pool2d if kernels.enabled() else _max_pool2d  # (the kernel: channels-last on a CPU)
+        out, idx = pool(x4, self._k, self._s, self._p, self._dilation, self.ceil_mode)  # values, flat argmax in H*W
         if x4 is not x:
             out = out.squeeze(0)  # unbatched
         return out, self.Saved(idx, x4.shape, x.shape, self.Fused(x, out, versions(x, out)))
@@ -147,27 +141,9 @@ class MaxPool2d(_Pool2d):
         dx.scatter_add_(2, idx, dout.reshape(idx.shape))  # overlapping windows add up
         return dx.view(saved.shape)
 
-    def backward_through_relu(self, dout: Tensor, relu) -> Tensor | None:
-        """The backwards of ``relu`` and then this pool, where this pool's input was that ReLU's output: ReLU's
-        dx = scatter(dout) * (relu_out > 0), and the scatter puts values only at the argmaxes, where relu_out is
-        this pool's own output (a window's maximum), so
 
-            dx = scatter(dout * (out > 0))
-
-        -- the same numbers (the mask is 0 or 1) from a mask a quarter of the size (a 2x2 pool), and no pass over
-        the full-size gradient.  Consumes both layers' caches.  Returns None, consuming nothing, when ``relu``'s
-        cached output is not this pool's input, or when it or this pool's output was changed in place after the
-        forward (a following in-place layer may legitimately change the pool's output: the mask is then not
-        out > 0); the caller then runs the two backwards, and the ReLU's refuses a change of its output."""
-        saved = self._saved
-        if saved is None or relu._saved is None or relu._saved.out is not saved.fused.x:
-            return None
-        x, out, then = saved.fused
-        if torch.compiler.is_compiling() or versions(x, out) != then:
-            return None  # (compiled: the two backwards, each with its check; the compiler fuses them)
-        self.check_dout((dout,), self._out_meta, saved)  # before dout meets the mask: named, never broadcast
-        relu.discard_saved()
-        return self.backward(out.sign().mul_(dout))
+def _max_pool2d(x: Tensor, kernel_size, stride, padding, dilation, ceil_mode: bool) -> tuple[Tensor, Tensor]:
+    return F.max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode, return_indices=True)
 
 
 class AvgPool2d(_Pool2d):

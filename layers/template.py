@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Callable, NamedTuple
+from typing import Callable
 
 import torch
 from torch import Tensor

@@ -267,7 +267,7 @@ class GPT(Composite):
         had, copied in; one that has none, as a fresh model, gets its view at the first backward, ``_give_grads``).
         Identities are kept (``.data`` is re-pointed), so an optimizer built before still holds these tensors.  The
         optimizer and the gradient clip then update a span with one kernel instead of one per tensor
-        (``optimizers/flat.py``), with the same numbers; nothing else depends on the layout."""
+        (``kernels/optimizers.py``), with the same numbers; nothing else depends on the layout."""
         params = self.parameters()
         order = [p for p in params if p.dim() >= 2] + [p for p in params if p.dim() < 2]
         total = sum(p.numel() for p in order)

@@ -26,7 +26,7 @@ os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
 # The slow files: real multi-process runs (torchrun, gloo), the compiled step, every benchmark script run once, an
 # autograder installed into a fresh environment.  `pytest -q` leaves them out (pyproject's addopts), so the suite
 # answers in minutes; `pytest -q -m slow` runs them, and CI runs both.
-SLOW_FILES = {"test_benchmarks.py", "test_compile.py", "test_fused.py", "test_distributed_train.py",
+SLOW_FILES = {"test_benchmarks.py", "test_compile.py", "test_kernels_compiled.py", "test_distributed_train.py",
               "test_distributed_faults.py",
               "test_parallel_composition.py", "test_zero.py", "test_tensor_parallel.py",
               "test_learn_teach_autograder.py", "test_train_model_parallel.py", "test_train_tensor_pipeline.py",

@@ -15,7 +15,8 @@ G = gates (RNN 1; LSTM 4, stacked i, f, g, o; GRU 3, stacked r, z, n).
 
 Layer k's input is layer k-1's output (both directions); in training mode with ``dropout`` > 0 that output
 goes through dropout first (not after the last layer), as torch does.  The per-direction work -- the
-recurrence and its backward through time -- is ``bptt.py``; each kind (``rnn.py``) says which of its functions
+recurrence and its backward through time -- is ``cells.py``'s loop (or the kernels'); each kind (``rnn.py``) says which
+of its functions
 to run.  Written in the layer template (layers/template.py): the forward returns its outputs and a ``Saved``, the
 backward the inputs' gradients and every parameter's, and the base checks, keeps, versions and accumulates.
 
@@ -40,12 +41,12 @@ import torch
 from torch import Tensor
 from torch.nn.utils.rnn import PackedSequence
 
-from ..checks import (BEFORE_FORWARD, Expects, check_bool, check_floating, check_grads_like, check_int, check_like,
+from ..checks import (BEFORE_FORWARD, Expects, check_bool, check_grads_like, check_int, check_like,
                       check_probability, check_tensor)
 from ..dropout import inter_layer_mask
 from ..init import torch_recurrent_init_
 from ..layer import BaseLayer, learned
-from .bptt import Cache, DirParams, Grads
+from kernels.recurrent.bptt import DirParams
 
 # a DirParams field -> the parameter's name in torch's scheme, before its _l{k}[_reverse] suffix
 PARAM_OF = {"w_ih": "weight_ih", "w_hh": "weight_hh", "b_ih": "bias_ih", "b_hh": "bias_hh", "w_hr": "weight_hr"}
@@ -57,7 +58,7 @@ def saved_type(weights: tuple[str, ...]) -> type:
         x          (T*N, I) the input as layer 0 keeps it for dW_ih (a view of x, or its own copy where x was not
                    contiguous)
         <weights>  every weight matrix under torch's name (weight_ih_l0, ..., weight_hr_l1_reverse), for dx and dh
-        dirs       [layer][direction] -> bptt.Cache, what each direction's backward reads (buffers of its own)
+        dirs       [layer][direction] -> what each direction's backward reads (cells.Steps, or a kernel's cache)
         masks      [layer] -> the dropout mask (T, N, D*H_out) on its output, or None
         batched, had_hx, T, N, shapes (the output's, then each state's: what the gradients must match), dtype, device
 
@@ -167,15 +168,15 @@ class _Recurrent(BaseLayer, ABC):
         get = lambda n: getattr(self, n + _suffix(k, d), None)  # noqa: E731
         return DirParams(get("weight_ih"), get("weight_hh"), get("bias_ih"), get("bias_hh"), get("weight_hr"))
 
-    # -- the kind: one direction of one layer, forward and backward (bptt.py) -------------------------------
+    # -- the kind: one direction of one layer, forward and backward (cells.py's recurrence) --------------------
 
     @abstractmethod
-    def _forward_dir(self, x: Tensor, p: DirParams, state0: list, *, reverse: bool) -> tuple[Tensor, list, Cache]:
+    def _forward_dir(self, x: Tensor, p: DirParams, state0: list, *, reverse: bool) -> tuple[Tensor, list, object]:
         """x (T, N, in) -> (y (T, N, H_out), final states [h_n (, c_n)], cache)."""
 
     @abstractmethod
-    def _backward_dir(self, dy: Tensor, dfinal: list, cache: Cache, *, need_d0: bool, need_dx: bool,
-                      dx: Tensor | None) -> tuple[Tensor | None, list, Grads]:
+    def _backward_dir(self, dy: Tensor, dfinal: list, cache: object, *, need_d0: bool, need_dx: bool,
+                      dx: Tensor | None) -> tuple[Tensor | None, list, dict]:
         """-> (dx (T*N, in) or None, [dh_0 (, dc_0)] or Nones, the parameter gradients by DirParams field)."""
 
     # -- forward ------------------------------------------------------------------------------------------
@@ -266,7 +267,7 @@ class _Recurrent(BaseLayer, ABC):
         """doutput, dstate (any of them None: zeros) -> (dx, or (dx, dhx) when the forward had hx; every
         parameter's gradient).
 
-        Layer by layer from the top, each direction through time (bptt.py); a layer's input gradient goes through
+        Layer by layer from the top, each direction through time (cells.py); a layer's input gradient goes through
         the dropout mask below it.  ``needs_input_grad`` False skips dx (the first layer's dA @ W_ih)."""
         need_dx = self.needs_input_grad
         L, D, Ho = self.num_layers, self.num_directions, self.h_out
