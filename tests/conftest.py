@@ -132,6 +132,17 @@ def wait_for(predicate, proc, what: str, timeout: float = 120.0) -> None:
 
 
 @pytest.fixture
+def kernels_on():
+    """The kernels on for a test of a kernel's own property (what it skips or writes in place), whatever
+    HANDGRAD_KERNELS says: CI runs the gradient tests a second time with it off."""
+    import kernels
+    before = kernels.enabled()
+    kernels.enable(True)
+    yield
+    kernels.enable(before)
+
+
+@pytest.fixture
 def tiny(tmp_path) -> Path:
     """The data root of a tiny MNIST (300 train, 80 test images) written for this test."""
     return write_tiny_mnist(tmp_path / "data")

@@ -20,6 +20,7 @@ from models import GPT
 from tests.test_conv import CONV_CONFIGS, CONV_IDS
 
 F64, F32, BF16 = torch.float64, torch.float32, torch.bfloat16
+pytestmark = pytest.mark.usefixtures("kernels_on")  # "on" is on, whatever HANDGRAD_KERNELS says
 TOL = {F64: 1e-12, F32: 2e-5, BF16: 2e-2}  # relative to the larger magnitude: float64 agrees to rounding, float32
 # and bfloat16 to a few units of theirs through a sum of a few dozen terms
 

@@ -18,6 +18,8 @@ from models import GPT
 from optimizers import SGD
 from tests.test_kernels import BF16, F32, F64, TOL, away_from_defaults, rel_err
 
+pytestmark = pytest.mark.usefixtures("kernels_on")  # "on" is on, whatever HANDGRAD_KERNELS says
+
 
 def backward_compiled_eager_textbook(make, x, dout):
     """The layer's (dx, {name: grad}) with the compiled kernels on, the eager kernels, and the textbook."""

@@ -437,6 +437,7 @@ class _FullSize(TorchDispatchMode):
 @pytest.mark.parametrize("cls,_,shape", BN_CONFIGS[1::2], ids=ids(BN_CONFIGS[1::2]))
 @pytest.mark.parametrize("opts", [{}, {"bias": False}, {"affine": False}, {"track_running_stats": False}], ids=str)
 @pytest.mark.parametrize("mode", ["train", "eval"])
+@pytest.mark.usefixtures("kernels_on")  # (the kernel's economy: the textbook computes dx and drops it)
 def test_batchnorm_without_input_grad_gives_the_same_grads_and_computes_no_dx(cls, _, shape, opts, mode):
     """need_input_grad=False (a network's first layer): None, .grad as with dx, and dx's statement never runs
     (fewer input-sized tensors; none at all without parameters; the sums dx needs are not reduced)."""
