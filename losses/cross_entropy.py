@@ -140,7 +140,8 @@ class CrossEntropyLoss(Loss):
         logp, target, skip = saved.logp, saved.target, saved.skip
         if kernels.enabled():  # in place, rounded as autograd rounds it: kernels/softmax.py
             grad = softmax.cross_entropy_backward(logp, target, skip, dout * saved.scale, self.label_smoothing)
-            return _unrows(grad.to(saved.dtype), saved.shape)  # one rounding, after the scale
+            grad = grad if grad.dtype == saved.dtype else grad.to(saved.dtype)  # one rounding, after the scale
+            return _unrows(grad, saved.shape)
         p = logp.exp()  # (M, C) softmax
         if target.is_floating_point():  # a distribution q: dL/dz = p * sum(q) - q (= p - q when q sums to 1)
             dlogits = p * target.sum(1, keepdim=True) - target
