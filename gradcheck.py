@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     selected = {k: v for k, v in cases.items() if args.layer is None or k == args.layer.lower()}
     results = []
     # The cases are tiny: one thread.  Convolution and pooling open a parallel region even for an 8x8 image,
-    # and on a loaded machine a 2-thread region waits milliseconds for a descheduled thread (7x slower here).
+    # and on a loaded machine a 2-thread region waits for a descheduled thread (docs/benchmarks.md).
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -4,7 +4,7 @@ MultiheadAttention and TransformerEncoderLayer vs torch.nn's with autograd.
     python benchmarks/attention.py [--device cuda] [--repeats 10] [--part memory|speed|all]
 
 memory: one forward+backward of attention at T = 1024, 4 heads of 64, batch 4, float32 (``--T``, ``--heads``,
-``--head-dim``, ``--batch``), for each of the textbook path (layers/reference.py: the (T, T) scores and
+``--head-dim``, ``--batch``), for each of the textbook path (the layer with kernels.disabled(): the (T, T) scores and
 probabilities kept for backward), the blocked path (layers.ScaledDotProductAttention: one (T, block) tile at a
 time, only the output and log-sum-exps kept) and torch's F.scaled_dot_product_attention under autograd.  Peak
 memory is the rise of the process's resident set above what it held once the inputs
@@ -23,7 +23,8 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from layers import MultiheadAttention, ScaledDotProductAttention, TransformerEncoderLayer, reference
+import kernels
+from layers import MultiheadAttention, ScaledDotProductAttention, TransformerEncoderLayer
 
 from memory import peak_mb  # sibling scripts: benchmarks/ is sys.path[0] when a script here runs
 import timing
@@ -34,13 +35,13 @@ PATHS = ("textbook", "blocked", "torch")
 
 def attention_step(path: str, q, k, v, dout, causal: bool, block: int | None):
     """A callable running one forward+backward of attention along ``path``."""
-    if path == "textbook":
-        bias = reference.attention_bias(q.shape[-2], k.shape[-2], is_causal=causal, dtype=q.dtype,
-                                        device=q.device)
+    if path == "textbook":  # the layer with the kernels off: the (L, S) matrices kept
+        att = ScaledDotProductAttention()
 
         def run():
-            _, cache = reference.attention_forward(q, k, v, bias)
-            return reference.attention_backward(dout, cache)
+            with kernels.disabled():
+                att(q, k, v, is_causal=causal)
+                return att.backward(dout)
     elif path == "blocked":
         att = ScaledDotProductAttention(block_size=block)
 
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nattention forward+backward, B {args.batch}, {args.heads} heads of {args.head_dim}, T {args.T}, "
               f"float32{', causal' if args.causal else ''}")
         print(f"{'path':<44} {'ms':>8} {'vs textbook':>12} {'peak MB':>9} {'vs textbook':>12}")
-        names = {"textbook": "textbook (layers/reference.py, T x T kept)",
+        names = {"textbook": "textbook (the kernels off, T x T kept)",
                  "blocked": "blocked (layers.ScaledDotProductAttention)",
                  "torch": "torch F.scaled_dot_product_attention+autograd"}
         for p in PATHS:

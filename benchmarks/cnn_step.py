@@ -1,11 +1,12 @@
-"""One training step of the hand-written CNN (train.py --model cnn) vs its nn.Module twin, and the im2col
-reference convolution vs the fast path, interleaved in one process.
+"""One training step of the hand-written CNN (train.py --model cnn) vs its nn.Module twin, and Conv2d's textbook
+backward (its im2col form, the kernels off) vs its kernels, interleaved in one process.
 
     python benchmarks/cnn_step.py [--device cuda] [--batch-size 128] [--repeats 30] [--threads 1 --clock cpu]
 
 A step is forward, cross-entropy, backward and an Adam step, in training mode (batch statistics, dropout).
-"speed vs nn.Module" = t_nn / t (> 1 is faster).  The im2col row times the reference.py convolution (unfold,
-matrix product, fold) forward and backward against layers.Conv2d on the CNN's second convolution's shapes.
+"speed vs nn.Module" = t_nn / t (> 1 is faster).  The textbook row times layers.Conv2d's forward and backward with
+the kernels off (``kernels.disabled()``: the backward's im2col form, unfold, products, fold) against the same with
+the kernels on, on the CNN's second convolution's shapes.
 """
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import torch
 import torch.nn.functional as F
 
 import optimizers
-from layers import Conv2d, reference
+import kernels
+from layers import Conv2d
 from losses import CrossEntropyLoss
 from training.impls.models import cnn
 
@@ -67,12 +69,12 @@ def cnn_rows(device: torch.device, batch: int, repeats: int, warmup: int = 3, cl
         conv.backward(dc)
         conv.weight.grad = conv.bias.grad = None
 
-    def im2col_conv():
-        out, cache = reference.conv2d_forward(xc, conv.weight, conv.bias, stride=1, padding=1)
-        reference.conv2d_backward(dc, cache)
+    def textbook_conv():
+        with kernels.disabled():
+            fast_conv()
 
     cands = {"handgrad CNN + handgrad Adam": manual, "nn.Module CNN + torch.optim.Adam": torch_step,
-             "Conv2d 32->64 3x3, fast path": fast_conv, "Conv2d 32->64 3x3, im2col reference": im2col_conv}
+             "Conv2d 32->64 3x3, kernels": fast_conv, "Conv2d 32->64 3x3, textbook": textbook_conv}
     if compile:
         cands["handgrad CNN + Adam, compiled (fullgraph)"] = compiled_cnn_step(device, x, y)
         twin_c = ours.to_torch()
@@ -101,10 +103,10 @@ def main(argv=None) -> int:
     ref = {"handgrad CNN + handgrad Adam": "nn.Module CNN + torch.optim.Adam",
            "handgrad CNN + Adam, compiled (fullgraph)": "nn.Module CNN + torch.optim.Adam",
            "nn.Module CNN compiled + torch.optim.Adam": "nn.Module CNN + torch.optim.Adam",
-           "Conv2d 32->64 3x3, im2col reference": "Conv2d 32->64 3x3, fast path"}
+           "Conv2d 32->64 3x3, textbook": "Conv2d 32->64 3x3, kernels"}
     print(f"  {'candidate':<38}{'ms':>9}{'ratio':>28}")
     for name, t in rows.items():
-        ratio = f"{rows[ref[name]] / t:.2f}x vs {'nn.Module' if 'CNN' in name else 'fast path'}" if name in ref else ""
+        ratio = f"{rows[ref[name]] / t:.2f}x vs {'nn.Module' if 'CNN' in name else 'kernels'}" if name in ref else ""
         print(f"  {name:<38}{t * 1e3:>9.2f}{ratio:>28}")
     return 0
 

@@ -1,4 +1,4 @@
-"""Median time of one Conv2d forward + backward: hand-written fast path vs nn.Conv2d under autograd vs im2col.
+"""Median time of one Conv2d forward + backward: the kernels vs nn.Conv2d under autograd vs the textbook (im2col).
 
     PYTHONPATH=$PWD python benchmarks/conv.py                  # CPU, float32, batch 128
     PYTHONPATH=$PWD python benchmarks/conv.py --device cuda --repeats 100
@@ -8,14 +8,15 @@ computes no input gradient in either implementation (``need_input_grad=False`` /
 require grad); the others compute dx too.  Each step: forward, backward with a fixed random upstream
 gradient, parameter gradients cleared to None first (as ``zero_grad()`` does).  The candidates run
 interleaved, one step each per round, so drift in machine speed hits all alike.  Ratios:
-"vs nn" = t_nn / t_hand and "im2col / fast" = t_im2col / t_hand (> 1: the hand-written fast path is faster).
+"vs nn" = t_nn / t_hand and "im2col / fast" = t_im2col / t_hand (> 1: the kernels are faster than the textbook,
+the layer's own backward run with ``kernels.disabled()``).
 """
 from __future__ import annotations
 
 import torch
 
+import kernels
 from layers import Conv2d
-from layers import reference as ref
 
 import timing  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
 from timing import interleaved
@@ -51,8 +52,8 @@ def candidates(cin, cout, k, stride, padding, size, first, batch, device, dtype)
         xr.grad = None
 
     def im2col():
-        _, cache = ref.conv2d_forward(x, ours.weight, ours.bias, stride, padding)
-        ref.conv2d_backward(dout, cache)
+        with kernels.disabled():
+            hand()
 
     return {"hand": hand, "nn": torch_nn, "im2col": im2col}
 

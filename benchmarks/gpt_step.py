@@ -11,7 +11,7 @@ twin under torch.compile (the model, as PyTorch users compile it) and handgrad's
 torch.compile(fullgraph=True).  Each hand-written row has a twin row "activations held": the same step with
 ``GPT.recompute = False`` (the LayerNorms' and GELU's outputs held from forward to backward, as autograd holds
 them, instead of computed again).  ``--fused`` adds handgrad's eager iteration with the fused kernels on
-(layers/fused.py: GELU's and LayerNorm's backward each one compiled pass), on a model of its own.
+(kernels/compiled.py: GELU's and LayerNorm's backward each one compiled pass), on a model of its own.
 Peak memory: the most tensor memory one iteration held at once (benchmarks/memory.py); on the CPU the weights,
 gradients and optimizer state count from the first operation that touches them (both sides alike: the
 hand-written step keeps its gradients between steps and zeroes them first, the twin's are allocated in backward).
@@ -63,11 +63,11 @@ def hand_step(model, opt, x, y, V: int):
 
 
 def with_fused_kernels(step):
-    """``step`` run with layers/fused.py's kernels on."""
-    from layers import fused
+    """``step`` run with the compiled kernels on (kernels/compiled.py)."""
+    from kernels import compiled
 
     def fused_step():
-        with fused.kernels():
+        with compiled.kernels():
             step()
     return fused_step
 
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="also where each eager iteration's time goes, operator by operator (torch.profiler: on a GPU "
                          "each kernel's device time), for the hand-written iteration and the twin's")
     ap.add_argument("--fused", action="store_true",
-                    help="also handgrad's eager iteration with the fused kernels on (layers/fused.py)")
+                    help="also handgrad's eager iteration with the compiled kernels on (kernels/compiled.py)")
     args = ap.parse_args(argv)
     device = args.device
     cfg = dict(PRESETS[args.preset])
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         hand_compiled = torch.compile(hand_step(model_c, opt_c, x, y, V), fullgraph=True)
         extra.update(held("handgrad compiled", lambda step: torch.compile(step, fullgraph=True)))
     hand_fused = None
-    if args.fused:  # handgrad's eager iteration with layers/fused.py's kernels, on a model of its own
+    if args.fused:  # handgrad's eager iteration with the compiled kernels (kernels/compiled.py), on a model of its own
         model_f, _, opt_f, _ = build(cfg, device, dtype)
         hand_fused = with_fused_kernels(hand_step(model_f, opt_f, x, y, V))
         extra.update(held("handgrad fused kernels", with_fused_kernels))

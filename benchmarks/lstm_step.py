@@ -17,10 +17,10 @@ All candidates run interleaved, round-robin, one call each per round, so drift i
 them alike; each figure is the median over the timed rounds.  "vs nn.LSTM" = t(nn.LSTM step) / t(candidate) from
 this one run (> 1 is faster).  The breakdown rows time parts of the hand-written step separately on the same
 shapes: the forward and the backward of the LSTM alone, the head (Linear + loss, forward and backward), the AdamW
-step, and the matrix products alone -- the same calls the LSTM makes (layers/recurrent/matmul.py), into nothing
+step, and the matrix products alone -- the same calls the LSTM makes (kernels/recurrent/matmul.py), into nothing
 else -- so "the rest" of the forward and of the backward is the gate arithmetic, the factor precomputation and Python.
 The "products through ..." row is the hand-written step with its products the other way than
-layers/recurrent/matmul.py chooses for this CPU (oneDNN's matmul on an AMD CPU, MKL's sgemm through torch.addmm
+kernels/recurrent/matmul.py chooses for this CPU (oneDNN's matmul on an AMD CPU, MKL's sgemm through torch.addmm
 elsewhere).
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 import optimizers
 from layers import LSTM, Linear
-from layers.recurrent import matmul
+from kernels.recurrent import matmul
 from layers.template import Product
 from losses import CrossEntropyLoss
 
@@ -58,7 +58,7 @@ def build(seq: int, batch: int, inp: int, hidden: int, layers: int, vocab: int, 
 
 def compiled_candidates(seq, batch, inp, hidden, layers, vocab) -> dict:
     """--compile: the hand-written step under torch.compile(fullgraph=True) (the recurrent layers then run
-    layers/recurrent/bptt_graph.py), and the nn.LSTM step with the model under torch.compile, each on a model of its
+    kernels/recurrent/graph.py), and the nn.LSTM step with the model under torch.compile, each on a model of its
     own."""
     lstm, head, twin_lstm, twin_head, x, y = build(seq, batch, inp, hidden, layers, vocab)
     opt = optimizers.AdamW(lstm.parameters() + head.parameters(), lr=1e-3)
@@ -142,7 +142,7 @@ def candidates(seq, batch, inp, hidden, layers, vocab, device=torch.device("cpu"
     def adamw():
         opt.step()
 
-    # The matrix products alone, as the LSTM calls them (layers/recurrent/bptt.py), on the same shapes.
+    # The matrix products alone, as the LSTM calls them (kernels/recurrent/bptt.py), on the same shapes.
     ws = [(getattr(lstm, f"weight_ih_l{k}"), getattr(lstm, f"weight_hh_l{k}"),
            getattr(lstm, f"bias_ih_l{k}") + getattr(lstm, f"bias_hh_l{k}")) for k in range(layers)]
     ins = [x.reshape(T * N, inp)] + [torch.randn(T * N, H) for _ in range(layers - 1)]

@@ -28,8 +28,8 @@ handgrad rows:
                      (training/compiled_fast.py's GuardFreeStep)
   <half> master      --half: the Net in bfloat16/float16 with float32 MasterWeights (benchmarks/precision.py),
                      compared with the twin under torch.autocast (+ GradScaler for float16)
-The cnn "net" is train.py --model cnn (batch 128, Adam) vs its twin, and the im2col reference convolution
-vs the fast path (benchmarks/cnn_step.py's rows).
+The cnn "net" is train.py --model cnn (batch 128, Adam) vs its twin, and Conv2d's textbook (the kernels off)
+vs its kernels (benchmarks/cnn_step.py's rows).
 """
 from __future__ import annotations
 
@@ -251,8 +251,8 @@ def print_cnn(label: str, rows: dict[str, float], reps: int) -> None:
             "nn.Module CNN + torch.optim.Adam": "nn.Module CNN + torch.optim.Adam",
             "handgrad CNN + Adam, compiled (fullgraph)": "nn.Module CNN + torch.optim.Adam",
             "nn.Module CNN compiled + torch.optim.Adam": "nn.Module CNN + torch.optim.Adam",
-            "Conv2d 32->64 3x3, im2col reference": "Conv2d 32->64 3x3, fast path"}
-    print(f"\n{label}: median of {reps} interleaved steps (the im2col row: vs the fast path)")
+            "Conv2d 32->64 3x3, textbook": "Conv2d 32->64 3x3, kernels"}
+    print(f"\n{label}: median of {reps} interleaved steps (the textbook row: vs the kernels)")
     print(f"  {'candidate':<46}{'ms/step':>10}{'vs nn.Module':>14}")
     for name, t in rows.items():
         vs = f"{rows[refs[name]] / t:.2f}x" if name in refs else ""

@@ -38,6 +38,7 @@ from torch import Tensor
 
 from layers.checks import check_bool, check_int, check_number
 from layers.layer import Layer, named_parameters_of, recording_graph
+from layers.template import Template
 
 from .numeric import EPS, RTOL, GradResult, fast_result, full_result, numeric_grad, rel_error
 
@@ -98,7 +99,8 @@ def _input_names(layer: Layer, count: int) -> list[str]:
     if count == 1:
         return ["x"]
     try:
-        params = [p.name for p in inspect.signature(layer.forward).parameters.values()
+        forward = layer.forward_math if isinstance(layer, Template) else layer.forward  # (the math names them)
+        params = [p.name for p in inspect.signature(forward).parameters.values()
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     except (TypeError, ValueError):
         params = []

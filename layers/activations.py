@@ -1,10 +1,11 @@
 """Parameter-free activations: ReLU, Tanh, Sigmoid, Softmax, LogSoftmax, LeakyReLU, GELU, SiLU.
 
-Each caches what its backward needs, and no more.  For tanh, sigmoid, softmax and
-log-softmax that is the *output* (the derivative is a cheap function of it); ReLU's
-output also tells where the input was positive.  GELU keeps its input, LeakyReLU
-its input (or, in place, the mask of where it was positive), SiLU its output and
-the sigmoid of its input.
+Each is element-wise (softmax and log-softmax along one axis): its Jacobian is diagonal, so its backward is
+dout times the local derivative, dx = dout * f'(x).  Each caches what that derivative needs, and no more.  For
+tanh, sigmoid, softmax and log-softmax that is the *output* (the derivative is a cheap function of it); ReLU's
+output also tells where the input was positive.  GELU keeps its input (and its output, for its kernel), LeakyReLU
+its input (or, in place, the mask of where it was positive), SiLU its output and the sigmoid of its input.
+ReLU's and GELU's backwards have faster forms in kernels/elementwise.py, used while the kernels are on.
 """
 from __future__ import annotations
 
@@ -14,11 +15,11 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from . import fused
-from .fused import _LOG2_INV_SQRT_2PI, _LOG2E, _SQRT_2_OVER_PI  # the constants of GELU's formulas, once
-from .checks import check_bool, check_int, check_number
+import kernels
+from kernels import elementwise
+
+from .checks import Expects, check_bool, check_int, check_number
 from .layer import BaseLayer
-from .saved import check_versions, versions
 
 
 class Out(NamedTuple):
@@ -47,16 +48,17 @@ class ReLU(_Activation):
     def extra_repr(self) -> str:
         return "inplace=True" if self.inplace else ""
 
-    def forward(self, x: Tensor):
+    def forward_math(self, x: Tensor):
         out = torch.relu_(x) if self.inplace else torch.relu(x)
         return out, Out(out)
 
-    def backward(self, dout: Tensor, saved: Out) -> Tensor:
-        # out >= 0, so sign(out) is exactly the 0/1 mask (out > 0).  Multiplying by it is one fused
-        # float kernel; dout * (out > 0) computes the same numbers 3-5x slower on CPU (bool temporaries),
-        # torch.where(out > 0, dout, 0) 5-7x slower.  The mask's buffer becomes dx (mask * dout, in place):
-        # one allocation of the activation's size, not two.
-        return saved.out.sign().mul_(dout)
+    def backward_math(self, dout: Tensor, saved: Out) -> Tensor:
+        """dout -> dx: the gradient passes where the input was positive and stops elsewhere."""
+        if kernels.enabled():  # the same numbers on one buffer: kernels/elementwise.py
+            return elementwise.relu_backward(dout, saved.out)
+        mask = saved.out > 0  # where x > 0: out = max(x, 0) is positive exactly there
+        dx = dout * mask
+        return dx
 
 
 class Tanh(_Activation):
@@ -64,12 +66,14 @@ class Tanh(_Activation):
 
     torch_class = torch.nn.Tanh
 
-    def forward(self, x: Tensor):
+    def forward_math(self, x: Tensor):
         out = torch.tanh(x)
         return out, Out(out)
 
-    def backward(self, dout: Tensor, saved: Out) -> Tensor:
-        return dout * (1 - saved.out * saved.out)
+    def backward_math(self, dout: Tensor, saved: Out) -> Tensor:
+        out = saved.out
+        dx = dout * (1 - out ** 2)
+        return dx
 
 
 class Sigmoid(_Activation):
@@ -77,18 +81,21 @@ class Sigmoid(_Activation):
 
     torch_class = torch.nn.Sigmoid
 
-    def forward(self, x: Tensor):
+    def forward_math(self, x: Tensor):
         out = torch.sigmoid(x)
         return out, Out(out)
 
-    def backward(self, dout: Tensor, saved: Out) -> Tensor:
-        return dout * saved.out * (1 - saved.out)
+    def backward_math(self, dout: Tensor, saved: Out) -> Tensor:
+        s = saved.out
+        dx = dout * s * (1 - s)
+        return dx
 
 
 class _AlongDim(_Activation):
     """An activation normalised along one axis, ``dim`` (Softmax, LogSoftmax): its check and repr."""
 
     _ctor_args = ("dim",)
+    expects = Expects(axis="dim")  # a floating-point tensor with an axis dim
     _dim_hint = ""  # added to the message that refuses a dim that is not an int
 
     def __init__(self, dim: int) -> None:
@@ -97,11 +104,6 @@ class _AlongDim(_Activation):
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"
-
-    def check_input(self, x: Tensor) -> None:
-        super().check_input(x)
-        if not -x.dim() <= self.dim < max(x.dim(), 1):
-            raise ValueError(f"{self!r}: dim {self.dim} is out of range for an input of shape {tuple(x.shape)}")
 
 
 class Softmax(_AlongDim):
@@ -116,11 +118,11 @@ class Softmax(_AlongDim):
     def __init__(self, dim: int = -1) -> None:
         super().__init__(dim)
 
-    def forward(self, x: Tensor):
+    def forward_math(self, x: Tensor):
         out = torch.softmax(x, self.dim)  # subtracts the row max: stable for large logits
         return out, Out(out)
 
-    def backward(self, dout: Tensor, saved: Out) -> Tensor:
+    def backward_math(self, dout: Tensor, saved: Out) -> Tensor:
         s = saved.out
         return s * (dout - (dout * s).sum(self.dim, keepdim=True))
 
@@ -140,11 +142,11 @@ class LogSoftmax(_AlongDim):
     def __init__(self, dim: int | None = None) -> None:
         super().__init__(dim)
 
-    def forward(self, x: Tensor):
+    def forward_math(self, x: Tensor):
         out = torch.log_softmax(x, self.dim)  # x - max - log(sum(exp(x - max))): stable
         return out, Out(out)
 
-    def backward(self, dout: Tensor, saved: Out) -> Tensor:
+    def backward_math(self, dout: Tensor, saved: Out) -> Tensor:
         return dout - saved.out.exp() * dout.sum(self.dim, keepdim=True)
 
 
@@ -164,16 +166,14 @@ class LeakyReLU(_Activation):
     def extra_repr(self) -> str:
         return f"negative_slope={self.negative_slope}" + (", inplace=True" if self.inplace else "")
 
-    def forward(self, x: Tensor):
+    def forward_math(self, x: Tensor):
         if self.inplace:  # keep the mask x > 0 (its own tensor, which nothing else can change): x is overwritten
             return torch.nn.functional.leaky_relu_(x, self.negative_slope), X(x > 0)
         return torch.nn.functional.leaky_relu(x, self.negative_slope), X(x)
 
-    def backward(self, dout: Tensor, saved: X) -> Tensor:
+    def backward_math(self, dout: Tensor, saved: X) -> Tensor:
         positive = saved.x if saved.x.dtype == torch.bool else saved.x > 0
         return torch.where(positive, dout, dout * self.negative_slope)
-
-
 
 
 class GELU(_Activation):
@@ -183,77 +183,48 @@ class GELU(_Activation):
         "none":  dx = dout * (Phi(x) + x * phi(x)),   phi(x) = exp(-x^2/2) / sqrt(2 pi)
         "tanh":  dx = dout * (1/2 (1 + t) + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)),  t = tanh(u)
 
-    Keeps x and out (out is held anyway: the next layer keeps it as its input).  "none" reads Phi(x) off the
-    forward's result, Phi(x) = 1/2 + (out - x/2) / x, and phi as 2^(-x^2/2 log2 e - log2 sqrt(2 pi)): no erf,
-    erfc or exp in backward (each slower than exp2 on the CPU, and erfc and exp many times slower where their
-    results underflow; docs/benchmarks.md).  Not out / x: where x is subnormal, out = x Phi(x) ~ x/2 keeps too few
-    digits to divide by x, while out - x/2 is then exactly 0 (both round x/2 alike), so Phi = 1/2, as it should;
-    at x = 0 both are 0/0, set to 1/2.  "tanh" recomputes t.
-
-    ``recompute_output = True`` (llm.c's ``recompute``; the GPT's MLP sets it): keep only x, and compute out again
-    when it is needed -- ``recompute()`` returns it for the caller that did not keep it either (the next
-    Linear, ``keep_input=False``), and backward uses that.  One more pass over x; the (N, ...) output is not
-    held from forward to backward.
+    the product rule on x Phi(x) and on x/2 (1 + t), with dt/du = 1 - t^2 (llm.c's ``gelu_backward``, whose
+    ``sech_out`` 1 / cosh^2 is this 1 - t^2).  Keeps x, and the output for the kernel (kernels/elementwise.py reads
+    Phi(x) off it, in exp2, without erf; the output is held anyway: the next layer keeps it as its input).
     """
+
+    GELU_SCALING_FACTOR = math.sqrt(2.0 / math.pi)  # llm.c's name: sqrt(2/pi)
 
     torch_class = torch.nn.GELU
     _ctor_args = ("approximate",)
 
     class Saved(NamedTuple):
         x: Tensor
-        out: Tensor | None  # None under recompute_output, until recompute()
+        out: Tensor
 
     def __init__(self, approximate: str = "none") -> None:
         super().__init__()
         if approximate not in ("none", "tanh"):
             raise ValueError(f"GELU: approximate must be 'none' or 'tanh', got {approximate!r}")
         self.approximate = approximate
-        self.recompute_output = False
 
     def extra_repr(self) -> str:
         return f"approximate={self.approximate!r}"
 
-    def forward(self, x: Tensor):
+    def forward_math(self, x: Tensor):
         out = torch.nn.functional.gelu(x, approximate=self.approximate)
-        return out, self.Saved(x, None if self.recompute_output else out)
+        return out, self.Saved(x, out)
 
-    def recompute(self) -> Tensor:
-        """After a forward with ``recompute_output``: its output again, from the kept input (bit for bit the
-        forward's), also kept now for this layer's backward."""
-        if self._saved is None:
-            raise RuntimeError(f"{self!r}: recompute() needs a forward first")
-        x, out = self._saved
-        if out is None:
-            check_versions(self, ("its input x", "its output"), self._saved, self._versions, before="recompute()")
-            with torch.no_grad():
-                out = torch.nn.functional.gelu(x, approximate=self.approximate)
-            self._saved = self.Saved(x, out)
-            self._versions = versions(x, out)  # out too is checked before backward
-        return out
-
-    def backward(self, dout: Tensor, saved: Saved) -> Tensor:
-        x, out = saved
-        if out is None and self.approximate == "none":
-            out = torch.nn.functional.gelu(x)  # recompute_output without recompute(): computed here
-        if fused.usable(x, dout):  # the docstring's formula as one compiled pass (layers/fused.py), where on
-            dx = fused.gelu_backward(x, out, dout, self.approximate)
-            if dx is not None:
-                return dx
-        # In-place chains on as few buffers as possible: the same formulas as the docstring.
-        if self.approximate == "tanh":
-            x2 = x * x  # (N, ...)
-            t = torch.mul(x2, 0.044715).add_(1.0).mul_(x).mul_(_SQRT_2_OVER_PI).tanh_()  # (N, ...) tanh(u)
-            right = torch.mul(t, t).neg_().add_(1.0).mul_(x).mul_(0.5 * _SQRT_2_OVER_PI)  # x/2 (1-t^2) sqrt(2/pi)
-            right.mul_(x2.mul_(3 * 0.044715).add_(1.0))  # ... (1 + 3 * 0.044715 x^2)
-            return right.add_(t.add_(1.0).mul_(0.5)).mul_(dout)  # (N, ...)
-        g = torch.addcmul(x.new_full((), _LOG2_INV_SQRT_2PI), x, x, value=-0.5 * _LOG2E).exp2_()  # (N, ...) phi(x)
-        g = torch.addcmul(x.new_full((), 0.5), g, x)  # 1/2 + x phi(x)
-        g.addcdiv_(torch.add(out, x, alpha=-0.5), x)  # + (out - x/2) / x: Phi(x) + x phi(x), nan where x = 0 (0/0)
-        # x = 0: Phi(0) + 0 = 1/2.  nan_to_num would also turn a nan in x into 1/2: adding 0 * x puts it back
-        # (0 * nan = nan; 0 for any finite x).  Two in-place passes, where x == 0 and masked_fill_ took ten times
-        # as long (a boolean tensor; measured).
-        g.nan_to_num_(nan=0.5, posinf=math.inf, neginf=-math.inf).add_(x, alpha=0.0)
-        return g.mul_(dout)
+    def backward_math(self, dout: Tensor, saved: Saved) -> Tensor:
+        if kernels.enabled():  # the same formulas on one buffer, in exp2: kernels/elementwise.py
+            return elementwise.gelu_backward(saved.x, saved.out, dout, self.approximate)
+        x = saved.x
+        if self.approximate == "tanh":  # as llm.c's gelu_backward writes it
+            cube = 0.044715 * x * x * x
+            tanh_out = torch.tanh(self.GELU_SCALING_FACTOR * (x + cube))
+            sech2 = 1.0 - tanh_out * tanh_out  # 1 / cosh^2, the derivative of tanh
+            local_grad = 0.5 * (1.0 + tanh_out) \
+                + x * 0.5 * sech2 * self.GELU_SCALING_FACTOR * (1.0 + 3.0 * 0.044715 * x * x)
+        else:
+            cdf = 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))  # Phi(x)
+            pdf = torch.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)  # phi(x)
+            local_grad = cdf + x * pdf
+        return local_grad * dout
 
 
 class SiLU(_Activation):
@@ -276,11 +247,11 @@ class SiLU(_Activation):
     def extra_repr(self) -> str:
         return "inplace=True" if self.inplace else ""
 
-    def forward(self, x: Tensor):
+    def forward_math(self, x: Tensor):
         s = torch.sigmoid(x)  # (N, ...)
         out = x.mul_(s) if self.inplace else x * s  # (N, ...)
         return out, self.Saved(s, out)
 
-    def backward(self, dout: Tensor, saved: Saved) -> Tensor:
+    def backward_math(self, dout: Tensor, saved: Saved) -> Tensor:
         s, out = saved
         return dout * (s + out * (1 - s))

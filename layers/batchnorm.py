@@ -15,7 +15,10 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from .checks import LOW_PRECISION, check_bool, check_floating, check_int, check_number, check_tensor
+import kernels
+from kernels import norms
+
+from .checks import LOW_PRECISION, Expects, check_bool, check_int, check_number
 from .layer import BaseLayer, learned
 
 
@@ -32,32 +35,28 @@ class _BatchNorm(BaseLayer):
 
     Backward in training mode, derived on paper (CS231n's batchnorm_backward_alt; makemore's
     "Becoming a Backprop Ninja").  Per channel, with sums over the M values of that channel,
-    mu = sum(x)/M, var = sum((x - mu)^2)/M, invstd = 1/sqrt(var + eps), xhat = (x - mu) * invstd,
-    out = gamma * xhat + beta, and dxhat = gamma * dout:
+    mu = sum(x)/M, var = sum((x - mu)^2)/M, rstd = 1/sqrt(var + eps), xhat = (x - mu) * rstd,
+    out = gamma * xhat + beta, and dxhat = gamma * dout.  x reaches xhat three ways -- directly, through mu and
+    through var --, one term each:
 
         dbeta  = sum(dout)                       dgamma = sum(dout * xhat)
-        dvar   = sum(dxhat * (x - mu)) * (-1/2) * invstd^3 = -(1/2) * invstd^2 * sum(dxhat * xhat)
-                                                                   [x - mu = xhat / invstd]
-        dmu    = -invstd * sum(dxhat) + dvar * (-2/M) * sum(x - mu) = -invstd * sum(dxhat)   [sum(x - mu) = 0]
-        dx     = dxhat * invstd + dvar * 2 (x - mu) / M + dmu / M
-               = (invstd / M) * (M * dxhat - sum(dxhat) - xhat * sum(dxhat * xhat))
+        dvar   = sum(dxhat * (x - mu)) * (-1/2) * rstd^3 = -(1/2) * rstd^2 * sum(dxhat * xhat)
+                                                                   [x - mu = xhat / rstd]
+        dmu    = -rstd * sum(dxhat) + dvar * (-2/M) * sum(x - mu) = -rstd * sum(dxhat)   [sum(x - mu) = 0]
+        dx     = dxhat * rstd  +  dvar * 2 (x - mu) / M  +  dmu / M        (term 1: direct; 2: var; 3: mu)
+               = rstd / M * (M * dxhat - sum(dxhat) - xhat * sum(dxhat * xhat))
 
-    and since gamma is constant over the channel:
-
-        dx = (gamma * invstd / M) * (M * dout - sum(dout) - xhat * sum(dout * xhat))
-
-    One statement; the two sums are exactly dbeta and dgamma.  The code keeps x - mu (not xhat) from
-    the forward and evaluates the statement in place in one buffer, as
-    scale * dout + a + (x - mu) * b with per-channel scale = gamma * invstd, a and b.
-    ``layers/reference.py`` has the step-by-step computational-graph version; a test ties them.
-    Eval mode (running statistics): dx = dout * gamma * invstd, the affine map's backward.
+    One statement.  The backward below writes it on rows, the channels last: (N, C, ...) as (M, C).  The kernel
+    (kernels/norms.py) keeps x - mu (not xhat) from the forward and evaluates the statement in place in one
+    buffer, as scale * dout + a + (x - mu) * b with per-channel scale = gamma * rstd, a and b.
+    Eval mode (running statistics): mean and var are constants, dx = dxhat * rstd, the affine map's backward.
 
     Mixed precision: a float16/bfloat16 input is accepted with float32 (or matching) parameters, as
     torch accepts it; the statistics, the normalisation and the gradient sums are then computed in float32, and
     the output and dx are returned in the input's dtype.
 
     Kept from forward to backward: x - mean (training: the layer's own) or, in eval mode, x itself and a copy of
-    running_mean; and gamma * invstd, computed from the weight.  A change of x or of the weight in place in
+    running_mean; and gamma * rstd, computed from the weight.  A change of x or of the weight in place in
     between (an optimizer step before backward) is refused, as torch.autograd refuses it (layers/saved.py).
     Written in the template (layers/template.py): the base checks, keeps, versions and accumulates.
     """
@@ -67,16 +66,14 @@ class _BatchNorm(BaseLayer):
     _saved_labels = {"xc": "its input x"}  # x - mean, the layer's own copy of x centred: named as x
     _syncing = False  # whether this forward's statistics span processes (SyncBatchNorm; its backward's too)
     _ctor_args = ("num_features", "eps", "momentum", "affine", "track_running_stats", "bias")
-    _input_dims: tuple[int, ...] = ()  # ranks of input accepted, set by the subclasses
-    _shape_text = ""
 
     class Saved(NamedTuple):
-        xc: Tensor | None  # (N, C, ...) x - mean, training (xhat = xc * invstd is never stored); None in eval
+        xc: Tensor | None  # (N, C, ...) x - mean, training (xhat = xc * rstd is never stored); None in eval
         x: Tensor | None  # (N, C, ...) x itself, eval (x - mean recomputed in backward); None in training
         weight: Tensor | None  # (C,) gamma, read into scale: its change in place is refused
         mean: Tensor  # (C,) the batch's, or a copy of running_mean
-        invstd: Tensor  # (C,) 1 / sqrt(var + eps)
-        scale: Tensor  # (C,) gamma * invstd
+        rstd: Tensor  # (C,) 1 / sqrt(var + eps)
+        scale: Tensor  # (C,) gamma * rstd
         count: int | Tensor  # M, the values per channel (SyncBatchNorm: the global M_g, on the device)
         batch_stats: bool  # normalised by the batch's statistics (training, or no running ones)
         dtype: torch.dtype  # x's, given back to dx (the sums run in float32 for float16/bfloat16)
@@ -118,7 +115,7 @@ class _BatchNorm(BaseLayer):
 
         Two passes from per-channel sums: mean = sum(x) / M, then var = sum(xc * xc) / M -- numerically
         good (no cancellation as in sum(x^2)/M - mean^2), and xc is what both the output and the backward
-        use.  (torch.var_mean over several axes is 10-30x slower than these sums on CPU, measured.)"""
+        use (and faster on the CPU than torch.var_mean over several axes: docs/benchmarks.md)."""
         count = x.numel() // x.shape[1]
         bshape = (1, x.shape[1]) + (1,) * (x.dim() - 2)
         if count == 0:  # an empty batch (torch returns an empty output): mean 0 and var 1, so every sum is 0
@@ -148,7 +145,7 @@ class _BatchNorm(BaseLayer):
 
     # -- forward and backward ----------------------------------------------------------------------------
 
-    def forward(self, x: Tensor):
+    def forward_math(self, x: Tensor):
         """x: (N, C) or (N, C, L) [BatchNorm1d], (N, C, H, W) [BatchNorm2d] -> out: same shape."""
         self._syncing = self._synchronises()
         dims = (0, *range(2, x.dim()))  # every axis but the channel axis
@@ -171,9 +168,9 @@ class _BatchNorm(BaseLayer):
         else:  # running_mean copied: the backward reads it, and the buffer may be rewritten before then
             # (as_module's re-run writes the same values back, which a version check could not tell from a change)
             mean, xc, var, count = self.running_mean.to(sdtype, copy=True), None, self.running_var.to(sdtype), None
-        invstd = torch.rsqrt(var + self.eps)  # (C,)
-        scale = invstd if self.weight is None else self.weight.to(sdtype) * invstd  # (C,) gamma * invstd
-        if xc is not None:  # out = xc * gamma * invstd + beta
+        rstd = torch.rsqrt(var + self.eps)  # (C,)
+        scale = rstd if self.weight is None else self.weight.to(sdtype) * rstd  # (C,) gamma * rstd
+        if xc is not None:  # out = xc * gamma * rstd + beta
             out = xc * scale.view(bshape) if out is None else torch.mul(xc, scale.view(bshape), out=out)  # (N, C, ...)
             if self.bias is not None:
                 out.add_(self.bias.to(sdtype).view(bshape))
@@ -181,7 +178,7 @@ class _BatchNorm(BaseLayer):
             shift = -mean * scale if self.bias is None else self.bias.to(sdtype) - mean * scale  # (C,)
             out = torch.addcmul(shift.view(bshape), xs, scale.view(bshape))  # (N, C, ...)
         out = out if out.dtype == x.dtype else out.to(x.dtype)
-        return out, self.Saved(xc, xs if xc is None else None, self.weight, mean, invstd, scale, count,
+        return out, self.Saved(xc, xs if xc is None else None, self.weight, mean, rstd, scale, count,
                                batch_stats, x.dtype)
 
     def _update_running(self, mean: Tensor, var: Tensor, count: int | Tensor) -> None:
@@ -196,59 +193,46 @@ class _BatchNorm(BaseLayer):
         rm.mul_(1 - f).add_(f * mean.to(rm.dtype))
         rv.mul_(1 - f).add_(f * unbiased.to(rv.dtype))
 
-    def backward(self, dout: Tensor, saved: Saved):
-        """dout: shape of out -> dx: shape of x (None when not ``self.needs_input_grad``: the first layer of a
-        network); dgamma (C,) and dbeta (C,), added into weight.grad, bias.grad."""
-        if not self.needs_input_grad and self.weight is None:  # affine=False: no parameter, no dx: nothing to do
-            return None, {}
-        t = saved.x if saved.xc is None else saved.xc
-        dims = (0, *range(2, t.dim()))
-        bshape = (1, self.num_features) + (1,) * (t.dim() - 2)
-        d = dout if dout.dtype == t.dtype else dout.to(t.dtype)  # the statistics dtype
-        scale, invstd, count = saved.scale.view(bshape), saved.invstd, saved.count
-        if not saved.batch_stats and self.weight is None:  # eval, no parameters: dx is all there is
-            return _as(d * scale, saved.dtype), {}
-        xc = t if saved.xc is not None else t - saved.mean.view(bshape)  # (N, C, ...) x - mean
-        sum_dout = d.sum(dims)  # (C,)  = dbeta
-        tmp = d * xc  # (N, C, ...), reused below as dx's memory
-        sum_dout_xhat = tmp.sum(dims) * invstd  # (C,)  = dgamma
-        grads = {"weight": _as_like(sum_dout_xhat, self.weight), "bias": _as_like(sum_dout, self.bias)}
-        if not self.needs_input_grad:  # dgamma and dbeta only (nor SyncBatchNorm's all-reduce, as torch skips it)
-            return None, grads
-        dx = torch.mul(d, scale, out=tmp)  # (N, C, ...) gamma * invstd * dout
-        if saved.batch_stats:  # (eval with running statistics: that is all, the affine map's backward)
-            sum_dout, sum_dout_xhat = self._reduce_grad_sums(sum_dout, sum_dout_xhat, count)
-            # dx = (gamma*invstd/M) * (M*dout - sum(dout) - xhat*sum(dout*xhat))
-            #    = scale * dout + [-scale * sum(dout)/M] + xc * [-scale * invstd * sum(dout*xhat)/M]
-            dx.add_((-saved.scale * sum_dout / count).view(bshape))
-            dx.addcmul_(xc, (-saved.scale * invstd * sum_dout_xhat / count).view(bshape))
-        return _as(dx, saved.dtype), grads
-
-    def check_input(self, x: object) -> None:
-        ref = self.weight if self.weight is not None else self.running_mean
-        if not (isinstance(x, Tensor) and x.dim() in self._input_dims and x.shape[1] == self.num_features
-                and (ref is None or (x.device == ref.device and (x.dtype == ref.dtype or (
-                    x.dtype in LOW_PRECISION and ref.dtype == torch.float32))))
-                and x.is_floating_point()):
-            self._reject_input(x)  # the cheap test above failed: find out what is wrong and say so
-
-    def _reject_input(self, x: object) -> None:
-        check_tensor(repr(self), "x", x)
-        check_floating(repr(self), "x", x)
-        if x.dim() not in self._input_dims or x.shape[1] != self.num_features:
-            raise ValueError(f"{self!r}: expected input of shape {self._shape_text.format(C=self.num_features)}, "
-                             f"got {tuple(x.shape)}")
-        ref = self.weight if self.weight is not None else self.running_mean
-        if x.device != ref.device:
-            raise ValueError(f"{self!r}: x is on {x.device} but the parameters are on {ref.device}; "
-                             f"move one of them (e.g. layer.to(device='{x.device}'))")
-        raise ValueError(f"{self!r}: x has dtype {x.dtype} but the parameters have dtype {ref.dtype} (a float16/"
-                         f"bfloat16 input is accepted with float32 parameters); convert one of them")
+    def backward_math(self, dout: Tensor, saved: Saved):
+        """dout: shape of out -> dx: shape of x; dweight (C,) and dbias (C,), added into weight.grad, bias.grad."""
+        if kernels.enabled():  # the same statement in one buffer: kernels/norms.py
+            dx, dweight, dbias = norms.batch_norm_backward(dout, saved, needs_dx=self.needs_input_grad,
+                                                           affine=self.weight is not None,
+                                                           reduce=self._reduce_grad_sums)
+            return _as(dx, saved.dtype), {"weight": _as_like(dweight, self.weight), "bias": _as_like(dbias, self.bias)}
+        x = saved.xc if saved.batch_stats else saved.x - saved.mean.view(_bshape(saved.x))  # x - mean
+        xhat, dout, rstd = _rows(x) * saved.rstd, _rows(dout.to(x.dtype)), saved.rstd  # (M, C), (M, C), (C,)
+        weight = rstd.new_ones(rstd.shape) if self.weight is None else self.weight.to(rstd.dtype)  # (C,)
+        n = dout.shape[0]
+        dweight = (dout * xhat).sum(0)  # (C,)
+        dbias = dout.sum(0)  # (C,)
+        dxhat = dout * weight  # (M, C)
+        if saved.batch_stats:  # x reaches xhat directly, through the mean and through the variance: one term each
+            dx = rstd / n * (n * dxhat - dxhat.sum(0) - xhat * (dxhat * xhat).sum(0))  # (M, C)
+        else:  # eval with running statistics: mean and var are constants, the affine map's backward
+            dx = dxhat * rstd
+        return _as(_unrows(dx, x.shape), saved.dtype), {"weight": _as_like(dweight, self.weight),
+                                                        "bias": _as_like(dbias, self.bias)}
 
 
-def _as(t: Tensor, dtype: torch.dtype) -> Tensor:
+def _bshape(x: Tensor) -> tuple[int, ...]:
+    """(1, C, 1, ...): a (C,) tensor viewed to broadcast over x (N, C, ...)."""
+    return (1, x.shape[1]) + (1,) * (x.dim() - 2)
+
+
+def _rows(x: Tensor) -> Tensor:
+    """(N, C, ...) -> (M, C): the channels last, every other axis flattened into the M rows."""
+    return x.movedim(1, -1).reshape(-1, x.shape[1])
+
+
+def _unrows(rows: Tensor, shape: torch.Size) -> Tensor:
+    """(M, C) -> (N, C, ...) of ``shape``: ``_rows`` undone."""
+    return rows.view(shape[0], *shape[2:], shape[1]).movedim(-1, 1)
+
+
+def _as(t: Tensor | None, dtype: torch.dtype) -> Tensor | None:
     """t in ``dtype`` (a float16/bfloat16 input's gradient comes back in its dtype from the float32 sums)."""
-    return t if t.dtype == dtype else t.to(dtype)
+    return t if t is None or t.dtype == dtype else t.to(dtype)
 
 
 def _as_like(t: Tensor, param: Tensor | None) -> Tensor | None:
@@ -259,13 +243,13 @@ def _as_like(t: Tensor, param: Tensor | None) -> Tensor | None:
 class BatchNorm1d(_BatchNorm):
     __doc__ = "Batch norm over (N, C) or (N, C, L): statistics per channel over N (and L).\n\n" + _BatchNorm.__doc__
     torch_class = torch.nn.BatchNorm1d
-    _input_dims = (2, 3)
-    _shape_text = "(N, {C}) or (N, {C}, L)"
+    expects = Expects(dims=(2, 3), size=(1, "num_features"), like=("weight", "running_mean"), half=True,
+                      shape="(N, {num_features}) or (N, {num_features}, L)")
 
 
 class BatchNorm2d(_BatchNorm):
     __doc__ = "Batch norm over (N, C, H, W): statistics per channel over N, H and W.\n\n" + _BatchNorm.__doc__
     torch_class = torch.nn.BatchNorm2d
-    _input_dims = (4,)
-    _shape_text = "(N, {C}, H, W)"
+    expects = Expects(dims=(4,), size=(1, "num_features"), like=("weight", "running_mean"), half=True,
+                      shape="(N, {num_features}, H, W)")
 

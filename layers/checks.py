@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -140,3 +141,87 @@ def check_probability(owner: str, name: str, value: object) -> float:
     if not is_a(value, numbers.Real) or not 0.0 <= value <= 1.0:
         raise ValueError(f"{owner}: {name} must be a probability in [0, 1], got {value!r}")
     return float(value)
+
+
+class Expects(NamedTuple):
+    """What a layer's forward takes, declared on the class (``expects = Expects(...)``) and checked by the template
+    before the math runs: a tensor of one of the ranks ``dims``, whose axis ``size[0]`` holds as many values as the
+    layer's attribute ``size[1]`` (or that ends with the shape held by the attribute ``trailing``), of a
+    floating-point dtype, on the device and of the dtype of the first of the parameters named in ``like`` that the
+    layer has.  A failure raises one error naming the layer, the input and what was expected:
+
+        ``shape``     the expected shape as the error writes it, ``{attribute}`` fields read off the layer
+        ``name``      what the error calls the input ("x", "src"); ``like_name`` in a dtype or device mismatch
+        ``floating``  refuse an integer or boolean input before its shape (False: any dtype passes to ``like``)
+        ``half``      a float16/bfloat16 input is accepted with float32 parameters (the norms compute in float32);
+                      a mismatch is then said of "the parameters", as torch says it
+        ``axis``      an attribute holding an axis index (a softmax's ``dim``) that must name an axis of the input
+    """
+
+    dims: tuple[int, ...] = ()
+    size: tuple[int, str] | None = None
+    trailing: str | None = None
+    like: tuple[str, ...] = ()
+    shape: str = ""
+    name: str = "x"
+    like_name: str = ""
+    floating: bool = True
+    half: bool = False
+    axis: str | None = None
+
+
+class _Fields:
+    """``layer``'s attributes as a mapping, for ``str.format_map`` of an ``Expects.shape``."""
+
+    def __init__(self, layer: object) -> None:
+        self.layer = layer
+
+    def __getitem__(self, key: str) -> object:
+        return getattr(self.layer, key)
+
+
+def check_expected(layer: object, x: object, expects: Expects) -> None:
+    """Refuse ``x`` where it is not what ``expects`` declares for ``layer`` (the cheap test first; only a failing
+    input pays for the layer's repr and the named error)."""
+    ref, ref_name = None, ""
+    for ref_name in expects.like:
+        ref = getattr(layer, ref_name)
+        if ref is not None:
+            break
+    if isinstance(x, Tensor) and (not expects.floating or x.is_floating_point()) \
+            and (not expects.dims or x.dim() in expects.dims) \
+            and (expects.size is None or (x.dim() > 0 and x.shape[expects.size[0]] == getattr(layer, expects.size[1])))\
+            and (expects.trailing is None or _ends_with(x, getattr(layer, expects.trailing))) \
+            and (ref is None or (x.device == ref.device and (x.dtype == ref.dtype or (
+                expects.half and x.dtype in LOW_PRECISION and ref.dtype == torch.float32)))):
+        if expects.axis is not None:
+            dim = getattr(layer, expects.axis)
+            if not -x.dim() <= dim < max(x.dim(), 1):
+                raise ValueError(f"{layer!r}: {expects.axis} {dim} is out of range for an input of shape "
+                                 f"{tuple(x.shape)}")
+        return
+    owner = repr(layer)
+    check_tensor(owner, expects.name, x)
+    if expects.floating:
+        check_floating(owner, expects.name, x)
+    shape_ok = (not expects.dims or x.dim() in expects.dims) \
+        and (expects.size is None or (x.dim() > 0 and x.shape[expects.size[0]] == getattr(layer, expects.size[1]))) \
+        and (expects.trailing is None or _ends_with(x, getattr(layer, expects.trailing)))
+    if not shape_ok:
+        raise ValueError(f"{owner}: expected input of shape {expects.shape.format_map(_Fields(layer))}, got "
+                         f"{tuple(x.shape)}")
+    if ref is None:
+        return
+    if not expects.half:
+        check_like(owner, expects.like_name or expects.name, x, ref, ref_name)
+        return
+    if x.device != ref.device:
+        raise ValueError(f"{owner}: {expects.name} is on {x.device} but the parameters are on {ref.device}; "
+                         f"move one of them (e.g. layer.to(device='{x.device}'))")
+    raise ValueError(f"{owner}: {expects.name} has dtype {x.dtype} but the parameters have dtype {ref.dtype} (a "
+                     f"float16/bfloat16 input is accepted with float32 parameters); convert one of them")
+
+
+def _ends_with(x: Tensor, shape: tuple[int, ...]) -> bool:
+    k = len(shape)
+    return x.dim() >= k and tuple(x.shape[x.dim() - k:]) == tuple(shape)

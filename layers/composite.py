@@ -19,7 +19,7 @@ from collections.abc import Callable
 from torch import Tensor
 
 from .layer import BaseLayer, no_graph
-from .template import _add_grads
+from .template import add_grads
 
 
 class Composite(BaseLayer):
@@ -46,12 +46,12 @@ class Composite(BaseLayer):
             self._queue.append(functools.partial(add, *args))
 
     @no_graph
-    def backward_input(self, dout: Tensor, need_input_grad: bool = True, **kwargs):
+    def backward_input(self, dout: Tensor, *more, need_input_grad: bool = True, **kwargs):
         """B: the input gradient, every child's W (and the composite's own ``later``) queued for
         ``backward_weight()``; recording no graph, as ``backward``."""
         self._queue = queue = []
         try:
-            dx = super().backward_input(dout, need_input_grad, **kwargs)
+            dx = super().backward_input(dout, *more, need_input_grad=need_input_grad, **kwargs)
         finally:
             self._queue = None
         self._w_steps = queue
@@ -66,4 +66,4 @@ class Composite(BaseLayer):
         for step in steps:
             step()
         if grads:
-            _add_grads(self, grads)
+            add_grads(self, grads)

@@ -1,4 +1,4 @@
-"""Conv2d: 2-d convolution whose backward is two more convolutions, written out by hand.
+"""Conv2d: 2-d convolution whose backward is written out by hand, in its im2col form.
 
 Shape legend (see layers/layer.py): N = batch, C_in / C_out = input / output channels, G = groups,
 (H, W) = input height and width, (H_out, W_out) = output height and width, (kH, kW) = kernel size,
@@ -6,32 +6,23 @@ Shape legend (see layers/layer.py): N = batch, C_in / C_out = input / output cha
 
     H_out = floor((H + 2 pH - dH (kH - 1) - 1) / sH) + 1
 
-The layer's backward is its own formula, expressed through the convolution primitives (the
-textbook im2col version -- unfold, one matrix product, fold -- is ``reference.conv2d_forward`` /
-``conv2d_backward``, tied to this one by tests/test_conv.py).  With xp = x zero-padded,
+im2col (CS231n's vectorised convolution): ``F.unfold`` copies every receptive field of the padded input into a
+column, cols (N, C_in, kH, kW, H_out, W_out): cols[:, :, i, j] -- the "patch" of kernel offset (i, j) -- is what
+every output position sees through tap (i, j), whatever the stride and dilation.  The forward is then, per group,
 
-    out[n, o, i, j] = b[o] + sum_{c, u, v} w[o, c, u, v] * xp[n, c, i sH + u dH, j sW + v dW]
+    out[n, o, h, w] = b[o] + sum_{c, i, j} weight[o, c, i, j] * cols[n, c, i, j, h, w]
 
-(c running over the input channels of o's group), each input pixel is touched by the kernel taps
-that reach it, so
+a product of the weight with the columns; so, offset by offset (the exercise's loop, learn/exercises/conv2d.py),
 
-    dx = conv_transpose2d(dout, w, stride=s, padding=p, dilation=d, groups=G)
-         -- the transposed convolution scatters each dout[n, o, i, j] back through the taps; its
-            ``output_padding`` restores the rows/columns the forward's floor division dropped;
-    dw[o, c, u, v] = sum_{n, i, j} dout[n, o, i, j] * xp[n, c, i sH + u dH, j sW + v dW]
-         -- a correlation of the input with dout over the batch and the output positions: a
-            convolution with the batch as the channel axis, dout as the kernel, and stride and
-            dilation trading places (the kernel dout steps by sH; the output tap u steps by dH);
-    db[o] = sum_{n, i, j} dout[n, o, i, j].
+    dweight[:, :, i, j] = sum_{n, h, w} dout[n, o, h, w] patch[n, c, h, w]       one weight is used everywhere
+    dcols[:, :, i, j]   = sum_o dout[n, o, h, w] weight[o, c, i, j]              each column receives its outputs'
+    dx = F.fold(dcols)                                                          col2im: a pixel in several
+                                                                                windows receives the sum
+    dbias = dout summed over (n, h, w)
 
-The weight gradient's sum over (n, i, j) is one formula with three ways to run it (``Conv2d._weight_grad``),
-chosen by shape because oneDNN's forward kernels, which the correlation runs on, are made for small kernels:
-the correlation above (any stride, dilation, groups); for stride 1 without groups the same correlation with
-the roles of x and dout exchanged (dout the "input", x the "kernel"; 10-20% faster on CPU); and, for a layer
-with few input channels (a network's first), the textbook im2col product -- unfold x into its windows,
-one batched matrix product with dout -- which there beats the correlation 2-4x (the unfolded copy is only
-C_in kH kW times x; float32 and float64 only: its per-sample products, summed afterwards, would each be rounded
-to a half-precision dtype).
+``conv2d_backward`` below.  The kernels (kernels/convolution.py) compute the same sums through the convolution
+primitives: dx as a transposed convolution of dout with the weight, dweight as a correlation of the input with
+dout in the form that suits the layer's shape.
 """
 from __future__ import annotations
 
@@ -41,12 +32,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .checks import check_bool, check_int, check_like, check_tensor, is_a
+import kernels
+from kernels import convolution
+
+from .checks import Expects, check_bool, check_int, is_a
 from .init import torch_default_params
 from .layer import BaseLayer, learned
-
-
-_FEW_CHANNELS = 8  # input channels per group below which dw is an im2col product (benchmarks/conv.py)
 
 
 def pair(owner: str, name: str, value: object, lo: int) -> tuple[int, int]:
@@ -77,13 +68,15 @@ class Conv2d(BaseLayer):
 
     Forward is ``F.conv2d``; backward is the hand-written formula of the module docstring:
     ``backward(dout, need_input_grad=True)`` adds dw and db into ``.grad`` and returns dx (or None
-    with ``need_input_grad=False``: the first layer of a network skips that transposed convolution).
+    with ``need_input_grad=False``: the first layer of a network skips it, in the kernel).
     Kept between the two: the (padded) input, for dw, and the weight, for dx; changing either in place in
     between (an optimizer step before backward) is refused, as torch.autograd refuses it (layers/saved.py).
     Written in the template (layers/template.py): the base checks, keeps, versions and accumulates.
     """
 
     _param_names = ("weight", "bias")
+    expects = Expects(dims=(3, 4), size=(-3, "in_channels"), like=("weight",), like_name="input", floating=False,
+                      shape="(N, {in_channels}, H, W) or, unbatched, ({in_channels}, H, W)")
     torch_class = torch.nn.Conv2d
     _ctor_args = ("in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation", "groups", "bias",
                   "padding_mode")
@@ -149,7 +142,7 @@ class Conv2d(BaseLayer):
         (kh, kw), (sh, sw), (ph, pw), (dh, dw) = self.kernel_size, self.stride, self._pad, self.dilation
         return conv_out_size(h, kh, sh, ph, dh), conv_out_size(w, kw, sw, pw, dw)
 
-    def forward(self, x: Tensor):
+    def forward_math(self, x: Tensor):
         """x: (N, C_in, H, W) -> out: (N, C_out, H_out, W_out); or unbatched, (C_in, H, W) -> (C_out, H_out, W_out)."""
         unbatched = x.dim() == 3
         if unbatched:
@@ -166,110 +159,67 @@ class Conv2d(BaseLayer):
         out = out.squeeze(0) if unbatched else out  # (N, C_out, H_out, W_out) or (C_out, H_out, W_out)
         return out, self.Saved(x, self.weight, hw, unbatched)
 
-    def backward(self, dout: Tensor, saved: Saved):
-        """dout: (N, C_out, H_out, W_out) -> dx: (N, C_in, H, W) (None if not ``need_input_grad``);
-        dw (C_out, C_in / G, kH, kW) and db (C_out,), added into weight.grad and bias.grad.
-        Unbatched: dout (C_out, H_out, W_out) -> dx (C_in, H, W)."""
-        # dx = conv_transpose2d(dout, w);  dw = x correlated with dout over (n, i, j);  db = sum of dout over (n, i, j)
-        x, (h, w) = saved.x, saved.hw
+    def backward_math(self, dout: Tensor, saved: Saved):
+        """dout: (N, C_out, H_out, W_out) -> dx: (N, C_in, H, W); dweight (C_out, C_in / G, kH, kW) and dbias (C_out,),
+        added into weight.grad and bias.grad.  Unbatched: dout (C_out, H_out, W_out) -> dx (C_in, H, W)."""
+        x, weight, (h, w) = saved.x, saved.weight, saved.hw
         dout = dout.unsqueeze(0) if saved.unbatched else dout  # (N, C_out, H_out, W_out)
+        if kernels.enabled():  # a transposed convolution and a correlation: kernels/convolution.py
+            dx, dweight, dbias = self._kernel_backward(x, weight, dout)
+        else:
+            dx, dweight, dbias = conv2d_backward(dout, x, weight, self.stride, self._pad, self.dilation, self.groups)
+        if dx is not None:
+            dx = dx[:, :, :h, :w]  # (N, C_in, H, W): without the extra "same" row/column
+            dx = dx.squeeze(0) if saved.unbatched else dx
+        return dx, {"weight": dweight, "bias": dbias}
+
+    def _kernel_backward(self, x: Tensor, weight: Tensor, dout: Tensor):
+        """(dx or None, dweight, dbias) through the convolution primitives; dweight and dbias as callables,
+        computed only for a parameter that wants one (a frozen one costs nothing)."""
         dx = None
         if self.needs_input_grad:
-            dx = self._input_grad(dout, saved.weight, x.shape)[:, :, :h, :w]  # (N, C_in, H, W): no "same" extra
-            dx = dx.squeeze(0) if saved.unbatched else dx
-        # dw and db as callables: computed only for a parameter that wants one (a frozen one costs nothing)
-        return dx, {"weight": lambda: self._weight_grad_for(x, dout), "bias": lambda: dout.sum((0, 2, 3))}
+            dx = convolution.input_grad(dout, weight, x.shape, self.stride, self._pad, self.dilation, self.groups)
 
-    def check_input(self, x: object) -> None:
-        w = self.weight
-        if isinstance(x, Tensor) and x.dim() in (3, 4) and x.shape[-3] == self.in_channels \
-                and x.dtype == w.dtype and x.device == w.device:
-            return
-        check_tensor(repr(self), "x", x)  # the cheap test above failed: find out what is wrong and say so
-        if x.dim() not in (3, 4) or x.shape[-3] != self.in_channels:
-            raise ValueError(f"{self!r}: expected input of shape (N, {self.in_channels}, H, W) or, unbatched, "
-                             f"({self.in_channels}, H, W), got {tuple(x.shape)}")
-        check_like(repr(self), "input", x, self.weight, "weight")
+        def dweight() -> Tensor:
+            if x.shape[0] == 0:  # an empty batch: nothing to sum (the correlation has no channels to run on)
+                return weight.new_zeros(weight.shape)
+            dw = convolution.weight_grad(x, dout, self.kernel_size, self.stride, self._pad, self.dilation,
+                                         self.groups)
+            return dw if self.weight.grad is not None else dw.contiguous()  # into .grad from the view; or .grad
+        return dx, dweight, lambda: dout.sum((0, 2, 3))
 
-    def _weight_grad_for(self, x: Tensor, dout: Tensor) -> Tensor:
-        """dw, (C_out, C_in / G, kH, kW): added into an existing ``.grad`` straight from the strided view the
-        correlation gives (no copy), made contiguous only when it becomes ``.grad``."""
-        w = self.weight
-        if x.shape[0] == 0:  # an empty batch: nothing to sum, so dw = 0 (the correlation has no channels to run on)
-            return w.new_zeros(w.shape)
-        dw = self._weight_grad(x, dout)
-        return dw if w.grad is not None else dw.contiguous()  # the weight's layout
 
-    def _input_grad(self, dout: Tensor, weight: Tensor, x_shape: torch.Size) -> Tensor:
-        """dx = the transposed convolution of dout with the weight, (N, C_in, H', W') for the padded input.
+def conv2d_backward(dout: Tensor, x: Tensor, weight: Tensor, stride: tuple[int, int], padding: tuple[int, int],
+                    dilation: tuple[int, int], groups: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The im2col backward (the module docstring): dout (N, C_out, H_out, W_out), x (N, C_in, H, W), weight
+    (C_out, C_in / G, kH, kW) -> (dx (N, C_in, H, W), dweight, dbias (C_out,)).  Each group is a convolution of its
+    own channels."""
+    n, c_in, h, w = x.shape
+    c_out, cg, kh, kw = weight.shape
+    og = c_out // groups
+    ho, wo = dout.shape[2:]
+    cols = F.unfold(x, (kh, kw), dilation, padding, stride).view(n, c_in, kh, kw, ho, wo)  # im2col
+    dcols, dweight = [], []
+    for g in range(groups):
+        dcols_g, dweight_g = _offsets_backward(dout[:, g * og:(g + 1) * og], cols[:, g * cg:(g + 1) * cg],
+                                               weight[g * og:(g + 1) * og])
+        dcols.append(dcols_g)
+        dweight.append(dweight_g)
+    dcols = torch.cat(dcols, 1).view(n, c_in * kh * kw, ho * wo)  # (N, C_in kH kW, H_out W_out)
+    dx = F.fold(dcols, (h, w), (kh, kw), dilation, padding, stride)  # col2im: overlapping windows add up
+    dbias = dout.sum((0, 2, 3))  # (C_out,)
+    return dx, torch.cat(dweight), dbias
 
-        conv_transpose2d's output is (H_out - 1) sH - 2 pH + dH (kH - 1) + 1 rows: the forward's floor
-        division may have left up to sH - 1 trailing input rows that no window reached; output_padding
-        adds them back (their gradient is zero), so the shape matches x's exactly."""
-        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = self.kernel_size, self.stride, self._pad, self.dilation
-        ho, wo = dout.shape[2], dout.shape[3]
-        oph = x_shape[2] - ((ho - 1) * sh - 2 * ph + dh * (kh - 1) + 1)  # in [0, sH)
-        opw = x_shape[3] - ((wo - 1) * sw - 2 * pw + dw * (kw - 1) + 1)  # in [0, sW)
-        return F.conv_transpose2d(dout, weight, None, self.stride, self._pad, (oph, opw), self.groups,
-                                  self.dilation)  # (N, C_in, H', W')
 
-    def _weight_grad(self, x: Tensor, dout: Tensor) -> Tensor:
-        """dw[o, c, u, v] = sum_{n,i,j} dout[n, o, i, j] xp[n, c, i sH + u dH, j sW + v dW], (C_out, C_in / G, kH, kW)
-        (possibly a strided view): one of the three forms of the module docstring, by shape."""
-        g, c = self.groups, x.shape[1]
-        (kh, kw), (ph, pw), (dh, dw) = self.kernel_size, self._pad, self.dilation
-        if c // g < _FEW_CHANNELS and x.dtype in (torch.float32, torch.float64):
-            return self._weight_grad_im2col(x, dout)  # (float16/bfloat16 would round each sample's product)
-        if g == 1 and self.stride == (1, 1) and ph <= dh * (kh - 1) and pw <= dw * (kw - 1):
-            return self._weight_grad_exchanged(x, dout)
-        return self._weight_grad_correlation(x, dout)
-
-    def _weight_grad_correlation(self, x: Tensor, dout: Tensor) -> Tensor:
-        """dw as one convolution: the batch becomes the channel axis.  The "input" is x as (C_in / G, G * N, H, W)
-        -- group g's channels of every sample -- and the "kernel" is dout as (C_out, N, H_out, W_out), grouped G
-        ways, so output channel o (of group g) sums over exactly the samples of g's input channels.  The kernel's
-        taps i step through the input by sH (its dilation) and the output taps u by dH (its stride).  Its output
-        (C_in / G, C_out, kH', kW') has kH' >= kH taps: beyond kH they read only the rows the forward dropped,
-        and are cut off."""
-        (kh, kw), g = self.kernel_size, self.groups
-        n, c, h, w = x.shape
-        xt = x.transpose(0, 1) if g == 1 else \
-            x.view(n, g, c // g, h, w).permute(2, 1, 0, 3, 4).reshape(c // g, g * n, h, w)  # (C_in/G, G*N, H, W)
-        dt = dout.transpose(0, 1)  # (C_out, N, H_out, W_out)
-        if x.device.type == "cpu":
-            # Measured (benchmarks/conv.py): oneDNN's brgemm kernel reads a channels-last "input" as it is,
-            # which saves a reorder; 0.8x -> 0.9-0.96x of nn.Conv2d for inner layers.
-            xt = xt.contiguous(memory_format=torch.channels_last)
-        corr = F.conv2d(xt, dt, None, self.dilation, self._pad, self.stride, g)  # (C_in/G, C_out, kH', kW')
-        return corr[:, :, :kh, :kw].transpose(0, 1)  # (C_out, C_in/G, kH, kW), a view (not contiguous)
-
-    def _weight_grad_exchanged(self, x: Tensor, dout: Tensor) -> Tensor:
-        """Stride 1, no groups: the same sum with h = i + u dH - pH substituted,
-
-            dw[o, c, u, v] = sum_{n,h,w} x[n, c, h, w] dout_q[n, o, h + (kH-1-u) dH, w + (kW-1-v) dW]
-
-        (dout_q: dout zero-padded by qH = dH (kH - 1) - pH >= 0 rows, qW columns), a convolution of dout as the
-        "input" (C_out, N, H_out, W_out) with x as the "kernel" (C_in, N, H, W), stride (dH, dW): its output
-        tap a = kH-1-u, so the taps come out reversed and are flipped back.  (x's extra "same" row/column, if
-        any, is part of x here; the sizes work out to exactly kH x kW taps.)"""
-        (kh, kw), (ph, pw), (dh, dw) = self.kernel_size, self._pad, self.dilation
-        q = (dh * (kh - 1) - ph, dw * (kw - 1) - pw)
-        corr = F.conv2d(dout.transpose(0, 1), x.transpose(0, 1), None, self.dilation, q)  # (C_out, C_in, kH, kW)
-        return corr.flip(2, 3)
-
-    def _weight_grad_im2col(self, x: Tensor, dout: Tensor) -> Tensor:
-        """dw as the textbook product: cols = unfold(x), (N, C_in kH kW, H_out W_out), each column the window one
-        output pixel reads; then per group dw = sum_n dout_n (C_out/G, H_out W_out) @ cols_n^T, one batched matrix
-        product and a sum over the batch (layers/reference.py's conv2d_backward, without its fold for dx)."""
-        (kh, kw), g = self.kernel_size, self.groups
-        n, c = x.shape[:2]
-        o = self.out_channels
-        cols = F.unfold(x, (kh, kw), self.dilation, self._pad, self.stride)  # (N, C_in kH kW, P)
-        p = cols.shape[2]
-        # Computed transposed, cols_n @ dout_n^T (C_in kH kW, C_out/G) per sample: the long operand (dout) on the
-        # right, which MKL runs 1.35x as fast here (measured for the CNN's first layer, 2 threads).
-        if g == 1:
-            dwt = torch.bmm(cols, dout.reshape(n, o, p).transpose(1, 2)).sum(0)  # (C_in kH kW, C_out)
-            return dwt.t().view(o, c, kh, kw)  # a view (not contiguous)
-        dwt = torch.matmul(cols.view(n, g, -1, p), dout.reshape(n, g, o // g, p).transpose(2, 3)).sum(0)
-        return dwt.transpose(1, 2).reshape(o, c // g, kh, kw)  # (G, C_in/G kH kW, C_out/G) -> dw
+def _offsets_backward(dout: Tensor, cols: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
+    """One group: dout (N, O, H_out, W_out), cols (N, C, kH, kW, H_out, W_out), weight (O, C, kH, kW) -> (dcols,
+    dweight), kernel offset by kernel offset, as the exercise writes it."""
+    kh, kw = weight.shape[2:]
+    dcols = torch.zeros_like(cols)  # (N, C, kH, kW, H_out, W_out)
+    dweight = torch.zeros_like(weight)  # (O, C, kH, kW)
+    for i in range(kh):
+        for j in range(kw):
+            patch = cols[:, :, i, j]  # (N, C, H_out, W_out): what each output sees at offset (i, j)
+            dweight[:, :, i, j] = torch.einsum("nohw,nchw->oc", dout, patch)
+            dcols[:, :, i, j] = torch.einsum("nohw,oc->nchw", dout, weight[:, :, i, j])
+    return dcols, dweight

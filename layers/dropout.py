@@ -49,7 +49,7 @@ class Dropout(BaseLayer):
     def extra_repr(self) -> str:
         return f"p={self.p}, inplace={self.inplace}"
 
-    def forward(self, x: Tensor):
+    def forward_math(self, x: Tensor):
         """x: any shape -> out: same shape."""
         if not self.training or self.p == 0.0:
             mask, out = None, x
@@ -63,7 +63,7 @@ class Dropout(BaseLayer):
         self.mask = mask
         return out, self.Saved(mask)
 
-    def backward(self, dout: Tensor, saved: Saved) -> Tensor:
+    def backward_math(self, dout: Tensor, saved: Saved) -> Tensor:
         """dout: shape of out -> dx = dout * mask (the forward's mask), or dout for an identity forward."""
         return dout if saved.mask is None else dout * saved.mask
 

@@ -10,9 +10,11 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+import kernels
+from kernels import linear
+
 from .checks import capturing, check_int, check_tensor
 from .layer import BaseLayer, learned
-from .template import IndexAdd
 
 
 class Embedding(BaseLayer):
@@ -31,8 +33,8 @@ class Embedding(BaseLayer):
     ``max_norm``, ``scale_grad_by_freq`` and ``sparse=True`` are nn.Embedding options handgrad does not
     implement: asking for one is an error naming it.
 
-    Written in the template (layers/template.py); the scatter-add is an ``IndexAdd``, added into ``.grad`` in
-    place.  The ids have no gradient, so the generic ``backward_input`` only checks dout and
+    Written in the template (layers/template.py); the kernel (kernels/linear.py) scatters straight into ``.grad``.
+    The ids have no gradient, so the generic ``backward_input`` only checks dout and
     ``backward_weight`` does the whole scatter-add.
     """
 
@@ -74,18 +76,23 @@ class Embedding(BaseLayer):
         pad = f", padding_idx={self.padding_idx}" if self.padding_idx is not None else ""
         return f"{self.num_embeddings}, {self.embedding_dim}{pad}"
 
-    def forward(self, idx: Tensor):
+    def forward_math(self, idx: Tensor):
         """idx: integer (*) -> out: (*, D)."""
         flat = idx.reshape(-1)  # (P,)
         out = self.weight.index_select(0, flat)  # (P, D): a copy of each looked-up row
         return out.view(*idx.shape, self.embedding_dim), self.Saved(flat)  # (*, D)
 
-    def backward(self, dout: Tensor, saved: Saved):
+    def backward_math(self, dout: Tensor, saved: Saved):
         """dout: (*, D) -> None (ids have no gradient), and dweight (V, D): dout's rows added at their ids."""
-        d = dout.reshape(-1, self.embedding_dim)  # (P, D)
+        idx = saved.idx  # (P,)
+        dout = dout.reshape(-1, self.embedding_dim)  # (P, D)
         if self.padding_idx is not None:  # the padding row gets no gradient: its positions contribute zero
-            d = d.masked_fill((saved.idx == self.padding_idx).unsqueeze(1), 0)
-        return None, {"weight": IndexAdd(saved.idx, d)}  # repeated ids add up
+            dout = dout.masked_fill((idx == self.padding_idx).unsqueeze(1), 0)
+        if kernels.enabled():  # straight into .grad, no (V, D) temporary: kernels/linear.py
+            return None, {"weight": linear.embedding_backward(dout, idx)}
+        dweight = torch.zeros_like(self.weight)  # (V, D)
+        dweight.index_add_(0, idx.reshape(-1), dout.reshape(-1, dout.shape[-1]))  # repeated ids add up
+        return None, {"weight": dweight}
 
     def check_input(self, idx: object) -> None:
         w = self.weight

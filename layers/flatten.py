@@ -6,7 +6,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from .checks import check_int, check_tensor
+from .checks import Expects, check_int
 from .layer import BaseLayer
 
 
@@ -20,6 +20,7 @@ class Flatten(BaseLayer):
 
     torch_class = torch.nn.Flatten
     _ctor_args = ("start_dim", "end_dim")
+    expects = Expects(floating=False)  # any tensor: flattening moves no number
 
     class Saved(NamedTuple):
         shape: torch.Size  # x's shape, given back to dx
@@ -31,10 +32,7 @@ class Flatten(BaseLayer):
     def extra_repr(self) -> str:
         return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
 
-    def check_input(self, x: object) -> None:
-        check_tensor(repr(self), "x", x)  # any dtype: flattening moves no number
-
-    def forward(self, x: Tensor):
+    def forward_math(self, x: Tensor):
         """x: (d0, ..., d_{k-1}) -> out: the axes start_dim..end_dim merged into one."""
         nd = max(x.dim(), 1)  # a 0-d tensor flattens to (1,), as in torch
         start, end = self.start_dim % nd if -nd <= self.start_dim < nd else None, \
@@ -44,6 +42,6 @@ class Flatten(BaseLayer):
                              f"got an input of shape {tuple(x.shape)}")
         return x.flatten(start, end), self.Saved(x.shape)
 
-    def backward(self, dout: Tensor, saved: Saved) -> Tensor:
+    def backward_math(self, dout: Tensor, saved: Saved) -> Tensor:
         """dout: out's shape -> dx: x's shape."""
         return dout.reshape(saved.shape)

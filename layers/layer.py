@@ -39,8 +39,7 @@ from torch import Tensor
 from torch.nn.modules.module import _IncompatibleKeys
 
 from .checks import check_bool
-from .template import (Product, Template, accumulate_grad, is_template, no_graph, recording_graph,  # noqa: F401
-                       wants_grad, wrap_template)
+from .template import Product, Template, accumulate_grad, no_graph, recording_graph, wants_grad  # noqa: F401
 
 
 @runtime_checkable
@@ -97,8 +96,8 @@ class BaseLayer(Template):
     torch_class: type[torch.nn.Module] | None = None  # the torch.nn module this layer is the twin of
     _ctor_args: tuple[str, ...] = ()  # constructor arguments, named as the torch.nn module names them
 
-    def __call__(self, x: Tensor) -> Tensor:
-        return self.forward(x)
+    def __call__(self, *inputs, **options):
+        return self.forward(*inputs, **options)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.extra_repr()})"
@@ -179,14 +178,11 @@ class BaseLayer(Template):
         return [name for name, t in self.named_parameters() if not t.requires_grad]
 
     def __init_subclass__(cls, **kwargs) -> None:
-        """Each layer class's own ``forward`` and ``backward`` are wrapped once, here: a layer written in the
-        template (``backward(self, dout, saved)``) gets the base's checks, cache and gradient accumulation
-        (layers/template.py); every other runs with grad recording off (``no_graph``): the parameters require
-        gradients, and the hand-written pass must build no graph."""
+        """A class that writes the public ``forward`` or ``backward`` itself -- a container (``Sequential``), a layer
+        in the plain protocol -- has it run with grad recording off (``no_graph``), as the template's own run: the
+        parameters require gradients, and the hand-written pass must build no graph.  A layer written in the
+        template writes ``forward_math``/``backward_math`` and inherits both (layers/template.py)."""
         super().__init_subclass__(**kwargs)
-        if is_template(cls) or (getattr(cls, "_backward_math", None) is not None and "forward" in cls.__dict__):
-            wrap_template(cls)
-            return
         for name in ("forward", "backward"):
             method = cls.__dict__.get(name)
             if method is not None and not getattr(method, "_no_graph", False):

@@ -5,33 +5,39 @@ axes), * = any leading axes (N, or N and a sequence length, ...); K = prod(S) va
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from . import fused
-from .checks import LOW_PRECISION, check_bool, check_floating, check_number, check_tensor, is_a
+import kernels
+from kernels import norms
+
+from .checks import LOW_PRECISION, Expects, check_bool, check_number, is_a
 from .layer import BaseLayer, learned
-from .saved import check_versions
 
 
 class LayerNorm(BaseLayer):
     """out = gamma * xhat + beta,  xhat = (x - mean) / sqrt(var + eps), mean and biased var per row over S.
 
     Unlike batch norm, the statistics belong to one sample: the same in training and eval mode, no
-    running estimates.  Backward, per row, with the K values of a row and dxhat = gamma * dout
-    (the batch-norm derivation with the roles of the axes swapped; see layers/batchnorm.py):
+    running estimates.  Backward, on rows of D = prod(S) values, rstd = 1 / sqrt(var + eps) and
+    dxhat = dout * gamma (the batch-norm derivation with the roles of the axes swapped; see layers/batchnorm.py):
+    x reaches xhat three ways -- directly (term 1), through the row's mean (term 2) and through its variance
+    (term 3) --, so
 
-        dx     = invstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))      (means over the row)
-        dgamma = sum over the leading axes of dout * xhat,   dbeta = sum over the leading axes of dout
+        dx     = rstd / D * (D * dxhat - sum(dxhat) - xhat * sum(dxhat * xhat))      (sums over the row)
+        dgamma = sum over the rows of dout * xhat,   dbeta = sum over the rows of dout
 
+    (llm.c's ``layernorm_backward`` writes the same with the two row means ``dnorm_mean`` and ``dnorm_norm_mean``.)
     The forward is torch's fused ``native_layer_norm`` (one pass for the statistics, one for the output: a
-    forward computation, so nothing of autograd's), which also returns mean and invstd per row; backward
-    recomputes xhat = (x - mean) * invstd from them (llm.c keeps mean and rstd, not xhat).  Kept: the input x
-    itself, mean and invstd (one per row), as torch's LayerNorm keeps them; x, weight and bias (which
-    ``recompute()`` reads too) must not change in place before backward (checked, layers/saved.py).
+    forward computation, so nothing of autograd's), which also returns mean and rstd per row; backward
+    recomputes xhat = (x - mean) * rstd from them (llm.c keeps mean and rstd, not xhat).  Kept: the input x
+    itself, mean and rstd (one per row), as torch's LayerNorm keeps them; x and weight must not change in place
+    before backward (checked, layers/saved.py).  The kernel (kernels/norms.py) evaluates the same statement in
+    place, in dxhat's memory.
     A float16/bfloat16 input with float32 parameters is accepted (statistics in float32, computed in two
     passes, xhat kept in float32), as torch does; without parameters (elementwise_affine=False) any floating
     input is.
@@ -41,18 +47,18 @@ class LayerNorm(BaseLayer):
     """
 
     _param_names = ("weight", "bias")
+    expects = Expects(trailing="normalized_shape", like=("weight",), half=True, shape="(*, {_shape_text})")
     torch_class = torch.nn.LayerNorm
     _ctor_args = ("normalized_shape", "eps", "elementwise_affine", "bias")
 
     class Saved(NamedTuple):
         x: Tensor  # (*, S) the input
         mean: Tensor  # (*, 1...) per row, float32 for a half-precision x
-        invstd: Tensor  # (*, 1...) 1 / sqrt(biased var + eps)
-        xhat: Tensor | None  # (*, S) float32, kept for a half-precision x; None: recomputed from x, mean, invstd
-        weight: Tensor | None  # (S,) gamma, read by dx and by recompute()
-        bias: Tensor | None  # (S,) beta, read by recompute()
+        rstd: Tensor  # (*, 1...) 1 / sqrt(biased var + eps)
+        xhat: Tensor | None  # (*, S) float32, kept for a half-precision x; None: recomputed from x, mean, rstd
+        weight: Tensor | None  # (S,) gamma, read by dx
+        bias: Tensor | None  # (S,) beta
 
-    _labels = ("its input x", "mean", "invstd", "xhat", "weight", "bias")  # Saved's fields, as recompute()'s check names them
 
     def __init__(self, normalized_shape: int | Sequence[int], eps: float = 1e-5, elementwise_affine: bool = True,
                  bias: bool = True, *, device: torch.device | str | None = None, dtype: torch.dtype | None = None):
@@ -76,38 +82,31 @@ class LayerNorm(BaseLayer):
         self.bias = torch.zeros(shape, **kw) if elementwise_affine and bias else None  # S, beta
         learned(self.weight, self.bias)
 
+    @property
+    def _shape_text(self) -> str:
+        return ", ".join(map(str, self.normalized_shape))
+
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
 
-    def forward(self, x: Tensor):
+    def forward_math(self, x: Tensor):
         """x: (*, S) -> out: (*, S)."""
-        if x.dtype not in LOW_PRECISION:  # out (*, S), mean and invstd (*, 1...) in one fused kernel
-            out, mean, invstd = torch.native_layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
-            return out, self.Saved(x, mean, invstd, None, self.weight, self.bias)
+        if x.dtype not in LOW_PRECISION:  # out (*, S), mean and rstd (*, 1...) in one fused kernel
+            out, mean, rstd = torch.native_layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+            return out, self.Saved(x, mean, rstd, None, self.weight, self.bias)
         # float16/bfloat16: statistics in float32, in two passes (mean, then the mean of squared deviations):
-        # numerically good, and on CPU faster than torch.var_mean here (measured)
+        # numerically good, and on the CPU faster than torch.var_mean here (docs/benchmarks.md)
         dims = self._row_axes(x)
         xs = x.float()  # (*, S)
         mean = xs.mean(dims, keepdim=True)  # (*, 1...)
         xc = xs - mean  # (*, S)
-        invstd = torch.rsqrt((xc * xc).mean(dims, keepdim=True) + self.eps)  # (*, 1...)
-        xhat = xc.mul_(invstd)  # (*, S) kept: recomputing it from a half-precision x costs more than it saves
-        return self._affine(xhat, x.dtype), self.Saved(x, mean, invstd, xhat, self.weight, self.bias)
-
-    def recompute(self) -> Tensor:
-        """After a forward, before its backward: the forward's output again, bit for bit (the same kernel on the
-        kept input), for a next layer that did not keep it (a Linear's ``keep_input=False``: the GPT's blocks)."""
-        saved = self._saved
-        if saved is None:
-            raise RuntimeError(f"{self!r}: recompute() needs a forward first (and is gone after backward)")
-        check_versions(self, self._labels, saved, self._versions, before="recompute()")
-        if saved.xhat is None:
-            return torch.native_layer_norm(saved.x, self.normalized_shape, self.weight, self.bias, self.eps)[0]
-        return self._affine(saved.xhat, saved.x.dtype)  # float16/bfloat16: the forward's last step again
+        rstd = torch.rsqrt((xc * xc).mean(dims, keepdim=True) + self.eps)  # (*, 1...)
+        xhat = xc.mul_(rstd)  # (*, S) kept: recomputing it from a half-precision x costs more than it saves
+        return self._affine(xhat, x.dtype), self.Saved(x, mean, rstd, xhat, self.weight, self.bias)
 
     def _affine(self, xhat: Tensor, dtype: torch.dtype) -> Tensor:
         """gamma * xhat + beta in xhat's (float32) dtype, then cast to ``dtype``: the half-precision forward's
-        last step, and its recompute's."""
+        last step."""
         out = xhat
         if self.weight is not None:
             w = self.weight.to(xhat.dtype)
@@ -118,58 +117,27 @@ class LayerNorm(BaseLayer):
         """The normalised axes S of an input (*, S): the last len(S)."""
         return tuple(range(x.dim() - len(self.normalized_shape), x.dim()))
 
-    def backward(self, dout: Tensor, saved: Saved):
-        """dout: (*, S) -> dx: (*, S), and dgamma (S), dbeta (S) summed over the leading axes."""
-        x, mean, invstd, xhat, weight, bias = saved
-        if xhat is None and weight is not None and self.needs_input_grad and fused.usable(dout, x, weight):
-            k = weight.numel()  # the docstring's formulas as one compiled kernel (layers/fused.py), where on
-            grads = fused.layer_norm_backward(dout.reshape(-1, k), x.reshape(-1, k), mean.reshape(-1, 1),
-                                              invstd.reshape(-1, 1), weight.reshape(k))
-            if grads is not None:
-                dx, dweight, dbias = grads
-                return dx.view(x.shape), {"weight": dweight.view(weight.shape),
-                                          "bias": None if bias is None else dbias.view(bias.shape)}
-        if xhat is None:
-            xhat = torch.sub(x, mean).mul_(invstd)  # (*, S) recomputed from the kept input
-        d = dout.to(xhat.dtype)  # (*, S)
-        dims = self._row_axes(x)
-        lead = tuple(range(x.dim() - len(dims)))  # the axes gamma and beta are shared over
-        d_xhat = d * xhat  # (*, S)
-        grads = {}
-        if weight is not None:
-            grads["weight"] = d_xhat.sum(lead).to(weight.dtype)  # (S,)
-            grads["bias"] = None if bias is None else d.sum(lead).to(bias.dtype)  # (S,)
-        if not self.needs_input_grad:
-            return None, grads
-        if weight is None:  # gamma = 1
-            dxhat, dxhat_xhat = d.clone(), d_xhat  # (*, S) each
-        else:
-            w = weight.to(d.dtype)
-            dxhat, dxhat_xhat = d * w, d_xhat.mul_(w)  # (*, S) each
-        # dx = invstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), in dxhat's memory
-        m2 = dxhat_xhat.mean(dims, keepdim=True)  # (*, 1...)
-        dx = dxhat.sub_(dxhat.mean(dims, keepdim=True)).addcmul_(xhat, m2, value=-1).mul_(invstd)  # (*, S)
-        return dx.to(x.dtype), grads
+    def backward_math(self, dout: Tensor, saved: Saved):
+        """dout: (*, S) -> dx: (*, S), and dweight (S), dbias (S) summed over the leading axes."""
+        x, weight, bias = saved.x, saved.weight, saved.bias
+        if kernels.enabled():  # the same statement in place, or compiled into one pass: kernels/norms.py
+            dx, dweight, dbias = norms.layer_norm_backward(dout, x, saved.mean, saved.rstd, saved.xhat, weight,
+                                                           bias, self._row_axes(x), needs_dx=self.needs_input_grad)
+            return dx, {"weight": dweight, "bias": dbias}
+        # on rows: the D values of each row side by side, every leading position a row of the batch N
+        xhat = saved.xhat if saved.xhat is not None else (x - saved.mean) * saved.rstd  # (*, S) (float32 for half)
+        k = math.prod(self.normalized_shape)
+        xhat, dout, rstd = xhat.reshape(-1, k), dout.reshape(-1, k).to(xhat.dtype), saved.rstd.reshape(-1, 1)
+        weight = xhat.new_ones(k) if weight is None else weight.reshape(k).to(xhat.dtype)  # (D,) gamma
+        d = dout.shape[1]
+        dweight = (dout * xhat).sum(0)  # (D,): weight is shared by every row
+        dbias = dout.sum(0)  # (D,)
+        dxhat = dout * weight  # (N, D)
+        dx = rstd / d * (d * dxhat - dxhat.sum(1, keepdim=True)
+                         - xhat * (dxhat * xhat).sum(1, keepdim=True))  # (N, D): terms 1, 2, 3
+        return dx.view(x.shape).to(x.dtype), {"weight": _like(dweight, saved.weight), "bias": _like(dbias, bias)}
 
-    def check_input(self, x: object) -> None:
-        k, w = len(self.normalized_shape), self.weight
-        if isinstance(x, Tensor) and x.is_floating_point() and x.dim() >= k \
-                and tuple(x.shape[x.dim() - k:]) == self.normalized_shape \
-                and (w is None or (x.device == w.device and (x.dtype == w.dtype or (
-                    x.dtype in LOW_PRECISION and w.dtype == torch.float32)))):
-            return
-        self._reject_input(x)  # the cheap test above failed: find out what is wrong and say so
 
-    def _reject_input(self, x: object) -> None:
-        check_tensor(repr(self), "x", x)
-        check_floating(repr(self), "x", x)
-        k = len(self.normalized_shape)
-        if x.dim() < k or tuple(x.shape[x.dim() - k:]) != self.normalized_shape:
-            raise ValueError(f"{self!r}: expected input of shape (*, {', '.join(map(str, self.normalized_shape))}), "
-                             f"got {tuple(x.shape)}")
-        w = self.weight
-        if x.device != w.device:
-            raise ValueError(f"{self!r}: x is on {x.device} but the parameters are on {w.device}; "
-                             f"move one of them (e.g. layer.to(device='{x.device}'))")
-        raise ValueError(f"{self!r}: x has dtype {x.dtype} but the parameters have dtype {w.dtype} (a float16/"
-                         f"bfloat16 input is accepted with float32 parameters); convert one of them")
+def _like(grad: Tensor, param: Tensor | None) -> Tensor | None:
+    """A parameter gradient of rows (D,) in its parameter's shape and dtype; None for an absent parameter."""
+    return None if param is None else grad.view(param.shape).to(param.dtype)

@@ -1,14 +1,20 @@
-"""Linear layer: out = x @ W^T + b, W (out_features, in_features) as nn.Linear's, with a hand-written backward."""
+"""Linear layer: out = x @ W^T + b, W (out_features, in_features) as nn.Linear's, with a hand-written backward.
+
+Shape legend: N = batch (every leading position), D = in_features, H = out_features.
+"""
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from typing import NamedTuple
+import kernels
+from kernels import linear
 
-from .checks import check_int, check_like, check_tensor
+from .checks import Expects, check_int
 from .init import torch_default_params
-from .layer import BaseLayer, Product, learned
+from .layer import BaseLayer, learned
 
 
 class Linear(BaseLayer):
@@ -28,23 +34,32 @@ class Linear(BaseLayer):
     an unbatched (D,) -> (H,).  The leading axes are flattened into the N of one (N, D) product, so a
     sequence of tokens costs one GEMM, and the weight gradient sums over every leading position.
 
+    Backward, the chain rule on out[n, h] = sum_d x[n, d] weight[h, d] + bias[h]: each of x, weight and bias is
+    used by several outputs, and its gradient is the sum over them --
+
+        dx[n, d] = sum_h dout[n, h] weight[h, d]     x[n, d] feeds every output h of its row:   dx = dout @ W
+        dW[h, d] = sum_n dout[n, h] x[n, d]          W[h, d] is used by every row n:            dW = dout.T @ x
+        db[h]    = sum_n dout[n, h]                  b is added to every row:                   db = dout.sum(0)
+
     Kept from forward to backward: x (for dW) and the weight (for dx).  Changing either in place in between --
     ``x.mul_(10)``, an optimizer step -- is refused in backward, as torch.autograd refuses it (layers/saved.py;
     the weight only when dx is asked for, as autograd keeps it only then).
-    An input given back as ``backward(dout, input=x)`` is the caller's to keep unchanged: it was not kept here.
 
     Written in the template (layers/template.py): the base checks, keeps, versions and accumulates; what is here
     is the math.  dW and dx share no work (two GEMMs, each on dout), so ``backward_input``/``backward_weight``
-    (a pipeline's B and W) split it completely: dx now, dW and db later.
+    (a pipeline's B and W) split it completely: dx now, dW and db later.  The kernel (kernels/linear.py) adds dW
+    into ``.grad`` in place and skips dx where it is not asked for.
     """
 
     _param_names = ("weight", "bias")
+    expects = Expects(size=(-1, "in_features"), like=("weight",), shape="(*, {in_features})", like_name="input",
+                      floating=False)
     _input_grad_only = ("weight",)  # read for dx only: autograd keeps the weight only when x needs a gradient
     torch_class = torch.nn.Linear
     _ctor_args = ("in_features", "out_features", "bias")
 
     class Saved(NamedTuple):
-        x: Tensor | None  # (N, D), for dW; None: not kept, the caller gives it back as backward(dout, input=x)
+        x: Tensor  # (N, D), for dW
         weight: Tensor  # (H, D), for dx
         lead: torch.Size  # the input's leading axes (*), restored on dx
 
@@ -58,55 +73,27 @@ class Linear(BaseLayer):
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
-    def forward(self, x: Tensor, keep_input: bool = True):
-        """x: (*, D) -> out: (*, H); (N, D) -> (N, H) is the common case.
-
-        ``keep_input=False``: do not hold x until backward (a caller that can give it back then, recomputed
-        or kept elsewhere, passes it as ``backward(dout, input=x)``)."""
+    def forward_math(self, x: Tensor):
+        """x: (*, D) -> out: (*, H); (N, D) -> (N, H) is the common case."""
         lead = x.shape[:-1]
         if x.dim() != 2:
             x = x.reshape(-1, self.in_features)  # (N, D), N = prod(*): a view when x is contiguous
         wt = self.weight.t()  # (D, H), a view: no copy
         out = x @ wt if self.bias is None else torch.addmm(self.bias, x, wt)  # (N, H), bias add fused into the GEMM
         out = out if len(lead) == 1 else out.view(*lead, self.out_features)  # (*, H)
-        return out, self.Saved(x if keep_input else None, self.weight, lead)
+        return out, self.Saved(x, self.weight, lead)
 
-    def backward(self, dout: Tensor, saved: Saved, input: Tensor | None = None):
-        """dout: (*, H) -> dx: (*, D); dW (H, D) and db (H,) summed over every leading position.
-
-        ``input``: the forward's x, given back when the forward was told not to keep it
-        (``keep_input=False``); it must hold the very values the forward saw."""
-        x = saved.x if input is None and saved.x is not None else self._given_input(saved, input)
+    def backward_math(self, dout: Tensor, saved: Saved):
+        """dout: (*, H) -> dx: (*, D); dweight (H, D) and dbias (H,) summed over every leading position."""
+        x, weight = saved.x, saved.weight  # (N, D), (H, D)
         if dout.dim() != 2:
-            dout = dout.reshape(-1, self.out_features)  # (N, H)
-        dx = None
-        if self.needs_input_grad:
-            dx = dout @ saved.weight  # (N, D)
-            dx = dx if len(saved.lead) == 1 else dx.view(*saved.lead, self.in_features)  # (*, D)
-        # out = x W^T + b: each output row's dW is dout's column times x, and b is added to every row
-        return dx, {"weight": Product(dout.t(), x), "bias": dout.sum(0)}
-
-    def check_input(self, x: object, keep_input: bool = True) -> None:
-        w = self.weight
-        if isinstance(x, Tensor) and x.dim() >= 1 and x.shape[-1] == self.in_features \
-                and x.dtype == w.dtype and x.device == w.device:
-            return
-        check_tensor(repr(self), "x", x)  # the cheap test above failed: find out what is wrong and say so
-        if x.dim() == 0 or x.shape[-1] != self.in_features:
-            raise ValueError(f"{self!r}: expected input of shape (*, {self.in_features}), got {tuple(x.shape)}")
-        check_like(repr(self), "input", x, self.weight, "weight")
-
-    def _given_input(self, saved: Saved, input: Tensor | None) -> Tensor:
-        """The (N, D) input for dW when the caller gives it back (checked against the forward's shape)."""
-        if input is None:
-            raise ValueError(f"{self!r}: the forward did not keep its input (keep_input=False); pass it back as "
-                             f"backward(dout, input=x)")
-        if saved.x is not None:
-            raise ValueError(f"{self!r}: backward got input=, but the forward kept its own input (keep_input=True)")
-        shape = torch.Size((*saved.lead, self.in_features))
-        if not (isinstance(input, Tensor) and input.shape == shape and input.dtype == self.weight.dtype
-                and input.device == self.weight.device):
-            raise ValueError(f"{self!r}: input= must be the forward's input, of shape {tuple(shape)}, dtype "
-                             f"{self.weight.dtype} on {self.weight.device}; got "
-                             f"{tuple(input.shape) if isinstance(input, Tensor) else type(input).__name__}")
-        return input.reshape(-1, self.in_features)  # (N, D)
+            dout = dout.reshape(-1, self.out_features)  # (N, H): every leading position a row
+        if kernels.enabled():  # dweight into .grad in place, dx only when asked for: kernels/linear.py
+            dx, dweight, dbias = linear.linear_backward(dout, x, weight, needs_dx=self.needs_input_grad)
+        else:
+            dx = dout @ weight  # (N, D): dx[n, d] = sum_h dout[n, h] weight[h, d]
+            dweight = dout.T @ x  # (H, D): dweight[h, d] = sum_n dout[n, h] x[n, d], a sum over the batch
+            dbias = dout.sum(0)  # (H,): the bias is added to every row, so its gradient sums over the batch
+        if dx is not None and len(saved.lead) != 1:
+            dx = dx.view(*saved.lead, self.in_features)  # (*, D)
+        return dx, {"weight": dweight, "bias": dbias}

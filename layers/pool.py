@@ -15,7 +15,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .checks import check_bool, check_floating, check_tensor, is_a
+import kernels
+from kernels import convolution
+
+from .checks import Expects, check_bool, is_a
 from .conv import pair
 from .layer import BaseLayer
 from .saved import versions
@@ -34,6 +37,7 @@ class _Pool2d(BaseLayer):
     unbatched (C, H, W) image in and (C, H_out, W_out) out (pooled as a batch of one)."""
 
     _dilation = (1, 1)
+    expects = Expects(dims=(3, 4), shape="(N, C, H, W) or, unbatched, (C, H, W)")
 
     def _check_args(self, kernel_size, stride, padding, ceil_mode) -> None:
         owner = type(self).__name__
@@ -59,13 +63,6 @@ class _Pool2d(BaseLayer):
         return tuple(pool_out_size(x.shape[2 + i], self._k[i], self._s[i], self._p[i], self._dilation[i],
                                    ceil_mode=self.ceil_mode) for i in range(2))
 
-    def check_input(self, x: object) -> None:
-        if not (isinstance(x, Tensor) and x.dim() in (3, 4) and x.is_floating_point()):
-            check_tensor(repr(self), "x", x)
-            check_floating(repr(self), "x", x)
-            raise ValueError(f"{self!r}: expected input of shape (N, C, H, W) or, unbatched, (C, H, W), "
-                             f"got {tuple(x.shape)}")
-
     def _batched(self, x: Tensor) -> Tensor:
         """x as (N, C, H, W): an unbatched (C, H, W) image gets a batch axis of one (a view); checks its size."""
         x4 = x.unsqueeze(0) if x.dim() == 3 else x
@@ -89,14 +86,16 @@ class MaxPool2d(_Pool2d):
     plane) and keeps only those and the input's shape.  ``dilation`` and ``ceil_mode`` are supported;
     ``return_indices=True`` is not (a layer returns one tensor).  Nothing a caller holds is read by the backward
     (the argmax is the layer's own), so an in-place change of x or of the output after the forward changes
-    nothing here; ``backward_through_relu`` reads both and checks them itself (``Saved.fused``).
+    nothing here; the kernel that runs a ReLU's backward and this pool's as one (kernels/convolution.py, from a
+    Sequential) reads both and checks them itself (``Saved.fused``).  The kernel's forward takes a CPU input of many
+    channels through the channels-last pooling kernel: the same maxima and argmaxes.
     """
 
     torch_class = torch.nn.MaxPool2d
     _ctor_args = ("kernel_size", "stride", "padding", "dilation", "return_indices", "ceil_mode")
 
     class Fused(NamedTuple):
-        """What only ``backward_through_relu`` reads, with its own version record: a NamedTuple inside Saved is
+        """What only the ReLU -> MaxPool2d kernel reads, with its own version record: a NamedTuple inside Saved is
         not a tensor field, so the plain backward, which reads neither tensor, does not refuse their change."""
         x: Tensor  # the pool's input (the ReLU's output, when a ReLU came before)
         out: Tensor  # the pool's output: out > 0 is the ReLU's mask at each argmax
@@ -124,27 +123,16 @@ class MaxPool2d(_Pool2d):
         return (super().extra_repr() + (f", dilation={self.dilation}" if self._dilation != (1, 1) else "")
                 + (", ceil_mode=True" if self.ceil_mode else ""))
 
-    def forward(self, x: Tensor):
+    def forward_math(self, x: Tensor):
         """x: (N, C, H, W) -> out: (N, C, H_out, W_out); unbatched (C, H, W) -> (C, H_out, W_out)."""
         x4 = self._batched(x)
-        xp = x4
-        if x4.device.type == "cpu" and x4.shape[1] >= 8 and not torch.compiler.is_compiling() \
-                and not x4.is_contiguous(memory_format=torch.channels_last):
-            # ATen's CPU kernel for a channels-last plane runs its windows across channels in vector lanes; the
-            # one for (N, C, H, W) walks each plane alone, several times slower than copying into that layout
-            # first where there are channels enough to fill the lanes (from 8; with 3 the copies cost more:
-            # docs/benchmarks.md).  The same maxima and argmaxes (flat in each H*W plane, first on a tie), and
-            # out is given back in x's layout.
-            xp = x4.contiguous(memory_format=torch.channels_last)
-        out, idx = F.max_pool2d(xp, self._k, self._s, self._p, self._dilation, self.ceil_mode,
-                                return_indices=True)  # (N, C, H_out, W_out) values and flat argmax in H*W
-        if xp is not x4:
-            out, idx = out.contiguous(), idx.contiguous()
+        pool = convolution.max_pool2d if kernels.enabled() else _max_pool2d  # (the kernel: channels-last on a CPU)
+        out, idx = pool(x4, self._k, self._s, self._p, self._dilation, self.ceil_mode)  # values, flat argmax in H*W
         if x4 is not x:
             out = out.squeeze(0)  # unbatched
         return out, self.Saved(idx, x4.shape, x.shape, self.Fused(x, out, versions(x, out)))
 
-    def backward(self, dout: Tensor, saved: Saved) -> Tensor:
+    def backward_math(self, dout: Tensor, saved: Saved) -> Tensor:
         """dout: (N, C, H_out, W_out) -> dx: (N, C, H, W), dout scattered to each window's argmax (unbatched:
         without the N axis)."""
         n, c, h, w = saved.batched
@@ -153,27 +141,9 @@ class MaxPool2d(_Pool2d):
         dx.scatter_add_(2, idx, dout.reshape(idx.shape))  # overlapping windows add up
         return dx.view(saved.shape)
 
-    def backward_through_relu(self, dout: Tensor, relu) -> Tensor | None:
-        """The backwards of ``relu`` and then this pool, where this pool's input was that ReLU's output: ReLU's
-        dx = scatter(dout) * (relu_out > 0), and the scatter puts values only at the argmaxes, where relu_out is
-        this pool's own output (a window's maximum), so
 
-            dx = scatter(dout * (out > 0))
-
-        -- the same numbers (the mask is 0 or 1) from a mask a quarter of the size (a 2x2 pool), and no pass over
-        the full-size gradient.  Consumes both layers' caches.  Returns None, consuming nothing, when ``relu``'s
-        cached output is not this pool's input, or when it or this pool's output was changed in place after the
-        forward (a following in-place layer may legitimately change the pool's output: the mask is then not
-        out > 0); the caller then runs the two backwards, and the ReLU's refuses a change of its output."""
-        saved = self._saved
-        if saved is None or relu._saved is None or relu._saved.out is not saved.fused.x:
-            return None
-        x, out, then = saved.fused
-        if torch.compiler.is_compiling() or versions(x, out) != then:
-            return None  # (compiled: the two backwards, each with its check; the compiler fuses them)
-        self.check_dout(dout, self._out_meta)  # before dout meets the mask: named, never broadcast
-        relu.discard_saved()
-        return self.backward(out.sign().mul_(dout))
+def _max_pool2d(x: Tensor, kernel_size, stride, padding, dilation, ceil_mode: bool) -> tuple[Tensor, Tensor]:
+    return F.max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode, return_indices=True)
 
 
 class AvgPool2d(_Pool2d):
@@ -217,7 +187,7 @@ class AvgPool2d(_Pool2d):
                 + ("" if self.count_include_pad else ", count_include_pad=False")
                 + ("" if self.divisor_override is None else f", divisor_override={self.divisor_override}"))
 
-    def forward(self, x: Tensor):
+    def forward_math(self, x: Tensor):
         """x: (N, C, H, W) -> out: (N, C, H_out, W_out); unbatched (C, H, W) -> (C, H_out, W_out)."""
         x4 = self._batched(x)
         out = F.avg_pool2d(x4, self._k, self._s, self._p, self.ceil_mode, self.count_include_pad,
@@ -241,7 +211,7 @@ class AvgPool2d(_Pool2d):
             counts.append(end - start if self.count_include_pad else end.clamp(max=size) - start.clamp(min=0))
         return counts[0][:, None] * counts[1][None, :]  # (H_out, W_out)
 
-    def backward(self, dout: Tensor, saved: Saved) -> Tensor:
+    def backward_math(self, dout: Tensor, saved: Saved) -> Tensor:
         """dout: (N, C, H_out, W_out) -> dx: (N, C, H, W) (unbatched: without the N axis)."""
         (n, c, h, w), ho, wo = saved.batched, dout.shape[-2], dout.shape[-1]
         (kh, kw), (sh, sw), (ph, pw) = self._k, self._s, self._p

@@ -13,6 +13,9 @@ from collections.abc import Callable, Iterator, Mapping
 import torch
 from torch import Tensor
 
+import kernels
+from kernels import convolution
+
 from .activations import ReLU
 from .layer import BaseLayer, Layer, named_parameters_of
 from .pool import MaxPool2d
@@ -161,9 +164,9 @@ class Sequential(BaseLayer):
     def backward(self, dout: Tensor, need_input_grad: bool = False) -> Tensor | None:
         """dout: dL/d(output) -> dL/dx (None unless ``need_input_grad``); fills every parameter's .grad.
 
-        A ReLU followed by a MaxPool2d (a CNN's usual pair) runs its backward inside the pool's
-        (``MaxPool2d.backward_through_relu``: the same numbers, the mask taken on the pooled gradient instead
-        of a pass over the full-size one); the hooks still see both layers, pool first."""
+        While the kernels are on, a ReLU followed by a MaxPool2d (a CNN's usual pair) runs its backward inside the
+        pool's (``kernels.convolution.relu_max_pool_backward``: the same numbers, the mask taken on the pooled
+        gradient instead of a pass over the full-size one); the hooks still see both layers, pool first."""
         layers, hooks, shapes = self.layers, self._backward_hooks, self._shapes
         i = len(layers) - 1
         given = dout
@@ -171,8 +174,8 @@ class Sequential(BaseLayer):
             while i > 0:
                 layer = layers[i]
                 given = dout
-                if i > 1 and type(layer) is MaxPool2d and type(layers[i - 1]) is ReLU:
-                    dx = layer.backward_through_relu(dout, layers[i - 1])
+                if i > 1 and type(layer) is MaxPool2d and type(layers[i - 1]) is ReLU and kernels.enabled():
+                    dx = convolution.relu_max_pool_backward(layer, layers[i - 1], dout)
                     if dx is not None:
                         dout = dx
                         for done in (layer, layers[i - 1]):

@@ -11,6 +11,9 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+import kernels
+
+from .checks import Expects
 from .batchnorm import _BatchNorm
 from .layer import BaseLayer
 from .sequential import Sequential
@@ -41,8 +44,8 @@ class SyncBatchNorm(_BatchNorm):
 
     torch_class = torch.nn.SyncBatchNorm
     _ctor_args = ("num_features", "eps", "momentum", "affine", "track_running_stats", "process_group", "bias")
-    _input_dims = tuple(range(2, 9))  # any (N, C, *) as torch's SyncBatchNorm
-    _shape_text = "(N, {C}, *)"
+    expects = Expects(dims=tuple(range(2, 9)), size=(1, "num_features"), like=("weight", "running_mean"), half=True,
+                      shape="(N, {num_features}, *)")  # any (N, C, *) as torch's SyncBatchNorm
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
                  track_running_stats: bool = True, process_group: dist.ProcessGroup | None = None, *,
@@ -87,6 +90,25 @@ class SyncBatchNorm(_BatchNorm):
         both = torch.cat([sum_dout, sum_dout_xhat])  # (2C,) one all-reduce for the two
         dist.all_reduce(both, group=self.process_group)
         return both[:self.num_features], both[self.num_features:]
+
+    def backward_math(self, dout: Tensor, saved):
+        """BatchNorm's backward; while synchronising, its textbook statement with the two sums and the count M_g over
+        every process's batch (the kernel all-reduces the same two sums, ``_reduce_grad_sums``)."""
+        if kernels.enabled() or not saved.batch_stats or not self._syncing:
+            return super().backward_math(dout, saved)
+        xhat = saved.xc.movedim(1, -1).reshape(-1, self.num_features) * saved.rstd  # (M, C)
+        dout = dout.to(xhat.dtype).movedim(1, -1).reshape(-1, self.num_features)  # (M, C)
+        weight = saved.rstd.new_ones(self.num_features) if self.weight is None else self.weight.to(xhat.dtype)
+        dweight, dbias = (dout * xhat).sum(0), dout.sum(0)  # (C,) this process's own, as torch's
+        dx = None
+        if self.needs_input_grad:  # (else no all-reduce, as torch skips it)
+            dxhat, n = dout * weight, saved.count  # (M, C); M_g
+            sum_dxhat, sum_dxhat_xhat = self._reduce_grad_sums(dxhat.sum(0), (dxhat * xhat).sum(0), n)
+            dx = saved.rstd / n * (n * dxhat - sum_dxhat - xhat * sum_dxhat_xhat)  # (M, C)
+            dx = dx.view(saved.xc.shape[0], *saved.xc.shape[2:], self.num_features).movedim(-1, 1).to(saved.dtype)
+        grads = {"weight": None if self.weight is None else dweight.to(self.weight.dtype),
+                 "bias": None if self.bias is None else dbias.to(self.bias.dtype)}
+        return dx, grads
 
     @classmethod
     def _from_batchnorm(cls, bn: _BatchNorm, process_group: dist.ProcessGroup | None) -> SyncBatchNorm:

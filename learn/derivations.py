@@ -1,7 +1,8 @@
 """Why each exercise's backward is what it is: the derivation in a few lines of plain text, with shapes.
 
-One entry per exercise: ``text`` (the derivation), ``reference`` (the textbook version in
-``layers/reference.py``, or None), ``library`` (where handgrad's own layer lives: file and class) and ``page``
+One entry per exercise: ``text`` (the derivation), ``reference`` (a function of the library's file that writes the
+same textbook math beside the class, or None), ``library`` (where handgrad's own layer lives, whose backward is the
+textbook: file and class) and ``page``
 (the steps of ``python -m learn show``'s page that apply it, or None).  ``learn/why.py`` prints them.
 """
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Derivation:
     text: str
-    reference: str | None  # "layers/reference.py: linear_backward"
+    reference: str | None  # "conv2d_backward": in the library's file
     library: str  # "layers/linear.py: Linear"
     page: str | None  # which steps of the step-through page show it
 
@@ -28,7 +29,7 @@ A broadcast in the forward (b copied to N rows) is a sum in the backward.  No 1/
 its backward has put the 1/N into dout already.  Every gradient has its tensor's shape, so with N, D, H all
 different a transposed product either cannot run or has the wrong shape; the checker's shapes are chosen so.
 Gradients are added into .grad (+=): a layer used twice receives both shares, as any node used twice does.""",
-        "linear_forward, linear_backward", "layers/linear.py: Linear",
+        None, "layers/linear.py: Linear",
         "dL/dW2 = dL/dz2^T h, dL/db2 = sum_n dL/dz2, dL/dh = dL/dz2 W2, dL/dW1 and dL/db1"),
     "relu": Derivation("""\
 out = max(x, 0), element by element          x, out (N, D)
@@ -39,7 +40,7 @@ product: dx[n,d] = dout[n,d] * d out[n,d] / d x[n,d].
 The mask is the forward's (x > 0, the same as out > 0), never dout's: the sign of the gradient says nothing
 about whether the unit was on.  A gate, not a scale: the gradient passes unchanged or stops.  A unit that
 is off for every example passes no gradient to its weights at all: a dead ReLU.""",
-        "relu_forward, relu_backward", "layers/activations.py: ReLU", None),
+        None, "layers/activations.py: ReLU", None),
     "sigmoid": Derivation("""\
 s = sigmoid(x) = 1 / (1 + e^-x), element by element          x, s (N, D)
   ds/dx = e^-x / (1 + e^-x)^2 = [1 / (1 + e^-x)] * [e^-x / (1 + e^-x)] = s (1 - s)
@@ -93,7 +94,7 @@ Only p_y is in the loss, dL/dp_j = -(1/N) delta_jy / p_y, so the sum over j keep
 The same in one line: -log p_y = -z_y + log sum_k e^z_k, whose derivative is -delta_yk + p_k.  Each row of
 dz sums to 0 (adding a constant to a row's logits changes nothing).  Compute p from z - max(z) (the same
 softmax, no overflow); the backward needs no log and no division by p.""",
-        "softmax_cross_entropy", "losses/cross_entropy.py: CrossEntropyLoss", None),
+        None, "losses/cross_entropy.py: CrossEntropyLoss", None),
     "broadcast": Derivation("""\
 out = x * scale + shift, the three broadcast together: x (N, C, L), scale (C, 1), shift (L,) -> out (N, C, L)
 Broadcasting lines shapes up from the right and copies a tensor along every axis it lacks or has as 1:
@@ -155,7 +156,7 @@ x_i reaches the loss by three paths: xhat_i directly, and every xhat_n through m
   dx_i = (r/N) (N g_i - sum_n g_n - xhat_i sum_n g_n xhat_n)            dx (N, D), sums over dim 0
 Treat mu and var as constants and only the first term is left: a mistake the checker names.
 var is the biased one (divided by N, as PyTorch normalises); eps goes inside the square root.""",
-        "batchnorm_forward, batchnorm_backward", "layers/batchnorm.py: BatchNorm1d", None),
+        None, "layers/batchnorm.py: BatchNorm1d", None),
     "layernorm": Derivation("""\
 Batch norm turned sideways: the statistics are over each row's D features instead of down each column.
 Per row n, with r_n = 1/sqrt(var_n + eps) and g = dout * gamma (N, D):
@@ -166,7 +167,7 @@ But gamma and beta (D,) are shared by every row, as batch norm's are, so their s
   dgamma = (dout * xhat).sum(0),  dbeta = dout.sum(0)                                       (D,)
 Which axis a gradient sums over is the lesson: the statistics' axis for dx, the batch for the parameters.
 Each row of dx sums to 0: adding a constant to a row of x does not change its xhat.""",
-        "batchnorm_backward (the same algebra over the other axis)", "layers/layernorm.py: LayerNorm", None),
+        None, "layers/layernorm.py: LayerNorm", None),
     "embedding": Derivation("""\
 out[n,t,:] = W[idx[n,t], :]          W (V, D), idx (N, T) int64, out (N, T, D)
 A lookup is a product with a one-hot matrix: out = onehot(idx) W with onehot (N T, V); as for linear,
@@ -189,7 +190,7 @@ convolution); written as the forward's loop over offsets (i, j), it needs no fli
 gives dW[:,:,i,j] = einsum('nohw,nchw->oc', dout, patch) and dxp[:,:,i:i+H_out, j:j+W_out] +=
 einsum('nohw,oc->nchw', dout, W[:,:,i,j]), W[:,:,i,j] itself.  dx is dxp with the padding cut off (the pad is a
 constant: its gradient goes nowhere).""",
-        "conv2d_forward, conv2d_backward", "layers/conv.py: Conv2d", None),
+        "conv2d_backward", "layers/conv.py: Conv2d", None),
     "maxpool2d": Derivation("""\
 out[n,c,i,j] = max of the window x[n,c, i s : i s + k, j s : j s + k]      x (N, C, H, W)
 A max is locally one of its inputs: d out / d x = 1 for the window's winner (its argmax, kept from the
@@ -213,8 +214,7 @@ Through the gates: dai = di i(1 - i), daf = df f(1 - f), dao = do o(1 - o), dag 
   dbih += da.sum(0) and dbhh += da.sum(0): both biases are added to a, so both get the same gradient.
 dc = dc_total * f reaches the previous cell with no matrix and no squashing: with f near 1 the gradient
 crosses many steps unchanged, the reason an LSTM remembers further back than a plain RNN.""",
-        "lstm_step_forward, lstm_step_backward",
-        "layers/recurrent/cells.py: LSTMCell (its math: layers/recurrent/bptt.py)", None),
+        "lstm_step, lstm_step_backward", "layers/recurrent/cells.py: LSTMCell", None),
     "gru_cell": Derivation("""\
 gi = x Wih^T + bih, gh = h Whh^T + bhh (N, 3H) -> (i_r, i_z, i_n), (h_r, h_z, h_n), torch's order r, z, n
 r = sigmoid(i_r + h_r);  z = sigmoid(i_z + h_z);  n = tanh(i_n + r * h_n);  h' = (1 - z) n + z h
@@ -228,8 +228,7 @@ Through the sigmoids: da_r = dr r (1 - r), da_z = dz z (1 - z).  Stacked as the 
   dbih += dgi.sum(0);  dbhh += dgh.sum(0)            (3H,): the n parts differ, unlike the LSTM's two biases
 The reset gate inside the product is PyTorch's (and cuDNN's) choice; the GRU paper puts it on h before Whn.
 With z near 1, dh = dh' z + ... passes the gradient to the previous step almost unchanged, as the LSTM's f.""",
-        "gru_step_forward, gru_step_backward",
-        "layers/recurrent/cells.py: GRUCell (its math: layers/recurrent/bptt.py)", None),
+        "gru_step, gru_step_backward", "layers/recurrent/cells.py: GRUCell", None),
     "attention": Derivation("""\
 S = s q k^T (N, T, T), s = 1/sqrt(d);  S[t, u] = -inf for u > t (the future);  A = softmax(S) per row;
 out = A v (N, T, d).  Backwards, one line at a time:
@@ -292,7 +291,7 @@ passes can fill those idle slots (ZB-H1, Qi et al. 2023), because only B is on t
 In a layer where dW shares work with dx (layer norm's xhat, attention's packed q, k, v), B computes the shared
 part once and keeps it for W.  The micro-batches' W add into .grad in a fixed order, B's order, so the sum
 is the same whatever the schedule delays.""",
-        "linear_forward, linear_backward", "layers/linear.py: Linear (backward_input, backward_weight)", None),
+        None, "layers/linear.py: Linear (backward_input, backward_weight)", None),
     "tensor_parallel": Derivation("""\
 One process: h = tanh(x W1^T + b1), out = h W2^T + b2;  x (N, D), W1 (H, D), W2 (O, H).  T ranks, H/T each.
 Column-parallel W1: rank r holds rows W1_r (H/T, D), b1_r; h_r = tanh(x W1_r^T + b1_r) (N, H/T) is an exact slice

@@ -1,7 +1,7 @@
 """python -m learn why NAME: why the exercise's backward is right, derived in a few lines, and where to read more.
 
-``text(name)`` is the derivation (``learn/derivations.py``) followed by its pointers: the textbook version in
-``layers/reference.py``, handgrad's own layer, and the steps of the step-through page that apply it.
+``text(name)`` is the derivation (``learn/derivations.py``) followed by its pointers: handgrad's own layer, whose
+backward is the textbook version, and the steps of the step-through page that apply it.
 ``pointer(name)`` is the one line a hint or a named mistake adds to send the learner there.
 """
 from __future__ import annotations
@@ -22,9 +22,9 @@ def text(name: str) -> str:
     ex = get(name)
     d = DERIVATIONS[ex.name]
     lines = [f"Why {ex.cls}'s backward is what it is ({ex.name}: {ex.teaches})", "", d.text, "", "Read more:"]
-    if d.reference:
-        lines.append(f"  the textbook version:  layers/reference.py: {d.reference}")
     lines.append(f"  handgrad's own:        {d.library}")
+    if d.reference:
+        lines.append(f"  in the same file:      {d.reference}")
     if d.page:
         lines += ["  on the page:           python -m learn show --out xor.html, the steps",
                   f"                         {d.page}"]

@@ -8,6 +8,9 @@ from torch import Tensor
 
 from layers.checks import (LOW_PRECISION, capturing, check_floating, check_int, check_like, check_probability,
                            check_tensor)
+import kernels
+from kernels import softmax
+
 from ._reduction import check_reduction
 from .loss import Loss
 
@@ -53,20 +56,6 @@ def check_class_target(owner: str, logits: Tensor, target: Tensor, ignore_index:
     return bool(ignored)
 
 
-def class_index_grad(logp: Tensor, target: Tensor, s: float | Tensor, eps: float = 0.0) -> Tensor:
-    """dL/dz for class-index targets, from log p = log_softmax(z): (p - (1 - eps) onehot - eps / C) * s.
-
-    Rounded as autograd rounds it (p * s first, then the one-hot part added), so the result equals
-    torch's cross_entropy backward to the last bits.  A new (N, C) tensor.
-    """
-    grad = torch.exp(logp).mul_(s)  # (N, C) softmax * s
-    onehot = torch.full((grad.shape[0], 1), 1.0, dtype=grad.dtype, device=grad.device).mul_((eps - 1) * s)  # (N, 1)
-    grad.scatter_add_(1, target.long().unsqueeze(1), onehot)
-    if eps:
-        grad.sub_(eps / grad.shape[1] * s)
-    return grad
-
-
 class CrossEntropyLoss(Loss):
     """``loss = crit(logits, target)``; ``dlogits = crit.backward()``.
 
@@ -103,7 +92,9 @@ class CrossEntropyLoss(Loss):
         logp: Tensor  # (M, C) log_softmax(z), M rows (positions), float32 for half-precision logits
         target: Tensor  # (M,) class indices (an ignored one set to 0), or (M, C) q, the smoothed distribution
         skip: Tensor | None  # (M,) True where the target is ignored; None: none is
-        scale: float | Tensor  # 1/count for "mean" (a tensor where the count is known on the device only), 1 for "sum"
+        count: int | Tensor  # the positions that count (M less the ignored ones; a tensor where it is known on the
+        # device only)
+        scale: float | Tensor  # 1/count for "mean", 1 for "sum"
         dtype: torch.dtype  # the logits', dlogits' (rounded once, after the scale)
         shape: torch.Size  # the logits'
 
@@ -116,7 +107,7 @@ class CrossEntropyLoss(Loss):
         ignore = f", ignore_index={self.ignore_index}" if self.ignore_index != -100 else ""
         return f"CrossEntropyLoss(reduction={self.reduction!r}, label_smoothing={self.label_smoothing}{ignore})"
 
-    def forward(self, logits: Tensor, target: Tensor):
+    def forward_math(self, logits: Tensor, target: Tensor):
         """logits (N, C) / (N, C, d1, ...) / (C,), target of class indices or probabilities -> loss, a 0-d tensor."""
         dtype, shape = logits.dtype, logits.shape
         z, t = _rows(logits, target)  # (M, C), and (M,) class indices or (M, C) probabilities
@@ -142,22 +133,31 @@ class CrossEntropyLoss(Loss):
                 total = total + eps / c * _sum_rows(logp, keep)  # the uniform part: sum_n sum_c log p_nc
         count = m if keep is None else keep.sum()  # nan loss for "mean" if every target is ignored
         scale = 1.0 / count if self.reduction == "mean" else 1.0
-        return total * -scale, self.Saved(logp, t, skip, scale, dtype, shape)
+        return total * -scale, self.Saved(logp, t, skip, count, scale, dtype, shape)
 
-    def backward(self, dout: float | Tensor, saved: Saved) -> Tensor:
+    def backward_math(self, dout: float | Tensor, saved: Saved) -> Tensor:
         """-> dL/dlogits in the logits' shape, times ``dout`` (the upstream gradient of the scalar loss, default 1)."""
-        logp, target, skip, scale = saved.logp, saved.target, saved.skip, saved.scale
-        s = dout * scale
-        if target.is_floating_point():  # (p * sum(q) - q) * s
-            grad = torch.exp(logp).mul_(target.sum(1, keepdim=True)).sub_(target).mul_(s)  # (M, C)
+        logp, target, skip = saved.logp, saved.target, saved.skip
+        if kernels.enabled():  # in place, rounded as autograd rounds it: kernels/softmax.py
+            grad = softmax.cross_entropy_backward(logp, target, skip, dout * saved.scale, self.label_smoothing)
+            grad = grad if grad.dtype == saved.dtype else grad.to(saved.dtype)  # one rounding, after the scale
+            return _unrows(grad, saved.shape)
+        p = logp.exp()  # (M, C) softmax
+        if target.is_floating_point():  # a distribution q: dL/dz = p * sum(q) - q (= p - q when q sums to 1)
+            dlogits = p * target.sum(1, keepdim=True) - target
         else:
-            grad = class_index_grad(logp, target, s, self.label_smoothing)  # (M, C) (p - q) * s
-            if skip is not None:
-                grad.masked_fill_(skip.unsqueeze(1), 0)  # an ignored position has no gradient
-                if isinstance(scale, Tensor):
-                    grad.nan_to_num_(0.0)  # every target ignored: 0 * (1/0) -- torch's gradient is zero there
-        grad = grad if grad.dtype == saved.dtype else grad.to(saved.dtype)  # one rounding, after the scale
-        return _unrows(grad, saved.shape)
+            n = len(target)
+            dlogits = p.clone()  # (N, C)
+            dlogits[torch.arange(n), target] -= 1  # p - onehot(target)
+            if self.label_smoothing:  # q = (1 - eps) onehot + eps / C:  p - q = p - onehot + eps (onehot - 1/C)
+                dlogits[torch.arange(n), target] += self.label_smoothing
+                dlogits -= self.label_smoothing / dlogits.shape[1]
+        if self.reduction == "mean":
+            n = saved.count  # the positions that count: an ignored one does not
+            dlogits /= n  # the loss is a mean over the batch
+        if skip is not None:
+            dlogits[skip] = 0  # an ignored position has no gradient (every one ignored: 0, not 0/0)
+        return _unrows((dlogits * dout).to(saved.dtype), saved.shape)
 
     def check_input(self, logits: object, target: object) -> None:
         """Types and shapes (the class range is checked in forward, where it is read back once)."""

@@ -33,13 +33,13 @@ class MSELoss(Loss):
     def __repr__(self) -> str:
         return f"MSELoss(reduction={self.reduction!r})"
 
-    def forward(self, input: Tensor, target: Tensor):
+    def forward_math(self, input: Tensor, target: Tensor):
         """input, target: same shape (*) -> loss, a 0-d tensor."""
         diff = input - target  # (*)
         scale = 1.0 / input.numel() if self.reduction == "mean" else 1.0
         return (diff * diff).sum() * scale, self.Saved(diff, scale)
 
-    def backward(self, dout: float | Tensor, saved: Saved) -> Tensor:
+    def backward_math(self, dout: float | Tensor, saved: Saved) -> Tensor:
         """-> dL/dinput, the input's shape, times ``dout`` (default 1)."""
         return saved.diff.mul_(2 * saved.scale * dout)
 

@@ -25,7 +25,7 @@ projections ``c_proj``), and ``load_state_dict(nanogpt.state_dict())`` gives nan
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
 import torch
@@ -42,6 +42,7 @@ from layers.linear import Linear
 from layers.template import add_product
 from layers.composite import Composite
 from .kv_cache import KVCache
+from .recompute import Recomputed
 from .sampling import check_sampling, next_token
 
 
@@ -52,14 +53,20 @@ class CausalSelfAttention(Composite):
     forward(x (B, T, C)) -> (B, T, C); backward(dy) -> dx.  ``p`` and ``generator``: the attention weights'
     dropout probability and where its seeds are drawn (the trainer points every dropout of a model at one
     generator, so that the twin draws the same masks).  The attention between the two projections has no
-    weights: under the B/W split all of it is B, and c_attn's W reads dqkv, kept by c_attn."""
+    weights: under the B/W split all of it is B, and c_attn's W reads dqkv, kept by c_attn.
+
+    ``norm``: the block's pre-norm (its ``ln_1``, owned and named by the Block), applied here first, so that with
+    ``recompute`` (the default) its output is not held from forward to backward: c_attn gets it back computed again
+    (models/recompute.py).  Without a norm, forward(x) is c_attn's input."""
 
     _saved_labels = {"y": "the heads' output y (c_proj's input)"}
 
     class Saved(NamedTuple):
         y: Tensor  # (B, T, C) the heads side by side: c_proj's input, and the attention's output for its backward
+        recomputed: bool  # the norm's output was not held (c_attn's input): computed again in backward
 
-    def __init__(self, n_embd: int, n_head: int, dropout: float, bias: bool, *, device=None, dtype=None) -> None:
+    def __init__(self, n_embd: int, n_head: int, dropout: float, bias: bool, *, norm: LayerNorm | None = None,
+                 device=None, dtype=None) -> None:
         if n_embd % n_head:
             raise ValueError(f"GPT: n_embd {n_embd} is not divisible by n_head {n_head}")
         kw = {"device": device, "dtype": dtype}
@@ -68,6 +75,8 @@ class CausalSelfAttention(Composite):
         self.resid_dropout = Dropout(dropout)
         self.n_head, self.n_embd, self.p = n_head, n_embd, float(dropout)
         self.attention = ScaledDotProductAttention()
+        self.norm, self.recompute = norm, True
+        self._norm_c_attn = None if norm is None else Recomputed(norm, self.c_attn)
 
     generator = property(lambda self: self.attention.generator,
                          lambda self, g: setattr(self.attention, "generator", g))
@@ -75,22 +84,26 @@ class CausalSelfAttention(Composite):
     def named_children(self) -> Iterator[tuple[str, BaseLayer]]:
         return iter((("c_attn", self.c_attn), ("c_proj", self.c_proj), ("resid_dropout", self.resid_dropout)))
 
-    def forward(self, x: Tensor, *, keep_input: bool = True):
-        """``keep_input=False``: x is not held (c_attn's input); backward then takes it back as ``input=``."""
+    def forward_math(self, x: Tensor):
+        """x (B, T, C) (the norm's input, when there is one) -> (B, T, C)."""
         B, T, C = x.shape
-        q, k, v = self.c_attn.forward(x, keep_input=keep_input).split(C, dim=2)  # (B, T, C) each
+        recomputed = self.norm is not None and self.recompute
+        if recomputed:
+            qkv = self._norm_c_attn(x)  # (B, T, 3C), the norm's output not held
+        else:
+            qkv = self.c_attn(x if self.norm is None else self.norm(x))  # (B, T, 3C)
+        q, k, v = qkv.split(C, dim=2)  # (B, T, C) each
         heads = lambda t: t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # noqa: E731  (B, nh, T, hs)
         p = self.p if self.training else 0.0
-        y = self.attention.attend(heads(q), heads(k), heads(v), is_causal=True, dropout_p=p,
-                                  scale=1.0 / math.sqrt(C // self.n_head), keep_out=False)  # (B, nh, T, hs)
+        y = self.attention(heads(q), heads(k), heads(v), dropout_p=p, is_causal=True,
+                           scale=1.0 / math.sqrt(C // self.n_head), keep_out=False)  # (B, nh, T, hs)
         # (B, T, C) the heads side by side: c_proj's input, and the attention's output for its backward (which
         # therefore does not keep its own copy in the (B, nh, T, hs) layout)
         y = y.transpose(1, 2).reshape(B, T, C)
-        return self.resid_dropout(self.c_proj(y)), self.Saved(y)
+        return self.resid_dropout(self.c_proj(y)), self.Saved(y, recomputed)
 
-    def backward(self, dy: Tensor, saved: Saved, input: Tensor | Callable[[], Tensor] | None = None) -> Tensor:
-        """dy (B, T, C) -> dx.  ``input``: the forward's x when it was not kept, or a function that returns it
-        (called only when c_attn needs it, so a recomputed input is held no longer than its use)."""
+    def backward_math(self, dy: Tensor, saved: Saved) -> Tensor:
+        """dy (B, T, C) -> dx (through the norm, when there is one)."""
         B, T, C = saved.y.shape
         nh, hs = self.n_head, C // self.n_head
         dy = self.back(self.c_proj, self.resid_dropout.backward(dy))  # (B, T, C)
@@ -99,82 +112,96 @@ class CausalSelfAttention(Composite):
         dqkv = dy.new_empty(B, T, 3 * C)  # the three written into c_attn's output gradient, no concatenation
         for i, d in enumerate((dq, dk, dv)):
             dqkv[:, :, i * C:(i + 1) * C].view(B, T, nh, hs).copy_(d.transpose(1, 2))
-        return self.back(self.c_attn, dqkv, input=input() if callable(input) else input)
+        if saved.recomputed:
+            return self.back(self._norm_c_attn, dqkv)
+        dx = self.back(self.c_attn, dqkv)
+        return dx if self.norm is None else self.back(self.norm, dx)
 
 
 class MLP(Composite):
-    """c_fc (C -> 4C), GELU, c_proj (4C -> C), dropout; backward in reverse.
+    """c_fc (C -> 4C), GELU, c_proj (4C -> C), dropout; backward in reverse.  ``norm``: the block's pre-norm (its
+    ``ln_2``), applied first, as in ``CausalSelfAttention``.
 
-    GELU's output is not held from forward to backward (llm.c's ``recompute``): GELU keeps its input h, c_proj
-    does not keep its input gelu(h), and backward computes gelu(h) again -- the same bits -- for c_proj's
-    weight gradient and GELU's own backward.  One (B, T, 4C) pass more per step; one (B, T, 4C) tensor fewer
-    held per block, the largest a block has.  ``recompute = False``: gelu(h) is held instead (as torch's autograd
-    holds it), one pass fewer."""
+    ``recompute`` (the default, llm.c's): neither the norm's output nor GELU's is held from forward to backward --
+    each is computed again in backward, the same bits, for the next Linear's weight gradient (models/recompute.py):
+    one (B, T, 4C) pass more per step, one (B, T, 4C) tensor fewer held per block, the largest a block has.
+    ``recompute = False``: they are held instead (as torch's autograd holds them), one pass fewer."""
 
     class Saved(NamedTuple):
-        recomputed: bool  # gelu(h) was not held: computed again in backward
+        recomputed: bool  # the norm's and GELU's outputs were not held: computed again in backward
 
-    def __init__(self, n_embd: int, dropout: float, bias: bool, *, device=None, dtype=None) -> None:
+    def __init__(self, n_embd: int, dropout: float, bias: bool, *, norm: LayerNorm | None = None, device=None,
+                 dtype=None) -> None:
         kw = {"device": device, "dtype": dtype}
         self.c_fc = Linear(n_embd, 4 * n_embd, bias=bias, **kw)
         self.gelu = GELU()
-        self.recompute = True
         self.c_proj = Linear(4 * n_embd, n_embd, bias=bias, **kw)
         self.dropout = Dropout(dropout)
+        self.norm, self.recompute = norm, True
+        self._norm_c_fc = None if norm is None else Recomputed(norm, self.c_fc)
+        self._gelu_c_proj = Recomputed(self.gelu, self.c_proj)
 
     def named_children(self) -> Iterator[tuple[str, BaseLayer]]:
         return iter((("c_fc", self.c_fc), ("gelu", self.gelu), ("c_proj", self.c_proj), ("dropout", self.dropout)))
 
-    def forward(self, x: Tensor, *, keep_input: bool = True):
-        """``keep_input=False``: x is not held (c_fc's input); backward then takes it back as ``input=``."""
-        r = self.gelu.recompute_output = self.recompute
-        h = self.c_fc.forward(x, keep_input=keep_input)  # (B, T, 4C)
-        return self.dropout(self.c_proj.forward(self.gelu(h), keep_input=not r)), self.Saved(r)  # children keep the rest
+    def forward_math(self, x: Tensor):
+        """x (B, T, C) (the norm's input, when there is one) -> (B, T, C)."""
+        if self.recompute:
+            h = self._norm_c_fc(x) if self.norm is not None else self.c_fc(x)  # (B, T, 4C)
+            y = self._gelu_c_proj(h)  # (B, T, C), gelu(h) not held
+        else:
+            h = self.c_fc(x if self.norm is None else self.norm(x))  # (B, T, 4C)
+            y = self.c_proj(self.gelu(h))  # (B, T, C)
+        return self.dropout(y), self.Saved(self.recompute)  # the children keep the rest
 
-    def backward(self, dy: Tensor, saved: Saved, input: Tensor | Callable[[], Tensor] | None = None) -> Tensor:
-        """dy (B, T, C) -> dx.  ``input`` as in ``CausalSelfAttention.backward``."""
-        g = self.gelu.recompute() if saved.recomputed else None  # gelu(h) again, or c_proj kept it
-        dg = self.back(self.c_proj, self.dropout.backward(dy), input=g)
-        return self.back(self.c_fc, self.gelu.backward(dg), input=input() if callable(input) else input)
+    def backward_math(self, dy: Tensor, saved: Saved) -> Tensor:
+        """dy (B, T, C) -> dx (through the norm, when there is one)."""
+        d = self.dropout.backward(dy)
+        if saved.recomputed:
+            dh = self.back(self._gelu_c_proj, d)  # (B, T, 4C)
+            return self.back(self._norm_c_fc, dh) if self.norm is not None else self.back(self.c_fc, dh)
+        dx = self.back(self.c_fc, self.gelu.backward(self.back(self.c_proj, d)))
+        return dx if self.norm is None else self.back(self.norm, dx)
 
 
 class Block(Composite):
-    """x = x + attn(ln_1(x)); x = x + mlp(ln_2(x)).  Backward: dx = dy + ln_1.backward(attn.backward(dy)), after the
-    same through the MLP.
-
-    The LayerNorms' outputs are not held from forward to backward: each LayerNorm keeps its input anyway (and
-    its mean and 1/std), so backward computes its output again, bit for bit, for the next Linear's weight
-    gradient.  One (B, T, C) pass more per LayerNorm; two (B, T, C) tensors fewer held per block.
-    ``recompute = False`` (``GPT.recompute``): the Linears keep their inputs instead, as autograd does."""
-
-    class Saved(NamedTuple):
-        recomputed: bool  # the LayerNorms' outputs were not held: computed again in backward
+    """x = x + attn(ln_1(x)); x = x + mlp(ln_2(x)).  Backward: dx = dy + attn.backward(dy) (through ln_1), after the
+    same through the MLP.  The attention and the MLP apply their LayerNorm themselves (the Block owns and names
+    ``ln_1`` and ``ln_2``), so that with ``recompute`` (``GPT.recompute``, the default) the LayerNorms' outputs are
+    not held from forward to backward: each LayerNorm's input is held anyway, and backward computes its output
+    again, bit for bit, for the next Linear's weight gradient.  One (B, T, C) pass more per LayerNorm; two (B, T, C)
+    tensors fewer held per block."""
 
     def __init__(self, n_embd: int, n_head: int, dropout: float, bias: bool, *, device=None, dtype=None) -> None:
         kw = {"device": device, "dtype": dtype}
         self.ln_1 = LayerNorm(n_embd, bias=bias, **kw)
-        self.attn = CausalSelfAttention(n_embd, n_head, dropout, bias, **kw)
+        self.attn = CausalSelfAttention(n_embd, n_head, dropout, bias, norm=self.ln_1, **kw)
         self.ln_2 = LayerNorm(n_embd, bias=bias, **kw)
-        self.mlp = MLP(n_embd, dropout, bias, **kw)
-        self.recompute = True
+        self.mlp = MLP(n_embd, dropout, bias, norm=self.ln_2, **kw)
+
+    @property
+    def recompute(self) -> bool:
+        """Whether the LayerNorms' and GELU's outputs are computed again in backward instead of held."""
+        return self.attn.recompute and self.mlp.recompute
+
+    @recompute.setter
+    def recompute(self, value: bool) -> None:
+        self.attn.recompute = self.mlp.recompute = value
 
     def named_children(self) -> Iterator[tuple[str, BaseLayer]]:
         return iter((("ln_1", self.ln_1), ("attn", self.attn), ("ln_2", self.ln_2), ("mlp", self.mlp)))
 
-    def forward(self, x: Tensor):
+    def forward_math(self, x: Tensor):
         # Each sum is added into the branch's output (a fresh tensor no layer keeps), not into x: ln_1 and ln_2
         # keep their inputs for backward.  One (B, T, C) allocation per residual fewer.
-        r = self.recompute
-        x = self.attn.forward(self.ln_1(x), keep_input=not r).add_(x)
-        return self.mlp.forward(self.ln_2(x), keep_input=not r).add_(x), self.Saved(r)  # the children keep the rest
+        x = self.attn(x).add_(x)  # x + attn(ln_1(x))
+        return self.mlp(x).add_(x), None  # x + mlp(ln_2(x)); the children keep what their backwards read
 
-    def backward(self, dy: Tensor, saved: Saved) -> Tensor:
-        # y = x + f(x) sends dy both ways: dx = dy + f'(x)^T dy.  Added into the LayerNorms' dx (fresh); dy itself
-        # may be a layer's cached tensor, so never written.  Each branch's Linear gets its LayerNorm's output again
-        # (a function: called only when the Linear needs it), unless it kept it.
-        r = saved.recomputed
-        dy = self.back(self.ln_2, self.back(self.mlp, dy, input=self.ln_2.recompute if r else None)).add_(dy)
-        return self.back(self.ln_1, self.back(self.attn, dy, input=self.ln_1.recompute if r else None)).add_(dy)
+    def backward_math(self, dy: Tensor, saved: None) -> Tensor:
+        # y = x + f(x) sends dy both ways: dx = dy + f'(x)^T dy.  Added into the branch's dx (fresh); dy itself
+        # may be a layer's cached tensor, so never written.
+        dy = self.back(self.mlp, dy).add_(dy)
+        return self.back(self.attn, dy).add_(dy)
 
 
 class GPT(Composite):
@@ -240,7 +267,7 @@ class GPT(Composite):
         had, copied in; one that has none, as a fresh model, gets its view at the first backward, ``_give_grads``).
         Identities are kept (``.data`` is re-pointed), so an optimizer built before still holds these tensors.  The
         optimizer and the gradient clip then update a span with one kernel instead of one per tensor
-        (``optimizers/flat.py``), with the same numbers; nothing else depends on the layout."""
+        (``kernels/optimizers.py``), with the same numbers; nothing else depends on the layout."""
         params = self.parameters()
         order = [p for p in params if p.dim() >= 2] + [p for p in params if p.dim() < 2]
         total = sum(p.numel() for p in order)
@@ -282,15 +309,15 @@ class GPT(Composite):
     def recompute(self) -> bool:
         """llm.c's ``recompute``: True (the default) holds neither the LayerNorms' nor GELU's outputs from forward
         to backward and computes them again there (three (B, T, C)-sized tensors fewer held per block, one of them
-        4C wide); False holds them, as torch's autograd does, and saves those passes.  The same gradients, bit
-        for bit, either way."""
-        return all(block.recompute and block.mlp.recompute for block in self.h)
+        4C wide; models/recompute.py); False holds them, as torch's autograd does, and saves those passes.  The
+        same gradients, bit for bit, either way."""
+        return all(block.recompute for block in self.h)
 
     @recompute.setter
     def recompute(self, value: bool) -> None:
         check_bool("GPT", "recompute", value)
         for block in self.h:
-            block.recompute = block.mlp.recompute = value
+            block.recompute = value
 
     def extra_repr(self) -> str:
         return (f"vocab_size={self.vocab_size}, block_size={self.block_size}, n_layer={self.n_layer}, "
@@ -360,14 +387,15 @@ class GPT(Composite):
         if T > self.block_size:
             raise ValueError(f"GPT: cannot forward a sequence of length {T}: block_size is only {self.block_size}")
 
-    def check_dout(self, dlogits: object, meta) -> None:
+    def check_dout(self, grads: tuple, meta, saved) -> None:
+        dlogits = grads[0]
         if meta is None:
             raise RuntimeError(f"GPT: {BEFORE_FORWARD}")
         if not isinstance(dlogits, Tensor) or dlogits.shape != meta[0]:
             raise ValueError(f"GPT: dlogits has shape {tuple(getattr(dlogits, 'shape', ()))} but the logits had "
                              f"shape {tuple(meta[0])}")
 
-    def forward(self, idx: Tensor):
+    def forward_math(self, idx: Tensor):
         """idx (B, T) integer token ids, T <= block_size -> logits (B, T, V)."""
         pos = torch.arange(idx.shape[1], device=idx.device)  # (T,)
         x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C)
@@ -377,7 +405,7 @@ class GPT(Composite):
         w = self.wte.weight  # (V, C)
         return x @ w.t(), self.Saved(x, w)  # (B, T, V) logits = ln_f(x) @ wte^T
 
-    def backward(self, dlogits: Tensor, saved: Saved) -> None:
+    def backward_math(self, dlogits: Tensor, saved: Saved) -> None:
         """dlogits (B, T, V) -> None; every parameter's gradient added into its .grad, the tied matrix's from both
         of its uses.  (Token ids have no gradient: under the B/W split the GPT's B returns None and leaves all of
         its work on the weights to W; a pipeline stage that ends inside the GPT uses the blocks' own B and W.)"""

@@ -66,7 +66,7 @@ class KVCache:
         else:  # one more position
             k = self.k[layer] = torch.cat([self.k[layer], k], 2)  # (B, nh, t+1, hs)
             v = self.v[layer] = torch.cat([self.v[layer], v], 2)
-        y = ScaledDotProductAttention().attend(q, k, v, is_causal=causal, scale=1.0 / math.sqrt(C // nh))
+        y = ScaledDotProductAttention()(q, k, v, is_causal=causal, scale=1.0 / math.sqrt(C // nh))
         return _linear(a.c_proj, y.transpose(1, 2).reshape(B, T, C))
 
     @staticmethod

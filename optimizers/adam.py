@@ -6,7 +6,7 @@ from torch import Tensor
 
 from .base import HandOptimizer, as_real, compiling, number, scalar_step, step_dtype
 from .checks import betas_pair, check_impl_flags, learning_rate, non_negative
-from .flat import flat_views, tile_like
+from kernels.optimizers import flat_views, tile_like
 
 
 class Adam(HandOptimizer):
@@ -61,7 +61,7 @@ class Adam(HandOptimizer):
         if not capturable:  # tensor betas read back once per step
             beta1, beta2 = number(beta1), number(beta2)
             flat = self._flat(params, grads, states, amsgrad, steps)
-            if flat is not None:  # one block each (optimizers/flat.py): the same update, one kernel per line
+            if flat is not None:  # one block each (kernels/optimizers.py): the same update, one kernel per line
                 # The block is written through a view of the first parameter, which moves only that one's version
                 # counter: mark every parameter changed, as a step per tensor does, for the layers' check that
                 # what they keep for backward is unchanged (layers/saved.py).

@@ -80,7 +80,7 @@ def number(x: float | Tensor) -> float:
 def compiling() -> bool:
     """True while torch.compile traces the step.  The updates then take their capturable forms (step counters
     and bias corrections as tensors, computed by the graph; nothing read back to the host, which would break the
-    graph) and skip the one-block path (optimizers/flat.py), which reads memory addresses: the compiler fuses the
+    graph) and skip the one-block path (kernels/optimizers.py), which reads memory addresses: the compiler fuses the
     per-tensor updates itself.  The numbers are the eager step's, rounded in another order."""
     return torch.compiler.is_compiling()
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
-from .flat import flat_views
+from kernels.optimizers import flat_views
 
 
 def _grads(parameters: Iterable[Tensor] | Tensor) -> list[Tensor]:
@@ -49,7 +49,7 @@ def clip_grad_norm_(parameters: Iterable[Tensor] | Tensor, max_norm: float, norm
     grads = _grads(parameters)
     if not grads:
         return torch.tensor(0.0)  # no gradient, so no device to put it on (torch returns the same)
-    # Gradients that tile one block (optimizers/flat.py) are scaled as one tensor below; their norm is still
+    # Gradients that tile one block (kernels/optimizers.py) are scaled as one tensor below; their norm is still
     # taken tensor by tensor, as torch's clip does: one float32 sum over the whole block rounds differently,
     # and the coefficient carries that into every gradient (measured on the default GPT: the first step's
     # gradients 2e-5 apart from the twin's instead of 5e-7).

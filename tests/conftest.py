@@ -35,7 +35,7 @@ if not torch.cuda.is_available():
 # The slow files: real multi-process runs (torchrun, gloo), the compiled step, every benchmark script run once, an
 # autograder installed into a fresh environment.  `pytest -q` leaves them out (pyproject's addopts), so the suite
 # answers in minutes; `pytest -q -m slow` runs them, and CI runs both.
-SLOW_FILES = {"test_benchmarks.py", "test_compile.py", "test_fused.py", "test_distributed_train.py",
+SLOW_FILES = {"test_benchmarks.py", "test_compile.py", "test_kernels_compiled.py", "test_distributed_train.py",
               "test_distributed_faults.py",
               "test_parallel_composition.py", "test_zero.py", "test_tensor_parallel.py",
               "test_learn_teach_autograder.py", "test_train_model_parallel.py", "test_train_tensor_pipeline.py",
@@ -223,6 +223,17 @@ def bwrap() -> None:
         if os.environ.get("CI") == "true":
             pytest.fail("bubblewrap cannot run here, and CI installs it (sh scripts/debian-packages.sh bubblewrap)")
         pytest.skip("bubblewrap cannot run here (sh scripts/debian-packages.sh bubblewrap installs it)")
+
+
+@pytest.fixture
+def kernels_on():
+    """The kernels on for a test of a kernel's own property (what it skips or writes in place), whatever
+    HANDGRAD_KERNELS says: CI runs the gradient tests a second time with it off."""
+    import kernels
+    before = kernels.enabled()
+    kernels.enable(True)
+    yield
+    kernels.enable(before)
 
 
 @pytest.fixture

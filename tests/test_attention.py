@@ -1,15 +1,16 @@
-"""Scaled dot-product attention: the blocked (FlashAttention) path against torch's function, the textbook
-reference, central differences; every mask kind, dropout, block sizes; bad input named."""
+"""Scaled dot-product attention: the kernel's blocked (FlashAttention) path against torch's function and the layer's
+textbook, central differences; every mask kind, dropout, block sizes; bad input named."""
 import itertools
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+import kernels
 from gradcheck import check_layer
 from layers import ScaledDotProductAttention, attention_dropout_mask
 from layers.attention.dropout import splitmix64
-from layers.reference import attention_backward, attention_bias, attention_forward
+from layers.template import recording_graph
 from tests.conftest import assert_all_pass
 
 F64 = torch.float64
@@ -68,43 +69,46 @@ def test_blocked_path_equals_torch_function_float64(L, S, mask_i):
             close(ours, theirs, 1e-12)
 
 
+def textbook(q, k, v, *, seed: int, dout, dweights=None, **kw):
+    """The layer's textbook (the kernels off: the (L, S) matrices kept) -> (out [, weights], dq, dk, dv)."""
+    with kernels.disabled():
+        att = ScaledDotProductAttention(generator=torch.Generator().manual_seed(seed))
+        res = att(q, k, v, **kw)
+        grads = att.backward(dout, dweights) if dweights is not None else att.backward(dout)
+    return (*(res if isinstance(res, tuple) else (res,)), *grads)
+
+
 @pytest.mark.parametrize("mask_i", range(8))
 @pytest.mark.parametrize("p", [0.0, 0.4])
-def test_blocked_path_equals_textbook_reference_with_dropout(mask_i, p):
+def test_the_kernel_equals_the_textbook_and_the_textbook_autograd_through_its_forward(mask_i, p):
+    """The kernel (kernels/attention.py, several key blocks) against the layer's textbook with the same dropout
+    mask; the textbook's hand-written backward against autograd through its own forward (grad mode on, the
+    template recording: the checker's oracle)."""
     L, S = 9, 11
     name, mask, causal = masks(LEAD, L, S)[mask_i]
     q, k, v = qkv(LEAD, L, S, Ev=6, seed=2)
-    gen = torch.Generator().manual_seed(123)
-    att = ScaledDotProductAttention(block_size=4, generator=gen)
-    out, weights = att(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal, need_weights=True)
+    att = ScaledDotProductAttention(block_size=4, generator=torch.Generator().manual_seed(123))
+    kw = dict(attn_mask=mask, dropout_p=p, is_causal=causal, need_weights=True)
+    out, weights = att(q, k, v, **kw)
     dout, dweights = torch.randn_like(out), torch.randn_like(weights)
-    dq, dk, dv = att.backward(dout, dweights)
-    # the reference: the same mask, regenerated whole from the same seed
-    seed = torch.randint(0, 2 ** 63 - 1, (), generator=torch.Generator().manual_seed(123)).item()
-    drop = attention_dropout_mask(seed, p, 6, L, S, dtype=F64).view(*LEAD, L, S) if p else None
-    bias = attention_bias(L, S, mask, is_causal=causal, dtype=F64)
+    fast = (out, weights, *att.backward(dout, dweights))
+    slow = textbook(q, k, v, seed=123, dout=dout, dweights=dweights, **kw)
+    for a, b in zip(fast, slow):
+        close(a, b, 1e-12)
     leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
-    ref_out, cache = attention_forward(*leaves, bias, dropout_mask=drop)
-    att_ref = cache[4]
-    close(out, ref_out.detach(), 1e-12)
-    close(weights, att_ref.detach(), 1e-12)
-    grads = torch.autograd.grad((ref_out, att_ref), leaves, (dout, dweights), retain_graph=True)
-    for ours, theirs in zip((dq, dk, dv), grads):
+    with kernels.disabled(), recording_graph():
+        ref_out, ref_w = ScaledDotProductAttention(generator=torch.Generator().manual_seed(123))(*leaves, **kw)
+    grads = torch.autograd.grad((ref_out, ref_w), leaves, (dout, dweights))
+    for ours, theirs in zip(slow[2:], grads):
         close(ours, theirs, 1e-12)
-    # and the textbook backward, by hand, against autograd through the textbook forward
-    if p:
-        hand = attention_backward(dout, attention_forward(q, k, v, bias, dropout_mask=drop)[1])
-        for ours, theirs in zip(hand, torch.autograd.grad(ref_out, leaves, dout)):
-            close(ours, theirs, 1e-12)
-
 
 
 @pytest.mark.parametrize("L,S", SHAPES)
 @pytest.mark.parametrize("mask_i", range(8))
 @pytest.mark.parametrize("p,need_weights", [(0.0, False), (0.0, True), (0.4, False), (0.4, True)])
 def test_one_block_path_equals_blocked_path_and_textbook(L, S, mask_i, p, need_weights):
-    """S <= block_size runs layers/attention/one_block.py, S > block_size the online softmax: the same numbers
-    (float64), every mask kind, dropout, the weights and their gradient; both against the textbook attention."""
+    """S <= block_size runs the kernel's one-block path, S > block_size the online softmax: the same numbers
+    (float64), every mask kind, dropout, the weights and their gradient; both against the layer's textbook."""
     name, mask, causal = masks(LEAD, L, S)[mask_i]
     q, k, v = qkv(LEAD, L, S, Ev=5, seed=5)
     results, empties = [], []
@@ -122,32 +126,10 @@ def test_one_block_path_equals_blocked_path_and_textbook(L, S, mask_i, p, need_w
     for other in results[1:]:
         for a, b in zip(results[0], other):
             close(a, b, 1e-13)
-    # the textbook attention (layers/reference.py), same dropout mask
-    seed = torch.randint(0, 2 ** 63 - 1, (), generator=torch.Generator().manual_seed(77)).item()
-    drop = attention_dropout_mask(seed, p, 6, L, S, dtype=F64).view(*LEAD, L, S) if p else None
-    bias = attention_bias(L, S, mask, is_causal=causal, dtype=F64)
-    ref_out, cache = attention_forward(q, k, v, bias, dropout_mask=drop)
-    close(results[0][0], ref_out, 1e-12)
-    if need_weights:
-        close(results[0][1], cache[4], 1e-12)
-    else:
-        for ours, theirs in zip(results[0][1:4], attention_backward(dout, cache)):
-            close(ours, theirs, 1e-12)
-
-def test_textbook_backward_equals_autograd_and_blocked_path():
-    q, k, v = qkv((3,), 10, 10, Ev=4, seed=3)
-    bias = attention_bias(10, 10, is_causal=True, dtype=F64)
-    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
-    out, _ = attention_forward(*leaves, bias)
-    dout = torch.randn_like(out)
-    _, cache = attention_forward(q, k, v, bias)
-    hand = attention_backward(dout, cache)
-    att = ScaledDotProductAttention(block_size=3)
-    close(att(q, k, v, is_causal=True), out.detach(), 1e-12)
-    fast = att.backward(dout)
-    for h, a, f in zip(hand, torch.autograd.grad(out, leaves, dout), fast):
-        close(h, a, 1e-12)
-        close(f, h, 1e-12)
+    slow = textbook(q, k, v, seed=77, dout=dout, dweights=dweights, attn_mask=mask, dropout_p=p, is_causal=causal,
+                    need_weights=need_weights)
+    for a, b in zip(results[0], slow):
+        close(a, b, 1e-12)
 
 
 def test_block_size_changes_nothing_but_rounding():
@@ -292,15 +274,16 @@ def test_bad_input_is_named():
         ScaledDotProductAttention().backward(out)
 
 
-def test_attend_takes_its_flags_by_name_and_keeps_a_named_cache():
-    """attend(q, k, v, *, ...): a positional flag is refused; the cache is read by field name."""
+def test_keep_out_is_keyword_only_and_the_cache_is_named():
+    """forward(q, k, v, attn_mask, dropout_p, is_causal, scale, need_weights, *, keep_out): a positional keep_out is
+    refused; the cache is read by field name."""
     q, k, v = qkv((2,), 4, 4)
     att = ScaledDotProductAttention()
     with pytest.raises(TypeError):
-        att.attend(q, k, v, None, None, True, 0.0, 0.5, False)
-    out = att.attend(q, k, v, is_causal=True, scale=0.5)
+        att(q, k, v, None, 0.0, True, 0.5, False, False)
+    out = att(q, k, v, is_causal=True, scale=0.5)
     ref = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.5)
     assert (out - ref).abs().max() < 1e-12
-    saved = att._saved
+    saved = att.kept
     assert saved.spec.causal and saved.spec.scale == 0.5 and saved.out is not None and saved.weights is None
     assert saved.q_shape == q.shape and saved.dtype == F64

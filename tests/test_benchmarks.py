@@ -13,7 +13,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 
 CASES = {  # script: (toy arguments, text its table must contain)
-    "step.py": (["--nets", "small,cnn", "--repeats", "1", "--warmup", "4", "--half", "bfloat16"], "im2col"),
+    "step.py": (["--nets", "small,cnn", "--repeats", "1", "--warmup", "4", "--half", "bfloat16"], "3x3, textbook"),
     "cnn_step.py": (["--batch-size", "4", "--repeats", "1", "--threads", "1", "--clock", "cpu"], "clock: cpu"),
     "gpt_step.py": (["--batch", "2", "--repeats", "1", "--warmup", "0", "--fused", "--profile"],
                     "handgrad eager, fused kernels"),

@@ -1,13 +1,15 @@
-"""RNNCell, LSTMCell and GRUCell against torch.nn's cells (autograd, float64) and the textbook steps in
-layers/reference.py; a loop of cells is backpropagation through time written out, equal to the sequence layer."""
+"""RNNCell, LSTMCell and GRUCell against torch.nn's cells (autograd, float64), their kernels against their textbook
+steps (layers/recurrent/cells.py); a loop of cells is backpropagation through time written out, equal to the
+sequence layer."""
+import contextlib
 import re
 
 import pytest
 import torch
 from torch import nn
 
+import kernels
 from layers import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell, from_torch
-from layers import reference as ref
 from tests.test_recurrent import TOL_AUTOGRAD, TOL_REFERENCE, err
 
 f64 = torch.float64
@@ -60,30 +62,27 @@ def test_cell_matches_torch_autograd(kind, batch, with_state):
     assert max(errors.values()) < TOL_AUTOGRAD, errors
 
 
-@pytest.mark.parametrize("kind", ["rnn_tanh", "rnn_relu", "lstm", "gru"])
-def test_cell_equals_the_textbook_step(kind):
-    ours, _ = pair(kind)
-    g = torch.Generator().manual_seed(2)
-    x, h = torch.randn(3, 4, generator=g, dtype=f64), torch.randn(3, 5, generator=g, dtype=f64)
-    dh = torch.randn(3, 5, generator=g, dtype=f64)
-    w = (ours.weight_ih, ours.weight_hh, ours.bias_ih, ours.bias_hh)
-    if kind == "lstm":
-        c, dc = torch.randn(3, 5, generator=g, dtype=f64), torch.randn(3, 5, generator=g, dtype=f64)
-        h1, c1, cache = ref.lstm_step_forward(x, h, c, *w)
-        rdx, rdh, rdc, grads = ref.lstm_step_backward(dh, dc, cache)
-        out = ours(x, (h, c))
-        dx, (odh, odc) = ours.backward(dh, dc)  # the pair unpacked, as gradcheck passes it
-        assert err(out[0], h1) < TOL_REFERENCE and err(out[1], c1) < TOL_REFERENCE and err(odc, rdc) < TOL_REFERENCE
-    else:
-        step = ref.gru_step_forward if kind == "gru" else ref.rnn_step_forward
-        back = ref.gru_step_backward if kind == "gru" else ref.rnn_step_backward
-        h1, cache = step(x, h, *w) if kind == "gru" else step(x, h, *w, ours.nonlinearity)
-        rdx, rdh, grads = back(dh, cache)
-        assert err(ours(x, h), h1) < TOL_REFERENCE
-        dx, odh = ours.backward(dh)
-    assert err(dx, rdx) < TOL_REFERENCE and err(odh, rdh) < TOL_REFERENCE
-    for name, gref in grads.items():
-        assert err(getattr(ours, name).grad, gref) < TOL_REFERENCE, name
+@pytest.mark.parametrize("kind", ["rnn_tanh", "rnn_relu", "lstm", "gru", "gru_nobias"])
+def test_the_cell_s_kernel_equals_its_textbook_step(kind):
+    """The cell with the kernels on (bptt.py with T = 1) and off (its own step equations, cells.py)."""
+    results = []
+    for on in (True, False):
+        with (contextlib.nullcontext() if on else kernels.disabled()):
+            ours, _ = pair(kind)
+            g = torch.Generator().manual_seed(2)
+            x, h = torch.randn(3, 4, generator=g, dtype=f64), torch.randn(3, 5, generator=g, dtype=f64)
+            dh = torch.randn(3, 5, generator=g, dtype=f64)
+            if kind == "lstm":
+                c, dc = torch.randn(3, 5, generator=g, dtype=f64), torch.randn(3, 5, generator=g, dtype=f64)
+                out = ours(x, (h, c))
+                dx, dstate = ours.backward(dh, dc)  # the pair unpacked, as gradcheck passes it
+            else:
+                out = ours(x, h)
+                dx, dstate = ours.backward(dh)
+            results.append([*as_list(out), dx, *as_list(dstate), *(p.grad for p in ours.parameters())])
+    assert len(results[0]) == len(results[1])
+    for a, b in zip(*results):
+        assert err(a, b) < TOL_REFERENCE
 
 
 @pytest.mark.parametrize("cell_cls,seq_cls", [(LSTMCell, LSTM), (GRUCell, GRU), (RNNCell, RNN)])

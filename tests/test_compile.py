@@ -19,7 +19,7 @@ from torch._dynamo.utils import counters
 import optimizers
 from layers import GRU, LSTM, RNN, BatchNorm2d, Conv2d, Dropout, Flatten, GRUCell, Linear, LSTMCell, MaxPool2d, ReLU
 from layers import RNNCell, Sequential
-from layers.recurrent import bptt_graph
+from kernels.recurrent import graph as bptt_graph
 from layers.saved import MESSAGE_IN_GRAPH
 from losses import CrossEntropyLoss
 from models import GPT, Net, RecurrentLM
@@ -197,7 +197,7 @@ def test_target_out_of_range_is_refused_in_the_compiled_step():
         loss(torch.tensor([0, 1, 2, 10]))
 
 
-# -- layers/recurrent/bptt_graph.py, the compiler's BPTT, against bptt.py (eager, no compiler) ---------------
+# -- kernels/recurrent/graph.py, the compiler's BPTT, against bptt.py (eager, no compiler) -------------------
 
 @pytest.mark.parametrize("make", [
     lambda: LSTM(4, 6, 2, bidirectional=True), lambda: LSTM(4, 6, 1, proj_size=3, bidirectional=True),

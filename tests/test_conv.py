@@ -1,5 +1,6 @@
 """Conv2d, MaxPool2d, AvgPool2d and Flatten: gradient checks, torch.nn parity under autograd on many
-configurations, the im2col reference tied to the fast path, conversion of random CNNs, bad input."""
+configurations, each form of the kernel's weight gradient, conversion of random CNNs, bad input.  (The textbook
+and the kernels tied to each other: tests/test_kernels.py.)"""
 import random
 
 import pytest
@@ -8,7 +9,7 @@ from torch import nn
 
 from gradcheck import check_layer, distinct
 from layers import AvgPool2d, BatchNorm2d, Conv2d, Flatten, Linear, MaxPool2d, ReLU, Sequential, from_torch
-from layers import reference as ref
+from kernels import convolution
 from tests.conftest import assert_all_pass, rel
 
 f64 = torch.float64
@@ -93,40 +94,24 @@ def test_conv_equals_torch_under_autograd(cfg):
 
 
 @pytest.mark.parametrize("cfg", CONV_CONFIGS, ids=CONV_IDS)
-def test_conv_im2col_reference_equals_fast_path(cfg):
-    ours, _ = conv_pair(cfg)
-    x = conv_input(cfg)
-    out = ours(x)
-    dout = torch.randn_like(out)
-    dx = ours.backward(dout)
-    # The reference pads symmetrically: an odd "same" padding's extra bottom row / right column is added here.
-    xp = torch.nn.functional.pad(x, (0, ours._extra[1], 0, ours._extra[0]))
-    out_r, cache = ref.conv2d_forward(xp, ours.weight, ours.bias, ours.stride, ours._pad, ours.dilation, ours.groups)
-    dx_r, dw_r, db_r = ref.conv2d_backward(dout, cache)
-    dx_r = dx_r[:, :, :x.shape[2], :x.shape[3]]
-    assert rel(out, out_r) < 1e-13 and rel(dx, dx_r) < 1e-13 and rel(ours.weight.grad, dw_r) < 1e-13
-    assert (db_r is None) == (ours.bias is None)
-    if db_r is not None:
-        assert rel(ours.bias.grad, db_r) < 1e-13
-
-
-@pytest.mark.parametrize("cfg", CONV_CONFIGS, ids=CONV_IDS)
 def test_every_form_of_the_weight_gradient_equals_autograd(cfg):
-    """dw has three forms (layers/conv.py), chosen by shape; each one, wherever it applies, equals autograd's."""
+    """dw has three forms in the kernel (kernels/convolution.py), chosen by shape; each one, wherever it applies,
+    equals autograd's."""
     ours, theirs = conv_pair(cfg)
     x = conv_input(cfg)
     out = theirs(x)
     dout = torch.randn_like(out)
     out.backward(dout)
     ours(x)
-    xp = ours._saved.x  # the input as the forward convolved it (with the extra "same" row/column)
-    (kh, kw), (ph, pw), (dh, dw) = ours.kernel_size, ours._pad, ours.dilation
-    forms = [ours._weight_grad_correlation, ours._weight_grad_im2col]
-    if ours.groups == 1 and ours.stride == (1, 1) and ph <= dh * (kh - 1) and pw <= dw * (kw - 1):
-        forms.append(ours._weight_grad_exchanged)
-    for form in forms:
-        g = form(xp, dout)
-        assert g.shape == theirs.weight.shape and rel(g, theirs.weight.grad) < 1e-13, form.__name__
+    xp = ours.kept.x  # the input as the forward convolved it (with the extra "same" row/column)
+    k, s, p, d, g = ours.kernel_size, ours.stride, ours._pad, ours.dilation, ours.groups
+    forms = {"correlation": lambda: convolution.weight_grad_correlation(xp, dout, k, s, p, d, g),
+             "im2col": lambda: convolution.weight_grad_im2col(xp, dout, k, s, p, d, g)}
+    if g == 1 and s == (1, 1) and p[0] <= d[0] * (k[0] - 1) and p[1] <= d[1] * (k[1] - 1):
+        forms["exchanged"] = lambda: convolution.weight_grad_exchanged(xp, dout, k, p, d)
+    for name, form in forms.items():
+        dw = form()
+        assert dw.shape == theirs.weight.shape and rel(dw, theirs.weight.grad) < 1e-13, name
 
 
 def test_need_input_grad_false_skips_dx_and_keeps_parameter_grads():

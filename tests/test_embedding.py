@@ -98,6 +98,7 @@ def test_bad_input_is_named():
         Embedding(3, 2).backward(torch.ones(1, 2))
 
 
+@pytest.mark.usefixtures("kernels_on")
 def test_the_scatter_add_goes_into_an_existing_grad_in_place():
     """The table's gradient is added into ``.grad`` where it exists (``index_add_``, no table-sized temporary): its
     storage stays, and repeated ids add up on top of what was there."""

@@ -1,4 +1,4 @@
-"""Parameters laid out in one block (llm.c's params_memory), updated as one: ``optimizers/flat.py``, the GPT's
+"""Parameters laid out in one block (llm.c's params_memory), updated as one: ``kernels/optimizers.py``, the GPT's
 layout, and Adam/AdamW and the gradient clip taking the one-kernel path only when the tensors line up exactly,
 with the per-tensor path's numbers."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 
 from models import GPT
 from optimizers import Adam, AdamW, clip_grad_norm_
-from optimizers.flat import flat_views, tile_like
+from kernels.optimizers import flat_views, tile_like
 
 f64 = torch.float64
 

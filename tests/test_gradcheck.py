@@ -10,8 +10,8 @@ from layers import Linear
 class WrongBiasLinear(Linear):
     """A Linear whose bias gradient is wrong in one element: the checker must point at it."""
 
-    def backward(self, dout, need_input_grad=True):
-        dx = super().backward(dout, need_input_grad)
+    def backward(self, dout, *, need_input_grad=True):
+        dx = super().backward(dout, need_input_grad=need_input_grad)
         self.bias.grad[2] += 0.5
         return dx
 

@@ -1,14 +1,16 @@
 """BatchNorm1d/2d and LayerNorm: gradient checks, torch.nn parity over several steps (running statistics,
 momentum=None, eval mode), conversion with buffers, the textbook batch norm, mixed precision, bad input, and no
 dx computed where none is asked for."""
+import contextlib
+
 import pytest
 import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
+import kernels
 from gradcheck import nontrivial, check_layer
 from layers import BatchNorm1d, BatchNorm2d, LayerNorm, from_torch
-from layers import reference as ref
 from tests.conftest import assert_all_pass, rel
 
 f64 = torch.float64
@@ -100,22 +102,39 @@ def test_eval_uses_running_statistics_and_does_not_update_them():
         assert torch.equal(v, before[k]), k
 
 
-def test_compact_backward_equals_the_step_by_step_graph():
+def _step_by_step(x, gamma, beta, eps):
+    """Training-mode batch norm of x (M, C) as a chain of elementwise steps, each a node of the computational graph
+    (CS231n's batchnorm_forward), for autograd to differentiate node by node."""
+    mu = x.sum(0) / x.shape[0]  # step 1: mean
+    xmu = x - mu  # step 2: centre
+    var = (xmu ** 2).sum(0) / x.shape[0]  # steps 3-4: the biased variance
+    ivar = 1.0 / torch.sqrt(var + eps)  # steps 5-6
+    return gamma * (xmu * ivar) + beta  # steps 7-9: normalise, scale, shift
+
+
+@pytest.mark.parametrize("textbook", [True, False], ids=["textbook", "kernel"])
+def test_compact_backward_equals_the_step_by_step_graph(textbook):
+    """The one-statement backward (the layer's textbook, and its kernel) against autograd through the step-by-step
+    graph, as CS231n's batchnorm_backward_alt is checked against batchnorm_backward."""
     torch.manual_seed(2)
     x, dout = torch.randn(7, 5, dtype=f64) * 2 + 3, torch.randn(7, 5, dtype=f64)
     bn = nontrivial(BatchNorm1d(5, dtype=f64))
-    out, cache = ref.batchnorm_forward(x, bn.weight, bn.bias, bn.eps)
-    dx, dgamma, dbeta = ref.batchnorm_backward(dout, cache)
-    assert rel(bn(x), out) < 1e-13
-    assert rel(bn.backward(dout), dx) < 1e-12
+    leaves = [t.detach().clone().requires_grad_() for t in (x, bn.weight, bn.bias)]
+    out = _step_by_step(*leaves, bn.eps)
+    dx, dgamma, dbeta = torch.autograd.grad(out, leaves, dout)
+    with (kernels.disabled() if textbook else contextlib.nullcontext()):
+        assert rel(bn(x), out.detach()) < 1e-13
+        assert rel(bn.backward(dout), dx) < 1e-12
     assert rel(bn.weight.grad, dgamma) < 1e-13 and rel(bn.bias.grad, dbeta) < 1e-13
     # (N, C, H, W): the same graph on channels-last rows
     x4, d4 = torch.randn(2, 3, 4, 2, dtype=f64), torch.randn(2, 3, 4, 2, dtype=f64)
     bn2 = nontrivial(BatchNorm2d(3, dtype=f64))
     rows = lambda t: t.permute(0, 2, 3, 1).reshape(-1, 3)  # noqa: E731
-    out, cache = ref.batchnorm_forward(rows(x4), bn2.weight, bn2.bias)
-    dx, _, _ = ref.batchnorm_backward(rows(d4), cache)
-    assert rel(rows(bn2(x4)), out) < 1e-13 and rel(rows(bn2.backward(d4)), dx) < 1e-12
+    leaves = [t.detach().clone().requires_grad_() for t in (rows(x4), bn2.weight, bn2.bias)]
+    out = _step_by_step(*leaves, bn2.eps)
+    dx = torch.autograd.grad(out, leaves[0], rows(d4))[0]
+    with (kernels.disabled() if textbook else contextlib.nullcontext()):
+        assert rel(rows(bn2(x4)), out.detach()) < 1e-13 and rel(rows(bn2.backward(d4)), dx) < 1e-12
 
 
 def test_batchnorm_initialisation_and_state_dict_equal_torch_and_draw_nothing():
@@ -418,6 +437,7 @@ class _FullSize(TorchDispatchMode):
 @pytest.mark.parametrize("cls,_,shape", BN_CONFIGS[1::2], ids=ids(BN_CONFIGS[1::2]))
 @pytest.mark.parametrize("opts", [{}, {"bias": False}, {"affine": False}, {"track_running_stats": False}], ids=str)
 @pytest.mark.parametrize("mode", ["train", "eval"])
+@pytest.mark.usefixtures("kernels_on")  # (the kernel's economy: the textbook computes dx and drops it)
 def test_batchnorm_without_input_grad_gives_the_same_grads_and_computes_no_dx(cls, _, shape, opts, mode):
     """need_input_grad=False (a network's first layer): None, .grad as with dx, and dx's statement never runs
     (fewer input-sized tensors; none at all without parameters; the sums dx needs are not reduced)."""

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import optimizers as hg
+from kernels.optimizers import flat_views
 from tests.conftest import rel
 from tests.test_optimizers import make_params, set_grads
 
@@ -94,7 +95,7 @@ def test_complex_and_real_parameters_in_one_group(name, kw):
 
 
 def test_complex_parameters_in_one_block_take_the_flat_path_and_equal_torch():
-    """Complex parameters that tile one block (optimizers/flat.py) are updated as one block, viewed as real."""
+    """Complex parameters that tile one block (kernels/optimizers.py) are updated as one block, viewed as real."""
     def blocked():
         block = torch.cat([p.reshape(-1) for p in complex_params()])
         params, at = [], 0
@@ -117,7 +118,7 @@ def test_complex_parameters_in_one_block_take_the_flat_path_and_equal_torch():
             at += n
         ours.step()
         ref.step()
-    assert hg.flat.flat_views(ours_p, [p.grad for p in ours_p]) is not None  # it was the block path
+    assert flat_views(ours_p, [p.grad for p in ours_p]) is not None  # it was the block path
     for i, (a, b) in enumerate(zip(ours_p, ref_p)):
         assert rel(a, b) < 1e-10, f"param {i}: {rel(a, b):.3e}"
 

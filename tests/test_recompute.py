@@ -1,6 +1,6 @@
-"""Tensors not held from forward to backward (the GPT's memory savings): a Linear that does not keep its input,
-a GELU and a LayerNorm that compute their output again, attention that takes its output back.  Each gives the
-same gradients, bit for bit, as the layer that keeps everything, and refuses to be used wrongly."""
+"""Tensors not held from forward to backward (the GPT's memory savings, models/recompute.py): a LayerNorm's or GELU's
+output computed again in backward for the Linear after it, and attention that takes its output back.  Each gives the
+same gradients, bit for bit, as the layers that keep everything, and refuses what would make them differ."""
 from __future__ import annotations
 
 import math
@@ -10,54 +10,61 @@ import torch
 
 from layers import GELU, LayerNorm, Linear, ScaledDotProductAttention
 from models.gpt import GPT
+from models.recompute import Recomputed
 
 f64 = torch.float64
 
 
-def test_linear_without_its_input_gives_the_same_gradients_bit_for_bit():
+FIRSTS = {"layernorm": lambda: LayerNorm(8, dtype=f64), "gelu": lambda: GELU(), "tanh": lambda: GELU("tanh")}
+
+
+def _pair(make_first):
+    """(first and a Linear as two layers, a Recomputed pair of the same weights): gamma away from 1, beta from 0."""
     torch.manual_seed(0)
-    kept, given = Linear(6, 5, dtype=f64), Linear(6, 5, dtype=f64)
-    given.load_state_dict(kept.state_dict())
-    x, d = torch.randn(3, 4, 6, dtype=f64), torch.randn(3, 4, 5, dtype=f64)
-    assert torch.equal(kept(x), given.forward(x, keep_input=False))
-    assert given._saved.x is None  # not held
-    dx_kept, dx_given = kept.backward(d), given.backward(d, input=x)
-    assert torch.equal(dx_kept, dx_given)
-    assert torch.equal(kept.weight.grad, given.weight.grad) and torch.equal(kept.bias.grad, given.bias.grad)
+    first, lin, first2, lin2 = make_first(), Linear(8, 5, dtype=f64), make_first(), Linear(8, 5, dtype=f64)
+    if isinstance(first, LayerNorm):
+        with torch.no_grad():
+            first.weight.normal_()
+            first.bias.normal_()
+    first2.load_state_dict(first.state_dict())
+    lin2.load_state_dict(lin.state_dict())
+    return (first, lin), Recomputed(first2, lin2)
 
 
-def test_linear_refuses_a_missing_an_unneeded_or_a_wrong_input():
-    lin = Linear(6, 5, dtype=f64)
-    x, d = torch.randn(4, 6, dtype=f64), torch.randn(4, 5, dtype=f64)
-    lin.forward(x, keep_input=False)
-    with pytest.raises(ValueError, match=r"did not keep its input \(keep_input=False\); pass it back"):
-        lin.backward(d)
-    with pytest.raises(ValueError, match=r"input= must be the forward's input, of shape \(4, 6\).*got \(3, 6\)"):
-        lin.backward(d, input=x[:3])
-    lin.forward(x)
-    with pytest.raises(ValueError, match="backward got input=, but the forward kept its own input"):
-        lin.backward(d, input=x)
-    lin.backward(d)
-    with pytest.raises(RuntimeError, match="backward called before forward"):
-        lin.backward(d, input=x)
+@pytest.mark.parametrize("first", list(FIRSTS))
+@pytest.mark.parametrize("split", [False, True])
+def test_a_recomputed_pair_gives_the_two_layers_gradients_bit_for_bit(first, split):
+    (a, lin), pair = _pair(FIRSTS[first])
+    g = torch.Generator().manual_seed(1)
+    for _ in range(2):  # the second round adds into .grad
+        x, d = torch.randn(3, 4, 8, generator=g, dtype=f64), torch.randn(3, 4, 5, generator=g, dtype=f64)
+        out = lin(a(x))
+        assert torch.equal(pair(x), out)
+        assert pair.kept.x is x and lin.kept.x is not None  # the pair holds x, not first(x)
+        dx = a.backward(lin.backward(d))
+        if split:
+            dx_pair = pair.backward_input(d)
+            assert pair.linear.weight.grad is None or not torch.equal(pair.linear.weight.grad, lin.weight.grad)
+            pair.backward_weight()
+        else:
+            dx_pair = pair.backward(d)
+        assert torch.equal(dx_pair, dx)
+        for p, q in zip([*a.parameters(), *lin.parameters()], [*pair.first.parameters(), *pair.linear.parameters()]):
+            assert torch.equal(p.grad, q.grad)
 
 
-def test_gelu_recompute_is_the_forward_output_bit_for_bit_and_backward_is_unchanged():
-    torch.manual_seed(1)
-    x, d = torch.randn(5, 7, dtype=f64), torch.randn(5, 7, dtype=f64)
-    x[0, 0] = 0.0  # Phi(0) = out / x = 0/0: backward must give 1/2 there
-    plain, lean = GELU(), GELU()
-    lean.recompute_output = True
-    out = plain(x)
-    assert torch.equal(lean(x), out)
-    assert lean._saved.out is None and lean._out_meta[0] == out.shape  # out's shape, not out, is kept
-    assert torch.equal(lean.recompute(), out)
-    assert torch.equal(lean.backward(d), plain.backward(d))
-    xr = x.clone().requires_grad_()
-    torch.nn.functional.gelu(xr).backward(d)
-    lean(x)  # backward without recompute(): computes the output itself
-    assert torch.allclose(lean.backward(d), xr.grad, rtol=1e-13, atol=1e-15)
-    assert abs(xr.grad[0, 0] - 0.5 * d[0, 0]) < 1e-15  # torch agrees: 1/2 at x = 0
+def test_a_recomputed_pair_refuses_a_changed_norm_weight_and_a_changed_input():
+    _, pair = _pair(FIRSTS["layernorm"])
+    x = torch.randn(4, 8, dtype=f64)
+    pair(x)
+    with torch.no_grad():
+        pair.first.weight.mul_(2)  # the output made again would not be the forward's
+    with pytest.raises(RuntimeError, match="its parameter first's weight was modified in place after the forward"):
+        pair.backward(torch.ones(4, 5, dtype=f64))
+    pair(x)
+    x.add_(1.0)
+    with pytest.raises(RuntimeError, match="its input x was modified in place after the forward"):
+        pair.backward(torch.ones(4, 5, dtype=f64))
 
 
 def test_gelu_backward_keeps_a_nan_input_nan():
@@ -68,57 +75,23 @@ def test_gelu_backward_keeps_a_nan_input_nan():
     assert dx[0] == 0.5 and math.isnan(dx[1]) and math.isfinite(dx[2])
 
 
-def test_gelu_recompute_needs_a_forward_and_an_unchanged_input():
-    layer = GELU()
-    layer.recompute_output = True
-    with pytest.raises(RuntimeError, match=r"recompute\(\) needs a forward first"):
-        layer.recompute()
-    x = torch.randn(3, dtype=f64)
-    layer(x)
-    x.mul_(2.0)
-    with pytest.raises(RuntimeError, match=r"GELU\(.*\): its input x was modified in place after the forward, "
-                                           r"before recompute\(\)"):
-        layer.recompute()
-
-
-@pytest.mark.parametrize("dtype", [f64, torch.bfloat16])
-def test_layernorm_recompute_is_the_forward_output_bit_for_bit(dtype):
-    torch.manual_seed(2)
-    ln = LayerNorm(8, dtype=f64 if dtype == f64 else torch.float32)
-    with torch.no_grad():
-        ln.weight.normal_()
-        ln.bias.normal_()
-    x = torch.randn(3, 4, 8, dtype=dtype)
-    out = ln(x)
-    assert torch.equal(ln.recompute(), out)
-    ln.backward(torch.ones_like(out))
-    with pytest.raises(RuntimeError, match=r"recompute\(\) needs a forward first"):
-        ln.recompute()
-    ln(x)
-    if dtype == f64:
-        x.add_(1.0)
-        with pytest.raises(RuntimeError, match=r"its input x was modified in place after the forward, before "
-                                               r"recompute\(\)"):
-            ln.recompute()
-
-
 def test_attention_given_back_its_output_in_another_layout_gives_the_same_gradients():
     torch.manual_seed(3)
     B, H, T, E = 2, 3, 5, 4
     q, k, v, do = (torch.randn(B, H, T, E, dtype=f64) for _ in range(4))
     kept, lean = ScaledDotProductAttention(), ScaledDotProductAttention()
-    out = kept.attend(q, k, v, is_causal=True, scale=0.5)
-    assert torch.equal(lean.attend(q, k, v, is_causal=True, scale=0.5, keep_out=False), out)
+    out = kept(q, k, v, is_causal=True, scale=0.5)
+    assert torch.equal(lean(q, k, v, is_causal=True, scale=0.5, keep_out=False), out)
     side_by_side = out.transpose(1, 2).contiguous()  # (B, T, H, E): the caller's own copy
     do_strided = do.transpose(1, 2).contiguous().transpose(1, 2)
     for a, b in zip(kept.backward(do), lean.backward(do_strided, out=side_by_side.transpose(1, 2))):
         assert (a - b).abs().max() < 1e-15
-    lean.attend(q, k, v, is_causal=True, scale=0.5, keep_out=False)
+    lean(q, k, v, is_causal=True, scale=0.5, keep_out=False)
     with pytest.raises(ValueError, match=r"did not keep its output \(keep_out=False\); pass it back"):
         lean.backward(do)
     with pytest.raises(ValueError, match=r"out= must be the forward's output, of shape \(2, 3, 5, 4\)"):
         lean.backward(do, out=out[:1])
-    kept.attend(q, k, v, is_causal=True, scale=0.5)
+    kept(q, k, v, is_causal=True, scale=0.5)
     with pytest.raises(ValueError, match="backward got out=, but the forward kept its own output"):
         kept.backward(do, out=out)
 
@@ -128,20 +101,11 @@ def test_the_gpt_holds_no_layernorm_gelu_or_second_attention_output_between_forw
     gpt = GPT(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=8, dtype=f64)
     gpt(torch.randint(0, 11, (2, 8)))
     for block in gpt.h:
-        assert block.attn.c_attn._saved is not None and block.attn.c_attn._saved.x is None
-        assert block.mlp.c_fc._saved.x is None and block.mlp.c_proj._saved.x is None
-        assert block.mlp.gelu._saved[1] is None
-        assert block.attn.attention._saved.out is None  # the output is the heads side by side, c_proj's input
-
-
-def test_gelu_output_recomputed_then_changed_in_place_is_refused():
-    gelu = GELU()
-    gelu.recompute_output = True
-    x = torch.randn(3, 4, dtype=f64)
-    gelu(x)
-    gelu.recompute().mul_(2)  # the recomputed output is kept for backward, as the forward's would be
-    with pytest.raises(RuntimeError, match="its output was modified in place"):
-        gelu.backward(torch.ones(3, 4, dtype=f64))
+        # c_attn, c_fc and c_proj ran inside their pairs: none holds its input; nor do the norms and GELU their output
+        for layer in (block.ln_1, block.attn.c_attn, block.ln_2, block.mlp.c_fc, block.mlp.gelu, block.mlp.c_proj):
+            assert layer.kept is None
+        assert block.attn._norm_c_attn.kept.x is not None and block.mlp._gelu_c_proj.kept.x is not None
+        assert block.attn.attention.kept.out is None  # the output is the heads side by side, c_proj's input
 
 
 def test_the_gpt_with_its_activations_held_gives_the_same_gradients_bit_for_bit():
@@ -158,9 +122,9 @@ def test_the_gpt_with_its_activations_held_gives_the_same_gradients_bit_for_bit(
             idx = torch.randint(0, 11, (2, 8), generator=g)
             logits = gpt(idx)
             for block in gpt.h:  # what each Linear and GELU holds
-                held = block.mlp.c_proj._saved.x is not None
-                assert held is (not recompute) and (block.attn.c_attn._saved.x is not None) is held
-                assert (block.mlp.gelu._saved.out is not None) is held
+                held = block.mlp.c_proj.kept is not None
+                assert held is (not recompute) and (block.attn.c_attn.kept is not None) is held
+                assert (block.mlp.gelu.kept is not None) is held
             gpt.backward(torch.randn(logits.shape, generator=g, dtype=f64))
         grads[recompute] = (logits, {n: p.grad.clone() for n, p in gpt.named_parameters()})
     assert torch.equal(grads[True][0], grads[False][0])

@@ -1,9 +1,11 @@
-"""RNN, LSTM and GRU against torch.nn's (autograd through its kernels, float64), against the textbook BPTT in
-layers/reference.py, their dropout twins, conversion, and bad input.
+"""RNN, LSTM and GRU against torch.nn's (autograd through its kernels, float64), their kernels against the textbook
+loop over the cells' equations (layers/recurrent/cells.py, the kernels off), their dropout twins, conversion, and bad
+input.
 
 The issue's measure of agreement: max|a - b| / max(max|a|, max|b|, 1e-3), within 1e-10 against autograd
-(float64 round-off gives ~1e-15) and within 1e-12 between the fast path and the textbook loop.
+(float64 round-off gives ~1e-15) and within 1e-12 between the kernels and the textbook loop.
 """
+import contextlib
 import re
 import warnings
 
@@ -11,10 +13,11 @@ import pytest
 import torch
 from torch import nn
 
+import kernels
+from kernels.recurrent import bptt
 from layers import GRU, LSTM, RNN, from_torch
 from layers.template import Product
 from models import SeededLSTM, seeded_dropouts
-from layers import reference as ref
 from training.impls.models import use_generator
 
 f64 = torch.float64
@@ -199,93 +202,55 @@ def test_from_torch_and_to_torch_round_trip(module):
     assert err(ours(x)[0], module(x)[0].detach()) < 1e-5  # float32 for two of them
 
 
-# -- the textbook loops: the fast path agrees with them to 1e-12 ---------------------------------------------
+# -- the textbook loop (cells.py, the kernels off): the kernels agree with it to 1e-12 ------------------------------
 
-def _cell_params(layer, sfx="_l0"):
-    return {n: getattr(layer, n + sfx) for n in ("weight_ih", "weight_hh", "bias_ih", "bias_hh", "weight_hr")
-            if getattr(layer, n + sfx, None) is not None}
+def _run(kind, kernels_on, *, T, bidirectional, num_layers=1, dropout=0.0, hx=True):
+    """(output, h_n, dx, dhx, {name: grad}) of one forward and backward, the kernels on or off, from seeded weights,
+    inputs and upstream gradients."""
+    with (contextlib.nullcontext() if kernels_on else kernels.disabled()):
+        ours, _ = pair(kind, input_size=4, hidden_size=5, bidirectional=bidirectional, num_layers=num_layers,
+                       dropout=dropout)
+        ours.generator = torch.Generator().manual_seed(11)
+        g = torch.Generator().manual_seed(3)
+        x = torch.randn(T, 3, 4, generator=g, dtype=f64)
+        state = states_for(ours, 3, g) if hx else None
+        out, hn = ours(x, state)
+        dout = torch.randn(out.shape, generator=g, dtype=f64)
+        dhn = tuple(torch.randn(h.shape, generator=g, dtype=f64) for h in flat(hn))
+        res = ours.backward(dout, dhn if isinstance(hn, tuple) else dhn[0])
+        dx, dhx = res if hx else (res, None)
+    return out, hn, dx, dhx, {n: p.grad for n, p in ours.named_parameters()}
 
 
-def _textbook(kind, layer, x, state, dout, dstate, sfx="_l0"):
-    """The reference forward and backward of one direction (x in the order that direction reads it)."""
-    p = _cell_params(layer, sfx)
-    if kind == "lstm":
-        hs, c_n, caches = ref.lstm_forward(x, *state, p)
-        dx, dh0, dc0, grads = ref.lstm_backward(dout, *dstate, caches)
-        return hs, (hs[-1], c_n), dx, (dh0, dc0), grads
-    fwd, bwd = (ref.gru_forward, ref.gru_backward) if kind == "gru" else (ref.rnn_forward, ref.rnn_backward)
-    extra = () if kind == "gru" else (layer.nonlinearity,)
-    hs, caches = fwd(x, state, p, *extra)
-    dx, dh0, grads = bwd(dout, dstate, caches)
-    return hs, hs[-1], dx, dh0, grads
+def _against_textbook(kind, reverse, *, T, **kw):
+    fast, slow = _run(kind, True, T=T, bidirectional=reverse, **kw), _run(kind, False, T=T, bidirectional=reverse, **kw)
+    for a, b in zip(fast[:4], slow[:4]):
+        for u, v in zip(flat(a) if a is not None else [], flat(b) if b is not None else []):
+            assert err(u, v) < TOL_REFERENCE
+    assert fast[4].keys() == slow[4].keys()
+    for name in fast[4]:
+        assert err(fast[4][name], slow[4][name]) < TOL_REFERENCE, name
 
 
 @pytest.mark.parametrize("kind", ["rnn_tanh", "rnn_relu", "lstm", "lstm_proj", "gru"])
 @pytest.mark.parametrize("reverse", [False, True])
-def test_fast_path_equals_the_textbook_loop(kind, reverse):
-    """One layer, each direction: the reverse direction is the textbook loop run on the time-reversed sequence."""
+def test_the_kernels_equal_the_textbook_loop(kind, reverse):
+    """One layer, each direction (bidirectional: the reverse direction runs the loop from the last step)."""
     _against_textbook(kind, reverse, T=9)
 
 
 @pytest.mark.parametrize("kind", ["lstm", "lstm_proj"])
 def test_lstm_factors_by_chunks_equal_the_textbook_loop(kind):
-    """The LSTM's backward computes its gate factors a few steps at a time (bptt._FACTOR_STEPS): every length from
+    """The LSTM's kernel computes its gate factors a few steps at a time (bptt._FACTOR_STEPS): every length from
     one step to past two chunks -- the last chunk whole or partial, in either direction -- is the textbook loop."""
-    from layers.recurrent import bptt
     for T in range(1, 2 * bptt._FACTOR_STEPS + 2):
-        _against_textbook(kind, False, T=T)
-        _reverse_grads_against_textbook(kind, T=T)
+        _against_textbook(kind, True, T=T, hx=False)
 
 
-def _against_textbook(kind, reverse, *, T):
-    ours, _ = pair(kind, input_size=4, hidden_size=5, bidirectional=reverse)
-    g = torch.Generator().manual_seed(3)
-    N = 3
-    x = torch.randn(T, N, 4, generator=g, dtype=f64)
-    hx = states_for(ours, N, g)
-    out, hn = ours(x, hx)
-    dout = torch.randn(out.shape, generator=g, dtype=f64)
-    dhn = tuple(torch.randn(h.shape, generator=g, dtype=f64) for h in flat(hn))
-    dx, dhx = ours.backward(dout, dhn if isinstance(hn, tuple) else dhn[0])
-    d = int(reverse)
-    ho = ours.h_out
-    flip = (lambda t: t.flip(0)) if reverse else (lambda t: t)
-    base = "lstm" if kind.startswith("lstm") else "gru" if kind == "gru" else "rnn"
-    state = tuple(s[d] for s in flat(hx)) if base == "lstm" else flat(hx)[0][d]
-    dstate = tuple(s[d] for s in dhn) if base == "lstm" else dhn[0][d]
-    hs, fin, rdx, rd0, grads = _textbook(base, ours, flip(x), state, flip(dout[..., d * ho:(d + 1) * ho]), dstate,
-                                         "_l0" + ("_reverse" if reverse else ""))
-    assert err(out[..., d * ho:(d + 1) * ho], flip(hs)) < TOL_REFERENCE
-    for a, b in zip(flat(hn), flat(fin)):
-        assert err(a[d], b) < TOL_REFERENCE
-    if reverse:  # the forward direction's contribution to dx is not in the textbook loop of the reverse one
-        return
-    assert err(dx, rdx) < TOL_REFERENCE
-    for a, b in zip(flat(dhx), flat(rd0)):
-        assert err(a[0], b) < TOL_REFERENCE
-    for name, gref in grads.items():
-        assert err(getattr(ours, name + "_l0").grad, gref) < TOL_REFERENCE, name
-
-
-def test_reverse_direction_gradients_equal_the_textbook_loop():
-    """A bidirectional layer's reverse weights get exactly the textbook loop's gradients on the reversed sequence."""
-    _reverse_grads_against_textbook("lstm_proj", T=6)
-
-
-def _reverse_grads_against_textbook(kind, *, T):
-    ours, _ = pair(kind, input_size=4, hidden_size=5, bidirectional=True)
-    g = torch.Generator().manual_seed(4)
-    x = torch.randn(T, 2, 4, generator=g, dtype=f64)
-    out, (h, c) = ours(x)
-    dout = torch.randn(out.shape, generator=g, dtype=f64)
-    ours.backward(dout)
-    ho = ours.h_out
-    zeros_h, zeros_c = torch.zeros(2, ho, dtype=f64), torch.zeros(2, 5, dtype=f64)
-    p = _cell_params(ours, "_l0_reverse")
-    hs, _, caches = ref.lstm_forward(x.flip(0), zeros_h, zeros_c, p)
-    _, _, _, grads = ref.lstm_backward(dout[..., ho:].flip(0), zeros_h, zeros_c, caches)
-    for name, gref in grads.items():
-        assert err(getattr(ours, name + "_l0_reverse").grad, gref) < TOL_REFERENCE, name
+@pytest.mark.parametrize("kind", ["rnn_tanh", "lstm_proj", "gru"])
+def test_stacked_layers_with_dropout_equal_the_textbook_loop(kind):
+    """Three layers, both directions, dropout between them (the same masks either way)."""
+    _against_textbook(kind, True, T=5, num_layers=3, dropout=0.5)
 
 
 # -- dropout between layers, and its twin --------------------------------------------------------------------
@@ -462,11 +427,11 @@ def test_seeded_lstm_is_an_nn_lstm_with_the_same_state():
     assert list(twin[0].state_dict()) == list(nn.LSTM(3, 4, 2).state_dict())
 
 
-# -- float32 on the CPU: the products go through oneDNN (layers/recurrent/matmul.py); the float64 tests use addmm ---
+# -- float32 on the CPU: the products go through oneDNN (kernels/recurrent/matmul.py); the float64 tests use addmm ---
 
 @pytest.mark.parametrize("kind", ["rnn_tanh", "lstm_proj", "gru"])
 def test_float32_onednn_path_matches_torch_and_the_addmm_path(kind, monkeypatch):
-    from layers.recurrent import matmul
+    from kernels.recurrent import matmul
     cls, torch_cls, extra = KINDS[kind]
     torch.manual_seed(0)
     ours = cls(6, 8, num_layers=2, bidirectional=True, batch_first=True, **extra)
@@ -483,7 +448,7 @@ def test_float32_onednn_path_matches_torch_and_the_addmm_path(kind, monkeypatch)
 
     if not matmul.AVAILABLE:
         pytest.skip("this torch has no oneDNN matmul")
-    monkeypatch.setattr(matmul, "ONEDNN", True)  # whichever this CPU runs by default (layers/recurrent/matmul.py)
+    monkeypatch.setattr(matmul, "ONEDNN", True)  # whichever this CPU runs by default (kernels/recurrent/matmul.py)
     first = run()
     monkeypatch.setattr(matmul, "ONEDNN", False)
     second = run()
@@ -497,8 +462,7 @@ def test_float32_onednn_path_matches_torch_and_the_addmm_path(kind, monkeypatch)
 
 @pytest.mark.parametrize("sigmoid_form", [True, False])
 def test_tanh_either_way_is_torch_tanh(sigmoid_form, monkeypatch):
-    """layers/recurrent/bptt.py's tanh: 2 sigmoid(2x) - 1 on an AMD CPU, torch.tanh elsewhere; both within rounding."""
-    from layers.recurrent import bptt
+    """kernels/recurrent/bptt.py's tanh: 2 sigmoid(2x) - 1 on an AMD CPU, torch.tanh elsewhere; both within rounding."""
     monkeypatch.setattr(bptt, "SIGMOID_TANH", sigmoid_form)
     for dtype, tol in ((torch.float32, 3e-7), (torch.float64, 1e-15)):
         x = torch.linspace(-20, 20, 4001, dtype=dtype)
@@ -508,7 +472,7 @@ def test_tanh_either_way_is_torch_tanh(sigmoid_form, monkeypatch):
 
 @pytest.mark.parametrize("onednn", [True, False], ids=["onednn", "addmm"])
 def test_matmul_helpers_agree_with_torch(onednn, monkeypatch):
-    from layers.recurrent import matmul
+    from kernels.recurrent import matmul
     if onednn and not matmul.AVAILABLE:
         pytest.skip("this torch has no oneDNN matmul")
     monkeypatch.setattr(matmul, "ONEDNN", onednn)

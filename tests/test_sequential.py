@@ -147,7 +147,8 @@ def test_named_sequential_keeps_its_names_through_from_torch_and_to_torch():
 
 
 def test_relu_then_max_pool_backward_runs_fused_and_equals_the_two_backwards():
-    """Sequential runs a ReLU -> MaxPool2d pair's backward as one (MaxPool2d.backward_through_relu): the mask taken
+    """Sequential runs a ReLU -> MaxPool2d pair's backward as one (kernels.convolution.relu_max_pool_backward, while the
+    kernels are on): the mask taken
     on the pooled gradient.  It equals the two backwards run one after the other, to the bit, with overlapping
     windows (an argmax shared by windows), ties and whole windows of zeros (ReLU's), and equals autograd."""
     from layers import BatchNorm2d, Conv2d, Flatten, MaxPool2d
@@ -162,7 +163,7 @@ def test_relu_then_max_pool_backward_runs_fused_and_equals_the_two_backwards():
         model.register_backward_hook(lambda layer: calls.append(type(layer).__name__))
         dx = model.backward(dout, need_input_grad=True)
         assert calls == ["Flatten", "MaxPool2d", "ReLU", "BatchNorm2d", "Conv2d"]
-        assert model[2]._saved is None and model[3]._saved is None  # both caches consumed
+        assert model[2].kept is None and model[3].kept is None  # both caches consumed
         grads = {n: p.grad.clone() for n, p in model.named_parameters()}
         model.zero_grad()
         model(x)
@@ -180,10 +181,11 @@ def test_relu_then_max_pool_backward_runs_fused_and_equals_the_two_backwards():
 
 
 def test_fused_backward_falls_back_when_the_pool_did_not_pool_that_relu_s_output():
+    from kernels import convolution
     from layers import MaxPool2d
     relu, pool = ReLU(), MaxPool2d(2)
     x = torch.randn(2, 3, 4, 4, dtype=f64)
     relu(x)
     out = pool(torch.relu(x) + 1.0)  # not the ReLU's output
-    assert pool.backward_through_relu(torch.ones_like(out), relu) is None
-    assert relu._saved is not None and pool._saved is not None  # nothing consumed
+    assert convolution.relu_max_pool_backward(pool, relu, torch.ones_like(out)) is None
+    assert relu.kept is not None and pool.kept is not None  # nothing consumed

@@ -33,11 +33,11 @@ class Swish(BaseLayer):
     def __init__(self, features: int, dtype=None):
         (self.beta,) = learned(torch.ones(features, dtype=dtype))
 
-    def forward(self, x):
+    def forward_math(self, x):
         s = torch.sigmoid(self.beta * x)
         return x * s, self.Saved(x, s)
 
-    def backward(self, dout, saved):
+    def backward_math(self, dout, saved):
         x, s = saved
         ds = s * (1 - s)  # sigmoid's derivative
         return dout * (s + self.beta * x * ds), {"beta": (dout * x * x * ds).sum(0)}
@@ -64,8 +64,8 @@ def test_check_layer_passes_the_template_layer():
 
 def test_check_layer_catches_a_wrong_template_backward():
     class WrongSwish(Swish):
-        def backward(self, dout, saved):
-            dx, grads = Swish._backward_math(self, dout, saved)
+        def backward_math(self, dout, saved):
+            dx, grads = Swish.backward_math(self, dout, saved)
             return dx, {"beta": 2 * grads["beta"]}  # a planted factor of two
 
     torch.manual_seed(0)
@@ -122,11 +122,11 @@ def test_the_base_refuses_misuse_naming_the_layer():
 
 def test_a_wrong_gradient_is_refused_by_name_and_shape():
     class Misnamed(Swish):
-        def backward(self, dout, saved):
+        def backward_math(self, dout, saved):
             return dout, {"gamma": dout.sum(0)}
 
     class Misshapen(Swish):
-        def backward(self, dout, saved):
+        def backward_math(self, dout, saved):
             return dout, {"beta": dout}
 
     x, d = torch.randn(2, 3, dtype=f64), torch.ones(2, 3, dtype=f64)
@@ -144,7 +144,7 @@ def test_a_product_of_the_wrong_shape_is_refused_first_time_and_when_adding():
     """A weight gradient given as Product(a, b) is checked against the parameter whether it becomes .grad or
     is added into an existing one (addmm_)."""
     class Transposed(Linear):
-        def backward(self, dout, saved, input=None):
+        def backward_math(self, dout, saved, input=None):
             return None, {"weight": Product(saved.x.t(), dout)}  # (D, H): dW transposed
 
     layer = Transposed(3, 2, dtype=f64)
@@ -159,10 +159,10 @@ def test_a_product_of_the_wrong_shape_is_refused_first_time_and_when_adding():
 
 def test_a_refused_backward_keeps_the_cache_for_a_retry():
     class Picky(Swish):
-        def backward(self, dout, saved, scale=1.0):
+        def backward_math(self, dout, saved, scale=1.0):
             if scale <= 0:
                 raise ValueError("scale must be > 0")
-            return Swish._backward_math(self, dout * scale, saved)
+            return Swish.backward_math(self, dout * scale, saved)
 
     layer, ref = Picky(3, dtype=f64), Swish(3, dtype=f64)
     x, d = torch.randn(2, 3, dtype=f64), torch.randn(2, 3, dtype=f64)
@@ -207,10 +207,10 @@ def test_a_product_gradient_is_skipped_for_a_frozen_parameter_and_accumulated_in
         def __init__(self):
             (self.weight,) = learned(torch.randn(3, 4, dtype=f64))
 
-        def forward(self, x):
+        def forward_math(self, x):
             return x @ self.weight.t(), self.Saved(x)
 
-        def backward(self, dout, saved):
+        def backward_math(self, dout, saved):
             return dout @ self.weight, {"weight": Product(dout.t(), saved.x)}
 
     layer = Scale()

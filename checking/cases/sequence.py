@@ -4,32 +4,26 @@ from __future__ import annotations
 
 import torch
 
+import kernels
 from layers import (Embedding, LayerNorm, MultiheadAttention, ScaledDotProductAttention, TransformerEncoder,
-                    TransformerEncoderLayer, attention_dropout_mask)
-from layers.reference import attention_backward, attention_bias, attention_forward
+                    TransformerEncoderLayer)
 from losses import CrossEntropyLoss
 from models import GPT
 
 from .make import F64, Case, inputs_case, loss_case, rnd
 
 
-class TextbookAttention:
-    """``layers.reference``'s attention_forward/attention_backward as a layer, so that the textbook path is checked
-    like the blocked one: forward(q, k, v, *, attn_mask=None, is_causal=False, dropout_mask=None)."""
+class TextbookAttention(ScaledDotProductAttention):
+    """The attention layer with the kernels off: its textbook, the (L, S) matrices kept, checked in the same run as
+    the kernel's blocks (which the other attention cases run while the kernels are on)."""
 
-    def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
+    def forward(self, *args, **kwargs):
+        with kernels.disabled():
+            return super().forward(*args, **kwargs)
 
-    def forward(self, q, k, v, *, attn_mask=None, is_causal=False, dropout_mask=None):
-        bias = attention_bias(q.shape[-2], k.shape[-2], attn_mask, is_causal=is_causal, dtype=q.dtype)
-        out, self.cache = attention_forward(q, k, v, bias, dropout_mask=dropout_mask)
-        return out
-
-    def backward(self, dout):
-        return attention_backward(dout, self.cache)
-
-    def parameters(self):
-        return []
+    def backward(self, *args, **kwargs):
+        with kernels.disabled():
+            return super().backward(*args, **kwargs)
 
     def __repr__(self):
         return "TextbookAttention()"
@@ -45,7 +39,6 @@ def attention() -> dict[str, list[Case]]:
     row_masked = allowed.clone()
     row_masked[1, 2] = False  # a query that sees no key: zeros and zero gradients, as torch
     bias = torch.randn(4, 5, generator=g, dtype=F64)
-    drop = attention_dropout_mask(5, 0.3, 2, 4, 5, dtype=F64)
     sdpa = lambda: ScaledDotProductAttention(block_size=2)  # noqa: E731  (several blocks even at these sizes)
     mha = lambda **kw: lambda: nontrivial_biases(MultiheadAttention(6, 2, dtype=F64, **kw))  # noqa: E731
     kpm = torch.tensor([[False, False, True, True], [False, False, False, False]])  # (N, S) True = padding
@@ -69,8 +62,9 @@ def attention() -> dict[str, list[Case]]:
                                            is_causal=True),
                                inputs_case("TextbookAttention(bool mask, a fully masked row)", TextbookAttention,
                                            qkv((2,), 4, 5), attn_mask=row_masked),
-                               inputs_case("TextbookAttention(float mask, dropout mask)", TextbookAttention,
-                                           qkv((2,), 4, 5), attn_mask=bias, dropout_mask=drop)],
+                               inputs_case("TextbookAttention(float mask, dropout 0.3, need_weights)",
+                                           TextbookAttention, qkv((2,), 4, 5), attn_mask=bias, dropout_p=0.3,
+                                           need_weights=True)],
         "multiheadattention": [
             inputs_case("MHA(6,2) self", mha(), lambda: (lambda x: (x, x.clone(), x.clone()))(rnd(3, 2, 6))),
             inputs_case("MHA(6,2,add_bias_kv,add_zero_attn) cross, key padding",

@@ -34,9 +34,7 @@ from ..checks import check_bool, check_int, check_probability
 from ..composite import Composite
 from ..layer import Product, learned
 from ..linear import Linear
-from ..template import _public_backward
 from .multihead_inputs import check_inputs, masks
-from .scaled_dot_product import as_written
 
 _OWNER = "MultiheadAttention"
 
@@ -147,12 +145,9 @@ class MultiheadAttention(Composite):
     def extra_repr(self) -> str:
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, dropout={self.dropout}"
 
-    def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
-
     # -- forward ------------------------------------------------------------------------------------------
 
-    def forward(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Tensor | None = None,
+    def forward_math(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Tensor | None = None,
                 need_weights: bool = True, attn_mask: Tensor | None = None, average_attn_weights: bool = True,
                 is_causal: bool = False) -> tuple[Tensor, Tensor | None]:
         """query (L, N, E), key (S, N, kdim), value (S, N, vdim) -> out (L, N, E), weights (N, L, S) averaged
@@ -188,10 +183,10 @@ class MultiheadAttention(Composite):
             kh = torch.cat([kh, kh.new_zeros(N, H, 1, hd)], 2)  # (N, H, S', hd) a key of zeros ...
             vh = torch.cat([vh, vh.new_zeros(N, H, 1, hd)], 2)  # ... and its value
             extra += 1
-        blocked, bias = masks(attn_mask, key_padding_mask, N, H, L, S, extra, query.dtype)
+        mask = masks(attn_mask, key_padding_mask, N, H, L, S, extra, query.dtype)  # in the function's polarity
         p_drop = self.dropout if self.training else 0.0
-        res = self.attention.attend(qh, kh, vh, blocked=blocked, bias=bias, is_causal=causal, dropout_p=p_drop,
-                                    scale=1.0 / math.sqrt(hd), need_weights=need_weights)
+        res = self.attention(qh, kh, vh, mask, dropout_p=p_drop, is_causal=causal, scale=1.0 / math.sqrt(hd),
+                             need_weights=need_weights)
         attn, weights = res if need_weights else (res, None)  # (N, H, L, hd), (N, H, L, S')
         if need_weights:
             empty = self.attention.masked_rows()  # (N, H, L, 1) rows with every key masked: torch's module gives nan
@@ -244,17 +239,18 @@ class MultiheadAttention(Composite):
 
     # -- backward -----------------------------------------------------------------------------------------
 
-    def check_dout(self, dout, meta) -> None:
-        saved = self._saved
+    def check_dout(self, grads: tuple, meta, saved) -> None:
+        """dout, the output's gradient (and dweights, the returned weights', read by the attention's backward)."""
         if saved is not None:  # the forward returned (out, weights): dout is the output's
             L, N, E = saved.L, saved.N, self.embed_dim
             shape = ((N, L, E) if self.batch_first else (L, N, E)) if saved.batched else (L, E)
             meta = (torch.Size(shape), saved.query.dtype, saved.query.device)
-        super().check_dout(dout, meta)
+        super().check_dout(grads[:1], meta, saved)
 
-    def _backward_math(self, dout: Tensor, saved: Saved, dweights: Tensor | None = None, summed: bool = False):
-        """The backward's math, after the template's checks of dout and of the kept tensors' versions:
-        -> ((dquery, dkey, dvalue) or their sum, {parameter: gradient}); out_proj adds its own."""
+    def backward_math(self, dout: Tensor, saved: Saved, dweights: Tensor | None = None, *, summed: bool = False):
+        """dout: the output's shape [, dweights: the weights'] -> ((dquery, dkey, dvalue) in the inputs' shapes, or
+        with ``summed=True`` their sum, one tensor: the gradient of a tensor passed as all three; {parameter:
+        gradient}); out_proj adds its own."""
         packing, query, key, value = saved.packing, saved.query, saved.key, saved.value
         batched, L, N, S = saved.batched, saved.L, saved.N, saved.S
         E, H, hd = self.embed_dim, self.num_heads, self.head_dim
@@ -287,15 +283,6 @@ class MultiheadAttention(Composite):
         if not batched:
             dx = tuple(g.squeeze(1) for g in dx)
         return (dx[0] if summed else dx), grads
-
-    _checked_backward = _public_backward(_backward_math)  # the template's checks around the math
-
-    @as_written
-    def backward(self, dout: Tensor, dweights: Tensor | None = None, *,
-                 summed: bool = False) -> tuple[Tensor, Tensor, Tensor] | Tensor:
-        """dout: the output's shape [, dweights: the weights'] -> (dquery, dkey, dvalue) in the inputs' shapes;
-        ``summed=True``: dquery + dkey + dvalue, one tensor (the gradient of a tensor passed as all three)."""
-        return self._checked_backward(dout, dweights=dweights, summed=summed)
 
     def _project_backward(self, packing: str, query: Tensor, key: Tensor, value: Tensor, dq: Tensor, dk: Tensor,
                           dv: Tensor, grads: dict, *, summed: bool) -> tuple[Tensor, ...]:

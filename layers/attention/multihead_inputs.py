@@ -1,6 +1,8 @@
 """MultiheadAttention's inputs: torch's shape rules for query, key, value and the masks, each failure one error naming
-the shapes, and the masks turned into what the attention takes (``blocked`` and ``bias`` over (N, H, L, S))."""
+the shapes, and the masks turned into the one mask the attention takes over (N, H, L, S)."""
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor
@@ -65,9 +67,10 @@ def check_mask_dtype(layer, name: str, mask: Tensor, dtype: torch.dtype) -> None
 
 
 def masks(attn_mask: Tensor | None, kpm: Tensor | None, N: int, H: int, L: int, S: int, extra: int,
-           dtype: torch.dtype) -> tuple[Tensor | None, Tensor | None]:
-    """nn.MultiheadAttention's masks -> (blocked, bias) for the attention over (N, H, L, S + extra): boolean masks
-    (True = may NOT attend) become ``blocked``, float ones are summed into ``bias``; the appended keys
+          dtype: torch.dtype) -> Tensor | None:
+    """nn.MultiheadAttention's masks -> one mask for the attention over (N, H, L, S + extra), in the polarity of
+    F.scaled_dot_product_attention: boolean masks (True = may NOT attend here) become a boolean True = may attend,
+    float ones are summed, and both kinds together become one float mask, -inf where blocked; the appended keys
     (bias_k, the zero key) are never masked (torch pads its masks with zeros)."""
     blocked, bias = [], []
     if attn_mask is not None:
@@ -81,7 +84,7 @@ def masks(attn_mask: Tensor | None, kpm: Tensor | None, N: int, H: int, L: int, 
     out_blocked = None
     if blocked:
         out_blocked = pad(blocked[0] if len(blocked) == 1 else blocked[0] | blocked[1])
-    out_bias = None
-    if bias:
-        out_bias = pad((bias[0] if len(bias) == 1 else bias[0] + bias[1]).to(dtype))
-    return out_blocked, out_bias
+    if not bias:
+        return None if out_blocked is None else out_blocked.logical_not()
+    out_bias = pad((bias[0] if len(bias) == 1 else bias[0] + bias[1]).to(dtype))
+    return out_bias if out_blocked is None else torch.where(out_blocked, -math.inf, out_bias)

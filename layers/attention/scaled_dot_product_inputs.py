@@ -1,5 +1,5 @@
 """ScaledDotProductAttention's inputs: F.scaled_dot_product_attention's rules for query, key, value and the mask, each
-failure one error naming the value, and the mask turned into what the blocks take (``blocked``, ``bias``)."""
+failure one error naming the value, and the mask turned into what the math takes (``blocked``, ``bias``)."""
 from __future__ import annotations
 
 import torch
@@ -27,12 +27,12 @@ def check_qkv(q: object, k: object, v: object) -> tuple[tuple[int, ...], int, in
     return tuple(q.shape[:-2]), q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
 
 
-def check_mask(mask: object, q: Tensor, lead: tuple, L: int, S: int, *,
-               is_causal: bool) -> tuple[Tensor | None, Tensor | None]:
-    """-> (blocked: bool, True where a query may NOT attend, or None; bias: float, added, or None)."""
+def check_mask(mask: object, q: Tensor, lead: tuple, L: int, S: int, *, is_causal: bool) -> None:
+    """Refuse a mask torch's function would refuse: boolean (True = may attend) or of the query's dtype, on its
+    device, broadcasting to the scores' shape (*, L, S); not with is_causal."""
     check_bool(OWNER, "is_causal", is_causal)
     if mask is None:
-        return None, None
+        return
     if is_causal:
         raise ValueError(f"{OWNER}: pass either attn_mask or is_causal=True, not both (as torch refuses)")
     check_tensor(OWNER, "attn_mask", mask)
@@ -49,9 +49,14 @@ def check_mask(mask: object, q: Tensor, lead: tuple, L: int, S: int, *,
     if not ok:
         raise ValueError(f"{OWNER}: attn_mask of shape {tuple(mask.shape)} does not broadcast to the scores' "
                          f"shape {full} (*, L, S)")
+
+
+def mask_parts(mask: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
+    """A checked mask -> (blocked: bool, True where a query may NOT attend, or None; bias: float, added, or None)."""
+    if mask is None:
+        return None, None
     if mask.dtype == torch.bool:
         return mask.logical_not(), None
     if mask.dtype in LOW_PRECISION:
         mask = mask.float()
     return None, mask
-

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..activations import GELU, ReLU
-from ..checks import check_bool, check_int, check_tensor
+from ..checks import Expects, check_bool, check_int
 from ..dropout import Dropout
 from ..composite import Composite
 from ..layernorm import LayerNorm
@@ -53,6 +53,7 @@ class TransformerEncoderLayer(Composite):
     """
 
     torch_class = torch.nn.TransformerEncoderLayer
+    expects = Expects(name="src", floating=False)  # a tensor; its self-attention checks the rest
 
     def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
                  activation: str | object = "relu", layer_norm_eps: float = 1e-5, batch_first: bool = False,
@@ -85,13 +86,7 @@ class TransformerEncoderLayer(Composite):
                 f"dim_feedforward={self.linear1.out_features}, activation={self.activation_name!r}, "
                 f"norm_first={self.norm_first}")
 
-    def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
-
-    def check_input(self, src, *args, **kwargs) -> None:
-        check_tensor(repr(self), "src", src)
-
-    def forward(self, src: Tensor, src_mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None,
+    def forward_math(self, src: Tensor, src_mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None,
                 is_causal: bool = False) -> tuple[Tensor, None]:
         """src (L, N, E) / (N, L, E) / (L, E) -> out, the same shape (the sublayers keep what their backward
         needs: nothing is saved here)."""
@@ -111,7 +106,7 @@ class TransformerEncoderLayer(Composite):
     def _ff(self, x: Tensor) -> Tensor:
         return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
 
-    def backward(self, dout: Tensor, saved: None) -> Tensor:
+    def backward_math(self, dout: Tensor, saved: None) -> Tensor:
         """dout: the output's shape -> dsrc; every sublayer adds its parameters' gradients into their .grad (under
         B, queues its W)."""
         if self.norm_first:
@@ -153,6 +148,7 @@ class TransformerEncoder(Composite):
     """
 
     torch_class = torch.nn.TransformerEncoder
+    expects = Expects(name="src", floating=False)  # a tensor; its layers check the rest
 
     def __init__(self, encoder_layer: TransformerEncoderLayer, num_layers: int, norm: LayerNorm | None = None,
                  enable_nested_tensor: bool = True, mask_check: bool = True) -> None:
@@ -175,13 +171,7 @@ class TransformerEncoder(Composite):
     def extra_repr(self) -> str:
         return f"num_layers={self.num_layers}, norm={self.norm is not None}"
 
-    def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
-
-    def check_input(self, src, *args, **kwargs) -> None:
-        check_tensor(repr(self), "src", src)
-
-    def forward(self, src: Tensor, mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None,
+    def forward_math(self, src: Tensor, mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None,
                 is_causal: bool | None = None) -> tuple[Tensor, None]:
         """src (L, N, E) / (N, L, E) / (L, E) -> out, the same shape (the layers keep their own: nothing is
         saved here)."""
@@ -194,7 +184,7 @@ class TransformerEncoder(Composite):
             x = self.norm(x)
         return x, None
 
-    def backward(self, dout: Tensor, saved: None) -> Tensor:
+    def backward_math(self, dout: Tensor, saved: None) -> Tensor:
         """dout -> dsrc, through the norm and the layers in reverse (under B, each one's W queued in that order)."""
         d = self.back(self.norm, dout) if self.norm is not None else dout
         for layer in reversed(self.layers):

@@ -1,7 +1,8 @@
 """RNN, LSTM and GRU: the twins of torch.nn's recurrent layers, with backpropagation through time by hand.
 
-Each kind says which of ``bptt.py``'s functions run one direction of one layer; the stacking (layers,
-directions, dropout between layers, the states, the layouts, the checks) is ``stacked.py``'s, shared.
+Each kind says which of the recurrence's functions run one direction of one layer (cells.py's loop over time,
+or the kernels'); the stacking (layers, directions, dropout between layers, the states, the layouts, the checks)
+is ``stacked.py``'s, shared.
 
 ``backward`` takes the gradients in the structure of the outputs and returns one per tensor input of the
 forward: ``dx`` when the forward had no ``hx``, ``(dx, dhx)`` when it had one, ``dhx`` shaped as ``hx``
@@ -11,37 +12,24 @@ forward: ``dx`` when the forward had no ``hx``, ``(dx, dhx)`` when it had one, `
 from __future__ import annotations
 
 import torch
-from torch import Tensor
 
-from . import bptt_graph
+from .cells import recurrence, recurrence_of
 from .stacked import _Recurrent
 
 
 class _RecurrentLayer(_Recurrent):
-    """The public backward of RNN, LSTM and GRU, and its split in two: the gradients of the two outputs as two
-    arguments."""
-
-    def backward(self, doutput: Tensor | None = None, dstate: Tensor | tuple | None = None,
-                 need_input_grad: bool = True):
-        """Gradients in the structure of the forward's outputs -> the inputs' gradients; adds every parameter's.
-
-        ``doutput`` the output's shape; ``dstate`` h_n's (the LSTM's: the pair (dh_n, dc_n)); any of them None
-        stands for zeros.  Returns ``dx`` (the input's shape) when the forward had no hx, else ``(dx, dhx)``,
-        ``dhx`` shaped as hx.  ``need_input_grad=False`` skips dx (the first layer's dA @ W_ih) and gives None.
-        """
-        return super().backward((doutput, dstate), need_dx=need_input_grad)
-
-    def backward_input(self, doutput: Tensor | None = None, dstate: Tensor | tuple | None = None,
-                       need_input_grad: bool = True):
-        """B: ``backward``'s arguments and result, the whole backward through time; the parameter gradients wait
-        for ``backward_weight()`` (stacked.py's module docstring says what each pass computes)."""
-        return super().backward_input((doutput, dstate), need_dx=need_input_grad)
+    """RNN, LSTM and GRU: ``backward(doutput, dstate=None, need_input_grad=True)`` takes the gradients in the
+    structure of the forward's outputs -- ``doutput`` the output's shape, ``dstate`` h_n's (the LSTM's: the pair
+    (dh_n, dc_n)), any of them None for zeros -- and returns ``dx`` (the input's shape) when the forward had no
+    hx, else ``(dx, dhx)``, ``dhx`` shaped as hx; ``need_input_grad=False`` skips dx (the first layer's
+    dA @ W_ih) and gives None.  ``backward_input`` takes the same: the whole backward through time; the parameter
+    gradients wait for ``backward_weight()`` (stacked.py's module docstring says what each pass computes)."""
 
 
 class RNN(_RecurrentLayer):
     """Elman RNN, torch.nn.RNN's twin: h_t = act(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh), act tanh or relu.
 
-    Backward through time (bptt.py): da_t = dh_t * act'(a_t) with dh_t = dy_t + da_{t+1} @ W_hh.
+    Backward through time (cells.py): da_t = dh_t * act'(a_t) with dh_t = dy_t + da_{t+1} @ W_hh.
     """
 
     torch_class = torch.nn.RNN
@@ -57,12 +45,12 @@ class RNN(_RecurrentLayer):
                          device=device, dtype=dtype)
 
     def _forward_dir(self, x, p, state0, *, reverse):
-        y, h_n, cache = bptt_graph.for_forward().rnn_forward(x, p, state0[0], reverse=reverse,
+        y, h_n, cache = recurrence().rnn_forward(x, p, state0[0], reverse=reverse,
                                                              relu=self.nonlinearity == "relu")
         return y, [h_n], cache
 
     def _backward_dir(self, dy, dfinal, cache, *, need_d0, need_dx, dx):
-        dx, dh0, grads = bptt_graph.for_backward(cache).rnn_backward(dy, dfinal[0], cache, need_dh0=need_d0,
+        dx, dh0, grads = recurrence_of(cache).rnn_backward(dy, dfinal[0], cache, need_dh0=need_d0,
                                                                      need_dx=need_dx, dx=dx)
         return dx, [dh0], grads
 
@@ -73,7 +61,7 @@ class LSTM(_RecurrentLayer):
         i, f, g, o = sigmoid / sigmoid / tanh / sigmoid of (x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh)
         c_t = f * c_{t-1} + i * g,   h_t = o * tanh(c_t)   (proj_size > 0: h_t = (o * tanh(c_t)) W_hr^T)
 
-    The gate derivatives are derived in ``bptt.lstm_backward``.  ``hx`` is the pair (h_0, c_0),
+    The gate derivatives are derived in ``cells.lstm_step_backward``.  ``hx`` is the pair (h_0, c_0),
     ``backward(doutput, (dh_n, dc_n))``; with hx it returns ``(dx, (dh_0, dc_0))``.
     """
 
@@ -83,13 +71,12 @@ class LSTM(_RecurrentLayer):
     _ctor_args = _Recurrent._ctor_args + ("proj_size",)
 
     def _forward_dir(self, x, p, state0, *, reverse):
-        y, (h_n, c_n), cache = bptt_graph.for_forward().lstm_forward(x, p, state0[0], state0[1], reverse=reverse)
+        y, (h_n, c_n), cache = recurrence().lstm_forward(x, p, state0[0], state0[1], reverse=reverse)
         return y, [h_n, c_n], cache
 
     def _backward_dir(self, dy, dfinal, cache, *, need_d0, need_dx, dx):
-        kernels = bptt_graph.for_backward(cache)
-        dx, dh0, dc0, grads = kernels.lstm_backward(dy, dfinal[0], dfinal[1], cache, need_dh0=need_d0,
-                                                    need_dx=need_dx, dx=dx)
+        dx, dh0, dc0, grads = recurrence_of(cache).lstm_backward(dy, dfinal[0], dfinal[1], cache, need_dh0=need_d0,
+                                                                 need_dx=need_dx, dx=dx)
         return dx, [dh0, dc0], grads
 
 
@@ -99,7 +86,7 @@ class GRU(_RecurrentLayer):
         r, z = sigmoid(x_t W_i{r,z}^T + b_i{r,z} + h_{t-1} W_h{r,z}^T + b_h{r,z})
         n = tanh(x_t W_in^T + b_in + r * (h_{t-1} W_hn^T + b_hn)),   h_t = (1 - z) * n + z * h_{t-1}
 
-    The gate derivatives are derived in ``bptt.gru_backward``.
+    The gate derivatives are derived in ``cells.gru_step_backward``.
     """
 
     torch_class = torch.nn.GRU
@@ -112,10 +99,10 @@ class GRU(_RecurrentLayer):
                          device=device, dtype=dtype)
 
     def _forward_dir(self, x, p, state0, *, reverse):
-        y, h_n, cache = bptt_graph.for_forward().gru_forward(x, p, state0[0], reverse=reverse)
+        y, h_n, cache = recurrence().gru_forward(x, p, state0[0], reverse=reverse)
         return y, [h_n], cache
 
     def _backward_dir(self, dy, dfinal, cache, *, need_d0, need_dx, dx):
-        dx, dh0, grads = bptt_graph.for_backward(cache).gru_backward(dy, dfinal[0], cache, need_dh0=need_d0,
+        dx, dh0, grads = recurrence_of(cache).gru_backward(dy, dfinal[0], cache, need_dh0=need_d0,
                                                                      need_dx=need_dx, dx=dx)
         return dx, [dh0], grads

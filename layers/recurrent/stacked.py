@@ -15,7 +15,8 @@ G = gates (RNN 1; LSTM 4, stacked i, f, g, o; GRU 3, stacked r, z, n).
 
 Layer k's input is layer k-1's output (both directions); in training mode with ``dropout`` > 0 that output
 goes through dropout first (not after the last layer), as torch does.  The per-direction work -- the
-recurrence and its backward through time -- is ``bptt.py``; each kind (``rnn.py``) says which of its functions
+recurrence and its backward through time -- is ``cells.py``'s loop (or the kernels'); each kind (``rnn.py``) says which
+of its functions
 to run.  Written in the layer template (layers/template.py): the forward returns its outputs and a ``Saved``, the
 backward the inputs' gradients and every parameter's, and the base checks, keeps, versions and accumulates.
 
@@ -40,12 +41,12 @@ import torch
 from torch import Tensor
 from torch.nn.utils.rnn import PackedSequence
 
-from ..checks import (BEFORE_FORWARD, check_bool, check_floating, check_grads_like, check_int, check_like,
+from ..checks import (BEFORE_FORWARD, Expects, check_bool, check_grads_like, check_int, check_like,
                       check_probability, check_tensor)
 from ..dropout import inter_layer_mask
 from ..init import torch_recurrent_init_
 from ..layer import BaseLayer, learned
-from .bptt import Cache, DirParams, Grads
+from kernels.recurrent.bptt import DirParams
 
 # a DirParams field -> the parameter's name in torch's scheme, before its _l{k}[_reverse] suffix
 PARAM_OF = {"w_ih": "weight_ih", "w_hh": "weight_hh", "b_ih": "bias_ih", "b_hh": "bias_hh", "w_hr": "weight_hr"}
@@ -57,7 +58,7 @@ def saved_type(weights: tuple[str, ...]) -> type:
         x          (T*N, I) the input as layer 0 keeps it for dW_ih (a view of x, or its own copy where x was not
                    contiguous)
         <weights>  every weight matrix under torch's name (weight_ih_l0, ..., weight_hr_l1_reverse), for dx and dh
-        dirs       [layer][direction] -> bptt.Cache, what each direction's backward reads (buffers of its own)
+        dirs       [layer][direction] -> what each direction's backward reads (cells.Steps, or a kernel's cache)
         masks      [layer] -> the dropout mask (T, N, D*H_out) on its output, or None
         batched, had_hx, T, N, shapes (the output's, then each state's: what the gradients must match), dtype, device
 
@@ -88,6 +89,8 @@ class _Recurrent(BaseLayer, ABC):
     # own kernels on the same weights (checking.cases.rnn._TorchOracle), as the tests compare.
     autograd_opaque = True
     as_module_refuses = "takes an initial state and returns its new state beside its output"
+    expects = Expects(dims=(2, 3), size=(-1, "input_size"), like=("weight_ih_l0",),
+                      shape="{_layout} or unbatched (T, I) with I = input_size = {input_size}")
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, proj_size: int = 0,
@@ -165,20 +168,20 @@ class _Recurrent(BaseLayer, ABC):
         get = lambda n: getattr(self, n + _suffix(k, d), None)  # noqa: E731
         return DirParams(get("weight_ih"), get("weight_hh"), get("bias_ih"), get("bias_hh"), get("weight_hr"))
 
-    # -- the kind: one direction of one layer, forward and backward (bptt.py) -------------------------------
+    # -- the kind: one direction of one layer, forward and backward (cells.py's recurrence) --------------------
 
     @abstractmethod
-    def _forward_dir(self, x: Tensor, p: DirParams, state0: list, *, reverse: bool) -> tuple[Tensor, list, Cache]:
+    def _forward_dir(self, x: Tensor, p: DirParams, state0: list, *, reverse: bool) -> tuple[Tensor, list, object]:
         """x (T, N, in) -> (y (T, N, H_out), final states [h_n (, c_n)], cache)."""
 
     @abstractmethod
-    def _backward_dir(self, dy: Tensor, dfinal: list, cache: Cache, *, need_d0: bool, need_dx: bool,
-                      dx: Tensor | None) -> tuple[Tensor | None, list, Grads]:
+    def _backward_dir(self, dy: Tensor, dfinal: list, cache: object, *, need_d0: bool, need_dx: bool,
+                      dx: Tensor | None) -> tuple[Tensor | None, list, dict]:
         """-> (dx (T*N, in) or None, [dh_0 (, dc_0)] or Nones, the parameter gradients by DirParams field)."""
 
     # -- forward ------------------------------------------------------------------------------------------
 
-    def forward(self, x: Tensor, hx: Tensor | tuple[Tensor, Tensor] | None = None):
+    def forward_math(self, x: Tensor, hx: Tensor | tuple[Tensor, Tensor] | None = None):
         """x (T, N, I) / (N, T, I) / (T, I), hx as in the module docstring -> (output, h_n) (LSTM: (output,
         (h_n, c_n)))."""
         batched = x.dim() == 3
@@ -222,20 +225,14 @@ class _Recurrent(BaseLayer, ABC):
         return (output, (h_n[0] if len(h_n) == 1 else tuple(h_n))), saved
 
     def check_input(self, x: object, hx: object = None) -> None:
-        w = self.weight_ih_l0
-        if isinstance(x, Tensor) and x.dim() in (2, 3) and x.shape[-1] == self.input_size \
-                and x.dtype == w.dtype and x.device == w.device:
-            return
-        if isinstance(x, PackedSequence):  # the cheap test above failed: find out what is wrong and say so
+        if isinstance(x, PackedSequence):
             raise TypeError(f"{self!r}: PackedSequence input is not supported; pad the batch "
                             f"(torch.nn.utils.rnn.pad_packed_sequence) and pass the padded tensor")
-        check_tensor(repr(self), "x", x)
-        check_floating(repr(self), "x", x)
-        if x.dim() not in (2, 3) or x.shape[-1] != self.input_size:
-            layout = "(N, T, I)" if self.batch_first else "(T, N, I)"
-            raise ValueError(f"{self!r}: expected input of shape {layout} or unbatched (T, I) with "
-                             f"I = input_size = {self.input_size}, got {tuple(x.shape)}")
-        check_like(repr(self), "x", x, self.weight_ih_l0, "weight_ih_l0")
+        super().check_input(x)  # what ``expects`` declares; hx is checked by the forward (_initial_states)
+
+    @property
+    def _layout(self) -> str:
+        return "(N, T, I)" if self.batch_first else "(T, N, I)"
 
     def _initial_states(self, hx: object, N: int, *, batched: bool) -> list[Tensor | None]:
         """hx -> [h_0 (, c_0)] as (L*D, N, .), checked against the input's batch; Nones for no hx."""
@@ -266,12 +263,13 @@ class _Recurrent(BaseLayer, ABC):
 
     # -- backward -----------------------------------------------------------------------------------------
 
-    def backward(self, dout: tuple, saved, *, need_dx: bool = True):
-        """dout = (doutput, dstate) -> (dx, or (dx, dhx) when the forward had hx; every parameter's gradient).
+    def backward_math(self, doutput: Tensor | None, saved, dstate: Tensor | tuple | None = None):
+        """doutput, dstate (any of them None: zeros) -> (dx, or (dx, dhx) when the forward had hx; every
+        parameter's gradient).
 
-        Layer by layer from the top, each direction through time (bptt.py); a layer's input gradient goes through
-        the dropout mask below it.  ``need_dx=False`` skips dx (the first layer's dA @ W_ih)."""
-        doutput, dstate = dout
+        Layer by layer from the top, each direction through time (cells.py); a layer's input gradient goes through
+        the dropout mask below it.  ``needs_input_grad`` False skips dx (the first layer's dA @ W_ih)."""
+        need_dx = self.needs_input_grad
         L, D, Ho = self.num_layers, self.num_directions, self.h_out
         T, N, batched = saved.T, saved.N, saved.batched
         if doutput is None:
@@ -303,12 +301,14 @@ class _Recurrent(BaseLayer, ABC):
         dhx = [torch.stack(lst) if batched else torch.stack(lst)[:, 0] for lst in d0]
         return (d, (dhx[0] if len(dhx) == 1 else tuple(dhx))), grads
 
-    def check_dout(self, dout: tuple, meta) -> None:
-        """dout = (doutput, dstate): each gradient None (zeros) or shaped as the forward's output it belongs to."""
+    def check_dout(self, grads: tuple, meta, saved) -> None:
+        """(doutput, dstate): each gradient None (zeros) or shaped as the forward's output it belongs to."""
         if meta is None:
             raise RuntimeError(f"{self!r}: {BEFORE_FORWARD}")
-        doutput, dstate = dout
-        saved = self._saved
+        if len(grads) > 2:
+            raise TypeError(f"{self!r}: backward takes the gradients of the output and of the state, got "
+                            f"{len(grads)} arguments")
+        doutput, dstate = (*grads, None)[:2]
         check_grads_like(self, ("doutput", "dh_n", "dc_n"), (doutput, *self._state_grads(dstate)), saved.shapes,
                          saved.dtype, saved.device)
 

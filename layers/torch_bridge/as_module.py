@@ -64,6 +64,7 @@ from torch import Tensor, nn
 
 from ..dropout import Dropout
 from ..layer import BaseLayer, Layer, named_parameters_of
+from ..template import Template
 from .binding import bind, read_parameters, rewired, run_pruning_hooks
 from .function import _HandgradFunction, _refuse_transforms, _refused_under
 from ..sequential import _takes_need_input_grad
@@ -346,7 +347,8 @@ class HandgradModule(nn.Module):
 def _required_inputs(layer: Layer) -> list[str]:
     """The positional arguments ``layer.forward`` needs (no default): ["x"] for a one-input layer."""
     try:
-        params = inspect.signature(layer.forward).parameters.values()
+        forward = layer.forward_math if isinstance(layer, Template) else layer.forward  # (the math names them)
+        params = inspect.signature(forward).parameters.values()
     except (TypeError, ValueError):
         return []
     return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]

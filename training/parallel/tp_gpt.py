@@ -68,8 +68,8 @@ class ParallelSelfAttention(BaseLayer):
         B, T, _ = qkv.shape
         heads = lambda t: t.view(B, T, self.n_head, self.hs).transpose(1, 2)  # noqa: E731  (B, nh/P, T, hs)
         q, k, v = qkv.split(self.local, dim=2)  # (B, T, C/P) each
-        y = self.attention.attend(heads(q), heads(k), heads(v), is_causal=True,
-                                  scale=1.0 / math.sqrt(self.hs))  # (B, nh/P, T, hs)
+        y = self.attention(heads(q), heads(k), heads(v), is_causal=True,
+                           scale=1.0 / math.sqrt(self.hs))  # (B, nh/P, T, hs)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, self.local))
 
     def backward(self, dy: Tensor) -> Tensor:

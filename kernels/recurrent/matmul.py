@@ -24,7 +24,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from ..template import Product
+from ..gradients import Product
 
 
 def _probe() -> bool:
@@ -99,8 +99,8 @@ def weight_grad(d: Tensor, x: Tensor) -> Product | Callable[[], Tensor]:
     callable.
 
     The K = T*N rows (every step and sample) are the product's inner dimension, strided in both operands; oneDNN
-    makes its operands contiguous, and computing (x^T d)^T -- the smaller result first, then transposed -- measured
-    faster than transposing d once by hand, than oneDNN on d^T x, and than MKL.
+    makes its operands contiguous, and computing (x^T d)^T -- the smaller result first, then transposed -- is the
+    fastest of that, transposing d once by hand, oneDNN on d^T x and MKL (docs/benchmarks.md).
     """
     if not _onednn(d):
         return Product(d.t(), x)

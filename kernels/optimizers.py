@@ -1,4 +1,4 @@
-"""Many tensors that lie side by side in one block of memory, updated as one.
+"""Optimizers' kernels: many tensors that lie side by side in one block of memory, updated as one.
 
 An element-wise update (Adam's, the gradient clip's scaling) does the same arithmetic on every element of every
 parameter.  When the parameters are views that tile one contiguous block -- as llm.c keeps all of GPT-2's
@@ -12,13 +12,16 @@ tensor of each list must sit where the i-th parameter sits (same shape, strides,
 span's start), so that element k of one view pairs with element k of every other.  Anything else -- a gradient
 replaced by ``zero_grad(set_to_none=True)``, a state loaded from a checkpoint, a parameter moved by ``.to()``
 -- gives None and the caller takes its per-tensor path: the layout only ever decides the speed, never the
-numbers.  ``tile_like(params, tensors)`` copies tensors into one new block laid out like the parameters'
-(the optimizer's state, on its first step or after a load).
+numbers.  With the kernels off (``HANDGRAD_KERNELS=off``, ``kernels.disabled()``) it always gives None: the
+optimizers then update tensor by tensor, their textbook.  ``tile_like(params, tensors)`` copies tensors into one
+new block laid out like the parameters' (the optimizer's state, on its first step or after a load).
 """
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+from . import enabled
 
 
 def _dense(t: Tensor) -> bool:
@@ -53,7 +56,7 @@ def _span(params: list[Tensor]) -> tuple[int, int] | None:
 
 def flat_views(params: list[Tensor], *others: list[Tensor]) -> list[Tensor] | None:
     """[params' block, each other list's block] as 1-D views that pair element by element, or None."""
-    if len(params) < 2 or torch.compiler.is_compiling():
+    if len(params) < 2 or torch.compiler.is_compiling() or not enabled():
         return None  # nothing to gain (compiled: the compiler fuses the per-tensor kernels itself, without addresses)
     span = _span(params)
     if span is None:
@@ -80,7 +83,7 @@ def flat_views(params: list[Tensor], *others: list[Tensor]) -> list[Tensor] | No
 def tile_like(params: list[Tensor], tensors: list[Tensor]) -> list[Tensor] | None:
     """Copies of ``tensors`` (each shaped like its parameter) in one new block laid out as the parameters' span,
     or None when the parameters tile no span."""
-    span = _span(params) if len(params) >= 2 else None
+    span = _span(params) if len(params) >= 2 and enabled() else None
     if span is None:
         return None
     start, end = span

@@ -1,13 +1,13 @@
-"""Backpropagation through time, the fast path: one direction of one recurrent layer over a whole sequence.
+"""Backpropagation through time arranged for speed: one direction of one recurrent layer over a whole sequence.
 
 Shape legend (the recurrent layers'): T = time steps, N = batch, I = input features of this layer,
 H = hidden_size, P = proj_size (LSTM only), H_out = P if P > 0 else H (the size of h),
 G = gates stacked in the weights as torch stacks them (RNN 1; LSTM 4: i, f, g, o; GRU 3: r, z, n).
 
-``stacked.py`` runs these for every layer and direction of RNN, LSTM and GRU, ``cells.py`` for one
-step (T = 1).  ``layers/reference.py`` has the same arithmetic as a reader derives it -- one cell's forward
-and backward, and a loop over time carrying ``dh_next`` -- and the tests tie the two together in float64.
-The recurrence is the only place where information moves across time.
+``layers/recurrent/stacked.py`` runs these for every layer and direction of RNN, LSTM and GRU, ``cells.py`` for one
+step (T = 1), while the kernels are on.  ``layers/recurrent/cells.py`` has the same arithmetic as a reader derives
+it -- one cell's forward and backward, and a loop over time carrying ``dh_next`` -- and tests/test_kernels.py ties
+the two together in float64.  The recurrence is the only place where information moves across time.
 
 How the work is arranged (the same for every kind):
 
@@ -34,7 +34,7 @@ Weights are kept in torch's layout, W_ih (G*H, I), W_hh (G*H, H_out): nn.Linear'
 h @ W_hh^T; the backward's products by W itself pass the view W.t(), read in place (``prepack``: the per-step
 products read their weight once laid out for them, a copy per call at most).  The products go through
 ``matmul.py`` (oneDNN for float32 on an AMD CPU, torch.addmm otherwise).  On an AMD CPU tanh is computed as
-2 sigmoid(2x) - 1 (``_tanh``: torch's float32 tanh is several times slower than its sigmoid there).
+2 sigmoid(2x) - 1 (``_tanh``: torch's float32 tanh is slower than its sigmoid there; docs/benchmarks.md).
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ from typing import Callable, NamedTuple
 import torch
 from torch import Tensor
 
-from ..template import Product
+from ..gradients import Product
 from .matmul import AMD, linear, linear_add, linear_add_, prepack, weight_grad
 
 SIGMOID_TANH: bool = AMD  # _tanh as 2 sigmoid(2x) - 1 (see there)

@@ -1,0 +1,87 @@
+"""LayerNorm's and BatchNorm's backwards, arranged for speed: the textbook statement evaluated in place.
+
+layers/layernorm.py and layers/batchnorm.py write each backward as the one statement of its derivation,
+
+    dx = rstd / n * (n * dxhat - sum(dxhat) - xhat * sum(dxhat * xhat)),   dxhat = dout * weight
+
+(sums over a row for LayerNorm, over a channel for BatchNorm) -- a temporary per operation.  Here the same numbers
+on as few buffers as possible: LayerNorm's as a chain of in-place passes over dxhat's memory (or one compiled pass,
+kernels/compiled.py, where on); BatchNorm's as ``scale * dout + a + (x - mean) * b`` with per-channel scale =
+weight * rstd, a and b, written into the one buffer that held dout * (x - mean).  Neither keeps xhat from the
+forward: it is (x - mean) * rstd, made again where needed.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from . import compiled
+
+
+def layer_norm_backward(dout: Tensor, x: Tensor, mean: Tensor, rstd: Tensor, xhat: Tensor | None,
+                        weight: Tensor | None, bias: Tensor | None, dims: tuple[int, ...], *,
+                        needs_dx: bool) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+    """dout, x (*, S), mean and rstd (*, 1...) per row, xhat (float32, kept for a half-precision x) or None,
+    weight and bias (S,) or None, ``dims`` the row's axes -> (dx (*, S) or None, dweight (S,), dbias (S,))."""
+    if xhat is None and weight is not None and needs_dx and compiled.usable(dout, x, weight):
+        k = weight.numel()  # the textbook's formulas as one compiled pass (kernels/compiled.py), where on
+        grads = compiled.layer_norm_backward(dout.reshape(-1, k), x.reshape(-1, k), mean.reshape(-1, 1),
+                                             rstd.reshape(-1, 1), weight.reshape(k))
+        if grads is not None:
+            dx, dweight, dbias = grads
+            return dx.view(x.shape), dweight.view(weight.shape), None if bias is None else dbias.view(bias.shape)
+    if xhat is None:
+        xhat = torch.sub(x, mean).mul_(rstd)  # (*, S) recomputed from the kept input
+    d = dout.to(xhat.dtype)  # (*, S)
+    lead = tuple(range(x.dim() - len(dims)))  # the axes gamma and beta are shared over
+    d_xhat = d * xhat  # (*, S)
+    dweight = dbias = None
+    if weight is not None:
+        dweight = d_xhat.sum(lead).to(weight.dtype)  # (S,)
+        dbias = None if bias is None else d.sum(lead).to(bias.dtype)  # (S,)
+    if not needs_dx:
+        return None, dweight, dbias
+    if weight is None:  # gamma = 1
+        dxhat, dxhat_xhat = d.clone(), d_xhat  # (*, S) each
+    else:
+        w = weight.to(d.dtype)
+        dxhat, dxhat_xhat = d * w, d_xhat.mul_(w)  # (*, S) each
+    # dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), in dxhat's memory
+    m2 = dxhat_xhat.mean(dims, keepdim=True)  # (*, 1...)
+    dx = dxhat.sub_(dxhat.mean(dims, keepdim=True)).addcmul_(xhat, m2, value=-1).mul_(rstd)  # (*, S)
+    return dx.to(x.dtype), dweight, dbias
+
+
+def batch_norm_backward(dout: Tensor, saved, *, needs_dx: bool, affine: bool,
+                        reduce: Callable[[Tensor, Tensor, int | Tensor], tuple[Tensor, Tensor]]
+                        ) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+    """dout (N, C, ...) and what BatchNorm's forward kept (``saved``: ``xc`` = x - mean in training, else ``x`` and
+    ``mean``; ``rstd``, ``scale`` = weight * rstd (C,), ``count`` M values per channel, ``batch_stats``) -> (dx in the
+    statistics dtype or None, dweight (C,), dbias (C,)).  ``affine`` False: no parameters (with no dx asked for,
+    nothing to compute).  ``reduce``: the two sums over the whole batch (SyncBatchNorm all-reduces them).
+
+        dx = scale * dout + [-scale * sum(dout) / M] + xc * [-scale * rstd * sum(dout * xhat) / M]
+
+    -- the textbook statement with xhat = xc * rstd, one buffer: dout * xc becomes dx.  Eval with running
+    statistics: dx = scale * dout."""
+    if not needs_dx and not affine:
+        return None, None, None
+    t = saved.x if saved.xc is None else saved.xc  # the statistics dtype
+    dout = dout if dout.dtype == t.dtype else dout.to(t.dtype)
+    dims = (0, *range(2, t.dim()))
+    bshape = (1, t.shape[1]) + (1,) * (t.dim() - 2)
+    xc = t if saved.xc is not None else t - saved.mean.view(bshape)  # (N, C, ...) x - mean
+    rstd, scale, count = saved.rstd, saved.scale, saved.count
+    sum_dout = dout.sum(dims)  # (C,)  = dbias
+    tmp = dout * xc  # (N, C, ...), reused below as dx's memory
+    sum_dout_xhat = tmp.sum(dims) * rstd  # (C,)  = dweight
+    if not needs_dx:  # dweight and dbias only (nor SyncBatchNorm's all-reduce, as torch skips it)
+        return None, sum_dout_xhat, sum_dout
+    dx = torch.mul(dout, scale.view(bshape), out=tmp)  # (N, C, ...) weight * rstd * dout
+    if saved.batch_stats:  # (eval with running statistics: that is all, the affine map's backward)
+        g_dout, g_dout_xhat = reduce(sum_dout, sum_dout_xhat, count)
+        dx.add_((-scale * g_dout / count).view(bshape))
+        dx.addcmul_(xc, (-scale * rstd * g_dout_xhat / count).view(bshape))
+    return dx, sum_dout_xhat, sum_dout
