@@ -1,5 +1,5 @@
 """FlashAttention-2 in Triton (kernels/triton/attention.py): forward and backward against the textbook attention
-of layers/reference.py (the (L, S) matrices held) in float64 and float32, against F.scaled_dot_product_attention
+of the attention layer (the (L, S) matrices held, the kernels off) in float64 and float32, against F.scaled_dot_product_attention
 with autograd in every dtype, causal and not, L != S, E != Ev, ragged blocks, the GPT's transposed layout and
 inputs inside sentinels, and bad input.  Run with `pytest -m triton` (tests/triton_support.py)."""
 import math
@@ -8,7 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from layers import reference as ref
+import kernels
+from layers import ScaledDotProductAttention
 from tests.triton_support import assert_close, assert_padding_kept, device, guard, load, padded  # noqa: F401
 
 pytestmark = pytest.mark.triton
@@ -30,13 +31,18 @@ def inputs(L, S, E, EV, dtype, heads=(1, 2), seed=0):
 
 
 def textbook(q, k, v, dout, causal, scale=None):
-    """layers/reference.py's attention, forward and backward, and each row's log-sum-exp: (out, lse, dq, dk, dv)."""
+    """The attention layer's textbook (layers/attention/scaled_dot_product.py, the kernels off: the (L, S) matrices
+    held), forward and backward, and each row's log-sum-exp: (out, lse, dq, dk, dv)."""
     L, S = q.shape[-2], k.shape[-2]
-    bias = ref.attention_bias(L, S, is_causal=causal, dtype=q.dtype, device=q.device)
-    out, cache = ref.attention_forward(q, k, v, bias, scale=scale)
+    with kernels.disabled():
+        sdpa = ScaledDotProductAttention()
+        out = sdpa(q, k, v, is_causal=causal, scale=scale)
+        dq, dk, dv = sdpa.backward(dout)
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
-    lse = torch.logsumexp(q @ k.transpose(-2, -1) * scale + bias, -1)
-    return (out, lse, *ref.attention_backward(dout, cache))
+    blocked = torch.ones(L, S, dtype=torch.bool, device=q.device).triu(1) if causal else None
+    scores = q @ k.transpose(-2, -1) * scale
+    lse = torch.logsumexp(scores if blocked is None else scores.masked_fill(blocked, -math.inf), -1)
+    return out, lse, dq, dk, dv
 
 
 NAMES = ("out", "lse", "dq", "dk", "dv")
