@@ -350,19 +350,7 @@ class _Cell(BaseLayer):
         check_grads_like(self, ("dh'", "dc'"), dout, saved.shapes, saved.dtype, saved.device)
 
 
-class _HiddenStateCell(_Cell):
-    """A cell whose state is h alone (RNNCell, GRUCell): its backward takes dh' by itself."""
-
-    def backward(self, dh: Tensor | None) -> Tensor | tuple[Tensor, Tensor]:
-        """dh' -> dx, or (dx, dh) when the forward was given h."""
-        return super().backward((dh,))
-
-    def backward_input(self, dh: Tensor | None) -> Tensor | tuple[Tensor, Tensor]:
-        """B: as ``backward``; the parameter gradients wait for ``backward_weight()``."""
-        return super().backward_input((dh,))
-
-
-class RNNCell(_HiddenStateCell):
+class RNNCell(_Cell):
     """h' = act(x W_ih^T + b_ih + h W_hh^T + b_hh), act tanh or relu; backward: da = dh' * act'(a)."""
 
     torch_class = torch.nn.RNNCell
@@ -402,7 +390,7 @@ class LSTMCell(_Cell):
         return dx, [dh0, dc0], grads
 
 
-class GRUCell(_HiddenStateCell):
+class GRUCell(_Cell):
     """r, z, n from x W_ih^T + b_ih and h W_hh^T + b_hh (torch's order, the reset gate applied to W_hn h + b_hn);
     h' = (1 - z) n + z h.  The gate derivatives are derived in ``gru_step_backward``."""
 
