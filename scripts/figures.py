@@ -192,6 +192,10 @@ def tests() -> list[tuple]:
     return rows
 
 
+def minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)} min {int(seconds % 60)} s"
+
+
 def install() -> list[tuple]:
     """The virtual environment's size, and how much of it is CUDA's libraries (a CPU-only torch leaves them out)."""
     import torch
