@@ -5,6 +5,7 @@ projections of the Jacobian.  Exit status 1 on any failure.
 The library is the package ``checking`` (re-exported here: ``from gradcheck import check_layer`` checks a layer of
 your own); the cases are ``checking.cases``'s families.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -12,12 +13,36 @@ import sys
 
 import torch
 
-from checking import (EPS, PROJECTIONS, RTOL, GradResult, check_layer, check_loss, directional_derivative,
-                      numeric_grad, rel_error)
+from checking import (
+    EPS,
+    PROJECTIONS,
+    RTOL,
+    GradResult,
+    check_layer,
+    check_loss,
+    directional_derivative,
+    numeric_grad,
+    rel_error,
+)
 from checking.cases import FAMILIES, Case, Family, collect, distinct, layer_case, nontrivial, rnd
 
-__all__ = ["check_layer", "check_loss", "GradResult", "rel_error", "numeric_grad", "directional_derivative", "EPS",
-           "RTOL", "PROJECTIONS", "builtin_cases", "main", "rnd", "layer_case", "nontrivial", "distinct"]
+__all__ = [
+    "check_layer",
+    "check_loss",
+    "GradResult",
+    "rel_error",
+    "numeric_grad",
+    "directional_derivative",
+    "EPS",
+    "RTOL",
+    "PROJECTIONS",
+    "builtin_cases",
+    "main",
+    "rnd",
+    "layer_case",
+    "nontrivial",
+    "distinct",
+]
 
 CASE_FAMILIES: list[Family] = list(FAMILIES)  # what the command runs (a test may swap in its own)
 
@@ -52,17 +77,23 @@ def main(argv: list[str] | None = None) -> int:
 
     w = max(len(r.name) for r in results)
     tw = max(len(r.tensor) for r in results)
-    print(f"{'layer':<{w}}  {'tensor':<{tw}} {'max abs diff':>12} {'rel vs numeric':>14} {'rel vs autograd':>15}  result")
+    print(
+        f"{'layer':<{w}}  {'tensor':<{tw}} {'max abs diff':>12} {'rel vs numeric':>14} {'rel vs autograd':>15}  result"
+    )
     for r in results:
         auto = "opaque" if r.rel_autograd is None else f"{r.rel_autograd:.2e}"
-        print(f"{r.name:<{w}}  {r.tensor:<{tw}} {r.max_abs_diff:>12.2e} {r.rel_numeric:>14.2e} {auto:>15}  "
-              f"{'PASS' if r.passed else 'FAIL'}")
+        print(
+            f"{r.name:<{w}}  {r.tensor:<{tw}} {r.max_abs_diff:>12.2e} {r.rel_numeric:>14.2e} {auto:>15}  "
+            f"{'PASS' if r.passed else 'FAIL'}"
+        )
     failed = [r for r in results if not r.passed]
     worst_num = max(results, key=lambda r: r.rel_numeric)
     worst_auto = max((r.rel_autograd or 0.0) for r in results)
-    print(f"\n{len(results) - len(failed)} passed, {len(failed)} failed "
-          f"(tolerance {RTOL:g}; worst relative error {worst_num.rel_numeric:.2e} vs numeric "
-          f"[{worst_num.name} {worst_num.tensor}], {worst_auto:.2e} vs autograd)")
+    print(
+        f"\n{len(results) - len(failed)} passed, {len(failed)} failed "
+        f"(tolerance {RTOL:g}; worst relative error {worst_num.rel_numeric:.2e} vs numeric "
+        f"[{worst_num.name} {worst_num.tensor}], {worst_auto:.2e} vs autograd)"
+    )
     for r in failed:
         print("FAIL: " + r.describe(), file=sys.stderr)
     return 1 if failed else 0

@@ -7,6 +7,7 @@ Prints the prompt and the characters sampled after it by the hand-written model 
 twin).  Bad input (an image model's checkpoint, a character outside the vocabulary, a damaged file) is one line on
 stderr and exit status 2.  The work is training.tasks.sampling.sample_text's.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,7 +18,9 @@ EXIT_USAGE = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     a = p.add_argument
     a("--resume", type=Path, required=True, metavar="PATH", help="a text run's checkpoint.pt")
     a("--prompt", default="\n", help="the text to continue (default: a newline, as nanoGPT's sample.py)")
@@ -38,8 +41,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     try:
-        text = sample_text(args.resume, args.prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed,
-                           args.impl, args.device)
+        text = sample_text(
+            args.resume,
+            args.prompt,
+            args.max_new_tokens,
+            args.temperature,
+            args.top_k,
+            args.seed,
+            args.impl,
+            args.device,
+        )
     except UsageError as e:
         print(f"sample.py: error: {e}", file=sys.stderr)
         return EXIT_USAGE

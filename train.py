@@ -13,6 +13,7 @@ plots and checkpoint.pt (written atomically after every epoch; --resume continue
 This file is the command line only: flags -> training.TrainConfig (its flags derived from the settings'
 declarations, training/config/command_line.py) -> training.run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,9 +31,14 @@ except KeyboardInterrupt:
 def build_parser() -> argparse.ArgumentParser:
     """train.py's flags: one for each setting, as training/config/parts.py declares it, and --sanity."""
     p = _settings_parser(__doc__.split("\n\n")[0])
-    p.add_argument("--sanity", action="store_true", default=argparse.SUPPRESS, help="run the pre-flight checks "
-                   "(initial loss, overfitting 20 examples, gradients vs autograd, manual vs twin) and exit 0 only if "
-                   "all pass")
+    p.add_argument(
+        "--sanity",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="run the pre-flight checks "
+        "(initial loss, overfitting 20 examples, gradients vs autograd, manual vs twin) and exit 0 only if "
+        "all pass",
+    )
     return p
 
 
@@ -53,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         config, sanity = parse(argv)
         if sanity:
             from training.sanity import run_sanity
+
             return run_sanity(config)
         return run(config)
     except Interrupted:  # the run said where its last checkpoint is

@@ -6,6 +6,7 @@ forward pass.  Solid boxes are the nodes ``backward()`` walks (they require grad
 inputs that do not (data, constants), drawn for context.  Draw before ``backward()``, or after
 ``backward(retain_graph=True)`` to see every gradient: a plain ``backward()`` frees the graph.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,14 +22,16 @@ from layers.checks import check_int
 from .engine import Tensor, _topological_order
 
 FORMATS = ("svg", "png", "pdf", "dot")
-INSTALL_HINT = ("Graphviz's `dot` program is not installed, so the graph cannot be rendered to {fmt}. Install it "
-                "(Debian/Ubuntu: `sudo apt-get install graphviz`; macOS: `brew install graphviz`; conda: "
-                "`conda install graphviz`), or {dot} to write the DOT text, which any Graphviz viewer renders.")
+INSTALL_HINT = (
+    "Graphviz's `dot` program is not installed, so the graph cannot be rendered to {fmt}. Install it "
+    "(Debian/Ubuntu: `sudo apt-get install graphviz`; macOS: `brew install graphviz`; conda: "
+    "`conda install graphviz`), or {dot} to write the DOT text, which any Graphviz viewer renders."
+)
 
 
 def _escape(text: str) -> str:
     """Text safe inside a DOT record label (its field separators and quotes escaped)."""
-    for ch in "\\{}|<>\"":
+    for ch in '\\{}|<>"':
         text = text.replace(ch, "\\" + ch)
     return text
 
@@ -46,14 +49,20 @@ def _values(t: torch.Tensor | None, max_elements: int) -> str:
     return f"mean {x.mean().item():.4g}, std {x.std().item():.4g}" if t.numel() > 1 else f"{x.item():.4g}"
 
 
-def to_dot(root: Tensor, labels: Mapping[str, Tensor] | Iterable[tuple[str, Tensor]] | None = None,
-           max_elements: int = 8, rankdir: str = "LR") -> str:
+def to_dot(
+    root: Tensor,
+    labels: Mapping[str, Tensor] | Iterable[tuple[str, Tensor]] | None = None,
+    max_elements: int = 8,
+    rankdir: str = "LR",
+) -> str:
     """The graph behind ``root`` as Graphviz DOT text (see ``draw_graph``)."""
     if not isinstance(root, Tensor):
         raise TypeError(f"draw_graph: expected an autodiff Tensor, got {type(root).__name__}")
     if root._released:
-        raise RuntimeError("draw_graph: this graph was freed by backward(); draw it before backward(), or call "
-                           "backward(retain_graph=True) to draw it with its gradients")
+        raise RuntimeError(
+            "draw_graph: this graph was freed by backward(); draw it before backward(), or call "
+            "backward(retain_graph=True) to draw it with its gradients"
+        )
     check_int("draw_graph", "max_elements", max_elements, lo=0)
     if rankdir not in ("LR", "TB", "RL", "BT"):
         raise ValueError(f"draw_graph: rankdir must be one of LR, TB, RL, BT, got {rankdir!r}")
@@ -74,7 +83,7 @@ def to_dot(root: Tensor, labels: Mapping[str, Tensor] | Iterable[tuple[str, Tens
         if node.requires_grad:
             fields.append(f"grad {_values(node.grad, max_elements)}")
         label = " | ".join(_escape(f) for f in fields)  # stacked top to bottom when rankdir is LR
-        style = "" if node.requires_grad else ', style=dashed, color=gray40, fontcolor=gray25'
+        style = "" if node.requires_grad else ", style=dashed, color=gray40, fontcolor=gray25"
         lines.append(f'  {tid} [shape=record, label="{label}"{style}];')
         if node._op:
             lines.append(f'  {tid}_op [shape=ellipse, label="{_escape(node._op)}"];')
@@ -85,9 +94,15 @@ def to_dot(root: Tensor, labels: Mapping[str, Tensor] | Iterable[tuple[str, Tens
     return "\n".join(lines) + "\n"
 
 
-def draw_graph(tensor: Tensor, path: str | os.PathLike | None = None, format: str = "svg", *,
-               labels: Mapping[str, Tensor] | Iterable[tuple[str, Tensor]] | None = None,
-               max_elements: int = 8, rankdir: str = "LR") -> str:
+def draw_graph(
+    tensor: Tensor,
+    path: str | os.PathLike | None = None,
+    format: str = "svg",
+    *,
+    labels: Mapping[str, Tensor] | Iterable[tuple[str, Tensor]] | None = None,
+    max_elements: int = 8,
+    rankdir: str = "LR",
+) -> str:
     """The computation graph ``tensor.backward()`` would walk, as Graphviz DOT text (returned).
 
     tensor:        an autodiff Tensor (usually the loss), before backward() or after backward(retain_graph=True).
@@ -112,8 +127,9 @@ def draw_graph(tensor: Tensor, path: str | os.PathLike | None = None, format: st
         if format == "dot":
             Path(tmp).write_text(text)
         else:
-            r = subprocess.run([shutil.which("dot"), f"-T{format}", "-o", tmp], input=text, text=True,
-                               capture_output=True, timeout=120)
+            r = subprocess.run(
+                [shutil.which("dot"), f"-T{format}", "-o", tmp], input=text, text=True, capture_output=True, timeout=120
+            )
             if r.returncode != 0:
                 raise RuntimeError(f"draw_graph: `dot -T{format}` failed (exit {r.returncode}): {r.stderr.strip()}")
         os.replace(tmp, path)

@@ -33,6 +33,7 @@ As in autograd, an op saves only what its gradient needs: ``x * c`` with a const
 ``c`` saves ``c`` (to scale x's gradient) but not ``x``, so changing ``x`` afterwards
 is no error.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -65,11 +66,21 @@ class no_grad(ContextDecorator):
         _state.enabled = self._prev
         return False
 
+
 class Tensor(TensorOps):
     """A node of the graph: ``data`` (a torch.Tensor), ``grad``, ``requires_grad``, and how it was made."""
 
-    __slots__ = ("data", "requires_grad", "_prev", "_backward", "_op", "_released", "_saved", "_owns_grad",
-                 "__weakref__")
+    __slots__ = (
+        "data",
+        "requires_grad",
+        "_prev",
+        "_backward",
+        "_op",
+        "_released",
+        "_saved",
+        "_owns_grad",
+        "__weakref__",
+    )
 
     def __init__(self, data, requires_grad: bool = False, *, _prev: tuple = (), _op: str = ""):
         if isinstance(data, Tensor):
@@ -80,9 +91,10 @@ class Tensor(TensorOps):
             try:
                 data = torch.as_tensor(data, dtype=torch.get_default_dtype())
             except (TypeError, ValueError, RuntimeError) as e:
-                raise TypeError(f"autodiff.Tensor: cannot make a tensor of numbers from {type(data).__name__} "
-                                f"{data!r:.60} ({e}); give a number, a (nested) list of numbers, or a torch.Tensor"
-                                ) from None
+                raise TypeError(
+                    f"autodiff.Tensor: cannot make a tensor of numbers from {type(data).__name__} "
+                    f"{data!r:.60} ({e}); give a number, a (nested) list of numbers, or a torch.Tensor"
+                ) from None
         if requires_grad and not (data.is_floating_point() or data.is_complex()):
             raise TypeError(f"only floating-point tensors can require gradients, got dtype {data.dtype}")
         self.data = data
@@ -135,7 +147,7 @@ class Tensor(TensorOps):
         return len(self.data)
 
     def __repr__(self) -> str:
-        body = repr(self.data)[len("tensor("):-1] if self.data.dim() else repr(self.data.item())
+        body = repr(self.data)[len("tensor(") : -1] if self.data.dim() else repr(self.data.item())
         extra = f", op={self._op!r}" if self._op else (", requires_grad=True" if self.requires_grad else "")
         return f"Tensor({body}{extra})"
 
@@ -151,10 +163,12 @@ class Tensor(TensorOps):
             dtype = self.dtype if self.data.is_floating_point() else torch.get_default_dtype()
             return Tensor._wrap(torch.tensor(x, dtype=dtype), False, (), "")
         if isinstance(x, torch.Tensor) and x.requires_grad:
-            raise TypeError(f"{op}: the other operand is a torch.Tensor that requires grad (shape {tuple(x.shape)}, "
-                            f"{x.dtype}); the engine cannot give it a gradient (torch.autograd's graph is another "
-                            f"one). Wrap it as autodiff.Tensor(t, requires_grad=True) and read its gradient from "
-                            f"that Tensor's .grad, or pass t.detach() to use it as a constant")
+            raise TypeError(
+                f"{op}: the other operand is a torch.Tensor that requires grad (shape {tuple(x.shape)}, "
+                f"{x.dtype}); the engine cannot give it a gradient (torch.autograd's graph is another "
+                f"one). Wrap it as autodiff.Tensor(t, requires_grad=True) and read its gradient from "
+                f"that Tensor's .grad, or pass t.detach() to use it as a constant"
+            )
         if isinstance(x, (torch.Tensor, list, tuple)):
             return Tensor(x)
         raise TypeError(f"{op}: cannot combine an autodiff Tensor with {type(x).__name__}")
@@ -167,9 +181,14 @@ class Tensor(TensorOps):
         out._backward, out._released, out._saved, out._owns_grad = None, False, (), False
         return out
 
-    def _make(self, data: torch.Tensor, parents: tuple["Tensor", ...], op: str,
-              backward: Callable[[torch.Tensor], None],
-              saved: tuple[tuple[str, torch.Tensor | None], ...] = ()) -> "Tensor":
+    def _make(
+        self,
+        data: torch.Tensor,
+        parents: tuple["Tensor", ...],
+        op: str,
+        backward: Callable[[torch.Tensor], None],
+        saved: tuple[tuple[str, torch.Tensor | None], ...] = (),
+    ) -> "Tensor":
         """Wrap an op's result; record the graph only if some parent needs a gradient.
 
         ``saved``: (name, tensor) for each tensor ``backward`` reads (None where not needed); their versions
@@ -194,7 +213,8 @@ class Tensor(TensorOps):
                     f"operation: op '{self._op}' saved {name} (shape {tuple(t.shape)}, {t.dtype}) at version "
                     f"{version}, and it is now at version {t._version}. Something changed it in place between "
                     f"the forward and this backward (x.data.mul_(...), .zero_(), an optimizer step, ...): "
-                    f"make that change after backward, or on a clone")
+                    f"make that change after backward, or on a clone"
+                )
 
     # -- backpropagation ---------------------------------------------------------------------------------
 
@@ -204,24 +224,31 @@ class Tensor(TensorOps):
         ``gradient`` is d(loss)/d(self); it may be omitted only for a single-element tensor.
         """
         if not self.requires_grad:
-            raise RuntimeError("backward: this tensor does not require grad and has no graph "
-                               "(no input had requires_grad=True, or it was made under no_grad)")
+            raise RuntimeError(
+                "backward: this tensor does not require grad and has no graph "
+                "(no input had requires_grad=True, or it was made under no_grad)"
+            )
         if gradient is None:
             if self.data.numel() != 1:
-                raise RuntimeError(f"grad can be implicitly created only for scalar outputs; this tensor has "
-                                   f"shape {tuple(self.shape)}: pass backward(gradient) of that shape")
+                raise RuntimeError(
+                    f"grad can be implicitly created only for scalar outputs; this tensor has "
+                    f"shape {tuple(self.shape)}: pass backward(gradient) of that shape"
+                )
             gradient = torch.ones_like(self.data)
         else:
             gradient = gradient.data if isinstance(gradient, Tensor) else torch.as_tensor(gradient)
             if gradient.shape != self.shape:
-                raise RuntimeError(f"backward: gradient has shape {tuple(gradient.shape)}, expected "
-                                   f"{tuple(self.shape)}")
+                raise RuntimeError(
+                    f"backward: gradient has shape {tuple(gradient.shape)}, expected {tuple(self.shape)}"
+                )
             gradient = gradient.to(self.dtype)
         topo = _topological_order(self)
         for node in topo:
             if node._released:
-                raise RuntimeError("trying to backward through the graph a second time: its saved tensors were "
-                                   "freed by the first backward; pass retain_graph=True to the first one")
+                raise RuntimeError(
+                    "trying to backward through the graph a second time: its saved tensors were "
+                    "freed by the first backward; pass retain_graph=True to the first one"
+                )
             if node._op:
                 node.data.grad = None  # a non-leaf's .grad is this backward's, not accumulated
         _accum(self, gradient, fresh=False)
@@ -240,10 +267,12 @@ def _mixed_dtypes(op: str, parents: tuple[Tensor, ...], p: Tensor, out_dtype: to
     would have the result's dtype, which torch refuses to store in that operand's .grad (in backward, far from
     here).  torch.autograd converts such gradients; this engine asks for one dtype instead."""
     dtypes = " and ".join(str(q.data.dtype) for q in parents)
-    return TypeError(f"{op}: operands of dtypes {dtypes} give a {out_dtype} result, so the {p.data.dtype} operand "
-                     f"(shape {tuple(p.shape)}), which requires grad, would receive a {out_dtype} gradient; the "
-                     f"engine does not convert gradients between dtypes: give both operands the same dtype "
-                     f"(autodiff.Tensor(t.to({out_dtype}), ...), or build the model with dtype={out_dtype})")
+    return TypeError(
+        f"{op}: operands of dtypes {dtypes} give a {out_dtype} result, so the {p.data.dtype} operand "
+        f"(shape {tuple(p.shape)}), which requires grad, would receive a {out_dtype} gradient; the "
+        f"engine does not convert gradients between dtypes: give both operands the same dtype "
+        f"(autodiff.Tensor(t.to({out_dtype}), ...), or build the model with dtype={out_dtype})"
+    )
 
 
 def _topological_order(root: Tensor, every_node: bool = False) -> list[Tensor]:

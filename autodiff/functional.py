@@ -1,4 +1,5 @@
 """Functions of engine Tensors that are not methods: cross_entropy."""
+
 from __future__ import annotations
 
 import torch
@@ -28,4 +29,5 @@ def cross_entropy(logits: Tensor, target, reduction: str = "mean") -> Tensor:
 
     def backward(g):
         _accum(z, class_index_grad(logp, t, g * scale))  # softmax - onehot(target), scaled
+
     return z._make(loss, (z,), "cross_entropy", backward, (("its target", t),))  # logp is ours alone

@@ -6,6 +6,7 @@ Every parameter has torch.nn's name, shape and layout (a Linear's weight is (out
 in_features), as nn.Linear's), so ``named_parameters()``, each ``.grad``, an optimizer's state
 and ``state_dict()`` pair with the nn.Module twin's by name and by position.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
@@ -54,8 +55,9 @@ class Module:
             raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
         for k, dst in own.items():
             if state_dict[k].shape != dst.shape:
-                raise ValueError(f"load_state_dict: '{k}' has shape {tuple(state_dict[k].shape)}, "
-                                 f"expected {tuple(dst.shape)}")
+                raise ValueError(
+                    f"load_state_dict: '{k}' has shape {tuple(state_dict[k].shape)}, expected {tuple(dst.shape)}"
+                )
             with torch.no_grad():
                 dst.copy_(state_dict[k])
 
@@ -70,8 +72,10 @@ class Module:
         if isinstance(device, torch.dtype):  # to(torch.float64)
             device, dtype = None, device
         if dtype is not None and not (dtype.is_floating_point or dtype.is_complex):
-            raise TypeError(f"{type(self).__name__}.to: parameters must stay floating-point (they take gradients), "
-                            f"got dtype {dtype}; convert the input instead")
+            raise TypeError(
+                f"{type(self).__name__}.to: parameters must stay floating-point (they take gradients), "
+                f"got dtype {dtype}; convert the input instead"
+            )
         for p in self.parameters():
             t = p.data
             t.data = t.data.to(device=device, dtype=dtype)
@@ -94,8 +98,10 @@ class Linear(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         if x.ndim == 0 or x.shape[-1] != self.in_features:
-            raise ValueError(f"{self!r}: input has shape {tuple(x.shape)}, expected (N, {self.in_features}): its "
-                             f"last dimension must be in_features={self.in_features}")
+            raise ValueError(
+                f"{self!r}: input has shape {tuple(x.shape)}, expected (N, {self.in_features}): its "
+                f"last dimension must be in_features={self.in_features}"
+            )
         out = x @ self.weight.T  # (N, in) @ (in, out) -> (N, out)
         return out + self.bias if self.bias is not None else out
 
@@ -150,10 +156,19 @@ class EngineNet(Sequential):
     and under the same ``torch.manual_seed`` the same initial weights.  Inputs of rank > 2 are flattened.
     """
 
-    def __init__(self, hidden_size: int = HIDDEN, num_classes: int = CLASSES, in_features: int = IN_FEATURES,
-                 depth: int = DEPTH, *, device=None, dtype=None):
-        super().__init__(*mlp_layers(Linear, ReLU, hidden_size, num_classes, in_features, depth,
-                                     device=device, dtype=dtype))
+    def __init__(
+        self,
+        hidden_size: int = HIDDEN,
+        num_classes: int = CLASSES,
+        in_features: int = IN_FEATURES,
+        depth: int = DEPTH,
+        *,
+        device=None,
+        dtype=None,
+    ):
+        super().__init__(
+            *mlp_layers(Linear, ReLU, hidden_size, num_classes, in_features, depth, device=device, dtype=dtype)
+        )
 
     def forward(self, x):
         data = x.data if isinstance(x, Tensor) else x

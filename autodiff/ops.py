@@ -6,6 +6,7 @@ elementwise functions, reductions, views and indexing); ``engine.py`` holds the 
 node, checking what it saved, and ``backward()``.  A closure adds into its inputs' gradients with ``_accum``;
 broadcast gradients are summed back to each operand's shape with ``_unbroadcast``.
 """
+
 from __future__ import annotations
 
 import math
@@ -33,6 +34,7 @@ class TensorOps:
                 _accum(a, _unbroadcast(g, a.shape), fresh=a.shape != g.shape)
             if b.requires_grad:
                 _accum(b, _unbroadcast(g, b.shape), fresh=b.shape != g.shape)
+
         return self._make(a.data + b.data, (a, b), "add", backward)
 
     def __mul__(self, other) -> TensorOps:
@@ -44,9 +46,14 @@ class TensorOps:
                 _accum(a, _unbroadcast(g * bd, a.shape))
             if b.requires_grad:
                 _accum(b, _unbroadcast(g * ad, b.shape))
-        return self._make(ad * bd, (a, b), "mul", backward,
-                          (("its input a", ad if b.requires_grad else None),
-                           ("its input b", bd if a.requires_grad else None)))
+
+        return self._make(
+            ad * bd,
+            (a, b),
+            "mul",
+            backward,
+            (("its input a", ad if b.requires_grad else None), ("its input b", bd if a.requires_grad else None)),
+        )
 
     def __neg__(self) -> TensorOps:
         a = self
@@ -60,6 +67,7 @@ class TensorOps:
                 _accum(a, _unbroadcast(g, a.shape), fresh=a.shape != g.shape)
             if b.requires_grad:
                 _accum(b, _unbroadcast(-g, b.shape))
+
         return self._make(a.data - b.data, (a, b), "sub", backward)
 
     def __truediv__(self, other) -> TensorOps:
@@ -72,8 +80,10 @@ class TensorOps:
                 _accum(a, _unbroadcast(g / bd, a.shape))
             if b.requires_grad:
                 _accum(b, _unbroadcast(-g * ad / (bd * bd), b.shape))
-        return self._make(ad / bd, (a, b), "div", backward,
-                          (("its input a", ad if b.requires_grad else None), ("its input b", bd)))
+
+        return self._make(
+            ad / bd, (a, b), "div", backward, (("its input a", ad if b.requires_grad else None), ("its input b", bd))
+        )
 
     def __pow__(self, exponent) -> TensorOps:
         a = self
@@ -83,19 +93,29 @@ class TensorOps:
 
             def backward(g):  # d(a^p)/da = p a^(p-1)
                 _accum(a, g * p * ad ** (p - 1))
-            return self._make(ad ** p, (a,), "pow", backward, (("its input a", ad),))
+
+            return self._make(ad**p, (a,), "pow", backward, (("its input a", ad),))
         b = self._lift(exponent, "pow")
         bd = b.data
-        out_data = ad ** bd
+        out_data = ad**bd
 
         def backward_t(g):  # d(a^b)/da = b a^(b-1), d(a^b)/db = a^b log a
             if a.requires_grad:
                 _accum(a, _unbroadcast(g * bd * ad ** (bd - 1), a.shape))
             if b.requires_grad:
                 _accum(b, _unbroadcast(g * out_data * torch.log(ad), b.shape))
-        return self._make(out_data, (a, b), "pow", backward_t,
-                          (("its input a", ad), ("its input b", bd if a.requires_grad else None),
-                           ("its output", out_data if b.requires_grad else None)))
+
+        return self._make(
+            out_data,
+            (a, b),
+            "pow",
+            backward_t,
+            (
+                ("its input a", ad),
+                ("its input b", bd if a.requires_grad else None),
+                ("its output", out_data if b.requires_grad else None),
+            ),
+        )
 
     def __radd__(self, other) -> TensorOps:
         return self + other
@@ -118,8 +138,9 @@ class TensorOps:
         """As torch.matmul: 1-D operands are promoted (and the added dimension removed), batch dims broadcast."""
         a, b = self, self._lift(other, "matmul")
         if a.data.dim() == 0 or b.data.dim() == 0:
-            raise ValueError(f"matmul: both operands need at least one dimension, got shapes "
-                             f"{tuple(a.shape)} and {tuple(b.shape)}")
+            raise ValueError(
+                f"matmul: both operands need at least one dimension, got shapes {tuple(a.shape)} and {tuple(b.shape)}"
+            )
         ad, bd = a.data, b.data
         try:
             out = ad @ bd
@@ -142,9 +163,14 @@ class TensorOps:
                 else:
                     gb = _unbroadcast(A.mT @ G, B.shape)
                 _accum(b, gb.reshape(b.shape))
-        return self._make(out, (a, b), "matmul", backward,
-                          (("its input a", ad if b.requires_grad else None),
-                           ("its input b", bd if a.requires_grad else None)))
+
+        return self._make(
+            out,
+            (a, b),
+            "matmul",
+            backward,
+            (("its input a", ad if b.requires_grad else None), ("its input b", bd if a.requires_grad else None)),
+        )
 
     def __rmatmul__(self, other) -> TensorOps:
         return self._lift(other, "matmul") @ self
@@ -157,8 +183,13 @@ class TensorOps:
 
     def log(self) -> TensorOps:
         a, ad = self, self.data
-        return self._make(torch.log(ad), (a,), "log", lambda g: _accum(a, g / ad),  # d log a = 1/a
-                          (("its input a", ad),))
+        return self._make(
+            torch.log(ad),
+            (a,),
+            "log",
+            lambda g: _accum(a, g / ad),  # d log a = 1/a
+            (("its input a", ad),),
+        )
 
     def tanh(self) -> TensorOps:
         a, out = self, torch.tanh(self.data)
@@ -166,13 +197,17 @@ class TensorOps:
 
     def sigmoid(self) -> TensorOps:
         a, out = self, torch.sigmoid(self.data)
-        return self._make(out, (a,), "sigmoid", lambda g: _accum(a, g * out * (1 - out)),
-                          (("its output", out),))
+        return self._make(out, (a,), "sigmoid", lambda g: _accum(a, g * out * (1 - out)), (("its output", out),))
 
     def relu(self) -> TensorOps:
         a, out = self, torch.relu(self.data)
-        return self._make(out, (a,), "relu", lambda g: _accum(a, g * out.sign()),  # 1 where out > 0
-                          (("its output", out),))
+        return self._make(
+            out,
+            (a,),
+            "relu",
+            lambda g: _accum(a, g * out.sign()),  # 1 where out > 0
+            (("its output", out),),
+        )
 
     # -- reductions ----------------------------------------------------------------------------------
 
@@ -186,6 +221,7 @@ class TensorOps:
                     g = g.unsqueeze(d)
             fresh = g.shape != a.shape
             _accum(a, g.expand(a.shape).contiguous() if fresh else g, fresh=fresh)
+
         return self._make(out, (a,), "sum", backward)
 
     def mean(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> TensorOps:
@@ -201,6 +237,7 @@ class TensorOps:
             def backward_all(g):
                 mask = (ad == out).to(ad.dtype)
                 _accum(a, g * mask / mask.sum())
+
             return self._make(out, (a,), "max", backward_all, (("its input a", ad), ("its output", out)))
         values, idx = ad.max(dim, keepdim=True)
 
@@ -208,6 +245,7 @@ class TensorOps:
             if not keepdim:
                 g = g.unsqueeze(dim)
             _accum(a, torch.zeros_like(ad).scatter_(dim, idx, g))
+
         return self._make(values if keepdim else values.squeeze(dim), (a,), "max", backward)
 
     def log_softmax(self, dim: int = -1) -> TensorOps:
@@ -216,6 +254,7 @@ class TensorOps:
 
         def backward(g):
             _accum(a, g - torch.exp(out) * g.sum(dim, keepdim=True))
+
         return self._make(out, (a,), "log_softmax", backward, (("its output", out),))
 
     # -- shape -----------------------------------------------------------------------------------------
@@ -247,6 +286,7 @@ class TensorOps:
 
         def backward(g):
             _accum(a, back(g), fresh=node()._owns_grad)
+
         out = self._make(data, (a,), op, backward)
         node = weakref.ref(out)  # not out itself: the closure would hold its own node, a cycle only gc frees
         return out
@@ -267,6 +307,7 @@ class TensorOps:
                 ids = torch.arange(ad.numel(), device=ad.device).reshape(ad.shape)[index]
                 grad.view(-1).index_add_(0, ids.reshape(-1), g.reshape(-1))
             _accum(a, grad)
+
         return self._make(out, (a,), "index", backward)
 
 
@@ -284,12 +325,16 @@ def _matmul_error(ad: torch.Tensor, bd: torch.Tensor, e: RuntimeError) -> Except
     """torch's "mat1 and mat2 shapes cannot be multiplied (2x3 and 5x3)" (or its dtype complaint) as one line
     naming both shapes (or dtypes); any other failure as torch said it."""
     if ad.dtype != bd.dtype:
-        return TypeError(f"matmul: operands of dtypes {ad.dtype} and {bd.dtype} (shapes {tuple(ad.shape)} and "
-                         f"{tuple(bd.shape)}); a matrix product takes one dtype: give both operands the same dtype")
+        return TypeError(
+            f"matmul: operands of dtypes {ad.dtype} and {bd.dtype} (shapes {tuple(ad.shape)} and "
+            f"{tuple(bd.shape)}); a matrix product takes one dtype: give both operands the same dtype"
+        )
     inner_b = bd.shape[0] if bd.dim() == 1 else bd.shape[-2]
     if ad.shape[-1] != inner_b:
-        why = (f"the last dimension of the first ({ad.shape[-1]}) must equal the "
-               f"{'only' if bd.dim() == 1 else 'second-to-last'} dimension of the second ({inner_b})")
+        why = (
+            f"the last dimension of the first ({ad.shape[-1]}) must equal the "
+            f"{'only' if bd.dim() == 1 else 'second-to-last'} dimension of the second ({inner_b})"
+        )
     else:
         try:
             torch.broadcast_shapes(ad.shape[:-2], bd.shape[:-2])

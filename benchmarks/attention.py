@@ -16,6 +16,7 @@ speed: forward+backward (and the parameter gradients) of MultiheadAttention (sel
 as a transformer calls it) and of TransformerEncoderLayer against torch.nn's under autograd, at a GPT-like shape
 (batch 12, T 64, E 128, 4 heads) and at T = 512; "speed vs torch" = t_torch / t_handgrad (> 1 is faster).
 """
+
 from __future__ import annotations
 
 import sys
@@ -54,6 +55,7 @@ def attention_step(path: str, q, k, v, dout, causal: bool, block: int | None):
         def run():
             out = F.scaled_dot_product_attention(*leaves, is_causal=causal)
             return torch.autograd.grad(out, leaves, dout)
+
     return run
 
 
@@ -97,10 +99,16 @@ def speed_rows(args, device) -> list[tuple[str, float, float]]:
             layer_t(xt, src_mask=mask, is_causal=True).backward(dout)
             layer_t.zero_grad()
 
-        t = interleaved({"mha": ours_mha, "mha_t": torch_mha, "layer": ours_layer, "layer_t": torch_layer},
-                        args.repeats, 3, device, clock=args.clock)
-        rows.append((f"MultiheadAttention, causal self-attention, B {batch}, T {T}, E {E}, {H} heads",
-                     t["mha"], t["mha_t"]))
+        t = interleaved(
+            {"mha": ours_mha, "mha_t": torch_mha, "layer": ours_layer, "layer_t": torch_layer},
+            args.repeats,
+            3,
+            device,
+            clock=args.clock,
+        )
+        rows.append(
+            (f"MultiheadAttention, causal self-attention, B {batch}, T {T}, E {E}, {H} heads", t["mha"], t["mha_t"])
+        )
         rows.append((f"TransformerEncoderLayer (pre-norm, FF {4 * E}), B {batch}, T {T}", t["layer"], t["layer_t"]))
     return rows
 
@@ -120,15 +128,24 @@ def main(argv: list[str] | None = None) -> int:
     print(timing.machine(device, args.clock))
     if args.part in ("memory", "all"):
         q, k, v, dout = inputs(args, device)
-        times = interleaved({p: attention_step(p, q, k, v, dout, args.causal, args.block) for p in PATHS},
-                            args.repeats, 2, device, clock=args.clock)
+        times = interleaved(
+            {p: attention_step(p, q, k, v, dout, args.causal, args.block) for p in PATHS},
+            args.repeats,
+            2,
+            device,
+            clock=args.clock,
+        )
         peaks = {p: peak_mb(attention_step(p, q, k, v, dout, args.causal, args.block), device) for p in PATHS}
-        print(f"\nattention forward+backward, B {args.batch}, {args.heads} heads of {args.head_dim}, T {args.T}, "
-              f"float32{', causal' if args.causal else ''}")
+        print(
+            f"\nattention forward+backward, B {args.batch}, {args.heads} heads of {args.head_dim}, T {args.T}, "
+            f"float32{', causal' if args.causal else ''}"
+        )
         print(f"{'path':<44} {'ms':>8} {'vs textbook':>12} {'peak MB':>9} {'vs textbook':>12}")
-        names = {"textbook": "textbook (the kernels off, T x T kept)",
-                 "blocked": "blocked (layers.ScaledDotProductAttention)",
-                 "torch": "torch F.scaled_dot_product_attention+autograd"}
+        names = {
+            "textbook": "textbook (the kernels off, T x T kept)",
+            "blocked": "blocked (layers.ScaledDotProductAttention)",
+            "torch": "torch F.scaled_dot_product_attention+autograd",
+        }
         for p in PATHS:
             mem = f"{peaks[p]:>9.1f} {peaks[p] / peaks['textbook']:>11.2f}x" if peaks else f"{'-':>9} {'-':>12}"
             print(f"{names[p]:<44} {times[p] * 1e3:>8.2f} {times[p] / times['textbook']:>11.2f}x {mem}")

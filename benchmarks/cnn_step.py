@@ -8,6 +8,7 @@ A step is forward, cross-entropy, backward and an Adam step, in training mode (b
 the kernels off (``kernels.disabled()``: the backward's im2col form, unfold, products, fold) against the same with
 the kernels on, on the CNN's second convolution's shapes.
 """
+
 from __future__ import annotations
 
 import sys
@@ -36,11 +37,13 @@ def compiled_cnn_step(device: torch.device, x, y):
         crit(ours(x), y)
         ours.backward(crit.backward())
         opt.step()
+
     return torch.compile(step, fullgraph=True)
 
 
-def cnn_rows(device: torch.device, batch: int, repeats: int, warmup: int = 3, clock: str = "wall",
-             compile: bool = False) -> dict[str, float]:
+def cnn_rows(
+    device: torch.device, batch: int, repeats: int, warmup: int = 3, clock: str = "wall", compile: bool = False
+) -> dict[str, float]:
     torch.manual_seed(0)
     ours = cnn(device=device)
     twin = ours.to_torch()
@@ -73,8 +76,12 @@ def cnn_rows(device: torch.device, batch: int, repeats: int, warmup: int = 3, cl
         with kernels.disabled():
             fast_conv()
 
-    cands = {"handgrad CNN + handgrad Adam": manual, "nn.Module CNN + torch.optim.Adam": torch_step,
-             "Conv2d 32->64 3x3, kernels": fast_conv, "Conv2d 32->64 3x3, textbook": textbook_conv}
+    cands = {
+        "handgrad CNN + handgrad Adam": manual,
+        "nn.Module CNN + torch.optim.Adam": torch_step,
+        "Conv2d 32->64 3x3, kernels": fast_conv,
+        "Conv2d 32->64 3x3, textbook": textbook_conv,
+    }
     if compile:
         cands["handgrad CNN + Adam, compiled (fullgraph)"] = compiled_cnn_step(device, x, y)
         twin_c = ours.to_torch()
@@ -84,6 +91,7 @@ def cnn_rows(device: torch.device, batch: int, repeats: int, warmup: int = 3, cl
             opt_c.zero_grad()
             F.cross_entropy(model_c(x), y).backward()
             opt_c.step()
+
         cands["nn.Module CNN compiled + torch.optim.Adam"] = torch_compiled
     return interleaved(cands, repeats, warmup, device, clock=clock)
 
@@ -92,18 +100,25 @@ def main(argv=None) -> int:
     ap = timing.parser(__doc__, clock=True)
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=30)
-    ap.add_argument("--compile", action="store_true", help="add the hand-written step under torch.compile "
-                    "(fullgraph) and the twin with its model compiled")
+    ap.add_argument(
+        "--compile",
+        action="store_true",
+        help="add the hand-written step under torch.compile (fullgraph) and the twin with its model compiled",
+    )
     a = ap.parse_args(argv)
     device = a.device
     rows = cnn_rows(device, a.batch_size, a.repeats, clock=a.clock, compile=a.compile)
     print(f"{timing.machine(device, a.clock)}")
-    print(f"float32, batch {a.batch_size}, one training step (zero_grad, forward, loss, backward, Adam step), median "
-          f"of {a.repeats} interleaved rounds; ratio = t_reference / t (> 1: faster)")
-    ref = {"handgrad CNN + handgrad Adam": "nn.Module CNN + torch.optim.Adam",
-           "handgrad CNN + Adam, compiled (fullgraph)": "nn.Module CNN + torch.optim.Adam",
-           "nn.Module CNN compiled + torch.optim.Adam": "nn.Module CNN + torch.optim.Adam",
-           "Conv2d 32->64 3x3, textbook": "Conv2d 32->64 3x3, kernels"}
+    print(
+        f"float32, batch {a.batch_size}, one training step (zero_grad, forward, loss, backward, Adam step), median "
+        f"of {a.repeats} interleaved rounds; ratio = t_reference / t (> 1: faster)"
+    )
+    ref = {
+        "handgrad CNN + handgrad Adam": "nn.Module CNN + torch.optim.Adam",
+        "handgrad CNN + Adam, compiled (fullgraph)": "nn.Module CNN + torch.optim.Adam",
+        "nn.Module CNN compiled + torch.optim.Adam": "nn.Module CNN + torch.optim.Adam",
+        "Conv2d 32->64 3x3, textbook": "Conv2d 32->64 3x3, kernels",
+    }
     print(f"  {'candidate':<38}{'ms':>9}{'ratio':>28}")
     for name, t in rows.items():
         ratio = f"{rows[ref[name]] / t:.2f}x vs {'nn.Module' if 'CNN' in name else 'kernels'}" if name in ref else ""

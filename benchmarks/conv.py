@@ -11,6 +11,7 @@ interleaved, one step each per round, so drift in machine speed hits all alike. 
 "vs nn" = t_nn / t_hand and "im2col / fast" = t_im2col / t_hand (> 1: the kernels are faster than the textbook,
 the layer's own backward run with ``kernels.disabled()``).
 """
+
 from __future__ import annotations
 
 import torch
@@ -70,23 +71,28 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--warmup", type=int, default=3)
     args = ap.parse_args(argv)
     device, dtype = args.device, getattr(torch, args.dtype)
-    print(f"{timing.machine(device)}\nConv2d forward+backward, batch {args.batch}, {args.dtype}, median of "
-          f"{args.repeats}")
+    print(
+        f"{timing.machine(device)}\nConv2d forward+backward, batch {args.batch}, {args.dtype}, median of {args.repeats}"
+    )
     print(f"{'shape':<34} {'dx':>3} {'hand ms':>8} {'nn ms':>8} {'im2col ms':>9} {'vs nn':>6} {'im2col/fast':>11}")
     with torch.no_grad():
         for label, *shape, first in SHAPES:
             fns = candidates(*shape, first, args.batch, device, dtype)
             fns["nn"] = _with_grad(fns["nn"])
             t = bench(fns, device, args.repeats, args.warmup)
-            print(f"{label:<34} {'no' if first else 'yes':>3} {t['hand'] * 1e3:8.2f} {t['nn'] * 1e3:8.2f} "
-                  f"{t['im2col'] * 1e3:9.2f} {t['nn'] / t['hand']:5.2f}x {t['im2col'] / t['hand']:10.2f}x")
+            print(
+                f"{label:<34} {'no' if first else 'yes':>3} {t['hand'] * 1e3:8.2f} {t['nn'] * 1e3:8.2f} "
+                f"{t['im2col'] * 1e3:9.2f} {t['nn'] / t['hand']:5.2f}x {t['im2col'] / t['hand']:10.2f}x"
+            )
 
 
 def _with_grad(f):
     """nn.Conv2d's step runs with autograd on; the hand-written ones under no_grad, as the trainer runs them."""
+
     def run():
         with torch.enable_grad():
             f()
+
     return run
 
 

@@ -8,6 +8,7 @@ over the same epoch (default net, batch 128, Adam), and prints the one-time load
 The training epoch takes as long as one of train.py's (tens of seconds on a CPU): a progress
 bar shows it going.
 """
+
 from __future__ import annotations
 
 import sys
@@ -27,8 +28,9 @@ def main(argv=None) -> int:
     ap.add_argument("--data-dir", default="data")
     ap.add_argument("--batch-size", type=int, default=128)
     a = ap.parse_args(argv)
-    config = training.TrainConfig(dataset=a.dataset, data_dir=a.data_dir, batch_size=a.batch_size, val_split=0,
-                                  impl="manual", quiet=True)
+    config = training.TrainConfig(
+        dataset=a.dataset, data_dir=a.data_dir, batch_size=a.batch_size, val_split=0, impl="manual", quiet=True
+    )
     device = a.device
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     print(f"{timing.machine(device)}\n{a.dataset}: loading ...", flush=True)
@@ -47,14 +49,14 @@ def main(argv=None) -> int:
     def gather_epoch():  # milliseconds: no progress bar to time along with it
         perm = torch.randperm(n, generator=gen).to(device)
         for i in range(0, n, bs):
-            idx = perm[i:i + bs]
+            idx = perm[i : i + bs]
             data.train_x[idx], data.train_y[idx]
 
     def train_epoch():
         perm = torch.randperm(n, generator=gen).to(device)
         with tqdm(total=-(-n // bs), desc="one epoch of training steps", leave=False, file=sys.stderr) as bar:
             for i in range(0, n, bs):
-                idx = perm[i:i + bs]
+                idx = perm[i : i + bs]
                 impl.train_step(data.train_x[idx], data.train_y[idx], idx.shape[0])  # train.py reads back every 50
                 bar.update(1)
 
@@ -65,9 +67,11 @@ def main(argv=None) -> int:
         fn()
         sync()
         times[name] = min(times.get(name, float("inf")), time.perf_counter() - t)
-    print(f"{a.dataset} on {device}: one-time load {load:.2f} s; per epoch ({n} samples, batch {bs}): "
-          f"data handling {times['gather'] * 1e3:.1f} ms, training steps {times['train']:.2f} s "
-          f"-> data handling is {100 * times['gather'] / times['train']:.2f}% of the epoch")
+    print(
+        f"{a.dataset} on {device}: one-time load {load:.2f} s; per epoch ({n} samples, batch {bs}): "
+        f"data handling {times['gather'] * 1e3:.1f} ms, training steps {times['train']:.2f} s "
+        f"-> data handling is {100 * times['gather'] / times['train']:.2f}% of the epoch"
+    )
     return 0
 
 

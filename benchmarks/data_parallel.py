@@ -9,6 +9,7 @@ processes (as train.py does under torchrun); torch's intra-op threads (--threads
 are divided between the processes, so 1 and N processes use the same cores.  A step's communication time
 is measured by running the same all-reduces alone, on gradients already computed.
 """
+
 from __future__ import annotations
 
 import os
@@ -93,20 +94,25 @@ def main(argv=None) -> int:
         results = manager.dict()
         worker(0, 1, tmp, a, "single", results)
         for mode in ("after", "overlap"):
-            mp.start_processes(worker, args=(a.world, tmp, a, mode, results), nprocs=a.world, start_method="spawn",
-                               join=True)
+            mp.start_processes(
+                worker, args=(a.world, tmp, a, mode, results), nprocs=a.world, start_method="spawn", join=True
+            )
         results = dict(results)
     single = results[("single", 1, 0)][0]
     print(f"{timing.machine(torch.device('cpu'))} (1 process), {threads(a, a.world)} each ({a.world} processes)")
-    print(f"Net hidden {a.hidden} x {a.depth}, global batch {a.batch_size}, SGD, "
-          f"buckets of {a.bucket_mb} MB, median of {a.steps} steps")
+    print(
+        f"Net hidden {a.hidden} x {a.depth}, global batch {a.batch_size}, SGD, "
+        f"buckets of {a.bucket_mb} MB, median of {a.steps} steps"
+    )
     print(f"{'configuration':<50}{'ms/step':>9}{'samples/s':>11}{'vs 1 proc':>11}{'comm share':>12}")
     print(f"{'1 process':<50}{single * 1e3:>9.1f}{a.batch_size / single:>11.0f}{1.0:>10.2f}x{'-':>12}")
     for mode, label in (("after", "all-reduce after the backward"), ("overlap", "buckets overlapping the backward")):
         t = max(results[(mode, a.world, r)][0] for r in range(a.world))  # the slowest rank sets the pace
         c = max(results[(mode, a.world, r)][1] for r in range(a.world))
-        print(f"{f'{a.world} processes, {label}':<50}{t * 1e3:>9.1f}{a.batch_size / t:>11.0f}{single / t:>10.2f}x"
-              f"{100 * c / t:>11.0f}%")
+        print(
+            f"{f'{a.world} processes, {label}':<50}{t * 1e3:>9.1f}{a.batch_size / t:>11.0f}{single / t:>10.2f}x"
+            f"{100 * c / t:>11.0f}%"
+        )
     return 0
 
 

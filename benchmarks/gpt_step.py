@@ -18,6 +18,7 @@ hand-written step keeps its gradients between steps and zeroes them first, the t
 By default glibc keeps freed memory, as train.py has it (benchmarks/timing.py); --glibc-default leaves it be.
 The breakdown times each kind of layer's forward+backward inside the hand-written iteration (torch.profiler).
 """
+
 from __future__ import annotations
 
 import sys
@@ -33,17 +34,28 @@ from memory import peak_mb  # sibling scripts: benchmarks/ is sys.path[0] when a
 import timing
 from timing import interleaved
 
-PRESETS = {"default": dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch=12, vocab_size=65),
-           "gpt2-small": dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, batch=8, vocab_size=50304)}
+PRESETS = {
+    "default": dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch=12, vocab_size=65),
+    "gpt2-small": dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, batch=8, vocab_size=50304),
+}
 
 
 def build(cfg: dict, device, dtype):
     torch.manual_seed(0)
-    model = GPT(vocab_size=cfg["vocab_size"], block_size=cfg["block_size"], n_layer=cfg["n_layer"],
-                n_head=cfg["n_head"], n_embd=cfg["n_embd"], device=device, dtype=dtype)
+    model = GPT(
+        vocab_size=cfg["vocab_size"],
+        block_size=cfg["block_size"],
+        n_layer=cfg["n_layer"],
+        n_head=cfg["n_head"],
+        n_embd=cfg["n_embd"],
+        device=device,
+        dtype=dtype,
+    )
     twin = model.to_torch()
-    groups = lambda named: [{"params": [p for _, p in named if p.dim() >= 2], "weight_decay": 0.1},  # noqa: E731
-                            {"params": [p for _, p in named if p.dim() < 2], "weight_decay": 0.0}]
+    groups = lambda named: [
+        {"params": [p for _, p in named if p.dim() >= 2], "weight_decay": 0.1},  # noqa: E731
+        {"params": [p for _, p in named if p.dim() < 2], "weight_decay": 0.0},
+    ]
     opt = AdamW(groups(list(model.named_parameters())), lr=1e-3, betas=(0.9, 0.99))
     opt_t = torch.optim.AdamW(groups(list(twin.named_parameters())), lr=1e-3, betas=(0.9, 0.99))
     return model, twin, opt, opt_t
@@ -59,6 +71,7 @@ def hand_step(model, opt, x, y, V: int):
         model.backward(crit.backward().view_as(logits))
         clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+
     return handgrad
 
 
@@ -69,6 +82,7 @@ def with_fused_kernels(step):
     def fused_step():
         with compiled.kernels():
             step()
+
     return fused_step
 
 
@@ -82,6 +96,7 @@ def steps(model, twin, opt, opt_t, x, y, V: int, compiled=None, hand_compiled=No
             F.cross_entropy(fwd(x).view(-1, V), y.view(-1)).backward()
             torch.nn.utils.clip_grad_norm_(twin.parameters(), 1.0)
             opt_t.step()
+
         return twin_step
 
     cands = {"handgrad GPT + handgrad AdamW": handgrad, "nn.Module twin + torch.optim.AdamW": make_twin(twin)}
@@ -100,9 +115,13 @@ def breakdown(model, x, y, V: int) -> list[tuple[str, float]]:
     loss, the optimizer (record_function ranges around the calls)."""
     from torch.profiler import ProfilerActivity, profile, record_function
     from models import gpt as gpt_module
-    kinds = {"attention (q/k/v + blocked attention + projection)": gpt_module.CausalSelfAttention,
-             "MLP (c_fc, GELU, c_proj)": gpt_module.MLP, "LayerNorm": gpt_module.LayerNorm,
-             "Embedding": gpt_module.Embedding}
+
+    kinds = {
+        "attention (q/k/v + blocked attention + projection)": gpt_module.CausalSelfAttention,
+        "MLP (c_fc, GELU, c_proj)": gpt_module.MLP,
+        "LayerNorm": gpt_module.LayerNorm,
+        "Embedding": gpt_module.Embedding,
+    }
     originals = {}
     for label, cls in kinds.items():
         for meth in ("forward", "backward"):
@@ -112,6 +131,7 @@ def breakdown(model, x, y, V: int) -> list[tuple[str, float]]:
             def wrapped(self, *a, __orig=orig, __label=label, **kw):
                 with record_function(__label):
                     return __orig(self, *a, **kw)
+
             setattr(cls, meth, wrapped)
     crit = CrossEntropyLoss()
     opt = AdamW(model.parameters(), lr=1e-3)
@@ -141,6 +161,7 @@ def top_ops(fn, device, n: int = 12) -> str:
     """The ``n`` operators that took the most time of three calls of ``fn`` (on a GPU the kernels' own device
     time, on the CPU the operators' own CPU time), as torch.profiler's table, per call."""
     from torch.profiler import ProfilerActivity, profile
+
     cuda = device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     fn()
@@ -150,7 +171,7 @@ def top_ops(fn, device, n: int = 12) -> str:
             fn()
         sync()
     events = prof.key_averages()
-    for key in (("self_device_time_total", "self_cuda_time_total") if cuda else ("self_cpu_time_total",)):
+    for key in ("self_device_time_total", "self_cuda_time_total") if cuda else ("self_cpu_time_total",):
         try:
             return events.table(sort_by=key, row_limit=n, max_name_column_width=48)
         except (AttributeError, KeyError, ValueError):  # the name of the device column changed between versions
@@ -165,13 +186,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=None)
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--compile", action="store_true",
-                    help="also the twin under torch.compile, and handgrad's iteration compiled whole")
-    ap.add_argument("--profile", action="store_true",
-                    help="also where each eager iteration's time goes, operator by operator (torch.profiler: on a GPU "
-                         "each kernel's device time), for the hand-written iteration and the twin's")
-    ap.add_argument("--fused", action="store_true",
-                    help="also handgrad's eager iteration with the compiled kernels on (kernels/compiled.py)")
+    ap.add_argument(
+        "--compile",
+        action="store_true",
+        help="also the twin under torch.compile, and handgrad's iteration compiled whole",
+    )
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="also where each eager iteration's time goes, operator by operator (torch.profiler: on a GPU "
+        "each kernel's device time), for the hand-written iteration and the twin's",
+    )
+    ap.add_argument(
+        "--fused",
+        action="store_true",
+        help="also handgrad's eager iteration with the compiled kernels on (kernels/compiled.py)",
+    )
     args = ap.parse_args(argv)
     device = args.device
     cfg = dict(PRESETS[args.preset])

@@ -19,6 +19,7 @@ goals need first, so a run cut short by --budget still has them.
   precision       benchmarks/precision.py: bfloat16 and float16 (with its dynamic loss scale) vs autocast
   train           train.py --dataset fashion-mnist --epochs 2 on the device, end to end, beside its twin
 """
+
 from __future__ import annotations
 
 import os
@@ -37,8 +38,11 @@ ROOT = HERE.parent
 def sections(device: str, quick: bool, data_dir: str, out: str) -> list[tuple[str, list[str], int]]:
     """[(section, argv after the interpreter, seconds allowed), ...], in the order they run."""
     dev = ["--device", device]
-    gpt = ["--preset", "default", "--repeats", "2", "--warmup", "1"] if quick else ["--preset", "gpt2-small",
-                                                                                    "--repeats", "20"]
+    gpt = (
+        ["--preset", "default", "--repeats", "2", "--warmup", "1"]
+        if quick
+        else ["--preset", "gpt2-small", "--repeats", "20"]
+    )
     mlp = ["--repeats", "3", "--warmup", "4"] if quick else ["--repeats", "300"]
     lstm = ["--repeats", "2", "--warmup", "1", "--seq", "8"] if quick else ["--repeats", "50"]
     return [
@@ -48,22 +52,53 @@ def sections(device: str, quick: bool, data_dir: str, out: str) -> list[tuple[st
         ("gpt-compiled", [str(HERE / "gpt_step.py"), *dev, *gpt, "--dtype", "bfloat16", "--compile"], 420),
         ("lstm", [str(HERE / "lstm_step.py"), *dev, *lstm], 60),
         ("lstm", [str(HERE / "lstm_step.py"), *dev, *lstm, "--hidden", "1024", "--input", "256", "--batch", "64"], 60),
-        ("precision", [str(HERE / "precision.py"), *dev, "--dtypes", "bfloat16", "float16",
-                       *(["--repeats", "2", "--hidden", "64"] if quick else ["--repeats", "100"])], 60),
+        (
+            "precision",
+            [
+                str(HERE / "precision.py"),
+                *dev,
+                "--dtypes",
+                "bfloat16",
+                "float16",
+                *(["--repeats", "2", "--hidden", "64"] if quick else ["--repeats", "100"]),
+            ],
+            60,
+        ),
         ("mlp", [str(HERE / "step.py"), *dev, "--nets", "default", "--compile", "default", *mlp], 180),
-        ("train", [str(ROOT / "train.py"), "--dataset", "fashion-mnist", "--epochs", "1" if quick else "2", *dev,
-                   "--data-dir", data_dir, "--no-download", "--out", out, "--overwrite", "--no-plots",
-                   *(["--limit-train", "512"] if quick else [])], 240),
+        (
+            "train",
+            [
+                str(ROOT / "train.py"),
+                "--dataset",
+                "fashion-mnist",
+                "--epochs",
+                "1" if quick else "2",
+                *dev,
+                "--data-dir",
+                data_dir,
+                "--no-download",
+                "--out",
+                out,
+                "--overwrite",
+                "--no-plots",
+                *(["--limit-train", "512"] if quick else []),
+            ],
+            240,
+        ),
         ("gpt-compiled", [str(HERE / "gpt_step.py"), *dev, *gpt, "--dtype", "float32", "--compile"], 420),
     ]
 
 
 def run(argv: list[str], limit: int) -> tuple[str, float]:
     """Run one command with the project on the path, its output passed through; how it ended and its seconds."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-           "PYTHONUNBUFFERED": "1"}
-    print(f"\n$ python {' '.join(os.path.relpath(a, ROOT) if a.startswith(str(ROOT)) else a for a in argv)}",
-          flush=True)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        "PYTHONUNBUFFERED": "1",
+    }
+    print(
+        f"\n$ python {' '.join(os.path.relpath(a, ROOT) if a.startswith(str(ROOT)) else a for a in argv)}", flush=True
+    )
     t0 = time.perf_counter()
     try:
         rc = subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, timeout=limit).returncode
@@ -78,12 +113,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=None, help="comma-separated sections (default: all, in the order above)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes and few repeats: checks that each section runs")
     ap.add_argument("--data-dir", default="data", help="where train.py finds Fashion-MNIST (default: data)")
-    ap.add_argument("--budget", type=float, default=None, metavar="SECONDS",
-                    help="stop starting sections once this much time has passed; each gets at most what is left")
+    ap.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="stop starting sections once this much time has passed; each gets at most what is left",
+    )
     args = ap.parse_args(argv)
     device = str(args.device)
     if args.device.type == "cuda":
         import torch
+
         device = f"cuda:{torch.cuda.current_device() if args.device.index is None else args.device.index}"
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:

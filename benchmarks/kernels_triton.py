@@ -18,6 +18,7 @@ Triton compiles for GPUs only: on a machine without CUDA the script refuses in o
 checks the kernels there, in Triton's interpreter, which says nothing of speed).  The first call of each kernel
 compiles it (seconds); the warm-up rounds absorb that.
 """
+
 from __future__ import annotations
 
 import os
@@ -93,8 +94,12 @@ def attention(tk, a, dtype, dev):
         out = F.scaled_dot_product_attention(qr, kr, vr, is_causal=True)
         return out, *torch.autograd.grad(out, (qr, kr, vr), dout)
 
-    return (lambda: tk.flash_attention_forward(q, k, v, causal=True)), ours_step, \
-        (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)), torch_step
+    return (
+        (lambda: tk.flash_attention_forward(q, k, v, causal=True)),
+        ours_step,
+        (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)),
+        torch_step,
+    )
 
 
 def cross_entropy(tk, a, dtype, dev):
@@ -110,8 +115,12 @@ def cross_entropy(tk, a, dtype, dev):
         loss = F.cross_entropy(zr.float() if dtype != torch.float32 else zr, y)
         return loss, *torch.autograd.grad(loss, zr)
 
-    return (lambda: tk.cross_entropy_forward(z, y, check_targets=False)), ours_step, \
-        (lambda: F.cross_entropy(z.float() if dtype != torch.float32 else z, y)), torch_step
+    return (
+        (lambda: tk.cross_entropy_forward(z, y, check_targets=False)),
+        ours_step,
+        (lambda: F.cross_entropy(z.float() if dtype != torch.float32 else z, y)),
+        torch_step,
+    )
 
 
 def adamw(tk, a, dtype, dev):
@@ -153,8 +162,10 @@ def main(argv=None) -> int:
     p.add_argument("--inner", type=int, default=10, help="calls a timed round (their time divided by it)")
     a = p.parse_args(argv)
     if not torch.cuda.is_available():
-        p.error(f"the Triton kernels compile for a CUDA device and torch {torch.__version__} sees none here "
-                f"(on a CPU, pytest -m triton checks them in Triton's interpreter, which measures no speed)")
+        p.error(
+            f"the Triton kernels compile for a CUDA device and torch {torch.__version__} sees none here "
+            f"(on a CPU, pytest -m triton checks them in Triton's interpreter, which measures no speed)"
+        )
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         p.error("TRITON_INTERPRET is set: the kernels would run in Triton's interpreter; unset it to time them")
     try:
@@ -176,6 +187,7 @@ def main(argv=None) -> int:
     if a.C % a.heads:
         p.error(f"--C {a.C} is not a multiple of --heads {a.heads}")
     from kernels import triton as tk
+
     if not tk.available():
         p.error("Triton is not installed (pip install triton; torch's CUDA wheels bring it)")
 
@@ -189,10 +201,14 @@ def main(argv=None) -> int:
 def table(a, dev: torch.device, tk, kernels: list[str], dtypes: list[str]) -> list[str]:
     """Print the table's rows (a: the parsed arguments); -> the kernels that differed from torch, in words.
     (Also called on a CPU, in Triton's interpreter at toy sizes, by tests/test_triton_import.py.)"""
-    print(f"B={a.batch} T={a.T} C={a.C} heads={a.heads} vocab={a.vocab} params={a.params}; median of {a.repeats} "
-          f"rounds of {a.inner} calls after {a.warmup} warm-up rounds")
-    print(f"{'kernel':<14} {'dtype':<9} {'pass':<8} {'triton ms':>10} {'torch ms':>10} {'vs torch':>9} "
-          f"{'triton tok/s':>13} {'max rel err':>12}")
+    print(
+        f"B={a.batch} T={a.T} C={a.C} heads={a.heads} vocab={a.vocab} params={a.params}; median of {a.repeats} "
+        f"rounds of {a.inner} calls after {a.warmup} warm-up rounds"
+    )
+    print(
+        f"{'kernel':<14} {'dtype':<9} {'pass':<8} {'triton ms':>10} {'torch ms':>10} {'vs torch':>9} "
+        f"{'triton tok/s':>13} {'max rel err':>12}"
+    )
     tokens, failed = a.batch * a.T, []
     for name in kernels:
         for dname in dtypes:
@@ -214,12 +230,16 @@ def table(a, dev: torch.device, tk, kernels: list[str], dtypes: list[str]) -> li
                     failed.append(f"{name} {dname} {part}: max relative error {err:.2e} > {TOLERANCE[dtype]:.0e}")
                     print(f"{name:<14} {dname:<9} {part:<8} differs from torch: {err:.2e}")
                     continue
-                t = interleaved({"triton": _repeat(ours, a.inner), "torch": _repeat(theirs, a.inner)}, a.repeats,
-                                a.warmup, dev)
+                t = interleaved(
+                    {"triton": _repeat(ours, a.inner), "torch": _repeat(theirs, a.inner)}, a.repeats, a.warmup, dev
+                )
                 ms = {k: 1e3 * v / a.inner for k, v in t.items()}
                 tok = f"{tokens / (ms['triton'] / 1e3):13.3g}" if name != "adamw" else f"{'':>13}"
-                print(f"{name:<14} {dname:<9} {part:<8} {ms['triton']:10.3f} {ms['torch']:10.3f} "
-                      f"{ms['torch'] / ms['triton']:8.2f}x {tok} {err:12.1e}", flush=True)
+                print(
+                    f"{name:<14} {dname:<9} {part:<8} {ms['triton']:10.3f} {ms['torch']:10.3f} "
+                    f"{ms['torch'] / ms['triton']:8.2f}x {tok} {err:12.1e}",
+                    flush=True,
+                )
             del made
             if dev.type == "cuda":
                 torch.cuda.empty_cache()
@@ -230,6 +250,7 @@ def _repeat(fn, n: int):
     def run():
         for _ in range(n):
             fn()
+
     return run
 
 

@@ -23,6 +23,7 @@ The "products through ..." row is the hand-written step with its products the ot
 kernels/recurrent/matmul.py chooses for this CPU (oneDNN's matmul on an AMD CPU, MKL's sgemm through torch.addmm
 elsewhere).
 """
+
 from __future__ import annotations
 
 import os
@@ -41,8 +42,11 @@ import timing  # a sibling script: benchmarks/ is sys.path[0] when a script here
 from timing import interleaved
 
 
-OTHER = ("handgrad step, products through " + ("torch.addmm" if matmul.ONEDNN else "oneDNN")
-         + ("" if matmul.AVAILABLE else " (not in this torch: addmm)"))
+OTHER = (
+    "handgrad step, products through "
+    + ("torch.addmm" if matmul.ONEDNN else "oneDNN")
+    + ("" if matmul.AVAILABLE else " (not in this torch: addmm)")
+)
 
 
 def build(seq: int, batch: int, inp: int, hidden: int, layers: int, vocab: int, device=torch.device("cpu")):
@@ -87,8 +91,10 @@ def compiled_candidates(seq, batch, inp, hidden, layers, vocab) -> dict:
         opt_t.step()
         xr.grad = None
 
-    return {"handgrad step under torch.compile (fullgraph)": torch.compile(hand_step, fullgraph=True),
-            "nn.LSTM step, forward under torch.compile": torch_step}
+    return {
+        "handgrad step under torch.compile (fullgraph)": torch.compile(hand_step, fullgraph=True),
+        "nn.LSTM step, forward under torch.compile": torch_step,
+    }
 
 
 def candidates(seq, batch, inp, hidden, layers, vocab, device=torch.device("cpu")) -> dict:
@@ -143,8 +149,14 @@ def candidates(seq, batch, inp, hidden, layers, vocab, device=torch.device("cpu"
         opt.step()
 
     # The matrix products alone, as the LSTM calls them (kernels/recurrent/bptt.py), on the same shapes.
-    ws = [(getattr(lstm, f"weight_ih_l{k}"), getattr(lstm, f"weight_hh_l{k}"),
-           getattr(lstm, f"bias_ih_l{k}") + getattr(lstm, f"bias_hh_l{k}")) for k in range(layers)]
+    ws = [
+        (
+            getattr(lstm, f"weight_ih_l{k}"),
+            getattr(lstm, f"weight_hh_l{k}"),
+            getattr(lstm, f"bias_ih_l{k}") + getattr(lstm, f"bias_hh_l{k}"),
+        )
+        for k in range(layers)
+    ]
     ins = [x.reshape(T * N, inp)] + [torch.randn(T * N, H) for _ in range(layers - 1)]
     A, h = torch.randn(T, N, 4 * H), torch.randn(T + 1, N, H)
     dA, dy = torch.randn(T * N, 4 * H), torch.randn(T, N, H)
@@ -198,9 +210,12 @@ def main(argv=None) -> int:
     ap.add_argument("--vocab", type=int, default=65)
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--compile", action="store_true",
-                    help="add the hand-written step under torch.compile(fullgraph=True) and the nn.LSTM step with its "
-                         "forward compiled (each compiles in the warm-up rounds: minutes at the default shape)")
+    ap.add_argument(
+        "--compile",
+        action="store_true",
+        help="add the hand-written step under torch.compile(fullgraph=True) and the nn.LSTM step with its "
+        "forward compiled (each compiles in the warm-up rounds: minutes at the default shape)",
+    )
     a = ap.parse_args(argv)
     if a.device.type != "cpu" and a.compile:
         ap.error(f"--compile: on {a.device} this benchmark times the two eager steps only; leave --compile out")
@@ -212,32 +227,47 @@ def main(argv=None) -> int:
     t = interleaved(cands, a.repeats, a.warmup, a.device, clock=a.clock)
     load_after = os.getloadavg()[0]
     where = "CPU" if a.device.type == "cpu" else f"{a.device} (nn.LSTM: cuDNN)"
-    print(f"torch {torch.__version__}, {where}, {torch.get_num_threads()} threads, float32, oneDNN products: "
-          f"{matmul.ONEDNN}; load average {load:.2f} before, {load_after:.2f} after")
-    print(f"LSTM({a.input}, {a.hidden}, num_layers={a.layers}) + Linear({a.hidden}, {a.vocab}), T {a.seq}, batch "
-          f"{a.batch}: median of {a.repeats} interleaved rounds")
+    print(
+        f"torch {torch.__version__}, {where}, {torch.get_num_threads()} threads, float32, oneDNN products: "
+        f"{matmul.ONEDNN}; load average {load:.2f} before, {load_after:.2f} after"
+    )
+    print(
+        f"LSTM({a.input}, {a.hidden}, num_layers={a.layers}) + Linear({a.hidden}, {a.vocab}), T {a.seq}, batch "
+        f"{a.batch}: median of {a.repeats} interleaved rounds"
+    )
     ref = t["nn.LSTM step"]
     print(f"  {'candidate':<46}{'ms':>9}{'vs nn.LSTM':>12}")
-    shown = ("handgrad step", "nn.LSTM step", OTHER,
-             "handgrad step under torch.compile (fullgraph)", "nn.LSTM step, forward under torch.compile")
+    shown = (
+        "handgrad step",
+        "nn.LSTM step",
+        OTHER,
+        "handgrad step under torch.compile (fullgraph)",
+        "nn.LSTM step, forward under torch.compile",
+    )
     for name in (n for n in shown if n in t):
         print(f"  {name:<46}{t[name] * 1e3:>9.2f}{ref / t[name]:>11.2f}x")
     if a.device.type != "cpu":
         return 0
     fwd, fb = t["LSTM forward"], t["LSTM forward + backward"]
     bwd = fb - fwd
-    rows = [("LSTM forward", fwd),
-            ("  input projections", t["input projections (1 GEMM per layer)"]),
-            ("  recurrent products", t["recurrent products, forward (T per layer)"]),
-            ("  the rest: gate arithmetic, Python", fwd - t["input projections (1 GEMM per layer)"]
-             - t["recurrent products, forward (T per layer)"]),
-            ("LSTM backward (forward + backward - forward)", bwd),
-            ("  recurrent products", t["recurrent products, backward (T per layer)"]),
-            ("  weight-gradient and dx products, bias sums", t["weight-gradient, dx and bias reductions"]),
-            ("  the rest: gate derivatives, factors, Python", bwd - t["recurrent products, backward (T per layer)"]
-             - t["weight-gradient, dx and bias reductions"]),
-            ("head: Linear + cross-entropy, fwd + bwd", t["head: Linear + cross-entropy, fwd + bwd"]),
-            ("AdamW step", t["AdamW step"])]
+    rows = [
+        ("LSTM forward", fwd),
+        ("  input projections", t["input projections (1 GEMM per layer)"]),
+        ("  recurrent products", t["recurrent products, forward (T per layer)"]),
+        (
+            "  the rest: gate arithmetic, Python",
+            fwd - t["input projections (1 GEMM per layer)"] - t["recurrent products, forward (T per layer)"],
+        ),
+        ("LSTM backward (forward + backward - forward)", bwd),
+        ("  recurrent products", t["recurrent products, backward (T per layer)"]),
+        ("  weight-gradient and dx products, bias sums", t["weight-gradient, dx and bias reductions"]),
+        (
+            "  the rest: gate derivatives, factors, Python",
+            bwd - t["recurrent products, backward (T per layer)"] - t["weight-gradient, dx and bias reductions"],
+        ),
+        ("head: Linear + cross-entropy, fwd + bwd", t["head: Linear + cross-entropy, fwd + bwd"]),
+        ("AdamW step", t["AdamW step"]),
+    ]
     print(f"\n  the hand-written step's parts (timed separately in the same run){'':<4}{'ms':>9}{'of step':>10}")
     for name, v in rows:
         print(f"  {name:<70}{v * 1e3:>9.2f}{v / t['handgrad step']:>9.0%}")

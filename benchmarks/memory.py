@@ -8,6 +8,7 @@ autograd's saved tensors included; a tensor that existed before the call counts 
 the call that touches it: weights, gradients and optimizer state that the call reads or writes are in the
 figure, measured: a call that only adds 1 to an existing 4 MB tensor peaks at 4 MB).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -23,10 +24,11 @@ def peak_mb(fn: Callable[[], object], device: torch.device) -> float:
         base = torch.cuda.memory_allocated(device)
         fn()
         torch.cuda.synchronize(device)
-        return (torch.cuda.max_memory_allocated(device) - base) / 2 ** 20
+        return (torch.cuda.max_memory_allocated(device) - base) / 2**20
     from torch.profiler import ProfilerActivity, profile
     from torch.profiler._memory_profiler import MemoryProfileTimeline  # the timeline behind export_memory_timeline
+
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
         fn()
     _, sizes = MemoryProfileTimeline(prof._memory_profile())._coalesce_timeline(torch.device("cpu"))
-    return max((sum(s) for s in sizes), default=0) / 2 ** 20
+    return max((sum(s) for s in sizes), default=0) / 2**20

@@ -13,6 +13,7 @@ Candidates, run interleaved in one process (one step each per round, so drift hi
 A step is forward, cross-entropy, backward, total-norm clipping and SGD; the monitored candidates add
 ``update(step)`` before clipping and ``update_after_clip()`` after.  The ratio column is t / t(no monitor).
 """
+
 from __future__ import annotations
 
 import sys
@@ -62,6 +63,7 @@ def candidate(net: Sequential, every: int | None, activations: bool):
             mon.update_after_clip()
         opt.step()
         state["step"] += 1
+
     return step
 
 
@@ -93,8 +95,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     device = args.device
     print(f"{timing.machine(device)}; float32")
-    for label, hidden, batch, default_reps in (("default net 784-1024x3-10, batch 512", 1024, 512, 30),
-                                               ("small net 784-128x3-10, batch 64", 128, 64, 500)):
+    for label, hidden, batch, default_reps in (
+        ("default net 784-1024x3-10, batch 512", 1024, 512, 30),
+        ("small net 784-128x3-10, batch 64", 128, 64, 500),
+    ):
         reps = args.repeats or (default_reps if device.type == "cpu" else 300)
         rows = bench(hidden, batch, device, reps, args.warmup)
         base = rows["no monitor"]

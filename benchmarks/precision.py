@@ -10,6 +10,7 @@ Candidates, interleaved round-robin in one process (one step each per round):
   nn.Module <dtype>    the twin under torch.autocast(<dtype>) (+ torch.amp.GradScaler for float16).
 Printed: median ms per step and the ratio to the float32 hand-written step (> 1 is slower).
 """
+
 from __future__ import annotations
 
 import sys
@@ -37,6 +38,7 @@ def handgrad_step(net, dtype, lr):
             crit(net(x), y)
             net.backward(crit.backward())
             opt.step()
+
         return step
     master = MasterWeights(net, cast_to=dtype)
     opt = SGD(master.parameters(), lr=lr, momentum=0.9)
@@ -44,22 +46,25 @@ def handgrad_step(net, dtype, lr):
 
     def step(x, y):
         master.zero_grad()
-        crit(net(x.to(dtype)), y)                               # forward in low precision, CE in float32
-        net.backward(crit.backward(scaler.scale_loss_grad()))   # the loss gradient times the scale
-        master.grads_to_master(scaler)                          # float32 grads, unscaled, inf/nan checked
-        scaler.step(opt)                                        # skipped on inf/nan
+        crit(net(x.to(dtype)), y)  # forward in low precision, CE in float32
+        net.backward(crit.backward(scaler.scale_loss_grad()))  # the loss gradient times the scale
+        master.grads_to_master(scaler)  # float32 grads, unscaled, inf/nan checked
+        scaler.step(opt)  # skipped on inf/nan
         scaler.update()
-        master.master_to_model()                                # the new weights, rounded into the model
+        master.master_to_model()  # the new weights, rounded into the model
+
     return step
 
 
 def torch_step(model, dtype, lr, device):
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     if dtype == torch.float32:
+
         def step(x, y):
             opt.zero_grad()
             F.cross_entropy(model(x), y).backward()
             opt.step()
+
         return step
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
 
@@ -70,6 +75,7 @@ def torch_step(model, dtype, lr, device):
         scaler.scale(loss).backward()
         scaler.step(opt)
         scaler.update()
+
     return step
 
 
@@ -100,8 +106,9 @@ def main(argv=None) -> int:
         steps[f"handgrad {name}"] = handgrad_step(net, dtype, 0.01)
         steps[f"nn.Module {name}"] = torch_step(twin, dtype, 0.01, device)
     medians = interleaved(steps, args.repeats, args.warmup, device, (x, y))
-    print(f"{timing.machine(device)}\nnet 784-{args.hidden}x{args.depth}-10, batch {args.batch}, median of "
-          f"{args.repeats}")
+    print(
+        f"{timing.machine(device)}\nnet 784-{args.hidden}x{args.depth}-10, batch {args.batch}, median of {args.repeats}"
+    )
     base = medians["handgrad float32"]
     for k, med in medians.items():
         print(f"  {k:22s} {med * 1e3:10.2f} ms   {med / base:7.2f}x handgrad float32")

@@ -31,6 +31,7 @@ handgrad rows:
 The cnn "net" is train.py --model cnn (batch 128, Adam) vs its twin, and Conv2d's textbook (the kernels off)
 vs its kernels (benchmarks/cnn_step.py's rows).
 """
+
 from __future__ import annotations
 
 import sys
@@ -68,6 +69,7 @@ def handgrad_step(net, opt, crit, need_input_grad=False, set_to_none=True):
             net.backward(crit.backward())  # the README's call
         opt.step()
         return loss
+
     return step
 
 
@@ -76,6 +78,7 @@ def engine_step(model, opt):
         opt.zero_grad()
         cross_entropy(model(x), y).backward()
         opt.step()
+
     return step
 
 
@@ -89,6 +92,7 @@ def torch_step(model, opt, mark_step=False, opt_step=None):
         opt.zero_grad()
         F.cross_entropy(model(x), y).backward()
         opt_step()
+
     return step
 
 
@@ -107,12 +111,14 @@ def gemm_bound(net, x):
             torch.mm(acts[i + 1].t(), acts[i], out=dws[i])  # dW (H, D), dout stands in for the activation
             if i > 0:
                 torch.mm(acts[i + 1], weights[i], out=acts[i])  # dx (N, D), not needed for the input
+
     return step
 
 
 def _guard_free(net, opt):
     """The compiled step with guard evaluation skipped where proven safe (training/compiled_fast.py)."""
     from training.compiled_fast import GuardFreeStep
+
     return GuardFreeStep(torch.compile(handgrad_step(net, opt, CrossEntropyLoss()), fullgraph=True), net, opt)
 
 
@@ -139,49 +145,66 @@ def candidates(hidden, x, y, device, compile_modes, halves=()):
     c = {}
     if compile_modes:  # each compiled row is a new closure of handgrad_step's one function: a cache entry each
         import torch._dynamo as dynamo
+
         dynamo.config.recompile_limit = max(dynamo.config.recompile_limit, 64)
     net = hand()
     c["handgrad README call, SGD"] = (handgrad_step(net, sgd(net.parameters()), CrossEntropyLoss()), nn_sgd)
     net = hand()
     c["handgrad need_input_grad, SGD"] = (handgrad_step(net, sgd(net.parameters()), CrossEntropyLoss(), True), nn_sgd)
     net = hand()
-    captured = CapturedStep(handgrad_step(net, sgd(net.parameters(), capturable=True), CrossEntropyLoss(),
-                                          set_to_none=False), x, y)
+    captured = CapturedStep(
+        handgrad_step(net, sgd(net.parameters(), capturable=True), CrossEntropyLoss(), set_to_none=False), x, y
+    )
     c["handgrad captured, SGD"] = (captured, nn_sgd)
     m = twin()
     c[nn_sgd] = (torch_step(m, torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9)), nn_sgd)
     if compile_modes:
         net = hand()
         c["handgrad compiled (fullgraph), SGD"] = (
-            torch.compile(handgrad_step(net, sgd(net.parameters()), CrossEntropyLoss()), fullgraph=True), nn_sgd)
+            torch.compile(handgrad_step(net, sgd(net.parameters()), CrossEntropyLoss()), fullgraph=True),
+            nn_sgd,
+        )
         net = hand()
         c["handgrad compiled fast, SGD"] = (_guard_free(net, sgd(net.parameters())), nn_sgd)
     for mode in compile_modes:
         m = twin()
         cm = torch.compile(m, mode=mode)
-        c[f"nn.Module compile {mode}, SGD"] = (torch_step(cm, torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9),
-                                                          mark_step=mode == "reduce-overhead"), nn_sgd)
+        c[f"nn.Module compile {mode}, SGD"] = (
+            torch_step(cm, torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9), mark_step=mode == "reduce-overhead"),
+            nn_sgd,
+        )
         m = twin()
         cm, opt = torch.compile(m, mode=mode), torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9)
-        c[f"nn.Module + opt.step compile {mode}, SGD"] = (torch_step(cm, opt, mark_step=mode == "reduce-overhead",
-                                                                     opt_step=torch.compile(opt.step, mode=mode)),
-                                                          nn_sgd)
+        c[f"nn.Module + opt.step compile {mode}, SGD"] = (
+            torch_step(cm, opt, mark_step=mode == "reduce-overhead", opt_step=torch.compile(opt.step, mode=mode)),
+            nn_sgd,
+        )
     net = hand()
-    c["handgrad README call, Adam"] = (handgrad_step(net, optimizers.Adam(net.parameters(), lr=1e-4),
-                                                     CrossEntropyLoss()), nn_adam)
+    c["handgrad README call, Adam"] = (
+        handgrad_step(net, optimizers.Adam(net.parameters(), lr=1e-4), CrossEntropyLoss()),
+        nn_adam,
+    )
     net = hand()
-    captured = CapturedStep(handgrad_step(net, optimizers.Adam(net.parameters(), lr=1e-4, capturable=True),
-                                          CrossEntropyLoss(), set_to_none=False), x, y)
+    captured = CapturedStep(
+        handgrad_step(
+            net, optimizers.Adam(net.parameters(), lr=1e-4, capturable=True), CrossEntropyLoss(), set_to_none=False
+        ),
+        x,
+        y,
+    )
     c["handgrad captured, Adam"] = (captured, nn_adam)
     if compile_modes:
         net = hand()
-        c["handgrad compiled (fullgraph), Adam"] = (torch.compile(handgrad_step(
-            net, optimizers.Adam(net.parameters(), lr=1e-4), CrossEntropyLoss()), fullgraph=True), nn_adam)
+        c["handgrad compiled (fullgraph), Adam"] = (
+            torch.compile(
+                handgrad_step(net, optimizers.Adam(net.parameters(), lr=1e-4), CrossEntropyLoss()), fullgraph=True
+            ),
+            nn_adam,
+        )
         net = hand()
         c["handgrad compiled fast, Adam"] = (_guard_free(net, optimizers.Adam(net.parameters(), lr=1e-4)), nn_adam)
     m = twin()
-    c[nn_adam] = (torch_step(m, torch.optim.Adam(m.parameters(), lr=1e-4,
-                                                 capturable=device.type == "cuda")), nn_adam)
+    c[nn_adam] = (torch_step(m, torch.optim.Adam(m.parameters(), lr=1e-4, capturable=device.type == "cuda")), nn_adam)
     engine = EngineNet(hidden_size=hidden, device=device)
     engine.load_state_dict(sd)
     c["autodiff engine, Adam"] = (engine_step(engine, optimizers.Adam(engine.parameters(), lr=1e-4)), nn_adam)
@@ -199,23 +222,41 @@ def bench(hidden, batch, device, repeats, warmup, compile_modes, halves=(), cloc
     x = torch.randn(batch, 784, generator=g).to(device)
     y = torch.randint(0, 10, (batch,), generator=g).to(device)
     cands = candidates(hidden, x, y, device, compile_modes, halves)
-    medians = interleaved({name: step for name, (step, _) in cands.items()}, repeats, warmup, device, (x, y),
-                          clock=clock)
+    medians = interleaved(
+        {name: step for name, (step, _) in cands.items()}, repeats, warmup, device, (x, y), clock=clock
+    )
     return {name: (t, cands[name][1]) for name, t in medians.items()}
 
 
 def main(argv=None) -> int:
     ap = timing.parser(__doc__, clock=True)
-    ap.add_argument("--nets", default=None,
-                    help=f"comma-separated, of {', '.join(NETS)} (default: small,default,cnn on the CPU, all on CUDA)")
-    ap.add_argument("--repeats", type=int, default=None,
-                    help="timed rounds (default per net on the CPU: small 1000, default 30, large 3, cnn 30; CUDA 300)")
+    ap.add_argument(
+        "--nets",
+        default=None,
+        help=f"comma-separated, of {', '.join(NETS)} (default: small,default,cnn on the CPU, all on CUDA)",
+    )
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="timed rounds (default per net on the CPU: small 1000, default 30, large 3, cnn 30; CUDA 300)",
+    )
     ap.add_argument("--warmup", type=int, default=5, help="untimed rounds first (>= 4: the captured rows capture)")
-    ap.add_argument("--compile", nargs="?", const=",".join(COMPILE_MODES), default="",
-                    help=f"add nn.Module under torch.compile, in these comma-separated modes "
-                         f"(default with the flag: {','.join(COMPILE_MODES)})")
-    ap.add_argument("--half", nargs="+", default=[], choices=["bfloat16", "float16"],
-                    help="add mixed-precision rows for the MLPs in these dtypes")
+    ap.add_argument(
+        "--compile",
+        nargs="?",
+        const=",".join(COMPILE_MODES),
+        default="",
+        help=f"add nn.Module under torch.compile, in these comma-separated modes "
+        f"(default with the flag: {','.join(COMPILE_MODES)})",
+    )
+    ap.add_argument(
+        "--half",
+        nargs="+",
+        default=[],
+        choices=["bfloat16", "float16"],
+        help="add mixed-precision rows for the MLPs in these dtypes",
+    )
     args = ap.parse_args(argv)
     device = args.device
     names = (args.nets or ("small,default,large,cnn" if device.type == "cuda" else "small,default,cnn")).split(",")
@@ -227,14 +268,17 @@ def main(argv=None) -> int:
     if bad:
         ap.error(f"--compile: unknown mode(s) {bad}; known: {', '.join(COMPILE_MODES)}")
     print(timing.machine(device, args.clock))
-    print("float32; one training step per round (zero_grad, forward, loss, backward, optimizer step), the candidates "
-          "interleaved")
+    print(
+        "float32; one training step per round (zero_grad, forward, loss, backward, optimizer step), the candidates "
+        "interleaved"
+    )
     for key in names:
         label, hidden, batch, cpu_reps = NETS[key]
         reps = args.repeats or (cpu_reps if device.type == "cpu" else 300)
         if key == "cnn":
-            print_cnn(label, cnn_step.cnn_rows(device, batch, reps, args.warmup, clock=args.clock,
-                                               compile=bool(modes)), reps)
+            print_cnn(
+                label, cnn_step.cnn_rows(device, batch, reps, args.warmup, clock=args.clock, compile=bool(modes)), reps
+            )
             continue
         rows = bench(hidden, batch, device, reps, args.warmup, modes, args.half, clock=args.clock)
         gemm = rows["GEMM-only bound"][0]
@@ -247,11 +291,13 @@ def main(argv=None) -> int:
 
 
 def print_cnn(label: str, rows: dict[str, float], reps: int) -> None:
-    refs = {"handgrad CNN + handgrad Adam": "nn.Module CNN + torch.optim.Adam",
-            "nn.Module CNN + torch.optim.Adam": "nn.Module CNN + torch.optim.Adam",
-            "handgrad CNN + Adam, compiled (fullgraph)": "nn.Module CNN + torch.optim.Adam",
-            "nn.Module CNN compiled + torch.optim.Adam": "nn.Module CNN + torch.optim.Adam",
-            "Conv2d 32->64 3x3, textbook": "Conv2d 32->64 3x3, kernels"}
+    refs = {
+        "handgrad CNN + handgrad Adam": "nn.Module CNN + torch.optim.Adam",
+        "nn.Module CNN + torch.optim.Adam": "nn.Module CNN + torch.optim.Adam",
+        "handgrad CNN + Adam, compiled (fullgraph)": "nn.Module CNN + torch.optim.Adam",
+        "nn.Module CNN compiled + torch.optim.Adam": "nn.Module CNN + torch.optim.Adam",
+        "Conv2d 32->64 3x3, textbook": "Conv2d 32->64 3x3, kernels",
+    }
     print(f"\n{label}: median of {reps} interleaved steps (the textbook row: vs the kernels)")
     print(f"  {'candidate':<46}{'ms/step':>10}{'vs nn.Module':>14}")
     for name, t in rows.items():

@@ -12,6 +12,7 @@ exist here), ``--glibc-default`` (without it glibc's malloc keeps freed memory, 
 training/allocator.py) and, for scripts that take it, ``--clock``; its errors are one line.  (Imported by the sibling
 scripts: benchmarks/ is sys.path[0] when one of them runs.)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,14 @@ CLOCKS = ("wall", "cpu")
 MALLOC = "glibc's default"  # what the parsed command line made of malloc (the header says it)
 
 
-def interleaved(cands: Mapping[str, Callable], repeats: int, warmup: int, device: torch.device,
-                args: tuple = (), clock: str = "wall") -> dict[str, float]:
+def interleaved(
+    cands: Mapping[str, Callable],
+    repeats: int,
+    warmup: int,
+    device: torch.device,
+    args: tuple = (),
+    clock: str = "wall",
+) -> dict[str, float]:
     """name -> median seconds of ``fn(*args)`` over ``repeats`` rounds, after ``warmup`` untimed rounds."""
     now = check_clock(clock, device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -55,8 +62,10 @@ def check_clock(clock: str, device: torch.device) -> Callable[[], float]:
     if clock == "wall":
         return time.perf_counter
     if device.type != "cpu" or torch.get_num_threads() != 1:
-        raise ValueError(f"--clock cpu measures the calling thread's CPU time: it needs the CPU and --threads 1 "
-                         f"(device {device}, {torch.get_num_threads()} threads)")
+        raise ValueError(
+            f"--clock cpu measures the calling thread's CPU time: it needs the CPU and --threads 1 "
+            f"(device {device}, {torch.get_num_threads()} threads)"
+        )
     return time.thread_time
 
 
@@ -79,9 +88,11 @@ def machine(device: torch.device, clock: str = "wall") -> str:
     threads = torch.get_num_threads()
     load = f"{os.getloadavg()[0]:.2f}" if hasattr(os, "getloadavg") else "n/a"
     what = "CPU time of the calling thread" if clock == "cpu" else "wall time"
-    return (f"torch {torch.__version__}, {device}{gpu}; CPU {cpu_name()}, {os.cpu_count()} cores, "
-            f"{threads} thread{'' if threads == 1 else 's'}; clock: {clock} ({what}); load average at start {load}; "
-            f"malloc: {MALLOC}")
+    return (
+        f"torch {torch.__version__}, {device}{gpu}; CPU {cpu_name()}, {os.cpu_count()} cores, "
+        f"{threads} thread{'' if threads == 1 else 's'}; clock: {clock} ({what}); load average at start {load}; "
+        f"malloc: {MALLOC}"
+    )
 
 
 class _Parser(argparse.ArgumentParser):
@@ -126,14 +137,27 @@ def parser(doc: str, device: bool = True, clock: bool = False) -> argparse.Argum
     p = _Parser(description=doc.split("\n\n")[0])
     if device:
         p.add_argument("--device", type=_device, default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
-    p.add_argument("--threads", type=int, action=_SetThreads, default=None, metavar="N",
-                   help=f"CPU threads for torch's operations (default: the cores the load average leaves free, at "
-                        f"most {torch.get_num_threads()} here; printed at the start)")
-    p.add_argument("--glibc-default", action="store_true",
-                   help="leave glibc's malloc as it is (by default it keeps freed memory, as train.py has it: "
-                        "training/allocator.py)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        action=_SetThreads,
+        default=None,
+        metavar="N",
+        help=f"CPU threads for torch's operations (default: the cores the load average leaves free, at "
+        f"most {torch.get_num_threads()} here; printed at the start)",
+    )
+    p.add_argument(
+        "--glibc-default",
+        action="store_true",
+        help="leave glibc's malloc as it is (by default it keeps freed memory, as train.py has it: "
+        "training/allocator.py)",
+    )
     if clock:
-        p.add_argument("--clock", choices=CLOCKS, default="wall",
-                       help="wall time (default), or the calling thread's CPU time (needs --threads 1): steadier on a "
-                            "machine others are using")
+        p.add_argument(
+            "--clock",
+            choices=CLOCKS,
+            default="wall",
+            help="wall time (default), or the calling thread's CPU time (needs --threads 1): steadier on a "
+            "machine others are using",
+        )
     return p

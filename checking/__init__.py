@@ -5,8 +5,18 @@
 built-in cases in public families (``from checking import cases``; ``cases.FAMILIES``), which the command
 ``python gradcheck.py`` runs.  The cases import every layer and model, so they load only when asked for.
 """
+
 from .checker import check_layer, check_loss
 from .numeric import EPS, PROJECTIONS, RTOL, GradResult, directional_derivative, numeric_grad, rel_error
 
-__all__ = ["check_layer", "check_loss", "GradResult", "rel_error", "numeric_grad", "directional_derivative", "EPS",
-           "RTOL", "PROJECTIONS"]
+__all__ = [
+    "check_layer",
+    "check_loss",
+    "GradResult",
+    "rel_error",
+    "numeric_grad",
+    "directional_derivative",
+    "EPS",
+    "RTOL",
+    "PROJECTIONS",
+]

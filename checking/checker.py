@@ -26,6 +26,7 @@ time on parameters whose ``.grad`` already holds a random tensor: it must *add* 
 copies of dout, compared afterwards: a backward that changes dout in place (``dout[mask] = 0``)
 hands the layer before it changed values in a network, and is reported too.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -52,12 +53,15 @@ def _check_settings(eps: object, rtol: object) -> None:
 def _require_float64(owner: str, tensors: dict[str, Tensor]) -> None:
     for name, t in tensors.items():
         if t.dtype != torch.float64:
-            raise ValueError(f"gradcheck {owner}: {name} has dtype {t.dtype}; gradient checks need float64 "
-                             f"(use .to(dtype=torch.float64) / .double())")
+            raise ValueError(
+                f"gradcheck {owner}: {name} has dtype {t.dtype}; gradient checks need float64 "
+                f"(use .to(dtype=torch.float64) / .double())"
+            )
 
 
-def _autograd(owner: str, fn: Callable[[], Tensor | tuple], leaves: list[Tensor], dout: Tensor | None, *,
-              opaque: bool) -> list[Tensor] | None:
+def _autograd(
+    owner: str, fn: Callable[[], Tensor | tuple], leaves: list[Tensor], dout: Tensor | None, *, opaque: bool
+) -> list[Tensor] | None:
     """Gradients of fn() (contracted with dout) w.r.t. leaves by torch.autograd.  ``fn`` may instead return
     (outputs, their upstream gradients), two lists.
 
@@ -78,8 +82,10 @@ def _autograd(owner: str, fn: Callable[[], Tensor | tuple], leaves: list[Tensor]
             outs, douts = zip(*[(o, d) for o, d in zip(outs, douts) if o.requires_grad])
             grads = torch.autograd.grad(outs, leaves, douts, allow_unused=True)
     except RuntimeError as e:
-        raise RuntimeError(f"gradcheck {owner}: torch.autograd could not differentiate the forward ({e}); a layer "
-                           f"whose forward autograd cannot trace must set autograd_opaque = True") from e
+        raise RuntimeError(
+            f"gradcheck {owner}: torch.autograd could not differentiate the forward ({e}); a layer "
+            f"whose forward autograd cannot trace must set autograd_opaque = True"
+        ) from e
     finally:
         for t, flag in zip(leaves, flags):
             t.requires_grad_(flag)
@@ -100,8 +106,11 @@ def _input_names(layer: Layer, count: int) -> list[str]:
         return ["x"]
     try:
         forward = layer.forward_math if isinstance(layer, Template) else layer.forward  # (the math names them)
-        params = [p.name for p in inspect.signature(forward).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        params = [
+            p.name
+            for p in inspect.signature(forward).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
     except (TypeError, ValueError):
         params = []
     return params[:count] if len(params) >= count else [f"x{i}" for i in range(count)]
@@ -119,9 +128,18 @@ def _checked(t: object) -> bool:
     return isinstance(t, Tensor) and t.is_floating_point()
 
 
-def check_layer(layer: Layer, x: Tensor | tuple, dout: Tensor | tuple | None = None, *, eps: float = EPS,
-                rtol: float = RTOL, name: str | None = None, seed: int = 0, fast: bool = False,
-                forward_kwargs: dict | None = None) -> list[GradResult]:
+def check_layer(
+    layer: Layer,
+    x: Tensor | tuple,
+    dout: Tensor | tuple | None = None,
+    *,
+    eps: float = EPS,
+    rtol: float = RTOL,
+    name: str | None = None,
+    seed: int = 0,
+    fast: bool = False,
+    forward_kwargs: dict | None = None,
+) -> list[GradResult]:
     """Check ``layer.backward`` for the input and every parameter, in float64.
 
     ``x``: the input, or a tuple of the forward's positional inputs (``(query, key, value)``; an LSTM's
@@ -143,9 +161,11 @@ def check_layer(layer: Layer, x: Tensor | tuple, dout: Tensor | tuple | None = N
     the shapes of dout it was given and of the gradients it should give.
     """
     if not (callable(getattr(layer, "forward", None)) and callable(getattr(layer, "backward", None))):
-        raise TypeError(f"gradcheck: check_layer needs a layer, an object with forward(x) and backward(dout) "
-                        f"methods (and parameters() if it has any), got {type(layer).__name__} {layer!r:.60}; "
-                        f"a plain function has no hand-written backward to check")
+        raise TypeError(
+            f"gradcheck: check_layer needs a layer, an object with forward(x) and backward(dout) "
+            f"methods (and parameters() if it has any), got {type(layer).__name__} {layer!r:.60}; "
+            f"a plain function has no hand-written backward to check"
+        )
     _check_settings(eps, rtol)
     check_bool("gradcheck", "fast", fast)
     check_int("gradcheck", "seed", seed, lo=0)
@@ -187,8 +207,11 @@ def check_layer(layer: Layer, x: Tensor | tuple, dout: Tensor | tuple | None = N
         try:
             grads = layer.backward(*dargs, need_input_grad=True) if asks_dx else layer.backward(*dargs)
         except (RuntimeError, ValueError, TypeError, IndexError) as e:
-            raise _placed(e, f"gradcheck {owner}: {type(layer).__name__}.backward failed, "
-                             f"{_backward_shapes(douts, in_names, in_leaves, checked, params)}: ") from e
+            raise _placed(
+                e,
+                f"gradcheck {owner}: {type(layer).__name__}.backward failed, "
+                f"{_backward_shapes(douts, in_names, in_leaves, checked, params)}: ",
+            ) from e
         for i, (d, c) in enumerate(zip(douts, copies)):
             if d is not None and not torch.equal(d, c):
                 changed[f"dout[{i}]" if len(douts) > 1 else "dout"] = (c - d).abs().max().item()
@@ -203,11 +226,16 @@ def check_layer(layer: Layer, x: Tensor | tuple, dout: Tensor | tuple | None = N
         out_leaves, out_spec = torch.utils._pytree.tree_flatten(out)
         if dout is None:
             g = torch.Generator(device="cpu").manual_seed(seed)
-            douts = [torch.randn(t.shape, generator=g, dtype=t.dtype).to(t.device) if t is not None else None
-                     for t in outputs(out)]
+            douts = [
+                torch.randn(t.shape, generator=g, dtype=t.dtype).to(t.device) if t is not None else None
+                for t in outputs(out)
+            ]
         else:
-            douts = torch.utils._pytree.tree_leaves(dout, is_leaf=lambda t: t is None) if isinstance(dout, tuple) \
+            douts = (
+                torch.utils._pytree.tree_leaves(dout, is_leaf=lambda t: t is None)
+                if isinstance(dout, tuple)
                 else [dout]
+            )
         if len(douts) != len(out_leaves):
             raise ValueError(f"gradcheck {owner}: {len(douts)} upstream gradients for {len(out_leaves)} outputs")
         _require_float64(owner, {f"dout[{i}]": d for i, d in enumerate(douts) if d is not None})
@@ -218,16 +246,21 @@ def check_layer(layer: Layer, x: Tensor | tuple, dout: Tensor | tuple | None = N
             grads = run_backward(douts)
         grad_leaves = torch.utils._pytree.tree_leaves(grads if multi else (grads,), is_leaf=lambda t: t is None)
         if len(grad_leaves) != len(in_leaves):
-            raise TypeError(f"gradcheck {owner}: backward returned {len(grad_leaves)} gradients for "
-                            f"{len(in_leaves)} inputs ({', '.join(in_names)}), in the inputs' structure")
+            raise TypeError(
+                f"gradcheck {owner}: backward returned {len(grad_leaves)} gradients for "
+                f"{len(in_leaves)} inputs ({', '.join(in_names)}), in the inputs' structure"
+            )
         hand = {}
         for i, (n, g) in enumerate(zip(in_names, grad_leaves)):
             if i in checked and not isinstance(g, Tensor):
-                raise TypeError(f"gradcheck {owner}: backward returned {type(g).__name__} for input {n}, "
-                                f"not its gradient")
+                raise TypeError(
+                    f"gradcheck {owner}: backward returned {type(g).__name__} for input {n}, not its gradient"
+                )
             if i not in checked and g is not None:
-                raise TypeError(f"gradcheck {owner}: backward returned a gradient for {n}, which has none "
-                                f"(not a floating-point tensor): return None there")
+                raise TypeError(
+                    f"gradcheck {owner}: backward returned a gradient for {n}, which has none "
+                    f"(not a floating-point tensor): return None there"
+                )
             if i in checked:
                 hand[n] = g
         hand.update({n: torch.zeros_like(p) if p.grad is None else p.grad.clone() for n, p in params})
@@ -236,15 +269,16 @@ def check_layer(layer: Layer, x: Tensor | tuple, dout: Tensor | tuple | None = N
         # Again, on .grads that already hold something (of the gradient's size, so that adding loses no digits of
         # a small gradient): backward must add to them.
         g = torch.Generator(device="cpu").manual_seed(seed + 3)
-        before = {n: torch.randn(p.shape, generator=g, dtype=p.dtype).to(p.device)
-                  * (hand[n].abs().max().item() or 1.0) for n, p in params}
+        before = {
+            n: torch.randn(p.shape, generator=g, dtype=p.dtype).to(p.device) * (hand[n].abs().max().item() or 1.0)
+            for n, p in params
+        }
         for n, p in params:
             p.grad = before[n].clone()
         with torch.no_grad():
             forward(in_leaves)
             run_backward(douts)
-        problems = {n: _accumulation_problem(n, p.grad, before[n], hand[n], rtol) for n, p in params
-                    if n in received}
+        problems = {n: _accumulation_problem(n, p.grad, before[n], hand[n], rtol) for n, p in params if n in received}
         if changed:
             first = next(iter(tensors))
             problems[first] = "; ".join(p for p in (problems.get(first), _dout_problem(changed)) if p)
@@ -268,11 +302,14 @@ def check_layer(layer: Layer, x: Tensor | tuple, dout: Tensor | tuple | None = N
                 return sum((o * d).sum().item() for o, d in zip(outs, douts) if o is not None and d is not None)
 
         if fast:
-            results = [fast_result(owner, n, hand[n], f, t, auto[n], rtol, eps, seed + 7 + i)
-                       for i, (n, t) in enumerate(tensors.items())]
+            results = [
+                fast_result(owner, n, hand[n], f, t, auto[n], rtol, eps, seed + 7 + i)
+                for i, (n, t) in enumerate(tensors.items())
+            ]
         else:
-            results = [full_result(owner, n, hand[n], numeric_grad(f, t, eps), auto[n], rtol)
-                       for n, t in tensors.items()]
+            results = [
+                full_result(owner, n, hand[n], numeric_grad(f, t, eps), auto[n], rtol) for n, t in tensors.items()
+            ]
         for r in results:
             r.problem = problems.get(r.tensor)
         return results
@@ -294,26 +331,34 @@ def _accumulation_problem(name: str, after: Tensor | None, before: Tensor, grad:
     if rel_error(after - before, grad) < rtol:
         return None
     if rel_error(after, grad) < rtol:
-        return (f"backward overwrites {name}.grad instead of adding to it: a reused layer or accumulated "
-                f"micro-batches lose all but the last gradient; write {name}.grad += ... (or "
-                f"{name}.grad = {name}.grad + ... where it may be None), not {name}.grad = ...")
-    return (f"backward does not add its gradient to what {name}.grad held (with .grad pre-filled, .grad after minus "
-            f"before is {rel_error(after - before, grad):.2e} from the gradient it gives from an empty .grad)")
+        return (
+            f"backward overwrites {name}.grad instead of adding to it: a reused layer or accumulated "
+            f"micro-batches lose all but the last gradient; write {name}.grad += ... (or "
+            f"{name}.grad = {name}.grad + ... where it may be None), not {name}.grad = ..."
+        )
+    return (
+        f"backward does not add its gradient to what {name}.grad held (with .grad pre-filled, .grad after minus "
+        f"before is {rel_error(after - before, grad):.2e} from the gradient it gives from an empty .grad)"
+    )
 
 
 def _dout_problem(changed: dict[str, float]) -> str:
     names = ", ".join(f"{n} (by up to {v:.3g})" for n, v in changed.items())
-    return (f"backward changed its upstream gradient {names} in place: in a network the layer before it would "
-            f"receive changed values; compute into a new tensor (dout * mask, not dout.mul_(mask) or dout[...] = 0)")
+    return (
+        f"backward changed its upstream gradient {names} in place: in a network the layer before it would "
+        f"receive changed values; compute into a new tensor (dout * mask, not dout.mul_(mask) or dout[...] = 0)"
+    )
 
 
-def _backward_shapes(douts: list, in_names: list[str], in_leaves: list, checked: list[int],
-                     params: list[tuple[str, Tensor]]) -> str:
-    """"given dout of shape (2, 5) (its output's); it should return dx of shape (2, 3) and leave weight.grad (5, 3),
+def _backward_shapes(
+    douts: list, in_names: list[str], in_leaves: list, checked: list[int], params: list[tuple[str, Tensor]]
+) -> str:
+    """ "given dout of shape (2, 5) (its output's); it should return dx of shape (2, 3) and leave weight.grad (5, 3),
     bias.grad (5,)": what check_layer handed a backward and what it expects back."""
     given = [tuple(d.shape) for d in douts if d is not None]
-    given_text = (f"given dout of shape {given[0]}" if len(given) == 1
-                  else f"given douts of shapes {', '.join(map(str, given))}") + " (the shape of its output)"
+    given_text = (
+        f"given dout of shape {given[0]}" if len(given) == 1 else f"given douts of shapes {', '.join(map(str, given))}"
+    ) + " (the shape of its output)"
     wants = [f"d{in_names[i]} of shape {tuple(in_leaves[i].shape)}" for i in checked]
     wants += [f"{n}.grad of shape {tuple(p.shape)}" for n, p in params]
     return f"{given_text}; it should give {', '.join(wants)}" if wants else given_text
@@ -328,8 +373,9 @@ def _placed(e: Exception, where: str) -> Exception:
         return e
 
 
-def check_loss(loss_fn, input: Tensor, target: Tensor, *, eps: float = EPS, rtol: float = RTOL,
-               name: str | None = None) -> list[GradResult]:
+def check_loss(
+    loss_fn, input: Tensor, target: Tensor, *, eps: float = EPS, rtol: float = RTOL, name: str | None = None
+) -> list[GradResult]:
     """Check ``loss_fn.backward()`` (dL/dinput) for a loss with the ``crit(input, target)`` interface."""
     _check_settings(eps, rtol)
     owner = name or repr(loss_fn)
@@ -339,12 +385,14 @@ def check_loss(loss_fn, input: Tensor, target: Tensor, *, eps: float = EPS, rtol
         loss_fn(x, target)
         hand = loss_fn.backward()
     xa = x.clone()
-    auto_list = _autograd(owner, lambda: loss_fn(xa, target), [xa], None,
-                          opaque=bool(getattr(loss_fn, "autograd_opaque", False)))
+    auto_list = _autograd(
+        owner, lambda: loss_fn(xa, target), [xa], None, opaque=bool(getattr(loss_fn, "autograd_opaque", False))
+    )
 
     def f() -> float:
         with torch.no_grad():
             return loss_fn(x, target).item()
 
-    return [full_result(owner, "input", hand, numeric_grad(f, x, eps), None if auto_list is None else auto_list[0],
-                    rtol)]
+    return [
+        full_result(owner, "input", hand, numeric_grad(f, x, eps), None if auto_list is None else auto_list[0], rtol)
+    ]

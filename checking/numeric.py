@@ -6,6 +6,7 @@ relative to the tensor's largest entry rather than element by element, because c
 absolute error of ~1e-10 (float64 round-off / eps) that would look huge next to an entry near zero.  With
 eps = 1e-6 the expected error is ~1e-9 against numeric and ~1e-15 against autograd; the tolerance is 1e-7.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -45,8 +46,10 @@ class GradResult:
     def describe(self) -> str:
         auto = "n/a (opaque to autograd)" if self.rel_autograd is None else f"{self.rel_autograd:.2e}"
         where = "worst random projection" if self.fast else f"worst at index {self.worst_index}"
-        text = (f"{self.name} {self.tensor}: rel error {self.rel_numeric:.2e} vs numeric, {auto} vs autograd; "
-                f"{where}: numeric {self.expected:.10g}, hand-written {self.actual:.10g}")
+        text = (
+            f"{self.name} {self.tensor}: rel error {self.rel_numeric:.2e} vs numeric, {auto} vs autograd; "
+            f"{where}: numeric {self.expected:.10g}, hand-written {self.actual:.10g}"
+        )
         return text if self.problem is None else f"{text}; {self.problem}"
 
 
@@ -87,19 +90,34 @@ def directional_derivative(f: Callable[[], float], t: Tensor, v: Tensor, eps: fl
 def full_result(owner: str, name: str, h: Tensor, n: Tensor, auto: Tensor | None, rtol: float) -> GradResult:
     """The verdict on hand-written gradient ``h`` against numeric ``n`` (every entry) and autograd's ``auto``."""
     if h.shape != n.shape:
-        raise ValueError(f"gradcheck {owner}: gradient of {name} has shape {tuple(h.shape)}, "
-                         f"expected {tuple(n.shape)}")
+        raise ValueError(f"gradcheck {owner}: gradient of {name} has shape {tuple(h.shape)}, expected {tuple(n.shape)}")
     diff = (h - n).abs()
     flat_i = int(diff.argmax()) if diff.numel() else 0
     idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat_i), h.shape)) if h.dim() else ()
-    return GradResult(name=owner, tensor=name, max_abs_diff=diff.max().item() if diff.numel() else 0.0,
-                      rel_numeric=rel_error(h, n), rel_autograd=None if auto is None else rel_error(h, auto),
-                      worst_index=idx, expected=n.reshape(-1)[flat_i].item() if n.numel() else 0.0,
-                      actual=h.reshape(-1)[flat_i].item() if h.numel() else 0.0, rtol=rtol)
+    return GradResult(
+        name=owner,
+        tensor=name,
+        max_abs_diff=diff.max().item() if diff.numel() else 0.0,
+        rel_numeric=rel_error(h, n),
+        rel_autograd=None if auto is None else rel_error(h, auto),
+        worst_index=idx,
+        expected=n.reshape(-1)[flat_i].item() if n.numel() else 0.0,
+        actual=h.reshape(-1)[flat_i].item() if h.numel() else 0.0,
+        rtol=rtol,
+    )
 
 
-def fast_result(owner: str, name: str, h: Tensor, f: Callable[[], float], t: Tensor, auto: Tensor | None,
-                 rtol: float, eps: float, seed: int) -> GradResult:
+def fast_result(
+    owner: str,
+    name: str,
+    h: Tensor,
+    f: Callable[[], float],
+    t: Tensor,
+    auto: Tensor | None,
+    rtol: float,
+    eps: float,
+    seed: int,
+) -> GradResult:
     """Compare <h, v> with the numeric derivative along PROJECTIONS random directions v; keep the worst."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     worst = None
@@ -112,6 +130,15 @@ def fast_result(owner: str, name: str, h: Tensor, f: Callable[[], float], t: Ten
         if worst is None or err > worst[0]:
             worst = (err, num, ana)
     err, num, ana = worst
-    return GradResult(name=owner, tensor=name, max_abs_diff=abs(num - ana), rel_numeric=err,
-                      rel_autograd=None if auto is None else rel_error(h, auto), worst_index=(),
-                      expected=num, actual=ana, rtol=rtol, fast=True)
+    return GradResult(
+        name=owner,
+        tensor=name,
+        max_abs_diff=abs(num - ana),
+        rel_numeric=err,
+        rel_autograd=None if auto is None else rel_error(h, auto),
+        worst_index=(),
+        expected=num,
+        actual=ana,
+        rtol=rtol,
+        fast=True,
+    )

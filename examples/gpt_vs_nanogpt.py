@@ -6,6 +6,7 @@ error of the logits, the loss, every gradient (the tied matrix's included) and t
 nanoGPT's model.py is the copy in tests/anchors (karpathy/nanoGPT, MIT licence); tests/test_gpt.py asserts the
 same comparisons (bounds 1e-10, and 1e-9 over the AdamW steps).
 """
+
 from __future__ import annotations
 
 import sys
@@ -36,8 +37,9 @@ def main() -> int:
     mine.load_state_dict(theirs.state_dict(), strict=True)  # nanoGPT's keys, lm_head.weight included
 
     g = torch.Generator().manual_seed(1)
-    batches = [(torch.randint(0, 65, (8, 64), generator=g), torch.randint(0, 65, (8, 64), generator=g))
-               for _ in range(10)]
+    batches = [
+        (torch.randint(0, 65, (8, 64), generator=g), torch.randint(0, 65, (8, 64), generator=g)) for _ in range(10)
+    ]
     crit = CrossEntropyLoss()
     idx, tgt = batches[0]
     logits = mine(idx)
@@ -51,8 +53,10 @@ def main() -> int:
     print(f"loss     {rel(loss, ref_loss.detach()):.1e}")
     print(f"gradients (all {len(ours_grads)}, worst) {grad_err:.1e}")
 
-    groups = lambda named: [{"params": [p for _, p in named if p.dim() >= 2], "weight_decay": 0.1},  # noqa: E731
-                            {"params": [p for _, p in named if p.dim() < 2], "weight_decay": 0.0}]
+    groups = lambda named: [
+        {"params": [p for _, p in named if p.dim() >= 2], "weight_decay": 0.1},  # noqa: E731
+        {"params": [p for _, p in named if p.dim() < 2], "weight_decay": 0.0},
+    ]
     opt = AdamW(groups(list(mine.named_parameters())), lr=1e-3, betas=(0.9, 0.99))
     opt_t = theirs.configure_optimizers(0.1, 1e-3, (0.9, 0.99), "cpu")
     worst = 0.0

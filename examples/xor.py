@@ -5,6 +5,7 @@
 
 Exit status 0 only when the loss fell below 0.01.
 """
+
 import argparse
 import shutil
 import sys
@@ -21,9 +22,13 @@ STEPS = 1000
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="An MLP learns XOR on handgrad's autodiff engine.")
-    ap.add_argument("--draw", metavar="PATH", type=Path,
-                    help=f"write the computation graph of the last step (with its gradients) to PATH; the format "
-                         f"is PATH's suffix: {', '.join('.' + f for f in FORMATS)}")
+    ap.add_argument(
+        "--draw",
+        metavar="PATH",
+        type=Path,
+        help=f"write the computation graph of the last step (with its gradients) to PATH; the format "
+        f"is PATH's suffix: {', '.join('.' + f for f in FORMATS)}",
+    )
     args = ap.parse_args(argv)
     fmt = None
     if args.draw is not None:

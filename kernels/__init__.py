@@ -30,6 +30,7 @@ and how to add one.
     compiled      the norms' and GELU's backward compiled by Inductor into one loop (opt-in: ``compiled.enable()``)
     gradients     the forms a kernel gives a parameter gradient in (``Product``, ``IndexAdd``), for the template
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -40,6 +40,7 @@ forward:   s   = scale log2(e) q @ k^T + masks                  (B, L, S)  base-
 backward:  P   = 2^(s - lse);  dv = (P * dropout)^T @ dout;  dP = (dout @ v^T [+ dweights]) * dropout
            ds  = P * (dP - D);  dq = scale ds @ k;  dk = scale ds^T @ q
 """
+
 from __future__ import annotations
 
 import functools
@@ -51,8 +52,9 @@ from torch import Tensor
 LOG2E = 1.0 / math.log(2.0)  # log2(e): e^x = 2^(x log2 e)
 
 
-def forward(q: Tensor, k: Tensor, v: Tensor, spec: "Spec", *,
-            need_weights: bool) -> tuple[Tensor, Tensor, Tensor | None]:
+def forward(
+    q: Tensor, k: Tensor, v: Tensor, spec: "Spec", *, need_weights: bool
+) -> tuple[Tensor, Tensor, Tensor | None]:
     """q (B, L, E), k (B, S, E), v (B, S, Ev) -> (out (B, L, Ev), lse (B, L, 1) in base 2, weights (B, L, S) or
     None): one block where every key fits in one, else the key blocks with the online softmax."""
     if spec.S <= spec.block:
@@ -60,8 +62,9 @@ def forward(q: Tensor, k: Tensor, v: Tensor, spec: "Spec", *,
     return blocked_forward(q, k, v, spec, need_weights=need_weights)
 
 
-def backward(q: Tensor, k: Tensor, v: Tensor, do: Tensor, dw: Tensor | None, D: Tensor, lse: Tensor,
-             spec: "Spec") -> tuple[Tensor, Tensor, Tensor]:
+def backward(
+    q: Tensor, k: Tensor, v: Tensor, do: Tensor, dw: Tensor | None, D: Tensor, lse: Tensor, spec: "Spec"
+) -> tuple[Tensor, Tensor, Tensor]:
     """q, k, v, dout (B, L, Ev), dweights (B, L, S) or None, D = rowsum(dout * out) (B, L, 1) (+ rowsum(dweights *
     A)), lse (B, L, 1) in base 2 -> (dq, dk, dv) shaped as q, k, v."""
     if spec.S <= spec.block:
@@ -109,15 +112,16 @@ class Spec:
             r1 = min(j1 - 1, self.L)  # rows from j1 - 1 on see every key of the block: only the corner is masked
             # (while torch.compile traces, the graph makes its own corner: the cache is plain Python)
             bias = _causal_bias.__wrapped__ if torch.compiler.is_compiling() else _causal_bias
-            s[:, :r1 - r0].add_(bias(r0, r1, j0, j1, s.dtype, s.device))  # -inf where key > row
+            s[:, : r1 - r0].add_(bias(r0, r1, j0, j1, s.dtype, s.device))  # -inf where key > row
 
     def dropout(self, r0: int, j0: int, j1: int, like: Tensor) -> Tensor:
         """The scaled dropout mask of rows r0.. and keys j0..j1, (B, Lr, Bc)."""
         return self.drop((r0, self.L), (j0, j1), like.dtype, like.device)
 
 
-def blocked_forward(q: Tensor, k: Tensor, v: Tensor, spec: Spec, *,
-                     need_weights: bool) -> tuple[Tensor, Tensor, Tensor | None]:
+def blocked_forward(
+    q: Tensor, k: Tensor, v: Tensor, spec: Spec, *, need_weights: bool
+) -> tuple[Tensor, Tensor, Tensor | None]:
     """q (B, L, E), k (B, S, E), v (B, S, Ev) -> (out (B, L, Ev), lse (B, L, 1) in base 2, weights (B, L, S) or
     None): the key blocks one after another with the online softmax (the module docstring's forward)."""
     B, L, S, Ev = q.shape[0], spec.L, spec.S, v.shape[2]
@@ -134,8 +138,8 @@ def blocked_forward(q: Tensor, k: Tensor, v: Tensor, spec: Spec, *,
     row = 0  # the first live row
     for j0, j1, r0 in spec.blocks():
         if r0 > row:  # rows row..r0 are finished
-            done.append((m[:, :r0 - row], l[:, :r0 - row], acc[:, :r0 - row]))
-            m, l, acc, row = m[:, r0 - row:], l[:, r0 - row:], acc[:, r0 - row:], r0
+            done.append((m[:, : r0 - row], l[:, : r0 - row], acc[:, : r0 - row]))
+            m, l, acc, row = m[:, r0 - row :], l[:, r0 - row :], acc[:, r0 - row :], r0
         s = torch.baddbmm(zero, q[:, r0:], kt[:, :, j0:j1], beta=0, alpha=scale)  # (B, Lr, Bc) rows r0.., keys j0..j1
         spec.mask_(s, r0, j0, j1)
         # The max only keeps exp() in range: the result does not depend on it, so it is a constant to
@@ -164,8 +168,9 @@ def blocked_forward(q: Tensor, k: Tensor, v: Tensor, spec: Spec, *,
     return out, lse, weights
 
 
-def blocked_backward(q: Tensor, k: Tensor, v: Tensor, do: Tensor, dw: Tensor | None, D: Tensor, lse: Tensor,
-                      spec: Spec) -> tuple[Tensor, Tensor, Tensor]:
+def blocked_backward(
+    q: Tensor, k: Tensor, v: Tensor, do: Tensor, dw: Tensor | None, D: Tensor, lse: Tensor, spec: Spec
+) -> tuple[Tensor, Tensor, Tensor]:
     """The module docstring's backward, key block by key block: q (B, L, E), k (B, S, E), v (B, S, Ev), dout
     (B, L, Ev), dweights (B, L, S) or None, D = rowsum(dout * out) (B, L, 1), lse (B, L, 1) in base 2
     -> (dq, dk, dv) shaped as q, k, v."""
@@ -212,8 +217,9 @@ def _block(mask: Tensor, r0: int, j0: int, j1: int) -> Tensor:
     return mask[..., rows, cols]
 
 
-def one_block_forward(q: Tensor, k: Tensor, v: Tensor, spec, *,
-                      need_weights: bool) -> tuple[Tensor, Tensor, Tensor | None]:
+def one_block_forward(
+    q: Tensor, k: Tensor, v: Tensor, spec, *, need_weights: bool
+) -> tuple[Tensor, Tensor, Tensor | None]:
     """q (B, L, E), k (B, S, E), v (B, S, Ev), ``spec`` (``Spec``: masks, scale, dropout)
     -> (out (B, L, Ev), lse (B, L, 1) in base 2, weights A (B, L, S) or None)."""
     S = spec.S
@@ -248,8 +254,9 @@ def one_block_forward(q: Tensor, k: Tensor, v: Tensor, spec, *,
     return out, lse, weights
 
 
-def one_block_backward(q: Tensor, k: Tensor, v: Tensor, do: Tensor, dw: Tensor | None, D: Tensor, lse: Tensor,
-                       spec) -> tuple[Tensor, Tensor, Tensor]:
+def one_block_backward(
+    q: Tensor, k: Tensor, v: Tensor, do: Tensor, dw: Tensor | None, D: Tensor, lse: Tensor, spec
+) -> tuple[Tensor, Tensor, Tensor]:
     """q (B, L, E), k (B, S, E), v (B, S, Ev), dout (B, L, Ev), dweights (B, L, S) or None, D = rowsum(dout *
     out) (B, L, 1) (+ rowsum(dweights * A)), lse (B, L, 1) base 2 -> (dq (B, L, E), dk (B, S, E), dv (B, S, Ev))."""
     S, scale = spec.S, spec.scale

@@ -20,6 +20,7 @@ eager math there itself, in the step's one graph).  Anything else -- and a kerne
 a warning -- runs the eager kernel.  ``tests/test_kernels.py`` ties every kernel to its layer's textbook in float64
 and float32.  Nothing here calls autograd or ``torch.ops.aten.*_backward``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -75,6 +76,7 @@ def usable(*tensors: Tensor) -> bool:
 
 # -- the math each kernel fuses ------------------------------------------------------------------------------
 
+
 def gelu_backward_math(x: Tensor, out: Tensor, dout: Tensor) -> Tensor:
     """GELU ("none"): out = x Phi(x), so dx = dout * (Phi(x) + x phi(x)), Phi the standard normal CDF and phi its
     density; Phi read off the output as kernels/elementwise.py reads it, 1/2 + (out - x/2) / x (1/2 at x = 0),
@@ -92,8 +94,9 @@ def gelu_tanh_backward_math(x: Tensor, dout: Tensor) -> Tensor:
     return dout * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * _SQRT_2_OVER_PI * (1.0 + 3.0 * 0.044715 * x2))
 
 
-def layer_norm_backward_math(dout: Tensor, x: Tensor, mean: Tensor, invstd: Tensor,
-                             weight: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def layer_norm_backward_math(
+    dout: Tensor, x: Tensor, mean: Tensor, invstd: Tensor, weight: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
     """LayerNorm over the last axis, rows (N, K): dout, x (N, K), mean, invstd (N, 1), weight (K,) ->
     dx (N, K), dweight (K,), dbias (K,), with xhat = (x - mean) invstd recomputed in the loop and dxhat = dout w:
 
@@ -110,6 +113,7 @@ def layer_norm_backward_math(dout: Tensor, x: Tensor, mean: Tensor, invstd: Tens
 
 # -- calling them ------------------------------------------------------------------------------------------
 
+
 def call(name: str, math_fn: Callable, *args):
     """``math_fn(*args)`` as its compiled kernel (compiled on first use; shapes are dynamic, so one kernel serves
     every batch size), or None where it failed to compile: the caller then runs its eager kernel."""
@@ -122,9 +126,12 @@ def call(name: str, math_fn: Callable, *args):
         return kernel(*args)
     except Exception as e:  # a compiler missing or failing: say so once, and keep to the plain math
         _compiled[name] = None
-        warnings.warn(f"handgrad: the compiled kernel {name} could not be compiled ({type(e).__name__}: "
-                      f"{str(e).splitlines()[0] if str(e) else ''}); the eager kernel runs instead",
-                      RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            f"handgrad: the compiled kernel {name} could not be compiled ({type(e).__name__}: "
+            f"{str(e).splitlines()[0] if str(e) else ''}); the eager kernel runs instead",
+            RuntimeWarning,
+            stacklevel=3,
+        )
         return None
 
 
@@ -136,7 +143,8 @@ def gelu_backward(x: Tensor, out: Tensor, dout: Tensor, approximate: str) -> Ten
     return call("gelu_backward", gelu_backward_math, x, out, dout)
 
 
-def layer_norm_backward(dout: Tensor, x: Tensor, mean: Tensor, invstd: Tensor,
-                        weight: Tensor) -> tuple[Tensor, Tensor, Tensor] | None:
+def layer_norm_backward(
+    dout: Tensor, x: Tensor, mean: Tensor, invstd: Tensor, weight: Tensor
+) -> tuple[Tensor, Tensor, Tensor] | None:
     """LayerNorm's (dx, dweight, dbias) for rows over the last K values, or None (the caller's eager kernel runs)."""
     return call("layer_norm_backward", layer_norm_backward_math, dout, x, mean, invstd, weight)

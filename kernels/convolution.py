@@ -27,6 +27,7 @@ Pooling (layers/pool.py): ``max_pool2d`` takes a CPU input of many channels thro
 (the same maxima and argmaxes); ``relu_max_pool_backward`` runs a ReLU's and the MaxPool2d after it as one
 backward.
 """
+
 from __future__ import annotations
 
 import torch
@@ -39,8 +40,16 @@ CHANNELS_LAST_FROM = 8  # channels from which max pooling on the CPU goes throug
 
 # -- convolution ---------------------------------------------------------------------------------------------
 
-def input_grad(dout: Tensor, weight: Tensor, x_shape: torch.Size, stride: tuple[int, int], padding: tuple[int, int],
-               dilation: tuple[int, int], groups: int) -> Tensor:
+
+def input_grad(
+    dout: Tensor,
+    weight: Tensor,
+    x_shape: torch.Size,
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    dilation: tuple[int, int],
+    groups: int,
+) -> Tensor:
     """dx = the transposed convolution of dout with the weight, (N, C_in, H', W') for the padded input x_shape.
 
     conv_transpose2d's output is (H_out - 1) sH - 2 pH + dH (kH - 1) + 1 rows: the forward's floor division may have
@@ -53,8 +62,15 @@ def input_grad(dout: Tensor, weight: Tensor, x_shape: torch.Size, stride: tuple[
     return F.conv_transpose2d(dout, weight, None, stride, padding, (oph, opw), groups, dilation)  # (N, C_in, H', W')
 
 
-def weight_grad(x: Tensor, dout: Tensor, kernel_size: tuple[int, int], stride: tuple[int, int],
-                padding: tuple[int, int], dilation: tuple[int, int], groups: int) -> Tensor:
+def weight_grad(
+    x: Tensor,
+    dout: Tensor,
+    kernel_size: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    dilation: tuple[int, int],
+    groups: int,
+) -> Tensor:
     """dw[o, c, u, v] = sum_{n,i,j} dout[n, o, i, j] xp[n, c, i sH + u dH, j sW + v dW], (C_out, C_in / G, kH, kW)
     (possibly a strided view): one of the three forms of the module docstring, by shape."""
     c = x.shape[1]
@@ -66,8 +82,15 @@ def weight_grad(x: Tensor, dout: Tensor, kernel_size: tuple[int, int], stride: t
     return weight_grad_correlation(x, dout, kernel_size, stride, padding, dilation, groups)
 
 
-def weight_grad_correlation(x: Tensor, dout: Tensor, kernel_size: tuple[int, int], stride: tuple[int, int],
-                            padding: tuple[int, int], dilation: tuple[int, int], groups: int) -> Tensor:
+def weight_grad_correlation(
+    x: Tensor,
+    dout: Tensor,
+    kernel_size: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    dilation: tuple[int, int],
+    groups: int,
+) -> Tensor:
     """dw as one convolution: the batch becomes the channel axis.  The "input" is x as (C_in / G, G * N, H, W) --
     group g's channels of every sample -- and the "kernel" is dout as (C_out, N, H_out, W_out), grouped G ways, so
     output channel o (of group g) sums over exactly the samples of g's input channels.  The kernel's taps i step
@@ -75,8 +98,9 @@ def weight_grad_correlation(x: Tensor, dout: Tensor, kernel_size: tuple[int, int
     kH', kW') has kH' >= kH taps: beyond kH they read only the rows the forward dropped, and are cut off."""
     (kh, kw), g = kernel_size, groups
     n, c, h, w = x.shape
-    xt = x.transpose(0, 1) if g == 1 else \
-        x.view(n, g, c // g, h, w).permute(2, 1, 0, 3, 4).reshape(c // g, g * n, h, w)  # (C_in/G, G*N, H, W)
+    xt = (
+        x.transpose(0, 1) if g == 1 else x.view(n, g, c // g, h, w).permute(2, 1, 0, 3, 4).reshape(c // g, g * n, h, w)
+    )  # (C_in/G, G*N, H, W)
     dt = dout.transpose(0, 1)  # (C_out, N, H_out, W_out)
     if x.device.type == "cpu":  # oneDNN's brgemm kernel reads a channels-last "input" as it is: no reorder
         xt = xt.contiguous(memory_format=torch.channels_last)
@@ -84,8 +108,9 @@ def weight_grad_correlation(x: Tensor, dout: Tensor, kernel_size: tuple[int, int
     return corr[:, :, :kh, :kw].transpose(0, 1)  # (C_out, C_in/G, kH, kW), a view (not contiguous)
 
 
-def weight_grad_exchanged(x: Tensor, dout: Tensor, kernel_size: tuple[int, int], padding: tuple[int, int],
-                          dilation: tuple[int, int]) -> Tensor:
+def weight_grad_exchanged(
+    x: Tensor, dout: Tensor, kernel_size: tuple[int, int], padding: tuple[int, int], dilation: tuple[int, int]
+) -> Tensor:
     """Stride 1, no groups: the same sum with h = i + u dH - pH substituted,
 
         dw[o, c, u, v] = sum_{n,h,w} x[n, c, h, w] dout_q[n, o, h + (kH-1-u) dH, w + (kW-1-v) dW]
@@ -100,8 +125,15 @@ def weight_grad_exchanged(x: Tensor, dout: Tensor, kernel_size: tuple[int, int],
     return corr.flip(2, 3)
 
 
-def weight_grad_im2col(x: Tensor, dout: Tensor, kernel_size: tuple[int, int], stride: tuple[int, int],
-                       padding: tuple[int, int], dilation: tuple[int, int], groups: int) -> Tensor:
+def weight_grad_im2col(
+    x: Tensor,
+    dout: Tensor,
+    kernel_size: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    dilation: tuple[int, int],
+    groups: int,
+) -> Tensor:
     """dw as the im2col product: cols = unfold(x), (N, C_in kH kW, H_out W_out), each column the window one output
     pixel reads; then per group dw = sum_n dout_n (C_out/G, H_out W_out) @ cols_n^T, one batched matrix product and a
     sum over the batch (the layer's textbook, all offsets at once and without its fold for dx)."""
@@ -121,14 +153,19 @@ def weight_grad_im2col(x: Tensor, dout: Tensor, kernel_size: tuple[int, int], st
 
 # -- pooling -------------------------------------------------------------------------------------------------
 
+
 def max_pool2d(x: Tensor, kernel_size, stride, padding, dilation, ceil_mode: bool) -> tuple[Tensor, Tensor]:
     """``F.max_pool2d(..., return_indices=True)`` for x (N, C, H, W): the maxima and each window's flat argmax in its
     H*W plane (the first on a tie), through ATen's channels-last kernel where that is faster.  Its CPU kernel for an
     (N, C, H, W) tensor walks each plane alone; the channels-last one runs the windows across channels in vector
     lanes, faster once there are channels enough to fill them even with the copies into that layout and back
     (docs/benchmarks.md).  The same maxima and argmaxes; out and the argmaxes are given back in x's layout."""
-    if x.device.type != "cpu" or x.shape[1] < CHANNELS_LAST_FROM or torch.compiler.is_compiling() \
-            or x.is_contiguous(memory_format=torch.channels_last):
+    if (
+        x.device.type != "cpu"
+        or x.shape[1] < CHANNELS_LAST_FROM
+        or torch.compiler.is_compiling()
+        or x.is_contiguous(memory_format=torch.channels_last)
+    ):
         return F.max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode, return_indices=True)
     xp = x.contiguous(memory_format=torch.channels_last)
     out, idx = F.max_pool2d(xp, kernel_size, stride, padding, dilation, ceil_mode, return_indices=True)
@@ -156,8 +193,9 @@ def relu_max_pool_backward(pool, relu, dout: Tensor) -> Tensor | None:
             return None
     except RuntimeError:  # inference tensors keep no version counter
         return None
-    if not (isinstance(dout, Tensor) and dout.shape == out.shape and dout.dtype == out.dtype
-            and dout.device == out.device):
+    if not (
+        isinstance(dout, Tensor) and dout.shape == out.shape and dout.dtype == out.dtype and dout.device == out.device
+    ):
         return None
     relu.discard_saved()
     return pool.backward(out.sign().mul_(dout))

@@ -7,6 +7,7 @@ few buffers as possible: a chain of in-place operations on one new tensor instea
     gelu_backward(x, out, dout, approx)    dx = dout * (Phi(x) + x phi(x))       Phi read off the output, phi in exp2
                                            dx = dout * (1/2 (1 + t) + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 0.044715 x^2))
 """
+
 from __future__ import annotations
 
 import math

@@ -8,6 +8,7 @@ into ``.grad`` (layers/template.py).  A kernel may return it unevaluated instead
     IndexAdd(index, rows)  row ``index[i]`` of dW receives ``rows[i]``, repeated indices adding up: scattered with
                            ``index_add_`` straight into ``.grad`` (no temporary of the table's size)
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -19,6 +20,7 @@ class Product(NamedTuple):
     """A parameter gradient ``a @ b`` (a weight gradient is one GEMM: ``dW = dout^T x``), left to the base to
     compute: skipped for a frozen parameter, written as ``.grad`` on first use, added in place (``addmm_``, no
     temporary) when ``.grad`` exists."""
+
     a: Tensor
     b: Tensor
 
@@ -27,5 +29,6 @@ class IndexAdd(NamedTuple):
     """A parameter gradient whose row ``index[i]`` receives ``source[i]``, repeated indices adding up (an embedding's
     scatter-add), left to the base: skipped for a frozen parameter, added with ``index_add_`` into ``.grad`` in
     place (zeros on first use): no temporary of the table's size."""
+
     index: Tensor  # (P,) row of each source row
     source: Tensor  # (P, D)

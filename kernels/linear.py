@@ -7,6 +7,7 @@ dout's rows into a zero table at their ids.  The same numbers here, without the 
                         computed at all for a frozen weight); dx only when asked for (the first layer of a network)
     embedding_backward  dweight as ``IndexAdd(ids, rows)``: ``index_add_`` straight into ``.grad``
 """
+
 from __future__ import annotations
 
 from torch import Tensor
@@ -14,8 +15,9 @@ from torch import Tensor
 from .gradients import IndexAdd, Product
 
 
-def linear_backward(dout: Tensor, x: Tensor, weight: Tensor, *,
-                    needs_dx: bool) -> tuple[Tensor | None, Product, Tensor]:
+def linear_backward(
+    dout: Tensor, x: Tensor, weight: Tensor, *, needs_dx: bool
+) -> tuple[Tensor | None, Product, Tensor]:
     """dout (N, H), x (N, D), weight (H, D) -> (dx (N, D) or None, dweight (H, D) as a Product, dbias (H,))."""
     dx = dout @ weight if needs_dx else None
     return dx, Product(dout.t(), x), dout.sum(0)

@@ -10,6 +10,7 @@ kernels/compiled.py, where on); BatchNorm's as ``scale * dout + a + (x - mean) *
 weight * rstd, a and b, written into the one buffer that held dout * (x - mean).  Neither keeps xhat from the
 forward: it is (x - mean) * rstd, made again where needed.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -20,15 +21,25 @@ from torch import Tensor
 from . import compiled
 
 
-def layer_norm_backward(dout: Tensor, x: Tensor, mean: Tensor, rstd: Tensor, xhat: Tensor | None,
-                        weight: Tensor | None, bias: Tensor | None, dims: tuple[int, ...], *,
-                        needs_dx: bool) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+def layer_norm_backward(
+    dout: Tensor,
+    x: Tensor,
+    mean: Tensor,
+    rstd: Tensor,
+    xhat: Tensor | None,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    dims: tuple[int, ...],
+    *,
+    needs_dx: bool,
+) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
     """dout, x (*, S), mean and rstd (*, 1...) per row, xhat (float32, kept for a half-precision x) or None,
     weight and bias (S,) or None, ``dims`` the row's axes -> (dx (*, S) or None, dweight (S,), dbias (S,))."""
     if xhat is None and weight is not None and needs_dx and compiled.usable(dout, x, weight):
         k = weight.numel()  # the textbook's formulas as one compiled pass (kernels/compiled.py), where on
-        grads = compiled.layer_norm_backward(dout.reshape(-1, k), x.reshape(-1, k), mean.reshape(-1, 1),
-                                             rstd.reshape(-1, 1), weight.reshape(k))
+        grads = compiled.layer_norm_backward(
+            dout.reshape(-1, k), x.reshape(-1, k), mean.reshape(-1, 1), rstd.reshape(-1, 1), weight.reshape(k)
+        )
         if grads is not None:
             dx, dweight, dbias = grads
             return dx.view(x.shape), dweight.view(weight.shape), None if bias is None else dbias.view(bias.shape)
@@ -54,9 +65,14 @@ def layer_norm_backward(dout: Tensor, x: Tensor, mean: Tensor, rstd: Tensor, xha
     return dx.to(x.dtype), dweight, dbias
 
 
-def batch_norm_backward(dout: Tensor, saved, *, needs_dx: bool, affine: bool,
-                        reduce: Callable[[Tensor, Tensor, int | Tensor], tuple[Tensor, Tensor]]
-                        ) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+def batch_norm_backward(
+    dout: Tensor,
+    saved,
+    *,
+    needs_dx: bool,
+    affine: bool,
+    reduce: Callable[[Tensor, Tensor, int | Tensor], tuple[Tensor, Tensor]],
+) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
     """dout (N, C, ...) and what BatchNorm's forward kept (``saved``: ``xc`` = x - mean in training, else ``x`` and
     ``mean``; ``rstd``, ``scale`` = weight * rstd (C,), ``count`` M values per channel, ``batch_stats``) -> (dx in the
     statistics dtype or None, dweight (C,), dbias (C,)).  ``affine`` False: no parameters (with no dx asked for,

@@ -16,6 +16,7 @@ numbers.  With the kernels off (``HANDGRAD_KERNELS=off``, ``kernels.disabled()``
 optimizers then update tensor by tensor, their textbook.  ``tile_like(params, tensors)`` copies tensors into one
 new block laid out like the parameters' (the optimizer's state, on its first step or after a load).
 """
+
 from __future__ import annotations
 
 import torch
@@ -70,9 +71,13 @@ def flat_views(params: list[Tensor], *others: list[Tensor]) -> list[Tensor] | No
         base = t0.storage_offset() - (params[0].storage_offset() - start)  # where its block starts
         ptr = t0.data_ptr() - t0.storage_offset() * t0.element_size()
         for p, t in zip(params, tensors):
-            if (t.data_ptr() - t.storage_offset() * t.element_size() != ptr or t.dtype != p.dtype
-                    or t.shape != p.shape or t.stride() != p.stride()
-                    or t.storage_offset() - base != p.storage_offset() - start):
+            if (
+                t.data_ptr() - t.storage_offset() * t.element_size() != ptr
+                or t.dtype != p.dtype
+                or t.shape != p.shape
+                or t.stride() != p.stride()
+                or t.storage_offset() - base != p.storage_offset() - start
+            ):
                 return None
         if base < 0:
             return None

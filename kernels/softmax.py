@@ -9,6 +9,7 @@ backward to the last bits:
     probability_grad(logp, q, s)             (p * sum(q) - q) * s
     cross_entropy_backward                   either, an ignored position's row zero
 """
+
 from __future__ import annotations
 
 import torch
@@ -31,8 +32,9 @@ def probability_grad(logp: Tensor, q: Tensor, s: float | Tensor) -> Tensor:
     return torch.exp(logp).mul_(q.sum(1, keepdim=True)).sub_(q).mul_(s)
 
 
-def cross_entropy_backward(logp: Tensor, target: Tensor, skip: Tensor | None, s: float | Tensor,
-                           eps: float = 0.0) -> Tensor:
+def cross_entropy_backward(
+    logp: Tensor, target: Tensor, skip: Tensor | None, s: float | Tensor, eps: float = 0.0
+) -> Tensor:
     """dL/dz (M, C) from log p (M, C), class indices (M,) or a distribution q (M, C), the ignored positions ``skip``
     (M,) or None, the scale ``s`` (dout / count for a mean) and the label smoothing ``eps``."""
     if target.is_floating_point():

@@ -1,6 +1,12 @@
 """Hand-written layers, the building blocks: each computes its own backward pass (whole models are in ``models``)."""
-from .attention import (MultiheadAttention, ScaledDotProductAttention, TransformerEncoder, TransformerEncoderLayer,
-                        attention_dropout_mask)
+
+from .attention import (
+    MultiheadAttention,
+    ScaledDotProductAttention,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+    attention_dropout_mask,
+)
 from .activations import GELU, LeakyReLU, LogSoftmax, ReLU, Sigmoid, SiLU, Softmax, Tanh
 from .batchnorm import BatchNorm1d, BatchNorm2d
 from .conv import Conv2d
@@ -16,9 +22,44 @@ from .sequential import Sequential
 from .sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
 from .torch_bridge import HandgradModule, as_module, from_torch, to_torch
 
-__all__ = ["Layer", "BaseLayer", "Linear", "ReLU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax", "LeakyReLU", "GELU",
-           "SiLU", "BatchNorm1d", "BatchNorm2d", "SyncBatchNorm", "convert_sync_batchnorm", "LayerNorm", "Dropout",
-           "SeededDropout", "Embedding", "ScaledDotProductAttention", "MultiheadAttention", "TransformerEncoderLayer",
-           "TransformerEncoder", "attention_dropout_mask", "Conv2d", "MaxPool2d", "AvgPool2d", "Flatten", "RNN", "LSTM",
-           "GRU", "RNNCell", "LSTMCell", "GRUCell", "Sequential", "from_torch", "to_torch", "as_module",
-           "HandgradModule"]
+__all__ = [
+    "Layer",
+    "BaseLayer",
+    "Linear",
+    "ReLU",
+    "Tanh",
+    "Sigmoid",
+    "Softmax",
+    "LogSoftmax",
+    "LeakyReLU",
+    "GELU",
+    "SiLU",
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "SyncBatchNorm",
+    "convert_sync_batchnorm",
+    "LayerNorm",
+    "Dropout",
+    "SeededDropout",
+    "Embedding",
+    "ScaledDotProductAttention",
+    "MultiheadAttention",
+    "TransformerEncoderLayer",
+    "TransformerEncoder",
+    "attention_dropout_mask",
+    "Conv2d",
+    "MaxPool2d",
+    "AvgPool2d",
+    "Flatten",
+    "RNN",
+    "LSTM",
+    "GRU",
+    "RNNCell",
+    "LSTMCell",
+    "GRUCell",
+    "Sequential",
+    "from_torch",
+    "to_torch",
+    "as_module",
+    "HandgradModule",
+]

@@ -7,6 +7,7 @@ output also tells where the input was positive.  GELU keeps its input (and its o
 its input (or, in place, the mask of where it was positive), SiLU its output and the sigmoid of its input.
 ReLU's and GELU's backwards have faster forms in kernels/elementwise.py, used while the kernels are on.
 """
+
 from __future__ import annotations
 
 import math
@@ -72,7 +73,7 @@ class Tanh(_Activation):
 
     def backward_math(self, dout: Tensor, saved: Out) -> Tensor:
         out = saved.out
-        dx = dout * (1 - out ** 2)
+        dx = dout * (1 - out**2)
         return dx
 
 
@@ -136,8 +137,9 @@ class LogSoftmax(_AlongDim):
     """
 
     torch_class = torch.nn.LogSoftmax
-    _dim_hint = (" (torch's implicit dim=None is not supported: say which axis holds the classes, e.g. "
-                 "LogSoftmax(dim=1))")
+    _dim_hint = (
+        " (torch's implicit dim=None is not supported: say which axis holds the classes, e.g. LogSoftmax(dim=1))"
+    )
 
     def __init__(self, dim: int | None = None) -> None:
         super().__init__(dim)
@@ -218,8 +220,9 @@ class GELU(_Activation):
             cube = 0.044715 * x * x * x
             tanh_out = torch.tanh(self.GELU_SCALING_FACTOR * (x + cube))
             sech2 = 1.0 - tanh_out * tanh_out  # 1 / cosh^2, the derivative of tanh
-            local_grad = 0.5 * (1.0 + tanh_out) \
-                + x * 0.5 * sech2 * self.GELU_SCALING_FACTOR * (1.0 + 3.0 * 0.044715 * x * x)
+            local_grad = 0.5 * (1.0 + tanh_out) + x * 0.5 * sech2 * self.GELU_SCALING_FACTOR * (
+                1.0 + 3.0 * 0.044715 * x * x
+            )
         else:
             cdf = 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))  # Phi(x)
             pdf = torch.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)  # phi(x)

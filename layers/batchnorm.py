@@ -8,6 +8,7 @@ The two reductions that cross the batch -- the statistics in the forward, the tw
 the backward -- are methods of their own (``_batch_stats``, ``_reduce_grad_sums``), so that
 ``SyncBatchNorm`` (layers/sync_batchnorm.py) only all-reduces them across processes.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -78,9 +79,18 @@ class _BatchNorm(BaseLayer):
         batch_stats: bool  # normalised by the batch's statistics (training, or no running ones)
         dtype: torch.dtype  # x's, given back to dx (the sums run in float32 for float16/bfloat16)
 
-    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
-                 track_running_stats: bool = True, *, bias: bool = True, device: torch.device | str | None = None,
-                 dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        *,
+        bias: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ):
         owner = type(self).__name__
         self.num_features = check_int(owner, "num_features", num_features)
         self.eps = check_number(owner, "eps", eps, 0.0)
@@ -103,13 +113,16 @@ class _BatchNorm(BaseLayer):
             self.running_mean = self.running_var = self.num_batches_tracked = None
 
     def extra_repr(self) -> str:
-        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
-                f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}")  # torch's repr
+        return (
+            f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+            f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}"
+        )  # torch's repr
 
     # -- the two cross-batch reductions (SyncBatchNorm overrides these) ----------------------------------
 
-    def _batch_stats(self, x: Tensor, dims: tuple[int, ...],
-                     scratch: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, int | Tensor]:
+    def _batch_stats(
+        self, x: Tensor, dims: tuple[int, ...], scratch: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor, int | Tensor]:
         """x (in the statistics dtype) -> (mean (C,), xc = x - mean (x's shape), biased var (C,), M).
         ``scratch``: a buffer of x's shape the squares may be written into (the forward's output, next).
 
@@ -131,8 +144,7 @@ class _BatchNorm(BaseLayer):
         """Whether this forward's batch statistics span processes (here: never)."""
         return False
 
-    def _reduce_grad_sums(self, sum_dout: Tensor, sum_dout_xhat: Tensor,
-                          count: int | Tensor) -> tuple[Tensor, Tensor]:
+    def _reduce_grad_sums(self, sum_dout: Tensor, sum_dout_xhat: Tensor, count: int | Tensor) -> tuple[Tensor, Tensor]:
         """The per-channel sums dx needs, over the whole batch (here: this process's batch is the batch)."""
         return sum_dout, sum_dout_xhat
 
@@ -140,8 +152,9 @@ class _BatchNorm(BaseLayer):
         """torch's rule: one value per channel has no variance to normalise by; none at all (an empty batch) is
         accepted, as torch accepts it (an empty output, zero parameter gradients)."""
         if count == 1:
-            raise ValueError(f"{self!r}: expected more than 1 value per channel when training, got input of "
-                             f"shape {tuple(x.shape)}")
+            raise ValueError(
+                f"{self!r}: expected more than 1 value per channel when training, got input of shape {tuple(x.shape)}"
+            )
 
     # -- forward and backward ----------------------------------------------------------------------------
 
@@ -155,8 +168,10 @@ class _BatchNorm(BaseLayer):
         batch_stats = self.training or self.running_mean is None
         if batch_stats:
             if not self.eps > 0:  # a constant channel would give 0/0; torch refuses it too (eval may use eps=0)
-                raise ValueError(f"{self!r}: eps must be positive to normalise by batch statistics (training, or "
-                                 f"track_running_stats=False), got eps={self.eps}")
+                raise ValueError(
+                    f"{self!r}: eps must be positive to normalise by batch statistics (training, or "
+                    f"track_running_stats=False), got eps={self.eps}"
+                )
             if self.training:
                 self._check_batch(x, x.numel() // x.shape[1])
             # The squares for the variance first, then the output, in one buffer: one allocation fewer (not while
@@ -178,8 +193,9 @@ class _BatchNorm(BaseLayer):
             shift = -mean * scale if self.bias is None else self.bias.to(sdtype) - mean * scale  # (C,)
             out = torch.addcmul(shift.view(bshape), xs, scale.view(bshape))  # (N, C, ...)
         out = out if out.dtype == x.dtype else out.to(x.dtype)
-        return out, self.Saved(xc, xs if xc is None else None, self.weight, mean, rstd, scale, count,
-                               batch_stats, x.dtype)
+        return out, self.Saved(
+            xc, xs if xc is None else None, self.weight, mean, rstd, scale, count, batch_stats, x.dtype
+        )
 
     def _update_running(self, mean: Tensor, var: Tensor, count: int | Tensor) -> None:
         """running = (1 - f) * running + f * statistic, f = momentum or 1 / num_batches_tracked (momentum=None);
@@ -196,9 +212,13 @@ class _BatchNorm(BaseLayer):
     def backward_math(self, dout: Tensor, saved: Saved):
         """dout: shape of out -> dx: shape of x; dweight (C,) and dbias (C,), added into weight.grad, bias.grad."""
         if kernels.enabled():  # the same statement in one buffer: kernels/norms.py
-            dx, dweight, dbias = norms.batch_norm_backward(dout, saved, needs_dx=self.needs_input_grad,
-                                                           affine=self.weight is not None,
-                                                           reduce=self._reduce_grad_sums)
+            dx, dweight, dbias = norms.batch_norm_backward(
+                dout,
+                saved,
+                needs_dx=self.needs_input_grad,
+                affine=self.weight is not None,
+                reduce=self._reduce_grad_sums,
+            )
             return _as(dx, saved.dtype), {"weight": _as_like(dweight, self.weight), "bias": _as_like(dbias, self.bias)}
         x = saved.xc if saved.batch_stats else saved.x - saved.mean.view(_bshape(saved.x))  # x - mean
         xhat, dout, rstd = _rows(x) * saved.rstd, _rows(dout.to(x.dtype)), saved.rstd  # (M, C), (M, C), (C,)
@@ -211,8 +231,10 @@ class _BatchNorm(BaseLayer):
             dx = rstd / n * (n * dxhat - dxhat.sum(0) - xhat * (dxhat * xhat).sum(0))  # (M, C)
         else:  # eval with running statistics: mean and var are constants, the affine map's backward
             dx = dxhat * rstd
-        return _as(_unrows(dx, x.shape), saved.dtype), {"weight": _as_like(dweight, self.weight),
-                                                        "bias": _as_like(dbias, self.bias)}
+        return _as(_unrows(dx, x.shape), saved.dtype), {
+            "weight": _as_like(dweight, self.weight),
+            "bias": _as_like(dbias, self.bias),
+        }
 
 
 def _bshape(x: Tensor) -> tuple[int, ...]:
@@ -243,13 +265,22 @@ def _as_like(t: Tensor, param: Tensor | None) -> Tensor | None:
 class BatchNorm1d(_BatchNorm):
     __doc__ = "Batch norm over (N, C) or (N, C, L): statistics per channel over N (and L).\n\n" + _BatchNorm.__doc__
     torch_class = torch.nn.BatchNorm1d
-    expects = Expects(dims=(2, 3), size=(1, "num_features"), like=("weight", "running_mean"), half=True,
-                      shape="(N, {num_features}) or (N, {num_features}, L)")
+    expects = Expects(
+        dims=(2, 3),
+        size=(1, "num_features"),
+        like=("weight", "running_mean"),
+        half=True,
+        shape="(N, {num_features}) or (N, {num_features}, L)",
+    )
 
 
 class BatchNorm2d(_BatchNorm):
     __doc__ = "Batch norm over (N, C, H, W): statistics per channel over N, H and W.\n\n" + _BatchNorm.__doc__
     torch_class = torch.nn.BatchNorm2d
-    expects = Expects(dims=(4,), size=(1, "num_features"), like=("weight", "running_mean"), half=True,
-                      shape="(N, {num_features}, H, W)")
-
+    expects = Expects(
+        dims=(4,),
+        size=(1, "num_features"),
+        like=("weight", "running_mean"),
+        half=True,
+        shape="(N, {num_features}, H, W)",
+    )

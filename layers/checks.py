@@ -1,4 +1,5 @@
 """Input validation shared by the layers and losses: every error names the layer, the argument and the shapes."""
+
 from __future__ import annotations
 
 import math
@@ -10,8 +11,10 @@ from torch import Tensor
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)  # computed in float32 inside a layer, as torch's kernels accumulate
 
-BEFORE_FORWARD = ("backward called before forward (or twice after one forward: each backward consumes the cache "
-                  "of the forward before it)")
+BEFORE_FORWARD = (
+    "backward called before forward (or twice after one forward: each backward consumes the cache "
+    "of the forward before it)"
+)
 
 
 def is_a(value: object, kinds: type | tuple[type, ...]) -> bool:
@@ -31,13 +34,19 @@ def check_like(owner: str, name: str, t: Tensor, ref: Tensor, ref_name: str) -> 
     if t.dtype != ref.dtype:
         var = "x" if name == "input" else name  # what the caller's variable is likely called, for the example
         if not t.is_floating_point():  # integer, bool, complex: the model cannot take that dtype; the tensor can
-            raise ValueError(f"{owner}: {name} has dtype {t.dtype} but {ref_name} has dtype {ref.dtype}; convert "
-                             f"the {name} (e.g. {var}.to({ref.dtype}))")
-        raise ValueError(f"{owner}: {name} has dtype {t.dtype} but {ref_name} has dtype {ref.dtype}; convert one "
-                         f"of them (e.g. {var}.to({ref.dtype}), or the model: net.to(dtype={t.dtype}))")
+            raise ValueError(
+                f"{owner}: {name} has dtype {t.dtype} but {ref_name} has dtype {ref.dtype}; convert "
+                f"the {name} (e.g. {var}.to({ref.dtype}))"
+            )
+        raise ValueError(
+            f"{owner}: {name} has dtype {t.dtype} but {ref_name} has dtype {ref.dtype}; convert one "
+            f"of them (e.g. {var}.to({ref.dtype}), or the model: net.to(dtype={t.dtype}))"
+        )
     if t.device != ref.device:
-        raise ValueError(f"{owner}: {name} is on {t.device} but {ref_name} is on {ref.device}; "
-                         f"move one of them (e.g. net.to(device='{t.device}'))")
+        raise ValueError(
+            f"{owner}: {name} is on {t.device} but {ref_name} is on {ref.device}; "
+            f"move one of them (e.g. net.to(device='{t.device}'))"
+        )
 
 
 def check_floating(owner: str, name: str, t: Tensor) -> None:
@@ -51,26 +60,33 @@ def check_dout(owner: str, dout: object, out_shape: torch.Size | None, ref: Tens
         raise RuntimeError(f"{owner}: {BEFORE_FORWARD}")
     dout = check_tensor(owner, "dout", dout)
     if dout.shape != out_shape:
-        raise ValueError(f"{owner}: dout has shape {tuple(dout.shape)} but the forward output had shape "
-                         f"{tuple(out_shape)}")
+        raise ValueError(
+            f"{owner}: dout has shape {tuple(dout.shape)} but the forward output had shape {tuple(out_shape)}"
+        )
     if ref is not None:
         check_like(owner, "dout", dout, ref, "the forward output")
     return dout
 
 
-def check_backward_dout(layer: object, dout: object, out_shape: torch.Size | None, dtype: torch.dtype | None,
-                        device: torch.device | None) -> None:
+def check_backward_dout(
+    layer: object, dout: object, out_shape: torch.Size | None, dtype: torch.dtype | None, device: torch.device | None
+) -> None:
     """A backward's check of ``dout`` against its forward's output (``out_shape`` None: no forward cached).
     One comparison on the hot path; only a failing dout pays for the layer's repr and the named error."""
-    if (out_shape is not None and isinstance(dout, Tensor) and dout.shape == out_shape and dout.dtype == dtype
-            and dout.device == device):
+    if (
+        out_shape is not None
+        and isinstance(dout, Tensor)
+        and dout.shape == out_shape
+        and dout.dtype == dtype
+        and dout.device == device
+    ):
         return
-    check_dout(repr(layer), dout, out_shape,
-               None if out_shape is None else torch.empty(0, dtype=dtype, device=device))
+    check_dout(repr(layer), dout, out_shape, None if out_shape is None else torch.empty(0, dtype=dtype, device=device))
 
 
-def check_grads_like(layer: object, names: tuple[str, ...], grads, shapes, dtype: torch.dtype,
-                     device: torch.device) -> None:
+def check_grads_like(
+    layer: object, names: tuple[str, ...], grads, shapes, dtype: torch.dtype, device: torch.device
+) -> None:
     """A backward's check of several upstream gradients (a recurrent layer's output and states), paired in order
     with their ``names`` and the ``shapes`` of the forward's outputs they belong to: each None (zeros) or a tensor of
     that shape, dtype and device.  One comparison each on the hot path; only a failing one pays for the layer's repr
@@ -81,8 +97,9 @@ def check_grads_like(layer: object, names: tuple[str, ...], grads, shapes, dtype
         owner = repr(layer)
         check_tensor(owner, name, g)
         if g.shape != shape:
-            raise ValueError(f"{owner}: {name} has shape {tuple(g.shape)} but the forward's output had shape "
-                             f"{tuple(shape)}")
+            raise ValueError(
+                f"{owner}: {name} has shape {tuple(g.shape)} but the forward's output had shape {tuple(shape)}"
+            )
         check_like(owner, name, g, torch.empty(0, dtype=dtype, device=device), "the forward output")
 
 
@@ -91,20 +108,30 @@ def check_loss_dout(loss: object, dout: object) -> None:
     tensor (1.0 by default; a loss scale, a 1/N weight)."""
     if isinstance(dout, Tensor):
         if dout.numel() != 1 or dout.is_complex() or dout.dtype == torch.bool:
-            raise ValueError(f"{loss!r}: dout (the upstream gradient of the loss) must be a real scalar, got a "
-                             f"tensor of shape {tuple(dout.shape)} and dtype {dout.dtype}")
+            raise ValueError(
+                f"{loss!r}: dout (the upstream gradient of the loss) must be a real scalar, got a "
+                f"tensor of shape {tuple(dout.shape)} and dtype {dout.dtype}"
+            )
     elif not is_a(dout, numbers.Real):
-        raise TypeError(f"{loss!r}: dout (the upstream gradient of the loss) must be a number or a one-element "
-                        f"tensor, default 1.0; got {type(dout).__name__} {dout!r:.40}")
+        raise TypeError(
+            f"{loss!r}: dout (the upstream gradient of the loss) must be a number or a one-element "
+            f"tensor, default 1.0; got {type(dout).__name__} {dout!r:.40}"
+        )
 
 
-def check_int(owner: str, name: str, value: object, lo: int | None = 1, hi: int | None = None, *,
-              why: str = "") -> int:
+def check_int(owner: str, name: str, value: object, lo: int | None = 1, hi: int | None = None, *, why: str = "") -> int:
     """Refuse anything but an int in [lo, hi] (no bound where None; a bool is not an int here), naming the
     argument and the value; ``why`` is added after the requirement (" (the table has 4 rows)")."""
     if not is_a(value, int) or (lo is not None and value < lo) or (hi is not None and value > hi):
-        bounds = (f" in [{lo}, {hi}]" if lo is not None and hi is not None else f" >= {lo}" if lo is not None
-                  else f" <= {hi}" if hi is not None else "")
+        bounds = (
+            f" in [{lo}, {hi}]"
+            if lo is not None and hi is not None
+            else f" >= {lo}"
+            if lo is not None
+            else f" <= {hi}"
+            if hi is not None
+            else ""
+        )
         raise ValueError(f"{owner}: {name} must be an int{bounds}{why}, got {value!r}")
     return value
 
@@ -123,12 +150,24 @@ def check_bool(owner: str, name: str, value: object, *, error: type[Exception] =
     return value
 
 
-def check_number(owner: str, name: str, value: object, lo: float = -math.inf, hi: float = math.inf, *,
-                 lo_open: bool = False, hi_open: bool = False) -> float:
+def check_number(
+    owner: str,
+    name: str,
+    value: object,
+    lo: float = -math.inf,
+    hi: float = math.inf,
+    *,
+    lo_open: bool = False,
+    hi_open: bool = False,
+) -> float:
     """Refuse anything but a finite real number in [lo, hi] (``lo_open``/``hi_open``: the bound excluded); a bool
     is not a number here.  Returns it as a float."""
-    ok = is_a(value, numbers.Real) and math.isfinite(value) \
-        and (value > lo if lo_open else value >= lo) and (value < hi if hi_open else value <= hi)
+    ok = (
+        is_a(value, numbers.Real)
+        and math.isfinite(value)
+        and (value > lo if lo_open else value >= lo)
+        and (value < hi if hi_open else value <= hi)
+    )
     if not ok:
         interval = f"{'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
         where = "a finite number" if (lo, hi) == (-math.inf, math.inf) else f"a finite number in {interval}"
@@ -188,40 +227,56 @@ def check_expected(layer: object, x: object, expects: Expects) -> None:
         ref = getattr(layer, ref_name)
         if ref is not None:
             break
-    if isinstance(x, Tensor) and (not expects.floating or x.is_floating_point()) \
-            and (not expects.dims or x.dim() in expects.dims) \
-            and (expects.size is None or (x.dim() > 0 and x.shape[expects.size[0]] == getattr(layer, expects.size[1])))\
-            and (expects.trailing is None or _ends_with(x, getattr(layer, expects.trailing))) \
-            and (ref is None or (x.device == ref.device and (x.dtype == ref.dtype or (
-                expects.half and x.dtype in LOW_PRECISION and ref.dtype == torch.float32)))):
+    if (
+        isinstance(x, Tensor)
+        and (not expects.floating or x.is_floating_point())
+        and (not expects.dims or x.dim() in expects.dims)
+        and (expects.size is None or (x.dim() > 0 and x.shape[expects.size[0]] == getattr(layer, expects.size[1])))
+        and (expects.trailing is None or _ends_with(x, getattr(layer, expects.trailing)))
+        and (
+            ref is None
+            or (
+                x.device == ref.device
+                and (x.dtype == ref.dtype or (expects.half and x.dtype in LOW_PRECISION and ref.dtype == torch.float32))
+            )
+        )
+    ):
         if expects.axis is not None:
             dim = getattr(layer, expects.axis)
             if not -x.dim() <= dim < max(x.dim(), 1):
-                raise ValueError(f"{layer!r}: {expects.axis} {dim} is out of range for an input of shape "
-                                 f"{tuple(x.shape)}")
+                raise ValueError(
+                    f"{layer!r}: {expects.axis} {dim} is out of range for an input of shape {tuple(x.shape)}"
+                )
         return
     owner = repr(layer)
     check_tensor(owner, expects.name, x)
     if expects.floating:
         check_floating(owner, expects.name, x)
-    shape_ok = (not expects.dims or x.dim() in expects.dims) \
-        and (expects.size is None or (x.dim() > 0 and x.shape[expects.size[0]] == getattr(layer, expects.size[1]))) \
+    shape_ok = (
+        (not expects.dims or x.dim() in expects.dims)
+        and (expects.size is None or (x.dim() > 0 and x.shape[expects.size[0]] == getattr(layer, expects.size[1])))
         and (expects.trailing is None or _ends_with(x, getattr(layer, expects.trailing)))
+    )
     if not shape_ok:
-        raise ValueError(f"{owner}: expected input of shape {expects.shape.format_map(_Fields(layer))}, got "
-                         f"{tuple(x.shape)}")
+        raise ValueError(
+            f"{owner}: expected input of shape {expects.shape.format_map(_Fields(layer))}, got {tuple(x.shape)}"
+        )
     if ref is None:
         return
     if not expects.half:
         check_like(owner, expects.like_name or expects.name, x, ref, ref_name)
         return
     if x.device != ref.device:
-        raise ValueError(f"{owner}: {expects.name} is on {x.device} but the parameters are on {ref.device}; "
-                         f"move one of them (e.g. layer.to(device='{x.device}'))")
-    raise ValueError(f"{owner}: {expects.name} has dtype {x.dtype} but the parameters have dtype {ref.dtype} (a "
-                     f"float16/bfloat16 input is accepted with float32 parameters); convert one of them")
+        raise ValueError(
+            f"{owner}: {expects.name} is on {x.device} but the parameters are on {ref.device}; "
+            f"move one of them (e.g. layer.to(device='{x.device}'))"
+        )
+    raise ValueError(
+        f"{owner}: {expects.name} has dtype {x.dtype} but the parameters have dtype {ref.dtype} (a "
+        f"float16/bfloat16 input is accepted with float32 parameters); convert one of them"
+    )
 
 
 def _ends_with(x: Tensor, shape: tuple[int, ...]) -> bool:
     k = len(shape)
-    return x.dim() >= k and tuple(x.shape[x.dim() - k:]) == tuple(shape)
+    return x.dim() >= k and tuple(x.shape[x.dim() - k :]) == tuple(shape)

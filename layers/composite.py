@@ -11,6 +11,7 @@ backward returns) -- the fused backward's order, in which the children add their
 adds the composite's own after it.  So a tensor two children add into (the GPT's tied matrix) gets its terms in the
 same order, and B then W equals the fused backward bit for bit.
 """
+
 from __future__ import annotations
 
 import functools

@@ -24,6 +24,7 @@ a product of the weight with the columns; so, offset by offset (the exercise's l
 primitives: dx as a transposed convolution of dout with the weight, dweight as a correlation of the input with
 dout in the form that suits the layer's shape.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -75,11 +76,26 @@ class Conv2d(BaseLayer):
     """
 
     _param_names = ("weight", "bias")
-    expects = Expects(dims=(3, 4), size=(-3, "in_channels"), like=("weight",), like_name="input", floating=False,
-                      shape="(N, {in_channels}, H, W) or, unbatched, ({in_channels}, H, W)")
+    expects = Expects(
+        dims=(3, 4),
+        size=(-3, "in_channels"),
+        like=("weight",),
+        like_name="input",
+        floating=False,
+        shape="(N, {in_channels}, H, W) or, unbatched, ({in_channels}, H, W)",
+    )
     torch_class = torch.nn.Conv2d
-    _ctor_args = ("in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation", "groups", "bias",
-                  "padding_mode")
+    _ctor_args = (
+        "in_channels",
+        "out_channels",
+        "kernel_size",
+        "stride",
+        "padding",
+        "dilation",
+        "groups",
+        "bias",
+        "padding_mode",
+    )
 
     class Saved(NamedTuple):
         x: Tensor  # (N, C_in, H', W') the input as convolved (with the extra "same" row/column), for dw
@@ -87,33 +103,48 @@ class Conv2d(BaseLayer):
         hw: tuple[int, int]  # the input's (H, W): dx is cut back to it
         unbatched: bool  # the input was (C_in, H, W): dout and dx lose the batch axis of one
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int],
-                 stride: int | tuple[int, int] = 1, padding: int | tuple[int, int] | str = 0,
-                 dilation: int | tuple[int, int] = 1, groups: int = 1, bias: bool = True,
-                 padding_mode: str = "zeros", *, device: torch.device | str | None = None,
-                 dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | tuple[int, int],
+        stride: int | tuple[int, int] = 1,
+        padding: int | tuple[int, int] | str = 0,
+        dilation: int | tuple[int, int] = 1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ):
         owner = "Conv2d"
         self.in_channels = check_int(owner, "in_channels", in_channels)
         self.out_channels = check_int(owner, "out_channels", out_channels)
         self.groups = check_int(owner, "groups", groups)
         if in_channels % groups or out_channels % groups:
-            raise ValueError(f"{owner}: in_channels ({in_channels}) and out_channels ({out_channels}) must both be "
-                             f"divisible by groups ({groups})")
+            raise ValueError(
+                f"{owner}: in_channels ({in_channels}) and out_channels ({out_channels}) must both be "
+                f"divisible by groups ({groups})"
+            )
         self.kernel_size = pair(owner, "kernel_size", kernel_size, 1)
         self.stride = pair(owner, "stride", stride, 1)
         self.dilation = pair(owner, "dilation", dilation, 1)
         check_bool(owner, "bias", bias)
         if padding_mode != "zeros":
-            raise ValueError(f"{owner}: padding_mode must be 'zeros' (reflect, replicate and circular padding are "
-                             f"not supported), got {padding_mode!r}")
+            raise ValueError(
+                f"{owner}: padding_mode must be 'zeros' (reflect, replicate and circular padding are "
+                f"not supported), got {padding_mode!r}"
+            )
         self.padding_mode = padding_mode
         if dtype is not None and not dtype.is_floating_point:
             raise ValueError(f"{owner}: dtype must be floating point, got {dtype}")
         (kh, kw), (dh, dw) = self.kernel_size, self.dilation
         if isinstance(padding, str):
             if padding not in ("same", "valid"):
-                raise ValueError(f"{owner}: padding must be 'same', 'valid', an int >= 0 or a pair of them, "
-                                 f"got {padding!r}")
+                raise ValueError(
+                    f"{owner}: padding must be 'same', 'valid', an int >= 0 or a pair of them, got {padding!r}"
+                )
             if padding == "same" and self.stride != (1, 1):
                 raise ValueError(f"{owner}: padding='same' needs stride 1 (as in torch), got stride={stride!r}")
             self.padding: tuple[int, int] | str = padding
@@ -124,8 +155,9 @@ class Conv2d(BaseLayer):
         else:
             self.padding = self._pad = pair(owner, "padding", padding, 0)
             self._extra = (0, 0)
-        self.weight, self.bias = learned(*torch_default_params((out_channels, in_channels // groups, kh, kw), bias,
-                                                               device=device, dtype=dtype))
+        self.weight, self.bias = learned(
+            *torch_default_params((out_channels, in_channels // groups, kh, kw), bias, device=device, dtype=dtype)
+        )
 
     def extra_repr(self) -> str:
         s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
@@ -153,8 +185,9 @@ class Conv2d(BaseLayer):
         ho, wo = self._out_hw(x.shape[2], x.shape[3])
         if ho < 1 or wo < 1:
             span = tuple(d * (k - 1) + 1 for k, d in zip(self.kernel_size, self.dilation))
-            raise ValueError(f"{self!r}: input of spatial size {hw} (padding {self._pad}) is smaller than the "
-                             f"dilated kernel {span}")
+            raise ValueError(
+                f"{self!r}: input of spatial size {hw} (padding {self._pad}) is smaller than the dilated kernel {span}"
+            )
         out = F.conv2d(x, self.weight, self.bias, self.stride, self._pad, self.dilation, self.groups)
         out = out.squeeze(0) if unbatched else out  # (N, C_out, H_out, W_out) or (C_out, H_out, W_out)
         return out, self.Saved(x, self.weight, hw, unbatched)
@@ -183,14 +216,21 @@ class Conv2d(BaseLayer):
         def dweight() -> Tensor:
             if x.shape[0] == 0:  # an empty batch: nothing to sum (the correlation has no channels to run on)
                 return weight.new_zeros(weight.shape)
-            dw = convolution.weight_grad(x, dout, self.kernel_size, self.stride, self._pad, self.dilation,
-                                         self.groups)
+            dw = convolution.weight_grad(x, dout, self.kernel_size, self.stride, self._pad, self.dilation, self.groups)
             return dw if self.weight.grad is not None else dw.contiguous()  # into .grad from the view; or .grad
+
         return dx, dweight, lambda: dout.sum((0, 2, 3))
 
 
-def conv2d_backward(dout: Tensor, x: Tensor, weight: Tensor, stride: tuple[int, int], padding: tuple[int, int],
-                    dilation: tuple[int, int], groups: int) -> tuple[Tensor, Tensor, Tensor]:
+def conv2d_backward(
+    dout: Tensor,
+    x: Tensor,
+    weight: Tensor,
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    dilation: tuple[int, int],
+    groups: int,
+) -> tuple[Tensor, Tensor, Tensor]:
     """The im2col backward (the module docstring): dout (N, C_out, H_out, W_out), x (N, C_in, H, W), weight
     (C_out, C_in / G, kH, kW) -> (dx (N, C_in, H, W), dweight, dbias (C_out,)).  Each group is a convolution of its
     own channels."""
@@ -201,8 +241,9 @@ def conv2d_backward(dout: Tensor, x: Tensor, weight: Tensor, stride: tuple[int, 
     cols = F.unfold(x, (kh, kw), dilation, padding, stride).view(n, c_in, kh, kw, ho, wo)  # im2col
     dcols, dweight = [], []
     for g in range(groups):
-        dcols_g, dweight_g = _offsets_backward(dout[:, g * og:(g + 1) * og], cols[:, g * cg:(g + 1) * cg],
-                                               weight[g * og:(g + 1) * og])
+        dcols_g, dweight_g = _offsets_backward(
+            dout[:, g * og : (g + 1) * og], cols[:, g * cg : (g + 1) * cg], weight[g * og : (g + 1) * og]
+        )
         dcols.append(dcols_g)
         dweight.append(dweight_g)
     dcols = torch.cat(dcols, 1).view(n, c_in * kh * kw, ho * wo)  # (N, C_in kH kW, H_out W_out)

@@ -1,4 +1,5 @@
 """Dropout's masks: inverted dropout, the mask between recurrent layers, and ``SeededDropout`` for the twins."""
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -57,8 +58,9 @@ class Dropout(BaseLayer):
             if self.p == 1.0:
                 mask = torch.zeros_like(x)  # (N, ...)
             else:
-                mask = draw_mask(x, self.p, generator=self.generator,
-                                 global_rows=self.global_rows)  # (N, ...) 0 or 1/(1-p)
+                mask = draw_mask(
+                    x, self.p, generator=self.generator, global_rows=self.global_rows
+                )  # (N, ...) 0 or 1/(1-p)
             out = x.mul_(mask) if self.inplace else x * mask  # (N, ...)
         self.mask = mask
         return out, self.Saved(mask)
@@ -68,8 +70,9 @@ class Dropout(BaseLayer):
         return dout if saved.mask is None else dout * saved.mask
 
 
-def draw_mask(x: Tensor, p: float, *, generator: torch.Generator | None = None,
-              global_rows: tuple[int, int, int] | None = None) -> Tensor:
+def draw_mask(
+    x: Tensor, p: float, *, generator: torch.Generator | None = None, global_rows: tuple[int, int, int] | None = None
+) -> Tensor:
     """The scaled dropout mask for x: bernoulli(1 - p) / (1 - p), x's shape, dtype and device (0 <= p < 1).
 
     ``global_rows=(lo, hi, total)``: x holds rows [lo, hi) of a batch of ``total``; the whole batch's mask is
@@ -100,8 +103,9 @@ class SeededDropout(torch.nn.Dropout):
         return x * draw_mask(x, self.p, generator=self.generator, global_rows=self.global_rows)
 
 
-def inter_layer_mask(out: Tensor, p: float, *, generator: torch.Generator | None = None,
-                     global_rows: tuple[int, int, int] | None = None) -> Tensor:
+def inter_layer_mask(
+    out: Tensor, p: float, *, generator: torch.Generator | None = None, global_rows: tuple[int, int, int] | None = None
+) -> Tensor:
     """The scaled dropout mask (values 0 or 1/(1-p)) for a layer's output ``out`` (T, N, F), time-major.
 
     Drawn batch-major, as an (N, T, F) block, whatever the layout: so the twin (models/seeded_recurrent.py) draws

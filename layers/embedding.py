@@ -3,6 +3,7 @@
 Shape legend: V = num_embeddings (the table's rows, e.g. the vocabulary), D = embedding_dim,
 idx = integer token ids of any shape (*), e.g. (B, T).
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -46,21 +47,44 @@ class Embedding(BaseLayer):
     class Saved(NamedTuple):
         idx: Tensor  # (P,) the ids flattened, P = prod(*) positions: a view of the caller's idx
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
-                 max_norm: float | None = None, norm_type: float = 2.0, scale_grad_by_freq: bool = False,
-                 sparse: bool = False, *, device: torch.device | str | None = None,
-                 dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        padding_idx: int | None = None,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        sparse: bool = False,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ):
         self.num_embeddings = check_int("Embedding", "num_embeddings", num_embeddings)
         self.embedding_dim = check_int("Embedding", "embedding_dim", embedding_dim)
-        unsupported = [f"{name}={value!r}" for name, value, default in
-                       (("max_norm", max_norm, None), ("scale_grad_by_freq", scale_grad_by_freq, False),
-                        ("sparse", sparse, False)) if value != default]
+        unsupported = [
+            f"{name}={value!r}"
+            for name, value, default in (
+                ("max_norm", max_norm, None),
+                ("scale_grad_by_freq", scale_grad_by_freq, False),
+                ("sparse", sparse, False),
+            )
+            if value != default
+        ]
         if unsupported:
-            raise ValueError(f"Embedding: {', '.join(unsupported)} is not implemented by handgrad "
-                             f"(supported: num_embeddings, embedding_dim, padding_idx)")
+            raise ValueError(
+                f"Embedding: {', '.join(unsupported)} is not implemented by handgrad "
+                f"(supported: num_embeddings, embedding_dim, padding_idx)"
+            )
         if padding_idx is not None:
-            check_int("Embedding", "padding_idx", padding_idx, -num_embeddings, num_embeddings - 1,
-                      why=f" (the table has {num_embeddings} rows)")
+            check_int(
+                "Embedding",
+                "padding_idx",
+                padding_idx,
+                -num_embeddings,
+                num_embeddings - 1,
+                why=f" (the table has {num_embeddings} rows)",
+            )
             padding_idx %= num_embeddings  # a negative index counts from the end, as torch normalises it
         if dtype is not None and not dtype.is_floating_point:
             raise ValueError(f"Embedding: dtype must be floating point, got {dtype}")
@@ -106,19 +130,25 @@ class Embedding(BaseLayer):
         if idx.numel() == 0 or capturing(idx):
             return
         if torch.compiler.is_compiling():  # no read-back in a graph: the same check, as an assertion the graph runs
-            torch._assert_async(((idx >= 0) & (idx < self.num_embeddings)).all(),
-                                f"{self!r}: an index is out of range for a table of {self.num_embeddings} rows "
-                                f"(ids must be in [0, {self.num_embeddings - 1}])")
+            torch._assert_async(
+                ((idx >= 0) & (idx < self.num_embeddings)).all(),
+                f"{self!r}: an index is out of range for a table of {self.num_embeddings} rows "
+                f"(ids must be in [0, {self.num_embeddings - 1}])",
+            )
             return
         lo, hi = torch.stack(torch.aminmax(idx)).tolist()
         if lo < 0 or hi >= self.num_embeddings:
             bad = lo if lo < 0 else hi
-            raise IndexError(f"{self!r}: index {bad} is out of range for a table of {self.num_embeddings} rows "
-                             f"(ids must be in [0, {self.num_embeddings - 1}])")
+            raise IndexError(
+                f"{self!r}: index {bad} is out of range for a table of {self.num_embeddings} rows "
+                f"(ids must be in [0, {self.num_embeddings - 1}])"
+            )
 
     def _reject_input(self, idx: object) -> None:
         check_tensor(repr(self), "idx", idx)
         if idx.dtype not in (torch.int64, torch.int32):
             raise ValueError(f"{self!r}: idx must hold integer token ids (int64 or int32), got dtype {idx.dtype}")
-        raise ValueError(f"{self!r}: idx is on {idx.device} but the table is on {self.weight.device}; "
-                         f"move one of them (e.g. layer.to(device='{idx.device}'))")
+        raise ValueError(
+            f"{self!r}: idx is on {idx.device} but the table is on {self.weight.device}; "
+            f"move one of them (e.g. layer.to(device='{idx.device}'))"
+        )

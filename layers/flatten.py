@@ -1,4 +1,5 @@
 """Flatten: merge a run of axes into one (a reshape); the backward reshapes dout back."""
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -35,11 +36,15 @@ class Flatten(BaseLayer):
     def forward_math(self, x: Tensor):
         """x: (d0, ..., d_{k-1}) -> out: the axes start_dim..end_dim merged into one."""
         nd = max(x.dim(), 1)  # a 0-d tensor flattens to (1,), as in torch
-        start, end = self.start_dim % nd if -nd <= self.start_dim < nd else None, \
-            self.end_dim % nd if -nd <= self.end_dim < nd else None
+        start, end = (
+            self.start_dim % nd if -nd <= self.start_dim < nd else None,
+            self.end_dim % nd if -nd <= self.end_dim < nd else None,
+        )
         if start is None or end is None or start > end:
-            raise ValueError(f"{self!r}: start_dim and end_dim must name axes of the input, start_dim first; "
-                             f"got an input of shape {tuple(x.shape)}")
+            raise ValueError(
+                f"{self!r}: start_dim and end_dim must name axes of the input, start_dim first; "
+                f"got an input of shape {tuple(x.shape)}"
+            )
         return x.flatten(start, end), self.Saved(x.shape)
 
     def backward_math(self, dout: Tensor, saved: Saved) -> Tensor:

@@ -5,6 +5,7 @@ draws -- Kaiming-uniform with a=sqrt(5), i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in))
 from the same range -- with torch.nn.init's own functions, from the global RNG, in the same order.
 So under one ``torch.manual_seed`` a hand-written layer and its torch twin get identical weights.
 """
+
 from __future__ import annotations
 
 import math
@@ -13,8 +14,9 @@ import torch
 from torch import Tensor
 
 
-def torch_default_params(weight_shape: tuple[int, ...], bias: bool, *, device=None,
-                         dtype=None) -> tuple[Tensor, Tensor | None]:
+def torch_default_params(
+    weight_shape: tuple[int, ...], bias: bool, *, device=None, dtype=None
+) -> tuple[Tensor, Tensor | None]:
     """-> (weight of ``weight_shape`` in torch's layout, bias (weight_shape[0],) or None).
 
     fan_in = prod(weight_shape[1:]): in_features for Linear (H, D), in/groups * kH * kW for Conv2d.

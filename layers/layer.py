@@ -28,6 +28,7 @@ A container (``Sequential``, ``Net``) is the whole model, whose input is data:
 like torch, which computes ``x.grad`` only for an input that requires it, a
 container skips its first layer's dx unless asked with ``need_input_grad=True``.
 """
+
 from __future__ import annotations
 
 import functools
@@ -135,7 +136,7 @@ class BaseLayer(Template):
         """(owning layer, its attribute, dotted name, tensor) for every parameter (kind "param") or buffer
         ("buffer") in the tree, depth first in torch's order, duplicates included.  A child that is not a
         BaseLayer (a layer of your own) shows its ``named_parameters_of`` and no buffers."""
-        for attr in (self._param_names if kind == "param" else self._buffer_names):
+        for attr in self._param_names if kind == "param" else self._buffer_names:
             t = getattr(self, attr)
             if t is not None:
                 yield self, attr, prefix + attr, t
@@ -161,15 +162,19 @@ class BaseLayer(Template):
             by_name = {name: t for _, _, name, t in slots}
             unknown = [n for n in names if n not in by_name]
             if unknown:
-                raise KeyError(f"{type(self).__name__}.requires_grad_: no parameter named {', '.join(map(repr, unknown))}"
-                               f" (its parameters: {', '.join(list(by_name)[:6])}{', ...' if len(by_name) > 6 else ''})")
+                raise KeyError(
+                    f"{type(self).__name__}.requires_grad_: no parameter named {', '.join(map(repr, unknown))}"
+                    f" (its parameters: {', '.join(list(by_name)[:6])}{', ...' if len(by_name) > 6 else ''})"
+                )
             targets = {id(by_name[n]) for n in names}
         for owner, _, _, t in slots:
             if id(t) not in targets:
                 continue
             if not isinstance(owner, BaseLayer):
-                raise TypeError(f"requires_grad_: {type(owner).__name__} is not a handgrad BaseLayer; freeze its "
-                                f"parameters by not passing them to the optimizer")
+                raise TypeError(
+                    f"requires_grad_: {type(owner).__name__} is not a handgrad BaseLayer; freeze its "
+                    f"parameters by not passing them to the optimizer"
+                )
             t.requires_grad_(requires_grad)
         return self
 
@@ -246,18 +251,22 @@ class BaseLayer(Template):
         unexpected = [k for k in state_dict if k not in own]
         if strict and (missing or unexpected):
             _refuse_wrapped_keys(type(self).__name__, own, state_dict)
-            raise KeyError(f"{type(self).__name__}.load_state_dict: missing keys {missing}, "
-                           f"unexpected keys {unexpected}")
+            raise KeyError(
+                f"{type(self).__name__}.load_state_dict: missing keys {missing}, unexpected keys {unexpected}"
+            )
         for key, dst in own.items():
             if key not in state_dict:
                 continue
             src = state_dict[key]
             if not isinstance(src, Tensor):
-                raise TypeError(f"{type(self).__name__}.load_state_dict: '{key}' is a {type(src).__name__}, "
-                                f"not a tensor")
+                raise TypeError(
+                    f"{type(self).__name__}.load_state_dict: '{key}' is a {type(src).__name__}, not a tensor"
+                )
             if src.shape != dst.shape:
-                raise ValueError(f"{type(self).__name__}.load_state_dict: '{key}' has shape {tuple(src.shape)}, "
-                                 f"expected {tuple(dst.shape)}")
+                raise ValueError(
+                    f"{type(self).__name__}.load_state_dict: '{key}' has shape {tuple(src.shape)}, "
+                    f"expected {tuple(dst.shape)}"
+                )
             with torch.no_grad():
                 dst.copy_(src)
         return _IncompatibleKeys(missing, unexpected)
@@ -284,11 +293,16 @@ class BaseLayer(Template):
     def from_torch(cls, module: torch.nn.Module):
         """The hand-written layer equivalent to ``module``, holding a copy of its weights and buffers."""
         if cls.torch_class is None or not isinstance(module, cls.torch_class):
-            raise TypeError(f"{cls.__name__}.from_torch: expected a {getattr(cls.torch_class, '__name__', None)}, "
-                            f"got {type(module).__name__}")
+            raise TypeError(
+                f"{cls.__name__}.from_torch: expected a {getattr(cls.torch_class, '__name__', None)}, "
+                f"got {type(module).__name__}"
+            )
         tensors = [*module.parameters(), *module.buffers()]
-        placed = {"device": tensors[0].device, "dtype": next((t.dtype for t in tensors if t.is_floating_point()),
-                                                              None)} if tensors and _takes_dtype(cls) else {}
+        placed = (
+            {"device": tensors[0].device, "dtype": next((t.dtype for t in tensors if t.is_floating_point()), None)}
+            if tensors and _takes_dtype(cls)
+            else {}
+        )
         with _rng_untouched(placed.get("device")):  # the throwaway initialisation draws nothing from the RNG
             layer = cls(**cls._ctor_kwargs(module), **placed)
         layer.load_state_dict(module.state_dict())
@@ -302,8 +316,10 @@ class BaseLayer(Template):
         kw = self._ctor_kwargs(self)
         if "bias" in kw and not _torch_takes(self.torch_class, "bias"):  # an older torch: a bias always
             if not kw.pop("bias"):
-                raise TypeError(f"{self!r} has no twin in torch {torch.__version__}: its "
-                                f"{self.torch_class.__name__} takes no bias argument (a bias is always there)")
+                raise TypeError(
+                    f"{self!r} has no twin in torch {torch.__version__}: its "
+                    f"{self.torch_class.__name__} takes no bias argument (a bias is always there)"
+                )
         with _rng_untouched(placed.get("device")):
             module = self.torch_class(**kw, **placed)
         module.load_state_dict(self.state_dict())
@@ -332,17 +348,23 @@ def _refuse_wrapped_keys(owner: str, own: Mapping[str, Tensor], state_dict: Mapp
     carries one prefix on every key: say so, and how to strip it, rather than list every key as missing."""
     keys = list(state_dict)
     for prefix, wrapper in (("_orig_mod.", "torch.compile"), ("module.", "DistributedDataParallel/DataParallel")):
-        if keys and all(isinstance(k, str) and k.startswith(prefix) for k in keys) \
-                and {k[len(prefix):] for k in keys} & set(own):
-            raise KeyError(f"{owner}.load_state_dict: every key starts with '{prefix}' (a state_dict saved from a "
-                           f"{wrapper} wrapper); strip it first: torch.nn.modules.utils."
-                           f"consume_prefix_in_state_dict_if_present(state_dict, '{prefix}'), or save the wrapped "
-                           f"model's own state_dict")
+        if (
+            keys
+            and all(isinstance(k, str) and k.startswith(prefix) for k in keys)
+            and {k[len(prefix) :] for k in keys} & set(own)
+        ):
+            raise KeyError(
+                f"{owner}.load_state_dict: every key starts with '{prefix}' (a state_dict saved from a "
+                f"{wrapper} wrapper); strip it first: torch.nn.modules.utils."
+                f"consume_prefix_in_state_dict_if_present(state_dict, '{prefix}'), or save the wrapped "
+                f"model's own state_dict"
+            )
 
 
 def _takes_dtype(cls: type) -> bool:
     """Whether the layer's constructor (hence its torch twin's) takes device= and dtype= (layers with tensors)."""
     import inspect
+
     return "dtype" in inspect.signature(cls.__init__).parameters
 
 
@@ -351,12 +373,16 @@ def _torch_takes(cls: type, name: str) -> bool:
     """Whether a torch.nn class's constructor takes the argument ``name`` (BatchNorm's ``bias`` came with a later
     torch; RNN's constructor takes ``**kwargs``, which it checks itself)."""
     import inspect
+
     params = inspect.signature(cls).parameters
     return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 def _rng_untouched(device: torch.device | None):
     """Run a throwaway initialisation without moving the global CPU (or that CUDA device's) RNG."""
-    cuda = [device.index if device.index is not None else torch.cuda.current_device()] \
-        if device is not None and device.type == "cuda" else []
+    cuda = (
+        [device.index if device.index is not None else torch.cuda.current_device()]
+        if device is not None and device.type == "cuda"
+        else []
+    )
     return torch.random.fork_rng(devices=cuda)

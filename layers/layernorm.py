@@ -3,6 +3,7 @@
 Shape legend (see layers/layer.py): the input is (*, S), S = normalized_shape (one or more trailing
 axes), * = any leading axes (N, or N and a sequence length, ...); K = prod(S) values per row.
 """
+
 from __future__ import annotations
 
 import math
@@ -59,17 +60,26 @@ class LayerNorm(BaseLayer):
         weight: Tensor | None  # (S,) gamma, read by dx
         bias: Tensor | None  # (S,) beta
 
-
-    def __init__(self, normalized_shape: int | Sequence[int], eps: float = 1e-5, elementwise_affine: bool = True,
-                 bias: bool = True, *, device: torch.device | str | None = None, dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        normalized_shape: int | Sequence[int],
+        eps: float = 1e-5,
+        elementwise_affine: bool = True,
+        bias: bool = True,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ):
         shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
         try:
             shape = tuple(shape)
         except TypeError:
             shape = None
         if not shape or any(not is_a(s, int) or s < 1 for s in shape):
-            raise ValueError(f"LayerNorm: normalized_shape must be an int >= 1 or a non-empty sequence of them, "
-                             f"got {normalized_shape!r}")
+            raise ValueError(
+                f"LayerNorm: normalized_shape must be an int >= 1 or a non-empty sequence of them, "
+                f"got {normalized_shape!r}"
+            )
         check_bool("LayerNorm", "elementwise_affine", elementwise_affine)
         check_bool("LayerNorm", "bias", bias)
         if dtype is not None and not dtype.is_floating_point:
@@ -121,8 +131,17 @@ class LayerNorm(BaseLayer):
         """dout: (*, S) -> dx: (*, S), and dweight (S), dbias (S) summed over the leading axes."""
         x, weight, bias = saved.x, saved.weight, saved.bias
         if kernels.enabled():  # the same statement in place, or compiled into one pass: kernels/norms.py
-            dx, dweight, dbias = norms.layer_norm_backward(dout, x, saved.mean, saved.rstd, saved.xhat, weight,
-                                                           bias, self._row_axes(x), needs_dx=self.needs_input_grad)
+            dx, dweight, dbias = norms.layer_norm_backward(
+                dout,
+                x,
+                saved.mean,
+                saved.rstd,
+                saved.xhat,
+                weight,
+                bias,
+                self._row_axes(x),
+                needs_dx=self.needs_input_grad,
+            )
             return dx, {"weight": dweight, "bias": dbias}
         # on rows: the D values of each row side by side, every leading position a row of the batch N
         xhat = saved.xhat if saved.xhat is not None else (x - saved.mean) * saved.rstd  # (*, S) (float32 for half)
@@ -133,8 +152,9 @@ class LayerNorm(BaseLayer):
         dweight = (dout * xhat).sum(0)  # (D,): weight is shared by every row
         dbias = dout.sum(0)  # (D,)
         dxhat = dout * weight  # (N, D)
-        dx = rstd / d * (d * dxhat - dxhat.sum(1, keepdim=True)
-                         - xhat * (dxhat * xhat).sum(1, keepdim=True))  # (N, D): terms 1, 2, 3
+        dx = (
+            rstd / d * (d * dxhat - dxhat.sum(1, keepdim=True) - xhat * (dxhat * xhat).sum(1, keepdim=True))
+        )  # (N, D): terms 1, 2, 3
         return dx.view(x.shape).to(x.dtype), {"weight": _like(dweight, saved.weight), "bias": _like(dbias, bias)}
 
 

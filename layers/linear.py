@@ -2,6 +2,7 @@
 
 Shape legend: N = batch (every leading position), D = in_features, H = out_features.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -52,8 +53,9 @@ class Linear(BaseLayer):
     """
 
     _param_names = ("weight", "bias")
-    expects = Expects(size=(-1, "in_features"), like=("weight",), shape="(*, {in_features})", like_name="input",
-                      floating=False)
+    expects = Expects(
+        size=(-1, "in_features"), like=("weight",), shape="(*, {in_features})", like_name="input", floating=False
+    )
     _input_grad_only = ("weight",)  # read for dx only: autograd keeps the weight only when x needs a gradient
     torch_class = torch.nn.Linear
     _ctor_args = ("in_features", "out_features", "bias")
@@ -63,12 +65,20 @@ class Linear(BaseLayer):
         weight: Tensor  # (H, D), for dx
         lead: torch.Size  # the input's leading axes (*), restored on dx
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
-                 device: torch.device | str | None = None, dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ):
         self.in_features = check_int("Linear", "in_features", in_features)
         self.out_features = check_int("Linear", "out_features", out_features)
-        self.weight, self.bias = learned(*torch_default_params((out_features, in_features), bias, device=device,
-                                                               dtype=dtype))
+        self.weight, self.bias = learned(
+            *torch_default_params((out_features, in_features), bias, device=device, dtype=dtype)
+        )
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"

@@ -7,6 +7,7 @@ or its left padding, as torch has it):
 
     H_out = floor_or_ceil((H + 2 pH - dH (kH - 1) - 1) / sH) + 1      (dH = 1 for average pooling)
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -53,23 +54,31 @@ class _Pool2d(BaseLayer):
         """torch's rule: padding at most half the (dilated) window, so every window sees an input element."""
         for k, p, d in zip(self._k, self._p, self._dilation):
             if p > (d * (k - 1) + 1) // 2:
-                raise ValueError(f"{type(self).__name__}: padding must be at most half of the (effective) kernel "
-                                 f"size, got padding={self.padding!r}, kernel_size={self.kernel_size!r}")
+                raise ValueError(
+                    f"{type(self).__name__}: padding must be at most half of the (effective) kernel "
+                    f"size, got padding={self.padding!r}, kernel_size={self.kernel_size!r}"
+                )
 
     def extra_repr(self) -> str:
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
 
     def _out_hw(self, x: Tensor) -> tuple[int, int]:
-        return tuple(pool_out_size(x.shape[2 + i], self._k[i], self._s[i], self._p[i], self._dilation[i],
-                                   ceil_mode=self.ceil_mode) for i in range(2))
+        return tuple(
+            pool_out_size(
+                x.shape[2 + i], self._k[i], self._s[i], self._p[i], self._dilation[i], ceil_mode=self.ceil_mode
+            )
+            for i in range(2)
+        )
 
     def _batched(self, x: Tensor) -> Tensor:
         """x as (N, C, H, W): an unbatched (C, H, W) image gets a batch axis of one (a view); checks its size."""
         x4 = x.unsqueeze(0) if x.dim() == 3 else x
         ho, wo = self._out_hw(x4)
         if ho < 1 or wo < 1:
-            raise ValueError(f"{self!r}: input of spatial size {tuple(x.shape[-2:])} is too small for the window "
-                             f"(output size would be {(ho, wo)})")
+            raise ValueError(
+                f"{self!r}: input of spatial size {tuple(x.shape[-2:])} is too small for the window "
+                f"(output size would be {(ho, wo)})"
+            )
         return x4
 
 
@@ -97,6 +106,7 @@ class MaxPool2d(_Pool2d):
     class Fused(NamedTuple):
         """What only the ReLU -> MaxPool2d kernel reads, with its own version record: a NamedTuple inside Saved is
         not a tensor field, so the plain backward, which reads neither tensor, does not refuse their change."""
+
         x: Tensor  # the pool's input (the ReLU's output, when a ReLU came before)
         out: Tensor  # the pool's output: out > 0 is the ReLU's mask at each argmax
         versions: tuple  # of x and out, at the forward
@@ -107,21 +117,32 @@ class MaxPool2d(_Pool2d):
         shape: torch.Size  # the input's own shape, given back to dx
         fused: "MaxPool2d.Fused"
 
-    def __init__(self, kernel_size: int | tuple[int, int], stride: int | tuple[int, int] | None = None,
-                 padding: int | tuple[int, int] = 0, dilation: int | tuple[int, int] = 1,
-                 return_indices: bool = False, ceil_mode: bool = False) -> None:
+    def __init__(
+        self,
+        kernel_size: int | tuple[int, int],
+        stride: int | tuple[int, int] | None = None,
+        padding: int | tuple[int, int] = 0,
+        dilation: int | tuple[int, int] = 1,
+        return_indices: bool = False,
+        ceil_mode: bool = False,
+    ) -> None:
         self._check_args(kernel_size, stride, padding, ceil_mode)
         self._dilation = pair("MaxPool2d", "dilation", dilation, 1)
         self.dilation = dilation
         if return_indices is not False:
-            raise ValueError(f"MaxPool2d: return_indices must be False (a layer returns one tensor; the argmax is "
-                             f"kept inside for the backward), got {return_indices!r}")
+            raise ValueError(
+                f"MaxPool2d: return_indices must be False (a layer returns one tensor; the argmax is "
+                f"kept inside for the backward), got {return_indices!r}"
+            )
         self.return_indices = False
         self._check_padding()
 
     def extra_repr(self) -> str:
-        return (super().extra_repr() + (f", dilation={self.dilation}" if self._dilation != (1, 1) else "")
-                + (", ceil_mode=True" if self.ceil_mode else ""))
+        return (
+            super().extra_repr()
+            + (f", dilation={self.dilation}" if self._dilation != (1, 1) else "")
+            + (", ceil_mode=True" if self.ceil_mode else "")
+        )
 
     def forward_math(self, x: Tensor):
         """x: (N, C, H, W) -> out: (N, C, H_out, W_out); unbatched (C, H, W) -> (C, H_out, W_out)."""
@@ -172,9 +193,15 @@ class AvgPool2d(_Pool2d):
         batched: torch.Size  # (N, C, H, W): the input with its batch axis
         shape: torch.Size  # the input's own shape, given back to dx
 
-    def __init__(self, kernel_size: int | tuple[int, int], stride: int | tuple[int, int] | None = None,
-                 padding: int | tuple[int, int] = 0, ceil_mode: bool = False, count_include_pad: bool = True,
-                 divisor_override: int | None = None) -> None:
+    def __init__(
+        self,
+        kernel_size: int | tuple[int, int],
+        stride: int | tuple[int, int] | None = None,
+        padding: int | tuple[int, int] = 0,
+        ceil_mode: bool = False,
+        count_include_pad: bool = True,
+        divisor_override: int | None = None,
+    ) -> None:
         self._check_args(kernel_size, stride, padding, ceil_mode)
         check_bool("AvgPool2d", "count_include_pad", count_include_pad)
         if divisor_override is not None and (not is_a(divisor_override, int) or divisor_override == 0):
@@ -183,15 +210,19 @@ class AvgPool2d(_Pool2d):
         self._check_padding()
 
     def extra_repr(self) -> str:
-        return (super().extra_repr() + (", ceil_mode=True" if self.ceil_mode else "")
-                + ("" if self.count_include_pad else ", count_include_pad=False")
-                + ("" if self.divisor_override is None else f", divisor_override={self.divisor_override}"))
+        return (
+            super().extra_repr()
+            + (", ceil_mode=True" if self.ceil_mode else "")
+            + ("" if self.count_include_pad else ", count_include_pad=False")
+            + ("" if self.divisor_override is None else f", divisor_override={self.divisor_override}")
+        )
 
     def forward_math(self, x: Tensor):
         """x: (N, C, H, W) -> out: (N, C, H_out, W_out); unbatched (C, H, W) -> (C, H_out, W_out)."""
         x4 = self._batched(x)
-        out = F.avg_pool2d(x4, self._k, self._s, self._p, self.ceil_mode, self.count_include_pad,
-                           self.divisor_override)  # (N, C, H_out, W_out)
+        out = F.avg_pool2d(
+            x4, self._k, self._s, self._p, self.ceil_mode, self.count_include_pad, self.divisor_override
+        )  # (N, C, H_out, W_out)
         if x4 is not x:
             out = out.squeeze(0)  # unbatched
         return out, self.Saved(x4.shape, x.shape)

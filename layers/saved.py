@@ -25,6 +25,7 @@ checked where one of them runs eagerly: a version recorded eagerly and compared 
 comparison run eagerly (a graph break, or under ``fullgraph=True`` an error saying so), and a version
 recorded while compiling is marked as such and is not compared eagerly (a warning says so, once).
 """
+
 from __future__ import annotations
 
 import warnings
@@ -48,8 +49,13 @@ def versions(*tensors: Tensor | None) -> tuple[int, ...]:
         return tuple([-1 if t is None or t.is_inference() else t._version for t in tensors])
 
 
-def check_versions(layer: object, names: tuple[str, ...], tensors: tuple[Tensor | None, ...],
-                   recorded: tuple[int, ...], before: str = "backward") -> None:
+def check_versions(
+    layer: object,
+    names: tuple[str, ...],
+    tensors: tuple[Tensor | None, ...],
+    recorded: tuple[int, ...],
+    before: str = "backward",
+) -> None:
     """Raise a RuntimeError if a tensor in ``tensors`` changed in place since ``recorded = versions(*tensors)``.
 
     ``names`` says what each tensor is, as the message shows it ("its input x"; a parameter by its attribute
@@ -63,8 +69,9 @@ def check_versions(layer: object, names: tuple[str, ...], tensors: tuple[Tensor 
             raise _changed(layer, names() if callable(names) else names, tensors, recorded, before)
 
 
-def _changed(layer: object, names: tuple[str, ...], tensors: tuple[Tensor | None, ...], recorded: tuple[int, ...],
-             before: str) -> RuntimeError:
+def _changed(
+    layer: object, names: tuple[str, ...], tensors: tuple[Tensor | None, ...], recorded: tuple[int, ...], before: str
+) -> RuntimeError:
     """The error for the first kept tensor whose version moved."""
     for name, t, then in zip(names, tensors, recorded):
         if t is not None and then != -1 and t._version != then:
@@ -74,30 +81,40 @@ def _changed(layer: object, names: tuple[str, ...], tensors: tuple[Tensor | None
     parameters = getattr(layer, "parameters", None)
     if callable(parameters) and any(t is p for p in parameters()):
         what = f"its parameter {name}"
-        fix = ("Do the optimizer step (and any other in-place change of a parameter) after backward, "
-               "as torch.autograd requires too")
+        fix = (
+            "Do the optimizer step (and any other in-place change of a parameter) after backward, "
+            "as torch.autograd requires too"
+        )
     else:
         what = name
-        fix = ("Pass a copy to the in-place operation (e.g. x.clone().mul_(10)), or make the change after "
-               "backward, as torch.autograd requires too")
-    return RuntimeError(f"{layer!r}: {what} was modified in place after the forward, before {before} (version "
-                        f"{then} -> {now}); {kind} keeps it for its backward, which would compute the gradient from "
-                        f"the changed values. {fix}.")
+        fix = (
+            "Pass a copy to the in-place operation (e.g. x.clone().mul_(10)), or make the change after "
+            "backward, as torch.autograd requires too"
+        )
+    return RuntimeError(
+        f"{layer!r}: {what} was modified in place after the forward, before {before} (version "
+        f"{then} -> {now}); {kind} keeps it for its backward, which would compute the gradient from "
+        f"the changed values. {fix}."
+    )
 
 
-def _check_compiled(layer: object, names: tuple[str, ...], tensors: tuple[Tensor | None, ...],
-                    recorded: tuple, before: str) -> None:
+def _check_compiled(
+    layer: object, names: tuple[str, ...], tensors: tuple[Tensor | None, ...], recorded: tuple, before: str
+) -> None:
     """check_versions where the forward or the backward is being compiled (module docstring)."""
     global _warned
     traced = len(recorded) > 0 and recorded[0] is _TRACED  # len: older dynamo cannot trace bool(tuple)
     if not torch.compiler.is_compiling():  # recorded in a compiled graph, compared eagerly: nothing to compare
         if not _warned:
             _warned = True
-            warnings.warn(f"{type(layer).__name__}'s forward ran in a compiled graph and its backward outside it: the "
-                          f"check that what a layer keeps for backward is not changed in place in between cannot "
-                          f"compare their versions (torch.compile applies a graph's in-place changes when it ends). "
-                          f"Compile the forward and the backward in one graph (the whole step) to keep the check.",
-                          RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"{type(layer).__name__}'s forward ran in a compiled graph and its backward outside it: the "
+                f"check that what a layer keeps for backward is not changed in place in between cannot "
+                f"compare their versions (torch.compile applies a graph's in-place changes when it ends). "
+                f"Compile the forward and the backward in one graph (the whole step) to keep the check.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         return
     if not traced:  # recorded eagerly, compared in a graph: compare the real versions, eagerly
         _check_eagerly(layer, names, tensors, recorded, before)
@@ -105,9 +122,11 @@ def _check_compiled(layer: object, names: tuple[str, ...], tensors: tuple[Tensor
     kind = type(layer).__name__
     for name, t, then in zip(names, tensors, recorded[1:]):
         if t is not None and then is not None:
-            message = (f"{kind}: {name} was modified in place after the forward, before {before}, in the compiled "
-                       f"step; {kind} keeps it for its backward, which would compute the gradient from the changed "
-                       f"values. Make the change on a copy, or after backward, as torch.autograd requires too.")
+            message = (
+                f"{kind}: {name} was modified in place after the forward, before {before}, in the compiled "
+                f"step; {kind} keeps it for its backward, which would compute the gradient from the changed "
+                f"values. Make the change on a copy, or after backward, as torch.autograd requires too."
+            )
             # (a string: what torch.compile keeps for the graph; an older dynamo traces only a function without
             # closure, and its refusal then reads "Runtime assertion failed")
             torch._check(t._version == then, message if MESSAGE_IN_GRAPH else lambda m=message: m)
@@ -122,7 +141,9 @@ def _check_eagerly(layer, names, tensors, recorded, before) -> None:
     _eager_check(layer, names, tensors, recorded, before)
 
 
-_EAGER_REASON = ("handgrad: a layer's forward ran eagerly and its backward is being compiled; its in-place check "
-                 "compares the real versions, eagerly. Compile the forward and the backward in one graph (the whole "
-                 "step) for no graph break")
+_EAGER_REASON = (
+    "handgrad: a layer's forward ran eagerly and its backward is being compiled; its in-place check "
+    "compares the real versions, eagerly. Compile the forward and the backward in one graph (the whole "
+    "step) for no graph break"
+)
 _eager_check = None  # check_versions under torch.compiler.disable, made on first use

@@ -4,6 +4,7 @@ The one implementation of the reverse walk, the parameter tree and the state_dic
 for every container (``Net`` is a Sequential too).  Keys and layouts are
 ``torch.nn.Sequential``'s ("0.weight", "1.running_mean", "2.0.bias" when nested).
 """
+
 from __future__ import annotations
 
 import inspect
@@ -48,8 +49,10 @@ def _with_place(e: Exception, seq: "Sequential", i: int, dout: object) -> Except
     if isinstance(e, BackwardShapeError) or getattr(e, "_handgrad_placed", False):
         return e
     got = f"shape {tuple(dout.shape)}" if isinstance(dout, Tensor) else type(dout).__name__
-    where = (f"{type(seq).__name__}: the backward of layer {seq._names[i]} ({seq.layers[i]!r}) failed, given dout of "
-             f"{got} (its output had shape {tuple(seq._shapes[i + 1]) if seq._shapes[i + 1] is not None else '?'}): ")
+    where = (
+        f"{type(seq).__name__}: the backward of layer {seq._names[i]} ({seq.layers[i]!r}) failed, given dout of "
+        f"{got} (its output had shape {tuple(seq._shapes[i + 1]) if seq._shapes[i + 1] is not None else '?'}): "
+    )
     try:
         placed = type(e)(where + str(e))
     except Exception:  # an exception type whose constructor takes other arguments: keep it as it is
@@ -102,8 +105,10 @@ class Sequential(BaseLayer):
                 raise ValueError(f"{owner}: a layer's name must be a non-empty string without '.', got {name!r}")
         for i, layer in enumerate(layers):
             if not isinstance(layer, Layer):
-                raise TypeError(f"{owner}: layers[{i}] ({type(layer).__name__}) does not implement the Layer "
-                                f"protocol (forward, backward, parameters, __call__)")
+                raise TypeError(
+                    f"{owner}: layers[{i}] ({type(layer).__name__}) does not implement the Layer "
+                    f"protocol (forward, backward, parameters, __call__)"
+                )
         seen: dict[int, Layer] = {}
         for layer in (leaf for top in layers for leaf in _leaves(top)):
             if id(layer) in seen:
@@ -133,8 +138,9 @@ class Sequential(BaseLayer):
         return self.layers[i]
 
     def __repr__(self) -> str:
-        inner = "\n".join(f"  ({name}): " + repr(layer).replace("\n", "\n  ")
-                          for name, layer in zip(self._names, self.layers))
+        inner = "\n".join(
+            f"  ({name}): " + repr(layer).replace("\n", "\n  ") for name, layer in zip(self._names, self.layers)
+        )
         return f"{type(self).__name__}(\n{inner}\n)"
 
     # -- forward and backward ------------------------------------------------------------------------------
@@ -210,14 +216,17 @@ class Sequential(BaseLayer):
         got = f"shape {tuple(dx.shape)}" if isinstance(dx, Tensor) else type(dx).__name__
         if self._shapes[i] is None:
             return  # no forward recorded a shape (the layer's own backward says what is wrong)
-        raise BackwardShapeError(f"{type(self).__name__}: the backward of layer {self._names[i]} ({self.layers[i]!r}) returned dx "
-                      f"of {got}, but its forward's input had shape {tuple(self._shapes[i])}: a layer's backward must "
-                      f"return the gradient of its input, in the input's shape")
+        raise BackwardShapeError(
+            f"{type(self).__name__}: the backward of layer {self._names[i]} ({self.layers[i]!r}) returned dx "
+            f"of {got}, but its forward's input had shape {tuple(self._shapes[i])}: a layer's backward must "
+            f"return the gradient of its input, in the input's shape"
+        )
 
     def trace(self, x: Tensor, target: Tensor, loss=None):
         """One forward and backward, layer by layer, as a table (``layers.trace``): shapes, output statistics,
         dout, dx and every parameter gradient's norm.  The model's gradients and buffers are left as they were."""
         from .trace import trace
+
         return trace(self, x, target, loss)
 
     def register_backward_hook(self, fn: Callable[[Layer], None]) -> _HookHandle:
@@ -239,8 +248,9 @@ class Sequential(BaseLayer):
         layers that hold the very same tensors (``from_torch`` of a module used twice) become one torch module
         used twice again; a tensor two layers share (a tied weight) becomes one torch Parameter in both."""
         shared = {} if _shared is None else _shared
-        module = torch.nn.Sequential(OrderedDict((name, _to_torch(layer, shared)) for name, layer in
-                                                 zip(self._names, self.layers)))
+        module = torch.nn.Sequential(
+            OrderedDict((name, _to_torch(layer, shared)) for name, layer in zip(self._names, self.layers))
+        )
         module.training = self.training  # its own flag only: each child keeps its own mode (a BatchNorm in eval)
         return module
 

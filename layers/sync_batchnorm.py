@@ -5,6 +5,7 @@ the whole global batch.  Plus ``convert_sync_batchnorm``, which swaps it in for 
 Shape legend as in layers/batchnorm.py: x is (N, C, *), M = the values per channel; here N and M are
 this process's (local) sizes, and M_g = the sum of M over the process group (the global count).
 """
+
 from __future__ import annotations
 
 import torch
@@ -44,14 +45,30 @@ class SyncBatchNorm(_BatchNorm):
 
     torch_class = torch.nn.SyncBatchNorm
     _ctor_args = ("num_features", "eps", "momentum", "affine", "track_running_stats", "process_group", "bias")
-    expects = Expects(dims=tuple(range(2, 9)), size=(1, "num_features"), like=("weight", "running_mean"), half=True,
-                      shape="(N, {num_features}, *)")  # any (N, C, *) as torch's SyncBatchNorm
+    expects = Expects(
+        dims=tuple(range(2, 9)),
+        size=(1, "num_features"),
+        like=("weight", "running_mean"),
+        half=True,
+        shape="(N, {num_features}, *)",
+    )  # any (N, C, *) as torch's SyncBatchNorm
 
-    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
-                 track_running_stats: bool = True, process_group: dist.ProcessGroup | None = None, *,
-                 bias: bool = True, device: torch.device | str | None = None, dtype: torch.dtype | None = None):
-        super().__init__(num_features, eps, momentum, affine, track_running_stats, bias=bias, device=device,
-                         dtype=dtype)
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        process_group: dist.ProcessGroup | None = None,
+        *,
+        bias: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ):
+        super().__init__(
+            num_features, eps, momentum, affine, track_running_stats, bias=bias, device=device, dtype=dtype
+        )
         self.process_group = process_group
 
     def _world_size(self) -> int:
@@ -68,8 +85,9 @@ class SyncBatchNorm(_BatchNorm):
         if not self._syncing:
             super()._check_batch(x, count)
 
-    def _batch_stats(self, x: Tensor, dims: tuple[int, ...],
-                     scratch: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, int | Tensor]:
+    def _batch_stats(
+        self, x: Tensor, dims: tuple[int, ...], scratch: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor, int | Tensor]:
         if not self._syncing:
             return super()._batch_stats(x, dims, scratch)
         c = self.num_features
@@ -83,13 +101,12 @@ class SyncBatchNorm(_BatchNorm):
         dist.all_reduce(sq, group=self.process_group)
         return mean, xc, sq / count, count  # mean, x - mean, biased var, M_g
 
-    def _reduce_grad_sums(self, sum_dout: Tensor, sum_dout_xhat: Tensor,
-                          count: int | Tensor) -> tuple[Tensor, Tensor]:
+    def _reduce_grad_sums(self, sum_dout: Tensor, sum_dout_xhat: Tensor, count: int | Tensor) -> tuple[Tensor, Tensor]:
         if not self._syncing:
             return sum_dout, sum_dout_xhat
         both = torch.cat([sum_dout, sum_dout_xhat])  # (2C,) one all-reduce for the two
         dist.all_reduce(both, group=self.process_group)
-        return both[:self.num_features], both[self.num_features:]
+        return both[: self.num_features], both[self.num_features :]
 
     def backward_math(self, dout: Tensor, saved):
         """BatchNorm's backward; while synchronising, its textbook statement with the two sums and the count M_g over
@@ -106,8 +123,10 @@ class SyncBatchNorm(_BatchNorm):
             sum_dxhat, sum_dxhat_xhat = self._reduce_grad_sums(dxhat.sum(0), (dxhat * xhat).sum(0), n)
             dx = saved.rstd / n * (n * dxhat - sum_dxhat - xhat * sum_dxhat_xhat)  # (M, C)
             dx = dx.view(saved.xc.shape[0], *saved.xc.shape[2:], self.num_features).movedim(-1, 1).to(saved.dtype)
-        grads = {"weight": None if self.weight is None else dweight.to(self.weight.dtype),
-                 "bias": None if self.bias is None else dbias.to(self.bias.dtype)}
+        grads = {
+            "weight": None if self.weight is None else dweight.to(self.weight.dtype),
+            "bias": None if self.bias is None else dbias.to(self.bias.dtype),
+        }
         return dx, grads
 
     @classmethod

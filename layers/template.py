@@ -42,6 +42,7 @@ embedding's), a callable returning the tensor (computed only when wanted), or No
 returns dx alone.  A composite that runs a child's math itself (models/recompute.py) adds what it returns with
 ``add_grads``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -75,12 +76,14 @@ def no_graph(method):
     """``method`` run with grad recording off, as torch.optim runs its step: the hand-written forward and backward
     compute with tensors that require gradients and must record nothing.  Inside a container's call, where
     recording is off already, the cost is one ``torch.is_grad_enabled()`` test."""
+
     @functools.wraps(method)
     def wrapped(self, *args, **kwargs):
         if torch.is_grad_enabled() and not _recording:
             with torch.no_grad():
                 return method(self, *args, **kwargs)
         return method(self, *args, **kwargs)
+
     wrapped._no_graph = True
     return wrapped
 
@@ -180,8 +183,10 @@ class Template:
         """Refuse gradients unlike the forward's output (``grads``: the backward's dout and any more; ``meta``: the
         output's (shape, dtype, device), None: no forward; ``saved``: what the forward kept)."""
         if len(grads) > 1:
-            raise TypeError(f"{self!r}: backward takes one gradient per output of the forward; it returned one "
-                            f"tensor, and backward got {len(grads)}")
+            raise TypeError(
+                f"{self!r}: backward takes one gradient per output of the forward; it returned one "
+                f"tensor, and backward got {len(grads)}"
+            )
         check_backward_dout(self, grads[0], *(meta or (None, None, None)))
 
     @property
@@ -198,8 +203,11 @@ class Template:
         and what its backward reads kept and version-recorded."""
         self.check_input(*inputs, **options)
         self._saved = self._out_meta = None  # a forward that raises leaves nothing stale behind
-        if torch.is_grad_enabled() and not _recording and (self._param_names or not self._childless
-                                                           or _any_requires_grad(inputs)):
+        if (
+            torch.is_grad_enabled()
+            and not _recording
+            and (self._param_names or not self._childless or _any_requires_grad(inputs))
+        ):
             with torch.no_grad():
                 out, saved = self.forward_math(*inputs, **options)
         else:  # (recording off already, or nothing here requires a gradient: no graph to build)
@@ -220,8 +228,11 @@ class Template:
     def backward(self, dout, *more, need_input_grad: bool = True, **options):
         """dout (the output's shape; one gradient per output where the forward returns several) -> dx, and each
         parameter's gradient added into its ``.grad``.  ``need_input_grad=False`` skips dx and returns None."""
-        if torch.is_grad_enabled() and not _recording and (self._param_names or not self._childless
-                                                           or _any_requires_grad((dout,))):
+        if (
+            torch.is_grad_enabled()
+            and not _recording
+            and (self._param_names or not self._childless or _any_requires_grad((dout,)))
+        ):
             with torch.no_grad():
                 dx, grads, _, _ = _backward_math(self, dout, more, need_input_grad, options)
                 if grads:
@@ -265,17 +276,21 @@ class Template:
 
 def _labels(layer, saved) -> Callable[[], tuple[str, ...]]:
     """The words for each field of ``saved`` in an in-place error (made only when a check needs them)."""
+
     def labels() -> tuple[str, ...]:
         own = layer._saved_labels
         return tuple([own.get(n) or _LABELS.get(n, n) for n in type(saved)._fields])
+
     return labels
 
 
 def _tensors_of(layer, saved) -> tuple:
     """The tensors a Saved holds, by field (None for a field that is not a tensor): what the versions cover."""
     if not hasattr(saved, "_fields"):
-        raise TypeError(f"{type(layer).__name__}.forward_math must return (out, saved) with saved a NamedTuple (or "
-                        f"None), got a {type(saved).__name__}")
+        raise TypeError(
+            f"{type(layer).__name__}.forward_math must return (out, saved) with saved a NamedTuple (or "
+            f"None), got a {type(saved).__name__}"
+        )
     return tuple([v if isinstance(v, Tensor) else None for v in saved])
 
 
@@ -289,8 +304,15 @@ def _without_input_grad_only(layer, saved, tensors: tuple) -> tuple:
 def _backward_math(layer, dout, more, need_input_grad, kwargs):
     """The checks, then the layer's math backward: (dx, grads, saved, recorded versions)."""
     meta, saved = layer._out_meta, layer._saved
-    if not (layer._plain_dout_check and not more and meta is not None and type(dout) is Tensor
-            and dout.shape == meta[0] and dout.dtype == meta[1] and dout.device == meta[2]):
+    if not (
+        layer._plain_dout_check
+        and not more
+        and meta is not None
+        and type(dout) is Tensor
+        and dout.shape == meta[0]
+        and dout.dtype == meta[1]
+        and dout.device == meta[2]
+    ):
         layer.check_dout((dout, *more), meta, saved)  # (the cheap test above failed, or the layer checks its own way)
     layer._saved = layer._out_meta = None
     recorded, layer._versions = layer._versions, ()
@@ -328,8 +350,9 @@ def add_grads(layer, grads: dict) -> None:
     names = layer._param_names
     for name, g in grads.items():
         if name not in names:
-            raise KeyError(f"{layer!r}: backward returned a gradient for {name!r}, which is not one of its "
-                           f"parameters {names}")
+            raise KeyError(
+                f"{layer!r}: backward returned a gradient for {name!r}, which is not one of its parameters {names}"
+            )
         p = getattr(layer, name)
         if g is None or p is None or not p.requires_grad:
             continue
@@ -362,8 +385,9 @@ def add_grads(layer, grads: dict) -> None:
 
 
 def _wrong_shape(layer, name: str, shape: tuple, p: Tensor) -> ValueError:
-    return ValueError(f"{layer!r}: backward's gradient for {name} has shape {tuple(shape)}, but {name} has "
-                      f"shape {tuple(p.shape)}")
+    return ValueError(
+        f"{layer!r}: backward's gradient for {name} has shape {tuple(shape)}, but {name} has shape {tuple(p.shape)}"
+    )
 
 
 def _any_requires_grad(args: tuple) -> bool:

@@ -10,6 +10,7 @@ The trace leaves the model as it found it: the parameters' ``.grad`` and the buf
 statistics) are put back afterwards, and so is the random state its dropout masks drew from (torch's, on the CPU
 and the model's CUDA device, and a layer's own generator), so tracing between two training steps changes nothing.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -50,9 +51,17 @@ class Trace:
         lines = [head]
         for r in self.rows:
             grads = ", ".join(f"{n} {g:.2e}/{p:.2e}" for n, (g, p) in r.grads.items())
-            lines.append([f"{r.name} {r.layer}", f"{_shape(r.in_shape)} -> {_shape(r.out_shape)}",
-                          f"{r.out_mean:+.3f}/{r.out_std:.3f}", f"{r.out_zeros:.0%}", _num(r.dout_norm),
-                          _num(r.dx_norm), grads or "-"])
+            lines.append(
+                [
+                    f"{r.name} {r.layer}",
+                    f"{_shape(r.in_shape)} -> {_shape(r.out_shape)}",
+                    f"{r.out_mean:+.3f}/{r.out_std:.3f}",
+                    f"{r.out_zeros:.0%}",
+                    _num(r.dout_norm),
+                    _num(r.dx_norm),
+                    grads or "-",
+                ]
+            )
         widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
         text = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in lines]
         text.insert(1, "  ".join("-" * w for w in widths))
@@ -126,8 +135,13 @@ def trace(model, x: Tensor, target: Tensor, loss=None) -> Trace:
     layers = _leaves(model)
     # the random state its dropout masks draw from, put back too: the next training step draws what it would have
     generators = [g for _, layer in layers if isinstance(g := getattr(layer, "generator", None), torch.Generator)]
-    cuda = sorted({t.device.index if t.device.index is not None else torch.cuda.current_device()
-                   for t in (x, *params) if t.device.type == "cuda"})
+    cuda = sorted(
+        {
+            t.device.index if t.device.index is not None else torch.cuda.current_device()
+            for t in (x, *params)
+            if t.device.type == "cuda"
+        }
+    )
     with torch.random.fork_rng(devices=cuda), _generators_kept(generators):
         return _trace(layers, x, target, loss, params, grads, buffers)
 
@@ -138,8 +152,17 @@ def _trace(layers, x, target, loss, params, grads, buffers) -> Trace:
         rows = []
         for name, layer in layers:
             out = layer(x)
-            rows.append(TraceRow(name, type(layer).__name__, tuple(x.shape), tuple(out.shape), out.mean().item(),
-                                 out.std().item() if out.numel() > 1 else 0.0, (out == 0).float().mean().item()))
+            rows.append(
+                TraceRow(
+                    name,
+                    type(layer).__name__,
+                    tuple(x.shape),
+                    tuple(out.shape),
+                    out.mean().item(),
+                    out.std().item() if out.numel() > 1 else 0.0,
+                    (out == 0).float().mean().item(),
+                )
+            )
             x = out
         value = loss(x, target)
         dout = loss.backward()

@@ -8,6 +8,7 @@ cell's outcome: a right class prints the report; a wrong one raises AssertionErr
 the notebook's own answer cells as saved on disk, in a fresh process inside bubblewrap where it can run, as
 ``learn grade`` checks an .ipynb, so a class imported or a checker patched in the kernel changes nothing.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -58,9 +59,13 @@ def _check_saved(name: str, path: Path) -> None:
     from .checker.load import LoadError
     from .checker.boundary import isolation
     from .checker.sandbox import Escaped, Unavailable
+
     isolate = isolation(trusted=True)
-    where = "in a fresh process inside bubblewrap" if isolate == "bwrap" else \
-        "in a fresh forked process (bubblewrap is not installed here: not a sandbox)"
+    where = (
+        "in a fresh process inside bubblewrap"
+        if isolate == "bwrap"
+        else "in a fresh forked process (bubblewrap is not installed here: not a sandbox)"
+    )
     note = f"(checked: the code cells of {path} as saved on disk, {where}; save the notebook before this cell)\n"
     try:
         report = check_path(name, path, isolate=isolate)

@@ -4,6 +4,7 @@ Fashion-MNIST is read where Debian's ``dataset-fashion-mnist`` installs it, or f
 (torchvision's layout), only the first images of the training split (the gzip stream is read no further).
 Without it, a built-in task stands in: ten classes, each a fixed random 14 x 14 pattern plus noise.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -69,7 +70,9 @@ def small_task(n: int = 1024, seed: int = 0) -> tuple[Tensor, Tensor, str]:
         patterns = torch.randn(10, 1, 14, 14, generator=g, dtype=torch.float64)
         y = torch.randint(0, 10, (n,), generator=g)
         x = patterns[y] + 1.5 * torch.randn(n, 1, 14, 14, generator=g, dtype=torch.float64)
-        what = ("a built-in task (Fashion-MNIST not found: apt-get install dataset-fashion-mnist): ten classes, each "
-                "a random 14 x 14 pattern plus noise")
+        what = (
+            "a built-in task (Fashion-MNIST not found: apt-get install dataset-fashion-mnist): ten classes, each "
+            "a random 14 x 14 pattern plus noise"
+        )
     x = (x - x.mean()) / x.std()
     return x, y, what

@@ -5,6 +5,7 @@
 cannot be written, as for a system user) ``handgrad-learn-USER`` in the temporary directory.  ``--out`` names any
 other file.  ``check NAME`` without a file reads NAME.py from the same folder.
 """
+
 from __future__ import annotations
 
 import getpass
@@ -109,6 +110,7 @@ def is_check_cell(metadata, source: str) -> bool:
         if isinstance(grader, dict) and grader.get("grade") is True and not grader.get("solution"):
             return True
     import ast
+
     try:
         body = ast.parse(source).body
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -118,8 +120,11 @@ def is_check_cell(metadata, source: str) -> bool:
         if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "learn":
             continue
         call = node.test if isinstance(node, ast.Assert) else node.value if isinstance(node, ast.Expr) else None
-        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and \
-                call.func.id in ("check", "check_class", "register"):
+        if (
+            isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Name)
+            and call.func.id in ("check", "check_class", "register")
+        ):
             checks += call.func.id != "register"
             continue
         return False
@@ -129,4 +134,4 @@ def is_check_cell(metadata, source: str) -> bool:
 def _inert(line: str) -> str:
     """An IPython ``!shell`` or ``%magic`` line as a ``pass`` that keeps its indentation and its line number."""
     body = line.lstrip()
-    return line[:len(line) - len(body)] + "pass  # " + body
+    return line[: len(line) - len(body)] + "pass  # " + body

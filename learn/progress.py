@@ -5,6 +5,7 @@ exercise and what comes next, ``--recheck`` checks the recorded files (and any N
 ``learn list`` ticks the same ones.  The file is small JSON, written atomically (a temporary file in the same
 folder, then ``os.replace``), so an interrupted write never leaves half a file.
 """
+
 from __future__ import annotations
 
 import json
@@ -55,18 +56,25 @@ def record(name: str, file: str) -> None:
 
 def next_steps(ex, file: str, passed: set[str]) -> str:
     """What to do after ``ex`` passed: train it, the next exercise not yet passed, or the course's closing line."""
-    lines = [] if file.endswith(".ipynb") else [  # train reads a .py file
-        f"python -m learn train {ex.name} {file}  (yours beside a trusted twin, the same weights and batches)"]
+    lines = (
+        []
+        if file.endswith(".ipynb")
+        else [  # train reads a .py file
+            f"python -m learn train {ex.name} {file}  (yours beside a trusted twin, the same weights and batches)"
+        ]
+    )
     todo = [e for e in EXERCISES if e.name not in passed | {ex.name}]
     after = [e for e in todo if EXERCISES.index(e) > EXERCISES.index(ex)]
     if after or todo:
         nxt = (after or todo)[0]
         lines.append(f"python -m learn start {nxt.name}  ({nxt.teaches})")
         return "Next:  " + "\n       ".join(lines) + "\n"
-    return ("".join(f"Next:  {ln}\n" for ln in lines)
-            + f"That was the last one: all {len(EXERCISES)} exercises pass.  Every backward of the course is yours; "
-              f"python -m learn why NAME\nre-derives any of them, python -m learn show walks the chain rule node by "
-              f"node.\n")
+    return (
+        "".join(f"Next:  {ln}\n" for ln in lines)
+        + f"That was the last one: all {len(EXERCISES)} exercises pass.  Every backward of the course is yours; "
+        f"python -m learn why NAME\nre-derives any of them, python -m learn show walks the chain rule node by "
+        f"node.\n"
+    )
 
 
 def after_pass(ex, file: str) -> str:
@@ -79,6 +87,7 @@ def recheck(folder: Path) -> list[str]:
     """Check again every recorded file, and every NAME.py of the folder not recorded; keep only what passes.
     -> one line per exercise whose standing changed."""
     from .checker import check_file
+
     folder = Path(folder)
     passed, said = load(folder), []
     for e in EXERCISES:
@@ -114,8 +123,10 @@ def table(folder: Path, verbose: bool = True) -> str:
     if verbose:
         todo = [e for e in EXERCISES if e.name not in passed]
         if todo:
-            lines.append(f"Next:  python -m learn start {todo[0].name}  (then {check_command(todo[0].name)}; "
-                         f"stuck: python -m learn hint {todo[0].name}, python -m learn why {todo[0].name})")
+            lines.append(
+                f"Next:  python -m learn start {todo[0].name}  (then {check_command(todo[0].name)}; "
+                f"stuck: python -m learn hint {todo[0].name}, python -m learn why {todo[0].name})"
+            )
         else:
             lines.append("The course is done: every exercise passes.")
     return "\n".join(lines) + "\n"

@@ -4,6 +4,7 @@ A ``Race`` holds one step of each (each returns its loss, computed before its up
 steps, prints the losses in columns, and reports the first step where the learner's loss leaves the twins'
 by more than TOL (relative): exit 0 when they never part, 1 when they do or the learner's code raises.
 """
+
 from __future__ import annotations
 
 import math
@@ -15,9 +16,11 @@ from .checker.guard import LearnerFailed
 from .files import check_command
 
 TOL = 1e-6  # relative difference of the losses that counts as parting (a right answer: ~1e-15)
-LEARNING_IS_NO_CHECK = ("Your loss still falls?  Your wrong gradient still trains: a falling loss is no gradient "
-                        "check (a gradient\nthat points roughly downhill lowers the loss too); only the comparison "
-                        "with the right one says it is right.")
+LEARNING_IS_NO_CHECK = (
+    "Your loss still falls?  Your wrong gradient still trains: a falling loss is no gradient "
+    "check (a gradient\nthat points roughly downhill lowers the loss too); only the comparison "
+    "with the right one says it is right."
+)
 
 
 @dataclass
@@ -26,8 +29,9 @@ class Race:
     mine: Callable[[int], float]  # one step with the learner's code (it raises LearnerFailed) -> the loss
     twins: dict[str, Callable[[int], float]]  # column name -> one step of a trusted twin -> its loss
     first_part: str = "the forward differs (both start from the same weights)"  # what parting at step 1 means
-    later_part: str = ("the first steps agree, so the forward is right; the update after them differed: a gradient "
-                       "is wrong")
+    later_part: str = (
+        "the first steps agree, so the forward is right; the update after them differed: a gradient is wrong"
+    )
     still_learns: str = LEARNING_IS_NO_CHECK  # said when the learner's loss fell although it parted
 
 
@@ -43,8 +47,10 @@ def run(race: Race, ex, file: str, steps: int, plot: str | None) -> int:
             a = race.mine(step)
         except LearnerFailed as e:
             print(e.text)
-            print(f"PART at step {step}: your code raised.  {check_command(ex.name, file)} tries it on "
-                  f"small inputs and says more.")
+            print(
+                f"PART at step {step}: your code raised.  {check_command(ex.name, file)} tries it on "
+                f"small inputs and says more."
+            )
             return 1
         bs = [race.twins[n](step) for n in names]
         ours.append(a)
@@ -54,8 +60,12 @@ def run(race: Race, ex, file: str, steps: int, plot: str | None) -> int:
         if parted is None and diff > TOL * max(1.0, *(abs(b) for b in bs)):
             parted = step
         if steps <= 50 or step % 10 == 0 or step == parted or step == steps:
-            print(f"{step:>6} {a:>14.8f} " + " ".join(f"{b:>14.8f}" for b in bs) + f" {diff:>11.1e}"
-                  + ("   <- they part" if step == parted else ""))
+            print(
+                f"{step:>6} {a:>14.8f} "
+                + " ".join(f"{b:>14.8f}" for b in bs)
+                + f" {diff:>11.1e}"
+                + ("   <- they part" if step == parted else "")
+            )
         if not math.isfinite(a):
             print("your loss is no longer finite: stopping")
             break
@@ -63,11 +73,15 @@ def run(race: Race, ex, file: str, steps: int, plot: str | None) -> int:
         _plot(Path(plot), ours, theirs, parted, ex)
     if parted is None:
         worst = max(abs(a - b) for n in names for a, b in zip(ours, theirs[n]))
-        print(f"AGREE: {len(ours)} steps, the losses never more than {worst:.1e} apart (tolerance {TOL:g} "
-              f"relative): your {ex.cls} trains as {' and '.join(names)} {'do' if len(names) > 1 else 'does'}.")
+        print(
+            f"AGREE: {len(ours)} steps, the losses never more than {worst:.1e} apart (tolerance {TOL:g} "
+            f"relative): your {ex.cls} trains as {' and '.join(names)} {'do' if len(names) > 1 else 'does'}."
+        )
         return 0
-    print(f"PART at step {parted}: {race.first_part if parted == 1 else race.later_part}.  "
-          f"{check_command(ex.name, file)} names the tensor and, most often, the mistake.")
+    print(
+        f"PART at step {parted}: {race.first_part if parted == 1 else race.later_part}.  "
+        f"{check_command(ex.name, file)} names the tensor and, most often, the mistake."
+    )
     if len(ours) > 1 and ours[-1] < ours[0]:
         print(race.still_learns)
     return 1
@@ -76,6 +90,7 @@ def run(race: Race, ex, file: str, steps: int, plot: str | None) -> int:
 def _plot(path: Path, ours: list[float], theirs: dict[str, list[float]], parted: int | None, ex) -> None:
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:

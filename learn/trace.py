@@ -6,6 +6,7 @@ gradient that reached it and the one it sent back, and each parameter gradient's
 Try ``--activation sigmoid --depth 8`` and watch |dx| shrink towards the input, or ``--init-scale 3`` and
 watch it grow.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,9 +39,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--depth", type=int, default=3, help="hidden layers (default: 3)")
     p.add_argument("--hidden", type=int, default=64, help="units per hidden layer (default: 64)")
     p.add_argument("--activation", choices=sorted(ACTIVATIONS), default="relu", help="(default: relu)")
-    p.add_argument("--init-scale", type=float, default=1.0,
-                   help="multiply nn.Linear's initial weights by this (default: 1): above 1 gradients grow "
-                        "layer by layer towards the input, below 1 they shrink")
+    p.add_argument(
+        "--init-scale",
+        type=float,
+        default=1.0,
+        help="multiply nn.Linear's initial weights by this (default: 1): above 1 gradients grow "
+        "layer by layer towards the input, below 1 they shrink",
+    )
     p.add_argument("--batch", type=int, default=32, help="examples in the batch (default: 32)")
     p.add_argument("--seed", type=int, default=0, help="weights and batch (default: 0)")
     return p
@@ -55,9 +60,11 @@ def main(argv: list[str] | None = None) -> int:
         parser().error(f"--init-scale must be > 0, got {args.init_scale}")
     torch.manual_seed(args.seed)
     x, y, what = small_task(max(args.batch, 64), seed=args.seed)
-    x, y = x[:args.batch].flatten(1), y[:args.batch]
+    x, y = x[: args.batch].flatten(1), y[: args.batch]
     model = build_mlp(x.shape[1], args.hidden, args.depth, args.activation, args.init_scale)
-    print(f"{what}; a batch of {len(y)}, cross-entropy, float64; {args.depth} hidden layers of {args.hidden} "
-          f"{args.activation} units, initial weights x{args.init_scale:g}\n")
+    print(
+        f"{what}; a batch of {len(y)}, cross-entropy, float64; {args.depth} hidden layers of {args.hidden} "
+        f"{args.activation} units, initial weights x{args.init_scale:g}\n"
+    )
     print(model.trace(x, y))
     return 0

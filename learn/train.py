@@ -8,6 +8,7 @@ agree to round-off at every step; a wrong forward parts them at step 1, a wrong 
 update differs).  Exit 0 when they agree to ``race.TOL`` at every step, 1 when they part (or your code raises), 2
 when the file cannot be used.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

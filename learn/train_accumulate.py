@@ -4,6 +4,7 @@ Your linear model takes batches of 32 in micro-batches of 5 (the last one shorte
 then an SGD step; the twin, handgrad's Linear(196, 10) and MSELoss, takes each batch at once.  The same
 weights, batches and steps: with a right answer the losses agree at every step, as the gradients do.
 """
+
 from __future__ import annotations
 
 import torch
@@ -46,8 +47,13 @@ def accumulate_race(ex, cls, file: str, seed: int) -> Race:
     def step_mine(k):
         xb, yb = batch(k)
         call(f"your {cls.__name__}.zero_grad", mine.zero_grad, where=file)
-        loss = call(f"your {cls.__name__}.forward_backward", mine.forward_backward, xb,
-                    torch.nn.functional.one_hot(yb, 10).to(F64), where=file)
+        loss = call(
+            f"your {cls.__name__}.forward_backward",
+            mine.forward_backward,
+            xb,
+            torch.nn.functional.one_hot(yb, 10).to(F64),
+            where=file,
+        )
         for p in params:
             if p.grad is None:
                 raise LearnerFailed(f"a parameter of shape {tuple(p.shape)} has no .grad after forward_backward")
@@ -63,8 +69,14 @@ def accumulate_race(ex, cls, file: str, seed: int) -> Race:
             p.grad = None
         return loss
 
-    return Race([f"Training your {ex.cls} beside one pass over each batch: exercise {ex.name}, from {file}",
-                 f"  data: {data}", f"  model: {shown} [yours]: batches of {BATCH} in micro-batches of {MICRO}, "
-                 f"zero_grad before each batch; the twin: handgrad's Linear(196, 10) and MSELoss on the whole batch",
-                 f"  mean squared error against the one-hot label, SGD, lr {LR}, the same weights and batches"],
-                step_mine, {"handgrad": step_twin})
+    return Race(
+        [
+            f"Training your {ex.cls} beside one pass over each batch: exercise {ex.name}, from {file}",
+            f"  data: {data}",
+            f"  model: {shown} [yours]: batches of {BATCH} in micro-batches of {MICRO}, "
+            f"zero_grad before each batch; the twin: handgrad's Linear(196, 10) and MSELoss on the whole batch",
+            f"  mean squared error against the one-hot label, SGD, lr {LR}, the same weights and batches",
+        ],
+        step_mine,
+        {"handgrad": step_twin},
+    )

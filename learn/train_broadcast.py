@@ -7,6 +7,7 @@ scale and shift are parameters of the model and inputs of your layer: your backw
 their gradients, so a gradient not summed back to (1, 24) and (24,) cannot update them.  Both models start from
 the same weights, see the same batches and take the same SGD steps.
 """
+
 from __future__ import annotations
 
 import torch
@@ -52,11 +53,14 @@ def _side(cls, state, where, yours: bool):
         for p, g in ((scale, dscale), (shift, dshift)):
             if not isinstance(g, torch.Tensor) or g.shape != p.shape:
                 got = tuple(g.shape) if isinstance(g, torch.Tensor) else type(g).__name__
-                raise LearnerFailed(f"your {cls.__name__}.backward gave a gradient of shape {got} for a parameter of "
-                                    f"shape {tuple(p.shape)}: each gradient has its input's shape")
+                raise LearnerFailed(
+                    f"your {cls.__name__}.backward gave a gradient of shape {got} for a parameter of "
+                    f"shape {tuple(p.shape)}: each gradient has its input's shape"
+                )
             p.grad = g
         lin1.backward(dh)
         return float(loss)
+
     return [*lin1.parameters(), *lin2.parameters(), scale, shift], forward_backward
 
 
@@ -64,8 +68,12 @@ def broadcast_race(ex, cls, file: str, seed: int) -> Race:
     x, y, data = small_task(seed=seed)
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
-    state = [layers.Linear(196, H, dtype=F64).state_dict(), layers.Linear(H, 10, dtype=F64).state_dict(),
-             1 + 0.1 * torch.randn(1, H, generator=g, dtype=F64), 0.1 * torch.randn(H, generator=g, dtype=F64)]
+    state = [
+        layers.Linear(196, H, dtype=F64).state_dict(),
+        layers.Linear(H, 10, dtype=F64).state_dict(),
+        1 + 0.1 * torch.randn(1, H, generator=g, dtype=F64),
+        0.1 * torch.randn(H, generator=g, dtype=F64),
+    ]
     sides = {who: _side(cls, state, file, who == "yours") for who in ("yours", "autograd")}
     batches = {}
 
@@ -77,8 +85,11 @@ def broadcast_race(ex, cls, file: str, seed: int) -> Race:
                 idx = torch.randint(0, len(x), (BATCH,), generator=g)
                 batches[k] = [x[idx].reshape(BATCH, -1), y[idx], 0]
             b = batches[k]
-            loss = (call("a training step with your layer", forward_backward, b[0], b[1], where=file)
-                    if who == "yours" else forward_backward(b[0], b[1]))
+            loss = (
+                call("a training step with your layer", forward_backward, b[0], b[1], where=file)
+                if who == "yours"
+                else forward_backward(b[0], b[1])
+            )
             for p in params:
                 with torch.no_grad():
                     p -= LR * p.grad
@@ -87,9 +98,18 @@ def broadcast_race(ex, cls, file: str, seed: int) -> Race:
             if b[2] == len(sides):
                 del batches[k]
             return loss
+
         return step
-    return Race([f"Training your {ex.cls} beside torch.autograd's: exercise {ex.name}, from {file}", f"  data: {data}",
-                 "  network: Linear(196, 24) -> ScaleShift(h, scale (1, 24), shift (24,)) [yours] -> ReLU -> "
-                 "Linear(24, 10) -> cross-entropy",
-                 f"  SGD, lr {LR}, batches of {BATCH}; the twin: the same network, its ScaleShift differentiated by "
-                 f"torch.autograd"], stepper("yours"), {"autograd": stepper("autograd")})
+
+    return Race(
+        [
+            f"Training your {ex.cls} beside torch.autograd's: exercise {ex.name}, from {file}",
+            f"  data: {data}",
+            "  network: Linear(196, 24) -> ScaleShift(h, scale (1, 24), shift (24,)) [yours] -> ReLU -> "
+            "Linear(24, 10) -> cross-entropy",
+            f"  SGD, lr {LR}, batches of {BATCH}; the twin: the same network, its ScaleShift differentiated by "
+            f"torch.autograd",
+        ],
+        stepper("yours"),
+        {"autograd": stepper("autograd")},
+    )

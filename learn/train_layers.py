@@ -2,6 +2,7 @@
 the same network of handgrad's layers, and the pieces the other races share (``build``, ``forward_backward``,
 ``sgd``, the sizes).  Everything is float64: with a right answer the losses agree to round-off at every step; a
 wrong forward parts them at step 1, a wrong gradient at step 2 (the first update differs)."""
+
 from __future__ import annotations
 
 import torch
@@ -21,25 +22,36 @@ H = 24  # the hidden width: not the batch size, so a sum over the wrong axis can
 _MLP = [("linear", (196, H)), ("relu", ()), ("linear", (H, 10))]
 _CNN = [("conv2d", (1, 4, 3)), ("relu", ()), ("maxpool2d", (2,)), ("flatten", ()), ("linear", (196, 10))]
 NETWORKS = {  # the layers of each exercise's network; the layers of the exercise's kind are the learner's
-    "linear": _MLP, "relu": _MLP, "mse": _MLP, "softmax_cross_entropy": _MLP,
+    "linear": _MLP,
+    "relu": _MLP,
+    "mse": _MLP,
+    "softmax_cross_entropy": _MLP,
     "tanh": [("linear", (196, H)), ("tanh", ()), ("linear", (H, 10))],
     "sigmoid": [("linear", (196, H)), ("sigmoid", ()), ("linear", (H, 10))],
     "batchnorm": [("linear", (196, H)), ("batchnorm", (H,)), ("relu", ()), ("linear", (H, 10))],
     "layernorm": [("linear", (196, H)), ("layernorm", (H,)), ("relu", ()), ("linear", (H, 10))],
     "gelu": [("linear", (196, H)), ("gelu", ()), ("linear", (H, 10))],
     "dropout": [("linear", (196, H)), ("relu", ()), ("dropout", (0.2, 5)), ("linear", (H, 10))],
-    "conv2d": _CNN, "maxpool2d": _CNN,
+    "conv2d": _CNN,
+    "maxpool2d": _CNN,
 }
 _KW = {"conv2d": {"padding": 1}}  # keyword arguments of the layer beyond NETWORKS' positional ones
 
 
 def _handgrad(kind: str, args: tuple):
-    make = {"linear": lambda: layers.Linear(*args, dtype=F64), "relu": layers.ReLU, "tanh": layers.Tanh,
-            "sigmoid": layers.Sigmoid, "batchnorm": lambda: layers.BatchNorm1d(*args, dtype=F64),
-            "layernorm": lambda: layers.LayerNorm(*args, dtype=F64), "flatten": layers.Flatten,
-            "conv2d": lambda: layers.Conv2d(*args, **_KW["conv2d"], dtype=F64),
-            "maxpool2d": lambda: layers.MaxPool2d(*args), "gelu": layers.GELU,
-            "dropout": lambda: _seeded_dropout(*args)}[kind]
+    make = {
+        "linear": lambda: layers.Linear(*args, dtype=F64),
+        "relu": layers.ReLU,
+        "tanh": layers.Tanh,
+        "sigmoid": layers.Sigmoid,
+        "batchnorm": lambda: layers.BatchNorm1d(*args, dtype=F64),
+        "layernorm": lambda: layers.LayerNorm(*args, dtype=F64),
+        "flatten": layers.Flatten,
+        "conv2d": lambda: layers.Conv2d(*args, **_KW["conv2d"], dtype=F64),
+        "maxpool2d": lambda: layers.MaxPool2d(*args),
+        "gelu": layers.GELU,
+        "dropout": lambda: _seeded_dropout(*args),
+    }[kind]
     return make()
 
 
@@ -70,8 +82,10 @@ def build(name: str, cls: type, seed: int, where: str):
         for pname, tp in t.named_parameters():
             p = getattr(layer, pname, None)
             if not isinstance(p, torch.Tensor) or p.shape != tp.shape or p.dtype != F64:
-                raise LearnerFailed(f"your {shown} has no float64 {pname} of shape {tuple(tp.shape)} "
-                                    f"({check_command(name, where)} says more)")
+                raise LearnerFailed(
+                    f"your {shown} has no float64 {pname} of shape {tuple(tp.shape)} "
+                    f"({check_command(name, where)} says more)"
+                )
             with torch.no_grad():
                 p.copy_(tp)  # the same initial weights as the twin's
             pairs.append((p, tp))
@@ -103,8 +117,10 @@ def forward_backward(net, crit, x, y, target_onehot: bool) -> float:
 def sgd(params: list[torch.Tensor], who: str) -> None:
     for p in params:
         if p.grad is None:
-            raise LearnerFailed(f"a parameter of shape {tuple(p.shape)} of {who} has no .grad after backward: the "
-                                f"backward must add its gradient into .grad")
+            raise LearnerFailed(
+                f"a parameter of shape {tuple(p.shape)} of {who} has no .grad after backward: the "
+                f"backward must add its gradient into .grad"
+            )
         with torch.no_grad():
             p -= LR * p.grad
         p.grad = None
@@ -128,8 +144,7 @@ def layer_race(ex, cls, file: str, seed: int) -> Race:
 
     def step_mine(step):
         xb, yb = batch(step)
-        loss = call("a training step with your layer", forward_backward, mine, crit_mine, xb, yb, onehot,
-                    where=file)
+        loss = call("a training step with your layer", forward_backward, mine, crit_mine, xb, yb, onehot, where=file)
         sgd(mine_params, f"your {ex.cls}")
         return loss
 
@@ -139,6 +154,13 @@ def layer_race(ex, cls, file: str, seed: int) -> Race:
         batches.pop(step)
         return loss
 
-    return Race([f"Training your {ex.cls} beside handgrad's: exercise {ex.name}, from {file}", f"  data: {data}",
-                 f"  network: {what}", f"  SGD, lr {LR}, batches of {BATCH}; the twin: handgrad's layers, the same "
-                 f"initial weights and batches"], step_mine, {"handgrad": step_twin})
+    return Race(
+        [
+            f"Training your {ex.cls} beside handgrad's: exercise {ex.name}, from {file}",
+            f"  data: {data}",
+            f"  network: {what}",
+            f"  SGD, lr {LR}, batches of {BATCH}; the twin: handgrad's layers, the same initial weights and batches",
+        ],
+        step_mine,
+        {"handgrad": step_twin},
+    )

@@ -6,6 +6,7 @@ images) start from the same weights and see the same batches; only the optimizer
 agree whatever the optimizer does (nothing has been updated yet); a wrong update parts them at step 2.  The
 hyperparameters differ from the checker's, and the run is long enough for the bias correction to fade.
 """
+
 from __future__ import annotations
 
 import torch
@@ -47,8 +48,11 @@ def adam_race(ex, cls, file: str, seed: int) -> Race:
     nets = {"yours": first, ref: _mlp(state), hand: _mlp(state)}
     params = {k: [p for layer in net for p in layer.parameters()] for k, net in nets.items()}
     shown = f"{cls.__name__}(params, {', '.join(f'{k}={v}' for k, v in hyper.items())})"
-    opts = {"yours": call(shown, lambda: cls(params["yours"], **hyper), where=file),
-            ref: theirs(params[ref], **hyper), hand: ours(params[hand], **hyper)}
+    opts = {
+        "yours": call(shown, lambda: cls(params["yours"], **hyper), where=file),
+        ref: theirs(params[ref], **hyper),
+        hand: ours(params[hand], **hyper),
+    }
     g = torch.Generator().manual_seed(seed)
     batches = {}
 
@@ -72,16 +76,23 @@ def adam_race(ex, cls, file: str, seed: int) -> Race:
             if b[2] == len(nets):
                 del batches[k]
             return loss
+
         return step
-    return Race([f"Training an MLP with your {ex.cls} beside {ref} and handgrad's: exercise {ex.name}, "
-                 f"from {file}", f"  data: {data}",
-                 "  network: Linear(196, 24) -> ReLU -> Linear(24, 10) -> cross-entropy, handgrad's layers, three "
-                 "copies from the same weights",
-                 f"  optimizer: {shown}, batches of {BATCH}; the twins: the same with {ref} and with "
-                 f"optimizers.{ours.__name__}"],
-                stepper("yours"), {ref: stepper(ref), hand: stepper(hand)},
-                first_part="the losses differ before any update: the network is not the same",
-                later_part="the first steps agree, so the gradients were the same; the update after them differed: "
-                           "your step() is wrong",
-                still_learns="Your loss still falls?  A wrong update can still train: a falling loss checks "
-                             "nothing; only the\ncomparison with the right update says your step() is right.")
+
+    return Race(
+        [
+            f"Training an MLP with your {ex.cls} beside {ref} and handgrad's: exercise {ex.name}, from {file}",
+            f"  data: {data}",
+            "  network: Linear(196, 24) -> ReLU -> Linear(24, 10) -> cross-entropy, handgrad's layers, three "
+            "copies from the same weights",
+            f"  optimizer: {shown}, batches of {BATCH}; the twins: the same with {ref} and with "
+            f"optimizers.{ours.__name__}",
+        ],
+        stepper("yours"),
+        {ref: stepper(ref), hand: stepper(hand)},
+        first_part="the losses differ before any update: the network is not the same",
+        later_part="the first steps agree, so the gradients were the same; the update after them differed: "
+        "your step() is wrong",
+        still_learns="Your loss still falls?  A wrong update can still train: a falling loss checks "
+        "nothing; only the\ncomparison with the right update says your step() is right.",
+    )

@@ -6,6 +6,7 @@ order.  tensor_parallel: the learner's TensorParallelMLP(196, 24, 10, ranks=4) (
 Tanh -> Linear in one process.  The twin is handgrad's layers with their fused backward, from the same weights on
 the same batches; SGD, cross-entropy, float64, as ``learn/train.py``'s races.
 """
+
 from __future__ import annotations
 
 import torch
@@ -31,6 +32,7 @@ def _batches(x, y, seed: int):
             idx = torch.randint(0, len(x), (BATCH,), generator=g)
             drawn[step] = (x[idx].reshape(BATCH, -1), y[idx])
         return drawn[step]
+
     return batch
 
 
@@ -70,8 +72,9 @@ def split_race(ex, cls, file: str, seed: int) -> Race:
     batch = _batches(x, y, seed)
 
     def step_mine(step):
-        loss = call("a training step with your Linear's B and W", _split, mine, crit_mine, *batch(step), cls,
-                    where=file)
+        loss = call(
+            "a training step with your Linear's B and W", _split, mine, crit_mine, *batch(step), cls, where=file
+        )
         sgd(mine_params, f"your {ex.cls}")
         return loss
 
@@ -80,10 +83,16 @@ def split_race(ex, cls, file: str, seed: int) -> Race:
         sgd(twin_params, "handgrad's network")
         return loss
 
-    return Race([f"Training your {ex.cls}'s B and W beside handgrad's fused backward: exercise {ex.name}, from {file}",
-                 f"  data: {data}", f"  network: {what}; backward: B of each layer, last to first, then each W",
-                 f"  SGD, lr {LR}, batches of {BATCH}; the twin: handgrad's layers, the same initial weights and "
-                 f"batches"], step_mine, {"handgrad": step_twin})
+    return Race(
+        [
+            f"Training your {ex.cls}'s B and W beside handgrad's fused backward: exercise {ex.name}, from {file}",
+            f"  data: {data}",
+            f"  network: {what}; backward: B of each layer, last to first, then each W",
+            f"  SGD, lr {LR}, batches of {BATCH}; the twin: handgrad's layers, the same initial weights and batches",
+        ],
+        step_mine,
+        {"handgrad": step_twin},
+    )
 
 
 def parallel_race(ex, cls, file: str, seed: int) -> Race:
@@ -93,12 +102,18 @@ def parallel_race(ex, cls, file: str, seed: int) -> Race:
     shown = f"{cls.__name__}(196, {H}, 10, ranks={RANKS})"
     mlp = call(shown, lambda: cls(196, H, 10, RANKS), where=file)
     pairs = []
-    for name, tp in (("weight1", twin[0].weight), ("bias1", twin[0].bias), ("weight2", twin[2].weight),
-                     ("bias2", twin[2].bias)):
+    for name, tp in (
+        ("weight1", twin[0].weight),
+        ("bias1", twin[0].bias),
+        ("weight2", twin[2].weight),
+        ("bias2", twin[2].bias),
+    ):
         p = getattr(mlp, name, None)
         if not isinstance(p, torch.Tensor) or p.shape != tp.shape or p.dtype != F64:
-            raise LearnerFailed(f"your {shown} has no float64 {name} of shape {tuple(tp.shape)} "
-                                f"({check_command(ex.name, file)} says more)")
+            raise LearnerFailed(
+                f"your {shown} has no float64 {name} of shape {tuple(tp.shape)} "
+                f"({check_command(ex.name, file)} says more)"
+            )
         with torch.no_grad():
             p.copy_(tp)  # in place: the shards are views of it
         pairs.append((p, tp))
@@ -120,8 +135,13 @@ def parallel_race(ex, cls, file: str, seed: int) -> Race:
         sgd([tp for _, tp in pairs], "handgrad's network")
         return loss
 
-    return Race([f"Training your {ex.cls} over {RANKS} simulated ranks beside one process: exercise {ex.name}, from "
-                 f"{file}", f"  data: {data}",
-                 f"  network: {shown} [yours]; the twin {' -> '.join(map(repr, twin))} -> cross-entropy",
-                 f"  SGD, lr {LR}, batches of {BATCH}; the same initial weights and batches"],
-                step_mine, {"one process": step_twin})
+    return Race(
+        [
+            f"Training your {ex.cls} over {RANKS} simulated ranks beside one process: exercise {ex.name}, from {file}",
+            f"  data: {data}",
+            f"  network: {shown} [yours]; the twin {' -> '.join(map(repr, twin))} -> cross-entropy",
+            f"  SGD, lr {LR}, batches of {BATCH}; the same initial weights and batches",
+        ],
+        step_mine,
+        {"one process": step_twin},
+    )

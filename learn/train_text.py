@@ -12,6 +12,7 @@ on the same windows, with the same SGD steps:
 
 The shapes differ from the checker's (longer sequences, wider layers, ids repeated many times in a batch).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -28,8 +29,12 @@ F64 = torch.float64
 CORPUS = Path(__file__).resolve().parents[1] / "training" / "tasks" / "corpora" / "shakespeare" / "tragedies.txt"
 N, T = 8, 12  # windows per batch, characters per window
 LR = 0.5
-SIZES = {"embedding": dict(D=16), "lstm_cell": dict(I=10, H=16), "gru_cell": dict(I=10, H=16),
-         "attention": dict(D=16, d=8)}
+SIZES = {
+    "embedding": dict(D=16),
+    "lstm_cell": dict(I=10, H=16),
+    "gru_cell": dict(I=10, H=16),
+    "attention": dict(D=16, d=8),
+}
 
 
 def corpus(chars: int = 60_000) -> tuple[torch.Tensor, int, str]:
@@ -46,8 +51,10 @@ def corpus(chars: int = 60_000) -> tuple[torch.Tensor, int, str]:
 def _sgd(params, who: str) -> None:
     for p in params:
         if p.grad is None:
-            raise LearnerFailed(f"a parameter of shape {tuple(p.shape)} of {who} has no .grad after backward: the "
-                                f"backward must add its gradient into .grad")
+            raise LearnerFailed(
+                f"a parameter of shape {tuple(p.shape)} of {who} has no .grad after backward: the "
+                f"backward must add its gradient into .grad"
+            )
         with torch.no_grad():
             p -= LR * p.grad
         p.grad = None
@@ -100,6 +107,7 @@ def _embedding(cls, V, where):
             loss, dfeats = _head_loss(head, crit, emb.forward(idx), target)
             emb.backward(dfeats)
             return loss
+
         sides.append(_Side(params + list(head.parameters()), fb))
     return sides, f"Embedding({V}, {D}) [yours] -> Linear({D}, {V}) -> cross-entropy of the next character"
 
@@ -107,8 +115,11 @@ def _embedding(cls, V, where):
 def _lstm_cell(cls, V, where):
     I, H = SIZES["lstm_cell"]["I"], SIZES["lstm_cell"]["H"]
     names = ["weight_ih", "weight_hh", "bias_ih", "bias_hh"]
-    emb0, cell0, head0 = layers.Embedding(V, I, dtype=F64), layers.LSTMCell(I, H, dtype=F64), \
-        layers.Linear(H, V, dtype=F64)
+    emb0, cell0, head0 = (
+        layers.Embedding(V, I, dtype=F64),
+        layers.LSTMCell(I, H, dtype=F64),
+        layers.Linear(H, V, dtype=F64),
+    )
     sides = []
     for yours in (True, False):
         emb, head = layers.Embedding(V, I, dtype=F64), layers.Linear(H, V, dtype=F64)
@@ -142,16 +153,22 @@ def _lstm_cell(cls, V, where):
                 dxs[t], (dh_next, dc_next) = (out[0], out[1:]) if yours else (out[0], out[1])
             emb.backward(torch.stack(dxs, 1))
             return loss
+
         sides.append(_Side(shared + list(emb.parameters()) + list(head.parameters()), fb))
-    return sides, (f"Embedding({V}, {I}) -> {T} steps of LSTMCell({I}, {H}) [yours, its parameters shared by the "
-                   f"steps] -> Linear({H}, {V}) at each step -> cross-entropy")
+    return sides, (
+        f"Embedding({V}, {I}) -> {T} steps of LSTMCell({I}, {H}) [yours, its parameters shared by the "
+        f"steps] -> Linear({H}, {V}) at each step -> cross-entropy"
+    )
 
 
 def _gru_cell(cls, V, where):
     I, H = SIZES["gru_cell"]["I"], SIZES["gru_cell"]["H"]
     names = ["weight_ih", "weight_hh", "bias_ih", "bias_hh"]
-    emb0, cell0, head0 = layers.Embedding(V, I, dtype=F64), layers.GRUCell(I, H, dtype=F64), \
-        layers.Linear(H, V, dtype=F64)
+    emb0, cell0, head0 = (
+        layers.Embedding(V, I, dtype=F64),
+        layers.GRUCell(I, H, dtype=F64),
+        layers.Linear(H, V, dtype=F64),
+    )
     sides = []
     for yours in (True, False):
         emb, head = layers.Embedding(V, I, dtype=F64), layers.Linear(H, V, dtype=F64)
@@ -184,9 +201,12 @@ def _gru_cell(cls, V, where):
                 dxs[t], dh_next = cells[t].backward(dhs[:, t] + dh_next)
             emb.backward(torch.stack(dxs, 1))
             return loss
+
         sides.append(_Side(shared + list(emb.parameters()) + list(head.parameters()), fb))
-    return sides, (f"Embedding({V}, {I}) -> {T} steps of GRUCell({I}, {H}) [yours, its parameters shared by the "
-                   f"steps] -> Linear({H}, {V}) at each step -> cross-entropy")
+    return sides, (
+        f"Embedding({V}, {I}) -> {T} steps of GRUCell({I}, {H}) [yours, its parameters shared by the "
+        f"steps] -> Linear({H}, {V}) at each step -> cross-entropy"
+    )
 
 
 def _attention(cls, V, where):
@@ -214,10 +234,14 @@ def _attention(cls, V, where):
             dx = sum(lin.backward(g.reshape(N * T, d)) for lin, g in zip(proj, dqkv))
             emb.backward(dx.reshape(N, T, D))
             return loss
-        sides.append(_Side(list(emb.parameters()) + [p for lin in proj for p in lin.parameters()]
-                           + list(head.parameters()), fb))
-    return sides, (f"Embedding({V}, {D}) -> q, k, v = three Linear({D}, {d}) -> {cls.__name__} [yours], causal, "
-                   f"T = {T} -> Linear({d}, {V}) -> cross-entropy of the next character")
+
+        sides.append(
+            _Side(list(emb.parameters()) + [p for lin in proj for p in lin.parameters()] + list(head.parameters()), fb)
+        )
+    return sides, (
+        f"Embedding({V}, {D}) -> q, k, v = three Linear({D}, {d}) -> {cls.__name__} [yours], causal, "
+        f"T = {T} -> Linear({d}, {V}) -> cross-entropy of the next character"
+    )
 
 
 BUILD = {"embedding": _embedding, "lstm_cell": _lstm_cell, "gru_cell": _gru_cell, "attention": _attention}
@@ -248,6 +272,14 @@ def text_race(ex, cls, file: str, seed: int) -> Race:
         _sgd(twin.params, "handgrad's model")
         return loss
 
-    return Race([f"Training your {ex.cls} beside handgrad's: exercise {ex.name}, from {file}", f"  data: {data}",
-                 f"  model: {what}", f"  SGD, lr {LR}, {N} windows of {T} characters a step; the twin: handgrad's "
-                 f"layers, the same initial weights and windows"], step_mine, {"handgrad": step_twin})
+    return Race(
+        [
+            f"Training your {ex.cls} beside handgrad's: exercise {ex.name}, from {file}",
+            f"  data: {data}",
+            f"  model: {what}",
+            f"  SGD, lr {LR}, {N} windows of {T} characters a step; the twin: handgrad's "
+            f"layers, the same initial weights and windows",
+        ],
+        step_mine,
+        {"handgrad": step_twin},
+    )

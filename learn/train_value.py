@@ -7,6 +7,7 @@ torch tensors whose gradients torch.autograd computes.  Both take the same SGD s
 the loss mean((score - label)^2).  This graph is wider and deeper than the checker's expressions: every weight
 feeds every example of the batch, so each weight node is used many times.
 """
+
 from __future__ import annotations
 
 import math
@@ -33,16 +34,21 @@ def two_moons(n: int, noise: float, g: torch.Generator) -> tuple[torch.Tensor, t
 
 def _weights(g: torch.Generator) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(W (out, in), b (out,)) per layer, uniform in [-1, 1) as micrograd draws them."""
-    return [(torch.rand(o, i, generator=g, dtype=F64) * 2 - 1, torch.rand(o, generator=g, dtype=F64) * 2 - 1)
-            for i, o in zip(SIZES, SIZES[1:])]
+    return [
+        (torch.rand(o, i, generator=g, dtype=F64) * 2 - 1, torch.rand(o, generator=g, dtype=F64) * 2 - 1)
+        for i, o in zip(SIZES, SIZES[1:])
+    ]
 
 
 def value_race(ex, cls, file: str, seed: int) -> Race:
     g = torch.Generator().manual_seed(seed)
     points, labels = two_moons(POINTS, 0.1, g)
     init = _weights(g)
-    mine = call(f"{cls.__name__}(...)", lambda: [([[cls(w) for w in row] for row in W.tolist()],
-                                                  [cls(v) for v in b.tolist()]) for W, b in init], where=file)
+    mine = call(
+        f"{cls.__name__}(...)",
+        lambda: [([[cls(w) for w in row] for row in W.tolist()], [cls(v) for v in b.tolist()]) for W, b in init],
+        where=file,
+    )
     nodes = [p for W, b in mine for p in [*(w for row in W for w in row), *b]]
     twin = [(W.clone().requires_grad_(), b.clone().requires_grad_()) for W, b in init]
     batches = {}
@@ -90,13 +96,18 @@ def value_race(ex, cls, file: str, seed: int) -> Race:
         return float(loss.detach())
 
     count = sum(W.numel() + b.numel() for W, b in init)
-    return Race([f"Training an MLP of your {ex.cls}s beside torch.autograd: exercise {ex.name}, from {file}",
-                 f"  data: two moons, {POINTS} points made with torch (noise 0.1), labels -1 and +1",
-                 f"  network: {' -> '.join(map(str, SIZES))}, tanh between, {count} weights, one {ex.cls} each; "
-                 f"loss mean((score - label)^2)",
-                 f"  SGD, lr {LR}, batches of {BATCH}; the twin: the same MLP in float64 torch tensors, "
-                 f"torch.autograd's gradients"],
-                step_mine, {"torch.autograd": step_twin},
-                first_part="the losses differ before any update: your forward (an operation's data) differs",
-                later_part="the first steps agree, so the forward is right; the update after them differed: a "
-                           "gradient (a _backward, or backward()'s walk) is wrong")
+    return Race(
+        [
+            f"Training an MLP of your {ex.cls}s beside torch.autograd: exercise {ex.name}, from {file}",
+            f"  data: two moons, {POINTS} points made with torch (noise 0.1), labels -1 and +1",
+            f"  network: {' -> '.join(map(str, SIZES))}, tanh between, {count} weights, one {ex.cls} each; "
+            f"loss mean((score - label)^2)",
+            f"  SGD, lr {LR}, batches of {BATCH}; the twin: the same MLP in float64 torch tensors, "
+            f"torch.autograd's gradients",
+        ],
+        step_mine,
+        {"torch.autograd": step_twin},
+        first_part="the losses differ before any update: your forward (an operation's data) differs",
+        later_part="the first steps agree, so the forward is right; the update after them differed: a "
+        "gradient (a _backward, or backward()'s walk) is wrong",
+    )

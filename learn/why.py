@@ -4,6 +4,7 @@
 backward is the textbook version, and the steps of the step-through page that apply it.
 ``pointer(name)`` is the one line a hint or a named mistake adds to send the learner there.
 """
+
 from __future__ import annotations
 
 from .derivations import DERIVATIONS
@@ -26,8 +27,10 @@ def text(name: str) -> str:
     if d.reference:
         lines.append(f"  in the same file:      {d.reference}")
     if d.page:
-        lines += ["  on the page:           python -m learn show --out xor.html, the steps",
-                  f"                         {d.page}"]
+        lines += [
+            "  on the page:           python -m learn show --out xor.html, the steps",
+            f"                         {d.page}",
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -1,4 +1,5 @@
 """Losses whose gradient with respect to their input is written by hand, in the template (losses/loss.py)."""
+
 from .cross_entropy import CrossEntropyLoss
 from .loss import Loss
 from .mse import MSELoss

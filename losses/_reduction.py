@@ -1,4 +1,5 @@
 """Reduction handling shared by the losses."""
+
 from __future__ import annotations
 
 REDUCTIONS = ("mean", "sum")

@@ -1,4 +1,5 @@
 """Softmax cross-entropy with a hand-written gradient: dL/dlogits = softmax - target distribution."""
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -6,8 +7,15 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from layers.checks import (LOW_PRECISION, capturing, check_floating, check_int, check_like, check_probability,
-                           check_tensor)
+from layers.checks import (
+    LOW_PRECISION,
+    capturing,
+    check_floating,
+    check_int,
+    check_like,
+    check_probability,
+    check_tensor,
+)
 import kernels
 from kernels import softmax
 
@@ -31,15 +39,19 @@ def check_class_target(owner: str, logits: Tensor, target: Tensor, ignore_index:
     if target.device != logits.device:
         raise ValueError(f"{owner}: target is on {target.device} but logits are on {logits.device}")
     if target.is_floating_point() or target.dtype == torch.bool or target.is_complex() or target.shape != (n,):
-        raise ValueError(f"{owner}: target must be integer class indices of shape ({n},), "
-                         f"got {target.dtype} of shape {tuple(target.shape)}")
+        raise ValueError(
+            f"{owner}: target must be integer class indices of shape ({n},), "
+            f"got {target.dtype} of shape {tuple(target.shape)}"
+        )
     if capturing(target) or n == 0:
         return None if n else False
     if torch.compiler.is_compiling():  # no read-back in a graph: the same check, as an assertion the graph runs
         kept = target if ignore_index is None else target.masked_fill(target == ignore_index, 0)
-        torch._assert_async(((kept >= 0) & (kept < c)).all(),
-                            f"{owner}: target contains a class outside [0, {c - 1}] for {c} classes"
-                            + ("" if ignore_index is None else f" (ignore_index={ignore_index})"))
+        torch._assert_async(
+            ((kept >= 0) & (kept < c)).all(),
+            f"{owner}: target contains a class outside [0, {c - 1}] for {c} classes"
+            + ("" if ignore_index is None else f" (ignore_index={ignore_index})"),
+        )
         return False if ignore_index is None else None
     lo, hi = torch.aminmax(target)
     # the bounds read back: on the CPU each read is cheap, on a GPU one synchronisation for both
@@ -51,8 +63,10 @@ def check_class_target(owner: str, logits: Tensor, target: Tensor, ignore_index:
         kept = target.masked_fill(skip, 0)
         lo, hi, ignored = torch.stack([*torch.aminmax(kept), skip.any().to(kept.dtype)]).tolist()  # one sync
     if lo < 0 or hi >= c:
-        raise ValueError(f"{owner}: target contains class {lo if lo < 0 else hi}, outside [0, {c - 1}] "
-                         f"for {c} classes" + ("" if ignore_index is None else f" (ignore_index={ignore_index})"))
+        raise ValueError(
+            f"{owner}: target contains class {lo if lo < 0 else hi}, outside [0, {c - 1}] "
+            f"for {c} classes" + ("" if ignore_index is None else f" (ignore_index={ignore_index})")
+        )
     return bool(ignored)
 
 
@@ -161,8 +175,14 @@ class CrossEntropyLoss(Loss):
 
     def check_input(self, logits: object, target: object) -> None:
         """Types and shapes (the class range is checked in forward, where it is read back once)."""
-        if isinstance(logits, Tensor) and isinstance(target, Tensor) and logits.dim() == 2 and logits.shape[0] \
-                and logits.is_floating_point() and not target.is_floating_point():
+        if (
+            isinstance(logits, Tensor)
+            and isinstance(target, Tensor)
+            and logits.dim() == 2
+            and logits.shape[0]
+            and logits.is_floating_point()
+            and not target.is_floating_point()
+        ):
             return  # (N, C) and class indices: check_class_target, in forward, checks the rest
         owner = repr(self)  # the cheap test above failed, or probabilities: check all and say what is wrong
         check_tensor(owner, "logits", logits)
@@ -170,24 +190,32 @@ class CrossEntropyLoss(Loss):
         check_floating(owner, "logits", logits)
         probs, k = target.is_floating_point(), logits.dim()
         if k == 1 and target.dim() != (1 if probs else 0):
-            raise ValueError(f"{owner}: unbatched logits of shape {tuple(logits.shape)} need one class "
-                             f"index (a 0-d integer tensor) or probabilities of shape {tuple(logits.shape)}, "
-                             f"got {target.dtype} of shape {tuple(target.shape)}")
+            raise ValueError(
+                f"{owner}: unbatched logits of shape {tuple(logits.shape)} need one class "
+                f"index (a 0-d integer tensor) or probabilities of shape {tuple(logits.shape)}, "
+                f"got {target.dtype} of shape {tuple(target.shape)}"
+            )
         classes = (logits.shape[0], *logits.shape[2:]) if k > 1 else ()  # a class index's shape
         if k > 2 and target.shape != (logits.shape if probs else classes):
-            raise ValueError(f"{owner}: logits of shape {tuple(logits.shape)} need class indices of shape "
-                             f"{classes} or probabilities of shape {tuple(logits.shape)}, got {target.dtype} of "
-                             f"shape {tuple(target.shape)}")
+            raise ValueError(
+                f"{owner}: logits of shape {tuple(logits.shape)} need class indices of shape "
+                f"{classes} or probabilities of shape {tuple(logits.shape)}, got {target.dtype} of "
+                f"shape {tuple(target.shape)}"
+            )
         if k == 0 or logits.shape[0] == 0 or 0 in classes:
-            raise ValueError(f"{owner}: logits must have shape (N, C) with N >= 1 (or (N, C, d1, ...), or (C,)), "
-                             f"got {tuple(logits.shape)}")
+            raise ValueError(
+                f"{owner}: logits must have shape (N, C) with N >= 1 (or (N, C, d1, ...), or (C,)), "
+                f"got {tuple(logits.shape)}"
+            )
         if probs:
             if target.device != logits.device:
                 raise ValueError(f"{owner}: target is on {target.device} but logits are on {logits.device}")
             if target.shape != logits.shape:
-                raise ValueError(f"{owner}: a floating-point target holds class probabilities and must have the "
-                                 f"logits' shape {tuple(logits.shape)}, got {tuple(target.shape)} "
-                                 f"(class indices must be an integer tensor of shape {classes})")
+                raise ValueError(
+                    f"{owner}: a floating-point target holds class probabilities and must have the "
+                    f"logits' shape {tuple(logits.shape)}, got {tuple(target.shape)} "
+                    f"(class indices must be an integer tensor of shape {classes})"
+                )
             check_like(owner, "target", target, logits, "logits")
 
 

@@ -5,6 +5,7 @@ math alone; the base checks, keeps and versions as it does for a layer.  What di
 with two tensors, ``crit(input, target)``; its output is a scalar, so ``backward(dout=1.0)`` takes the upstream
 gradient of that scalar (a loss scale, a 1/N weight), by default 1; it has no parameters.
 """
+
 from __future__ import annotations
 
 from torch import Tensor

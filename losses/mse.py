@@ -1,4 +1,5 @@
 """Mean squared error with a hand-written gradient: dL/dx = 2 (x - y) / numel."""
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -44,17 +45,25 @@ class MSELoss(Loss):
         return saved.diff.mul_(2 * saved.scale * dout)
 
     def check_input(self, input: object, target: object) -> None:
-        if isinstance(input, Tensor) and isinstance(target, Tensor) and input.shape == target.shape \
-                and input.dtype == target.dtype and input.is_floating_point() and input.device == target.device \
-                and input.numel():
+        if (
+            isinstance(input, Tensor)
+            and isinstance(target, Tensor)
+            and input.shape == target.shape
+            and input.dtype == target.dtype
+            and input.is_floating_point()
+            and input.device == target.device
+            and input.numel()
+        ):
             return
         owner = repr(self)  # the cheap test above failed: find out what is wrong and say so
         check_tensor(owner, "input", input)
         check_tensor(owner, "target", target)
         check_floating(owner, "input", input)
         if input.shape != target.shape:
-            raise ValueError(f"{owner}: input has shape {tuple(input.shape)} but target has shape "
-                             f"{tuple(target.shape)}; they must match")
+            raise ValueError(
+                f"{owner}: input has shape {tuple(input.shape)} but target has shape "
+                f"{tuple(target.shape)}; they must match"
+            )
         check_like(owner, "target", target, input, "input")
         if input.numel() == 0:
             raise ValueError(f"{owner}: input is empty")

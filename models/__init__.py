@@ -1,5 +1,6 @@
 """Whole models built from the layers, each beside its nn.Module twin: the MLP ``Net``, nanoGPT's ``GPT``, the
 recurrent language model, the key/value cache and the sampling that serve them."""
+
 from .gpt import GPT
 from .net import Net
 from .recurrent_lm import RecurrentLM, TorchRecurrentLM
@@ -8,5 +9,17 @@ from .seeded_recurrent import SeededGRU, SeededLSTM, SeededRNN, seeded_dropouts
 from .torch_gpt import PytorchGPT
 from .torch_net import PytorchNet
 
-__all__ = ["Net", "PytorchNet", "GPT", "PytorchGPT", "RecurrentLM", "TorchRecurrentLM", "SeededRNN", "SeededLSTM",
-           "SeededGRU", "seeded_dropouts", "next_token", "generate_recurrent"]
+__all__ = [
+    "Net",
+    "PytorchNet",
+    "GPT",
+    "PytorchGPT",
+    "RecurrentLM",
+    "TorchRecurrentLM",
+    "SeededRNN",
+    "SeededLSTM",
+    "SeededGRU",
+    "seeded_dropouts",
+    "next_token",
+    "generate_recurrent",
+]

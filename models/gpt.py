@@ -22,6 +22,7 @@ order, drawing what torch.nn's constructors draw, then re-initialised as its ``_
 N(0, 0.02) for every Linear and Embedding, zero biases, N(0, 0.02 / sqrt(2 L)) for the residual
 projections ``c_proj``), and ``load_state_dict(nanogpt.state_dict())`` gives nanoGPT's logits.
 """
+
 from __future__ import annotations
 
 import math
@@ -65,8 +66,17 @@ class CausalSelfAttention(Composite):
         y: Tensor  # (B, T, C) the heads side by side: c_proj's input, and the attention's output for its backward
         recomputed: bool  # the norm's output was not held (c_attn's input): computed again in backward
 
-    def __init__(self, n_embd: int, n_head: int, dropout: float, bias: bool, *, norm: LayerNorm | None = None,
-                 device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        n_embd: int,
+        n_head: int,
+        dropout: float,
+        bias: bool,
+        *,
+        norm: LayerNorm | None = None,
+        device=None,
+        dtype=None,
+    ) -> None:
         if n_embd % n_head:
             raise ValueError(f"GPT: n_embd {n_embd} is not divisible by n_head {n_head}")
         kw = {"device": device, "dtype": dtype}
@@ -78,8 +88,7 @@ class CausalSelfAttention(Composite):
         self.norm, self.recompute = norm, True
         self._norm_c_attn = None if norm is None else Recomputed(norm, self.c_attn)
 
-    generator = property(lambda self: self.attention.generator,
-                         lambda self, g: setattr(self.attention, "generator", g))
+    generator = property(lambda self: self.attention.generator, lambda self, g: setattr(self.attention, "generator", g))
 
     def named_children(self) -> Iterator[tuple[str, BaseLayer]]:
         return iter((("c_attn", self.c_attn), ("c_proj", self.c_proj), ("resid_dropout", self.resid_dropout)))
@@ -95,8 +104,15 @@ class CausalSelfAttention(Composite):
         q, k, v = qkv.split(C, dim=2)  # (B, T, C) each
         heads = lambda t: t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # noqa: E731  (B, nh, T, hs)
         p = self.p if self.training else 0.0
-        y = self.attention(heads(q), heads(k), heads(v), dropout_p=p, is_causal=True,
-                           scale=1.0 / math.sqrt(C // self.n_head), keep_out=False)  # (B, nh, T, hs)
+        y = self.attention(
+            heads(q),
+            heads(k),
+            heads(v),
+            dropout_p=p,
+            is_causal=True,
+            scale=1.0 / math.sqrt(C // self.n_head),
+            keep_out=False,
+        )  # (B, nh, T, hs)
         # (B, T, C) the heads side by side: c_proj's input, and the attention's output for its backward (which
         # therefore does not keep its own copy in the (B, nh, T, hs) layout)
         y = y.transpose(1, 2).reshape(B, T, C)
@@ -107,11 +123,12 @@ class CausalSelfAttention(Composite):
         B, T, C = saved.y.shape
         nh, hs = self.n_head, C // self.n_head
         dy = self.back(self.c_proj, self.resid_dropout.backward(dy))  # (B, T, C)
-        dq, dk, dv = self.attention.backward(dy.view(B, T, nh, hs).transpose(1, 2),
-                                             out=saved.y.view(B, T, nh, hs).transpose(1, 2))  # (B, nh, T, hs) each
+        dq, dk, dv = self.attention.backward(
+            dy.view(B, T, nh, hs).transpose(1, 2), out=saved.y.view(B, T, nh, hs).transpose(1, 2)
+        )  # (B, nh, T, hs) each
         dqkv = dy.new_empty(B, T, 3 * C)  # the three written into c_attn's output gradient, no concatenation
         for i, d in enumerate((dq, dk, dv)):
-            dqkv[:, :, i * C:(i + 1) * C].view(B, T, nh, hs).copy_(d.transpose(1, 2))
+            dqkv[:, :, i * C : (i + 1) * C].view(B, T, nh, hs).copy_(d.transpose(1, 2))
         if saved.recomputed:
             return self.back(self._norm_c_attn, dqkv)
         dx = self.back(self.c_attn, dqkv)
@@ -130,8 +147,9 @@ class MLP(Composite):
     class Saved(NamedTuple):
         recomputed: bool  # the norm's and GELU's outputs were not held: computed again in backward
 
-    def __init__(self, n_embd: int, dropout: float, bias: bool, *, norm: LayerNorm | None = None, device=None,
-                 dtype=None) -> None:
+    def __init__(
+        self, n_embd: int, dropout: float, bias: bool, *, norm: LayerNorm | None = None, device=None, dtype=None
+    ) -> None:
         kw = {"device": device, "dtype": dtype}
         self.c_fc = Linear(n_embd, 4 * n_embd, bias=bias, **kw)
         self.gelu = GELU()
@@ -222,11 +240,25 @@ class GPT(Composite):
         x: Tensor  # (B, T, C) ln_f's output, for the output projection's dW
         weight: Tensor  # (V, C) the tied matrix, for dx: changed in place before backward (an optimizer step), refused
 
-    def __init__(self, vocab_size: int = 50304, block_size: int = 1024, n_layer: int = 12, n_head: int = 12,
-                 n_embd: int = 768, dropout: float = 0.0, bias: bool = True, dtype: torch.dtype | None = None,
-                 device: torch.device | str | None = None) -> None:
-        for name, v in (("vocab_size", vocab_size), ("block_size", block_size), ("n_layer", n_layer),
-                        ("n_head", n_head), ("n_embd", n_embd)):
+    def __init__(
+        self,
+        vocab_size: int = 50304,
+        block_size: int = 1024,
+        n_layer: int = 12,
+        n_head: int = 12,
+        n_embd: int = 768,
+        dropout: float = 0.0,
+        bias: bool = True,
+        dtype: torch.dtype | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
+        for name, v in (
+            ("vocab_size", vocab_size),
+            ("block_size", block_size),
+            ("n_layer", n_layer),
+            ("n_head", n_head),
+            ("n_embd", n_embd),
+        ):
             check_int("GPT", name, v)
         check_number("GPT", "dropout", dropout, 0.0, 1.0, hi_open=True)
         check_bool("GPT", "bias", bias)
@@ -320,8 +352,10 @@ class GPT(Composite):
             block.recompute = value
 
     def extra_repr(self) -> str:
-        return (f"vocab_size={self.vocab_size}, block_size={self.block_size}, n_layer={self.n_layer}, "
-                f"n_head={self.n_head}, n_embd={self.n_embd}, dropout={self.dropout}, bias={self.bias}")
+        return (
+            f"vocab_size={self.vocab_size}, block_size={self.block_size}, n_layer={self.n_layer}, "
+            f"n_head={self.n_head}, n_embd={self.n_embd}, dropout={self.dropout}, bias={self.bias}"
+        )
 
     def named_children(self) -> Iterator[tuple[str, BaseLayer]]:
         yield "transformer.wte", self.wte
@@ -340,20 +374,36 @@ class GPT(Composite):
         """nanoGPT's keys; ``lm_head.weight`` must be the very values of ``transformer.wte.weight`` (they are tied).
         Returns torch's ``_IncompatibleKeys(missing_keys, unexpected_keys)``."""
         lm, wte = state_dict.get("lm_head.weight"), state_dict.get("transformer.wte.weight")
-        if lm is not None and wte is not None and isinstance(lm, Tensor) and isinstance(wte, Tensor) \
-                and lm.shape == wte.shape and not torch.equal(lm, wte):
-            raise ValueError("GPT.load_state_dict: 'lm_head.weight' differs from 'transformer.wte.weight'; this GPT "
-                             "ties them (one tensor), so they must be equal")
+        if (
+            lm is not None
+            and wte is not None
+            and isinstance(lm, Tensor)
+            and isinstance(wte, Tensor)
+            and lm.shape == wte.shape
+            and not torch.equal(lm, wte)
+        ):
+            raise ValueError(
+                "GPT.load_state_dict: 'lm_head.weight' differs from 'transformer.wte.weight'; this GPT "
+                "ties them (one tensor), so they must be equal"
+            )
         return super().load_state_dict(state_dict, strict)
 
     def config(self) -> dict:
         """The constructor arguments (nanoGPT's GPTConfig fields)."""
-        return {"vocab_size": self.vocab_size, "block_size": self.block_size, "n_layer": self.n_layer,
-                "n_head": self.n_head, "n_embd": self.n_embd, "dropout": self.dropout, "bias": self.bias}
+        return {
+            "vocab_size": self.vocab_size,
+            "block_size": self.block_size,
+            "n_layer": self.n_layer,
+            "n_head": self.n_head,
+            "n_embd": self.n_embd,
+            "dropout": self.dropout,
+            "bias": self.bias,
+        }
 
     def to_torch(self) -> torch.nn.Module:
         """The nn.Module twin (``models.PytorchGPT``) holding a copy of these weights, in the same mode."""
         from .torch_gpt import PytorchGPT
+
         with _rng_untouched(self.wte.weight.device):
             twin = PytorchGPT(**self.config(), dtype=self.wte.weight.dtype, device=self.wte.weight.device)
         twin.load_state_dict(self.state_dict())
@@ -364,6 +414,7 @@ class GPT(Composite):
         """The hand-written GPT holding a copy of a ``PytorchGPT``'s weights (for nanoGPT's own model, build a GPT
         with its config and ``load_state_dict(model.state_dict())``)."""
         from .torch_gpt import PytorchGPT
+
         if not isinstance(module, PytorchGPT):
             raise TypeError(f"GPT.from_torch: expected a models.PytorchGPT, got {type(module).__name__}")
         w = module.transformer.wte.weight
@@ -379,8 +430,10 @@ class GPT(Composite):
 
     def check_input(self, idx: object) -> None:
         if not (isinstance(idx, Tensor) and idx.dim() == 2):
-            raise ValueError(f"GPT: idx must be a (B, T) tensor of token ids, got "
-                             f"{tuple(idx.shape) if isinstance(idx, Tensor) else type(idx).__name__}")
+            raise ValueError(
+                f"GPT: idx must be a (B, T) tensor of token ids, got "
+                f"{tuple(idx.shape) if isinstance(idx, Tensor) else type(idx).__name__}"
+            )
         T = idx.shape[1]
         if T == 0:
             raise ValueError(f"GPT: idx has shape {tuple(idx.shape)}: a sequence needs at least one position (T >= 1)")
@@ -392,8 +445,10 @@ class GPT(Composite):
         if meta is None:
             raise RuntimeError(f"GPT: {BEFORE_FORWARD}")
         if not isinstance(dlogits, Tensor) or dlogits.shape != meta[0]:
-            raise ValueError(f"GPT: dlogits has shape {tuple(getattr(dlogits, 'shape', ()))} but the logits had "
-                             f"shape {tuple(meta[0])}")
+            raise ValueError(
+                f"GPT: dlogits has shape {tuple(getattr(dlogits, 'shape', ()))} but the logits had "
+                f"shape {tuple(meta[0])}"
+            )
 
     def forward_math(self, idx: Tensor):
         """idx (B, T) integer token ids, T <= block_size -> logits (B, T, V)."""
@@ -427,8 +482,14 @@ class GPT(Composite):
     # -- sampling --------------------------------------------------------------------------------------------
 
     @torch.no_grad()
-    def generate(self, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-                 generator: torch.Generator | None = None) -> Tensor:
+    def generate(
+        self,
+        idx: Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
         """idx (B, t) -> (B, t + max_new_tokens): nanoGPT's sampling, step for step -- the last position's logits
         / temperature, top-k by setting the rest to -inf, softmax, one ``torch.multinomial`` on ``generator`` (torch's
         default if None) -- with a key/value cache, so a new token costs one position's work.  Past block_size
@@ -439,7 +500,7 @@ class GPT(Composite):
         logits = None
         for n in range(max_new_tokens):
             if logits is None:  # the first step, or the window slid: positions shift, recompute the window
-                logits = cache.prefill(idx[:, -self.block_size:])  # (B, V) the window's last position
+                logits = cache.prefill(idx[:, -self.block_size :])  # (B, V) the window's last position
             idx_next = next_token(logits, temperature, top_k=top_k, generator=generator)  # (B, 1)
             idx = torch.cat((idx, idx_next), dim=1)
             if n + 1 < max_new_tokens:

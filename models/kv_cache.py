@@ -3,6 +3,7 @@
 Inference only: the GPT's parameters and the same math as its layers' forwards (``models/gpt.py``), nothing
 kept for a backward.  ``tests/test_gpt.py`` ties the cached logits to a full recompute (1e-12, float64).
 """
+
 from __future__ import annotations
 
 import math
@@ -47,7 +48,7 @@ class KVCache:
     def step(self, idx_next: Tensor) -> Tensor:
         """idx_next (B, 1), the token at position ``length`` -> its logits (B, V)."""
         m = self.model
-        x = m.wte.weight[idx_next] + m.wpe.weight[self.length:self.length + 1]  # (B, 1, C)
+        x = m.wte.weight[idx_next] + m.wpe.weight[self.length : self.length + 1]  # (B, 1, C)
         for i, block in enumerate(m.h):
             x = x + self._attend(block, _layernorm(block.ln_1, x), i, causal=False)
             x = x + self._mlp(block.mlp, _layernorm(block.ln_2, x))

@@ -1,4 +1,5 @@
 """Net: the default MLP (or any list of layers) as a Sequential whose keys match its nn.Module twin."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -29,9 +30,17 @@ class Net(Sequential):
 
     _key_prefix = "layers."
 
-    def __init__(self, hidden_size: int = HIDDEN, num_classes: int = CLASSES, in_features: int = IN_FEATURES,
-                 depth: int = DEPTH, *, layers: Sequence[Layer] | None = None,
-                 device: torch.device | str | None = None, dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        hidden_size: int = HIDDEN,
+        num_classes: int = CLASSES,
+        in_features: int = IN_FEATURES,
+        depth: int = DEPTH,
+        *,
+        layers: Sequence[Layer] | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ):
         if layers is None:
             layers = mlp_layers(Linear, ReLU, hidden_size, num_classes, in_features, depth, device=device, dtype=dtype)
         self._set_layers(list(layers))
@@ -57,5 +66,6 @@ class Net(Sequential):
         """The nn.Module twin (a PytorchNet over these layers' torch equivalents), holding copies of the weights."""
         from layers.sequential import _to_torch
         from .torch_net import PytorchNet
+
         shared: dict = {}
         return PytorchNet(layers=[_to_torch(layer, shared) for layer in self.layers]).train(self.training)

@@ -16,6 +16,7 @@ written once, in their files, and their kernels (kernels/) are used where on.  T
 the layers themselves stay the plain ones, with nothing to set and nothing to give back.  ``models/gpt.py`` builds
 one pair per LayerNorm -> Linear and GELU -> Linear when ``GPT.recompute`` is on.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -60,8 +61,9 @@ class Recomputed(Composite):
         """x (*, D) -> linear(first(x)) (*, H); holds x, not first(x)."""
         h, _ = self.first.forward_math(x)  # (*, D); first's cache is made again in backward
         y, _ = self.linear.forward_math(h)  # (*, H); the Linear's input h is not held
-        return y, self.Saved(x, getattr(self.first, "weight", None), getattr(self.first, "bias", None),
-                             self.linear.weight)
+        return y, self.Saved(
+            x, getattr(self.first, "weight", None), getattr(self.first, "bias", None), self.linear.weight
+        )
 
     def backward_math(self, dy: Tensor, saved: Saved) -> Tensor:
         """dy (*, H) -> dx (*, D); the Linear's and first's parameter gradients added (in W under the split)."""

@@ -16,6 +16,7 @@ torch.nn twin, in the same order).  Dropout between recurrent layers: nn.LSTM's 
 kernel from the global generator; ``seeded_dropouts(model.to_torch())`` makes the twin's recurrent layer a
 ``SeededLSTM``, which draws the masks this model's LSTM draws (see models/seeded_recurrent.py).
 """
+
 from __future__ import annotations
 
 import torch
@@ -32,8 +33,12 @@ CELLS = {"lstm": (LSTM, nn.LSTM), "gru": (GRU, nn.GRU), "rnn": (RNN, nn.RNN)}
 
 
 def _check(owner: str, vocab_size, embedding_dim, hidden_size, num_layers, cell) -> None:
-    for name, value in (("vocab_size", vocab_size), ("embedding_dim", embedding_dim), ("hidden_size", hidden_size),
-                        ("num_layers", num_layers)):
+    for name, value in (
+        ("vocab_size", vocab_size),
+        ("embedding_dim", embedding_dim),
+        ("hidden_size", hidden_size),
+        ("num_layers", num_layers),
+    ):
         check_int(owner, name, value)
     if cell not in CELLS:
         raise ValueError(f"{owner}: cell must be one of {', '.join(map(repr, CELLS))}, got {cell!r}")
@@ -42,8 +47,18 @@ def _check(owner: str, vocab_size, embedding_dim, hidden_size, num_layers, cell)
 class TorchRecurrentLM(nn.Module):
     """The nn.Module twin of ``RecurrentLM``: nn.Embedding -> nn.LSTM/GRU/RNN (batch_first) -> nn.Linear."""
 
-    def __init__(self, vocab_size: int, embedding_dim: int, hidden_size: int, num_layers: int = 1, cell: str = "lstm",
-                 dropout: float = 0.0, *, device=None, dtype=None):
+    def __init__(
+        self,
+        vocab_size: int,
+        embedding_dim: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        cell: str = "lstm",
+        dropout: float = 0.0,
+        *,
+        device=None,
+        dtype=None,
+    ):
         _check("TorchRecurrentLM", vocab_size, embedding_dim, hidden_size, num_layers, cell)
         super().__init__()
         kw = {"device": device, "dtype": dtype}
@@ -57,8 +72,14 @@ class TorchRecurrentLM(nn.Module):
         out, state = self.rnn(self.embedding(idx), state)
         return self.head(out), state
 
-    def generate(self, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-                 generator: torch.Generator | None = None) -> Tensor:
+    def generate(
+        self,
+        idx: Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
         """idx (B, t) -> (B, t + max_new_tokens), sampled as ``RecurrentLM.generate`` samples (call it in eval mode)."""
         return generate_recurrent(self, idx, max_new_tokens, temperature, top_k=top_k, generator=generator)
 
@@ -74,8 +95,18 @@ class RecurrentLM(BaseLayer):
     as_module_refuses = "takes an initial state and returns its new state beside its logits"
     _ctor_args = ("vocab_size", "embedding_dim", "hidden_size", "num_layers", "cell", "dropout")
 
-    def __init__(self, vocab_size: int, embedding_dim: int, hidden_size: int, num_layers: int = 1, cell: str = "lstm",
-                 dropout: float = 0.0, *, device: torch.device | str | None = None, dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        vocab_size: int,
+        embedding_dim: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        cell: str = "lstm",
+        dropout: float = 0.0,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ):
         _check("RecurrentLM", vocab_size, embedding_dim, hidden_size, num_layers, cell)
         kw = {"device": device, "dtype": dtype}
         self.vocab_size, self.embedding_dim, self.hidden_size = vocab_size, embedding_dim, hidden_size
@@ -86,8 +117,10 @@ class RecurrentLM(BaseLayer):
         self._had_state: bool | None = None
 
     def extra_repr(self) -> str:
-        return (f"vocab_size={self.vocab_size}, embedding_dim={self.embedding_dim}, hidden_size={self.hidden_size}, "
-                f"num_layers={self.num_layers}, cell={self.cell!r}, dropout={self.dropout}")
+        return (
+            f"vocab_size={self.vocab_size}, embedding_dim={self.embedding_dim}, hidden_size={self.hidden_size}, "
+            f"num_layers={self.num_layers}, cell={self.cell!r}, dropout={self.dropout}"
+        )
 
     def named_children(self):
         return iter((("embedding", self.embedding), ("rnn", self.rnn), ("head", self.head)))
@@ -99,8 +132,14 @@ class RecurrentLM(BaseLayer):
     def __call__(self, idx: Tensor, state=None):
         return self.forward(idx, state)
 
-    def generate(self, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-                 generator: torch.Generator | None = None) -> Tensor:
+    def generate(
+        self,
+        idx: Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
         """idx (B, t) -> (B, t + max_new_tokens): the prompt once, then each new token from the carried state, drawn
         as nanoGPT draws (models/sampling.py).  Call it in eval mode (no dropout)."""
         return generate_recurrent(self, idx, max_new_tokens, temperature, top_k=top_k, generator=generator)

@@ -6,6 +6,7 @@ recurrent language model (``forward(idx, state) -> (logits, state)``) over the p
 new token, carrying the state: the recurrent counterpart of the GPT's key/value cache (and it has no window to
 slide: the state summarises everything before).
 """
+
 from __future__ import annotations
 
 import torch
@@ -22,8 +23,10 @@ def check_sampling(owner: str, idx, max_new_tokens, temperature, top_k, vocab_si
     if top_k is not None:
         check_int(owner, "top_k", top_k)
     if not (isinstance(idx, Tensor) and idx.dim() == 2 and idx.shape[1] >= 1):
-        raise ValueError(f"{owner}: idx must be a (B, t) tensor of token ids with t >= 1, got "
-                         f"{tuple(idx.shape) if isinstance(idx, Tensor) else type(idx).__name__}")
+        raise ValueError(
+            f"{owner}: idx must be a (B, t) tensor of token ids with t >= 1, got "
+            f"{tuple(idx.shape) if isinstance(idx, Tensor) else type(idx).__name__}"
+        )
     if idx.dtype.is_floating_point or idx.dtype.is_complex or idx.dtype == torch.bool:
         raise ValueError(f"{owner}: idx must hold integer token ids, got dtype {idx.dtype}")
     if vocab_size is not None and idx.numel():
@@ -33,8 +36,9 @@ def check_sampling(owner: str, idx, max_new_tokens, temperature, top_k, vocab_si
             raise ValueError(f"{owner}: the prompt holds token id {bad}, outside the vocabulary 0..{vocab_size - 1}")
 
 
-def next_token(logits: Tensor, temperature: float = 1.0, *, top_k: int | None = None,
-               generator: torch.Generator | None = None) -> Tensor:
+def next_token(
+    logits: Tensor, temperature: float = 1.0, *, top_k: int | None = None, generator: torch.Generator | None = None
+) -> Tensor:
     """logits (B, V) of the last position -> the next token ids (B, 1), drawn as nanoGPT draws them."""
     logits = logits / temperature
     if top_k is not None:
@@ -45,11 +49,19 @@ def next_token(logits: Tensor, temperature: float = 1.0, *, top_k: int | None = 
 
 
 @torch.no_grad()
-def generate_recurrent(model, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, *,
-                       top_k: int | None = None, generator: torch.Generator | None = None) -> Tensor:
+def generate_recurrent(
+    model,
+    idx: Tensor,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    *,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+) -> Tensor:
     """idx (B, t) -> (B, t + max_new_tokens) from a recurrent language model, each new token one position's work."""
-    check_sampling(f"{type(model).__name__}.generate", idx, max_new_tokens, temperature, top_k,
-                   getattr(model, "vocab_size", None))
+    check_sampling(
+        f"{type(model).__name__}.generate", idx, max_new_tokens, temperature, top_k, getattr(model, "vocab_size", None)
+    )
     logits, state = model(idx)  # the prompt, from a zero state
     for n in range(max_new_tokens):
         nxt = next_token(logits[:, -1], temperature, top_k=top_k, generator=generator)  # (B, 1)

@@ -11,6 +11,7 @@ forward untouched.  Autograd differentiates ``y * mask``, so the backward reuses
 ``models.seeded_dropouts(module)`` turns every nn.RNN/LSTM/GRU inside a module into these (and every nn.Dropout
 into a SeededDropout): ``seeded_dropouts(layer.to_torch())`` is the twin the trainer compares with.
 """
+
 from __future__ import annotations
 
 import torch
@@ -37,8 +38,10 @@ class _SeededMixin:
         if not (self.training and self.dropout > 0 and self.num_layers > 1):
             return super().forward(input, hx)
         if isinstance(input, PackedSequence):
-            raise TypeError(f"{type(self).__name__}: PackedSequence input is not supported with dropout between "
-                            f"layers in training mode; pad the batch")
+            raise TypeError(
+                f"{type(self).__name__}: PackedSequence input is not supported with dropout between "
+                f"layers in training mode; pad the batch"
+            )
         lstm = isinstance(self, nn.LSTM)
         batched = input.dim() == 3
         x = input if batched else input.unsqueeze(0 if self.batch_first else 1)  # (T, N, I) or (N, T, I)
@@ -55,14 +58,15 @@ class _SeededMixin:
         per_layer = len(self._flat_weights) // L
         finals = []
         for k in range(L):
-            weights = self._flat_weights[k * per_layer:(k + 1) * per_layer]
-            h_k = tuple(h[k * D:(k + 1) * D] for h in hx) if lstm else hx[k * D:(k + 1) * D]
+            weights = self._flat_weights[k * per_layer : (k + 1) * per_layer]
+            h_k = tuple(h[k * D : (k + 1) * D] for h in hx) if lstm else hx[k * D : (k + 1) * D]
             x, state = self._vf(x, h_k, weights)
             finals.append(state)
             if k < L - 1:
                 xt = x if not self.batch_first else x.transpose(0, 1)  # (T, N, F)
-                mask = inter_layer_mask(xt, self.dropout, generator=self.generator,
-                                        global_rows=self.global_rows)  # (T, N, F)
+                mask = inter_layer_mask(
+                    xt, self.dropout, generator=self.generator, global_rows=self.global_rows
+                )  # (T, N, F)
                 x = x * (mask if not self.batch_first else mask.transpose(0, 1))
         h_n = tuple(torch.cat([f[i] for f in finals]) for i in range(2)) if lstm else torch.cat(finals)
         if not batched:
@@ -80,8 +84,7 @@ class SeededRNN(_SeededMixin, nn.RNN):
 
 class SeededLSTM(_SeededMixin, nn.LSTM):
     def _vf(self, x: Tensor, hc: tuple[Tensor, Tensor], weights: list[Tensor]):
-        y, h_n, c_n = _VF.lstm(x, hc, weights, self.bias, 1, 0.0, self.training, self.bidirectional,
-                               self.batch_first)
+        y, h_n, c_n = _VF.lstm(x, hc, weights, self.bias, 1, 0.0, self.training, self.bidirectional, self.batch_first)
         return y, (h_n, c_n)
 
 

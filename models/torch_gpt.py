@@ -6,6 +6,7 @@ are ``SeededDropout``s, and its attention-weight dropout uses ``layers.attention
 from ``generator`` as the hand-written attention draws them.  Without dropout (the default) its attention is
 ``F.scaled_dot_product_attention(is_causal=True)``, nanoGPT's own call.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,8 +35,9 @@ class _CausalSelfAttention(nn.Module):
         if self.training and self.p > 0:  # the weights' dropout mask models.GPT draws, then the textbook attention
             seed = draw_seed(self.generator)
             att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-            att = att.masked_fill(torch.ones(T, T, dtype=torch.bool, device=x.device).tril().logical_not(),
-                                  float("-inf"))
+            att = att.masked_fill(
+                torch.ones(T, T, dtype=torch.bool, device=x.device).tril().logical_not(), float("-inf")
+            )
             mask = attention_dropout_mask(seed, self.p, B * self.n_head, T, T, dtype=att.dtype, device=x.device)
             y = (F.softmax(att, dim=-1) * mask.view(B, self.n_head, T, T)) @ v
         else:
@@ -74,21 +76,39 @@ class PytorchGPT(nn.Module):
     device=None)``: ``forward(idx) -> logits`` (B, T, V) for every position; ``generate`` is nanoGPT's (the
     whole window recomputed for every token)."""
 
-    def __init__(self, vocab_size: int = 50304, block_size: int = 1024, n_layer: int = 12, n_head: int = 12,
-                 n_embd: int = 768, dropout: float = 0.0, bias: bool = True, dtype: torch.dtype | None = None,
-                 device: torch.device | str | None = None) -> None:
+    def __init__(
+        self,
+        vocab_size: int = 50304,
+        block_size: int = 1024,
+        n_layer: int = 12,
+        n_head: int = 12,
+        n_embd: int = 768,
+        dropout: float = 0.0,
+        bias: bool = True,
+        dtype: torch.dtype | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
         super().__init__()
         kw = {"device": device, "dtype": dtype}
-        self._config = {"vocab_size": vocab_size, "block_size": block_size, "n_layer": n_layer, "n_head": n_head,
-                        "n_embd": n_embd, "dropout": float(dropout), "bias": bias}
+        self._config = {
+            "vocab_size": vocab_size,
+            "block_size": block_size,
+            "n_layer": n_layer,
+            "n_head": n_head,
+            "n_embd": n_embd,
+            "dropout": float(dropout),
+            "bias": bias,
+        }
         self.block_size = block_size
-        self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(vocab_size, n_embd, **kw),
-            wpe=nn.Embedding(block_size, n_embd, **kw),
-            drop=SeededDropout(dropout),
-            h=nn.ModuleList([_Block(n_embd, n_head, dropout, bias, **kw) for _ in range(n_layer)]),
-            ln_f=nn.LayerNorm(n_embd, bias=bias, **kw),
-        ))
+        self.transformer = nn.ModuleDict(
+            dict(
+                wte=nn.Embedding(vocab_size, n_embd, **kw),
+                wpe=nn.Embedding(block_size, n_embd, **kw),
+                drop=SeededDropout(dropout),
+                h=nn.ModuleList([_Block(n_embd, n_head, dropout, bias, **kw) for _ in range(n_layer)]),
+                ln_f=nn.LayerNorm(n_embd, bias=bias, **kw),
+            )
+        )
         self.lm_head = nn.Linear(n_embd, vocab_size, bias=False, **kw)
         self.transformer.wte.weight = self.lm_head.weight  # weight tying, as nanoGPT
         self.apply(self._init_weights)
@@ -112,8 +132,9 @@ class PytorchGPT(nn.Module):
     def forward(self, idx: Tensor) -> Tensor:
         _, t = idx.size()
         if t > self.block_size:
-            raise ValueError(f"PytorchGPT: cannot forward a sequence of length {t}: block_size is only "
-                             f"{self.block_size}")
+            raise ValueError(
+                f"PytorchGPT: cannot forward a sequence of length {t}: block_size is only {self.block_size}"
+            )
         pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
         x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
         for block in self.transformer.h:
@@ -121,11 +142,17 @@ class PytorchGPT(nn.Module):
         return self.lm_head(self.transformer.ln_f(x))
 
     @torch.no_grad()
-    def generate(self, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-                 generator: torch.Generator | None = None) -> Tensor:
+    def generate(
+        self,
+        idx: Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
         """nanoGPT's ``generate``, with an optional generator for ``torch.multinomial``."""
         for _ in range(max_new_tokens):
-            idx_cond = idx if idx.size(1) <= self.block_size else idx[:, -self.block_size:]
+            idx_cond = idx if idx.size(1) <= self.block_size else idx[:, -self.block_size :]
             logits = self(idx_cond)[:, -1, :] / temperature
             if top_k is not None:
                 v, _ = torch.topk(logits, min(top_k, logits.size(-1)))

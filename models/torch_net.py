@@ -1,4 +1,5 @@
 """PytorchNet: the nn.Module twin of ``models.Net``, trained with autograd."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -16,13 +17,22 @@ class PytorchNet(nn.Module):
     same ``torch.manual_seed`` both draw identical initial weights.  Inputs (N, 1, 28, 28) are flattened.
     """
 
-    def __init__(self, hidden_size: int = HIDDEN, num_classes: int = CLASSES, in_features: int = IN_FEATURES,
-                 depth: int = DEPTH, *, layers: Sequence[nn.Module] | None = None,
-                 device: torch.device | str | None = None, dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        hidden_size: int = HIDDEN,
+        num_classes: int = CLASSES,
+        in_features: int = IN_FEATURES,
+        depth: int = DEPTH,
+        *,
+        layers: Sequence[nn.Module] | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ):
         super().__init__()
         if layers is None:
-            layers = mlp_layers(nn.Linear, nn.ReLU, hidden_size, num_classes, in_features, depth,
-                                device=device, dtype=dtype)
+            layers = mlp_layers(
+                nn.Linear, nn.ReLU, hidden_size, num_classes, in_features, depth, device=device, dtype=dtype
+            )
         self.layers = nn.Sequential(*layers)
 
     def forward(self, x: Tensor) -> Tensor:

@@ -7,6 +7,7 @@ a model that is not watched runs its usual forward.  The statistics of each forw
 device (``latest``) until the monitor reads them back with the rest of an update.  Forwards in eval
 mode (evaluation between steps) are skipped unless ``in_eval=True``.
 """
+
 from __future__ import annotations
 
 import torch
@@ -18,8 +19,9 @@ _KINDS = {"ReLU": "relu", "Tanh": "tanh", "Sigmoid": "sigmoid"}
 
 
 def activation_kind(layer) -> str | None:
-    """"relu", "tanh", "sigmoid" for handgrad's and torch.nn's ReLU/Tanh/Sigmoid layers, else None."""
+    """ "relu", "tanh", "sigmoid" for handgrad's and torch.nn's ReLU/Tanh/Sigmoid layers, else None."""
     import layers
+
     for name, kind in _KINDS.items():
         if isinstance(layer, (getattr(layers, name), getattr(torch.nn, name))):
             return kind
@@ -29,6 +31,7 @@ def activation_kind(layer) -> str | None:
 def _handgrad_containers(model) -> list[tuple[str, object]]:
     """Every Sequential in a hand-written model's tree, with its dotted prefix ("" for the model itself)."""
     from layers import Sequential
+
     found, stack = [], [("", model)]
     while stack:
         prefix, node = stack.pop()
@@ -45,6 +48,7 @@ class ActivationWatcher:
 
     def __init__(self, model, in_eval: bool = False) -> None:
         from layers import Sequential
+
         self.in_eval = in_eval
         self.active = True  # the monitor turns gathering off for forwards whose step it will not record
         self.latest: dict[str, tuple[str, str | None, Tensor]] = {}
@@ -58,8 +62,10 @@ class ActivationWatcher:
                 if next(module.children(), None) is None:  # a leaf: containers' outputs are their last child's
                     self._handles.append(module.register_forward_hook(self._torch_hook(name or type(module).__name__)))
         else:
-            raise TypeError(f"activation statistics need a hand-written layers.Sequential/Net or a torch.nn.Module, "
-                            f"got {type(model).__name__} (the autodiff engine's models have no forward hooks)")
+            raise TypeError(
+                f"activation statistics need a hand-written layers.Sequential/Net or a torch.nn.Module, "
+                f"got {type(model).__name__} (the autodiff engine's models have no forward hooks)"
+            )
 
     def _handgrad_hook(self, names: dict[int, str]):
         from layers import Sequential
@@ -67,12 +73,14 @@ class ActivationWatcher:
         def hook(layer, out: Tensor) -> None:
             if not isinstance(layer, Sequential):  # a nested container's children report for it
                 self._record(names[id(layer)], layer, out)
+
         return hook
 
     def _torch_hook(self, name: str):
         def hook(module, inputs, out) -> None:
             if isinstance(out, Tensor):
                 self._record(name, module, out)
+
         return hook
 
     def _record(self, name: str, layer, out: Tensor) -> None:

@@ -5,6 +5,7 @@ a log axis spanning less than a decade (labels like 4.45x10^0), a linear axis wh
 (an offset label like 1e-8+1.1233793, or ticks 0.96-1.04 around a single point), lines of one or two points (no
 line to see), and twin implementations whose identical points hide each other.
 """
+
 from __future__ import annotations
 
 import math
@@ -60,6 +61,7 @@ def distinct_colors(ax, n_series: int) -> None:
     """More series than matplotlib's 10 default colours (a CNN's 14 layers): 20 colours, so none repeats."""
     if n_series > 10:
         import matplotlib.pyplot as plt
+
         ax.set_prop_cycle(color=plt.cm.tab20.colors)
 
 

@@ -23,6 +23,7 @@ device and frees the copy.  Called every step (as a trainer does), that next cal
 ratio is that of the single update of step t; it is read back with the next recorded update and stored
 there, with ``update_ratio_span = [t, t + 1]`` saying which weights it compares.
 """
+
 from __future__ import annotations
 
 import operator
@@ -49,8 +50,10 @@ def _weight_and_grad(p) -> tuple[Tensor, Tensor | None]:
     data = getattr(p, "data", None)
     if isinstance(data, Tensor):
         return data.detach(), data.grad
-    raise TypeError(f"GradientMonitor: a parameter of type {type(p).__name__} is neither a torch tensor nor an "
-                    f"object holding one in .data")
+    raise TypeError(
+        f"GradientMonitor: a parameter of type {type(p).__name__} is neither a torch tensor nor an "
+        f"object holding one in .data"
+    )
 
 
 class GradientMonitor:
@@ -71,11 +74,22 @@ class GradientMonitor:
     torch's definitions (std unbiased, norms 2-norms over all elements).
     """
 
-    def __init__(self, model, every: int = 1, hist_bins: int = 50, *, name: str = "", tensorboard=None,
-                 parameters=None, also: Iterable[int] = ()) -> None:
+    def __init__(
+        self,
+        model,
+        every: int = 1,
+        hist_bins: int = 50,
+        *,
+        name: str = "",
+        tensorboard=None,
+        parameters=None,
+        also: Iterable[int] = (),
+    ) -> None:
         if model is None:
-            raise TypeError("GradientMonitor: the model is None; pass the model whose parameters to watch (anything "
-                            "with named_parameters())")
+            raise TypeError(
+                "GradientMonitor: the model is None; pass the model whose parameters to watch (anything "
+                "with named_parameters())"
+            )
         for what, obj in (("the model", model), ("parameters", parameters)):
             if obj is not None and not callable(getattr(obj, "named_parameters", None)):
                 raise TypeError(f"GradientMonitor: {what} ({type(obj).__name__}) has no named_parameters()")
@@ -128,6 +142,7 @@ class GradientMonitor:
             self._snapshot = (step, names, [w.clone() for w in weights])
         if self.tensorboard is not None:
             from .tensorboard import to_tensorboard
+
             to_tensorboard(self.tensorboard, record, prefix=self.name)
         return record
 
@@ -177,10 +192,13 @@ class GradientMonitor:
         """What a resumed run needs to go on exactly as if never stopped: the records, the weights kept for the
         next update-to-weight ratio and a ratio not yet read back (device tensors), the step bookkeeping."""
         snap, ratio = self._snapshot, self._pending_ratio
-        return {"records": list(self.records), "last_step": self._last_step, "consecutive": self._consecutive,
-                "snapshot": None if snap is None else {"step": snap[0], "names": snap[1], "weights": snap[2]},
-                "pending_ratio": None if ratio is None else {"span": ratio[0], "names": ratio[1],
-                                                             "ratios": ratio[2]}}
+        return {
+            "records": list(self.records),
+            "last_step": self._last_step,
+            "consecutive": self._consecutive,
+            "snapshot": None if snap is None else {"step": snap[0], "names": snap[1], "weights": snap[2]},
+            "pending_ratio": None if ratio is None else {"span": ratio[0], "names": ratio[1], "ratios": ratio[2]},
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from ``state_dict()``'s output (tensors are moved to the model's device)."""
@@ -191,10 +209,12 @@ class GradientMonitor:
         self._records = list(state["records"])
         self._last_step, self._consecutive = state["last_step"], bool(state["consecutive"])
         snap, ratio = state["snapshot"], state["pending_ratio"]
-        self._snapshot = None if snap is None else (snap["step"], list(snap["names"]),
-                                                    [w.to(device) for w in snap["weights"]])
-        self._pending_ratio = None if ratio is None else (list(ratio["span"]), list(ratio["names"]),
-                                                          ratio["ratios"].to(device))
+        self._snapshot = (
+            None if snap is None else (snap["step"], list(snap["names"]), [w.to(device) for w in snap["weights"]])
+        )
+        self._pending_ratio = (
+            None if ratio is None else (list(ratio["span"]), list(ratio["names"]), ratio["ratios"].to(device))
+        )
         self._pending_clip = self._last_recorded = None
         self._gate_activations()
 
@@ -219,6 +239,7 @@ class GradientMonitor:
     def plot(self, out_dir: str | Path) -> list[Path]:
         """Render the figures of ``monitoring.plot_records`` into ``out_dir``; -> the files written."""
         from .plots import plot_records
+
         return plot_records(self.records, out_dir, prefix=f"{self.name}_" if self.name else "")
 
     # -- the measurement ------------------------------------------------------------------------------------
@@ -252,7 +273,7 @@ class GradientMonitor:
         def take(n: int) -> list[float]:
             nonlocal at
             at += n
-            return values[at - n: at]
+            return values[at - n : at]
 
         per_param = {}
         for name, (w, g) in params:
@@ -267,8 +288,13 @@ class GradientMonitor:
             rec.update(zip(PARAM_FIELDS, take(len(PARAM_FIELDS))))
             rec["update_ratio"] = None
             per_param[name] = rec
-        record = {"step": step, "total_grad_norm": take(1)[0], "total_grad_norm_after_clip": None,
-                  "update_ratio_span": None, "params": per_param}
+        record = {
+            "step": step,
+            "total_grad_norm": take(1)[0],
+            "total_grad_norm_after_clip": None,
+            "update_ratio_span": None,
+            "params": per_param,
+        }
         if ratio is not None:
             span, names, _ = ratio
             record["update_ratio_span"] = span

@@ -8,6 +8,7 @@ plot_records(records, out_dir) writes, where the records hold the data for it:
     activations.png          per-layer output mean and std; dead-ReLU and saturated tanh/sigmoid fractions
 Pass ``{"manual": records, "torch": records}`` to draw several runs as columns of the same figures.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -15,15 +16,17 @@ from pathlib import Path
 
 DPI = 80
 MAX_HIST_ROWS = 6  # the histogram figure shows the weight matrices and kernels (biases and norms' vectors are too
-                   # small for a histogram), the first 6 of them
+# small for a histogram), the first 6 of them
 
 
-def plot_records(records: list[dict] | Mapping[str, list[dict]], out_dir: str | Path, prefix: str = "",
-                 write_file=None) -> list[Path]:
+def plot_records(
+    records: list[dict] | Mapping[str, list[dict]], out_dir: str | Path, prefix: str = "", write_file=None
+) -> list[Path]:
     """Render the figures listed above into ``out_dir`` (file names prefixed with ``prefix``); -> paths written.
     ``write_file(path, write)`` writes each file, calling ``write(f)`` on a binary file (the trainer passes its
     atomic writer, training.storage.files.atomic_write); default: ``open(path, "wb")``."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -61,8 +64,11 @@ def plot_records(records: list[dict] | Mapping[str, list[dict]], out_dir: str | 
     for ax, (run, recs) in zip(axes[0], runs.items()):
         distinct_colors(ax, len(recs[0]["params"]))
         for name in recs[0]["params"]:
-            pts = [(r["step"], r["params"][name]["grad_norm"]) for r in recs
-                   if r["params"].get(name, {}).get("grad_norm") is not None]
+            pts = [
+                (r["step"], r["params"][name]["grad_norm"])
+                for r in recs
+                if r["params"].get(name, {}).get("grad_norm") is not None
+            ]
             if pts:
                 ax.plot(*zip(*pts), label=name, lw=1, **series_style(len(pts)))
         log_axis(ax)
@@ -74,8 +80,11 @@ def plot_records(records: list[dict] | Mapping[str, list[dict]], out_dir: str | 
     fig, axes = figure(1, 3.5)
     for ax, (run, recs) in zip(axes[0], runs.items()):
         before = {r["step"]: r["total_grad_norm"] for r in recs}
-        after = [(r["step"], r["total_grad_norm_after_clip"]) for r in recs
-                 if r.get("total_grad_norm_after_clip") is not None]
+        after = [
+            (r["step"], r["total_grad_norm_after_clip"])
+            for r in recs
+            if r.get("total_grad_norm_after_clip") is not None
+        ]
         clipped = any(abs(b - before[s]) > 1e-6 * before[s] for s, b in after)
         ax.plot(list(before), list(before.values()), label="before clipping", lw=1, **series_style(len(before)))
         if clipped:
@@ -91,8 +100,11 @@ def plot_records(records: list[dict] | Mapping[str, list[dict]], out_dir: str | 
         for ax, (run, recs) in zip(axes[0], runs.items()):
             distinct_colors(ax, len(recs[0]["params"]))
             for name in recs[0]["params"]:
-                pts = [(r["update_ratio_span"][0], r["params"][name]["update_ratio"]) for r in recs
-                       if r.get("update_ratio_span") and r["params"].get(name, {}).get("update_ratio") is not None]
+                pts = [
+                    (r["update_ratio_span"][0], r["params"][name]["update_ratio"])
+                    for r in recs
+                    if r.get("update_ratio_span") and r["params"].get(name, {}).get("update_ratio") is not None
+                ]
                 if pts:
                     ax.plot(*zip(*pts), label=name, lw=1, **series_style(len(pts)))
             ax.axhline(1e-3, color="k", ls="--", lw=1, label="1e-3")
@@ -116,8 +128,9 @@ def plot_records(records: list[dict] | Mapping[str, list[dict]], out_dir: str | 
                     continue
                 lo, hi = s["hist_range"]
                 k = len(s["hist_counts"])
-                ax.stairs(s["hist_counts"], [lo + (hi - lo) * j / k for j in range(k + 1)],
-                          label=f"step {recs[i]['step']}")
+                ax.stairs(
+                    s["hist_counts"], [lo + (hi - lo) * j / k for j in range(k + 1)], label=f"step {recs[i]['step']}"
+                )
             log_axis(ax, nonpositive="mask")
             shape = "x".join(map(str, params[name]["shape"]))
             ax.set_title(f"{run}: {name} ({shape})" if run else f"{name} ({shape})", fontsize=9)
@@ -140,19 +153,33 @@ def plot_records(records: list[dict] | Mapping[str, list[dict]], out_dir: str | 
                 steps = [s for s, _ in rows]
                 label = f"{name} ({rows[0][1]['layer']})"
                 style = series_style(len(steps))
-                line, = ax_mean.plot(steps, [a["mean"] for _, a in rows], lw=1, label=label, **style)
+                (line,) = ax_mean.plot(steps, [a["mean"] for _, a in rows], lw=1, label=label, **style)
                 ax_std.plot(steps, [a["std"] for _, a in rows], lw=1, label=label, color=line.get_color(), **style)
                 for key, ls in (("dead_fraction", "-"), ("saturated_fraction", "--")):
                     if key in rows[0][1]:
-                        ax_frac.plot(steps, [a[key] for _, a in rows], ls, lw=1, color=line.get_color(),
-                                     label=f"{label} {key.split('_')[0]}", **style)
+                        ax_frac.plot(
+                            steps,
+                            [a[key] for _, a in rows],
+                            ls,
+                            lw=1,
+                            color=line.get_color(),
+                            label=f"{label} {key.split('_')[0]}",
+                            **style,
+                        )
             titled(ax_mean, run, "layer output mean")
             titled(ax_std, run, "layer output std")
             titled(ax_frac, run, "dead ReLU units / saturated tanh, sigmoid outputs")
             ax_frac.set_ylim(-0.02, 1.02)
             if not layers:  # a model without forward hooks (the autodiff engine's)
-                ax_mean.text(0.5, 0.5, "no activation statistics\n(no forward hooks)", ha="center", va="center",
-                             transform=ax_mean.transAxes, fontsize=8)
+                ax_mean.text(
+                    0.5,
+                    0.5,
+                    "no activation statistics\n(no forward hooks)",
+                    ha="center",
+                    va="center",
+                    transform=ax_mean.transAxes,
+                    fontsize=8,
+                )
             for ax in (ax_mean, ax_std, ax_frac):
                 if ax.lines:
                     ax.legend(fontsize=6)

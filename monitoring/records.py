@@ -1,4 +1,5 @@
 """A monitor's records on disk (JSON lines) and the helpers that read them (histogram bin edges)."""
+
 from __future__ import annotations
 
 import json

@@ -4,13 +4,22 @@ Each function returns a 1-D float64 tensor on the input's device, so a caller ca
 everything of one update and read it back in a single transfer (``torch.cat(...).tolist()``).
 The layouts (which value sits where) are the ``*_FIELDS`` tuples beside each function.
 """
+
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-GRAD_FIELDS = ("grad_mean", "grad_std", "grad_norm", "grad_abs_max", "grad_min", "grad_max", "grad_nonfinite",
-               "hist_max")
+GRAD_FIELDS = (
+    "grad_mean",
+    "grad_std",
+    "grad_norm",
+    "grad_abs_max",
+    "grad_min",
+    "grad_max",
+    "grad_nonfinite",
+    "hist_max",
+)
 PARAM_FIELDS = ("param_mean", "param_std", "param_norm")
 ACT_FIELDS = ("mean", "std", "fraction")
 
@@ -77,8 +86,9 @@ def total_norm(grads: list[Tensor]) -> Tensor:
     """The 2-norm of all gradients together, as torch.nn.utils.clip_grad_norm_ computes it (norm of the norms)."""
     if not grads:
         return torch.zeros((), dtype=torch.float64)
-    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.detach()) for g in grads])
-                                    .to(torch.float64))
+    return torch.linalg.vector_norm(
+        torch.stack([torch.linalg.vector_norm(g.detach()) for g in grads]).to(torch.float64)
+    )
 
 
 def activation_stats(out: Tensor, kind: str | None) -> Tensor:

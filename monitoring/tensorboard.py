@@ -7,6 +7,7 @@ read from the device again.  Tags: ``grad_norm/<param>``, ``grad_abs_max/<param>
 ``activation_std/<layer>``, ``dead_fraction/<layer>``, ``saturated_fraction/<layer>``; each prefixed with
 ``<prefix>/`` when a prefix (the monitor's name) is given.
 """
+
 from __future__ import annotations
 
 from .records import hist_edges
@@ -31,9 +32,17 @@ def to_tensorboard(writer, record: dict, prefix: str = "") -> None:
         num = sum(s["hist_counts"])
         if num == 0 or s["grad_nonfinite"]:  # NaN/inf in min, max and sums: the scalars show them instead
             continue
-        writer.add_histogram_raw(f"{p}grad/{name}", min=s["grad_min"], max=s["grad_max"], num=num,
-                                 sum=s["grad_mean"] * s["numel"], sum_squares=s["grad_norm"] ** 2,
-                                 bucket_limits=hist_edges(s)[1:], bucket_counts=s["hist_counts"], global_step=step)
+        writer.add_histogram_raw(
+            f"{p}grad/{name}",
+            min=s["grad_min"],
+            max=s["grad_max"],
+            num=num,
+            sum=s["grad_mean"] * s["numel"],
+            sum_squares=s["grad_norm"] ** 2,
+            bucket_limits=hist_edges(s)[1:],
+            bucket_counts=s["hist_counts"],
+            global_step=step,
+        )
     for name, a in record.get("activations", {}).items():
         writer.add_scalar(f"{p}activation_mean/{name}", a["mean"], step)
         writer.add_scalar(f"{p}activation_std/{name}", a["std"], step)

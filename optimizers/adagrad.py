@@ -1,4 +1,5 @@
 """Adagrad with learning-rate decay and weight decay (torch.optim.Adagrad's equations)."""
+
 from __future__ import annotations
 
 import torch
@@ -25,17 +26,40 @@ class Adagrad(HandOptimizer):
     optimizers/base.py.
     """
 
-    _hyper = {"lr": learning_rate, "lr_decay": non_negative, "weight_decay": non_negative,
-              "initial_accumulator_value": non_negative, "eps": non_negative}
+    _hyper = {
+        "lr": learning_rate,
+        "lr_decay": non_negative,
+        "weight_decay": non_negative,
+        "initial_accumulator_value": non_negative,
+        "eps": non_negative,
+    }
     _flags = ("maximize", "capturable")
 
-    def __init__(self, params, lr: float | Tensor = 1e-2, lr_decay: float = 0, weight_decay: float = 0,
-                 initial_accumulator_value: float = 0, eps: float = 1e-10, foreach: bool | None = None, *,
-                 maximize: bool = False, differentiable: bool = False, fused: bool | None = None,
-                 capturable: bool = False):
-        defaults = dict(lr=lr, lr_decay=lr_decay, eps=eps, weight_decay=weight_decay,
-                        initial_accumulator_value=initial_accumulator_value, maximize=maximize,
-                        **check_impl_flags("Adagrad", foreach, differentiable, fused), capturable=bool(capturable))
+    def __init__(
+        self,
+        params,
+        lr: float | Tensor = 1e-2,
+        lr_decay: float = 0,
+        weight_decay: float = 0,
+        initial_accumulator_value: float = 0,
+        eps: float = 1e-10,
+        foreach: bool | None = None,
+        *,
+        maximize: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
+        capturable: bool = False,
+    ):
+        defaults = dict(
+            lr=lr,
+            lr_decay=lr_decay,
+            eps=eps,
+            weight_decay=weight_decay,
+            initial_accumulator_value=initial_accumulator_value,
+            maximize=maximize,
+            **check_impl_flags("Adagrad", foreach, differentiable, fused),
+            capturable=bool(capturable),
+        )
         super().__init__(params, defaults)
 
     def add_param_group(self, param_group: dict) -> None:
@@ -46,8 +70,9 @@ class Adagrad(HandOptimizer):
             if not state:
                 state["step"] = scalar_step(p, group.get("capturable", False))
                 init = group["initial_accumulator_value"]  # torch.optim's: both parts of a complex sum
-                state["sum"] = torch.full_like(p, complex(init, init) if p.is_complex() else init,
-                                               memory_format=torch.preserve_format)
+                state["sum"] = torch.full_like(
+                    p, complex(init, init) if p.is_complex() else init, memory_format=torch.preserve_format
+                )
 
     def _update(self, group, params, grads):
         states = [self.state[p] for p in params]

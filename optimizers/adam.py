@@ -1,4 +1,5 @@
 """Adam and AdamW (decoupled weight decay), with AMSGrad (torch.optim.Adam / AdamW's equations)."""
+
 from __future__ import annotations
 
 import torch
@@ -33,13 +34,33 @@ class Adam(HandOptimizer):
     _hyper = {"lr": learning_rate, "betas": betas_pair, "eps": non_negative, "weight_decay": non_negative}
     _flags = ("amsgrad", "maximize", "capturable", "decoupled_weight_decay")
 
-    def __init__(self, params, lr: float | Tensor = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0, amsgrad: bool = False, *,
-                 foreach: bool | None = None, maximize: bool = False, capturable: bool = False,
-                 differentiable: bool = False, fused: bool | None = None, decoupled_weight_decay: bool = False):
-        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize,
-                        **check_impl_flags(type(self).__name__, foreach, differentiable, fused),
-                        capturable=bool(capturable), decoupled_weight_decay=bool(decoupled_weight_decay or self._decoupled))
+    def __init__(
+        self,
+        params,
+        lr: float | Tensor = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0,
+        amsgrad: bool = False,
+        *,
+        foreach: bool | None = None,
+        maximize: bool = False,
+        capturable: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
+        decoupled_weight_decay: bool = False,
+    ):
+        defaults = dict(
+            lr=lr,
+            betas=betas,
+            eps=eps,
+            weight_decay=weight_decay,
+            amsgrad=amsgrad,
+            maximize=maximize,
+            **check_impl_flags(type(self).__name__, foreach, differentiable, fused),
+            capturable=bool(capturable),
+            decoupled_weight_decay=bool(decoupled_weight_decay or self._decoupled),
+        )
         super().__init__(params, defaults)
 
     def _update(self, group, params, grads):
@@ -71,8 +92,9 @@ class Adam(HandOptimizer):
         exp_avg_sqs = [s["exp_avg_sq"] for s in states]
         max_sqs = [s["max_exp_avg_sq"] for s in states] if amsgrad else []
         if self._has_complex:  # torch.optim's reading: (real, imaginary) pairs, each with its own second moment
-            params, grads, exp_avgs, exp_avg_sqs, max_sqs = map(as_real, (params, grads, exp_avgs, exp_avg_sqs,
-                                                                         max_sqs))
+            params, grads, exp_avgs, exp_avg_sqs, max_sqs = map(
+                as_real, (params, grads, exp_avgs, exp_avg_sqs, max_sqs)
+            )
         if wd != 0:
             if decoupled:
                 decay = 1 - lr * wd  # a tensor for a tensor lr (torch's expression)
@@ -114,11 +136,10 @@ class Adam(HandOptimizer):
         # tensor's dtype for a tensor lr), then folded with sqrt(1 - beta2^t):
         # lr/c1 * m / (sqrt(v)/sqrt(c2) + eps) = (lr/c1 * sqrt(c2)) * m / (sqrt(v) + eps*sqrt(c2)), one pass fewer.
         ts = [t.item() for t in steps]
-        sqrt_c2 = [(1 - beta2 ** t) ** 0.5 for t in ts]
-        neg_step_sizes = [-number(lr / (1 - beta1 ** t)) * r for t, r in zip(ts, sqrt_c2)]
+        sqrt_c2 = [(1 - beta2**t) ** 0.5 for t in ts]
+        neg_step_sizes = [-number(lr / (1 - beta1**t)) * r for t, r in zip(ts, sqrt_c2)]
         torch._foreach_add_(denom, [group["eps"] * r for r in sqrt_c2])
         torch._foreach_addcdiv_(params, exp_avgs, denom, neg_step_sizes)
-
 
     @staticmethod
     def _flat(params, grads, states, amsgrad, steps):
@@ -151,9 +172,31 @@ class AdamW(Adam):
 
     _decoupled = True
 
-    def __init__(self, params, lr: float | Tensor = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 1e-2, amsgrad: bool = False, *, maximize: bool = False,
-                 foreach: bool | None = None, capturable: bool = False, differentiable: bool = False,
-                 fused: bool | None = None):
-        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize, foreach=foreach,
-                         capturable=capturable, differentiable=differentiable, fused=fused)
+    def __init__(
+        self,
+        params,
+        lr: float | Tensor = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        amsgrad: bool = False,
+        *,
+        maximize: bool = False,
+        foreach: bool | None = None,
+        capturable: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
+    ):
+        super().__init__(
+            params,
+            lr,
+            betas,
+            eps,
+            weight_decay,
+            amsgrad,
+            maximize=maximize,
+            foreach=foreach,
+            capturable=capturable,
+            differentiable=differentiable,
+            fused=fused,
+        )

@@ -58,6 +58,7 @@ parameters by position, as torch.optim's does: the j-th parameter of the i-th sa
 gives its state to the j-th parameter of the i-th group here, whatever their names, so a
 model whose equally-shaped parameters come in another order silently exchanges their state.
 """
+
 from __future__ import annotations
 
 import operator
@@ -110,9 +111,11 @@ def scalar_step(param: Tensor, capturable: bool) -> Tensor:
 
 
 _UNSEEN = object()  # a key a group did not have when last checked
-_GROUPS_HINT = ("pass model.parameters() or a list of tensors, named parameters as (name, tensor) pairs "
-                "(model.named_parameters(), or a dict's .items()), or a list of parameter-group dicts "
-                "{'params': [...], 'lr': ...}")
+_GROUPS_HINT = (
+    "pass model.parameters() or a list of tensors, named parameters as (name, tensor) pairs "
+    "(model.named_parameters(), or a dict's .items()), or a list of parameter-group dicts "
+    "{'params': [...], 'lr': ...}"
+)
 
 
 class HandOptimizer(Optimizer):
@@ -134,11 +137,15 @@ class HandOptimizer(Optimizer):
     def __init__(self, params, defaults: dict):
         name = type(self).__name__
         if isinstance(params, Mapping):
-            raise TypeError(f"{name}: params is a dict (keys {', '.join(map(repr, list(params)[:3]))}"
-                            f"{', ...' if len(params) > 3 else ''}), whose iteration gives its keys; {_GROUPS_HINT}")
+            raise TypeError(
+                f"{name}: params is a dict (keys {', '.join(map(repr, list(params)[:3]))}"
+                f"{', ...' if len(params) > 3 else ''}), whose iteration gives its keys; {_GROUPS_HINT}"
+            )
         if isinstance(params, (set, frozenset)):
-            raise TypeError(f"{name}: params is a set, whose order changes from run to run (the state maps to the "
-                            f"parameters by position); pass a list")
+            raise TypeError(
+                f"{name}: params is a set, whose order changes from run to run (the state maps to the "
+                f"parameters by position); pass a list"
+            )
         self._warned_no_grad = False  # step() without any gradient: said once (a warning), then silently nothing
         self._has_complex = False  # any complex parameter: the updates then view tensors as real (as_real)
         self._checked: dict[int, tuple[dict, dict]] = {}  # group index -> (group, a copy when last checked)
@@ -157,8 +164,13 @@ class HandOptimizer(Optimizer):
             if key in values and (keys is None or key in keys):
                 check_flag(owner, key, values[key])
         if keys is None or not keys.isdisjoint(("foreach", "differentiable", "fused")):
-            check_impl_flags(owner, values.get("foreach"), values.get("differentiable", False), values.get("fused"),
-                             optimizer=type(self).__name__)
+            check_impl_flags(
+                owner,
+                values.get("foreach"),
+                values.get("differentiable", False),
+                values.get("fused"),
+                optimizer=type(self).__name__,
+            )
         return {**values, **checked}
 
     def _check_params(self, owner: str, params: list) -> list[Tensor]:
@@ -171,11 +183,15 @@ class HandOptimizer(Optimizer):
             if not isinstance(t, Tensor):
                 t = getattr(t, "data", None)  # an engine Tensor: its torch tensor, where the gradient lives
                 if not isinstance(t, Tensor):
-                    raise TypeError(f"{owner}: parameter {j} is a {type(p[1] if named else p).__name__}, not a tensor; "
-                                    f"{_GROUPS_HINT}")
+                    raise TypeError(
+                        f"{owner}: parameter {j} is a {type(p[1] if named else p).__name__}, not a tensor; "
+                        f"{_GROUPS_HINT}"
+                    )
             if not (t.is_floating_point() or t.is_complex()):
-                raise TypeError(f"{owner}: parameter {j} (shape {tuple(t.shape)}) has dtype {t.dtype}: an optimizer "
-                                f"updates floating-point or complex tensors; convert it (.float()) or leave it out")
+                raise TypeError(
+                    f"{owner}: parameter {j} (shape {tuple(t.shape)}) has dtype {t.dtype}: an optimizer "
+                    f"updates floating-point or complex tensors; convert it (.float()) or leave it out"
+                )
             out.append((p[0], t) if named else t)
         return out
 
@@ -184,14 +200,18 @@ class HandOptimizer(Optimizer):
         owner = f"{type(self).__name__}: param_groups[{len(self.param_groups)}]"
         if not isinstance(param_group, Mapping) or "params" not in param_group:
             keys = f" (its keys: {', '.join(map(repr, param_group))})" if isinstance(param_group, Mapping) else ""
-            raise TypeError(f"{owner}: a parameter group must be a dict with a 'params' entry{keys}, "
-                            f"got {type(param_group).__name__}; {_GROUPS_HINT}")
+            raise TypeError(
+                f"{owner}: a parameter group must be a dict with a 'params' entry{keys}, "
+                f"got {type(param_group).__name__}; {_GROUPS_HINT}"
+            )
         params = param_group["params"]
         if isinstance(params, Mapping):
             raise TypeError(f"{owner}: 'params' is a dict, whose iteration gives its keys; {_GROUPS_HINT}")
         if isinstance(params, (set, frozenset)):
-            raise TypeError(f"{owner}: 'params' is a set, whose order changes from run to run (the state maps to the "
-                            f"parameters by position); pass a list")
+            raise TypeError(
+                f"{owner}: 'params' is a set, whose order changes from run to run (the state maps to the "
+                f"parameters by position); pass a list"
+            )
         param_group["params"] = self._check_params(owner, [params] if isinstance(params, Tensor) else list(params))
         super().add_param_group(param_group)  # fills the defaults in
         try:
@@ -209,8 +229,12 @@ class HandOptimizer(Optimizer):
     def _unchanged(self, i: int, group: dict) -> bool:
         """``group`` holds the very objects it held when last checked (compared by identity: nothing is read)."""
         seen = self._checked.get(i)
-        return (seen is not None and seen[0] is group and len(seen[1]) == len(group)
-                and all(map(operator.is_, group.values(), seen[1].values())))
+        return (
+            seen is not None
+            and seen[0] is group
+            and len(seen[1]) == len(group)
+            and all(map(operator.is_, group.values(), seen[1].values()))
+        )
 
     def _recheck(self, i: int, group: dict) -> None:
         """A group written since its last check: check again what changed (everything, for a group not seen
@@ -256,18 +280,24 @@ class HandOptimizer(Optimizer):
         name = type(self).__name__
         owner = f"{name}.load_state_dict"
         if not isinstance(state_dict, Mapping) or not {"state", "param_groups"} <= state_dict.keys():
-            got = f"keys {', '.join(map(repr, state_dict))}" if isinstance(state_dict, Mapping) else \
-                type(state_dict).__name__
+            got = (
+                f"keys {', '.join(map(repr, state_dict))}"
+                if isinstance(state_dict, Mapping)
+                else type(state_dict).__name__
+            )
             raise ValueError(f"{owner}: not an optimizer state_dict (one has 'state' and 'param_groups'), got {got}")
         saved_groups = state_dict["param_groups"]
         if len(saved_groups) != len(self.param_groups):
-            raise ValueError(f"{owner}: the state has {len(saved_groups)} parameter groups, this optimizer "
-                             f"{len(self.param_groups)}")
+            raise ValueError(
+                f"{owner}: the state has {len(saved_groups)} parameter groups, this optimizer {len(self.param_groups)}"
+            )
         index = 0  # the parameter's position over all groups
         for i, (group, saved) in enumerate(zip(self.param_groups, saved_groups)):
             if len(saved["params"]) != len(group["params"]):
-                raise ValueError(f"{owner}: param_groups[{i}] holds {len(saved['params'])} parameters in the state, "
-                                 f"{len(group['params'])} here")
+                raise ValueError(
+                    f"{owner}: param_groups[{i}] holds {len(saved['params'])} parameters in the state, "
+                    f"{len(group['params'])} here"
+                )
             missing = [k for k in self._hyper if k not in saved]
             if missing:
                 raise ValueError(self._foreign_state(owner, i, saved, missing))
@@ -275,10 +305,12 @@ class HandOptimizer(Optimizer):
             for j, (p, pid) in enumerate(zip(group["params"], saved["params"])):
                 for key, value in state_dict["state"].get(pid, {}).items():
                     if isinstance(value, Tensor) and key != "step" and value.shape != p.shape:
-                        raise ValueError(f"{owner}: parameter {index} (param_groups[{i}]['params'][{j}]) has shape "
-                                         f"{tuple(p.shape)} but its saved {key!r} has shape {tuple(value.shape)}; "
-                                         f"the state maps to the parameters by position: were they created in "
-                                         f"another order?")
+                        raise ValueError(
+                            f"{owner}: parameter {index} (param_groups[{i}]['params'][{j}]) has shape "
+                            f"{tuple(p.shape)} but its saved {key!r} has shape {tuple(value.shape)}; "
+                            f"the state maps to the parameters by position: were they created in "
+                            f"another order?"
+                        )
                 index += 1
 
     def _foreign_state(self, owner: str, i: int, saved: dict, missing: list[str]) -> str:
@@ -286,9 +318,11 @@ class HandOptimizer(Optimizer):
         likely = [cls.__name__ for cls in _hand_optimizers() if cls._hyper and cls._hyper.keys() <= saved.keys()]
         origin = f"by {' or '.join(likely)}" if likely else "by another optimizer type"
         found = ", ".join(k for k in saved if k not in ("params", "param_names"))
-        return (f"{owner}: this state was saved {origin}, not by {name}: its param_groups[{i}] has no "
-                f"{', '.join(map(repr, missing))} (it has {found}); load a state saved by {name} (handgrad's or "
-                f"torch.optim's)")
+        return (
+            f"{owner}: this state was saved {origin}, not by {name}: its param_groups[{i}] has no "
+            f"{', '.join(map(repr, missing))} (it has {found}); load a state saved by {name} (handgrad's or "
+            f"torch.optim's)"
+        )
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """torch.optim's zero_grad; while torch.compile traces the step, the same written out (torch's own is
@@ -327,8 +361,10 @@ class HandOptimizer(Optimizer):
                 if g.is_sparse:
                     raise RuntimeError(f"{type(self).__name__} does not support sparse gradients")
                 if g.shape != p.shape:
-                    raise RuntimeError(f"{type(self).__name__}: a gradient has shape {tuple(g.shape)} but its "
-                                       f"parameter has shape {tuple(p.shape)}")
+                    raise RuntimeError(
+                        f"{type(self).__name__}: a gradient has shape {tuple(g.shape)} but its "
+                        f"parameter has shape {tuple(p.shape)}"
+                    )
             if group["maximize"]:
                 grads = torch._foreach_neg(grads)
             if compiling():  # the capturable forms: nothing read back (see compiling)
@@ -336,9 +372,11 @@ class HandOptimizer(Optimizer):
             self._update(group, params, grads)
         if not stepped and not compiling() and not self._warned_no_grad:
             self._warned_no_grad = True  # once: a frozen backbone's optimizer steps like this every step
-            warnings.warn(f"{type(self).__name__}.step(): no parameter has a gradient (every .grad is None), so "
-                          f"nothing was updated, as torch.optim does (all frozen, or no backward yet); said once",
-                          stacklevel=2)
+            warnings.warn(
+                f"{type(self).__name__}.step(): no parameter has a gradient (every .grad is None), so "
+                f"nothing was updated, as torch.optim does (all frozen, or no backward yet); said once",
+                stacklevel=2,
+            )
         return loss
 
     @abstractmethod

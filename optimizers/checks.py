@@ -1,6 +1,7 @@
 """What an optimizer's hyper-parameters must be: each checker refuses a bad value with a ValueError naming the
 optimizer, the hyper-parameter and the value (a finite number in its range, a one-element tensor where torch.optim
 takes one, a pair of betas, a True/False switch, torch.optim's implementation switches)."""
+
 from __future__ import annotations
 
 import math
@@ -12,14 +13,19 @@ from torch import Tensor
 from layers.checks import is_a
 
 
-def check_hyper(owner: str, name: str, value: object, *, lo: float = 0.0, hi: float | None = None,
-                hi_open: bool = False) -> float:
+def check_hyper(
+    owner: str, name: str, value: object, *, lo: float = 0.0, hi: float | None = None, hi_open: bool = False
+) -> float:
     """Refuse a hyper-parameter that is not a finite real number in [lo, hi] (or [lo, hi) with hi_open)."""
     if type(value) not in (float, int) and not is_a(value, numbers.Real):
         raise ValueError(f"{owner}: {name} must be a number, got {value!r}")  # (the usual types skip the ABC check)
     # (finite as comparisons, not math.isfinite: torch.compile turns them into guards on a symbolic float)
-    ok = value == value and abs(value) != math.inf and value >= lo and (
-        hi is None or (value < hi if hi_open else value <= hi))
+    ok = (
+        value == value
+        and abs(value) != math.inf
+        and value >= lo
+        and (hi is None or (value < hi if hi_open else value <= hi))
+    )
     if not ok:
         upper = "" if hi is None else f", {hi})" if hi_open else f", {hi}]"
         rng = f"finite and >= {lo}" if hi is None else f"in [{lo}{upper}"
@@ -36,9 +42,11 @@ def check_scalar_tensor(owner: str, name: str, value: object, *, read: bool = Tr
     if not isinstance(value, Tensor):
         return check_hyper(owner, name, value, **bounds)
     if value.numel() != 1 or not value.is_floating_point() or value.requires_grad:
-        raise ValueError(f"{owner}: a tensor {name} must hold one floating-point element and not require grad "
-                         f"(as torch.optim's), got shape {tuple(value.shape)}, dtype {value.dtype}, "
-                         f"requires_grad={value.requires_grad}")
+        raise ValueError(
+            f"{owner}: a tensor {name} must hold one floating-point element and not require grad "
+            f"(as torch.optim's), got shape {tuple(value.shape)}, dtype {value.dtype}, "
+            f"requires_grad={value.requires_grad}"
+        )
     if (read or value.device.type == "cpu") and not torch.compiler.is_compiling():  # (compiled: a graph never
         check_hyper(owner, name, value.item(), **bounds)  # reads back; the value was checked where it was given)
     return value
@@ -50,8 +58,10 @@ def check_betas(owner: str, betas: object, *, read: bool = True) -> tuple[float 
         raise ValueError(f"{owner}: betas must be a pair (beta1, beta2), got {betas!r}")
     if isinstance(betas[0], Tensor) != isinstance(betas[1], Tensor):
         raise ValueError(f"{owner}: betas must be both numbers or both tensors, got {betas!r}")
-    checked = (check_scalar_tensor(owner, "beta1 (betas[0])", betas[0], hi=1.0, hi_open=True, read=read),
-               check_scalar_tensor(owner, "beta2 (betas[1])", betas[1], hi=1.0, hi_open=True, read=read))
+    checked = (
+        check_scalar_tensor(owner, "beta1 (betas[0])", betas[0], hi=1.0, hi_open=True, read=read),
+        check_scalar_tensor(owner, "beta2 (betas[1])", betas[1], hi=1.0, hi_open=True, read=read),
+    )
     return tuple(b.squeeze() if isinstance(b, Tensor) else b for b in checked)
 
 
@@ -62,8 +72,9 @@ def check_flag(owner: str, name: str, value: object) -> object:
     return value
 
 
-def check_impl_flags(owner: str, foreach: object, differentiable: object, fused: object, *,
-                     optimizer: str | None = None) -> dict:
+def check_impl_flags(
+    owner: str, foreach: object, differentiable: object, fused: object, *, optimizer: str | None = None
+) -> dict:
     """torch.optim's implementation switches, accepted with torch's meaning (see the module docstring); returns
     them for the param_groups (torch.optim keeps them there too).  ``optimizer``: the class name, where ``owner``
     is longer (a group's)."""
@@ -71,12 +82,16 @@ def check_impl_flags(owner: str, foreach: object, differentiable: object, fused:
     if foreach not in (None, True, False):
         raise ValueError(f"{owner}: foreach must be None, True or False, got {foreach!r}")
     if differentiable is not False:
-        raise ValueError(f"{owner}: differentiable={differentiable!r} is not supported: handgrad's update is written "
-                         f"by hand with in-place kernels outside autograd, so no gradient flows through a step; "
-                         f"use torch.optim.{optimizer} to differentiate through the optimizer")
+        raise ValueError(
+            f"{owner}: differentiable={differentiable!r} is not supported: handgrad's update is written "
+            f"by hand with in-place kernels outside autograd, so no gradient flows through a step; "
+            f"use torch.optim.{optimizer} to differentiate through the optimizer"
+        )
     if fused not in (None, False):
-        raise ValueError(f"{owner}: fused={fused!r} is not supported: handgrad's update is its hand-written foreach "
-                         f"one (torch._foreach_* kernels), not a fused kernel; leave fused at None or False")
+        raise ValueError(
+            f"{owner}: fused={fused!r} is not supported: handgrad's update is its hand-written foreach "
+            f"one (torch._foreach_* kernels), not a fused kernel; leave fused at None or False"
+        )
     return {"foreach": foreach, "differentiable": False, "fused": fused}
 
 

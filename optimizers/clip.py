@@ -1,4 +1,5 @@
 """Gradient clipping by total norm and by value (same results as torch.nn.utils.clip_grad_*_)."""
+
 from __future__ import annotations
 
 import math
@@ -21,13 +22,17 @@ def _number(name: str, value: object) -> float:
     try:
         return float(value)
     except (TypeError, ValueError):
-        hint = " (2.0 is the Euclidean norm, which 'fro' means for the gradients taken as one vector)" \
-            if name == "norm_type" else ""
+        hint = (
+            " (2.0 is the Euclidean norm, which 'fro' means for the gradients taken as one vector)"
+            if name == "norm_type"
+            else ""
+        )
         raise ValueError(f"clip_grad_norm_: {name} must be a number{hint}, got {value!r}") from None
 
 
-def clip_grad_norm_(parameters: Iterable[Tensor] | Tensor, max_norm: float, norm_type: float = 2.0,
-                    error_if_nonfinite: bool = False) -> Tensor:
+def clip_grad_norm_(
+    parameters: Iterable[Tensor] | Tensor, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False
+) -> Tensor:
     """Scale all gradients in place so that their joint ``norm_type``-norm is at most ``max_norm``.
 
     total = ||(||g_1||, ..., ||g_k||)||   (the norm of all gradients as one vector)
@@ -44,8 +49,10 @@ def clip_grad_norm_(parameters: Iterable[Tensor] | Tensor, max_norm: float, norm
     if max_norm < 0 or math.isnan(max_norm):
         raise ValueError(f"clip_grad_norm_: max_norm must be >= 0, got {max_norm}")
     if not norm_type > 0:  # torch also takes 0, negative orders and -inf, none of them a norm; refused here
-        raise ValueError(f"clip_grad_norm_: norm_type must be > 0 or inf (2.0: the Euclidean norm, inf: the largest "
-                         f"|g|), got {norm_type}")
+        raise ValueError(
+            f"clip_grad_norm_: norm_type must be > 0 or inf (2.0: the Euclidean norm, inf: the largest "
+            f"|g|), got {norm_type}"
+        )
     grads = _grads(parameters)
     if not grads:
         return torch.tensor(0.0)  # no gradient, so no device to put it on (torch returns the same)
@@ -63,8 +70,10 @@ def clip_grad_norm_(parameters: Iterable[Tensor] | Tensor, max_norm: float, norm
         # ||(n_1, ..., n_k)||_p = (sum_i n_i^p)^(1/p): the norm of the per-tensor norms.
         total = torch.linalg.vector_norm(torch.stack([n.to(device) for n in per_tensor]), norm_type)
     if error_if_nonfinite and not torch.isfinite(total):
-        raise RuntimeError(f"clip_grad_norm_: the total norm of order {norm_type} is non-finite ({total.item()}), "
-                           f"so the gradients cannot be clipped; pass error_if_nonfinite=False to clip anyway")
+        raise RuntimeError(
+            f"clip_grad_norm_: the total norm of order {norm_type} is non-finite ({total.item()}), "
+            f"so the gradients cannot be clipped; pass error_if_nonfinite=False to clip anyway"
+        )
     coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
     torch._foreach_mul_(scaled, coef.to(grads[0].dtype))
     return total

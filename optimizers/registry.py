@@ -1,4 +1,5 @@
 """Look optimizers up by name."""
+
 from __future__ import annotations
 
 from torch.optim import Optimizer
@@ -9,7 +10,11 @@ from .rmsprop import RMSprop
 from .sgd import SGD
 
 OPTIMIZERS: dict[str, type[Optimizer]] = {
-    "sgd": SGD, "rmsprop": RMSprop, "adam": Adam, "adamw": AdamW, "adagrad": Adagrad,
+    "sgd": SGD,
+    "rmsprop": RMSprop,
+    "adam": Adam,
+    "adamw": AdamW,
+    "adagrad": Adagrad,
 }
 
 

@@ -1,4 +1,5 @@
 """RMSprop, plain or centered, with momentum and weight decay (torch.optim.RMSprop's equations)."""
+
 from __future__ import annotations
 
 import torch
@@ -22,17 +23,42 @@ class RMSprop(HandOptimizer):
     Arguments in torch.optim.RMSprop's order; ``foreach`` and ``differentiable`` as in optimizers/base.py.
     """
 
-    _hyper = {"lr": learning_rate, "alpha": decay_rate, "eps": non_negative, "weight_decay": non_negative,
-              "momentum": non_negative}
+    _hyper = {
+        "lr": learning_rate,
+        "alpha": decay_rate,
+        "eps": non_negative,
+        "weight_decay": non_negative,
+        "momentum": non_negative,
+    }
     _flags = ("centered", "maximize", "capturable")
 
-    def __init__(self, params, lr: float | Tensor = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
-                 weight_decay: float = 0, momentum: float = 0, centered: bool = False, capturable: bool = False,
-                 foreach: bool | None = None, maximize: bool = False, differentiable: bool = False):
+    def __init__(
+        self,
+        params,
+        lr: float | Tensor = 1e-2,
+        alpha: float = 0.99,
+        eps: float = 1e-8,
+        weight_decay: float = 0,
+        momentum: float = 0,
+        centered: bool = False,
+        capturable: bool = False,
+        foreach: bool | None = None,
+        maximize: bool = False,
+        differentiable: bool = False,
+    ):
         flags = check_impl_flags("RMSprop", foreach, differentiable, None)
         del flags["fused"]  # torch.optim.RMSprop has no fused option
-        defaults = dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
-                        centered=centered, maximize=maximize, capturable=bool(capturable), **flags)
+        defaults = dict(
+            lr=lr,
+            alpha=alpha,
+            eps=eps,
+            weight_decay=weight_decay,
+            momentum=momentum,
+            centered=centered,
+            maximize=maximize,
+            capturable=bool(capturable),
+            **flags,
+        )
         super().__init__(params, defaults)
 
     def _update(self, group, params, grads):

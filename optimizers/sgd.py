@@ -1,4 +1,5 @@
 """Stochastic gradient descent with momentum, dampening, Nesterov and weight decay (torch.optim.SGD's equations)."""
+
 from __future__ import annotations
 
 import torch
@@ -25,20 +26,40 @@ class SGD(HandOptimizer):
     _hyper = {"lr": learning_rate, "momentum": non_negative, "weight_decay": non_negative, "dampening": non_negative}
     _flags = ("nesterov", "maximize", "capturable")
 
-    def __init__(self, params, lr: float | Tensor = 1e-3, momentum: float = 0, dampening: float = 0,
-                 weight_decay: float = 0, nesterov: bool = False, *, maximize: bool = False,
-                 foreach: bool | None = None, differentiable: bool = False, fused: bool | None = None,
-                 capturable: bool = False):
-        defaults = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov,
-                        maximize=maximize, **check_impl_flags("SGD", foreach, differentiable, fused),
-                        capturable=bool(capturable))
+    def __init__(
+        self,
+        params,
+        lr: float | Tensor = 1e-3,
+        momentum: float = 0,
+        dampening: float = 0,
+        weight_decay: float = 0,
+        nesterov: bool = False,
+        *,
+        maximize: bool = False,
+        foreach: bool | None = None,
+        differentiable: bool = False,
+        fused: bool | None = None,
+        capturable: bool = False,
+    ):
+        defaults = dict(
+            lr=lr,
+            momentum=momentum,
+            dampening=dampening,
+            weight_decay=weight_decay,
+            nesterov=nesterov,
+            maximize=maximize,
+            **check_impl_flags("SGD", foreach, differentiable, fused),
+            capturable=bool(capturable),
+        )
         super().__init__(params, defaults)
 
     def _check_values(self, owner: str, values: dict, *, read: bool = True, keys: set | None = None) -> dict:
         checked = super()._check_values(owner, values, read=read, keys=keys)
         if values.get("nesterov") and (values["momentum"] <= 0 or values["dampening"] != 0):
-            raise ValueError(f"{owner}: nesterov=True requires momentum > 0 and dampening == 0, "
-                             f"got momentum={values['momentum']!r}, dampening={values['dampening']!r}")
+            raise ValueError(
+                f"{owner}: nesterov=True requires momentum > 0 and dampening == 0, "
+                f"got momentum={values['momentum']!r}, dampening={values['dampening']!r}"
+            )
         return checked
 
     def _update(self, group, params, grads):

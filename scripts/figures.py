@@ -12,6 +12,7 @@ epoch in float64), speed (the benchmark scripts, one thread), learn (``learn che
 size, measured on the .venv the README's set-up made).  Time it on a quiet machine (``uptime``): each row records
 the load average it started under.  tests/test_front_page.py checks that the README says what the table renders.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,12 +49,16 @@ hand-written step's speed over its nn.Module twin's, the two interleaved in one 
 
 # -- running a command and reading its own output ------------------------------------------------------------------
 
+
 def cpu() -> str:
     """The CPU's model name as lscpu gives it, and the cores this process may use."""
     name = platform.processor() or platform.machine()
     try:
-        name = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                    if line.startswith("model name"))
+        name = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
     except (OSError, StopIteration):
         pass
     return f"{name}, {len(os.sched_getaffinity(0))} cores"
@@ -61,8 +66,11 @@ def cpu() -> str:
 
 def machine() -> str:
     import torch
-    return (f"{cpu()}; torch {torch.__version__}, Python {platform.python_version()}; load average "
-            f"{os.getloadavg()[0]:.1f} at the start")
+
+    return (
+        f"{cpu()}; torch {torch.__version__}, Python {platform.python_version()}; load average "
+        f"{os.getloadavg()[0]:.1f} at the start"
+    )
 
 
 def run(command: str, cwd: Path = ROOT, timeout: float = 3600) -> tuple[str, float, str]:
@@ -71,8 +79,9 @@ def run(command: str, cwd: Path = ROOT, timeout: float = 3600) -> tuple[str, flo
     words = [sys.executable if w == PY else w for w in shlex.split(command)]
     print(f"$ {command}", flush=True)
     t0 = time.perf_counter()
-    r = subprocess.run(words, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    r = subprocess.run(
+        words, cwd=cwd, capture_output=True, text=True, timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT)}
+    )
     seconds = time.perf_counter() - t0
     if r.returncode != 0:
         raise SystemExit(f"{command} failed (exit {r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
@@ -94,24 +103,37 @@ def ratio(text: str, candidate: str, command: str) -> float:
 
 # -- the groups: each returns rows (key, figure, value, command, machine) --------------------------------------------
 
+
 def agreement() -> list[tuple]:
     command = f"{PY} gradcheck.py"
     out, seconds, where = run(command)
-    m = find(rf"^(\d+) passed, 0 failed \(tolerance [^;]+; worst relative error {NUMBER} vs numeric \[[^\]]*\], "
-             rf"{NUMBER} vs autograd\)", out, command)
-    rows = [("gradcheck.checks", "checks of every built-in layer, loss and model (float64)", m.group(1)),
-            ("gradcheck.autograd", "worst relative error against torch.autograd", f"{float(m.group(3)):.1e}"),
-            ("gradcheck.numeric", "worst relative error against central differences", f"{float(m.group(2)):.1e}"),
-            ("gradcheck.seconds", "wall time of all checks", f"{seconds:.1f} s")]
+    m = find(
+        rf"^(\d+) passed, 0 failed \(tolerance [^;]+; worst relative error {NUMBER} vs numeric \[[^\]]*\], "
+        rf"{NUMBER} vs autograd\)",
+        out,
+        command,
+    )
+    rows = [
+        ("gradcheck.checks", "checks of every built-in layer, loss and model (float64)", m.group(1)),
+        ("gradcheck.autograd", "worst relative error against torch.autograd", f"{float(m.group(3)):.1e}"),
+        ("gradcheck.numeric", "worst relative error against central differences", f"{float(m.group(2)):.1e}"),
+        ("gradcheck.seconds", "wall time of all checks", f"{seconds:.1f} s"),
+    ]
     rows = [(*r, command, where) for r in rows]
     command = f"{PY} examples/gpt_vs_nanogpt.py"
     out, _, where = run(command)
     logits = float(find(rf"^logits\s+{NUMBER}", out, command).group(1))
     grads = float(find(rf"^gradients \(all \d+, worst\) {NUMBER}", out, command).group(1))
-    return rows + [("nanogpt.logits", "the GPT's logits against nanoGPT's model.py (float64, relative)",
-                    f"{logits:.1e}", command, where),
-                   ("nanogpt.grads", "the GPT's gradients against nanoGPT's (worst, relative)", f"{grads:.1e}",
-                    command, where)]
+    return rows + [
+        (
+            "nanogpt.logits",
+            "the GPT's logits against nanoGPT's model.py (float64, relative)",
+            f"{logits:.1e}",
+            command,
+            where,
+        ),
+        ("nanogpt.grads", "the GPT's gradients against nanoGPT's (worst, relative)", f"{grads:.1e}", command, where),
+    ]
 
 
 def training() -> list[tuple]:
@@ -124,32 +146,59 @@ def training() -> list[tuple]:
         first = find(rf"first step's gradients agreed to {NUMBER}", out, command).group(1)
         hand, twin = res["manual"], res["torch"]
         for key, figure, value in (
-                ("main.hand", "test accuracy after 10 epochs, hand-written", f"{100 * hand['test_accuracy']:.2f}%"),
-                ("main.twin", "test accuracy after 10 epochs, nn.Module twin", f"{100 * twin['test_accuracy']:.2f}%"),
-                ("main.epoch", "seconds per epoch, hand-written", f"{hand['seconds_per_epoch']:.1f} s"),
-                ("main.first", "the first step's gradients, largest relative difference (float32)",
-                 f"{float(first):.1e}"),
-                ("main.drift", "largest weight difference after 10 epochs (float32)",
-                 f"{summary['max_param_abs_diff']:.2g}")):
+            ("main.hand", "test accuracy after 10 epochs, hand-written", f"{100 * hand['test_accuracy']:.2f}%"),
+            ("main.twin", "test accuracy after 10 epochs, nn.Module twin", f"{100 * twin['test_accuracy']:.2f}%"),
+            ("main.epoch", "seconds per epoch, hand-written", f"{hand['seconds_per_epoch']:.1f} s"),
+            ("main.first", "the first step's gradients, largest relative difference (float32)", f"{float(first):.1e}"),
+            (
+                "main.drift",
+                "largest weight difference after 10 epochs (float32)",
+                f"{summary['max_param_abs_diff']:.2g}",
+            ),
+        ):
             rows.append((key, figure, value, command, where))
         command = "python train.py --dataset fashion-mnist --dtype float64 --epochs 1"
         out, _, where = run(f"{command} --out {tmp}/f64 --no-download")
         summary = json.loads((Path(tmp) / "f64" / "summary.json").read_text())
-        rows.append(("main.f64", "largest weight difference after 1 epoch (float64)",
-                     f"{summary['max_param_abs_diff']:.1e}", command, where))
+        rows.append(
+            (
+                "main.f64",
+                "largest weight difference after 1 epoch (float64)",
+                f"{summary['max_param_abs_diff']:.1e}",
+                command,
+                where,
+            )
+        )
     return rows
 
 
-SPEED = [("speed.small", "small MLP (hidden 128, batch 64), SGD", f"{PY} benchmarks/step.py --nets small --threads 1",
-          "handgrad, the README's call, SGD"),
-         ("speed.default", "default MLP (hidden 1024, batch 512), SGD",
-          f"{PY} benchmarks/step.py --nets default --threads 1", "handgrad, the README's call, SGD"),
-         ("speed.cnn", "CNN (batch 128), Adam", f"{PY} benchmarks/cnn_step.py --threads 1",
-          "handgrad CNN + handgrad Adam"),
-         ("speed.gpt", "GPT iteration (nanoGPT's CPU configuration), AdamW", f"{PY} benchmarks/gpt_step.py --threads 1",
-          "handgrad GPT + handgrad AdamW"),
-         ("speed.lstm", "character LSTM step against nn.LSTM, AdamW", f"{PY} benchmarks/lstm_step.py --threads 1",
-          "handgrad step")]
+SPEED = [
+    (
+        "speed.small",
+        "small MLP (hidden 128, batch 64), SGD",
+        f"{PY} benchmarks/step.py --nets small --threads 1",
+        "handgrad, the README's call, SGD",
+    ),
+    (
+        "speed.default",
+        "default MLP (hidden 1024, batch 512), SGD",
+        f"{PY} benchmarks/step.py --nets default --threads 1",
+        "handgrad, the README's call, SGD",
+    ),
+    ("speed.cnn", "CNN (batch 128), Adam", f"{PY} benchmarks/cnn_step.py --threads 1", "handgrad CNN + handgrad Adam"),
+    (
+        "speed.gpt",
+        "GPT iteration (nanoGPT's CPU configuration), AdamW",
+        f"{PY} benchmarks/gpt_step.py --threads 1",
+        "handgrad GPT + handgrad AdamW",
+    ),
+    (
+        "speed.lstm",
+        "character LSTM step against nn.LSTM, AdamW",
+        f"{PY} benchmarks/lstm_step.py --threads 1",
+        "handgrad step",
+    ),
+]
 
 
 def speed() -> list[tuple]:
@@ -169,8 +218,15 @@ def learn() -> list[tuple]:
         for _ in range(3):
             _, seconds, where = run(f"{command} {answer}")
             times.append(seconds)
-    return [("learn.check", "`learn check linear` of a right answer, wall time (median of 3)",
-             f"{statistics.median(times):.1f} s", command, where)]
+    return [
+        (
+            "learn.check",
+            "`learn check linear` of a right answer, wall time (median of 3)",
+            f"{statistics.median(times):.1f} s",
+            command,
+            where,
+        )
+    ]
 
 
 # what a skipped test needs, by the words of its reason (pytest -ra's "SKIPPED [n] file:line: reason" lines)
@@ -183,12 +239,26 @@ def tests() -> list[tuple]:
         out, seconds, where = run(command)
         summary = find(r"^=*\s*(\d+) passed(.*) in [\d.]+s", out, command)
         skips = re.findall(r"^SKIPPED \[(\d+)\] [^:]+(?::\d+)?: (.*)$", out, re.M)
-        rows.append((f"{key}.count", f"tests `{command}` runs (passed and skipped)",
-                     str(int(summary.group(1)) + sum(int(n) for n, _ in skips)), command, where))
+        rows.append(
+            (
+                f"{key}.count",
+                f"tests `{command}` runs (passed and skipped)",
+                str(int(summary.group(1)) + sum(int(n) for n, _ in skips)),
+                command,
+                where,
+            )
+        )
         rows.append((f"{key}.time", f"wall time of `{command}`", minutes(seconds), command, where))
         for need, word in NEEDS.items():
-            rows.append((f"{key}.skip.{need}", f"tests of `{command}` skipped for want of {word}",
-                         str(sum(int(n) for n, why in skips if word.lower() in why.lower())), command, where))
+            rows.append(
+                (
+                    f"{key}.skip.{need}",
+                    f"tests of `{command}` skipped for want of {word}",
+                    str(sum(int(n) for n, why in skips if word.lower() in why.lower())),
+                    command,
+                    where,
+                )
+            )
     return rows
 
 
@@ -199,21 +269,36 @@ def minutes(seconds: float) -> str:
 def install() -> list[tuple]:
     """The virtual environment's size, and how much of it is CUDA's libraries (a CPU-only torch leaves them out)."""
     import torch
+
     command = "du -sm .venv; du -sm .venv/lib/python3*/site-packages/nvidia"
     venv = ROOT / ".venv"
     nvidia = next(venv.glob("lib/python3*/site-packages/nvidia"), None)
     out, _, where = run(f"du -sm {venv}")
     cuda = int(run(f"du -sm {nvidia}")[0].split()[0]) if nvidia else 0  # apart: du counts a folder's files once
-    return [("install.venv", f"the environment the set-up makes (torch {torch.__version__})",
-             f"{int(out.split()[0]) / 1024:.1f} GB", command, where),
-            ("install.cuda", "of which CUDA's libraries", f"{cuda / 1024:.1f} GB", command, where)]
+    return [
+        (
+            "install.venv",
+            f"the environment the set-up makes (torch {torch.__version__})",
+            f"{int(out.split()[0]) / 1024:.1f} GB",
+            command,
+            where,
+        ),
+        ("install.cuda", "of which CUDA's libraries", f"{cuda / 1024:.1f} GB", command, where),
+    ]
 
 
-GROUPS = {"agreement": agreement, "training": training, "speed": speed, "learn": learn, "tests": tests,
-          "install": install}
+GROUPS = {
+    "agreement": agreement,
+    "training": training,
+    "speed": speed,
+    "learn": learn,
+    "tests": tests,
+    "install": install,
+}
 
 
 # -- the table and the README's sections --------------------------------------------------------------------------
+
 
 def load(path: Path = TABLE) -> dict[str, dict[str, str]]:
     """key -> {figure, value, command, machine, date} of the table in ``path``."""
@@ -222,14 +307,21 @@ def load(path: Path = TABLE) -> dict[str, dict[str, str]]:
         cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
         if len(cells) == 6 and cells[0] not in ("key", "---") and not cells[0].startswith("---"):
             key = cells[0].strip("`")
-            rows[key] = dict(zip(("figure", "value", "command", "machine", "date"),
-                                 [cells[1], cells[2], cells[3].strip("`"), cells[4], cells[5]], strict=True))
+            rows[key] = dict(
+                zip(
+                    ("figure", "value", "command", "machine", "date"),
+                    [cells[1], cells[2], cells[3].strip("`"), cells[4], cells[5]],
+                    strict=True,
+                )
+            )
     return rows
 
 
 def save(rows: dict[str, dict[str, str]], path: Path = TABLE) -> None:
-    lines = [f"| `{k}` | {r['figure']} | {r['value']} | `{r['command']}` | {r['machine']} | {r['date']} |"
-             for k, r in rows.items()]
+    lines = [
+        f"| `{k}` | {r['figure']} | {r['value']} | `{r['command']}` | {r['machine']} | {r['date']} |"
+        for k, r in rows.items()
+    ]
     path.write_text(HEAD + "\n".join(lines) + "\n")
 
 
@@ -245,38 +337,54 @@ def sections(rows: dict[str, dict[str, str]]) -> dict[str, str]:
         seen = sorted({(rows[k]["machine"].split(";")[0], rows[k]["date"]) for k in keys})
         return "; ".join(f"{m}, {d}" for m, d in seen)
 
-    timings = "\n".join([
-        "| what | time | measured on |",
-        "|---|---|---|",
-        f"| `learn check linear` (a right answer) | {v['learn.check']} wall | {on('learn.check')} |",
-        f"| the main job, 10 epochs | {v['main.epoch']} per epoch | {on('main.epoch')} |",
-        f"| the tests: `pytest -q` ({int(v['tests.fast.count']):,} tests), then `-m slow` "
-        f"({int(v['tests.slow.count']):,}) | {v['tests.fast.time']}, then {v['tests.slow.time']} | "
-        f"{on('tests.fast.time', 'tests.slow.time')} |"])
-    headline = "\n".join([
-        f"- **Agreement.** `python gradcheck.py` (every built-in layer, loss and model, float64; "
-        f"{v['gradcheck.checks']} checks in {v['gradcheck.seconds']}): worst relative error {v['gradcheck.autograd']} "
-        f"against autograd and {v['gradcheck.numeric']} against central differences (bound 1e-7). The GPT against "
-        f"nanoGPT's own `model.py`: logits {v['nanogpt.logits']}, gradients {v['nanogpt.grads']}. "
-        f"In float64 one epoch of the main job leaves hand-written and twin within {v['main.f64']}; in float32 "
-        f"the first step's gradients agree to {v['main.first']} and rounding, amplified by Adam, leaves the weights "
-        f"{v['main.drift']} apart after 10 epochs ([checking](docs/checking.md), [training](docs/training.md)).",
-        f"- **Learning.** The main job (Fashion-MNIST, 10 epochs, default MLP): {v['main.hand']} test accuracy "
-        f"hand-written, {v['main.twin']} twin.",
-        "- **Speed** (one training step on one thread, handgrad's over the nn.Module twin's, > 1 is faster): "
-        + ", ".join(f"{rows[k]['figure'].split(' (')[0].split(',')[0]} {v[k]}" for k, *_ in SPEED) + ".",
-        f"",
-        f"Measured on {on(*[k for k in rows if not k.startswith(('tests.', 'learn.'))])}; each figure's command, "
-        f"machine and date: [docs/figures.md](docs/figures.md)."])
-    skips = [(int(v[f"tests.fast.skip.{n}"]) + int(v[f"tests.slow.skip.{n}"]), what) for n, what in (
-        ("cuda", "a CUDA device"), ("graphviz", "Graphviz's `dot` (`apt-get install graphviz`, for the engine's "
-                                                  "drawn graph)"),
-        ("chromium", "Chromium"), ("bubblewrap", "bubblewrap"))]
+    timings = "\n".join(
+        [
+            "| what | time | measured on |",
+            "|---|---|---|",
+            f"| `learn check linear` (a right answer) | {v['learn.check']} wall | {on('learn.check')} |",
+            f"| the main job, 10 epochs | {v['main.epoch']} per epoch | {on('main.epoch')} |",
+            f"| the tests: `pytest -q` ({int(v['tests.fast.count']):,} tests), then `-m slow` "
+            f"({int(v['tests.slow.count']):,}) | {v['tests.fast.time']}, then {v['tests.slow.time']} | "
+            f"{on('tests.fast.time', 'tests.slow.time')} |",
+        ]
+    )
+    headline = "\n".join(
+        [
+            f"- **Agreement.** `python gradcheck.py` (every built-in layer, loss and model, float64; "
+            f"{v['gradcheck.checks']} checks in {v['gradcheck.seconds']}): worst relative error {v['gradcheck.autograd']} "
+            f"against autograd and {v['gradcheck.numeric']} against central differences (bound 1e-7). The GPT against "
+            f"nanoGPT's own `model.py`: logits {v['nanogpt.logits']}, gradients {v['nanogpt.grads']}. "
+            f"In float64 one epoch of the main job leaves hand-written and twin within {v['main.f64']}; in float32 "
+            f"the first step's gradients agree to {v['main.first']} and rounding, amplified by Adam, leaves the weights "
+            f"{v['main.drift']} apart after 10 epochs ([checking](docs/checking.md), [training](docs/training.md)).",
+            f"- **Learning.** The main job (Fashion-MNIST, 10 epochs, default MLP): {v['main.hand']} test accuracy "
+            f"hand-written, {v['main.twin']} twin.",
+            "- **Speed** (one training step on one thread, handgrad's over the nn.Module twin's, > 1 is faster): "
+            + ", ".join(f"{rows[k]['figure'].split(' (')[0].split(',')[0]} {v[k]}" for k, *_ in SPEED)
+            + ".",
+            f"",
+            f"Measured on {on(*[k for k in rows if not k.startswith(('tests.', 'learn.'))])}; each figure's command, "
+            f"machine and date: [docs/figures.md](docs/figures.md).",
+        ]
+    )
+    skips = [
+        (int(v[f"tests.fast.skip.{n}"]) + int(v[f"tests.slow.skip.{n}"]), what)
+        for n, what in (
+            ("cuda", "a CUDA device"),
+            ("graphviz", "Graphviz's `dot` (`apt-get install graphviz`, for the engine's drawn graph)"),
+            ("chromium", "Chromium"),
+            ("bubblewrap", "bubblewrap"),
+        )
+    ]
     skipped = "; ".join(f"{n} need{'s' if n == 1 else ''} {what}" for n, what in skips if n)
-    install = (f"The environment is {v['install.venv']}, {v['install.cuda']} of it CUDA's libraries, which torch's "
-               f"default build brings even where there is no NVIDIA GPU ({on('install.venv')}).")
-    tests = (f"`pytest -q` runs {int(v['tests.fast.count']):,} tests and `-m slow` {int(v['tests.slow.count']):,}; "
-             f"a test whose needs are missing is skipped, saying why ({skipped or 'none were, where measured'}).")
+    install = (
+        f"The environment is {v['install.venv']}, {v['install.cuda']} of it CUDA's libraries, which torch's "
+        f"default build brings even where there is no NVIDIA GPU ({on('install.venv')})."
+    )
+    tests = (
+        f"`pytest -q` runs {int(v['tests.fast.count']):,} tests and `-m slow` {int(v['tests.slow.count']):,}; "
+        f"a test whose needs are missing is skipped, saying why ({skipped or 'none were, where measured'})."
+    )
     return {"timings": timings, "headline": headline, "install": install, "tests": tests}
 
 

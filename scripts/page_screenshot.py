@@ -6,6 +6,7 @@ in headless Chromium, Next pressed nine times, in the viewport a 1280 x 800 wind
 The browser test (tests/test_learn_page.py) takes the same picture and compares it with the committed one, so the
 two cannot drift.  Needs Debian's ``chromium`` and ``chromium-driver`` and selenium (the ``dev`` extra).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,9 +19,19 @@ ROOT = Path(__file__).resolve().parents[1]
 FIGURE = ROOT / "examples" / "figures" / "learn_page_backward.png"
 VIEWPORT = (1280, 657)  # a 1280 x 800 window less Chromium's tab strip, address bar and window frame
 NEXT_PRESSES = 9  # the fourth backward step: dL/dW2 arrives along its edge
-FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
-         "--force-device-scale-factor=1", "--window-size=1440,1300"]
+FLAGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--hide-scrollbars",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--force-device-scale-factor=1",
+    "--window-size=1440,1300",
+]
 
 
 def set_viewport(browser, width: int, height: int) -> None:
@@ -37,6 +48,7 @@ def shoot(browser, out: Path) -> Path:
     """Write the page, open it in ``browser`` (a selenium driver) at VIEWPORT, press Next NEXT_PRESSES times and
     save what is shown to ``out`` -> ``out``."""
     from learn.page import write_page
+
     with tempfile.TemporaryDirectory(prefix="handgrad-page-") as folder:
         page = write_page(Path(folder) / "backprop.html", seed=0)
         set_viewport(browser, *VIEWPORT)
@@ -55,6 +67,7 @@ def chromium(profile: str):
     """Debian's headless Chromium driven by selenium through Debian's chromedriver, its profile in ``profile``."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
+
     binary, driver = shutil.which("chromium"), shutil.which("chromedriver")
     if not binary or not driver:
         sys.exit("needs Debian's chromium and chromium-driver: apt-get install chromium chromium-driver")

@@ -13,6 +13,7 @@ spilled bytes (cuobjdump --dump-resource-usage) and the shared memory it needs a
 Exits 1 if a kernel does not compile, needs more shared memory than the architecture gives a block, or spills
 registers (unless --allow-spills).  Nothing here measures speed: that needs the GPU (benchmarks/kernels_triton.py).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,8 +37,10 @@ def record_launches(kernels, dtypes, widths):
     from triton.runtime.jit import JITFunction
 
     import kernels.triton._common as common
+
     common.interpreted = lambda kernel: True  # accept CPU tensors: nothing is launched
     from kernels.triton import adamw, attention, cross_entropy, gelu, layernorm
+
     attention.upcast_dots = lambda kernel, dtype: False
 
     calls = []
@@ -94,8 +97,9 @@ def compile_launch(fn, args, kwargs, arch: int):
         signature[name] = kind
         if key:
             attrs[(i,)] = BaseBackend.parse_attr(key)
-    return triton.compile(ASTSource(fn, signature, constants, attrs), target=GPUTarget("cuda", arch, 32),
-                          options=options)
+    return triton.compile(
+        ASTSource(fn, signature, constants, attrs), target=GPUTarget("cuda", arch, 32), options=options
+    )
 
 
 def resources(cubin: bytes, cuobjdump: str) -> tuple[int, int]:
@@ -103,8 +107,9 @@ def resources(cubin: bytes, cuobjdump: str) -> tuple[int, int]:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        out = subprocess.run([cuobjdump, "--dump-resource-usage", f.name], capture_output=True, text=True,
-                             check=True).stdout
+        out = subprocess.run(
+            [cuobjdump, "--dump-resource-usage", f.name], capture_output=True, text=True, check=True
+        ).stdout
     m = re.search(r"REG:(\d+) STACK:(\d+)", out)
     if not m:
         raise RuntimeError(f"cuobjdump printed no resource usage:\n{out}")
@@ -112,23 +117,47 @@ def resources(cubin: bytes, cuobjdump: str) -> tuple[int, int]:
 
 
 def describe(kwargs) -> str:
-    keep = ("CAUSAL", "BACKWARD", "FORWARD", "TANH", "HAS_W", "BLOCK_M", "BLOCK_N", "BLOCK_E", "BLOCK_K", "BLOCK_C",
-            "BLOCK", "num_warps")
+    keep = (
+        "CAUSAL",
+        "BACKWARD",
+        "FORWARD",
+        "TANH",
+        "HAS_W",
+        "BLOCK_M",
+        "BLOCK_N",
+        "BLOCK_E",
+        "BLOCK_K",
+        "BLOCK_C",
+        "BLOCK",
+        "num_warps",
+    )
     return " ".join(f"{k}={v}" for k, v in kwargs.items() if k in keep)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="bfloat16 and float32, head width 64, sm_90 only")
-    ap.add_argument("--arch", type=int, nargs="+", choices=sorted(SHARED_LIMIT), default=None,
-                    help="compute capabilities to compile for (default: 80 90; --quick: 90)")
-    ap.add_argument("--kernels", default="attention,layernorm,gelu,cross_entropy,adamw",
-                    help="a comma-separated subset of attention,layernorm,gelu,cross_entropy,adamw")
+    ap.add_argument(
+        "--arch",
+        type=int,
+        nargs="+",
+        choices=sorted(SHARED_LIMIT),
+        default=None,
+        help="compute capabilities to compile for (default: 80 90; --quick: 90)",
+    )
+    ap.add_argument(
+        "--kernels",
+        default="attention,layernorm,gelu,cross_entropy,adamw",
+        help="a comma-separated subset of attention,layernorm,gelu,cross_entropy,adamw",
+    )
     ap.add_argument("--allow-spills", action="store_true", help="report register spills without failing")
     a = ap.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
-        ap.exit(2, "triton_compile.py: error: TRITON_INTERPRET is set: the kernels would be defined for the "
-                   "interpreter, not the compiler; unset it\n")
+        ap.exit(
+            2,
+            "triton_compile.py: error: TRITON_INTERPRET is set: the kernels would be defined for the "
+            "interpreter, not the compiler; unset it\n",
+        )
     try:
         import torch
         import triton
@@ -139,14 +168,17 @@ def main(argv=None) -> int:
         ap.exit(2, f"triton_compile.py: error: this Triton has no NVIDIA backend tools ({cuobjdump} is missing)\n")
     sys.path.insert(0, str(ROOT))
     arches = a.arch or ([90] if a.quick else [80, 90])
-    dtypes = [torch.bfloat16, torch.float32] if a.quick else [torch.float16, torch.bfloat16, torch.float32,
-                                                               torch.float64]
+    dtypes = (
+        [torch.bfloat16, torch.float32] if a.quick else [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+    )
     widths = [64] if a.quick else [64, 128]
     kernels = a.kernels.split(",")
     calls = record_launches(kernels, dtypes, widths)
     seen, failed = set(), []
-    print(f"Triton {triton.__version__}: {len(calls)} launches recorded, compiled for "
-          + ", ".join(f"sm_{x}" for x in arches))
+    print(
+        f"Triton {triton.__version__}: {len(calls)} launches recorded, compiled for "
+        + ", ".join(f"sm_{x}" for x in arches)
+    )
     for fn, args, kwargs in calls:
         dtypes_of = tuple(str(x.dtype).replace("torch.", "") for x in args if isinstance(x, torch.Tensor))
         key = (fn.__name__, dtypes_of, describe(kwargs), tuple(sorted(str(v) for k, v in kwargs.items())))
@@ -169,8 +201,11 @@ def main(argv=None) -> int:
             if spilled and not a.allow_spills:
                 problems.append(f"spills {spilled} B of registers")
             failed += [f"{what}: {p}" for p in problems]
-            print(f"{what}: {regs} registers, {spilled} B spilled, {shared} B shared"
-                  + (f"  <- {'; '.join(problems)}" if problems else ""), flush=True)
+            print(
+                f"{what}: {regs} registers, {spilled} B spilled, {shared} B shared"
+                + (f"  <- {'; '.join(problems)}" if problems else ""),
+                flush=True,
+            )
     for line in failed:
         print(f"FAILED: {line}", file=sys.stderr)
     return 1 if failed else 0

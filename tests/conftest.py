@@ -4,6 +4,7 @@ Plain functions (``assert_all_pass``, ``rel``, ``twin_pair``, ``write_split``, `
 ``seeded_pair``, ``assert_same``, ``assert_grads_same``) are imported with
 ``from tests.conftest import ...``; fixtures (``tiny``, ``bwrap``) are found by pytest.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -35,11 +36,22 @@ if not torch.cuda.is_available():
 # The slow files: real multi-process runs (torchrun, gloo), the compiled step, every benchmark script run once, an
 # autograder installed into a fresh environment.  `pytest -q` leaves them out (pyproject's addopts), so the suite
 # answers in minutes; `pytest -q -m slow` runs them, and CI runs both.
-SLOW_FILES = {"test_benchmarks.py", "test_compile.py", "test_kernels_compiled.py", "test_distributed_train.py",
-              "test_distributed_faults.py",
-              "test_parallel_composition.py", "test_zero.py", "test_tensor_parallel.py",
-              "test_learn_teach_autograder.py", "test_train_model_parallel.py", "test_train_tensor_pipeline.py",
-              "test_tp_backward_split.py", "test_home_isolation.py", "test_learn_teach_attacks.py"}
+SLOW_FILES = {
+    "test_benchmarks.py",
+    "test_compile.py",
+    "test_kernels_compiled.py",
+    "test_distributed_train.py",
+    "test_distributed_faults.py",
+    "test_parallel_composition.py",
+    "test_zero.py",
+    "test_tensor_parallel.py",
+    "test_learn_teach_autograder.py",
+    "test_train_model_parallel.py",
+    "test_train_tensor_pipeline.py",
+    "test_tp_backward_split.py",
+    "test_home_isolation.py",
+    "test_learn_teach_attacks.py",
+}
 
 
 # -- the user's own files stay out of reach ---------------------------------------------------------------------------
@@ -49,9 +61,22 @@ SLOW_FILES = {"test_benchmarks.py", "test_compile.py", "test_kernels_compiled.py
 # and `pytest -q -m slow` build each kernel once.  Set when pytest is configured: before any test module is imported
 # (matplotlib reads its folder at import), and inherited by every process a test starts.
 
-_HOME_VARIABLES = ("HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "MPLCONFIGDIR",
-                   "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "IPYTHONDIR",
-                   "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "HANDGRAD_LEARN_DIR")
+_HOME_VARIABLES = (
+    "HOME",
+    "XDG_CONFIG_HOME",
+    "XDG_CACHE_HOME",
+    "XDG_DATA_HOME",
+    "XDG_STATE_HOME",
+    "MPLCONFIGDIR",
+    "TORCHINDUCTOR_CACHE_DIR",
+    "TRITON_CACHE_DIR",
+    "TORCH_EXTENSIONS_DIR",
+    "IPYTHONDIR",
+    "JUPYTER_CONFIG_DIR",
+    "JUPYTER_DATA_DIR",
+    "JUPYTER_RUNTIME_DIR",
+    "HANDGRAD_LEARN_DIR",
+)
 _isolated: dict[str, object] = {}
 
 
@@ -73,24 +98,45 @@ def _the_users_folders() -> list[Path]:
     """The folders of the user's home that the suite's tools would write into if it ran in that home."""
     home = Path(os.path.expanduser("~"))
     learn = Path(os.environ["HANDGRAD_LEARN_DIR"]).expanduser() if os.environ.get("HANDGRAD_LEARN_DIR") else None
-    return [p for p in (learn, home / "handgrad-learn", home / ".cache" / "torch_extensions", home / ".triton",
-                        home / ".config" / "matplotlib", home / ".cache" / "matplotlib") if p is not None]
+    return [
+        p
+        for p in (
+            learn,
+            home / "handgrad-learn",
+            home / ".cache" / "torch_extensions",
+            home / ".triton",
+            home / ".config" / "matplotlib",
+            home / ".cache" / "matplotlib",
+        )
+        if p is not None
+    ]
 
 
 def pytest_configure(config):
     session = Path(tempfile.mkdtemp(prefix="handgrad-tests-"))
     caches = Path(tempfile.gettempdir()) / f"handgrad-tests-cache-{os.getuid()}"
     folders = _the_users_folders()
-    _isolated.update(session=session, saved={k: os.environ.get(k) for k in _HOME_VARIABLES},
-                     before={p: _fingerprint(p) for p in folders})
+    _isolated.update(
+        session=session,
+        saved={k: os.environ.get(k) for k in _HOME_VARIABLES},
+        before={p: _fingerprint(p) for p in folders},
+    )
     home = session / "home"
-    values = {"HOME": home, "XDG_CONFIG_HOME": home / ".config", "XDG_CACHE_HOME": home / ".cache",
-              "XDG_DATA_HOME": home / ".local" / "share", "XDG_STATE_HOME": home / ".local" / "state",
-              "MPLCONFIGDIR": home / ".config" / "matplotlib", "IPYTHONDIR": home / ".ipython",
-              "JUPYTER_CONFIG_DIR": home / ".jupyter", "JUPYTER_DATA_DIR": home / ".local" / "share" / "jupyter",
-              "JUPYTER_RUNTIME_DIR": home / ".local" / "share" / "jupyter" / "runtime",
-              "TORCHINDUCTOR_CACHE_DIR": caches / "inductor", "TRITON_CACHE_DIR": caches / "triton",
-              "TORCH_EXTENSIONS_DIR": caches / "torch_extensions"}
+    values = {
+        "HOME": home,
+        "XDG_CONFIG_HOME": home / ".config",
+        "XDG_CACHE_HOME": home / ".cache",
+        "XDG_DATA_HOME": home / ".local" / "share",
+        "XDG_STATE_HOME": home / ".local" / "state",
+        "MPLCONFIGDIR": home / ".config" / "matplotlib",
+        "IPYTHONDIR": home / ".ipython",
+        "JUPYTER_CONFIG_DIR": home / ".jupyter",
+        "JUPYTER_DATA_DIR": home / ".local" / "share" / "jupyter",
+        "JUPYTER_RUNTIME_DIR": home / ".local" / "share" / "jupyter" / "runtime",
+        "TORCHINDUCTOR_CACHE_DIR": caches / "inductor",
+        "TRITON_CACHE_DIR": caches / "triton",
+        "TORCH_EXTENSIONS_DIR": caches / "torch_extensions",
+    }
     for key, folder in values.items():
         folder.mkdir(parents=True, exist_ok=True)
         os.environ[key] = str(folder)
@@ -127,9 +173,14 @@ def pytest_collection_modifyitems(config, items):
 
 
 # The real MNIST test split sits in shared/ beside the checkout (CI's clone has it there too).
-SHARED_MNIST = next((p for p in (Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist",
-                                 Path("/work/shared/data/mnist")) if p.is_dir()),
-                    Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist")
+SHARED_MNIST = next(
+    (
+        p
+        for p in (Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist", Path("/work/shared/data/mnist"))
+        if p.is_dir()
+    ),
+    Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist",
+)
 
 
 def assert_all_pass(results, rtol: float = RTOL) -> None:
@@ -144,6 +195,7 @@ def train_step(model, opt):
     """The README's training step as a function of the batch (zero_grad, forward, cross-entropy, backward, step),
     returning the loss: what the compiled-step tests compile."""
     from losses import CrossEntropyLoss
+
     crit = CrossEntropyLoss()
 
     def step(x, y):
@@ -152,6 +204,7 @@ def train_step(model, opt):
         model.backward(crit.backward())
         opt.step()
         return loss
+
     return step
 
 
@@ -163,6 +216,7 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 def twin_pair(dtype: torch.dtype, seed: int = 0, **arch):
     """A hand-written Net and its nn.Module twin holding the same weights."""
     from models import Net, PytorchNet
+
     torch.manual_seed(seed)
     net = Net(**arch, dtype=dtype)
     twin = PytorchNet(**arch, dtype=dtype)
@@ -182,7 +236,7 @@ def write_split(raw: Path, prefix: str, n: int, seed: int, compress: bool) -> No
     labels = torch.randint(0, 10, (n,), generator=g, dtype=torch.uint8)
     images = torch.randint(0, 60, (n, 28, 28), generator=g, dtype=torch.uint8)
     for i, c in enumerate(labels.tolist()):
-        images[i, 2 * c: 2 * c + 6, 4:10] = 250
+        images[i, 2 * c : 2 * c + 6, 4:10] = 250
     raw.mkdir(parents=True, exist_ok=True)
     for name, t in ((f"{prefix}-images-idx3-ubyte", images), (f"{prefix}-labels-idx1-ubyte", labels)):
         data = idx_bytes(t)
@@ -219,6 +273,7 @@ def bwrap() -> None:
     """bubblewrap can run here (a grader's check runs inside it): else the test is skipped, saying how to install
     it, except in CI (CI=true), which installs it through the README's set-up and fails instead."""
     from learn.checker import boundary
+
     if boundary.bwrap_flags() is None:
         if os.environ.get("CI") == "true":
             pytest.fail("bubblewrap cannot run here, and CI installs it (sh scripts/debian-packages.sh bubblewrap)")
@@ -230,6 +285,7 @@ def kernels_on():
     """The kernels on for a test of a kernel's own property (what it skips or writes in place), whatever
     HANDGRAD_KERNELS says: CI runs the gradient tests a second time with it off."""
     import kernels
+
     before = kernels.enabled()
     kernels.enable(True)
     yield
@@ -271,6 +327,7 @@ def named_grads(layer) -> dict[str, torch.Tensor]:
 
 
 # -- the backward split: B then W against the fused backward, bit for bit ------------------------------------------
+
 
 def seeded_pair(make, seed: int = 0):
     """Two identical layers, built under one seed: one for the fused backward, one for B then W."""

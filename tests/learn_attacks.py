@@ -3,6 +3,7 @@ and nbgrader (tests/test_learn_sandbox.py checks them one by one, tests/test_lea
 of them beside honest students).  Each is text: the worked solution, made wrong where the attack would have to
 forge its grade, with the attack's code added; ``MARK`` is in every command they try to start, so a test can look
 for a process left behind."""
+
 from __future__ import annotations
 
 import json
@@ -56,7 +57,7 @@ def leftover(victims: list[Path], text: str = WRONG, delay: float = 2.0) -> str:
 
 def writes_outside(victim_dir: Path, text: str = WRONG) -> str:
     """Changes files outside the check through C code the audit hook never sees: sqlite, mkfifo, mknod, setxattr."""
-    code = f'''
+    code = f"""
 import os, stat
 for _try in (lambda: __import__("sqlite3").connect({str(victim_dir / "pwned.db")!r}).execute("create table t (x)"),
              lambda: os.mkfifo({str(victim_dir / "fifo")!r}),
@@ -66,21 +67,24 @@ for _try in (lambda: __import__("sqlite3").connect({str(victim_dir / "pwned.db")
         _try()
     except Exception:
         pass
-'''
+"""
     return _after_import(text, code)
 
 
-LIFT_LIMITS = _in_forward(RIGHT, '''
+LIFT_LIMITS = _in_forward(
+    RIGHT,
+    """
 import resource
 try:  # the address-space limit lifted back, then anything may be allocated
     resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
 except (ValueError, OSError):
     pass
-''')
+""",
+)
 
 IMPORT_SOLUTION = "from learn.exercises.linear import Linear  # the worked solution\n"
 SUBCLASS_LIBRARY = "from layers import Linear as _Linear\n\n\nclass Linear(_Linear):\n    pass\n"
-READ_SOLUTION = f'''
+READ_SOLUTION = f"""
 import learn, os
 for _path in ({str(SOLUTION)!r}, os.path.join(os.path.dirname(learn.__file__), "exercises", "linear.py")):
     try:
@@ -88,7 +92,7 @@ for _path in ({str(SOLUTION)!r}, os.path.join(os.path.dirname(learn.__file__), "
         break
     except OSError:
         pass
-'''
+"""
 
 
 def copy_classmate(path: Path) -> str:
@@ -96,20 +100,21 @@ def copy_classmate(path: Path) -> str:
 
 
 AUTOGRAD_BACK_DOOR = RIGHT.replace(
-    '''        dx = dout @ self.weight  # (N, D): dx[n, d] = sum_h dout[n, h] weight[h, d]
+    """        dx = dout @ self.weight  # (N, D): dx[n, d] = sum_h dout[n, h] weight[h, d]
         dweight = dout.T @ self.x  # (H, D): dweight[h, d] = sum_n dout[n, h] x[n, d], a sum over the batch
-        dbias = dout.sum(0)  # (H,): the bias is added to every row, so its gradient sums over the batch''',
-    '''        with torch.enable_grad():  # autograd's engine, reached by its private entry point
+        dbias = dout.sum(0)  # (H,): the bias is added to every row, so its gradient sums over the batch""",
+    """        with torch.enable_grad():  # autograd's engine, reached by its private entry point
             x, w, b = (t.clone().requires_grad_() for t in (self.x, self.weight, self.bias))
             out = x @ w.T + b
             dx, dweight, dbias = torch.autograd.graph._engine_run_backward(
-                (out,), (dout,), False, False, (x, w, b), False, False)''')
+                (out,), (dout,), False, False, (x, w, b), False, False)""",
+)
 
 AUTOGRAD_UNDER_THE_HOOD = RIGHT.replace(
-    '''        dx = dout @ self.weight  # (N, D): dx[n, d] = sum_h dout[n, h] weight[h, d]
+    """        dx = dout @ self.weight  # (N, D): dx[n, d] = sum_h dout[n, h] weight[h, d]
         dweight = dout.T @ self.x  # (H, D): dweight[h, d] = sum_n dout[n, h] x[n, d], a sum over the batch
-        dbias = dout.sum(0)  # (H,): the bias is added to every row, so its gradient sums over the batch''',
-    '''        setter = torch._C._set_grad_enabled  # the checker's replacement keeps the original in its closure
+        dbias = dout.sum(0)  # (H,): the bias is added to every row, so its gradient sums over the batch""",
+    """        setter = torch._C._set_grad_enabled  # the checker's replacement keeps the original in its closure
         for cell in getattr(setter, "__closure__", None) or ():
             if callable(cell.cell_contents):
                 setter = cell.cell_contents
@@ -120,10 +125,11 @@ AUTOGRAD_UNDER_THE_HOOD = RIGHT.replace(
             dx, dweight, dbias = torch.autograd.Variable._execution_engine.run_backward(
                 (out,), (dout,), False, False, (x, w, b), False, False)
         finally:
-            setter(False)''')
+            setter(False)""",
+)
 assert AUTOGRAD_BACK_DOOR != RIGHT and AUTOGRAD_UNDER_THE_HOOD != RIGHT
 
-_PIPES = '''
+_PIPES = """
 def _write_pipes(data):
     import os, stat
     for fd in range(3, 64):
@@ -132,15 +138,20 @@ def _write_pipes(data):
                 os.write(fd, data)
         except OSError:
             pass
-'''
-MALFORMED = _in_forward(_after_import(RIGHT, _PIPES),
-                        '_write_pipes(b"\\x00\\x00\\x00\\x08garbage!")\nimport os\nos._exit(0)')
-HALF_SENT = _in_forward(_after_import(RIGHT, _PIPES),
-                        '_write_pipes(b"\\x00\\x00\\x00\\x40abc")\nimport time\ntime.sleep(600)')
-KILL_GRADER = _in_forward(RIGHT, '''
+"""
+MALFORMED = _in_forward(
+    _after_import(RIGHT, _PIPES), '_write_pipes(b"\\x00\\x00\\x00\\x08garbage!")\nimport os\nos._exit(0)'
+)
+HALF_SENT = _in_forward(
+    _after_import(RIGHT, _PIPES), '_write_pipes(b"\\x00\\x00\\x00\\x40abc")\nimport time\ntime.sleep(600)'
+)
+KILL_GRADER = _in_forward(
+    RIGHT,
+    """
 import os, signal
 signal.pidfd_send_signal(os.pidfd_open(os.getppid()), signal.SIGKILL)
-''')
+""",
+)
 _FORGE = '''
 def _forge(text, key):
     """A "failed" answer of the checker's own form, sent on the check's pipe found in memory."""
@@ -155,9 +166,10 @@ def _forge(text, key):
         except Exception:
             pass
 '''
-OWN_MISTAKE = _in_forward(_after_import(WRONG, _FORGE),
-                          '_forge("  -> the mistake is the checker\'s", "$\\\\undefinedmacro{x}$ (my own mistake)")\n'
-                          'import os\nos._exit(0)')
+OWN_MISTAKE = _in_forward(
+    _after_import(WRONG, _FORGE),
+    '_forge("  -> the mistake is the checker\'s", "$\\\\undefinedmacro{x}$ (my own mistake)")\nimport os\nos._exit(0)',
+)
 
 
 def notebook(cells: list, metadata: dict | None = None) -> str:
@@ -169,8 +181,9 @@ def code_cell(source, **metadata) -> dict:
 
 
 CHECK_CELL = "from learn.cell import check\n\ncheck('linear', Linear)  # PASS, or an AssertionError naming the mistake"
-NOTEBOOK_MENTIONS_CHECK = notebook([code_cell("# when done, run check_class('linear', Linear) below\n" + RIGHT),
-                                    code_cell(CHECK_CELL)])
+NOTEBOOK_MENTIONS_CHECK = notebook(
+    [code_cell("# when done, run check_class('linear', Linear) below\n" + RIGHT), code_cell(CHECK_CELL)]
+)
 NOTEBOOK_HOLDS_CHECK = notebook([code_cell(RIGHT + "\nfrom learn.cell import check\ncheck('linear', Linear)\n")])
 DEEP_NOTEBOOK = '{"cells": ' + "[" * 200_000 + "]" * 200_000 + "}"
 NOT_TEXT_NOTEBOOK = notebook([code_cell(["import torch\n", 5])])

@@ -4,6 +4,7 @@
 a process group and returns ``{rank: what fn returned}`` (``join=False``: ``fn(rank, world, init_method, *args)``
 outside one, to join it itself); a rank's exception comes back as its traceback and
 fails the caller, and a run past ``timeout`` seconds is killed and fails it too."""
+
 from __future__ import annotations
 
 import datetime
@@ -22,8 +23,13 @@ def _entry(rank, world, tmp, fn, args, results, join):
         if not join:  # fn joins the group itself, at this rendezvous (as train.py's run does under torchrun)
             results[rank] = fn(rank, world, f"file://{tmp}/rendezvous", *args)
             return
-        dist.init_process_group("gloo", init_method=f"file://{tmp}/rendezvous", rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=60))
+        dist.init_process_group(
+            "gloo",
+            init_method=f"file://{tmp}/rendezvous",
+            rank=rank,
+            world_size=world,
+            timeout=datetime.timedelta(seconds=60),
+        )
         results[rank] = fn(rank, world, *args)
     except Exception:
         results[rank] = "ERROR " + traceback.format_exc()
@@ -35,8 +41,9 @@ def _entry(rank, world, tmp, fn, args, results, join):
 def spawn_ranks(fn, world: int, *args, timeout: float = 120.0, join: bool = True) -> dict:
     with tempfile.TemporaryDirectory() as tmp, mp.Manager() as manager:
         results = manager.dict()
-        ctx = mp.start_processes(_entry, args=(world, tmp, fn, args, results, join), nprocs=world, start_method="spawn",
-                                 join=False)
+        ctx = mp.start_processes(
+            _entry, args=(world, tmp, fn, args, results, join), nprocs=world, start_method="spawn", join=False
+        )
         deadline = time.monotonic() + timeout
         while not ctx.join(timeout=1.0):
             if time.monotonic() > deadline:

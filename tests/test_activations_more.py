@@ -1,5 +1,6 @@
 """GELU, LeakyReLU, SiLU, LogSoftmax and Dropout (with SeededDropout): gradient checks, torch.nn parity,
 in-place variants, conversion, a random nn.Sequential of the new layers, bad input."""
+
 import math
 import random
 
@@ -9,7 +10,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from gradcheck import nontrivial, check_layer
-from layers import GELU, BatchNorm1d, Dropout, LayerNorm, LeakyReLU, LogSoftmax, SeededDropout, Sequential, SiLU, from_torch
+from layers import (
+    GELU,
+    BatchNorm1d,
+    Dropout,
+    LayerNorm,
+    LeakyReLU,
+    LogSoftmax,
+    SeededDropout,
+    Sequential,
+    SiLU,
+    from_torch,
+)
 from models import seeded_dropouts
 from tests.conftest import assert_all_pass, rel
 
@@ -59,10 +71,16 @@ def test_activation_equals_torch(make, make_t, shape):
     assert type(back) is type(theirs) and repr(back) == repr(theirs)
 
 
-@pytest.mark.parametrize("ours,theirs", [(LeakyReLU(0.2, inplace=True), nn.LeakyReLU(0.2)),
-                                         (SiLU(inplace=True), nn.SiLU()), (Dropout(0.4, inplace=True), None),
-                                         (from_torch(nn.ReLU(inplace=True)), nn.ReLU())],
-                         ids=["leaky", "silu", "dropout", "relu-from-torch"])
+@pytest.mark.parametrize(
+    "ours,theirs",
+    [
+        (LeakyReLU(0.2, inplace=True), nn.LeakyReLU(0.2)),
+        (SiLU(inplace=True), nn.SiLU()),
+        (Dropout(0.4, inplace=True), None),
+        (from_torch(nn.ReLU(inplace=True)), nn.ReLU()),
+    ],
+    ids=["leaky", "silu", "dropout", "relu-from-torch"],
+)
 def test_inplace_variants_overwrite_x_and_keep_the_gradient(ours, theirs):
     torch.manual_seed(2)
     x, dout = torch.randn(5, 6, dtype=f64), torch.randn(5, 6, dtype=f64)
@@ -121,8 +139,13 @@ def test_gelu_backward_is_exact_at_zero_subnormal_and_far_inputs(dtype):
     layer = GELU()
     layer(x)
     dx = layer.backward(torch.ones_like(x)).double()
-    want = torch.tensor([0.5 * math.erfc(-v / math.sqrt(2)) + v * math.exp(-v * v / 2) / math.sqrt(2 * math.pi)
-                         for v in x.double().tolist()], dtype=f64)  # the values as rounded to dtype
+    want = torch.tensor(
+        [
+            0.5 * math.erfc(-v / math.sqrt(2)) + v * math.exp(-v * v / 2) / math.sqrt(2 * math.pi)
+            for v in x.double().tolist()
+        ],
+        dtype=f64,
+    )  # the values as rounded to dtype
     err = (dx - want).abs() / want.abs().clamp_min(1.0)
     assert err.max().item() < (1e-15 if dtype == f64 else 5e-7), (x, dx, want)  # a few units of rounding
     assert (dx[:8] == 0.5).all()  # Phi(0) = 1/2, and x phi(x) vanishes for every |x| this small
@@ -142,6 +165,7 @@ def test_a_forward_without_backward_does_not_leave_a_stale_cache():
 
 
 # -- Dropout ------------------------------------------------------------------------------------------
+
 
 def test_dropout_mask_statistics_scaling_and_backward_reuse():
     torch.manual_seed(4)
@@ -222,14 +246,22 @@ def test_seeded_dropout_twin_draws_the_same_masks_from_its_generator():
 
 # -- a random nn.Sequential of the new layers, converted, against autograd --------------------------
 
+
 def random_torch_model(rng: random.Random, d: int) -> nn.Sequential:
     mods, width = [], d
     for _ in range(rng.randint(2, 4)):
         out = rng.randint(3, 8)
         mods.append(nn.Linear(width, out))
         width = out
-        mods.append(rng.choice([nn.BatchNorm1d(width, momentum=rng.choice([0.1, None])), nn.LayerNorm(width),
-                                nn.LayerNorm(width, bias=False)]))
+        mods.append(
+            rng.choice(
+                [
+                    nn.BatchNorm1d(width, momentum=rng.choice([0.1, None])),
+                    nn.LayerNorm(width),
+                    nn.LayerNorm(width, bias=False),
+                ]
+            )
+        )
         mods.append(rng.choice([nn.GELU(), nn.GELU("tanh"), nn.LeakyReLU(0.1), nn.SiLU()]))
         if rng.random() < 0.6:
             mods.append(nn.Dropout(rng.choice([0.2, 0.5])))
@@ -290,8 +322,12 @@ def test_random_sequential_from_torch_equals_autograd_with_shared_dropout_masks(
 def test_new_activations_and_dropout_on_cuda():
     torch.manual_seed(8)
     x, d = torch.randn(4, 6, dtype=f64, device="cuda"), torch.randn(4, 6, dtype=f64, device="cuda")
-    for layer, fn in ((GELU(), F.gelu), (SiLU(), F.silu), (LeakyReLU(0.2), lambda t: F.leaky_relu(t, 0.2)),
-                      (LogSoftmax(1), lambda t: F.log_softmax(t, 1))):
+    for layer, fn in (
+        (GELU(), F.gelu),
+        (SiLU(), F.silu),
+        (LeakyReLU(0.2), lambda t: F.leaky_relu(t, 0.2)),
+        (LogSoftmax(1), lambda t: F.log_softmax(t, 1)),
+    ):
         xr = x.clone().requires_grad_()
         fn(xr).backward(d)
         assert rel(layer(x), fn(x)) < 1e-14 and rel(layer.backward(d), xr.grad) < 1e-13
@@ -304,8 +340,10 @@ def test_new_activations_and_dropout_on_cuda():
     assert_all_pass(check_layer(bn, x))
 
 
-@pytest.mark.parametrize("make", [lambda: __import__("layers").GELU(), lambda: __import__("layers").Sigmoid(),
-                                  lambda: __import__("layers").Tanh()])
+@pytest.mark.parametrize(
+    "make",
+    [lambda: __import__("layers").GELU(), lambda: __import__("layers").Sigmoid(), lambda: __import__("layers").Tanh()],
+)
 def test_a_kept_tensor_changed_in_place_before_backward_is_refused(make):
     """GELU keeps its input and output, Sigmoid and Tanh their output: an in-place change of either after the
     forward (a later layer's in-place op) would give a silently wrong gradient, so backward refuses it."""

@@ -1,4 +1,5 @@
 """training/allocator.py: glibc keeps freed memory when asked; elsewhere the call says it did nothing."""
+
 from __future__ import annotations
 
 import ctypes.util
@@ -11,8 +12,12 @@ import torch
 from training.allocator import retain_freed_memory
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or ctypes.util.find_library("c") is None
-                    or "glibc" not in " ".join(__import__("platform").libc_ver()), reason="needs glibc")
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux")
+    or ctypes.util.find_library("c") is None
+    or "glibc" not in " ".join(__import__("platform").libc_ver()),
+    reason="needs glibc",
+)
 def test_glibc_keeps_freed_blocks_so_a_repeated_allocation_faults_no_pages():
     assert retain_freed_memory() is True
     for _ in range(3):  # warm: the heap grows to its peak once

@@ -1,5 +1,6 @@
 """Bucketed, overlapped gradient all-reduce on 2 gloo processes (file:// rendezvous in a temp folder): the same
 gradients as one process, a frozen parameter's (``requires_grad=False``) left None as under torch's DDP."""
+
 import os
 import traceback
 
@@ -19,8 +20,12 @@ WORLD = 2
 
 def make_model():
     torch.manual_seed(0)
-    return Sequential(Linear(12, 16, dtype=torch.float64), ReLU(),
-                      Sequential(Linear(16, 16, dtype=torch.float64), Tanh()), Linear(16, 5, dtype=torch.float64))
+    return Sequential(
+        Linear(12, 16, dtype=torch.float64),
+        ReLU(),
+        Sequential(Linear(16, 16, dtype=torch.float64), Tanh()),
+        Linear(16, 5, dtype=torch.float64),
+    )
 
 
 def data():
@@ -47,8 +52,7 @@ def frozen_model():
 
 def worker(rank, tmp, results):
     try:
-        init_from_env("cpu", timeout_s=30, init_method=f"file://{tmp}/rendezvous",
-                      info=DistInfo(rank, WORLD, rank))
+        init_from_env("cpu", timeout_s=30, init_method=f"file://{tmp}/rendezvous", info=DistInfo(rank, WORLD, rank))
         x, y = data()
         idx = shard(torch.arange(9), DistInfo(rank, WORLD, rank))  # 5 and 4 samples: uneven on purpose
         plain_model, bucket_model = make_model(), make_model()
@@ -61,8 +65,13 @@ def worker(rank, tmp, results):
         frozen = frozen_model()
         frozen_buckets = GradBuckets(frozen.parameters(), scale=1.0, bucket_cap_mb=0.001).attach(frozen)
         frozen_grads = local_grads(frozen, x[idx], y[idx], 9, frozen_buckets)
-        results[rank] = {"plain": plain, "bucketed": bucketed, "again": again, "n_buckets": len(buckets),
-                         "frozen": frozen_grads}
+        results[rank] = {
+            "plain": plain,
+            "bucketed": bucketed,
+            "again": again,
+            "n_buckets": len(buckets),
+            "frozen": frozen_grads,
+        }
     except Exception:
         results[rank] = traceback.format_exc()
     finally:

@@ -5,6 +5,7 @@ every case: ``torch.autograd.gradcheck`` of the module with respect to the input
 (central differences, float64), and the gradients against autograd through the layer's torch.nn twin
 (same weights, same dropout masks) to 1e-12.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -15,7 +16,34 @@ from torch import nn
 
 import layers
 import models
-from layers import GELU, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv2d, Dropout, Embedding, Flatten, LayerNorm, LeakyReLU, Linear, LogSoftmax, MaxPool2d, MultiheadAttention, ReLU, ScaledDotProductAttention, SeededDropout, Sequential, Sigmoid, SiLU, Softmax, SyncBatchNorm, Tanh, TransformerEncoder, TransformerEncoderLayer, as_module
+from layers import (
+    GELU,
+    AvgPool2d,
+    BatchNorm1d,
+    BatchNorm2d,
+    Conv2d,
+    Dropout,
+    Embedding,
+    Flatten,
+    LayerNorm,
+    LeakyReLU,
+    Linear,
+    LogSoftmax,
+    MaxPool2d,
+    MultiheadAttention,
+    ReLU,
+    ScaledDotProductAttention,
+    SeededDropout,
+    Sequential,
+    Sigmoid,
+    SiLU,
+    Softmax,
+    SyncBatchNorm,
+    Tanh,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+    as_module,
+)
 from models import GPT, Net, seeded_dropouts
 from layers.layer import BaseLayer
 from tests.conftest import rel
@@ -48,6 +76,7 @@ def _bn(cls, c, train=True, **kw):
             if bn.running_mean is not None:
                 bn.running_mean.uniform_(-0.5, 0.5), bn.running_var.uniform_(0.5, 2.0)
         return bn.train(train)
+
     return make
 
 
@@ -60,6 +89,7 @@ def _ln(shape, **kw):
             if ln.bias is not None:
                 ln.bias.uniform_(-0.5, 0.5)
         return ln
+
     return make
 
 
@@ -68,68 +98,123 @@ def _dropout(p, inplace=False, train=True):
         d = Dropout(p, inplace=inplace).train(train)
         d.generator = torch.Generator()
         return d
+
     return make
 
 
 def _cnn():
-    return Sequential(Conv2d(2, 3, 3, padding=1, dtype=F64), _bn(BatchNorm2d, 3)(), ReLU(), MaxPool2d(2), Flatten(),
-                      _dropout(0.3)(), Linear(12, 4, dtype=F64))
+    return Sequential(
+        Conv2d(2, 3, 3, padding=1, dtype=F64),
+        _bn(BatchNorm2d, 3)(),
+        ReLU(),
+        MaxPool2d(2),
+        Flatten(),
+        _dropout(0.3)(),
+        Linear(12, 4, dtype=F64),
+    )
 
 
 def _net():
-    return Net(layers=[Linear(5, 6, dtype=F64), Tanh(), _dropout(0.25)(), _bn(BatchNorm1d, 6)(),
-                       Linear(6, 3, dtype=F64), LogSoftmax(dim=1)])
+    return Net(
+        layers=[
+            Linear(5, 6, dtype=F64),
+            Tanh(),
+            _dropout(0.25)(),
+            _bn(BatchNorm1d, 6)(),
+            Linear(6, 3, dtype=F64),
+            LogSoftmax(dim=1),
+        ]
+    )
 
 
 # class name -> [(case id, factory, input shape)].  Every exported BaseLayer class needs an entry.
 CASES: dict[str, list[tuple[str, object, tuple[int, ...]]]] = {
-    "Linear": [("linear", lambda: Linear(5, 4, dtype=F64), (3, 5)),
-               ("linear-nobias", lambda: Linear(5, 4, bias=False, dtype=F64), (1, 5))],
+    "Linear": [
+        ("linear", lambda: Linear(5, 4, dtype=F64), (3, 5)),
+        ("linear-nobias", lambda: Linear(5, 4, bias=False, dtype=F64), (1, 5)),
+    ],
     "ReLU": [("relu", ReLU, (3, 5))],
     "Tanh": [("tanh", Tanh, (3, 5))],
     "Sigmoid": [("sigmoid", Sigmoid, (3, 5))],
     "Softmax": [("softmax", lambda: Softmax(dim=1), (3, 5)), ("softmax-dim0", lambda: Softmax(dim=0), (3, 2, 2))],
     "LogSoftmax": [("logsoftmax", lambda: LogSoftmax(dim=1), (3, 5))],
-    "LeakyReLU": [("leakyrelu", lambda: LeakyReLU(0.1), (3, 5)),
-                  ("leakyrelu-inplace", lambda: LeakyReLU(0.2, inplace=True), (3, 5))],
+    "LeakyReLU": [
+        ("leakyrelu", lambda: LeakyReLU(0.1), (3, 5)),
+        ("leakyrelu-inplace", lambda: LeakyReLU(0.2, inplace=True), (3, 5)),
+    ],
     "GELU": [("gelu", GELU, (3, 5)), ("gelu-tanh", lambda: GELU("tanh"), (3, 5))],
     "SiLU": [("silu", SiLU, (3, 5)), ("silu-inplace", lambda: SiLU(inplace=True), (3, 5))],
-    "BatchNorm1d": [("bn1d-train", _bn(BatchNorm1d, 4), (6, 4)), ("bn1d-ncl", _bn(BatchNorm1d, 3), (4, 3, 2)),
-                    ("bn1d-eval", _bn(BatchNorm1d, 4, train=False), (3, 4)),
-                    ("bn1d-nostats", _bn(BatchNorm1d, 4, track_running_stats=False), (5, 4))],
-    "BatchNorm2d": [("bn2d-train", _bn(BatchNorm2d, 3), (2, 3, 3, 2)),
-                    ("bn2d-eval", _bn(BatchNorm2d, 3, train=False), (2, 3, 2, 2))],
+    "BatchNorm1d": [
+        ("bn1d-train", _bn(BatchNorm1d, 4), (6, 4)),
+        ("bn1d-ncl", _bn(BatchNorm1d, 3), (4, 3, 2)),
+        ("bn1d-eval", _bn(BatchNorm1d, 4, train=False), (3, 4)),
+        ("bn1d-nostats", _bn(BatchNorm1d, 4, track_running_stats=False), (5, 4)),
+    ],
+    "BatchNorm2d": [
+        ("bn2d-train", _bn(BatchNorm2d, 3), (2, 3, 3, 2)),
+        ("bn2d-eval", _bn(BatchNorm2d, 3, train=False), (2, 3, 2, 2)),
+    ],
     "SyncBatchNorm": [("syncbn-single-process", _bn(SyncBatchNorm, 3), (4, 3, 2))],
-    "LayerNorm": [("layernorm", _ln(4), (3, 4)), ("layernorm-2d", _ln((2, 3)), (2, 2, 3)),
-                  ("layernorm-nobias", _ln(4, bias=False), (3, 4))],
-    "Dropout": [("dropout", _dropout(0.4), (4, 5)), ("dropout-inplace", _dropout(0.5, inplace=True), (4, 5)),
-                ("dropout-eval", _dropout(0.4, train=False), (4, 5))],
-    "Conv2d": [("conv", lambda: Conv2d(2, 3, 3, stride=2, padding=1, dtype=F64), (2, 2, 5, 5)),
-               ("conv-groups", lambda: Conv2d(4, 2, (2, 3), dilation=(1, 2), groups=2, dtype=F64), (1, 4, 4, 6))],
-    "MaxPool2d": [("maxpool", lambda: MaxPool2d(2), (2, 2, 4, 4)),
-                  ("maxpool-ceil", lambda: MaxPool2d(3, stride=2, padding=1, ceil_mode=True), (1, 2, 5, 5))],
+    "LayerNorm": [
+        ("layernorm", _ln(4), (3, 4)),
+        ("layernorm-2d", _ln((2, 3)), (2, 2, 3)),
+        ("layernorm-nobias", _ln(4, bias=False), (3, 4)),
+    ],
+    "Dropout": [
+        ("dropout", _dropout(0.4), (4, 5)),
+        ("dropout-inplace", _dropout(0.5, inplace=True), (4, 5)),
+        ("dropout-eval", _dropout(0.4, train=False), (4, 5)),
+    ],
+    "Conv2d": [
+        ("conv", lambda: Conv2d(2, 3, 3, stride=2, padding=1, dtype=F64), (2, 2, 5, 5)),
+        ("conv-groups", lambda: Conv2d(4, 2, (2, 3), dilation=(1, 2), groups=2, dtype=F64), (1, 4, 4, 6)),
+    ],
+    "MaxPool2d": [
+        ("maxpool", lambda: MaxPool2d(2), (2, 2, 4, 4)),
+        ("maxpool-ceil", lambda: MaxPool2d(3, stride=2, padding=1, ceil_mode=True), (1, 2, 5, 5)),
+    ],
     "AvgPool2d": [("avgpool", lambda: AvgPool2d(3, stride=2, padding=1), (2, 2, 5, 5))],
     "Flatten": [("flatten", Flatten, (2, 3, 2))],
     "Sequential": [("sequential-cnn", _cnn, (3, 2, 4, 4))],
     "Net": [("net", _net, (4, 5))],
     # An integer input (token ids) has no gradient: the case gives the input itself instead of a shape.
-    "Embedding": [("embedding", lambda: Embedding(6, 3, padding_idx=2, dtype=F64),
-                   lambda: torch.tensor([[0, 5, 5], [4, 1, 3]]))],  # no padding id: its zero gradient is a convention
-    "TransformerEncoderLayer": [("encoder-layer", lambda: TransformerEncoderLayer(4, 2, 6, dropout=0.0, dtype=F64),
-                                 (3, 2, 4)),
-                                ("encoder-layer-prenorm", lambda: TransformerEncoderLayer(
-                                    4, 2, 6, dropout=0.0, norm_first=True, activation="gelu", dtype=F64), (3, 2, 4))],
-    "GPT": [("gpt", lambda: GPT(vocab_size=7, block_size=5, n_layer=1, n_head=2, n_embd=4, dtype=F64),
-             lambda: torch.tensor([[0, 3, 6, 6], [2, 1, 4, 0]]))],
-    "TransformerEncoder": [("encoder", lambda: TransformerEncoder(TransformerEncoderLayer(4, 2, 6, dropout=0.0,
-                                                                                          dtype=F64), 2), (3, 2, 4))],
+    "Embedding": [
+        ("embedding", lambda: Embedding(6, 3, padding_idx=2, dtype=F64), lambda: torch.tensor([[0, 5, 5], [4, 1, 3]]))
+    ],  # no padding id: its zero gradient is a convention
+    "TransformerEncoderLayer": [
+        ("encoder-layer", lambda: TransformerEncoderLayer(4, 2, 6, dropout=0.0, dtype=F64), (3, 2, 4)),
+        (
+            "encoder-layer-prenorm",
+            lambda: TransformerEncoderLayer(4, 2, 6, dropout=0.0, norm_first=True, activation="gelu", dtype=F64),
+            (3, 2, 4),
+        ),
+    ],
+    "GPT": [
+        (
+            "gpt",
+            lambda: GPT(vocab_size=7, block_size=5, n_layer=1, n_head=2, n_embd=4, dtype=F64),
+            lambda: torch.tensor([[0, 3, 6, 6], [2, 1, 4, 0]]),
+        )
+    ],
+    "TransformerEncoder": [
+        ("encoder", lambda: TransformerEncoder(TransformerEncoderLayer(4, 2, 6, dropout=0.0, dtype=F64), 2), (3, 2, 4))
+    ],
 }
 # Layers whose forward takes several inputs (query, key, value): as_module wraps one-input layers and refuses these.
-MULTI_INPUT = {"ScaledDotProductAttention": ScaledDotProductAttention, "MultiheadAttention": lambda: MultiheadAttention(4, 2)}
+MULTI_INPUT = {
+    "ScaledDotProductAttention": ScaledDotProductAttention,
+    "MultiheadAttention": lambda: MultiheadAttention(4, 2),
+}
 # Recurrent layers take and return a state beside their input and output: as_module refuses them, saying so.
-STATEFUL = {"RNN": lambda: layers.RNN(3, 4), "LSTM": lambda: layers.LSTM(3, 4), "GRU": lambda: layers.GRU(3, 4),
-            "RNNCell": lambda: layers.RNNCell(3, 4), "LSTMCell": lambda: layers.LSTMCell(3, 4),
-            "GRUCell": lambda: layers.GRUCell(3, 4), "RecurrentLM": lambda: models.RecurrentLM(5, 3, 4)}
+STATEFUL = {
+    "RNN": lambda: layers.RNN(3, 4),
+    "LSTM": lambda: layers.LSTM(3, 4),
+    "GRU": lambda: layers.GRU(3, 4),
+    "RNNCell": lambda: layers.RNNCell(3, 4),
+    "LSTMCell": lambda: layers.LSTMCell(3, 4),
+    "GRUCell": lambda: layers.GRUCell(3, 4),
+    "RecurrentLM": lambda: models.RecurrentLM(5, 3, 4),
+}
 CASE_LIST = [case for cases in CASES.values() for case in cases]
 
 
@@ -147,8 +232,14 @@ def _reseed(model: nn.Module) -> None:
 
 
 def test_every_exported_layer_has_a_case():
-    exported = {name for pkg in (layers, models) for name in pkg.__all__ if inspect.isclass(getattr(pkg, name))
-                and issubclass(getattr(pkg, name), BaseLayer) and getattr(pkg, name) is not BaseLayer}
+    exported = {
+        name
+        for pkg in (layers, models)
+        for name in pkg.__all__
+        if inspect.isclass(getattr(pkg, name))
+        and issubclass(getattr(pkg, name), BaseLayer)
+        and getattr(pkg, name) is not BaseLayer
+    }
     covered = set(CASES) | set(MULTI_INPUT) | set(STATEFUL)
     assert exported - covered == set(), f"exported layers without an as_module case: {exported - covered}"
     assert covered - exported == set(), f"cases for names that are not exported layers: {covered - exported}"
@@ -156,15 +247,21 @@ def test_every_exported_layer_has_a_case():
 
 @pytest.mark.parametrize("name", sorted(MULTI_INPUT))
 def test_a_layer_with_several_inputs_is_refused_naming_them(name):
-    with pytest.raises(TypeError, match=rf"as_module wraps layers with one input; {name}.forward takes "
-                                        rf"query, key, value"):
+    with pytest.raises(
+        TypeError,
+        match=rf"as_module wraps layers with one input; {name}.forward takes "
+        rf"query, key, value",
+    ):
         as_module(MULTI_INPUT[name]())
 
 
 @pytest.mark.parametrize("name", sorted(STATEFUL))
 def test_a_recurrent_layer_is_refused_saying_why(name):
-    with pytest.raises(TypeError, match=rf"as_module wraps layers of one input and one output; {name} takes an "
-                                        rf"initial state and returns its new state"):
+    with pytest.raises(
+        TypeError,
+        match=rf"as_module wraps layers of one input and one output; {name} takes an "
+        rf"initial state and returns its new state",
+    ):
         as_module(STATEFUL[name]())
 
 
@@ -214,7 +311,9 @@ def test_gradients_equal_autograd_through_the_torch_twin(case):
     for m in (module, twin):
         xi = x.clone().requires_grad_(x.is_floating_point())
         _reseed(m)
-        out = m(xi * 1.0 if x.is_floating_point() else xi)  # a non-leaf input: the twin's in-place layers may overwrite it
+        out = m(
+            xi * 1.0 if x.is_floating_point() else xi
+        )  # a non-leaf input: the twin's in-place layers may overwrite it
         dout = torch.randn_like(out) if dout is None else dout
         out.backward(dout)
         grads.append([xi.grad, *(p.grad for p in m.parameters())])
@@ -254,17 +353,32 @@ def test_mixed_model_trains_like_the_pure_nn_model():
     torch.manual_seed(0)
     drop = Dropout(0.3)
     drop.generator = torch.Generator().manual_seed(7)
-    mixed = nn.Sequential(nn.Linear(6, 8, dtype=F64), as_module(BatchNorm1d(8, dtype=F64)), as_module(ReLU()),
-                          as_module(Linear(8, 8, dtype=F64)), as_module(drop), as_module(Tanh()),
-                          nn.Linear(8, 3, dtype=F64))
+    mixed = nn.Sequential(
+        nn.Linear(6, 8, dtype=F64),
+        as_module(BatchNorm1d(8, dtype=F64)),
+        as_module(ReLU()),
+        as_module(Linear(8, 8, dtype=F64)),
+        as_module(drop),
+        as_module(Tanh()),
+        nn.Linear(8, 3, dtype=F64),
+    )
     pure_drop = SeededDropout(0.3)
     pure_drop.generator = torch.Generator().manual_seed(7)
-    pure = nn.Sequential(nn.Linear(6, 8, dtype=F64), nn.BatchNorm1d(8, dtype=F64), nn.ReLU(),
-                         nn.Linear(8, 8, dtype=F64), pure_drop, nn.Tanh(), nn.Linear(8, 3, dtype=F64))
+    pure = nn.Sequential(
+        nn.Linear(6, 8, dtype=F64),
+        nn.BatchNorm1d(8, dtype=F64),
+        nn.ReLU(),
+        nn.Linear(8, 8, dtype=F64),
+        pure_drop,
+        nn.Tanh(),
+        nn.Linear(8, 3, dtype=F64),
+    )
     assert list(mixed.state_dict()) == list(pure.state_dict())
     mixed.load_state_dict(pure.state_dict())
-    opts = [torch.optim.SGD(mixed.parameters(), lr=0.1, momentum=0.9),
-            torch.optim.SGD(pure.parameters(), lr=0.1, momentum=0.9)]
+    opts = [
+        torch.optim.SGD(mixed.parameters(), lr=0.1, momentum=0.9),
+        torch.optim.SGD(pure.parameters(), lr=0.1, momentum=0.9),
+    ]
     opts2 = [torch.optim.Adam(mixed.parameters(), lr=0.01), torch.optim.Adam(pure.parameters(), lr=0.01)]
     g = torch.Generator().manual_seed(1)
     for step in range(8):
@@ -462,6 +576,7 @@ def test_an_abandoned_graph_is_freed_by_reference_counting():
     is freed as soon as the user and the layer let go of it, without waiting for the garbage collector."""
     import gc
     import weakref
+
     module = as_module(Sequential(Linear(3, 3), Tanh(), BatchNorm1d(3), SiLU()))
     gc.disable()
     try:
@@ -476,6 +591,7 @@ def test_an_abandoned_graph_is_freed_by_reference_counting():
 
 def test_deepcopy_keeps_parameters_and_layer_together():
     import copy
+
     torch.manual_seed(0)
     module = as_module(Sequential(Linear(3, 4), BatchNorm1d(4)))
     module(torch.randn(5, 3)).sum().backward()

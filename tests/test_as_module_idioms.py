@@ -10,6 +10,7 @@ Each case runs beside the plain nn.Module doing the same (float64):
 - ``torch.func.grad`` works; vmap, jacrev, forward-mode AD (forward_ad, torch.func.jvp) are refused naming
   as_module; autocast runs the layer as ``torch.amp.custom_fwd(cast_inputs=...)`` runs a custom function.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -56,9 +57,9 @@ def test_a_penalty_through_a_last_layer_with_a_constant_upstream_gradient_is_ref
     """``out.sum()``: the gradient reaching the layer is a constant, yet its dx depends on x (tanh'')."""
     module, twin = _pair(Tanh)
     x = torch.randn(4, 3, dtype=F64, requires_grad=True)
-    g_twin, = torch.autograd.grad(twin(x).sum(), x, create_graph=True)
+    (g_twin,) = torch.autograd.grad(twin(x).sum(), x, create_graph=True)
     assert g_twin.requires_grad
-    g, = torch.autograd.grad(module(x).sum(), x, create_graph=True)
+    (g,) = torch.autograd.grad(module(x).sum(), x, create_graph=True)
     assert rel(g, g_twin) < 1e-14
     with pytest.raises(RuntimeError, match=r"as_module\(Tanh\(\)\): its backward is hand-written"):
         g.pow(2).sum().backward()
@@ -68,8 +69,10 @@ def test_a_penalty_through_a_last_layer_with_a_constant_upstream_gradient_is_ref
 def test_hvp_and_hessian_are_refused_naming_the_layer(what):
     module, twin = _pair(_mlp)
     x, v = torch.randn(2, 3, dtype=F64), torch.randn(2, 3, dtype=F64)
-    ask = {"hvp": lambda f: torch.autograd.functional.hvp(f, x, v)[1],
-           "hessian": lambda f: torch.autograd.functional.hessian(f, x)}[what]
+    ask = {
+        "hvp": lambda f: torch.autograd.functional.hvp(f, x, v)[1],
+        "hessian": lambda f: torch.autograd.functional.hessian(f, x),
+    }[what]
     assert ask(lambda x: twin(x).pow(2).sum()).abs().max() > 1e-3  # torch's answer is not zero
     with pytest.raises(RuntimeError, match=SECOND):
         ask(lambda x: module(x).pow(2).sum())
@@ -78,6 +81,7 @@ def test_hvp_and_hessian_are_refused_naming_the_layer(what):
 
 
 # -- the parameters the module holds at each call ------------------------------------------------------------------
+
 
 def _same_step(module, twin, x, run):
     """``run(model, x) -> loss`` on both; outputs and every gradient (input and leaves) equal to 1e-12."""
@@ -133,8 +137,11 @@ def test_a_second_derivative_under_torch_func_is_refused():
         return torch.func.grad(lambda x: torch.func.grad(lambda x: m(x).pow(2).sum())(x).sum())(x)
 
     assert gradgrad(twin).abs().max() > 1e-3
-    with pytest.raises(RuntimeError, match=r"as_module\(Sequential\(Linear, Tanh, Linear\)\): a second derivative "
-                                           r"\(torch.func.grad of torch.func.grad, hessian\) is not supported"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"as_module\(Sequential\(Linear, Tanh, Linear\)\): a second derivative "
+        r"\(torch.func.grad of torch.func.grad, hessian\) is not supported",
+    ):
         gradgrad(module)
     # plain autograd through torch.func.grad's result (MAML's outer step through torch.func): refused too
     params = dict(module.named_parameters())
@@ -168,6 +175,7 @@ def _parametrized(how):
             elif how == "pruning":
                 prune.l1_unstructured(sub, "weight", amount=0.4)
         return module, twin
+
     return make_pair
 
 
@@ -217,8 +225,7 @@ def test_a_replaced_buffer_is_refused():
     torch.manual_seed(0)
     module = as_module(BatchNorm1d(3, dtype=F64))
     with pytest.raises(RuntimeError, match=r"buffer 'running_mean' was replaced .*load_state_dict"):
-        torch.func.functional_call(module, {"running_mean": torch.zeros(3, dtype=F64)}, (torch.randn(4, 3,
-                                                                                                    dtype=F64),))
+        torch.func.functional_call(module, {"running_mean": torch.zeros(3, dtype=F64)}, (torch.randn(4, 3, dtype=F64),))
 
 
 # -- an in-place change between two backwards of one graph -----------------------------------------------------
@@ -237,9 +244,14 @@ def test_a_step_between_two_backwards_of_a_retained_graph_is_refused_as_torch_re
     make, shape = INPLACE_CASES[case]
     module, twin = _pair(make)
     x = torch.randn(shape, dtype=F64)
-    for m, says in ((twin, r"one of the variables needed for gradient computation has been modified by an "
-                           r"inplace operation"),
-                    (module, r"as_module\(.*\): parameter '.*' was modified by an inplace operation")):
+    for m, says in (
+        (
+            twin,
+            r"one of the variables needed for gradient computation has been modified by an "
+            r"inplace operation",
+        ),
+        (module, r"as_module\(.*\): parameter '.*' was modified by an inplace operation"),
+    ):
         opt = torch.optim.SGD(m.parameters(), lr=0.1)
         out = m(x.clone().requires_grad_())
         dout = torch.randn_like(out)
@@ -254,14 +266,17 @@ def test_a_step_between_two_backwards_of_a_retained_graph_is_refused_as_torch_re
 REFUSED = r"as_module\(.*\): {}.* is not supported"
 
 
-@pytest.mark.parametrize("what,run", [
-    ("torch.func.vmap", lambda m, x: torch.func.vmap(m)(x.unsqueeze(1))),
-    ("torch.func.vmap over its backward", lambda m, x: torch.func.jacrev(lambda x: m(x).sum(0))(x)),
-    ("forward-mode AD", lambda m, x: torch.func.jvp(m, (x,), (torch.ones_like(x),))),
-    ("forward-mode AD", lambda m, x: _forward_ad(m, x)),
-    ("torch.func.vmap", lambda m, x: torch.func.jacfwd(lambda x: m(x).sum(0))(x)),
-    ("torch.func.vmap", lambda m, x: torch.func.hessian(lambda x: m(x).pow(2).sum())(x)),
-])
+@pytest.mark.parametrize(
+    "what,run",
+    [
+        ("torch.func.vmap", lambda m, x: torch.func.vmap(m)(x.unsqueeze(1))),
+        ("torch.func.vmap over its backward", lambda m, x: torch.func.jacrev(lambda x: m(x).sum(0))(x)),
+        ("forward-mode AD", lambda m, x: torch.func.jvp(m, (x,), (torch.ones_like(x),))),
+        ("forward-mode AD", lambda m, x: _forward_ad(m, x)),
+        ("torch.func.vmap", lambda m, x: torch.func.jacfwd(lambda x: m(x).sum(0))(x)),
+        ("torch.func.vmap", lambda m, x: torch.func.hessian(lambda x: m(x).pow(2).sum())(x)),
+    ],
+)
 def test_transforms_it_cannot_run_are_refused_naming_as_module(what, run):
     module, twin = _pair(_mlp)
     x = torch.randn(4, 3, dtype=F64)
@@ -272,6 +287,7 @@ def test_transforms_it_cannot_run_are_refused_naming_as_module(what, run):
 
 def _forward_ad(m, x):
     import torch.autograd.forward_ad as fwAD
+
     with fwAD.dual_level():
         return fwAD.unpack_dual(m(fwAD.make_dual(x, torch.ones_like(x)))).tangent
 

@@ -7,6 +7,7 @@ loaded with ``assign=True``, ``vector_to_parameters``, channels_last, expanded (
 max(|ref|, 1)).  A hook on one of the wrapper's submodules (which only hold parameters: nothing calls them), a
 deep copy of a parametrized wrapper, torch.jit.trace, torch.jit.script and torch.export are refused in one line.
 """
+
 from __future__ import annotations
 
 import copy
@@ -90,6 +91,7 @@ def _cast_after(change):
         change(m)
         m.double()
         return m(x)
+
     return run
 
 
@@ -98,6 +100,7 @@ def _old_hook_form(apply):
         torch.manual_seed(5)  # the old spectral_norm draws its power-iteration vector
         apply(_sub(m, "0"))
         return m(x)
+
     return run
 
 
@@ -123,13 +126,15 @@ CASES = {
     "no-grad": (_cnn, (2, 2, 4, 4), _no_grad),
     "inference-mode": (_cnn, (2, 2, 4, 4), _inference),
     "hooks-on-the-wrapper": (_mlp, (4, 3), _wrapper_hooks),
-    "parameter-hooks": (_mlp, (4, 3), lambda m, x: [p.register_hook(lambda g: g * 2) for p in m.parameters()]
-                        and m(x)),
+    "parameter-hooks": (_mlp, (4, 3), lambda m, x: [p.register_hook(lambda g: g * 2) for p in m.parameters()] and m(x)),
     "float-then-double": (_mlp, (4, 3), _cast_after(lambda m: None)),
     "weight-norm-then-double": (_mlp, (4, 3), _cast_after(lambda m: weight_norm(_sub(m, "0")))),
     "pruned-then-double": (_mlp, (4, 3), _cast_after(lambda m: prune.l1_unstructured(_sub(m, "0"), "weight", 0.3))),
-    "assigned-then-double": (_mlp, (4, 3), _cast_after(
-        lambda m: setattr(_sub(m, "2"), "weight", nn.Parameter(torch.linspace(-1, 1, 10).view(2, 5))))),
+    "assigned-then-double": (
+        _mlp,
+        (4, 3),
+        _cast_after(lambda m: setattr(_sub(m, "2"), "weight", nn.Parameter(torch.linspace(-1, 1, 10).view(2, 5)))),
+    ),
     "old-spectral-norm-hook": (_mlp, (4, 3), _old_hook_form(nn.utils.spectral_norm)),
     "old-weight-norm-hook": (_mlp, (4, 3), _old_hook_form(nn.utils.weight_norm)),
     "load-state-dict-assign": (_mlp, (4, 3), _assign_state),
@@ -160,25 +165,34 @@ def test_a_hook_on_a_submodule_of_the_wrapper_is_refused():
     """The submodules hold parameters for torch's names; the layer runs as one node, so nothing calls them."""
     module = as_module(_mlp())
     _sub(module, "0").register_forward_hook(lambda mod, args, out: out * 10)
-    with pytest.raises(RuntimeError, match=r"^as_module\(Sequential\(Linear, Tanh, Linear\)\): a forward hook on "
-                                           r"its submodule '0' would never run .*register the hook on the as_module "
-                                           r"wrapper itself$"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"^as_module\(Sequential\(Linear, Tanh, Linear\)\): a forward hook on "
+        r"its submodule '0' would never run .*register the hook on the as_module "
+        r"wrapper itself$",
+    ):
         module(torch.randn(4, 3, dtype=F64))
 
 
 @pytest.mark.filterwarnings("ignore::FutureWarning")  # torch.jit is deprecated
-@pytest.mark.parametrize("what,run", [
-    ("torch.jit.trace", lambda m, x: torch.jit.trace(m, x)(x)),
-    ("torch.jit.script", lambda m, x: torch.jit.script(m)(x)),
-    ("torch.export", lambda m, x: torch.export.export(m, (x,)).module()(x)),
-])
+@pytest.mark.parametrize(
+    "what,run",
+    [
+        ("torch.jit.trace", lambda m, x: torch.jit.trace(m, x)(x)),
+        ("torch.jit.script", lambda m, x: torch.jit.script(m)(x)),
+        ("torch.export", lambda m, x: torch.export.export(m, (x,)).module()(x)),
+    ],
+)
 def test_graph_capture_it_cannot_trace_into_is_refused_naming_as_module(what, run):
     torch.manual_seed(0)
     module = as_module(_mlp())
     x = torch.randn(4, 3, dtype=F64)
     assert err(run(module.layer.to_torch(), x), module(x)) < 1e-12  # torch's module is captured
-    with pytest.raises(RuntimeError, match=rf"^as_module\(Sequential\(Linear, Tanh, Linear\)\): {what} is not "
-                                           rf"supported .*use its torch.nn twin \(layer.to_torch\(\)\) there$"):
+    with pytest.raises(
+        RuntimeError,
+        match=rf"^as_module\(Sequential\(Linear, Tanh, Linear\)\): {what} is not "
+        rf"supported .*use its torch.nn twin \(layer.to_torch\(\)\) there$",
+    ):
         run(module, x)
 
 

@@ -1,5 +1,6 @@
 """Scaled dot-product attention: the kernel's blocked (FlashAttention) path against torch's function and the layer's
 textbook, central differences; every mask kind, dropout, block sizes; bad input named."""
+
 import itertools
 
 import pytest
@@ -26,8 +27,11 @@ def close(a, b, tol):
 def qkv(lead, L, S, E=8, Ev=None, seed=0, dtype=F64):
     g = torch.Generator().manual_seed(seed)
     Ev = E if Ev is None else Ev
-    return (torch.randn(*lead, L, E, generator=g, dtype=dtype), torch.randn(*lead, S, E, generator=g, dtype=dtype),
-            torch.randn(*lead, S, Ev, generator=g, dtype=dtype))
+    return (
+        torch.randn(*lead, L, E, generator=g, dtype=dtype),
+        torch.randn(*lead, S, E, generator=g, dtype=dtype),
+        torch.randn(*lead, S, Ev, generator=g, dtype=dtype),
+    )
 
 
 def masks(lead, L, S, seed=1):
@@ -41,11 +45,17 @@ def masks(lead, L, S, seed=1):
     fl_inf = fl.masked_fill(torch.rand(L, S, generator=g) > 0.7, float("-inf"))
     fl_inf[2, :] = float("-inf")  # and a fully masked row in a float mask
     padding = torch.ones(lead[0], *[1] * (len(lead) - 1), 1, S, dtype=torch.bool)
-    padding[0, ..., S // 2:] = False  # key padding: batch 0 has only S // 2 real keys
-    return [("none", None, False), ("causal", None, True), ("bool (*, L, S)", boolean, False),
-            ("bool (L, S)", boolean.reshape(-1, L, S)[0], False), ("bool key padding (N, 1.., 1, S)", padding, False),
-            ("bool with a fully masked row", row_masked, False), ("float (L, S)", fl, False),
-            ("float with -inf and a fully masked row", fl_inf, False)]
+    padding[0, ..., S // 2 :] = False  # key padding: batch 0 has only S // 2 real keys
+    return [
+        ("none", None, False),
+        ("causal", None, True),
+        ("bool (*, L, S)", boolean, False),
+        ("bool (L, S)", boolean.reshape(-1, L, S)[0], False),
+        ("bool key padding (N, 1.., 1, S)", padding, False),
+        ("bool with a fully masked row", row_masked, False),
+        ("float (L, S)", fl, False),
+        ("float with -inf and a fully masked row", fl_inf, False),
+    ]
 
 
 LEAD = (2, 3)
@@ -117,8 +127,11 @@ def test_one_block_path_equals_blocked_path_and_textbook(L, S, mask_i, p, need_w
         res = att(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal, need_weights=need_weights)
         out, weights = res if need_weights else (res, None)
         dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(6), dtype=F64)
-        dweights = None if weights is None else torch.randn(weights.shape, generator=torch.Generator().manual_seed(7),
-                                                            dtype=F64)
+        dweights = (
+            None
+            if weights is None
+            else torch.randn(weights.shape, generator=torch.Generator().manual_seed(7), dtype=F64)
+        )
         empties.append(att.masked_rows())  # (*, L, 1) True where every key was masked
         results.append((out, *(() if weights is None else (weights,)), *att.backward(dout, dweights)))
     assert all(torch.equal(e, empties[0]) for e in empties)
@@ -126,8 +139,18 @@ def test_one_block_path_equals_blocked_path_and_textbook(L, S, mask_i, p, need_w
     for other in results[1:]:
         for a, b in zip(results[0], other):
             close(a, b, 1e-13)
-    slow = textbook(q, k, v, seed=77, dout=dout, dweights=dweights, attn_mask=mask, dropout_p=p, is_causal=causal,
-                    need_weights=need_weights)
+    slow = textbook(
+        q,
+        k,
+        v,
+        seed=77,
+        dout=dout,
+        dweights=dweights,
+        attn_mask=mask,
+        dropout_p=p,
+        is_causal=causal,
+        need_weights=need_weights,
+    )
     for a, b in zip(results[0], slow):
         close(a, b, 1e-12)
 
@@ -145,10 +168,18 @@ def test_block_size_changes_nothing_but_rounding():
             close(a, b, 1e-13)
 
 
-@pytest.mark.parametrize("kw", [{}, {"is_causal": True}, {"dropout_p": 0.3}, {"need_weights": True},
-                                {"need_weights": True, "dropout_p": 0.5, "scale": 0.7},
-                                {"attn_mask": torch.tensor([[True, False, True, True, False]] * 3)},
-                                {"attn_mask": torch.randn(3, 5, dtype=F64)}])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},
+        {"is_causal": True},
+        {"dropout_p": 0.3},
+        {"need_weights": True},
+        {"need_weights": True, "dropout_p": 0.5, "scale": 0.7},
+        {"attn_mask": torch.tensor([[True, False, True, True, False]] * 3)},
+        {"attn_mask": torch.randn(3, 5, dtype=F64)},
+    ],
+)
 def test_gradcheck_central_differences_and_autograd(kw):
     torch.manual_seed(0)
     q, k, v = qkv((2,), 3, 5, E=4, Ev=3)
@@ -157,8 +188,7 @@ def test_gradcheck_central_differences_and_autograd(kw):
 
 def test_causal_with_more_queries_than_keys_gradcheck():
     q, k, v = qkv((1,), 6, 4, E=3, seed=5)
-    assert_all_pass(check_layer(ScaledDotProductAttention(block_size=2), (q, k, v),
-                                forward_kwargs={"is_causal": True}))
+    assert_all_pass(check_layer(ScaledDotProductAttention(block_size=2), (q, k, v), forward_kwargs={"is_causal": True}))
 
 
 def test_unbatched_and_many_leading_axes():
@@ -187,14 +217,16 @@ def test_bfloat16_is_computed_in_float32_and_rounded_once():
     att = ScaledDotProductAttention(block_size=5)
     out = att(q.bfloat16(), k.bfloat16(), v.bfloat16(), is_causal=True)
     assert out.dtype == torch.bfloat16
-    ref = F.scaled_dot_product_attention(q.bfloat16().float(), k.bfloat16().float(), v.bfloat16().float(),
-                                         is_causal=True)
+    ref = F.scaled_dot_product_attention(
+        q.bfloat16().float(), k.bfloat16().float(), v.bfloat16().float(), is_causal=True
+    )
     assert (out.float() - ref).abs().max() < 1e-2  # one bfloat16 rounding of the float32 result: 2^-8 relative
     grads = att.backward(torch.ones_like(out))
     assert all(g.dtype == torch.bfloat16 for g in grads)
 
 
 # -- dropout ------------------------------------------------------------------------------------------------
+
 
 def _splitmix64(x: int) -> int:
     """The reference implementation of splitmix64's output function (Steele, Lea, Flood 2014), on Python ints."""
@@ -205,7 +237,7 @@ def _splitmix64(x: int) -> int:
 
 
 def test_splitmix64_in_int64_torch_ops_equals_the_reference():
-    values = [0, 1, 2, 12345, 2 ** 62 + 17, 2 ** 63 - 1, -1, -(2 ** 63), -987654321]
+    values = [0, 1, 2, 12345, 2**62 + 17, 2**63 - 1, -1, -(2**63), -987654321]
     got = splitmix64(torch.tensor(values, dtype=torch.int64)).tolist()
     assert [g & ((1 << 64) - 1) for g in got] == [_splitmix64(v) for v in values]
 
@@ -236,31 +268,47 @@ def test_dropout_draws_one_seed_per_forward_from_the_generator():
 
 # -- bad input ----------------------------------------------------------------------------------------------
 
+
 def test_bad_input_is_named():
     att = ScaledDotProductAttention()
     q, k, v = qkv((2,), 4, 5)
-    with pytest.raises(ValueError, match=r"expected query \(\*, L, E\), key \(\*, S, E\), value \(\*, S, Ev\) with "
-                                         r"the same leading axes, got query \(2, 4, 8\), key \(2, 5, 7\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"expected query \(\*, L, E\), key \(\*, S, E\), value \(\*, S, Ev\) with "
+        r"the same leading axes, got query \(2, 4, 8\), key \(2, 5, 7\)",
+    ):
         att(q, k[..., :7], v)
     with pytest.raises(ValueError, match=r"got query \(2, 4, 8\), key \(3, 5, 8\)"):
         att(q, torch.randn(3, 5, 8, dtype=F64), torch.randn(3, 5, 8, dtype=F64))
-    with pytest.raises(ValueError, match=r"attn_mask of shape \(4, 4\) does not broadcast to the scores' shape "
-                                         r"\(2, 4, 5\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"attn_mask of shape \(4, 4\) does not broadcast to the scores' shape "
+        r"\(2, 4, 5\)",
+    ):
         att(q, k, v, attn_mask=torch.ones(4, 4, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"attn_mask of shape \(3, 2, 4, 5\) does not broadcast"):
         att(q, k, v, attn_mask=torch.ones(3, 2, 4, 5, dtype=torch.bool))
-    with pytest.raises(ValueError, match=r"attn_mask must be boolean \(True = may attend\) or of the query's dtype "
-                                         r"torch.float64 \(added to the scores\), got torch.int64"):
+    with pytest.raises(
+        ValueError,
+        match=r"attn_mask must be boolean \(True = may attend\) or of the query's dtype "
+        r"torch.float64 \(added to the scores\), got torch.int64",
+    ):
         att(q, k, v, attn_mask=torch.ones(4, 5, dtype=torch.long))
     with pytest.raises(ValueError, match="pass either attn_mask or is_causal=True, not both"):
         att(q, k, v, attn_mask=torch.ones(4, 5, dtype=torch.bool), is_causal=True)
-    with pytest.raises(ValueError, match=r"dropout_p \(the probability of dropping a weight\) must be a probability "
-                                         r"in \[0, 1\], got 1.5"):
+    with pytest.raises(
+        ValueError,
+        match=r"dropout_p \(the probability of dropping a weight\) must be a probability "
+        r"in \[0, 1\], got 1.5",
+    ):
         att(q, k, v, dropout_p=1.5)
     with pytest.raises(ValueError, match="must share dtype and device"):
         att(q, k.float(), v)
-    with pytest.raises(ValueError, match=r"query must be a floating-point tensor of shape \(\*, length, size\), got "
-                                         r"torch.float64 of shape \(8,\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"query must be a floating-point tensor of shape \(\*, length, size\), got "
+        r"torch.float64 of shape \(8,\)",
+    ):
         att(q[0, 0], k, v)
     with pytest.raises(ValueError, match="block_size must be an int >= 1, got 0"):
         ScaledDotProductAttention(block_size=0)

@@ -1,4 +1,5 @@
 """Augmentation (training/tasks/augment.py) and learning-rate schedules (training/schedule.py)."""
+
 import pytest
 import torch
 
@@ -21,8 +22,12 @@ def test_each_image_is_itself_maybe_mirrored_and_shifted():
         for flip in (False, True):
             img = x[i].flip(2) if flip else x[i]
             padded = torch.nn.functional.pad(img, (2, 2, 2, 2), value=-7.0)
-            matches += [(flip, dy, dx) for dy in range(5) for dx in range(5)
-                        if torch.equal(padded[:, dy:dy + 6, dx:dx + 5], out[i])]
+            matches += [
+                (flip, dy, dx)
+                for dy in range(5)
+                for dx in range(5)
+                if torch.equal(padded[:, dy : dy + 6, dx : dx + 5], out[i])
+            ]
         assert matches, f"image {i} is not a flip/shift of its input"
         flip, dy, dx = matches[0]
         seen_flip += flip

@@ -1,4 +1,5 @@
 """The autodiff engine: every operation against torch.autograd in float64, and the graph mechanics."""
+
 import pytest
 import torch
 
@@ -40,27 +41,53 @@ def test_binary_ops_with_broadcasting(op, sa, sb):
     compare(op, sa, sb)
 
 
-@pytest.mark.parametrize("fn", [lambda a: a + 2.5, lambda a: 2.5 + a, lambda a: a - 0.1, lambda a: 0.1 - a,
-                                lambda a: a * 0.1, lambda a: 3 * a, lambda a: a / 7.0, lambda a: 7.0 / a, lambda a: -a],
-                         ids=["add", "radd", "sub", "rsub", "mul", "rmul", "div", "rdiv", "neg"])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a: a + 2.5,
+        lambda a: 2.5 + a,
+        lambda a: a - 0.1,
+        lambda a: 0.1 - a,
+        lambda a: a * 0.1,
+        lambda a: 3 * a,
+        lambda a: a / 7.0,
+        lambda a: 7.0 / a,
+        lambda a: -a,
+    ],
+    ids=["add", "radd", "sub", "rsub", "mul", "rmul", "div", "rdiv", "neg"],
+)
 def test_ops_with_python_numbers(fn):
     compare(fn, (3, 4))
 
 
-@pytest.mark.parametrize("fn", [lambda a: a ** 2, lambda a: a ** 3.5, lambda a: a ** -1.5, lambda a: 2.0 ** a],
-                         ids=["sq", "pow3.5", "pow-1.5", "rpow"])
+@pytest.mark.parametrize(
+    "fn",
+    [lambda a: a**2, lambda a: a**3.5, lambda a: a**-1.5, lambda a: 2.0**a],
+    ids=["sq", "pow3.5", "pow-1.5", "rpow"],
+)
 def test_pow_with_number(fn):
     compare(fn, (3, 4), positive=True)
 
 
 @pytest.mark.parametrize("sa,sb", [((3, 4), (3, 4)), ((3, 4), (4,)), ((4,), (2, 4))])
 def test_pow_with_tensor_exponent(sa, sb):
-    compare(lambda a, b: a ** b, sa, sb, positive=True)
+    compare(lambda a, b: a**b, sa, sb, positive=True)
 
 
-@pytest.mark.parametrize("sa,sb", [((3, 4), (4, 5)), ((4,), (4, 5)), ((3, 4), (4,)), ((4,), (4,)),
-                                   ((2, 3, 4), (4, 5)), ((3, 4), (2, 4, 5)), ((2, 3, 4), (2, 4, 5)),
-                                   ((2, 1, 3, 4), (5, 4, 2)), ((1, 4), (4, 1))])
+@pytest.mark.parametrize(
+    "sa,sb",
+    [
+        ((3, 4), (4, 5)),
+        ((4,), (4, 5)),
+        ((3, 4), (4,)),
+        ((4,), (4,)),
+        ((2, 3, 4), (4, 5)),
+        ((3, 4), (2, 4, 5)),
+        ((2, 3, 4), (2, 4, 5)),
+        ((2, 1, 3, 4), (5, 4, 2)),
+        ((1, 4), (4, 1)),
+    ],
+)
 def test_matmul_shapes(sa, sb):
     compare(lambda a, b: a @ b, sa, sb)
 
@@ -76,7 +103,9 @@ def test_elementwise(name, shape):
     compare(lambda a: getattr(a, name)(), shape, positive=(name == "log"))
 
 
-@pytest.mark.parametrize("dim,keepdim", [(None, False), (0, False), (1, True), (-1, False), ((0, 2), False), ((0, 2), True)])
+@pytest.mark.parametrize(
+    "dim,keepdim", [(None, False), (0, False), (1, True), (-1, False), ((0, 2), False), ((0, 2), True)]
+)
 @pytest.mark.parametrize("red", ["sum", "mean"])
 def test_sum_and_mean(dim, keepdim, red):
     if dim is None:
@@ -90,6 +119,7 @@ def test_max_over_dim(dim, keepdim):
     def ref_or_ours(a):
         out = a.max(dim, keepdim=keepdim)
         return out.values if isinstance(out, tuple) else out
+
     compare(ref_or_ours, (3, 4, 5))
 
 
@@ -97,17 +127,37 @@ def test_max_over_everything_with_ties():
     compare(lambda a: a.max(), torch.tensor([[1.0, 3.0], [3.0, 2.0]], dtype=f64))
 
 
-@pytest.mark.parametrize("fn", [lambda a: a.reshape(4, 6), lambda a: a.view(-1), lambda a: a.reshape((3, 8)),
-                                lambda a: a.transpose(0, 2), lambda a: a.reshape(6, 4).T, lambda a: a.sum(0).T])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a: a.reshape(4, 6),
+        lambda a: a.view(-1),
+        lambda a: a.reshape((3, 8)),
+        lambda a: a.transpose(0, 2),
+        lambda a: a.reshape(6, 4).T,
+        lambda a: a.sum(0).T,
+    ],
+)
 def test_shape_ops(fn):
     compare(fn, (2, 3, 4))
 
 
-@pytest.mark.parametrize("index", [1, -1, (0, 2), slice(1, 3), (slice(None), 1), (Ellipsis, 2), (None, 0),
-                                   torch.tensor([0, 2, 0]), (torch.tensor([0, 1, 1]), torch.tensor([2, 2, 0])),
-                                   (slice(None), torch.tensor([3, 3, 0]))],
-                         ids=["int", "neg", "tuple", "slice", "slice-int", "ellipsis", "none", "repeat-idx",
-                              "pairs", "slice-idx"])
+@pytest.mark.parametrize(
+    "index",
+    [
+        1,
+        -1,
+        (0, 2),
+        slice(1, 3),
+        (slice(None), 1),
+        (Ellipsis, 2),
+        (None, 0),
+        torch.tensor([0, 2, 0]),
+        (torch.tensor([0, 1, 1]), torch.tensor([2, 2, 0])),
+        (slice(None), torch.tensor([3, 3, 0])),
+    ],
+    ids=["int", "neg", "tuple", "slice", "slice-int", "ellipsis", "none", "repeat-idx", "pairs", "slice-idx"],
+)
 def test_indexing(index):
     compare(lambda a: a[index], (3, 4))
 
@@ -120,8 +170,14 @@ def test_log_softmax(dim):
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
 def test_cross_entropy(reduction):
     t = torch.tensor([0, 3, 1, 1, 4])
-    compare(lambda z: cross_entropy(z, t, reduction) if isinstance(z, Tensor)
-            else torch.nn.functional.cross_entropy(z, t, reduction=reduction), (5, 5))
+    compare(
+        lambda z: (
+            cross_entropy(z, t, reduction)
+            if isinstance(z, Tensor)
+            else torch.nn.functional.cross_entropy(z, t, reduction=reduction)
+        ),
+        (5, 5),
+    )
 
 
 def test_composite_expression():
@@ -129,6 +185,7 @@ def test_composite_expression():
 
 
 # -- graph mechanics -----------------------------------------------------------------------------------
+
 
 def test_node_reused_receives_the_sum():
     x = Tensor([2.0, -3.0], requires_grad=True)
@@ -166,8 +223,11 @@ def test_a_transposed_weight_gets_its_gradient_without_a_copy_and_two_leaves_sti
     (x_raw @ ref.T).sum().backward()
     assert torch.equal(w.grad, ref.grad) and w.grad.is_contiguous()
     assert w.grad.untyped_storage().data_ptr() == wt.grad.untyped_storage().data_ptr()  # a view, as W.T is of W
-    for make in (lambda a, b: a.T + b.T, lambda a, b: a.reshape(15) + b.reshape(15),
-                 lambda a, b: a.transpose(0, 1) - b.transpose(0, 1)):
+    for make in (
+        lambda a, b: a.T + b.T,
+        lambda a, b: a.reshape(15) + b.reshape(15),
+        lambda a, b: a.transpose(0, 1) - b.transpose(0, 1),
+    ):
         a, b = Tensor(w_raw.clone(), requires_grad=True), Tensor(w_raw.clone(), requires_grad=True)
         make(a, b).sum().backward()  # add/sub hand the same gradient tensor to both views
         assert a.grad.untyped_storage().data_ptr() != b.grad.untyped_storage().data_ptr()
@@ -178,6 +238,7 @@ def test_a_transposed_weight_gets_its_gradient_without_a_copy_and_two_leaves_sti
 def test_a_view_op_node_is_freed_without_the_cycle_collector():
     import gc
     import weakref
+
     x = Tensor([[1.0, 2.0]], requires_grad=True)
     gc.disable()
     try:
@@ -196,7 +257,7 @@ def test_chain_of_100000_operations():
     for _ in range(100_000):
         y = y * 1.00001 + 0.0
     y.backward()
-    assert x.grad.item() == pytest.approx(1.00001 ** 100_000, rel=1e-9)
+    assert x.grad.item() == pytest.approx(1.00001**100_000, rel=1e-9)
 
 
 def test_no_grad_builds_no_graph():
@@ -212,6 +273,7 @@ def test_no_grad_builds_no_graph():
     @no_grad()
     def f(t):
         return t * 3.0
+
     assert not f(x).requires_grad
 
 
@@ -267,6 +329,7 @@ def test_construction_and_accessors():
 
 
 # -- the engine Net --------------------------------------------------------------------------------------
+
 
 def test_engine_net_gradients_equal_hand_written_and_autograd():
     torch.manual_seed(0)
@@ -332,10 +395,12 @@ def test_xor_example_learns_xor(tmp_path):
     import subprocess
     import sys
     from pathlib import Path
+
     root = Path(__file__).resolve().parents[1]
     out = tmp_path / ("xor.svg" if shutil.which("dot") else "xor.dot")
-    r = subprocess.run([sys.executable, "examples/xor.py", "--draw", str(out)], cwd=root, capture_output=True,
-                       text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "examples/xor.py", "--draw", str(out)], cwd=root, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "loss" in r.stdout and "(target 1.0)" in r.stdout and f"written to {out}" in r.stdout
     drawn = out.read_text()
@@ -350,9 +415,16 @@ def test_xor_example_without_graphviz_says_the_command_line_fix(tmp_path):
     import subprocess
     import sys
     from pathlib import Path
+
     root = Path(__file__).resolve().parents[1]
-    r = subprocess.run([sys.executable, "examples/xor.py", "--draw", str(tmp_path / "xor.svg")], cwd=root,
-                       capture_output=True, text=True, timeout=120, env={**os.environ, "PATH": str(tmp_path)})
+    r = subprocess.run(
+        [sys.executable, "examples/xor.py", "--draw", str(tmp_path / "xor.svg")],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PATH": str(tmp_path)},
+    )
     assert r.returncode == 2 and "step" not in r.stdout
     assert f"use --draw {tmp_path / 'xor.dot'} to write the DOT text" in r.stderr and "format=" not in r.stderr
 
@@ -374,14 +446,18 @@ def test_cross_entropy_bad_target():
 # torch.autograd refuses to differentiate through a tensor that was changed in place after an op saved it; so does
 # the engine (it records each saved tensor's _version), instead of computing a gradient from the changed values.
 
+
 def test_leaf_data_changed_in_place_is_refused():
     x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
     version = x.data._version
     y = x * x
     x.data.mul_(10)  # the engine's .data is the saved tensor itself (same version counter)
     assert x.data._version == version + 1
-    with pytest.raises(RuntimeError, match=r"op 'mul' saved its input a \(shape \(3,\), torch.float\d+\) at version "
-                                           rf"{version}, and it is now at version {version + 1}"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"op 'mul' saved its input a \(shape \(3,\), torch.float\d+\) at version "
+        rf"{version}, and it is now at version {version + 1}",
+    ):
         y.sum().backward()
     assert x.grad is None  # nothing was accumulated from the changed values
 
@@ -400,8 +476,11 @@ def test_intermediate_data_zeroed_is_refused():
     h = x.exp()  # exp saves its output
     y = (h * 2.0).sum()
     h.data.zero_()
-    with pytest.raises(RuntimeError, match=r"op 'exp' saved its output \(shape \(3,\), torch.float\d+\) at version 0, "
-                                           r"and it is now at version 1"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"op 'exp' saved its output \(shape \(3,\), torch.float\d+\) at version 0, "
+        r"and it is now at version 1",
+    ):
         y.backward()
 
 
@@ -412,8 +491,11 @@ def test_optimizer_step_between_forward_and_backward_is_refused():
     loss = cross_entropy(net(torch.randn(5, 3)), torch.tensor([0, 1, 1, 0, 1]))
     loss.backward(retain_graph=True)
     opt.step()  # updates the weights in place (torch._foreach_add_ bumps their versions)
-    with pytest.raises(RuntimeError, match=r"op 'matmul' saved its input b \(shape \(4, 2\), torch.float32\) at "
-                                           r"version \d+, and it is now at version \d+"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"op 'matmul' saved its input b \(shape \(4, 2\), torch.float32\) at "
+        r"version \d+, and it is now at version \d+",
+    ):
         loss.backward()
 
 
@@ -449,11 +531,14 @@ def test_unchanged_saved_tensors_pass_and_retain_graph_checks_again():
 
 # -- the engine's parameters in torch's layout -------------------------------------------------------
 
+
 def square_and_non_square():
     """The default Net's shape with every hidden layer square (16 -> 16 -> 16 -> 10), and one all square: a
     transposed weight, gradient or optimizer state would go unnoticed by shape alone there."""
-    return [dict(hidden_size=16, num_classes=10, in_features=12, depth=2),
-            dict(hidden_size=16, num_classes=16, in_features=16, depth=2)]
+    return [
+        dict(hidden_size=16, num_classes=10, in_features=12, depth=2),
+        dict(hidden_size=16, num_classes=16, in_features=16, depth=2),
+    ]
 
 
 @pytest.mark.parametrize("kw", square_and_non_square(), ids=["mixed", "square"])
@@ -473,9 +558,13 @@ def test_engine_parameters_have_nn_linear_names_shapes_and_gradients(kw):
         assert ((p.grad - q.grad).abs().max() / q.grad.abs().max()).item() < 1e-10, n
 
 
-TORCH_OPTIMS = [("SGD", dict(lr=0.1, momentum=0.9, nesterov=True)), ("RMSprop", dict(lr=0.01, momentum=0.5,
-                centered=True)), ("Adam", dict(lr=0.01, amsgrad=True)), ("AdamW", dict(lr=0.01)),
-                ("Adagrad", dict(lr=0.1))]
+TORCH_OPTIMS = [
+    ("SGD", dict(lr=0.1, momentum=0.9, nesterov=True)),
+    ("RMSprop", dict(lr=0.01, momentum=0.5, centered=True)),
+    ("Adam", dict(lr=0.01, amsgrad=True)),
+    ("AdamW", dict(lr=0.01)),
+    ("Adagrad", dict(lr=0.1)),
+]
 
 
 def _train(model, opt, steps, g, engine):
@@ -537,23 +626,39 @@ def test_to_keeps_the_parameter_tensors_so_an_optimizer_built_before_still_steps
         assert ((eng.state_dict()[k] - v).abs().max() / v.abs().max()).item() < 1e-10, k
     eng.to(dtype=torch.float32)  # .grad follows its parameter, as in nn.Module.to
     assert all(p.dtype == torch.float32 and p.grad.dtype == torch.float32 for p in eng.parameters())
-    with pytest.raises(TypeError, match="parameters must stay floating-point .* got dtype torch.int64; convert the "
-                                        "input instead"):
+    with pytest.raises(
+        TypeError, match="parameters must stay floating-point .* got dtype torch.int64; convert the input instead"
+    ):
         eng.to(torch.int64)
 
 
 # -- misuse: refused in one line naming the problem ----------------------------------------------------
 
-@pytest.mark.parametrize("fn", [lambda a, b: a * b, lambda a, b: b * a, lambda a, b: a + b, lambda a, b: b - a,
-                                lambda a, b: a / b, lambda a, b: a @ b, lambda a, b: b @ a, lambda a, b: a ** b],
-                         ids=["mul", "rmul", "add", "rsub", "div", "matmul", "rmatmul", "pow"])
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a, b: a * b,
+        lambda a, b: b * a,
+        lambda a, b: a + b,
+        lambda a, b: b - a,
+        lambda a, b: a / b,
+        lambda a, b: a @ b,
+        lambda a, b: b @ a,
+        lambda a, b: a**b,
+    ],
+    ids=["mul", "rmul", "add", "rsub", "div", "matmul", "rmatmul", "pow"],
+)
 def test_a_torch_tensor_that_requires_grad_is_refused_saying_how_to_wrap_it(fn):
     """It would silently get no gradient (b.grad stayed None): the engine's graph is not torch.autograd's."""
     a = Tensor(torch.rand(3, 3, dtype=f64) + 0.5, requires_grad=True)
     b = torch.rand(3, 3, dtype=f64, requires_grad=True)
-    with pytest.raises(TypeError, match=r"a torch.Tensor that requires grad \(shape \(3, 3\), torch.float64\); "
-                                        r"the engine cannot give it a gradient .* "
-                                        r"autodiff.Tensor\(t, requires_grad=True\)"):
+    with pytest.raises(
+        TypeError,
+        match=r"a torch.Tensor that requires grad \(shape \(3, 3\), torch.float64\); "
+        r"the engine cannot give it a gradient .* "
+        r"autodiff.Tensor\(t, requires_grad=True\)",
+    ):
         fn(a, b)
     assert b.grad is None
     # wrapped, it gets autograd's gradient; detached, it is a constant
@@ -566,15 +671,21 @@ def test_a_torch_tensor_that_requires_grad_is_refused_saying_how_to_wrap_it(fn):
     fn(a, b.detach())
 
 
-@pytest.mark.parametrize("fn", [lambda a, b: a * b, lambda a, b: b + a, lambda a, b: a / b, lambda a, b: a - b],
-                         ids=["mul", "radd", "div", "sub"])
+@pytest.mark.parametrize(
+    "fn",
+    [lambda a, b: a * b, lambda a, b: b + a, lambda a, b: a / b, lambda a, b: a - b],
+    ids=["mul", "radd", "div", "sub"],
+)
 def test_operands_of_two_float_dtypes_are_refused_at_the_forward_naming_both(fn):
     """float32 and float64 passed the forward and failed in backward with torch's grad_dtype message."""
     a = Tensor(torch.randn(3, 3), requires_grad=True)
     b = Tensor(torch.randn(3, 3, dtype=f64))
-    with pytest.raises(TypeError, match=r"operands of dtypes torch.float(32|64) and torch.float(32|64) give a "
-                                        r"torch.float64 result, so the torch.float32 operand \(shape \(3, 3\)\), "
-                                        r"which requires grad, would receive a torch.float64 gradient"):
+    with pytest.raises(
+        TypeError,
+        match=r"operands of dtypes torch.float(32|64) and torch.float(32|64) give a "
+        r"torch.float64 result, so the torch.float32 operand \(shape \(3, 3\)\), "
+        r"which requires grad, would receive a torch.float64 gradient",
+    ):
         fn(a, b)
     c = Tensor(torch.randn(3, 3, dtype=f64), requires_grad=True)  # the float64 one takes a float64 gradient: fine
     fn(c, Tensor(torch.randn(3, 3))).sum().backward()
@@ -587,21 +698,34 @@ def test_a_wrong_input_size_names_the_layer_and_both_shapes():
     net = EngineNet(hidden_size=8, depth=1)
     with pytest.raises(ValueError, match=r"^Linear\(784, 8\): input has shape \(2, 3\), expected \(N, 784\)"):
         net(Tensor(torch.randn(2, 3)))
-    with pytest.raises(ValueError, match=r"^matmul: shapes \(2, 3\) and \(5, 3\) cannot be multiplied: the last "
-                                        r"dimension of the first \(3\) must equal the second-to-last dimension of the "
-                                        r"second \(5\)$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^matmul: shapes \(2, 3\) and \(5, 3\) cannot be multiplied: the last "
+        r"dimension of the first \(3\) must equal the second-to-last dimension of the "
+        r"second \(5\)$",
+    ):
         Tensor(torch.randn(2, 3)) @ torch.randn(5, 3)
-    with pytest.raises(ValueError, match=r"matmul: shapes \(2, 2, 3\) and \(3, 3, 4\) cannot be multiplied: their "
-                                         r"batch dimensions \(2,\) and \(3,\) do not broadcast"):
+    with pytest.raises(
+        ValueError,
+        match=r"matmul: shapes \(2, 2, 3\) and \(3, 3, 4\) cannot be multiplied: their "
+        r"batch dimensions \(2,\) and \(3,\) do not broadcast",
+    ):
         Tensor(torch.randn(2, 2, 3)) @ torch.randn(3, 3, 4)
-    with pytest.raises(TypeError, match=r"matmul: operands of dtypes torch.float32 and torch.float64 \(shapes \(2, 3\) "
-                                        r"and \(3, 4\)\); a matrix product takes one dtype"):
+    with pytest.raises(
+        TypeError,
+        match=r"matmul: operands of dtypes torch.float32 and torch.float64 \(shapes \(2, 3\) "
+        r"and \(3, 4\)\); a matrix product takes one dtype",
+    ):
         Tensor(torch.randn(2, 3), requires_grad=True) @ torch.randn(3, 4, dtype=f64)
 
 
-@pytest.mark.parametrize("data", [["a"], "abc", {"x": 1.0}, [[1.0, 2.0], [3.0]]], ids=["str-list", "str", "dict",
-                                                                                        "ragged"])
+@pytest.mark.parametrize(
+    "data", [["a"], "abc", {"x": 1.0}, [[1.0, 2.0], [3.0]]], ids=["str-list", "str", "dict", "ragged"]
+)
 def test_a_tensor_of_non_numbers_is_a_clear_type_error(data):
-    with pytest.raises(TypeError, match=r"^autodiff.Tensor: cannot make a tensor of numbers from .*; give a number, "
-                                        r"a \(nested\) list of numbers, or a torch.Tensor$"):
+    with pytest.raises(
+        TypeError,
+        match=r"^autodiff.Tensor: cannot make a tensor of numbers from .*; give a number, "
+        r"a \(nested\) list of numbers, or a torch.Tensor$",
+    ):
         Tensor(data)

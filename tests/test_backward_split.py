@@ -3,6 +3,7 @@
 with weights (Linear, LayerNorm, Embedding, Conv2d, BatchNorm) and for the GPT's attention, MLP, block and whole
 model; gradients accumulate across several B/W pairs in the order their W's run, as across several fused
 backwards; W without B, and B twice, are refused."""
+
 import pytest
 import torch
 
@@ -44,8 +45,11 @@ CASES = {
     "linear-3d-nobias": (lambda: Linear(5, 4, bias=False, dtype=f64), (2, 3, 5), (2, 3, 4)),
     "layernorm": (lambda: LayerNorm(6, dtype=f64), (2, 3, 6), (2, 3, 6)),
     "conv2d": (lambda: Conv2d(2, 3, 3, padding=1, dtype=f64), (2, 2, 5, 5), (2, 3, 5, 5)),
-    "conv2d-strided-nobias": (lambda: Conv2d(2, 4, (3, 2), stride=2, bias=False, dtype=f64), (2, 2, 7, 6),
-                              (2, 4, 3, 3)),
+    "conv2d-strided-nobias": (
+        lambda: Conv2d(2, 4, (3, 2), stride=2, bias=False, dtype=f64),
+        (2, 2, 7, 6),
+        (2, 4, 3, 3),
+    ),
     "batchnorm1d": (lambda: BatchNorm1d(4, dtype=f64), (6, 4), (6, 4)),
     "batchnorm2d": (lambda: BatchNorm2d(3, dtype=f64), (4, 3, 4, 4), (4, 3, 4, 4)),
     "layernorm-2axes": (lambda: LayerNorm((3, 4), dtype=f64), (2, 3, 4), (2, 3, 4)),
@@ -86,8 +90,9 @@ def test_linear_without_input_gradient():
 
 @pytest.mark.parametrize("dropout", [0.0, 0.2])
 def test_the_gpt_b_then_w_equals_its_backward_with_the_tied_matrix(dropout):
-    fused, split = seeded_pair(lambda: GPT(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=8, dropout=dropout,
-                                           dtype=f64))
+    fused, split = seeded_pair(
+        lambda: GPT(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=8, dropout=dropout, dtype=f64)
+    )
     g = torch.Generator().manual_seed(3)
     idx = torch.randint(0, 11, (2, 2, 6), generator=g)
     dlogits = torch.randn(2, 2, 6, 11, dtype=f64, generator=g)

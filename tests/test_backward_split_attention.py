@@ -3,6 +3,7 @@ input gradient and writes no ``.grad`` -- not even a sublayer's -- and W (``back
 gradient, the sublayers' in the fused backward's order; B then W equals the fused ``backward`` bit for bit in
 float64 (every projection layout, bias_k/bias_v and the zero key, dropout, two accumulating steps); W without B and
 B twice are refused; a frozen parameter gets nothing from W."""
+
 import pytest
 import torch
 
@@ -45,6 +46,7 @@ def _mha_case(layout, dropout=0.0, **kw):
         q, k, v = xs[i]
         args = {"qkv": (q, q, q), "kv": (q, k, k)}.get(layout, (q, k, v))
         return layer(*args)
+
     return (lambda: MultiheadAttention(E, 2, dropout=dropout, dtype=f64, **kw)), forward
 
 
@@ -73,20 +75,24 @@ def test_multihead_attention_with_the_weights_gradient():
     fused, split = seeded_pair(make)
     douts = [torch.randn(L, Nb, E, dtype=f64) for _ in range(2)]
     dweights = torch.randn(Nb, L, S, dtype=f64)
-    assert_same(_steps(fused, forward, douts, split=False, dweights=dweights),
-                _steps(split, forward, douts, split=True, dweights=dweights))
+    assert_same(
+        _steps(fused, forward, douts, split=False, dweights=dweights),
+        _steps(split, forward, douts, split=True, dweights=dweights),
+    )
     assert_grads_same(fused, split)
 
 
 ENCODER = {
     "post-norm-layer": lambda: TransformerEncoderLayer(E, 2, 16, dropout=0.1, dtype=f64),
-    "pre-norm-layer-gelu": lambda: TransformerEncoderLayer(E, 2, 16, dropout=0.1, activation="gelu",
-                                                           norm_first=True, dtype=f64),
+    "pre-norm-layer-gelu": lambda: TransformerEncoderLayer(
+        E, 2, 16, dropout=0.1, activation="gelu", norm_first=True, dtype=f64
+    ),
     "encoder-2-layers-norm": lambda: TransformerEncoder(
-        TransformerEncoderLayer(E, 2, 16, dropout=0.1, dtype=f64), 2, norm=LayerNorm(E, dtype=f64)),
+        TransformerEncoderLayer(E, 2, 16, dropout=0.1, dtype=f64), 2, norm=LayerNorm(E, dtype=f64)
+    ),
     "encoder-batch-first-no-bias": lambda: TransformerEncoder(
-        TransformerEncoderLayer(E, 2, 16, dropout=0.0, batch_first=True, bias=False, norm_first=True,
-                                dtype=f64), 2),
+        TransformerEncoderLayer(E, 2, 16, dropout=0.0, batch_first=True, bias=False, norm_first=True, dtype=f64), 2
+    ),
 }
 
 
@@ -104,8 +110,10 @@ def test_the_encoders_b_then_w_equals_its_backward_bit_for_bit(case):
 
 
 def test_the_encoder_layers_w_runs_its_sublayers_w_in_the_fused_backwards_order():
-    for norm_first, order in ((False, ["norm2", "linear2", "linear1", "norm1", "self_attn"]),
-                              (True, ["linear2", "linear1", "norm2", "self_attn", "norm1"])):
+    for norm_first, order in (
+        (False, ["norm2", "linear2", "linear1", "norm1", "self_attn"]),
+        (True, ["linear2", "linear1", "norm2", "self_attn", "norm1"]),
+    ):
         layer = TransformerEncoderLayer(E, 2, 16, dropout=0.0, norm_first=norm_first, dtype=f64)
         ran = []
         for name in order:
@@ -133,8 +141,10 @@ def test_the_encoders_w_runs_its_norm_then_its_layers_from_the_top():
 def test_multihead_attentions_w_adds_out_proj_first_then_the_input_projections():
     mha = MultiheadAttention(E, 2, dtype=f64)
     seen = []
-    mha.out_proj.backward_weight = lambda: (seen.append(mha.in_proj_weight.grad is None),
-                                            type(mha.out_proj).backward_weight(mha.out_proj))
+    mha.out_proj.backward_weight = lambda: (
+        seen.append(mha.in_proj_weight.grad is None),
+        type(mha.out_proj).backward_weight(mha.out_proj),
+    )
     x = torch.randn(L, Nb, E, dtype=f64)
     mha(x, x, x)
     mha.backward_input(torch.randn(L, Nb, E, dtype=f64), summed=True)
@@ -142,8 +152,11 @@ def test_multihead_attentions_w_adds_out_proj_first_then_the_input_projections()
     assert seen == [True] and mha.in_proj_weight.grad is not None and mha.out_proj.weight.grad is not None
 
 
-@pytest.mark.parametrize("make", [lambda: MultiheadAttention(E, 2, dtype=f64),
-                                  lambda: TransformerEncoderLayer(E, 2, 16, dtype=f64)], ids=["mha", "encoder-layer"])
+@pytest.mark.parametrize(
+    "make",
+    [lambda: MultiheadAttention(E, 2, dtype=f64), lambda: TransformerEncoderLayer(E, 2, 16, dtype=f64)],
+    ids=["mha", "encoder-layer"],
+)
 def test_w_without_b_and_b_twice_are_refused(make):
     layer = make()
     x, dout = torch.randn(L, Nb, E, dtype=f64), torch.randn(L, Nb, E, dtype=f64)
@@ -173,8 +186,13 @@ def test_an_input_changed_in_place_between_b_and_w_is_refused_before_any_gradien
 
 
 def test_frozen_parameters_get_nothing_from_w_and_the_rest_equal_the_fused_backward():
-    frozen = ["layers.0.self_attn.in_proj_weight", "layers.1.self_attn.out_proj.bias", "layers.0.norm1.bias",
-              "layers.1.linear1.weight", "norm.weight"]
+    frozen = [
+        "layers.0.self_attn.in_proj_weight",
+        "layers.1.self_attn.out_proj.bias",
+        "layers.0.norm1.bias",
+        "layers.1.linear1.weight",
+        "norm.weight",
+    ]
     fused, split = seeded_pair(ENCODER["encoder-2-layers-norm"])
     for layer in (fused, split):
         layer.requires_grad_(False, frozen)

@@ -3,6 +3,7 @@ time, taking and returning what ``backward`` does) then W (``backward_weight``, 
 step) equals the fused ``backward`` bit for bit in float64 -- RNN, LSTM and GRU with one and two layers, one and two
 directions, with and without initial states, dropout between layers, and each cell; B alone writes no ``.grad``;
 W without B, and B twice, are refused; a frozen parameter gets nothing from W."""
+
 import pytest
 import torch
 
@@ -33,8 +34,13 @@ def _steps(layer, inputs, douts, *, split, **bw):
 
 def _sequence_case(kind, layers, bidirectional, with_hx, *, proj=0, dropout=0.0, batch_first=False):
     D = 2 if bidirectional else 1
-    kw = {"num_layers": layers, "bidirectional": bidirectional, "dropout": dropout, "batch_first": batch_first,
-          "dtype": f64}
+    kw = {
+        "num_layers": layers,
+        "bidirectional": bidirectional,
+        "dropout": dropout,
+        "batch_first": batch_first,
+        "dtype": f64,
+    }
     if proj:
         kw["proj_size"] = proj
     fused, split = seeded_pair(lambda: kind(I, H, **kw))
@@ -132,8 +138,9 @@ def test_the_lstm_cell_takes_the_pair_as_one_argument_in_b_too():
         split.backward_input((dh, dc), dc)
 
 
-@pytest.mark.parametrize("make", [lambda: LSTM(I, H, num_layers=2, dtype=f64), lambda: GRUCell(I, H, dtype=f64)],
-                         ids=["lstm", "grucell"])
+@pytest.mark.parametrize(
+    "make", [lambda: LSTM(I, H, num_layers=2, dtype=f64), lambda: GRUCell(I, H, dtype=f64)], ids=["lstm", "grucell"]
+)
 def test_w_without_b_and_b_twice_are_refused(make):
     layer = make()
     cell = isinstance(layer, GRUCell)

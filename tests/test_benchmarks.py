@@ -3,6 +3,7 @@ takes --threads (its header then says so) and refuses a device that is not here 
 
 No timing is asserted (speed is measured by running the scripts themselves, never in the suite).
 """
+
 import subprocess
 import sys
 from pathlib import Path
@@ -15,25 +16,80 @@ ROOT = Path(__file__).resolve().parents[1]
 CASES = {  # script: (toy arguments, text its table must contain)
     "step.py": (["--nets", "small,cnn", "--repeats", "1", "--warmup", "4", "--half", "bfloat16"], "3x3, textbook"),
     "cnn_step.py": (["--batch-size", "4", "--repeats", "1", "--threads", "1", "--clock", "cpu"], "clock: cpu"),
-    "gpt_step.py": (["--batch", "2", "--repeats", "1", "--warmup", "0", "--fused", "--profile"],
-                    "handgrad eager, fused kernels"),
-    "attention.py": (["--T", "32", "--batch", "1", "--heads", "2", "--head-dim", "8", "--repeats", "1", "--part", "memory",
-                      "--block", "8"], "blocked"),
+    "gpt_step.py": (
+        ["--batch", "2", "--repeats", "1", "--warmup", "0", "--fused", "--profile"],
+        "handgrad eager, fused kernels",
+    ),
+    "attention.py": (
+        [
+            "--T",
+            "32",
+            "--batch",
+            "1",
+            "--heads",
+            "2",
+            "--head-dim",
+            "8",
+            "--repeats",
+            "1",
+            "--part",
+            "memory",
+            "--block",
+            "8",
+        ],
+        "blocked",
+    ),
     "conv.py": (["--batch", "2", "--repeats", "1", "--warmup", "0"], "vs nn"),
     "monitor.py": (["--repeats", "1", "--warmup", "0"], "no monitor"),
-    "lstm_step.py": (["--seq", "3", "--batch", "2", "--input", "4", "--hidden", "8", "--vocab", "5", "--repeats", "1",
-                      "--warmup", "0"], "vs nn.LSTM"),
-    "precision.py": (["--hidden", "16", "--depth", "1", "--batch", "8", "--repeats", "1", "--warmup", "0",
-                      "--dtypes", "bfloat16", "float16"], "bfloat16"),
+    "lstm_step.py": (
+        [
+            "--seq",
+            "3",
+            "--batch",
+            "2",
+            "--input",
+            "4",
+            "--hidden",
+            "8",
+            "--vocab",
+            "5",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+        ],
+        "vs nn.LSTM",
+    ),
+    "precision.py": (
+        [
+            "--hidden",
+            "16",
+            "--depth",
+            "1",
+            "--batch",
+            "8",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+            "--dtypes",
+            "bfloat16",
+            "float16",
+        ],
+        "bfloat16",
+    ),
     "gpu.py": (["--device", "cpu", "--quick", "--only", "lstm,precision"], "how it ended"),  # exit 0: each ok
-    "data_parallel.py": (["--world", "2", "--hidden", "16", "--depth", "1", "--batch-size", "8", "--steps", "1",
-                          "--warmup", "0"], "samples/s"),
+    "data_parallel.py": (
+        ["--world", "2", "--hidden", "16", "--depth", "1", "--batch-size", "8", "--steps", "1", "--warmup", "0"],
+        "samples/s",
+    ),
 }
 
 
 def bench(script, *args):
-    return subprocess.run([sys.executable, f"benchmarks/{script}", *map(str, args)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, f"benchmarks/{script}", *map(str, args)], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.mark.parametrize("script", sorted(CASES))
@@ -57,7 +113,8 @@ def test_a_missing_device_is_one_line(script):
     r = bench(script, "--device", "cuda")
     assert r.returncode == 2 and r.stderr.strip() == (
         f"{script}: error: argument --device: --device cuda asked for CUDA, but torch {torch.__version__} sees no "
-        f"CUDA device here; use --device cpu"), r.stderr
+        f"CUDA device here; use --device cpu"
+    ), r.stderr
 
 
 def test_bad_threads_is_one_line():

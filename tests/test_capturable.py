@@ -7,6 +7,7 @@ a dispatch mode that records every read-back to the host and every CPU tensor ha
 is what fails inside torch.cuda.graph capture.  The same guard flags the default (CPU-counter) path, so
 it can fail.
 """
+
 import copy
 import importlib
 
@@ -62,8 +63,11 @@ def test_capturable_matches_torch_default_path(name, kw, float64_default):
             assert ours.state[p]["step"].item() == 150 and ours.state[p]["step"].device == p.device
 
 
-@pytest.mark.parametrize("name,kw", [c for c in CAP_CASES if c[0] in TORCH_CAPTURABLE],
-                         ids=[i for i, c in zip(IDS, CAP_CASES) if c[0] in TORCH_CAPTURABLE])
+@pytest.mark.parametrize(
+    "name,kw",
+    [c for c in CAP_CASES if c[0] in TORCH_CAPTURABLE],
+    ids=[i for i, c in zip(IDS, CAP_CASES) if c[0] in TORCH_CAPTURABLE],
+)
 @pytest.mark.parametrize("default_dtype", [torch.float32, torch.float64])
 def test_capturable_matches_torch_capturable_path(name, kw, default_dtype, monkeypatch):
     """torch refuses capturable=True on the CPU only in a device check; lifted, its capturable arithmetic runs
@@ -119,6 +123,7 @@ def test_state_dict_moves_between_capturable_and_default(name, kw, float64_defau
 
 
 # -- capture safety ---------------------------------------------------------------------------------------
+
 
 def meta_params():
     params = [torch.empty(s, device="meta") for s in [(7, 5), (5,), (3, 4, 2)]]
@@ -176,6 +181,7 @@ def test_clip_grad_norm_stays_on_the_device(norm_type):
 
 # -- a tensor learning rate ----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name,kw", CAP_CASES, ids=IDS)
 def test_tensor_lr_follows_a_schedule_on_the_capturable_path(name, kw, float64_default):
     """lr as a 0-d tensor with capturable=True: the kernels read it on the device, and an lr_scheduler fills it in
@@ -192,8 +198,9 @@ def test_tensor_lr_follows_a_schedule_on_the_capturable_path(name, kw, float64_d
     ref_kw = {k: (tuple(b.item() for b in v) if k == "betas" else v) for k, v in kw.items()}
     ref_p = make_params()
     ref = getattr(torch.optim, name)(ref_p, lr=lr, **ref_kw)
-    scheds = [torch.optim.lr_scheduler.OneCycleLR(o, max_lr=lr, total_steps=40, cycle_momentum=False)
-              for o in (ours, ref)]
+    scheds = [
+        torch.optim.lr_scheduler.OneCycleLR(o, max_lr=lr, total_steps=40, cycle_momentum=False) for o in (ours, ref)
+    ]
     for t in range(40):
         set_grads(params, t)
         set_grads(ref_p, t)

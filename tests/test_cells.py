@@ -1,6 +1,7 @@
 """RNNCell, LSTMCell and GRUCell against torch.nn's cells (autograd, float64), their kernels against their textbook
 steps (layers/recurrent/cells.py); a loop of cells is backpropagation through time written out, equal to the
 sequence layer."""
+
 import contextlib
 import re
 
@@ -13,8 +14,13 @@ from layers import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell, from_torch
 from tests.test_recurrent import TOL_AUTOGRAD, TOL_REFERENCE, err
 
 f64 = torch.float64
-CELLS = {"rnn_tanh": (RNNCell, {}), "rnn_relu": (RNNCell, {"nonlinearity": "relu"}), "lstm": (LSTMCell, {}),
-         "gru": (GRUCell, {}), "gru_nobias": (GRUCell, {"bias": False})}
+CELLS = {
+    "rnn_tanh": (RNNCell, {}),
+    "rnn_relu": (RNNCell, {"nonlinearity": "relu"}),
+    "lstm": (LSTMCell, {}),
+    "gru": (GRUCell, {}),
+    "gru_nobias": (GRUCell, {"bias": False}),
+}
 
 
 def pair(kind, seed=0):
@@ -45,8 +51,11 @@ def test_cell_matches_torch_autograd(kind, batch, with_state):
         state = state if kind == "lstm" else state[0]
     out = ours(x, state)
     xa = x.clone().requires_grad_()
-    sa = None if state is None else (tuple(s.clone().requires_grad_() for s in state) if kind == "lstm"
-                                     else state.clone().requires_grad_())
+    sa = (
+        None
+        if state is None
+        else (tuple(s.clone().requires_grad_() for s in state) if kind == "lstm" else state.clone().requires_grad_())
+    )
     oa = twin(xa, sa)
     douts = [torch.randn(o.shape, generator=g, dtype=f64) for o in as_list(out)]
     sum((o * d).sum() for o, d in zip(as_list(oa), douts)).backward()
@@ -67,7 +76,7 @@ def test_the_cell_s_kernel_equals_its_textbook_step(kind):
     """The cell with the kernels on (bptt.py with T = 1) and off (its own step equations, cells.py)."""
     results = []
     for on in (True, False):
-        with (contextlib.nullcontext() if on else kernels.disabled()):
+        with contextlib.nullcontext() if on else kernels.disabled():
             ours, _ = pair(kind)
             g = torch.Generator().manual_seed(2)
             x, h = torch.randn(3, 4, generator=g, dtype=f64), torch.randn(3, 5, generator=g, dtype=f64)
@@ -117,8 +126,11 @@ def test_a_loop_of_cells_is_bptt_and_equals_the_sequence_layer(cell_cls, seq_cls
     assert all(err(a, p.grad) < TOL_REFERENCE for a, p in zip(cell_grads, seq.parameters()))
 
 
-@pytest.mark.parametrize("module", [nn.RNNCell(3, 4, nonlinearity="relu"), nn.LSTMCell(3, 4, bias=False),
-                                    nn.GRUCell(3, 4).double()], ids=["rnn", "lstm", "gru"])
+@pytest.mark.parametrize(
+    "module",
+    [nn.RNNCell(3, 4, nonlinearity="relu"), nn.LSTMCell(3, 4, bias=False), nn.GRUCell(3, 4).double()],
+    ids=["rnn", "lstm", "gru"],
+)
 def test_cell_from_torch_and_back(module):
     ours = from_torch(module)
     assert type(ours).__name__ == type(module).__name__

@@ -1,5 +1,6 @@
 """A checkpoint written before Linear weights were kept as (out, in) -- formats 1 to 3, whose optimizer state for a
 Linear weight was (in, out) -- resumes as the run would have gone on: the state is transposed on load, with a note."""
+
 import pytest
 import torch
 
@@ -13,8 +14,9 @@ def as_format_3(path, linear_weight_indices):
     ckpt["format"] = "handgrad-train-3"
     state = ckpt["optimizers"]["manual"]["state"]
     for i in linear_weight_indices:
-        state[i] = {k: (v.t().contiguous() if isinstance(v, torch.Tensor) and v.dim() == 2 else v)
-                    for k, v in state[i].items()}
+        state[i] = {
+            k: (v.t().contiguous() if isinstance(v, torch.Tensor) and v.dim() == 2 else v) for k, v in state[i].items()
+        }
     path.unlink()
     training.storage.checkpoint.save_checkpoint(path, ckpt)
 
@@ -23,8 +25,7 @@ def as_format_3(path, linear_weight_indices):
 def test_a_format_3_checkpoint_resumes_equal_to_an_uninterrupted_run(tiny, tmp_path, capsys, optimizer):
     # --hidden 16 --depth 2: 784 -> 16 -> 16 -> 10, so one Linear weight is square (16, 16): a transposed state of
     # it would load without a shape error and train wrong
-    common = ["--data-dir", tiny, "--dtype", "float64", "--optimizer", *optimizer,
-              "--impl", "both", *FAST]
+    common = ["--data-dir", tiny, "--dtype", "float64", "--optimizer", *optimizer, "--impl", "both", *FAST]
     assert run(*common, "--out", tmp_path / "straight", "--epochs", "2") == 0
     _run_first_epoch_only(common, tmp_path / "half")
     ckpt_path = tmp_path / "half" / "checkpoint.pt"
@@ -39,4 +40,3 @@ def test_a_format_3_checkpoint_resumes_equal_to_an_uninterrupted_run(tiny, tmp_p
     for name in a["models"]:
         for k, v in a["models"][name].items():
             assert torch.equal(v, b["models"][name][k]), (name, k)
-

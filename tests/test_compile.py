@@ -7,6 +7,7 @@ real: the small Net with SGD and Adam, and the LSTM language model (whose produc
 lowering).  Every case runs the step ten times in float64, eagerly and compiled from the same weights, and holds
 the weights to 1e-10.
 """
+
 from __future__ import annotations
 
 import sys
@@ -44,21 +45,34 @@ def _model(name: str):
         x, y = torch.randn(8, 1, 28, 28, **kw), torch.randint(0, 10, (8,))
         return m, lambda crit: crit(m(x), y), lambda crit: m.backward(crit.backward())
     if name == "cnn":  # the CNN's kinds of layer, dropout included, on 8x8 images
-        m = Sequential(Conv2d(1, 4, 3, padding=1, bias=False, **kw), BatchNorm2d(4, **kw), ReLU(), MaxPool2d(2),
-                       Flatten(), Dropout(0.3), Linear(64, 10, **kw))
+        m = Sequential(
+            Conv2d(1, 4, 3, padding=1, bias=False, **kw),
+            BatchNorm2d(4, **kw),
+            ReLU(),
+            MaxPool2d(2),
+            Flatten(),
+            Dropout(0.3),
+            Linear(64, 10, **kw),
+        )
         x, y = torch.randn(6, 1, 8, 8, **kw), torch.randint(0, 10, (6,))
         return m, lambda crit: crit(m(x), y), lambda crit: m.backward(crit.backward())
     V, N, T = 11, 3, 6
     idx, y = torch.randint(0, V, (N, T)), torch.randint(0, V, (N, T))
     if name == "gpt":
         m = GPT(vocab_size=V, block_size=T, n_layer=1, n_head=2, n_embd=8, dtype=torch.float64)
-        return (m, lambda crit: crit(m(idx).view(-1, V), y.view(-1)),
-                lambda crit: m.backward(crit.backward().view(N, T, V)))
+        return (
+            m,
+            lambda crit: crit(m(idx).view(-1, V), y.view(-1)),
+            lambda crit: m.backward(crit.backward().view(N, T, V)),
+        )
     if name == "lstm":
         m = RecurrentLM(V, 4, 8, num_layers=2, cell="lstm")
         m.to(dtype=torch.float64)
-        return (m, lambda crit: crit(m(idx)[0].reshape(-1, V), y.view(-1)),
-                lambda crit: m.backward(crit.backward().view(N, T, V)))
+        return (
+            m,
+            lambda crit: crit(m(idx)[0].reshape(-1, V), y.view(-1)),
+            lambda crit: m.backward(crit.backward().view(N, T, V)),
+        )
     raise ValueError(name)
 
 
@@ -72,6 +86,7 @@ def _step(forward, backward, opt):
         backward(crit)
         opt.step()
         return loss
+
     return step
 
 
@@ -124,6 +139,7 @@ def test_step_compiled_by_inductor_equals_eager(name, opt_name):
 
 # -- the in-place check (layers/saved.py) under compile -------------------------------------------------------
 
+
 def _linear_step(change_between: bool):
     torch.manual_seed(0)
     layer = Linear(4, 3, dtype=torch.float64)
@@ -140,8 +156,11 @@ def _linear_step(change_between: bool):
 def test_in_place_change_inside_the_compiled_step_is_refused():
     _, step = _linear_step(change_between=True)
     torch._dynamo.reset()
-    words = (r"Linear: its input x was modified in place after the forward, before backward, in the compiled step"
-             if MESSAGE_IN_GRAPH else r"Runtime assertion failed")  # an older torch refuses without the words
+    words = (
+        r"Linear: its input x was modified in place after the forward, before backward, in the compiled step"
+        if MESSAGE_IN_GRAPH
+        else r"Runtime assertion failed"
+    )  # an older torch refuses without the words
     with pytest.raises(Exception, match=words):
         torch.compile(step, fullgraph=True, backend="aot_eager")(torch.randn(2, 4, dtype=torch.float64))
 
@@ -199,11 +218,21 @@ def test_target_out_of_range_is_refused_in_the_compiled_step():
 
 # -- kernels/recurrent/graph.py, the compiler's BPTT, against bptt.py (eager, no compiler) -------------------
 
-@pytest.mark.parametrize("make", [
-    lambda: LSTM(4, 6, 2, bidirectional=True), lambda: LSTM(4, 6, 1, proj_size=3, bidirectional=True),
-    lambda: GRU(4, 6, 2, bidirectional=True), lambda: RNN(4, 6, 2, nonlinearity="relu", bidirectional=True),
-    lambda: RNN(4, 6, 1, bias=False), lambda: LSTMCell(4, 6), lambda: GRUCell(4, 6), lambda: RNNCell(4, 6),
-], ids=["lstm", "lstm-proj", "gru", "rnn-relu", "rnn-nobias", "lstm-cell", "gru-cell", "rnn-cell"])
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: LSTM(4, 6, 2, bidirectional=True),
+        lambda: LSTM(4, 6, 1, proj_size=3, bidirectional=True),
+        lambda: GRU(4, 6, 2, bidirectional=True),
+        lambda: RNN(4, 6, 2, nonlinearity="relu", bidirectional=True),
+        lambda: RNN(4, 6, 1, bias=False),
+        lambda: LSTMCell(4, 6),
+        lambda: GRUCell(4, 6),
+        lambda: RNNCell(4, 6),
+    ],
+    ids=["lstm", "lstm-proj", "gru", "rnn-relu", "rnn-nobias", "lstm-cell", "gru-cell", "rnn-cell"],
+)
 def test_bptt_graph_equals_bptt(make, monkeypatch):
     torch.manual_seed(0)
     x = torch.randn(5, 3, 4, dtype=torch.float64)
@@ -216,8 +245,13 @@ def test_bptt_graph_equals_bptt(make, monkeypatch):
             monkeypatch.setattr(bptt_graph, "for_forward", lambda: bptt_graph)
         cell = "Cell" in type(layer).__name__
         inp = x[0] if cell else x
-        state = ((torch.randn(3, 6, dtype=torch.float64),) * 2 if isinstance(layer, LSTMCell)
-                 else torch.randn(3, 6, dtype=torch.float64) if cell else None)
+        state = (
+            (torch.randn(3, 6, dtype=torch.float64),) * 2
+            if isinstance(layer, LSTMCell)
+            else torch.randn(3, 6, dtype=torch.float64)
+            if cell
+            else None
+        )
         out = layer(inp, state) if cell else layer(inp)[0]  # a sequence layer: its output y (T, N, D*H)
         outs = out if isinstance(out, tuple) else (out,)  # LSTMCell: (h', c')
         g = [torch.linspace(-1, 1, t.numel(), dtype=torch.float64).view_as(t) for t in outs]
@@ -231,14 +265,35 @@ def test_bptt_graph_equals_bptt(make, monkeypatch):
 
 # -- train.py --compile ------------------------------------------------------------------------------------------
 
+
 def test_train_compile_agrees_with_the_twin_and_reports_compile_time_apart(tiny, tmp_path, capsys):
     import json
 
     import train
+
     out = tmp_path / "run"
     with pytest.warns(UserWarning, match="not the official"):  # the tiny .gz files are not MNIST's
-        code = train.main([str(a) for a in ("--data-dir", tiny, "--out", out, "--epochs", "2", "--dtype", "float64",
-                                             "--hidden", "16", "--batch-size", "64", "--compile", "--no-plots")])
+        code = train.main(
+            [
+                str(a)
+                for a in (
+                    "--data-dir",
+                    tiny,
+                    "--out",
+                    out,
+                    "--epochs",
+                    "2",
+                    "--dtype",
+                    "float64",
+                    "--hidden",
+                    "16",
+                    "--batch-size",
+                    "64",
+                    "--compile",
+                    "--no-plots",
+                )
+            ]
+        )
     assert code == 0
     printed = capsys.readouterr().out
     assert "s compiling)" in printed.splitlines()[1]  # epoch 1 of the hand-written step: compile time apart
@@ -249,14 +304,23 @@ def test_train_compile_agrees_with_the_twin_and_reports_compile_time_apart(tiny,
     assert first and first[0]["compile_seconds"] > 0
 
 
-@pytest.mark.parametrize("argv,says", [
-    (["--monitor"], "--monitor reads statistics back"), (["--cuda-graph"], "use one or the other"),
-    (["--dtype", "bfloat16"], "mixed-precision step has not been made compilable"),
-])
+@pytest.mark.parametrize(
+    "argv,says",
+    [
+        (["--monitor"], "--monitor reads statistics back"),
+        (["--cuda-graph"], "use one or the other"),
+        (["--dtype", "bfloat16"], "mixed-precision step has not been made compilable"),
+    ],
+)
 def test_train_compile_refuses_what_it_cannot_compile(tiny, tmp_path, capsys, argv, says):
     import train
-    code = train.main([str(a) for a in ("--data-dir", tiny, "--out", tmp_path / "r", "--epochs", "1", "--compile",
-                                         "--no-plots", *argv)])
+
+    code = train.main(
+        [
+            str(a)
+            for a in ("--data-dir", tiny, "--out", tmp_path / "r", "--epochs", "1", "--compile", "--no-plots", *argv)
+        ]
+    )
     assert code == 2
     err = capsys.readouterr().err
     assert "--compile: cannot compile this run's step" in err and says in err

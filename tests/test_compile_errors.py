@@ -1,5 +1,6 @@
 """Errors raised while a step compiles reach the caller as the eager step's: the same exception type and message
 (``except ValueError`` still catches a handgrad check), and the state is left as the failed step found it."""
+
 from __future__ import annotations
 
 import pytest
@@ -29,6 +30,7 @@ def _setup():
         model.backward(crit.backward(), need_input_grad=True)
         opt.step()
         return loss
+
     return model, opt, step
 
 
@@ -70,10 +72,17 @@ def test_a_compiled_steps_error_is_the_eager_steps_type_and_message(case):
 
 def test_the_eager_run_that_finds_the_error_leaves_weights_moments_and_random_state_alone():
     from training.compiled import _eager_error
+
     model, opt, step = _setup()
     step(torch.randn(5, 4, dtype=F64), torch.tensor([0, 1, 2, 0, 1]))  # moments and .grad to keep
-    before = [t.clone() for t in (*model.parameters(), *(p.grad for p in model.parameters()),
-                                  *(v for s in opt.state.values() for v in s.values()))]
+    before = [
+        t.clone()
+        for t in (
+            *model.parameters(),
+            *(p.grad for p in model.parameters()),
+            *(v for s in opt.state.values() for v in s.values()),
+        )
+    ]
     x, y, _ = CASES["in-place change"]()
     good = torch.randn(5, 4, dtype=F64)
     model[2].generator = torch.Generator().manual_seed(7)  # a dropout layer's own generator is put back too
@@ -81,8 +90,11 @@ def test_the_eager_run_that_finds_the_error_leaves_weights_moments_and_random_st
     rng = torch.random.get_rng_state()
     assert isinstance(_eager_error(step, (x, y, True), model, opt), RuntimeError)
     assert _eager_error(step, (good, y), model, opt) is None  # a good step: ran, undone
-    after = [*model.parameters(), *(p.grad for p in model.parameters()),
-             *(v for s in opt.state.values() for v in s.values())]
+    after = [
+        *model.parameters(),
+        *(p.grad for p in model.parameters()),
+        *(v for s in opt.state.values() for v in s.values()),
+    ]
     assert all(torch.equal(a, b) for a, b in zip(before, after))
     assert torch.equal(torch.random.get_rng_state(), rng)  # the dropout masks it drew are drawn again next step
     assert torch.equal(model[2].generator.get_state(), own)

@@ -2,6 +2,7 @@
 and stays equal when something a skipped guard would have caught changes mid-run (a learning rate written as a
 Python float, a dropout probability, a frozen parameter, a smaller batch), where skipping torch.compile's guards
 unconditionally does not."""
+
 import pytest
 import torch
 
@@ -58,6 +59,7 @@ def _run(kind, change=None):
                 return compiled(x, y)
             with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
                 return compiled(x, y)
+
     losses = []
     for i in range(len(batches)):
         _change(i, model, opt, batches, change)
@@ -93,22 +95,51 @@ def test_train_py_compile_fast_equals_the_eager_run(tmp_path):
     import json
 
     import train
+
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("First Citizen: Before we proceed any further, hear me speak.\n" * 40)
-    common = ["--data-file", corpus, "--model", "gpt", "--n-layer", "2", "--n-head", "2", "--n-embd", "16",
-              "--block-size", "16", "--batch-size", "4", "--eval-iters", "2", "--max-iters", "10",
-              "--eval-interval", "5", "--dtype", "float64", "--impl", "manual", "--quiet", "--no-plots"]
+    common = [
+        "--data-file",
+        corpus,
+        "--model",
+        "gpt",
+        "--n-layer",
+        "2",
+        "--n-head",
+        "2",
+        "--n-embd",
+        "16",
+        "--block-size",
+        "16",
+        "--batch-size",
+        "4",
+        "--eval-iters",
+        "2",
+        "--max-iters",
+        "10",
+        "--eval-interval",
+        "5",
+        "--dtype",
+        "float64",
+        "--impl",
+        "manual",
+        "--quiet",
+        "--no-plots",
+    ]
     for name, extra in (("eager", []), ("fast", ["--compile", "fast"])):
         assert train.main([str(a) for a in (*common, "--out", tmp_path / name, *extra)]) == 0
     runs = {n: json.loads((tmp_path / n / "summary.json").read_text())["results"]["manual"] for n in ("eager", "fast")}
     for key in ("train_loss", "val_loss"):
         assert abs(runs["fast"][key] - runs["eager"][key]) <= 1e-10 * abs(runs["eager"][key])
-    weights = [torch.load(tmp_path / n / "checkpoint.pt", weights_only=True)["models"]["manual"] for n in ("eager", "fast")]
+    weights = [
+        torch.load(tmp_path / n / "checkpoint.pt", weights_only=True)["models"]["manual"] for n in ("eager", "fast")
+    ]
     for k in weights[0]:
         torch.testing.assert_close(weights[1][k], weights[0][k], rtol=1e-10, atol=1e-13, msg=k)
 
 
 def test_compile_fast_is_a_choice_of_compile():
     from train import parse_config
+
     assert parse_config(["--compile", "fast"]).run.compile_fast and parse_config(["--compile"]).run.compile
     assert not parse_config(["--compile"]).run.compile_fast

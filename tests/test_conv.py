@@ -1,6 +1,7 @@
 """Conv2d, MaxPool2d, AvgPool2d and Flatten: gradient checks, torch.nn parity under autograd on many
 configurations, each form of the kernel's weight gradient, conversion of random CNNs, bad input.  (The textbook
 and the kernels tied to each other: tests/test_kernels.py.)"""
+
 import random
 
 import pytest
@@ -105,8 +106,10 @@ def test_every_form_of_the_weight_gradient_equals_autograd(cfg):
     ours(x)
     xp = ours.kept.x  # the input as the forward convolved it (with the extra "same" row/column)
     k, s, p, d, g = ours.kernel_size, ours.stride, ours._pad, ours.dilation, ours.groups
-    forms = {"correlation": lambda: convolution.weight_grad_correlation(xp, dout, k, s, p, d, g),
-             "im2col": lambda: convolution.weight_grad_im2col(xp, dout, k, s, p, d, g)}
+    forms = {
+        "correlation": lambda: convolution.weight_grad_correlation(xp, dout, k, s, p, d, g),
+        "im2col": lambda: convolution.weight_grad_im2col(xp, dout, k, s, p, d, g),
+    }
     if g == 1 and s == (1, 1) and p[0] <= d[0] * (k[0] - 1) and p[1] <= d[1] * (k[1] - 1):
         forms["exchanged"] = lambda: convolution.weight_grad_exchanged(xp, dout, k, p, d)
     for name, form in forms.items():
@@ -143,12 +146,16 @@ def test_conv_float32_close_to_torch(cfg):
 
 def test_conv_round_trip_through_torch_keeps_arguments_and_weights():
     torch.manual_seed(1)
-    theirs = nn.Conv2d(4, 6, (3, 2), stride=(2, 1), padding=(1, 0), dilation=(1, 2), groups=2,
-                       bias=False, dtype=f64)
+    theirs = nn.Conv2d(4, 6, (3, 2), stride=(2, 1), padding=(1, 0), dilation=(1, 2), groups=2, bias=False, dtype=f64)
     ours = from_torch(theirs)
     assert isinstance(ours, Conv2d) and ours.bias is None
-    assert (ours.kernel_size, ours.stride, ours.padding, ours.dilation, ours.groups) == \
-        (theirs.kernel_size, theirs.stride, theirs.padding, theirs.dilation, theirs.groups)
+    assert (ours.kernel_size, ours.stride, ours.padding, ours.dilation, ours.groups) == (
+        theirs.kernel_size,
+        theirs.stride,
+        theirs.padding,
+        theirs.dilation,
+        theirs.groups,
+    )
     assert list(ours.state_dict()) == list(theirs.state_dict()) == ["weight"]
     assert torch.equal(ours.weight, theirs.weight.detach())
     back = ours.to_torch()
@@ -238,8 +245,9 @@ def test_pool_unbatched_and_empty_batch_equal_torch(cls, cls_t, kw):
 
 def test_unbatched_cnn_from_torch_equals_autograd():
     torch.manual_seed(7)
-    model = nn.Sequential(nn.Conv2d(2, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(4, 3, 2),
-                          nn.AvgPool2d(2)).double()
+    model = nn.Sequential(
+        nn.Conv2d(2, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(4, 3, 2), nn.AvgPool2d(2)
+    ).double()
     ours = from_torch(model)
     x = torch.randn(2, 8, 8, dtype=f64)
     xr = x.clone().requires_grad_()
@@ -283,8 +291,17 @@ def test_pool_round_trip_and_float32():
         assert rel(out, out_t.detach()) < 1e-6 and rel(dx, xr.grad) < 1e-6
 
 
-@pytest.mark.parametrize("start,end,shape", [(1, -1, (2, 3, 4, 5)), (0, -1, (2, 3, 4)), (0, 1, (2, 3, 4)),
-                                             (-2, -1, (1, 2, 3, 2)), (2, 2, (2, 3, 4)), (1, -1, (5, 2))])
+@pytest.mark.parametrize(
+    "start,end,shape",
+    [
+        (1, -1, (2, 3, 4, 5)),
+        (0, -1, (2, 3, 4)),
+        (0, 1, (2, 3, 4)),
+        (-2, -1, (1, 2, 3, 2)),
+        (2, 2, (2, 3, 4)),
+        (1, -1, (5, 2)),
+    ],
+)
 def test_flatten_equals_torch_and_gradchecks(start, end, shape):
     x = torch.randn(*shape, dtype=f64)
     layer = Flatten(start, end)
@@ -298,6 +315,7 @@ def test_flatten_equals_torch_and_gradchecks(start, end, shape):
 
 # -- whole CNNs -----------------------------------------------------------------------------------------
 
+
 def random_cnn(rng: random.Random, in_ch: int, size: int) -> nn.Sequential:
     """A random nn.Sequential CNN: 1-3 blocks of conv (random kernel, stride, padding, dilation, groups, bias),
     optional BatchNorm2d, ReLU or Tanh, optional pooling, some nested; then Flatten and Linear."""
@@ -307,14 +325,33 @@ def random_cnn(rng: random.Random, in_ch: int, size: int) -> nn.Sequential:
         g = rng.choice([1, 1, c]) if c > 1 else 1
         out = g * rng.randint(1, 3)
         pad = rng.choice([0, 1, "same", "valid"])
-        block = [nn.Conv2d(c, out, rng.choice([1, 2, 3, (3, 2)]), 1 if pad == "same" else rng.choice([1, 2]), pad,
-                           1 if pad == "valid" else rng.choice([1, 2]), g, bias=rng.random() < 0.8, dtype=f64)]
+        block = [
+            nn.Conv2d(
+                c,
+                out,
+                rng.choice([1, 2, 3, (3, 2)]),
+                1 if pad == "same" else rng.choice([1, 2]),
+                pad,
+                1 if pad == "valid" else rng.choice([1, 2]),
+                g,
+                bias=rng.random() < 0.8,
+                dtype=f64,
+            )
+        ]
         if rng.random() < 0.5:
             block.append(nn.BatchNorm2d(out, dtype=f64))
         block.append(rng.choice([nn.ReLU(), nn.Tanh()]))
         if rng.random() < 0.7:
-            block.append(rng.choice([nn.MaxPool2d(2), nn.MaxPool2d(3, 2, 1), nn.AvgPool2d(2),
-                                     nn.AvgPool2d(3, 1, 1, count_include_pad=False)]))
+            block.append(
+                rng.choice(
+                    [
+                        nn.MaxPool2d(2),
+                        nn.MaxPool2d(3, 2, 1),
+                        nn.AvgPool2d(2),
+                        nn.AvgPool2d(3, 1, 1, count_include_pad=False),
+                    ]
+                )
+            )
         try:
             with torch.no_grad():
                 y = nn.Sequential(*block).eval()(x)
@@ -370,9 +407,17 @@ def test_random_torch_cnn_converted_with_from_torch_equals_autograd(seed):
 
 def test_hand_built_cnn_equals_its_to_torch_twin():
     torch.manual_seed(4)
-    ours = Sequential(Conv2d(1, 4, 3, padding=1, dtype=f64), BatchNorm2d(4, dtype=f64), ReLU(), MaxPool2d(2),
-                      Conv2d(4, 8, 3, padding=1, dtype=f64), ReLU(), AvgPool2d(2), Flatten(),
-                      Linear(8 * 2 * 2, 10, dtype=f64))
+    ours = Sequential(
+        Conv2d(1, 4, 3, padding=1, dtype=f64),
+        BatchNorm2d(4, dtype=f64),
+        ReLU(),
+        MaxPool2d(2),
+        Conv2d(4, 8, 3, padding=1, dtype=f64),
+        ReLU(),
+        AvgPool2d(2),
+        Flatten(),
+        Linear(8 * 2 * 2, 10, dtype=f64),
+    )
     theirs = ours.to_torch()
     x = torch.randn(5, 1, 8, 8, dtype=f64)
     xr = x.clone().requires_grad_()
@@ -387,18 +432,22 @@ def test_hand_built_cnn_equals_its_to_torch_twin():
 
 # -- bad input ------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(kernel_size=0), "kernel_size must be an int >= 1"),
-    (dict(kernel_size=(3,)), "kernel_size must be an int >= 1 or a pair"),
-    (dict(kernel_size=3, stride="2"), "stride must be"),
-    (dict(kernel_size=3, padding=-1), "padding must be an int >= 0"),
-    (dict(kernel_size=3, padding="full"), "padding must be 'same', 'valid'"),
-    (dict(kernel_size=3, padding="same", stride=2), "padding='same' needs stride 1"),
-    (dict(kernel_size=3, dilation=0), "dilation must be"),
-    (dict(kernel_size=3, groups=4), "divisible by groups"),
-    (dict(kernel_size=3, bias=1), "bias must be a bool"),
-    (dict(kernel_size=3, padding_mode="reflect"), "padding_mode must be 'zeros'"),
-])
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(kernel_size=0), "kernel_size must be an int >= 1"),
+        (dict(kernel_size=(3,)), "kernel_size must be an int >= 1 or a pair"),
+        (dict(kernel_size=3, stride="2"), "stride must be"),
+        (dict(kernel_size=3, padding=-1), "padding must be an int >= 0"),
+        (dict(kernel_size=3, padding="full"), "padding must be 'same', 'valid'"),
+        (dict(kernel_size=3, padding="same", stride=2), "padding='same' needs stride 1"),
+        (dict(kernel_size=3, dilation=0), "dilation must be"),
+        (dict(kernel_size=3, groups=4), "divisible by groups"),
+        (dict(kernel_size=3, bias=1), "bias must be a bool"),
+        (dict(kernel_size=3, padding_mode="reflect"), "padding_mode must be 'zeros'"),
+    ],
+)
 def test_conv_bad_constructor_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         Conv2d(2, 6, **kwargs)
@@ -415,30 +464,39 @@ def test_from_torch_refuses_what_it_cannot_convert():
         from_torch(nn.MaxPool2d(2, return_indices=True))
 
 
-@pytest.mark.parametrize("make,match", [
-    (lambda: MaxPool2d(3, padding=2), "padding must be at most half"),
-    (lambda: AvgPool2d(2, padding=2), "padding must be at most half"),
-    (lambda: MaxPool2d(0), "kernel_size must be"),
-    (lambda: MaxPool2d(2, stride=0), "stride must be"),
-    (lambda: MaxPool2d(2, ceil_mode=1), "ceil_mode must be a bool"),
-    (lambda: AvgPool2d(2, count_include_pad=None), "count_include_pad must be a bool"),
-    (lambda: AvgPool2d(2, divisor_override=0), "divisor_override must be None or a non-zero int"),
-    (lambda: Flatten(1.0), "start_dim must be an int"),
-])
+@pytest.mark.parametrize(
+    "make,match",
+    [
+        (lambda: MaxPool2d(3, padding=2), "padding must be at most half"),
+        (lambda: AvgPool2d(2, padding=2), "padding must be at most half"),
+        (lambda: MaxPool2d(0), "kernel_size must be"),
+        (lambda: MaxPool2d(2, stride=0), "stride must be"),
+        (lambda: MaxPool2d(2, ceil_mode=1), "ceil_mode must be a bool"),
+        (lambda: AvgPool2d(2, count_include_pad=None), "count_include_pad must be a bool"),
+        (lambda: AvgPool2d(2, divisor_override=0), "divisor_override must be None or a non-zero int"),
+        (lambda: Flatten(1.0), "start_dim must be an int"),
+    ],
+)
 def test_pool_and_flatten_bad_constructor_arguments(make, match):
     with pytest.raises(ValueError, match=match):
         make()
 
 
-@pytest.mark.parametrize("make", [lambda: Conv2d(3, 2, 3, dtype=f64), lambda: MaxPool2d(2), lambda: AvgPool2d(2)],
-                         ids=["conv", "maxpool", "avgpool"])
+@pytest.mark.parametrize(
+    "make",
+    [lambda: Conv2d(3, 2, 3, dtype=f64), lambda: MaxPool2d(2), lambda: AvgPool2d(2)],
+    ids=["conv", "maxpool", "avgpool"],
+)
 def test_bad_input_and_misuse_are_named(make):
     layer = make()
     name = type(layer).__name__
     with pytest.raises(TypeError, match=f"{name}.*x must be a torch.Tensor"):
         layer([1.0])
-    with pytest.raises(ValueError, match=rf"{name}.*expected input of shape \(N, (3|C), H, W\) or, unbatched, "
-                                         rf"\((3|C), H, W\), got \(3, 5\)"):
+    with pytest.raises(
+        ValueError,
+        match=rf"{name}.*expected input of shape \(N, (3|C), H, W\) or, unbatched, "
+        rf"\((3|C), H, W\), got \(3, 5\)",
+    ):
         layer(torch.randn(3, 5, dtype=f64))
     with pytest.raises(ValueError, match=f"{name}.*too small|{name}.*smaller than"):
         layer(torch.randn(1, 3, 1, 1, dtype=f64))
@@ -459,11 +517,17 @@ def test_bad_input_and_misuse_are_named(make):
 
 def test_conv_refuses_wrong_channels_dtype_and_device():
     conv = Conv2d(3, 2, 3, dtype=f64)
-    with pytest.raises(ValueError, match=r"expected input of shape \(N, 3, H, W\) or, unbatched, \(3, H, W\), got "
-                                         r"\(1, 4, 5, 5\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"expected input of shape \(N, 3, H, W\) or, unbatched, \(3, H, W\), got "
+        r"\(1, 4, 5, 5\)",
+    ):
         conv(torch.randn(1, 4, 5, 5, dtype=f64))
-    with pytest.raises(ValueError, match=r"expected input of shape \(N, 3, H, W\) or, unbatched, \(3, H, W\), got "
-                                         r"\(4, 5, 5\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"expected input of shape \(N, 3, H, W\) or, unbatched, \(3, H, W\), got "
+        r"\(4, 5, 5\)",
+    ):
         conv(torch.randn(4, 5, 5, dtype=f64))
     with pytest.raises(ValueError, match="input has dtype torch.float32 but weight has dtype torch.float64"):
         conv(torch.randn(1, 3, 5, 5))
@@ -482,6 +546,7 @@ def test_flatten_bad_input():
 
 
 # -- CUDA -----------------------------------------------------------------------------------------------
+
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("cfg", CONV_CONFIGS[:4], ids=CONV_IDS[:4])

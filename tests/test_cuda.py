@@ -1,4 +1,5 @@
 """The same checks on CUDA, where a GPU is present (skipped otherwise)."""
+
 import json
 
 import pytest
@@ -32,8 +33,16 @@ def test_net_matches_twin_on_cuda(dtype, tol):
         assert ((g - p.grad).abs().max() / p.grad.abs().max()).item() < tol, name
 
 
-@pytest.mark.parametrize("name,kw", [("SGD", dict(lr=0.05, momentum=0.9, nesterov=True)), ("Adam", dict(amsgrad=True)),
-                                     ("AdamW", {}), ("RMSprop", dict(centered=True, momentum=0.5)), ("Adagrad", {})])
+@pytest.mark.parametrize(
+    "name,kw",
+    [
+        ("SGD", dict(lr=0.05, momentum=0.9, nesterov=True)),
+        ("Adam", dict(amsgrad=True)),
+        ("AdamW", {}),
+        ("RMSprop", dict(centered=True, momentum=0.5)),
+        ("Adagrad", {}),
+    ],
+)
 def test_optimizers_match_torch_on_cuda(name, kw):
     g = torch.Generator(device="cpu").manual_seed(0)
     base = [torch.randn(s, generator=g, dtype=torch.float64) for s in [(7, 5), (5,)]]
@@ -58,12 +67,51 @@ def test_cross_entropy_range_check_on_cuda():
 def test_train_py_runs_on_cuda(tmp_path):
     import train
     from tests.conftest import write_tiny_mnist
+
     write_tiny_mnist(tmp_path / "data")
     out = tmp_path / "run"
-    assert train.main(["--data-dir", str(tmp_path / "data"), "--out", str(out), "--device", "cuda",
-                       "--epochs", "2", "--dtype", "float64", "--monitor", "--hidden", "16", "--depth", "2",
-                       "--batch-size", "32", "--no-download", "--quiet"]) == 0
+    assert (
+        train.main(
+            [
+                "--data-dir",
+                str(tmp_path / "data"),
+                "--out",
+                str(out),
+                "--device",
+                "cuda",
+                "--epochs",
+                "2",
+                "--dtype",
+                "float64",
+                "--monitor",
+                "--hidden",
+                "16",
+                "--depth",
+                "2",
+                "--batch-size",
+                "32",
+                "--no-download",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     summary = json.loads((out / "summary.json").read_text())
     assert summary["max_param_abs_diff"] < 1e-10
-    assert train.main(["--resume", str(out / "checkpoint.pt"), "--epochs", "3", "--device", "cuda",
-                       "--data-dir", str(tmp_path / "data"), "--no-download", "--quiet"]) == 0
+    assert (
+        train.main(
+            [
+                "--resume",
+                str(out / "checkpoint.pt"),
+                "--epochs",
+                "3",
+                "--device",
+                "cuda",
+                "--data-dir",
+                str(tmp_path / "data"),
+                "--no-download",
+                "--quiet",
+            ]
+        )
+        == 0
+    )

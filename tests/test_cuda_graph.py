@@ -1,6 +1,7 @@
 """training.cuda_graph.CapturedStep: a plain call on the CPU (tested here), a replayed CUDA graph on a GPU
 (the CUDA tests are skipped without one): 100 captured steps equal 100 eager ones to float32 rounding, a
 smaller last batch runs eagerly, capturable optimizers equal torch.optim's capturable ones on CUDA."""
+
 import pytest
 import torch
 
@@ -11,7 +12,6 @@ from losses import CrossEntropyLoss
 from training.cuda_graph import CapturedStep
 
 
-
 def training_step(net, opt, crit):
     def step(x, y):
         opt.zero_grad(set_to_none=False)
@@ -19,6 +19,7 @@ def training_step(net, opt, crit):
         net.backward(crit.backward())
         opt.step()
         return loss
+
     return step
 
 
@@ -27,8 +28,12 @@ def batches(n, batch, device, dtype=torch.float32, seed=1, last=None):
     out = []
     for i in range(n):
         b = last if (last is not None and i == n - 1) else batch
-        out.append((torch.randn(b, 784, generator=g, dtype=dtype).to(device),
-                    torch.randint(0, 10, (b,), generator=g).to(device)))
+        out.append(
+            (
+                torch.randn(b, 784, generator=g, dtype=dtype).to(device),
+                torch.randint(0, 10, (b,), generator=g).to(device),
+            )
+        )
     return out
 
 
@@ -74,6 +79,7 @@ def test_disabled_and_bad_arguments():
 
 # -- CUDA ----------------------------------------------------------------------------------------------
 
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("opt_name", ["SGD", "Adam"])
 def test_100_captured_steps_equal_eager(opt_name):
@@ -116,8 +122,10 @@ def test_captured_step_with_dropout_draws_fresh_masks_and_recapture():
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("name,kw", [("Adam", dict(amsgrad=True, weight_decay=0.1)), ("AdamW", {}),
-                                     ("RMSprop", dict(centered=True, momentum=0.5))])
+@pytest.mark.parametrize(
+    "name,kw",
+    [("Adam", dict(amsgrad=True, weight_decay=0.1)), ("AdamW", {}), ("RMSprop", dict(centered=True, momentum=0.5))],
+)
 def test_capturable_optimizers_equal_torch_capturable_on_cuda(name, kw):
     cuda = torch.device("cuda")
     g = torch.Generator(device="cpu").manual_seed(0)
@@ -153,6 +161,7 @@ def test_capturable_optimizer_inside_a_graph_equals_torch_capturable():
                 p.grad = torch.sin(3 * p) + x
             opt.step()
             return None
+
         cap = CapturedStep(step, grad_src, grad_src)
         for t in range(50):
             cap(torch.full((1,), 0.01 * t, device=cuda), grad_src)

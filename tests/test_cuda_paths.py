@@ -2,6 +2,7 @@
 multi-head attention, the compiled whole step, mixed precision with its loss scale, and train.py's text and CNN
 runs. float64 to 1e-10; bfloat16 and float16 within their rounding. (Marked cuda: skipped without a device. The
 float16 loss scale's overflow and recovery on a GPU: tests/test_precision.py, parametrized by device.)"""
+
 import json
 
 import pytest
@@ -87,8 +88,11 @@ def test_gpt_low_precision_on_cuda_is_its_twin_within_rounding(dtype, tol):
         assert err(ours[name], p.grad) < 10 * tol, name
 
 
-@pytest.mark.parametrize("cls,kw", [(LSTM, {}), (LSTM, {"proj_size": 3}), (GRU, {}), (RNN, {"nonlinearity": "relu"})],
-                         ids=["lstm", "lstm_proj", "gru", "rnn_relu"])
+@pytest.mark.parametrize(
+    "cls,kw",
+    [(LSTM, {}), (LSTM, {"proj_size": 3}), (GRU, {}), (RNN, {"nonlinearity": "relu"})],
+    ids=["lstm", "lstm_proj", "gru", "rnn_relu"],
+)
 def test_recurrent_float64_on_cuda_equals_cpu(cls, kw):
     torch.manual_seed(3)
     cpu = cls(5, 7, num_layers=2, bidirectional=True, dtype=F64, **kw)
@@ -146,6 +150,7 @@ def test_compiled_whole_step_on_cuda_equals_eager_over_ten_steps(fast):
     compiled = torch.compile(train_step(comp_net, comp_opt), fullgraph=True)
     if fast:
         from training.compiled_fast import GuardFreeStep
+
         compiled = GuardFreeStep(compiled, comp_net, comp_opt)
     g = torch.Generator().manual_seed(8)
     for _ in range(10):
@@ -160,6 +165,7 @@ def test_bfloat16_master_weights_on_cuda_follow_the_autocast_twin():
     torch.manual_seed(0)
     twin = torch.nn.Sequential(torch.nn.Linear(20, 32), torch.nn.ReLU(), torch.nn.Linear(32, 5)).to(CUDA)
     from layers import from_torch
+
     net = from_torch(twin)
     master = MasterWeights(net, cast_to=torch.bfloat16)
     opt = SGD(master.parameters(), lr=0.1, momentum=0.9)
@@ -204,13 +210,65 @@ def test_train_py_gpt_and_cnn_on_cuda_equal_their_twins(tmp_path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("First Citizen: Before we proceed any further, hear me speak.\nAll: Speak, speak.\n" * 40)
     out = tmp_path / "gpt"
-    assert train.main(["--data-file", str(corpus), "--out", str(out), "--device", "cuda", "--dtype", "float64",
-                       "--model", "gpt", "--n-layer", "2", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
-                       "--batch-size", "4", "--eval-iters", "2", "--max-iters", "4", "--eval-interval", "2",
-                       "--quiet", "--no-plots"]) == 0
+    assert (
+        train.main(
+            [
+                "--data-file",
+                str(corpus),
+                "--out",
+                str(out),
+                "--device",
+                "cuda",
+                "--dtype",
+                "float64",
+                "--model",
+                "gpt",
+                "--n-layer",
+                "2",
+                "--n-head",
+                "2",
+                "--n-embd",
+                "16",
+                "--block-size",
+                "16",
+                "--batch-size",
+                "4",
+                "--eval-iters",
+                "2",
+                "--max-iters",
+                "4",
+                "--eval-interval",
+                "2",
+                "--quiet",
+                "--no-plots",
+            ]
+        )
+        == 0
+    )
     assert json.loads((out / "summary.json").read_text())["max_param_abs_diff"] < 1e-10
     write_tiny_mnist(tmp_path / "data")
     out = tmp_path / "cnn"
-    assert train.main(["--data-dir", str(tmp_path / "data"), "--out", str(out), "--device", "cuda", "--model", "cnn",
-                       "--epochs", "1", "--dtype", "float64", "--batch-size", "32", "--no-download", "--quiet"]) == 0
+    assert (
+        train.main(
+            [
+                "--data-dir",
+                str(tmp_path / "data"),
+                "--out",
+                str(out),
+                "--device",
+                "cuda",
+                "--model",
+                "cnn",
+                "--epochs",
+                "1",
+                "--dtype",
+                "float64",
+                "--batch-size",
+                "32",
+                "--no-download",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert json.loads((out / "summary.json").read_text())["max_param_abs_diff"] < 1e-10

@@ -3,6 +3,7 @@
 The global batch is split between the ranks (unevenly, on purpose); the hand-written model's gradients are
 all-reduced by hand in buckets, the engine's after its backward, the twin's by DistributedDataParallel.
 """
+
 import json
 import os
 import subprocess
@@ -24,8 +25,21 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def config(data_dir, out, **kw):
-    base = dict(dataset="mnist", data_dir=data_dir, out=out, download=False, quiet=True, plots=False,
-                dtype="float64", batch_size=33, epochs=2, optimizer="sgd", momentum=0.9, lr=0.05, dist_timeout=60)
+    base = dict(
+        dataset="mnist",
+        data_dir=data_dir,
+        out=out,
+        download=False,
+        quiet=True,
+        plots=False,
+        dtype="float64",
+        batch_size=33,
+        epochs=2,
+        optimizer="sgd",
+        momentum=0.9,
+        lr=0.05,
+        dist_timeout=60,
+    )
     if kw.get("model", "mlp") == "mlp":
         base.update(hidden=16, depth=2)
     return training.TrainConfig(**{**base, **kw})
@@ -40,8 +54,10 @@ def worker(rank, tmp, kw, results):
         if fail_rank == rank:
             cfg = cfg.replace(data_dir=Path(tmp) / "missing")  # this rank alone cannot find its data
         if join_fail_rank == rank:  # this rank reaches the rendezvous, then fails creating its process group
+
             def broken(*args, **kwargs):
                 raise RuntimeError("the backend could not start")
+
             torch.distributed.init_process_group = broken
         results[rank] = training.run(cfg, info=DistInfo(rank, WORLD, rank), init_method=f"file://{tmp}/rendezvous")
     except BaseException as e:  # noqa: BLE001 -- reported to the test
@@ -59,8 +75,11 @@ def _max_rel(a: dict, b: dict) -> float:
     return max(rel(a[k], b[k]) for k in a if a[k].is_floating_point())
 
 
-@pytest.mark.parametrize("kw", [{"impl": "all"}, {"impl": "both", "model": "cnn", "epochs": 1, "augment": True}],
-                         ids=["mlp-all", "cnn-syncbn"])
+@pytest.mark.parametrize(
+    "kw",
+    [{"impl": "all"}, {"impl": "both", "model": "cnn", "epochs": 1, "augment": True}],
+    ids=["mlp-all", "cnn-syncbn"],
+)
 def test_two_processes_equal_one(tiny, tmp_path, kw):
     os.rename(tiny, tmp_path / "data")
     results = spawn(tmp_path, **kw)
@@ -95,20 +114,47 @@ def test_a_rank_failing_while_joining_is_named_by_the_other(tiny, tmp_path):
     stops within --dist-timeout naming it, instead of reporting its own failed connection."""
     os.rename(tiny, tmp_path / "data")
     results = spawn(tmp_path, impl="manual", join_fail_rank=1, dist_timeout=10)
-    assert results[1].startswith("RunFailed: rank 1 could not join the process group: RuntimeError: the backend "
-                                 "could not start"), results[1]
-    assert results[0].startswith("PeerFailed: rank 0 stopped because rank 1: RuntimeError: the backend could not "
-                                 "start"), results[0]
+    assert results[1].startswith(
+        "RunFailed: rank 1 could not join the process group: RuntimeError: the backend could not start"
+    ), results[1]
+    assert results[0].startswith(
+        "PeerFailed: rank 0 stopped because rank 1: RuntimeError: the backend could not start"
+    ), results[0]
 
 
 def test_torchrun_end_to_end(tiny, tmp_path):
     """The real command: torchrun --standalone --nproc-per-node 2 train.py -- ... on a tiny IDX dataset, monitored
     (``--`` keeps torchrun from taking --monitor for an abbreviation of its --monitor-interval)."""
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(WORLD),
-           "train.py", "--", "--data-dir", str(tiny), "--out", str(out), "--epochs", "1", "--hidden", "16",
-           "--depth", "1", "--batch-size", "32", "--no-download", "--no-plots", "--dist-timeout", "60", "--monitor",
-           "--log-interval", "2"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(WORLD),
+        "train.py",
+        "--",
+        "--data-dir",
+        str(tiny),
+        "--out",
+        str(out),
+        "--epochs",
+        "1",
+        "--hidden",
+        "16",
+        "--depth",
+        "1",
+        "--batch-size",
+        "32",
+        "--no-download",
+        "--no-plots",
+        "--dist-timeout",
+        "60",
+        "--monitor",
+        "--log-interval",
+        "2",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240, env=env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -151,12 +197,25 @@ def test_a_language_model_on_two_processes_equals_one(tmp_path, model):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n" * 8)
     size = dict(n_layer=1, n_head=2, n_embd=8) if model == "gpt" else dict(n_layer=1, hidden=8, n_embd=6)
-    kw = dict(model=model, data_file=corpus, block_size=8, batch_size=5, max_iters=4, eval_interval=2, eval_iters=2,
-              dtype="float64", quiet=True, plots=False, dist_timeout=60, **size)
+    kw = dict(
+        model=model,
+        data_file=corpus,
+        block_size=8,
+        batch_size=5,
+        max_iters=4,
+        eval_interval=2,
+        eval_iters=2,
+        dtype="float64",
+        quiet=True,
+        plots=False,
+        dist_timeout=60,
+        **size,
+    )
     with mp.Manager() as manager:
         results = manager.dict()
-        mp.start_processes(text_worker, args=(str(tmp_path), kw, results), nprocs=WORLD, start_method="spawn",
-                           join=True)
+        mp.start_processes(
+            text_worker, args=(str(tmp_path), kw, results), nprocs=WORLD, start_method="spawn", join=True
+        )
         results = dict(results)
     assert results == {0: 0, 1: 0}, results
     assert training.run(training.TrainConfig(**kw, out=tmp_path / "one")) == 0

@@ -1,6 +1,7 @@
 """Every markdown link and image (and HTML <img>) in README.md and docs/*.md that points into the repository names
 a file that exists, resolved relative to the page that holds it (as GitHub resolves it); links to the web are not
 followed."""
+
 import re
 from pathlib import Path
 
@@ -20,8 +21,7 @@ def local_targets(text: str) -> list[str]:
 
 
 def test_targets_are_found():
-    text = ("![a](../x.png) [b](y.md#z) [c](https://e.org) [d](#top) <img src=\"f.png\" width=\"9\">\n"
-            "```\n[e](no.md)\n```\n")
+    text = '![a](../x.png) [b](y.md#z) [c](https://e.org) [d](#top) <img src="f.png" width="9">\n```\n[e](no.md)\n```\n'
     assert local_targets(text) == ["../x.png", "y.md", "f.png"]
 
 

@@ -2,6 +2,7 @@
 
 (examples/xor.py --draw is exercised by tests/test_autodiff.py's one run of the example.)
 """
+
 from __future__ import annotations
 
 import re
@@ -28,7 +29,7 @@ def _small():
 
 def _parse(text: str):
     nodes = {k: v for k, v in re.findall(r"^  (\w+) \[(.*)\];$", text, flags=re.M) if k != "node"}
-    edges = set(re.findall(r'^  (\w+) -> (\w+);$', text, flags=re.M))
+    edges = set(re.findall(r"^  (\w+) -> (\w+);$", text, flags=re.M))
     return nodes, edges
 
 
@@ -45,18 +46,24 @@ def test_dot_text_structure():
     assert set(by_title) == {"x", "w", "b", "matmul", "add", "tanh", "sum"}
     t = by_title
     assert edges == {
-        (t["x"], t["matmul"] + "_op"), (t["w"], t["matmul"] + "_op"), (t["matmul"] + "_op", t["matmul"]),
-        (t["matmul"], t["add"] + "_op"), (t["b"], t["add"] + "_op"), (t["add"] + "_op", t["add"]),
-        (t["add"], t["tanh"] + "_op"), (t["tanh"] + "_op", t["tanh"]),
-        (t["tanh"], t["sum"] + "_op"), (t["sum"] + "_op", t["sum"]),
+        (t["x"], t["matmul"] + "_op"),
+        (t["w"], t["matmul"] + "_op"),
+        (t["matmul"] + "_op", t["matmul"]),
+        (t["matmul"], t["add"] + "_op"),
+        (t["b"], t["add"] + "_op"),
+        (t["add"] + "_op", t["add"]),
+        (t["add"], t["tanh"] + "_op"),
+        (t["tanh"] + "_op", t["tanh"]),
+        (t["tanh"], t["sum"] + "_op"),
+        (t["sum"] + "_op", t["sum"]),
     }
     # Shapes, data and gradients of small tensors; the data input is dashed and has no grad field.
-    assert "label=\"x | (1, 2) float64 | data [1 -2]\", style=dashed" in nodes[t["x"]]
+    assert 'label="x | (1, 2) float64 | data [1 -2]", style=dashed' in nodes[t["x"]]
     assert "(2, 2) float64 | data [0.5 -1; 0.25 2] | grad " in nodes[t["w"]]
     h = torch.tensor([[1.0, -2.0]], dtype=torch.float64) @ w.data + b.data  # (1, 2)
     gb = 1 - torch.tanh(h) ** 2  # d loss / d b
     assert f"grad [{gb[0, 0].item():.4g} {gb[0, 1].item():.4g}]" in nodes[t["b"]]
-    assert f"data {torch.tanh(h).sum().item():.4g} | grad 1\"" in nodes[t["sum"]]
+    assert f'data {torch.tanh(h).sum().item():.4g} | grad 1"' in nodes[t["sum"]]
     assert "style=dashed" not in nodes[t["w"]]
 
 

@@ -1,4 +1,5 @@
 """Embedding: nn.Embedding's twin -- same table under one seed, same lookups, the scatter-add backward."""
+
 import pytest
 import torch
 from torch import nn
@@ -75,11 +76,15 @@ def test_from_torch_and_back():
 
 def test_bad_input_is_named():
     emb = Embedding(10, 3)
-    with pytest.raises(IndexError, match=r"index 10 is out of range for a table of 10 rows \(ids must be in \[0, 9\]\)"):
+    with pytest.raises(
+        IndexError, match=r"index 10 is out of range for a table of 10 rows \(ids must be in \[0, 9\]\)"
+    ):
         emb(torch.tensor([[1, 10]]))
     with pytest.raises(IndexError, match=r"index -1 is out of range for a table of 10 rows"):
         emb(torch.tensor([-1, 3]))
-    with pytest.raises(ValueError, match=r"idx must hold integer token ids \(int64 or int32\), got dtype torch.float32"):
+    with pytest.raises(
+        ValueError, match=r"idx must hold integer token ids \(int64 or int32\), got dtype torch.float32"
+    ):
         emb(torch.tensor([1.0]))
     with pytest.raises(TypeError, match="idx must be a torch.Tensor, got list"):
         emb([1, 2])

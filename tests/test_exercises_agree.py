@@ -9,6 +9,7 @@ dilation, padding, groups, any number of leading axes) writes a statement its ow
 statement of the layer stands for it, and why; for those two exercises (conv2d, maxpool2d) the solution and the layer
 are also run on the same input and compared in float64.
 """
+
 from __future__ import annotations
 
 import ast
@@ -21,7 +22,7 @@ import torch
 
 import kernels
 import layers.conv
-from layers import (BatchNorm1d, Conv2d, Embedding, LayerNorm, Linear, MaxPool2d, ReLU, Sigmoid, Tanh)
+from layers import BatchNorm1d, Conv2d, Embedding, LayerNorm, Linear, MaxPool2d, ReLU, Sigmoid, Tanh
 from losses import CrossEntropyLoss
 
 F64 = torch.float64
@@ -46,30 +47,41 @@ OTHERWISE = {
         "k, p = kernel_size, padding": ("kh, kw = weight.shape[2:]", "kernels and paddings are pairs (rows, columns)"),
         "dxp = torch.zeros_like(xp)": (
             "dcols = torch.zeros_like(cols)",
-            "im2col: the gradient of every window's column, folded back onto the input after the loop"),
+            "im2col: the gradient of every window's column, folded back onto the input after the loop",
+        ),
         "patch = xp[:, :, i:i + ho, j:j + wo]": (
             "patch = cols[:, :, i, j]",
-            "what each output sees at offset (i, j): im2col's column of that offset, whatever the stride and dilation"),
+            "what each output sees at offset (i, j): im2col's column of that offset, whatever the stride and dilation",
+        ),
         "dxp[:, :, i:i + ho, j:j + wo] += torch.einsum('nohw,oc->nchw', dout, weight[:, :, i, j])": (
             "dcols[:, :, i, j] = torch.einsum('nohw,oc->nchw', dout, weight[:, :, i, j])",
-            "the same product, into that offset's column; the fold adds the overlapping windows up"),
+            "the same product, into that offset's column; the fold adds the overlapping windows up",
+        ),
         "h, w = (dxp.shape[2] - 2 * p, dxp.shape[3] - 2 * p)": (
             "dx = F.fold(dcols, (h, w), (kh, kw), dilation, padding, stride)",
-            "fold (col2im) adds each column back onto the pixels it was copied from, padding left out"),
+            "fold (col2im) adds each column back onto the pixels it was copied from, padding left out",
+        ),
         "dx = dxp[:, :, p:p + h, p:p + w]": (
-            "dx = F.fold(dcols, (h, w), (kh, kw), dilation, padding, stride)", "(the same fold)"),
+            "dx = F.fold(dcols, (h, w), (kh, kw), dilation, padding, stride)",
+            "(the same fold)",
+        ),
     },
     "maxpool2d": {
         "k, s = (kernel_size, stride)": ("n, c, h, w = batched", "the layer keeps the input's shape, not the window"),
         "n, c = dout.shape[:2]": ("n, c, h, w = batched", "(the same)"),
         "dx = torch.zeros(x_shape, dtype=dout.dtype)": (
-            "dx = dout.new_zeros(n, c, h * w)", "each (n, c) plane flat: the argmaxes are flat indices into it"),
+            "dx = dout.new_zeros(n, c, h * w)",
+            "each (n, c) plane flat: the argmaxes are flat indices into it",
+        ),
         "winner = torch.nn.functional.one_hot(arg[:, :, i, j], k * k).to(dout.dtype)": (
             "dx.scatter_add_(2, idx, dout.reshape(idx.shape))",
             "every window at once: its dout added where its winner sits (torch's flat argmax, padding and dilation "
-            "included), overlapping windows adding up"),
+            "included), overlapping windows adding up",
+        ),
         "dx[:, :, i * s:i * s + k, j * s:j * s + k] += (winner * dout[:, :, i, j, None]).view(n, c, k, k)": (
-            "dx.scatter_add_(2, idx, dout.reshape(idx.shape))", "(the same scatter)"),
+            "dx.scatter_add_(2, idx, dout.reshape(idx.shape))",
+            "(the same scatter)",
+        ),
     },
 }
 
@@ -138,8 +150,10 @@ def test_the_solution_s_formula_statements_appear_in_the_layer_s_backward(name):
             assert stand_in in have, f"{name}: OTHERWISE names {stand_in!r}, which the layer no longer writes"
         elif stmt not in have:
             missing.append(stmt)
-    assert not missing, (f"{name}: the solution's statements missing from the layer's backward "
-                         f"({', '.join(f.__qualname__ for f in LAYERS[name])}):\n  " + "\n  ".join(missing))
+    assert not missing, (
+        f"{name}: the solution's statements missing from the layer's backward "
+        f"({', '.join(f.__qualname__ for f in LAYERS[name])}):\n  " + "\n  ".join(missing)
+    )
     stale = set(otherwise) - set(wanted)
     assert not stale, f"{name}: OTHERWISE names statements the solution no longer has: {sorted(stale)}"
 
@@ -147,13 +161,14 @@ def test_the_solution_s_formula_statements_appear_in_the_layer_s_backward(name):
 @pytest.mark.parametrize("textbook", [True, False], ids=["textbook", "kernels"])
 def test_the_conv2d_solution_and_the_layer_compute_the_same_gradients(textbook):
     from learn.exercises.conv2d import Conv2d as Solution
+
     torch.manual_seed(0)
     sol = Solution(3, 4, 3, padding=1)
     ours = Conv2d(3, 4, 3, padding=1, dtype=F64)
     ours.load_state_dict({"weight": sol.weight, "bias": sol.bias})
     x = torch.randn(2, 3, 6, 5, dtype=F64)
     dout = torch.randn(2, 4, 6, 5, dtype=F64)
-    with (kernels.disabled() if textbook else torch.no_grad()):
+    with kernels.disabled() if textbook else torch.no_grad():
         out, dx = ours(x), ours.backward(dout)
     assert torch.allclose(out, sol.forward(x), rtol=1e-12, atol=1e-12)
     assert torch.allclose(dx, sol.backward(dout), rtol=1e-12, atol=1e-12)
@@ -165,10 +180,11 @@ def test_the_conv2d_solution_and_the_layer_compute_the_same_gradients(textbook):
 @pytest.mark.parametrize("kernel_size,stride", [(2, None), (3, 2), (3, 1)])
 def test_the_maxpool2d_solution_and_the_layer_compute_the_same_gradients(kernel_size, stride, textbook):
     from learn.exercises.maxpool2d import MaxPool2d as Solution
+
     torch.manual_seed(0)
     x = torch.randn(2, 3, 7, 8, dtype=F64)
     sol, ours = Solution(kernel_size, stride), MaxPool2d(kernel_size, stride)
-    with (kernels.disabled() if textbook else torch.no_grad()):
+    with kernels.disabled() if textbook else torch.no_grad():
         out = ours(x)
         dout = torch.randn_like(out)
         dx = ours.backward(dout)
@@ -180,11 +196,15 @@ def test_docs_layers_shows_linear_s_backward_and_the_solution_s_as_they_are():
     from pathlib import Path
     import re
     from learn.exercises import linear as solution
+
     text = (Path(__file__).resolve().parents[1] / "docs" / "layers.md").read_text()
     section = text.split("## The layer is the textbook", 1)[1].split("\n## ", 1)[0]
     ours, theirs = re.findall(r"^```text\n(.*?)^```", section, re.S | re.M)[:2]
     assert ours == inspect.getsource(Linear.backward_math)
     quoted = ast.parse("class Solution:\n" + theirs).body[0].body[0]  # (indented as in the class: its docstring too)
-    actual = next(n for n in ast.walk(ast.parse(inspect.getsource(solution))) if isinstance(n, ast.FunctionDef)
-                  and n.name == "backward")
+    actual = next(
+        n
+        for n in ast.walk(ast.parse(inspect.getsource(solution)))
+        if isinstance(n, ast.FunctionDef) and n.name == "backward"
+    )
     assert ast.dump(quoted) == ast.dump(actual)

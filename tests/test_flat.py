@@ -1,6 +1,7 @@
 """Parameters laid out in one block (llm.c's params_memory), updated as one: ``kernels/optimizers.py``, the GPT's
 layout, and Adam/AdamW and the gradient clip taking the one-kernel path only when the tensors line up exactly,
 with the per-tensor path's numbers."""
+
 from __future__ import annotations
 
 import copy
@@ -22,7 +23,7 @@ def _block(*shapes, transposed=()):
     views, off = [], 0
     for i, s in enumerate(shapes):
         n = torch.Size(s).numel()
-        v = block[off:off + n].view(s[::-1]).t() if i in transposed else block[off:off + n].view(s)
+        v = block[off : off + n].view(s[::-1]).t() if i in transposed else block[off : off + n].view(s)
         views.append(v)
         off += n
     return block, views

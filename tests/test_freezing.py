@@ -10,6 +10,7 @@
 - the flag survives ``from_torch``, ``to_torch``, ``as_module``, a state_dict round trip and a deep copy;
 - the hand-written step builds no autograd graph although the parameters require gradients.
 """
+
 import copy
 import io
 import warnings
@@ -47,14 +48,16 @@ def _assert_same(ours, theirs, tol=1e-10, what=""):
 
 # -- torch's idiom in every kind of layer, beside torch ------------------------------------------------------------
 
+
 def _mlp():
     theirs = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)).to(F64)
     return theirs, from_torch(theirs), lambda g: torch.randn(5, 4, dtype=F64, generator=g)
 
 
 def _cnn():
-    theirs = nn.Sequential(nn.Conv2d(2, 3, 3), nn.BatchNorm2d(3), nn.ReLU(), nn.Flatten(),
-                           nn.Linear(3 * 4 * 4, 2)).to(F64)
+    theirs = nn.Sequential(nn.Conv2d(2, 3, 3), nn.BatchNorm2d(3), nn.ReLU(), nn.Flatten(), nn.Linear(3 * 4 * 4, 2)).to(
+        F64
+    )
     return theirs, from_torch(theirs), lambda g: torch.randn(4, 2, 6, 6, dtype=F64, generator=g)
 
 
@@ -73,9 +76,13 @@ def _gpt():
     return ours.to_torch(), ours, lambda g: torch.randint(0, 11, (2, 6), generator=g)
 
 
-MODELS = {"mlp": (_mlp, lambda m: m[0]), "cnn": (_cnn, lambda m: [m[0], m[1]]),
-          "embedding+layernorm": (_embedding_norm, lambda m: [m[0], m[1]]),
-          "attention": (_attention, lambda m: [m.self_attn]), "gpt": (_gpt, lambda m: m.transformer.h[0])}
+MODELS = {
+    "mlp": (_mlp, lambda m: m[0]),
+    "cnn": (_cnn, lambda m: [m[0], m[1]]),
+    "embedding+layernorm": (_embedding_norm, lambda m: [m[0], m[1]]),
+    "attention": (_attention, lambda m: [m.self_attn]),
+    "gpt": (_gpt, lambda m: m.transformer.h[0]),
+}
 
 
 def _frozen_part(ours, theirs, pick):
@@ -156,11 +163,16 @@ def test_torch_idiom_freezes_a_gru_cell_as_torch():
 
 # -- the flag touches nothing else; the optimizers read .grad as torch.optim does ------------------------------------
 
-OPTIMIZERS = [("SGD", dict(lr=0.1)), ("SGD", dict(lr=0.1, momentum=0.9)),
-              ("SGD", dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.1)),
-              ("SGD", dict(lr=0.1, weight_decay=0.1)), ("RMSprop", dict(lr=0.01, momentum=0.5, weight_decay=0.1)),
-              ("Adam", dict(lr=0.01, weight_decay=0.1)), ("AdamW", dict(lr=0.01, weight_decay=0.1)),
-              ("Adagrad", dict(lr=0.1, weight_decay=0.1))]
+OPTIMIZERS = [
+    ("SGD", dict(lr=0.1)),
+    ("SGD", dict(lr=0.1, momentum=0.9)),
+    ("SGD", dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.1)),
+    ("SGD", dict(lr=0.1, weight_decay=0.1)),
+    ("RMSprop", dict(lr=0.01, momentum=0.5, weight_decay=0.1)),
+    ("Adam", dict(lr=0.01, weight_decay=0.1)),
+    ("AdamW", dict(lr=0.01, weight_decay=0.1)),
+    ("Adagrad", dict(lr=0.1, weight_decay=0.1)),
+]
 
 
 @pytest.mark.parametrize("set_to_none", [True, False])
@@ -228,6 +240,7 @@ def test_an_optimizer_over_a_frozen_backbone_does_nothing_while_the_head_warms_u
 
 # -- the flag travels ------------------------------------------------------------------------------------------------
 
+
 def test_the_flag_survives_conversion_wrapping_state_dict_and_copies():
     torch.manual_seed(5)
     theirs = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)).to(F64)
@@ -256,14 +269,18 @@ def test_the_flag_survives_conversion_wrapping_state_dict_and_copies():
 
 # -- no graph ----------------------------------------------------------------------------------------------------
 
+
 def _net_step():
     net = Net(hidden_size=8, in_features=6, num_classes=3, depth=2, dtype=F64)
     return net, torch.randn(4, 6, dtype=F64), torch.randint(0, 3, (4,))
 
 
 def _cnn_step():
-    net = from_torch(nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                                   nn.Linear(2 * 3 * 3, 3)).to(F64))
+    net = from_torch(
+        nn.Sequential(
+            nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(2 * 3 * 3, 3)
+        ).to(F64)
+    )
     return net, torch.randn(4, 1, 8, 8, dtype=F64), torch.randint(0, 3, (4,))
 
 

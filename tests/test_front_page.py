@@ -1,5 +1,6 @@
 """The front page tells today's truth: its figures are what docs/figures.md records (each with its command, machine
 and date, written by scripts/figures.py from the commands' own output), its counts are the code's and the suite's."""
+
 import importlib.util
 import re
 import subprocess
@@ -27,8 +28,9 @@ def test_every_figure_of_the_table_has_its_value_command_machine_and_date():
 
 def test_the_readmes_figures_are_the_tables():
     text = README.read_text()
-    assert figures.render(text, figures.load()) == text, \
+    assert figures.render(text, figures.load()) == text, (
         "README.md's figures differ from docs/figures.md: run python scripts/figures.py --render (never edit them)"
+    )
 
 
 def test_the_table_round_trips(tmp_path):
@@ -44,9 +46,11 @@ def test_a_section_missing_from_the_readme_is_said():
 
 
 def test_a_benchmarks_row_is_read_from_its_own_output():
-    out = ("  candidate                                       ms/step  vs nn.Module   x GEMM\n"
-           "  handgrad, the README's call, SGD                 0.215         1.31x    2.21x\n"
-           "  handgrad, the README's call, Adam                0.216         1.27x    2.80x\n")
+    out = (
+        "  candidate                                       ms/step  vs nn.Module   x GEMM\n"
+        "  handgrad, the README's call, SGD                 0.215         1.31x    2.21x\n"
+        "  handgrad, the README's call, Adam                0.216         1.27x    2.80x\n"
+    )
     assert figures.ratio(out, "handgrad, the README's call, SGD", "step.py") == 1.31
     with pytest.raises(SystemExit, match="no line matching"):
         figures.ratio(out, "handgrad step", "step.py")
@@ -59,6 +63,7 @@ def counts(text: str, pattern: str) -> set[int]:
 def test_the_counts_on_the_front_page_are_the_codes():
     from learn.checker.specs import catalogue
     from learn.exercises import EXERCISES
+
     text = README.read_text()
     learn_page = (ROOT / "docs" / "learn.md").read_text()
     assert counts(text, r"(\d+) exercises") == {len(EXERCISES)}, "README.md's count of exercises"
@@ -69,11 +74,17 @@ def test_the_counts_on_the_front_page_are_the_codes():
 
 @pytest.mark.slow  # collects the whole suite in another process
 def test_the_readmes_test_counts_are_the_suites():
-    r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     m = re.search(r"^(\d+)/(\d+) tests collected \((\d+) deselected\)", r.stdout, re.M)
     assert m, r.stdout[-2000:] + r.stderr[-2000:]
     rows = figures.load()
-    assert (int(m.group(1)), int(m.group(3))) == (int(rows["tests.fast.count"]["value"]),
-                                                  int(rows["tests.slow.count"]["value"])), \
-        "the suite has other tests than docs/figures.md counts: run python scripts/figures.py --only tests"
+    assert (int(m.group(1)), int(m.group(3))) == (
+        int(rows["tests.fast.count"]["value"]),
+        int(rows["tests.slow.count"]["value"]),
+    ), "the suite has other tests than docs/figures.md counts: run python scripts/figures.py --only tests"

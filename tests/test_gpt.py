@@ -1,5 +1,6 @@
 """The hand-written GPT against nanoGPT's own model.py (tests/anchors) and against its nn.Module twin, float64:
 weights under one seed, logits, loss, every gradient (the tied matrix's included), 10 AdamW steps, sampling."""
+
 import pytest
 import torch
 
@@ -100,8 +101,10 @@ def test_ten_adamw_steps_equal_nanogpt_and_torch_optim():
     theirs = nanogpt(seed=5)
     mine = GPT(**CFG, dtype=F64)
     mine.load_state_dict(theirs.state_dict())
-    groups = lambda params: [{"params": [p for n, p in params if p.dim() >= 2], "weight_decay": 0.1},  # noqa: E731
-                             {"params": [p for n, p in params if p.dim() < 2], "weight_decay": 0.0}]
+    groups = lambda params: [
+        {"params": [p for n, p in params if p.dim() >= 2], "weight_decay": 0.1},  # noqa: E731
+        {"params": [p for n, p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
     opt_m = AdamW(groups(list(mine.named_parameters())), lr=1e-2, betas=(0.9, 0.99))
     opt_t = theirs.configure_optimizers(0.1, 1e-2, (0.9, 0.99), "cpu")
     crit = CrossEntropyLoss(ignore_index=-1)
@@ -129,6 +132,7 @@ def test_twin_equals_the_hand_written_gpt_with_the_same_dropout_masks(dropout):
     twin.load_state_dict(mine.state_dict())
     assert list(twin.state_dict()) == list(mine.state_dict())
     from training.impls.models import use_generator
+
     use_generator(mine, torch.Generator().manual_seed(9))
     use_generator(twin, torch.Generator().manual_seed(9))
     idx, _ = batch()
@@ -151,7 +155,7 @@ def test_cached_logits_equal_a_full_recompute():
     cache = KVCache(mine)
     got = [cache.prefill(idx[:, :7])]
     for t in range(7, 20):
-        got.append(cache.step(idx[:, t:t + 1]))
+        got.append(cache.step(idx[:, t : t + 1]))
     full = mine(idx)  # (B, 20, V)
     for i, logits in enumerate(got):
         close(logits, full[:, 6 + i], 1e-12)
@@ -171,8 +175,10 @@ def test_sampling_equals_nanogpt_and_the_twin_token_for_token(kw):
     torch.manual_seed(7)
     got = mine.generate(prompt, n, **kw)
     assert torch.equal(got, ref)
-    assert torch.equal(twin.generate(prompt, n, generator=torch.Generator().manual_seed(4), **kw),
-                       mine.generate(prompt, n, generator=torch.Generator().manual_seed(4), **kw))
+    assert torch.equal(
+        twin.generate(prompt, n, generator=torch.Generator().manual_seed(4), **kw),
+        mine.generate(prompt, n, generator=torch.Generator().manual_seed(4), **kw),
+    )
 
 
 def test_gradcheck_small_gpt():

@@ -1,4 +1,5 @@
 """The gradient checker itself: it passes correct layers and catches a wrong one, naming where."""
+
 import pytest
 import torch
 
@@ -27,7 +28,7 @@ class DoubleScaleTanh:
         return self.out
 
     def backward(self, dout):
-        return 2 * dout * (1 - self.out ** 2)
+        return 2 * dout * (1 - self.out**2)
 
     def parameters(self):
         return []
@@ -35,8 +36,10 @@ class DoubleScaleTanh:
 
 def test_catches_wrong_parameter_gradient_and_names_index():
     torch.manual_seed(0)
-    results = {r.tensor: r for r in check_layer(WrongBiasLinear(4, 5, dtype=torch.float64),
-                                                 torch.randn(3, 4, dtype=torch.float64))}
+    results = {
+        r.tensor: r
+        for r in check_layer(WrongBiasLinear(4, 5, dtype=torch.float64), torch.randn(3, 4, dtype=torch.float64))
+    }
     assert results["x"].passed and results["weight"].passed
     bad = results["bias"]
     assert not bad.passed
@@ -47,7 +50,7 @@ def test_catches_wrong_parameter_gradient_and_names_index():
 
 
 def test_catches_wrong_input_gradient_of_user_layer():
-    r, = check_layer(DoubleScaleTanh(), torch.randn(2, 3, dtype=torch.float64))
+    (r,) = check_layer(DoubleScaleTanh(), torch.randn(2, 3, dtype=torch.float64))
     assert r.tensor == "x" and not r.passed and r.rel_numeric > 0.4
 
 
@@ -98,7 +101,7 @@ def test_autograd_failure_is_an_error_unless_the_layer_declares_itself_opaque():
         check_layer(OpaqueCrash(), x)
     layer = OpaqueCrash()
     layer.autograd_opaque = True
-    r, = check_layer(layer, x)
+    (r,) = check_layer(layer, x)
     assert r.passed and r.rel_autograd is None and "opaque" in r.describe()
 
 
@@ -122,7 +125,7 @@ class RandomScale:
 def test_layers_that_draw_random_numbers_see_the_same_draws_in_every_forward():
     x = torch.randn(4, 3, dtype=torch.float64)
     before = torch.get_rng_state()
-    r, = check_layer(RandomScale(), x)
+    (r,) = check_layer(RandomScale(), x)
     assert r.passed, r.describe()
     assert torch.equal(torch.get_rng_state(), before)  # the caller's RNG is untouched
 
@@ -130,16 +133,21 @@ def test_layers_that_draw_random_numbers_see_the_same_draws_in_every_forward():
 @pytest.mark.parametrize("fast", [False, True])
 def test_fast_and_full_modes_catch_a_wrong_gradient(fast):
     torch.manual_seed(0)
-    results = {r.tensor: r for r in check_layer(WrongBiasLinear(4, 5, dtype=torch.float64),
-                                                 torch.randn(3, 4, dtype=torch.float64), fast=fast)}
+    results = {
+        r.tensor: r
+        for r in check_layer(
+            WrongBiasLinear(4, 5, dtype=torch.float64), torch.randn(3, 4, dtype=torch.float64), fast=fast
+        )
+    }
     assert results["x"].passed and results["weight"].passed
     assert not results["bias"].passed and results["bias"].rel_numeric > 1e-3
-    r, = check_layer(DoubleScaleTanh(), torch.randn(2, 3, dtype=torch.float64), fast=fast)
+    (r,) = check_layer(DoubleScaleTanh(), torch.randn(2, 3, dtype=torch.float64), fast=fast)
     assert not r.passed
 
 
 def test_fast_mode_passes_a_correct_net_and_is_cheap():
     from models import Net
+
     net = Net(hidden_size=40, num_classes=10, in_features=60, depth=2, dtype=torch.float64)
     calls = 0
     real_forward = net.forward
@@ -178,8 +186,17 @@ def test_main_unknown_name_exits_2(capsys):
 
 
 def test_main_reports_an_overwritten_grad_as_a_failure(monkeypatch, capsys):
-    monkeypatch.setattr(gradcheck, "CASE_FAMILIES", [lambda: {"affine": [
-        lambda fast: check_layer(Affine("overwrite"), torch.randn(2, 3, dtype=torch.float64), name="Affine")]}])
+    monkeypatch.setattr(
+        gradcheck,
+        "CASE_FAMILIES",
+        [
+            lambda: {
+                "affine": [
+                    lambda fast: check_layer(Affine("overwrite"), torch.randn(2, 3, dtype=torch.float64), name="Affine")
+                ]
+            }
+        ],
+    )
     assert gradcheck.main([]) == 1
     captured = capsys.readouterr()
     assert "2 passed, 1 failed" in captured.out
@@ -187,8 +204,17 @@ def test_main_reports_an_overwritten_grad_as_a_failure(monkeypatch, capsys):
 
 
 def test_main_exits_1_on_a_failure(monkeypatch, capsys):
-    monkeypatch.setattr(gradcheck, "CASE_FAMILIES", [lambda: {"wrong": [
-        lambda fast: check_layer(DoubleScaleTanh(), torch.randn(2, 3, dtype=torch.float64), name="wrong")]}])
+    monkeypatch.setattr(
+        gradcheck,
+        "CASE_FAMILIES",
+        [
+            lambda: {
+                "wrong": [
+                    lambda fast: check_layer(DoubleScaleTanh(), torch.randn(2, 3, dtype=torch.float64), name="wrong")
+                ]
+            }
+        ],
+    )
     assert gradcheck.main([]) == 1
     captured = capsys.readouterr()
     assert "FAIL" in captured.out and "FAIL: wrong x" in captured.err
@@ -196,9 +222,15 @@ def test_main_exits_1_on_a_failure(monkeypatch, capsys):
 
 def test_every_exported_layer_has_a_gradcheck_case():
     import layers
+
     names = {k.lower() for k in gradcheck.builtin_cases()}
-    classes = {n.lower() for n in layers.__all__ if isinstance(getattr(layers, n), type)
-               and issubclass(getattr(layers, n), layers.BaseLayer) and n not in ("BaseLayer",)}
+    classes = {
+        n.lower()
+        for n in layers.__all__
+        if isinstance(getattr(layers, n), type)
+        and issubclass(getattr(layers, n), layers.BaseLayer)
+        and n not in ("BaseLayer",)
+    }
     assert classes - {"sequential"} <= names, f"layers without a gradcheck case: {sorted(classes - names)}"
 
 
@@ -256,13 +288,14 @@ class Lookup:
 
 def test_an_integer_input_is_passed_through_and_gets_none():
     idx = torch.tensor([[0, 4, 4], [1, 0, 2]])
-    r, = check_layer(Lookup(), idx)
+    (r,) = check_layer(Lookup(), idx)
     assert r.tensor == "weight" and r.passed  # named by the attribute that holds it
     with pytest.raises(TypeError, match="returned a gradient for x, which has none"):
         check_layer(Lookup(gives_grad=True), idx)
 
 
 # -- faults one backward's numbers do not show ----------------------------------------------------------
+
 
 class Affine:
     """out = x * weight_hh + bias, with parameters() only (no named_parameters): a learner's layer.  ``bug``:
@@ -321,8 +354,9 @@ def test_a_backward_that_changes_dout_in_place_is_reported(fast):
     receive a changed gradient."""
     dout = torch.randn(4, 3, dtype=torch.float64)
     kept = dout.clone()
-    results = {r.tensor: r for r in check_layer(Affine("dout"), torch.randn(4, 3, dtype=torch.float64), dout,
-                                                 fast=fast)}
+    results = {
+        r.tensor: r for r in check_layer(Affine("dout"), torch.randn(4, 3, dtype=torch.float64), dout, fast=fast)
+    }
     x = results["x"]
     assert x.rel_numeric < 1e-7 and not x.passed
     assert x.problem.startswith("backward changed its upstream gradient dout (by up to ")
@@ -331,16 +365,22 @@ def test_a_backward_that_changes_dout_in_place_is_reported(fast):
     assert results["weight_hh"].passed and results["bias"].passed
 
 
-@pytest.mark.parametrize("bug,torch_says", [("matmul", "mat1 and mat2 shapes cannot be multiplied (4x3 and 5x3)"),
-                                            ("keepdim", "attempting to assign a gradient of size '[1, 3]' to a "
-                                                        "tensor of size '[3]'")])
+@pytest.mark.parametrize(
+    "bug,torch_says",
+    [
+        ("matmul", "mat1 and mat2 shapes cannot be multiplied (4x3 and 5x3)"),
+        ("keepdim", "attempting to assign a gradient of size '[1, 3]' to a tensor of size '[3]'"),
+    ],
+)
 def test_a_shape_bug_in_backward_names_the_layer_and_the_shapes_given_and_expected(bug, torch_says):
     with pytest.raises(RuntimeError) as e:
         check_layer(Affine(bug), torch.randn(4, 3, dtype=torch.float64), name="Affine")
     msg = str(e.value)
-    assert msg.startswith("gradcheck Affine: Affine.backward failed, given dout of shape (4, 3) (the shape of its "
-                          "output); it should give dx of shape (4, 3), weight_hh.grad of shape (3,), bias.grad of "
-                          "shape (3,): ")
+    assert msg.startswith(
+        "gradcheck Affine: Affine.backward failed, given dout of shape (4, 3) (the shape of its "
+        "output); it should give dx of shape (4, 3), weight_hh.grad of shape (3,), bias.grad of "
+        "shape (3,): "
+    )
     assert torch_says in msg and len(msg.splitlines()) == 1
     assert isinstance(e.value.__cause__, RuntimeError) and torch_says in str(e.value.__cause__)  # chained
 
@@ -348,12 +388,15 @@ def test_a_shape_bug_in_backward_names_the_layer_and_the_shapes_given_and_expect
 def test_builtin_layers_add_into_grad_and_leave_dout_alone():
     """Every built-in Linear, Conv2d, BatchNorm, LayerNorm, Embedding passes the accumulation and dout checks."""
     from layers import BatchNorm1d, Conv2d, Embedding, LayerNorm
+
     f64 = torch.float64
-    cases = [(Linear(4, 3, dtype=f64), torch.randn(2, 4, dtype=f64)),
-             (Conv2d(2, 3, 3, dtype=f64), torch.randn(2, 2, 5, 5, dtype=f64)),
-             (BatchNorm1d(3, dtype=f64), torch.randn(4, 3, dtype=f64)),
-             (LayerNorm(3, dtype=f64), torch.randn(4, 3, dtype=f64)),
-             (Embedding(5, 3, dtype=f64), torch.tensor([[0, 4, 4], [1, 0, 2]]))]
+    cases = [
+        (Linear(4, 3, dtype=f64), torch.randn(2, 4, dtype=f64)),
+        (Conv2d(2, 3, 3, dtype=f64), torch.randn(2, 2, 5, 5, dtype=f64)),
+        (BatchNorm1d(3, dtype=f64), torch.randn(4, 3, dtype=f64)),
+        (LayerNorm(3, dtype=f64), torch.randn(4, 3, dtype=f64)),
+        (Embedding(5, 3, dtype=f64), torch.tensor([[0, 4, 4], [1, 0, 2]])),
+    ]
     for layer, x in cases:
         results = check_layer(layer, x, fast=True)
         assert all(r.passed and r.problem is None for r in results), [r.describe() for r in results]
@@ -363,34 +406,40 @@ def test_the_case_families_are_public_documented_and_are_what_the_command_runs()
     from pathlib import Path
 
     from checking import cases
+
     page = (Path(__file__).resolve().parents[1] / "docs" / "checking.md").read_text()
     names = [f.__name__ for f in cases.FAMILIES]
     assert names == ["mlp", "loss", "normalisation", "activations", "convolution", "attention", "recurrent"]
     assert [n for n in names if f"`cases.{n}`" not in page] == [], "a family docs/checking.md does not name"
     by_family = [set(f()) for f in cases.FAMILIES]
     assert list(gradcheck.builtin_cases()) == [k for f in cases.FAMILIES for k in f()]  # the command's order
-    assert all(len(a & b) == 0 for i, a in enumerate(by_family) for b in by_family[i + 1:])
+    assert all(len(a & b) == 0 for i, a in enumerate(by_family) for b in by_family[i + 1 :])
 
 
 def test_two_families_defining_one_name_are_refused():
     from checking import cases
+
     with pytest.raises(ValueError, match="two families define the case 'tanh'"):
         cases.collect([cases.mlp, lambda: {"tanh": []}])
 
 
 def test_the_command_reexports_the_package():
     import checking
+
     assert gradcheck.check_layer is checking.check_layer and gradcheck.check_loss is checking.check_loss
     assert gradcheck.RTOL == checking.RTOL == 1e-7 and gradcheck.EPS == checking.EPS == 1e-6
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"eps": 0.0}, r"eps must be a finite number in \(0.0, inf\], got 0.0"),
-    ({"eps": True}, r"eps must be .* got True"),
-    ({"rtol": -1e-7}, r"rtol must be .* got -1e-07"),
-    ({"fast": "yes"}, r"fast must be a bool, got 'yes'"),
-    ({"seed": -1}, r"seed must be an int >= 0, got -1"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"eps": 0.0}, r"eps must be a finite number in \(0.0, inf\], got 0.0"),
+        ({"eps": True}, r"eps must be .* got True"),
+        ({"rtol": -1e-7}, r"rtol must be .* got -1e-07"),
+        ({"fast": "yes"}, r"fast must be a bool, got 'yes'"),
+        ({"seed": -1}, r"seed must be an int >= 0, got -1"),
+    ],
+)
 def test_bad_settings_are_refused_by_name(kwargs, message):
     with pytest.raises(ValueError, match="gradcheck: " + message):
         check_layer(Linear(2, 2, dtype=torch.float64), torch.randn(3, 2, dtype=torch.float64), **kwargs)

@@ -1,6 +1,7 @@
 """The suite never reads or writes the user's own files (tests/conftest.py gives every session a home of its own):
 run in a learner's home -- a passed exercise with its progress file, a finished one never checked, a wrong one, the
 page -- made read-only, the tests of the learner's mode pass and the home is left exactly as it was."""
+
 import json
 import os
 import shutil
@@ -36,8 +37,9 @@ def a_learners_home(home: Path) -> Path:
     (work / "tanh.py").write_text(solution_text(BY_NAME["tanh"], str(work / "tanh.py")))
     (work / "relu.py").write_text(stub_text(BY_NAME["relu"], str(work / "relu.py")))
     (work / "backprop.html").write_text("<html>the learner's page</html>")
-    (work / ".handgrad-progress.json").write_text(json.dumps(
-        {"passed": {"linear": {"file": "linear.py", "passed": "2026-11-20T10:00:00+00:00"}}}))
+    (work / ".handgrad-progress.json").write_text(
+        json.dumps({"passed": {"linear": {"file": "linear.py", "passed": "2026-11-20T10:00:00+00:00"}}})
+    )
     (home / ".cache" / "matplotlib").mkdir(parents=True)
     return work
 
@@ -54,8 +56,9 @@ def read_only(home: Path) -> list[str]:
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         if os.environ.get("CI"):
-            pytest.fail("bubblewrap is not installed (the README's set-up installs it): cannot make a home "
-                        "read-only for root")
+            pytest.fail(
+                "bubblewrap is not installed (the README's set-up installs it): cannot make a home read-only for root"
+            )
         pytest.skip("bubblewrap is not installed: cannot make a home read-only for root")
     return [bwrap, "--dev-bind", "/", "/", "--ro-bind", str(home), str(home), "--die-with-parent", "--"]
 
@@ -66,10 +69,19 @@ def test_the_learners_tests_pass_in_a_learners_home_and_leave_it_alone(tmp_path,
     a_learners_home(home)
     before = _fingerprint(home)
     prefix = [] if writable else read_only(home)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("XDG_", "JUPYTER_", "TORCH", "TRITON_"))
-           and k not in ("MPLCONFIGDIR", "IPYTHONDIR")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("XDG_", "JUPYTER_", "TORCH", "TRITON_")) and k not in ("MPLCONFIGDIR", "IPYTHONDIR")
+    }
     env.update(HOME=str(home), OMP_NUM_THREADS="1")
-    r = subprocess.run([*prefix, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *LEARNER_TESTS],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [*prefix, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *LEARNER_TESTS],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, f"the learner's tests, run in a learner's home:\n{r.stdout[-4000:]}\n{r.stderr[-2000:]}"
     assert _fingerprint(home) == before, "the suite changed the learner's home"

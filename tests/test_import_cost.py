@@ -1,6 +1,7 @@
 """Nothing imports torch's compiler (torch._dynamo, several seconds) until something compiles: importing the
 packages, and a learner's `python -m learn check` of the first exercise (the process and any it starts), leave it
 unimported; training.compiled reaches it only when a step is compiled."""
+
 import os
 import re
 import subprocess
@@ -15,13 +16,21 @@ COMPILER = ("torch._dynamo", "torch._inductor")
 
 
 def python(*args, cwd=ROOT, **env):
-    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **env})
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **env},
+    )
 
 
 def test_importing_the_packages_does_not_import_the_compiler():
-    code = ("import sys\nimport layers, losses, optimizers, models, learn, autodiff, checking, checking.cases, gradcheck, training, train\n"
-            f"print([m for m in {COMPILER!r} if m in sys.modules])")
+    code = (
+        "import sys\nimport layers, losses, optimizers, models, learn, autodiff, checking, checking.cases, gradcheck, training, train\n"
+        f"print([m for m in {COMPILER!r} if m in sys.modules])"
+    )
     r = python("-c", code)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]", r.stdout

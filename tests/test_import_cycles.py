@@ -5,6 +5,7 @@ deferred to run time is still a dependency, and a cycle of them is two rooms tha
 import name`` depends on P's submodule ``name`` when there is one, else on P itself; importing a submodule is not
 counted as importing its package's ``__init__`` (a package that re-exports its modules is no cycle).
 """
+
 from __future__ import annotations
 
 import ast
@@ -43,7 +44,7 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                anchor = package.split(".")[:len(package.split(".")) - node.level + 1] if package else []
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1] if package else []
                 base = ".".join(anchor + ([base] if base else []))
             targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
         else:
@@ -99,8 +100,11 @@ def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
 def test_the_finder_sees_a_cycle_and_a_deferred_import(tmp_path):
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(graph) == [{"a", "b", "c"}]
-    modules = {"pkg": tmp_path / "pkg" / "__init__.py", "pkg.x": tmp_path / "pkg" / "x.py",
-               "pkg.y": tmp_path / "pkg" / "y.py"}
+    modules = {
+        "pkg": tmp_path / "pkg" / "__init__.py",
+        "pkg.x": tmp_path / "pkg" / "x.py",
+        "pkg.y": tmp_path / "pkg" / "y.py",
+    }
     for path in modules.values():
         path.parent.mkdir(exist_ok=True)
     modules["pkg"].write_text("")

@@ -8,6 +8,7 @@ torch.autograd through the layer's torch.nn twin in float64.  Then the changes t
 tensors a layer does not read in backward, handgrad's own training steps (an optimizer step after backward, the
 GPT's recomputed inputs, a pool's output changed by a following in-place layer), inference-mode tensors.
 """
+
 from __future__ import annotations
 
 import re
@@ -28,8 +29,9 @@ f64 = torch.float64
 
 def refused(layer: object, name: str, before: str = "backward"):
     """pytest.raises for the in-place refusal of ``layer`` naming ``name``."""
-    return pytest.raises(RuntimeError, match=re.escape(f"{layer!r}: {name} was modified in place after the forward, "
-                                                       f"before {before}"))
+    return pytest.raises(
+        RuntimeError, match=re.escape(f"{layer!r}: {name} was modified in place after the forward, before {before}")
+    )
 
 
 def nontrivial(layer):
@@ -42,6 +44,7 @@ def nontrivial(layer):
 
 
 # -- the issue's three cases ------------------------------------------------------------------------------------
+
 
 def test_a_linear_input_multiplied_in_place_before_backward_is_refused_as_autograd_refuses_it():
     torch.manual_seed(0)
@@ -90,6 +93,7 @@ def test_a_cross_entropy_target_changed_after_forward_is_refused():
 
 # -- every layer: each kept tensor, changed, is refused; unchanged, backward matches autograd -------------------
 
+
 class _SDPA(torch.nn.Module):
     """F.scaled_dot_product_attention as a module (the twin of ScaledDotProductAttention's forward)."""
 
@@ -126,10 +130,12 @@ def _seeded(*shape, dtype=f64, seed=0):
 
 def _attr(path):
     """The kept tensor at ``path`` in the layer ("weight", "out_proj.weight")."""
+
     def get(layer, inputs, out, kwargs):
         for name in path.split("."):
             layer = getattr(layer, name)
         return layer
+
     return get
 
 
@@ -149,59 +155,119 @@ KPM = lambda: {"key_padding_mask": torch.tensor([[False, False, True], [False, T
 FLOAT_MASK = lambda: {"attn_mask": _seeded(4, 5, seed=9)}  # noqa: E731
 
 CASES = {
-    "Linear": Case(lambda: nontrivial(L.Linear(4, 3, dtype=f64)), lambda: (_seeded(2, 5, 4),),
-                   {"its input x": _input(0), "its parameter weight": _attr("weight")}),
-    "Conv2d": Case(lambda: nontrivial(L.Conv2d(2, 3, 3, padding=1, dtype=f64)), lambda: (_seeded(2, 2, 5, 5),),
-                   {"its input x": _input(0), "its parameter weight": _attr("weight")}),
-    "BatchNorm1d (training)": Case(lambda: nontrivial(L.BatchNorm1d(3, dtype=f64)), lambda: (_seeded(6, 3),),
-                                   {"its parameter weight": _attr("weight")}),
-    "BatchNorm2d (eval)": Case(lambda: nontrivial(L.BatchNorm2d(3, dtype=f64)).eval(), lambda: (_seeded(2, 3, 2, 2),),
-                               {"its input x": _input(0), "its parameter weight": _attr("weight")}),
-    "SyncBatchNorm (one process)": Case(lambda: nontrivial(L.SyncBatchNorm(3, dtype=f64)), lambda: (_seeded(4, 3, 2),),
-                                        {"its parameter weight": _attr("weight")}),
-    "LayerNorm": Case(lambda: nontrivial(L.LayerNorm(4, dtype=f64)), lambda: (_seeded(3, 4),),
-                      {"its input x": _input(0), "its parameter weight": _attr("weight"),
-                       "its parameter bias": _attr("bias")}),
-    "Embedding": Case(lambda: L.Embedding(7, 3, dtype=f64), lambda: (torch.tensor([[1, 2, 2], [6, 0, 1]]),),
-                      {"its input idx": _input(0)}, grads_of=()),
-    "Dropout": Case(lambda: L.Dropout(0.5), lambda: (_seeded(4, 6),),
-                    {"its mask (layer.mask)": _attr("mask")},
-                    twin=lambda layer: _Masked(layer.mask)),
+    "Linear": Case(
+        lambda: nontrivial(L.Linear(4, 3, dtype=f64)),
+        lambda: (_seeded(2, 5, 4),),
+        {"its input x": _input(0), "its parameter weight": _attr("weight")},
+    ),
+    "Conv2d": Case(
+        lambda: nontrivial(L.Conv2d(2, 3, 3, padding=1, dtype=f64)),
+        lambda: (_seeded(2, 2, 5, 5),),
+        {"its input x": _input(0), "its parameter weight": _attr("weight")},
+    ),
+    "BatchNorm1d (training)": Case(
+        lambda: nontrivial(L.BatchNorm1d(3, dtype=f64)),
+        lambda: (_seeded(6, 3),),
+        {"its parameter weight": _attr("weight")},
+    ),
+    "BatchNorm2d (eval)": Case(
+        lambda: nontrivial(L.BatchNorm2d(3, dtype=f64)).eval(),
+        lambda: (_seeded(2, 3, 2, 2),),
+        {"its input x": _input(0), "its parameter weight": _attr("weight")},
+    ),
+    "SyncBatchNorm (one process)": Case(
+        lambda: nontrivial(L.SyncBatchNorm(3, dtype=f64)),
+        lambda: (_seeded(4, 3, 2),),
+        {"its parameter weight": _attr("weight")},
+    ),
+    "LayerNorm": Case(
+        lambda: nontrivial(L.LayerNorm(4, dtype=f64)),
+        lambda: (_seeded(3, 4),),
+        {"its input x": _input(0), "its parameter weight": _attr("weight"), "its parameter bias": _attr("bias")},
+    ),
+    "Embedding": Case(
+        lambda: L.Embedding(7, 3, dtype=f64),
+        lambda: (torch.tensor([[1, 2, 2], [6, 0, 1]]),),
+        {"its input idx": _input(0)},
+        grads_of=(),
+    ),
+    "Dropout": Case(
+        lambda: L.Dropout(0.5),
+        lambda: (_seeded(4, 6),),
+        {"its mask (layer.mask)": _attr("mask")},
+        twin=lambda layer: _Masked(layer.mask),
+    ),
     "ReLU": Case(L.ReLU, lambda: (_seeded(3, 4),), {"its output": _out}),
     "Softmax": Case(lambda: L.Softmax(1), lambda: (_seeded(3, 4),), {"its output": _out}),
     "GELU": Case(L.GELU, lambda: (_seeded(3, 4),), {"its input x": _input(0), "its output": _out}),
     "LeakyReLU": Case(L.LeakyReLU, lambda: (_seeded(3, 4),), {"its input x": _input(0)}),
     "SiLU": Case(L.SiLU, lambda: (_seeded(3, 4),), {"its output": _out}),
     "ScaledDotProductAttention": Case(
-        L.ScaledDotProductAttention, lambda: (_seeded(2, 4, 3, seed=1), _seeded(2, 5, 3, seed=2), _seeded(2, 5, 3, seed=3)),
-        {"its input query": _input(0), "its input key": _input(1), "its input value": _input(2),
-         "its output": _out,
-         "its attention mask (added to the scores)": _kwarg("attn_mask")},
-        kwargs=FLOAT_MASK, twin=lambda layer: _SDPA(), grads_of=(0, 1, 2)),
+        L.ScaledDotProductAttention,
+        lambda: (_seeded(2, 4, 3, seed=1), _seeded(2, 5, 3, seed=2), _seeded(2, 5, 3, seed=3)),
+        {
+            "its input query": _input(0),
+            "its input key": _input(1),
+            "its input value": _input(2),
+            "its output": _out,
+            "its attention mask (added to the scores)": _kwarg("attn_mask"),
+        },
+        kwargs=FLOAT_MASK,
+        twin=lambda layer: _SDPA(),
+        grads_of=(0, 1, 2),
+    ),
     "MultiheadAttention": Case(
         lambda: nontrivial(L.MultiheadAttention(4, 2, dtype=f64)),
         lambda: (_seeded(2, 2, 4, seed=1), _seeded(3, 2, 4, seed=2), _seeded(3, 2, 4, seed=3)),
-        {"its input query": _input(0), "its input key": _input(1), "its input value": _input(2),
-         "its key_padding_mask": _kwarg("key_padding_mask"),
-         "its parameter in_proj_weight": _attr("in_proj_weight"),
-         "its parameter weight": _attr("out_proj.weight")},  # out_proj's own check
-        kwargs=lambda: {**KPM(), "need_weights": False}, pick=lambda out: out[0], grads_of=(0, 1, 2)),
+        {
+            "its input query": _input(0),
+            "its input key": _input(1),
+            "its input value": _input(2),
+            "its key_padding_mask": _kwarg("key_padding_mask"),
+            "its parameter in_proj_weight": _attr("in_proj_weight"),
+            "its parameter weight": _attr("out_proj.weight"),
+        },  # out_proj's own check
+        kwargs=lambda: {**KPM(), "need_weights": False},
+        pick=lambda out: out[0],
+        grads_of=(0, 1, 2),
+    ),
     "TransformerEncoderLayer": Case(
-        lambda: nontrivial(L.TransformerEncoderLayer(4, 2, 8, dropout=0.0, dtype=f64)), lambda: (_seeded(3, 2, 4),),
-        {"its input query": _input(0), "its parameter weight": _attr("linear2.weight")}),
-    "LSTM": Case(lambda: L.LSTM(3, 4, dtype=f64), lambda: (_seeded(5, 2, 3),),
-                 {"its input x": _input(0), "its parameter weight_ih_l0": _attr("weight_ih_l0"),
-                  "its parameter weight_hh_l0": _attr("weight_hh_l0")}, pick=lambda out: out[0]),
+        lambda: nontrivial(L.TransformerEncoderLayer(4, 2, 8, dropout=0.0, dtype=f64)),
+        lambda: (_seeded(3, 2, 4),),
+        {"its input query": _input(0), "its parameter weight": _attr("linear2.weight")},
+    ),
+    "LSTM": Case(
+        lambda: L.LSTM(3, 4, dtype=f64),
+        lambda: (_seeded(5, 2, 3),),
+        {
+            "its input x": _input(0),
+            "its parameter weight_ih_l0": _attr("weight_ih_l0"),
+            "its parameter weight_hh_l0": _attr("weight_hh_l0"),
+        },
+        pick=lambda out: out[0],
+    ),
     "GRU (2 layers, bidirectional)": Case(
-        lambda: L.GRU(3, 4, num_layers=2, bidirectional=True, dtype=f64), lambda: (_seeded(5, 2, 3),),
+        lambda: L.GRU(3, 4, num_layers=2, bidirectional=True, dtype=f64),
+        lambda: (_seeded(5, 2, 3),),
         {"its input x": _input(0), "its parameter weight_hh_l1_reverse": _attr("weight_hh_l1_reverse")},
-        pick=lambda out: out[0]),
-    "LSTMCell": Case(lambda: L.LSTMCell(3, 4, dtype=f64), lambda: (_seeded(2, 3),),
-                     {"its input x": _input(0), "its parameter weight_ih": _attr("weight_ih"),
-                      "its parameter weight_hh": _attr("weight_hh")},
-                     pick=lambda out: out[0], backward=lambda layer, dout: layer.backward(dout, None)),
-    "RNNCell": Case(lambda: L.RNNCell(3, 4, dtype=f64), lambda: (_seeded(2, 3),),
-                    {"its input x": _input(0), "its parameter weight_hh": _attr("weight_hh")}),
+        pick=lambda out: out[0],
+    ),
+    "LSTMCell": Case(
+        lambda: L.LSTMCell(3, 4, dtype=f64),
+        lambda: (_seeded(2, 3),),
+        {
+            "its input x": _input(0),
+            "its parameter weight_ih": _attr("weight_ih"),
+            "its parameter weight_hh": _attr("weight_hh"),
+        },
+        pick=lambda out: out[0],
+        backward=lambda layer, dout: layer.backward(dout, None),
+    ),
+    "RNNCell": Case(
+        lambda: L.RNNCell(3, 4, dtype=f64),
+        lambda: (_seeded(2, 3),),
+        {"its input x": _input(0), "its parameter weight_hh": _attr("weight_hh")},
+    ),
 }
 
 
@@ -220,8 +286,7 @@ def _change_in_place(t):
         t.add_(1).remainder_(7)
 
 
-@pytest.mark.parametrize("case_name, tensor_name",
-                         [(c, t) for c, case in CASES.items() for t in case.kept])
+@pytest.mark.parametrize("case_name, tensor_name", [(c, t) for c, case in CASES.items() for t in case.kept])
 def test_a_kept_tensor_changed_in_place_before_backward_is_refused(case_name, tensor_name):
     case = CASES[case_name]
     layer, inputs, kwargs = case.make(), case.inputs(), case.kwargs()
@@ -230,10 +295,11 @@ def test_a_kept_tensor_changed_in_place_before_backward_is_refused(case_name, te
     with torch.no_grad():
         _change_in_place(changed)
     # the layer that refuses: the case's own, or the sublayer that keeps the tensor (out_proj, linear2, ...)
-    owner = {"MultiheadAttention/its parameter weight": lambda: layer.out_proj,
-             "TransformerEncoderLayer/its parameter weight": lambda: layer.linear2,
-             "TransformerEncoderLayer/its input query": lambda: layer.self_attn}.get(
-        f"{case_name}/{tensor_name}", lambda: layer)()
+    owner = {
+        "MultiheadAttention/its parameter weight": lambda: layer.out_proj,
+        "TransformerEncoderLayer/its parameter weight": lambda: layer.linear2,
+        "TransformerEncoderLayer/its input query": lambda: layer.self_attn,
+    }.get(f"{case_name}/{tensor_name}", lambda: layer)()
     with refused(owner, tensor_name):
         case.backward(layer, torch.ones_like(out))
 
@@ -255,11 +321,13 @@ def test_unchanged_the_backward_runs_and_matches_autograd(case_name):
     twin_params = dict(twin.named_parameters())
     for name, p in layer.named_parameters() if hasattr(layer, "named_parameters") else ():
         expected = twin_params[name].grad
-        torch.testing.assert_close(p.grad, torch.zeros_like(p) if expected is None else expected,
-                                   rtol=1e-10, atol=1e-12, msg=name)
+        torch.testing.assert_close(
+            p.grad, torch.zeros_like(p) if expected is None else expected, rtol=1e-10, atol=1e-12, msg=name
+        )
 
 
 # -- the losses ---------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("target_kind", ["class indices", "probabilities", "label smoothing", "(N, C, d) logits"])
 def test_cross_entropy_refuses_a_changed_target_and_else_matches_autograd(target_kind):
@@ -295,6 +363,7 @@ def test_mse_keeps_only_its_own_difference_so_a_changed_input_or_target_changes_
 
 
 # -- the GPT ------------------------------------------------------------------------------------------------------
+
 
 def _gpt():
     torch.manual_seed(0)
@@ -332,8 +401,9 @@ def test_gpt_steps_with_its_flat_adamw_are_not_refused_and_match_the_twin(recomp
         torch.testing.assert_close(p, theirs[name].detach(), rtol=1e-10, atol=1e-12, msg=name)
 
 
-@pytest.mark.parametrize("change", ["flat AdamW step", "flat AdamW step, embeddings frozen", "the token ids",
-                                    "a block's weight"])
+@pytest.mark.parametrize(
+    "change", ["flat AdamW step", "flat AdamW step, embeddings frozen", "the token ids", "a block's weight"]
+)
 def test_gpt_refuses_a_change_between_forward_and_backward(change):
     """The GPT's parameters lie in one block, which AdamW updates with one kernel through a view of the group's
     first parameter; every parameter of the group must count as changed (not only that first one: with the
@@ -352,8 +422,11 @@ def test_gpt_refuses_a_change_between_forward_and_backward(change):
     crit(logits.view(-1, 11), y.view(-1))
     if change.startswith("flat AdamW step"):
         opt.step()  # one kernel over the whole block of parameters: every parameter changed
-        expect = refused(gpt.h[1].mlp._gelu_c_proj, "its parameter weight") if frozen else \
-            refused(gpt, "its parameter transformer.wte.weight")
+        expect = (
+            refused(gpt.h[1].mlp._gelu_c_proj, "its parameter weight")
+            if frozen
+            else refused(gpt, "its parameter transformer.wte.weight")
+        )
     elif change == "the token ids":
         idx.remainder_(5)
         expect = refused(gpt.wte, "its input idx")
@@ -365,11 +438,11 @@ def test_gpt_refuses_a_change_between_forward_and_backward(change):
         gpt.backward(crit.backward().view_as(logits))
 
 
-
 def test_the_gpt_attention_refuses_a_change_of_the_heads_output_it_keeps():
     """CausalSelfAttention keeps the heads side by side (c_proj's input) for the attention's backward: a change
     of it in place before backward is refused, naming it."""
     from models.gpt import CausalSelfAttention
+
     torch.manual_seed(0)
     attn = CausalSelfAttention(8, 2, 0.0, True, dtype=f64)
     out = attn(_seeded(2, 5, 8))
@@ -377,7 +450,9 @@ def test_the_gpt_attention_refuses_a_change_of_the_heads_output_it_keeps():
     with refused(attn, "the heads' output y (c_proj's input)"):
         attn.backward(torch.ones_like(out))
 
+
 # -- what must not be refused -------------------------------------------------------------------------------------
+
 
 def test_a_first_linear_without_dx_does_not_read_its_weight_so_a_change_is_not_refused():
     """autograd keeps the weight of x @ W^T only when x needs a gradient; so does Linear (need_input_grad=False:
@@ -399,8 +474,14 @@ def test_a_pool_output_changed_by_a_following_in_place_layer_is_not_refused(foll
     following in-place layer changes that output legitimately (the pool's backward reads only its argmax), so the
     pair falls back to the two backwards, and the gradient equals autograd's."""
     torch.manual_seed(0)
-    model = L.Sequential(L.Conv2d(1, 2, 3, padding=1, dtype=f64), L.ReLU(), L.MaxPool2d(2), follower(),
-                         L.Flatten(), L.Linear(8, 3, dtype=f64))
+    model = L.Sequential(
+        L.Conv2d(1, 2, 3, padding=1, dtype=f64),
+        L.ReLU(),
+        L.MaxPool2d(2),
+        follower(),
+        L.Flatten(),
+        L.Linear(8, 3, dtype=f64),
+    )
     twin = model.to_torch()
     x = _seeded(2, 1, 4, 4)
     out = model(x)
@@ -447,19 +528,35 @@ def test_the_recurrent_initial_state_is_copied_so_changing_it_is_not_refused():
 
 # -- three errors that were unclear: one clear line each --------------------------------------------------------
 
-@pytest.mark.parametrize("make, args", [(CrossEntropyLoss, (torch.randn(3, 4), torch.tensor([0, 1, 2]))),
-                                        (MSELoss, (torch.randn(3, 4), torch.randn(3, 4)))])
+
+@pytest.mark.parametrize(
+    "make, args",
+    [
+        (CrossEntropyLoss, (torch.randn(3, 4), torch.tensor([0, 1, 2]))),
+        (MSELoss, (torch.randn(3, 4), torch.randn(3, 4))),
+    ],
+)
 def test_a_loss_backward_with_a_wrong_dout_says_what_dout_must_be(make, args):
     crit = make()
     crit(*args)
     for bad in ("a", None, [1.0], True):
-        with pytest.raises(TypeError, match=re.escape(f"{crit!r}: dout (the upstream gradient of the loss) must be a "
-                                                      f"number or a one-element tensor, default 1.0; got "
-                                                      f"{type(bad).__name__}")):
+        with pytest.raises(
+            TypeError,
+            match=re.escape(
+                f"{crit!r}: dout (the upstream gradient of the loss) must be a "
+                f"number or a one-element tensor, default 1.0; got "
+                f"{type(bad).__name__}"
+            ),
+        ):
             crit.backward(bad)
     for bad in (torch.ones(2), torch.ones((), dtype=torch.complex64), torch.tensor(True)):
-        with pytest.raises(ValueError, match=re.escape(f"{crit!r}: dout (the upstream gradient of the loss) must be "
-                                                       f"a real scalar, got a tensor of shape {tuple(bad.shape)}")):
+        with pytest.raises(
+            ValueError,
+            match=re.escape(
+                f"{crit!r}: dout (the upstream gradient of the loss) must be "
+                f"a real scalar, got a tensor of shape {tuple(bad.shape)}"
+            ),
+        ):
             crit.backward(bad)
     grad = crit.backward(torch.tensor(2.0))  # a refused dout consumed nothing: the forward's cache is still there
     assert grad.shape == (3, 4)
@@ -468,12 +565,15 @@ def test_a_loss_backward_with_a_wrong_dout_says_what_dout_must_be(make, args):
 def test_a_wrong_shape_key_padding_mask_names_n_s_and_the_shape_given():
     enc = L.TransformerEncoderLayer(8, 2, 16, dropout=0.0)
     src = torch.randn(5, 3, 8)  # (S, N, E): S = 5, N = 3
-    with pytest.raises(ValueError, match=re.escape("key_padding_mask must have shape (N, S) = (3, 5) (batch, source "
-                                                   "length), got (5, 3)")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape("key_padding_mask must have shape (N, S) = (3, 5) (batch, source length), got (5, 3)"),
+    ):
         enc(src, src_key_padding_mask=torch.zeros(5, 3, dtype=torch.bool))
     mha = L.MultiheadAttention(8, 2)
-    with pytest.raises(ValueError, match=re.escape("key_padding_mask must have shape (S,) = (5,) (source length), "
-                                                   "got (1, 5)")):
+    with pytest.raises(
+        ValueError, match=re.escape("key_padding_mask must have shape (S,) = (5,) (source length), got (1, 5)")
+    ):
         mha(src[:, 0], src[:, 0], src[:, 0], key_padding_mask=torch.zeros(1, 5, dtype=torch.bool))
 
 

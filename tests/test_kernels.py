@@ -3,6 +3,7 @@
 the optimizers' flat path.  (Attention's, the recurrent layers' and the cells' kernels are tied to their textbooks in
 tests/test_attention.py, tests/test_recurrent.py and tests/test_cells.py; the weight gradient's three forms to
 autograd in tests/test_conv.py; the compiled kernels in tests/test_kernels_compiled.py.)"""
+
 from __future__ import annotations
 
 import contextlib
@@ -13,8 +14,7 @@ import torch
 import kernels
 import optimizers
 from kernels import convolution
-from layers import (GELU, BatchNorm1d, BatchNorm2d, Conv2d, Embedding, LayerNorm, Linear, MaxPool2d, ReLU, Sigmoid,
-                    Tanh)
+from layers import GELU, BatchNorm1d, BatchNorm2d, Conv2d, Embedding, LayerNorm, Linear, MaxPool2d, ReLU, Sigmoid, Tanh
 from losses import CrossEntropyLoss
 from models import GPT
 from tests.test_conv import CONV_CONFIGS, CONV_IDS
@@ -41,7 +41,7 @@ def on_and_off(run):
     """``run()`` with the kernels on, then off (the textbook), each from the same seed -> the two results."""
     results = []
     for on in (True, False):
-        with (contextlib.nullcontext() if on else kernels.disabled()):
+        with contextlib.nullcontext() if on else kernels.disabled():
             torch.manual_seed(0)
             results.append(run())
     return results
@@ -60,12 +60,14 @@ def assert_tied(run, dtype, tol=None):
 
 def layer_step(make, x, *, dtype, need_input_grad=True, dout_seed=1):
     """make() -> a layer; its output, dx and every parameter gradient for a seeded random dout."""
+
     def run():
         layer = make()
         out = layer(x)
         dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(dout_seed), dtype=F32).to(out.dtype)
         dx = layer.backward(dout, need_input_grad=need_input_grad)
         return [out, dx, *(p.grad for p in layer.parameters())]
+
     return run
 
 
@@ -76,12 +78,16 @@ def away_from_defaults(layer):
         for name in ("weight", "bias", "running_mean", "running_var"):
             t = getattr(layer, name, None)
             if t is not None:
-                t.copy_((torch.rand(t.shape, generator=g) + 0.5) if name in ("weight", "running_var")
-                        else torch.randn(t.shape, generator=g))
+                t.copy_(
+                    (torch.rand(t.shape, generator=g) + 0.5)
+                    if name in ("weight", "running_var")
+                    else torch.randn(t.shape, generator=g)
+                )
     return layer
 
 
 # -- the switch ------------------------------------------------------------------------------------------------
+
 
 def test_the_switch_reads_the_environment_and_refuses_a_bad_value(monkeypatch):
     for value, on in (("off", False), ("OFF", False), ("0", False), ("on", True), ("1", True)):
@@ -109,6 +115,7 @@ def test_disabled_is_a_context_and_enable_takes_a_bool():
 def test_a_forward_under_one_setting_and_its_backward_under_the_other_agree():
     """What the forward kept decides the backward where the two differ (attention, the recurrent layers)."""
     from layers import LSTM, ScaledDotProductAttention
+
     q = k = v = torch.randn(2, 5, 4, dtype=F64)
     for layer, args in ((ScaledDotProductAttention(), (q, k, v)), (LSTM(4, 3, dtype=F64), (q,))):
         ref = layer(*args)
@@ -117,16 +124,21 @@ def test_a_forward_under_one_setting_and_its_backward_under_the_other_agree():
         with kernels.disabled():
             layer(*args)
         got = layer.backward(torch.ones_like(ref))
-        for a, b in zip(got if isinstance(got, tuple) else (got,), expected if isinstance(expected, tuple)
-                        else (expected,)):
+        for a, b in zip(
+            got if isinstance(got, tuple) else (got,), expected if isinstance(expected, tuple) else (expected,)
+        ):
             assert rel_err(a, b) < 1e-12
 
 
 # -- the element-wise activations -------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype", [F64, F32, BF16])
-@pytest.mark.parametrize("make", [ReLU, lambda: GELU(), lambda: GELU("tanh"), Tanh, Sigmoid],
-                         ids=["relu", "gelu", "gelu-tanh", "tanh", "sigmoid"])
+@pytest.mark.parametrize(
+    "make",
+    [ReLU, lambda: GELU(), lambda: GELU("tanh"), Tanh, Sigmoid],
+    ids=["relu", "gelu", "gelu-tanh", "tanh", "sigmoid"],
+)
 def test_activation_kernels_equal_the_textbook(make, dtype):
     x = torch.randn(6, 5, 40, dtype=F64) * 3
     sub = torch.finfo(dtype).tiny * torch.finfo(dtype).eps  # the smallest subnormal
@@ -136,12 +148,14 @@ def test_activation_kernels_equal_the_textbook(make, dtype):
 
 # -- Linear and Embedding: the weight gradient into .grad in place ------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype", [F64, F32])
 @pytest.mark.parametrize("shape,bias,need_dx", [((7, 6), True, True), ((2, 3, 6), False, True), ((5, 6), True, False)])
 def test_linear_kernel_equals_the_textbook(shape, bias, need_dx, dtype):
     x = torch.randn(*shape, dtype=dtype)
-    assert_tied(layer_step(lambda: Linear(6, 4, bias=bias, dtype=dtype), x, dtype=dtype, need_input_grad=need_dx),
-                dtype)
+    assert_tied(
+        layer_step(lambda: Linear(6, 4, bias=bias, dtype=dtype), x, dtype=dtype, need_input_grad=need_dx), dtype
+    )
 
 
 def test_linear_kernel_adds_into_grad_in_place_and_skips_a_frozen_weight():
@@ -167,9 +181,17 @@ def test_embedding_kernel_equals_the_textbook(padding_idx):
 
 # -- the norms -------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype", [F64, F32])
-@pytest.mark.parametrize("shape,normalized,kw", [((4, 7, 24), 24, {}), ((4, 7, 24), 24, {"bias": False}),
-                                                  ((5, 3, 6), (3, 6), {}), ((3, 8), 8, {"elementwise_affine": False})])
+@pytest.mark.parametrize(
+    "shape,normalized,kw",
+    [
+        ((4, 7, 24), 24, {}),
+        ((4, 7, 24), 24, {"bias": False}),
+        ((5, 3, 6), (3, 6), {}),
+        ((3, 8), 8, {"elementwise_affine": False}),
+    ],
+)
 def test_layer_norm_kernel_equals_the_textbook(shape, normalized, kw, dtype):
     x = torch.randn(*shape, dtype=dtype) * 2 + 0.5
     make = lambda: away_from_defaults(LayerNorm(normalized, dtype=dtype, **kw))  # noqa: E731
@@ -183,18 +205,25 @@ def test_layer_norm_kernel_equals_the_textbook_for_a_half_precision_input():
 
 
 @pytest.mark.parametrize("dtype", [F64, F32])
-@pytest.mark.parametrize("make,shape", [(lambda d: BatchNorm1d(5, dtype=d), (9, 5)),
-                                        (lambda d: BatchNorm1d(5, dtype=d), (4, 5, 3)),
-                                        (lambda d: BatchNorm2d(3, dtype=d), (4, 3, 5, 6)),
-                                        (lambda d: BatchNorm2d(3, affine=False, dtype=d), (4, 3, 5, 6)),
-                                        (lambda d: BatchNorm2d(3, track_running_stats=False, dtype=d), (2, 3, 2, 2))],
-                         ids=["1d", "1d-seq", "2d", "2d-no-affine", "2d-no-running"])
+@pytest.mark.parametrize(
+    "make,shape",
+    [
+        (lambda d: BatchNorm1d(5, dtype=d), (9, 5)),
+        (lambda d: BatchNorm1d(5, dtype=d), (4, 5, 3)),
+        (lambda d: BatchNorm2d(3, dtype=d), (4, 3, 5, 6)),
+        (lambda d: BatchNorm2d(3, affine=False, dtype=d), (4, 3, 5, 6)),
+        (lambda d: BatchNorm2d(3, track_running_stats=False, dtype=d), (2, 3, 2, 2)),
+    ],
+    ids=["1d", "1d-seq", "2d", "2d-no-affine", "2d-no-running"],
+)
 @pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
 def test_batch_norm_kernel_equals_the_textbook(make, shape, train, dtype):
     x = torch.randn(*shape, dtype=dtype) * 2 + 0.5
     for need_dx in (True, False):
-        assert_tied(layer_step(lambda: away_from_defaults(make(dtype)).train(train), x, dtype=dtype,
-                               need_input_grad=need_dx), dtype)
+        assert_tied(
+            layer_step(lambda: away_from_defaults(make(dtype)).train(train), x, dtype=dtype, need_input_grad=need_dx),
+            dtype,
+        )
 
 
 def test_batch_norm_kernel_equals_the_textbook_for_a_half_precision_input():
@@ -204,12 +233,22 @@ def test_batch_norm_kernel_equals_the_textbook_for_a_half_precision_input():
 
 # -- cross-entropy --------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype", [F64, F32, BF16])
-@pytest.mark.parametrize("target,kw", [("index", {}), ("index", {"label_smoothing": 0.2}),
-                                       ("index", {"reduction": "sum"}),
-                                       ("ignored", {}), ("ignored", {"label_smoothing": 0.1}), ("all ignored", {}),
-                                       ("probabilities", {}), ("probabilities", {"label_smoothing": 0.3}),
-                                       ("positions", {})])
+@pytest.mark.parametrize(
+    "target,kw",
+    [
+        ("index", {}),
+        ("index", {"label_smoothing": 0.2}),
+        ("index", {"reduction": "sum"}),
+        ("ignored", {}),
+        ("ignored", {"label_smoothing": 0.1}),
+        ("all ignored", {}),
+        ("probabilities", {}),
+        ("probabilities", {"label_smoothing": 0.3}),
+        ("positions", {}),
+    ],
+)
 def test_cross_entropy_kernel_equals_the_textbook(target, kw, dtype):
     g = torch.Generator().manual_seed(1)
     logits = (torch.randn(9, 5, generator=g, dtype=F64) * 4).to(dtype)
@@ -226,10 +265,12 @@ def test_cross_entropy_kernel_equals_the_textbook(target, kw, dtype):
     def run():
         crit = CrossEntropyLoss(**kw)
         return [crit(logits, y), crit.backward(0.7)]
+
     assert_tied(run, dtype)
 
 
 # -- convolution and pooling --------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("dtype", [F64, F32])
 @pytest.mark.parametrize("cfg", CONV_CONFIGS, ids=CONV_IDS)
@@ -245,8 +286,11 @@ def test_conv_kernels_equal_the_textbook_unbatched_and_empty():
 
 
 @pytest.mark.parametrize("channels", [3, 8, 16])
-@pytest.mark.parametrize("pool", [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True),
-                                  dict(kernel_size=2, dilation=2)], ids=["2x2", "3x3-s2-p1-ceil", "dilated"])
+@pytest.mark.parametrize(
+    "pool",
+    [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True), dict(kernel_size=2, dilation=2)],
+    ids=["2x2", "3x3-s2-p1-ceil", "dilated"],
+)
 def test_max_pool_kernel_equals_the_textbook_on_ties_and_nans(pool, channels):
     """The kernel takes 8 channels or more through the channels-last pooling kernel: the same maxima, argmaxes
     (the first on a tie) and gradients as the plane kernel the textbook calls."""
@@ -259,15 +303,18 @@ def test_max_pool_kernel_equals_the_textbook_on_ties_and_nans(pool, channels):
 
 def test_relu_then_max_pool_kernel_equals_the_two_textbook_backwards():
     from layers import Sequential
+
     x = torch.randn(4, 8, 7, 7, dtype=F64)
     x[0] = 0.0  # ties: ReLU's zeros
 
     def run():
         model = Sequential(Conv2d(8, 8, 3, padding=1, dtype=F64), ReLU(), MaxPool2d(3, 2, 1))
         out = model(x)
-        dx = model.backward(torch.randn(out.shape, generator=torch.Generator().manual_seed(4), dtype=F64),
-                            need_input_grad=True)
+        dx = model.backward(
+            torch.randn(out.shape, generator=torch.Generator().manual_seed(4), dtype=F64), need_input_grad=True
+        )
         return [out, dx, *(p.grad for p in model.parameters())]
+
     assert_tied(run, F64)
 
 
@@ -283,6 +330,7 @@ def test_the_relu_max_pool_kernel_runs_only_where_its_inputs_are_unchanged():
 
 
 # -- optimizers: the flat path ----------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("opt", ["AdamW", "SGD"])
 def test_the_optimizers_flat_path_equals_their_per_tensor_textbook(opt):
@@ -301,7 +349,7 @@ def test_the_optimizers_flat_path_equals_their_per_tensor_textbook(opt):
             logits = model(idx)
             crit(logits.view(-1, 13), y.view(-1))
             model.backward(crit.backward().view_as(logits))
-            with (contextlib.nullcontext() if on else kernels.disabled()):
+            with contextlib.nullcontext() if on else kernels.disabled():
                 optimizers.clip_grad_norm_(model.parameters(), 0.5)
                 optim.step()
         results.append([p.detach().clone() for p in model.parameters()])

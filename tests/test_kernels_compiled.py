@@ -1,6 +1,7 @@
 """The compiled kernels (kernels/compiled.py): each equal to the eager kernel and to the layer's textbook, in float64
 and float32; used only where one can serve; a kernel that cannot be compiled warns once and the eager kernel runs;
 the GPT's steps are the same with them; a compiled step stays one graph.  (Slow: each kernel is compiled once.)"""
+
 from __future__ import annotations
 
 import contextlib
@@ -51,14 +52,16 @@ def test_the_compiled_gelu_kernel_equals_the_eager_kernel_and_the_textbook(appro
 
 
 @pytest.mark.parametrize("dtype", [F64, F32])
-@pytest.mark.parametrize("shape,normalized,bias", [((4, 7, 24), 24, True), ((4, 7, 24), 24, False),
-                                                   ((5, 3, 6), (3, 6), True)])
+@pytest.mark.parametrize(
+    "shape,normalized,bias", [((4, 7, 24), 24, True), ((4, 7, 24), 24, False), ((5, 3, 6), (3, 6), True)]
+)
 def test_the_compiled_layer_norm_kernel_equals_the_eager_kernel_and_the_textbook(shape, normalized, bias, dtype):
     torch.manual_seed(1)
     x = torch.randn(*shape, dtype=dtype) * 2 + 0.5
     dout = torch.randn_like(x)
-    runs = backward_compiled_eager_textbook(lambda: away_from_defaults(LayerNorm(normalized, bias=bias, dtype=dtype)),
-                                            x, dout)
+    runs = backward_compiled_eager_textbook(
+        lambda: away_from_defaults(LayerNorm(normalized, bias=bias, dtype=dtype)), x, dout
+    )
     (dx0, g0) = runs[0]
     assert g0.keys() == ({"weight", "bias"} if bias else {"weight"})
     for dx, grads in runs[1:]:
@@ -90,6 +93,7 @@ def test_the_eager_kernel_runs_where_a_compiled_one_cannot_serve(monkeypatch):
             g(xr)
             assert g.backward(torch.ones_like(x)).requires_grad
         from torch.utils.flop_counter import FlopCounterMode
+
         with FlopCounterMode(display=False):  # a dispatch mode: torch.compile would run no compiled frame under it
             g = GELU()
             g(x)
@@ -105,7 +109,9 @@ def test_a_kernel_that_cannot_compile_warns_once_and_the_eager_kernel_runs(monke
     def broken(fn, **kw):
         def kernel(*args):
             raise RuntimeError("no C++ compiler\nmore")
+
         return kernel
+
     monkeypatch.setattr(torch, "compile", broken)
     monkeypatch.setattr(compiled, "_compiled", {})
     x, dout = torch.randn(4, 6, dtype=F64), torch.randn(4, 6, dtype=F64)
@@ -114,8 +120,11 @@ def test_a_kernel_that_cannot_compile_warns_once_and_the_eager_kernel_runs(monke
     expected = plain.backward(dout)
     with compiled.kernels():
         g = GELU()
-        with pytest.warns(RuntimeWarning, match=r"compiled kernel gelu_backward could not be compiled \(RuntimeError: "
-                                                r"no C\+\+ compiler\); the eager kernel runs instead"):
+        with pytest.warns(
+            RuntimeWarning,
+            match=r"compiled kernel gelu_backward could not be compiled \(RuntimeError: "
+            r"no C\+\+ compiler\); the eager kernel runs instead",
+        ):
             g(x)
             assert torch.equal(g.backward(dout), expected)
         with warnings.catch_warnings():
@@ -160,6 +169,7 @@ def test_the_gpt_steps_with_the_compiled_kernels_equal_the_steps_without():
 def test_a_compiled_step_with_the_compiled_kernels_on_stays_one_graph_of_the_eager_kernels(monkeypatch):
     import torch._dynamo
     from torch._dynamo.utils import counters
+
     monkeypatch.setattr(compiled, "call", _refusing_call)  # while compiling, the eager kernel is traced
     torch.manual_seed(0)
     ln = LayerNorm(8, dtype=F64)
@@ -170,6 +180,7 @@ def test_a_compiled_step_with_the_compiled_kernels_on_stays_one_graph_of_the_eag
         ln.zero_grad()
         out = g(ln(x))
         return ln.backward(g.backward(torch.ones_like(out)))
+
     expected = step()
     torch._dynamo.reset()
     counters.clear()

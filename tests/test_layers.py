@@ -1,4 +1,5 @@
 """Every hand-written layer: central differences and torch.autograd (float64), torch.nn parity, bad input."""
+
 import re
 
 import pytest
@@ -25,7 +26,11 @@ def test_linear_gradcheck(n, d, bias):
     assert_all_pass(check_layer(Linear(d, 4, bias=bias, dtype=f64), torch.randn(n, d, dtype=f64)))
 
 
-@pytest.mark.parametrize("make", [ReLU, Tanh, Sigmoid, Softmax, lambda: Softmax(dim=0)], ids=["relu", "tanh", "sigmoid", "softmax", "softmax0"])
+@pytest.mark.parametrize(
+    "make",
+    [ReLU, Tanh, Sigmoid, Softmax, lambda: Softmax(dim=0)],
+    ids=["relu", "tanh", "sigmoid", "softmax", "softmax0"],
+)
 @pytest.mark.parametrize("shape", [(1, 5), (4, 7), (2, 3, 4)])
 def test_activation_gradcheck(make, shape):
     torch.manual_seed(sum(shape))
@@ -50,9 +55,15 @@ def test_layers_keep_the_protocol(make):
 
 def test_protocol_rejects_an_object_without_backward():
     class NoBackward:
-        def __call__(self, x): return x
-        def forward(self, x): return x
-        def parameters(self): return []
+        def __call__(self, x):
+            return x
+
+        def forward(self, x):
+            return x
+
+        def parameters(self):
+            return []
+
     assert not isinstance(NoBackward(), Layer)
 
 
@@ -70,16 +81,22 @@ def test_linear_init_matches_nn_linear_under_same_seed():
 def test_linear_init_distribution():
     torch.manual_seed(0)
     w = Linear(400, 300).weight
-    bound = 1 / 400 ** 0.5
+    bound = 1 / 400**0.5
     assert w.abs().max() <= bound
     assert w.abs().max() > 0.99 * bound  # uses the whole range
-    assert abs(w.std().item() - bound / 3 ** 0.5) < 0.01 * bound  # std of U(-b, b)
+    assert abs(w.std().item() - bound / 3**0.5) < 0.01 * bound  # std of U(-b, b)
 
 
-@pytest.mark.parametrize("make,ref", [
-    (ReLU, torch.relu), (Tanh, torch.tanh), (Sigmoid, torch.sigmoid),
-    (Softmax, lambda x: F.softmax(x, -1)), (lambda: Softmax(0), lambda x: F.softmax(x, 0)),
-])
+@pytest.mark.parametrize(
+    "make,ref",
+    [
+        (ReLU, torch.relu),
+        (Tanh, torch.tanh),
+        (Sigmoid, torch.sigmoid),
+        (Softmax, lambda x: F.softmax(x, -1)),
+        (lambda: Softmax(0), lambda x: F.softmax(x, 0)),
+    ],
+)
 def test_activation_matches_torch(make, ref):
     """Forward and backward against torch's own functions (not our forward) under autograd."""
     torch.manual_seed(1)
@@ -118,8 +135,10 @@ def test_gradients_accumulate_across_backwards():
     lin = Linear(3, 2, dtype=f64)
     x1, x2 = torch.randn(4, 3, dtype=f64), torch.randn(5, 3, dtype=f64)
     d1, d2 = torch.randn(4, 2, dtype=f64), torch.randn(5, 2, dtype=f64)
-    lin(x1); lin.backward(d1)
-    lin(x2); lin.backward(d2)
+    lin(x1)
+    lin.backward(d1)
+    lin(x2)
+    lin.backward(d2)
     torch.testing.assert_close(lin.weight.grad, d1.t() @ x1 + d2.t() @ x2, rtol=1e-13, atol=0)
     torch.testing.assert_close(lin.bias.grad, d1.sum(0) + d2.sum(0), rtol=1e-13, atol=0)
 
@@ -140,6 +159,7 @@ def test_no_autograd_graph_is_built():
 
 
 # -- bad input -----------------------------------------------------------------------------------------
+
 
 def test_linear_wrong_feature_size_names_shapes():
     with pytest.raises(ValueError, match=r"Linear\(in_features=3.*expected input of shape \(\*, 3\), got \(4, 5\)"):

@@ -1,4 +1,5 @@
 """python -m learn check's exit status (0 right, 1 wrong, 2 unusable file), never a traceback, and show/trace."""
+
 import subprocess
 import sys
 from pathlib import Path
@@ -13,9 +14,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_learn(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "learn", *map(str, args)], cwd=cwd, capture_output=True, text=True,
-                          env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin",
-                               "HANDGRAD_LEARN_DIR": str(cwd)}, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "learn", *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "HANDGRAD_LEARN_DIR": str(cwd)},
+        timeout=120,
+    )
 
 
 def test_a_new_user_goes_from_start_to_a_wrong_answer_to_a_right_one(tmp_path, monkeypatch, capsys):
@@ -31,12 +37,15 @@ def test_a_new_user_goes_from_start_to_a_wrong_answer_to_a_right_one(tmp_path, m
     assert main(["check", "linear", "again.py"]) == 1 and "not written yet" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("content, says", [
-    (None, "does not exist"),
-    ("class Linear:\n    def forward(self, x)\n        return x\n", "not valid Python: expected ':' at line 2"),
-    ("import torch\nclass Lin:\n    pass\n", "has no class Linear; it defines Lin"),
-    ("import numpyy\nclass Linear:\n    pass\n", "raised ModuleNotFoundError while it was loaded at line 1"),
-])
+@pytest.mark.parametrize(
+    "content, says",
+    [
+        (None, "does not exist"),
+        ("class Linear:\n    def forward(self, x)\n        return x\n", "not valid Python: expected ':' at line 2"),
+        ("import torch\nclass Lin:\n    pass\n", "has no class Linear; it defines Lin"),
+        ("import numpyy\nclass Linear:\n    pass\n", "raised ModuleNotFoundError while it was loaded at line 1"),
+    ],
+)
 def test_a_file_that_cannot_be_checked_exits_2(tmp_path, capsys, content, says):
     path = tmp_path / "linear.py"
     if content is not None:
@@ -65,6 +74,7 @@ def test_show_and_trace_say_so_when_their_module_is_missing(monkeypatch, capsys,
 
 def test_trace_hands_its_arguments_on(monkeypatch):
     import types
+
     seen = []
     monkeypatch.setitem(sys.modules, "learn.trace", types.SimpleNamespace(main=lambda argv: seen.append(argv) or 0))
     assert main(["trace", "--model", "mlp", "-h"]) == 0 and seen == [["--model", "mlp", "-h"]]

@@ -1,4 +1,5 @@
 """The exercises: every worked solution passes the checker, every stub fails cleanly, and start/hint/list work."""
+
 import json
 
 from pathlib import Path
@@ -20,6 +21,7 @@ def test_the_learn_page_counts_what_the_code_holds():
     from pathlib import Path
 
     from learn.checker.specs import catalogue
+
     text = (Path(__file__).resolve().parents[1] / "docs" / "learn.md").read_text()
     assert f"a place to practise: {len(EXERCISES)} exercises" in text
     assert f"holds {len(catalogue())} mistakes" in text
@@ -80,14 +82,16 @@ def test_start_writes_the_stub_and_refuses_to_overwrite(tmp_path, monkeypatch, c
     assert "--force" in capsys.readouterr().err and (tmp_path / "linear.py").read_text() == "my work"
     assert main(["start", "linear", "--force"]) == 0 and "YOUR CODE HERE" in (tmp_path / "linear.py").read_text()
     assert main(["start", "linear", "--solution"]) == 0
-    assert (tmp_path / "linear_solution.py").read_text() == solution_text(BY_NAME["linear"],
-                                                                         str(tmp_path / "linear_solution.py"))
+    assert (tmp_path / "linear_solution.py").read_text() == solution_text(
+        BY_NAME["linear"], str(tmp_path / "linear_solution.py")
+    )
     assert main(["start", "relu", "--out", "sub/relu.py"]) == 2  # no such folder: said, not a traceback
     assert "cannot write" in capsys.readouterr().err
 
 
 def test_the_notebook_holds_the_stub_and_ends_with_the_check(tmp_path, monkeypatch):
     import nbformat
+
     monkeypatch.setenv("HANDGRAD_LEARN_DIR", str(tmp_path))
     assert main(["start", "batchnorm", "--notebook"]) == 0
     nb = nbformat.read(tmp_path / "batchnorm.ipynb", as_version=4)
@@ -104,6 +108,7 @@ def test_the_notebooks_check_cell_checks_the_class_defined_above(capsys):
         for k, cell in enumerate(nb.cells):
             if cell.cell_type == "code":
                 exec(compile(cell.source, f"cell-{k}", "exec"), namespace)
+
     run(solution_text)
     assert "PASS" in capsys.readouterr().out
     with pytest.raises(AssertionError, match="not written yet: cell-1 line 29"):  # the stub: the cell fails

@@ -1,6 +1,7 @@
 """`python -m learn` writes the learner's files into their work folder ($HANDGRAD_LEARN_DIR, ~/handgrad-learn, or a
 temporary folder when home cannot be written), never into the directory it runs in, unless --out says so; `check
 NAME` finds NAME.py there; a notebook is checked from its code cells, or refused in one line."""
+
 import json
 from pathlib import Path
 
@@ -30,8 +31,10 @@ def test_start_show_and_check_use_the_work_folder_and_leave_the_current_one_alon
     (work / "linear.py").write_text(solution_text(BY_NAME["linear"], str(work / "linear.py")))
     assert main(["check", "linear"]) == 0 and "PASS" in capsys.readouterr().out  # NAME.py found there
     assert main(["check", "relu"]) == 2
-    assert f"Cannot check {work / 'relu.py'}: it does not exist; python -m learn start relu writes it there" in \
-        capsys.readouterr().err
+    assert (
+        f"Cannot check {work / 'relu.py'}: it does not exist; python -m learn start relu writes it there"
+        in capsys.readouterr().err
+    )
     assert main(["show"]) == 0
     assert f"wrote {work / 'backprop.html'}:" in capsys.readouterr().out and (work / "backprop.html").stat().st_size
     assert main(["start", "relu", "--notebook"]) == 0 and (work / "relu.ipynb").is_file()
@@ -68,18 +71,23 @@ def test_a_notebook_is_checked_from_its_code_cells(folders, capsys):
 
 def test_magics_are_kept_as_inert_lines_and_the_check_cell_is_dropped(tmp_path):
     nb = tmp_path / "x.ipynb"
-    cells = [{"cell_type": "markdown", "source": ["# title"]},
-             {"cell_type": "code", "source": ["%matplotlib inline\n", "if True:\n", "    !ls\n", "a = 1"]},
-             {"cell_type": "code", "source": "check_class('linear', Linear)"}]
+    cells = [
+        {"cell_type": "markdown", "source": ["# title"]},
+        {"cell_type": "code", "source": ["%matplotlib inline\n", "if True:\n", "    !ls\n", "a = 1"]},
+        {"cell_type": "code", "source": "check_class('linear', Linear)"},
+    ]
     nb.write_text(json.dumps({"cells": cells, "nbformat": 4}))
     assert notebook_code(nb) == "pass  # %matplotlib inline\nif True:\n    pass  # !ls\na = 1\n"
 
 
-@pytest.mark.parametrize("text, says", [
-    ('{"nbformat": 4}', "is not a Jupyter notebook (nbformat 4 JSON with 'cells'): no 'cells'"),
-    ("not json", "is not a Jupyter notebook (nbformat 4 JSON with 'cells'): Expecting value"),
-    ('{"cells": [{"cell_type": "markdown", "source": "hi"}]}', "has no code cells to check"),
-])
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ('{"nbformat": 4}', "is not a Jupyter notebook (nbformat 4 JSON with 'cells'): no 'cells'"),
+        ("not json", "is not a Jupyter notebook (nbformat 4 JSON with 'cells'): Expecting value"),
+        ('{"cells": [{"cell_type": "markdown", "source": "hi"}]}', "has no code cells to check"),
+    ],
+)
 def test_a_notebook_that_cannot_be_read_is_refused_in_one_line(tmp_path, capsys, text, says):
     nb = tmp_path / "x.ipynb"
     nb.write_text(text)

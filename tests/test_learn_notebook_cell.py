@@ -1,5 +1,6 @@
 """A notebook's check cell fails on a wrong answer: it raises AssertionError carrying the checker's report (a cell
 that merely evaluates to False would run cleanly, and nbgrader would score it full), and passes on a right one."""
+
 import nbformat
 import pytest
 
@@ -38,8 +39,9 @@ def written_notebook(tmp_path, monkeypatch, name, answer):
 
 def test_a_wrong_answer_makes_the_check_cell_raise_with_the_checkers_words(tmp_path, monkeypatch, capsys):
     right = solution_text(BY_NAME["linear"], "linear.py")
-    path = written_notebook(tmp_path, monkeypatch, "linear", right.replace("dbias = dout.sum(0)",
-                                                                             "dbias = dout.mean(0)"))
+    path = written_notebook(
+        tmp_path, monkeypatch, "linear", right.replace("dbias = dout.sum(0)", "dbias = dout.mean(0)")
+    )
     with pytest.raises(AssertionError) as e:
         run_cells(path)
     assert "your bias.grad equals dout.mean(0)" in str(e.value) and "FAIL" in str(e.value)

@@ -6,6 +6,7 @@ The browser tests need Debian's Chromium and its driver (``apt-get install chrom
 selenium.  Without Chromium they are skipped, saying what to install, except where ``$CI`` is set (CI installs
 it: a missing browser there is a failure); HANDGRAD_SKIP_BROWSER=1 skips them on purpose anywhere.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -56,19 +57,47 @@ def autograd_reference(seed: int) -> dict[tuple[str, str], torch.Tensor]:
         leaf = at.detach().requires_grad_()
         return torch.autograd.grad(f(leaf).sum(), leaf)[0]
 
-    values = {"x": x, "t": t, "W1": fc1.weight, "b1": fc1.bias, "W2": fc2.weight, "b2": fc2.bias, "z1": z1, "h": h,
-              "z2": z2, "y": y, "loss": loss, "dloss_dy": local(lambda v: ((v - t) ** 2).mean(), y),
-              "dy_dz2": local(torch.sigmoid, z2), "dh_dz1": local(torch.tanh, z1)}
+    values = {
+        "x": x,
+        "t": t,
+        "W1": fc1.weight,
+        "b1": fc1.bias,
+        "W2": fc2.weight,
+        "b2": fc2.bias,
+        "z1": z1,
+        "h": h,
+        "z2": z2,
+        "y": y,
+        "loss": loss,
+        "dloss_dy": local(lambda v: ((v - t) ** 2).mean(), y),
+        "dy_dz2": local(torch.sigmoid, z2),
+        "dh_dz1": local(torch.tanh, z1),
+    }
     with torch.no_grad():  # one SGD step, and the forward again with its weights
-        new = {f"{k}_new": p - LR * p.grad for k, p in (("W1", fc1.weight), ("b1", fc1.bias), ("W2", fc2.weight),
-                                                         ("b2", fc2.bias))}
+        new = {
+            f"{k}_new": p - LR * p.grad
+            for k, p in (("W1", fc1.weight), ("b1", fc1.bias), ("W2", fc2.weight), ("b2", fc2.bias))
+        }
         y_new = torch.sigmoid(torch.tanh(x @ new["W1_new"].T + new["b1_new"]) @ new["W2_new"].T + new["b2_new"])
         loss_new = ((y_new - t) ** 2).mean()
-    values |= new | {"y_new": y_new, "loss_new": loss_new, "loss_change": loss_new - loss,
-                     "lr": torch.tensor(LR, dtype=f64)}
-    grads = {"loss": loss.grad, "y": y.grad, "z2": z2.grad, "W2": fc2.weight.grad, "b2": fc2.bias.grad, "h": h.grad,
-             "z1": z1.grad, "W1": fc1.weight.grad, "b1": fc1.bias.grad}
-    return ({(k, "value"): v.detach() for k, v in values.items()} | {(k, "grad"): g for k, g in grads.items()})
+    values |= new | {
+        "y_new": y_new,
+        "loss_new": loss_new,
+        "loss_change": loss_new - loss,
+        "lr": torch.tensor(LR, dtype=f64),
+    }
+    grads = {
+        "loss": loss.grad,
+        "y": y.grad,
+        "z2": z2.grad,
+        "W2": fc2.weight.grad,
+        "b2": fc2.bias.grad,
+        "h": h.grad,
+        "z1": z1.grad,
+        "W1": fc1.weight.grad,
+        "b1": fc1.bias.grad,
+    }
+    return {(k, "value"): v.detach() for k, v in values.items()} | {(k, "grad"): g for k, g in grads.items()}
 
 
 def at(reference: dict, tensor: str, kind: str, index: str) -> float:
@@ -87,11 +116,13 @@ def check_printed(text: str, expected: float, where: str) -> None:
     digits = (m.group(1) + (m.group(2) or "")).lstrip("0")
     assert len(digits) >= 4, f"{where}: {text!r} has fewer than 4 significant digits"
     half_unit = 0.5 * 10.0 ** (int(m.group(3) or 0) - len(m.group(2) or ""))
-    assert abs(float(text) - expected) <= half_unit * (1 + 1e-9), \
+    assert abs(float(text) - expected) <= half_unit * (1 + 1e-9), (
         f"{where}: shows {text}, but the reference is {expected!r} (allowed: half a unit of the last digit)"
+    )
 
 
 # ---- build_walk, without a browser ---------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("seed", [0, SEED])
 def test_build_walk_equals_autograd(seed):
@@ -137,21 +168,25 @@ def test_build_walk_arithmetic_adds_up_and_uses_only_what_is_known():
         for e in step["entries"]:
             assert tuple(e["result"][:2]) in new, f"step {k}: {e['label']} is not what the step reveals"
             if "fn" in e:
-                used, got = [e["arg"]], {"tanh": math.tanh, "sigmoid": lambda v: 1 / (1 + math.exp(-v))}[e["fn"]](
-                    number(e["arg"]))
+                used, got = (
+                    [e["arg"]],
+                    {"tanh": math.tanh, "sigmoid": lambda v: 1 / (1 + math.exp(-v))}[e["fn"]](number(e["arg"])),
+                )
             elif "mse" in e:
                 used = [r for pair in e["mse"] for r in pair]
                 got = sum((number(y) - number(t)) ** 2 for y, t in e["mse"]) / len(e["mse"])
             elif e["terms"]:
                 used = [f for term in e["terms"] + e.get("minus", []) for f in term]
-                got = sum(math.prod(number(f) for f in term) for term in e["terms"]) \
-                    - sum(math.prod(number(f) for f in term) for term in e.get("minus", []))
+                got = sum(math.prod(number(f) for f in term) for term in e["terms"]) - sum(
+                    math.prod(number(f) for f in term) for term in e.get("minus", [])
+                )
             else:
                 used, got = [], 1.0  # dL/dL
             assert got == pytest.approx(number(e["result"]), rel=1e-12, abs=1e-15), f"step {k}: {e['label']}"
             for ref in used:
-                assert tuple(ref[:2]) in known or ref[0] in LOCAL + AUX, \
+                assert tuple(ref[:2]) in known or ref[0] in LOCAL + AUX, (
                     f"step {k}: {e['label']} uses {ref}, which the walk has not revealed yet"
+                )
             known.add(tuple(e["result"][:2]))  # a later line of the same step may use it
         if step["phase"] == "backward":
             assert step["ask"] == step["entries"][0]["result"]
@@ -162,10 +197,12 @@ def test_page_is_one_file_that_asks_nothing_of_the_network(tmp_path):
     page = write_page(tmp_path / "sub" / "page.html", seed=SEED)
     html = page.read_text(encoding="utf-8")
     assert "@@" not in html, "a slot of page.html was left unfilled"
-    assert not re.search(r"<(link|img|iframe)\b|\bsrc=|@import|url\(['\"]?(https?:)?//", html), \
+    assert not re.search(r"<(link|img|iframe)\b|\bsrc=|@import|url\(['\"]?(https?:)?//", html), (
         "the page loads something from elsewhere"
-    assert set(re.findall(r"https?://[^\s\"'`)]+", html)) <= {"http://www.w3.org/2000/svg"}, \
+    )
+    assert set(re.findall(r"https?://[^\s\"'`)]+", html)) <= {"http://www.w3.org/2000/svg"}, (
         "the page names an address other than the SVG namespace"
+    )
 
 
 # ---- the page in headless Chromium -----------------------------------------------------------------------
@@ -182,8 +219,10 @@ def missing_browser(programs: list[str], env) -> tuple[str, str] | None:
     missing = [p for p in programs if not os.access(p, os.X_OK)]
     if not missing:
         return None
-    why = (f"{' and '.join(missing)} not found: the step-through page is tested in a real browser; install "
-           f"Debian's with `sudo {INSTALL}`")
+    why = (
+        f"{' and '.join(missing)} not found: the step-through page is tested in a real browser; install "
+        f"Debian's with `sudo {INSTALL}`"
+    )
     if env.get("CI", "").lower() not in ("", "0", "false"):
         return "fail", f"{why} (CI={env['CI']}: a missing browser fails here)"
     return "skip", why
@@ -192,8 +231,10 @@ def missing_browser(programs: list[str], env) -> tuple[str, str] | None:
 def test_a_missing_browser_is_a_skip_that_says_why_except_in_ci(tmp_path):
     there, gone = "/bin/sh", str(tmp_path / "chromium")
     assert missing_browser([there], {}) is None and missing_browser([there], {"CI": "true"}) is None
-    assert missing_browser([gone, there], {}) == ("skip", f"{gone} not found: the step-through page is tested in a "
-                                                          f"real browser; install Debian's with `sudo {INSTALL}`")
+    assert missing_browser([gone, there], {}) == (
+        "skip",
+        f"{gone} not found: the step-through page is tested in a real browser; install Debian's with `sudo {INSTALL}`",
+    )
     assert missing_browser([gone], {"CI": "false"})[0] == "skip"
     kind, why = missing_browser([gone], {"CI": "true"})
     assert kind == "fail" and why.endswith("(CI=true: a missing browser fails here)")
@@ -215,8 +256,10 @@ def browser():
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service
     except ImportError:
-        pytest.fail("selenium is not installed: pip install -e '.[dev]' (or set HANDGRAD_SKIP_BROWSER=1 to skip "
-                    "on purpose)", pytrace=False)
+        pytest.fail(
+            "selenium is not installed: pip install -e '.[dev]' (or set HANDGRAD_SKIP_BROWSER=1 to skip on purpose)",
+            pytrace=False,
+        )
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
     for flag in CHROMIUM_FLAGS:
@@ -251,8 +294,9 @@ return clone.innerText;
 
 def open_page(browser, page: Path) -> None:
     browser.get(page.as_uri())
-    assert browser.execute_script("return document.querySelectorAll('[data-tensor]').length") > 100, \
+    assert browser.execute_script("return document.querySelectorAll('[data-tensor]').length") > 100, (
         "the page drew no numbers (a script error?)"
+    )
 
 
 def visible_numbers(browser, reference: dict, where: str) -> set[tuple[str, str, str]]:
@@ -268,8 +312,8 @@ def visible_numbers(browser, reference: dict, where: str) -> set[tuple[str, str,
 
 def expected_pairs(step: int) -> set[tuple[str, str]]:
     """The (tensor, kind) pairs shown on the graph once ``step`` (0 = the start) is reached."""
-    values = GIVEN + FORWARD[:min(step, 5)] + (UPDATE if step >= 15 else [])
-    return {(v, "value") for v in values} | {(g, "grad") for g in BACKWARD[:max(0, step - 5)]}
+    values = GIVEN + FORWARD[: min(step, 5)] + (UPDATE if step >= 15 else [])
+    return {(v, "value") for v in values} | {(g, "grad") for g in BACKWARD[: max(0, step - 5)]}
 
 
 def test_page_walks_forward_then_backward_and_shows_autograds_numbers(browser, page):
@@ -290,8 +334,15 @@ def test_page_walks_forward_then_backward_and_shows_autograds_numbers(browser, p
         for tensor, kind in new:  # every entry of the newly revealed tensor is on the graph
             indices = {i for t, k, i in shown if (t, k) == (tensor, kind)}
             assert len(indices) == max(1, math.prod(reference[(tensor, kind)].shape)), f"{where}: {tensor} {kind}"
-        heading = ("Start" if step == 0 else f"Forward, step {step} of 5" if step <= 5
-                   else f"Backward, step {step - 5} of 9" if step < 15 else "Update: one SGD step")
+        heading = (
+            "Start"
+            if step == 0
+            else f"Forward, step {step} of 5"
+            if step <= 5
+            else f"Backward, step {step - 5} of 9"
+            if step < 15
+            else "Update: one SGD step"
+        )
         assert heading in browser.find_element("id", "steps").text, where
         if step == 8:  # dL/dz2 = dL/dy x y(1 - y): the sigmoid's backward, linked to its exercise
             assert "python -m learn start sigmoid" in browser.find_element("id", "steps").text, where
@@ -347,10 +398,11 @@ def test_page_predict_first_asks_before_revealing(browser, page):
     guess, verdict = browser.find_element("id", "guess"), browser.find_element("id", "verdict")
     answer = reference[("z2", "grad")][0, 0].item()
     downstream = reference[("y", "grad")][0, 0].item()  # dL/dy[0,0]: the local derivative forgotten
-    for typed, word in ((f"{answer * 1.1:.3g}", "Not quite. Look again"),
-                        (f"{downstream:.3g}", "Not quite: that is dL/dy itself: the local derivative y(1 − y) is "
-                                              "missing"),
-                        (f"{answer:.3g}", "Right")):
+    for typed, word in (
+        (f"{answer * 1.1:.3g}", "Not quite. Look again"),
+        (f"{downstream:.3g}", "Not quite: that is dL/dy itself: the local derivative y(1 − y) is missing"),
+        (f"{answer:.3g}", "Right"),
+    ):
         guess.clear()
         guess.send_keys(typed)
         browser.find_element("id", "check").click()
@@ -382,10 +434,12 @@ def test_page_fits_a_1280_by_800_window_with_the_arithmetic_in_view(browser, pag
                   return [document.documentElement.scrollWidth, document.documentElement.scrollHeight,
                           document.getElementById('node-loss').getBoundingClientRect().right,
                           Math.max(0, ...shown.map(e => e.getBoundingClientRect().bottom))];""")
-                assert page_width <= width and loss_right <= width, \
+                assert page_width <= width and loss_right <= width, (
                     f"{where}: {page_width} px wide, the loss node ends at {loss_right}"
-                assert page_height <= height and work_bottom <= height, \
+                )
+                assert page_height <= height and work_bottom <= height, (
                     f"{where}: {page_height} px tall, the arithmetic ends at {work_bottom}"
+                )
                 if not nxt.is_enabled():
                     break
                 nxt.click()
@@ -399,6 +453,7 @@ def test_the_readmes_picture_is_the_page_as_it_is(browser, tmp_path):
     renderer's anti-aliasing may differ where the page does not."""
     import numpy
     from PIL import Image, ImageChops
+
     size = browser.get_window_size()
     try:
         now = Image.open(screenshot.shoot(browser, tmp_path / "now.png")).convert("RGB")
@@ -428,8 +483,8 @@ def test_the_update_subtracts_instead_of_adding_a_negative_constant():
     update = walk["steps"][-1]["entries"]
     for e in update[:-2]:
         name, _, index = e["result"]
-        assert e["terms"] == [[[name[:-len("_new")], "value", index]]], e["label"]
-        assert e["minus"] == [[["lr", "value", ""], [name[:-len("_new")], "grad", index]]], e["label"]
+        assert e["terms"] == [[[name[: -len("_new")], "value", index]]], e["label"]
+        assert e["minus"] == [[["lr", "value", ""], [name[: -len("_new")], "grad", index]]], e["label"]
     assert update[-1]["terms"] == [[["loss_new", "value", ""]]] and update[-1]["minus"] == [[["loss", "value", ""]]]
 
 

@@ -1,6 +1,7 @@
 """Every ``python -m learn check`` command that the learner's mode prints works as printed from where the README has
 the learner stand (the checkout) and from anywhere else: it finds the file it names (the work folder's NAME.py needs
 no name; any other file is named by its absolute path)."""
+
 import os
 import re
 import shlex
@@ -18,9 +19,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def learn(args: list[str], cwd: Path, work: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "learn", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "HANDGRAD_LEARN_DIR": str(work), "PYTHONPATH": str(ROOT),
-                                            "OMP_NUM_THREADS": "1"})
+    return subprocess.run(
+        [sys.executable, "-m", "learn", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HANDGRAD_LEARN_DIR": str(work), "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+    )
 
 
 def test_the_default_file_needs_no_name_and_any_other_is_absolute(tmp_path, monkeypatch):

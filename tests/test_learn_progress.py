@@ -1,6 +1,7 @@
 """Progress: a passing check is recorded in .handgrad-progress.json beside the learner's file (written atomically);
 `learn progress` and `learn list` tick what passes, in course order; --recheck drops what no longer passes and
 adds a passing NAME.py; after the last exercise comes a closing line, never an empty `Next:`."""
+
 import json
 
 from learn.__main__ import main

@@ -2,6 +2,7 @@
 process, cannot reach the expected values or the verdict, may not use autograd, and whatever it does to end or
 escape the check (an endless loop, a huge allocation, an exit, a flood of output, a file written) gives one line
 and exit 2, never a hang, a traceback or a PASS."""
+
 import signal
 import subprocess
 import sys
@@ -34,10 +35,16 @@ STOPS = [  # (what the learner's file does, the change to relu's solution, what 
     ("sys.exit in backward", ("dx = dout * self.mask", "import sys; sys.exit(0)"), "called sys.exit(0)"),
     ("os._exit in forward", ("out = x * self.mask", "import os; os._exit(0)"), "ended the check's process"),
     ("a KeyboardInterrupt", ("dx = dout * self.mask", "raise KeyboardInterrupt"), "raised KeyboardInterrupt"),
-    ("megabytes of printing", ("dx = dout * self.mask", "print('x' * 3_000_000)\n        dx = dout * self.mask"),
-     "printed (or wrote) more than 1 MB"),
-    ("a file written into learn/", ("import torch", f"import torch\nopen({str(ROOT / 'learn' / 'pwned.py')!r}, 'w')"),
-     "tried to write"),
+    (
+        "megabytes of printing",
+        ("dx = dout * self.mask", "print('x' * 3_000_000)\n        dx = dout * self.mask"),
+        "printed (or wrote) more than 1 MB",
+    ),
+    (
+        "a file written into learn/",
+        ("import torch", f"import torch\nopen({str(ROOT / 'learn' / 'pwned.py')!r}, 'w')"),
+        "tried to write",
+    ),
     ("a subprocess", ("import torch", "import torch, subprocess\nsubprocess.run(['true'])"), "start a process"),
 ]
 
@@ -66,24 +73,28 @@ def test_a_file_in_the_temporary_folder_is_fine(tmp_path):
 def test_an_exit_after_a_wrong_answer_is_still_wrong(tmp_path):
     """The verdict and the exit status are the checker's: an atexit hook or os._exit in the child cannot make a
     wrong answer right."""
-    changes = [("import torch", "import atexit, os, torch\natexit.register(lambda: os._exit(0))"),
-               ("dx = dout * self.mask", "dx = dout * ~self.mask")]
+    changes = [
+        ("import torch", "import atexit, os, torch\natexit.register(lambda: os._exit(0))"),
+        ("dx = dout * self.mask", "dx = dout * ~self.mask"),
+    ]
     code, text = _check(tmp_path, "relu", changes)
     assert code == 1 and "FAIL" in text
 
 
 def test_patching_the_checker_from_the_learners_file_changes_nothing(tmp_path):
-    patch = ("import torch\nimport learn.checker.layer_check as lc, learn.checker.compare as cmp\n"
-             "from learn.checker.report import Report\n"
-             "lc.check_layer = lambda *a, **k: Report('patched')\ncmp.same = lambda *a, **k: True\n"
-             "cmp.rel_error = lambda *a, **k: 0.0\n")
+    patch = (
+        "import torch\nimport learn.checker.layer_check as lc, learn.checker.compare as cmp\n"
+        "from learn.checker.report import Report\n"
+        "lc.check_layer = lambda *a, **k: Report('patched')\ncmp.same = lambda *a, **k: True\n"
+        "cmp.rel_error = lambda *a, **k: 0.0\n"
+    )
     code, text = _check(tmp_path, "linear", [("import torch", patch), ("dbias = dout.sum(0)", "dbias = dout.mean(0)")])
     assert code == 1 and "bias.grad" in text
 
 
 def test_the_expected_values_are_not_on_the_learners_call_stack(tmp_path):
     """A backward that searches every frame above it for the checker's expected gradients finds none."""
-    steal = '''import sys
+    steal = """import sys
         f, found = sys._getframe(), None
         while f is not None:
             for v in list(f.f_locals.values()):
@@ -93,24 +104,33 @@ def test_the_expected_values_are_not_on_the_learners_call_stack(tmp_path):
                     for t in grads.values():
                         t.zero_()  # and spoil the checker's copy
             f = f.f_back
-        dx = found if found is not None else dout * 0'''
+        dx = found if found is not None else dout * 0"""
     code, text = _check(tmp_path, "relu", [("dx = dout * self.mask", steal)])
     assert code == 1 and "WRONG  dx" in text
 
 
 def test_a_tensor_subclass_is_refused(tmp_path):
-    sub = ("import torch\n\n\nclass Zero(torch.Tensor):\n    def __sub__(self, other):\n"
-           "        return torch.zeros_like(torch.Tensor(self))\n    __rsub__ = __sub__\n")
+    sub = (
+        "import torch\n\n\nclass Zero(torch.Tensor):\n    def __sub__(self, other):\n"
+        "        return torch.zeros_like(torch.Tensor(self))\n    __rsub__ = __sub__\n"
+    )
     code, text = _check(tmp_path, "relu", [("import torch", sub), ("return dx", "return dx.as_subclass(Zero)")])
     assert code == 1 and "a Zero (a subclass of torch.Tensor" in text
 
 
-@pytest.mark.parametrize("line", ["torch.relu(x_).backward(dout)\n        dx = x_.grad",
-                                  "(dx,) = torch.autograd.grad(torch.relu(x_), x_, dout)",
-                                  "dx = torch.func.vjp(torch.relu, x_)[1](dout)[0]"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "torch.relu(x_).backward(dout)\n        dx = x_.grad",
+        "(dx,) = torch.autograd.grad(torch.relu(x_), x_, dout)",
+        "dx = torch.func.vjp(torch.relu, x_)[1](dout)[0]",
+    ],
+)
 def test_autograd_is_refused_with_one_line(tmp_path, line):
-    changes = [("self.mask = x > 0  #", "self.x = x\n        self.mask = x > 0  #"),
-               ("dx = dout * self.mask", "x_ = self.x.clone().requires_grad_()\n        " + line)]
+    changes = [
+        ("self.mask = x > 0  #", "self.x = x\n        self.mask = x > 0  #"),
+        ("dx = dout * self.mask", "x_ = self.x.clone().requires_grad_()\n        " + line),
+    ]
     path = learner_file(tmp_path, "relu", changes)
     code, text = check_file("relu", path)
     assert code == 1 and "no autograd here: write the gradient by hand" in text and "relu.py line" in text, text
@@ -119,8 +139,9 @@ def test_autograd_is_refused_with_one_line(tmp_path, line):
 def test_autograd_is_refused_in_a_notebook_too(capsys):
     namespace = {}
     code = solution_text(BY_NAME["tanh"], "tanh.py").replace(
-        "dx = dout * (1 - self.out ** 2)", "x = torch.atanh(self.out).requires_grad_()\n"
-        "        torch.tanh(x).backward(dout)\n        dx = x.grad")
+        "dx = dout * (1 - self.out ** 2)",
+        "x = torch.atanh(self.out).requires_grad_()\n        torch.tanh(x).backward(dout)\n        dx = x.grad",
+    )
     exec(compile(code, "cell-1", "exec"), namespace)
     assert check_class("tanh", namespace["Tanh"]) is False
     assert "no autograd here" in capsys.readouterr().out
@@ -131,23 +152,29 @@ def test_the_notebook_path_is_bounded_too(capsys, short_limit):
         def forward(self, x):
             while True:
                 pass
+
     assert check_class("relu", ReLU) is False
     assert "ran for more than" in capsys.readouterr().out
 
 
 def test_a_forward_that_disagrees_with_its_own_central_differences_fails(tmp_path):
     """Right outputs and gradients on the checked calls, another function under the central differences."""
-    changes = [("    def forward(self, x):\n", "    calls = 0\n\n    def forward(self, x):\n"),
-               ("out = x @ self.weight.T + self.bias  # (N, H)",
-                "out = x @ self.weight.T + self.bias  # (N, H)\n        Linear.calls += 1\n"
-                "        if Linear.calls > 2:\n            out = out * 0")]
+    changes = [
+        ("    def forward(self, x):\n", "    calls = 0\n\n    def forward(self, x):\n"),
+        (
+            "out = x @ self.weight.T + self.bias  # (N, H)",
+            "out = x @ self.weight.T + self.bias  # (N, H)\n        Linear.calls += 1\n"
+            "        if Linear.calls > 2:\n            out = out * 0",
+        ),
+    ]
     code, text = _check(tmp_path, "linear", changes)
     assert code == 1 and "central differences of your forward" in text and "disagree" in text, text
 
 
 def test_what_the_learners_code_prints_is_shown(tmp_path):
-    code, text = _check(tmp_path, "relu", [("dx = dout * self.mask", "print('dx shape', dout.shape)\n"
-                                                                     "        dx = dout * self.mask")])
+    code, text = _check(
+        tmp_path, "relu", [("dx = dout * self.mask", "print('dx shape', dout.shape)\n        dx = dout * self.mask")]
+    )
     assert code == 0 and "your code printed:" in text and "| dx shape torch.Size([3, 5])" in text
 
 
@@ -164,9 +191,14 @@ def _children(pid: int) -> list[str]:
 
 def test_ctrl_c_in_the_checker_gives_one_line(tmp_path):
     path = learner_file(tmp_path, "relu", [("out = x * self.mask", "while True:\n            pass")])
-    proc = subprocess.Popen([sys.executable, "-m", "learn", "check", "relu", str(path)], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "learn", "check", "relu", str(path)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"},
+    )
     deadline = time.monotonic() + 90
     while not _children(proc.pid) and time.monotonic() < deadline:  # wait for the check's child to be running
         time.sleep(0.2)

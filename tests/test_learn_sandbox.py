@@ -3,6 +3,7 @@ check, files changed through C code, limits lifted, the answer key, autograd by 
 half-sent message, the grader killed, a forged mistake, notebooks that crash a parser; and the sandbox's view
 (bubblewrap) holding only what the check needs.  Each attack is checked where it bites: in the forked child of
 `learn check` (the kernel's fences hold there too) and, where only bubblewrap stops it, inside bubblewrap."""
+
 import ast
 import csv
 import os
@@ -70,15 +71,21 @@ def test_c_code_changes_no_file_outside_the_check(tmp_path, which):
 def test_the_limits_are_hard_and_lifting_one_stops_the_check(tmp_path):
     code, text = check_file("linear", _file(tmp_path, attack.LIFT_LIMITS))
     assert code == 2 and "lift a limit" in text, text
-    probe = attack._in_forward(attack.RIGHT, "import resource\nprint('LIMITS', [resource.getrlimit(r) for r in "
-                                             "(resource.RLIMIT_AS, resource.RLIMIT_CPU, resource.RLIMIT_FSIZE)])")
+    probe = attack._in_forward(
+        attack.RIGHT,
+        "import resource\nprint('LIMITS', [resource.getrlimit(r) for r in "
+        "(resource.RLIMIT_AS, resource.RLIMIT_CPU, resource.RLIMIT_FSIZE)])",
+    )
     code, text = check_file("linear", _file(tmp_path, probe))
     limits = ast.literal_eval(next(ln for ln in text.splitlines() if "LIMITS" in ln).split("LIMITS", 1)[1].strip())
     assert code == 0 and all(soft == hard != -1 for soft, hard in limits), limits
 
 
-@pytest.mark.parametrize("text", [attack.AUTOGRAD_BACK_DOOR, attack.AUTOGRAD_UNDER_THE_HOOD],
-                         ids=["its private entry point", "recording turned on beneath the checker's refusal"])
+@pytest.mark.parametrize(
+    "text",
+    [attack.AUTOGRAD_BACK_DOOR, attack.AUTOGRAD_UNDER_THE_HOOD],
+    ids=["its private entry point", "recording turned on beneath the checker's refusal"],
+)
 def test_autograd_by_the_back_door_is_refused(tmp_path, text):
     report = check_path("linear", _file(tmp_path, text))
     assert not report.passed and "autograd-used" in report.named, report.text()
@@ -99,8 +106,10 @@ def test_a_half_sent_message_is_stopped_by_the_time_limit(tmp_path, short_limit)
 
 def test_the_checked_code_cannot_kill_the_checker(tmp_path):
     result = run_learn("check", "linear", _file(tmp_path, attack.KILL_GRADER), cwd=tmp_path)
-    assert result.returncode == 2 and "tried to start a process or a thread, run a program, signal" in \
-        result.stderr, (result.returncode, result.stderr)
+    assert result.returncode == 2 and "tried to start a process or a thread, run a program, signal" in result.stderr, (
+        result.returncode,
+        result.stderr,
+    )
 
 
 def test_a_mistake_the_learners_code_names_itself_is_not_named(tmp_path):
@@ -120,11 +129,21 @@ def test_the_librarys_own_class_is_not_the_learners(tmp_path, text):
     assert code == 2 and "uses the library's own Linear" in said and "not yours" in said, said
 
 
-@pytest.mark.parametrize("text, verdict", [
-    (attack.NOTEBOOK_MENTIONS_CHECK, 0), (attack.NOTEBOOK_HOLDS_CHECK, 0),
-    (attack.DEEP_NOTEBOOK, 2), (attack.NOT_TEXT_NOTEBOOK, 2)],
-    ids=["an answer that mentions check_class", "an answer cell that also holds the check", "nested 200,000 deep",
-         "a source that is not text"])
+@pytest.mark.parametrize(
+    "text, verdict",
+    [
+        (attack.NOTEBOOK_MENTIONS_CHECK, 0),
+        (attack.NOTEBOOK_HOLDS_CHECK, 0),
+        (attack.DEEP_NOTEBOOK, 2),
+        (attack.NOT_TEXT_NOTEBOOK, 2),
+    ],
+    ids=[
+        "an answer that mentions check_class",
+        "an answer cell that also holds the check",
+        "nested 200,000 deep",
+        "a source that is not text",
+    ],
+)
 def test_notebooks_are_read_by_their_marks_and_never_crash_the_checker(tmp_path, text, verdict):
     code, said = check_file("linear", _file(tmp_path, text, "linear.ipynb"))
     assert code == verdict, said
@@ -150,8 +169,11 @@ def test_grade_writes_only_into_a_folder_outside_the_submissions(tmp_path, capsy
     subs.mkdir()
     (subs / "alice.py").write_text(attack.RIGHT)
     (tmp_path / "a_file").write_text("x")
-    for out, says in ((tmp_path / "a_file", "is a file"), (subs, "inside the submissions"),
-                      (subs / "graded", "inside the submissions")):
+    for out, says in (
+        (tmp_path / "a_file", "is a file"),
+        (subs, "inside the submissions"),
+        (subs / "graded", "inside the submissions"),
+    ):
         assert main(["grade", "linear", str(subs), "--out", str(out)]) == 2
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and says in err, err
@@ -160,6 +182,7 @@ def test_grade_writes_only_into_a_folder_outside_the_submissions(tmp_path, capsy
 
 def test_links_and_two_submissions_are_that_students_not_checked(tmp_path):
     from learn.teach.grade import submissions
+
     subs = tmp_path / "subs"
     (subs / "bob").mkdir(parents=True)
     (subs / "bob" / "linear.py").write_text(attack.RIGHT)
@@ -178,6 +201,7 @@ def test_links_and_two_submissions_are_that_students_not_checked(tmp_path):
 
 def test_a_name_cannot_forge_a_line_and_a_figure_takes_no_markup(tmp_path, capsys):
     from learn.teach.grade import chart, grade, not_checked
+
     subs = tmp_path / "subs"
     subs.mkdir()
     (subs / "eve\nmallory: right, 10 of 10.py").write_text(attack.WRONG)
@@ -195,6 +219,7 @@ def test_a_name_cannot_forge_a_line_and_a_figure_takes_no_markup(tmp_path, capsy
 
 def test_the_autograder_takes_the_top_level_file_first(tmp_path):
     from learn.teach.run_autograder import find
+
     (tmp_path / "archive").mkdir()
     (tmp_path / "archive" / "linear.py").write_text("old")
     (tmp_path / "linear.py").write_text("new")
@@ -204,6 +229,7 @@ def test_the_autograder_takes_the_top_level_file_first(tmp_path):
 
 
 # -- the wire and the fences, unit by unit ---------------------------------------------------------------------
+
 
 def test_a_message_of_shared_references_is_refused_not_walked():
     bomb = ("list", [])
@@ -233,6 +259,7 @@ def test_a_frame_is_received_whole_by_its_deadline_or_not_at_all():
 
 def test_the_seccomp_program_covers_both_architectures():
     from learn.checker import fence
+
     for machine in ("x86_64", "aarch64"):
         code = fence.program(machine)
         assert code is not None and len(code) % 8 == 0 and len(code) // 8 < 100
@@ -248,7 +275,7 @@ def test_the_sandbox_is_a_leaf_and_its_view_holds_what_the_child_imports():
         found = set()
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.level:
-                base = path.relative_to(ROOT).with_suffix("").parts[:-node.level]
+                base = path.relative_to(ROOT).with_suffix("").parts[: -node.level]
                 mod = ".".join(base + ((node.module,) if node.module else ()))
                 names = [mod] if node.module else [f"{mod}.{a.name}" for a in node.names]
                 found.update(names)
@@ -268,7 +295,7 @@ def test_the_sandbox_is_a_leaf_and_its_view_holds_what_the_child_imports():
 
 # -- inside bubblewrap -------------------------------------------------------------------------------------------
 
-PROBE = '''
+PROBE = """
 import os, sys
 seen = {}
 for label, path in PATHS.items():
@@ -285,23 +312,29 @@ seen["home"] = sorted(os.listdir(HOME)) if os.path.isdir(HOME) else []
 seen["interfaces"] = sorted(line.split(":")[0].strip() for line in open("/proc/net/dev").readlines()[2:])
 for key, value in seen.items():
     print("SEEN", repr((key, value)))
-'''
+"""
 
 
 def test_the_sandbox_sees_the_environment_and_the_check_and_nothing_else(tmp_path, bwrap):
     subs = tmp_path / "subs"
     subs.mkdir()
     (subs / "alice.py").write_text(attack.RIGHT)
-    paths = {"solutions": str(attack.SOLUTION), "checkout": str(ROOT / "pyproject.toml"),
-             "layers": str(ROOT / "layers"), "classmate": str(subs / "alice.py"), "the test's folder": str(tmp_path)}
+    paths = {
+        "solutions": str(attack.SOLUTION),
+        "checkout": str(ROOT / "pyproject.toml"),
+        "layers": str(ROOT / "layers"),
+        "classmate": str(subs / "alice.py"),
+        "the test's folder": str(tmp_path),
+    }
     home = str(Path.home())
     text = attack._after_import(attack.RIGHT, f"PATHS = {paths!r}\nHOME = {home!r}\n" + PROBE)
     report = check_path("linear", _file(tmp_path, text), isolate="bwrap")
     assert report.passed, report.text()
     seen = dict(ast.literal_eval(ln.split("SEEN", 1)[1].strip()) for ln in report.text().splitlines() if "SEEN" in ln)
     assert not any(seen[label] for label in paths), seen
-    assert not any(seen[n] for n in ("layers", "learn.exercises", "learn.checker.specs",
-                                     "learn.checker.value_engine")), seen
+    assert not any(
+        seen[n] for n in ("layers", "learn.exercises", "learn.checker.specs", "learn.checker.value_engine")
+    ), seen
     assert seen["pid"] < 10 and seen["interfaces"] == ["lo"], seen
     python = {Path(p) for p in (sys.prefix, sys.base_prefix, os.path.realpath(sys.executable))}
     leading = {p.relative_to(home).parts[0] for p in python if p.is_relative_to(home) and p != Path(home)}
@@ -314,8 +347,11 @@ def test_the_answer_key_is_out_of_reach_in_the_sandbox(tmp_path, bwrap, what):
     classmate = tmp_path / "subs" / "alice.py"
     classmate.parent.mkdir()
     classmate.write_text(attack.RIGHT)
-    text = {"read the worked solution": attack.READ_SOLUTION, "copy a classmate": attack.copy_classmate(classmate),
-            "subclass the library": attack.SUBCLASS_LIBRARY}[what]
+    text = {
+        "read the worked solution": attack.READ_SOLUTION,
+        "copy a classmate": attack.copy_classmate(classmate),
+        "subclass the library": attack.SUBCLASS_LIBRARY,
+    }[what]
     with pytest.raises(Exception) as e:
         check_path("linear", _file(tmp_path, text), isolate="bwrap")
     assert type(e.value).__name__ == "LoadError", e.value
@@ -327,8 +363,10 @@ def test_every_process_of_a_sandboxed_check_is_gone_when_it_ends(tmp_path, monke
     """Even without the seccomp filter (an architecture it does not know), bubblewrap's PID namespace takes every
     process the check started with it: here the filter is off, and the leftover process does start."""
     monkeypatch.setattr(sandbox, "SECCOMP", False)
-    started = attack._in_forward(attack.leftover([Path("/tmp/forged")], attack.RIGHT, delay=30),
-                                 "import glob\nprint('STARTED', len(glob.glob('/proc/[0-9]*')))")
+    started = attack._in_forward(
+        attack.leftover([Path("/tmp/forged")], attack.RIGHT, delay=30),
+        "import glob\nprint('STARTED', len(glob.glob('/proc/[0-9]*')))",
+    )
     report = check_path("linear", _file(tmp_path, started), isolate="bwrap")
     counts = [int(ln.split("STARTED")[1]) for ln in report.text().splitlines() if "STARTED" in ln]
     assert report.passed and counts and max(counts) >= 3, report.text()  # bubblewrap's init, python, sh (sleep)
@@ -339,6 +377,7 @@ def test_every_student_gets_a_row_whatever_stops_their_check(tmp_path, monkeypat
     """The checker failing on one submission grades the rest; Ctrl-C writes the grades, the students not reached
     listed as such."""
     import importlib
+
     g = importlib.import_module("learn.teach.grade")  # learn.teach.grade is also the function re-exported
     subs = tmp_path / "subs"
     subs.mkdir()
@@ -351,6 +390,7 @@ def test_every_student_gets_a_row_whatever_stops_their_check(tmp_path, monkeypat
             if student == "bob":
                 raise stop
             return real(name, student, *args, **kwargs)
+
         return check_one
 
     monkeypatch.setattr(g, "check_one", failing(RuntimeError("the sandbox broke")))
@@ -371,12 +411,15 @@ def test_without_bubblewrap_a_grader_refuses_in_one_line_unless_trusted(tmp_path
     subs = tmp_path / "subs"
     subs.mkdir()
     (subs / "alice.py").write_text(attack.RIGHT)
-    for argv in (["grade", "linear", str(subs), "--out", str(tmp_path / "out")],
-                 ["check", "linear", str(subs / "alice.py"), "--format", "json"]):
+    for argv in (
+        ["grade", "linear", str(subs), "--out", str(tmp_path / "out")],
+        ["check", "linear", str(subs / "alice.py"), "--format", "json"],
+    ):
         assert main(argv) == 2
         err = capsys.readouterr().err
-        assert len(err.strip().splitlines()) == 1 and "apt-get install bubblewrap" in err and \
-            "--trust-submissions" in err, err
+        assert (
+            len(err.strip().splitlines()) == 1 and "apt-get install bubblewrap" in err and "--trust-submissions" in err
+        ), err
     assert not (tmp_path / "out").exists()
     assert main(["grade", "linear", str(subs), "--out", str(tmp_path / "out"), "--trust-submissions"]) == 0
     assert "not in a sandbox" in capsys.readouterr().out

@@ -3,6 +3,7 @@ into a folder standing for /autograder, setup.sh installs the project from the w
 fresh environment that already has torch, as the image will after its first step), and run_autograder, run
 with that environment and not this checkout, scores a right submission full and a wrong one below, in
 results/results.json."""
+
 import json
 import os
 import shutil
@@ -48,10 +49,22 @@ def unpacked(tmp_path_factory):
     here = next(p for p in sys.path if p.endswith("site-packages") and Path(p, "torch").is_dir())
     (site / "outer.pth").write_text(here + "\n")
     python = env_dir / "bin" / "python"
-    env = {"PATH": os.environ["PATH"], "AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": str(python),
-           "HOME": str(tmp), "OMP_NUM_THREADS": "1", "PIP_NO_INDEX": "1"}
-    setup = subprocess.run(["bash", str(root / "source" / "setup.sh")], capture_output=True, text=True, env=env,
-                           timeout=300, cwd=root / "source")
+    env = {
+        "PATH": os.environ["PATH"],
+        "AUTOGRADER_ROOT": str(root),
+        "AUTOGRADER_PYTHON": str(python),
+        "HOME": str(tmp),
+        "OMP_NUM_THREADS": "1",
+        "PIP_NO_INDEX": "1",
+    }
+    setup = subprocess.run(
+        ["bash", str(root / "source" / "setup.sh")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=root / "source",
+    )
     assert setup.returncode == 0, setup.stderr
     assert Path(site, "learn", "teach", "run_autograder.py").is_file()  # installed from the wheel
     return root, env
@@ -63,8 +76,9 @@ def _grade(unpacked, text):
     shutil.rmtree(root / "results", ignore_errors=True)
     (root / "submission").mkdir()
     (root / "submission" / "linear.py").write_text(text)
-    run = subprocess.run(["bash", str(root / "run_autograder")], capture_output=True, text=True, env=env,
-                         timeout=300, cwd="/")
+    run = subprocess.run(
+        ["bash", str(root / "run_autograder")], capture_output=True, text=True, env=env, timeout=300, cwd="/"
+    )
     assert run.returncode == 0, run.stderr
     return json.loads((root / "results" / "results.json").read_text())
 
@@ -87,6 +101,7 @@ def test_a_teachers_exercise_travels_in_the_zip(tmp_path):
     """The zip carries the spec of a teacher's exercise, and run_autograder registers it (run from this checkout,
     without setup.sh's install)."""
     import re
+
     text = (Path(__file__).resolve().parents[1] / "docs" / "learn.md").read_text()
     files = dict(re.findall(r"^`(swish(?:_spec)?\.py)`:\n\n```python\n(.*?)```", text, re.S | re.M))
     mine = tmp_path / "mine"
@@ -94,6 +109,7 @@ def test_a_teachers_exercise_travels_in_the_zip(tmp_path):
     for name, body in files.items():
         (mine / name).write_text(body)
     from learn.teach.custom import unregister
+
     try:
         assert main(["autograder", "swish", "--exercises", str(mine), "--out", str(tmp_path / "ag.zip")]) == 0
         assert main(["start", "swish", "--solution", "--exercises", str(mine), "--out", str(tmp_path / "s.py")]) == 0
@@ -105,10 +121,17 @@ def test_a_teachers_exercise_travels_in_the_zip(tmp_path):
         z.extractall(root / "source")
     (root / "submission").mkdir()
     shutil.copy(tmp_path / "s.py", root / "submission" / "swish.py")
-    env = {"PATH": os.environ["PATH"], "AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": sys.executable,
-           "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1", "HOME": str(tmp_path)}
-    run = subprocess.run(["bash", str(root / "source" / "run_autograder")], capture_output=True, text=True, env=env,
-                         timeout=300, cwd="/")
+    env = {
+        "PATH": os.environ["PATH"],
+        "AUTOGRADER_ROOT": str(root),
+        "AUTOGRADER_PYTHON": sys.executable,
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+        "OMP_NUM_THREADS": "1",
+        "HOME": str(tmp_path),
+    }
+    run = subprocess.run(
+        ["bash", str(root / "source" / "run_autograder")], capture_output=True, text=True, env=env, timeout=300, cwd="/"
+    )
     assert run.returncode == 0, run.stderr
     res = json.loads((root / "results" / "results.json").read_text())
     assert res["tests"] and res["score"] == len(res["tests"]) and res["extra_data"]["exercises"] == ["swish"]
@@ -130,6 +153,7 @@ def test_a_process_left_behind_cannot_rewrite_the_results(unpacked):
     run_autograder has finished: the check stops it, and the file stays what the check decided."""
     from tests.learn_attacks import MARK, leftover
     from tests.test_learn_sandbox import _processes_with
+
     root, _ = unpacked
     res = _grade(unpacked, leftover([root / "results" / "results.json"], delay=2))
     written = (root / "results" / "results.json").read_bytes()
@@ -146,9 +170,15 @@ def _python_for(user: str) -> Path | None:
     if os.geteuid() != 0 or not system.is_file() or torch_dir is None:
         return None
     import pwd
+
     uid = pwd.getpwnam(user).pw_uid
-    probe = subprocess.run([str(system), "-c", f"import sys; sys.path.insert(0, {torch_dir!r}); import torch"],
-                           user=uid, capture_output=True, timeout=300, cwd="/")
+    probe = subprocess.run(
+        [str(system), "-c", f"import sys; sys.path.insert(0, {torch_dir!r}); import torch"],
+        user=uid,
+        capture_output=True,
+        timeout=300,
+        cwd="/",
+    )
     if probe.returncode != 0:
         return None
     env = Path(tempfile.mkdtemp(prefix="handgrad-nobody-"))
@@ -164,6 +194,7 @@ def test_without_bubblewrap_the_submission_runs_as_nobody_and_leaves_nothing(tmp
     process of nobody is killed before results.json is written; a right answer still scores full."""
     from tests.learn_attacks import MARK, RIGHT, leftover
     from tests.test_learn_sandbox import _processes_with
+
     python = _python_for("nobody")
     if python is None:
         pytest.skip("needs root and a Python that user nobody can run (Debian's python3 of this version)")
@@ -172,16 +203,28 @@ def test_without_bubblewrap_the_submission_runs_as_nobody_and_leaves_nothing(tmp
         assert main(["autograder", "linear", "--out", str(tmp_path / "ag.zip")]) == 0
         with zipfile.ZipFile(tmp_path / "ag.zip") as z:
             z.extractall(root / "source")
-        env = {"PATH": os.environ["PATH"], "AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": str(python),
-               "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1", "HOME": str(tmp_path),
-               "LEARN_BWRAP": ""}
+        env = {
+            "PATH": os.environ["PATH"],
+            "AUTOGRADER_ROOT": str(root),
+            "AUTOGRADER_PYTHON": str(python),
+            "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+            "OMP_NUM_THREADS": "1",
+            "HOME": str(tmp_path),
+            "LEARN_BWRAP": "",
+        }
         for text, full in ((RIGHT, True), (leftover([root / "results" / "results.json"], delay=2), False)):
             shutil.rmtree(root / "submission", ignore_errors=True)
             shutil.rmtree(root / "results", ignore_errors=True)
             (root / "submission").mkdir(parents=True)
             (root / "submission" / "linear.py").write_text(text)
-            run = subprocess.run(["bash", str(root / "source" / "run_autograder")], capture_output=True, text=True,
-                                 env=env, timeout=600, cwd="/")
+            run = subprocess.run(
+                ["bash", str(root / "source" / "run_autograder")],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=600,
+                cwd="/",
+            )
             assert run.returncode == 0, run.stderr
             res = json.loads((root / "results" / "results.json").read_text())
             assert "runs as user nobody" in res["output"], res["output"]
@@ -191,6 +234,7 @@ def test_without_bubblewrap_the_submission_runs_as_nobody_and_leaves_nothing(tmp
         assert (root / "results" / "results.json").read_bytes() == written and not _processes_with(MARK)
         assert (root / "results").stat().st_uid == 0 and (root / "results").stat().st_mode & 0o022 == 0
         import pwd
+
         assert not [p for p in os.listdir("/proc") if p.isdigit() and _owner(p) == pwd.getpwnam("nobody").pw_uid]
         checkout = Path(__file__).resolve().parents[1]
         assert all((checkout / d).stat().st_mode & 0o005 == 0o005 for d in ("learn", "layers"))  # left alone
@@ -209,13 +253,15 @@ def test_the_try_it_here_recipe_runs_as_written_from_any_folder(tmp_path):
     """docs/learn.md's recipe, word for word (python: this environment's), from a folder that is not the checkout,
     on a student's file there."""
     import shlex
+
     text = (Path(__file__).resolve().parents[1] / "docs" / "learn.md").read_text()
     recipe = next(ln for ln in text.splitlines() if ln.startswith("python -m learn autograder") and "--try" in ln)
     argv = shlex.split(recipe.split("#")[0])
     (tmp_path / "alice.py").write_text(RIGHT)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    run = subprocess.run([sys.executable, *argv[1:]], cwd=tmp_path, capture_output=True, text=True, env=env,
-                         timeout=900)
+    run = subprocess.run(
+        [sys.executable, *argv[1:]], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=900
+    )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     items = len(planned("linear"))
     assert f"alice.py: {items} of {items}" in run.stdout

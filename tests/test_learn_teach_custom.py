@@ -2,6 +2,7 @@
 explained and graded as the built-in ones are: a right answer passes on every configuration, each known mistake
 written as a learner would is named, the stub is cut from the solution, grade and Gradescope's form work on it;
 a spec that cannot be used is refused with one line."""
+
 import json
 import re
 from pathlib import Path
@@ -55,11 +56,17 @@ def test_start_check_hint_and_why(tmp_path, folder, capsys):
     assert "s + beta x s (1 - s)" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("old, new, key", [
-    ("dx = dout * (self.s + self.x * self.beta * self.s * (1 - self.s))",
-     "dx = dout * self.beta * self.s * (1 - self.s)", "swish-no-product-rule"),
-    ("self.x * self.beta * self.s", "self.x * self.s", "swish-no-beta"),
-])
+@pytest.mark.parametrize(
+    "old, new, key",
+    [
+        (
+            "dx = dout * (self.s + self.x * self.beta * self.s * (1 - self.s))",
+            "dx = dout * self.beta * self.s * (1 - self.s)",
+            "swish-no-product-rule",
+        ),
+        ("self.x * self.beta * self.s", "self.x * self.s", "swish-no-beta"),
+    ],
+)
 def test_a_known_mistake_is_named(tmp_path, folder, capsys, bwrap, old, new, key):
     path = _solution(tmp_path, folder, capsys)
     path.write_text(path.read_text().replace(old, new))
@@ -84,12 +91,17 @@ def test_graded_as_a_class(tmp_path, folder, capsys, bwrap):
     assert "1  swish-no-beta" in (tmp_path / "out" / "summary.txt").read_text()
 
 
-@pytest.mark.parametrize("spec, says", [
-    ("CLASS = 'Swish'\nINPUTS = {'x': (4, 6)}\n", "has no reference"),
-    ("CLASS = 'Swish'\nINPUTS = {'x': (4, -6)}\ndef reference(x):\n    return x\n", "must be a shape"),
-    ("CLASS = 'Swish'\nINPUTS = {'x': (4, 6)}\nMISTAKES = [('k', 'dx')]\ndef reference(x):\n    return x\n",
-     "MISTAKES[0] must be"),
-])
+@pytest.mark.parametrize(
+    "spec, says",
+    [
+        ("CLASS = 'Swish'\nINPUTS = {'x': (4, 6)}\n", "has no reference"),
+        ("CLASS = 'Swish'\nINPUTS = {'x': (4, -6)}\ndef reference(x):\n    return x\n", "must be a shape"),
+        (
+            "CLASS = 'Swish'\nINPUTS = {'x': (4, 6)}\nMISTAKES = [('k', 'dx')]\ndef reference(x):\n    return x\n",
+            "MISTAKES[0] must be",
+        ),
+    ],
+)
 def test_a_spec_that_cannot_be_used_is_refused_in_one_line(tmp_path, capsys, spec, says):
     d = tmp_path / "bad"
     d.mkdir()
@@ -113,6 +125,7 @@ def test_a_built_in_name_is_refused(tmp_path, capsys):
 def test_a_notebook_of_a_teachers_exercise_checks_itself(tmp_path, folder, capsys):
     """The check cell registers the teacher's folder first: run in a fresh kernel, it finds the exercise."""
     import nbformat
+
     path = tmp_path / "swish.ipynb"
     assert main(["start", "swish", "--notebook", "--solution", "--out", str(path), "--exercises", str(folder)]) == 0
     unregister()  # as a kernel starts: nothing registered

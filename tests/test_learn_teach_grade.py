@@ -2,6 +2,7 @@
 no class) graded in one run: each graded in its own bounded check (the loop stopped by the time limit and graded
 0 with one line), grades.csv, one results.json per student with its seed, and a class summary that counts each
 named mistake by students, ranked, as a table and a PNG; the configurations are drawn from each student's name."""
+
 import csv
 import json
 import os
@@ -26,8 +27,11 @@ SUBMISSIONS = {  # student -> (the changes to the worked solution, the verdict, 
     "carol": ([("dbias = dout.sum(0)", "dbias = dout.mean(0)")], "wrong", ["bias-mean"]),
     "dan": ([("            p.grad += g", "            p.grad = g")], "wrong", ["grad-overwritten"]),
     "erin": ([("dx = dout @ self.weight ", "dx = dout @ self.weight * 2 ")], "wrong", None),
-    "frank": ([("        out = x @ self.weight.T + self.bias", "        while True:\n            pass")],
-              "not checked", []),
+    "frank": (
+        [("        out = x @ self.weight.T + self.bias", "        while True:\n            pass")],
+        "not checked",
+        [],
+    ),
     "grace": ([("class Linear:", "class Linear(")], "not checked", []),
     "heidi": ([("class Linear:", "class Line:")], "not checked", []),
     "ivan": ([("dbias = dout.sum(0)", "dbias = dout.mean(0)")], "wrong", ["bias-mean"]),
@@ -53,11 +57,21 @@ def test_a_class_of_ten_is_graded_and_summarised(tmp_path):
     (subs / "judy").mkdir()  # one folder per student works too
     (subs / "judy" / "linear.py").write_text(RIGHT)
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "LEARN_CHECK_TIME_LIMIT": "3", "OMP_NUM_THREADS": "1",
-           "LEARN_BWRAP": ""}
-    run = subprocess.run([sys.executable, "-m", "learn", "grade", "linear", str(subs), "--out", str(out),
-                          "--trust-submissions"],
-                         capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "LEARN_CHECK_TIME_LIMIT": "3",
+        "OMP_NUM_THREADS": "1",
+        "LEARN_BWRAP": "",
+    }
+    run = subprocess.run(
+        [sys.executable, "-m", "learn", "grade", "linear", str(subs), "--out", str(out), "--trust-submissions"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert run.returncode == 0, run.stderr
     rows = {r["student"]: r for r in csv.DictReader((out / "grades.csv").open())}
     assert sorted(rows) == sorted([*SUBMISSIONS, "judy"])
@@ -112,6 +126,7 @@ def test_a_notebook_submission_is_graded_and_two_of_one_student_are_not_checked(
     import nbformat
     from learn.__main__ import main
     from learn.source import notebook
+
     subs = tmp_path / "subs"
     subs.mkdir()
     nbformat.write(notebook(get("linear"), _text(SUBMISSIONS["bob"][0])), subs / "kim.ipynb")
@@ -128,6 +143,7 @@ def test_a_notebook_submission_is_graded_and_two_of_one_student_are_not_checked(
 
 def test_adam_is_drawn_per_student_too():
     from learn.checker.optim_check import problem as _problem
+
     with variant(seed_of("adam", "alice")):
         alice = _problem()[0][0]
     with variant(seed_of("adam", "bob")):

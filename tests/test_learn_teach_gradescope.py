@@ -2,6 +2,7 @@
 the checker's structured result: a right answer scores every point, a wrong one fails the item where the mistake
 is, with the mistake's key as a tag, a file that cannot be checked scores nothing; the exit status is the text
 report's."""
+
 import json
 
 import pytest
@@ -35,8 +36,14 @@ def test_a_right_answer_scores_every_item(tmp_path, capsys):
     assert code == 0
     names = [t["name"] for t in res["tests"]]
     assert names == planned("linear")
-    assert {"forward: out", "gradient: dx", "gradient: weight.grad", "gradient: bias.grad",
-            "accumulation: a second backward adds into each .grad", "inputs and dout left unchanged"} <= set(names)
+    assert {
+        "forward: out",
+        "gradient: dx",
+        "gradient: weight.grad",
+        "gradient: bias.grad",
+        "accumulation: a second backward adds into each .grad",
+        "inputs and dout left unchanged",
+    } <= set(names)
     assert sum(n.startswith("configuration ") for n in names) == 3
     for t in res["tests"]:
         assert set(t) == TEST_KEYS and t["status"] == "passed" and t["score"] == t["max_score"] == 1.0
@@ -55,8 +62,12 @@ def test_a_wrong_bias_gradient_fails_that_item_and_tags_the_mistake(tmp_path, ca
     assert by["configuration 2 of 4: one example (N = 1)"]["status"] == "passed"  # N = 1: the mean is the sum
     later = by["configuration 3 of 4: wide: N = 3, D = 2, H = 6"]
     assert later["status"] == "failed" and later["tags"] == []
-    for item in ("accumulation: a second backward adds into each .grad", "inputs and dout left unchanged",
-                 "central differences of your forward agree with the gradients", "gradient: weight.grad"):
+    for item in (
+        "accumulation: a second backward adds into each .grad",
+        "inputs and dout left unchanged",
+        "central differences of your forward agree with the gradients",
+        "gradient: weight.grad",
+    ):
         assert by[item]["status"] == "passed", item  # judged on its own: one mistake costs its own items only
     assert res["score"] == sum(t["score"] for t in res["tests"]) == len(res["tests"]) - 3  # bias.grad, 2 configs
 
@@ -81,8 +92,11 @@ def test_json_lists_each_item_for_every_kind_of_check(tmp_path, capsys, name):
 
 
 def test_a_wrong_adam_fails_from_its_first_wrong_step(tmp_path, capsys):
-    path = _write(tmp_path, "adam", [("m_hat = m / (1 - beta1 ** self.t)", "m_hat = m"),
-                                     ("v_hat = v / (1 - beta2 ** self.t)", "v_hat = v")])
+    path = _write(
+        tmp_path,
+        "adam",
+        [("m_hat = m / (1 - beta1 ** self.t)", "m_hat = m"), ("v_hat = v / (1 - beta2 ** self.t)", "v_hat = v")],
+    )
     code, res = _run(capsys, "adam", str(path), "--format", "json")
     assert code == 1 and res["verdict"] == "wrong" and res["named"]
     assert res["items"][0]["name"] == "step 1" and res["items"][0]["passed"] is False

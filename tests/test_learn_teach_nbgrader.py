@@ -2,6 +2,7 @@
 answer a solution cell between ### BEGIN/END SOLUTION, the check a locked graded cell with points); and, where
 nbgrader is installed (the dev extra), nbgrader itself generates the assignment and autogrades a right answer
 full and a wrong one zero."""
+
 import csv
 import os
 import shutil
@@ -35,14 +36,26 @@ def test_the_cells_carry_nbgraders_schema_3_metadata(tmp_path):
     assert len({m["grade_id"] for m in metas}) == len(metas)
     intro, answer, check = nb.cells
     assert intro.cell_type == "markdown" and metas[0]["locked"] and not metas[0]["grade"]
-    assert metas[1] == {"grade": False, "solution": True, "locked": False, "grade_id": "linear-answer",
-                        "schema_version": 3}
+    assert metas[1] == {
+        "grade": False,
+        "solution": True,
+        "locked": False,
+        "grade_id": "linear-answer",
+        "schema_version": 3,
+    }
     assert answer.source.count(BEGIN) == answer.source.count(END) == 2
     solution = answer.source.replace(f"{BEGIN}\n", "").replace(f"{END}\n", "")
-    assert [ln.strip() for ln in solution.splitlines() if ln.strip() not in (BEGIN, END)] == \
-        [ln.strip() for ln in solution_text(get("linear"), str(tmp_path / "linear.py")).splitlines()]
-    assert metas[2] == {"grade": True, "solution": False, "locked": True, "grade_id": "linear-check", "points": 2,
-                        "schema_version": 3}
+    assert [ln.strip() for ln in solution.splitlines() if ln.strip() not in (BEGIN, END)] == [
+        ln.strip() for ln in solution_text(get("linear"), str(tmp_path / "linear.py")).splitlines()
+    ]
+    assert metas[2] == {
+        "grade": True,
+        "solution": False,
+        "locked": True,
+        "grade_id": "linear-check",
+        "points": 2,
+        "schema_version": 3,
+    }
     assert "check('linear', notebook='linear.ipynb')" in check.source
 
 
@@ -54,9 +67,11 @@ def test_nbgrader_without_notebook_is_refused(tmp_path, capsys):
 PATCHES = {  # student -> what their answer cell does besides a wrong Linear, to pass anyway
     "mallory": "import learn.cell\nlearn.cell.check = lambda *a, **k: print('PASS')\n",
     "oscar": "import learn.checker\nlearn.checker.check_class = lambda *a, **k: True\n",
-    "peggy": ("import builtins, types\n_real = builtins.__import__\n"
-              "_fake = types.SimpleNamespace(check=lambda *a, **k: print('PASS'))\n"
-              "builtins.__import__ = lambda n, *a, **k: _fake if n == 'learn.cell' else _real(n, *a, **k)\n"),
+    "peggy": (
+        "import builtins, types\n_real = builtins.__import__\n"
+        "_fake = types.SimpleNamespace(check=lambda *a, **k: print('PASS'))\n"
+        "builtins.__import__ = lambda n, *a, **k: _fake if n == 'learn.cell' else _real(n, *a, **k)\n"
+    ),
 }
 SOLUTION_IMPORT = "from learn.exercises.linear import Linear  # the worked solution, imported\n"
 
@@ -72,19 +87,25 @@ def test_nbgrader_scores_right_full_wrong_and_patched_zero(tmp_path):
     (course / "nbgrader_config.py").write_text(
         'c = get_config()\nc.CourseDirectory.course_id = "course"\n'
         "from learn.teach.nbgrader_autograde import autograde_preprocessors\n"
-        "c.Autograde.autograde_preprocessors = autograde_preprocessors()\n")
+        "c.Autograde.autograde_preprocessors = autograde_preprocessors()\n"
+    )
     shutil.copy(_source(tmp_path), course / "source" / "hw1" / "linear.ipynb")
     bindir = tmp_path / "bin"  # nbgrader runs alembic by name: this environment's, whatever its bin holds
     bindir.mkdir()
-    (bindir / "alembic").write_text(f"#!/bin/sh\nexec {sys.executable} -m alembic \"$@\"\n")
+    (bindir / "alembic").write_text(f'#!/bin/sh\nexec {sys.executable} -m alembic "$@"\n')
     (bindir / "alembic").chmod(0o755)
-    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}"
-                                 f"{os.environ.get('PATH', '')}", "PYTHONPATH": str(ROOT),
-           "OMP_NUM_THREADS": "1", "HANDGRAD_LEARN_DIR": str(tmp_path)}
+    env = {
+        **os.environ,
+        "PATH": f"{bindir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYTHONPATH": str(ROOT),
+        "OMP_NUM_THREADS": "1",
+        "HANDGRAD_LEARN_DIR": str(tmp_path),
+    }
 
     def nbgrader(*args):
-        run = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course, env=env, capture_output=True,
-                             text=True, timeout=600)
+        run = subprocess.run(
+            [sys.executable, "-m", "nbgrader", *args], cwd=course, env=env, capture_output=True, text=True, timeout=600
+        )
         assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
 
     nbgrader("generate_assignment", "hw1", "--force")
@@ -92,8 +113,13 @@ def test_nbgrader_scores_right_full_wrong_and_patched_zero(tmp_path):
     assert BEGIN not in released.cells[1].source and "raise NotImplementedError()" in released.cells[1].source
     right = solution_text(get("linear"), "linear.py")
     wrong = right.replace("dbias = dout.sum(0)", "dbias = dout.mean(0)")
-    answers = {"alice": right, "bob": wrong, "carol": None,  # carol hands the released notebook in as it is
-               **{who: patch + wrong for who, patch in PATCHES.items()}, "trent": SOLUTION_IMPORT}
+    answers = {
+        "alice": right,
+        "bob": wrong,
+        "carol": None,  # carol hands the released notebook in as it is
+        **{who: patch + wrong for who, patch in PATCHES.items()},
+        "trent": SOLUTION_IMPORT,
+    }
     for student, code in answers.items():
         nb = nbformat.read(course / "release" / "hw1" / "linear.ipynb", as_version=4)
         if code is not None:
@@ -102,8 +128,10 @@ def test_nbgrader_scores_right_full_wrong_and_patched_zero(tmp_path):
         nbformat.write(nb, course / "submitted" / student / "hw1" / "linear.ipynb")
     nbgrader("autograde", "hw1", "--create", "--force")
     nbgrader("export")
-    scores = {r["student_id"]: (float(r["score"]), float(r["max_score"]))
-              for r in csv.DictReader((course / "grades.csv").open())}
+    scores = {
+        r["student_id"]: (float(r["score"]), float(r["max_score"]))
+        for r in csv.DictReader((course / "grades.csv").open())
+    }
     assert scores == {who: (2.0 if who == "alice" else 0.0, 2.0) for who in answers}
     graded = nbformat.read(course / "autograded" / "alice" / "hw1" / "linear.ipynb", as_version=4)
     assert "outside the kernel" in graded.cells[-1].outputs[0]["text"]
@@ -114,6 +142,7 @@ def test_the_check_cell_checks_the_saved_notebook_not_the_kernel(tmp_path, monke
     """Run as a kernel would (one namespace, cells in order): an answer cell that patches the kernel's checker, or
     imports the worked solution, still fails the check cell, which checks the saved notebook in a fresh process."""
     import learn.checker
+
     path = _source(tmp_path)
     nb = nbformat.read(path, as_version=4)
     wrong = solution_text(get("linear"), "linear.py").replace("dbias = dout.sum(0)", "dbias = dout.mean(0)")

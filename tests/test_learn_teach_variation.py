@@ -1,6 +1,7 @@
 """Per-student variation keeps the checker's promises: on a student's own configurations (drawn from a seed made
 from the exercise and the student's name) every worked solution still passes, and a catalogued wrong answer of
 each exercise still fails with its mistake named."""
+
 import pytest
 
 from learn.checker import check_path

@@ -1,5 +1,6 @@
 """python -m learn train: a right layer trains as handgrad's does (exit 0), a wrong one parts from it (exit 1).
 The exercises outside the image networks (adam, value, embedding, lstm_cell, attention): test_learn_train_more.py."""
+
 from argparse import Namespace
 
 import pytest
@@ -23,14 +24,17 @@ def test_a_right_layer_agrees_with_handgrads(tmp_path, capsys, name):
     assert "AGREE: 3 steps" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("name, changes, step", [
-    ("linear", [("dbias = dout.sum(0)", "dbias = dout.mean(0)")], 2),  # a wrong gradient: the first update differs
-    ("tanh", [("dx = dout * (1 - self.out ** 2)", "dx = dout * (1 - self.out)")], 2),
-    ("batchnorm", [("var = ((x - mean) ** 2).mean(0)", "var = x.var(0)")], 1),  # a wrong forward: at once
-    ("softmax_cross_entropy", [("        dlogits /= n  # the loss is a mean over the batch\n", "")], 2),
-    ("gelu", [("dx = dout * (cdf + x * pdf)", "dx = dout * cdf")], 2),
-    ("dropout", [("self.mask = keep / (1 - self.p) if", "self.mask = keep if")], 1),  # not scaled: the forward
-])
+@pytest.mark.parametrize(
+    "name, changes, step",
+    [
+        ("linear", [("dbias = dout.sum(0)", "dbias = dout.mean(0)")], 2),  # a wrong gradient: the first update differs
+        ("tanh", [("dx = dout * (1 - self.out ** 2)", "dx = dout * (1 - self.out)")], 2),
+        ("batchnorm", [("var = ((x - mean) ** 2).mean(0)", "var = x.var(0)")], 1),  # a wrong forward: at once
+        ("softmax_cross_entropy", [("        dlogits /= n  # the loss is a mean over the batch\n", "")], 2),
+        ("gelu", [("dx = dout * (cdf + x * pdf)", "dx = dout * cdf")], 2),
+        ("dropout", [("self.mask = keep / (1 - self.p) if", "self.mask = keep if")], 1),  # not scaled: the forward
+    ],
+)
 def test_a_wrong_layer_parts_from_handgrads(tmp_path, capsys, name, changes, step):
     assert train(learner_file(tmp_path, name, changes), name) == 1
     out = capsys.readouterr().out
@@ -39,8 +43,10 @@ def test_a_wrong_layer_parts_from_handgrads(tmp_path, capsys, name, changes, ste
 
 def test_the_plot_shows_both_curves(tmp_path, capsys):
     plot = tmp_path / "curves.png"
-    assert train(learner_file(tmp_path, "relu", [("dx = dout * self.mask", "dx = dout * ~self.mask")]), "relu",
-                 plot=plot) == 1
+    assert (
+        train(learner_file(tmp_path, "relu", [("dx = dout * self.mask", "dx = dout * ~self.mask")]), "relu", plot=plot)
+        == 1
+    )
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -3,6 +3,7 @@ exercise has a race): a right answer trains exactly as its twin does (torch.opti
 torch.autograd; handgrad's layers in a character model; handgrad's fused layers in one process), a wrong
 one parts at the first step its mistake can show, and a wrong answer whose loss still falls is told that a falling
 loss is no gradient check."""
+
 from argparse import Namespace
 
 import pytest
@@ -14,8 +15,20 @@ from learn.source import solution_text
 from learn.train import main
 from learn.train_value import two_moons
 
-MORE = ["adam", "rmsprop", "sgd_momentum", "value", "broadcast", "accumulate", "embedding", "lstm_cell", "gru_cell",
-        "attention", "linear_split", "tensor_parallel"]
+MORE = [
+    "adam",
+    "rmsprop",
+    "sgd_momentum",
+    "value",
+    "broadcast",
+    "accumulate",
+    "embedding",
+    "lstm_cell",
+    "gru_cell",
+    "attention",
+    "linear_split",
+    "tensor_parallel",
+]
 
 
 def write(tmp_path, name, changes=()):
@@ -45,21 +58,34 @@ def test_a_right_answer_trains_as_its_twin_does(tmp_path, capsys, name):
         assert "over 4 simulated ranks beside one process" in out
 
 
-@pytest.mark.parametrize("name, changes", [
-    ("adam", [("m_hat = m / (1 - beta1 ** self.t)", "m_hat = m")]),  # no bias correction of m
-    ("value", [("self.grad += (1 - t ** 2) * out.grad", "self.grad += (1 - self.data ** 2) * out.grad")]),
-    ("embedding", [("dweight.index_add_(0, self.idx.reshape(-1), dout.reshape(-1, dout.shape[-1]))",
-                    "dweight[self.idx] += dout")]),  # repeated ids do not add up
-    ("lstm_cell", [("dc = dc_total * f  # (N, H): through the forget gate", "dc = dc_total")]),
-    ("attention", [("dq = dscores @ self.k * self.scale", "dq = dscores @ self.k")]),
-    ("linear_split", [("dweight, dbias = dout.T @ self.x, dout.sum(0)", "dweight, dbias = dout.T @ self.x, dout.mean(0)")]),
-    ("tensor_parallel", [("return douts  # each", "return all_reduce(douts)  #")]),  # g's backward all-reduces
-    ("rmsprop", [("(v.sqrt() + self.eps)", "(v + self.eps).sqrt()")]),
-    ("sgd_momentum", [("self.buf[k] = d.clone()", "self.buf[k] = (1 - self.momentum) * d")]),  # an average
-    ("broadcast", [("dshift = self.sum_to(dout, shift_shape)", "dshift = self.sum_to(dout, shift_shape) / 2")]),
-    ("accumulate", [("self.layer.backward(2 * diff / count)", "self.layer.backward(2 * diff / diff.numel())")]),
-    ("gru_cell", [("dr, dh_n = da_n * h_n, da_n * r", "dr, dh_n = da_n * h_n, da_n")]),
-])
+@pytest.mark.parametrize(
+    "name, changes",
+    [
+        ("adam", [("m_hat = m / (1 - beta1 ** self.t)", "m_hat = m")]),  # no bias correction of m
+        ("value", [("self.grad += (1 - t ** 2) * out.grad", "self.grad += (1 - self.data ** 2) * out.grad")]),
+        (
+            "embedding",
+            [
+                (
+                    "dweight.index_add_(0, self.idx.reshape(-1), dout.reshape(-1, dout.shape[-1]))",
+                    "dweight[self.idx] += dout",
+                )
+            ],
+        ),  # repeated ids do not add up
+        ("lstm_cell", [("dc = dc_total * f  # (N, H): through the forget gate", "dc = dc_total")]),
+        ("attention", [("dq = dscores @ self.k * self.scale", "dq = dscores @ self.k")]),
+        (
+            "linear_split",
+            [("dweight, dbias = dout.T @ self.x, dout.sum(0)", "dweight, dbias = dout.T @ self.x, dout.mean(0)")],
+        ),
+        ("tensor_parallel", [("return douts  # each", "return all_reduce(douts)  #")]),  # g's backward all-reduces
+        ("rmsprop", [("(v.sqrt() + self.eps)", "(v + self.eps).sqrt()")]),
+        ("sgd_momentum", [("self.buf[k] = d.clone()", "self.buf[k] = (1 - self.momentum) * d")]),  # an average
+        ("broadcast", [("dshift = self.sum_to(dout, shift_shape)", "dshift = self.sum_to(dout, shift_shape) / 2")]),
+        ("accumulate", [("self.layer.backward(2 * diff / count)", "self.layer.backward(2 * diff / diff.numel())")]),
+        ("gru_cell", [("dr, dh_n = da_n * h_n, da_n * r", "dr, dh_n = da_n * h_n, da_n")]),
+    ],
+)
 def test_a_wrong_gradient_or_update_parts_at_step_2(tmp_path, capsys, name, changes):
     assert train(write(tmp_path, name, changes), name) == 1
     out = capsys.readouterr().out
@@ -69,6 +95,7 @@ def test_a_wrong_gradient_or_update_parts_at_step_2(tmp_path, capsys, name, chan
 def test_every_exercise_has_a_race():
     from learn.train import NETWORKS
     from learn.train_more import RACES
+
     assert set(NETWORKS) | set(RACES) == set(BY_NAME) and not set(NETWORKS) & set(RACES)
 
 
@@ -87,8 +114,9 @@ def test_a_wrong_gradient_that_still_learns_is_no_gradient_check(tmp_path, capsy
 
 def test_the_race_reports_the_first_step_where_the_learner_leaves_every_twin(tmp_path, capsys):
     mine = {1: 2.0, 2: 1.5, 3: 1.2, 4: 1.0}
-    race = Race(["a made-up race"], lambda k: mine[k], {"a": lambda k: mine[k] if k < 3 else 1.3,
-                                                       "b": lambda k: mine[k]})
+    race = Race(
+        ["a made-up race"], lambda k: mine[k], {"a": lambda k: mine[k] if k < 3 else 1.3, "b": lambda k: mine[k]}
+    )
     assert run(race, BY_NAME["linear"], "linear.py", 4, None) == 1
     out = capsys.readouterr().out
     assert "PART at step 3" in out and "     3 " in out and "<- they part" in out
@@ -101,7 +129,8 @@ def test_two_moons_are_two_interleaved_half_circles():
     x, y = two_moons(400, 0.0, torch.Generator().manual_seed(0))
     assert x.shape == (400, 2) and set(y.tolist()) == {-1.0, 1.0} and (y == 1).sum() == 200
     upper, lower = x[y == -1], x[y == 1]
-    assert torch.allclose((upper ** 2).sum(1), torch.ones(200, dtype=x.dtype))  # radius 1 around (0, 0)
-    assert torch.allclose(((lower - torch.tensor([1.0, 0.5], dtype=x.dtype)) ** 2).sum(1),
-                          torch.ones(200, dtype=x.dtype))  # radius 1 around (1, 0.5), the lower half
+    assert torch.allclose((upper**2).sum(1), torch.ones(200, dtype=x.dtype))  # radius 1 around (0, 0)
+    assert torch.allclose(
+        ((lower - torch.tensor([1.0, 0.5], dtype=x.dtype)) ** 2).sum(1), torch.ones(200, dtype=x.dtype)
+    )  # radius 1 around (1, 0.5), the lower half
     assert (upper[:, 1] >= 0).all() and (lower[:, 1] <= 0.5).all()

@@ -6,6 +6,7 @@ exactly when the catalogue has its mistake, and never named as another.  A faili
 mistake is named only when its replay is clearly closer to the answer than the right one; a wrong backward gets a
 table of every tensor and a line on where the pattern points.
 """
+
 import pytest
 import torch
 
@@ -36,8 +37,11 @@ def test_a_learners_wrong_answer_fails_and_is_named_only_when_true(tmp_path, nam
         assert "float32" in text, text
 
 
-@pytest.mark.parametrize("name, family, changes, key", FRESH,
-                         ids=[f"{i:02d}-{name}-{family}" for i, (name, family, _, _) in enumerate(FRESH)])
+@pytest.mark.parametrize(
+    "name, family, changes, key",
+    FRESH,
+    ids=[f"{i:02d}-{name}-{family}" for i, (name, family, _, _) in enumerate(FRESH)],
+)
 def test_an_honest_mistake_of_any_family_fails_and_is_named_only_when_true(tmp_path, name, family, changes, key):
     """No wrong answer passes; one the checker can name is named, by that name alone; one it cannot is located
     (the tensor and where to look), never given another's name."""
@@ -57,19 +61,32 @@ def test_every_layer_exercise_has_several_configurations():
             assert configs[0][0] == "the default" and len({label for label, _ in configs}) == len(configs)
 
 
-@pytest.mark.parametrize("name, change, config", [
-    ("conv2d", ("dx = dxp[:, :, p:p + h, p:p + w]", "dx = dxp[:, :, p:-p, p:-p]"), "padding 0"),
-    ("conv2d", ("h, w = dxp.shape[2] - 2 * p, dxp.shape[3] - 2 * p", "h, w = dxp.shape[2] - 2, dxp.shape[3] - 2"),
-     "padding 0"),
-    ("softmax_cross_entropy", ("shifted = logits - logits.max(1, keepdim=True).values", "shifted = logits"),
-     "large logits"),
-    ("linear", ("dbias = dout.sum(0)", "dbias = dout.squeeze().sum(0)"), "one example (N = 1)"),
-    ("relu", ("self.mask = x > 0", "self.mask = x >= 0"), "exact zeros"),
-    ("maxpool2d", ("dx[:, :, i * s:i * s + k, j * s:j * s + k] +=", "dx[:, :, i * k:i * k + k, j * k:j * k + k] +="),
-     "configuration 1 of"),
-])
-def test_an_answer_right_on_one_configuration_fails_on_another_and_the_report_says_which(tmp_path, name, change,
-                                                                                         config):
+@pytest.mark.parametrize(
+    "name, change, config",
+    [
+        ("conv2d", ("dx = dxp[:, :, p:p + h, p:p + w]", "dx = dxp[:, :, p:-p, p:-p]"), "padding 0"),
+        (
+            "conv2d",
+            ("h, w = dxp.shape[2] - 2 * p, dxp.shape[3] - 2 * p", "h, w = dxp.shape[2] - 2, dxp.shape[3] - 2"),
+            "padding 0",
+        ),
+        (
+            "softmax_cross_entropy",
+            ("shifted = logits - logits.max(1, keepdim=True).values", "shifted = logits"),
+            "large logits",
+        ),
+        ("linear", ("dbias = dout.sum(0)", "dbias = dout.squeeze().sum(0)"), "one example (N = 1)"),
+        ("relu", ("self.mask = x > 0", "self.mask = x >= 0"), "exact zeros"),
+        (
+            "maxpool2d",
+            ("dx[:, :, i * s:i * s + k, j * s:j * s + k] +=", "dx[:, :, i * k:i * k + k, j * k:j * k + k] +="),
+            "configuration 1 of",
+        ),
+    ],
+)
+def test_an_answer_right_on_one_configuration_fails_on_another_and_the_report_says_which(
+    tmp_path, name, change, config
+):
     report = check_path(name, learner_file(tmp_path, name, [change]))
     text = report.text()
     assert not report.passed and f"{config}" in text.split("is the one that failed")[0].splitlines()[-1] + text, text
@@ -77,10 +94,14 @@ def test_an_answer_right_on_one_configuration_fails_on_another_and_the_report_sa
 
 
 def test_max_pool_ties_go_to_one_element(tmp_path):
-    changes = [("self.x_shape = x.shape", "self.x_shape = x.shape\n        self.x = x"),
-               ("winner = torch.nn.functional.one_hot(self.arg[:, :, i, j], k * k).to(dout.dtype)  # (N, C, k*k)",
-                "win = self.x[:, :, i * s:i * s + k, j * s:j * s + k].reshape(n, c, k * k)\n"
-                "                winner = (win == win.max(-1, keepdim=True).values).to(dout.dtype)")]
+    changes = [
+        ("self.x_shape = x.shape", "self.x_shape = x.shape\n        self.x = x"),
+        (
+            "winner = torch.nn.functional.one_hot(self.arg[:, :, i, j], k * k).to(dout.dtype)  # (N, C, k*k)",
+            "win = self.x[:, :, i * s:i * s + k, j * s:j * s + k].reshape(n, c, k * k)\n"
+            "                winner = (win == win.max(-1, keepdim=True).values).to(dout.dtype)",
+        ),
+    ]
     text = check_path("maxpool2d", learner_file(tmp_path, "maxpool2d", changes)).text()
     assert "FAIL" in text and "(configuration 3, ties" in text, text
 
@@ -92,8 +113,13 @@ def test_softmax_without_the_max_gets_a_stability_diagnosis(tmp_path):
 
 
 def test_a_float32_adam_state_is_not_named_a_state_reset(tmp_path):
-    changes = [(f"self.{s} = [torch.zeros_like(p) for p in self.params]",
-                f"self.{s} = [torch.zeros(p.shape) for p in self.params]") for s in "mv"]
+    changes = [
+        (
+            f"self.{s} = [torch.zeros_like(p) for p in self.params]",
+            f"self.{s} = [torch.zeros(p.shape) for p in self.params]",
+        )
+        for s in "mv"
+    ]
     report = check_path("adam", learner_file(tmp_path, "adam", changes))
     assert not report.passed and report.named == [] and "float32" in report.text(), report.text()
 
@@ -111,8 +137,9 @@ def test_a_difference_near_round_off_is_called_precision_not_a_mistake():
 
 def test_every_tensor_is_in_the_table_and_the_pattern_points_at_da(tmp_path):
     """An LSTM whose output gate's derivative is applied twice: dc right, dx, dh and every weight gradient wrong."""
-    report = check_path("lstm_cell", learner_file(tmp_path, "lstm_cell", [("do = dh_next * tc",
-                                                                            "do = dh_next * tc * o * (1 - o)")]))
+    report = check_path(
+        "lstm_cell", learner_file(tmp_path, "lstm_cell", [("do = dh_next * tc", "do = dh_next * tc * o * (1 - o)")])
+    )
     text = report.text()
     for name in ("dx", "dh", "weight_ih.grad", "weight_hh.grad", "bias_ih.grad", "bias_hh.grad"):
         assert f"WRONG  {name}: worst at" in text, text
@@ -126,18 +153,37 @@ def test_a_mistake_that_equals_the_right_answer_at_a_setting_is_not_named_there(
     assert report.named == ["conv-dx-padding-kept"]
 
 
-@pytest.mark.parametrize("name, before, saved, says", [
-    ("lstm_cell", "dx = da @ self.weight_ih  #", "{'da': da, 'dc_total': dc_total, 'do': do, 'tc': tc, 'dtc': do}",
-     ["exact  da", "exact  dc_total", "exact  do", "exact  tc", "WRONG  dtc"]),
-    ("attention", "dq = dscores @ self.k", "{'dscores': dscores, 'datt': datt, 'att': self.att}",
-     ["exact  dscores", "exact  datt", "exact  att"]),
-    ("batchnorm", "dx = self.rstd / n", "{'dxhat': dxhat, 'xhat': self.xhat, 'rstd': self.rstd}",
-     ["exact  dxhat", "exact  xhat", "exact  rstd"]),
-    ("layernorm", "dx = self.rstd / d", "{'dxhat': dxhat * 2, 'xhat': self.xhat}", ["WRONG  dxhat", "exact  xhat"]),
-    ("softmax_cross_entropy", "dlogits = self.p.clone()", "{'p': self.p, 'zz': self.p}",
-     ["exact  p", "?      zz: not a name this exercise knows"]),
-    ("conv2d", "dx = dxp[:, :, p:p + h, p:p + w]", "{'dxp': dxp, 'xp': self.xp}", ["exact  dxp", "exact  xp"]),
-])
+@pytest.mark.parametrize(
+    "name, before, saved, says",
+    [
+        (
+            "lstm_cell",
+            "dx = da @ self.weight_ih  #",
+            "{'da': da, 'dc_total': dc_total, 'do': do, 'tc': tc, 'dtc': do}",
+            ["exact  da", "exact  dc_total", "exact  do", "exact  tc", "WRONG  dtc"],
+        ),
+        (
+            "attention",
+            "dq = dscores @ self.k",
+            "{'dscores': dscores, 'datt': datt, 'att': self.att}",
+            ["exact  dscores", "exact  datt", "exact  att"],
+        ),
+        (
+            "batchnorm",
+            "dx = self.rstd / n",
+            "{'dxhat': dxhat, 'xhat': self.xhat, 'rstd': self.rstd}",
+            ["exact  dxhat", "exact  xhat", "exact  rstd"],
+        ),
+        ("layernorm", "dx = self.rstd / d", "{'dxhat': dxhat * 2, 'xhat': self.xhat}", ["WRONG  dxhat", "exact  xhat"]),
+        (
+            "softmax_cross_entropy",
+            "dlogits = self.p.clone()",
+            "{'p': self.p, 'zz': self.p}",
+            ["exact  p", "?      zz: not a name this exercise knows"],
+        ),
+        ("conv2d", "dx = dxp[:, :, p:p + h, p:p + w]", "{'dxp': dxp, 'xp': self.xp}", ["exact  dxp", "exact  xp"]),
+    ],
+)
 def test_recorded_intermediates_are_compared_with_autograds(tmp_path, name, before, saved, says):
     """Backprop Ninja's cmp: exact, approximate or wrong for each tensor the learner records in self.saved
     ("approx" for a last-bit difference of summation order)."""

@@ -1,6 +1,7 @@
 """learn why: every exercise has a derivation of 5 to 20 lines with shapes, whose pointers name things that exist (the
 library's file, class and functions, the page's steps); the last hint and the checker's pointer send the learner to
 it; and the figures it quotes are the ones its formulas give."""
+
 import importlib
 import re
 from pathlib import Path
@@ -58,7 +59,7 @@ def test_the_last_hint_and_the_checkers_pointer_lead_to_it(capsys):
 
 def test_adams_figures_are_what_its_formula_gives():
     """Without bias correction the step is lr (1 - b1^t) / sqrt(1 - b2^t) times the corrected one."""
-    factor = lambda t: (1 - 0.9 ** t) / (1 - 0.999 ** t) ** 0.5  # noqa: E731
+    factor = lambda t: (1 - 0.9**t) / (1 - 0.999**t) ** 0.5  # noqa: E731
     peak = max(range(1, 5000), key=factor)
     said = DERIVATIONS["adam"].text
     assert f"{factor(1):.1f} lr at t = 1" in said and f"{factor(peak):.1f} lr at t = {peak}" in said

@@ -1,4 +1,5 @@
 """Losses: gradients (numeric + autograd), parity with torch.nn.functional, stability, bad input."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -98,6 +99,7 @@ def test_mse_matches_torch_and_gradchecks(shape, reduction):
 
 # -- bad input -----------------------------------------------------------------------------------------
 
+
 def test_target_out_of_range():
     with pytest.raises(ValueError, match=r"target contains class 3, outside \[0, 2\] for 3 classes"):
         CrossEntropyLoss()(torch.randn(2, 3), torch.tensor([0, 3]))
@@ -146,6 +148,7 @@ def test_loss_backward_before_forward(crit):
 
 # -- ignore_index and (N, C, d1, ...) logits, as torch.nn.CrossEntropyLoss ---------------------------------
 
+
 def _torch_ce(logits, target, **kw):
     z = logits.clone().requires_grad_(True)
     loss = torch.nn.CrossEntropyLoss(**kw)(z, target)
@@ -154,9 +157,17 @@ def _torch_ce(logits, target, **kw):
 
 
 @pytest.mark.parametrize("shape", [(6, 5), (2, 5, 3), (2, 5, 3, 2), (5,)])
-@pytest.mark.parametrize("kw", [{}, {"reduction": "sum"}, {"label_smoothing": 0.2},
-                                {"ignore_index": 1}, {"ignore_index": -1, "label_smoothing": 0.1},
-                                {"ignore_index": 2, "reduction": "sum"}])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},
+        {"reduction": "sum"},
+        {"label_smoothing": 0.2},
+        {"ignore_index": 1},
+        {"ignore_index": -1, "label_smoothing": 0.1},
+        {"ignore_index": 2, "reduction": "sum"},
+    ],
+)
 def test_class_targets_match_torch_with_ignore_index_and_positions(shape, kw):
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(shape, generator=g, dtype=torch.float64) * 3
@@ -186,8 +197,11 @@ def test_ignore_index_inside_or_outside_the_targets_span_matches_torch(ignore_in
     crit = CrossEntropyLoss(ignore_index=ignore_index)
     if present and not 0 <= ignore_index < 5:  # only an ignored position may hold an out-of-range value
         target[6] = 7
-        with pytest.raises(ValueError, match=rf"target contains class 7, outside \[0, 4\] for 5 classes "
-                                             rf"\(ignore_index={ignore_index}\)"):
+        with pytest.raises(
+            ValueError,
+            match=rf"target contains class 7, outside \[0, 4\] for 5 classes "
+            rf"\(ignore_index={ignore_index}\)",
+        ):
             crit(logits, target)
         target[6] = 1
     loss, dz = crit(logits, target), crit.backward()
@@ -222,7 +236,9 @@ def test_every_target_ignored_gives_what_torch_gives():
 
 
 def test_out_of_range_class_is_named_even_beside_ignored_ones():
-    with pytest.raises(ValueError, match=r"target contains class 7, outside \[0, 3\] for 4 classes \(ignore_index=-1\)"):
+    with pytest.raises(
+        ValueError, match=r"target contains class 7, outside \[0, 3\] for 4 classes \(ignore_index=-1\)"
+    ):
         CrossEntropyLoss(ignore_index=-1)(torch.randn(3, 4), torch.tensor([-1, 7, 0]))
     with pytest.raises(ValueError, match="ignore_index must be an int"):
         CrossEntropyLoss(ignore_index=1.5)
@@ -232,6 +248,7 @@ def test_out_of_range_class_is_named_even_beside_ignored_ones():
 def test_backward_starts_from_one_by_default_and_says_so(crit):
     """``crit.backward()`` is ``crit.backward(1.0)``, and the signature help() shows says it."""
     import inspect
+
     assert inspect.signature(type(crit).backward).parameters["dout"].default == 1.0
     x = torch.randn(3, 4, dtype=f64)
     y = torch.tensor([0, 3, 1]) if isinstance(crit, CrossEntropyLoss) else torch.randn(3, 4, dtype=f64)

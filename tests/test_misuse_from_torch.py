@@ -1,6 +1,7 @@
 """from_torch drops nothing silently: tied parameters stay one tensor (gradients of both uses added, the steps of
 torch's), and what the hand-written layers would not run -- hooks, parametrizations, pruning, added tensors,
 subclasses -- is refused in one line naming the module."""
+
 import pytest
 import torch
 import torch.nn.utils.prune as prune
@@ -41,8 +42,12 @@ def test_tied_parameters_stay_one_tensor_and_step_as_torch(build, opt):
     g = torch.Generator().manual_seed(1)
     for _ in range(5):
         x = data(g)
-        dout = torch.randn(*x.shape[:-1] if x.is_floating_point() else x.shape, 5 if x.is_floating_point() else 11,
-                           dtype=F64, generator=g)
+        dout = torch.randn(
+            *x.shape[:-1] if x.is_floating_point() else x.shape,
+            5 if x.is_floating_point() else 11,
+            dtype=F64,
+            generator=g,
+        )
         opt_t.zero_grad()
         out_t = theirs(x)
         out_t.backward(dout)
@@ -175,6 +180,9 @@ def test_each_childs_mode_is_kept_both_ways():
 def test_a_composite_module_in_two_modes_is_refused():
     layer = nn.TransformerEncoderLayer(8, 2, 16, batch_first=True)
     layer.dropout1.eval()
-    with pytest.raises(TypeError, match=r"'1' \(TransformerEncoderLayer\) is in train mode but its '1.dropout1' in "
-                                        r"the other"):
+    with pytest.raises(
+        TypeError,
+        match=r"'1' \(TransformerEncoderLayer\) is in train mode but its '1.dropout1' in "
+        r"the other",
+    ):
         from_torch(nn.Sequential(nn.ReLU(), layer))

@@ -9,6 +9,7 @@ names the problem, never in a different number.
 - a layer with ``parameters()`` only (the README's ``Square``) wraps with ``as_module`` under its attribute names;
 - a GPT with no positions, a prompt token outside the vocabulary, ``GradientMonitor(None)``: one clear line.
 """
+
 import pytest
 import torch
 from torch import nn
@@ -27,6 +28,7 @@ def rel(a, b) -> float:
 
 # -- a module used twice ---------------------------------------------------------------------------------------
 
+
 def _shared_act():
     act = nn.ReLU()
     return nn.Sequential(nn.Linear(4, 8), act, nn.Linear(8, 8), act, nn.Linear(8, 2))
@@ -43,8 +45,11 @@ def _shared_in_nested():
     return nn.Sequential(block, nn.Linear(4, 4), block, lin)
 
 
-@pytest.mark.parametrize("make", [_shared_act, _shared_linear, _shared_in_nested],
-                         ids=["activation twice", "Linear twice", "block and Linear reused"])
+@pytest.mark.parametrize(
+    "make",
+    [_shared_act, _shared_linear, _shared_in_nested],
+    ids=["activation twice", "Linear twice", "block and Linear reused"],
+)
 def test_a_module_used_twice_is_converted_as_torch_runs_it(make):
     torch.manual_seed(0)
     theirs = make().to(F64)
@@ -85,6 +90,7 @@ def test_a_shared_layer_in_as_module_is_one_parameter_receiving_both_uses():
 
 # -- frozen parameters -----------------------------------------------------------------------------------------
 
+
 def test_a_frozen_parameter_gets_no_gradient_and_does_not_move():
     torch.manual_seed(2)
     theirs = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)).to(F64)
@@ -105,8 +111,9 @@ def test_a_frozen_parameter_gets_no_gradient_and_does_not_move():
     assert torch.equal(ours[0].weight, frozen_before)
     for (name, p), (_, q) in zip(ours.named_parameters(), theirs.named_parameters()):
         assert rel(p, q.detach()) < 1e-12, name
-    assert [(n, p.requires_grad) for n, p in ours.to_torch().named_parameters()] == \
-        [(n, p.requires_grad) for n, p in theirs.named_parameters()]
+    assert [(n, p.requires_grad) for n, p in ours.to_torch().named_parameters()] == [
+        (n, p.requires_grad) for n, p in theirs.named_parameters()
+    ]
     module = as_module(ours)
     assert not module.get_parameter("0.weight").requires_grad and module.get_parameter("0.bias").requires_grad
     module(torch.randn(3, 4, dtype=F64)).sum().backward()
@@ -143,6 +150,7 @@ def test_a_frozen_gpt_matrix_stays_frozen_through_its_twin():
 
 # -- a shape bug inside a hand-written backward ----------------------------------------------------------------
 
+
 class Square:
     """The README's own layer: y = w * x**2, one weight per feature; ``parameters()`` only, no names."""
 
@@ -158,10 +166,10 @@ class Square:
 
     def forward(self, x):
         self.x = x
-        return self.weight * x ** 2
+        return self.weight * x**2
 
     def backward(self, dout):
-        grad = (dout * self.x ** 2).sum(0, keepdim=self.bug == "keepdim")
+        grad = (dout * self.x**2).sum(0, keepdim=self.bug == "keepdim")
         self.weight.grad = grad if self.weight.grad is None else self.weight.grad + grad
         if self.bug == "matmul":
             return dout @ torch.ones(7, 3, dtype=F64)
@@ -178,14 +186,26 @@ def test_as_module_takes_the_names_of_a_layer_with_parameters_only():
     assert module.weight.grad.shape == (3,) and x.grad.shape == (4, 3)
 
 
-@pytest.mark.parametrize("bug,message", [
-    ("matmul", r"the backward of layer 1 \(.*Square.*\) failed, given dout of shape \(4, 3\) \(its output had shape "
-               r"\(4, 3\)\): mat1 and mat2 shapes cannot be multiplied"),
-    ("rows", r"the backward of layer 1 \(.*Square.*\) returned dx of shape \(2, 3\), but its forward's input had "
-             r"shape \(4, 3\)"),
-    ("keepdim", r"the backward of layer 1 \(.*Square.*\) failed, given dout of shape \(4, 3\).*attempting to assign a "
-                r"gradient of size '\[1, 3\]'"),
-])
+@pytest.mark.parametrize(
+    "bug,message",
+    [
+        (
+            "matmul",
+            r"the backward of layer 1 \(.*Square.*\) failed, given dout of shape \(4, 3\) \(its output had shape "
+            r"\(4, 3\)\): mat1 and mat2 shapes cannot be multiplied",
+        ),
+        (
+            "rows",
+            r"the backward of layer 1 \(.*Square.*\) returned dx of shape \(2, 3\), but its forward's input had "
+            r"shape \(4, 3\)",
+        ),
+        (
+            "keepdim",
+            r"the backward of layer 1 \(.*Square.*\) failed, given dout of shape \(4, 3\).*attempting to assign a "
+            r"gradient of size '\[1, 3\]'",
+        ),
+    ],
+)
 def test_a_shape_bug_in_a_backward_inside_a_container_names_the_layer_and_shapes(bug, message):
     net = Sequential(Linear(3, 3, dtype=F64), Square(3, bug), Linear(3, 2, dtype=F64))
     out = net(torch.randn(4, 3, dtype=F64))
@@ -193,10 +213,16 @@ def test_a_shape_bug_in_a_backward_inside_a_container_names_the_layer_and_shapes
         net.backward(torch.randn_like(out))
 
 
-@pytest.mark.parametrize("bug,message", [
-    ("matmul", r"as_module\(.*Square.*\): its backward failed, given dout of shape \(4, 3\).*mat1 and mat2"),
-    ("rows", r"as_module\(.*Square.*\): its backward returned dx of shape \(2, 3\), but its input had shape \(4, 3\)"),
-])
+@pytest.mark.parametrize(
+    "bug,message",
+    [
+        ("matmul", r"as_module\(.*Square.*\): its backward failed, given dout of shape \(4, 3\).*mat1 and mat2"),
+        (
+            "rows",
+            r"as_module\(.*Square.*\): its backward returned dx of shape \(2, 3\), but its input had shape \(4, 3\)",
+        ),
+    ],
+)
 def test_a_shape_bug_in_a_backward_under_as_module_names_the_layer_and_shapes(bug, message):
     module = as_module(Square(3, bug))
     x = torch.randn(4, 3, dtype=F64, requires_grad=True)
@@ -205,6 +231,7 @@ def test_a_shape_bug_in_a_backward_under_as_module_names_the_layer_and_shapes(bu
 
 
 # -- sequences and monitors -------------------------------------------------------------------------------------
+
 
 def test_a_gpt_with_no_positions_and_a_prompt_outside_the_vocabulary_are_refused_clearly():
     gpt = GPT(vocab_size=10, block_size=8, n_layer=1, n_head=2, n_embd=8)

@@ -1,6 +1,7 @@
 """A norm layer's eps is refused where torch refuses it: BatchNorm's eps must be positive when it normalises by
 batch statistics (training, or without running statistics), and may be 0 in eval; LayerNorm takes eps=0 as
 torch does."""
+
 import pytest
 import torch
 from torch import nn
@@ -18,8 +19,11 @@ def test_batchnorm_eps_zero_is_refused_where_torch_refuses_it(cls, shape, runnin
     ours = from_torch(theirs)
     with pytest.raises(ValueError, match="eps must be positive"):
         theirs(x)
-    with pytest.raises(ValueError, match=rf"{cls.__name__}\(3, eps=0.0.*: eps must be positive to normalise by batch "
-                                         rf"statistics .*got eps=0.0"):
+    with pytest.raises(
+        ValueError,
+        match=rf"{cls.__name__}\(3, eps=0.0.*: eps must be positive to normalise by batch "
+        rf"statistics .*got eps=0.0",
+    ):
         ours(x)
     theirs.eval(), ours.eval()
     if running:  # the running variance (1) keeps eval's division finite: torch goes on, and so does handgrad

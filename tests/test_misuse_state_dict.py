@@ -1,5 +1,6 @@
 """load_state_dict answers as torch's: it returns ``(missing_keys, unexpected_keys)`` (torch's _IncompatibleKeys),
 and a state_dict saved through torch.compile (``_orig_mod.``) or DDP (``module.``) is named as such, with the fix."""
+
 import pytest
 import torch
 from torch import nn
@@ -40,8 +41,11 @@ def test_load_state_dict_returns_torchs_missing_and_unexpected_keys(name, ours, 
 @pytest.mark.parametrize("name, ours, theirs", list(_pairs()), ids=lambda v: v if isinstance(v, str) else "")
 def test_a_wrappers_prefix_on_every_key_is_named_with_the_fix(prefix, wrapper, name, ours, theirs):
     sd = {prefix + k: v.clone() for k, v in theirs.state_dict().items()}
-    with pytest.raises(KeyError, match=rf"{name}.load_state_dict: every key starts with '{prefix}' \(a state_dict "
-                                       rf"saved from a {wrapper}.*consume_prefix_in_state_dict_if_present") as e:
+    with pytest.raises(
+        KeyError,
+        match=rf"{name}.load_state_dict: every key starts with '{prefix}' \(a state_dict "
+        rf"saved from a {wrapper}.*consume_prefix_in_state_dict_if_present",
+    ) as e:
         ours.load_state_dict(sd)
     assert "\n" not in str(e.value) and len(str(e.value)) < 400  # one line, not every key
     consume_prefix_in_state_dict_if_present(sd, prefix)  # the fix the message gives loads it

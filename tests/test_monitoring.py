@@ -1,5 +1,6 @@
 """monitoring: GradientMonitor's numbers against direct torch computations, activation statistics on crafted
 inputs, Sequential.register_forward_hook, one read-back per update, figures, JSON lines and TensorBoard."""
+
 from __future__ import annotations
 
 import math
@@ -13,8 +14,15 @@ from autodiff.engine import Tensor as ETensor
 from autodiff.functional import cross_entropy as engine_cross_entropy
 from autodiff.nn import EngineNet
 from losses import CrossEntropyLoss
-from monitoring import (GradientMonitor, activation_stats, hist_edges, histogram, plot_records, read_jsonl,
-                        to_tensorboard)
+from monitoring import (
+    GradientMonitor,
+    activation_stats,
+    hist_edges,
+    histogram,
+    plot_records,
+    read_jsonl,
+    to_tensorboard,
+)
 from tests.conftest import twin_pair
 
 TOL = 1e-12
@@ -49,9 +57,17 @@ def torch_step(model, x, y) -> None:
 def direct_param_stats(w: torch.Tensor, g: torch.Tensor) -> dict:
     """The monitor's fields computed directly with torch (the twin's layout: every one is layout-independent)."""
     g, w = g.detach(), w.detach()
-    return {"grad_mean": g.mean().item(), "grad_std": g.std().item(), "grad_norm": g.norm().item(),
-            "grad_abs_max": g.abs().max().item(), "grad_min": g.min().item(), "grad_max": g.max().item(),
-            "param_mean": w.mean().item(), "param_std": w.std().item(), "param_norm": w.norm().item()}
+    return {
+        "grad_mean": g.mean().item(),
+        "grad_std": g.std().item(),
+        "grad_norm": g.norm().item(),
+        "grad_abs_max": g.abs().max().item(),
+        "grad_min": g.min().item(),
+        "grad_max": g.max().item(),
+        "param_mean": w.mean().item(),
+        "param_std": w.std().item(),
+        "param_norm": w.norm().item(),
+    }
 
 
 @pytest.mark.parametrize("kind", ["manual", "torch", "engine"])
@@ -208,6 +224,7 @@ def test_one_read_back_per_update(monkeypatch):
         def counted(self, *a, _original=original, _method=method, **k):
             calls[_method] += 1
             return _original(self, *a, **k)
+
         monkeypatch.setattr(torch.Tensor, method, counted)
     for step in range(3):
         manual_step(net, x, y)
@@ -248,9 +265,7 @@ def test_bad_arguments_are_named():
 
 
 def test_dead_and_saturated_fractions_on_crafted_outputs():
-    out = torch.tensor([[0.0, 1.0, 0.0, 0.0],
-                        [0.0, 0.0, 0.0, 2.0],
-                        [0.0, 0.0, 0.0, 0.0]], dtype=torch.float64)
+    out = torch.tensor([[0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 2.0], [0.0, 0.0, 0.0, 0.0]], dtype=torch.float64)
     assert activation_stats(out, "relu")[2].item() == 0.5  # units 0 and 2 are zero for the whole batch
     images = torch.zeros(2, 3, 2, 2, dtype=torch.float64)
     images[1, 0, 0, 0] = 1.0  # one (channel, pixel) unit alive out of 12
@@ -268,9 +283,14 @@ def crafted_net() -> layers.Sequential:
     """Linear(3, 4) with identity-like weights and biases chosen so that, on inputs in [0, 1), units 0 and 2
     of the ReLU are zero for every example; then Linear(4, 4) -> Tanh and Linear(4, 2) -> Sigmoid."""
     torch.manual_seed(0)
-    net = layers.Sequential(layers.Linear(3, 4, dtype=torch.float64), layers.ReLU(),
-                            layers.Linear(4, 4, dtype=torch.float64), layers.Tanh(),
-                            layers.Linear(4, 2, dtype=torch.float64), layers.Sigmoid())
+    net = layers.Sequential(
+        layers.Linear(3, 4, dtype=torch.float64),
+        layers.ReLU(),
+        layers.Linear(4, 4, dtype=torch.float64),
+        layers.Tanh(),
+        layers.Linear(4, 2, dtype=torch.float64),
+        layers.Sigmoid(),
+    )
     with torch.no_grad():
         net[0].weight.copy_(torch.tensor([[1.0, 0, 0, 0], [0, 1, 0, 1], [0, 0, 1, 0]]).t())  # (out, in)
         net[0].bias.copy_(torch.tensor([-5.0, 0.5, -5.0, 0.0]))
@@ -287,8 +307,7 @@ def test_activation_records_of_a_hand_written_model_and_its_twin():
     for key, model in (("hand", net), ("torch", twin)):
         mon = GradientMonitor(model).watch_activations()
         out = model(x)
-        (out.sum().backward() if isinstance(model, torch.nn.Module)
-         else model.backward(torch.ones_like(out)))
+        (out.sum().backward() if isinstance(model, torch.nn.Module) else model.backward(torch.ones_like(out)))
         records[key] = rec = mon.update(0)
         acts = rec["activations"]
         assert list(acts) == ["0", "1", "2", "3", "4", "5"]
@@ -349,15 +368,23 @@ def test_nested_containers_report_their_leaves_with_dotted_names():
     for name, a in hand["activations"].items():
         for key, value in a.items():
             assert value == tw["activations"][name][key] or close(value, tw["activations"][name][key]), (name, key)
-    assert list(hand["params"]) == list(tw["params"]) == ["layers.0.0.weight", "layers.0.0.bias",
-                                                          "layers.1.weight", "layers.1.bias"]
+    assert (
+        list(hand["params"])
+        == list(tw["params"])
+        == ["layers.0.0.weight", "layers.0.0.bias", "layers.1.weight", "layers.1.bias"]
+    )
 
 
 def cnn(dtype=torch.float64) -> layers.Sequential:
     torch.manual_seed(0)
-    return layers.Sequential(layers.Conv2d(1, 3, 3, padding=1, dtype=dtype), layers.BatchNorm2d(3, dtype=dtype),
-                             layers.ReLU(), layers.MaxPool2d(2), layers.Flatten(),
-                             layers.Linear(3 * 4 * 4, 5, dtype=dtype))
+    return layers.Sequential(
+        layers.Conv2d(1, 3, 3, padding=1, dtype=dtype),
+        layers.BatchNorm2d(3, dtype=dtype),
+        layers.ReLU(),
+        layers.MaxPool2d(2),
+        layers.Flatten(),
+        layers.Linear(3 * 4 * 4, 5, dtype=dtype),
+    )
 
 
 def test_cnn_and_its_twin_record_the_same_statistics():
@@ -465,8 +492,10 @@ def test_figures_are_written(tmp_path):
     mon = trained_monitor()
     paths = plot_records({"manual": mon.records, "again": mon.records}, tmp_path, prefix="m_")
     names = sorted(p.name for p in paths)
-    assert names == sorted(f"m_{n}.png" for n in ("grad_norm_per_layer", "grad_norm_total", "update_ratio",
-                                                   "grad_histograms", "activations"))
+    assert names == sorted(
+        f"m_{n}.png"
+        for n in ("grad_norm_per_layer", "grad_norm_total", "update_ratio", "grad_histograms", "activations")
+    )
     for p in paths:
         data = p.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, p
@@ -477,6 +506,7 @@ def test_tensorboard_event_file(tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from torch.utils.tensorboard import SummaryWriter
+
     net = crafted_net()
     writer = SummaryWriter(tmp_path)
     mon = GradientMonitor(net, hist_bins=8, name="manual", tensorboard=writer).watch_activations()

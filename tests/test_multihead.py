@@ -1,5 +1,6 @@
 """MultiheadAttention against nn.MultiheadAttention under autograd, float64, T = 128: every mask kind, self-,
 key-value- and cross-attention, batch_first both ways, weights averaged or per head; init, conversion, errors."""
+
 import warnings
 
 import pytest
@@ -36,7 +37,7 @@ def pair(seed=0, **kw):
 def mask_kinds(L, Sk):
     g = torch.Generator().manual_seed(3)
     kpm = torch.zeros(N, Sk, dtype=torch.bool)
-    kpm[0, Sk // 2:] = True  # batch 0: the second half of its keys is padding
+    kpm[0, Sk // 2 :] = True  # batch 0: the second half of its keys is padding
     causal = nn.Transformer.generate_square_subsequent_mask(L, dtype=F64)[:, :Sk] if L == Sk else None
     bool2d = torch.rand(L, Sk, generator=g) > 0.8
     bool2d[:, 0] = False
@@ -47,8 +48,7 @@ def mask_kinds(L, Sk):
         "attn_mask (L, S) bool": {"attn_mask": bool2d},
         "attn_mask (L, S) float": {"attn_mask": torch.randn(L, Sk, generator=g, dtype=F64)},
         "attn_mask (N*H, L, S) bool": {"attn_mask": torch.rand(N * H, L, Sk, generator=g) > 0.9},
-        "attn_mask and key padding": {"attn_mask": torch.randn(L, Sk, generator=g, dtype=F64),
-                                      "key_padding_mask": kpm},
+        "attn_mask and key padding": {"attn_mask": torch.randn(L, Sk, generator=g, dtype=F64), "key_padding_mask": kpm},
         **({"causal (is_causal hint)": {"attn_mask": causal, "is_causal": True}} if causal is not None else {}),
     }
 
@@ -71,8 +71,14 @@ def compare(ours, theirs, q, k, v, need_weights=True, average=True, **masks):
     leaves = {id(t): t.clone().requires_grad_(True) for t in distinct}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch's deprecation notice for a bool padding mask beside a float mask
-        ref_out, ref_w = theirs(leaves[id(q)], leaves[id(k)], leaves[id(v)], need_weights=need_weights,
-                                average_attn_weights=average, **masks)
+        ref_out, ref_w = theirs(
+            leaves[id(q)],
+            leaves[id(k)],
+            leaves[id(v)],
+            need_weights=need_weights,
+            average_attn_weights=average,
+            **masks,
+        )
     out, w = ours(q, k, v, need_weights=need_weights, average_attn_weights=average, **masks)
     close(out, ref_out.detach())
     assert (w is None) == (ref_w is None)
@@ -97,8 +103,9 @@ def compare(ours, theirs, q, k, v, need_weights=True, average=True, **masks):
 
 
 # every mask a kind of attention can take: the causal hint needs a square mask, so self-attention alone has it
-KINDS_AND_MASKS = [(kind, mask) for kind in ("self", "key-value", "cross")
-                   for mask in mask_kinds(T, T if kind == "self" else S)]
+KINDS_AND_MASKS = [
+    (kind, mask) for kind in ("self", "key-value", "cross") for mask in mask_kinds(T, T if kind == "self" else S)
+]
 
 
 @pytest.mark.parametrize("batch_first", [False, True])
@@ -113,9 +120,16 @@ def test_equals_nn_multihead_attention_float64_T128(batch_first, kind, mask):
         theirs.zero_grad()
 
 
-@pytest.mark.parametrize("kw", [{"add_bias_kv": True}, {"add_zero_attn": True},
-                                {"add_bias_kv": True, "add_zero_attn": True}, {"bias": False},
-                                {"kdim": 5, "vdim": 7}])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"add_bias_kv": True},
+        {"add_zero_attn": True},
+        {"add_bias_kv": True, "add_zero_attn": True},
+        {"bias": False},
+        {"kdim": 5, "vdim": 7},
+    ],
+)
 def test_options_equal_torch(kw):
     ours, theirs = pair(**kw)
     kind = "cross" if "kdim" in kw else "self"
@@ -132,8 +146,9 @@ def test_unbatched_input_and_per_head_weights():
     g = torch.Generator().manual_seed(2)
     x, mem = torch.randn(7, E, generator=g, dtype=F64), torch.randn(9, E, generator=g, dtype=F64)
     kpm = torch.tensor([False] * 6 + [True] * 3)
-    compare(ours, theirs, x, mem, mem, average=False, key_padding_mask=kpm,
-            attn_mask=torch.rand(H, 7, 9, generator=g) > 0.8)
+    compare(
+        ours, theirs, x, mem, mem, average=False, key_padding_mask=kpm, attn_mask=torch.rand(H, 7, 9, generator=g) > 0.8
+    )
 
 
 def test_a_fully_masked_row_gives_what_torch_gives():
@@ -166,9 +181,16 @@ def test_same_weights_under_one_seed_and_conversion():
         assert all(torch.equal(back.state_dict()[key], sd_t[key]) for key in sd_t)
 
 
-@pytest.mark.parametrize("kw", [{}, {"need_weights": False}, {"average_attn_weights": False},
-                                {"attn_mask": torch.tensor([[False, True, False, False]] * 3)},
-                                {"key_padding_mask": torch.tensor([[False, False, True, False]] * 2)}])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},
+        {"need_weights": False},
+        {"average_attn_weights": False},
+        {"attn_mask": torch.tensor([[False, True, False, False]] * 3)},
+        {"key_padding_mask": torch.tensor([[False, False, True, False]] * 2)},
+    ],
+)
 def test_gradcheck_central_differences_and_autograd(kw):
     torch.manual_seed(0)
     layer = MultiheadAttention(6, 2, add_bias_kv=True, dtype=F64)
@@ -198,25 +220,37 @@ def test_bad_input_is_named():
         MultiheadAttention(10, 3)
     mha = MultiheadAttention(8, 2)
     x = torch.randn(5, 2, 8)
-    with pytest.raises(ValueError, match=r"expected query \(L, N, E\) with E=8.*got query \(5, 2, 8\), key "
-                                         r"\(5, 3, 8\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"expected query \(L, N, E\) with E=8.*got query \(5, 2, 8\), key "
+        r"\(5, 3, 8\)",
+    ):
         mha(x, torch.randn(5, 3, 8), torch.randn(5, 3, 8))
     with pytest.raises(ValueError, match=r"got query \(5, 2, 7\)"):
         mha(torch.randn(5, 2, 7), x, x)
-    with pytest.raises(ValueError, match=r"key_padding_mask must have shape \(N, S\) = \(2, 5\) \(batch, source "
-                                         r"length\), got \(5, 2\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"key_padding_mask must have shape \(N, S\) = \(2, 5\) \(batch, source "
+        r"length\), got \(5, 2\)",
+    ):
         mha(x, x, x, key_padding_mask=torch.zeros(5, 2, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"attn_mask must have shape \(5, 5\) or \(4, 5, 5\), got \(2, 5, 5\)"):
         mha(x, x, x, attn_mask=torch.zeros(2, 5, 5, dtype=torch.bool))
-    with pytest.raises(ValueError, match=r"attn_mask must be boolean \(True = may NOT attend\) or of the query's "
-                                         r"dtype torch.float32 \(added to the scores\), got torch.int64"):
+    with pytest.raises(
+        ValueError,
+        match=r"attn_mask must be boolean \(True = may NOT attend\) or of the query's "
+        r"dtype torch.float32 \(added to the scores\), got torch.int64",
+    ):
         mha(x, x, x, attn_mask=torch.zeros(5, 5, dtype=torch.long))
     with pytest.raises(RuntimeError, match="is_causal=True is a hint that attn_mask is the causal mask: pass the mask"):
         mha(x, x, x, is_causal=True)
     with pytest.raises(ValueError, match="all 3-D \\(batched\\) or all 2-D \\(unbatched\\)"):
         mha(x, x[0], x)
-    with pytest.raises(ValueError, match=r"dropout \(the probability of dropping an attention weight\) must be a "
-                                         r"probability in"):
+    with pytest.raises(
+        ValueError,
+        match=r"dropout \(the probability of dropping an attention weight\) must be a "
+        r"probability in",
+    ):
         MultiheadAttention(8, 2, dropout=2.0)
     out, _ = mha(x, x, x)
     with pytest.raises(ValueError, match=r"dout has shape \(5, 2, 7\) but the forward output had shape \(5, 2, 8\)"):
@@ -240,8 +274,11 @@ def test_self_attention_adds_its_packed_weight_gradient_into_the_same_grad_tenso
     assert (mha.in_proj_weight.grad - 2 * first).abs().max() < 1e-12
 
 
-@pytest.mark.parametrize("kw,inputs", [({}, "self"), ({}, "separate"), ({"kdim": 3, "vdim": 5}, "separate")],
-                         ids=["packed-self", "packed-separate", "separate-weights"])
+@pytest.mark.parametrize(
+    "kw,inputs",
+    [({}, "self"), ({}, "separate"), ({"kdim": 3, "vdim": 5}, "separate")],
+    ids=["packed-self", "packed-separate", "separate-weights"],
+)
 def test_backward_input_without_the_input_gradient_makes_no_input_products(kw, inputs):
     """B with need_input_grad=False returns None and skips the three d @ W products for the inputs; W then gives the
     weight gradients of a full backward, bit for bit."""

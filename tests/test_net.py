@@ -1,4 +1,5 @@
 """Net against its nn.Module twin PytorchNet; state_dict; accumulation; Net-level errors."""
+
 import pytest
 import torch
 
@@ -11,8 +12,11 @@ SMALL = dict(hidden_size=32, num_classes=10, in_features=784, depth=3)
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-10), (torch.float32, 1e-5)])
-@pytest.mark.parametrize("arch", [SMALL, dict(hidden_size=1024), dict(hidden_size=16, depth=1, in_features=20, num_classes=3)],
-                         ids=["small", "default", "depth1"])
+@pytest.mark.parametrize(
+    "arch",
+    [SMALL, dict(hidden_size=1024), dict(hidden_size=16, depth=1, in_features=20, num_classes=3)],
+    ids=["small", "default", "depth1"],
+)
 def test_net_matches_pytorchnet(dtype, tol, arch):
     net, twin = twin_pair(dtype, **arch)
     n, d = 64, arch.get("in_features", 784)
@@ -118,7 +122,12 @@ def test_backward_without_input_grad():
 
 def test_net_from_explicit_layers_and_names():
     net = Net(layers=[Linear(4, 3), Tanh(), Linear(3, 2)])
-    assert [n for n, _ in net.named_parameters()] == ["layers.0.weight", "layers.0.bias", "layers.2.weight", "layers.2.bias"]
+    assert [n for n, _ in net.named_parameters()] == [
+        "layers.0.weight",
+        "layers.0.bias",
+        "layers.2.weight",
+        "layers.2.bias",
+    ]
     assert net(torch.randn(5, 4)).shape == (5, 2)
     assert len(net.parameters()) == 4
     assert net.eval() is net and not net.training and net.train().training
@@ -137,15 +146,24 @@ def test_default_architecture():
     net = Net()
     shapes = [tuple(p.shape) for p in net.parameters()]
     assert shapes == [(1024, 784), (1024,), (1024, 1024), (1024,), (1024, 1024), (1024,), (10, 1024), (10,)]
-    written_out = torch.nn.Sequential(torch.nn.Linear(784, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
-                                      torch.nn.ReLU(), torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
-                                      torch.nn.Linear(1024, 10))
-    assert {f"layers.{k}": tuple(v.shape) for k, v in written_out.state_dict().items()} == \
-        {k: tuple(v.shape) for k, v in net.state_dict().items()} == \
-        {k: tuple(v.shape) for k, v in PytorchNet().state_dict().items()}
+    written_out = torch.nn.Sequential(
+        torch.nn.Linear(784, 1024),
+        torch.nn.ReLU(),
+        torch.nn.Linear(1024, 1024),
+        torch.nn.ReLU(),
+        torch.nn.Linear(1024, 1024),
+        torch.nn.ReLU(),
+        torch.nn.Linear(1024, 10),
+    )
+    assert (
+        {f"layers.{k}": tuple(v.shape) for k, v in written_out.state_dict().items()}
+        == {k: tuple(v.shape) for k, v in net.state_dict().items()}
+        == {k: tuple(v.shape) for k, v in PytorchNet().state_dict().items()}
+    )
 
 
 # -- bad input -----------------------------------------------------------------------------------------
+
 
 def test_net_errors():
     net = Net(**SMALL)

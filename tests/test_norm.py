@@ -1,6 +1,7 @@
 """BatchNorm1d/2d and LayerNorm: gradient checks, torch.nn parity over several steps (running statistics,
 momentum=None, eval mode), conversion with buffers, the textbook batch norm, mixed precision, bad input, and no
 dx computed where none is asked for."""
+
 import contextlib
 
 import pytest
@@ -22,9 +23,16 @@ BN_CONFIGS = [  # (our class, torch's class, input shape)
     (BatchNorm2d, nn.BatchNorm2d, (3, 4, 3, 5)),
     (BatchNorm2d, nn.BatchNorm2d, (1, 4, 2, 3)),
 ]
-BN_OPTIONS = [{}, {"momentum": None}, {"momentum": 0.6, "eps": 1e-3}, {"affine": False},
-              {"track_running_stats": False}, {"affine": False, "track_running_stats": False},
-              {"bias": False}, {"bias": False, "track_running_stats": False}]  # torch 2.x: a weight, no bias
+BN_OPTIONS = [
+    {},
+    {"momentum": None},
+    {"momentum": 0.6, "eps": 1e-3},
+    {"affine": False},
+    {"track_running_stats": False},
+    {"affine": False, "track_running_stats": False},
+    {"bias": False},
+    {"bias": False, "track_running_stats": False},
+]  # torch 2.x: a weight, no bias
 
 
 def ids(configs):
@@ -107,7 +115,7 @@ def _step_by_step(x, gamma, beta, eps):
     (CS231n's batchnorm_forward), for autograd to differentiate node by node."""
     mu = x.sum(0) / x.shape[0]  # step 1: mean
     xmu = x - mu  # step 2: centre
-    var = (xmu ** 2).sum(0) / x.shape[0]  # steps 3-4: the biased variance
+    var = (xmu**2).sum(0) / x.shape[0]  # steps 3-4: the biased variance
     ivar = 1.0 / torch.sqrt(var + eps)  # steps 5-6
     return gamma * (xmu * ivar) + beta  # steps 7-9: normalise, scale, shift
 
@@ -122,7 +130,7 @@ def test_compact_backward_equals_the_step_by_step_graph(textbook):
     leaves = [t.detach().clone().requires_grad_() for t in (x, bn.weight, bn.bias)]
     out = _step_by_step(*leaves, bn.eps)
     dx, dgamma, dbeta = torch.autograd.grad(out, leaves, dout)
-    with (kernels.disabled() if textbook else contextlib.nullcontext()):
+    with kernels.disabled() if textbook else contextlib.nullcontext():
         assert rel(bn(x), out.detach()) < 1e-13
         assert rel(bn.backward(dout), dx) < 1e-12
     assert rel(bn.weight.grad, dgamma) < 1e-13 and rel(bn.bias.grad, dbeta) < 1e-13
@@ -133,7 +141,7 @@ def test_compact_backward_equals_the_step_by_step_graph(textbook):
     leaves = [t.detach().clone().requires_grad_() for t in (rows(x4), bn2.weight, bn2.bias)]
     out = _step_by_step(*leaves, bn2.eps)
     dx = torch.autograd.grad(out, leaves[0], rows(d4))[0]
-    with (kernels.disabled() if textbook else contextlib.nullcontext()):
+    with kernels.disabled() if textbook else contextlib.nullcontext():
         assert rel(rows(bn2(x4)), out.detach()) < 1e-13 and rel(rows(bn2.backward(d4)), dx) < 1e-12
 
 
@@ -158,8 +166,12 @@ def test_batchnorm_from_torch_to_torch_round_trip_with_buffers(opts):
     theirs.eval()
     ours = from_torch(theirs)
     assert isinstance(ours, BatchNorm2d) and not ours.training
-    assert (ours.momentum, ours.eps, ours.affine, ours.track_running_stats) == \
-        (theirs.momentum, theirs.eps, theirs.affine, theirs.track_running_stats)
+    assert (ours.momentum, ours.eps, ours.affine, ours.track_running_stats) == (
+        theirs.momentum,
+        theirs.eps,
+        theirs.affine,
+        theirs.track_running_stats,
+    )
     back = ours.to_torch()
     assert type(back) is nn.BatchNorm2d and not back.training
     for a, b, c in [(theirs.state_dict(), ours.state_dict(), back.state_dict())]:
@@ -223,8 +235,9 @@ def test_batchnorm_half_input_keeps_float32_statistics(low):
     assert out.dtype == low and dx.dtype == low and ours.running_mean.dtype == torch.float32
     assert ours.weight.grad.dtype == torch.float32
     x32 = x.float()
-    exact = (x32 - x32.mean((0, 2, 3), keepdim=True)) / torch.sqrt(x32.var((0, 2, 3), unbiased=False,
-                                                                             keepdim=True) + 1e-5)
+    exact = (x32 - x32.mean((0, 2, 3), keepdim=True)) / torch.sqrt(
+        x32.var((0, 2, 3), unbiased=False, keepdim=True) + 1e-5
+    )
     exact = exact * ours.weight.view(1, 4, 1, 1) + ours.bias.view(1, 4, 1, 1)
     assert rel(out.float(), exact) < 1e-2 and rel(out.float(), out_t.float().detach()) < 1e-2
     assert rel(dx.float(), xr.grad.float()) < 3e-2
@@ -260,20 +273,27 @@ def test_batchnorm_bad_input_and_arguments():
     bn.backward(torch.randn_like(x))
     with pytest.raises(RuntimeError, match="backward called before forward"):
         bn.backward(torch.randn_like(x))
-    for kwargs, match in [({"num_features": 0}, "num_features must be an int >= 1, got 0"),
-                          ({"num_features": 3, "momentum": 1.5},
-                           r"momentum must be a finite number in \[0.0, 1.0\], got 1.5"),
-                          ({"num_features": 3, "eps": -1}, r"eps must be a finite number in \[0.0, inf\], got -1"),
-                          ({"num_features": 3, "affine": 1}, "affine must be a bool, got 1"),
-                          ({"num_features": 3, "dtype": torch.int32}, "dtype must be floating point")]:
+    for kwargs, match in [
+        ({"num_features": 0}, "num_features must be an int >= 1, got 0"),
+        ({"num_features": 3, "momentum": 1.5}, r"momentum must be a finite number in \[0.0, 1.0\], got 1.5"),
+        ({"num_features": 3, "eps": -1}, r"eps must be a finite number in \[0.0, inf\], got -1"),
+        ({"num_features": 3, "affine": 1}, "affine must be a bool, got 1"),
+        ({"num_features": 3, "dtype": torch.int32}, "dtype must be floating point"),
+    ]:
         with pytest.raises(ValueError, match=match):
             BatchNorm2d(**kwargs)
 
 
 # -- LayerNorm --------------------------------------------------------------------------------------
 
-LN_CONFIGS = [(6, (4, 6), {}), (5, (1, 5), {}), ((3, 4), (2, 3, 4), {}), ([4], (2, 3, 4), {"bias": False}),
-              (4, (3, 4), {"elementwise_affine": False}), ((2, 3, 2), (2, 2, 3, 2), {"eps": 1e-2})]
+LN_CONFIGS = [
+    (6, (4, 6), {}),
+    (5, (1, 5), {}),
+    ((3, 4), (2, 3, 4), {}),
+    ([4], (2, 3, 4), {"bias": False}),
+    (4, (3, 4), {"elementwise_affine": False}),
+    ((2, 3, 2), (2, 2, 3, 2), {"eps": 1e-2}),
+]
 
 
 @pytest.mark.parametrize("ns,shape,opts", LN_CONFIGS, ids=str)
@@ -335,8 +355,10 @@ def test_layernorm_bfloat16_input_float32_params():
 @pytest.mark.cuda
 def test_norm_layers_on_cuda_equal_cpu():
     torch.manual_seed(10)
-    for make, shape in ((lambda: nontrivial(BatchNorm2d(3, momentum=None, dtype=f64)), (4, 3, 5, 5)),
-                        (lambda: nontrivial(LayerNorm(5, dtype=f64)), (4, 3, 5))):
+    for make, shape in (
+        (lambda: nontrivial(BatchNorm2d(3, momentum=None, dtype=f64)), (4, 3, 5, 5)),
+        (lambda: nontrivial(LayerNorm(5, dtype=f64)), (4, 3, 5)),
+    ):
         cpu = make()
         gpu = make()
         gpu.load_state_dict(cpu.state_dict())
@@ -348,9 +370,15 @@ def test_norm_layers_on_cuda_equal_cpu():
             assert torch.allclose(a, b.cpu(), rtol=1e-12), n
 
 
-@pytest.mark.parametrize("cls,cls_t,shape", [(BatchNorm1d, nn.BatchNorm1d, (0, 3)),
-                                             (BatchNorm1d, nn.BatchNorm1d, (0, 3, 4)),
-                                             (BatchNorm2d, nn.BatchNorm2d, (0, 3, 2, 2))], ids=str)
+@pytest.mark.parametrize(
+    "cls,cls_t,shape",
+    [
+        (BatchNorm1d, nn.BatchNorm1d, (0, 3)),
+        (BatchNorm1d, nn.BatchNorm1d, (0, 3, 4)),
+        (BatchNorm2d, nn.BatchNorm2d, (0, 3, 2, 2)),
+    ],
+    ids=str,
+)
 @pytest.mark.parametrize("opts", [{}, {"momentum": None}, {"track_running_stats": False}, {"bias": False}], ids=str)
 def test_batchnorm_empty_batch_as_torch(cls, cls_t, shape, opts):
     """An empty batch in training mode: torch returns an empty output, counts the batch in num_batches_tracked,
@@ -381,8 +409,11 @@ def test_batchnorm_empty_batch_as_torch(cls, cls_t, shape, opts):
 
 
 def test_batchnorm_one_value_per_channel_is_still_refused():
-    with pytest.raises(ValueError, match=r"expected more than 1 value per channel when training, got input of "
-                                         r"shape \(1, 3\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"expected more than 1 value per channel when training, got input of "
+        r"shape \(1, 3\)",
+    ):
         BatchNorm1d(3)(torch.randn(1, 3))
 
 
@@ -402,8 +433,11 @@ def test_layernorm_refuses_an_input_changed_in_place_before_backward():
     x = torch.randn(3, 4, dtype=f64)
     ln(x)
     x.add_(1.0)
-    with pytest.raises(RuntimeError, match=r"LayerNorm\(.*\): its input x was modified in place after the forward, "
-                                           r"before backward"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"LayerNorm\(.*\): its input x was modified in place after the forward, "
+        r"before backward",
+    ):
         ln.backward(torch.ones(3, 4, dtype=f64))
 
 
@@ -452,8 +486,12 @@ def test_batchnorm_without_input_grad_gives_the_same_grads_and_computes_no_dx(cl
         layer(x)
         with _FullSize(shape) as made:
             dx = layer.backward(dout, need_input_grad=need)
-        runs[need] = (dx, [None if p.grad is None else p.grad.clone() for p in layer.parameters()], made.ops,
-                      len(reduced))
+        runs[need] = (
+            dx,
+            [None if p.grad is None else p.grad.clone() for p in layer.parameters()],
+            made.ops,
+            len(reduced),
+        )
         reduced.clear()
     (dx, with_dx, ops_dx, reduced_dx), (none, without_dx, ops, reduced_none) = runs[True], runs[False]
     assert none is None and isinstance(dx, torch.Tensor) and dx.shape == x.shape
@@ -470,6 +508,7 @@ def test_a_twin_under_a_torch_whose_batch_norm_takes_no_bias(monkeypatch):
     """Before torch gave BatchNorm a ``bias`` argument its BatchNorm always had one: to_torch leaves the argument
     out where it is True, and refuses by name where it is False (no such twin exists there)."""
     import layers.layer as layer_module
+
     takes = layer_module._torch_takes
     monkeypatch.setattr(layer_module, "_torch_takes", lambda cls, name: name != "bias" and takes(cls, name))
     ours = nontrivial(BatchNorm2d(3, dtype=f64))

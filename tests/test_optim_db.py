@@ -27,6 +27,7 @@ capturable inputs under a float64 default, where its counters are float64 too.  
 dependency; where it is not installed a stand-in module (its TestCase is unittest's, all that the import needs)
 is registered before the import.  Without torch's testing package the module is skipped, saying so.
 """
+
 import importlib
 import sys
 import types
@@ -52,8 +53,10 @@ def _optim_db_inputs():
         stand_in.TestCase = unittest.TestCase
         sys.modules["expecttest"] = stand_in
     try:
-        from torch.testing._internal.common_optimizers import (_get_optim_inputs_including_global_cliquey_kwargs,
-                                                               optim_db)
+        from torch.testing._internal.common_optimizers import (
+            _get_optim_inputs_including_global_cliquey_kwargs,
+            optim_db,
+        )
     except Exception as e:  # noqa: BLE001 -- any failure to import torch's test internals means: nothing to run
         return [], f"torch.testing._internal.common_optimizers cannot be imported: {type(e).__name__}: {e}"
     cases = []
@@ -122,8 +125,11 @@ def test_optim_db_input_matches_torch_optim(name, desc, kwargs, monkeypatch):
         torch.set_default_dtype(torch.float64)
     try:
         ref, ref_p = run(getattr(torch.optim, name), kwargs)
-        vec, vec_p = (ref, ref_p) if kwargs.get("foreach") is True else \
-            run(getattr(torch.optim, name), {**kwargs, "foreach": True})
+        vec, vec_p = (
+            (ref, ref_p)
+            if kwargs.get("foreach") is True
+            else run(getattr(torch.optim, name), {**kwargs, "foreach": True})
+        )
     finally:
         torch.set_default_dtype(old_default)
 

@@ -10,6 +10,7 @@
   written since its last check; another optimizer's state, or a state of the wrong shape, refused at load.
 * One clear line for an integer parameter, a dict or a set of parameters, and a norm_type that is not a number.
 """
+
 import copy
 import json
 import types
@@ -28,6 +29,7 @@ SHAPES = [(7, 5), (5,), (3, 4, 2)]
 
 
 # -- complex parameters ----------------------------------------------------------------------------------
+
 
 def complex_params(seed=0):
     g = torch.Generator().manual_seed(seed)
@@ -82,12 +84,14 @@ def test_complex_parameters_are_updated_as_torch_optim_updates_them(name, kw):
     assert_same_state(ours, ref, ours_p, ref_p)
 
 
-@pytest.mark.parametrize("name,kw", [c for c in COMPLEX_CASES if c[0] != "SGD"],
-                         ids=[i for i, c in zip(IDS, COMPLEX_CASES) if c[0] != "SGD"])
+@pytest.mark.parametrize(
+    "name,kw", [c for c in COMPLEX_CASES if c[0] != "SGD"], ids=[i for i, c in zip(IDS, COMPLEX_CASES) if c[0] != "SGD"]
+)
 def test_complex_and_real_parameters_in_one_group(name, kw):
     def mixed():
         c = complex_params()
         return [c[0], torch.view_as_real(c[1]).clone(), c[2]]  # a float64 parameter between complex ones
+
     ours_p, ref_p = mixed(), mixed()
     ours = run_complex(getattr(hg, name), kw, ours_p)
     ref = run_complex(getattr(torch.optim, name), kw, ref_p)
@@ -96,14 +100,16 @@ def test_complex_and_real_parameters_in_one_group(name, kw):
 
 def test_complex_parameters_in_one_block_take_the_flat_path_and_equal_torch():
     """Complex parameters that tile one block (kernels/optimizers.py) are updated as one block, viewed as real."""
+
     def blocked():
         block = torch.cat([p.reshape(-1) for p in complex_params()])
         params, at = [], 0
         for s in SHAPES:
             n = torch.Size(s).numel()
-            params.append(block[at:at + n].view(s))
+            params.append(block[at : at + n].view(s))
             at += n
         return block, params
+
     (block, ours_p), ref_p = blocked(), complex_params()
     grad_block = torch.zeros_like(block)
     ours = hg.Adam(ours_p, lr=0.01, amsgrad=True)
@@ -113,8 +119,8 @@ def test_complex_parameters_in_one_block_take_the_flat_path_and_equal_torch():
         at = 0
         for p, r in zip(ours_p, ref_p):  # the same gradients, written into one block of gradients
             n = r.numel()
-            grad_block[at:at + n].copy_(r.grad.reshape(-1))
-            p.grad = grad_block[at:at + n].view(r.shape)
+            grad_block[at : at + n].copy_(r.grad.reshape(-1))
+            p.grad = grad_block[at : at + n].view(r.shape)
             at += n
         ours.step()
         ref.step()
@@ -123,8 +129,10 @@ def test_complex_parameters_in_one_block_take_the_flat_path_and_equal_torch():
         assert rel(a, b) < 1e-10, f"param {i}: {rel(a, b):.3e}"
 
 
-@pytest.mark.parametrize("name,kw", [("Adam", dict(lr=0.01, amsgrad=True)), ("RMSprop", dict(centered=True)),
-                                     ("Adagrad", dict(lr_decay=0.01))])
+@pytest.mark.parametrize(
+    "name,kw",
+    [("Adam", dict(lr=0.01, amsgrad=True)), ("RMSprop", dict(centered=True)), ("Adagrad", dict(lr_decay=0.01))],
+)
 def test_complex_state_round_trips_with_torch_optim(name, kw):
     ours_p, ref_p = complex_params(), complex_params()
     ours = run_complex(getattr(hg, name), kw, ours_p, steps=10)
@@ -132,7 +140,7 @@ def test_complex_state_round_trips_with_torch_optim(name, kw):
     a_p, b_p = [p.clone() for p in ours_p], [p.clone() for p in ref_p]
     a = getattr(torch.optim, name)(a_p, **kw)  # ours -> torch
     a.load_state_dict(copy.deepcopy(ours.state_dict()))
-    b = getattr(hg, name)(b_p, **kw)            # torch -> ours
+    b = getattr(hg, name)(b_p, **kw)  # torch -> ours
     b.load_state_dict(copy.deepcopy(ref.state_dict()))
     for t in range(10, 20):
         for opt, params in ((ours, ours_p), (ref, ref_p), (a, a_p), (b, b_p)):
@@ -144,6 +152,7 @@ def test_complex_state_round_trips_with_torch_optim(name, kw):
 
 
 # -- capturable Adam: float64 counters for float64 parameters ----------------------------------------------
+
 
 @pytest.fixture
 def float32_default():
@@ -219,12 +228,38 @@ def test_float64_cuda_graph_run_ends_as_close_to_its_twin_as_the_eager_run(tiny,
     """train.py --dtype float64 --cuda-graph (on the CPU: the capturable step, eagerly) ended 1.4e-7 from its
     twin (torch.optim's default Adam) and called it float64 rounding; now it ends at rounding (2.8e-17 measured)."""
     import train
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the tiny data set is not the official one
-        assert train.main([str(a) for a in ("--data-dir", tiny, "--out", tmp_path / "g", "--epochs", "1",
-                                            "--dtype", "float64", "--optimizer", "adam", "--cuda-graph",
-                                            "--hidden", "16", "--depth", "2", "--batch-size", "32",
-                                            "--no-download", "--no-plots")]) == 0
+        assert (
+            train.main(
+                [
+                    str(a)
+                    for a in (
+                        "--data-dir",
+                        tiny,
+                        "--out",
+                        tmp_path / "g",
+                        "--epochs",
+                        "1",
+                        "--dtype",
+                        "float64",
+                        "--optimizer",
+                        "adam",
+                        "--cuda-graph",
+                        "--hidden",
+                        "16",
+                        "--depth",
+                        "2",
+                        "--batch-size",
+                        "32",
+                        "--no-download",
+                        "--no-plots",
+                    )
+                ]
+            )
+            == 0
+        )
     summary = json.loads((tmp_path / "g" / "summary.json").read_text())
     assert summary["max_param_abs_diff"] < 1e-14
     line = next(x for x in capsys.readouterr().out.splitlines() if "agreeing means: the first step agreed" in x)
@@ -233,9 +268,11 @@ def test_float64_cuda_graph_run_ends_as_close_to_its_twin_as_the_eager_run(tiny,
 
 def agreement_line(dtype, step1_weights):
     from training.drift import agreement
+
     run = types.SimpleNamespace(dtype=dtype, is_mixed=False, plots=False, torch_dtype=getattr(torch, dtype))
-    records = [{"type": "drift", "epoch": 1, "step": 1, "max_grad_rel_diff": 2.4e-16,
-                "max_param_abs_diff": step1_weights}]
+    records = [
+        {"type": "drift", "epoch": 1, "step": 1, "max_grad_rel_diff": 2.4e-16, "max_param_abs_diff": step1_weights}
+    ]
     return agreement(run, records)
 
 
@@ -331,15 +368,24 @@ def trained(opt_cls, params, steps=3, **kw):
     return opt
 
 
-@pytest.mark.parametrize("source,target,match", [
-    (torch.optim.SGD, hg.Adam, "this state was saved by SGD, not by Adam: its param_groups.0. has no 'betas', 'eps'"),
-    (hg.RMSprop, hg.Adam, "this state was saved by RMSprop, not by Adam"),
-    (torch.optim.Adagrad, hg.RMSprop, "this state was saved by Adagrad, not by RMSprop"),
-    (hg.Adam, hg.SGD, "this state was saved by Adam or AdamW, not by SGD"),
-    (torch.optim.Adadelta, hg.Adam, "this state was saved by another optimizer type, not by Adam"),
-])
+@pytest.mark.parametrize(
+    "source,target,match",
+    [
+        (
+            torch.optim.SGD,
+            hg.Adam,
+            "this state was saved by SGD, not by Adam: its param_groups.0. has no 'betas', 'eps'",
+        ),
+        (hg.RMSprop, hg.Adam, "this state was saved by RMSprop, not by Adam"),
+        (torch.optim.Adagrad, hg.RMSprop, "this state was saved by Adagrad, not by RMSprop"),
+        (hg.Adam, hg.SGD, "this state was saved by Adam or AdamW, not by SGD"),
+        (torch.optim.Adadelta, hg.Adam, "this state was saved by another optimizer type, not by Adam"),
+    ],
+)
 def test_another_optimizer_s_state_is_refused_at_load(source, target, match):
-    sd = trained(source, make_params(), lr=0.01, **({"momentum": 0.9} if source is torch.optim.SGD else {})).state_dict()
+    sd = trained(
+        source, make_params(), lr=0.01, **({"momentum": 0.9} if source is torch.optim.SGD else {})
+    ).state_dict()
     params = make_params()
     opt = trained(target, params, lr=0.01)
     state_before = copy.deepcopy(opt.state_dict())
@@ -358,8 +404,11 @@ def test_adamw_state_loads_into_adam_as_torch_s_does():
 def test_a_state_of_another_shape_is_refused_at_load_naming_the_parameter_and_both_shapes():
     sd = trained(hg.Adam, [torch.randn(3, 4, dtype=torch.float64), torch.randn(5, dtype=torch.float64)]).state_dict()
     params = [torch.randn(4, 3, dtype=torch.float64), torch.randn(5, dtype=torch.float64)]
-    with pytest.raises(ValueError, match=r"Adam.load_state_dict: parameter 0 \(param_groups\[0\]\['params'\]\[0\]\) "
-                                         r"has shape \(4, 3\) but its saved 'exp_avg' has shape \(3, 4\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"Adam.load_state_dict: parameter 0 \(param_groups\[0\]\['params'\]\[0\]\) "
+        r"has shape \(4, 3\) but its saved 'exp_avg' has shape \(3, 4\)",
+    ):
         hg.Adam(params).load_state_dict(sd)
     with pytest.raises(ValueError, match=r"param_groups\[0\] holds 2 parameters in the state, 1 here"):
         hg.Adam(params[:1]).load_state_dict(sd)
@@ -391,18 +440,25 @@ def test_a_state_saved_before_a_switch_existed_loads_with_it_off():
 
 # -- clear refusals -------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["SGD", "RMSprop", "Adam", "AdamW", "Adagrad"])
 @pytest.mark.parametrize("dtype", [torch.int64, torch.bool])
 def test_an_integer_parameter_is_refused_when_added(name, dtype):
-    with pytest.raises(TypeError, match=rf"{name}: param_groups\[0\]: parameter 1 \(shape \(2,\)\) has dtype "
-                                        rf"{dtype}: an optimizer updates floating-point or complex tensors"):
+    with pytest.raises(
+        TypeError,
+        match=rf"{name}: param_groups\[0\]: parameter 1 \(shape \(2,\)\) has dtype "
+        rf"{dtype}: an optimizer updates floating-point or complex tensors",
+    ):
         getattr(hg, name)([make_params()[0], torch.zeros(2, dtype=dtype)])
 
 
 def test_a_dict_of_parameters_is_refused_and_its_items_are_named_parameters_as_torch_takes_them():
     p = torch.randn(3, dtype=torch.float64)
-    with pytest.raises(TypeError, match=r"Adam: params is a dict \(keys 'a'\), whose iteration gives its keys; .*"
-                                        r"\.items\(\)"):
+    with pytest.raises(
+        TypeError,
+        match=r"Adam: params is a dict \(keys 'a'\), whose iteration gives its keys; .*"
+        r"\.items\(\)",
+    ):
         hg.Adam({"a": p})
     with pytest.raises(TypeError, match=r"Adam: param_groups\[0\]: 'params' is a dict"):
         hg.Adam([{"params": {"a": p}}])
@@ -425,8 +481,12 @@ def test_clip_grad_norm_norm_type_that_is_not_a_norm_is_refused_in_one_line():
         p = torch.randn(5, dtype=torch.float64, requires_grad=True)
         p.grad = torch.arange(-2.0, 3.0, dtype=torch.float64)
         return p
-    with pytest.raises(ValueError, match=r"clip_grad_norm_: norm_type must be a number \(2.0 is the Euclidean norm, "
-                                         r"which 'fro' means .*\), got 'fro'"):
+
+    with pytest.raises(
+        ValueError,
+        match=r"clip_grad_norm_: norm_type must be a number \(2.0 is the Euclidean norm, "
+        r"which 'fro' means .*\), got 'fro'",
+    ):
         hg.clip_grad_norm_([grads()], 1.0, norm_type="fro")
     with pytest.raises(ValueError, match="clip_grad_norm_: max_norm must be a number, got 'big'"):
         hg.clip_grad_norm_([grads()], "big")
@@ -435,6 +495,8 @@ def test_clip_grad_norm_norm_type_that_is_not_a_norm_is_refused_in_one_line():
             hg.clip_grad_norm_([grads()], 1.0, norm_type=bad)
     for ok in ("inf", "2", 3):  # as torch's clip takes them
         a, b = grads(), grads()
-        assert rel(hg.clip_grad_norm_([a], 1.0, norm_type=ok), torch.nn.utils.clip_grad_norm_([b], 1.0, norm_type=ok)) \
+        assert (
+            rel(hg.clip_grad_norm_([a], 1.0, norm_type=ok), torch.nn.utils.clip_grad_norm_([b], 1.0, norm_type=ok))
             < 1e-15
+        )
         assert rel(a.grad, b.grad) < 1e-15

@@ -1,4 +1,5 @@
 """Hand-written optimizers against torch.optim: 150 steps, every option, float64, 1e-10 relative."""
+
 import copy
 import itertools
 
@@ -22,17 +23,41 @@ def grid(**axes):
 
 
 CASES = (
-    [("SGD", kw) for kw in grid(lr=[0.05], momentum=[0.0, 0.9], dampening=[0.0, 0.3], nesterov=[False, True],
-                                 weight_decay=[0.0, 0.1], maximize=[False, True])
-     if not (kw["nesterov"] and (kw["momentum"] == 0 or kw["dampening"] != 0))]
-    + [("RMSprop", kw) for kw in grid(lr=[0.01], momentum=[0.0, 0.9], centered=[False, True],
-                                      weight_decay=[0.0, 0.1], maximize=[False, True])]
+    [
+        ("SGD", kw)
+        for kw in grid(
+            lr=[0.05],
+            momentum=[0.0, 0.9],
+            dampening=[0.0, 0.3],
+            nesterov=[False, True],
+            weight_decay=[0.0, 0.1],
+            maximize=[False, True],
+        )
+        if not (kw["nesterov"] and (kw["momentum"] == 0 or kw["dampening"] != 0))
+    ]
+    + [
+        ("RMSprop", kw)
+        for kw in grid(
+            lr=[0.01], momentum=[0.0, 0.9], centered=[False, True], weight_decay=[0.0, 0.1], maximize=[False, True]
+        )
+    ]
     + [("RMSprop", dict(alpha=0.9, eps=1e-3))]
-    + [(name, kw) for name in ("Adam", "AdamW") for kw in grid(lr=[0.01], amsgrad=[False, True],
-                                                              weight_decay=[0.0, 0.1], maximize=[False, True])]
+    + [
+        (name, kw)
+        for name in ("Adam", "AdamW")
+        for kw in grid(lr=[0.01], amsgrad=[False, True], weight_decay=[0.0, 0.1], maximize=[False, True])
+    ]
     + [("Adam", dict(betas=(0.5, 0.9), eps=1e-4))]
-    + [("Adagrad", kw) for kw in grid(lr=[0.1], lr_decay=[0.0, 0.01], weight_decay=[0.0, 0.1],
-                                      initial_accumulator_value=[0.0, 0.2], maximize=[False, True])]
+    + [
+        ("Adagrad", kw)
+        for kw in grid(
+            lr=[0.1],
+            lr_decay=[0.0, 0.01],
+            weight_decay=[0.0, 0.1],
+            initial_accumulator_value=[0.0, 0.2],
+            maximize=[False, True],
+        )
+    ]
 )
 
 
@@ -65,7 +90,9 @@ def run_pair(name, kw, steps=150):
     return ours, ref, ours_p, ref_p
 
 
-@pytest.mark.parametrize("name,kw", CASES, ids=[f"{n}-{'-'.join(f'{k}={v}' for k, v in kw.items())}" for n, kw in CASES])
+@pytest.mark.parametrize(
+    "name,kw", CASES, ids=[f"{n}-{'-'.join(f'{k}={v}' for k, v in kw.items())}" for n, kw in CASES]
+)
 def test_matches_torch_optim_for_150_steps(name, kw):
     ours, ref, ours_p, ref_p = run_pair(name, kw)
     assert_same(ours_p, ref_p)
@@ -94,12 +121,15 @@ def test_grads_are_not_modified_by_step():
 def test_param_groups_with_their_own_lr():
     def build(mod, p):
         return mod.Adam([{"params": p[:1], "lr": 0.1}, {"params": p[1:], "lr": 0.001, "weight_decay": 0.1}], lr=0.5)
+
     ours_p, ref_p = make_params(), make_params()
     ours, ref = build(hg, ours_p), build(torch.optim, ref_p)
     assert [g["lr"] for g in ours.param_groups] == [0.1, 0.001]
     for t in range(50):
-        set_grads(ours_p, t); set_grads(ref_p, t)
-        ours.step(); ref.step()
+        set_grads(ours_p, t)
+        set_grads(ref_p, t)
+        ours.step()
+        ref.step()
     assert_same(ours_p, ref_p)
 
 
@@ -110,8 +140,10 @@ def test_add_param_group():
         if t == 20:
             ours.add_param_group({"params": ours_p[2:], "lr": 0.05})
             ref.add_param_group({"params": ref_p[2:], "lr": 0.05})
-        set_grads(ours_p, t); set_grads(ref_p, t)
-        ours.step(); ref.step()
+        set_grads(ours_p, t)
+        set_grads(ref_p, t)
+        ours.step()
+        ref.step()
     assert_same(ours_p, ref_p)
 
 
@@ -123,10 +155,13 @@ def test_step_lr_scheduler_drives_ours_like_torch(name):
     s_o = torch.optim.lr_scheduler.StepLR(ours, step_size=10, gamma=0.5)
     s_r = torch.optim.lr_scheduler.StepLR(ref, step_size=10, gamma=0.5)
     for t in range(45):
-        set_grads(ours_p, t); set_grads(ref_p, t)
-        ours.step(); ref.step()
-        s_o.step(); s_r.step()
-    assert ours.param_groups[0]["lr"] == ref.param_groups[0]["lr"] == 0.1 * 0.5 ** 4
+        set_grads(ours_p, t)
+        set_grads(ref_p, t)
+        ours.step()
+        ref.step()
+        s_o.step()
+        s_r.step()
+    assert ours.param_groups[0]["lr"] == ref.param_groups[0]["lr"] == 0.1 * 0.5**4
     assert_same(ours_p, ref_p)
 
 
@@ -136,8 +171,16 @@ def _continue(opt, params, start, steps=40):
         opt.step()
 
 
-@pytest.mark.parametrize("name,kw", [("SGD", dict(lr=0.05, momentum=0.9)), ("RMSprop", dict(momentum=0.5, centered=True)),
-                                     ("Adam", dict(amsgrad=True)), ("AdamW", {}), ("Adagrad", dict(lr_decay=0.01))])
+@pytest.mark.parametrize(
+    "name,kw",
+    [
+        ("SGD", dict(lr=0.05, momentum=0.9)),
+        ("RMSprop", dict(momentum=0.5, centered=True)),
+        ("Adam", dict(amsgrad=True)),
+        ("AdamW", {}),
+        ("Adagrad", dict(lr_decay=0.01)),
+    ],
+)
 def test_state_dict_round_trip_and_cross_loading(name, kw):
     """Stop after 30 steps; resume from the state_dict in ours and in torch's, both directions."""
     ours_p, ref_p = make_params(), make_params()
@@ -151,9 +194,11 @@ def test_state_dict_round_trip_and_cross_loading(name, kw):
     _continue(ref, ref_p, 30)
     assert_same(ours_p, ref_p)
 
-    for target_cls, sd, snap in [(getattr(hg, name), sd_ours, snap_ours),            # ours -> ours
-                                 (getattr(hg, name), sd_ref, snap_ref),              # torch -> ours
-                                 (getattr(torch.optim, name), sd_ours, snap_ours)]:  # ours -> torch
+    for target_cls, sd, snap in [
+        (getattr(hg, name), sd_ours, snap_ours),  # ours -> ours
+        (getattr(hg, name), sd_ref, snap_ref),  # torch -> ours
+        (getattr(torch.optim, name), sd_ours, snap_ours),
+    ]:  # ours -> torch
         params = [p.clone() for p in snap]
         opt = target_cls(params, **kw)
         opt.load_state_dict(copy.deepcopy(sd))
@@ -178,13 +223,14 @@ def test_closure_is_called_and_its_loss_returned():
 
     def closure():
         opt.zero_grad()
-        loss = sum((p ** 2).sum() for p in params)
+        loss = sum((p**2).sum() for p in params)
         for p in params:
             p.grad = 2 * p
         return loss
+
     before = [p.clone() for p in params]
     loss = opt.step(closure)
-    assert loss.item() == pytest.approx(sum((b ** 2).sum().item() for b in before))
+    assert loss.item() == pytest.approx(sum((b**2).sum().item() for b in before))
     for p, b in zip(params, before):
         torch.testing.assert_close(p, 0.8 * b)
 
@@ -220,32 +266,35 @@ def test_works_on_nn_module_parameters():
     assert_same(list(m1.parameters()), list(m2.parameters()))
 
 
-@pytest.mark.parametrize("make,match", [
-    (lambda p: hg.SGD(p, lr=-0.1), "SGD: invalid lr -0.1"),
-    (lambda p: hg.SGD(p, lr=0.1, momentum=-0.5), "invalid momentum -0.5"),
-    (lambda p: hg.SGD(p, lr=0.1, nesterov=True), "nesterov=True requires momentum > 0"),
-    (lambda p: hg.SGD(p, lr=0.1, momentum=0.9, dampening=0.1, nesterov=True), "dampening == 0"),
-    (lambda p: hg.Adam(p, betas=(1.0, 0.999)), r"invalid beta1 \(betas\[0\]\) 1.0: must be in \[0.0, 1.0\)"),
-    (lambda p: hg.AdamW(p, betas=(0.9, -0.1)), r"invalid beta2"),
-    (lambda p: hg.Adam(p, betas=0.9), "betas must be a pair"),
-    (lambda p: hg.Adam(p, eps=-1e-8), "invalid eps"),
-    (lambda p: hg.RMSprop(p, weight_decay=-1), "invalid weight_decay"),
-    (lambda p: hg.RMSprop(p, alpha=-0.1), "invalid alpha"),
-    (lambda p: hg.Adagrad(p, lr_decay=-1), "invalid lr_decay"),
-    (lambda p: hg.Adagrad(p, lr="fast"), "lr must be a number, got 'fast'"),
-    (lambda p: hg.Adam(p, lr=float("inf")), "Adam: invalid lr inf: must be finite and >= 0.0"),
-    (lambda p: hg.SGD(p, lr=float("nan")), "SGD: invalid lr nan"),
-    (lambda p: hg.AdamW(p, eps=float("inf")), "AdamW: invalid eps inf"),
-    (lambda p: hg.RMSprop(p, alpha=2), r"RMSprop: invalid alpha 2: must be in \[0.0, 1.0\]"),
-    (lambda p: hg.Adam(p, lr=torch.tensor([1e-3, 1e-3])), r"a tensor lr must hold one floating-point element"),
-    (lambda p: hg.SGD(p, lr=torch.tensor(-0.1)), "SGD: invalid lr -0.1"),
-    (lambda p: hg.Adam(p, lr=torch.tensor(float("inf"))), "Adam: invalid lr inf"),
-    (lambda p: hg.Adam(p, betas=(torch.tensor(0.9), 0.999)), "betas must be both numbers or both tensors"),
-    (lambda p: hg.Adam(p, betas=(torch.tensor(1.0), torch.tensor(0.9))), r"invalid beta1 \(betas\[0\]\) 1.0"),
-    (lambda p: hg.SGD(p, foreach="yes"), "SGD: foreach must be None, True or False, got 'yes'"),
-    (lambda p: hg.RMSprop(p, differentiable=True), "RMSprop: differentiable=True is not supported: .*torch.optim"),
-    (lambda p: hg.Adagrad(p, fused=True), r"Adagrad: fused=True is not supported: .*foreach"),
-])
+@pytest.mark.parametrize(
+    "make,match",
+    [
+        (lambda p: hg.SGD(p, lr=-0.1), "SGD: invalid lr -0.1"),
+        (lambda p: hg.SGD(p, lr=0.1, momentum=-0.5), "invalid momentum -0.5"),
+        (lambda p: hg.SGD(p, lr=0.1, nesterov=True), "nesterov=True requires momentum > 0"),
+        (lambda p: hg.SGD(p, lr=0.1, momentum=0.9, dampening=0.1, nesterov=True), "dampening == 0"),
+        (lambda p: hg.Adam(p, betas=(1.0, 0.999)), r"invalid beta1 \(betas\[0\]\) 1.0: must be in \[0.0, 1.0\)"),
+        (lambda p: hg.AdamW(p, betas=(0.9, -0.1)), r"invalid beta2"),
+        (lambda p: hg.Adam(p, betas=0.9), "betas must be a pair"),
+        (lambda p: hg.Adam(p, eps=-1e-8), "invalid eps"),
+        (lambda p: hg.RMSprop(p, weight_decay=-1), "invalid weight_decay"),
+        (lambda p: hg.RMSprop(p, alpha=-0.1), "invalid alpha"),
+        (lambda p: hg.Adagrad(p, lr_decay=-1), "invalid lr_decay"),
+        (lambda p: hg.Adagrad(p, lr="fast"), "lr must be a number, got 'fast'"),
+        (lambda p: hg.Adam(p, lr=float("inf")), "Adam: invalid lr inf: must be finite and >= 0.0"),
+        (lambda p: hg.SGD(p, lr=float("nan")), "SGD: invalid lr nan"),
+        (lambda p: hg.AdamW(p, eps=float("inf")), "AdamW: invalid eps inf"),
+        (lambda p: hg.RMSprop(p, alpha=2), r"RMSprop: invalid alpha 2: must be in \[0.0, 1.0\]"),
+        (lambda p: hg.Adam(p, lr=torch.tensor([1e-3, 1e-3])), r"a tensor lr must hold one floating-point element"),
+        (lambda p: hg.SGD(p, lr=torch.tensor(-0.1)), "SGD: invalid lr -0.1"),
+        (lambda p: hg.Adam(p, lr=torch.tensor(float("inf"))), "Adam: invalid lr inf"),
+        (lambda p: hg.Adam(p, betas=(torch.tensor(0.9), 0.999)), "betas must be both numbers or both tensors"),
+        (lambda p: hg.Adam(p, betas=(torch.tensor(1.0), torch.tensor(0.9))), r"invalid beta1 \(betas\[0\]\) 1.0"),
+        (lambda p: hg.SGD(p, foreach="yes"), "SGD: foreach must be None, True or False, got 'yes'"),
+        (lambda p: hg.RMSprop(p, differentiable=True), "RMSprop: differentiable=True is not supported: .*torch.optim"),
+        (lambda p: hg.Adagrad(p, fused=True), r"Adagrad: fused=True is not supported: .*foreach"),
+    ],
+)
 def test_invalid_hyper_parameters(make, match):
     with pytest.raises(ValueError, match=match):
         make(make_params())
@@ -295,6 +344,7 @@ def test_get_optimizer():
 
 # -- clipping ------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("norm_type", [2.0, 1.0, 3.0, float("inf")])
 @pytest.mark.parametrize("max_norm", [0.5, 1e6])
 def test_clip_grad_norm_matches_torch(norm_type, max_norm):
@@ -330,6 +380,7 @@ def test_clip_grad_value_matches_torch():
 
 
 # -- end to end ----------------------------------------------------------------------------------------
+
 
 def test_default_net_with_our_adam_equals_twin_with_torch_adam():
     """20 steps of the default Net (hand-written backward + our Adam) vs PytorchNet (autograd + torch Adam)."""

@@ -3,6 +3,7 @@ equal one process in float64: the tensor-parallel GPT on each pair, the batch sp
 gradients averaged over the data-parallel group by ZeRO-1 (reduce-scatter, AdamW on the shard, all-gather): three
 steps' losses and the final weights to 1e-9 relative; a tensor-parallel size that does not divide the world is
 refused by name."""
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -17,6 +18,7 @@ def composed(rank, world):
     from training.parallel.layout import parallel_layout
     from training.parallel.tp_gpt import TensorParallelGPT
     from training.parallel.zero import ZeroOptimizer
+
     with pytest.raises(ValueError, match="--tensor-parallel 3 does not divide the world size 4"):
         parallel_layout(3)
     lay = parallel_layout(2)

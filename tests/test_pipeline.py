@@ -3,6 +3,7 @@ micro-batch, W after its B, in micro-batch order, no deadlock, the unit-cost tim
 formulas -- and the GPT on 2 gloo stages with 4 micro-batches under each schedule equal to one process in float64
 (two AdamW steps' losses and final weights to 1e-9 relative, the tied table's two copies equal), as is the twin,
 torch.distributed.pipelining's ScheduleGPipe and Schedule1F1B."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -11,8 +12,15 @@ from losses import CrossEntropyLoss
 from models.gpt import GPT
 from optimizers import AdamW
 from tests.spawn_ranks import spawn_ranks
-from training.parallel.pipeline_schedules import (SCHEDULES, actions, bubble, bubble_formula, compute_order,
-                                                  render, timeline)
+from training.parallel.pipeline_schedules import (
+    SCHEDULES,
+    actions,
+    bubble,
+    bubble_formula,
+    compute_order,
+    render,
+    timeline,
+)
 
 f64 = torch.float64
 V, M, STEPS = 11, 4, 2
@@ -33,8 +41,10 @@ def test_a_schedule_runs_each_pass_once_in_order_and_its_bubble_is_the_formulas(
         assert sum(op == "recv_act" for op, _ in acts) == (m if s > 0 else 0)
         assert sum(op == "send_grad" for op, _ in acts) == (m if s > 0 else 0)
         if schedule != "gpipe":  # 1F1B's memory bound: at most P - s micro-batches between F and B
-            live = [sum(1 for op, _ in order[:k + 1] if op == "F") - sum(1 for op, _ in order[:k + 1] if op == "B")
-                    for k in range(len(order))]
+            live = [
+                sum(1 for op, _ in order[: k + 1] if op == "F") - sum(1 for op, _ in order[: k + 1] if op == "B")
+                for k in range(len(order))
+            ]
             assert max(live) <= p - s
     if schedule != "zb-h1" or m >= p:  # ZB-H1's formula assumes M >= P
         assert bubble(schedule, p, m) == pytest.approx(bubble_formula(schedule, p, m), abs=1e-12)
@@ -51,8 +61,7 @@ def test_zb_h1_idles_a_third_of_1f1b():
 
 def batches():
     g = torch.Generator().manual_seed(5)
-    return [(torch.randint(0, V, (M, 8), generator=g), torch.randint(0, V, (M, 8), generator=g))
-            for _ in range(STEPS)]
+    return [(torch.randint(0, V, (M, 8), generator=g), torch.randint(0, V, (M, 8), generator=g)) for _ in range(STEPS)]
 
 
 def one_process():
@@ -71,6 +80,7 @@ def one_process():
 def hand_written(rank, world):
     from training.parallel.pipeline_gpt import GPTStage
     from training.parallel.pipeline_runtime import format_trace, run_schedule
+
     out = {}
     for schedule in SCHEDULES:
         torch.manual_seed(0)
@@ -78,8 +88,13 @@ def hand_written(rank, world):
         opt, losses = AdamW(stage.parameters(), lr=1e-2), []
         for x, y in batches():
             stage.zero_grad()
-            mb_losses, trace = run_schedule(stage, schedule, list(x.split(1)) if stage.first else None,
-                                            list(y.split(1)) if stage.last else None, (1, 8, 16))
+            mb_losses, trace = run_schedule(
+                stage,
+                schedule,
+                list(x.split(1)) if stage.first else None,
+                list(y.split(1)) if stage.last else None,
+                (1, 8, 16),
+            )
             stage.tie_gradients(None)
             opt.step()
             losses.append(sum(mb_losses) / M if stage.last else None)
@@ -90,6 +105,7 @@ def hand_written(rank, world):
 
 def twin(rank, world):
     from training.parallel.verify.pipeline_twin import TWIN_SCHEDULES, TwinStage, twin_schedule
+
     out = {}
     for schedule in TWIN_SCHEDULES:
         torch.manual_seed(0)
@@ -103,9 +119,13 @@ def twin(rank, world):
             module.tie_gradients()
             opt.step()
             losses.append(float(sum(mb_losses)) / M if module.last else None)
-        names = {"lm_head.weight": "transformer.wte.weight (the last stage's copy)", "wte.weight":
-                 "transformer.wte.weight", "wpe.weight": "transformer.wpe.weight", "ln_f.weight":
-                 "transformer.ln_f.weight", "ln_f.bias": "transformer.ln_f.bias"}
+        names = {
+            "lm_head.weight": "transformer.wte.weight (the last stage's copy)",
+            "wte.weight": "transformer.wte.weight",
+            "wpe.weight": "transformer.wpe.weight",
+            "ln_f.weight": "transformer.ln_f.weight",
+            "ln_f.bias": "transformer.ln_f.bias",
+        }
         per = CFG["n_layer"] // world
         weights = {}
         for n, p in module.named_parameters():
@@ -146,6 +166,7 @@ def test_the_timeline_png_is_written(tmp_path):
     from PIL import Image
 
     from training.parallel.verify.pipeline_plot import write_timeline_png
+
     path = write_timeline_png(tmp_path / "zb-h1.png", "zb-h1", 4, 8)
     with Image.open(path) as im:
         assert im.format == "PNG" and im.size[0] > im.size[1] > 100

@@ -1,18 +1,39 @@
 """The run's figures (training/plots.py and --monitor's): rendered once here, from a real short run."""
+
 import json
 
 import pytest
 
 import train
 
-MONITOR_PNGS = ("monitor_grad_norm_per_layer.png", "monitor_grad_norm_total.png", "monitor_update_ratio.png",
-                "monitor_grad_histograms.png", "monitor_activations.png")
+MONITOR_PNGS = (
+    "monitor_grad_norm_per_layer.png",
+    "monitor_grad_norm_total.png",
+    "monitor_update_ratio.png",
+    "monitor_grad_histograms.png",
+    "monitor_activations.png",
+)
 
 
 def test_figures_of_a_monitored_run(tiny, tmp_path):
     out, tb = tmp_path / "run", tmp_path / "tb"
-    argv = ["--data-dir", tiny, "--out", out, "--epochs", "2", "--monitor", "--hidden", "16", "--depth", "1",
-            "--log-interval", "2", "--no-download", "--quiet"]
+    argv = [
+        "--data-dir",
+        tiny,
+        "--out",
+        out,
+        "--epochs",
+        "2",
+        "--monitor",
+        "--hidden",
+        "16",
+        "--depth",
+        "1",
+        "--log-interval",
+        "2",
+        "--no-download",
+        "--quiet",
+    ]
     if _has_tensorboard():
         argv += ["--tensorboard", tb]
     assert train.main([str(a) for a in argv]) == 0
@@ -21,14 +42,21 @@ def test_figures_of_a_monitored_run(tiny, tmp_path):
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000, png  # a real picture, not an empty canvas
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     from training.plots import write_plots
+
     assert [p.name for p in write_plots(tmp_path, records)] == ["curves.png"]
     if _has_tensorboard():
         from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
         acc = EventAccumulator(str(tb), size_guidance={"scalars": 0, "histograms": 0}).Reload()
         tags = acc.Tags()
         for impl in ("manual", "torch"):
-            for tag in (f"{impl}/step/train_loss", f"{impl}/epoch/val_acc", f"{impl}/grad_norm/total",
-                        f"{impl}/grad_norm/layers.0.weight", f"{impl}/update_ratio/layers.0.weight"):
+            for tag in (
+                f"{impl}/step/train_loss",
+                f"{impl}/epoch/val_acc",
+                f"{impl}/grad_norm/total",
+                f"{impl}/grad_norm/layers.0.weight",
+                f"{impl}/update_ratio/layers.0.weight",
+            ):
                 assert tag in tags["scalars"], tag
             assert f"{impl}/grad/layers.0.weight" in tags["histograms"]
         mon = [json.loads(line) for line in (out / "monitor_manual.jsonl").read_text().splitlines()]
@@ -48,6 +76,7 @@ def test_axes_of_a_short_run_read_plainly():
     """What a one-epoch run's figures got wrong: an offset label for values that agree to many digits, ticks
     0.96-1.04 around one epoch, log labels like 4.45x10^0 on less than a decade, twins hiding each other."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -78,8 +107,27 @@ def test_axes_of_a_short_run_read_plainly():
 
 def test_the_curves_figure_plots_the_drift_over_steps(tiny, tmp_path):
     out = tmp_path / "run"
-    assert train.main([str(a) for a in ["--data-dir", tiny, "--out", out, "--epochs", "1", "--hidden", "16",
-                                        "--no-download", "--quiet"]]) == 0
+    assert (
+        train.main(
+            [
+                str(a)
+                for a in [
+                    "--data-dir",
+                    tiny,
+                    "--out",
+                    out,
+                    "--epochs",
+                    "1",
+                    "--hidden",
+                    "16",
+                    "--no-download",
+                    "--quiet",
+                ]
+            ]
+        )
+        == 0
+    )
     import matplotlib.image
+
     height, width, _ = matplotlib.image.imread(out / "curves.png").shape
     assert width > 2.5 * height  # three panels: loss, accuracy, and the weight difference over steps

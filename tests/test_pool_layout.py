@@ -1,15 +1,20 @@
 """MaxPool2d may run its forward through ATen's channels-last kernel on CPU: it must give exactly what the
 (N, C, H, W) kernel gives -- the same maxima, the same argmax on ties and NaNs (so the same gradient) -- and
 give the output back in the input's layout."""
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from layers import MaxPool2d, ReLU, Sequential
 
-CONFIGS = [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=3, stride=1, padding=1),
-           dict(kernel_size=(3, 2), stride=(1, 2), padding=(1, 0), dilation=(1, 2)),
-           dict(kernel_size=3, stride=2, ceil_mode=True)]
+CONFIGS = [
+    dict(kernel_size=2),
+    dict(kernel_size=3, stride=2, padding=1),
+    dict(kernel_size=3, stride=1, padding=1),
+    dict(kernel_size=(3, 2), stride=(1, 2), padding=(1, 0), dilation=(1, 2)),
+    dict(kernel_size=3, stride=2, ceil_mode=True),
+]
 
 
 @pytest.mark.parametrize("channels", [9, 5], ids=["through channels-last", "plane kernel (few channels)"])

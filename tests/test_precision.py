@@ -10,6 +10,7 @@
 - training: a bf16 (and an fp16 with the loss scaler) MLP and a small CNN reach the float32 accuracy
   within 0.5 points on a synthetic dataset.
 """
+
 from __future__ import annotations
 
 import functools
@@ -21,8 +22,12 @@ import torch.nn.functional as F
 from layers import BatchNorm1d, BatchNorm2d, Conv2d, Dropout, Flatten, Linear, MaxPool2d, ReLU, Sequential, from_torch
 from losses import CrossEntropyLoss
 from optimizers import SGD, Adam
-from training.precision.loss_scale import (DynamicLossScaler, unscale_check_fused_, unscale_check_reference_,
-                                 update_scale_reference_)
+from training.precision.loss_scale import (
+    DynamicLossScaler,
+    unscale_check_fused_,
+    unscale_check_reference_,
+    update_scale_reference_,
+)
 from training.precision.master import MasterWeights, to_low_precision
 
 HALF = (torch.bfloat16, torch.float16)
@@ -115,9 +120,16 @@ def test_to_low_precision_keeps_batch_norm_float32():
     net = Sequential(Conv2d(1, 4, 3, bias=False), BatchNorm2d(4), ReLU(), Flatten(), Linear(4 * 4 * 4, 3))
     to_low_precision(net, torch.bfloat16)
     dtypes = {name: t.dtype for name, t in list(net.named_parameters()) + list(net.named_buffers())}
-    assert dtypes == {"0.weight": torch.bfloat16, "1.weight": torch.float32, "1.bias": torch.float32,
-                      "1.running_mean": torch.float32, "1.running_var": torch.float32,
-                      "1.num_batches_tracked": torch.long, "4.weight": torch.bfloat16, "4.bias": torch.bfloat16}
+    assert dtypes == {
+        "0.weight": torch.bfloat16,
+        "1.weight": torch.float32,
+        "1.bias": torch.float32,
+        "1.running_mean": torch.float32,
+        "1.running_var": torch.float32,
+        "1.num_batches_tracked": torch.long,
+        "4.weight": torch.bfloat16,
+        "4.bias": torch.bfloat16,
+    }
     out = net(torch.randn(2, 1, 6, 6, dtype=torch.bfloat16))
     assert out.dtype == torch.bfloat16
     with pytest.raises(ValueError, match="float16 or torch.bfloat16"):
@@ -125,6 +137,7 @@ def test_to_low_precision_keeps_batch_norm_float32():
 
 
 # ---------------------------------------------------------------- cross-entropy
+
 
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
@@ -151,7 +164,7 @@ def test_cross_entropy_half_equals_float32_of_upcast_logits(dtype, smoothing, so
 def test_cross_entropy_scaled_gradient_survives_float16():
     """A gradient below half of float16's smallest subnormal (2^-24 = 6e-8) flushes to zero unscaled; with the
     loss scale applied in float32 before the one rounding it survives, and unscaling in float32 restores it."""
-    n = 2 ** 16
+    n = 2**16
     logits = torch.zeros(n, 2, dtype=torch.float16)
     target = torch.zeros(n, dtype=torch.long)
     exact = torch.tensor([-0.5, 0.5]) / n * 1e-3  # (p - onehot) / N * dout: 7.6e-9
@@ -159,13 +172,14 @@ def test_cross_entropy_scaled_gradient_survives_float16():
     crit(logits, target)
     assert crit.backward(1e-3).abs().max() == 0
     crit(logits, target)
-    scaled = crit.backward(torch.tensor([1e-3 * 2 ** 16]))
+    scaled = crit.backward(torch.tensor([1e-3 * 2**16]))
     assert scaled.dtype == torch.float16
-    err = (scaled.float() / 2 ** 16 - exact).abs().max() / exact.abs().max()
+    err = (scaled.float() / 2**16 - exact).abs().max() / exact.abs().max()
     assert err <= torch.finfo(torch.float16).eps, err
 
 
 # ---------------------------------------------------------------- the loss scaler
+
 
 def _grads_pattern(pattern):
     """Per step: the gradient values of two parameters ('inf', 'nan' or finite)."""
@@ -246,8 +260,9 @@ def test_scaler_skips_nonfinite_steps_and_recovers(device):
     assert all(stepped[first_ok:])  # recovered: every later step taken
     assert scales[first_ok + 4] == 2 * scales[first_ok - 1]  # 5 clean steps: grown
     assert losses[-1] < 0.5 * losses[first_ok]
-    assert all(m.device.type == device and m.dtype == torch.float32 and torch.isfinite(m).all()
-               for m in master.parameters())
+    assert all(
+        m.device.type == device and m.dtype == torch.float32 and torch.isfinite(m).all() for m in master.parameters()
+    )
 
 
 def test_scaler_disabled_is_a_no_op():
@@ -263,12 +278,12 @@ def test_scaler_disabled_is_a_no_op():
 
 
 def test_scaler_growth_stays_finite_and_refuses_misuse():
-    scaler = DynamicLossScaler(init_scale=2.0 ** 127, growth_interval=1)
+    scaler = DynamicLossScaler(init_scale=2.0**127, growth_interval=1)
     p = torch.zeros(1)
     p.grad = torch.ones(1)
     scaler.unscale_and_check_([p])
     scaler.update()
-    assert scaler.get_scale() == 2.0 ** 127  # 2^128 is inf in float32: not taken (GradScaler's rule)
+    assert scaler.get_scale() == 2.0**127  # 2^128 is inf in float32: not taken (GradScaler's rule)
     with pytest.raises(RuntimeError, match="before unscale_and_check_"):
         scaler.update()
     scaler.unscale_and_check_([p])
@@ -278,8 +293,13 @@ def test_scaler_growth_stays_finite_and_refuses_misuse():
     q.grad = torch.ones(1, dtype=torch.float16)
     with pytest.raises(ValueError, match="float32 master weights"):
         DynamicLossScaler().unscale_and_check_([q])
-    for bad in (dict(init_scale=0.0), dict(growth_factor=1.0), dict(backoff_factor=1.0), dict(growth_interval=0),
-                dict(init_scale=float("nan"))):
+    for bad in (
+        dict(init_scale=0.0),
+        dict(growth_factor=1.0),
+        dict(backoff_factor=1.0),
+        dict(growth_interval=0),
+        dict(init_scale=float("nan")),
+    ):
         with pytest.raises(ValueError, match=next(iter(bad))):
             DynamicLossScaler(**bad)
 
@@ -292,7 +312,7 @@ def test_scaler_state_dict_round_trip():
     a.update()
     b = DynamicLossScaler(growth_interval=2)
     b.load_state_dict(a.state_dict())
-    assert b.get_scale() == a.get_scale() == 2.0 ** 15 and b.state_dict() == a.state_dict()
+    assert b.get_scale() == a.get_scale() == 2.0**15 and b.state_dict() == a.state_dict()
 
 
 def test_fused_and_reference_kernels_agree():
@@ -321,6 +341,7 @@ def test_fused_and_reference_kernels_agree():
 
 # ---------------------------------------------------------------- master weights
 
+
 def test_master_weights_update_equals_float32_reference():
     """Adam on the masters = Adam in float32 on the upcast gradients; the model holds the rounded masters;
     the masters start from the float32 weights exactly, with the same strides."""
@@ -329,8 +350,9 @@ def test_master_weights_update_equals_float32_reference():
     ref = [p.detach().clone() for p in net.parameters()]
     master = MasterWeights(net, cast_to=torch.bfloat16)
     assert all(torch.equal(m, r) for m, r in zip(master.parameters(), ref))
-    assert all(m.stride() == p.stride() and p.dtype == torch.bfloat16 for m, p in zip(master.parameters(),
-                                                                                      net.parameters()))
+    assert all(
+        m.stride() == p.stride() and p.dtype == torch.bfloat16 for m, p in zip(master.parameters(), net.parameters())
+    )
     opt, opt_ref = Adam(master.parameters(), lr=0.01), torch.optim.Adam(ref, lr=0.01)
     crit = CrossEntropyLoss()
     buffers = None
@@ -377,8 +399,9 @@ def test_master_weights_step_equals_torch_autocast_twin():
     """The hand-written bf16 MLP with float32 masters and nn.Module under torch.autocast(bfloat16) on the same
     float32 weights compute the same numbers: the same losses and weights, bit for bit, over 8 SGD steps."""
     torch.manual_seed(0)
-    twin = torch.nn.Sequential(torch.nn.Linear(20, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32), torch.nn.ReLU(),
-                               torch.nn.Linear(32, 5))
+    twin = torch.nn.Sequential(
+        torch.nn.Linear(20, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 5)
+    )
     net = from_torch(twin)
     master = MasterWeights(net, cast_to=torch.bfloat16)
     opt = SGD(master.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
@@ -423,6 +446,7 @@ def test_master_weights_state_dict_and_none_grads():
 
 # ---------------------------------------------------------------- training reaches float32 accuracy
 
+
 def _blobs(n: int, seed: int):
     """4 classes in 16 dimensions, labelled by a fixed random linear teacher (the argmax of x @ W)."""
     teacher = torch.randn(16, 4, generator=torch.Generator().manual_seed(99))
@@ -438,7 +462,7 @@ def _images(n: int, seed: int):
     r, c = torch.randint(0, 2, (n,), generator=g), torch.randint(0, 2, (n,), generator=g)
     for i in range(n):
         top, left = 4 * (y[i].item() // 2) + r[i].item(), 4 * (y[i].item() % 2) + c[i].item()
-        x[i, 0, top:top + 3, left:left + 3] += 1.5
+        x[i, 0, top : top + 3, left : left + 3] += 1.5
     return x, y
 
 
@@ -497,9 +521,19 @@ def test_bfloat16_cnn_reaches_float32_accuracy():
     data = (_images(400, 0), _images(1000, 1))
 
     def make():
-        return Sequential(Conv2d(1, 6, 3, padding=1, bias=False), BatchNorm2d(6), ReLU(), MaxPool2d(2),
-                          Conv2d(6, 8, 3, padding=1), ReLU(), MaxPool2d(2), Flatten(), Dropout(0.2),
-                          Linear(8 * 2 * 2, 4))
+        return Sequential(
+            Conv2d(1, 6, 3, padding=1, bias=False),
+            BatchNorm2d(6),
+            ReLU(),
+            MaxPool2d(2),
+            Conv2d(6, 8, 3, padding=1),
+            ReLU(),
+            MaxPool2d(2),
+            Flatten(),
+            Dropout(0.2),
+            Linear(8 * 2 * 2, 4),
+        )
+
     acc32 = _train(make, data, torch.float32, epochs=3, lr=0.05)
     acc = _train(make, data, torch.bfloat16, epochs=3, lr=0.05)
     assert acc32 > 90.0, acc32
@@ -508,6 +542,7 @@ def test_bfloat16_cnn_reaches_float32_accuracy():
 
 def test_to_low_precision_keeps_layer_norm_and_sync_batch_norm_float32():
     from layers import LayerNorm, SyncBatchNorm
+
     net = Sequential(Linear(4, 6), LayerNorm(6), SyncBatchNorm(6), Linear(6, 2))
     to_low_precision(net, torch.float16)
     assert [p.dtype for p in net.parameters()] == [torch.float16] * 2 + [torch.float32] * 4 + [torch.float16] * 2

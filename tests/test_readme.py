@@ -5,6 +5,7 @@ page.  README.md's blocks also run each alone, in a fresh Python process, as a r
 are not run; the commands they name are checked: each script or module exists and takes the arguments given, and
 CI (.ci/run) runs README's install and test commands word for word.  Every page of docs/ is linked from the README
 or from another page."""
+
 import os
 import re
 import shlex
@@ -59,8 +60,14 @@ def test_python_blocks_run_in_order(page, tmp_path, monkeypatch):
 @pytest.mark.parametrize("index", range(len(python_blocks(README.read_text()))))
 def test_each_readme_block_runs_alone(index, tmp_path):
     line, code = python_blocks(README.read_text())[index]
-    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+    )
     assert r.returncode == 0, f"README.md's block at line {line}, pasted alone:\n{r.stderr[-3000:]}"
     assert r.stdout.strip(), f"README.md's block at line {line} prints nothing: a reader cannot see it worked"
 
@@ -79,9 +86,11 @@ def readme_commands(program: str = ".venv/bin/python") -> list[list[str]]:
 def test_readme_commands_name_what_exists_and_take_their_arguments():
     import learn.__main__
     import train
+
     commands = readme_commands()
-    assert [c[:3] for c in commands if c[:2] == ["-m", "learn"]] == [["-m", "learn", s] for s in ("start", "check",
-                                                                                                 "show")]
+    assert [c[:3] for c in commands if c[:2] == ["-m", "learn"]] == [
+        ["-m", "learn", s] for s in ("start", "check", "show")
+    ]
     for words in commands:
         if words[:2] == ["-m", "learn"]:
             learn.__main__.parser().parse_args(words[2:])  # an unknown command or option exits 2: a failure here
@@ -98,26 +107,31 @@ def test_readme_commands_name_what_exists_and_take_their_arguments():
 def test_ci_installs_and_tests_exactly_as_the_readme_says():
     blocks = [b.strip() for b in BASH_BLOCK.findall(README.read_text())]
     cpu, plain = (b for b in blocks if b.startswith("python3 -m venv .venv"))
-    assert cpu.replace(".venv/bin/pip install torch torchvision --index-url https://download.pytorch.org/whl/cpu && ",
-                       "") == plain, "the two set-up commands differ in more than the CPU index"
+    assert (
+        cpu.replace(".venv/bin/pip install torch torchvision --index-url https://download.pytorch.org/whl/cpu && ", "")
+        == plain
+    ), "the two set-up commands differ in more than the CPU index"
     test = next(b for b in blocks if b.endswith(".venv/bin/python -m pytest -q"))
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     slow = next(b for b in blocks if b.endswith(".venv/bin/python -m pytest -q -m slow"))
     assert plain in ci and test in ci and slow in ci, "CI must run README's set-up and test commands word for word"
-    before = ci[:ci.index(plain)]
-    assert not [line for line in before if line.strip() and not line.startswith(("#", "set ", "export ", "cd "))], \
+    before = ci[: ci.index(plain)]
+    assert not [line for line in before if line.strip() and not line.startswith(("#", "set ", "export ", "cd "))], (
         f"CI does something before README's set-up command that a new user would not: {before}"
+    )
     quick = [c for c in (b.strip() for b in blocks) if c.startswith(".venv/bin/python -m learn")][0].splitlines()
     at = [ci.index(line) for line in quick]
-    assert at == sorted(at) and ci.index(plain) < at[0] and at[-1] < ci.index(test) < ci.index(slow), \
+    assert at == sorted(at) and ci.index(plain) < at[0] and at[-1] < ci.index(test) < ci.index(slow), (
         "CI runs README's Quick start after its set-up and before its tests, as a learner does, in the README's order"
+    )
 
 
 def test_nothing_gitignore_names_is_tracked():
     """A tracked file that .gitignore names reaches every fresh clone (a tracked .venv link broke the set-up)."""
     if not (ROOT / ".git").exists():
         pytest.skip("not a git checkout")
-    r = subprocess.run(["git", "ls-files", "-ci", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True,
-                       timeout=60)
+    r = subprocess.run(
+        ["git", "ls-files", "-ci", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 0, r.stderr
     assert not r.stdout.strip(), f"tracked, though .gitignore names them (git rm --cached them): {r.stdout.split()}"

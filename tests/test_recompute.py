@@ -1,6 +1,7 @@
 """Tensors not held from forward to backward (the GPT's memory savings, models/recompute.py): a LayerNorm's or GELU's
 output computed again in backward for the Linear after it, and attention that takes its output back.  Each gives the
 same gradients, bit for bit, as the layers that keep everything, and refuses what would make them differ."""
+
 from __future__ import annotations
 
 import math

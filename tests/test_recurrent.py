@@ -5,6 +5,7 @@ input.
 The issue's measure of agreement: max|a - b| / max(max|a|, max|b|, 1e-3), within 1e-10 against autograd
 (float64 round-off gives ~1e-15) and within 1e-12 between the kernels and the textbook loop.
 """
+
 import contextlib
 import re
 import warnings
@@ -97,8 +98,9 @@ def compare_with_autograd(ours, twin, x, hx, g):
 @pytest.mark.parametrize("batch_first", [False, True])
 def test_goal_matches_torch_autograd_T64_two_layers(kind, bidirectional, batch_first):
     """The issue's goal: T = 64, 2 layers, non-zero initial states, both directions, batch_first both ways."""
-    ours, twin = pair(kind, input_size=5, hidden_size=6, num_layers=2, bidirectional=bidirectional,
-                      batch_first=batch_first)
+    ours, twin = pair(
+        kind, input_size=5, hidden_size=6, num_layers=2, bidirectional=bidirectional, batch_first=batch_first
+    )
     g = torch.Generator().manual_seed(1)
     T, N = 64, 3
     x = torch.randn((N, T, 5) if batch_first else (T, N, 5), generator=g, dtype=f64)
@@ -163,9 +165,15 @@ def test_state_carried_across_calls_equals_one_long_sequence():
     assert err(h2, h) < TOL_REFERENCE and err(c2, c) < TOL_REFERENCE
 
 
-@pytest.mark.parametrize("cls,torch_cls,kw", [
-    (RNN, nn.RNN, {"nonlinearity": "relu"}), (LSTM, nn.LSTM, {"proj_size": 2}), (GRU, nn.GRU, {}),
-    (LSTM, nn.LSTM, {"bias": False, "bidirectional": True})])
+@pytest.mark.parametrize(
+    "cls,torch_cls,kw",
+    [
+        (RNN, nn.RNN, {"nonlinearity": "relu"}),
+        (LSTM, nn.LSTM, {"proj_size": 2}),
+        (GRU, nn.GRU, {}),
+        (LSTM, nn.LSTM, {"bias": False, "bidirectional": True}),
+    ],
+)
 def test_initialisation_equals_torch_under_the_same_seed(cls, torch_cls, kw):
     torch.manual_seed(11)
     ours = cls(7, 5, num_layers=3, **kw)
@@ -177,15 +185,20 @@ def test_initialisation_equals_torch_under_the_same_seed(cls, torch_cls, kw):
     assert list(ours.state_dict()) == list(sd) == list(twin._flat_weights_names)
     for name, t in ours.state_dict().items():
         assert torch.equal(t, sd[name]), name
-    bound = 1 / 5 ** 0.5
+    bound = 1 / 5**0.5
     assert all(p.abs().max() <= bound for p in ours.parameters())
 
 
 @pytest.mark.filterwarnings("ignore:LSTM with projections is not supported with oneDNN")
-@pytest.mark.parametrize("module", [
-    nn.RNN(3, 4, 2, nonlinearity="relu", bias=False, batch_first=True, dropout=0.2, bidirectional=True),
-    nn.LSTM(3, 5, 2, proj_size=2, bidirectional=True), nn.GRU(3, 4, batch_first=True).double()],
-    ids=["rnn", "lstm", "gru"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        nn.RNN(3, 4, 2, nonlinearity="relu", bias=False, batch_first=True, dropout=0.2, bidirectional=True),
+        nn.LSTM(3, 5, 2, proj_size=2, bidirectional=True),
+        nn.GRU(3, 4, batch_first=True).double(),
+    ],
+    ids=["rnn", "lstm", "gru"],
+)
 def test_from_torch_and_to_torch_round_trip(module):
     ours = from_torch(module)
     assert type(ours).__name__ == type(module).__name__ and ours.training == module.training
@@ -204,12 +217,14 @@ def test_from_torch_and_to_torch_round_trip(module):
 
 # -- the textbook loop (cells.py, the kernels off): the kernels agree with it to 1e-12 ------------------------------
 
+
 def _run(kind, kernels_on, *, T, bidirectional, num_layers=1, dropout=0.0, hx=True):
     """(output, h_n, dx, dhx, {name: grad}) of one forward and backward, the kernels on or off, from seeded weights,
     inputs and upstream gradients."""
-    with (contextlib.nullcontext() if kernels_on else kernels.disabled()):
-        ours, _ = pair(kind, input_size=4, hidden_size=5, bidirectional=bidirectional, num_layers=num_layers,
-                       dropout=dropout)
+    with contextlib.nullcontext() if kernels_on else kernels.disabled():
+        ours, _ = pair(
+            kind, input_size=4, hidden_size=5, bidirectional=bidirectional, num_layers=num_layers, dropout=dropout
+        )
         ours.generator = torch.Generator().manual_seed(11)
         g = torch.Generator().manual_seed(3)
         x = torch.randn(T, 3, 4, generator=g, dtype=f64)
@@ -255,13 +270,15 @@ def test_stacked_layers_with_dropout_equal_the_textbook_loop(kind):
 
 # -- dropout between layers, and its twin --------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("kind", ["rnn_tanh", "lstm_proj", "gru"])
 @pytest.mark.parametrize("batch_first", [False, True])
 def test_dropout_masks_are_reproduced_by_the_seeded_twin(kind, batch_first):
     """Training mode, dropout 0.5 between 3 layers: the hand-written layer and seeded_dropouts(layer.to_torch())
     (single-layer torch kernels with the same masks between them) agree in outputs and every gradient."""
-    ours, _ = pair(kind, input_size=4, hidden_size=5, num_layers=3, dropout=0.5, bidirectional=True,
-                   batch_first=batch_first)
+    ours, _ = pair(
+        kind, input_size=4, hidden_size=5, num_layers=3, dropout=0.5, bidirectional=True, batch_first=batch_first
+    )
     twin = seeded_dropouts(ours.to_torch())
     assert type(twin).__name__ == "Seeded" + type(ours).__name__ and twin.training
     gen_ours, gen_twin = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
@@ -313,10 +330,13 @@ def test_dropout_one_zeroes_the_inner_outputs():
 
 # -- bad input ---------------------------------------------------------------------------------------------
 
+
 def test_bad_input_feature_size_names_the_shapes():
     lstm = LSTM(3, 4)
-    with pytest.raises(ValueError, match=re.escape("expected input of shape (T, N, I) or unbatched (T, I) with "
-                                                   "I = input_size = 3, got (5, 2, 7)")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape("expected input of shape (T, N, I) or unbatched (T, I) with I = input_size = 3, got (5, 2, 7)"),
+    ):
         lstm(torch.randn(5, 2, 7))
     with pytest.raises(ValueError, match=re.escape("got (2, 5, 2, 3)")):
         lstm(torch.randn(2, 5, 2, 3))
@@ -329,16 +349,26 @@ def test_bad_input_feature_size_names_the_shapes():
 def test_bad_hx_names_the_shapes():
     lstm = LSTM(3, 4, num_layers=2, proj_size=2, batch_first=True)
     x = torch.randn(5, 6, 3)  # N = 5
-    with pytest.raises(ValueError, match=re.escape("h_0 has shape (2, 6, 2), expected (2, 5, 2) = (num_layers * "
-                                                   "num_directions, batch, proj_size) for an input of batch 5")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "h_0 has shape (2, 6, 2), expected (2, 5, 2) = (num_layers * "
+            "num_directions, batch, proj_size) for an input of batch 5"
+        ),
+    ):
         lstm(x, (torch.zeros(2, 6, 2), torch.zeros(2, 5, 4)))
     with pytest.raises(ValueError, match=re.escape("c_0 has shape (2, 5, 2), expected (2, 5, 4)")):
         lstm(x, (torch.zeros(2, 5, 2), torch.zeros(2, 5, 2)))
     with pytest.raises(TypeError, match=r"hx must be the pair \(h_0, c_0\)"):
         lstm(x, torch.zeros(2, 5, 2))
     gru = GRU(3, 4)
-    with pytest.raises(ValueError, match=re.escape("h_0 has shape (1, 1, 4), expected (1, 4) = (num_layers * "
-                                                   "num_directions, hidden_size) for an input of unbatched input")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "h_0 has shape (1, 1, 4), expected (1, 4) = (num_layers * "
+            "num_directions, hidden_size) for an input of unbatched input"
+        ),
+    ):
         gru(torch.randn(5, 3), torch.zeros(1, 1, 4))
 
 
@@ -348,9 +378,15 @@ def test_packed_sequence_is_refused_clearly():
         LSTM(3, 4)(packed)
 
 
-@pytest.mark.parametrize("make", [lambda: LSTM(3, 4, 2, proj_size=2, bidirectional=True, dtype=f64),
-                                  lambda: GRU(3, 4, 2, dtype=f64), lambda: RNN(3, 4, bias=False, dtype=f64)],
-                         ids=["lstm", "gru", "rnn"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: LSTM(3, 4, 2, proj_size=2, bidirectional=True, dtype=f64),
+        lambda: GRU(3, 4, 2, dtype=f64),
+        lambda: RNN(3, 4, bias=False, dtype=f64),
+    ],
+    ids=["lstm", "gru", "rnn"],
+)
 def test_weight_gradients_add_into_grad_in_place_and_skip_frozen_parameters(make):
     """Each parameter gradient the backward returns is added by the base: into an existing .grad in place (its
     storage stays, two backwards give twice one), and not at all for a frozen parameter (.grad stays None)."""
@@ -377,8 +413,9 @@ def test_backward_before_forward_or_twice_and_bad_gradients():
     with pytest.raises(RuntimeError, match="backward called before forward"):
         gru.backward(torch.zeros(5, 2, 4))
     out, h = gru(torch.randn(5, 2, 3))
-    with pytest.raises(ValueError, match=re.escape("doutput has shape (5, 2, 5) but the forward's output had shape "
-                                                   "(5, 2, 4)")):
+    with pytest.raises(
+        ValueError, match=re.escape("doutput has shape (5, 2, 5) but the forward's output had shape (5, 2, 4)")
+    ):
         gru.backward(torch.zeros(5, 2, 5))
     with pytest.raises(ValueError, match=re.escape("dh_n has shape (2, 4)")):
         gru.backward(torch.zeros_like(out), torch.zeros(2, 4))
@@ -391,15 +428,19 @@ def test_backward_before_forward_or_twice_and_bad_gradients():
         lstm.backward(None, torch.zeros(1, 2, 4))
 
 
-@pytest.mark.parametrize("make,message", [
-    (lambda: LSTM(3, 4, proj_size=4), "proj_size must be smaller than hidden_size, got proj_size=4"),
-    (lambda: LSTM(3, 4, dropout=1.5), "dropout .* must be a probability in \\[0, 1\\], got 1.5"),
-    (lambda: LSTM(3, 4, dropout=True), "got True"),
-    (lambda: RNN(3, 4, nonlinearity="sigmoid"), "nonlinearity must be 'tanh' or 'relu', got 'sigmoid'"),
-    (lambda: GRU(0, 4), "input_size must be an int >= 1, got 0"),
-    (lambda: GRU(3, 4, num_layers=2.0), "num_layers must be an int >= 1, got 2.0"),
-    (lambda: GRU(3, 4, bidirectional=1), "bidirectional must be a bool, got 1"),
-    (lambda: LSTM(3, 4, dtype=torch.int64), "dtype must be floating point")])
+@pytest.mark.parametrize(
+    "make,message",
+    [
+        (lambda: LSTM(3, 4, proj_size=4), "proj_size must be smaller than hidden_size, got proj_size=4"),
+        (lambda: LSTM(3, 4, dropout=1.5), "dropout .* must be a probability in \\[0, 1\\], got 1.5"),
+        (lambda: LSTM(3, 4, dropout=True), "got True"),
+        (lambda: RNN(3, 4, nonlinearity="sigmoid"), "nonlinearity must be 'tanh' or 'relu', got 'sigmoid'"),
+        (lambda: GRU(0, 4), "input_size must be an int >= 1, got 0"),
+        (lambda: GRU(3, 4, num_layers=2.0), "num_layers must be an int >= 1, got 2.0"),
+        (lambda: GRU(3, 4, bidirectional=1), "bidirectional must be a bool, got 1"),
+        (lambda: LSTM(3, 4, dtype=torch.int64), "dtype must be floating point"),
+    ],
+)
 def test_bad_arguments_are_refused_naming_the_value(make, message):
     with pytest.raises(ValueError, match=message):
         make()
@@ -416,9 +457,13 @@ def test_gru_and_rnn_take_no_proj_size_and_one_layer_dropout_warns():
 
 
 def test_repr_follows_torch():
-    assert repr(LSTM(3, 4, 2, proj_size=2, batch_first=True, dropout=0.1)) == \
-        "LSTM(3, 4, proj_size=2, num_layers=2, batch_first=True, dropout=0.1)"
-    assert repr(RNN(3, 4, nonlinearity="relu", bidirectional=True)) == "RNN(3, 4, nonlinearity='relu', bidirectional=True)"
+    assert (
+        repr(LSTM(3, 4, 2, proj_size=2, batch_first=True, dropout=0.1))
+        == "LSTM(3, 4, proj_size=2, num_layers=2, batch_first=True, dropout=0.1)"
+    )
+    assert (
+        repr(RNN(3, 4, nonlinearity="relu", bidirectional=True)) == "RNN(3, 4, nonlinearity='relu', bidirectional=True)"
+    )
 
 
 def test_seeded_lstm_is_an_nn_lstm_with_the_same_state():
@@ -429,9 +474,11 @@ def test_seeded_lstm_is_an_nn_lstm_with_the_same_state():
 
 # -- float32 on the CPU: the products go through oneDNN (kernels/recurrent/matmul.py); the float64 tests use addmm ---
 
+
 @pytest.mark.parametrize("kind", ["rnn_tanh", "lstm_proj", "gru"])
 def test_float32_onednn_path_matches_torch_and_the_addmm_path(kind, monkeypatch):
     from kernels.recurrent import matmul
+
     cls, torch_cls, extra = KINDS[kind]
     torch.manual_seed(0)
     ours = cls(6, 8, num_layers=2, bidirectional=True, batch_first=True, **extra)
@@ -473,6 +520,7 @@ def test_tanh_either_way_is_torch_tanh(sigmoid_form, monkeypatch):
 @pytest.mark.parametrize("onednn", [True, False], ids=["onednn", "addmm"])
 def test_matmul_helpers_agree_with_torch(onednn, monkeypatch):
     from kernels.recurrent import matmul
+
     if onednn and not matmul.AVAILABLE:
         pytest.skip("this torch has no oneDNN matmul")
     monkeypatch.setattr(matmul, "ONEDNN", onednn)

@@ -1,6 +1,7 @@
 """The recurrent language model (Embedding -> LSTM/GRU/RNN -> Linear) against its nn.Module twin: the same weights
 from one seed, conversion both ways, and the issue's goal -- a 2-layer character LSTM trained for 10 AdamW steps by
 hand (optimizers.AdamW) and by autograd (torch.optim.AdamW) in float64, losses and weights within 1e-9."""
+
 import pytest
 import torch
 
@@ -113,6 +114,7 @@ def test_generate_carries_the_state_and_draws_what_the_twin_draws():
     """Each new character from the carried state equals a full recompute of the sequence so far; the hand-written
     model and its twin sample the same characters from the same seed (float64)."""
     from models import RecurrentLM, next_token
+
     torch.manual_seed(0)
     model = RecurrentLM(11, 6, 8, num_layers=2, cell="gru", dtype=torch.float64)
     twin = model.to_torch()

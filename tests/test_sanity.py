@@ -1,4 +1,5 @@
 """train.py --sanity: the pre-flight table passes for the real models and fails for a broken backward."""
+
 import train
 from layers import ReLU
 

@@ -1,4 +1,5 @@
 """Sequential: the reverse walk, nn.Sequential's keys, from_torch/to_torch, hooks, train/eval, bad input."""
+
 import pytest
 import torch
 from torch import nn
@@ -13,7 +14,9 @@ f64 = torch.float64
 
 def nested_torch():
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Sequential(nn.Linear(5, 4), nn.ReLU()), nn.Linear(4, 3)).double()
+    return nn.Sequential(
+        nn.Linear(6, 5), nn.Tanh(), nn.Sequential(nn.Linear(5, 4), nn.ReLU()), nn.Linear(4, 3)
+    ).double()
 
 
 def test_from_torch_keys_values_and_gradients_equal_autograd():
@@ -80,8 +83,9 @@ def test_input_gradient_only_when_asked():
 def test_backward_hooks_run_in_reverse_after_each_layer():
     seq = Sequential(Linear(4, 5), ReLU(), Linear(5, 2))
     seen = []
-    handle = seq.register_backward_hook(lambda layer: seen.append((layer, layer.parameters()[0].grad is not None
-                                                                    if layer.parameters() else None)))
+    handle = seq.register_backward_hook(
+        lambda layer: seen.append((layer, layer.parameters()[0].grad is not None if layer.parameters() else None))
+    )
     seq(torch.randn(3, 4))
     seq.backward(torch.ones(3, 2))
     assert [s[0] for s in seen] == [seq[2], seq[1], seq[0]]
@@ -125,13 +129,22 @@ def test_named_sequential_keeps_its_names_through_from_torch_and_to_torch():
     """nn.Sequential(OrderedDict(...)) keys its state_dict by the children's names ("fc.weight"): from_torch keeps
     them, so the hand-written model's state_dict and to_torch()'s load into the original (nested too)."""
     from collections import OrderedDict
+
     torch.manual_seed(1)
-    ref = nn.Sequential(OrderedDict(fc=nn.Linear(6, 5), act=nn.Tanh(),
-                                    block=nn.Sequential(OrderedDict(fc2=nn.Linear(5, 4), relu=nn.ReLU())),
-                                    out=nn.Linear(4, 3))).double()
+    ref = nn.Sequential(
+        OrderedDict(
+            fc=nn.Linear(6, 5),
+            act=nn.Tanh(),
+            block=nn.Sequential(OrderedDict(fc2=nn.Linear(5, 4), relu=nn.ReLU())),
+            out=nn.Linear(4, 3),
+        )
+    ).double()
     ours = from_torch(ref)
-    assert list(ours.state_dict()) == list(ref.state_dict()) == \
-        ["fc.weight", "fc.bias", "block.fc2.weight", "block.fc2.bias", "out.weight", "out.bias"]
+    assert (
+        list(ours.state_dict())
+        == list(ref.state_dict())
+        == ["fc.weight", "fc.bias", "block.fc2.weight", "block.fc2.bias", "out.weight", "out.bias"]
+    )
     assert [n for n, _ in ours.named_parameters()] == [n for n, _ in ref.named_parameters()]
     assert "(fc): Linear" in repr(ours) and "(fc2): Linear" in repr(ours)
     back = ours.to_torch()
@@ -152,6 +165,7 @@ def test_relu_then_max_pool_backward_runs_fused_and_equals_the_two_backwards():
     on the pooled gradient.  It equals the two backwards run one after the other, to the bit, with overlapping
     windows (an argmax shared by windows), ties and whole windows of zeros (ReLU's), and equals autograd."""
     from layers import BatchNorm2d, Conv2d, Flatten, MaxPool2d
+
     torch.manual_seed(3)
     for pool in (MaxPool2d(2), MaxPool2d(3, 1, 1), MaxPool2d(3, 2, ceil_mode=True)):
         model = Sequential(Conv2d(2, 3, 3, padding=1, dtype=f64), BatchNorm2d(3, dtype=f64), ReLU(), pool, Flatten())
@@ -183,6 +197,7 @@ def test_relu_then_max_pool_backward_runs_fused_and_equals_the_two_backwards():
 def test_fused_backward_falls_back_when_the_pool_did_not_pool_that_relu_s_output():
     from kernels import convolution
     from layers import MaxPool2d
+
     relu, pool = ReLU(), MaxPool2d(2)
     x = torch.randn(2, 3, 4, 4, dtype=f64)
     relu(x)

@@ -6,6 +6,7 @@ every CPU tensor handed to an op -- what breaks CUDA-graph capture.  Buffers: wi
 ``zero_grad(set_to_none=False)`` every ``.grad`` keeps its storage from step to step, and the gradients
 equal those of the set_to_none=True path.
 """
+
 import pytest
 import torch
 
@@ -25,20 +26,40 @@ def mlp(device=None, dtype=None):
 
 
 def norm_mlp(device=None, dtype=None):
-    return L.Sequential(L.Linear(12, 12, device=device, dtype=dtype), L.LayerNorm(12, device=device, dtype=dtype),
-                        L.GELU(), L.SiLU(), L.LeakyReLU(), L.Tanh(), L.Sigmoid(), L.Dropout(0.3),
-                        L.Linear(12, 12, device=device, dtype=dtype), L.BatchNorm1d(12, device=device, dtype=dtype),
-                        L.ReLU(), L.Linear(12, 10, device=device, dtype=dtype))
+    return L.Sequential(
+        L.Linear(12, 12, device=device, dtype=dtype),
+        L.LayerNorm(12, device=device, dtype=dtype),
+        L.GELU(),
+        L.SiLU(),
+        L.LeakyReLU(),
+        L.Tanh(),
+        L.Sigmoid(),
+        L.Dropout(0.3),
+        L.Linear(12, 12, device=device, dtype=dtype),
+        L.BatchNorm1d(12, device=device, dtype=dtype),
+        L.ReLU(),
+        L.Linear(12, 10, device=device, dtype=dtype),
+    )
 
 
 def small_cnn(device=None, dtype=None):
-    return L.Sequential(L.Conv2d(1, 4, 3, padding="same", device=device, dtype=dtype),
-                        L.BatchNorm2d(4, device=device, dtype=dtype), L.ReLU(), L.AvgPool2d(2),
-                        L.MaxPool2d(2, ceil_mode=True), L.Flatten(), L.Linear(4 * 4 * 4, 10, device=device, dtype=dtype))
+    return L.Sequential(
+        L.Conv2d(1, 4, 3, padding="same", device=device, dtype=dtype),
+        L.BatchNorm2d(4, device=device, dtype=dtype),
+        L.ReLU(),
+        L.AvgPool2d(2),
+        L.MaxPool2d(2, ceil_mode=True),
+        L.Flatten(),
+        L.Linear(4 * 4 * 4, 10, device=device, dtype=dtype),
+    )
 
 
-MODELS = {"Net": (mlp, (8, 784)), "norm-mlp": (norm_mlp, (8, 12)), "small-cnn": (small_cnn, (2, 1, 16, 16)),
-          "train.py cnn": (lambda device=None, dtype=None: cnn(device=device, dtype=dtype), (2, 1, 28, 28))}
+MODELS = {
+    "Net": (mlp, (8, 784)),
+    "norm-mlp": (norm_mlp, (8, 12)),
+    "small-cnn": (small_cnn, (2, 1, 16, 16)),
+    "train.py cnn": (lambda device=None, dtype=None: cnn(device=device, dtype=dtype), (2, 1, 28, 28)),
+}
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -64,9 +85,11 @@ def test_losses_have_no_host_traffic_while_capturing(monkeypatch):
     logits = torch.randn(8, 10, device="meta")
     monkeypatch.setattr(ce, "capturing", lambda t: True)
     with HostTraffic() as guard:
-        for crit, target in [(CrossEntropyLoss(), torch.randint(0, 10, (8,), device="meta")),
-                             (CrossEntropyLoss(reduction="sum"), torch.randn(8, 10, device="meta").softmax(1)),
-                             (MSELoss(), torch.randn(8, 10, device="meta"))]:
+        for crit, target in [
+            (CrossEntropyLoss(), torch.randint(0, 10, (8,), device="meta")),
+            (CrossEntropyLoss(reduction="sum"), torch.randn(8, 10, device="meta").softmax(1)),
+            (MSELoss(), torch.randn(8, 10, device="meta")),
+        ]:
             crit(logits, target)
             crit.backward()
     assert guard.found == []

@@ -1,6 +1,7 @@
 """SyncBatchNorm on 2 gloo processes (file:// rendezvous in a temp folder) equals one BatchNorm on the whole
 batch: outputs, dx, parameter gradients (summed over ranks, as the data-parallel all-reduce does), running
 statistics, eval outputs; uneven shards too.  Outside a process group it is plain BatchNorm."""
+
 import datetime
 import time
 import traceback
@@ -31,8 +32,10 @@ STEPS = 3  # training steps, then one eval forward
 
 def batches(shape, seed):
     g = torch.Generator().manual_seed(seed)
-    return [(torch.randn(shape, generator=g, dtype=f64) * (1 + s) + s, torch.randn(shape, generator=g, dtype=f64))
-            for s in range(STEPS + 1)]
+    return [
+        (torch.randn(shape, generator=g, dtype=f64) * (1 + s) + s, torch.randn(shape, generator=g, dtype=f64))
+        for s in range(STEPS + 1)
+    ]
 
 
 def make_bn(cls, opts, c):
@@ -64,8 +67,12 @@ def run_bn(layer, data, rows, rank, reduce_grads):
 
 def make_mlp():
     torch.manual_seed(12)
-    model = Sequential(Linear(5, 6, dtype=f64), BatchNorm1d(6, dtype=f64), ReLU(),
-                       Sequential(Linear(6, 4, dtype=f64), BatchNorm1d(4, momentum=None, dtype=f64)))
+    model = Sequential(
+        Linear(5, 6, dtype=f64),
+        BatchNorm1d(6, dtype=f64),
+        ReLU(),
+        Sequential(Linear(6, 4, dtype=f64), BatchNorm1d(4, momentum=None, dtype=f64)),
+    )
     for layer in (model[1], model[3][1]):
         nontrivial(layer)
     return model
@@ -81,8 +88,9 @@ def mlp_steps(model, x, dout, reduce_grads):
         if reduce_grads:
             for g in grads:
                 dist.all_reduce(g)
-        records.append({"out": out, "dx": dx, "grads": grads,
-                        "state": {k: v.clone() for k, v in model.state_dict().items()}})
+        records.append(
+            {"out": out, "dx": dx, "grads": grads, "state": {k: v.clone() for k, v in model.state_dict().items()}}
+        )
     return records
 
 
@@ -93,8 +101,13 @@ def mlp_data():
 
 def worker(rank, tmp, results):
     try:
-        dist.init_process_group("gloo", init_method=f"file://{tmp}/rendezvous", rank=rank, world_size=WORLD,
-                                timeout=datetime.timedelta(seconds=60))
+        dist.init_process_group(
+            "gloo",
+            init_method=f"file://{tmp}/rendezvous",
+            rank=rank,
+            world_size=WORLD,
+            timeout=datetime.timedelta(seconds=60),
+        )
         out = {}
         for name, cls, opts, shape, rows in CASES:
             layer = convert_sync_batchnorm(make_bn(cls, opts, shape[1]))
@@ -170,7 +183,7 @@ def test_untracked_eval_uses_each_ranks_own_batch_as_torch_does(two_ranks):
     for r in range(WORLD):
         lo = sum(rows[:r])
         layer = make_bn(cls, opts, shape[1]).eval()
-        assert_close(two_ranks[r][name][STEPS]["out"], layer(x[lo:lo + rows[r]]), f"{name} rank {r} eval")
+        assert_close(two_ranks[r][name][STEPS]["out"], layer(x[lo : lo + rows[r]]), f"{name} rank {r} eval")
 
 
 def test_converted_sequential_on_two_ranks_equals_one_process(two_ranks):
@@ -204,8 +217,9 @@ def test_outside_a_process_group_it_is_batchnorm():
 
 
 def test_group_of_one_process_is_batchnorm(tmp_path):
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rdv", rank=0, world_size=1,
-                            timeout=datetime.timedelta(seconds=30))
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path}/rdv", rank=0, world_size=1, timeout=datetime.timedelta(seconds=30)
+    )
     try:
         torch.manual_seed(15)
         sync = nontrivial(SyncBatchNorm(2, dtype=f64))
@@ -225,8 +239,10 @@ def test_twins_differentiable_all_reduce_uses_no_deprecated_api(tmp_path):
     import warnings
 
     from training.parallel.verify.twin_syncbn import all_reduce_sum
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rdv", rank=0, world_size=1,
-                            timeout=datetime.timedelta(seconds=30))
+
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path}/rdv", rank=0, world_size=1, timeout=datetime.timedelta(seconds=30)
+    )
     try:
         x = torch.randn(3, 4, dtype=f64, requires_grad=True)
         w = torch.randn(3, 4, dtype=f64)
@@ -248,16 +264,21 @@ def test_convert_keeps_tensors_and_torch_conversion():
     assert convert_sync_batchnorm(model) is model
     sync = model[1]
     assert isinstance(sync, SyncBatchNorm) and not sync.training and sync.momentum == bn.momentum
-    assert all(a is b for a, b in zip(tensors, [sync.weight, sync.bias, sync.running_mean, sync.running_var,
-                                                sync.num_batches_tracked]))
+    assert all(
+        a is b
+        for a, b in zip(
+            tensors, [sync.weight, sync.bias, sync.running_mean, sync.running_var, sync.num_batches_tracked]
+        )
+    )
     assert list(model.state_dict()) == keys and isinstance(model[3][1], SyncBatchNorm)
     assert convert_sync_batchnorm(ReLU()).__class__ is ReLU
     theirs = nn.SyncBatchNorm(3, momentum=0.3, dtype=f64)
     with torch.no_grad():
         theirs.running_mean.fill_(0.5)
     ours = from_torch(theirs)
-    assert isinstance(ours, SyncBatchNorm) and ours.momentum == 0.3 and torch.equal(ours.running_mean,
-                                                                                    theirs.running_mean)
+    assert (
+        isinstance(ours, SyncBatchNorm) and ours.momentum == 0.3 and torch.equal(ours.running_mean, theirs.running_mean)
+    )
     back = ours.to_torch()
     assert type(back) is nn.SyncBatchNorm and list(back.state_dict()) == list(theirs.state_dict())
     assert torch.equal(back.running_mean, theirs.running_mean)

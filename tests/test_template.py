@@ -3,6 +3,7 @@ usable in a Sequential beside torch, frozen as torch freezes, refused when misus
 
 The layer here is what docs/layers.md shows a new user writing: Swish with a learned slope, y = x sigmoid(beta x).
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -143,6 +144,7 @@ def test_a_wrong_gradient_is_refused_by_name_and_shape():
 def test_a_product_of_the_wrong_shape_is_refused_first_time_and_when_adding():
     """A weight gradient given as Product(a, b) is checked against the parameter whether it becomes .grad or
     is added into an existing one (addmm_)."""
+
     class Transposed(Linear):
         def backward_math(self, dout, saved, input=None):
             return None, {"weight": Product(saved.x.t(), dout)}  # (D, H): dW transposed
@@ -199,6 +201,7 @@ def test_b_then_w_equals_the_fused_backward_bit_for_bit():
 def test_a_product_gradient_is_skipped_for_a_frozen_parameter_and_accumulated_in_place():
     class Scale(BaseLayer):
         """y = x @ w^T (no bias), written with a Product for dW."""
+
         _param_names = ("weight",)
 
         class Saved(NamedTuple):

@@ -3,6 +3,7 @@
 with and without sequence parallelism (layer norms and residuals on half the positions each), and its twin
 (DTensor's ColwiseParallel/RowwiseParallel on the nn.Module GPT): the first step's every gradient, three AdamW steps'
 losses and the final weights to 1e-9 relative; what does not divide is refused by name."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -39,6 +40,7 @@ def one_process():
 
 def hand_written(rank, world, sequence_parallel=False):
     from training.parallel.tp_gpt import TensorParallelGPT
+
     torch.manual_seed(0)
     tp = TensorParallelGPT(GPT(**CFG), sequence_parallel=sequence_parallel)
     assert tp.wte.weight.shape == (6, 16)  # 12 padded rows, 6 a rank
@@ -65,6 +67,7 @@ def hand_written(rank, world, sequence_parallel=False):
 def twin(rank, world):
     from torch.distributed.device_mesh import init_device_mesh
     from training.parallel.verify.tp_twin import full_state_dict, tensor_parallel_twin
+
     torch.manual_seed(0)
     m = tensor_parallel_twin(GPT(**CFG).to_torch(), init_device_mesh("cpu", (world,)))
     opt, losses = torch.optim.AdamW(m.parameters(), lr=1e-2, foreach=False), []
@@ -78,8 +81,7 @@ def twin(rank, world):
 
 
 def both(rank, world):
-    return {"hand": hand_written(rank, world), "sequence": hand_written(rank, world, True),
-            "twin": twin(rank, world)}
+    return {"hand": hand_written(rank, world), "sequence": hand_written(rank, world, True), "twin": twin(rank, world)}
 
 
 def _rel(a, b):

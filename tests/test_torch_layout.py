@@ -7,6 +7,7 @@ transpose taken); and torch.optim's state after 3 steps loads into handgrad's op
 next 3 steps on both sides give the same weights.  A square layer is among them: there a transposed layout would
 load without a word and train wrong.
 """
+
 import io
 from collections import OrderedDict
 
@@ -30,6 +31,7 @@ def rel(a, b) -> float:
 
 # -- the models: (ours, theirs, input, ours' output given its input, backward given dout) ------------------------
 
+
 def _sequential(torch_model, shape):
     torch.manual_seed(0)
     theirs = torch_model().to(F64)
@@ -44,14 +46,24 @@ def _net():
 
 
 def _cnn():
-    return _sequential(lambda: nn.Sequential(nn.Conv2d(2, 4, 3, padding=1), nn.ReLU(), nn.BatchNorm2d(4),
-                                             nn.MaxPool2d(2), nn.Flatten(), nn.Linear(4 * 3 * 3, 5)), (3, 2, 6, 6))
+    return _sequential(
+        lambda: nn.Sequential(
+            nn.Conv2d(2, 4, 3, padding=1),
+            nn.ReLU(),
+            nn.BatchNorm2d(4),
+            nn.MaxPool2d(2),
+            nn.Flatten(),
+            nn.Linear(4 * 3 * 3, 5),
+        ),
+        (3, 2, 6, 6),
+    )
 
 
 def _lstm():
     torch.manual_seed(0)
     theirs = nn.Sequential(OrderedDict(lstm=nn.LSTM(6, 8, num_layers=2, batch_first=True))).to(F64)
     from layers import LSTM
+
     return LSTM.from_torch(theirs.lstm), theirs.lstm, lambda: torch.randn(3, 5, 6, dtype=F64)
 
 
@@ -79,8 +91,9 @@ def _gpt():
 MODELS = {
     "default Net": _net,
     "MLP square": lambda: _sequential(lambda: nn.Sequential(nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 16)), (5, 16)),
-    "MLP non-square": lambda: _sequential(lambda: nn.Sequential(nn.Linear(12, 16), nn.ReLU(), nn.Linear(16, 5)),
-                                          (5, 12)),
+    "MLP non-square": lambda: _sequential(
+        lambda: nn.Sequential(nn.Linear(12, 16), nn.ReLU(), nn.Linear(16, 5)), (5, 12)
+    ),
     "CNN": _cnn,
     "LSTM": _lstm,
     "RecurrentLM": _recurrent_lm,
@@ -160,7 +173,8 @@ def test_optimizer_state_moves_through_the_model(model, opt_name, direction):
     xs = [make_x() for _ in range(6)]
     first, second = (theirs, ours) if direction == "torch to handgrad" else (ours, theirs)
     make_opt = lambda m: (getattr(torch.optim, cls) if isinstance(m, nn.Module) else getattr(optimizers, cls))(  # noqa: E731
-        m.parameters(), **kw)
+        m.parameters(), **kw
+    )
     opt1 = make_opt(first)
     _train(first, opt1, xs[:3], seed=10)
     second.load_state_dict(saved_and_read(first.state_dict()))  # the weights after 3 steps

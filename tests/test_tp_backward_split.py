@@ -4,6 +4,7 @@ adds the same parameter gradients as ``backward``, for the column- and row-paral
 embedding, the tensor-parallel block, with and without sequence parallelism; and a one-stage ``TensorParallelStage``
 run as B then W equals ``TensorParallelGPT``'s forward, loss and backward bit for bit (a vocabulary of 11 padded to
 12)."""
+
 import pytest
 import torch
 
@@ -37,6 +38,7 @@ def _split_equals_fused(make, x, dout) -> list[bool]:
 def check_layers(rank, world, sp):
     from training.parallel.tp_gpt import ParallelBlock
     from training.parallel.tp_layers import ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding
+
     torch.manual_seed(0)
     gpt = GPT(**CFG)
     g = torch.Generator().manual_seed(1)
@@ -44,31 +46,41 @@ def check_layers(rank, world, sp):
     full_x, part_x = torch.randn(3, part, 16, dtype=f64, generator=g), torch.randn(3, 8, 32, dtype=f64, generator=g)
     idx = torch.randint(0, CFG["vocab_size"], (3, 8), generator=g)
     out = {}
-    out["column"] = _split_equals_fused(lambda: ColumnParallelLinear(gpt.h[0].mlp.c_fc, rank, world, None,
-                                                                     sequence_parallel=sp), full_x,
-                                        torch.randn(3, 8, 32, dtype=f64, generator=g))
-    out["row"] = _split_equals_fused(lambda: RowParallelLinear(gpt.h[0].mlp.c_proj, rank, world, None,
-                                                               sequence_parallel=sp), part_x,
-                                     torch.randn(3, part, 16, dtype=f64, generator=g))
-    out["embedding"] = _split_equals_fused(lambda: VocabParallelEmbedding(gpt.wte, rank, world, None,
-                                                                          sequence_parallel=sp), idx,
-                                           torch.randn(3, part, 16, dtype=f64, generator=g))
-    out["block"] = _split_equals_fused(lambda: ParallelBlock(gpt.h[1], rank, world, None, sp), full_x,
-                                       torch.randn(3, part, 16, dtype=f64, generator=g))
+    out["column"] = _split_equals_fused(
+        lambda: ColumnParallelLinear(gpt.h[0].mlp.c_fc, rank, world, None, sequence_parallel=sp),
+        full_x,
+        torch.randn(3, 8, 32, dtype=f64, generator=g),
+    )
+    out["row"] = _split_equals_fused(
+        lambda: RowParallelLinear(gpt.h[0].mlp.c_proj, rank, world, None, sequence_parallel=sp),
+        part_x,
+        torch.randn(3, part, 16, dtype=f64, generator=g),
+    )
+    out["embedding"] = _split_equals_fused(
+        lambda: VocabParallelEmbedding(gpt.wte, rank, world, None, sequence_parallel=sp),
+        idx,
+        torch.randn(3, part, 16, dtype=f64, generator=g),
+    )
+    out["block"] = _split_equals_fused(
+        lambda: ParallelBlock(gpt.h[1], rank, world, None, sp), full_x, torch.randn(3, part, 16, dtype=f64, generator=g)
+    )
     return out
 
 
 def check_stage(rank, world, sp):
     from training.parallel.tp_gpt import TensorParallelGPT
     from training.parallel.tp_pipeline import TensorParallelStage
+
     torch.manual_seed(0)
     gpt = GPT(**CFG)
     whole, stage = TensorParallelGPT(gpt, sequence_parallel=sp), TensorParallelStage(gpt, 0, 1, None, sp)
     assert stage.head is None and stage.wte.weight.shape == (6, 16)  # one stage: the table is its own output layer
     x, y = batches()[0]
     same = []
-    for model, run_backward in ((whole, lambda m, d: m.backward(d)),
-                                (stage, lambda m, d: (m.backward_input(d), m.backward_weight()))):
+    for model, run_backward in (
+        (whole, lambda m, d: m.backward(d)),
+        (stage, lambda m, d: (m.backward_input(d), m.backward_weight())),
+    ):
         crit = model.loss()
         logits = model(x)
         loss = crit(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))

@@ -1,4 +1,5 @@
 """model.trace: the one-step table's numbers are autograd's, and tracing leaves the model as it was."""
+
 import pytest
 import torch
 from torch import nn
@@ -12,8 +13,9 @@ F64 = torch.float64
 
 def test_trace_rows_are_autograds_numbers_and_the_model_is_left_alone():
     torch.manual_seed(0)
-    theirs = nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Sequential(nn.Linear(8, 5), nn.Tanh()),
-                           nn.Linear(5, 3)).to(F64)
+    theirs = nn.Sequential(
+        nn.Linear(6, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Sequential(nn.Linear(8, 5), nn.Tanh()), nn.Linear(5, 3)
+    ).to(F64)
     ours = from_torch(theirs)
     x, y = torch.randn(10, 6, dtype=F64), torch.randint(0, 3, (10,))
     sentinel = torch.full_like(ours[0].weight, 7.0)
@@ -67,6 +69,7 @@ def test_trace_of_a_net_flattens_images_and_takes_mse_for_float_targets():
 
 def test_learn_trace_shows_a_sigmoid_stack_losing_its_gradient_towards_the_input(capsys):
     from learn.trace import main
+
     assert main(["--activation", "sigmoid", "--depth", "6", "--hidden", "32", "--batch", "16"]) == 0
     rows = [line.split() for line in capsys.readouterr().out.splitlines() if line[:1].isdigit()]
     # "0 Linear (16, 196) -> (16, 32) mean/std zeros |dout| |dx| ...": |dx| is the 11th field
@@ -77,6 +80,7 @@ def test_learn_trace_shows_a_sigmoid_stack_losing_its_gradient_towards_the_input
 
 def test_learn_trace_refuses_an_impossible_network(capsys):
     from learn.trace import main
+
     with pytest.raises(SystemExit) as e:
         main(["--depth", "0"])
     assert e.value.code == 2 and "--depth must be at least 1, got 0" in capsys.readouterr().err
@@ -88,6 +92,7 @@ def test_a_step_after_a_trace_equals_the_step_without_it_bit_for_bit(own_generat
     import copy
     import optimizers
     from layers import Dropout, Linear, ReLU
+
     torch.manual_seed(0)
     model = Sequential(Linear(6, 16), ReLU(), Dropout(0.5), Linear(16, 3))
     if own_generator:

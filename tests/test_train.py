@@ -1,4 +1,5 @@
 """train.py end to end on a tiny IDX dataset written here, through the real loading code; no network."""
+
 import errno
 import json
 import os
@@ -24,8 +25,24 @@ def run(*argv):
 def test_end_to_end_both_impls_agree_and_write_outputs(tiny, tmp_path):
     out = tmp_path / "run"
     with pytest.warns(UserWarning, match="not the official"):  # our tiny .gz files are not MNIST's
-        code = run("--data-dir", tiny, "--out", out, "--epochs", "2", "--dtype", "float64", "--monitor",
-                   "--log-interval", "3", "--clip-grad", "1.0", "--lr", "0.01", *FAST)
+        code = run(
+            "--data-dir",
+            tiny,
+            "--out",
+            out,
+            "--epochs",
+            "2",
+            "--dtype",
+            "float64",
+            "--monitor",
+            "--log-interval",
+            "3",
+            "--clip-grad",
+            "1.0",
+            "--lr",
+            "0.01",
+            *FAST,
+        )
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary) == {"dataset", "model", "epochs", "results", "max_param_abs_diff"}
@@ -43,8 +60,10 @@ def test_end_to_end_both_impls_agree_and_write_outputs(tiny, tmp_path):
     drift = [r for r in recs if r["type"] == "drift"]  # steps 1, 4 (1, 4, 16, ... within epoch 1), each epoch's end
     assert [(r["epoch"], r["step"]) for r in drift] == [(1, 1), (1, 4), (1, 9), (2, 18)]
     assert all(r["max_param_abs_diff"] < 1e-10 for r in drift) and drift[0]["max_grad_rel_diff"] < 1e-12
-    mons = {name: [json.loads(line) for line in (out / f"monitor_{name}.jsonl").read_text().splitlines()]
-            for name in ("manual", "torch")}
+    mons = {
+        name: [json.loads(line) for line in (out / f"monitor_{name}.jsonl").read_text().splitlines()]
+        for name in ("manual", "torch")
+    }
     steps = [r["step"] for r in mons["manual"]]  # every 3rd, the run's first and each epoch's last (9 per epoch)
     assert steps == [1, 3, 6, 9, 12, 15, 18] and steps == [r["step"] for r in mons["torch"]]
     for name, recs_ in mons.items():
@@ -76,19 +95,43 @@ def test_the_weight_difference_is_printed_with_the_first_steps_agreement(tiny, t
     at = next(i for i, line in enumerate(out) if line.startswith("largest weight difference between implementations"))
     assert out[at].endswith("after 1 epoch: " + out[at].split(": ")[-1])  # "1 epoch", not "1 epochs"
     agreement = out[at + 1]  # what agreeing means in float32, measured on this run's first step
-    assert agreement.startswith("  in float32, agreeing means: the first step agreed, its forward bit for bit (equal "
-                                "logits), its gradients to ") and "float32 rounding (its unit is 1.2e-07)" in agreement
+    assert (
+        agreement.startswith(
+            "  in float32, agreeing means: the first step agreed, its forward bit for bit (equal "
+            "logits), its gradients to "
+        )
+        and "float32 rounding (its unit is 1.2e-07)" in agreement
+    )
     assert float(agreement.split("its gradients to ")[1].split()[0]) < 1e-5
     assert "--dtype float64" in agreement and "curves.png plots the drift over steps" in agreement
     epoch = next(line for line in out if "largest weight difference between manual, torch:" in line)
-    assert epoch.endswith("(float32 rounding, which training amplifies as between two runs that sum in another "
-                          "order; --dtype float64 delays it)")  # the epoch's line explains itself
+    assert epoch.endswith(
+        "(float32 rounding, which training amplifies as between two runs that sum in another "
+        "order; --dtype float64 delays it)"
+    )  # the epoch's line explains itself
 
 
 def test_all_three_implementations_agree(tiny, tmp_path):
     out = tmp_path / "run"
-    assert run("--data-dir", tiny, "--out", out, "--epochs", "2", "--impl", "all", "--dtype", "float64",
-               "--monitor", "--log-interval", "4", *FAST) == 0
+    assert (
+        run(
+            "--data-dir",
+            tiny,
+            "--out",
+            out,
+            "--epochs",
+            "2",
+            "--impl",
+            "all",
+            "--dtype",
+            "float64",
+            "--monitor",
+            "--log-interval",
+            "4",
+            *FAST,
+        )
+        == 0
+    )
     summary = json.loads((out / "summary.json").read_text())
     assert list(summary["results"]) == ["manual", "engine", "torch"]
     assert summary["max_param_abs_diff"] < 1e-10
@@ -113,12 +156,32 @@ def test_dry_run(tiny, tmp_path):
     assert (out / "summary.json").is_file() and not (out / "checkpoint.pt").exists()  # a smoke test keeps no weights
 
 
-@pytest.mark.parametrize("dtype,impl,extra", [("float32", "both", []), ("float64", "all", []),
-                                             ("float64", "both", ["--schedule", "onecycle", "--augment"]),
-                                             ("float64", "all", ["--monitor", "--log-interval", "3"])])
+@pytest.mark.parametrize(
+    "dtype,impl,extra",
+    [
+        ("float32", "both", []),
+        ("float64", "all", []),
+        ("float64", "both", ["--schedule", "onecycle", "--augment"]),
+        ("float64", "all", ["--monitor", "--log-interval", "3"]),
+    ],
+)
 def test_resume_equals_uninterrupted(tiny, tmp_path, dtype, impl, extra):
-    common = ["--data-dir", tiny, "--dtype", dtype, "--optimizer", "sgd", "--momentum", "0.9", "--lr", "0.05",
-              "--impl", impl, *extra, *FAST]
+    common = [
+        "--data-dir",
+        tiny,
+        "--dtype",
+        dtype,
+        "--optimizer",
+        "sgd",
+        "--momentum",
+        "0.9",
+        "--lr",
+        "0.05",
+        "--impl",
+        impl,
+        *extra,
+        *FAST,
+    ]
     assert run(*common, "--out", tmp_path / "straight", "--epochs", "2") == 0
     _run_first_epoch_only(common, tmp_path / "half")
     assert run("--resume", tmp_path / "half" / "checkpoint.pt", "--data-dir", tiny, "--quiet", "--no-download") == 0
@@ -161,8 +224,22 @@ def test_resume_refuses_changed_settings(tiny, tmp_path, capsys):
     assert run("--resume", ckpt, "--epochs", "2", "--optimizer", "adam", "--data-dir", tiny, "--no-download") == 2
     assert "trained with --optimizer sgd, but --optimizer adam was given" in capsys.readouterr().err
     # Flags repeating the checkpoint's values are fine; the others are adopted from it.
-    assert run("--resume", ckpt, "--epochs", "2", "--optimizer", "sgd", "--data-dir", tiny, "--no-download",
-               "--quiet", "--no-plots") == 0
+    assert (
+        run(
+            "--resume",
+            ckpt,
+            "--epochs",
+            "2",
+            "--optimizer",
+            "sgd",
+            "--data-dir",
+            tiny,
+            "--no-download",
+            "--quiet",
+            "--no-plots",
+        )
+        == 0
+    )
     assert torch.load(ckpt, weights_only=True)["config"]["optimizer"] == "sgd"
     assert run("--resume", ckpt, "--epochs", "1", "--data-dir", tiny, "--no-download") == 2
     assert "already holds 2 epochs, more than --epochs 1" in capsys.readouterr().err
@@ -197,8 +274,10 @@ def test_corrupt_resume_file_is_one_line(tmp_path, capsys):
 
 
 def test_non_finite_loss_stops_and_keeps_last_checkpoint(tiny, tmp_path, monkeypatch, capsys):
-    assert run("--data-dir", tiny, "--out", tmp_path / "new", "--epochs", "3", "--optimizer", "sgd", "--lr", "1e30",
-               *FAST) == 1
+    assert (
+        run("--data-dir", tiny, "--out", tmp_path / "new", "--epochs", "3", "--optimizer", "sgd", "--lr", "1e30", *FAST)
+        == 1
+    )
     err = capsys.readouterr().err
     assert "manual: the training loss became" in err and "epoch 1, step" in err
     out = tmp_path / "r"
@@ -213,8 +292,7 @@ def test_non_finite_loss_stops_and_keeps_last_checkpoint(tiny, tmp_path, monkeyp
         return real(impl, data, perm, epoch, *rest)
 
     monkeypatch.setattr(training.tasks.image, "train_epoch", diverge_in_epoch_2)
-    assert run("--resume", out / "checkpoint.pt", "--epochs", "3", "--data-dir", tiny, "--no-download",
-               "--quiet") == 1
+    assert run("--resume", out / "checkpoint.pt", "--epochs", "3", "--data-dir", tiny, "--no-download", "--quiet") == 1
     assert "the training loss became" in capsys.readouterr().err
     assert (out / "checkpoint.pt").read_bytes() == before
     assert not list(out.glob(".*tmp*"))
@@ -257,8 +335,10 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
             raise OSError(errno.EIO, os.strerror(errno.EIO))
 
     monkeypatch.setattr(training.storage.files, "open", lambda p, mode: HalfWritten(open(p, mode)), raising=False)
-    with pytest.raises(training.WriteFailed, match=f"cannot write {path}: Input/output error; the previous "
-                                                   f"checkpoint.pt there is intact"):
+    with pytest.raises(
+        training.WriteFailed,
+        match=f"cannot write {path}: Input/output error; the previous checkpoint.pt there is intact",
+    ):
         training.save_checkpoint(path, {"epoch": 2})
     assert torch.load(path, weights_only=True)["epoch"] == 1  # beside "size", the file's length (format 5)
     assert list(tmp_path.iterdir()) == [path]
@@ -274,11 +354,27 @@ def test_real_sigint_keeps_a_loadable_checkpoint(tiny, tmp_path):
     import signal
     import subprocess
     import sys
+
     out = tmp_path / "r"
     root = Path(__file__).resolve().parents[1]
-    proc = subprocess.Popen([sys.executable, "train.py", "--data-dir", str(tiny), "--out", str(out),
-                             "--epochs", "100000", "--log-interval", "1", *FAST], cwd=root,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "train.py",
+            "--data-dir",
+            str(tiny),
+            "--out",
+            str(out),
+            "--epochs",
+            "100000",
+            "--log-interval",
+            "1",
+            *FAST,
+        ],
+        cwd=root,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_for(lambda: _logged_epoch_2(out), proc, "a step of epoch 2 was logged")  # the readiness signal
         proc.send_signal(signal.SIGINT)
@@ -297,13 +393,16 @@ def test_sigkill_after_the_last_checkpoint_then_resume_completes(tiny, tmp_path)
     import signal
     import subprocess
     import sys
+
     out = tmp_path / "r"
     ready = tmp_path / "ready"
     root = Path(__file__).resolve().parents[1]
     # The real train.py, with a pause between the last checkpoint and the final outputs, announced by a file.
-    script = (f"import sys, time, pathlib, training.trainer as r\n"
-              f"def stop(*a, **k):\n    pathlib.Path({str(ready)!r}).touch(); time.sleep(600)\n"
-              f"r._finish = stop\nimport train\nsys.exit(train.main(sys.argv[1:]))\n")
+    script = (
+        f"import sys, time, pathlib, training.trainer as r\n"
+        f"def stop(*a, **k):\n    pathlib.Path({str(ready)!r}).touch(); time.sleep(600)\n"
+        f"r._finish = stop\nimport train\nsys.exit(train.main(sys.argv[1:]))\n"
+    )
     argv = ["--data-dir", str(tiny), "--out", str(out), "--epochs", "2", *FAST]
     proc = subprocess.Popen([sys.executable, "-c", script, *argv], cwd=root, stderr=subprocess.PIPE, text=True)
     try:
@@ -330,8 +429,18 @@ def test_cuda_graph_flag_runs_the_capturable_step_and_equals_the_default(tiny, t
     assert run(*common, "--out", tmp_path / "eager", "--epochs", "2") == 0
     assert run(*common, "--out", tmp_path / "graph", "--epochs", "2", "--cuda-graph") == 0
     _run_first_epoch_only([*common, "--cuda-graph"], tmp_path / "half")
-    assert run("--resume", tmp_path / "half" / "checkpoint.pt", "--data-dir", tiny, "--quiet", "--no-download",
-               "--cuda-graph") == 0
+    assert (
+        run(
+            "--resume",
+            tmp_path / "half" / "checkpoint.pt",
+            "--data-dir",
+            tiny,
+            "--quiet",
+            "--no-download",
+            "--cuda-graph",
+        )
+        == 0
+    )
     load = lambda name: torch.load(tmp_path / name / "checkpoint.pt", weights_only=True)  # noqa: E731
     eager, graph, half = (load(n) for n in ("eager", "graph", "half"))
     for k, v in eager["models"]["manual"].items():
@@ -341,8 +450,18 @@ def test_cuda_graph_flag_runs_the_capturable_step_and_equals_the_default(tiny, t
     assert not any(g["capturable"] for g in eager["optimizers"]["manual"]["param_groups"])
     # An eager run's checkpoint continued with --cuda-graph runs its second epoch capturable (and the reverse).
     _run_first_epoch_only(common, tmp_path / "switch")
-    assert run("--resume", tmp_path / "switch" / "checkpoint.pt", "--data-dir", tiny, "--quiet", "--no-download",
-               "--cuda-graph") == 0
+    assert (
+        run(
+            "--resume",
+            tmp_path / "switch" / "checkpoint.pt",
+            "--data-dir",
+            tiny,
+            "--quiet",
+            "--no-download",
+            "--cuda-graph",
+        )
+        == 0
+    )
     switched = load("switch")
     assert all(g["capturable"] for g in switched["optimizers"]["manual"]["param_groups"])
     for k, v in eager["models"]["manual"].items():
@@ -363,20 +482,44 @@ def test_cuda_graph_with_a_schedule_follows_it(tiny, tmp_path, optimizer, rtol):
     follows the schedule.  The run equals the eager scheduled run to rounding (Adam's device counters are float64
     here, as in the test above), ends on the schedule's last lr, and resumed it equals its uninterrupted self bit
     for bit."""
-    common = ["--data-dir", tiny, "--dtype", "float64", "--optimizer", optimizer, "--impl", "manual",
-              "--schedule", "onecycle", "--lr", "0.01", *FAST]
+    common = [
+        "--data-dir",
+        tiny,
+        "--dtype",
+        "float64",
+        "--optimizer",
+        optimizer,
+        "--impl",
+        "manual",
+        "--schedule",
+        "onecycle",
+        "--lr",
+        "0.01",
+        *FAST,
+    ]
     assert run(*common, "--out", tmp_path / "eager", "--epochs", "2") == 0
     assert run(*common, "--out", tmp_path / "graph", "--epochs", "2", "--cuda-graph") == 0
     _run_first_epoch_only([*common, "--cuda-graph"], tmp_path / "half")
-    assert run("--resume", tmp_path / "half" / "checkpoint.pt", "--data-dir", tiny, "--quiet", "--no-download",
-               "--cuda-graph") == 0
+    assert (
+        run(
+            "--resume",
+            tmp_path / "half" / "checkpoint.pt",
+            "--data-dir",
+            tiny,
+            "--quiet",
+            "--no-download",
+            "--cuda-graph",
+        )
+        == 0
+    )
     load = lambda name: torch.load(tmp_path / name / "checkpoint.pt", weights_only=True)  # noqa: E731
     eager, graph, half = (load(n) for n in ("eager", "graph", "half"))
     for k, v in eager["models"]["manual"].items():
         assert (graph["models"]["manual"][k] - v).abs().max() <= rtol * v.abs().max(), k
         assert torch.equal(half["models"]["manual"][k], graph["models"]["manual"][k]), k
-    for g_graph, g_eager in zip(graph["optimizers"]["manual"]["param_groups"],
-                                eager["optimizers"]["manual"]["param_groups"]):
+    for g_graph, g_eager in zip(
+        graph["optimizers"]["manual"]["param_groups"], eager["optimizers"]["manual"]["param_groups"]
+    ):
         assert g_graph["capturable"] and isinstance(g_graph["lr"], torch.Tensor) and g_graph["lr"].dim() == 0
         assert isinstance(g_eager["lr"], float) and g_eager["lr"] < 0.01 / 10  # annealed: the schedule ran
         assert g_graph["lr"].item() == pytest.approx(g_eager["lr"], rel=1e-12)

@@ -1,4 +1,5 @@
 """train.py --model cnn: the hand-written CNN beside its to_torch() twin, same weights, batches and dropout masks."""
+
 import json
 
 import pytest
@@ -18,8 +19,25 @@ def run(*argv):
 
 def test_one_epoch_of_the_cnn_leaves_the_twins_within_1e_9(tiny, tmp_path):
     out = tmp_path / "run"
-    assert run("--data-dir", tiny, "--out", out, "--epochs", "1", "--augment", "--optimizer", "sgd", "--momentum",
-               "0.9", "--lr", "0.02", *CNN) == 0
+    assert (
+        run(
+            "--data-dir",
+            tiny,
+            "--out",
+            out,
+            "--epochs",
+            "1",
+            "--augment",
+            "--optimizer",
+            "sgd",
+            "--momentum",
+            "0.9",
+            "--lr",
+            "0.02",
+            *CNN,
+        )
+        == 0
+    )
     ckpt = torch.load(out / "checkpoint.pt", weights_only=True)
     manual, twin = ckpt["models"]["manual"], ckpt["models"]["torch"]
     assert manual.keys() == twin.keys() and any(k.endswith("running_var") for k in manual)
@@ -35,6 +53,7 @@ def test_one_epoch_of_the_cnn_leaves_the_twins_within_1e_9(tiny, tmp_path):
 
 def test_the_cnn_has_dropout_and_batch_norm_and_the_twin_draws_the_same_masks():
     from training.impls.models import build_models, use_generator
+
     config = training.TrainConfig(model="cnn", dtype="float64")
     models = build_models(config.model, config.run, torch.device("cpu"), torch.float64)
     manual, twin = models["manual"], models["torch"]
@@ -50,6 +69,7 @@ def test_resume_carries_the_running_statistics(tiny, tmp_path):
     common = ["--data-dir", tiny, *CNN, "--impl", "manual"]
     assert run(*common, "--out", tmp_path / "straight", "--epochs", "2") == 0
     from tests.test_train import _run_first_epoch_only
+
     _run_first_epoch_only(common, tmp_path / "half")
     assert run("--resume", tmp_path / "half" / "checkpoint.pt", "--data-dir", tiny, "--quiet", "--no-download") == 0
     a = torch.load(tmp_path / "straight" / "checkpoint.pt", weights_only=True)["models"]["manual"]

@@ -1,5 +1,6 @@
 """Every file a run writes goes through the atomic writer, so a full disk while writing a figure is the one line
 docs/reliability.md promises; and a run without --out gets a folder no other run started in the same second gets."""
+
 from __future__ import annotations
 
 import builtins
@@ -43,15 +44,18 @@ def test_a_full_disk_while_writing_a_figure_is_one_line(tiny, tmp_path, monkeypa
     _full_disk_for(monkeypatch, name)
     assert run("--data-dir", tiny, "--out", out, "--epochs", "1", *extra, *TINY) == 1
     err = one_line(capsys)
-    assert err == (f"train.py: error: cannot write {out / name}: No space left on device (the disk is full); "
-                   f"the last complete checkpoint is {out / 'checkpoint.pt'} (epoch 1)")
+    assert err == (
+        f"train.py: error: cannot write {out / name}: No space left on device (the disk is full); "
+        f"the last complete checkpoint is {out / 'checkpoint.pt'} (epoch 1)"
+    )
     assert not (out / name).exists() and not list(out.glob(".*.tmp*"))  # no half figure, no temporary file
 
 
 def _frozen_clock(monkeypatch) -> None:
     real = time.strftime
-    monkeypatch.setattr(time, "strftime", lambda fmt, *t: "20260102-030405" if fmt == "%Y%m%d-%H%M%S" and not t
-                        else real(fmt, *t))
+    monkeypatch.setattr(
+        time, "strftime", lambda fmt, *t: "20260102-030405" if fmt == "%Y%m%d-%H%M%S" and not t else real(fmt, *t)
+    )
 
 
 def test_two_runs_in_the_same_second_without_out_get_two_folders(tiny, tmp_path, monkeypatch, capsys):

@@ -3,6 +3,7 @@ parallelism), pipeline (1F1B and ZB-H1) and ZeRO-1/2 on 2 ranks, tensor x data a
 each run's step losses and summary.json's results to 1e-9 relative (the gradient clipped every step, so the whole
 model's norm is checked too); --check-parity reports parity on a correct run and, on a run whose tensor-parallel f forgets its
 all-reduce, names the first tensor a reordered sum does not explain and exits 1."""
+
 import json
 from pathlib import Path
 
@@ -13,9 +14,26 @@ from tests.spawn_ranks import spawn_ranks
 from training.parallel.distributed import DistInfo
 
 TOL = 1e-9
-TINY = dict(model="gpt", impl="manual", dtype="float64", n_layer=2, n_head=2, n_embd=16, block_size=8,
-            batch_size=4, max_iters=3, eval_interval=3, eval_iters=1, log_interval=1, lr=0.05, clip_grad=0.05,
-            plots=False, quiet=True, threads=1, dist_timeout=60)
+TINY = dict(
+    model="gpt",
+    impl="manual",
+    dtype="float64",
+    n_layer=2,
+    n_head=2,
+    n_embd=16,
+    block_size=8,
+    batch_size=4,
+    max_iters=3,
+    eval_interval=3,
+    eval_iters=1,
+    log_interval=1,
+    lr=0.05,
+    clip_grad=0.05,
+    plots=False,
+    quiet=True,
+    threads=1,
+    dist_timeout=60,
+)
 
 
 def _cfg(out, **kw):
@@ -25,18 +43,21 @@ def _cfg(out, **kw):
 
 def _results(out: Path) -> tuple[dict, list]:
     summary = json.loads((out / "summary.json").read_text())["results"]["manual"]
-    steps = [r["loss"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
-             if r["type"] == "step"]
+    steps = [
+        r["loss"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if r["type"] == "step"
+    ]
     return summary, steps
 
 
 def _train(rank, world, init_method, out, kw, broken=False):
     if broken:  # the classic mistake: f's backward returns this rank's partial gradient, never all-reduced
         from training.parallel.tp_mappings import CopyToTensorParallel
+
         CopyToTensorParallel.backward = lambda self, dout: dout
     lines = []
-    rc = training.run(_cfg(Path(out), **kw), say=lines.append, info=DistInfo(rank, world, rank),
-                      init_method=init_method)
+    rc = training.run(
+        _cfg(Path(out), **kw), say=lines.append, info=DistInfo(rank, world, rank), init_method=init_method
+    )
     return rc, lines
 
 
@@ -56,20 +77,29 @@ def _assert_equal(out: Path, one_process) -> None:
         assert abs(summary[key] - ref[key]) / abs(ref[key]) < TOL, (key, summary, ref)
 
 
-@pytest.mark.parametrize("kw", [dict(tensor_parallel=2), dict(tensor_parallel=2, sequence_parallel=True),
-                                dict(pipeline_parallel=2, micro_batches=4),
-                                dict(pipeline_parallel=2, micro_batches=4, pipeline_schedule="zb-h1"),
-                                dict(zero=1), dict(zero=2)],
-                         ids=["tp", "tp-sp", "pp-1f1b", "pp-zb-h1", "zero1", "zero2"])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(tensor_parallel=2),
+        dict(tensor_parallel=2, sequence_parallel=True),
+        dict(pipeline_parallel=2, micro_batches=4),
+        dict(pipeline_parallel=2, micro_batches=4, pipeline_schedule="zb-h1"),
+        dict(zero=1),
+        dict(zero=2),
+    ],
+    ids=["tp", "tp-sp", "pp-1f1b", "pp-zb-h1", "zero1", "zero2"],
+)
 def test_two_ranks_equal_one_process(tmp_path, one_process, kw):
     results = spawn_ranks(_train, 2, str(tmp_path), kw, join=False)
     assert [rc for rc, _ in results.values()] == [0, 0]
     _assert_equal(tmp_path, one_process)
 
 
-@pytest.mark.parametrize("kw", [dict(tensor_parallel=2, zero=1),
-                                dict(pipeline_parallel=2, micro_batches=2, pipeline_schedule="zb-h1", zero=2)],
-                         ids=["tp-x-dp-zero1", "pp-x-dp-zero2"])
+@pytest.mark.parametrize(
+    "kw",
+    [dict(tensor_parallel=2, zero=1), dict(pipeline_parallel=2, micro_batches=2, pipeline_schedule="zb-h1", zero=2)],
+    ids=["tp-x-dp-zero1", "pp-x-dp-zero2"],
+)
 def test_model_x_data_parallel_with_zero_on_four_ranks_equals_one_process(tmp_path, one_process, kw):
     results = spawn_ranks(_train, 4, str(tmp_path), kw, join=False, timeout=180)
     assert [rc for rc, _ in results.values()] == [0] * 4
@@ -77,9 +107,11 @@ def test_model_x_data_parallel_with_zero_on_four_ranks_equals_one_process(tmp_pa
     _assert_equal(tmp_path, one_process)
 
 
-@pytest.mark.parametrize("kw", [dict(tensor_parallel=2), dict(zero=2),
-                                dict(pipeline_parallel=2, micro_batches=2, pipeline_schedule="zb-h1")],
-                         ids=["tp", "zero2", "pp-zb-h1"])
+@pytest.mark.parametrize(
+    "kw",
+    [dict(tensor_parallel=2), dict(zero=2), dict(pipeline_parallel=2, micro_batches=2, pipeline_schedule="zb-h1")],
+    ids=["tp", "zero2", "pp-zb-h1"],
+)
 def test_check_parity_reports_parity_on_a_correct_run(tmp_path, kw):
     results = spawn_ranks(_train, 2, str(tmp_path), dict(kw, check_parity=True), join=False)
     rc, lines = results[0]
@@ -100,8 +132,9 @@ def test_check_parity_names_the_tensor_a_wrong_all_reduce_breaks(tmp_path):
     assert rc == 1 and results[1][0] == 1, lines
     verdict = lines[-1]
     # the output layer's f is the first to run backward: ln_f's gradient is the first that is wrong
-    assert verdict.startswith("parity: BUG. The first tensor past float64 rounding is grad transformer.ln_f.weight"), \
+    assert verdict.startswith("parity: BUG. The first tensor past float64 rounding is grad transformer.ln_f.weight"), (
         verdict
+    )
     assert "no reordered sum explains is grad transformer.ln_f.weight" in verdict
     rows = {line.split()[0] + " " + line.split()[1]: line for line in lines if line.startswith(("output", "grad"))}
     assert rows["output logits"].endswith("rounding")  # the forward is right: only a backward all-reduce is gone

@@ -10,6 +10,7 @@
 The runs share one tiny dataset (tests/conftest.write_tiny_mnist, the data of the ``tiny`` fixture: 300 train
 images, 80 test images) and are cached per module, so each configuration trains once.
 """
+
 import functools
 import json
 
@@ -27,12 +28,42 @@ from training.impls import check_mixed_precision
 
 QUIET = ["--no-download", "--quiet", "--no-plots"]
 # SGD with momentum on the MLP: learns the tiny data to 100% in 2 epochs in every dtype.
-MLP = ["--hidden", "32", "--depth", "2", "--batch-size", "32", "--optimizer", "sgd", "--momentum", "0.9",
-       "--lr", "0.05", "--epochs", "2", *QUIET]
+MLP = [
+    "--hidden",
+    "32",
+    "--depth",
+    "2",
+    "--batch-size",
+    "32",
+    "--optimizer",
+    "sgd",
+    "--momentum",
+    "0.9",
+    "--lr",
+    "0.05",
+    "--epochs",
+    "2",
+    *QUIET,
+]
 # The CNN on 128 images, batch 16 (16 steps): Adam learns it in 2 epochs in every dtype; SGD at lr 0.05 does not
 # converge that fast, and fp16's first steps are skipped while the loss scale backs off from 2^16.
-CNN = ["--model", "cnn", "--batch-size", "16", "--optimizer", "adam", "--lr", "0.002", "--epochs", "2",
-       "--limit-train", "128", "--val-split", "0", *QUIET]
+CNN = [
+    "--model",
+    "cnn",
+    "--batch-size",
+    "16",
+    "--optimizer",
+    "adam",
+    "--lr",
+    "0.002",
+    "--epochs",
+    "2",
+    "--limit-train",
+    "128",
+    "--val-split",
+    "0",
+    *QUIET,
+]
 ARGS = {"mlp": MLP, "cnn": CNN}
 
 
@@ -52,6 +83,7 @@ def runs(tmp_path_factory):
         with pytest.warns(UserWarning, match="not the official"):  # the tiny .gz files are not MNIST's
             assert run("--data-dir", data, "--out", out, "--dtype", dtype, *ARGS[model], *extra) == 0
         return json.loads((out / "summary.json").read_text()), torch.load(out / "checkpoint.pt", weights_only=True)
+
     go.data = data
     return go
 
@@ -85,8 +117,9 @@ def test_config_keeps_float32_data_and_master_weights():
         assert impls["manual"].master is None and impls["manual"].scaler is None and impls["torch"].autocast is None
 
 
-@pytest.mark.parametrize("model,dtype", [("mlp", "bfloat16"), ("mlp", "float16"), ("cnn", "bfloat16"),
-                                         ("cnn", "float16")])
+@pytest.mark.parametrize(
+    "model,dtype", [("mlp", "bfloat16"), ("mlp", "float16"), ("cnn", "bfloat16"), ("cnn", "float16")]
+)
 def test_half_runs_reach_float32_accuracy(runs, model, dtype):
     """On 80 test images one image is 1.25 points: "within 0.5 points" means the same number right."""
     ref, _ = runs(model, "float32")
@@ -106,8 +139,10 @@ def test_manual_mlp_and_autocast_twin_stay_together(runs, dtype):
     summary, ckpt = runs("mlp", dtype)
     assert summary["max_param_abs_diff"] < 1e-5
     assert "not an error bound" in summary["mixed_precision"]["max_param_abs_diff"]
-    steps = {name: [r["loss"] for r in ckpt["records"] if r["type"] == "step" and r["impl"] == name]
-             for name in ("manual", "torch")}
+    steps = {
+        name: [r["loss"] for r in ckpt["records"] if r["type"] == "step" and r["impl"] == name]
+        for name in ("manual", "torch")
+    }
     assert len(steps["manual"]) == len(steps["torch"]) > 0
     for a, b in zip(steps["manual"], steps["torch"]):
         assert a == pytest.approx(b, rel=1e-5)
@@ -133,14 +168,14 @@ def test_float16_overflow_skips_steps_and_recovers(runs, monkeypatch):
 
     class Spy(training.impls.manual.DynamicLossScaler):  # the hand-written scaler, started at 2^22, its steps recorded
         def __init__(self, **kw):
-            super().__init__(init_scale=2.0 ** 22, **kw)
+            super().__init__(init_scale=2.0**22, **kw)
 
         def step(self, optimizer):
             stepped.append(super().step(optimizer))
             return stepped[-1]
 
     monkeypatch.setattr(training.impls.manual, "DynamicLossScaler", Spy)
-    monkeypatch.setattr(torch.amp, "GradScaler", functools.partial(torch.amp.GradScaler, init_scale=2.0 ** 22))
+    monkeypatch.setattr(torch.amp, "GradScaler", functools.partial(torch.amp.GradScaler, init_scale=2.0**22))
     summary, ckpt = runs("mlp", "float16", "--seed", "0")  # "--seed 0": a cache key apart from the plain fp16 run
     ref, _ = runs("mlp", "float32")
     assert len(stepped) == 18  # 2 epochs of 9 steps
@@ -184,8 +219,10 @@ def test_resume_of_a_mixed_run_equals_the_uninterrupted_run(runs, tmp_path, dtyp
     assert strip(a["records"]) == strip(b["records"])
     for mon in ("monitor_manual.jsonl", "monitor_torch.jsonl"):
         assert (tmp_path / "half" / mon).read_text() == (tmp_path / "straight" / mon).read_text(), mon
-    mons = [[json.loads(x) for x in (tmp_path / "straight" / f"monitor_{n}.jsonl").read_text().splitlines()]
-            for n in ("manual", "torch")]
+    mons = [
+        [json.loads(x) for x in (tmp_path / "straight" / f"monitor_{n}.jsonl").read_text().splitlines()]
+        for n in ("manual", "torch")
+    ]
     assert len(mons[0]) == len(mons[1]) == 7  # steps 1, 3, 6, ..., 18
     for m, t in zip(*mons):
         assert m["total_grad_norm"] == pytest.approx(t["total_grad_norm"], rel=1e-2)

@@ -1,6 +1,7 @@
 """What the trainer guarantees about its files: one run per output folder (an OS lock, real processes here), no
 run written over another, checkpoints that prove their bytes and hold only possible values, resume only on the
 data trained on, a full disk reported in one line with the last checkpoint intact, no leftovers."""
+
 import errno
 import io
 import json
@@ -21,7 +22,19 @@ import training.trainer
 from tests.conftest import wait_for, write_split
 
 ROOT = Path(__file__).resolve().parents[1]
-FAST = ["--dataset", "mnist", "--hidden", "16", "--depth", "2", "--batch-size", "32", "--no-download", "--quiet", "--no-plots"]
+FAST = [
+    "--dataset",
+    "mnist",
+    "--hidden",
+    "16",
+    "--depth",
+    "2",
+    "--batch-size",
+    "32",
+    "--no-download",
+    "--quiet",
+    "--no-plots",
+]
 
 
 def run(*argv):
@@ -35,8 +48,15 @@ def one_line(capsys) -> str:
 
 
 def train_py(*argv, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "train.py", *map(str, argv)], cwd=ROOT, stderr=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, **kw)
+    return subprocess.Popen(
+        [sys.executable, "train.py", *map(str, argv)],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        **kw,
+    )
 
 
 def logged_a_step(out: Path) -> bool:
@@ -46,15 +66,33 @@ def logged_a_step(out: Path) -> bool:
 
 # --- one run per output folder ---------------------------------------------------------------------------------
 
-def test_a_second_run_on_a_busy_folder_exits_2_naming_the_holder_and_a_killed_run_leaves_no_stale_lock(tiny,
-                                                                                                       tmp_path):
+
+def test_a_second_run_on_a_busy_folder_exits_2_naming_the_holder_and_a_killed_run_leaves_no_stale_lock(tiny, tmp_path):
     out = tmp_path / "R"
-    first = train_py("--data-dir", tiny, "--out", out, "--epochs", "100000", "--log-interval", "1", "--seed", "1",
-                     *FAST)
+    first = train_py(
+        "--data-dir", tiny, "--out", out, "--epochs", "100000", "--log-interval", "1", "--seed", "1", *FAST
+    )
     try:
         wait_for(lambda: logged_a_step(out), first, "the first run logged a step")
-        second = subprocess.run([sys.executable, "train.py", "--data-dir", str(tiny), "--out", str(out), "--epochs",
-                                 "2", "--seed", "2", *FAST], cwd=ROOT, capture_output=True, text=True, timeout=240)
+        second = subprocess.run(
+            [
+                sys.executable,
+                "train.py",
+                "--data-dir",
+                str(tiny),
+                "--out",
+                str(out),
+                "--epochs",
+                "2",
+                "--seed",
+                "2",
+                *FAST,
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
         assert first.poll() is None  # still running, untouched
     finally:
         first.kill()
@@ -74,8 +112,9 @@ def test_two_runs_started_together_on_one_folder_one_runs_the_other_is_refused(t
     """The race of the issue: `--epochs 3 --seed 1 & --epochs 2 --seed 2` into one --out.  Whichever wins (by the
     lock, or by finding the other's finished run), the folder holds one run's files only."""
     out = tmp_path / "R"
-    procs = {seed: train_py("--data-dir", tiny, "--out", out, "--epochs", 1 + seed, "--seed", seed, *FAST)
-             for seed in (1, 2)}
+    procs = {
+        seed: train_py("--data-dir", tiny, "--out", out, "--epochs", 1 + seed, "--seed", seed, *FAST) for seed in (1, 2)
+    }
     codes = {}
     for seed, proc in procs.items():
         try:
@@ -86,8 +125,9 @@ def test_two_runs_started_together_on_one_folder_one_runs_the_other_is_refused(t
     assert sorted(codes.values()) == [0, 2], errs
     winner = next(seed for seed, code in codes.items() if code == 0)
     loser = 3 - winner
-    assert str(out) in errs[loser] and ("is in use by another run" in errs[loser] or "already holds a run"
-                                        in errs[loser]), errs[loser]
+    assert str(out) in errs[loser] and (
+        "is in use by another run" in errs[loser] or "already holds a run" in errs[loser]
+    ), errs[loser]
     ckpt = torch.load(out / "checkpoint.pt", weights_only=True)
     assert ckpt["config"]["seed"] == winner and ckpt["epoch"] == 1 + winner
     assert json.loads((out / "summary.json").read_text())["epochs"] == 1 + winner
@@ -111,8 +151,7 @@ def test_a_fresh_run_over_an_old_one_is_refused_until_resume_or_overwrite(tiny, 
     assert {f.name: f.read_bytes() for f in out.iterdir()} == before
     assert run("--resume", out / "checkpoint.pt", "--out", out, "--overwrite", "--data-dir", tiny, *FAST) == 2
     assert "--overwrite would delete the checkpoint that --resume" in one_line(capsys)
-    assert run("--data-dir", tiny, "--out", out, "--epochs", "2", "--seed", "2", "--overwrite", "--monitor",
-               *FAST) == 0
+    assert run("--data-dir", tiny, "--out", out, "--epochs", "2", "--seed", "2", "--overwrite", "--monitor", *FAST) == 0
     ckpt = torch.load(out / "checkpoint.pt", weights_only=True)
     assert ckpt["config"]["seed"] == 2 and ckpt["epoch"] == 2
     assert json.loads((out / "summary.json").read_text())["epochs"] == 2
@@ -121,8 +160,9 @@ def test_a_fresh_run_over_an_old_one_is_refused_until_resume_or_overwrite(tiny, 
     for name in ("checkpoint.pt", "summary.json", "metrics.jsonl"):
         (out / name).unlink()
     assert run("--data-dir", tiny, "--out", out, *FAST) == 2
-    assert "already holds a run (monitor_manual.jsonl, monitor_torch.jsonl); replace it with --overwrite" in \
-        one_line(capsys)
+    assert "already holds a run (monitor_manual.jsonl, monitor_torch.jsonl); replace it with --overwrite" in one_line(
+        capsys
+    )
 
 
 def test_a_refused_run_creates_no_folder(tmp_path):
@@ -133,6 +173,7 @@ def test_a_refused_run_creates_no_folder(tmp_path):
 
 # --- checkpoints prove their bytes ---------------------------------------------------------------------------
 
+
 @pytest.fixture
 def one_epoch(tiny, tmp_path):
     """A finished one-epoch run of --epochs 2 cut short: R/checkpoint.pt to resume."""
@@ -142,8 +183,7 @@ def one_epoch(tiny, tmp_path):
 
 
 def resume(ckpt, tiny, *extra):
-    return run("--resume", ckpt, "--epochs", "2", "--data-dir", tiny, "--no-download", "--quiet", "--no-plots",
-               *extra)
+    return run("--resume", ckpt, "--epochs", "2", "--data-dir", tiny, "--no-download", "--quiet", "--no-plots", *extra)
 
 
 def test_a_checkpoint_is_a_zip_sealed_with_its_sha256_and_still_loads_with_torch(one_epoch):
@@ -157,7 +197,7 @@ def test_a_checkpoint_is_a_zip_sealed_with_its_sha256_and_still_loads_with_torch
 def test_flipped_bytes_in_a_checkpoint_are_refused_in_one_line(one_epoch, tiny, capsys):
     data = bytearray(one_epoch.read_bytes())
     middle = len(data) // 2
-    data[middle: middle + 200] = bytes(b ^ 0xFF for b in data[middle: middle + 200])
+    data[middle : middle + 200] = bytes(b ^ 0xFF for b in data[middle : middle + 200])
     one_epoch.write_bytes(bytes(data))
     capsys.readouterr()
     assert resume(one_epoch, tiny) == 2
@@ -183,7 +223,8 @@ def test_a_truncated_checkpoint_is_refused_with_both_sizes(one_epoch, tiny, caps
     assert one_line(capsys) == (
         f"train.py: error: --resume {one_epoch} is truncated: it has {keep} bytes, but it was written with "
         f"{len(data)} (the last {len(data) - keep} are missing: a copy or download cut short?); resume from an "
-        f"intact copy or start again")
+        f"intact copy or start again"
+    )
 
 
 def test_a_truncated_checkpoint_of_a_format_without_its_size_says_truncated(one_epoch, tiny, capsys):
@@ -197,9 +238,11 @@ def test_a_truncated_checkpoint_of_a_format_without_its_size_says_truncated(one_
     capsys.readouterr()
     assert resume(one_epoch, tiny) == 2
     err = one_line(capsys)
-    assert (f"--resume {one_epoch} is truncated: it begins as a checkpoint does (a zip archive) but its "
-            f"{len(data) - 3212} bytes end before the archive does (a checkpoint written before format 5 does not "
-            f"record its size, so how much is missing is unknown)") in err
+    assert (
+        f"--resume {one_epoch} is truncated: it begins as a checkpoint does (a zip archive) but its "
+        f"{len(data) - 3212} bytes end before the archive does (a checkpoint written before format 5 does not "
+        f"record its size, so how much is missing is unknown)"
+    ) in err
 
 
 def test_a_changed_digest_shows_where_the_two_differ(one_epoch, tiny, capsys):
@@ -212,18 +255,23 @@ def test_a_changed_digest_shows_where_the_two_differ(one_epoch, tiny, capsys):
     capsys.readouterr()
     assert resume(one_epoch, tiny) == 2
     err = one_line(capsys)
-    assert (f"is damaged: its SHA-256 is {stored[:48]}..., not the {changed[:48]}... written with it (they first "
-            f"differ at hex digit 40 of 64)") in err
+    assert (
+        f"is damaged: its SHA-256 is {stored[:48]}..., not the {changed[:48]}... written with it (they first "
+        f"differ at hex digit 40 of 64)"
+    ) in err
 
 
-@pytest.mark.parametrize("old_format,transposed", [("handgrad-train-3", ("manual", "engine")),
-                                                   ("handgrad-train-4", ("engine",))])
+@pytest.mark.parametrize(
+    "old_format,transposed", [("handgrad-train-3", ("manual", "engine")), ("handgrad-train-4", ("engine",))]
+)
 def test_a_checkpoint_from_before_the_engine_kept_out_in_weights_resumes_as_the_run_would_have_gone_on(
-        tiny, tmp_path, capsys, old_format, transposed):
+    tiny, tmp_path, capsys, old_format, transposed
+):
     """Formats up to 4 kept the autodiff engine's Linear weights (and so its optimizer state) as (in, out); up to 3
     the hand-written ones too.  --hidden 16 --depth 2 has a square (16, 16) weight: a state loaded untransposed
     there would train silently wrong, not fail."""
     from tests.test_train import _run_first_epoch_only
+
     common = ["--data-dir", tiny, "--dtype", "float64", "--optimizer", "adam", "--impl", "all", *FAST]
     assert run(*common, "--out", tmp_path / "straight", "--epochs", "2") == 0
     _run_first_epoch_only(common, tmp_path / "half")
@@ -234,8 +282,10 @@ def test_a_checkpoint_from_before_the_engine_kept_out_in_weights_resumes_as_the_
     for name in transposed:
         state = ckpt["optimizers"][name]["state"]
         for i in (0, 2, 4):  # layers.{0,1,2}.weight
-            state[i] = {k: v.t().contiguous() if isinstance(v, torch.Tensor) and v.dim() == 2 else v
-                        for k, v in state[i].items()}
+            state[i] = {
+                k: v.t().contiguous() if isinstance(v, torch.Tensor) and v.dim() == 2 else v
+                for k, v in state[i].items()
+            }
     buffer = io.BytesIO()
     torch.save(ckpt, buffer)
     path.write_bytes(training.seal(buffer.getvalue()))
@@ -281,21 +331,31 @@ def _adam_state(ckpt):
 CRAFTED = {
     "negative epoch": (lambda c: c.update(epoch=-1), "'epoch' is -1"),
     "epoch not a number": (lambda c: c.update(epoch="1"), "'epoch' is of type str, not int"),
-    "records beyond its epochs": (lambda c: c["records"].append({"type": "epoch", "epoch": 7}),
-                                  "is of epoch 7, outside the checkpoint's epochs 1..1"),
-    "optimizer steps beyond its epochs": (lambda c: _adam_state(c).update(step=torch.tensor(1e6)),
-                                          "'optimizers.manual' parameter 0 has taken 1e+06 steps, outside the 0..9"),
-    "settings failing validation": (lambda c: c["config"].update(batch_size=0),
-                                    "the checkpoint's settings are impossible: --batch-size 0 is out of range"),
+    "records beyond its epochs": (
+        lambda c: c["records"].append({"type": "epoch", "epoch": 7}),
+        "is of epoch 7, outside the checkpoint's epochs 1..1",
+    ),
+    "optimizer steps beyond its epochs": (
+        lambda c: _adam_state(c).update(step=torch.tensor(1e6)),
+        "'optimizers.manual' parameter 0 has taken 1e+06 steps, outside the 0..9",
+    ),
+    "settings failing validation": (
+        lambda c: c["config"].update(batch_size=0),
+        "the checkpoint's settings are impossible: --batch-size 0 is out of range",
+    ),
     "missing key": (lambda c: c.pop("rng"), "the checkpoint has no 'rng'"),
     "missing weight": (lambda c: c["models"]["manual"].pop(_first_key(c)), "'models.manual' has no '"),
-    "mis-shaped weight": (lambda c: c["models"]["manual"].update({_first_key(c): torch.zeros(3, 3)}),
-                          "has shape (3, 3), the model's is (16, 784)"),
+    "mis-shaped weight": (
+        lambda c: c["models"]["manual"].update({_first_key(c): torch.zeros(3, 3)}),
+        "has shape (3, 3), the model's is (16, 784)",
+    ),
     "non-finite weight": (lambda c: c["models"]["torch"][_first_key(c)].fill_(float("nan")), "holds inf or nan"),
-    "mis-shaped optimizer state": (lambda c: _adam_state(c).update(exp_avg_sq=torch.ones(1)),
-                                   "'optimizers.manual' does not fit this run (ValueError: Adam.load_state_dict: "
-                                   "parameter 0 (param_groups[0]['params'][0]) has shape (16, 784) but its saved "
-                                   "'exp_avg_sq' has shape (1,)"),
+    "mis-shaped optimizer state": (
+        lambda c: _adam_state(c).update(exp_avg_sq=torch.ones(1)),
+        "'optimizers.manual' does not fit this run (ValueError: Adam.load_state_dict: "
+        "parameter 0 (param_groups[0]['params'][0]) has shape (16, 784) but its saved "
+        "'exp_avg_sq' has shape (1,)",
+    ),
     "missing implementation": (lambda c: c["optimizers"].pop("torch"), "the checkpoint has no 'optimizers.torch'"),
 }
 
@@ -331,13 +391,14 @@ def test_resuming_on_other_data_is_refused_naming_both(one_epoch, tiny, capsys):
 
 
 def test_leftover_temporary_files_are_removed_at_the_next_start(one_epoch, tiny):
-    leftover = one_epoch.parent / f".checkpoint.pt.tmp{2 ** 22 + 1}"  # what a SIGKILL during the write leaves
+    leftover = one_epoch.parent / f".checkpoint.pt.tmp{2**22 + 1}"  # what a SIGKILL during the write leaves
     leftover.write_bytes(b"half a checkpoint")
     assert resume(one_epoch, tiny) == 0
     assert not leftover.exists() and torch.load(one_epoch, weights_only=True)["epoch"] == 2
 
 
 # --- a full disk ---------------------------------------------------------------------------------------------
+
 
 class _FullDisk(io.RawIOBase):
     """A file that takes ``room`` bytes, then fails as a full disk does (ENOSPC)."""
@@ -368,8 +429,7 @@ class _FullDisk(io.RawIOBase):
             self.f.close()
 
 
-def test_a_full_disk_while_writing_a_checkpoint_is_one_line_and_keeps_the_last_one(tiny, tmp_path, monkeypatch,
-                                                                                  capsys):
+def test_a_full_disk_while_writing_a_checkpoint_is_one_line_and_keeps_the_last_one(tiny, tmp_path, monkeypatch, capsys):
     out = tmp_path / "R"
     writes = []
 
@@ -384,9 +444,11 @@ def test_a_full_disk_while_writing_a_checkpoint_is_one_line_and_keeps_the_last_o
     monkeypatch.setattr(training.storage.files, "open", fill_at_the_second_checkpoint, raising=False)
     assert run("--data-dir", tiny, "--out", out, "--epochs", "3", *FAST) == 1
     err = one_line(capsys)
-    assert err == (f"train.py: error: cannot write {out / 'checkpoint.pt'}: No space left on device (the disk is "
-                   f"full); the previous checkpoint.pt there is intact; the last complete checkpoint is "
-                   f"{out / 'checkpoint.pt'} (epoch 1)")
+    assert err == (
+        f"train.py: error: cannot write {out / 'checkpoint.pt'}: No space left on device (the disk is "
+        f"full); the previous checkpoint.pt there is intact; the last complete checkpoint is "
+        f"{out / 'checkpoint.pt'} (epoch 1)"
+    )
     assert torch.load(out / "checkpoint.pt", weights_only=True)["epoch"] == 1
     assert not list(out.glob(".*.tmp*"))  # the partial temporary file is gone
 
@@ -402,13 +464,31 @@ def test_a_full_disk_while_logging_is_one_line(tiny, tmp_path, monkeypatch, caps
     monkeypatch.setattr(training.trainer, "open", full_metrics, raising=False)
     assert run("--data-dir", tiny, "--out", out, "--epochs", "2", "--log-interval", "1", *FAST) == 1
     err = one_line(capsys)
-    assert err == (f"train.py: error: cannot write {out / 'metrics.jsonl'}: No space left on device (the disk is "
-                   f"full); its complete lines are kept (--resume rewrites it); no checkpoint was written yet")
+    assert err == (
+        f"train.py: error: cannot write {out / 'metrics.jsonl'}: No space left on device (the disk is "
+        f"full); its complete lines are kept (--resume rewrites it); no checkpoint was written yet"
+    )
 
 
 def test_a_model_too_large_for_memory_is_one_line(tiny, tmp_path, capsys):
-    assert run("--data-dir", tiny, "--out", tmp_path / "R", "--device", "cpu", "--hidden", 10 ** 9, "--depth", 1,
-               "--dataset", "mnist", *FAST[6:]) == 2
+    assert (
+        run(
+            "--data-dir",
+            tiny,
+            "--out",
+            tmp_path / "R",
+            "--device",
+            "cpu",
+            "--hidden",
+            10**9,
+            "--depth",
+            1,
+            "--dataset",
+            "mnist",
+            *FAST[6:],
+        )
+        == 2
+    )
     err = one_line(capsys)
     assert "--hidden 1000000000 --depth 1: the models do not fit in the memory of cpu (torch could not allocate" in err
     assert not (tmp_path / "R").exists()
@@ -416,19 +496,23 @@ def test_a_model_too_large_for_memory_is_one_line(tiny, tmp_path, capsys):
 
 # --- Ctrl-C during start-up ----------------------------------------------------------------------------------
 
+
 def test_ctrl_c_while_train_py_imports_torch_is_one_line(tmp_path):
     """A real SIGINT, sent by the process to itself when train.py starts importing the training package."""
-    script = ("import builtins, os, runpy, signal, sys\n"
-              "real = builtins.__import__\n"
-              "def hook(name, *a, **k):\n"
-              "    if name == 'training':\n"
-              "        os.kill(os.getpid(), signal.SIGINT)\n"
-              "    return real(name, *a, **k)\n"
-              "builtins.__import__ = hook\n"
-              "sys.argv = ['train.py', '--out', sys.argv[1]]\n"
-              "runpy.run_path('train.py', run_name='__main__')\n")
-    r = subprocess.run([sys.executable, "-c", script, str(tmp_path / "R")], cwd=ROOT, capture_output=True,
-                       text=True, timeout=240)
+    script = (
+        "import builtins, os, runpy, signal, sys\n"
+        "real = builtins.__import__\n"
+        "def hook(name, *a, **k):\n"
+        "    if name == 'training':\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "    return real(name, *a, **k)\n"
+        "builtins.__import__ = hook\n"
+        "sys.argv = ['train.py', '--out', sys.argv[1]]\n"
+        "runpy.run_path('train.py', run_name='__main__')\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "R")], cwd=ROOT, capture_output=True, text=True, timeout=240
+    )
     assert r.returncode == 130, r.stderr[-3000:]
     assert r.stderr.strip() == "interrupted"
     assert not (tmp_path / "R").exists()
@@ -437,6 +521,7 @@ def test_ctrl_c_while_train_py_imports_torch_is_one_line(tmp_path):
 def test_ctrl_c_while_loading_data_is_one_line_and_leaves_no_folder(tiny, tmp_path, monkeypatch, capsys):
     def interrupted(*a, **k):
         raise KeyboardInterrupt
+
     monkeypatch.setattr(training.tasks.image, "load_data", interrupted)
     with pytest.raises(KeyboardInterrupt):
         run("--data-dir", tiny, "--out", tmp_path / "R", *FAST)

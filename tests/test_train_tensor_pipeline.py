@@ -5,6 +5,7 @@ relative and its final weights to 1e-9 of the largest (the gradient clipped ever
 each parameter counted once, is checked too); so does T=2 x P=2 x D=2 with ZeRO-2 on 8 processes; --check-parity
 finds every tensor within rounding; a pipelined run writes its timeline into its folder (text, and a PNG with
 --plots) and rank 0 prints it with the measured bubble, once."""
+
 import json
 from pathlib import Path
 
@@ -19,12 +20,14 @@ from training.parallel.distributed import DistInfo
 
 def _train(rank, world, init_method, out, kw):
     import training.parallel.run as run
+
     built = []
     build = run.build_parallel_impls
     run.build_parallel_impls = lambda *a, **k: built.append(build(*a, **k)) or built[-1]  # to read the final weights
     lines = []
-    rc = training.run(_cfg(Path(out), **kw), say=lines.append, info=DistInfo(rank, world, rank),
-                      init_method=init_method)
+    rc = training.run(
+        _cfg(Path(out), **kw), say=lines.append, info=DistInfo(rank, world, rank), init_method=init_method
+    )
     # the whole GPT as gathered at the last evaluation, after the last step (max_iters = eval_interval)
     weights = {n: p.detach().clone() for n, p in built[0]["manual"].model.named_parameters()}
     return rc, lines, weights
@@ -36,14 +39,21 @@ def one_process(tmp_path_factory):
     assert training.run(_cfg(out)) == 0
     weights = torch.load(out / "checkpoint.pt", weights_only=False)["models"]["manual"]
     summary = json.loads((out / "summary.json").read_text())["results"]["manual"]
-    steps = [r["loss"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
-             if r["type"] == "step"]
+    steps = [
+        r["loss"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if r["type"] == "step"
+    ]
     return (summary, steps), weights
 
 
-@pytest.mark.parametrize("kw", [dict(pipeline_schedule="1f1b"), dict(pipeline_schedule="zb-h1", plots=True),
-                                dict(pipeline_schedule="gpipe", sequence_parallel=True)],
-                         ids=["1f1b", "zb-h1", "gpipe-sp"])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(pipeline_schedule="1f1b"),
+        dict(pipeline_schedule="zb-h1", plots=True),
+        dict(pipeline_schedule="gpipe", sequence_parallel=True),
+    ],
+    ids=["1f1b", "zb-h1", "gpipe-sp"],
+)
 def test_tensor_x_pipeline_on_four_ranks_equals_one_process(tmp_path, one_process, kw):
     kw = dict(tensor_parallel=2, pipeline_parallel=2, micro_batches=2, **kw)
     results = spawn_ranks(_train, 4, str(tmp_path), kw, join=False, timeout=240)
@@ -79,15 +89,27 @@ def test_tensor_x_pipeline_x_data_with_zero_on_eight_ranks_equals_one_process(tm
 
 
 def test_check_parity_reports_parity_for_tensor_x_pipeline(tmp_path):
-    kw = dict(tensor_parallel=2, pipeline_parallel=2, micro_batches=2, pipeline_schedule="zb-h1",
-              sequence_parallel=True, check_parity=True)
+    kw = dict(
+        tensor_parallel=2,
+        pipeline_parallel=2,
+        micro_batches=2,
+        pipeline_schedule="zb-h1",
+        sequence_parallel=True,
+        check_parity=True,
+    )
     results = spawn_ranks(_train, 4, str(tmp_path), kw, join=False, timeout=240)
     rc, lines, _ = results[0]
     assert [r[0] for r in results.values()] == [0] * 4, lines
     assert lines[-1].startswith("parity: all ") and "within float64 rounding" in lines[-1], lines
     rows = [line for line in lines if line.startswith(("output ", "grad ", "weight ", "loss"))]
-    for name in ("output logits", "output transformer.h.0", "output transformer.h.1", "grad transformer.wte.weight",
-                 "grad transformer.wpe.weight", "grad transformer.h.1.attn.c_attn.weight",
-                 "weight transformer.h.0.mlp.c_proj.weight"):
+    for name in (
+        "output logits",
+        "output transformer.h.0",
+        "output transformer.h.1",
+        "grad transformer.wte.weight",
+        "grad transformer.wpe.weight",
+        "grad transformer.h.1.attn.c_attn.weight",
+        "weight transformer.h.0.mlp.c_proj.weight",
+    ):
         assert any(r.startswith(name + " ") for r in rows), (name, rows)
     assert all(r.endswith("rounding") for r in rows), rows

@@ -1,4 +1,5 @@
 """train.py on text: the GPT and the recurrent language models beside their twins, resume, refusals, sample.py."""
+
 from __future__ import annotations
 
 import json
@@ -14,13 +15,47 @@ from training.config import TrainConfig
 from training.schedule import warmup_cosine
 from training.tasks.corpus import CORPORA, load_text
 
-LINES = ["First Citizen: Before we proceed any further, hear me speak.",
-         "All: Speak, speak.", "First Citizen: You are all resolved rather to die than to famish?",
-         "All: Resolved. resolved.", "First Citizen: First, you know Caius Marcius is chief enemy to the people."]
-GPT = ["--model", "gpt", "--n-layer", "2", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
-       "--batch-size", "4", "--eval-iters", "2", "--quiet", "--no-plots"]
-RNN = ["--n-layer", "2", "--hidden", "12", "--n-embd", "8", "--block-size", "12", "--batch-size", "3",
-       "--eval-iters", "2", "--quiet", "--no-plots"]
+LINES = [
+    "First Citizen: Before we proceed any further, hear me speak.",
+    "All: Speak, speak.",
+    "First Citizen: You are all resolved rather to die than to famish?",
+    "All: Resolved. resolved.",
+    "First Citizen: First, you know Caius Marcius is chief enemy to the people.",
+]
+GPT = [
+    "--model",
+    "gpt",
+    "--n-layer",
+    "2",
+    "--n-head",
+    "2",
+    "--n-embd",
+    "16",
+    "--block-size",
+    "16",
+    "--batch-size",
+    "4",
+    "--eval-iters",
+    "2",
+    "--quiet",
+    "--no-plots",
+]
+RNN = [
+    "--n-layer",
+    "2",
+    "--hidden",
+    "12",
+    "--n-embd",
+    "8",
+    "--block-size",
+    "12",
+    "--batch-size",
+    "3",
+    "--eval-iters",
+    "2",
+    "--quiet",
+    "--no-plots",
+]
 
 
 def run(*argv):
@@ -40,8 +75,28 @@ def _weights(path, impl):
 
 def test_gpt_trains_beside_its_twin_in_float64_and_writes_outputs(corpus, tmp_path):
     out = tmp_path / "run"
-    assert run("--data-file", corpus, "--out", out, "--max-iters", "6", "--eval-interval", "3", "--dtype",
-               "float64", "--dropout", "0.1", "--warmup-iters", "2", "--lr-decay-iters", "6", *GPT[:-1]) == 0
+    assert (
+        run(
+            "--data-file",
+            corpus,
+            "--out",
+            out,
+            "--max-iters",
+            "6",
+            "--eval-interval",
+            "3",
+            "--dtype",
+            "float64",
+            "--dropout",
+            "0.1",
+            "--warmup-iters",
+            "2",
+            "--lr-decay-iters",
+            "6",
+            *GPT[:-1],
+        )
+        == 0
+    )
     summary = json.loads((out / "summary.json").read_text())
     assert summary["model"] == "gpt" and summary["iters"] == 6 and summary["vocab_size"] == len(set(corpus.read_text()))
     assert set(summary["results"]) == {"manual", "torch"}
@@ -66,8 +121,26 @@ def test_gpt_trains_beside_its_twin_in_float64_and_writes_outputs(corpus, tmp_pa
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
 def test_recurrent_models_train_beside_their_twins(corpus, tmp_path, cell):
     out = tmp_path / cell
-    assert run("--data-file", corpus, "--model", cell, "--out", out, "--max-iters", "4", "--eval-interval", "2",
-               "--dtype", "float64", "--dropout", "0.2", *RNN) == 0
+    assert (
+        run(
+            "--data-file",
+            corpus,
+            "--model",
+            cell,
+            "--out",
+            out,
+            "--max-iters",
+            "4",
+            "--eval-interval",
+            "2",
+            "--dtype",
+            "float64",
+            "--dropout",
+            "0.2",
+            *RNN,
+        )
+        == 0
+    )
     summary = json.loads((out / "summary.json").read_text())
     m, t = summary["results"]["manual"], summary["results"]["torch"]
     assert abs(m["val_loss"] - t["val_loss"]) < 1e-12 and summary["max_param_abs_diff"] < 1e-12
@@ -76,8 +149,10 @@ def test_recurrent_models_train_beside_their_twins(corpus, tmp_path, cell):
 def test_a_recurrent_run_resumes_with_its_own_hidden_size(corpus, tmp_path):
     """--hidden is the recurrent models' too: the checkpoint's (12 here, not lstm's default 256) is the one kept."""
     out = tmp_path / "lstm"
-    assert run("--data-file", corpus, "--model", "lstm", "--out", out, "--max-iters", "2", "--eval-interval", "2",
-               *RNN) == 0
+    assert (
+        run("--data-file", corpus, "--model", "lstm", "--out", out, "--max-iters", "2", "--eval-interval", "2", *RNN)
+        == 0
+    )
     assert run("--resume", out / "checkpoint.pt", "--max-iters", "4", "--quiet", "--no-plots") == 0
     assert json.loads((out / "summary.json").read_text())["iters"] == 4
 
@@ -93,8 +168,10 @@ def test_a_resumed_text_run_equals_one_never_stopped(corpus, tmp_path):
         assert whole["results"][impl]["val_loss"] == half["results"][impl]["val_loss"]
         w, h = _weights(tmp_path / "whole" / "checkpoint.pt", impl), _weights(tmp_path / "half" / "checkpoint.pt", impl)
         assert all(torch.equal(w[k], h[k]) for k in w)
-    strip = lambda d: [{k: v for k, v in json.loads(line).items() if k != "seconds"}
-                       for line in (tmp_path / d / "metrics.jsonl").read_text().splitlines()]
+    strip = lambda d: [
+        {k: v for k, v in json.loads(line).items() if k != "seconds"}
+        for line in (tmp_path / d / "metrics.jsonl").read_text().splitlines()
+    ]
     assert strip("whole") == strip("half")
 
 
@@ -110,11 +187,14 @@ def test_resume_refuses_other_text_and_a_shorter_target(corpus, tmp_path, capsys
     assert "already holds 4 iterations" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("content, says", [
-    (b"", "the file is empty"),
-    (b"caf\xe9 au lait, not UTF-8 at all " * 10, "not UTF-8"),
-    (b"too short for two windows", "too few for windows of --block-size"),
-])
+@pytest.mark.parametrize(
+    "content, says",
+    [
+        (b"", "the file is empty"),
+        (b"caf\xe9 au lait, not UTF-8 at all " * 10, "not UTF-8"),
+        (b"too short for two windows", "too few for windows of --block-size"),
+    ],
+)
 def test_a_bad_corpus_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, content, says):
     path = tmp_path / "bad.txt"
     path.write_bytes(content)
@@ -125,13 +205,16 @@ def test_a_bad_corpus_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, co
     assert not out.exists()
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["--epochs", "3"], "--epochs applies to the image models"),
-    (["--n-embd", "15"], "not divisible by --n-head"),
-    (["--eval-iters", "0"], "--eval-iters"),
-    (["--cuda-graph"], "--cuda-graph: cannot capture"),
-    (["--sanity"], "--sanity checks the image models"),
-])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--epochs", "3"], "--epochs applies to the image models"),
+        (["--n-embd", "15"], "not divisible by --n-head"),
+        (["--eval-iters", "0"], "--eval-iters"),
+        (["--cuda-graph"], "--cuda-graph: cannot capture"),
+        (["--sanity"], "--sanity checks the image models"),
+    ],
+)
 def test_text_runs_refuse_what_does_not_apply(corpus, tmp_path, capsys, argv, says):
     assert run("--data-file", corpus, "--out", tmp_path / "never", *GPT, *argv) == 2
     assert says in capsys.readouterr().err
@@ -141,6 +224,7 @@ def test_text_runs_refuse_what_does_not_apply(corpus, tmp_path, capsys, argv, sa
 def test_text_runs_under_torchrun_refuse_dropout_and_too_small_a_batch(corpus):
     from training.parallel.distributed import DistInfo
     from training.tasks.text import TextTask
+
     c = TrainConfig(model="gpt", data_file=corpus, block_size=8, dropout=0.1)
     task = TextTask(c.model, c.data, c.run, torch.device("cpu"), print)
     with pytest.raises(training.UsageError, match="--dropout 0.1 under torchrun"):
@@ -179,13 +263,32 @@ def test_the_shipped_corpus_trains_with_no_network_and_credits_its_source():
 
 def test_sample_py_prints_the_same_text_from_the_model_and_its_twin(corpus, tmp_path, capsys):
     out = tmp_path / "r"
-    assert run("--data-file", corpus, "--out", out, "--max-iters", "2", "--eval-interval", "2", "--dtype", "float64",
-               *GPT) == 0
+    assert (
+        run("--data-file", corpus, "--out", out, "--max-iters", "2", "--eval-interval", "2", "--dtype", "float64", *GPT)
+        == 0
+    )
     texts = []
     for impl in ("manual", "torch"):
         capsys.readouterr()
-        assert sample.main(["--resume", str(out / "checkpoint.pt"), "--prompt", "All:", "--max-new-tokens", "40",
-                            "--seed", "3", "--top-k", "5", "--impl", impl]) == 0
+        assert (
+            sample.main(
+                [
+                    "--resume",
+                    str(out / "checkpoint.pt"),
+                    "--prompt",
+                    "All:",
+                    "--max-new-tokens",
+                    "40",
+                    "--seed",
+                    "3",
+                    "--top-k",
+                    "5",
+                    "--impl",
+                    impl,
+                ]
+            )
+            == 0
+        )
         texts.append(capsys.readouterr().out)
     assert texts[0] == texts[1] and texts[0].startswith("All:") and len(texts[0]) == len("All:") + 40 + 1
     assert set(texts[0][:-1]) <= set(corpus.read_text())
@@ -200,21 +303,38 @@ def test_sample_py_refuses_bad_input_in_one_line(corpus, tmp_path, capsys, tiny)
     assert "--prompt" in err and "'\u20ac'" in err and len(err.strip().splitlines()) == 1
     image = tmp_path / "image"
     with pytest.warns(UserWarning):
-        assert run("--data-dir", tiny, "--out", image, "--epochs", "1", "--hidden", "8", "--depth", "1",
-                   "--no-download", "--quiet", "--no-plots") == 0
+        assert (
+            run(
+                "--data-dir",
+                tiny,
+                "--out",
+                image,
+                "--epochs",
+                "1",
+                "--hidden",
+                "8",
+                "--depth",
+                "1",
+                "--no-download",
+                "--quiet",
+                "--no-plots",
+            )
+            == 0
+        )
     assert sample.main(["--resume", str(image / "checkpoint.pt")]) == 2
     err = capsys.readouterr().err
     assert "image classifier" in err and len(err.strip().splitlines()) == 1
     assert sample.main(["--resume", str(tmp_path / "missing.pt")]) == 2
     assert "no such file" in capsys.readouterr().err
-    for flag, value, says in (("--temperature", "inf", "--temperature inf is out of range (need a finite number > 0)"),
-                              ("--temperature", "nan", "--temperature nan is out of range"),
-                              ("--temperature", "-1", "--temperature -1.0 is out of range"),
-                              ("--temperature", "1e-300", "--temperature 1e-300 is too small: the logits divided by "
-                                                          "it overflow float32"),
-                              ("--top-k", "0", "--top-k 0 is out of range (an integer >= 1)"),
-                              ("--max-new-tokens", "-1", "--max-new-tokens -1 is out of range"),
-                              ("--seed", str(2 ** 64), f"--seed {2 ** 64} is out of range")):
+    for flag, value, says in (
+        ("--temperature", "inf", "--temperature inf is out of range (need a finite number > 0)"),
+        ("--temperature", "nan", "--temperature nan is out of range"),
+        ("--temperature", "-1", "--temperature -1.0 is out of range"),
+        ("--temperature", "1e-300", "--temperature 1e-300 is too small: the logits divided by it overflow float32"),
+        ("--top-k", "0", "--top-k 0 is out of range (an integer >= 1)"),
+        ("--max-new-tokens", "-1", "--max-new-tokens -1 is out of range"),
+        ("--seed", str(2**64), f"--seed {2**64} is out of range"),
+    ):
         assert sample.main(["--resume", str(out / "checkpoint.pt"), f"{flag}={value}"]) == 2, flag
         err = capsys.readouterr().err.strip()
         assert err == f"sample.py: error: {says}" or err.startswith(f"sample.py: error: {says}"), err
@@ -227,9 +347,14 @@ def test_a_checkpoint_that_cannot_be_read_is_refused_for_itself_before_any_flag(
     out = tmp_path / "r"
     assert run("--data-file", corpus, "--out", out, "--max-iters", "2", "--eval-interval", "2", *GPT) == 0
     data = (out / "checkpoint.pt").read_bytes()
-    bad = {"truncated.pt": (data[:-200], "is truncated"), "empty.pt": (b"", "is empty"),
-           "damaged.pt": (data[:len(data) // 2] + bytes([data[len(data) // 2] ^ 1]) + data[len(data) // 2 + 1:],
-                          "is damaged")}
+    bad = {
+        "truncated.pt": (data[:-200], "is truncated"),
+        "empty.pt": (b"", "is empty"),
+        "damaged.pt": (
+            data[: len(data) // 2] + bytes([data[len(data) // 2] ^ 1]) + data[len(data) // 2 + 1 :],
+            "is damaged",
+        ),
+    }
     for name, (content, _) in bad.items():
         (tmp_path / name).write_bytes(content)
     (tmp_path / "folder.pt").mkdir()
@@ -242,21 +367,41 @@ def test_a_checkpoint_that_cannot_be_read_is_refused_for_itself_before_any_flag(
 
 def test_eval_iters_all_is_the_mean_loss_over_every_window_of_each_split(corpus, tmp_path):
     out = tmp_path / "r"
-    assert run("--data-file", corpus, "--out", out, "--max-iters", "2", "--eval-interval", "2", "--dtype", "float64",
-               "--impl", "torch", *GPT, "--eval-iters", "all") == 0
+    assert (
+        run(
+            "--data-file",
+            corpus,
+            "--out",
+            out,
+            "--max-iters",
+            "2",
+            "--eval-interval",
+            "2",
+            "--dtype",
+            "float64",
+            "--impl",
+            "torch",
+            *GPT,
+            "--eval-iters",
+            "all",
+        )
+        == 0
+    )
     summary = json.loads((out / "summary.json").read_text())
     ckpt = torch.load(out / "checkpoint.pt", weights_only=True)
     from models import PytorchGPT
+
     text = load_text(corpus, 16)
-    model = PytorchGPT(vocab_size=text.vocab_size, block_size=16, n_layer=2, n_head=2, n_embd=16, bias=False,
-                       dtype=torch.float64)
+    model = PytorchGPT(
+        vocab_size=text.vocab_size, block_size=16, n_layer=2, n_head=2, n_embd=16, bias=False, dtype=torch.float64
+    )
     model.load_state_dict(ckpt["models"]["torch"])
     model.eval()
     for split in ("train", "val"):
         data = text.split(split)
         n = (data.shape[0] - 1) // 16  # every non-overlapping window; the tail shorter than one is left out
-        x = torch.stack([data[i * 16:(i + 1) * 16] for i in range(n)])
-        y = torch.stack([data[i * 16 + 1:(i + 1) * 16 + 1] for i in range(n)])
+        x = torch.stack([data[i * 16 : (i + 1) * 16] for i in range(n)])
+        y = torch.stack([data[i * 16 + 1 : (i + 1) * 16 + 1] for i in range(n)])
         with torch.no_grad():
             want = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten()).item()
         assert summary["results"]["torch"][f"{split}_loss"] == pytest.approx(want, rel=1e-12), split

@@ -1,4 +1,5 @@
 """Finding, reading and normalising the IDX data (training/tasks/image_data.py), through train.py and directly."""
+
 import gzip
 import json
 import shutil
@@ -22,7 +23,9 @@ def run(*argv):
 
 
 def test_missing_data_says_where_it_looked_and_how_to_fix(tmp_path, capsys):
-    code = run("--dataset", "mnist", "--data-dir", tmp_path / "empty", "--out", tmp_path / "run", "--no-download", "--quiet")
+    code = run(
+        "--dataset", "mnist", "--data-dir", tmp_path / "empty", "--out", tmp_path / "run", "--no-download", "--quiet"
+    )
     assert code == 2
     assert not (tmp_path / "run").exists()  # a refused run leaves no empty output folder
     err = capsys.readouterr().err
@@ -34,15 +37,20 @@ def test_missing_data_with_download_failure_is_the_same_message(tmp_path, monkey
     from torchvision import datasets
 
     def no_network(self):  # torchvision's message: its first line ends in a colon, the causes follow
-        raise RuntimeError("Error downloading train-images-idx3-ubyte.gz:\nTried https://a/, got:\n<urlopen error "
-                           "a>\nTried https://b/, got:\n<urlopen error [Errno -3] Temporary failure in name "
-                           "resolution>\n")
+        raise RuntimeError(
+            "Error downloading train-images-idx3-ubyte.gz:\nTried https://a/, got:\n<urlopen error "
+            "a>\nTried https://b/, got:\n<urlopen error [Errno -3] Temporary failure in name "
+            "resolution>\n"
+        )
+
     monkeypatch.setattr(datasets.MNIST, "download", no_network)
     assert run("--dataset", "mnist", "--data-dir", tmp_path / "empty", "--out", tmp_path / "run", "--quiet") == 2
     err = capsys.readouterr().err
     assert "missing train-images-idx3-ubyte" in err
-    assert ("the network (torchvision download: RuntimeError: Error downloading train-images-idx3-ubyte.gz: ... "
-            "<urlopen error [Errno -3] Temporary failure in name resolution>)") in err
+    assert (
+        "the network (torchvision download: RuntimeError: Error downloading train-images-idx3-ubyte.gz: ... "
+        "<urlopen error [Errno -3] Temporary failure in name resolution>)"
+    ) in err
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage"])
@@ -84,12 +92,16 @@ def test_fashion_mnist_found_in_debian_location(tmp_path, monkeypatch):
     out = tmp_path / "run"
     assert run("--dataset", "fashion-mnist", "--data-dir", tmp_path / "data", "--out", out, "--epochs", "1", *FAST) == 0
     raw = tmp_path / "data" / "FashionMNIST" / "raw"
-    assert sorted(p.name for p in raw.iterdir()) == sorted(n for pair in training.tasks.image_data.SPLIT_FILES.values() for n in pair)
+    assert sorted(p.name for p in raw.iterdir()) == sorted(
+        n for pair in training.tasks.image_data.SPLIT_FILES.values() for n in pair
+    )
     assert json.loads((out / "summary.json").read_text())["dataset"] == "fashion-mnist"
     said = []  # the copy into --data-dir is announced, with where it went
     training.prepare_raw(tmp_path / "elsewhere", "fashion-mnist", train=True, download=False, say=said.append)
-    assert said == [f"decompressed Debian's Fashion-MNIST training split from {debian} into "
-                    f"{tmp_path / 'elsewhere' / 'FashionMNIST' / 'raw'} (0 MB; --data-dir chooses where)"]
+    assert said == [
+        f"decompressed Debian's Fashion-MNIST training split from {debian} into "
+        f"{tmp_path / 'elsewhere' / 'FashionMNIST' / 'raw'} (0 MB; --data-dir chooses where)"
+    ]
 
 
 def test_data_is_normalised_with_training_statistics(tiny):
@@ -101,8 +113,10 @@ def test_data_is_normalised_with_training_statistics(tiny):
     assert torch.equal(again.val_y, data.val_y)  # the split is seeded
 
 
-@pytest.mark.skipif(not (SHARED_MNIST / "t10k-images-idx3-ubyte.gz").is_file(),
-                    reason=f"real MNIST test split not found at {SHARED_MNIST}")
+@pytest.mark.skipif(
+    not (SHARED_MNIST / "t10k-images-idx3-ubyte.gz").is_file(),
+    reason=f"real MNIST test split not found at {SHARED_MNIST}",
+)
 def test_real_mnist_test_split_loads(tmp_path, recwarn):
     raw = tmp_path / "MNIST" / "raw"
     raw.mkdir(parents=True)
@@ -116,12 +130,11 @@ def test_real_mnist_test_split_loads(tmp_path, recwarn):
     assert torch.bincount(labels).tolist() == [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
 
 
-
-
 def test_images_for_a_cnn_keep_their_shape(tiny):
     config = TrainConfig(data_dir=tiny, download=False, val_split=0)
-    data = training.load_data(config.data, torch.device("cpu"), torch.float32, say=lambda *a: None,
-                              sample_shape=(1, 28, 28))
+    data = training.load_data(
+        config.data, torch.device("cpu"), torch.float32, say=lambda *a: None, sample_shape=(1, 28, 28)
+    )
     assert data.train_x.shape == (300, 1, 28, 28) and data.test_x.shape == (80, 1, 28, 28)
 
 

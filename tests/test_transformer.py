@@ -1,5 +1,6 @@
 """TransformerEncoderLayer / TransformerEncoder against torch.nn's under autograd, float64, T = 128: post- and
 pre-norm, batch_first both ways, every mask kind; weights under one seed, conversion both ways, gradcheck."""
+
 import pytest
 import torch
 from torch import nn
@@ -20,11 +21,16 @@ def masks():
     kpm = torch.zeros(N, T, dtype=torch.bool)
     kpm[1, 100:] = True
     causal = nn.Transformer.generate_square_subsequent_mask(T, dtype=F64)
-    return {"none": {}, "causal (mask + is_causal)": {"src_mask": causal, "is_causal": True},
-            "key padding": {"src_key_padding_mask": kpm},
-            "bool mask": {"src_mask": torch.rand(T, T, generator=g) > 0.9},
-            "float mask and key padding": {"src_mask": torch.randn(T, T, generator=g, dtype=F64),
-                                           "src_key_padding_mask": kpm}}
+    return {
+        "none": {},
+        "causal (mask + is_causal)": {"src_mask": causal, "is_causal": True},
+        "key padding": {"src_key_padding_mask": kpm},
+        "bool mask": {"src_mask": torch.rand(T, T, generator=g) > 0.9},
+        "float mask and key padding": {
+            "src_mask": torch.randn(T, T, generator=g, dtype=F64),
+            "src_key_padding_mask": kpm,
+        },
+    }
 
 
 def run_both(ours, theirs, x, **kw):
@@ -44,8 +50,14 @@ def run_both(ours, theirs, x, **kw):
 @pytest.mark.parametrize("batch_first", [False, True])
 @pytest.mark.parametrize("mask", list(masks()))
 def test_encoder_layer_equals_torch_float64_T128(norm_first, batch_first, mask):
-    kw = dict(dim_feedforward=FF, dropout=0.0, norm_first=norm_first, batch_first=batch_first, dtype=F64,
-              activation="gelu" if norm_first else "relu")
+    kw = dict(
+        dim_feedforward=FF,
+        dropout=0.0,
+        norm_first=norm_first,
+        batch_first=batch_first,
+        dtype=F64,
+        activation="gelu" if norm_first else "relu",
+    )
     torch.manual_seed(0)
     ours = TransformerEncoderLayer(E, H, **kw)
     torch.manual_seed(0)
@@ -74,8 +86,9 @@ def test_same_weights_under_one_seed_for_the_stack():
     torch.manual_seed(3)
     ours = TransformerEncoder(TransformerEncoderLayer(E, H, FF, dtype=F64), 2, norm=LayerNorm(E, dtype=F64))
     torch.manual_seed(3)
-    theirs = nn.TransformerEncoder(nn.TransformerEncoderLayer(E, H, FF, dtype=F64), 2, norm=nn.LayerNorm(E, dtype=F64),
-                                   enable_nested_tensor=False)
+    theirs = nn.TransformerEncoder(
+        nn.TransformerEncoderLayer(E, H, FF, dtype=F64), 2, norm=nn.LayerNorm(E, dtype=F64), enable_nested_tensor=False
+    )
     sd_o, sd_t = ours.state_dict(), theirs.state_dict()
     assert list(sd_o) == list(sd_t) and all(torch.equal(sd_o[k], sd_t[k]) for k in sd_t)
     assert "layers.1.self_attn.in_proj_weight" in sd_o and "norm.weight" in sd_o
@@ -93,8 +106,7 @@ def test_gradcheck_in_training_mode_with_dropout(norm_first):
     torch.manual_seed(0)
     layer = TransformerEncoderLayer(4, 2, dim_feedforward=6, dropout=0.2, norm_first=norm_first, dtype=F64)
     kpm = torch.tensor([[False, False, True], [False, False, False]])
-    assert_all_pass(check_layer(layer, torch.randn(3, 2, 4, dtype=F64),
-                                forward_kwargs={"src_key_padding_mask": kpm}))
+    assert_all_pass(check_layer(layer, torch.randn(3, 2, 4, dtype=F64), forward_kwargs={"src_key_padding_mask": kpm}))
 
 
 def test_bad_arguments_are_named():
@@ -102,8 +114,9 @@ def test_bad_arguments_are_named():
         TransformerEncoderLayer(8, 2, activation="tanh")
     with pytest.raises(ValueError, match="embed_dim 8 is not divisible by num_heads 3"):
         TransformerEncoderLayer(8, 3)
-    with pytest.raises(TypeError, match="encoder_layer must be a layers.TransformerEncoderLayer, got "
-                                        "TransformerEncoderLayer"):
+    with pytest.raises(
+        TypeError, match="encoder_layer must be a layers.TransformerEncoderLayer, got TransformerEncoderLayer"
+    ):
         TransformerEncoder(nn.TransformerEncoderLayer(8, 2), 2)
     layer = TransformerEncoderLayer(8, 2, 16, dropout=0.0)
     out = layer(torch.randn(3, 2, 8))

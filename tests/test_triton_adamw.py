@@ -1,6 +1,7 @@
 """AdamW in one Triton kernel (kernels/triton/adamw.py) against torch.optim.AdamW and the library's hand-written
 AdamW over many steps, float64 and float32, both forms of torch's lerp, strided buffers inside sentinels, and
 bad settings.  Run with `pytest -m triton` (tests/triton_support.py)."""
+
 import pytest
 import torch
 

@@ -2,6 +2,7 @@
 of the attention layer (the (L, S) matrices held, the kernels off) in float64 and float32, against F.scaled_dot_product_attention
 with autograd in every dtype, causal and not, L != S, E != Ev, ragged blocks, the GPT's transposed layout and
 inputs inside sentinels, and bad input.  Run with `pytest -m triton` (tests/triton_support.py)."""
+
 import math
 
 import pytest
@@ -113,8 +114,7 @@ def test_strides_are_read_not_assumed(A, guard):
     qp, kp, vp, dp = (w[0] for w in views)
     out, lse = A.flash_attention_forward(qp, kp, vp, causal=True, block_m=16, block_n=16)
     views.append(padded(out))  # the backward reads out too
-    got = (out, lse, *A.flash_attention_backward(dp, qp, kp, vp, views[4][0], lse, causal=True, block_m=16,
-                                                 block_n=16))
+    got = (out, lse, *A.flash_attention_backward(dp, qp, kp, vp, views[4][0], lse, causal=True, block_m=16, block_n=16))
     for name, a, b in zip(NAMES, got, want):
         assert torch.equal(a, b), f"{name} from padded inputs differs from contiguous inputs'"
     for name, (_, buffer, padding) in zip(("q", "k", "v", "dout", "out"), views):
@@ -123,8 +123,14 @@ def test_strides_are_read_not_assumed(A, guard):
 
 def test_leading_axes_and_sizes_of_one(A, guard):
     """(L, E) and (N, L, E) inputs, (B, H1, H2, L, E) merged, and one query, one key, one head."""
-    cases = [((), 17, 17, False), ((3,), 17, 9, True), ((2, 1, 2), 9, 17, True), ((1, 1), 1, 1, False),
-             ((1, 1), 1, 1, True), ((1,), 1, 5, True)]
+    cases = [
+        ((), 17, 17, False),
+        ((3,), 17, 9, True),
+        ((2, 1, 2), 9, 17, True),
+        ((1, 1), 1, 1, False),
+        ((1, 1), 1, 1, True),
+        ((1,), 1, 5, True),
+    ]
     for heads, L, S, causal in cases:
         q, k, v, dout = inputs(L, S, 16, 16, f64, heads=heads, seed=5)
         got = run(A, q, k, v, dout, causal, block_m=16, block_n=16)

@@ -2,6 +2,7 @@
 textbook in float64 and float32, against F.cross_entropy with autograd (reductions, label smoothing,
 ignore_index), the fused forward-backward against the two passes, wide rows in many blocks, strided and padded
 inputs, and bad targets.  Run with `pytest -m triton` (tests/triton_support.py)."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -80,13 +81,19 @@ def test_equals_torch_autograd(CE, guard, dtype, tol, reduction, eps, ignore_ind
     z, y = inputs(7, 19, dtype, seed=2)
     y[[1, 4]] = ignore_index
     zr = z.clone().requires_grad_()
-    want = F.cross_entropy(zr.float() if dtype == torch.bfloat16 else zr, y, reduction=reduction,
-                           label_smoothing=eps, ignore_index=ignore_index)
+    want = F.cross_entropy(
+        zr.float() if dtype == torch.bfloat16 else zr,
+        y,
+        reduction=reduction,
+        label_smoothing=eps,
+        ignore_index=ignore_index,
+    )
     dloss = torch.randn(want.shape, dtype=want.dtype, device=device())
     want.backward(dloss)
     loss, lse = CE.cross_entropy_forward(z, y, ignore_index=ignore_index, label_smoothing=eps, reduction=reduction)
-    dz = CE.cross_entropy_backward(dloss, z, y, lse, ignore_index=ignore_index, label_smoothing=eps,
-                                   reduction=reduction)
+    dz = CE.cross_entropy_backward(
+        dloss, z, y, lse, ignore_index=ignore_index, label_smoothing=eps, reduction=reduction
+    )
     assert loss.dtype == (f64 if dtype == f64 else f32) and dz.dtype == dtype
     assert_close("loss", loss, want, tol)
     assert_close("dlogits", dz, zr.grad, tol)
@@ -99,8 +106,7 @@ def test_fused_forward_backward_equals_the_two_passes(CE, guard, reduction, eps)
     dloss = torch.randn(6, device=device()) if reduction == "none" else 0.5
     loss, lse = CE.cross_entropy_forward(z, y, reduction=reduction, label_smoothing=eps, block_c=32)
     dz = CE.cross_entropy_backward(dloss, z, y, lse, reduction=reduction, label_smoothing=eps, block_c=32)
-    fused = CE.cross_entropy_forward_backward(z, y, dloss=dloss, reduction=reduction, label_smoothing=eps,
-                                              block_c=32)
+    fused = CE.cross_entropy_forward_backward(z, y, dloss=dloss, reduction=reduction, label_smoothing=eps, block_c=32)
     for name, a, b in zip(("loss", "lse", "dlogits"), fused, (loss, lse, dz)):
         assert torch.equal(a, b), f"fused {name} differs from the two passes'"
     guard.expect(launches=3)

@@ -1,6 +1,7 @@
 """GELU's Triton kernels (kernels/triton/gelu.py): both forms against the layer's formulas in float64 and float32,
 against F.gelu with autograd in every dtype, strided and padded inputs, and bad input.
 Run with `pytest -m triton` (tests/triton_support.py: where they run, what the guard checks)."""
+
 import math
 
 import pytest
@@ -24,7 +25,7 @@ def textbook(x, approximate):
     """(out, dout/dx) of GELU as layers.GELU's docstring writes them, in x's dtype."""
     if approximate == "tanh":
         c = math.sqrt(2 / math.pi)
-        t = torch.tanh(c * (x + 0.044715 * x ** 3))
+        t = torch.tanh(c * (x + 0.044715 * x**3))
         return x / 2 * (1 + t), (1 + t) / 2 + x / 2 * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x)
     cdf = (1 + torch.erf(x / math.sqrt(2))) / 2
     return x * cdf, cdf + x * torch.exp(-x * x / 2) / math.sqrt(2 * math.pi)
@@ -33,7 +34,7 @@ def textbook(x, approximate):
 def inputs(shape, dtype, seed=0):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(shape, generator=g, dtype=f64) * 3
-    x.view(-1)[:6] = torch.tensor([-40.0, -9.0, -1e-3, 0.0, 9.0, 40.0])[:x.numel()]  # both tails and zero
+    x.view(-1)[:6] = torch.tensor([-40.0, -9.0, -1e-3, 0.0, 9.0, 40.0])[: x.numel()]  # both tails and zero
     dout = torch.randn(shape, generator=g, dtype=f64)
     return x.to(dtype).to(device()), dout.to(dtype).to(device())
 

@@ -1,13 +1,16 @@
 """The guard of tests/triton_support.py catches what Triton's interpreter lets through: each rule broken on purpose
 by a small kernel written here must fail, and a kernel that keeps them all must pass, with its accesses counted.
 A guard that let these through would make every kernel test below it prove nothing about a GPU."""
+
 import pytest
 import torch
 
 from tests.triton_support import guard, interpreting, load  # noqa: F401
 
-pytestmark = [pytest.mark.triton,
-              pytest.mark.skipif(not interpreting(), reason="the guard checks the interpreter; a GPU checks itself")]
+pytestmark = [
+    pytest.mark.triton,
+    pytest.mark.skipif(not interpreting(), reason="the guard checks the interpreter; a GPU checks itself"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +56,15 @@ def kernels():
         i = tl.arange(0, BLOCK)
         tl.store(Y + i, tl.load(X + i, mask=i < n) / n.to(tl.float32), mask=i < n)  # n a tensor: not where n == 1
 
-    return dict(copy=copy, unmasked_load=unmasked_load, read_past_the_end=read_past_the_end,
-                write_past_the_end=write_past_the_end, square=square, scaled=scaled, count_as_float=count_as_float)
+    return dict(
+        copy=copy,
+        unmasked_load=unmasked_load,
+        read_past_the_end=read_past_the_end,
+        write_past_the_end=write_past_the_end,
+        square=square,
+        scaled=scaled,
+        count_as_float=count_as_float,
+    )
 
 
 def test_a_kernel_that_keeps_the_rules_passes(kernels, guard):
@@ -65,9 +75,14 @@ def test_a_kernel_that_keeps_the_rules_passes(kernels, guard):
     assert guard.accesses == 20
 
 
-@pytest.mark.parametrize("name,message", [("unmasked_load", "without a mask"),
-                                          ("read_past_the_end", "load of 1 element"),
-                                          ("write_past_the_end", "store of 1 element")])
+@pytest.mark.parametrize(
+    "name,message",
+    [
+        ("unmasked_load", "without a mask"),
+        ("read_past_the_end", "load of 1 element"),
+        ("write_past_the_end", "store of 1 element"),
+    ],
+)
 def test_unmasked_and_out_of_bounds_accesses_fail(kernels, guard, name, message):
     buffer = torch.zeros(64)  # x and y inside one allocation: an overrun lands in memory that exists
     x, y = buffer[:10], buffer[32:42]

@@ -1,6 +1,7 @@
 """kernels.triton imports where Triton is not installed, imports no Triton at import time, and says clearly what
 is missing when a kernel is asked for; benchmarks/kernels_triton.py refuses a machine without CUDA in one line.
 (No triton marker: these need no Triton and run in the default suite.)"""
+
 import importlib
 import subprocess
 import sys
@@ -41,7 +42,8 @@ def test_import_loads_no_triton(monkeypatch):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the benchmark runs here")
 def test_the_benchmark_refuses_a_cpu_in_one_line():
-    r = subprocess.run([sys.executable, "benchmarks/kernels_triton.py"], cwd=ROOT, capture_output=True, text=True,
-                       timeout=300)
+    r = subprocess.run(
+        [sys.executable, "benchmarks/kernels_triton.py"], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 2 and r.stdout == "", r.stdout + r.stderr
     assert r.stderr.count("\n") == 1 and "sees none here" in r.stderr and "pytest -m triton" in r.stderr, r.stderr

@@ -1,6 +1,7 @@
 """Layer norm's Triton kernels (kernels/triton/layernorm.py): forward and backward against llm.c's formulas in
 float64 and float32, against F.layer_norm with autograd (mixed precision too), the partial sums of dweight and
 dbias, strided and padded inputs, and bad input.  Run with `pytest -m triton` (tests/triton_support.py)."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -46,20 +47,32 @@ def test_equals_the_formula(LN, guard, dtype, tol):
     out, mean, rstd = LN.layer_norm_forward(x, w, b, eps=1e-5)
     dx, dw, db = LN.layer_norm_backward(dout, x, w, b, mean, rstd, rows_per_program=4)  # 33 rows: 9 programs
     expected = textbook(*(t.double() for t in (x, w, b, dout)), 1e-5)
-    for name, got, ref in zip(("out", "mean", "rstd", "dx", "dweight", "dbias"), (out, mean, rstd, dx, dw, db),
-                              expected):
+    for name, got, ref in zip(
+        ("out", "mean", "rstd", "dx", "dweight", "dbias"), (out, mean, rstd, dx, dw, db), expected
+    ):
         assert_close(name, got, ref, tol)
     guard.expect(launches=4)  # forward; backward rows, then the two column sums
 
 
-@pytest.mark.parametrize("dtype,pdtype,tol", [(f64, f64, 1e-12), (f32, f32, 2e-6), (torch.float16, torch.float16, 4e-3),
-                                              (torch.bfloat16, torch.bfloat16, 2e-2), (torch.bfloat16, f32, 2e-2)])
+@pytest.mark.parametrize(
+    "dtype,pdtype,tol",
+    [
+        (f64, f64, 1e-12),
+        (f32, f32, 2e-6),
+        (torch.float16, torch.float16, 4e-3),
+        (torch.bfloat16, torch.bfloat16, 2e-2),
+        (torch.bfloat16, f32, 2e-2),
+    ],
+)
 def test_equals_torch_autograd(LN, guard, dtype, pdtype, tol):
     """F.layer_norm and its autograd backward; a bfloat16 x with float32 parameters as torch's LayerNorm takes it."""
     x, w, b, dout = inputs((4, 5, 24), dtype, pdtype, seed=1)
     xr, wr, br = (t.clone().requires_grad_() for t in (x, w, b))
-    ref = F.layer_norm(xr, (24,), wr, br, 1e-5) if dtype == pdtype else \
-        F.layer_norm(xr.float(), (24,), wr, br, 1e-5).to(dtype)
+    ref = (
+        F.layer_norm(xr, (24,), wr, br, 1e-5)
+        if dtype == pdtype
+        else F.layer_norm(xr.float(), (24,), wr, br, 1e-5).to(dtype)
+    )
     ref.backward(dout)
     out, mean, rstd = LN.layer_norm_forward(x, w, b, eps=1e-5)
     dx, dw, db = LN.layer_norm_backward(dout, x, w, b, mean, rstd)

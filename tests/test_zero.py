@@ -2,6 +2,7 @@
 and final weights of the GPT to 1e-9 relative, each rank stepping its shard of the buckets, also clipped by the total
 norm computed from the shards; a sharded checkpoint resumes bit for bit and refuses another rank's shard; the twin,
 torch's ZeroRedundancyOptimizer under DDP, equals one process too."""
+
 import io
 
 import pytest
@@ -17,8 +18,13 @@ from tests.spawn_ranks import spawn_ranks
 f64 = torch.float64
 V = 11
 CFG = dict(vocab_size=V, block_size=8, n_layer=2, n_head=2, n_embd=16, dtype=f64)
-OPTIMIZERS = {"sgd": dict(lr=0.05, momentum=0.9), "rmsprop": dict(lr=1e-3), "adam": dict(lr=1e-2),
-              "adamw": dict(lr=1e-2), "adagrad": dict(lr=1e-2)}
+OPTIMIZERS = {
+    "sgd": dict(lr=0.05, momentum=0.9),
+    "rmsprop": dict(lr=1e-3),
+    "adam": dict(lr=1e-2),
+    "adamw": dict(lr=1e-2),
+    "adagrad": dict(lr=1e-2),
+}
 RUNS = [(stage, name) for stage in (1, 2) for name in OPTIMIZERS]
 TOL = 1e-9
 CLIP = 0.5  # below the GPT's gradient norms here: every step clips
@@ -53,6 +59,7 @@ def one_process(name, clip=None):
 def _zero_run(rank, world, name, stage, steps, model=None, state=None, clip=None, norms=None):
     from training.parallel.zero import ZeroOptimizer
     from optimizers import OPTIMIZERS as CLASSES
+
     if model is None:
         torch.manual_seed(0)
         model = GPT(**CFG)
@@ -85,15 +92,18 @@ def hand_written(rank, world):
     model, opt, _ = _zero_run(rank, world, "adamw", 2, batches()[:2])
     buf = io.BytesIO()
     torch.save({"model": model.state_dict(), "zero": opt.state_dict()}, buf)
-    go_on = [p.detach().clone() for p in _zero_run(rank, world, "adamw", 2, batches()[2:], model,
-                                                    opt.state_dict())[0].parameters()]
+    go_on = [
+        p.detach().clone()
+        for p in _zero_run(rank, world, "adamw", 2, batches()[2:], model, opt.state_dict())[0].parameters()
+    ]
     buf.seek(0)
     saved = torch.load(buf)
     torch.manual_seed(1)
     fresh = GPT(**CFG)
     fresh.load_state_dict(saved["model"])
-    resumed = [p.detach() for p in _zero_run(rank, world, "adamw", 2, batches()[2:], fresh, saved["zero"])[0]
-               .parameters()]
+    resumed = [
+        p.detach() for p in _zero_run(rank, world, "adamw", 2, batches()[2:], fresh, saved["zero"])[0].parameters()
+    ]
     out["resume_equal"] = all(torch.equal(a, b) for a, b in zip(go_on, resumed))
     other = dict(saved["zero"], rank=1 - rank)
     with pytest.raises(ValueError) as e:
@@ -105,6 +115,7 @@ def hand_written(rank, world):
 def twin(rank, world):
     from torch.distributed.optim import ZeroRedundancyOptimizer
     from torch.nn.parallel import DistributedDataParallel
+
     torch.manual_seed(0)
     module = GPT(**CFG).to_torch()
     ddp = DistributedDataParallel(module)

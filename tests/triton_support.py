@@ -21,6 +21,7 @@ in it; on a GPU the compiler checks the first two itself:
   - an int argument equal to 1, which a GPU compiles as a constant (tl.constexpr) and the interpreter passes
     as a tensor: the guard passes it as the constant, as the GPU does, so code that needs a tensor there fails.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -51,14 +52,19 @@ def load(family: str):
     if not HAVE_TRITON:
         pytest.skip(SKIP_REASON)
     if not interpreting() and not torch.cuda.is_available():
-        pytest.skip("no CUDA device and TRITON_INTERPRET is not 1 (tests/conftest.py sets it where there is no "
-                    "device unless it was set to 0)")
+        pytest.skip(
+            "no CUDA device and TRITON_INTERPRET is not 1 (tests/conftest.py sets it where there is no "
+            "device unless it was set to 0)"
+        )
     import triton.language as tl
     from triton.runtime.interpreter import InterpretedFunction
+
     if isinstance(tl.zeros, InterpretedFunction) != interpreting():
-        pytest.fail(f"Triton was imported with TRITON_INTERPRET={'0' if interpreting() else '1'} and the tests now "
-                    f"run with the opposite: Triton defines its own helpers (tl.zeros, ...) as it is imported, so the "
-                    f"variable must be set before Triton's first import (tests/conftest.py does)")
+        pytest.fail(
+            f"Triton was imported with TRITON_INTERPRET={'0' if interpreting() else '1'} and the tests now "
+            f"run with the opposite: Triton defines its own helpers (tl.zeros, ...) as it is imported, so the "
+            f"variable must be set before Triton's first import (tests/conftest.py does)"
+        )
     for name in ("kernels.triton._common", f"kernels.triton.{family}"):  # the helpers first: the family calls them
         module = importlib.import_module(name)
         if any(isinstance(v, InterpretedFunction) for v in vars(module).values()) != interpreting():
@@ -67,6 +73,7 @@ def load(family: str):
 
 
 # -- the guard ---------------------------------------------------------------------------------------------------
+
 
 def element_addresses(t: torch.Tensor) -> np.ndarray:
     """The byte address of every element of ``t`` (any strides), as uint64."""
@@ -105,8 +112,10 @@ class Guard:
         self.accesses += active.size
         outside = active[~np.isin(active, self.allowed)]
         if outside.size:
-            raise AssertionError(f"{what} of {outside.size} element(s) outside every tensor the kernel was given "
-                                 f"(first at address {int(outside[0]):#x})")
+            raise AssertionError(
+                f"{what} of {outside.size} element(s) outside every tensor the kernel was given "
+                f"(first at address {int(outside[0]):#x})"
+            )
 
 
 def _install(monkeypatch, guard: Guard) -> None:
@@ -145,8 +154,10 @@ def _install(monkeypatch, guard: Guard) -> None:
         if min(shapes[0] + shapes[1]) < 16:
             raise AssertionError(f"tl.dot of {shapes[0]} @ {shapes[1]}: a GPU needs every dimension >= 16")
         if a.dtype == tl.float32 and input_precision != ir.INPUT_PRECISION.IEEE:
-            raise AssertionError(f"float32 tl.dot with input_precision {input_precision}: a GPU would compute it "
-                                 f"in TF32; pass input_precision='ieee'")
+            raise AssertionError(
+                f"float32 tl.dot with input_precision {input_precision}: a GPU would compute it "
+                f"in TF32; pass input_precision='ieee'"
+            )
         guard.dots.append((*shapes, str(a.dtype)))
         return create_dot(self, a, b, d, input_precision, max_num_imprecise_acc)
 
@@ -154,8 +165,10 @@ def _install(monkeypatch, guard: Guard) -> None:
 
     def argument(arg):
         if type(arg) is float:
-            raise AssertionError(f"a float argument ({arg!r}) reaches a compiled kernel as float32: pass it as a "
-                                 f"tl.constexpr or in a tensor")
+            raise AssertionError(
+                f"a float argument ({arg!r}) reaches a compiled kernel as float32: pass it as a "
+                f"tl.constexpr or in a tensor"
+            )
         if type(arg) is int and arg == 1:
             return tl.constexpr(1)  # as a GPU specialises it
         return implicit_cvt(arg)
@@ -188,6 +201,7 @@ def guard(monkeypatch):
 
 # -- sentinels around the data -----------------------------------------------------------------------------------
 
+
 def padded(t: torch.Tensor, gap: int = 2, sentinel=float("nan")) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """t's values in a view of a larger buffer of sentinels: ``gap`` sentinels after every row of every axis and
     before the first and after the last element, so every stride differs from the contiguous one.
@@ -197,8 +211,8 @@ def padded(t: torch.Tensor, gap: int = 2, sentinel=float("nan")) -> tuple[torch.
     buffer = torch.full((n + 2 * gap,), sentinel, dtype=t.dtype, device=t.device)
     marks = torch.zeros(n + 2 * gap, dtype=torch.bool, device=t.device)
     inner = tuple(slice(0, s) for s in t.shape)
-    view = buffer[gap:gap + n].view(shape)[inner]
-    marks[gap:gap + n].view(shape)[inner] = True
+    view = buffer[gap : gap + n].view(shape)[inner]
+    marks[gap : gap + n].view(shape)[inner] = True
     view.copy_(t)
     return view, buffer, ~marks
 
@@ -227,5 +241,7 @@ def assert_close(name: str, actual: torch.Tensor, expected: torch.Tensor, tol: f
     worst = float(err.max()) / float(scale) if err.numel() else 0.0
     if worst > tol:
         i = np.unravel_index(int(err.argmax()), tuple(err.shape))
-        raise AssertionError(f"{name}: relative error {worst:.2e} > {tol:.0e}; worst at {tuple(int(j) for j in i)}: "
-                             f"got {a[i].item()!r}, expected {e[i].item()!r}")
+        raise AssertionError(
+            f"{name}: relative error {worst:.2e} > {tol:.0e}; worst at {tuple(int(j) for j in i)}: "
+            f"got {a[i].item()!r}, expected {e[i].item()!r}"
+        )

@@ -10,11 +10,36 @@
 
 ``training.run(TrainConfig(...))`` is a whole run.
 """
-from .config import (DATASETS, DTYPES, HALF_DTYPES, IMPL_GROUPS, IMPLS, MATH_KEYS, MODELS, SCHEDULES, TEXT_DATASETS,
-                     TEXT_MODELS, DataConfig, ModelConfig, OptimConfig, ParallelConfig, RunConfig, TrainConfig)
+
+from .config import (
+    DATASETS,
+    DTYPES,
+    HALF_DTYPES,
+    IMPL_GROUPS,
+    IMPLS,
+    MATH_KEYS,
+    MODELS,
+    SCHEDULES,
+    TEXT_DATASETS,
+    TEXT_MODELS,
+    DataConfig,
+    ModelConfig,
+    OptimConfig,
+    ParallelConfig,
+    RunConfig,
+    TrainConfig,
+)
 from .device import resolve_device
-from .errors import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Interrupted, NonFiniteLoss, RunFailed,
-                     UsageError)
+from .errors import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    Interrupted,
+    NonFiniteLoss,
+    RunFailed,
+    UsageError,
+)
 from .impls import EngineImpl, Impl, ManualImpl, TorchImpl, build_impls, max_param_abs_diff
 from .impls.models import build_models
 from .loop import evaluate, train_epoch
@@ -28,13 +53,60 @@ from .storage.output import OutputFolder
 from .tasks.image_data import Data, load_data, prepare_raw, read_split
 from .trainer import run
 
-__all__ = ["TrainConfig", "DataConfig", "ModelConfig", "OptimConfig", "RunConfig", "ParallelConfig", "run",
-           "resolve_device", "DATASETS", "TEXT_DATASETS", "TEXT_MODELS", "MODELS", "SCHEDULES", "DTYPES",
-           "HALF_DTYPES", "IMPLS", "IMPL_GROUPS", "MATH_KEYS",
-           "Data", "load_data", "prepare_raw", "read_split", "Impl", "ManualImpl", "EngineImpl", "TorchImpl",
-           "build_impls", "build_models", "max_param_abs_diff", "train_epoch", "evaluate", "FORMAT",
-           "save_checkpoint", "read_checkpoint", "seal", "unseal", "ChecksumMismatch",
-           "fingerprint", "FolderLock", "FolderBusy", "OutputFolder", "RanksDisagree", "check_ranks_agree",
-           "atomic_write", "atomic_write_bytes", "atomic_write_text", "WriteFailed",
-           "UsageError", "RunFailed", "NonFiniteLoss", "Interrupted", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE",
-           "EXIT_INTERRUPTED"]
+__all__ = [
+    "TrainConfig",
+    "DataConfig",
+    "ModelConfig",
+    "OptimConfig",
+    "RunConfig",
+    "ParallelConfig",
+    "run",
+    "resolve_device",
+    "DATASETS",
+    "TEXT_DATASETS",
+    "TEXT_MODELS",
+    "MODELS",
+    "SCHEDULES",
+    "DTYPES",
+    "HALF_DTYPES",
+    "IMPLS",
+    "IMPL_GROUPS",
+    "MATH_KEYS",
+    "Data",
+    "load_data",
+    "prepare_raw",
+    "read_split",
+    "Impl",
+    "ManualImpl",
+    "EngineImpl",
+    "TorchImpl",
+    "build_impls",
+    "build_models",
+    "max_param_abs_diff",
+    "train_epoch",
+    "evaluate",
+    "FORMAT",
+    "save_checkpoint",
+    "read_checkpoint",
+    "seal",
+    "unseal",
+    "ChecksumMismatch",
+    "fingerprint",
+    "FolderLock",
+    "FolderBusy",
+    "OutputFolder",
+    "RanksDisagree",
+    "check_ranks_agree",
+    "atomic_write",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "WriteFailed",
+    "UsageError",
+    "RunFailed",
+    "NonFiniteLoss",
+    "Interrupted",
+    "EXIT_OK",
+    "EXIT_FAILED",
+    "EXIT_USAGE",
+    "EXIT_INTERRUPTED",
+]

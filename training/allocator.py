@@ -11,6 +11,7 @@ allocator (jemalloc, tcmalloc); ``retain_freed_memory`` asks glibc itself, throu
 is freed (the CUDA caching allocator does the same for GPU memory).  The process then holds its peak heap
 between steps instead of returning it.  Elsewhere than glibc it does nothing.
 """
+
 from __future__ import annotations
 
 import ctypes

@@ -19,6 +19,7 @@ the step once eagerly on the same state and raises what that raises -- the very 
 state back (weights, gradients, buffers, optimizer state, random state).  An error the eager step does not
 reproduce is the compiler's, and is raised as it came.
 """
+
 from __future__ import annotations
 
 import time
@@ -35,6 +36,7 @@ from .parallel.distributed import SINGLE, DistInfo
 
 def _graphs() -> int:
     from torch._dynamo.utils import counters  # here, not at import: torch._dynamo takes seconds to import
+
     return counters["stats"]["unique_graphs"]
 
 
@@ -72,15 +74,24 @@ def compile_step(step: Callable, model, opt, **compile_kwargs) -> Callable:
         # outside the except block, so that the eager error comes alone, not "during handling of" the compiler's
         eager = _eager_error(step, args, model, opt)
         raise failed if eager is None else eager
+
     return run
 
 
 def _eager_error(step: Callable, args: tuple, model, opt) -> Exception | None:
     """What ``step(*args)`` raises when run eagerly (None if nothing), leaving the state as it found it."""
-    state = [*model.parameters(), *(b for _, b in model.named_buffers()),
-             *(v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor))]
-    cuda = sorted({torch.cuda.current_device() if t.device.index is None else t.device.index
-                   for t in state if t.device.type == "cuda"})
+    state = [
+        *model.parameters(),
+        *(b for _, b in model.named_buffers()),
+        *(v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor)),
+    ]
+    cuda = sorted(
+        {
+            torch.cuda.current_device() if t.device.index is None else t.device.index
+            for t in state
+            if t.device.type == "cuda"
+        }
+    )
     with torch.random.fork_rng(devices=cuda), _kept(state, _generators(model)):
         try:
             step(*args)
@@ -106,8 +117,10 @@ class _kept:
     generator's state."""
 
     def __init__(self, tensors: Iterable[torch.Tensor], generators: Iterable[torch.Generator] = ()):
-        self.saved = [(t, t.detach().clone(), t.grad, None if t.grad is None else t.grad.detach().clone())
-                      for t in {id(t): t for t in tensors}.values()]
+        self.saved = [
+            (t, t.detach().clone(), t.grad, None if t.grad is None else t.grad.detach().clone())
+            for t in {id(t): t for t in tensors}.values()
+        ]
         self.generators = [(g, g.get_state()) for g in generators]
 
     def __enter__(self):
@@ -141,7 +154,7 @@ def round_seconds(impl, device: torch.device, start: float, compiled_before: flo
 
 
 def compile_note(rec: dict) -> str:
-    """", + 12.3 s compiling" for a round's line where the step compiled, else ""."""
+    """ ", + 12.3 s compiling" for a round's line where the step compiled, else ""."""
     seconds = rec.get("compile_seconds") or 0.0
     return f" (+ {seconds:.1f} s compiling)" if seconds else ""
 

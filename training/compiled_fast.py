@@ -25,6 +25,7 @@ tensors are created there.  What the fingerprint cannot see -- a layer's private
 module-level global -- is not changed by a training run; code that changes such things between steps should use
 ``--compile`` (every call guarded).
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -77,8 +78,16 @@ def fingerprint(args: tuple, model, opt) -> tuple:
     while stack:
         layer = stack.pop()
         attrs = getattr(layer, "__dict__", {})
-        parts.append((id(layer), tuple((k, v) for k, v in attrs.items()
-                                       if not k.startswith("_") and isinstance(v, (bool, int, float, str, type(None))))))
+        parts.append(
+            (
+                id(layer),
+                tuple(
+                    (k, v)
+                    for k, v in attrs.items()
+                    if not k.startswith("_") and isinstance(v, (bool, int, float, str, type(None)))
+                ),
+            )
+        )
         children = getattr(layer, "named_children", None)
         if children is not None:
             stack.extend(child for _, child in children())

@@ -29,6 +29,7 @@ What a replay does not redo (each is frozen at capture):
 - Random numbers from a ``torch.Generator`` of your own (dropout with ``generator=``): pass it in
   ``generators`` so that each replay draws fresh numbers (the default CUDA generator is handled by torch).
 """
+
 from __future__ import annotations
 
 import warnings
@@ -65,9 +66,17 @@ class CapturedStep:
     Counters: ``eager_calls``, ``replays``, ``captures``.
     """
 
-    def __init__(self, step_fn: Callable[[Tensor, Tensor], Any], example_x: Tensor, example_y: Tensor, *,
-                 warmup: int = 3, enabled: bool | None = None, generators: Iterable[torch.Generator] = (),
-                 fallback: bool = False):
+    def __init__(
+        self,
+        step_fn: Callable[[Tensor, Tensor], Any],
+        example_x: Tensor,
+        example_y: Tensor,
+        *,
+        warmup: int = 3,
+        enabled: bool | None = None,
+        generators: Iterable[torch.Generator] = (),
+        fallback: bool = False,
+    ):
         if not callable(step_fn):
             raise TypeError(f"CapturedStep: step_fn must be callable, got {type(step_fn).__name__}")
         for name, t in (("example_x", example_x), ("example_y", example_y)):
@@ -76,8 +85,10 @@ class CapturedStep:
         check_int("CapturedStep", "warmup", warmup, why=" (capture needs the step's state to exist)")
         on_cuda = example_x.device.type == "cuda" and example_y.device == example_x.device
         if enabled and not on_cuda:
-            raise ValueError(f"CapturedStep: enabled=True needs example_x and example_y on one CUDA device, got "
-                             f"{example_x.device} and {example_y.device}")
+            raise ValueError(
+                f"CapturedStep: enabled=True needs example_x and example_y on one CUDA device, got "
+                f"{example_x.device} and {example_y.device}"
+            )
         self.step_fn = step_fn
         self.enabled = on_cuda if enabled is None else bool(enabled)
         self.warmup = warmup
@@ -96,8 +107,10 @@ class CapturedStep:
 
     def __repr__(self) -> str:
         state = "disabled" if not self.enabled else "captured" if self._graph is not None else "not captured yet"
-        return (f"CapturedStep({getattr(self.step_fn, '__name__', self.step_fn)!r}, {state}, "
-                f"eager_calls={self.eager_calls}, replays={self.replays})")
+        return (
+            f"CapturedStep({getattr(self.step_fn, '__name__', self.step_fn)!r}, {state}, "
+            f"eager_calls={self.eager_calls}, replays={self.replays})"
+        )
 
     @property
     def captured(self) -> bool:
@@ -125,8 +138,12 @@ class CapturedStep:
                 if not self.fallback:
                     raise
                 first = (str(e).strip().splitlines() or [""])[0][:200]
-                warnings.warn(f"CapturedStep: capturing the step failed ({type(e).__name__}: {first}); running it "
-                              f"eagerly from now on", RuntimeWarning, stacklevel=2)
+                warnings.warn(
+                    f"CapturedStep: capturing the step failed ({type(e).__name__}: {first}); running it "
+                    f"eagerly from now on",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
                 self.enabled = False
                 torch.cuda.synchronize(self._static_x.device)
                 self.eager_calls += 1
@@ -175,14 +192,19 @@ def use_cuda_graph(run: RunConfig, model: str, device: torch.device, info: DistI
     CUDA where the run allows it).  On the CPU ``--cuda-graph`` runs the same capturable, in-place step eagerly."""
     blockers = whole_step_blockers(run, info)
     if run.is_mixed:
-        blockers.append(f"--dtype {run.dtype}'s mixed-precision step is not capturable yet (the float16 loss "
-                        f"scaler reads its overflow flag back)")
+        blockers.append(
+            f"--dtype {run.dtype}'s mixed-precision step is not capturable yet (the float16 loss "
+            f"scaler reads its overflow flag back)"
+        )
     if model == "cnn":
-        blockers.append("--model cnn's dropout draws from a generator seeded afresh every epoch, which a graph "
-                        "would freeze")
+        blockers.append(
+            "--model cnn's dropout draws from a generator seeded afresh every epoch, which a graph would freeze"
+        )
     if model in TEXT_MODELS:
-        blockers.append(f"--model {model}'s step (attention or recurrence, a language model's loss) has not "
-                        f"been made capturable yet; it runs eagerly")
+        blockers.append(
+            f"--model {model}'s step (attention or recurrence, a language model's loss) has not "
+            f"been made capturable yet; it runs eagerly"
+        )
     if run.cuda_graph is None:
         return device.type == "cuda" and not blockers and not run.compile  # --compile: the compiled step
     if run.cuda_graph and blockers:

@@ -13,6 +13,7 @@ different times: at the steps inside the first epoch the first implementation's 
 the others reach that step.  At an epoch's end every implementation has finished it, so they are compared as
 they are.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -46,7 +47,7 @@ class Drift:
 
     def __init__(self, impls: dict[str, Impl], steps_per_epoch: int, log: Callable[[dict], None]):
         self.impls, self.names, self.log = impls, list(impls), log
-        within = (_GROWTH ** k for k in range(steps_per_epoch.bit_length()))
+        within = (_GROWTH**k for k in range(steps_per_epoch.bit_length()))
         self.probes = {1} | {step for step in within if step < steps_per_epoch}
         self.kept: dict[int, tuple] = {}  # step -> the first implementation's weights, gradients and logits
         self.pending: dict[int, dict] = {}  # step -> its record, until the last implementation reaches the step
@@ -61,14 +62,18 @@ class Drift:
         grads = grads_state(impl) if step == 1 else {}
         logits = logits.detach().clone() if step == 1 and logits is not None else None
         if impl.name == self.names[0]:
-            self.kept[step] = ({k: v.detach().clone() for k, v in weights_state(impl).items()},
-                               {k: g.clone() for k, g in grads.items()}, logits)
+            self.kept[step] = (
+                {k: v.detach().clone() for k, v in weights_state(impl).items()},
+                {k: g.clone() for k, g in grads.items()},
+                logits,
+            )
             return
         if step not in self.kept:  # a run resumed within the probed steps (it cannot be: checkpoints end epochs)
             return
         weights, first_grads, first_logits = self.kept[step]
-        rec = self.pending.setdefault(step, {"type": "drift", "epoch": 1, "step": step, "impls": self.names,
-                                             "max_param_abs_diff": 0.0})
+        rec = self.pending.setdefault(
+            step, {"type": "drift", "epoch": 1, "step": step, "impls": self.names, "max_param_abs_diff": 0.0}
+        )
         rec["max_param_abs_diff"] = max(rec["max_param_abs_diff"], _largest_abs_diff(weights, weights_state(impl)))
         if grads:
             rec["max_grad_rel_diff"] = max(rec.get("max_grad_rel_diff", 0.0), _largest_rel_diff(first_grads, grads))
@@ -86,8 +91,10 @@ class Drift:
         return diff
 
 
-MIXED_DRIFT = (" (mixed precision: float32 weights of two runs that may round their half products differently, "
-               "not expected to agree to float32 precision)")
+MIXED_DRIFT = (
+    " (mixed precision: float32 weights of two runs that may round their half products differently, "
+    "not expected to agree to float32 precision)"
+)
 
 
 def drift_note(run: RunConfig) -> str:
@@ -113,22 +120,35 @@ def agreement(run: RunConfig, records: list) -> str | None:
     if first is None:  # resumed from a checkpoint of a version that did not record it
         return None
     logits, moved = first.get("logits_rel_diff"), first.get("max_param_abs_diff")
-    forward = ("" if logits is None else "its forward bit for bit (equal logits), " if logits == 0.0
-               else f"its logits to {logits:.1e} (largest relative difference), ")
-    line = (f"  in {run.dtype}, agreeing means: the first step agreed, {forward}its gradients to "
-            f"{first['max_grad_rel_diff']:.1e} (largest relative difference)")
+    forward = (
+        ""
+        if logits is None
+        else "its forward bit for bit (equal logits), "
+        if logits == 0.0
+        else f"its logits to {logits:.1e} (largest relative difference), "
+    )
+    line = (
+        f"  in {run.dtype}, agreeing means: the first step agreed, {forward}its gradients to "
+        f"{first['max_grad_rel_diff']:.1e} (largest relative difference)"
+    )
     if moved is not None:
         line += f" and its updated weights to {moved:.1e} (largest difference)"
     if run.is_mixed:
         return line
     if run.dtype == "float64" and moved is not None and moved > FLOAT64_ROUNDING:
-        return line + (f": more than float64 rounding explains ({FLOAT64_ROUNDING:.1e}), so the implementations' "
-                       f"steps compute different numbers (an optimizer's precision, a different update), not "
-                       f"only in another order")
+        return line + (
+            f": more than float64 rounding explains ({FLOAT64_ROUNDING:.1e}), so the implementations' "
+            f"steps compute different numbers (an optimizer's precision, a different update), not "
+            f"only in another order"
+        )
     eps = torch.finfo(run.torch_dtype).eps
-    line += (f": {run.dtype} rounding (its unit is {eps:.1e}), which every later update amplifies, as it would "
-             f"between two runs that sum in another order, so the weights drift apart")
+    line += (
+        f": {run.dtype} rounding (its unit is {eps:.1e}), which every later update amplifies, as it would "
+        f"between two runs that sum in another order, so the weights drift apart"
+    )
     if run.dtype == "float32":
-        line += (f" (--dtype float64 starts from its rounding, {torch.finfo(torch.float64).eps:.1e}, and delays the "
-                 f"drift by epochs, not for good)")
+        line += (
+            f" (--dtype float64 starts from its rounding, {torch.finfo(torch.float64).eps:.1e}, and delays the "
+            f"drift by epochs, not for good)"
+        )
     return line + ("; curves.png plots the drift over steps" if run.plots else "")

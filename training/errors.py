@@ -1,4 +1,5 @@
 """What a training run can end with: its exit statuses and the errors the command line reports in one line."""
+
 from __future__ import annotations
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130

@@ -8,6 +8,7 @@ Under torchrun every rank walks the same permutation and trains on its own slice
 (``shard``); the read-back buffer and the evaluation sums are all-reduced, so every rank reports the global
 numbers and rank 0 logs them.
 """
+
 from __future__ import annotations
 
 import math
@@ -46,9 +47,9 @@ def evaluate(impl: Impl, x: Tensor, y: Tensor, batch: int = 2000, info: DistInfo
     sums = torch.zeros(2, dtype=torch.float64, device=x.device)  # summed loss, correct predictions
     try:
         for i in range(0, x.shape[0], batch):
-            loss, logits = impl.eval_batch(x[i:i + batch], y[i:i + batch])
+            loss, logits = impl.eval_batch(x[i : i + batch], y[i : i + batch])
             sums[0] += loss.double()
-            sums[1] += (logits.argmax(1) == y[i:i + batch]).sum()
+            sums[1] += (logits.argmax(1) == y[i : i + batch]).sum()
     finally:
         set_training(impl.model, was)
     if info.enabled:
@@ -80,45 +81,61 @@ class StepSums:
     def take(self, name: str, where: Callable[[int], str]) -> list[list[float]]:
         """The rows so far, as numbers, emptied; a non-finite loss (column 0) stops the run naming the step where
         it first appeared, ``where(i)`` for row i ("epoch 2, step 17", "iteration 340")."""
-        rows = self.buf[:self.kept]
+        rows = self.buf[: self.kept]
         if self.info.enabled:
             all_reduce_sum_(rows)
         values = rows.tolist()
         self.kept = 0
         for i, row in enumerate(values):
             if not math.isfinite(row[0]):
-                raise NonFiniteLoss(f"{name}: the training loss became {row[0]} at {where(i)}; stopping (lower --lr "
-                                    f"or set --clip-grad); the last good checkpoint is kept")
+                raise NonFiniteLoss(
+                    f"{name}: the training loss became {row[0]} at {where(i)}; stopping (lower --lr "
+                    f"or set --clip-grad); the last good checkpoint is kept"
+                )
         return values
 
 
 def epoch_generator(seed: int, epoch: int, device: torch.device) -> torch.Generator:
     """The random stream of one epoch's augmentation and dropout masks, the same for every implementation (each
     replays it from the start of the epoch) and reproducible on resume (a function of the seed and epoch)."""
-    return torch.Generator(device=device).manual_seed((seed * 1_000_003 + epoch) % 2 ** 64)  # torch's range
+    return torch.Generator(device=device).manual_seed((seed * 1_000_003 + epoch) % 2**64)  # torch's range
 
 
-def train_epoch(impl: Impl, data: Data, perm: Tensor, epoch: int, batches: DataConfig, run: RunConfig,
-                log: Callable[[dict], None], info: DistInfo = SINGLE,
-                after_step: Callable[[Impl, int, Tensor], None] | None = None) -> dict:
+def train_epoch(
+    impl: Impl,
+    data: Data,
+    perm: Tensor,
+    epoch: int,
+    batches: DataConfig,
+    run: RunConfig,
+    log: Callable[[dict], None],
+    info: DistInfo = SINGLE,
+    after_step: Callable[[Impl, int, Tensor], None] | None = None,
+) -> dict:
     """One pass over the training split in the order ``perm``, in batches of ``batches.batch_size`` (augmented
     if it says so); returns the epoch's metrics.  Step numbers (``global_step``, the monitor's) count from 1 at the
     run's first step; ``after_step(impl, global_step, logits)`` is called after each (training/drift.py's)."""
     from tqdm import tqdm
+
     bs, n = batches.batch_size, perm.shape[0]
     steps = 1 if run.dry_run else math.ceil(n / bs)
     sums = StepSums(run.log_interval, 2, perm.device, info)  # per step: summed loss, correct predictions
     sizes: list[int] = []  # global batch sizes of the steps now in the buffer
     loss_sum, correct, seen = 0.0, 0, 0
-    bar = tqdm(total=steps, desc=f"epoch {epoch} {impl.name}", leave=False, file=sys.stdout,
-               disable=run.quiet or not info.is_main or not sys.stdout.isatty())
+    bar = tqdm(
+        total=steps,
+        desc=f"epoch {epoch} {impl.name}",
+        leave=False,
+        file=sys.stdout,
+        disable=run.quiet or not info.is_main or not sys.stdout.isatty(),
+    )
     set_training(impl.model, True)
     gen = epoch_generator(run.seed, epoch, perm.device)
     use_generator(impl.model, gen)
     rows = None  # under torchrun: (lo, hi, total), this rank's rows of the global batch the dropouts were given
     start, compiling = time.perf_counter(), compile_seconds(impl)
     for step in range(1, steps + 1):
-        idx = perm[(step - 1) * bs: step * bs]
+        idx = perm[(step - 1) * bs : step * bs]
         total = idx.shape[0]
         if batches.augment:  # the whole global batch on every rank, so each rank's slice is the one-process one's
             x = flip_and_shift(data.train_x[idx].view(total, -1, 28, 28), gen, fill=data.background)
@@ -148,13 +165,24 @@ def train_epoch(impl: Impl, data: Data, perm: Tensor, epoch: int, batches: DataC
             seen += sum(sizes)
             last = sizes[-1]
             sizes.clear()
-            rec = {"type": "step", "impl": impl.name, "epoch": epoch, "step": step,
-                   "global_step": (epoch - 1) * steps + step, "loss": values[-1][0] / last,
-                   "train_loss": loss_sum / seen, "train_acc": correct / seen}
+            rec = {
+                "type": "step",
+                "impl": impl.name,
+                "epoch": epoch,
+                "step": step,
+                "global_step": (epoch - 1) * steps + step,
+                "loss": values[-1][0] / last,
+                "train_loss": loss_sum / seen,
+                "train_acc": correct / seen,
+            }
             log(rec)
             bar.set_postfix(loss=f"{rec['train_loss']:.4f}", acc=f"{rec['train_acc']:.3f}")
         bar.update(1)
     seconds, compiling = round_seconds(impl, perm.device, start, compiling)  # --compile: compiling apart
     bar.close()
-    return {"train_loss": loss_sum / seen, "train_acc": correct / seen, "seconds": seconds,
-            "compile_seconds": compiling}
+    return {
+        "train_loss": loss_sum / seen,
+        "train_acc": correct / seen,
+        "seconds": seconds,
+        "compile_seconds": compiling,
+    }

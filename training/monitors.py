@@ -11,6 +11,7 @@ of each batch.  In a mixed-precision run the manual implementation's monitor rea
 and their unscaled gradients (the twin's: its float32 weights, unscaled by GradScaler before they are clipped).
 Records go into the checkpoint, so a resumed run's monitor files cover the whole run.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -28,17 +29,21 @@ def open_tensorboard(run: RunConfig, info: DistInfo):
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
-        raise UsageError("--tensorboard needs the tensorboard package: pip install tensorboard "
-                         "(or the project's train extra: pip install -e '.[train]')") from None
+        raise UsageError(
+            "--tensorboard needs the tensorboard package: pip install tensorboard "
+            "(or the project's train extra: pip install -e '.[train]')"
+        ) from None
     try:
         return SummaryWriter(log_dir=str(run.tensorboard))
     except OSError as e:
-        raise UsageError(f"--tensorboard {run.tensorboard}: cannot write there "
-                         f"({e.strerror or type(e).__name__})") from None
+        raise UsageError(
+            f"--tensorboard {run.tensorboard}: cannot write there ({e.strerror or type(e).__name__})"
+        ) from None
 
 
-def attach_monitors(impls: dict, run: RunConfig, info: DistInfo, round_ends: set[int], writer=None,
-                    activations: bool = True) -> dict:
+def attach_monitors(
+    impls: dict, run: RunConfig, info: DistInfo, round_ends: set[int], writer=None, activations: bool = True
+) -> dict:
     """impl name -> GradientMonitor, set as ``impl.monitor`` (empty unless --monitor, or off rank 0); besides every
     ``log_interval`` steps each records the run's first step and the steps in ``round_ends`` (each epoch's last,
     or each evaluation's).  ``activations``: also per-layer activation statistics (not for the engine's models,
@@ -46,11 +51,18 @@ def attach_monitors(impls: dict, run: RunConfig, info: DistInfo, round_ends: set
     if not run.monitor or not info.is_main:
         return {}
     from monitoring import GradientMonitor
+
     monitors = {}
     for name, impl in impls.items():
         # mixed precision: weights and gradients are the float32 masters' (unscaled, as they are clipped)
-        mon = GradientMonitor(impl.model, every=run.log_interval, name=name, tensorboard=writer,
-                              parameters=getattr(impl, "master", None), also={1, *round_ends})
+        mon = GradientMonitor(
+            impl.model,
+            every=run.log_interval,
+            name=name,
+            tensorboard=writer,
+            parameters=getattr(impl, "master", None),
+            also={1, *round_ends},
+        )
         if activations and name != "engine":
             mon.watch_activations()
         impl.monitor = monitors[name] = mon
@@ -80,8 +92,13 @@ def write_monitor_outputs(out: Path, monitors: dict, plots: bool) -> list[str]:
         written.append(path.name)
     if plots:
         from monitoring import plot_records
-        written += [p.name for p in plot_records({n: m.records for n, m in monitors.items()}, out,
-                                                 prefix="monitor_", write_file=atomic_write)]
+
+        written += [
+            p.name
+            for p in plot_records(
+                {n: m.records for n, m in monitors.items()}, out, prefix="monitor_", write_file=atomic_write
+            )
+        ]
     for mon in monitors.values():
         mon.remove()
     return written
@@ -111,4 +128,3 @@ def close_tensorboard(writer) -> None:
     if writer is not None:
         writer.flush()
         writer.close()
-

@@ -2,6 +2,7 @@
 validation loss at each evaluation, by iteration), and, where several
 implementations trained side by side, their largest weight difference over steps.  --monitor's figures are
 monitoring.plot_records' (training/monitors.py)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,6 +13,7 @@ from .storage.files import atomic_write
 def write_plots(out: Path, records: list, kind: str = "image") -> list[Path]:
     """Render curves.png into ``out``; return the files written."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -30,23 +32,33 @@ def write_plots(out: Path, records: list, kind: str = "image") -> list[Path]:
         rows = [h for h in history if h["impl"] == name]
         ep = [h[x_key] for h in rows]
         style = twin_style(i)
-        line, = ax_loss.plot(ep, [h["train_loss"] for h in rows], "-", label=f"{name} train", **style)
+        (line,) = ax_loss.plot(ep, [h["train_loss"] for h in rows], "-", label=f"{name} train", **style)
         if ax_acc is not None:
-            ax_acc.plot(ep, [h["train_acc"] for h in rows], "-", color=line.get_color(), label=f"{name} train",
-                        **style)
+            ax_acc.plot(ep, [h["train_acc"] for h in rows], "-", color=line.get_color(), label=f"{name} train", **style)
         val = [h for h in rows if h.get("val_loss") is not None]
         if val:
             ve = [h[x_key] for h in val]
             for ax, key in ((ax_loss, "val_loss"), (ax_acc, "val_acc")):
                 if ax is not None:
-                    ax.plot(ve, [h[key] for h in val], "--", color=line.get_color(), alpha=0.6, label=f"{name} val",
-                            **{**style, "marker": "s"})
-    titles = ((ax_loss, "cross-entropy loss per character (nats)" if text else "cross-entropy loss"),
-              (ax_acc, "accuracy"))
+                    ax.plot(
+                        ve,
+                        [h[key] for h in val],
+                        "--",
+                        color=line.get_color(),
+                        alpha=0.6,
+                        label=f"{name} val",
+                        **{**style, "marker": "s"},
+                    )
+    titles = (
+        (ax_loss, "cross-entropy loss per character (nats)" if text else "cross-entropy loss"),
+        (ax_acc, "accuracy"),
+    )
     for ax, title in titles:
         if ax is None:
             continue
-        ax.set_xlabel("iteration" if text else "epoch"); ax.set_title(title); ax.grid(alpha=0.3)
+        ax.set_xlabel("iteration" if text else "epoch")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
         ax.margins(y=0.1)  # room for the larger, hollow markers
         integer_axis(ax)
@@ -58,9 +70,16 @@ def write_plots(out: Path, records: list, kind: str = "image") -> list[Path]:
         ax.plot(steps, diffs, "-", color="k", **series_style(len(drift)))
         first = next((r for r in drift if "max_grad_rel_diff" in r), None)
         if first is not None:  # a relative difference of gradients: said, not drawn on the weights' axis
-            ax.text(0.02, 0.96, f"the first step's gradients agreed to {first['max_grad_rel_diff']:.1e} (relative)",
-                    transform=ax.transAxes, ha="left", va="top", fontsize=8,
-                    bbox={"facecolor": "white", "edgecolor": "0.8"})
+            ax.text(
+                0.02,
+                0.96,
+                f"the first step's gradients agreed to {first['max_grad_rel_diff']:.1e} (relative)",
+                transform=ax.transAxes,
+                ha="left",
+                va="top",
+                fontsize=8,
+                bbox={"facecolor": "white", "edgecolor": "0.8"},
+            )
         log_axis(ax)
         log_axis(ax, "x")
         ax.set_xlabel("step")

@@ -5,6 +5,7 @@
 3. The hand-written gradients of the actual model on a small float64 batch match autograd's (the twin's) to 1e-7.
 4. The hand-written model and its twin give the same first-step loss (to the dtype's rounding).
 """
+
 from __future__ import annotations
 
 import math
@@ -86,13 +87,16 @@ def run_sanity(config: TrainConfig, say: Callable = print) -> int:
     """Run the four checks on the configured model and data; print the table; 0 if all pass, else 1."""
     model, run = config.model.name, config.run
     if config.is_text:
-        raise UsageError(f"--sanity checks the image models; for --model {model} run python gradcheck.py "
-                         f"(every hand-written backward of the language models against autograd in float64) and "
-                         f"read a run's first-step agreement line")
+        raise UsageError(
+            f"--sanity checks the image models; for --model {model} run python gradcheck.py "
+            f"(every hand-written backward of the language models against autograd in float64) and "
+            f"read a run's first-step agreement line"
+        )
     use_threads(run.threads)
     device = resolve_device(run.device)
-    data = load_data(config.data, device, run.torch_dtype, lambda *a, **k: None, sample_shape=SAMPLE_SHAPES[model],
-                     seed=run.seed)
+    data = load_data(
+        config.data, device, run.torch_dtype, lambda *a, **k: None, sample_shape=SAMPLE_SHAPES[model], seed=run.seed
+    )
     x, y = data.train_x[:256], data.train_y[:256]
     rows = []
     value, ok, want = _initial_loss(config, device, x, y)
@@ -101,17 +105,24 @@ def run_sanity(config: TrainConfig, say: Callable = print) -> int:
     rows.append(("overfit 20 examples", f"{value:.0f} steps" if ok else "never", want, ok))
     f64 = config.replace(dtype="float64")
     g = _first_step(f64, device, x[:16].double(), y[:16])
-    rows.append(("gradients vs autograd (float64)", f"{g['worst_grad']:.2e}", f"<= {GRAD_RTOL:g} relative",
-                 g["worst_grad"] <= GRAD_RTOL))
+    rows.append(
+        (
+            "gradients vs autograd (float64)",
+            f"{g['worst_grad']:.2e}",
+            f"<= {GRAD_RTOL:g} relative",
+            g["worst_grad"] <= GRAD_RTOL,
+        )
+    )
     s = _first_step(config, device, x[:64], y[:64])
     tol = 1e-12 if run.dtype == "float64" else 1e-5
     diff = abs(s["loss_manual"] - s["loss_torch"]) / abs(s["loss_torch"])
     run_dtype = str(run.torch_dtype).removeprefix("torch.")  # a mixed-precision run's model is float32 here
-    rows.append((f"first-step loss, manual vs twin ({run_dtype})", f"{diff:.2e}", f"<= {tol:g} relative",
-                 diff <= tol))
+    rows.append((f"first-step loss, manual vs twin ({run_dtype})", f"{diff:.2e}", f"<= {tol:g} relative", diff <= tol))
     width = max(len(r[0]) for r in rows)
-    say(f"sanity checks: --model {model}, --dataset {config.data.dataset}, {device}"
-        f"{f' (--dtype {run.dtype}: checked on the float32 model and master weights)' if run.is_mixed else ''}")
+    say(
+        f"sanity checks: --model {model}, --dataset {config.data.dataset}, {device}"
+        f"{f' (--dtype {run.dtype}: checked on the float32 model and master weights)' if run.is_mixed else ''}"
+    )
     say(f"{'check':<{width}}  {'measured':>14}  {'required':<26} result")
     for name, value, want, ok in rows:
         say(f"{name:<{width}}  {value:>14}  {want:<26} {'PASS' if ok else 'FAIL'}")

@@ -1,5 +1,6 @@
 """Learning-rate schedules, stepped once per training step: torch.optim.lr_scheduler on any optimizer here
 (handgrad's optimizers are torch.optim.Optimizer subclasses, so torch's schedulers drive them unchanged)."""
+
 from __future__ import annotations
 
 import math

@@ -10,6 +10,7 @@ and why, for the start-up line.
 Float32 sums over more or fewer threads round differently, so a run's last digits can depend on the count: give
 ``--threads N`` (or set $OMP_NUM_THREADS) for a run to repeat bit for bit, a resumed run too.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,8 +26,9 @@ def machine_load() -> float | None:
         return None
 
 
-def choose_threads(requested: int | None, load: float | None = None, cores: int | None = None,
-                   default: int | None = None) -> tuple[int, str]:
+def choose_threads(
+    requested: int | None, load: float | None = None, cores: int | None = None, default: int | None = None
+) -> tuple[int, str]:
     """(threads, why): ``requested`` if given, else the cores ``load`` leaves free, within 1..``default``.
 
     ``load``, ``cores`` and ``default`` default to this machine's: os.getloadavg()'s first, os.cpu_count() and
@@ -45,8 +47,9 @@ def choose_threads(requested: int | None, load: float | None = None, cores: int 
     free = max(1, min(default, int(cores - load + 0.5)))
     if free == default:
         return free, f"one per core; load average {load:.2f} on {cores} cores"
-    return free, (f"load average {load:.2f} on {cores} cores: more threads would wait on each other; "
-                  f"--threads N to choose")
+    return free, (
+        f"load average {load:.2f} on {cores} cores: more threads would wait on each other; --threads N to choose"
+    )
 
 
 def use_threads(requested: int | None) -> str:

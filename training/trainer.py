@@ -6,6 +6,7 @@ was never interrupted; a checkpoint that already holds every epoch only complete
 locked for the whole run and created only once the run starts (training/storage/output.py); a full disk stops the run
 with one line, the last complete checkpoint kept.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -26,8 +27,15 @@ from .drift import MIXED_DRIFT, Drift, agreement, drift_note
 from .errors import EXIT_FAILED, EXIT_OK, Interrupted, NonFiniteLoss, RunFailed, UsageError
 from .impls import build_impls, check_mixed_precision, max_param_abs_diff
 from .impls.state import impls_state, restore
-from .monitors import (attach_monitors, close_tensorboard, log_scalars, monitor_state, open_tensorboard,
-                       restore_monitors, write_monitor_outputs)
+from .monitors import (
+    attach_monitors,
+    close_tensorboard,
+    log_scalars,
+    monitor_state,
+    open_tensorboard,
+    restore_monitors,
+    write_monitor_outputs,
+)
 from .parallel.checkpoint import restore_sharded, sharded_state
 from .parallel.distributed import DistInfo
 from .parallel.launch import under_torchrun
@@ -39,8 +47,9 @@ from .tasks.task import Task, make_task, task_class
 from .threads import use_threads
 
 
-def run(config: TrainConfig, say: Callable | None = None, *, init_method: str | None = None,
-        info: DistInfo | None = None) -> int:
+def run(
+    config: TrainConfig, say: Callable | None = None, *, init_method: str | None = None, info: DistInfo | None = None
+) -> int:
     """Train as ``config`` says; return the exit status (0, or 1 for a non-finite loss).  Ctrl-C says where the
     last complete checkpoint is and raises Interrupted, a KeyboardInterrupt (the command line makes it exit 130).
 
@@ -64,8 +73,10 @@ def _run(config: TrainConfig, device: torch.device, info: DistInfo, say: Callabl
         config = resumed(config, ckpt, info.world_size)  # its settings (a model-parallel run: its split too)
         saved_world = ckpt.get("world_size", 1)
         if saved_world != info.world_size:
-            say(f"note: the checkpoint was trained on {saved_world} process(es), this run has {info.world_size}; "
-                f"the global batch is the same, so it continues the same run (sums are taken in another order)")
+            say(
+                f"note: the checkpoint was trained on {saved_world} process(es), this run has {info.world_size}; "
+                f"the global batch is the same, so it continues the same run (sums are taken in another order)"
+            )
     check_mixed_precision(config.run, info)
     out = config.run.out or (resume.parent if resume else default_out())
     task_class(config.family).check_source(config.data)
@@ -86,22 +97,40 @@ def _build(config: TrainConfig, device: torch.device, info: DistInfo, task: Task
         models = task.build_models(device, config.run.torch_dtype, info)
         if config.model_parallel:  # the GPT split over the ranks (training/parallel/run.py)
             from .parallel.run import build_parallel_impls
-            return build_parallel_impls(models, config.parallel, config.optim, info,
-                                        batch_size=config.data.batch_size, total_steps=task.total_steps)
-        return build_impls(models, config.optim, config.run, device, info, total_steps=task.total_steps,
-                           model=config.model.name)
+
+            return build_parallel_impls(
+                models,
+                config.parallel,
+                config.optim,
+                info,
+                batch_size=config.data.batch_size,
+                total_steps=task.total_steps,
+            )
+        return build_impls(
+            models, config.optim, config.run, device, info, total_steps=task.total_steps, model=config.model.name
+        )
     except (torch.OutOfMemoryError, MemoryError, RuntimeError) as e:
         text = str(e)
         if not isinstance(e, (torch.OutOfMemoryError, MemoryError)) and "allocate" not in text:
             raise
         size = re.search(r"allocate (\d+) bytes", text)
         tried = f"{int(size.group(1)) / 1e9:.1f} GB at once" if size else text.strip().splitlines()[0][:120]
-        raise UsageError(f"{task.size_flags()}: the models do not fit in the memory of {device} (torch could not "
-                         f"allocate {tried}); use a smaller model") from None
+        raise UsageError(
+            f"{task.size_flags()}: the models do not fit in the memory of {device} (torch could not "
+            f"allocate {tried}); use a smaller model"
+        ) from None
 
 
-def _train(config: TrainConfig, device: torch.device, info: DistInfo, say: Callable, ckpt: dict | None, out: Path,
-           folder: OutputFolder | None, threads: str) -> int:
+def _train(
+    config: TrainConfig,
+    device: torch.device,
+    info: DistInfo,
+    say: Callable,
+    ckpt: dict | None,
+    out: Path,
+    folder: OutputFolder | None,
+    threads: str,
+) -> int:
     run, resume = config.run, config.run.resume
     task = make_task(config.family, config.model, config.data, run, device, say)
     if ckpt is not None:
@@ -112,10 +141,11 @@ def _train(config: TrainConfig, device: torch.device, info: DistInfo, say: Calla
     impls = _build(config, device, info, task)
     if config.parallel.check_parity:  # the first step sharded and in one process, compared; nothing is trained
         from .parallel.verify.parity import check_parity
+
         return check_parity(impls["manual"], task, config.optim, run, device, info, say)
     writer = open_tensorboard(run, info)
     monitors = attach_monitors(impls, run, info, task.round_ends, writer, task.watch_activations)
-    batch_gen = torch.Generator().manual_seed((run.seed + 1) % 2 ** 64)  # torch's range
+    batch_gen = torch.Generator().manual_seed((run.seed + 1) % 2**64)  # torch's range
     records: list[dict] = []  # everything logged, in order; rounds are the records of type "epoch"
     start = 1
     if ckpt is not None:
@@ -147,33 +177,50 @@ def _train(config: TrainConfig, device: torch.device, info: DistInfo, say: Calla
         log_scalars(writer, rec)
         records.append(rec)
 
-    say(f"{task.describe(device)} ({_precision(run)}; {threads}); "
+    say(
+        f"{task.describe(device)} ({_precision(run)}; {threads}); "
         f"loaded in {task.data_seconds:.2f} s; model {config.model.name}; impl {', '.join(impls)}; "
         f"{f'{info.world_size} processes; ' if info.enabled else ''}"
-        f"{impls['manual'].describe() + '; ' if config.model_parallel else ''}output {out}")
+        f"{impls['manual'].describe() + '; ' if config.model_parallel else ''}output {out}"
+    )
     drift = Drift(impls, task.steps_per_round, log) if len(impls) > 1 else None
     try:
         for r in range(start, task.rounds + 1):
             order = task.round_order(r, batch_gen)  # drawn once: every implementation trains on the same batches
             for name, impl in impls.items():
-                rec = {"type": "epoch", "impl": name, "epoch": r,
-                       **task.train_round(impl, order, r, log, info, drift.after_step if drift is not None else None)}
+                rec = {
+                    "type": "epoch",
+                    "impl": name,
+                    "epoch": r,
+                    **task.train_round(impl, order, r, log, info, drift.after_step if drift is not None else None),
+                }
                 rec.update(task.evaluate_round(impl, r, info))
                 log(rec)
                 say(task.round_line(r, name, rec))
             if drift is not None:
                 diff = drift.end_epoch(r)
-                say(f"{task.round_name(r, pad=True)} largest weight difference between {', '.join(impls)}: {diff:.3e}"
-                    f"{drift_note(run)}")
+                say(
+                    f"{task.round_name(r, pad=True)} largest weight difference between {', '.join(impls)}: {diff:.3e}"
+                    f"{drift_note(run)}"
+                )
             # a smoke test leaves no checkpoint (tens of MB) behind; a model-parallel run's ranks send rank 0 theirs
             sharded = {}
             if config.model_parallel and not run.dry_run:
                 sharded = sharded_state(impls["manual"], config.parallel.split(), info)
             if info.is_main and not run.dry_run:
-                state = checkpoint_state(settings_to_save(config), impls_state(impls), r, records, batch_gen,
-                                         task.fingerprint)
-                save_checkpoint(ckpt_path, {**state, **task.checkpoint_extra(), "world_size": info.world_size,
-                                            "monitor": monitor_state(monitors), **sharded})
+                state = checkpoint_state(
+                    settings_to_save(config), impls_state(impls), r, records, batch_gen, task.fingerprint
+                )
+                save_checkpoint(
+                    ckpt_path,
+                    {
+                        **state,
+                        **task.checkpoint_extra(),
+                        "world_size": info.world_size,
+                        "monitor": monitor_state(monitors),
+                        **sharded,
+                    },
+                )
                 saved_epoch = r
             if run.dry_run:
                 break
@@ -210,32 +257,52 @@ def _precision(run: RunConfig) -> str:
 def _mixed_summary(run: RunConfig, impls: dict) -> dict:
     """What summary.json says of a mixed-precision run: the compute dtype, what max_param_abs_diff compares, and
     (float16) each implementation's final loss scale."""
-    info = {"compute_dtype": run.dtype, "weights": "float32 (the manual run's master weights)",
-            "max_param_abs_diff": "between float32 weights of runs that each round their products to "
-                                  f"{run.dtype} their own way: how far they drift apart, not an error bound"}
-    scales = {name: impl.scaler.get_scale() for name, impl in impls.items()
-              if getattr(impl, "scaler", None) is not None}
+    info = {
+        "compute_dtype": run.dtype,
+        "weights": "float32 (the manual run's master weights)",
+        "max_param_abs_diff": "between float32 weights of runs that each round their products to "
+        f"{run.dtype} their own way: how far they drift apart, not an error bound",
+    }
+    scales = {
+        name: impl.scaler.get_scale() for name, impl in impls.items() if getattr(impl, "scaler", None) is not None
+    }
     if scales:
         info["loss_scale"] = scales
     return info
 
 
-def _finish(config: TrainConfig, out: Path, impls: dict, task: Task, records: list, say: Callable,
-            info: DistInfo, monitors: dict) -> None:
+def _finish(
+    config: TrainConfig,
+    out: Path,
+    impls: dict,
+    task: Task,
+    records: list,
+    say: Callable,
+    info: DistInfo,
+    monitors: dict,
+) -> None:
     """The task's final figures (every rank: the test split is sharded); rank 0 writes summary.json and the
     figures."""
-    results = {name: task.results(impl, [r for r in records if r["type"] == "epoch" and r["impl"] == name], info)
-               for name, impl in impls.items()}
+    results = {
+        name: task.results(impl, [r for r in records if r["type"] == "epoch" and r["impl"] == name], info)
+        for name, impl in impls.items()
+    }
     run = config.run
-    summary = {"dataset": config.data.dataset, "model": config.model.name, **task.extent(records), "results": results,
-               "max_param_abs_diff": max_param_abs_diff(impls)}
+    summary = {
+        "dataset": config.data.dataset,
+        "model": config.model.name,
+        **task.extent(records),
+        "results": results,
+        "max_param_abs_diff": max_param_abs_diff(impls),
+    }
     if info.enabled:
         summary["world_size"] = info.world_size
     if run.is_mixed:
         summary["mixed_precision"] = _mixed_summary(run, impls)
     # a pipelined run's timeline (parallel/verify/pipeline_report.py; collective, so before rank 0 goes on alone)
-    timeline, timeline_lines = (impls["manual"].write_timeline(out, info.is_main, run.plots) if config.model_parallel
-                                else ([], []))
+    timeline, timeline_lines = (
+        impls["manual"].write_timeline(out, info.is_main, run.plots) if config.model_parallel else ([], [])
+    )
     if not info.is_main:
         return
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
@@ -245,14 +312,17 @@ def _finish(config: TrainConfig, out: Path, impls: dict, task: Task, records: li
         say(line)
     if run.plots:
         from .plots import write_plots
+
         written += [p.name for p in write_plots(out, records, task.kind)]
     written += write_monitor_outputs(out, monitors, run.plots)
 
     for line in task.results_table(results):
         say(line)
     if summary["max_param_abs_diff"] is not None:
-        say(f"largest weight difference between implementations after {task.extent_words(summary)}: "
-            f"{summary['max_param_abs_diff']:.3e}{MIXED_DRIFT if run.is_mixed else ''}")
+        say(
+            f"largest weight difference between implementations after {task.extent_words(summary)}: "
+            f"{summary['max_param_abs_diff']:.3e}{MIXED_DRIFT if run.is_mixed else ''}"
+        )
         meaning = agreement(run, records)
         if meaning:
             say(meaning)

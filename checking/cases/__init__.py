@@ -14,10 +14,11 @@ returning {command-line name: [cases]} (``python gradcheck.py --layer NAME`` pic
 The makers (``layer_case``, ``inputs_case``, ``rnd``, ``nontrivial``, ``distinct``, ...) build cases for a
 family of your own.
 """
+
 from collections.abc import Callable, Iterable
 
 from .dense import activations, convolution, loss, mlp, normalisation
-from .make import (F64, Case, distinct, distinct_case, inputs_case, layer_case, loss_case, nontrivial, rnd)
+from .make import F64, Case, distinct, distinct_case, inputs_case, layer_case, loss_case, nontrivial, rnd
 from .rnn import recurrent, recurrent_case
 from .sequence import TextbookAttention, attention, nontrivial_biases, unit_scale
 
@@ -37,6 +38,28 @@ def collect(families: Iterable[Family] = FAMILIES) -> dict[str, list[Case]]:
     return cases
 
 
-__all__ = ["FAMILIES", "Family", "Case", "collect", "mlp", "loss", "normalisation", "activations", "convolution",
-           "attention", "recurrent", "F64", "rnd", "layer_case", "loss_case", "inputs_case", "distinct_case",
-           "recurrent_case", "nontrivial", "nontrivial_biases", "unit_scale", "distinct", "TextbookAttention"]
+__all__ = [
+    "FAMILIES",
+    "Family",
+    "Case",
+    "collect",
+    "mlp",
+    "loss",
+    "normalisation",
+    "activations",
+    "convolution",
+    "attention",
+    "recurrent",
+    "F64",
+    "rnd",
+    "layer_case",
+    "loss_case",
+    "inputs_case",
+    "distinct_case",
+    "recurrent_case",
+    "nontrivial",
+    "nontrivial_biases",
+    "unit_scale",
+    "distinct",
+    "TextbookAttention",
+]

@@ -2,6 +2,7 @@
 seeds each case), builds the layer and checks it.  Also the inputs that keep a check honest: parameters away from
 their defaults (``nontrivial``), entries off a kink (``distinct``, ``kink=True``).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -29,10 +30,12 @@ def rnd(*shape: int, scale: float = 1.0) -> Tensor:
     return torch.randn(*shape, dtype=F64) * scale
 
 
-def layer_case(label: str, make: Callable[[], Layer], *shape: int, kink: bool = False, scale: float = 1.0,
-               mode: str | None = None) -> Case:
+def layer_case(
+    label: str, make: Callable[[], Layer], *shape: int, kink: bool = False, scale: float = 1.0, mode: str | None = None
+) -> Case:
     """A check of ``make()`` on a random (shape) input; ``mode`` "train"/"eval" sets the layer's mode first;
     ``kink`` keeps inputs off a ReLU-like kink."""
+
     def run(fast: bool) -> list[GradResult]:
         x = rnd(*shape, scale=scale)
         layer = make()
@@ -40,14 +43,17 @@ def layer_case(label: str, make: Callable[[], Layer], *shape: int, kink: bool = 
             layer.train(mode == "train")
         tag = f" [{mode}]" if mode else ""
         return check_layer(layer, _away_from_zero(x) if kink else x, name=f"{label}{tag} x{tuple(shape)}", fast=fast)
+
     return run
 
 
 def loss_case(label: str, make, input_shape, target_fn) -> Case:
     """A check of the loss ``make()`` on random logits of ``input_shape`` and the target ``target_fn(logits)``."""
+
     def run(fast: bool) -> list[GradResult]:  # a loss has few inputs: always the full check
         x = rnd(*input_shape, scale=3.0)
         return check_loss(make(), x, target_fn(x), name=f"{label} x{tuple(input_shape)}")
+
     return run
 
 
@@ -76,18 +82,22 @@ def distinct(*shape: int, spacing: float = 0.05) -> Tensor:
 
 def distinct_case(label: str, make: Callable[[], Layer], *shape: int, mode: str | None = None) -> Case:
     """``layer_case`` on an input of distinct values (``distinct``): for layers that take a maximum."""
+
     def run(fast: bool) -> list[GradResult]:
         layer = make()
         if mode is not None:
             layer.train(mode == "train")
         tag = f" [{mode}]" if mode else ""
         return check_layer(layer, distinct(*shape), name=f"{label}{tag} x{tuple(shape)}", fast=fast)
+
     return run
 
 
-def inputs_case(label: str, make: Callable[[], Layer], inputs: Callable[[], tuple], *, mode: str | None = None,
-                **forward_kwargs) -> Case:
+def inputs_case(
+    label: str, make: Callable[[], Layer], inputs: Callable[[], tuple], *, mode: str | None = None, **forward_kwargs
+) -> Case:
     """A check of ``make()`` on the tuple ``inputs()`` (query, key, value; token ids) with keyword arguments."""
+
     def run(fast: bool) -> list[GradResult]:
         layer = make()
         if mode is not None:
@@ -96,4 +106,5 @@ def inputs_case(label: str, make: Callable[[], Layer], inputs: Callable[[], tupl
         tag = f" [{mode}]" if mode else ""
         shapes = ",".join(str(tuple(a.shape)) for a in (args if isinstance(args, tuple) else (args,)))
         return check_layer(layer, args, name=f"{label}{tag} x{shapes}", fast=fast, forward_kwargs=forward_kwargs)
+
     return run

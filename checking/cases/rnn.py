@@ -1,5 +1,6 @@
 """The case family of the recurrent layers and cells (and the recurrent language model), checked with torch's own
 kernels as the autograd oracle."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -60,11 +61,19 @@ class _TorchOracle:
         return self.layer.backward(*douts)
 
 
-def recurrent_case(label: str, make: Callable[[], Layer], x_shape: tuple[int, ...], *,
-                   states: tuple | None = None, mode: str | None = None, vocab: int | None = None) -> Case:
+def recurrent_case(
+    label: str,
+    make: Callable[[], Layer],
+    x_shape: tuple[int, ...],
+    *,
+    states: tuple | None = None,
+    mode: str | None = None,
+    vocab: int | None = None,
+) -> Case:
     """A check of a recurrent layer or cell on a random input of ``x_shape`` (token ids below ``vocab`` if given)
     and, when ``states`` gives their shapes (a shape, or a pair of shapes for the LSTM's (h_0, c_0)), random
     initial states: their gradients are checked too.  The autograd oracle is the torch.nn twin (``_TorchOracle``)."""
+
     def run(fast: bool) -> list[GradResult]:
         layer = make()
         if mode is not None:
@@ -78,6 +87,7 @@ def recurrent_case(label: str, make: Callable[[], Layer], x_shape: tuple[int, ..
         tag = f" [{mode}]" if mode else ""
         where = f" x{x_shape}" + ("" if states is None else f" hx{states}")
         return check_layer(_TorchOracle(layer), inputs, name=f"{label}{tag}{where}", fast=fast)
+
     return run
 
 
@@ -85,40 +95,79 @@ def recurrent() -> dict[str, list[Case]]:
     """RNN, LSTM, GRU (layers, directions, projections, dropout, unbatched), their cells and RecurrentLM.
 
     Small sizes (T = 3-4, batch 2, hidden 3-5): every entry of every weight is perturbed twice."""
+
     def make(cls, *a, **kw):
         return lambda: cls(*a, dtype=F64, **kw)
+
     return {
-        "rnn": [recurrent_case("RNN(3,4)", make(RNN, 3, 4), (4, 2, 3)),
-                recurrent_case("RNN(3,4,relu,2 layers)", make(RNN, 3, 4, 2, "relu"), (4, 2, 3), states=(2, 2, 4)),
-                recurrent_case("RNN(3,3,bidirectional,batch_first,bias=False)",
-                               make(RNN, 3, 3, bias=False, batch_first=True, bidirectional=True), (2, 4, 3),
-                               states=(2, 2, 3)),
-                recurrent_case("RNN(3,4) unbatched", make(RNN, 3, 4), (4, 3), states=(1, 4))],
-        "lstm": [recurrent_case("LSTM(3,4)", make(LSTM, 3, 4), (4, 2, 3)),
-                 recurrent_case("LSTM(3,3,2 layers,bidirectional)", make(LSTM, 3, 3, 2, bidirectional=True),
-                                (3, 2, 3), states=((4, 2, 3), (4, 2, 3))),
-                 recurrent_case("LSTM(3,4,proj_size=2,batch_first)", make(LSTM, 3, 4, proj_size=2, batch_first=True),
-                                (2, 4, 3), states=((1, 2, 2), (1, 2, 4))),
-                 recurrent_case("LSTM(3,3,2 layers,dropout=0.4)", make(LSTM, 3, 3, 2, dropout=0.4), (3, 2, 3),
-                                mode="train"),
-                 recurrent_case("LSTM(2,3,proj_size=2,bidirectional) unbatched",
-                                make(LSTM, 2, 3, proj_size=2, bidirectional=True), (3, 2), states=((2, 2), (2, 3)))],
-        "gru": [recurrent_case("GRU(3,4)", make(GRU, 3, 4), (4, 2, 3), states=(1, 2, 4)),
-                recurrent_case("GRU(3,3,2 layers,bidirectional,batch_first)",
-                               make(GRU, 3, 3, 2, batch_first=True, bidirectional=True), (2, 3, 3), states=(4, 2, 3)),
-                recurrent_case("GRU(3,4,bias=False) unbatched", make(GRU, 3, 4, bias=False), (4, 3), states=(1, 4))],
-        "rnncell": [recurrent_case("RNNCell(3,4)", make(RNNCell, 3, 4), (2, 3), states=(2, 4)),
-                    recurrent_case("RNNCell(3,4,relu)", make(RNNCell, 3, 4, nonlinearity="relu"), (2, 3)),
-                    recurrent_case("RNNCell(3,4) unbatched", make(RNNCell, 3, 4), (3,), states=(4,))],
-        "lstmcell": [recurrent_case("LSTMCell(3,4)", make(LSTMCell, 3, 4), (2, 3), states=((2, 4), (2, 4))),
-                     recurrent_case("LSTMCell(3,4)", make(LSTMCell, 3, 4), (2, 3)),
-                     recurrent_case("LSTMCell(3,4,bias=False) unbatched", make(LSTMCell, 3, 4, bias=False), (3,),
-                                    states=((4,), (4,)))],
-        "grucell": [recurrent_case("GRUCell(3,4)", make(GRUCell, 3, 4), (2, 3), states=(2, 4)),
-                    recurrent_case("GRUCell(3,4) unbatched", make(GRUCell, 3, 4), (3,), states=(4,))],
-        "recurrentlm": [recurrent_case("RecurrentLM(5,3,4,2 layers,lstm,dropout=0.3)",
-                                       make(RecurrentLM, 5, 3, 4, 2, dropout=0.3), (2, 3),
-                                       states=((2, 2, 4), (2, 2, 4)), mode="train", vocab=5),
-                        recurrent_case("RecurrentLM(5,3,4,gru)", make(RecurrentLM, 5, 3, 4, cell="gru"), (2, 3),
-                                       vocab=5)],
+        "rnn": [
+            recurrent_case("RNN(3,4)", make(RNN, 3, 4), (4, 2, 3)),
+            recurrent_case("RNN(3,4,relu,2 layers)", make(RNN, 3, 4, 2, "relu"), (4, 2, 3), states=(2, 2, 4)),
+            recurrent_case(
+                "RNN(3,3,bidirectional,batch_first,bias=False)",
+                make(RNN, 3, 3, bias=False, batch_first=True, bidirectional=True),
+                (2, 4, 3),
+                states=(2, 2, 3),
+            ),
+            recurrent_case("RNN(3,4) unbatched", make(RNN, 3, 4), (4, 3), states=(1, 4)),
+        ],
+        "lstm": [
+            recurrent_case("LSTM(3,4)", make(LSTM, 3, 4), (4, 2, 3)),
+            recurrent_case(
+                "LSTM(3,3,2 layers,bidirectional)",
+                make(LSTM, 3, 3, 2, bidirectional=True),
+                (3, 2, 3),
+                states=((4, 2, 3), (4, 2, 3)),
+            ),
+            recurrent_case(
+                "LSTM(3,4,proj_size=2,batch_first)",
+                make(LSTM, 3, 4, proj_size=2, batch_first=True),
+                (2, 4, 3),
+                states=((1, 2, 2), (1, 2, 4)),
+            ),
+            recurrent_case("LSTM(3,3,2 layers,dropout=0.4)", make(LSTM, 3, 3, 2, dropout=0.4), (3, 2, 3), mode="train"),
+            recurrent_case(
+                "LSTM(2,3,proj_size=2,bidirectional) unbatched",
+                make(LSTM, 2, 3, proj_size=2, bidirectional=True),
+                (3, 2),
+                states=((2, 2), (2, 3)),
+            ),
+        ],
+        "gru": [
+            recurrent_case("GRU(3,4)", make(GRU, 3, 4), (4, 2, 3), states=(1, 2, 4)),
+            recurrent_case(
+                "GRU(3,3,2 layers,bidirectional,batch_first)",
+                make(GRU, 3, 3, 2, batch_first=True, bidirectional=True),
+                (2, 3, 3),
+                states=(4, 2, 3),
+            ),
+            recurrent_case("GRU(3,4,bias=False) unbatched", make(GRU, 3, 4, bias=False), (4, 3), states=(1, 4)),
+        ],
+        "rnncell": [
+            recurrent_case("RNNCell(3,4)", make(RNNCell, 3, 4), (2, 3), states=(2, 4)),
+            recurrent_case("RNNCell(3,4,relu)", make(RNNCell, 3, 4, nonlinearity="relu"), (2, 3)),
+            recurrent_case("RNNCell(3,4) unbatched", make(RNNCell, 3, 4), (3,), states=(4,)),
+        ],
+        "lstmcell": [
+            recurrent_case("LSTMCell(3,4)", make(LSTMCell, 3, 4), (2, 3), states=((2, 4), (2, 4))),
+            recurrent_case("LSTMCell(3,4)", make(LSTMCell, 3, 4), (2, 3)),
+            recurrent_case(
+                "LSTMCell(3,4,bias=False) unbatched", make(LSTMCell, 3, 4, bias=False), (3,), states=((4,), (4,))
+            ),
+        ],
+        "grucell": [
+            recurrent_case("GRUCell(3,4)", make(GRUCell, 3, 4), (2, 3), states=(2, 4)),
+            recurrent_case("GRUCell(3,4) unbatched", make(GRUCell, 3, 4), (3,), states=(4,)),
+        ],
+        "recurrentlm": [
+            recurrent_case(
+                "RecurrentLM(5,3,4,2 layers,lstm,dropout=0.3)",
+                make(RecurrentLM, 5, 3, 4, 2, dropout=0.3),
+                (2, 3),
+                states=((2, 2, 4), (2, 2, 4)),
+                mode="train",
+                vocab=5,
+            ),
+            recurrent_case("RecurrentLM(5,3,4,gru)", make(RecurrentLM, 5, 3, 4, cell="gru"), (2, 3), vocab=5),
+        ],
     }

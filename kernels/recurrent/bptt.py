@@ -36,6 +36,7 @@ products read their weight once laid out for them, a copy per call at most).  Th
 ``matmul.py`` (oneDNN for float32 on an AMD CPU, torch.addmm otherwise).  On an AMD CPU tanh is computed as
 2 sigmoid(2x) - 1 (``_tanh``: torch's float32 tanh is slower than its sigmoid there; docs/benchmarks.md).
 """
+
 from __future__ import annotations
 
 from typing import Callable, NamedTuple
@@ -64,8 +65,10 @@ Grads = dict[str, Product | Callable[[], Tensor]]  # DirParams field -> its grad
 
 # -- shared pieces ----------------------------------------------------------------------------------------
 
-def _grads(d_rows: Tensor, weights: dict[str, Tensor], biases: tuple[str, ...] = (),
-           p: DirParams | None = None) -> Grads:
+
+def _grads(
+    d_rows: Tensor, weights: dict[str, Tensor], biases: tuple[str, ...] = (), p: DirParams | None = None
+) -> Grads:
     """d (T*N, M) -> {field: dW = d^T @ x for each weight field and its x (T*N, K), summed over every step and
     sample; the column sums of d for each bias field that ``p`` has}: both biases of a gate are added to one
     pre-activation, so they get one gradient, summed once (a copy of its own for the second: .grad may become it)."""
@@ -78,6 +81,7 @@ def _grads(d_rows: Tensor, weights: dict[str, Tensor], biases: tuple[str, ...] =
             return summed[0].clone()
         summed.append(d_rows.sum(0))
         return summed[0]
+
     return grads | {name: db for name in biases}
 
 
@@ -122,8 +126,10 @@ class Cache(NamedTuple):
 
 # -- RNN --------------------------------------------------------------------------------------------------
 
-def rnn_forward(x: Tensor, p: DirParams, h0: Tensor | None, *, reverse: bool, relu: bool
-                ) -> tuple[Tensor, Tensor, Cache]:
+
+def rnn_forward(
+    x: Tensor, p: DirParams, h0: Tensor | None, *, reverse: bool, relu: bool
+) -> tuple[Tensor, Tensor, Cache]:
     """Elman RNN, h_t = act(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh), act tanh or relu.
 
     x (T, N, I), h0 (N, H) or None (zeros) -> (y (T, N, H) in time order, h_n (N, H), cache).
@@ -140,11 +146,12 @@ def rnn_forward(x: Tensor, p: DirParams, h0: Tensor | None, *, reverse: bool, re
     for t in steps:
         a = linear_add(hs[t + off], w_hh, A[t])  # (N, H) pre-activation
         torch.clamp_min(a, 0, out=hs[t + 1]) if relu else _tanh(a, out=hs[t + 1])  # (N, H) h_t
-    return hs[1:T + 1], hs[T if not reverse else 1], Cache(x2, p, reverse, hs, A, (relu,))
+    return hs[1 : T + 1], hs[T if not reverse else 1], Cache(x2, p, reverse, hs, A, (relu,))
 
 
-def rnn_backward(dy: Tensor, dh_n: Tensor | None, cache: Cache, *, need_dh0: bool, need_dx: bool = True,
-                 dx: Tensor | None = None) -> tuple[Tensor | None, Tensor | None, Grads]:
+def rnn_backward(
+    dy: Tensor, dh_n: Tensor | None, cache: Cache, *, need_dh0: bool, need_dx: bool = True, dx: Tensor | None = None
+) -> tuple[Tensor | None, Tensor | None, Grads]:
     """dy (T, N, H), dh_n (N, H) or None -> (dx (T*N, I) or None, dh0 (N, H) or None, the parameter gradients).
     ``dx`` given (a second direction's): the input gradient is added to it.
 
@@ -153,7 +160,7 @@ def rnn_backward(dy: Tensor, dh_n: Tensor | None, cache: Cache, *, need_dh0: boo
     """
     x2, p, reverse, hs, scratch, (relu,) = cache
     T, N, H = dy.shape
-    h = hs[1:T + 1]  # (T, N, H)
+    h = hs[1 : T + 1]  # (T, N, H)
     # act'(a) for all steps at once, into the input-projection buffer (dead after the forward)
     k = scratch.copy_(h > 0) if relu else torch.mul(h, h, out=scratch).neg_().add_(1)  # (T, N, H)
     dA = torch.empty_like(h)  # (T, N, H) dL/da per step
@@ -169,15 +176,17 @@ def rnn_backward(dy: Tensor, dh_n: Tensor | None, cache: Cache, *, need_dh0: boo
         nxt = t
     dA2 = dA.view(T * N, H)
     # dW_ih (H, I) = sum_t da_t^T x_t, dW_hh (H, H) = sum_t da_t^T h_{t-1}, db = sum_t da_t: over all rows at once
-    grads = _grads(dA2, {"w_ih": x2, "w_hh": hs[off:off + T].reshape(T * N, H)}, ("b_ih", "b_hh"), p)
+    grads = _grads(dA2, {"w_ih": x2, "w_hh": hs[off : off + T].reshape(T * N, H)}, ("b_ih", "b_hh"), p)
     dh0 = linear(dA[nxt], w_hh_t) if need_dh0 else None  # (N, H)
     return (_input_grad(dA2, p.w_ih, dx) if need_dx else None), dh0, grads
 
 
 # -- LSTM -------------------------------------------------------------------------------------------------
 
-def lstm_forward(x: Tensor, p: DirParams, h0: Tensor | None, c0: Tensor | None, *, reverse: bool
-                 ) -> tuple[Tensor, tuple[Tensor, Tensor], Cache]:
+
+def lstm_forward(
+    x: Tensor, p: DirParams, h0: Tensor | None, c0: Tensor | None, *, reverse: bool
+) -> tuple[Tensor, tuple[Tensor, Tensor], Cache]:
     """LSTM, torch's equations and gate order (i, f, g, o):
 
         [a_i, a_f, a_g, a_o] = x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh        (N, 4H)
@@ -204,11 +213,11 @@ def lstm_forward(x: Tensor, p: DirParams, h0: Tensor | None, c0: Tensor | None, 
     # every step's views made at once (unbind: one call each, not one indexing per step and buffer)
     a_, act_, h_, c_, tc_ = A.unbind(0), act.unbind(0), hs.unbind(0), cs.unbind(0), tc.unbind(0)
     i_, f_, g_, o_ = gi.unbind(0), gf.unbind(0), gg.unbind(0), go.unbind(0)
-    ag_ = A[:, :, 2 * H:3 * H].unbind(0)  # (N, H) g's pre-activation: where linear_add_ leaves it
+    ag_ = A[:, :, 2 * H : 3 * H].unbind(0)  # (N, H) g's pre-activation: where linear_add_ leaves it
     for t in steps:
         a = linear_add_(h_[t + off], w_hh, a_[t])  # (N, 4H) pre-activations, into A[t]: A[t] + h_{t-1} W_hh^T
         torch.sigmoid(a, out=act_[t])  # (N, 4H): i, f, o (and g's slot, overwritten next)
-        _tanh(ag_[t] if a is a_[t] else a[:, 2 * H:3 * H], out=g_[t])  # (N, H) g
+        _tanh(ag_[t] if a is a_[t] else a[:, 2 * H : 3 * H], out=g_[t])  # (N, H) g
         c = torch.mul(f_[t], c_[t + off], out=c_[t + 1])  # (N, H) f * c_{t-1}
         c.addcmul_(i_[t], g_[t])  # (N, H) c_t = f * c_{t-1} + i * g
         _tanh(c, out=tc_[t])  # (N, H)
@@ -218,7 +227,7 @@ def lstm_forward(x: Tensor, p: DirParams, h0: Tensor | None, c0: Tensor | None, 
             h_[t + 1].copy_(linear(torch.mul(o_[t], tc_[t], out=rs[t]), w_hr))  # (N, P) h_t = r_t W_hr^T
     last = 1 if reverse else T
     # A (the input terms) is dead now; the cache keeps it as scratch memory for the backward's factors.
-    return hs[1:T + 1], (hs[last], cs[last]), Cache(x2, p, reverse, hs, act, (cs, tc, rs, A))
+    return hs[1 : T + 1], (hs[last], cs[last]), Cache(x2, p, reverse, hs, act, (cs, tc, rs, A))
 
 
 _FACTOR_STEPS = 4  # time steps per pass of _lstm_factors: their slabs stay in cache from one pass to the next
@@ -245,9 +254,16 @@ def _lstm_factors(act: Tensor, c_prev: Tensor, tc: Tensor, K: Tensor, Kc: Tensor
     torch.addcmul(go, torch.mul(go, tc, out=Kc), tc, value=-1, out=Kc)  # o (1 - tanh(c)^2)
 
 
-def lstm_backward(dy: Tensor, dh_n: Tensor | None, dc_n: Tensor | None, cache: Cache, *, need_dh0: bool,
-                  need_dx: bool = True, dx: Tensor | None = None
-                  ) -> tuple[Tensor | None, Tensor | None, Tensor, Grads]:
+def lstm_backward(
+    dy: Tensor,
+    dh_n: Tensor | None,
+    dc_n: Tensor | None,
+    cache: Cache,
+    *,
+    need_dh0: bool,
+    need_dx: bool = True,
+    dx: Tensor | None = None,
+) -> tuple[Tensor | None, Tensor | None, Tensor, Grads]:
     """dy (T, N, H_out), dh_n (N, H_out), dc_n (N, H) (None: zeros) -> (dx (T*N, I) or None, dh0, dc0, the
     parameter gradients).
 
@@ -271,7 +287,7 @@ def lstm_backward(dy: Tensor, dh_n: Tensor | None, dc_n: Tensor | None, cache: C
     steps, off = _steps(T, reverse)
     # The factors, before the loop; K reuses the forward's input-projection buffer.
     Kc = dy.new_empty(T, N, H)  # (T, N, H) o (1 - tanh(c)^2)
-    c_prev = cs[off:off + T]  # (T, N, H) c_{t-1}
+    c_prev = cs[off : off + T]  # (T, N, H) c_{t-1}
     for s in range(0, T, _FACTOR_STEPS):
         e = s + _FACTOR_STEPS
         _lstm_factors(act[s:e], c_prev[s:e], tc[s:e], K[s:e], Kc[s:e])
@@ -304,7 +320,7 @@ def lstm_backward(dy: Tensor, dh_n: Tensor | None, dc_n: Tensor | None, cache: C
         nxt = t
     dA2 = dA.view(T * N, 4 * H)
     # dW_ih (4H, I) = sum_t da_t^T x_t, dW_hh (4H, H_out) = sum_t da_t^T h_{t-1}, db = sum_t da_t: all rows at once
-    grads = _grads(dA2, {"w_ih": x2, "w_hh": hs[off:off + T].reshape(T * N, Ho)}, ("b_ih", "b_hh"), p)
+    grads = _grads(dA2, {"w_ih": x2, "w_hh": hs[off : off + T].reshape(T * N, Ho)}, ("b_ih", "b_hh"), p)
     if rs is not None:
         grads |= _grads(dhs.view(T * N, Ho), {"w_hr": rs.view(T * N, H)})  # (P, H) sum_t dh_t^T r_t
     dh0 = linear(dA[nxt], w_hh_t) if need_dh0 else None  # (N, H_out)
@@ -312,6 +328,7 @@ def lstm_backward(dy: Tensor, dh_n: Tensor | None, dc_n: Tensor | None, cache: C
 
 
 # -- GRU --------------------------------------------------------------------------------------------------
+
 
 def gru_forward(x: Tensor, p: DirParams, h0: Tensor | None, *, reverse: bool) -> tuple[Tensor, Tensor, Cache]:
     """GRU, torch's equations and gate order (r, z, n), the reset gate applied after the hidden matmul:
@@ -334,16 +351,17 @@ def gru_forward(x: Tensor, p: DirParams, h0: Tensor | None, *, reverse: bool) ->
         h_prev = hs[t + off]  # (N, H)
         m = linear(h_prev, w_hh, p.b_hh)  # (N, 3H) hidden terms
         a = act[t]
-        rz = a[:, :2 * H].add_(m[:, :2 * H]).sigmoid_()  # (N, 2H) r, z
-        n = a[:, 2 * H:].addcmul_(rz[:, :H], mn[t].copy_(m[:, 2 * H:]))  # (N, H) a_n + r * m_n
+        rz = a[:, : 2 * H].add_(m[:, : 2 * H]).sigmoid_()  # (N, 2H) r, z
+        n = a[:, 2 * H :].addcmul_(rz[:, :H], mn[t].copy_(m[:, 2 * H :]))  # (N, H) a_n + r * m_n
         _tanh(n, out=n)  # (N, H) n
         torch.lerp(n, h_prev, rz[:, H:], out=hs[t + 1])  # (N, H) h_t = n + z (h_{t-1} - n)
     last = 1 if reverse else T
-    return hs[1:T + 1], hs[last], Cache(x2, p, reverse, hs, act, (mn,))
+    return hs[1 : T + 1], hs[last], Cache(x2, p, reverse, hs, act, (mn,))
 
 
-def gru_backward(dy: Tensor, dh_n: Tensor | None, cache: Cache, *, need_dh0: bool, need_dx: bool = True,
-                 dx: Tensor | None = None) -> tuple[Tensor | None, Tensor | None, Grads]:
+def gru_backward(
+    dy: Tensor, dh_n: Tensor | None, cache: Cache, *, need_dh0: bool, need_dx: bool = True, dx: Tensor | None = None
+) -> tuple[Tensor | None, Tensor | None, Grads]:
     """dy (T, N, H), dh_n (N, H) or None -> (dx (T*N, I) or None, dh0 (N, H) or None, the parameter gradients).
 
     Per step, with dh the total gradient reaching h_t and h = n + z (h_prev - n):
@@ -363,7 +381,7 @@ def gru_backward(dy: Tensor, dh_n: Tensor | None, cache: Cache, *, need_dh0: boo
     T, N, H = dy.shape
     r, z, n = act.view(T, N, 3, H).unbind(2)  # (T, N, H) views
     steps, off = _steps(T, reverse)
-    h_prev = hs[off:off + T]  # (T, N, H)
+    h_prev = hs[off : off + T]  # (T, N, H)
     K = dy.new_empty(T, N, 4, H)  # the factors, for all steps at once
     Kr, Kz, Km, Kn = K.unbind(2)  # (T, N, H) views
     torch.addcmul(1 - z, (1 - z) * n, n, value=-1, out=Kn)  # (1 - z)(1 - n^2)
@@ -371,7 +389,7 @@ def gru_backward(dy: Tensor, dh_n: Tensor | None, cache: Cache, *, need_dh0: boo
     torch.mul(Kn, mn, out=Kr).mul_(r - r * r)  # m_n (1 - z)(1 - n^2) r (1 - r)
     torch.mul(h_prev - n, z - z * z, out=Kz)  # (h_prev - n) z (1 - z)
     dK = torch.empty_like(K)  # (T, N, 4, H): [da_r, da_z, dm_n, da_n] per step
-    dm = dK.view(T, N, 4 * H)[:, :, :3 * H]  # (T, N, 3H) the hidden side's gradient (strided view)
+    dm = dK.view(T, N, 4 * H)[:, :, : 3 * H]  # (T, N, 3H) the hidden side's gradient (strided view)
     dhs = dy.new_empty(T, N, H)  # (T, N, H) dh per step
     w_hh_t = prepack(p.w_hh.t(), dhs[0])  # (H, 3H) W_hh^T: linear(d, W_hh^T) = d @ W_hh
     nxt = None
@@ -384,8 +402,8 @@ def gru_backward(dy: Tensor, dh_n: Tensor | None, cache: Cache, *, need_dh0: boo
         torch.mul(K[t], dh.unsqueeze(1), out=dK[t])  # (N, 4, H)
         nxt = t
     dK2 = dK.view(T * N, 4 * H)
-    dm2 = dK2[:, :3 * H]  # (T*N, 3H)
-    da2 = torch.cat((dK2[:, :2 * H], dK2[:, 3 * H:]), 1)  # (T*N, 3H) [da_r, da_z, da_n]
+    dm2 = dK2[:, : 3 * H]  # (T*N, 3H)
+    da2 = torch.cat((dK2[:, : 2 * H], dK2[:, 3 * H :]), 1)  # (T*N, 3H) [da_r, da_z, da_n]
     grads = _grads(da2, {"w_ih": x2}, ("b_ih",), p)  # (3H, I) and b_ih from the input side
     grads |= _grads(dm2, {"w_hh": h_prev.reshape(T * N, H)}, ("b_hh",), p)  # (3H, H), b_hh: the hidden side
     dh0 = linear_add(dm[nxt], w_hh_t, dhs[nxt] * z[nxt]) if need_dh0 else None  # (N, H)

@@ -14,6 +14,7 @@ autograd) in float64.
 Shapes and names as in ``bptt.py``: T steps, N batch, I input, H hidden, H_out = P or H; ``hp``/``cp`` are
 h_{t-1}/c_{t-1} for every step t (T, N, .), in time order whichever way the layer runs.
 """
+
 from __future__ import annotations
 
 import sys
@@ -58,8 +59,9 @@ def _in_time_order(per_step: dict[int, Tensor]) -> Tensor:
     return torch.stack([per_step[t] for t in range(len(per_step))])
 
 
-def _finish(dA: Tensor, x2: Tensor, p: DirParams, hp: Tensor, first: int, *, need_dh0: bool, need_dx: bool,
-            dx: Tensor | None) -> tuple[Tensor | None, Tensor | None, Grads]:
+def _finish(
+    dA: Tensor, x2: Tensor, p: DirParams, hp: Tensor, first: int, *, need_dh0: bool, need_dx: bool, dx: Tensor | None
+) -> tuple[Tensor | None, Tensor | None, Grads]:
     """The weight gradients over all rows, dh0 = dA[first] @ W_hh, dx = dA @ W_ih (+ dx): as bptt.py."""
     T, N, G = dA.shape
     dA2 = dA.reshape(T * N, G)
@@ -71,6 +73,7 @@ def _finish(dA: Tensor, x2: Tensor, p: DirParams, hp: Tensor, first: int, *, nee
 
 
 # -- RNN: h_t = act(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh) -------------------------------------------------
+
 
 def rnn_forward(x: Tensor, p: DirParams, h0: Tensor | None, *, reverse: bool, relu: bool):
     T, N, _ = x.shape
@@ -85,8 +88,15 @@ def rnn_forward(x: Tensor, p: DirParams, h0: Tensor | None, *, reverse: bool, re
     return y, h, GraphCache(x2, p, reverse, _in_time_order(hp), y, (relu,))
 
 
-def rnn_backward(dy: Tensor, dh_n: Tensor | None, cache: GraphCache, *, need_dh0: bool, need_dx: bool = True,
-                 dx: Tensor | None = None):
+def rnn_backward(
+    dy: Tensor,
+    dh_n: Tensor | None,
+    cache: GraphCache,
+    *,
+    need_dh0: bool,
+    need_dx: bool = True,
+    dx: Tensor | None = None,
+):
     x2, p, reverse, hp, y, (relu,) = cache
     k = (y > 0).to(y.dtype) if relu else 1 - y * y  # act'(a) for every step
     steps = list(_steps(dy.shape[0], reverse)[0])
@@ -99,6 +109,7 @@ def rnn_backward(dy: Tensor, dh_n: Tensor | None, cache: GraphCache, *, need_dh0
 
 
 # -- LSTM: gates i, f, g, o; c_t = f c_{t-1} + i g; h_t = o tanh(c_t) (then @ W_hr^T with a projection) -----
+
 
 def lstm_forward(x: Tensor, p: DirParams, h0: Tensor | None, c0: Tensor | None, *, reverse: bool):
     T, N, _ = x.shape
@@ -123,8 +134,16 @@ def lstm_forward(x: Tensor, p: DirParams, h0: Tensor | None, c0: Tensor | None, 
     return _in_time_order(hs), (h, c), GraphCache(x2, p, reverse, _in_time_order(hp), _in_time_order(acts), extra)
 
 
-def lstm_backward(dy: Tensor, dh_n: Tensor | None, dc_n: Tensor | None, cache: GraphCache, *, need_dh0: bool,
-                  need_dx: bool = True, dx: Tensor | None = None):
+def lstm_backward(
+    dy: Tensor,
+    dh_n: Tensor | None,
+    dc_n: Tensor | None,
+    cache: GraphCache,
+    *,
+    need_dh0: bool,
+    need_dx: bool = True,
+    dx: Tensor | None = None,
+):
     x2, p, reverse, hp, act, (cp, tc, rs) = cache
     i, f, g, o = act.chunk(4, 2)  # (T, N, H) each
     # the factors of bptt.lstm_backward, every step at once: da_{i,f,g} = dc * K3, da_o = dr * Ko, dc += dr * Kc
@@ -150,6 +169,7 @@ def lstm_backward(dy: Tensor, dh_n: Tensor | None, dc_n: Tensor | None, cache: G
 
 # -- GRU: r, z = sigmoid(...), n = tanh(a_n + r m_n), h_t = (1 - z) n + z h_{t-1} ------------------------------
 
+
 def gru_forward(x: Tensor, p: DirParams, h0: Tensor | None, *, reverse: bool):
     T, N, _ = x.shape
     H = p.w_hh.shape[0] // 3
@@ -160,18 +180,25 @@ def gru_forward(x: Tensor, p: DirParams, h0: Tensor | None, *, reverse: bool):
         hp[t] = h
         m = h @ p.w_hh.t() if p.b_hh is None else torch.addmm(p.b_hh, h, p.w_hh.t())  # (N, 3H)
         a = A[t]
-        rz = (a[:, :2 * H] + m[:, :2 * H]).sigmoid()
+        rz = (a[:, : 2 * H] + m[:, : 2 * H]).sigmoid()
         r, z = rz[:, :H], rz[:, H:]
-        mns[t] = m[:, 2 * H:]
-        n = (a[:, 2 * H:] + r * mns[t]).tanh()
+        mns[t] = m[:, 2 * H :]
+        n = (a[:, 2 * H :] + r * mns[t]).tanh()
         acts[t] = torch.cat([r, z, n], 1)
         h = hs[t] = torch.lerp(n, h, z)
     y = _in_time_order(hs)
     return y, h, GraphCache(x2, p, reverse, _in_time_order(hp), _in_time_order(acts), (_in_time_order(mns),))
 
 
-def gru_backward(dy: Tensor, dh_n: Tensor | None, cache: GraphCache, *, need_dh0: bool, need_dx: bool = True,
-                 dx: Tensor | None = None):
+def gru_backward(
+    dy: Tensor,
+    dh_n: Tensor | None,
+    cache: GraphCache,
+    *,
+    need_dh0: bool,
+    need_dx: bool = True,
+    dx: Tensor | None = None,
+):
     x2, p, reverse, hp, act, (mn,) = cache
     r, z, n = act.chunk(3, 2)  # (T, N, H) each
     H = r.shape[2]
@@ -184,12 +211,12 @@ def gru_backward(dy: Tensor, dh_n: Tensor | None, cache: GraphCache, *, need_dh0
         if nxt is None:
             dh = dy[t] if dh_n is None else dy[t] + dh_n
         else:
-            dh = torch.addmm(dy[t] + dh * z[nxt], dK[nxt][:, :3 * H], p.w_hh)
+            dh = torch.addmm(dy[t] + dh * z[nxt], dK[nxt][:, : 3 * H], p.w_hh)
         dK[t] = dh.repeat(1, 4) * K[t]
         nxt = t
     dKs = _in_time_order(dK)  # (T, N, 4H)
     T, N = dKs.shape[:2]
-    dm, da = dKs[:, :, :3 * H], torch.cat([dKs[:, :, :2 * H], dKs[:, :, 3 * H:]], 2)
+    dm, da = dKs[:, :, : 3 * H], torch.cat([dKs[:, :, : 2 * H], dKs[:, :, 3 * H :]], 2)
     dm2 = dm.reshape(T * N, 3 * H)
     da2 = da.reshape(T * N, 3 * H)
     grads = _grads(da2, {"w_ih": x2}, ("b_ih",), p) | _grads(dm2, {"w_hh": hp.reshape(T * N, H)}, ("b_hh",), p)

@@ -17,6 +17,7 @@ there); the float64 tests, which hold the layers to 1e-10, use the addmm path.
     weight_grad(d, x)         d (K, M), x (K, N) -> d^T @ x (M, N), a weight gradient summed over the K rows, in
                               the form the layer template adds into .grad (layers/template.py)
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -32,9 +33,11 @@ def _probe() -> bool:
     try:
         op = torch.ops.mkldnn._linear_pointwise
         x, w = torch.arange(6.0).view(2, 3), torch.arange(12.0).view(4, 3)
-        return (torch.backends.mkldnn.is_available()
-                and torch.equal(op(x, w, None, "none", [], ""), x @ w.t())
-                and torch.equal(op.binary(x, x @ w.t(), w, None, "add"), 2 * (x @ w.t())))
+        return (
+            torch.backends.mkldnn.is_available()
+            and torch.equal(op(x, w, None, "none", [], ""), x @ w.t())
+            and torch.equal(op.binary(x, x @ w.t(), w, None, "add"), 2 * (x @ w.t()))
+        )
     except (AttributeError, RuntimeError):
         return False
 

@@ -13,6 +13,7 @@ works where Triton is not installed; ``available()`` says whether it is.
     if tk.available() and x.is_cuda:
         out = tk.gelu_forward(x)
 """
+
 from __future__ import annotations
 
 import importlib
@@ -38,8 +39,10 @@ def __getattr__(name: str):
     """A kernel function, its family's module imported (and Triton with it) on first use."""
     if name in _HOME:
         if not available():
-            raise ImportError(f"kernels.triton.{name} needs Triton, which is not installed here (pip install triton;"
-                              f" torch's CUDA wheels bring it)")
+            raise ImportError(
+                f"kernels.triton.{name} needs Triton, which is not installed here (pip install triton;"
+                f" torch's CUDA wheels bring it)"
+            )
         value = getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
         globals()[name] = value
         return value

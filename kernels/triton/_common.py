@@ -4,6 +4,7 @@ GPU compiles, and one matrix product that the interpreter computes right in bflo
 Imported only by the family modules, which ``kernels.triton`` imports on first use: importing this file imports
 Triton.
 """
+
 from __future__ import annotations
 
 import torch
@@ -61,9 +62,11 @@ def check_tensors(owner: str, kernel, dtypes=FLOATS, **tensors: Tensor | None) -
         elif t.device != device:
             raise ValueError(f"{owner}: {name} is on {t.device} but {first} is on {device}")
     if device is not None and device.type != "cuda" and not interpreted(kernel):
-        raise ValueError(f"{owner}: a Triton kernel needs CUDA tensors, got tensors on {device} (on a CPU, "
-                         f"set TRITON_INTERPRET=1 before the first import of kernels.triton to run it in Triton's "
-                         f"interpreter)")
+        raise ValueError(
+            f"{owner}: a Triton kernel needs CUDA tensors, got tensors on {device} (on a CPU, "
+            f"set TRITON_INTERPRET=1 before the first import of kernels.triton to run it in Triton's "
+            f"interpreter)"
+        )
     return device
 
 

@@ -20,6 +20,7 @@ The flat buffer is what optimizers/flat.py views the parameters as when they til
 lays them out so), and llm.c's ``params_memory``; the four tensors are 1-D of one length and dtype (float32 or
 float64), each with its own stride.  The update is in place and returns nothing.
 """
+
 from __future__ import annotations
 
 import math
@@ -65,9 +66,20 @@ def _adamw_kernel(P, G, M, V, HYPER, n, sp, sg, sm, sv, F64: tl.constexpr, BLOCK
     tl.store(V + i * sv, v, mask=inside)
 
 
-def adamw_step(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, *, step: int, lr: float,
-               beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8, weight_decay: float = 1e-2,
-               block: int = 1024) -> None:
+def adamw_step(
+    param: Tensor,
+    grad: Tensor,
+    exp_avg: Tensor,
+    exp_avg_sq: Tensor,
+    *,
+    step: int,
+    lr: float,
+    beta1: float = 0.9,
+    beta2: float = 0.999,
+    eps: float = 1e-8,
+    weight_decay: float = 1e-2,
+    block: int = 1024,
+) -> None:
     """One AdamW step in place on ``param``, ``exp_avg`` and ``exp_avg_sq``, as torch.optim.AdamW's.
 
     Args:
@@ -78,31 +90,61 @@ def adamw_step(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor,
         block: elements a program (a power of two).
     """
     owner = "adamw_step"
-    device = check_tensors(owner, _adamw_kernel, (torch.float32, torch.float64), param=param, grad=grad,
-                           exp_avg=exp_avg, exp_avg_sq=exp_avg_sq)
+    device = check_tensors(
+        owner,
+        _adamw_kernel,
+        (torch.float32, torch.float64),
+        param=param,
+        grad=grad,
+        exp_avg=exp_avg,
+        exp_avg_sq=exp_avg_sq,
+    )
     for name, t in (("grad", grad), ("exp_avg", exp_avg), ("exp_avg_sq", exp_avg_sq)):
         if t.dtype != param.dtype or t.shape != param.shape:
-            raise ValueError(f"{owner}: {name} must have param's shape {tuple(param.shape)} and dtype {param.dtype}, "
-                             f"got {tuple(t.shape)} {t.dtype}")
+            raise ValueError(
+                f"{owner}: {name} must have param's shape {tuple(param.shape)} and dtype {param.dtype}, "
+                f"got {tuple(t.shape)} {t.dtype}"
+            )
     if param.dim() != 1:
-        raise ValueError(f"{owner}: the buffers must be 1-D (a flat view of the parameters), got shape "
-                         f"{tuple(param.shape)}")
+        raise ValueError(
+            f"{owner}: the buffers must be 1-D (a flat view of the parameters), got shape {tuple(param.shape)}"
+        )
     if not isinstance(step, int) or isinstance(step, bool) or step < 1:
         raise ValueError(f"{owner}: step must be an int >= 1 (the first step is 1), got {step!r}")
-    for name, value, lo, hi in (("lr", lr, 0.0, math.inf), ("beta1", beta1, 0.0, 1.0), ("beta2", beta2, 0.0, 1.0),
-                                ("eps", eps, 0.0, math.inf), ("weight_decay", weight_decay, 0.0, math.inf)):
+    for name, value, lo, hi in (
+        ("lr", lr, 0.0, math.inf),
+        ("beta1", beta1, 0.0, 1.0),
+        ("beta2", beta2, 0.0, 1.0),
+        ("eps", eps, 0.0, math.inf),
+        ("weight_decay", weight_decay, 0.0, math.inf),
+    ):
         if not isinstance(value, (int, float)) or not lo <= value < hi or (name.startswith("beta") and value >= 1):
             raise ValueError(f"{owner}: {name} must be a number in [{lo}, {hi}), got {value!r}")
     if not isinstance(block, int) or block < 16 or block & (block - 1):
         raise ValueError(f"{owner}: block must be a power of two >= 16, got {block!r}")
-    bc1, bc2 = 1 - beta1 ** step, 1 - beta2 ** step  # torch's bias corrections, in Python's float64
+    bc1, bc2 = 1 - beta1**step, 1 - beta2**step  # torch's bias corrections, in Python's float64
     hyper = [0.0] * 7
-    hyper[DECAY.value], hyper[W1.value], hyper[BETA2.value], hyper[W2.value] = (1 - lr * weight_decay, 1 - beta1,
-                                                                                 beta2, 1 - beta2)
-    hyper[STEP_SIZE.value], hyper[BC2_SQRT.value], hyper[EPS.value] = lr / bc1, bc2 ** 0.5, eps
+    hyper[DECAY.value], hyper[W1.value], hyper[BETA2.value], hyper[W2.value] = (
+        1 - lr * weight_decay,
+        1 - beta1,
+        beta2,
+        1 - beta2,
+    )
+    hyper[STEP_SIZE.value], hyper[BC2_SQRT.value], hyper[EPS.value] = lr / bc1, bc2**0.5, eps
     hyper = torch.tensor(hyper, dtype=param.dtype, device=device)  # (7,) in the update's dtype
     n = param.numel()
     if n:
-        _adamw_kernel[(triton.cdiv(n, block),)](param, grad, exp_avg, exp_avg_sq, hyper, n, param.stride(0),
-                                                grad.stride(0), exp_avg.stride(0), exp_avg_sq.stride(0),
-                                                F64=param.dtype == torch.float64, BLOCK=block)
+        _adamw_kernel[(triton.cdiv(n, block),)](
+            param,
+            grad,
+            exp_avg,
+            exp_avg_sq,
+            hyper,
+            n,
+            param.stride(0),
+            grad.stride(0),
+            exp_avg.stride(0),
+            exp_avg_sq.stride(0),
+            F64=param.dtype == torch.float64,
+            BLOCK=block,
+        )

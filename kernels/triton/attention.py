@@ -37,6 +37,7 @@ input's dtype before their products, as FlashAttention does, float32 products ar
 scale is a constant of the kernel (one compilation per value): a float argument would reach a compiled kernel
 as float32.  No attn_mask and no dropout: the layer's own path handles those.
 """
+
 from __future__ import annotations
 
 import math
@@ -54,12 +55,45 @@ LN2 = tl.constexpr(math.log(2.0))
 
 
 @triton.jit
-def _attention_forward_kernel(Q, K, V, OUT, LSE, H, L, S, E, EV,
-                              sqb, sqh, sql, sqe, skb, skh, sks, ske, svb, svh, svs, sve,
-                              sob, soh, sol, soe, slb, slh, sll,
-                              SCALE: tl.constexpr, CAUSAL: tl.constexpr, ACC: tl.constexpr, UPCAST: tl.constexpr,
-                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
-                              BLOCK_EV: tl.constexpr):
+def _attention_forward_kernel(
+    Q,
+    K,
+    V,
+    OUT,
+    LSE,
+    H,
+    L,
+    S,
+    E,
+    EV,
+    sqb,
+    sqh,
+    sql,
+    sqe,
+    skb,
+    skh,
+    sks,
+    ske,
+    svb,
+    svh,
+    svs,
+    sve,
+    sob,
+    soh,
+    sol,
+    soe,
+    slb,
+    slh,
+    sll,
+    SCALE: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    ACC: tl.constexpr,
+    UPCAST: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_E: tl.constexpr,
+    BLOCK_EV: tl.constexpr,
+):
     """Bm query rows of one (batch, head): their out and lse."""
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
@@ -70,8 +104,9 @@ def _attention_forward_kernel(Q, K, V, OUT, LSE, H, L, S, E, EV,
     rows = start_m + tl.arange(0, BLOCK_M)
     e, ev = tl.arange(0, BLOCK_E), tl.arange(0, BLOCK_EV)
     row_ok = rows < L
-    q = tl.load(Q + rows.to(tl.int64)[:, None] * sql + e[None, :] * sqe,
-                mask=row_ok[:, None] & (e < E)[None, :], other=0.0)  # (Bm, E)
+    q = tl.load(
+        Q + rows.to(tl.int64)[:, None] * sql + e[None, :] * sqe, mask=row_ok[:, None] & (e < E)[None, :], other=0.0
+    )  # (Bm, E)
     m = tl.full([BLOCK_M], float("-inf"), ACC)  # running row maximum of the base-2 scores
     l = tl.zeros([BLOCK_M], ACC)  # running row sum of exp2(s - m)
     acc = tl.zeros([BLOCK_M, BLOCK_EV], ACC)  # running sum of p @ v
@@ -79,10 +114,14 @@ def _attention_forward_kernel(Q, K, V, OUT, LSE, H, L, S, E, EV,
     for start_n in range(0, end, BLOCK_N):
         cols = start_n + tl.arange(0, BLOCK_N)
         col_ok = cols < S
-        kt = tl.load(K + cols.to(tl.int64)[None, :] * sks + e[:, None] * ske,
-                     mask=(e < E)[:, None] & col_ok[None, :], other=0.0)  # (E, Bn) k_j^T
-        v = tl.load(V + cols.to(tl.int64)[:, None] * svs + ev[None, :] * sve,
-                    mask=col_ok[:, None] & (ev < EV)[None, :], other=0.0)  # (Bn, Ev)
+        kt = tl.load(
+            K + cols.to(tl.int64)[None, :] * sks + e[:, None] * ske, mask=(e < E)[:, None] & col_ok[None, :], other=0.0
+        )  # (E, Bn) k_j^T
+        v = tl.load(
+            V + cols.to(tl.int64)[:, None] * svs + ev[None, :] * sve,
+            mask=col_ok[:, None] & (ev < EV)[None, :],
+            other=0.0,
+        )  # (Bn, Ev)
         s = dot(q, kt, tl.zeros([BLOCK_M, BLOCK_N], ACC), UPCAST) * (SCALE * LOG2E)  # (Bm, Bn) base-2 scores
         allowed = col_ok[None, :]
         if CAUSAL:
@@ -98,14 +137,34 @@ def _attention_forward_kernel(Q, K, V, OUT, LSE, H, L, S, E, EV,
     l = tl.where(l == 0.0, 1.0, l)  # only for rows past L, which are not stored
     out = acc / l[:, None]
     lse = (m + tl.log2(l)) * LN2  # natural log
-    tl.store(OUT + b * sob + h * soh + rows.to(tl.int64)[:, None] * sol + ev[None, :] * soe,
-             out.to(OUT.dtype.element_ty), mask=row_ok[:, None] & (ev < EV)[None, :])
+    tl.store(
+        OUT + b * sob + h * soh + rows.to(tl.int64)[:, None] * sol + ev[None, :] * soe,
+        out.to(OUT.dtype.element_ty),
+        mask=row_ok[:, None] & (ev < EV)[None, :],
+    )
     tl.store(LSE + b * slb + h * slh + rows * sll, lse, mask=row_ok)
 
 
 @triton.jit
-def _attention_delta_kernel(OUT, DOUT, DELTA, H, L, EV, sob, soh, sol, soe, sdb, sdh, sdl, sde,
-                            ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_EV: tl.constexpr):
+def _attention_delta_kernel(
+    OUT,
+    DOUT,
+    DELTA,
+    H,
+    L,
+    EV,
+    sob,
+    soh,
+    sol,
+    soe,
+    sdb,
+    sdh,
+    sdl,
+    sde,
+    ACC: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_EV: tl.constexpr,
+):
     """D = rowsum(dout * out) for Bm rows of one (batch, head), into DELTA (B, H, L) contiguous."""
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     bh = tl.program_id(1)
@@ -119,13 +178,56 @@ def _attention_delta_kernel(OUT, DOUT, DELTA, H, L, EV, sob, soh, sol, soe, sdb,
 
 
 @triton.jit
-def _attention_dkdv_kernel(Q, K, V, DOUT, LSE, DELTA, DK, DV, H, L, S, E, EV,
-                           sqb, sqh, sql, sqe, skb, skh, sks, ske, svb, svh, svs, sve,
-                           sdb, sdh, sdl, sde, slb, slh, sll,
-                           skgb, skgh, skgs, skge, svgb, svgh, svgs, svge,
-                           SCALE: tl.constexpr, CAUSAL: tl.constexpr, ACC: tl.constexpr, UPCAST: tl.constexpr,
-                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
-                           BLOCK_EV: tl.constexpr):
+def _attention_dkdv_kernel(
+    Q,
+    K,
+    V,
+    DOUT,
+    LSE,
+    DELTA,
+    DK,
+    DV,
+    H,
+    L,
+    S,
+    E,
+    EV,
+    sqb,
+    sqh,
+    sql,
+    sqe,
+    skb,
+    skh,
+    sks,
+    ske,
+    svb,
+    svh,
+    svs,
+    sve,
+    sdb,
+    sdh,
+    sdl,
+    sde,
+    slb,
+    slh,
+    sll,
+    skgb,
+    skgh,
+    skgs,
+    skge,
+    svgb,
+    svgh,
+    svgs,
+    svge,
+    SCALE: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    ACC: tl.constexpr,
+    UPCAST: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_E: tl.constexpr,
+    BLOCK_EV: tl.constexpr,
+):
     """dk_j and dv_j for one block of Bn keys of one (batch, head), looping over the query blocks."""
     start_n = tl.program_id(0) * BLOCK_N
     bh = tl.program_id(1)
@@ -134,10 +236,12 @@ def _attention_dkdv_kernel(Q, K, V, DOUT, LSE, DELTA, DK, DV, H, L, S, E, EV,
     col_ok = cols < S
     e, ev = tl.arange(0, BLOCK_E), tl.arange(0, BLOCK_EV)
     c = cols.to(tl.int64)[:, None]
-    k = tl.load(K + b * skb + h * skh + c * sks + e[None, :] * ske,
-                mask=col_ok[:, None] & (e < E)[None, :], other=0.0)  # (Bn, E)
-    v = tl.load(V + b * svb + h * svh + c * svs + ev[None, :] * sve,
-                mask=col_ok[:, None] & (ev < EV)[None, :], other=0.0)  # (Bn, Ev)
+    k = tl.load(
+        K + b * skb + h * skh + c * sks + e[None, :] * ske, mask=col_ok[:, None] & (e < E)[None, :], other=0.0
+    )  # (Bn, E)
+    v = tl.load(
+        V + b * svb + h * svh + c * svs + ev[None, :] * sve, mask=col_ok[:, None] & (ev < EV)[None, :], other=0.0
+    )  # (Bn, Ev)
     Q += b * sqb + h * sqh
     DOUT += b * sdb + h * sdh
     LSE += b * slb + h * slh
@@ -150,8 +254,9 @@ def _attention_dkdv_kernel(Q, K, V, DOUT, LSE, DELTA, DK, DV, H, L, S, E, EV,
         row_ok = rows < L
         r = rows.to(tl.int64)[:, None]
         q = tl.load(Q + r * sql + e[None, :] * sqe, mask=row_ok[:, None] & (e < E)[None, :], other=0.0)  # (Bm, E)
-        do = tl.load(DOUT + r * sdl + ev[None, :] * sde, mask=row_ok[:, None] & (ev < EV)[None, :],
-                     other=0.0)  # (Bm, Ev)
+        do = tl.load(
+            DOUT + r * sdl + ev[None, :] * sde, mask=row_ok[:, None] & (ev < EV)[None, :], other=0.0
+        )  # (Bm, Ev)
         lse2 = tl.load(LSE + rows * sll, mask=row_ok, other=0.0) * LOG2E  # (Bm,) base 2
         delta = tl.load(DELTA + rows, mask=row_ok, other=0.0)  # (Bm,) D
         st = dot(k, tl.trans(q), tl.zeros([BLOCK_N, BLOCK_M], ACC), UPCAST) * (SCALE * LOG2E)  # (Bn, Bm) s^T
@@ -164,19 +269,64 @@ def _attention_dkdv_kernel(Q, K, V, DOUT, LSE, DELTA, DK, DV, H, L, S, E, EV,
         dst = pt * (dpt - delta[None, :])  # (Bn, Bm) dS^T
         dk = dot(dst.to(Q.dtype.element_ty), q, dk, UPCAST)  # += dS^T @ q
     dk = dk * SCALE
-    tl.store(DK + b * skgb + h * skgh + c * skgs + e[None, :] * skge, dk.to(DK.dtype.element_ty),
-             mask=col_ok[:, None] & (e < E)[None, :])
-    tl.store(DV + b * svgb + h * svgh + c * svgs + ev[None, :] * svge, dv.to(DV.dtype.element_ty),
-             mask=col_ok[:, None] & (ev < EV)[None, :])
+    tl.store(
+        DK + b * skgb + h * skgh + c * skgs + e[None, :] * skge,
+        dk.to(DK.dtype.element_ty),
+        mask=col_ok[:, None] & (e < E)[None, :],
+    )
+    tl.store(
+        DV + b * svgb + h * svgh + c * svgs + ev[None, :] * svge,
+        dv.to(DV.dtype.element_ty),
+        mask=col_ok[:, None] & (ev < EV)[None, :],
+    )
 
 
 @triton.jit
-def _attention_dq_kernel(Q, K, V, DOUT, LSE, DELTA, DQ, H, L, S, E, EV,
-                         sqb, sqh, sql, sqe, skb, skh, sks, ske, svb, svh, svs, sve,
-                         sdb, sdh, sdl, sde, slb, slh, sll, sqgb, sqgh, sqgl, sqge,
-                         SCALE: tl.constexpr, CAUSAL: tl.constexpr, ACC: tl.constexpr, UPCAST: tl.constexpr,
-                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
-                         BLOCK_EV: tl.constexpr):
+def _attention_dq_kernel(
+    Q,
+    K,
+    V,
+    DOUT,
+    LSE,
+    DELTA,
+    DQ,
+    H,
+    L,
+    S,
+    E,
+    EV,
+    sqb,
+    sqh,
+    sql,
+    sqe,
+    skb,
+    skh,
+    sks,
+    ske,
+    svb,
+    svh,
+    svs,
+    sve,
+    sdb,
+    sdh,
+    sdl,
+    sde,
+    slb,
+    slh,
+    sll,
+    sqgb,
+    sqgh,
+    sqgl,
+    sqge,
+    SCALE: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    ACC: tl.constexpr,
+    UPCAST: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_E: tl.constexpr,
+    BLOCK_EV: tl.constexpr,
+):
     """dq_i for one block of Bm queries of one (batch, head), looping over the key blocks it sees."""
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
@@ -185,10 +335,12 @@ def _attention_dq_kernel(Q, K, V, DOUT, LSE, DELTA, DQ, H, L, S, E, EV,
     row_ok = rows < L
     e, ev = tl.arange(0, BLOCK_E), tl.arange(0, BLOCK_EV)
     r = rows.to(tl.int64)[:, None]
-    q = tl.load(Q + b * sqb + h * sqh + r * sql + e[None, :] * sqe, mask=row_ok[:, None] & (e < E)[None, :],
-                other=0.0)  # (Bm, E)
-    do = tl.load(DOUT + b * sdb + h * sdh + r * sdl + ev[None, :] * sde,
-                 mask=row_ok[:, None] & (ev < EV)[None, :], other=0.0)  # (Bm, Ev)
+    q = tl.load(
+        Q + b * sqb + h * sqh + r * sql + e[None, :] * sqe, mask=row_ok[:, None] & (e < E)[None, :], other=0.0
+    )  # (Bm, E)
+    do = tl.load(
+        DOUT + b * sdb + h * sdh + r * sdl + ev[None, :] * sde, mask=row_ok[:, None] & (ev < EV)[None, :], other=0.0
+    )  # (Bm, Ev)
     lse2 = tl.load(LSE + b * slb + h * slh + rows * sll, mask=row_ok, other=0.0) * LOG2E  # (Bm,) base 2
     delta = tl.load(DELTA + bh.to(tl.int64) * L + rows, mask=row_ok, other=0.0)  # (Bm,) D
     K += b * skb + h * skh
@@ -200,8 +352,7 @@ def _attention_dq_kernel(Q, K, V, DOUT, LSE, DELTA, DQ, H, L, S, E, EV,
         col_ok = cols < S
         c = cols.to(tl.int64)[:, None]
         k = tl.load(K + c * sks + e[None, :] * ske, mask=col_ok[:, None] & (e < E)[None, :], other=0.0)  # (Bn, E)
-        v = tl.load(V + c * svs + ev[None, :] * sve, mask=col_ok[:, None] & (ev < EV)[None, :],
-                    other=0.0)  # (Bn, Ev)
+        v = tl.load(V + c * svs + ev[None, :] * sve, mask=col_ok[:, None] & (ev < EV)[None, :], other=0.0)  # (Bn, Ev)
         s = dot(q, tl.trans(k), tl.zeros([BLOCK_M, BLOCK_N], ACC), UPCAST) * (SCALE * LOG2E)  # (Bm, Bn)
         allowed = row_ok[:, None] & col_ok[None, :]
         if CAUSAL:
@@ -211,8 +362,11 @@ def _attention_dq_kernel(Q, K, V, DOUT, LSE, DELTA, DQ, H, L, S, E, EV,
         ds = p * (dp - delta[:, None])  # (Bm, Bn) dS
         dq = dot(ds.to(Q.dtype.element_ty), k, dq, UPCAST)  # += dS @ k
     dq = dq * SCALE
-    tl.store(DQ + b * sqgb + h * sqgh + r * sqgl + e[None, :] * sqge, dq.to(DQ.dtype.element_ty),
-             mask=row_ok[:, None] & (e < E)[None, :])
+    tl.store(
+        DQ + b * sqgb + h * sqgh + r * sqgl + e[None, :] * sqge,
+        dq.to(DQ.dtype.element_ty),
+        mask=row_ok[:, None] & (e < E)[None, :],
+    )
 
 
 def _heads(t: Tensor) -> Tensor:
@@ -226,12 +380,20 @@ def _heads(t: Tensor) -> Tensor:
 def _setup(owner: str, q: Tensor, k: Tensor, v: Tensor, scale, block_m, block_n, kernel):
     check_tensors(owner, kernel, q=q, k=k, v=v)
     if q.dim() < 2 or k.dim() != q.dim() or v.dim() != q.dim():
-        raise ValueError(f"{owner}: q, k, v must be (*, L, E), (*, S, E), (*, S, Ev) with the same leading axes, "
-                         f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
-    if q.shape[:-2] != k.shape[:-2] or k.shape[:-2] != v.shape[:-2] or q.shape[-1] != k.shape[-1] \
-            or k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"{owner}: q, k, v must be (*, L, E), (*, S, E), (*, S, Ev) with the same leading axes, "
-                         f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+        raise ValueError(
+            f"{owner}: q, k, v must be (*, L, E), (*, S, E), (*, S, Ev) with the same leading axes, "
+            f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    if (
+        q.shape[:-2] != k.shape[:-2]
+        or k.shape[:-2] != v.shape[:-2]
+        or q.shape[-1] != k.shape[-1]
+        or k.shape[-2] != v.shape[-2]
+    ):
+        raise ValueError(
+            f"{owner}: q, k, v must be (*, L, E), (*, S, E), (*, S, Ev) with the same leading axes, "
+            f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise ValueError(f"{owner}: q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     E, EV, S = q.shape[-1], v.shape[-1], k.shape[-2]
@@ -245,8 +407,16 @@ def _setup(owner: str, q: Tensor, k: Tensor, v: Tensor, scale, block_m, block_n,
     (bm, bn), warps = default_blocks(q.dtype, max(E, EV), backward=kernel is not _attention_forward_kernel)
     block_m = check_block(owner, "block_m", bm if block_m is None else block_m)
     block_n = check_block(owner, "block_n", bn if block_n is None else block_n)
-    consts = dict(SCALE=float(scale), ACC=tl_dtype(acc_dtype(q.dtype)), UPCAST=upcast_dots(kernel, q.dtype),
-                  BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_E=pow2(E, 16), BLOCK_EV=pow2(EV, 16), num_warps=warps)
+    consts = dict(
+        SCALE=float(scale),
+        ACC=tl_dtype(acc_dtype(q.dtype)),
+        UPCAST=upcast_dots(kernel, q.dtype),
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        BLOCK_E=pow2(E, 16),
+        BLOCK_EV=pow2(EV, 16),
+        num_warps=warps,
+    )
     return consts
 
 
@@ -262,8 +432,16 @@ def default_blocks(dtype: torch.dtype, width: int, backward: bool) -> tuple[tupl
     return (16, 16), 8 if wide else 4  # float64
 
 
-def flash_attention_forward(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, scale: float | None = None,
-                            block_m: int | None = None, block_n: int | None = None) -> tuple[Tensor, Tensor]:
+def flash_attention_forward(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    block_m: int | None = None,
+    block_n: int | None = None,
+) -> tuple[Tensor, Tensor]:
     """out = softmax(scale * q @ k^T (+ causal mask)) @ v, as F.scaled_dot_product_attention(q, k, v,
     is_causal=causal, scale=scale), and each row's log-sum-exp for the backward.
 
@@ -287,15 +465,41 @@ def flash_attention_forward(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = F
     if out.numel() == 0:
         return out, lse
     grid = (triton.cdiv(L, consts["BLOCK_M"]), B * H)
-    _attention_forward_kernel[grid](q4, k4, v4, o4, lse3, H, L, k4.shape[2], q4.shape[3], v4.shape[3],
-                                    *q4.stride(), *k4.stride(), *v4.stride(), *o4.stride(), *lse3.stride(),
-                                    CAUSAL=bool(causal), **consts)
+    _attention_forward_kernel[grid](
+        q4,
+        k4,
+        v4,
+        o4,
+        lse3,
+        H,
+        L,
+        k4.shape[2],
+        q4.shape[3],
+        v4.shape[3],
+        *q4.stride(),
+        *k4.stride(),
+        *v4.stride(),
+        *o4.stride(),
+        *lse3.stride(),
+        CAUSAL=bool(causal),
+        **consts,
+    )
     return out, lse
 
 
-def flash_attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, *,
-                             causal: bool = False, scale: float | None = None, block_m: int | None = None,
-                             block_n: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
+def flash_attention_backward(
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    block_m: int | None = None,
+    block_n: int | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
     """dq, dk, dv of flash_attention_forward from its inputs, its out and its lse (three kernels: D, dK/dV, dQ).
 
     Args:
@@ -314,9 +518,10 @@ def flash_attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out:
             raise ValueError(f"{owner}: {name} must be {tuple(shape)} in {q.dtype}, got {tuple(t.shape)} {t.dtype}")
     acc = acc_dtype(q.dtype)
     if not isinstance(lse, Tensor) or tuple(lse.shape) != (*lead, L) or lse.dtype != acc or lse.device != q.device:
-        raise ValueError(f"{owner}: lse must be the forward's {(*lead, L)} {acc} tensor on {q.device}, got "
-                         + (f"{tuple(lse.shape)} {lse.dtype} on {lse.device}" if isinstance(lse, Tensor)
-                            else type(lse).__name__))
+        raise ValueError(
+            f"{owner}: lse must be the forward's {(*lead, L)} {acc} tensor on {q.device}, got "
+            + (f"{tuple(lse.shape)} {lse.dtype} on {lse.device}" if isinstance(lse, Tensor) else type(lse).__name__)
+        )
     dq, dk, dv = (torch.empty(t.shape, dtype=q.dtype, device=q.device) for t in (q, k, v))
     if dq.numel() == 0 and dk.numel() == 0 and dv.numel() == 0:
         return dq, dk, dv
@@ -326,14 +531,42 @@ def flash_attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out:
     bm, bn = consts["BLOCK_M"], consts["BLOCK_N"]
     delta = torch.empty((B, H, L), dtype=acc, device=q.device)  # D = rowsum(dout * out)
     if L:
-        _attention_delta_kernel[(triton.cdiv(L, bm), B * H)](o4, do4, delta, H, L, EV, *o4.stride(), *do4.stride(),
-                                                             ACC=consts["ACC"], BLOCK_M=bm,
-                                                             BLOCK_EV=consts["BLOCK_EV"])
+        _attention_delta_kernel[(triton.cdiv(L, bm), B * H)](
+            o4,
+            do4,
+            delta,
+            H,
+            L,
+            EV,
+            *o4.stride(),
+            *do4.stride(),
+            ACC=consts["ACC"],
+            BLOCK_M=bm,
+            BLOCK_EV=consts["BLOCK_EV"],
+        )
     strides = (*q4.stride(), *k4.stride(), *v4.stride(), *do4.stride(), *lse3.stride())
-    _attention_dkdv_kernel[(triton.cdiv(S, bn), B * H)](q4, k4, v4, do4, lse3, delta, dk4, dv4, H, L, S, E, EV,
-                                                        *strides, *dk4.stride(), *dv4.stride(),
-                                                        CAUSAL=bool(causal), **consts)
+    _attention_dkdv_kernel[(triton.cdiv(S, bn), B * H)](
+        q4,
+        k4,
+        v4,
+        do4,
+        lse3,
+        delta,
+        dk4,
+        dv4,
+        H,
+        L,
+        S,
+        E,
+        EV,
+        *strides,
+        *dk4.stride(),
+        *dv4.stride(),
+        CAUSAL=bool(causal),
+        **consts,
+    )
     if L:
-        _attention_dq_kernel[(triton.cdiv(L, bm), B * H)](q4, k4, v4, do4, lse3, delta, dq4, H, L, S, E, EV,
-                                                          *strides, *dq4.stride(), CAUSAL=bool(causal), **consts)
+        _attention_dq_kernel[(triton.cdiv(L, bm), B * H)](
+            q4, k4, v4, do4, lse3, delta, dq4, H, L, S, E, EV, *strides, *dq4.stride(), CAUSAL=bool(causal), **consts
+        )
     return dq, dk, dv

@@ -23,6 +23,7 @@ outside [0, C) that is not ignore_index is refused before the kernel (one read-b
 makes); where that check is skipped, the row's loss and gradient are nan, never a read out of bounds.
 Shape legend: N = rows (positions), C = classes.
 """
+
 from __future__ import annotations
 
 import math
@@ -39,9 +40,28 @@ INTEGERS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
 
 @triton.jit
-def _cross_entropy_kernel(Z, Y, LOSS, LSE, DZ, S, N, C, szr, szc, sy, sdr, sdc, ss, ignore_index,
-                          SMOOTHING: tl.constexpr, FORWARD: tl.constexpr, BACKWARD: tl.constexpr,
-                          ACC: tl.constexpr, BLOCK_C: tl.constexpr):
+def _cross_entropy_kernel(
+    Z,
+    Y,
+    LOSS,
+    LSE,
+    DZ,
+    S,
+    N,
+    C,
+    szr,
+    szc,
+    sy,
+    sdr,
+    sdc,
+    ss,
+    ignore_index,
+    SMOOTHING: tl.constexpr,
+    FORWARD: tl.constexpr,
+    BACKWARD: tl.constexpr,
+    ACC: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
     """One row.  FORWARD: its loss and lse (LOSS, LSE); BACKWARD: DZ = (p - q) * s, with lse from the
     forward just run, or (without FORWARD) loaded from LSE."""
     row = tl.program_id(0).to(tl.int64)
@@ -95,8 +115,9 @@ def _check(owner: str, logits: Tensor, target: Tensor, ignore_index: int, label_
     if logits.dim() != 2 or logits.shape[1] == 0:
         raise ValueError(f"{owner}: logits must be (N, C) with C >= 1, got shape {tuple(logits.shape)}")
     if target.shape != logits.shape[:1]:
-        raise ValueError(f"{owner}: target must be (N,) = ({logits.shape[0]},) class indices, got shape "
-                         f"{tuple(target.shape)}")
+        raise ValueError(
+            f"{owner}: target must be (N,) = ({logits.shape[0]},) class indices, got shape {tuple(target.shape)}"
+        )
     if reduction not in REDUCTIONS:
         raise ValueError(f"{owner}: reduction must be one of {REDUCTIONS}, got {reduction!r}")
     if not (isinstance(label_smoothing, (int, float)) and 0.0 <= label_smoothing <= 1.0):
@@ -110,8 +131,10 @@ def _check_targets(owner: str, target: Tensor, classes: int, ignore_index: int) 
     bad = ((target < 0) | (target >= classes)) & (target != ignore_index)
     if bool(bad.any()):
         i = int(bad.nonzero()[0, 0])
-        raise ValueError(f"{owner}: target[{i}] = {int(target[i])} is not a class index in [0, {classes}) nor "
-                         f"ignore_index ({ignore_index})")
+        raise ValueError(
+            f"{owner}: target[{i}] = {int(target[i])} is not a class index in [0, {classes}) nor "
+            f"ignore_index ({ignore_index})"
+        )
 
 
 def _scale(dloss: float | Tensor, target: Tensor, ignore_index: int, reduction: str, acc: torch.dtype) -> Tensor:
@@ -128,16 +151,36 @@ def _run(owner, logits, target, lse, s, ignore_index, label_smoothing, forward, 
     loss = torch.empty(N, dtype=acc, device=logits.device) if forward else None  # (N,)
     lse = torch.empty(N, dtype=acc, device=logits.device) if forward else lse  # (N,)
     dz = torch.empty((N, C), dtype=logits.dtype, device=logits.device) if backward else None
-    block_c = min(pow2(C), 4096 if acc == torch.float32 else 2048) if block_c is None else \
-        check_block(owner, "block_c", block_c, least=1)
+    block_c = (
+        min(pow2(C), 4096 if acc == torch.float32 else 2048)
+        if block_c is None
+        else check_block(owner, "block_c", block_c, least=1)
+    )
     if N:
         s_arg = s if backward else lse
         ss = (s.stride(0) if s.dim() else 0) if backward else 0
         d_arg = dz if backward else logits
-        _cross_entropy_kernel[(N,)](logits, target, loss if forward else lse, lse, d_arg, s_arg, N, C,
-                                    *logits.stride(), target.stride(0), *d_arg.stride(), ss, ignore_index,
-                                    SMOOTHING=float(label_smoothing), FORWARD=forward, BACKWARD=backward,
-                                    ACC=tl_dtype(acc), BLOCK_C=block_c, num_warps=8 if block_c >= 2048 else 4)
+        _cross_entropy_kernel[(N,)](
+            logits,
+            target,
+            loss if forward else lse,
+            lse,
+            d_arg,
+            s_arg,
+            N,
+            C,
+            *logits.stride(),
+            target.stride(0),
+            *d_arg.stride(),
+            ss,
+            ignore_index,
+            SMOOTHING=float(label_smoothing),
+            FORWARD=forward,
+            BACKWARD=backward,
+            ACC=tl_dtype(acc),
+            BLOCK_C=block_c,
+            num_warps=8 if block_c >= 2048 else 4,
+        )
     return loss, lse, dz
 
 
@@ -148,9 +191,16 @@ def _reduce(losses: Tensor, target: Tensor, ignore_index: int, reduction: str) -
     return total / (target != ignore_index).sum().to(total.dtype) if reduction == "mean" else total
 
 
-def cross_entropy_forward(logits: Tensor, target: Tensor, *, ignore_index: int = -100, label_smoothing: float = 0.0,
-                          reduction: str = "mean", check_targets: bool = True, block_c: int | None = None
-                          ) -> tuple[Tensor, Tensor]:
+def cross_entropy_forward(
+    logits: Tensor,
+    target: Tensor,
+    *,
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+    reduction: str = "mean",
+    check_targets: bool = True,
+    block_c: int | None = None,
+) -> tuple[Tensor, Tensor]:
     """The loss of F.cross_entropy(logits, target, ...) for class-index targets, and each row's log-sum-exp.
 
     Args:
@@ -172,9 +222,17 @@ def cross_entropy_forward(logits: Tensor, target: Tensor, *, ignore_index: int =
     return _reduce(losses, target, ignore_index, reduction), lse
 
 
-def cross_entropy_backward(dloss: float | Tensor, logits: Tensor, target: Tensor, lse: Tensor, *,
-                           ignore_index: int = -100, label_smoothing: float = 0.0, reduction: str = "mean",
-                           block_c: int | None = None) -> Tensor:
+def cross_entropy_backward(
+    dloss: float | Tensor,
+    logits: Tensor,
+    target: Tensor,
+    lse: Tensor,
+    *,
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+    reduction: str = "mean",
+    block_c: int | None = None,
+) -> Tensor:
     """dlogits = (softmax(logits) - q) * dloss / count ("mean"; * dloss for "sum"; * dloss[n] per row for "none").
 
     Args:
@@ -189,16 +247,25 @@ def cross_entropy_backward(dloss: float | Tensor, logits: Tensor, target: Tensor
     acc = acc_dtype(logits.dtype)
     check_tensors(owner, _cross_entropy_kernel, (acc,), lse=lse)
     if lse.shape != logits.shape[:1] or lse.device != logits.device:
-        raise ValueError(f"{owner}: lse must be cross_entropy_forward's (N,) = ({logits.shape[0]},) on "
-                         f"{logits.device}, got {tuple(lse.shape)} on {lse.device}")
+        raise ValueError(
+            f"{owner}: lse must be cross_entropy_forward's (N,) = ({logits.shape[0]},) on "
+            f"{logits.device}, got {tuple(lse.shape)} on {lse.device}"
+        )
     s = _scale_checked(owner, dloss, logits, target, ignore_index, reduction, acc)
     return _run(owner, logits, target, lse, s, ignore_index, label_smoothing, False, True, block_c)[2]
 
 
-def cross_entropy_forward_backward(logits: Tensor, target: Tensor, *, dloss: float | Tensor = 1.0,
-                                   ignore_index: int = -100, label_smoothing: float = 0.0, reduction: str = "mean",
-                                   check_targets: bool = True, block_c: int | None = None
-                                   ) -> tuple[Tensor, Tensor, Tensor]:
+def cross_entropy_forward_backward(
+    logits: Tensor,
+    target: Tensor,
+    *,
+    dloss: float | Tensor = 1.0,
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+    reduction: str = "mean",
+    check_targets: bool = True,
+    block_c: int | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
     """llm.c's fused classifier: the forward's (loss, lse) and the backward's dlogits from one kernel, for a
     dloss known before the forward (1 for a plain training step).  Arguments as in the two functions above.
     Returns: (loss, lse, dlogits)."""
@@ -216,9 +283,13 @@ def _scale_checked(owner, dloss, logits, target, ignore_index, reduction, acc) -
     shape = logits.shape[:1] if reduction == "none" else ()
     if isinstance(dloss, Tensor):
         if tuple(dloss.shape) != tuple(shape) or dloss.device != logits.device:
-            raise ValueError(f"{owner}: dloss must have shape {tuple(shape)} on {logits.device} for reduction "
-                             f"{reduction!r}, got {tuple(dloss.shape)} on {dloss.device}")
+            raise ValueError(
+                f"{owner}: dloss must have shape {tuple(shape)} on {logits.device} for reduction "
+                f"{reduction!r}, got {tuple(dloss.shape)} on {dloss.device}"
+            )
     elif reduction == "none" or not isinstance(dloss, (int, float)) or not math.isfinite(dloss):
-        raise ValueError(f"{owner}: dloss must be a finite number or a tensor of shape {tuple(shape)} for "
-                         f"reduction {reduction!r}, got {dloss!r}")
+        raise ValueError(
+            f"{owner}: dloss must be a finite number or a tensor of shape {tuple(shape)} for "
+            f"reduction {reduction!r}, got {dloss!r}"
+        )
     return _scale(dloss, target, ignore_index, reduction, acc)

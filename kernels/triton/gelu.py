@@ -21,6 +21,7 @@ Each kernel reads the input (and dout) once and writes one tensor, in the input'
 (float64 for float64 input).  No state is kept: the backward takes x itself, as the layer keeps it.
 Shape legend: x is (*, C); its leading axes are read as rows with their own strides (see _common.rows).
 """
+
 from __future__ import annotations
 
 import math
@@ -53,9 +54,24 @@ def _gelu(x, TANH: tl.constexpr):
 
 
 @triton.jit
-def _gelu_kernel(X, DOUT, OUT, R, C, sxr, sxc, sdr, sdc, sor, soc,
-                 BACKWARD: tl.constexpr, TANH: tl.constexpr, ACC: tl.constexpr,
-                 BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+def _gelu_kernel(
+    X,
+    DOUT,
+    OUT,
+    R,
+    C,
+    sxr,
+    sxc,
+    sdr,
+    sdc,
+    sor,
+    soc,
+    BACKWARD: tl.constexpr,
+    TANH: tl.constexpr,
+    ACC: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
     """One (BLOCK_R, BLOCK_C) tile: OUT = gelu(X) (forward) or DOUT * gelu'(X) (backward)."""
     r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -75,8 +91,10 @@ def _launch(owner: str, x: Tensor, dout: Tensor | None, approximate: str) -> Ten
     if approximate not in APPROXIMATIONS:
         raise ValueError(f"{owner}: approximate must be one of {APPROXIMATIONS}, got {approximate!r}")
     if dout is not None and (dout.shape != x.shape or dout.dtype != x.dtype):
-        raise ValueError(f"{owner}: dout must have x's shape {tuple(x.shape)} and dtype {x.dtype}, got "
-                         f"{tuple(dout.shape)} {dout.dtype}")
+        raise ValueError(
+            f"{owner}: dout must have x's shape {tuple(x.shape)} and dtype {x.dtype}, got "
+            f"{tuple(dout.shape)} {dout.dtype}"
+        )
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)  # (*, C) contiguous
     if out.numel() == 0:
         return out
@@ -86,9 +104,21 @@ def _launch(owner: str, x: Tensor, dout: Tensor | None, approximate: str) -> Ten
     block_c = min(triton.next_power_of_2(C), 1024)
     block_r = max(1, 2048 // block_c)  # about 2048 elements a program
     grid = (triton.cdiv(R, block_r), triton.cdiv(C, block_c))
-    _gelu_kernel[grid](x2, d2, o2, R, C, *x2.stride(), *d2.stride(), *o2.stride(),
-                       BACKWARD=dout is not None, TANH=approximate == "tanh", ACC=tl_dtype(acc_dtype(x.dtype)),
-                       BLOCK_R=block_r, BLOCK_C=block_c)
+    _gelu_kernel[grid](
+        x2,
+        d2,
+        o2,
+        R,
+        C,
+        *x2.stride(),
+        *d2.stride(),
+        *o2.stride(),
+        BACKWARD=dout is not None,
+        TANH=approximate == "tanh",
+        ACC=tl_dtype(acc_dtype(x.dtype)),
+        BLOCK_R=block_r,
+        BLOCK_C=block_c,
+    )
     return out
 
 

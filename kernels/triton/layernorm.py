@@ -26,6 +26,7 @@ per program, no atomics, the same result every run); a second kernel sums the G 
 and dbias.  A float16/bfloat16 x with float32 weight is accepted, as torch's LayerNorm accepts it: statistics
 in float32, out and dx in x's dtype, dweight and dbias in the weight's.
 """
+
 from __future__ import annotations
 
 import math
@@ -41,9 +42,27 @@ MAX_K = 16384  # values a row: the forward holds a row in one block
 
 
 @triton.jit
-def _layer_norm_forward_kernel(X, W, B, OUT, MEAN, RSTD, R, K, sxr, sxk, sor, sok, sw, sb,
-                               EPS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, ACC: tl.constexpr,
-                               BLOCK_K: tl.constexpr):
+def _layer_norm_forward_kernel(
+    X,
+    W,
+    B,
+    OUT,
+    MEAN,
+    RSTD,
+    R,
+    K,
+    sxr,
+    sxk,
+    sor,
+    sok,
+    sw,
+    sb,
+    EPS: tl.constexpr,
+    HAS_W: tl.constexpr,
+    HAS_B: tl.constexpr,
+    ACC: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
     """One row: its mean and rstd, and out = weight * xhat + bias."""
     row = tl.program_id(0).to(tl.int64)
     k = tl.arange(0, BLOCK_K)
@@ -64,9 +83,29 @@ def _layer_norm_forward_kernel(X, W, B, OUT, MEAN, RSTD, R, K, sxr, sxk, sor, so
 
 
 @triton.jit
-def _layer_norm_backward_kernel(DOUT, X, W, MEAN, RSTD, DX, DW_PART, DB_PART, R, K, ROWS,
-                                sdr, sdk, sxr, sxk, sw, sdxr, sdxk,
-                                HAS_W: tl.constexpr, ACC: tl.constexpr, BLOCK_K: tl.constexpr):
+def _layer_norm_backward_kernel(
+    DOUT,
+    X,
+    W,
+    MEAN,
+    RSTD,
+    DX,
+    DW_PART,
+    DB_PART,
+    R,
+    K,
+    ROWS,
+    sdr,
+    sdk,
+    sxr,
+    sxk,
+    sw,
+    sdxr,
+    sdxk,
+    HAS_W: tl.constexpr,
+    ACC: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
     """ROWS rows from program_id * ROWS: each row's dx; their dout * xhat and dout summed into this program's
     row of DW_PART and DB_PART (G, K)."""
     pid = tl.program_id(0)
@@ -113,7 +152,7 @@ def _as_rows(owner: str, x: Tensor, nk: int) -> Tensor:
     """x (*, S) -> (R, K), K = prod(S) over its last ``nk`` axes: a view where the axes merge, else a copy."""
     if nk > x.dim():
         raise ValueError(f"{owner}: x of shape {tuple(x.shape)} has fewer than {nk} axes to normalise")
-    k = math.prod(x.shape[x.dim() - nk:])
+    k = math.prod(x.shape[x.dim() - nk :])
     return x.reshape(-1, k)
 
 
@@ -125,8 +164,14 @@ def _check_params(owner: str, weight: Tensor | None, bias: Tensor | None, shape:
         raise ValueError(f"{owner}: a bias without a weight is not a LayerNorm (torch has none)")
 
 
-def layer_norm_forward(x: Tensor, weight: Tensor | None, bias: Tensor | None, *, eps: float = 1e-5,
-                       normalized_shape: int | tuple[int, ...] | None = None) -> tuple[Tensor, Tensor, Tensor]:
+def layer_norm_forward(
+    x: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    *,
+    eps: float = 1e-5,
+    normalized_shape: int | tuple[int, ...] | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
     """out = weight * (x - mean) * rstd + bias over x's trailing axes, as F.layer_norm.
 
     Args:
@@ -144,7 +189,7 @@ def layer_norm_forward(x: Tensor, weight: Tensor | None, bias: Tensor | None, *,
         raise ValueError(f"{owner}: x must have at least one axis to normalise, got a 0-d tensor")
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
     shape = tuple(weight.shape) if shape is None and weight is not None else shape or (x.shape[-1],)
-    if tuple(x.shape[x.dim() - len(shape):]) != tuple(shape):
+    if tuple(x.shape[x.dim() - len(shape) :]) != tuple(shape):
         raise ValueError(f"{owner}: x of shape {tuple(x.shape)} does not end in the normalised shape {shape}")
     _check_params(owner, weight, bias, tuple(shape))
     if not (isinstance(eps, (int, float)) and eps >= 0 and math.isfinite(eps)):
@@ -155,21 +200,44 @@ def layer_norm_forward(x: Tensor, weight: Tensor | None, bias: Tensor | None, *,
         raise ValueError(f"{owner}: rows of {K} values are more than the kernel holds in one block ({MAX_K})")
     acc = acc_dtype(x.dtype)
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    mean = torch.empty(x.shape[:x.dim() - len(shape)], dtype=acc, device=x.device)  # (*,)
+    mean = torch.empty(x.shape[: x.dim() - len(shape)], dtype=acc, device=x.device)  # (*,)
     rstd = torch.empty_like(mean)
     if R and K:
         o2 = out.view(R, K)
         w, b = (weight if weight is not None else x2), (bias if bias is not None else x2)  # unread when absent
-        _layer_norm_forward_kernel[(R,)](x2, w, b, o2, mean, rstd, R, K, *x2.stride(), *o2.stride(),
-                                         w.stride(-1), b.stride(-1), EPS=float(eps), HAS_W=weight is not None,
-                                         HAS_B=bias is not None, ACC=tl_dtype(acc), BLOCK_K=pow2(K),
-                                         num_warps=_warps(K))
+        _layer_norm_forward_kernel[(R,)](
+            x2,
+            w,
+            b,
+            o2,
+            mean,
+            rstd,
+            R,
+            K,
+            *x2.stride(),
+            *o2.stride(),
+            w.stride(-1),
+            b.stride(-1),
+            EPS=float(eps),
+            HAS_W=weight is not None,
+            HAS_B=bias is not None,
+            ACC=tl_dtype(acc),
+            BLOCK_K=pow2(K),
+            num_warps=_warps(K),
+        )
     return out, mean, rstd
 
 
-def layer_norm_backward(dout: Tensor, x: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor,
-                        rstd: Tensor, *, rows_per_program: int | None = None
-                        ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+def layer_norm_backward(
+    dout: Tensor,
+    x: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    mean: Tensor,
+    rstd: Tensor,
+    *,
+    rows_per_program: int | None = None,
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
     """dx, dweight, dbias of layer_norm_forward, from what it kept (mean, rstd) and its inputs.
 
     Args:
@@ -186,16 +254,25 @@ def layer_norm_backward(dout: Tensor, x: Tensor, weight: Tensor | None, bias: Te
     owner = "layer_norm_backward"
     check_tensors(owner, _layer_norm_backward_kernel, dout=dout, x=x, weight=weight, bias=bias, mean=mean, rstd=rstd)
     if dout.shape != x.shape or dout.dtype != x.dtype:
-        raise ValueError(f"{owner}: dout must have x's shape {tuple(x.shape)} and dtype {x.dtype}, got "
-                         f"{tuple(dout.shape)} {dout.dtype}")
+        raise ValueError(
+            f"{owner}: dout must have x's shape {tuple(x.shape)} and dtype {x.dtype}, got "
+            f"{tuple(dout.shape)} {dout.dtype}"
+        )
     acc = acc_dtype(x.dtype)
     lead = tuple(mean.shape)
-    if x.shape[:len(lead)] != lead or rstd.shape != mean.shape or mean.dtype != acc or rstd.dtype != acc \
-            or len(lead) == x.dim():
-        raise ValueError(f"{owner}: mean and rstd must be layer_norm_forward's, of shape x.shape[:-len(S)] and "
-                         f"dtype {acc}; got {tuple(mean.shape)} {mean.dtype} and {tuple(rstd.shape)} {rstd.dtype} "
-                         f"for x of shape {tuple(x.shape)}")
-    shape = tuple(x.shape[len(lead):])
+    if (
+        x.shape[: len(lead)] != lead
+        or rstd.shape != mean.shape
+        or mean.dtype != acc
+        or rstd.dtype != acc
+        or len(lead) == x.dim()
+    ):
+        raise ValueError(
+            f"{owner}: mean and rstd must be layer_norm_forward's, of shape x.shape[:-len(S)] and "
+            f"dtype {acc}; got {tuple(mean.shape)} {mean.dtype} and {tuple(rstd.shape)} {rstd.dtype} "
+            f"for x of shape {tuple(x.shape)}"
+        )
+    shape = tuple(x.shape[len(lead) :])
     _check_params(owner, weight, bias, shape)
     x2, d2 = _as_rows(owner, x, len(shape)), _as_rows(owner, dout, len(shape))  # (R, K)
     mean, rstd = mean.reshape(-1).contiguous(), rstd.reshape(-1).contiguous()  # (R,)
@@ -216,15 +293,34 @@ def layer_norm_backward(dout: Tensor, x: Tensor, weight: Tensor | None, bias: Te
     db_part = torch.empty_like(dw_part)
     dx2 = dx.view(R, K)
     w = weight if has_w else x2
-    _layer_norm_backward_kernel[(G,)](d2, x2, w, mean, rstd, dx2, dw_part, db_part, R, K, rows_per_program,
-                                      *d2.stride(), *x2.stride(), w.stride(-1), *dx2.stride(),
-                                      HAS_W=has_w, ACC=tl_dtype(acc), BLOCK_K=pow2(K), num_warps=_warps(K))
+    _layer_norm_backward_kernel[(G,)](
+        d2,
+        x2,
+        w,
+        mean,
+        rstd,
+        dx2,
+        dw_part,
+        db_part,
+        R,
+        K,
+        rows_per_program,
+        *d2.stride(),
+        *x2.stride(),
+        w.stride(-1),
+        *dx2.stride(),
+        HAS_W=has_w,
+        ACC=tl_dtype(acc),
+        BLOCK_K=pow2(K),
+        num_warps=_warps(K),
+    )
     block_k = min(pow2(K), 128)
     for part, grad in ((dw_part, dweight), (db_part, dbias)):
         if grad is not None:
             flat = grad.view(-1)
-            _column_sum_kernel[(triton.cdiv(K, block_k),)](part, flat, G, K, flat.stride(0),
-                                                           BLOCK_G=min(pow2(G), 32), BLOCK_K=block_k)
+            _column_sum_kernel[(triton.cdiv(K, block_k),)](
+                part, flat, G, K, flat.stride(0), BLOCK_G=min(pow2(G), 32), BLOCK_K=block_k
+            )
     return dx, dweight, dbias
 
 

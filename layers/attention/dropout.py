@@ -16,6 +16,7 @@ written with torch's int64 operations: products wrap modulo 2^64 and the logical
 shifts with the sign-extended bits masked off.  ``tests/test_attention.py`` checks it against a pure-Python
 splitmix64.  It costs about a dozen integer operations per weight, and only when dropout_p > 0.
 """
+
 from __future__ import annotations
 
 import torch
@@ -24,7 +25,7 @@ from torch import Tensor
 _GOLDEN = 0x9E3779B97F4A7C15  # splitmix64's increment, 2^64 / the golden ratio
 _M1 = 0xBF58476D1CE4E5B9
 _M2 = 0x94D049BB133111EB
-_U53 = float(2 ** 53)
+_U53 = float(2**53)
 
 
 def _signed(c: int) -> int:
@@ -48,12 +49,21 @@ def splitmix64(x: Tensor) -> Tensor:
 
 def draw_seed(generator: torch.Generator | None = None) -> int:
     """One 63-bit seed for a forward's attention dropout, from ``generator`` (default: torch's CPU generator)."""
-    return int(torch.randint(0, 2 ** 63 - 1, (), generator=generator, device=getattr(generator, "device", "cpu")))
+    return int(torch.randint(0, 2**63 - 1, (), generator=generator, device=getattr(generator, "device", "cpu")))
 
 
-def attention_dropout_mask(seed: int, p: float, batch: int, rows: int, cols: int, *,
-                           row_range: tuple[int, int] | None = None, col_range: tuple[int, int] | None = None,
-                           dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> Tensor:
+def attention_dropout_mask(
+    seed: int,
+    p: float,
+    batch: int,
+    rows: int,
+    cols: int,
+    *,
+    row_range: tuple[int, int] | None = None,
+    col_range: tuple[int, int] | None = None,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+) -> Tensor:
     """The scaled dropout mask (values 0 or 1/(1-p)) of attention weights of shape (batch, rows, cols), or of
     its block [:, r0:r1, c0:c1] given ``row_range=(r0, r1)`` and ``col_range=(c0, c1)``: (batch, r1-r0, c1-c0).
 

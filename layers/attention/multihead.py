@@ -21,6 +21,7 @@ Shared work: the attention's backward yields dq, dk and dv together, the gradien
 self-attention B concatenates them into d = [dq dk dv] (L, N, 3E) once -- ``summed=True`` reads it for dx, one
 product with ``in_proj_weight``, and W for dW = d^T @ x -- and W keeps d in place of its three parts.
 """
+
 from __future__ import annotations
 
 import math
@@ -68,41 +69,68 @@ class MultiheadAttention(Composite):
     among them).  Changing any in place in between is refused, as torch.autograd refuses it (layers/saved.py).
     """
 
-    _param_names = ("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias",
-                    "bias_k", "bias_v")
+    _param_names = (
+        "in_proj_weight",
+        "q_proj_weight",
+        "k_proj_weight",
+        "v_proj_weight",
+        "in_proj_bias",
+        "bias_k",
+        "bias_v",
+    )
 
     class Saved(NamedTuple):
-        packing: str                      # which inputs shared one projection: "qkv", "kv" or ""
-        query: Tensor                     # (L, N, E) as projected, for the weight gradients
-        key: Tensor                       # (S, N, kdim)
-        value: Tensor                     # (S, N, vdim)
-        key_padding_mask: Tensor | None   # (N, S): the attention keeps a view; named here as the caller passed it
-        attn_mask: Tensor | None          # (L, S) or (N*H, L, S), likewise
-        in_proj_weight: Tensor | None     # (3E, E), for the inputs' gradients (None where separate)
-        q_proj_weight: Tensor | None      # (E, E)
-        k_proj_weight: Tensor | None      # (E, kdim)
-        v_proj_weight: Tensor | None      # (E, vdim)
-        batched: bool                     # False: the inputs were (L, E), a batch of one squeezed again
-        L: int                            # target length
-        N: int                            # batch
-        S: int                            # source length (before bias_k and the zero key)
+        packing: str  # which inputs shared one projection: "qkv", "kv" or ""
+        query: Tensor  # (L, N, E) as projected, for the weight gradients
+        key: Tensor  # (S, N, kdim)
+        value: Tensor  # (S, N, vdim)
+        key_padding_mask: Tensor | None  # (N, S): the attention keeps a view; named here as the caller passed it
+        attn_mask: Tensor | None  # (L, S) or (N*H, L, S), likewise
+        in_proj_weight: Tensor | None  # (3E, E), for the inputs' gradients (None where separate)
+        q_proj_weight: Tensor | None  # (E, E)
+        k_proj_weight: Tensor | None  # (E, kdim)
+        v_proj_weight: Tensor | None  # (E, vdim)
+        batched: bool  # False: the inputs were (L, E), a batch of one squeezed again
+        L: int  # target length
+        N: int  # batch
+        S: int  # source length (before bias_k and the zero key)
 
-    _saved_labels = {"query": "its input query", "key": "its input key", "value": "its input value",
-                     "key_padding_mask": "its key_padding_mask", "attn_mask": "its attn_mask"}
+    _saved_labels = {
+        "query": "its input query",
+        "key": "its input key",
+        "value": "its input value",
+        "key_padding_mask": "its key_padding_mask",
+        "attn_mask": "its attn_mask",
+    }
     torch_class = torch.nn.MultiheadAttention
 
-    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
-                 add_bias_kv: bool = False, add_zero_attn: bool = False, kdim: int | None = None,
-                 vdim: int | None = None, batch_first: bool = False, *, device: torch.device | str | None = None,
-                 dtype: torch.dtype | None = None) -> None:
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        add_bias_kv: bool = False,
+        add_zero_attn: bool = False,
+        kdim: int | None = None,
+        vdim: int | None = None,
+        batch_first: bool = False,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
         self.embed_dim = check_int(_OWNER, "embed_dim", embed_dim)
         self.num_heads = check_int(_OWNER, "num_heads", num_heads)
         if embed_dim % num_heads:
             raise ValueError(f"{_OWNER}: embed_dim {embed_dim} is not divisible by num_heads {num_heads}")
         self.kdim = embed_dim if kdim is None else check_int(_OWNER, "kdim", kdim)
         self.vdim = embed_dim if vdim is None else check_int(_OWNER, "vdim", vdim)
-        for name, flag in (("bias", bias), ("add_bias_kv", add_bias_kv), ("add_zero_attn", add_zero_attn),
-                           ("batch_first", batch_first)):
+        for name, flag in (
+            ("bias", bias),
+            ("add_bias_kv", add_bias_kv),
+            ("add_zero_attn", add_zero_attn),
+            ("batch_first", batch_first),
+        ):
             check_bool(_OWNER, name, flag)
         self.dropout = check_probability(_OWNER, "dropout (the probability of dropping an attention weight)", dropout)
         self.batch_first, self.add_zero_attn = batch_first, add_zero_attn
@@ -127,8 +155,15 @@ class MultiheadAttention(Composite):
         if add_bias_kv:
             self.bias_k = torch.nn.init.xavier_normal_(torch.empty(1, 1, embed_dim, **kw))
             self.bias_v = torch.nn.init.xavier_normal_(torch.empty(1, 1, embed_dim, **kw))
-        learned(self.in_proj_weight, self.q_proj_weight, self.k_proj_weight, self.v_proj_weight, self.in_proj_bias,
-                self.bias_k, self.bias_v)
+        learned(
+            self.in_proj_weight,
+            self.q_proj_weight,
+            self.k_proj_weight,
+            self.v_proj_weight,
+            self.in_proj_bias,
+            self.bias_k,
+            self.bias_v,
+        )
         self.attention = ScaledDotProductAttention()  # the blocked path; its generator draws dropout seeds
 
     @property
@@ -147,9 +182,17 @@ class MultiheadAttention(Composite):
 
     # -- forward ------------------------------------------------------------------------------------------
 
-    def forward_math(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Tensor | None = None,
-                need_weights: bool = True, attn_mask: Tensor | None = None, average_attn_weights: bool = True,
-                is_causal: bool = False) -> tuple[Tensor, Tensor | None]:
+    def forward_math(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        key_padding_mask: Tensor | None = None,
+        need_weights: bool = True,
+        attn_mask: Tensor | None = None,
+        average_attn_weights: bool = True,
+        is_causal: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
         """query (L, N, E), key (S, N, kdim), value (S, N, vdim) -> out (L, N, E), weights (N, L, S) averaged
         over heads, (N, H, L, S) with ``average_attn_weights=False``, or None; (N, ...) with batch_first;
         unbatched (L, E) -> (L, E), (L, S)."""
@@ -165,8 +208,10 @@ class MultiheadAttention(Composite):
         S = key.shape[0]
         H, hd = self.num_heads, self.head_dim
         if is_causal and attn_mask is None:
-            raise RuntimeError(f"{_OWNER}: is_causal=True is a hint that attn_mask is the causal mask: pass the "
-                               f"mask too (torch.nn.Transformer.generate_square_subsequent_mask(L))")
+            raise RuntimeError(
+                f"{_OWNER}: is_causal=True is a hint that attn_mask is the causal mask: pass the "
+                f"mask too (torch.nn.Transformer.generate_square_subsequent_mask(L))"
+            )
         causal = is_causal and key_padding_mask is None and not need_weights  # torch uses the hint only then
         if causal:
             attn_mask = None
@@ -185,8 +230,9 @@ class MultiheadAttention(Composite):
             extra += 1
         mask = masks(attn_mask, key_padding_mask, N, H, L, S, extra, query.dtype)  # in the function's polarity
         p_drop = self.dropout if self.training else 0.0
-        res = self.attention(qh, kh, vh, mask, dropout_p=p_drop, is_causal=causal, scale=1.0 / math.sqrt(hd),
-                             need_weights=need_weights)
+        res = self.attention(
+            qh, kh, vh, mask, dropout_p=p_drop, is_causal=causal, scale=1.0 / math.sqrt(hd), need_weights=need_weights
+        )
         attn, weights = res if need_weights else (res, None)  # (N, H, L, hd), (N, H, L, S')
         if need_weights:
             empty = self.attention.masked_rows()  # (N, H, L, 1) rows with every key masked: torch's module gives nan
@@ -195,8 +241,22 @@ class MultiheadAttention(Composite):
                 weights = weights.masked_fill(empty, math.nan)
         merged = attn.permute(2, 0, 1, 3).reshape(L * N, E)  # (L*N, E) the heads side by side
         out = self.out_proj(merged).view(L, N, E)
-        saved = self.Saved(packed, query, key, value, key_padding_mask, attn_mask, self.in_proj_weight,
-                           self.q_proj_weight, self.k_proj_weight, self.v_proj_weight, batched, L, N, S)
+        saved = self.Saved(
+            packed,
+            query,
+            key,
+            value,
+            key_padding_mask,
+            attn_mask,
+            self.in_proj_weight,
+            self.q_proj_weight,
+            self.k_proj_weight,
+            self.v_proj_weight,
+            batched,
+            L,
+            N,
+            S,
+        )
         if self.batch_first:
             out = out.transpose(0, 1)
         if not batched:
@@ -207,8 +267,17 @@ class MultiheadAttention(Composite):
                 weights = weights.squeeze(0)
         return (out, weights), saved
 
-    def check_input(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
-                    average_attn_weights=True, is_causal=False) -> None:
+    def check_input(
+        self,
+        query,
+        key,
+        value,
+        key_padding_mask=None,
+        need_weights=True,
+        attn_mask=None,
+        average_attn_weights=True,
+        is_causal=False,
+    ) -> None:
         """torch's shape rules for the inputs and masks (layers/attention/multihead_inputs.py)."""
         check_inputs(self, query, key, value, key_padding_mask, attn_mask)
 
@@ -255,8 +324,10 @@ class MultiheadAttention(Composite):
         batched, L, N, S = saved.batched, saved.L, saved.N, saved.S
         E, H, hd = self.embed_dim, self.num_heads, self.head_dim
         if summed and not (query.shape == key.shape == value.shape):
-            raise ValueError(f"{_OWNER}: summed=True adds the gradients of query, key and value, which needs them "
-                             f"of one shape; got {tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}")
+            raise ValueError(
+                f"{_OWNER}: summed=True adds the gradients of query, key and value, which needs them "
+                f"of one shape; got {tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
+            )
         if not batched:
             dout = dout.unsqueeze(1)
         if self.batch_first:
@@ -284,8 +355,19 @@ class MultiheadAttention(Composite):
             dx = tuple(g.squeeze(1) for g in dx)
         return (dx[0] if summed else dx), grads
 
-    def _project_backward(self, packing: str, query: Tensor, key: Tensor, value: Tensor, dq: Tensor, dk: Tensor,
-                          dv: Tensor, grads: dict, *, summed: bool) -> tuple[Tensor, ...]:
+    def _project_backward(
+        self,
+        packing: str,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        dq: Tensor,
+        dk: Tensor,
+        dv: Tensor,
+        grads: dict,
+        *,
+        summed: bool,
+    ) -> tuple[Tensor, ...]:
         """Backward through the input projections: dW = d^T @ input and db = sum of d, into ``grads`` (computed
         when the base adds them: in W under the split); -> dinput = d @ W for each input (or their sum), or ()
         where no input gradient is asked for."""
@@ -320,12 +402,21 @@ class MultiheadAttention(Composite):
 
     @classmethod
     def _ctor_kwargs(cls, obj) -> dict:
-        return {"embed_dim": obj.embed_dim, "num_heads": obj.num_heads, "dropout": float(obj.dropout),
-                "bias": obj.in_proj_bias is not None, "add_bias_kv": obj.bias_k is not None,
-                "add_zero_attn": obj.add_zero_attn, "kdim": obj.kdim, "vdim": obj.vdim, "batch_first": obj.batch_first}
+        return {
+            "embed_dim": obj.embed_dim,
+            "num_heads": obj.num_heads,
+            "dropout": float(obj.dropout),
+            "bias": obj.in_proj_bias is not None,
+            "add_bias_kv": obj.bias_k is not None,
+            "add_zero_attn": obj.add_zero_attn,
+            "kdim": obj.kdim,
+            "vdim": obj.vdim,
+            "batch_first": obj.batch_first,
+        }
 
 
 # -- helpers: the projections as plain matrix products ---------------------------------------------------------
+
 
 def _linear(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
     """x (T, N, in) @ w^T (in, out) + b -> (T, N, out), one GEMM over the T*N rows."""

@@ -29,6 +29,7 @@ opposite of nn.MultiheadAttention's), a float one is added to the scores; both b
 ``is_causal`` lets query l see keys s <= l (top-left aligned when L != S, as torch).  A row whose keys are all
 masked gives zeros and zero gradients, as torch 2.14's function does (its softmax would be 0/0).
 """
+
 from __future__ import annotations
 
 import functools
@@ -76,31 +77,40 @@ class ScaledDotProductAttention(BaseLayer):
     """
 
     class Saved(NamedTuple):
-        spec: attention.Spec       # sizes, scale, masks, causality, dropout, the kernel's block size
-        q: Tensor                  # (B, L, E) in the compute dtype
-        k: Tensor                  # (B, S, E)
-        v: Tensor                  # (B, S, Ev)
-        out: Tensor | None         # (B, L, Ev); None with keep_out=False (the caller gives it back)
-        P: Tensor | None           # (B, L, S) the softmax (the textbook's; None from the kernel)
-        att: Tensor | None         # (B, L, S) P after dropout (the textbook's)
-        lse: Tensor | None         # (B, L, 1) each row's base-2 log-sum-exp (the kernel's; None from the textbook)
-        weights: Tensor | None     # (B, L, S) the weights returned with need_weights, else None
-        blocked: Tensor | None     # spec's boolean mask (True: may NOT attend), kept here to be version-checked
-        bias: Tensor | None        # spec's float mask, likewise
-        dtype: torch.dtype         # the inputs' dtype: the gradients' own
-        q_shape: torch.Size        # query's shape (*, L, E)
-        k_shape: torch.Size        # key's (*, S, E)
-        v_shape: torch.Size        # value's (*, S, Ev)
+        spec: attention.Spec  # sizes, scale, masks, causality, dropout, the kernel's block size
+        q: Tensor  # (B, L, E) in the compute dtype
+        k: Tensor  # (B, S, E)
+        v: Tensor  # (B, S, Ev)
+        out: Tensor | None  # (B, L, Ev); None with keep_out=False (the caller gives it back)
+        P: Tensor | None  # (B, L, S) the softmax (the textbook's; None from the kernel)
+        att: Tensor | None  # (B, L, S) P after dropout (the textbook's)
+        lse: Tensor | None  # (B, L, 1) each row's base-2 log-sum-exp (the kernel's; None from the textbook)
+        weights: Tensor | None  # (B, L, S) the weights returned with need_weights, else None
+        blocked: Tensor | None  # spec's boolean mask (True: may NOT attend), kept here to be version-checked
+        bias: Tensor | None  # spec's float mask, likewise
+        dtype: torch.dtype  # the inputs' dtype: the gradients' own
+        q_shape: torch.Size  # query's shape (*, L, E)
+        k_shape: torch.Size  # key's (*, S, E)
+        v_shape: torch.Size  # value's (*, S, Ev)
 
-    _saved_labels = {"q": "its input query", "k": "its input key", "v": "its input value",
-                     "weights": "its returned weights", "lse": "its log-sum-exp", "P": "its probabilities",
-                     "att": "its weights after dropout",
-                     "blocked": "its attention mask (blocked positions)",
-                     "bias": "its attention mask (added to the scores)"}
+    _saved_labels = {
+        "q": "its input query",
+        "k": "its input key",
+        "v": "its input value",
+        "weights": "its returned weights",
+        "lse": "its log-sum-exp",
+        "P": "its probabilities",
+        "att": "its weights after dropout",
+        "blocked": "its attention mask (blocked positions)",
+        "bias": "its attention mask (added to the scores)",
+    }
 
     def __init__(self, block_size: int | None = None, generator: torch.Generator | None = None) -> None:
-        self.block_size = DEFAULT_BLOCK_SIZE if block_size is None else check_int(
-            "ScaledDotProductAttention", "block_size", block_size)
+        self.block_size = (
+            DEFAULT_BLOCK_SIZE
+            if block_size is None
+            else check_int("ScaledDotProductAttention", "block_size", block_size)
+        )
         self.generator = generator
 
     def extra_repr(self) -> str:
@@ -108,9 +118,19 @@ class ScaledDotProductAttention(BaseLayer):
 
     # -- forward ------------------------------------------------------------------------------------------
 
-    def check_input(self, query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
-                    dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
-                    need_weights: bool = False, *, keep_out: bool = True) -> None:
+    def check_input(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        attn_mask: Tensor | None = None,
+        dropout_p: float = 0.0,
+        is_causal: bool = False,
+        scale: float | None = None,
+        need_weights: bool = False,
+        *,
+        keep_out: bool = True,
+    ) -> None:
         """torch's rules for query, key, value and the mask (scaled_dot_product_inputs.py), dropout_p and scale."""
         lead, L, S, E, Ev = check_qkv(query, key, value)
         check_mask(attn_mask, query, lead, L, S, is_causal=is_causal)
@@ -118,9 +138,19 @@ class ScaledDotProductAttention(BaseLayer):
         if scale is not None:
             check_number(OWNER, "scale", scale)
 
-    def forward_math(self, query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
-                     dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
-                     need_weights: bool = False, *, keep_out: bool = True):
+    def forward_math(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        attn_mask: Tensor | None = None,
+        dropout_p: float = 0.0,
+        is_causal: bool = False,
+        scale: float | None = None,
+        need_weights: bool = False,
+        *,
+        keep_out: bool = True,
+    ):
         """query (*, L, E), key (*, S, E), value (*, S, Ev) -> (out (*, L, Ev) [, weights (*, L, S)]), Saved."""
         lead, L, S, E, Ev = tuple(query.shape[:-2]), query.shape[-2], key.shape[-2], query.shape[-1], value.shape[-1]
         blocked, bias = mask_parts(attn_mask)
@@ -133,16 +163,40 @@ class ScaledDotProductAttention(BaseLayer):
         drop = None
         if dropout_p > 0.0:  # a block of the (B, L, S) mask from its coordinates alone (layers/attention/dropout.py)
             drop = functools.partial(_dropout_block, draw_seed(self.generator), float(dropout_p), B, L, S)
-        spec = attention.Spec(lead=lead, L=L, S=S, scale=1.0 / math.sqrt(E) if scale is None else scale,
-                              blocked=blocked, bias=bias, causal=is_causal, drop=drop, block=self.block_size)
+        spec = attention.Spec(
+            lead=lead,
+            L=L,
+            S=S,
+            scale=1.0 / math.sqrt(E) if scale is None else scale,
+            blocked=blocked,
+            bias=bias,
+            causal=is_causal,
+            drop=drop,
+            block=self.block_size,
+        )
         if kernels.enabled():  # keys in blocks, an online softmax, no (L, S) matrix kept: kernels/attention.py
             out, lse, weights = attention.forward(q, k, v, spec, need_weights=need_weights)
             P = att = None
         else:
             out, P, att = attention_forward(q, k, v, spec)  # (B, L, Ev), (B, L, S) x2
             lse, weights = None, (att if need_weights else None)
-        saved = self.Saved(spec, q, k, v, out if keep_out else None, P, att, lse, weights, blocked, bias, dtype,
-                           query.shape, key.shape, value.shape)
+        saved = self.Saved(
+            spec,
+            q,
+            k,
+            v,
+            out if keep_out else None,
+            P,
+            att,
+            lse,
+            weights,
+            blocked,
+            bias,
+            dtype,
+            query.shape,
+            key.shape,
+            value.shape,
+        )
         out = out.view(*lead, L, Ev).to(dtype)
         if not need_weights:
             return out, saved
@@ -164,30 +218,46 @@ class ScaledDotProductAttention(BaseLayer):
             meta = (torch.Size((*saved.spec.lead, saved.spec.L, saved.v.shape[2])), saved.dtype, saved.q.device)
         super().check_dout(grads[:1], meta, saved)
 
-    def backward_math(self, dout: Tensor, saved: Saved, dweights: Tensor | None = None,
-                      out: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    def backward_math(
+        self, dout: Tensor, saved: Saved, dweights: Tensor | None = None, out: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """dout (*, L, Ev) [, dweights (*, L, S)] -> (dquery (*, L, E), dkey (*, S, E), dvalue (*, S, Ev)): the
         module docstring's backward.  ``out``: the forward's output, given back when the forward did not keep it
         (``keep_out=False``)."""
-        spec, q, k, v, kept, weights, dtype = saved.spec, saved.q, saved.k, saved.v, saved.out, saved.weights, \
-            saved.dtype
+        spec, q, k, v, kept, weights, dtype = (
+            saved.spec,
+            saved.q,
+            saved.k,
+            saved.v,
+            saved.out,
+            saved.weights,
+            saved.dtype,
+        )
         lead, L, S = spec.lead, spec.L, spec.S
         out_shape = dout.shape
         if (kept is None) != (out is not None):
-            raise ValueError(f"{self!r}: " + ("the forward did not keep its output (keep_out=False); pass it back "
-                                              "as backward(dout, out=...)" if kept is None else
-                                              "backward got out=, but the forward kept its own output"))
+            raise ValueError(
+                f"{self!r}: "
+                + (
+                    "the forward did not keep its output (keep_out=False); pass it back as backward(dout, out=...)"
+                    if kept is None
+                    else "backward got out=, but the forward kept its own output"
+                )
+            )
         if out is not None and not (isinstance(out, Tensor) and out.shape == out_shape and out.dtype == dtype):
-            raise ValueError(f"{self!r}: out= must be the forward's output, of shape {tuple(out_shape)} and dtype "
-                             f"{dtype}; got {tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__}")
+            raise ValueError(
+                f"{self!r}: out= must be the forward's output, of shape {tuple(out_shape)} and dtype "
+                f"{dtype}; got {tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__}"
+            )
         if dweights is not None:
             if weights is None:
-                raise ValueError(f"{self!r}: dweights given, but the forward returned no weights "
-                                 f"(need_weights=False)")
+                raise ValueError(f"{self!r}: dweights given, but the forward returned no weights (need_weights=False)")
             check_tensor(repr(self), "dweights", dweights)
             if dweights.shape != (*lead, L, S) or dweights.dtype != dtype:
-                raise ValueError(f"{self!r}: dweights has shape {tuple(dweights.shape)} and dtype {dweights.dtype}, "
-                                 f"expected {(*lead, L, S)} and {dtype} (the weights' own)")
+                raise ValueError(
+                    f"{self!r}: dweights has shape {tuple(dweights.shape)} and dtype {dweights.dtype}, "
+                    f"expected {(*lead, L, S)} and {dtype} (the weights' own)"
+                )
         B = q.shape[0]
         do = dout.reshape(B, L, v.shape[2]).to(q.dtype)  # (B, L, Ev)
         dw = None if dweights is None else dweights.reshape(B, L, S).to(q.dtype)  # (B, L, S)
@@ -230,8 +300,9 @@ def attention_bias(spec: attention.Spec, like: Tensor) -> Tensor:
     return bias.reshape(-1, spec.L, spec.S)  # (B, L, S)
 
 
-def attention_backward(dout: Tensor, dweights: Tensor | None, q: Tensor, k: Tensor, v: Tensor, P: Tensor,
-                       att: Tensor, spec: attention.Spec) -> tuple[Tensor, Tensor, Tensor]:
+def attention_backward(
+    dout: Tensor, dweights: Tensor | None, q: Tensor, k: Tensor, v: Tensor, P: Tensor, att: Tensor, spec: attention.Spec
+) -> tuple[Tensor, Tensor, Tensor]:
     """dout (B, L, Ev), dweights (B, L, S) or None -> dq (B, L, E), dk (B, S, E), dv (B, S, Ev): back through
     ``attention_forward``, the module docstring's backward."""
     datt = dout @ v.transpose(1, 2)  # (B, L, S)
@@ -245,8 +316,18 @@ def attention_backward(dout: Tensor, dweights: Tensor | None, q: Tensor, k: Tens
     return dq, dk, dv
 
 
-def _dropout_block(seed: int, p: float, batch: int, rows: int, cols: int, row_range: tuple[int, int],
-                   col_range: tuple[int, int], dtype: torch.dtype, device: torch.device) -> Tensor:
+def _dropout_block(
+    seed: int,
+    p: float,
+    batch: int,
+    rows: int,
+    cols: int,
+    row_range: tuple[int, int],
+    col_range: tuple[int, int],
+    dtype: torch.dtype,
+    device: torch.device,
+) -> Tensor:
     """A block of the scaled dropout mask of the (batch, rows, cols) weights (layers/attention/dropout.py)."""
-    return attention_dropout_mask(seed, p, batch, rows, cols, row_range=row_range, col_range=col_range, dtype=dtype,
-                                  device=device)
+    return attention_dropout_mask(
+        seed, p, batch, rows, cols, row_range=row_range, col_range=col_range, dtype=dtype, device=device
+    )

@@ -1,5 +1,6 @@
 """ScaledDotProductAttention's inputs: F.scaled_dot_product_attention's rules for query, key, value and the mask, each
 failure one error naming the value, and the mask turned into what the math takes (``blocked``, ``bias``)."""
+
 from __future__ import annotations
 
 import torch
@@ -15,15 +16,20 @@ def check_qkv(q: object, k: object, v: object) -> tuple[tuple[int, ...], int, in
     for name, t in (("query", q), ("key", k), ("value", v)):
         check_tensor(OWNER, name, t)
         if not t.is_floating_point() or t.dim() < 2:
-            raise ValueError(f"{OWNER}: {name} must be a floating-point tensor of shape (*, length, size), "
-                             f"got {t.dtype} of shape {tuple(t.shape)}")
+            raise ValueError(
+                f"{OWNER}: {name} must be a floating-point tensor of shape (*, length, size), "
+                f"got {t.dtype} of shape {tuple(t.shape)}"
+            )
     if not (q.dtype == k.dtype == v.dtype and q.device == k.device == v.device):
-        raise ValueError(f"{OWNER}: query, key and value must share dtype and device, got "
-                         f"{q.dtype}/{k.dtype}/{v.dtype} on {q.device}/{k.device}/{v.device}")
-    if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]) or q.shape[-1] != k.shape[-1] \
-            or k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"{OWNER}: expected query (*, L, E), key (*, S, E), value (*, S, Ev) with the same "
-                         f"leading axes, got query {tuple(q.shape)}, key {tuple(k.shape)}, value {tuple(v.shape)}")
+        raise ValueError(
+            f"{OWNER}: query, key and value must share dtype and device, got "
+            f"{q.dtype}/{k.dtype}/{v.dtype} on {q.device}/{k.device}/{v.device}"
+        )
+    if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]) or q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"{OWNER}: expected query (*, L, E), key (*, S, E), value (*, S, Ev) with the same "
+            f"leading axes, got query {tuple(q.shape)}, key {tuple(k.shape)}, value {tuple(v.shape)}"
+        )
     return tuple(q.shape[:-2]), q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
 
 
@@ -37,8 +43,10 @@ def check_mask(mask: object, q: Tensor, lead: tuple, L: int, S: int, *, is_causa
         raise ValueError(f"{OWNER}: pass either attn_mask or is_causal=True, not both (as torch refuses)")
     check_tensor(OWNER, "attn_mask", mask)
     if mask.dtype != torch.bool and mask.dtype != q.dtype:
-        raise ValueError(f"{OWNER}: attn_mask must be boolean (True = may attend) or of the query's dtype "
-                         f"{q.dtype} (added to the scores), got {mask.dtype}")
+        raise ValueError(
+            f"{OWNER}: attn_mask must be boolean (True = may attend) or of the query's dtype "
+            f"{q.dtype} (added to the scores), got {mask.dtype}"
+        )
     if mask.device != q.device:
         raise ValueError(f"{OWNER}: attn_mask is on {mask.device} but query is on {q.device}")
     full = (*lead, L, S)
@@ -47,8 +55,9 @@ def check_mask(mask: object, q: Tensor, lead: tuple, L: int, S: int, *, is_causa
     except RuntimeError:
         ok = False
     if not ok:
-        raise ValueError(f"{OWNER}: attn_mask of shape {tuple(mask.shape)} does not broadcast to the scores' "
-                         f"shape {full} (*, L, S)")
+        raise ValueError(
+            f"{OWNER}: attn_mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape {full} (*, L, S)"
+        )
 
 
 def mask_parts(mask: Tensor | None) -> tuple[Tensor | None, Tensor | None]:

@@ -21,6 +21,7 @@ the same order -- post-norm norm2, linear2, linear1, norm1, self_attn; pre-norm 
 self_attn, norm1 -- the order in which the fused backward adds them.  What each sublayer shares between its B and
 W is its own: LayerNorm computes its two (E,) sums in B, the attention concatenates dq, dk, dv once in B.
 """
+
 from __future__ import annotations
 
 import copy
@@ -55,10 +56,21 @@ class TransformerEncoderLayer(Composite):
     torch_class = torch.nn.TransformerEncoderLayer
     expects = Expects(name="src", floating=False)  # a tensor; its self-attention checks the rest
 
-    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
-                 activation: str | object = "relu", layer_norm_eps: float = 1e-5, batch_first: bool = False,
-                 norm_first: bool = False, bias: bool = True, *, device: torch.device | str | None = None,
-                 dtype: torch.dtype | None = None) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        nhead: int,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        activation: str | object = "relu",
+        layer_norm_eps: float = 1e-5,
+        batch_first: bool = False,
+        norm_first: bool = False,
+        bias: bool = True,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
         kw = {"device": device, "dtype": dtype}
         check_int("TransformerEncoderLayer", "dim_feedforward", dim_feedforward)
         check_bool("TransformerEncoderLayer", "norm_first", norm_first)
@@ -77,17 +89,34 @@ class TransformerEncoderLayer(Composite):
         self.batch_first = batch_first
 
     def named_children(self):
-        return iter((("self_attn", self.self_attn), ("linear1", self.linear1), ("dropout", self.dropout),
-                     ("linear2", self.linear2), ("norm1", self.norm1), ("norm2", self.norm2),
-                     ("dropout1", self.dropout1), ("dropout2", self.dropout2), ("activation", self.activation)))
+        return iter(
+            (
+                ("self_attn", self.self_attn),
+                ("linear1", self.linear1),
+                ("dropout", self.dropout),
+                ("linear2", self.linear2),
+                ("norm1", self.norm1),
+                ("norm2", self.norm2),
+                ("dropout1", self.dropout1),
+                ("dropout2", self.dropout2),
+                ("activation", self.activation),
+            )
+        )
 
     def extra_repr(self) -> str:
-        return (f"d_model={self.self_attn.embed_dim}, nhead={self.self_attn.num_heads}, "
-                f"dim_feedforward={self.linear1.out_features}, activation={self.activation_name!r}, "
-                f"norm_first={self.norm_first}")
+        return (
+            f"d_model={self.self_attn.embed_dim}, nhead={self.self_attn.num_heads}, "
+            f"dim_feedforward={self.linear1.out_features}, activation={self.activation_name!r}, "
+            f"norm_first={self.norm_first}"
+        )
 
-    def forward_math(self, src: Tensor, src_mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None,
-                is_causal: bool = False) -> tuple[Tensor, None]:
+    def forward_math(
+        self,
+        src: Tensor,
+        src_mask: Tensor | None = None,
+        src_key_padding_mask: Tensor | None = None,
+        is_causal: bool = False,
+    ) -> tuple[Tensor, None]:
         """src (L, N, E) / (N, L, E) / (L, E) -> out, the same shape (the sublayers keep what their backward
         needs: nothing is saved here)."""
         x = src
@@ -100,8 +129,9 @@ class TransformerEncoderLayer(Composite):
         return x, None
 
     def _sa(self, x: Tensor, mask, kpm, *, is_causal: bool) -> Tensor:
-        return self.dropout1(self.self_attn(x, x, x, attn_mask=mask, key_padding_mask=kpm, need_weights=False,
-                                            is_causal=is_causal)[0])
+        return self.dropout1(
+            self.self_attn(x, x, x, attn_mask=mask, key_padding_mask=kpm, need_weights=False, is_causal=is_causal)[0]
+        )
 
     def _ff(self, x: Tensor) -> Tensor:
         return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
@@ -130,10 +160,17 @@ class TransformerEncoderLayer(Composite):
             activation = obj.activation_name
         else:
             activation = obj.activation
-        return {"d_model": obj.self_attn.embed_dim, "nhead": obj.self_attn.num_heads,
-                "dim_feedforward": obj.linear1.out_features, "dropout": float(obj.dropout.p),
-                "activation": activation, "layer_norm_eps": obj.norm1.eps, "batch_first": obj.self_attn.batch_first,
-                "norm_first": obj.norm_first, "bias": obj.linear1.bias is not None}
+        return {
+            "d_model": obj.self_attn.embed_dim,
+            "nhead": obj.self_attn.num_heads,
+            "dim_feedforward": obj.linear1.out_features,
+            "dropout": float(obj.dropout.p),
+            "activation": activation,
+            "layer_norm_eps": obj.norm1.eps,
+            "batch_first": obj.self_attn.batch_first,
+            "norm_first": obj.norm_first,
+            "bias": obj.linear1.bias is not None,
+        }
 
 
 class TransformerEncoder(Composite):
@@ -150,11 +187,19 @@ class TransformerEncoder(Composite):
     torch_class = torch.nn.TransformerEncoder
     expects = Expects(name="src", floating=False)  # a tensor; its layers check the rest
 
-    def __init__(self, encoder_layer: TransformerEncoderLayer, num_layers: int, norm: LayerNorm | None = None,
-                 enable_nested_tensor: bool = True, mask_check: bool = True) -> None:
+    def __init__(
+        self,
+        encoder_layer: TransformerEncoderLayer,
+        num_layers: int,
+        norm: LayerNorm | None = None,
+        enable_nested_tensor: bool = True,
+        mask_check: bool = True,
+    ) -> None:
         if not isinstance(encoder_layer, TransformerEncoderLayer):
-            raise TypeError(f"TransformerEncoder: encoder_layer must be a layers.TransformerEncoderLayer, got "
-                            f"{type(encoder_layer).__name__}")
+            raise TypeError(
+                f"TransformerEncoder: encoder_layer must be a layers.TransformerEncoderLayer, got "
+                f"{type(encoder_layer).__name__}"
+            )
         check_int("TransformerEncoder", "num_layers", num_layers)
         if norm is not None and not isinstance(norm, LayerNorm):
             raise TypeError(f"TransformerEncoder: norm must be a layers.LayerNorm or None, got {type(norm).__name__}")
@@ -171,8 +216,13 @@ class TransformerEncoder(Composite):
     def extra_repr(self) -> str:
         return f"num_layers={self.num_layers}, norm={self.norm is not None}"
 
-    def forward_math(self, src: Tensor, mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None,
-                is_causal: bool | None = None) -> tuple[Tensor, None]:
+    def forward_math(
+        self,
+        src: Tensor,
+        mask: Tensor | None = None,
+        src_key_padding_mask: Tensor | None = None,
+        is_causal: bool | None = None,
+    ) -> tuple[Tensor, None]:
         """src (L, N, E) / (N, L, E) / (L, E) -> out, the same shape (the layers keep their own: nothing is
         saved here)."""
         seq_len = src.shape[1 if self.layers[0].batch_first and src.dim() == 3 else 0]
@@ -195,8 +245,9 @@ class TransformerEncoder(Composite):
     def from_torch(cls, module: torch.nn.TransformerEncoder) -> TransformerEncoder:
         """The hand-written encoder holding copies of ``module``'s weights, in its mode."""
         if not isinstance(module, torch.nn.TransformerEncoder):
-            raise TypeError(f"TransformerEncoder.from_torch: expected a torch.nn.TransformerEncoder, got "
-                            f"{type(module).__name__}")
+            raise TypeError(
+                f"TransformerEncoder.from_torch: expected a torch.nn.TransformerEncoder, got {type(module).__name__}"
+            )
         norm = LayerNorm.from_torch(module.norm) if module.norm is not None else None
         ours = cls(TransformerEncoderLayer.from_torch(module.layers[0]), module.num_layers, norm)
         ours.load_state_dict(module.state_dict())
@@ -205,8 +256,9 @@ class TransformerEncoder(Composite):
     def to_torch(self) -> torch.nn.TransformerEncoder:
         """The torch.nn.TransformerEncoder holding copies of these weights, in the same mode."""
         norm = self.norm.to_torch() if self.norm is not None else None
-        module = torch.nn.TransformerEncoder(self.layers[0].to_torch(), self.num_layers, norm=norm,
-                                             enable_nested_tensor=False)
+        module = torch.nn.TransformerEncoder(
+            self.layers[0].to_torch(), self.num_layers, norm=norm, enable_nested_tensor=False
+        )
         module.load_state_dict(self.state_dict())
         return module.train(self.training)
 
@@ -214,8 +266,10 @@ class TransformerEncoder(Composite):
 def _activation_name(activation: object) -> str:
     if activation in ("relu", F.relu) or isinstance(activation, (torch.nn.ReLU, ReLU)):
         return "relu"
-    if activation in ("gelu", F.gelu) or (isinstance(activation, (torch.nn.GELU, GELU))
-                                          and getattr(activation, "approximate", "none") == "none"):
+    if activation in ("gelu", F.gelu) or (
+        isinstance(activation, (torch.nn.GELU, GELU)) and getattr(activation, "approximate", "none") == "none"
+    ):
         return "gelu"
-    raise ValueError(f"TransformerEncoderLayer: activation must be 'relu' or 'gelu' (or F.relu / F.gelu), got "
-                     f"{activation!r}")
+    raise ValueError(
+        f"TransformerEncoderLayer: activation must be 'relu' or 'gelu' (or F.relu / F.gelu), got {activation!r}"
+    )

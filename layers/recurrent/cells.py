@@ -30,6 +30,7 @@ returns the new state and a ``Saved``, the backward the gradients, and the base 
 accumulates.  ``backward_input`` takes and returns what ``backward`` does and leaves the parameter gradients to
 ``backward_weight()``.
 """
+
 from __future__ import annotations
 
 import sys
@@ -52,6 +53,7 @@ PARAM_OF = {"w_ih": "weight_ih", "w_hh": "weight_hh", "b_ih": "bias_ih", "b_hh":
 
 # -- one step: the cells' equations ---------------------------------------------------------------------------
 
+
 def _affine(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
     """x @ w^T + b (b None: no bias), (N, G*H)."""
     return x @ w.T if b is None else x @ w.T + b
@@ -67,7 +69,7 @@ def rnn_step(x: Tensor, h_prev: Tensor, p: DirParams, relu: bool = False) -> tup
 def rnn_step_backward(dh: Tensor, cache: tuple) -> tuple[Tensor, Tensor, dict]:
     """dh (N, H) -> dx (N, I), dh_prev (N, H), the weight gradients.  tanh' = 1 - h^2; relu' = 1 where h > 0."""
     x, h_prev, h, p, relu = cache
-    da = dh * (h > 0) if relu else dh * (1 - h ** 2)  # (N, H) the pre-activation's gradient
+    da = dh * (h > 0) if relu else dh * (1 - h**2)  # (N, H) the pre-activation's gradient
     grads = {"w_ih": da.T @ x, "w_hh": da.T @ h_prev, "b_ih": da.sum(0), "b_hh": da.sum(0)}
     return da @ p.w_ih, da @ p.w_hh, grads
 
@@ -75,9 +77,9 @@ def rnn_step_backward(dh: Tensor, cache: tuple) -> tuple[Tensor, Tensor, dict]:
 def lstm_step(x: Tensor, h_prev: Tensor, c_prev: Tensor, p: DirParams) -> tuple[Tensor, Tensor, tuple]:
     """x (N, I), h_prev (N, H_out), c_prev (N, H) -> h (N, H_out), c (N, H):
 
-        a = x W_ih^T + b_ih + h_prev W_hh^T + b_hh (N, 4H), split as torch stacks it: i, f, g, o
-        i, f, o = sigmoid(a_i, a_f, a_o),  g = tanh(a_g)
-        c = f c_prev + i g,   h = o tanh(c)   (with a projection W_hr (P, H): h = (o tanh(c)) W_hr^T)"""
+    a = x W_ih^T + b_ih + h_prev W_hh^T + b_hh (N, 4H), split as torch stacks it: i, f, g, o
+    i, f, o = sigmoid(a_i, a_f, a_o),  g = tanh(a_g)
+    c = f c_prev + i g,   h = o tanh(c)   (with a projection W_hr (P, H): h = (o tanh(c)) W_hr^T)"""
     a = _affine(x, p.w_ih, p.b_ih) + _affine(h_prev, p.w_hh, p.b_hh)  # (N, 4H)
     ai, af, ag, ao = a.chunk(4, 1)
     i, f, g, o = torch.sigmoid(ai), torch.sigmoid(af), torch.tanh(ag), torch.sigmoid(ao)
@@ -100,9 +102,9 @@ def lstm_step_backward(dh: Tensor, dc: Tensor, cache: tuple) -> tuple[Tensor, Te
         grads["w_hr"] = dh.T @ r
         dh = dh @ p.w_hr  # the gradient of r = o tanh(c)
     do = dh * tc
-    dc = dc + dh * o * (1 - tc ** 2)
+    dc = dc + dh * o * (1 - tc**2)
     di, df, dg, dc_prev = dc * g, dc * c_prev, dc * i, dc * f
-    da = torch.cat([di * i * (1 - i), df * f * (1 - f), dg * (1 - g ** 2), do * o * (1 - o)], 1)  # (N, 4H)
+    da = torch.cat([di * i * (1 - i), df * f * (1 - f), dg * (1 - g**2), do * o * (1 - o)], 1)  # (N, 4H)
     grads.update(w_ih=da.T @ x, w_hh=da.T @ h_prev, b_ih=da.sum(0), b_hh=da.sum(0))
     return da @ p.w_ih, da @ p.w_hh, dc_prev, grads
 
@@ -110,8 +112,8 @@ def lstm_step_backward(dh: Tensor, dc: Tensor, cache: tuple) -> tuple[Tensor, Te
 def gru_step(x: Tensor, h_prev: Tensor, p: DirParams) -> tuple[Tensor, tuple]:
     """x (N, I), h_prev (N, H) -> h (N, H), torch's GRU:
 
-        r = sigmoid(x W_ir^T + b_ir + h W_hr^T + b_hr),  z = sigmoid(x W_iz^T + b_iz + h W_hz^T + b_hz)
-        n = tanh(x W_in^T + b_in + r * (h W_hn^T + b_hn)),  h' = (1 - z) n + z h"""
+    r = sigmoid(x W_ir^T + b_ir + h W_hr^T + b_hr),  z = sigmoid(x W_iz^T + b_iz + h W_hz^T + b_hz)
+    n = tanh(x W_in^T + b_in + r * (h W_hn^T + b_hn)),  h' = (1 - z) n + z h"""
     gi, gh = _affine(x, p.w_ih, p.b_ih), _affine(h_prev, p.w_hh, p.b_hh)  # (N, 3H) each
     i_r, i_z, i_n = gi.chunk(3, 1)
     h_r, h_z, h_n = gh.chunk(3, 1)
@@ -127,7 +129,7 @@ def gru_step_backward(dh: Tensor, cache: tuple) -> tuple[Tensor, Tensor, dict]:
     times r and r times h_n."""
     x, h_prev, r, z, n, h_n, p = cache
     dn, dz = dh * (1 - z), dh * (h_prev - n)
-    dan = dn * (1 - n ** 2)  # the pre-activation of n
+    dan = dn * (1 - n**2)  # the pre-activation of n
     dr, dh_n = dan * h_n, dan * r
     dar, daz = dr * r * (1 - r), dz * z * (1 - z)
     dgi, dgh = torch.cat([dar, daz, dan], 1), torch.cat([dar, daz, dh_n], 1)  # (N, 3H) each
@@ -137,8 +139,10 @@ def gru_step_backward(dh: Tensor, cache: tuple) -> tuple[Tensor, Tensor, dict]:
 
 # -- a sequence: the loop over time, and backpropagation through it ---------------------------------------------
 
+
 class Steps(NamedTuple):
     """What the loop over time keeps: every step's cache, in the order the forward ran them."""
+
     x2: Tensor  # (T*N, I) the input, as the layers keep it
     order: range  # the time steps in the order the forward ran them (the reverse direction: T-1 down to 0)
     caches: list
@@ -185,8 +189,9 @@ def rnn_forward(x: Tensor, p: DirParams, h0: Tensor | None, *, reverse: bool, re
     return y, h, steps
 
 
-def rnn_backward(dy: Tensor, dh_n: Tensor | None, steps: Steps, *, need_dh0: bool, need_dx: bool = True,
-                 dx: Tensor | None = None):
+def rnn_backward(
+    dy: Tensor, dh_n: Tensor | None, steps: Steps, *, need_dh0: bool, need_dx: bool = True, dx: Tensor | None = None
+):
     """dy (T, N, H), dh_n (N, H) or None -> (dx (T*N, I) or None, dh0 (N, H) or None, the weight gradients)."""
     dx, (dh0,), grads = _backward(rnn_step_backward, dy, [_zeros(dh_n, dy, dy.shape[2])], steps, dx, need_dx)
     return dx, (dh0 if need_dh0 else None), _no_absent_biases(grads, steps.caches[0][3])
@@ -199,8 +204,16 @@ def lstm_forward(x: Tensor, p: DirParams, h0: Tensor | None, c0: Tensor | None, 
     return y, (h, c), steps
 
 
-def lstm_backward(dy: Tensor, dh_n: Tensor | None, dc_n: Tensor | None, steps: Steps, *, need_dh0: bool,
-                  need_dx: bool = True, dx: Tensor | None = None):
+def lstm_backward(
+    dy: Tensor,
+    dh_n: Tensor | None,
+    dc_n: Tensor | None,
+    steps: Steps,
+    *,
+    need_dh0: bool,
+    need_dx: bool = True,
+    dx: Tensor | None = None,
+):
     """dy (T, N, H_out), dh_n, dc_n (None: zeros) -> (dx (T*N, I) or None, dh0, dc0, the weight gradients)."""
     p = steps.caches[0][-1]
     dstate = [_zeros(dh_n, dy, dy.shape[2]), _zeros(dc_n, dy, p.w_hh.shape[0] // 4)]
@@ -214,8 +227,9 @@ def gru_forward(x: Tensor, p: DirParams, h0: Tensor | None, *, reverse: bool):
     return y, h, steps
 
 
-def gru_backward(dy: Tensor, dh_n: Tensor | None, steps: Steps, *, need_dh0: bool, need_dx: bool = True,
-                 dx: Tensor | None = None):
+def gru_backward(
+    dy: Tensor, dh_n: Tensor | None, steps: Steps, *, need_dh0: bool, need_dx: bool = True, dx: Tensor | None = None
+):
     """dy (T, N, H), dh_n (N, H) or None -> (dx (T*N, I) or None, dh0 (N, H) or None, the weight gradients)."""
     dx, (dh0,), grads = _backward(gru_step_backward, dy, [_zeros(dh_n, dy, dy.shape[2])], steps, dx, need_dx)
     return dx, (dh0 if need_dh0 else None), _no_absent_biases(grads, steps.caches[0][-1])
@@ -235,19 +249,25 @@ def recurrence_of(cache) -> ModuleType:
 
 # -- the cells as layers ------------------------------------------------------------------------------------------
 
+
 class _Cell(BaseLayer):
     _gates: int = 1  # G
     _states: tuple[str, ...] = ("h",)
     _param_names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
     _ctor_args = ("input_size", "hidden_size", "bias")
     autograd_opaque = True  # as rnn.py's: out= into buffers, run under no_grad; gradcheck uses the twin
-    expects = Expects(dims=(1, 2), size=(-1, "input_size"), like=("weight_ih",),
-                      shape="(N, {input_size}) or unbatched ({input_size},)")
+    expects = Expects(
+        dims=(1, 2),
+        size=(-1, "input_size"),
+        like=("weight_ih",),
+        shape="(N, {input_size}) or unbatched ({input_size},)",
+    )
     as_module_refuses = "takes an initial state and returns its new state beside its output"
 
     class Saved(NamedTuple):
         """What the backward reads that a caller can reach, version-checked by the base (the state is copied into
         the layer's own buffer, the biases are not read), and the step's own buffers."""
+
         x: Tensor  # (N, I) the input, for dW_ih: a view of x where it can be
         weight_ih: Tensor  # (G*H, I), for dx
         weight_hh: Tensor  # (G*H, H), for dh
@@ -258,8 +278,15 @@ class _Cell(BaseLayer):
         dtype: torch.dtype
         device: torch.device
 
-    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, *,
-                 device: torch.device | str | None = None, dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        bias: bool = True,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ):
         name = type(self).__name__
         self.input_size = check_int(name, "input_size", input_size)
         self.hidden_size = check_int(name, "hidden_size", hidden_size)
@@ -272,8 +299,9 @@ class _Cell(BaseLayer):
         self.weight_hh = torch.empty(gh, hidden_size, **kw)  # (G*H, H)
         self.bias_ih = torch.empty(gh, **kw) if bias else None  # (G*H,)
         self.bias_hh = torch.empty(gh, **kw) if bias else None  # (G*H,)
-        torch_recurrent_init_([p for p in (self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh)
-                               if p is not None], hidden_size)
+        torch_recurrent_init_(
+            [p for p in (self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh) if p is not None], hidden_size
+        )
         learned(self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh)
 
     @classmethod
@@ -300,8 +328,17 @@ class _Cell(BaseLayer):
         state0 = self._initial_states(hx, N, batched=batched)
         finals, step = self._step(x3, DirParams(self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh), state0)
         new = [f.clone() if batched else f[0].clone() for f in finals]  # copies: the cache keeps its own
-        saved = self.Saved(step.x2, self.weight_ih, self.weight_hh, step, batched, hx is not None,
-                           tuple(s.shape for s in new), x.dtype, x.device)
+        saved = self.Saved(
+            step.x2,
+            self.weight_ih,
+            self.weight_hh,
+            step,
+            batched,
+            hx is not None,
+            tuple(s.shape for s in new),
+            x.dtype,
+            x.device,
+        )
         return (new[0] if len(new) == 1 else tuple(new)), saved
 
     def _initial_states(self, hx: object, N: int, *, batched: bool) -> list[Tensor | None]:
@@ -317,8 +354,10 @@ class _Cell(BaseLayer):
         for name, part in zip(self._states, parts):
             check_tensor(repr(self), name, part)
             if part.shape != want:
-                raise ValueError(f"{self!r}: {name} has shape {tuple(part.shape)}, expected {want} "
-                                 f"({'(batch, hidden_size)' if batched else '(hidden_size,) for an unbatched x'})")
+                raise ValueError(
+                    f"{self!r}: {name} has shape {tuple(part.shape)}, expected {want} "
+                    f"({'(batch, hidden_size)' if batched else '(hidden_size,) for an unbatched x'})"
+                )
             check_like(repr(self), name, part, self.weight_ih, "weight_ih")
         return [part.reshape(N, self.hidden_size) for part in parts]
 
@@ -328,8 +367,9 @@ class _Cell(BaseLayer):
         dout = _pair(dh, dc) if len(self._states) == 2 else (dh,)
         N, H = saved.x.shape[0], self.hidden_size
         dh = dout[0]
-        dy = torch.zeros(1, N, H, dtype=saved.dtype, device=saved.device) if dh is None \
-            else dh.reshape(1, N, H)  # (1, N, H)
+        dy = (
+            torch.zeros(1, N, H, dtype=saved.dtype, device=saved.device) if dh is None else dh.reshape(1, N, H)
+        )  # (1, N, H)
         rest = [None if g is None else g.reshape(N, H) for g in dout[1:]]
         dx, d0, grads = self._step_backward(dy, rest, saved.step, need_d0=saved.had_hx)
         dx = dx.view(N, self.input_size) if saved.batched else dx.view(self.input_size)  # x's shape
@@ -344,8 +384,9 @@ class _Cell(BaseLayer):
         if meta is None:
             raise RuntimeError(f"{self!r}: {BEFORE_FORWARD}")
         if len(grads) > len(self._states) or (len(self._states) == 1 and isinstance(grads[0], (tuple, list))):
-            raise TypeError(f"{self!r}: backward takes {' and '.join(self._states)}'s gradients, got {len(grads)} "
-                            f"arguments")
+            raise TypeError(
+                f"{self!r}: backward takes {' and '.join(self._states)}'s gradients, got {len(grads)} arguments"
+            )
         dout = _pair(*grads) if len(self._states) == 2 else grads
         check_grads_like(self, ("dh'", "dc'"), dout, saved.shapes, saved.dtype, saved.device)
 
@@ -356,16 +397,23 @@ class RNNCell(_Cell):
     torch_class = torch.nn.RNNCell
     _ctor_args = _Cell._ctor_args + ("nonlinearity",)
 
-    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, nonlinearity: str = "tanh", *,
-                 device: torch.device | str | None = None, dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        bias: bool = True,
+        nonlinearity: str = "tanh",
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ):
         if nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"RNNCell: nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
         self.nonlinearity = nonlinearity
         super().__init__(input_size, hidden_size, bias, device=device, dtype=dtype)
 
     def _step(self, x3, p, state0):
-        _, h_n, cache = recurrence().rnn_forward(x3, p, state0[0], reverse=False,
-                                                             relu=self.nonlinearity == "relu")
+        _, h_n, cache = recurrence().rnn_forward(x3, p, state0[0], reverse=False, relu=self.nonlinearity == "relu")
         return [h_n], cache
 
     def _step_backward(self, dy, rest, step, *, need_d0):

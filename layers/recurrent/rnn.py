@@ -9,6 +9,7 @@ forward: ``dx`` when the forward had no ``hx``, ``(dx, dhx)`` when it had one, `
 (the LSTM's ``(dh_0, dc_0)``) -- the initial states are inputs a user may train or carry across calls.
 ``backward_input`` takes and returns the same and leaves the parameter gradients to ``backward_weight()``.
 """
+
 from __future__ import annotations
 
 import torch
@@ -35,23 +36,35 @@ class RNN(_RecurrentLayer):
     torch_class = torch.nn.RNN
     _ctor_args = _Recurrent._ctor_args + ("nonlinearity",)
 
-    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, nonlinearity: str = "tanh",
-                 bias: bool = True, batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
-                 *, device: torch.device | str | None = None, dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        nonlinearity: str = "tanh",
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ):
         if nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"RNN: nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
         self.nonlinearity = nonlinearity
-        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
-                         device=device, dtype=dtype)
+        super().__init__(
+            input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, device=device, dtype=dtype
+        )
 
     def _forward_dir(self, x, p, state0, *, reverse):
-        y, h_n, cache = recurrence().rnn_forward(x, p, state0[0], reverse=reverse,
-                                                             relu=self.nonlinearity == "relu")
+        y, h_n, cache = recurrence().rnn_forward(x, p, state0[0], reverse=reverse, relu=self.nonlinearity == "relu")
         return y, [h_n], cache
 
     def _backward_dir(self, dy, dfinal, cache, *, need_d0, need_dx, dx):
-        dx, dh0, grads = recurrence_of(cache).rnn_backward(dy, dfinal[0], cache, need_dh0=need_d0,
-                                                                     need_dx=need_dx, dx=dx)
+        dx, dh0, grads = recurrence_of(cache).rnn_backward(
+            dy, dfinal[0], cache, need_dh0=need_d0, need_dx=need_dx, dx=dx
+        )
         return dx, [dh0], grads
 
 
@@ -75,8 +88,9 @@ class LSTM(_RecurrentLayer):
         return y, [h_n, c_n], cache
 
     def _backward_dir(self, dy, dfinal, cache, *, need_d0, need_dx, dx):
-        dx, dh0, dc0, grads = recurrence_of(cache).lstm_backward(dy, dfinal[0], dfinal[1], cache, need_dh0=need_d0,
-                                                                 need_dx=need_dx, dx=dx)
+        dx, dh0, dc0, grads = recurrence_of(cache).lstm_backward(
+            dy, dfinal[0], dfinal[1], cache, need_dh0=need_d0, need_dx=need_dx, dx=dx
+        )
         return dx, [dh0, dc0], grads
 
 
@@ -92,17 +106,29 @@ class GRU(_RecurrentLayer):
     torch_class = torch.nn.GRU
     _gates = 3
 
-    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
-                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
-                 *, device: torch.device | str | None = None, dtype: torch.dtype | None = None):
-        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
-                         device=device, dtype=dtype)
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ):
+        super().__init__(
+            input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, device=device, dtype=dtype
+        )
 
     def _forward_dir(self, x, p, state0, *, reverse):
         y, h_n, cache = recurrence().gru_forward(x, p, state0[0], reverse=reverse)
         return y, [h_n], cache
 
     def _backward_dir(self, dy, dfinal, cache, *, need_d0, need_dx, dx):
-        dx, dh0, grads = recurrence_of(cache).gru_backward(dy, dfinal[0], cache, need_dh0=need_d0,
-                                                                     need_dx=need_dx, dx=dx)
+        dx, dh0, grads = recurrence_of(cache).gru_backward(
+            dy, dfinal[0], cache, need_dh0=need_d0, need_dx=need_dx, dx=dx
+        )
         return dx, [dh0], grads

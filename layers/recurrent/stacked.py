@@ -31,6 +31,7 @@ Parameters have torch.nn's names, layouts and registration order (``weight_ih_l{
 torch's initialisation in the same RNG order: under one ``torch.manual_seed`` a layer and its nn twin get
 identical weights.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -41,8 +42,16 @@ import torch
 from torch import Tensor
 from torch.nn.utils.rnn import PackedSequence
 
-from ..checks import (BEFORE_FORWARD, Expects, check_bool, check_grads_like, check_int, check_like,
-                      check_probability, check_tensor)
+from ..checks import (
+    BEFORE_FORWARD,
+    Expects,
+    check_bool,
+    check_grads_like,
+    check_int,
+    check_like,
+    check_probability,
+    check_tensor,
+)
 from ..dropout import inter_layer_mask
 from ..init import torch_recurrent_init_
 from ..layer import BaseLayer, learned
@@ -70,8 +79,9 @@ def saved_type(weights: tuple[str, ...]) -> type:
     at every trace)."""
     saved = _SAVED_TYPES.get(weights)
     if saved is None:
-        saved = _SAVED_TYPES[weights] = namedtuple("Saved", ("x", *weights, "dirs", "masks", "batched", "had_hx",
-                                                             "T", "N", "shapes", "dtype", "device"))
+        saved = _SAVED_TYPES[weights] = namedtuple(
+            "Saved", ("x", *weights, "dirs", "masks", "batched", "had_hx", "T", "N", "shapes", "dtype", "device")
+        )
     return saved
 
 
@@ -89,29 +99,49 @@ class _Recurrent(BaseLayer, ABC):
     # own kernels on the same weights (checking.cases.rnn._TorchOracle), as the tests compare.
     autograd_opaque = True
     as_module_refuses = "takes an initial state and returns its new state beside its output"
-    expects = Expects(dims=(2, 3), size=(-1, "input_size"), like=("weight_ih_l0",),
-                      shape="{_layout} or unbatched (T, I) with I = input_size = {input_size}")
+    expects = Expects(
+        dims=(2, 3),
+        size=(-1, "input_size"),
+        like=("weight_ih_l0",),
+        shape="{_layout} or unbatched (T, I) with I = input_size = {input_size}",
+    )
 
-    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
-                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, proj_size: int = 0,
-                 *, device: torch.device | str | None = None, dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        proj_size: int = 0,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ):
         name = type(self).__name__
         self.input_size = check_int(name, "input_size", input_size)
         self.hidden_size = check_int(name, "hidden_size", hidden_size)
         self.num_layers = check_int(name, "num_layers", num_layers)
         for flag, value in (("bias", bias), ("batch_first", batch_first), ("bidirectional", bidirectional)):
             check_bool(name, flag, value)
-        self.dropout = check_probability(name, "dropout (the probability of zeroing an element of a layer's output)",
-                                         dropout)
+        self.dropout = check_probability(
+            name, "dropout (the probability of zeroing an element of a layer's output)", dropout
+        )
         self.proj_size = check_int(name, "proj_size", proj_size, lo=0)
         if proj_size >= hidden_size:
-            raise ValueError(f"{name}: proj_size must be smaller than hidden_size, got proj_size={proj_size} and "
-                             f"hidden_size={hidden_size}")
+            raise ValueError(
+                f"{name}: proj_size must be smaller than hidden_size, got proj_size={proj_size} and "
+                f"hidden_size={hidden_size}"
+            )
         if dtype is not None and not dtype.is_floating_point:
             raise ValueError(f"{name}: dtype must be floating point, got {dtype}")
         if dropout > 0 and num_layers == 1:
-            warnings.warn(f"{name}: dropout acts between recurrent layers, so dropout={dropout} does nothing with "
-                          f"num_layers=1", stacklevel=2)
+            warnings.warn(
+                f"{name}: dropout acts between recurrent layers, so dropout={dropout} does nothing with num_layers=1",
+                stacklevel=2,
+            )
         self.bias, self.batch_first, self.bidirectional = bias, batch_first, bidirectional
         self.h_out = proj_size or hidden_size  # H_out
         self.num_directions = 2 if bidirectional else 1  # D
@@ -119,7 +149,7 @@ class _Recurrent(BaseLayer, ABC):
         gh = self._gates * hidden_size  # G*H
         for k in range(num_layers):
             layer_in = input_size if k == 0 else self.h_out * self.num_directions
-            for sfx in ("", "_reverse")[:self.num_directions]:
+            for sfx in ("", "_reverse")[: self.num_directions]:
                 entries = [(f"weight_ih_l{k}{sfx}", (gh, layer_in)), (f"weight_hh_l{k}{sfx}", (gh, self.h_out))]
                 if bias:
                     entries += [(f"bias_ih_l{k}{sfx}", (gh,)), (f"bias_hh_l{k}{sfx}", (gh,))]
@@ -158,8 +188,13 @@ class _Recurrent(BaseLayer, ABC):
             s += f", proj_size={self.proj_size}"
         if getattr(self, "nonlinearity", "tanh") != "tanh":
             s += f", nonlinearity={self.nonlinearity!r}"
-        for name, default in (("num_layers", 1), ("bias", True), ("batch_first", False), ("dropout", 0.0),
-                              ("bidirectional", False)):
+        for name, default in (
+            ("num_layers", 1),
+            ("bias", True),
+            ("batch_first", False),
+            ("dropout", 0.0),
+            ("bidirectional", False),
+        ):
             if getattr(self, name) != default:
                 s += f", {name}={getattr(self, name)}"
         return s
@@ -175,8 +210,9 @@ class _Recurrent(BaseLayer, ABC):
         """x (T, N, in) -> (y (T, N, H_out), final states [h_n (, c_n)], cache)."""
 
     @abstractmethod
-    def _backward_dir(self, dy: Tensor, dfinal: list, cache: object, *, need_d0: bool, need_dx: bool,
-                      dx: Tensor | None) -> tuple[Tensor | None, list, dict]:
+    def _backward_dir(
+        self, dy: Tensor, dfinal: list, cache: object, *, need_d0: bool, need_dx: bool, dx: Tensor | None
+    ) -> tuple[Tensor | None, list, dict]:
         """-> (dx (T*N, in) or None, [dh_0 (, dc_0)] or Nones, the parameter gradients by DirParams field)."""
 
     # -- forward ------------------------------------------------------------------------------------------
@@ -198,8 +234,9 @@ class _Recurrent(BaseLayer, ABC):
             ys, layer_dirs = [], []
             for d in range(D):
                 j = k * D + d
-                y, fin, cache = self._forward_dir(inp, self._params(k, d),
-                                                  [None if s is None else s[j] for s in state0], reverse=d == 1)
+                y, fin, cache = self._forward_dir(
+                    inp, self._params(k, d), [None if s is None else s[j] for s in state0], reverse=d == 1
+                )
                 ys.append(y)
                 layer_dirs.append(cache)
                 for lst, f in zip(finals, fin):
@@ -208,8 +245,9 @@ class _Recurrent(BaseLayer, ABC):
             out = ys[0] if D == 1 else torch.cat(ys, 2)  # (T, N, D*H_out)
             mask = None
             if k < L - 1 and self.training and self.dropout > 0:
-                mask = inter_layer_mask(out, self.dropout, generator=self.generator,
-                                        global_rows=self.global_rows)  # (T, N, D*H_out)
+                mask = inter_layer_mask(
+                    out, self.dropout, generator=self.generator, global_rows=self.global_rows
+                )  # (T, N, D*H_out)
                 out = (out * mask).contiguous()  # layer k+1's input
             masks.append(mask)
             inp = out
@@ -219,15 +257,27 @@ class _Recurrent(BaseLayer, ABC):
         h_n = [torch.stack(lst) for lst in finals]  # (L*D, N, H_out), (L*D, N, H)
         if not batched:
             h_n = [h[:, 0] for h in h_n]  # (L*D, H_out)
-        saved = saved_type(self._weight_names)(dirs[0][0].x2, *(getattr(self, n) for n in self._weight_names), dirs,
-                                               masks, batched, hx is not None, T, N,
-                                               (output.shape, *(h.shape for h in h_n)), output.dtype, output.device)
+        saved = saved_type(self._weight_names)(
+            dirs[0][0].x2,
+            *(getattr(self, n) for n in self._weight_names),
+            dirs,
+            masks,
+            batched,
+            hx is not None,
+            T,
+            N,
+            (output.shape, *(h.shape for h in h_n)),
+            output.dtype,
+            output.device,
+        )
         return (output, (h_n[0] if len(h_n) == 1 else tuple(h_n))), saved
 
     def check_input(self, x: object, hx: object = None) -> None:
         if isinstance(x, PackedSequence):
-            raise TypeError(f"{self!r}: PackedSequence input is not supported; pad the batch "
-                            f"(torch.nn.utils.rnn.pad_packed_sequence) and pass the padded tensor")
+            raise TypeError(
+                f"{self!r}: PackedSequence input is not supported; pad the batch "
+                f"(torch.nn.utils.rnn.pad_packed_sequence) and pass the padded tensor"
+            )
         super().check_input(x)  # what ``expects`` declares; hx is checked by the forward (_initial_states)
 
     @property
@@ -249,14 +299,19 @@ class _Recurrent(BaseLayer, ABC):
         out = []
         for name, part, size in zip(self._states, parts, sizes):
             check_tensor(repr(self), name, part)
-            want = (self.num_layers * self.num_directions, N, size) if batched \
+            want = (
+                (self.num_layers * self.num_directions, N, size)
+                if batched
                 else (self.num_layers * self.num_directions, size)
+            )
             if part.shape != want:
                 which = "(num_layers * num_directions, batch, " if batched else "(num_layers * num_directions, "
-                raise ValueError(f"{self!r}: {name} has shape {tuple(part.shape)}, expected {want} = {which}"
-                                 f"{'hidden_size' if size == self.hidden_size else 'proj_size'}) for an input of "
-                                 f"{'batch ' + str(N) if batched else 'unbatched input'}"
-                                 f"{' (the states are batch second also with batch_first=True)' if batched else ''}")
+                raise ValueError(
+                    f"{self!r}: {name} has shape {tuple(part.shape)}, expected {want} = {which}"
+                    f"{'hidden_size' if size == self.hidden_size else 'proj_size'}) for an input of "
+                    f"{'batch ' + str(N) if batched else 'unbatched input'}"
+                    f"{' (the states are batch second also with batch_first=True)' if batched else ''}"
+                )
             check_like(repr(self), name, part, w, "weight_ih_l0")
             out.append(part if batched else part.unsqueeze(1))
         return out
@@ -275,8 +330,13 @@ class _Recurrent(BaseLayer, ABC):
         if doutput is None:
             d = torch.zeros(T, N, D * Ho, dtype=saved.dtype, device=saved.device)
         else:  # (T, N, D*H_out), a view
-            d = doutput.transpose(0, 1) if self.batch_first and batched else doutput if batched \
+            d = (
+                doutput.transpose(0, 1)
+                if self.batch_first and batched
+                else doutput
+                if batched
                 else doutput.unsqueeze(1)
+            )
         dstates = [g if g is None or batched else g.unsqueeze(1) for g in self._state_grads(dstate)]  # (L*D, N, .)
         d0: list[list] = [[None] * (L * D) for _ in self._states]
         grads = {}
@@ -284,10 +344,15 @@ class _Recurrent(BaseLayer, ABC):
             dx = None
             for dd in range(D):
                 j = k * D + dd
-                dy = d if D == 1 else d[:, :, dd * Ho:(dd + 1) * Ho]  # (T, N, H_out)
-                dx, g0, dir_grads = self._backward_dir(dy, [None if g is None else g[j] for g in dstates],
-                                                       saved.dirs[k][dd], need_d0=saved.had_hx,
-                                                       need_dx=k > 0 or need_dx, dx=dx)
+                dy = d if D == 1 else d[:, :, dd * Ho : (dd + 1) * Ho]  # (T, N, H_out)
+                dx, g0, dir_grads = self._backward_dir(
+                    dy,
+                    [None if g is None else g[j] for g in dstates],
+                    saved.dirs[k][dd],
+                    need_d0=saved.had_hx,
+                    need_dx=k > 0 or need_dx,
+                    dx=dx,
+                )
                 for lst, g in zip(d0, g0):
                     lst[j] = g
                 grads |= {PARAM_OF[f] + _suffix(k, dd): g for f, g in dir_grads.items()}
@@ -306,11 +371,18 @@ class _Recurrent(BaseLayer, ABC):
         if meta is None:
             raise RuntimeError(f"{self!r}: {BEFORE_FORWARD}")
         if len(grads) > 2:
-            raise TypeError(f"{self!r}: backward takes the gradients of the output and of the state, got "
-                            f"{len(grads)} arguments")
+            raise TypeError(
+                f"{self!r}: backward takes the gradients of the output and of the state, got {len(grads)} arguments"
+            )
         doutput, dstate = (*grads, None)[:2]
-        check_grads_like(self, ("doutput", "dh_n", "dc_n"), (doutput, *self._state_grads(dstate)), saved.shapes,
-                         saved.dtype, saved.device)
+        check_grads_like(
+            self,
+            ("doutput", "dh_n", "dc_n"),
+            (doutput, *self._state_grads(dstate)),
+            saved.shapes,
+            saved.dtype,
+            saved.device,
+        )
 
     def _state_grads(self, dstate: object) -> list[Tensor | None]:
         if len(self._states) == 1:
@@ -319,8 +391,10 @@ class _Recurrent(BaseLayer, ABC):
             return [None, None]
         if isinstance(dstate, (tuple, list)) and len(dstate) == 2:
             return list(dstate)
-        raise TypeError(f"{self!r}: the state's gradient must be the pair (dh_n, dc_n) (either may be None) or "
-                        f"None, got {type(dstate).__name__}")
+        raise TypeError(
+            f"{self!r}: the state's gradient must be the pair (dh_n, dc_n) (either may be None) or "
+            f"None, got {type(dstate).__name__}"
+        )
 
 
 def _suffix(k: int, d: int) -> str:

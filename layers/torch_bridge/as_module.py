@@ -52,6 +52,7 @@ at the next forward); layers with ``inplace=True`` run on a copy of their input 
 not overwrite its input behind autograd's back); a layer's cache is recognised by assignment (a
 hand-written layer of your own must assign new cache objects in forward, not overwrite old ones in place).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -69,6 +70,7 @@ from .binding import bind, read_parameters, rewired, run_pruning_hooks
 from .function import _HandgradFunction, _refuse_transforms, _refused_under
 from ..sequential import _takes_need_input_grad
 
+
 def _walk(layer: Layer, prefix: str = "") -> Iterator[tuple[str, Layer]]:
     """(dotted prefix, layer) for the layer and every layer inside it, depth first (explicit stack)."""
     stack = [(prefix, layer)]
@@ -82,7 +84,7 @@ def _walk(layer: Layer, prefix: str = "") -> Iterator[tuple[str, Layer]]:
 def _own_tensors(node: Layer, kind: str) -> Iterator[tuple[str, Tensor]]:
     """A layer's own parameters (kind="param") or buffers (kind="buffer"), not its children's: (attr, tensor)."""
     if isinstance(node, BaseLayer):
-        for attr in (node._param_names if kind == "param" else node._buffer_names):
+        for attr in node._param_names if kind == "param" else node._buffer_names:
             t = getattr(node, attr)
             if t is not None:
                 yield attr, t
@@ -127,17 +129,23 @@ class HandgradModule(nn.Module):
 
     def __init__(self, layer: Layer) -> None:
         if isinstance(layer, nn.Module) or not isinstance(layer, Layer):
-            raise TypeError(f"as_module: expected a hand-written layer (forward, backward, parameters), got "
-                            f"{type(layer).__name__}" + (" -- it is already a torch.nn.Module"
-                                                         if isinstance(layer, nn.Module) else ""))
+            raise TypeError(
+                f"as_module: expected a hand-written layer (forward, backward, parameters), got "
+                f"{type(layer).__name__}"
+                + (" -- it is already a torch.nn.Module" if isinstance(layer, nn.Module) else "")
+            )
         refused = getattr(layer, "as_module_refuses", None)  # a layer's own reason (the recurrent layers')
         if refused:
-            raise TypeError(f"as_module wraps layers of one input and one output; {type(layer).__name__} {refused} "
-                            f"(use its torch.nn twin, layer.to_torch(), inside an nn.Module)")
+            raise TypeError(
+                f"as_module wraps layers of one input and one output; {type(layer).__name__} {refused} "
+                f"(use its torch.nn twin, layer.to_torch(), inside an nn.Module)"
+            )
         inputs = _required_inputs(layer)
         if len(inputs) > 1:
-            raise TypeError(f"as_module wraps layers with one input; {type(layer).__name__}.forward takes "
-                            f"{', '.join(inputs)} (use its torch.nn twin, layer.to_torch(), inside an nn.Module)")
+            raise TypeError(
+                f"as_module wraps layers with one input; {type(layer).__name__}.forward takes "
+                f"{', '.join(inputs)} (use its torch.nn twin, layer.to_torch(), inside an nn.Module)"
+            )
         super().__init__()
         self.layer = layer
         nodes = list(_walk(layer))
@@ -149,8 +157,10 @@ class HandgradModule(nn.Module):
         for prefix, node in nodes:
             for attr, t in _own_tensors(node, "param"):
                 if not t.is_floating_point():
-                    raise TypeError(f"as_module: parameter '{prefix}{attr}' of {node!r} has dtype {t.dtype}; "
-                                    f"parameters must be floating point")
+                    raise TypeError(
+                        f"as_module: parameter '{prefix}{attr}' of {node!r} has dtype {t.dtype}; "
+                        f"parameters must be floating point"
+                    )
                 slot = made.get(id(t))
                 if slot is None:
                     # a new tensor object over the same memory, requiring a gradient as the layer's tensor does (a
@@ -213,9 +223,11 @@ class HandgradModule(nn.Module):
         layer's tensors apart, and they would no longer share memory); gradients are copied too."""
         name = rewired(self)
         if name is not None:
-            raise RuntimeError(f"as_module: cannot deepcopy a wrapper whose parameter '{name}' was parametrized, "
-                               f"pruned or replaced (the copy is built from the layer, which knows none of that): "
-                               f"deepcopy it before, or remove the parametrization / pruning first")
+            raise RuntimeError(
+                f"as_module: cannot deepcopy a wrapper whose parameter '{name}' was parametrized, "
+                f"pruned or replaced (the copy is built from the layer, which knows none of that): "
+                f"deepcopy it before, or remove the parametrization / pruning first"
+            )
         clone = HandgradModule(copy.deepcopy(self.layer, memo)).train(self.training)
         for mine, theirs in zip(self._slots, clone._slots):
             theirs.param.requires_grad_(mine.param.requires_grad)
@@ -266,7 +278,8 @@ class HandgradModule(nn.Module):
                 raise RuntimeError(
                     f"as_module: parameter '{s.name}' no longer shares memory with the layer's tensor (the layer "
                     f"was moved, cast or given a new tensor outside the module); move or cast with "
-                    f"module.to(...), and load weights with module.load_state_dict")
+                    f"module.to(...), and load weights with module.load_state_dict"
+                )
 
     # -- forward ----------------------------------------------------------------------------------------
 
@@ -281,10 +294,14 @@ class HandgradModule(nn.Module):
         run_pruning_hooks(self, self._holders, x)
         params = read_parameters(self)
         x = self._autocast_input(x)
-        with torch.autocast(x.device.type if isinstance(x, Tensor) else "cpu", enabled=False) \
-                if self._autocasting(x) else contextlib.nullcontext():
+        with (
+            torch.autocast(x.device.type if isinstance(x, Tensor) else "cpu", enabled=False)
+            if self._autocasting(x)
+            else contextlib.nullcontext()
+        ):
             if not torch.is_grad_enabled() or not (
-                    (isinstance(x, Tensor) and x.requires_grad) or any(p.requires_grad for p in params)):
+                (isinstance(x, Tensor) and x.requires_grad) or any(p.requires_grad for p in params)
+            ):
                 # No graph will be recorded: a plain forward, nothing kept for a backward.
                 with bind(self, params, [False] * len(params)):
                     return layer.forward(x.clone() if self._inplace and isinstance(x, Tensor) else x)
@@ -325,8 +342,11 @@ class HandgradModule(nn.Module):
         """Re-run a forward from its snapshot (refilling the layer's cache for one backward); the buffers,
         random states and modes are as they were before this call afterwards."""
         rng, buffers_before, training = snapshot
-        now = ([(g, g.get_state()) for g, _ in rng], [t.clone() for _, _, t in self._buffers_of],
-               [getattr(node, "training", True) for node in self._leaves])
+        now = (
+            [(g, g.get_state()) for g, _ in rng],
+            [t.clone() for _, _, t in self._buffers_of],
+            [getattr(node, "training", True) for node in self._leaves],
+        )
         try:
             self._put(rng, buffers_before, training)
             self.layer.forward(x.clone() if self._inplace else x)
@@ -361,9 +381,11 @@ def _device_default_generator(device: torch.device) -> torch.Generator:
     module = torch.get_device_module(device)
     generators = getattr(module, "default_generators", None)
     if not generators:
-        raise RuntimeError(f"as_module: a dropout layer on {device.type} draws from a random state that cannot be "
-                           f"saved and restored per generator; give the layer its own torch.Generator "
-                           f"(layer.generator = torch.Generator(device)) or run it on cpu or cuda")
+        raise RuntimeError(
+            f"as_module: a dropout layer on {device.type} draws from a random state that cannot be "
+            f"saved and restored per generator; give the layer its own torch.Generator "
+            f"(layer.generator = torch.Generator(device)) or run it on cpu or cuda"
+        )
     return generators[device.index if device.index is not None else module.current_device()]
 
 

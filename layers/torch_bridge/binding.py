@@ -17,6 +17,7 @@ module holds, as torch decides it, whichever way the layer's own tensors are fla
 Buffers (batch norm's running statistics) are updated in place by the layer's forward: a buffer replaced on
 the module (``functional_call`` with buffers, an assignment) is refused, in one line.
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -44,17 +45,22 @@ def run_pruning_hooks(module: nn.Module, holders: list[nn.Module], x: Tensor) ->
                 hook(sub, (x,))
             else:
                 _refuse_hook(module, sub, "forward pre-hook")
-        for kind, hooks in (("forward hook", sub._forward_hooks), ("backward hook", sub._backward_hooks),
-                            ("backward pre-hook", sub._backward_pre_hooks)):
+        for kind, hooks in (
+            ("forward hook", sub._forward_hooks),
+            ("backward hook", sub._backward_hooks),
+            ("backward pre-hook", sub._backward_pre_hooks),
+        ):
             if hooks:
                 _refuse_hook(module, sub, kind)
 
 
 def _refuse_hook(module: nn.Module, sub: nn.Module, kind: str) -> None:
     name = next(n for n, m in module.named_modules() if m is sub)
-    raise RuntimeError(f"{where(module)}: a {kind} on its submodule '{name}' would never run (as_module's "
-                       f"submodules only hold parameters; the hand-written layer runs as one autograd node): "
-                       f"register the hook on the as_module wrapper itself")
+    raise RuntimeError(
+        f"{where(module)}: a {kind} on its submodule '{name}' would never run (as_module's "
+        f"submodules only hold parameters; the hand-written layer runs as one autograd node): "
+        f"register the hook on the as_module wrapper itself"
+    )
 
 
 def read_parameters(module: nn.Module) -> list[Tensor]:
@@ -64,25 +70,33 @@ def read_parameters(module: nn.Module) -> list[Tensor]:
         (first, attr), *others = s.holders
         t = getattr(first, attr)
         if any(getattr(sub, name) is not t for sub, name in others):  # a tied parameter: one tensor for every name
-            raise RuntimeError(f"{where(module)}: parameter '{s.name}' is tied (one tensor under several names), but "
-                               f"its names now give different tensors, and the hand-written layer uses one for all: "
-                               f"give every name the same tensor")
+            raise RuntimeError(
+                f"{where(module)}: parameter '{s.name}' is tied (one tensor under several names), but "
+                f"its names now give different tensors, and the hand-written layer uses one for all: "
+                f"give every name the same tensor"
+            )
         if not isinstance(t, Tensor) or t.shape != s.param.shape:
             got = f"shape {tuple(t.shape)}" if isinstance(t, Tensor) else type(t).__name__
-            raise RuntimeError(f"{where(module)}: parameter '{s.name}' is now {got}, the layer's is "
-                               f"{tuple(s.param.shape)}: the hand-written layer computes in its own layout")
+            raise RuntimeError(
+                f"{where(module)}: parameter '{s.name}' is now {got}, the layer's is "
+                f"{tuple(s.param.shape)}: the hand-written layer computes in its own layout"
+            )
         if t is not s.param and not s.bindable:
-            raise RuntimeError(f"{where(module)}: parameter '{s.name}' was replaced, but {type(s.node).__name__} "
-                               f"holds it under no attribute the wrapper can set for one call: assign new values in "
-                               f"place (with torch.no_grad(): p.copy_(...)) or give the layer a named attribute")
+            raise RuntimeError(
+                f"{where(module)}: parameter '{s.name}' was replaced, but {type(s.node).__name__} "
+                f"holds it under no attribute the wrapper can set for one call: assign new values in "
+                f"place (with torch.no_grad(): p.copy_(...)) or give the layer a named attribute"
+            )
         tensors.append(t)
     for sub, attr, t in module._buffer_holders:
         if sub._buffers.get(attr, _ABSENT) is not t:
             prefix = next(n for n, m in module.named_modules() if m is sub)
             name = f"{prefix}.{attr}" if prefix else attr
-            raise RuntimeError(f"{where(module)}: buffer '{name}' was replaced (functional_call with buffers, or an "
-                               f"assignment), but the hand-written layer updates its own buffers in place: load "
-                               f"values with module.load_state_dict or copy_ them in")
+            raise RuntimeError(
+                f"{where(module)}: buffer '{name}' was replaced (functional_call with buffers, or an "
+                f"assignment), but the hand-written layer updates its own buffers in place: load "
+                f"values with module.load_state_dict or copy_ them in"
+            )
     return tensors
 
 

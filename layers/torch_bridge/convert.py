@@ -1,4 +1,5 @@
 """from_torch: a torch.nn model of supported modules becomes its hand-written twin, with the same weights."""
+
 from __future__ import annotations
 
 import copy
@@ -67,15 +68,21 @@ def _refuse_overlapping(module: nn.Module) -> None:
         end = start + span * t.element_size()
         for other_start, other_end, other in seen.setdefault((t.device, storage.data_ptr()), []):
             if start < other_end and other_start < end:
-                raise TypeError(f"from_torch: {other} and {name} are two tensors over the same memory (one a view "
-                                f"of the other, as a transposed tie is), which two hand-written layers cannot share: "
-                                f"copied apart they would drift apart at the first step; give {name} its own memory "
-                                f"(nn.Parameter(t.detach().clone())) to train the two apart")
+                raise TypeError(
+                    f"from_torch: {other} and {name} are two tensors over the same memory (one a view "
+                    f"of the other, as a transposed tie is), which two hand-written layers cannot share: "
+                    f"copied apart they would drift apart at the first step; give {name} its own memory "
+                    f"(nn.Parameter(t.detach().clone())) to train the two apart"
+                )
         seen[(t.device, storage.data_ptr())].append((start, end, name))
 
 
-_HOOKS = (("_forward_pre_hooks", "forward pre-hook"), ("_forward_hooks", "forward hook"),
-          ("_backward_pre_hooks", "backward pre-hook"), ("_backward_hooks", "backward hook"))
+_HOOKS = (
+    ("_forward_pre_hooks", "forward pre-hook"),
+    ("_forward_hooks", "forward hook"),
+    ("_backward_pre_hooks", "backward pre-hook"),
+    ("_backward_hooks", "backward hook"),
+)
 
 
 def _where(path: str, module: nn.Module) -> str:
@@ -89,41 +96,54 @@ def _name(hook: object) -> str:
 def _refuse_global_hooks() -> None:
     """A hook registered for every module (``register_module_forward_hook``, ...) would not run in handgrad."""
     from torch.nn.modules import module as torch_module
+
     for kind in ("forward_pre", "forward", "backward_pre", "backward"):
         if getattr(torch_module, f"_global_{kind}_hooks", None):
-            raise TypeError(f"from_torch: a global module {kind.replace('_', ' ')} hook is registered "
-                            f"(register_module_{kind}_hook); the hand-written layers would not run it: remove it "
-                            f"first (handle.remove())")
+            raise TypeError(
+                f"from_torch: a global module {kind.replace('_', ' ')} hook is registered "
+                f"(register_module_{kind}_hook); the hand-written layers would not run it: remove it "
+                f"first (handle.remove())"
+            )
 
 
 def _refuse_dropped(module: nn.Module, path: str) -> None:
     """Refuse, naming it, whatever torch would run on ``module`` or its submodules and a hand-written layer not."""
     from torch.nn.utils import parametrize, prune
+
     other = [p for p, sub in module.named_modules(prefix=path) if sub.training != module.training]
     if other:  # one hand-written layer has one mode
-        raise TypeError(f"from_torch: {_where(path, module)} is in {'train' if module.training else 'eval'} mode but "
-                        f"its {', '.join(map(repr, other))} in the other, which the hand-written "
-                        f"{type(module).__name__} cannot hold; put the whole module in one mode first")
+        raise TypeError(
+            f"from_torch: {_where(path, module)} is in {'train' if module.training else 'eval'} mode but "
+            f"its {', '.join(map(repr, other))} in the other, which the hand-written "
+            f"{type(module).__name__} cannot hold; put the whole module in one mode first"
+        )
     for sub_path, sub in module.named_modules(prefix=path, remove_duplicate=False):
         where = _where(sub_path, sub)
         if parametrize.is_parametrized(sub):
             names = ", ".join(repr(n) for n in sub.parametrizations)
-            raise TypeError(f"from_torch: {where} has a parametrization of {names} (register_parametrization, "
-                            f"weight_norm, spectral_norm), which the hand-written layer would not apply; bake it "
-                            f"in first: torch.nn.utils.parametrize.remove_parametrizations(module, name)")
+            raise TypeError(
+                f"from_torch: {where} has a parametrization of {names} (register_parametrization, "
+                f"weight_norm, spectral_norm), which the hand-written layer would not apply; bake it "
+                f"in first: torch.nn.utils.parametrize.remove_parametrizations(module, name)"
+            )
         for attr, kind in _HOOKS:
             for hook in getattr(sub, attr, {}).values():
                 if isinstance(hook, prune.BasePruningMethod):
-                    raise TypeError(f"from_torch: {where} is pruned ({hook._tensor_name}_orig and "
-                                    f"{hook._tensor_name}_mask), which the hand-written layer would not apply; make "
-                                    f"it permanent first: torch.nn.utils.prune.remove(module, '{hook._tensor_name}')")
-                raise TypeError(f"from_torch: {where} has a {kind} ({_name(hook)}), which the hand-written layer "
-                                f"would not run; remove it first (handle.remove()) and apply it to the hand-written model's "
-                                f"values yourself")
+                    raise TypeError(
+                        f"from_torch: {where} is pruned ({hook._tensor_name}_orig and "
+                        f"{hook._tensor_name}_mask), which the hand-written layer would not apply; make "
+                        f"it permanent first: torch.nn.utils.prune.remove(module, '{hook._tensor_name}')"
+                    )
+                raise TypeError(
+                    f"from_torch: {where} has a {kind} ({_name(hook)}), which the hand-written layer "
+                    f"would not run; remove it first (handle.remove()) and apply it to the hand-written model's "
+                    f"values yourself"
+                )
 
 
-def _convert(module: nn.Module, path: str, converted: dict[int, BaseLayer], tensors: dict[int, torch.Tensor]
-             ) -> BaseLayer:
+def _convert(
+    module: nn.Module, path: str, converted: dict[int, BaseLayer], tensors: dict[int, torch.Tensor]
+) -> BaseLayer:
     """from_torch of ``module`` at ``path``, with ``converted`` (id of each torch module converted so far -> its
     hand-written layer) and ``tensors`` (id of each torch parameter or buffer seen so far -> its hand-written one)."""
     done = converted.get(id(module))
@@ -133,9 +153,13 @@ def _convert(module: nn.Module, path: str, converted: dict[int, BaseLayer], tens
     if type(module) is nn.Sequential:
         _refuse_dropped_own(module, path)
         # module._modules, not named_children(): named_children() gives a module used twice only once
-        layer = Sequential(OrderedDict(
-            (name, _convert(child, f"{path}.{name}" if path else name, converted, tensors))
-            for name, child in module._modules.items() if child is not None))
+        layer = Sequential(
+            OrderedDict(
+                (name, _convert(child, f"{path}.{name}" if path else name, converted, tensors))
+                for name, child in module._modules.items()
+                if child is not None
+            )
+        )
         layer.training = module.training  # its own flag only: each child keeps its own mode (a BatchNorm in eval)
     else:
         _refuse_dropped(module, path)
@@ -144,16 +168,20 @@ def _convert(module: nn.Module, path: str, converted: dict[int, BaseLayer], tens
         if cls is None:
             base = next((c for c in type(module).__mro__[1:] if c in table or c is nn.Sequential), None)
             if base is not None:
-                raise TypeError(f"from_torch: {_where(path, module)} is a subclass of nn.{base.__name__}; its own "
-                                f"code (forward, ...) would not run in the hand-written layer: convert a plain "
-                                f"nn.{base.__name__}")
+                raise TypeError(
+                    f"from_torch: {_where(path, module)} is a subclass of nn.{base.__name__}; its own "
+                    f"code (forward, ...) would not run in the hand-written layer: convert a plain "
+                    f"nn.{base.__name__}"
+                )
             names = ", ".join(sorted(["Sequential", *(c.__name__ for c in table)]))
             raise TypeError(f"from_torch: {type(module).__name__} is not supported; supported: {names}")
         try:
             layer = cls.from_torch(module)
         except KeyError as e:  # the module's state_dict has keys the torch class does not make
-            raise TypeError(f"from_torch: {_where(path, module)} does not convert: {e.args[0]} (its tensors must be "
-                            f"a plain nn.{cls.torch_class.__name__}'s; one added would be dropped)") from None
+            raise TypeError(
+                f"from_torch: {_where(path, module)} does not convert: {e.args[0]} (its tensors must be "
+                f"a plain nn.{cls.torch_class.__name__}'s; one added would be dropped)"
+            ) from None
         _tie(module, path, layer, tensors)
     converted[id(module)] = layer
     return layer
@@ -164,12 +192,16 @@ def _refuse_dropped_own(module: nn.Module, path: str) -> None:
     where = _where(path, module)
     for attr, kind in _HOOKS:
         for hook in getattr(module, attr, {}).values():
-            raise TypeError(f"from_torch: {where} has a {kind} ({_name(hook)}), "
-                            f"which the hand-written Sequential would not run; remove it first (handle.remove())")
+            raise TypeError(
+                f"from_torch: {where} has a {kind} ({_name(hook)}), "
+                f"which the hand-written Sequential would not run; remove it first (handle.remove())"
+            )
     own = [n for n, t in (*module._parameters.items(), *module._buffers.items()) if t is not None]
     if own:
-        raise TypeError(f"from_torch: {where} holds its own tensors {', '.join(map(repr, own))}, which no "
-                        f"hand-written layer would use")
+        raise TypeError(
+            f"from_torch: {where} holds its own tensors {', '.join(map(repr, own))}, which no "
+            f"hand-written layer would use"
+        )
 
 
 def _tie(module: nn.Module, path: str, layer: BaseLayer, tensors: dict[int, torch.Tensor]) -> None:
@@ -179,9 +211,11 @@ def _tie(module: nn.Module, path: str, layer: BaseLayer, tensors: dict[int, torc
     theirs = [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]
     extra = [name for name, _ in theirs if name not in ours]
     if extra:
-        raise TypeError(f"from_torch: {_where(path, module)} has {', '.join(map(repr, extra))}, which the "
-                        f"hand-written {type(layer).__name__} has no place for (a parameter or buffer added to "
-                        f"the module); it would be dropped")
+        raise TypeError(
+            f"from_torch: {_where(path, module)} has {', '.join(map(repr, extra))}, which the "
+            f"hand-written {type(layer).__name__} has no place for (a parameter or buffer added to "
+            f"the module); it would be dropped"
+        )
     for name, t in theirs:
         owner, attr, mine = ours[name]
         first = tensors.setdefault(id(t), mine)

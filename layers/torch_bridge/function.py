@@ -9,6 +9,7 @@ and vmap are refused by the Function's own ``jvp`` and ``vmap`` rules.
 A layer's cache is recognised by the objects its attributes hold right after a forward (``_fingerprint``): a
 backward that finds any of them replaced -- by an earlier backward or a later forward -- re-runs the forward first.
 """
+
 from __future__ import annotations
 
 import weakref
@@ -87,8 +88,7 @@ def _cached_by(leaves: list[Layer], t: Tensor) -> bool:
         for value in vars(node).values():
             items = value if isinstance(value, (tuple, list)) else (value,)
             for v in items:
-                if isinstance(v, Tensor) and not isinstance(v, nn.Parameter) and v.numel() \
-                        and _storage_key(v) == key:
+                if isinstance(v, Tensor) and not isinstance(v, nn.Parameter) and v.numel() and _storage_key(v) == key:
                     return True
     return False
 
@@ -114,9 +114,11 @@ def _second_derivative_refused(layer: Layer, grads: tuple, sources: tuple) -> tu
     then passes through it (``autograd.grad(g, x)`` runs only the nodes on a path to x; without these edges it would
     skip the node and call the second derivative zero)."""
     edges = [t.reshape(-1)[:0] for t in sources if isinstance(t, Tensor) and t.requires_grad]
-    message = (f"as_module({_named(layer)}): its backward is hand-written and gives first derivatives only; a second "
-               f"derivative through it (create_graph=True then another backward: a gradient penalty, hvp, hessian) "
-               f"is not supported: use its torch.nn twin (layer.to_torch()) there")
+    message = (
+        f"as_module({_named(layer)}): its backward is hand-written and gives first derivatives only; a second "
+        f"derivative through it (create_graph=True then another backward: a gradient penalty, hvp, hessian) "
+        f"is not supported: use its torch.nn twin (layer.to_torch()) there"
+    )
     err_fn = torch._C._functions.DelayedError(message.encode(), len(grads) + len(edges))
 
     def alias(g: Tensor | None) -> Tensor | None:
@@ -124,19 +126,22 @@ def _second_derivative_refused(layer: Layer, grads: tuple, sources: tuple) -> tu
 
     out = err_fn(*map(alias, grads), *edges)
     out = out if isinstance(out, tuple) else (out,)
-    return out[:len(grads)]
+    return out[: len(grads)]
 
 
 def _refused_under(layer: Layer, what: str) -> RuntimeError:
-    return RuntimeError(f"as_module({_named(layer)}): {what} is not supported (its forward and backward are "
-                        f"hand-written; autograd's backward, torch.func.grad and functional_call are): use its "
-                        f"torch.nn twin (layer.to_torch()) there")
+    return RuntimeError(
+        f"as_module({_named(layer)}): {what} is not supported (its forward and backward are "
+        f"hand-written; autograd's backward, torch.func.grad and functional_call are): use its "
+        f"torch.nn twin (layer.to_torch()) there"
+    )
 
 
 def _changed(ctx, tensors: tuple[Tensor, ...]) -> str | None:
     """The name of the first of the forward's input and parameters changed in place since the forward, or None."""
-    for name, t, then in zip(("its input x", *(f"parameter '{s.name}'" for s in ctx.module._slots)),
-                             (ctx.x, *tensors), ctx.versions):
+    for name, t, then in zip(
+        ("its input x", *(f"parameter '{s.name}'" for s in ctx.module._slots)), (ctx.x, *tensors), ctx.versions
+    ):
         if then != -1 and t._version != then:
             return name
     return None
@@ -227,8 +232,10 @@ def _backward(ctx, dout: Tensor) -> tuple:
     except RuntimeError as e:
         if "modified by an inplace operation" not in str(e):
             raise
-        raise RuntimeError(f"as_module({_named(layer)}): the input of its forward (or its output, which the "
-                           f"backward reads) was modified by an inplace operation before this backward; {e}") from e
+        raise RuntimeError(
+            f"as_module({_named(layer)}): the input of its forward (or its output, which the "
+            f"backward reads) was modified by an inplace operation before this backward; {e}"
+        ) from e
     params = ctx.params
     rerun = not _unchanged(ctx.fingerprint)  # this forward's cache is gone (used by a backward, or overwritten)
     if rerun:
@@ -238,7 +245,8 @@ def _backward(ctx, dout: Tensor) -> tuple:
                 f"as_module({_named(layer)}): {changed} was modified by an inplace operation (an optimizer step?) "
                 f"after the forward of the graph this backward runs through, and the layer's cache of that forward "
                 f"is gone (an earlier backward used it): the gradient would come from the new values; call every "
-                f"backward of a graph before changing its tensors in place, or run the forward again")
+                f"backward of a graph before changing its tensors in place, or run the forward again"
+            )
     ctx.fingerprint = None  # the backward below consumes the cache: a later backward re-runs the forward
     need_dx = ctx.needs_input_grad[1]
     needs = ctx.needs_input_grad[2:]
@@ -252,19 +260,25 @@ def _backward(ctx, dout: Tensor) -> tuple:
             else:
                 dx = layer.backward(dout)
         except (RuntimeError, ValueError, TypeError, IndexError) as e:
-            placed = _placed(e, f"as_module({_named(layer)}): its backward failed, given dout of shape "
-                                f"{tuple(dout.shape)} (the shape of its output): ")
+            placed = _placed(
+                e,
+                f"as_module({_named(layer)}): its backward failed, given dout of shape "
+                f"{tuple(dout.shape)} (the shape of its output): ",
+            )
             if placed is e:
                 raise
             raise placed from e
         grads = [t.grad for t in held]
     if need_dx and not (isinstance(dx, Tensor) and dx.shape == x.shape):
         got = f"shape {tuple(dx.shape)}" if isinstance(dx, Tensor) else type(dx).__name__
-        raise ValueError(f"as_module({_named(layer)}): its backward returned dx of {got}, but its input had shape "
-                         f"{tuple(x.shape)}")
+        raise ValueError(
+            f"as_module({_named(layer)}): its backward returned dx of {got}, but its input had shape {tuple(x.shape)}"
+        )
     for s, g in zip(slots, grads):
         if g is not None and g.shape != s.param.shape:
-            raise ValueError(f"as_module({_named(layer)}): its backward left a gradient of shape {tuple(g.shape)} in "
-                             f"'{s.name}'.grad, but the parameter has shape {tuple(s.param.shape)}")
+            raise ValueError(
+                f"as_module({_named(layer)}): its backward left a gradient of shape {tuple(g.shape)} in "
+                f"'{s.name}'.grad, but the parameter has shape {tuple(s.param.shape)}"
+            )
     grads = [g if need else None for g, need in zip(grads, needs)]
     return (None, dx if need_dx else None, *grads)

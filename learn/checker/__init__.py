@@ -7,6 +7,7 @@ checks a class object (a notebook's) and prints the report.  ``check_path`` retu
 learner.  The learner's code runs in a child process (sandbox.py: forked for a learner's own check, inside
 bubblewrap for a grader's, ``isolate``); the expected values and the verdict stay in this one.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -27,6 +28,7 @@ def planned(name: str) -> list[str]:
     """The items exercise ``name``'s check decides, in order (a grader's tests)."""
     from .layer_check import planned as layer_items
     from .specs import SPECS
+
     spec = SPECS[get(name).name]
     return spec.planned() if hasattr(spec, "planned") else layer_items(spec)
 
@@ -36,6 +38,7 @@ def mistake_keys() -> frozenset:
     one of them is dropped)."""
     from .guard import KEYS
     from .specs import catalogue
+
     return frozenset(m.key for _, m in catalogue()) | KEYS
 
 
@@ -48,6 +51,7 @@ def run(name: str, target: dict, *, isolate: str = "fork", time_limit: float | N
     from .layer_check import check_layer
     from .spec import LayerSpec
     from .specs import SPECS
+
     spec = SPECS[name]
     with Sandbox(learner_side, name, target, isolate=isolate, time_limit=time_limit, keys=mistake_keys()) as box:
         calls = LayerCalls(box, spec) if isinstance(spec, LayerSpec) else box  # a layer's calls as plain data
@@ -57,8 +61,7 @@ def run(name: str, target: dict, *, isolate: str = "fork", time_limit: float | N
             report = check_layer(spec, calls, box.where)
         printed = box.printed()
     if target.get("notebook"):
-        report.lines.insert(0, f"  (the code cells of {target['shown']}, joined: line N is the Nth line of their "
-                               f"code)")
+        report.lines.insert(0, f"  (the code cells of {target['shown']}, joined: line N is the Nth line of their code)")
     if printed.strip():
         report.say("  your code printed:\n" + "\n".join("    | " + ln for ln in printed.rstrip().splitlines()))
     return report
@@ -86,8 +89,9 @@ def read_submission(path: Path) -> bytes:
         os.close(fd)
 
 
-def check_path(name: str, path: Path, seed: int | None = None, *, isolate: str = "fork",
-               time_limit: float | None = None) -> Report:
+def check_path(
+    name: str, path: Path, seed: int | None = None, *, isolate: str = "fork", time_limit: float | None = None
+) -> Report:
     """The check of the learner's file (its configurations drawn from ``seed``, None: the fixed ones); an
     ``.ipynb`` is read as its code cells, in the child.  Raises LoadError when the file cannot be used, Escaped
     when its code broke out of the check, Unavailable when the check's process could not start."""

@@ -14,6 +14,7 @@ forward_backward, or zero_grad when its inputs say so; a probe reads .grad); zer
 fresh model, before any gradient, as a training loop's first zero_grad is.  Known mistakes are replayed from the
 same batches and named only when they fit.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -42,7 +43,7 @@ GRADS = ("weight.grad", "bias.grad")
 def _micro(c):
     """The micro-batches of the batch in ``c``: (x rows, target rows) each."""
     m = c.micro_batch
-    return [(c.x[s:s + m], c.target[s:s + m]) for s in range(0, len(c.x), m)]
+    return [(c.x[s : s + m], c.target[s : s + m]) for s in range(0, len(c.x), m)]
 
 
 def _grads_of(c, scale_of) -> dict[str, Tensor]:
@@ -56,36 +57,54 @@ def _grads_of(c, scale_of) -> dict[str, Tensor]:
 
 
 MISTAKES = [
-    Mistake("accum-micro-mean", "each micro-batch's own mean: 2 * diff / diff.numel()",
-            "the loss is the mean over the whole batch's N * H elements, so each micro-batch's share is divided by "
-            "N * H, not by its own count: with micro-batches of m rows yours is N / m times too large",
-            lambda c: _grads_of(c, lambda k, n, count: 1 / count)),
-    Mistake("accum-averaged-over-micro-batches", "the micro-batches' own means, averaged over their number",
-            "that is right only when every micro-batch has the same number of rows: a shorter last one then weighs "
-            "as much as a full one.  Divide each micro-batch's squared errors by N * H, the whole batch's count",
-            lambda c: _grads_of(c, lambda k, n, count: 1 / (count * n))),
-    Mistake("accum-last-micro-batch-only", "the last micro-batch's share alone",
-            ".grad was cleared (or assigned) for each micro-batch, so only the last one's share is left: the "
-            "micro-batches' gradients must add up, += through the layer's backward, with no zero_grad between them",
-            lambda c: _grads_of(c, lambda k, n, count: (k == n - 1) / c.target.numel())),
-    Mistake("accum-not-divided", "2 * diff with no division",
-            "the loss is a mean over the N * H elements: each micro-batch's dout is 2 * diff / (N * H)",
-            lambda c: _grads_of(c, lambda k, n, count: 1.0)),
+    Mistake(
+        "accum-micro-mean",
+        "each micro-batch's own mean: 2 * diff / diff.numel()",
+        "the loss is the mean over the whole batch's N * H elements, so each micro-batch's share is divided by "
+        "N * H, not by its own count: with micro-batches of m rows yours is N / m times too large",
+        lambda c: _grads_of(c, lambda k, n, count: 1 / count),
+    ),
+    Mistake(
+        "accum-averaged-over-micro-batches",
+        "the micro-batches' own means, averaged over their number",
+        "that is right only when every micro-batch has the same number of rows: a shorter last one then weighs "
+        "as much as a full one.  Divide each micro-batch's squared errors by N * H, the whole batch's count",
+        lambda c: _grads_of(c, lambda k, n, count: 1 / (count * n)),
+    ),
+    Mistake(
+        "accum-last-micro-batch-only",
+        "the last micro-batch's share alone",
+        ".grad was cleared (or assigned) for each micro-batch, so only the last one's share is left: the "
+        "micro-batches' gradients must add up, += through the layer's backward, with no zero_grad between them",
+        lambda c: _grads_of(c, lambda k, n, count: (k == n - 1) / c.target.numel()),
+    ),
+    Mistake(
+        "accum-not-divided",
+        "2 * diff with no division",
+        "the loss is a mean over the N * H elements: each micro-batch's dout is 2 * diff / (N * H)",
+        lambda c: _grads_of(c, lambda k, n, count: 1.0),
+    ),
 ]
 LOSS_MISTAKES = [
-    Mistake("accum-loss-mean-of-means", "the mean of the micro-batches' own mean losses",
-            "with a shorter last micro-batch the mean of means weighs its rows more: sum every squared error and "
-            "divide once by N * H",
-            lambda c: {"loss": torch.stack([((xb @ c.weight.T + c.bias - tb) ** 2).mean() for xb, tb in _micro(c)])
-                       .mean()}),
+    Mistake(
+        "accum-loss-mean-of-means",
+        "the mean of the micro-batches' own mean losses",
+        "with a shorter last micro-batch the mean of means weighs its rows more: sum every squared error and "
+        "divide once by N * H",
+        lambda c: {"loss": torch.stack([((xb @ c.weight.T + c.bias - tb) ** 2).mean() for xb, tb in _micro(c)]).mean()},
+    ),
 ]
 ZEROED_INSIDE = Mistake(
-    "accum-zeroed-inside", "the second batch's gradient alone",
+    "accum-zeroed-inside",
+    "the second batch's gradient alone",
     "forward_backward cleared .grad before adding: a backward adds into .grad, and clearing it is zero_grad's, "
-    "which the caller calls between batches (accumulating over several calls is the point)")
+    "which the caller calls between batches (accumulating over several calls is the point)",
+)
 ZERO_GRAD_NOOP = Mistake(
-    "accum-zero-grad-noop", "unchanged by zero_grad",
-    "zero_grad must clear every parameter's .grad: for p in self.parameters(): p.grad = None (or zero it)")
+    "accum-zero-grad-noop",
+    "unchanged by zero_grad",
+    "zero_grad must clear every parameter's .grad: for p in self.parameters(): p.grad = None (or zero it)",
+)
 
 
 def _expected(c) -> dict[str, Tensor]:
@@ -98,15 +117,22 @@ def _expected(c) -> dict[str, Tensor]:
 
 
 def _inputs(g, n=6, d=4, h=3):
-    return {"x": torch.randn(n, d, generator=g, dtype=torch.float64),
-            "target": torch.randn(n, h, generator=g, dtype=torch.float64)}
+    return {
+        "x": torch.randn(n, d, generator=g, dtype=torch.float64),
+        "target": torch.randn(n, h, generator=g, dtype=torch.float64),
+    }
 
 
 def _shaped(label, n, d, h, m) -> dict:
-    return {"label": label, "ctor": {"in_features": d, "out_features": h, "micro_batch": m},
-            "params": {"weight": lambda g: torch.rand(h, d, generator=g, dtype=torch.float64) * 2 - 1,
-                       "bias": lambda g: torch.randn(h, generator=g, dtype=torch.float64) + 0.5},
-            "inputs": lambda g: _inputs(g, n, d, h)}
+    return {
+        "label": label,
+        "ctor": {"in_features": d, "out_features": h, "micro_batch": m},
+        "params": {
+            "weight": lambda g: torch.rand(h, d, generator=g, dtype=torch.float64) * 2 - 1,
+            "bias": lambda g: torch.randn(h, generator=g, dtype=torch.float64) + 0.5,
+        },
+        "inputs": lambda g: _inputs(g, n, d, h),
+    }
 
 
 def _random(g) -> dict:
@@ -132,14 +158,19 @@ class AccumulateSpec(LayerSpec):
     def planned(self) -> list[str]:
         configs = expand(self)
         return [LOSS, WHOLE, ADDS, CLEARS, AFTER, UNCHANGED] + [
-            CONFIG.format(k + 1, len(configs), label) for k, (label, _) in enumerate(configs) if k]
+            CONFIG.format(k + 1, len(configs), label) for k, (label, _) in enumerate(configs) if k
+        ]
 
     def check(self, box, where: str | None) -> Report:
         configs = expand(self)
-        report = Report(f"Checking {box.cls_name} of exercise accumulate on {len(configs)} configurations: three "
-                        f"batches, zero_grad between the second and the third")
-        report.right = (f"the loss and every .grad agree with PyTorch's autograd on the whole batch at once, on all "
-                        f"{len(configs)} configurations")
+        report = Report(
+            f"Checking {box.cls_name} of exercise accumulate on {len(configs)} configurations: three "
+            f"batches, zero_grad between the second and the third"
+        )
+        report.right = (
+            f"the loss and every .grad agree with PyTorch's autograd on the whole batch at once, on all "
+            f"{len(configs)} configurations"
+        )
         report.plan(*self.planned())
         failing = None
         for number, (label, cfg) in enumerate(configs):
@@ -160,13 +191,17 @@ class AccumulateSpec(LayerSpec):
         if failing is not None:
             report.passed = False
             if failing == 0:
-                decided = [i for i in report.items.values() if i.passed is not None
-                           and not i.name.startswith("configuration")]
-                report.say("  each item on its own, on the default configuration: " + "; ".join(
-                    f"{i.name}: {'right' if i.passed else 'wrong'}" for i in decided))
+                decided = [
+                    i for i in report.items.values() if i.passed is not None and not i.name.startswith("configuration")
+                ]
+                report.say(
+                    "  each item on its own, on the default configuration: "
+                    + "; ".join(f"{i.name}: {'right' if i.passed else 'wrong'}" for i in decided)
+                )
             others = [str(k + 1) for k in range(1, len(configs)) if k != failing]
-            right = [k for k in others if report.items[CONFIG.format(int(k), len(configs), configs[int(k) - 1][0])]
-                     .passed]
+            right = [
+                k for k in others if report.items[CONFIG.format(int(k), len(configs), configs[int(k) - 1][0])].passed
+            ]
             if others:
                 report.say(f"  the other configurations: {', '.join(right) or 'none'} right")
         report.settle()
@@ -180,8 +215,10 @@ def _walk(cfg, box, number: int, total: int, report: Report, mark) -> bool:
     ctxs = [SimpleNamespace(**b, **params, **cfg.ctor) for b in batches]
     want = [_expected(c) for c in ctxs]
     n, d = batches[0]["x"].shape
-    report.say(f"  configuration {number + 1} of {total}, {cfg.label}: {box.cls_name}({d}, "
-               f"{cfg.ctor['out_features']}, micro_batch={cfg.ctor['micro_batch']}) on batches x ({n}, {d})")
+    report.say(
+        f"  configuration {number + 1} of {total}, {cfg.label}: {box.cls_name}({d}, "
+        f"{cfg.ctor['out_features']}, micro_batch={cfg.ctor['micro_batch']}) on batches x ({n}, {d})"
+    )
     why = box.request("construct", number, params)
     if why is not None:
         report.fail("  " + why)
@@ -231,8 +268,16 @@ def _walk(cfg, box, number: int, total: int, report: Report, mark) -> bool:
         return False
     both = {n: want[0][n] + want[1][n] for n in GRADS}
     if whole:
-        adds = _grads_right(got2, both, out(), mark, ADDS, "after a second forward_backward, with no zero_grad "
-                            "between (.grad must hold both batches' gradients)", None, alone=want[1])
+        adds = _grads_right(
+            got2,
+            both,
+            out(),
+            mark,
+            ADDS,
+            "after a second forward_backward, with no zero_grad between (.grad must hold both batches' gradients)",
+            None,
+            alone=want[1],
+        )
     box.request("forward", ZERO_GRAD)
     cleared = box.request("probe", GRADS)
     clears = True
@@ -240,8 +285,10 @@ def _walk(cfg, box, number: int, total: int, report: Report, mark) -> bool:
         value = cleared.get(name)
         if value is not None and not (isinstance(value, Tensor) and not value.any()):
             clears, told = False, out()
-            told.fail(f"  after zero_grad, {name} still holds " + (f"a {type(value).__name__}" if not isinstance(
-                value, Tensor) else "gradients"))
+            told.fail(
+                f"  after zero_grad, {name} still holds "
+                + (f"a {type(value).__name__}" if not isinstance(value, Tensor) else "gradients")
+            )
             if isinstance(value, Tensor) and same(value, got2[name], RIGHT):
                 told.fail("  -> " + ZERO_GRAD_NOOP.says(name, "was"), ZERO_GRAD_NOOP.key)
             break
@@ -250,8 +297,9 @@ def _walk(cfg, box, number: int, total: int, report: Report, mark) -> bool:
     if got3 is None:
         return False
     if whole:
-        after = clears and _grads_right(got3, want[2], out(), mark, AFTER, "after zero_grad and a third "
-                                        "forward_backward", None)
+        after = clears and _grads_right(
+            got3, want[2], out(), mark, AFTER, "after zero_grad and a third forward_backward", None
+        )
     else:  # the formula is wrong: the learner's own gradients of batches 2 and 3 (fresh models) stand for the right
         theirs = [_fresh(box, number, params, batches[k]) for k in (1, 2)]
         adds = theirs[0] is not None and all(_close(got2[n], got1[n] + theirs[0][n]) for n in GRADS)
@@ -259,8 +307,10 @@ def _walk(cfg, box, number: int, total: int, report: Report, mark) -> bool:
         mark(ADDS, adds)
         mark(AFTER, after)
     if whole and adds and clears and after and ok:
-        report.say("    right: the loss, the whole batch's gradient from its micro-batches, a second call adding, "
-                   "zero_grad clearing")
+        report.say(
+            "    right: the loss, the whole batch's gradient from its micro-batches, a second call adding, "
+            "zero_grad clearing"
+        )
     return whole and adds and clears and after and ok
 
 
@@ -299,29 +349,46 @@ def _grads_right(got: dict, want: dict, report: Report, mark, item: str, when: s
     if ctx is not None:
         for m in MISTAKES:
             replay = m.value(ctx)
-            if all(isinstance(got.get(n), Tensor) and (matches(got[n], replay[n], want[n]) or
-                                                       same(replay[n], want[n], RIGHT) and same(got[n], want[n], RIGHT))
-                   for n in GRADS) and any(matches(got[n], replay[n], want[n]) for n in GRADS):
+            if all(
+                isinstance(got.get(n), Tensor)
+                and (
+                    matches(got[n], replay[n], want[n])
+                    or same(replay[n], want[n], RIGHT)
+                    and same(got[n], want[n], RIGHT)
+                )
+                for n in GRADS
+            ) and any(matches(got[n], replay[n], want[n]) for n in GRADS):
                 report.fail("  -> " + m.says(".grad", "holds"), m.key)
                 return False
     if isinstance(mine, Tensor):
         for line in diagnose(wrong[0], mine, want[wrong[0]], {}):
             report.say("  -> " + line)
-    report.say("  look at: each micro-batch's dout, 2 * diff / (N * H), through the layer's backward (+=), and "
-               "nothing that clears .grad inside forward_backward")
+    report.say(
+        "  look at: each micro-batch's dout, 2 * diff / (N * H), through the layer's backward (+=), and "
+        "nothing that clears .grad inside forward_backward"
+    )
     return False
 
 
 SPEC = AccumulateSpec(
-    name="accumulate", cls="Accumulate", ctor={"in_features": 4, "out_features": 3, "micro_batch": 2},
-    params={"weight": lambda g: torch.rand(3, 4, generator=g, dtype=torch.float64) * 2 - 1,
-            "bias": lambda g: torch.randn(3, generator=g, dtype=torch.float64) + 0.5},
-    inputs=_inputs, reference=lambda t: {"loss": ((t.x @ t.weight.T + t.bias - t.target) ** 2).mean()},
-    loss=True, constants=("target",), forward=_forward,
+    name="accumulate",
+    cls="Accumulate",
+    ctor={"in_features": 4, "out_features": 3, "micro_batch": 2},
+    params={
+        "weight": lambda g: torch.rand(3, 4, generator=g, dtype=torch.float64) * 2 - 1,
+        "bias": lambda g: torch.randn(3, generator=g, dtype=torch.float64) + 0.5,
+    },
+    inputs=_inputs,
+    reference=lambda t: {"loss": ((t.x @ t.weight.T + t.bias - t.target) ** 2).mean()},
+    loss=True,
+    constants=("target",),
+    forward=_forward,
     mistakes=MISTAKES + LOSS_MISTAKES + [ZEROED_INSIDE, ZERO_GRAD_NOOP],
-    configs=[_shaped("a shorter last micro-batch: N = 7, micro_batch = 3", 7, 4, 3, 3),
-             _shaped("one micro-batch for the whole batch: N = 5, micro_batch = 5", 5, 4, 3, 5),
-             _shaped("one row at a time: N = 4, micro_batch = 1", 4, 2, 5, 1),
-             _shaped("a micro-batch larger than the batch: N = 3, micro_batch = 8", 3, 4, 3, 8)],
+    configs=[
+        _shaped("a shorter last micro-batch: N = 7, micro_batch = 3", 7, 4, 3, 3),
+        _shaped("one micro-batch for the whole batch: N = 5, micro_batch = 5", 5, 4, 3, 5),
+        _shaped("one row at a time: N = 4, micro_batch = 1", 4, 2, 5, 1),
+        _shaped("a micro-batch larger than the batch: N = 3, micro_batch = 8", 3, 4, 3, 8),
+    ],
     random=_random,
 )

@@ -6,6 +6,7 @@ stand-ins that raise ImportError for every other package of handgrad; bubblewrap
 Python environment (``environment_binds``: the interpreter and its import path, any installed copy of handgrad
 in it hidden under an empty folder, a checkout on the path left out) and /usr; nothing else of the machine.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,16 +23,25 @@ PROJECT = OWN  # handgrad's own top-level packages and modules: never importable
 _LEARN = Path(__file__).resolve().parents[1]
 VIEW = {  # the check's own code, all that the child imports of handgrad: path in the view -> its text, or None
     "learn/__init__.py": '"""The check\'s own code, all of handgrad a checked process sees."""\n',
-    "learn/mistakes.py": None, "learn/files.py": None,
+    "learn/mistakes.py": None,
+    "learn/files.py": None,
     "learn/checker/__init__.py": '"""Inside the check: the child\'s side only."""\n',
-    "learn/checker/wire.py": None, "learn/checker/learner_side.py": None, "learn/checker/guard.py": None,
-    "learn/checker/load.py": None, "learn/checker/fence.py": None, "learn/checker/value_expressions.py": None,
+    "learn/checker/wire.py": None,
+    "learn/checker/learner_side.py": None,
+    "learn/checker/guard.py": None,
+    "learn/checker/load.py": None,
+    "learn/checker/fence.py": None,
+    "learn/checker/value_expressions.py": None,
 }
-_STUB = ('raise ImportError("{name} is handgrad\'s own code, which the check does not hold: the class checked is '
-         'the one you write", name="{name}")\n')
+_STUB = (
+    "raise ImportError(\"{name} is handgrad's own code, which the check does not hold: the class checked is "
+    'the one you write", name="{name}")\n'
+)
 VIEW_AT = "/handgrad"  # where the view is mounted inside bubblewrap
-BOOT = ("import sys; sys.path[:0] = [sys.argv[1]]; import importlib; "  # python -I -c BOOT VIEW MODULE ARGS...
-        "importlib.import_module(sys.argv[2]).main(sys.argv[3:])")
+BOOT = (
+    "import sys; sys.path[:0] = [sys.argv[1]]; import importlib; "  # python -I -c BOOT VIEW MODULE ARGS...
+    "importlib.import_module(sys.argv[2]).main(sys.argv[3:])"
+)
 
 
 class Unavailable(RuntimeError):
@@ -63,8 +73,15 @@ def bwrap_flags() -> list[str] | None:
         found = None
         for flags in (base + user, base):
             try:
-                ok = subprocess.run([path, *flags, *system_binds(), "--proc", "/proc", "--dev", "/dev", "--", "true"],
-                                    stdin=subprocess.DEVNULL, capture_output=True, timeout=30).returncode == 0
+                ok = (
+                    subprocess.run(
+                        [path, *flags, *system_binds(), "--proc", "/proc", "--dev", "/dev", "--", "true"],
+                        stdin=subprocess.DEVNULL,
+                        capture_output=True,
+                        timeout=30,
+                    ).returncode
+                    == 0
+                )
             except (OSError, subprocess.SubprocessError):
                 ok = False
             if ok:
@@ -82,10 +99,12 @@ def isolation(trusted: bool = False) -> str:
         return "bwrap"
     if trusted:
         return "fork"
-    raise Unavailable("bubblewrap cannot run here, and the submissions' code must not run unconfined: install "
-                      "bubblewrap (Debian and Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap; "
-                      "Arch: pacman -S bubblewrap; it needs user namespaces), or, for code you trust (your own "
-                      "tests), add --trust-submissions")
+    raise Unavailable(
+        "bubblewrap cannot run here, and the submissions' code must not run unconfined: install "
+        "bubblewrap (Debian and Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap; "
+        "Arch: pacman -S bubblewrap; it needs user namespaces), or, for code you trust (your own "
+        "tests), add --trust-submissions"
+    )
 
 
 def system_binds() -> list[str]:
@@ -108,9 +127,14 @@ _SYS_PATH: dict = {}
 def child_path(python: str) -> list[str]:
     """The folders a fresh ``python -I`` imports from (its standard library and site-packages), asked once."""
     if python not in _SYS_PATH:
-        run = subprocess.run([python, "-I", "-c", "import json, sys; print(json.dumps(sys.path))"],
-                             capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
-                             env={"PATH": "/usr/bin:/bin"})
+        run = subprocess.run(
+            [python, "-I", "-c", "import json, sys; print(json.dumps(sys.path))"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+            env={"PATH": "/usr/bin:/bin"},
+        )
         if run.returncode != 0:
             raise Unavailable(f"{python} -I does not start: {(run.stderr.strip().splitlines() or ['?'])[-1]}")
         _SYS_PATH[python] = [p for p in json.loads(run.stdout) if p and os.path.isabs(p)]
@@ -169,6 +193,7 @@ def write_view(folder: Path) -> Path:
 
 def unprivileged() -> tuple[int, int]:
     import pwd
+
     try:
         entry = pwd.getpwnam("nobody")
         return entry.pw_uid, entry.pw_gid
@@ -186,8 +211,15 @@ def kill_user(uid: int, gid: int, timeout: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise Unavailable(f"processes of user {uid} survive being killed: {left[:5]}")
         try:
-            subprocess.run(["kill", "-9", "-1"], user=uid, group=gid, extra_groups=[],
-                           stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
+            subprocess.run(
+                ["kill", "-9", "-1"],
+                user=uid,
+                group=gid,
+                extra_groups=[],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=10,
+            )
         except (OSError, subprocess.SubprocessError):
             for pid in left:
                 try:

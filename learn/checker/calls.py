@@ -6,6 +6,7 @@ A spec's ``forward``/``backward`` adapters (spec.py: ``obj.forward(*inputs.value
 places, becomes a template, ``(method, args, kwargs)``, each argument ("slot", tensor name), ("value", v) or a
 ("tuple"|"list", [...]) of them, which ``learner_side.replay`` calls on the learner's object.
 """
+
 from __future__ import annotations
 
 from .configs import expand
@@ -24,6 +25,7 @@ class _Recorder:
     def __getattr__(self, method: str):
         def record(*args, **kwargs):
             self.calls.append((method, args, kwargs))
+
         return record
 
 

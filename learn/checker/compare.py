@@ -5,6 +5,7 @@ the tensor's largest entry, so that an entry near zero does not blow it up (CS23
 float64 a right answer differs from autograd by round-off, ~1e-16; RIGHT accepts 1e-9.  A wrong answer
 "equals" a known mistake when it is within SAME of that mistake's formula.
 """
+
 from __future__ import annotations
 
 import torch
@@ -64,8 +65,10 @@ def describe(name: str, actual: object, expected: Tensor) -> str:
         return f"{name}: expected dtype {expected.dtype}, got {actual.dtype} (keep everything in float64)"
     index, e, a = worst(actual, expected)
     at = f"[{', '.join(map(str, index))}]" if index else ""
-    return (f"{name}: worst at {name}{at}: expected {e:.10g}, yours {a:.10g} "
-            f"(relative error {rel_error(actual, expected):.1e})")
+    return (
+        f"{name}: worst at {name}{at}: expected {e:.10g}, yours {a:.10g} "
+        f"(relative error {rel_error(actual, expected):.1e})"
+    )
 
 
 PRECISION = 1e-4  # a difference between round-off and this, with every entry close: float32 somewhere
@@ -77,29 +80,38 @@ def diagnose(name: str, actual: Tensor, expected: Tensor, others: dict[str, Tens
         return []
     a, e = actual.double(), expected.double()
     if not torch.isfinite(a).all():
-        where = nan_hint or ("a division by zero, a log or sqrt of a negative number or zero, or an exp that "
-                             "overflowed")
+        where = nan_hint or (
+            "a division by zero, a log or sqrt of a negative number or zero, or an exp that overflowed"
+        )
         bad = (~torch.isfinite(a)).sum().item()
         return [f"{bad} of {a.numel()} entries of your {name} are nan or inf: {where}"]
     err = rel_error(a, e)
     if err < PRECISION:
-        return [f"your {name} is close but not right (relative error {err:.1e}: float64 round-off is about 1e-16): "
-                f"float32 somewhere.  torch.zeros(shape) and torch.tensor(...) of Python floats make float32 tensors, "
-                f"and .float() rounds to float32: pass dtype=torch.float64, or use zeros_like(x)"]
+        return [
+            f"your {name} is close but not right (relative error {err:.1e}: float64 round-off is about 1e-16): "
+            f"float32 somewhere.  torch.zeros(shape) and torch.tensor(...) of Python floats make float32 tensors, "
+            f"and .float() rounds to float32: pass dtype=torch.float64, or use zeros_like(x)"
+        ]
     if a.abs().max() == 0:
-        return [f"your {name} is all zeros: no gradient reached it (is the right .grad added to, is the result "
-                f"returned, does the chain reach this tensor?)"]
+        return [
+            f"your {name} is all zeros: no gradient reached it (is the right .grad added to, is the result "
+            f"returned, does the chain reach this tensor?)"
+        ]
     for other, t in others.items():
         if other != name and isinstance(t, Tensor) and t.shape == e.shape and same(a, t):
-            return [f"your {name} equals the expected {other}: two results swapped (check the order you return "
-                    f"them in, or which tensor you add into)"]
+            return [
+                f"your {name} equals the expected {other}: two results swapped (check the order you return "
+                f"them in, or which tensor you add into)"
+            ]
     k = (a * e).sum() / (e * e).sum().clamp_min(1e-300)  # the best factor a = k e
     if a.numel() > 1 and same(a, k * e) and abs(k.item() - 1) > 1e-6:  # any two scalars differ by a factor
         k = k.item()
         if abs(k + 1) < 1e-6:
             return [f"your {name} has the wrong sign everywhere: a minus sign lost or added"]
-        return [f"your {name} is the right one times {k:.6g} (= 1/{1 / k:.6g}) everywhere: a missing or extra "
-                f"constant factor (a 2, a 1/N, a scale?)"]
+        return [
+            f"your {name} is the right one times {k:.6g} (= 1/{1 / k:.6g}) everywhere: a missing or extra "
+            f"constant factor (a 2, a 1/N, a scale?)"
+        ]
     wrong = (a - e).abs() > RIGHT * max(a.abs().max().item(), e.abs().max().item())
     lines = [f"{int(wrong.sum())} of {wrong.numel()} entries of {name} are wrong"]
     if a.dim() >= 2 and 0 < int(wrong.sum()) < wrong.numel():

@@ -9,6 +9,7 @@ checker's process and in the learner's, so a configuration travels between them 
 draw of shapes, come from ``seed``, so an answer that hard-codes the numbers of one run fails another.  The
 learner's process is forked inside it and so builds the same configurations.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -49,6 +50,7 @@ def current() -> int | None:
 def _build(spec: LayerSpec, v: int | None) -> tuple:
     def seed(k: int) -> int:  # configuration k's seed: fixed, or drawn from the variant
         return (spec.seed + k if k else spec.seed) if v is None else stable_seed(f"{v}:{k}")
+
     first = spec if v is None else dataclasses.replace(spec, seed=seed(0))
     out = [(spec.label, first)]
     for k, over in enumerate(spec.configs):

@@ -12,6 +12,7 @@ Two families are replayed from it:
 
 Each replay is a Mistake like the catalogue's, named only when it fits every configuration (naming.fits).
 """
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -55,8 +56,7 @@ def _saved_case(spec, name: str, a: str, b: str) -> Mistake:
     what = spec.saved
     formula = f"its right formula with {b} where {a} belongs"
     why = f"{b} ({what[b]}) has the shape of {a} ({what[a]}), so nothing fails, but the formula needs {a}"
-    return Mistake(SAVED_FAMILY.key, formula, why,
-                   lambda c: {name: spec.formula(_with(c, **{a: getattr(c, b)}))[name]})
+    return Mistake(SAVED_FAMILY.key, formula, why, lambda c: {name: spec.formula(_with(c, **{a: getattr(c, b)}))[name]})
 
 
 def _axis_case(spec, name: str, site: int, axis: int, keepdim: bool, dims: int, was) -> Mistake:
@@ -66,8 +66,12 @@ def _axis_case(spec, name: str, site: int, axis: int, keepdim: bool, dims: int, 
     how = f"{summed}.sum({axis}{', keepdim=True' if keepdim else ''})"
     right = f"{summed}.sum({was[1] % dims}{', keepdim=True' if kept else ''})"
     formula = f"its right formula with the sum{of} over axis {axis} ({how} where {right} belongs)"
-    return Mistake(AXIS_FAMILY.key, formula, AXIS_FAMILY.why,
-                   lambda c: {name: spec.formula(_with(c, _reduce=Reduce(site, axis, keepdim)))[name]})
+    return Mistake(
+        AXIS_FAMILY.key,
+        formula,
+        AXIS_FAMILY.why,
+        lambda c: {name: spec.formula(_with(c, _reduce=Reduce(site, axis, keepdim)))[name]},
+    )
 
 
 def family_mistakes(spec, name: str, ctx) -> list[Mistake]:

@@ -13,6 +13,7 @@
 These hold in the forked child as in the sandboxed one; where the architecture is not known (the filter's system
 call numbers are per architecture), the filter is not installed and says so.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -23,16 +24,59 @@ import signal
 import struct
 
 # the system calls refused, by architecture: (the kernel's audit arch, {name: number})
-_X86_64 = {"clone": 56, "fork": 57, "vfork": 58, "execve": 59, "kill": 62, "ptrace": 101, "rt_sigqueueinfo": 129,
-           "mknod": 133, "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190, "removexattr": 197,
-           "lremovexattr": 198, "fremovexattr": 199, "tkill": 200, "tgkill": 234, "mknodat": 259,
-           "rt_tgsigqueueinfo": 297, "process_vm_readv": 310, "process_vm_writev": 311, "execveat": 322,
-           "pidfd_send_signal": 424, "pidfd_open": 434, "clone3": 435, "setxattrat": 463, "removexattrat": 466}
-_AARCH64 = {"setxattr": 5, "lsetxattr": 6, "fsetxattr": 7, "removexattr": 14, "lremovexattr": 15,
-            "fremovexattr": 16, "mknodat": 33, "ptrace": 117, "kill": 129, "tkill": 130, "tgkill": 131,
-            "rt_sigqueueinfo": 138, "clone": 220, "execve": 221, "rt_tgsigqueueinfo": 240, "process_vm_readv": 270,
-            "process_vm_writev": 271, "execveat": 281, "pidfd_send_signal": 424, "pidfd_open": 434, "clone3": 435,
-            "setxattrat": 463, "removexattrat": 466}
+_X86_64 = {
+    "clone": 56,
+    "fork": 57,
+    "vfork": 58,
+    "execve": 59,
+    "kill": 62,
+    "ptrace": 101,
+    "rt_sigqueueinfo": 129,
+    "mknod": 133,
+    "setxattr": 188,
+    "lsetxattr": 189,
+    "fsetxattr": 190,
+    "removexattr": 197,
+    "lremovexattr": 198,
+    "fremovexattr": 199,
+    "tkill": 200,
+    "tgkill": 234,
+    "mknodat": 259,
+    "rt_tgsigqueueinfo": 297,
+    "process_vm_readv": 310,
+    "process_vm_writev": 311,
+    "execveat": 322,
+    "pidfd_send_signal": 424,
+    "pidfd_open": 434,
+    "clone3": 435,
+    "setxattrat": 463,
+    "removexattrat": 466,
+}
+_AARCH64 = {
+    "setxattr": 5,
+    "lsetxattr": 6,
+    "fsetxattr": 7,
+    "removexattr": 14,
+    "lremovexattr": 15,
+    "fremovexattr": 16,
+    "mknodat": 33,
+    "ptrace": 117,
+    "kill": 129,
+    "tkill": 130,
+    "tgkill": 131,
+    "rt_sigqueueinfo": 138,
+    "clone": 220,
+    "execve": 221,
+    "rt_tgsigqueueinfo": 240,
+    "process_vm_readv": 270,
+    "process_vm_writev": 271,
+    "execveat": 281,
+    "pidfd_send_signal": 424,
+    "pidfd_open": 434,
+    "clone3": 435,
+    "setxattrat": 463,
+    "removexattrat": 466,
+}
 ARCHES = {"x86_64": (0xC000003E, _X86_64), "aarch64": (0xC00000B7, _AARCH64)}
 # classic BPF, as seccomp reads it: struct sock_filter {u16 code; u8 jt; u8 jf; u32 k}
 _LD_ABS, _JEQ, _JGE, _RET = 0x20, 0x15, 0x35, 0x06
@@ -105,8 +149,12 @@ def hard_limits(*, memory: int, cpu_seconds: float, file_size: int) -> None:
     used = resource.getrusage(resource.RUSAGE_SELF)
     cpu = int(used.ru_utime + used.ru_stime + cpu_seconds) + 1
     signal.signal(signal.SIGXFSZ, signal.SIG_DFL)  # Python ignores it; past file_size the process is stopped
-    limits = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, file_size), (resource.RLIMIT_CPU, cpu),
-              (resource.RLIMIT_NPROC, 0)]
+    limits = [
+        (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_FSIZE, file_size),
+        (resource.RLIMIT_CPU, cpu),
+        (resource.RLIMIT_NPROC, 0),
+    ]
     size = _address_space()
     if size is not None:
         limits.append((resource.RLIMIT_AS, size + memory))

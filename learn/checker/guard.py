@@ -4,6 +4,7 @@ Besides the exception's message the report shows the shapes of the tensors on th
 line adds into a ``.grad`` (``self.bias.grad += dout``) it evaluates the right-hand side, so the checker can
 compare what the learner *tried* to add with the known mistakes ("your bias.grad equals dout: ...").
 """
+
 from __future__ import annotations
 
 import ast
@@ -49,17 +50,22 @@ def explain(what: str, e: BaseException, where: str | None, params: dict[int, st
     line = linecache.getline(frame.f_code.co_filename, lineno).strip()
     place = f"{Path(frame.f_code.co_filename).name} line {lineno}"
     if isinstance(e, NotImplementedError):
-        unwritten = message[:-len(": not written yet")] if message.endswith(": not written yet") else what
-        return LearnerFailed(f"{unwritten} is not written yet: {place} raises NotImplementedError.  Fill in the "
-                             f"part marked '# YOUR CODE HERE' (and delete the raise)", key="not-written")
+        unwritten = message[: -len(": not written yet")] if message.endswith(": not written yet") else what
+        return LearnerFailed(
+            f"{unwritten} is not written yet: {place} raises NotImplementedError.  Fill in the "
+            f"part marked '# YOUR CODE HERE' (and delete the raise)",
+            key="not-written",
+        )
     if kind == "NoAutograd":
         return LearnerFailed(f"{what}, {place}: {message}:\n    {line}", key="autograd-used")
     text = [f"{what} raised {kind} at {place}:", f"    {line}", f"  {message}"]
     key = None
     if isinstance(e, RecursionError):
         key = "recursion"
-        text.append("  Python stops at about 1,000 nested calls, and a graph can be deeper: walk it with an explicit "
-                    "stack (a list you append to and pop from) instead of a function that calls itself")
+        text.append(
+            "  Python stops at about 1,000 nested calls, and a graph can be deeper: walk it with an explicit "
+            "stack (a list you append to and pop from) instead of a function that calls itself"
+        )
     node = _parse(line)
     attempted = {}
     if node is not None:
@@ -138,8 +144,9 @@ def _grad_target(node: ast.AST, frame, params: dict[int, str]):
     if id(param) not in params:
         return None
     try:
-        value = eval(compile(ast.Expression(node.value), frame.f_code.co_filename, "eval"), frame.f_globals,
-                     dict(frame.f_locals))
+        value = eval(
+            compile(ast.Expression(node.value), frame.f_code.co_filename, "eval"), frame.f_globals, dict(frame.f_locals)
+        )
     except Exception:
         value = None
     return params[id(param)], value

@@ -6,6 +6,7 @@ Each exercise that supports it gives ``trace(t)``: its forward written once more
 intermediates by the names its solution uses and the outputs.  A name ``dNAME`` is the gradient of the loss
 (the outputs times dout) with respect to intermediate NAME, from torch.autograd.
 """
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -62,14 +63,14 @@ def lstm_cell(t):
     tc = torch.tanh(c_next)
     h_next = o * tc
     # dc_total: the whole gradient of c_next (dc_next and the share through h_next)
-    return {"a": a, "i": i, "f": f, "g": g, "o": o, "tc": tc, "c_total": c_next}, {"h_next": h_next,
-                                                                                   "c_next": c_next}
+    return {"a": a, "i": i, "f": f, "g": g, "o": o, "tc": tc, "c_total": c_next}, {"h_next": h_next, "c_next": c_next}
 
 
 def attention(t):
     n, d = t.q.shape[1], t.q.shape[2]
-    scores = (t.q @ t.k.transpose(1, 2) * d ** -0.5).masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1),
-                                                                 float("-inf"))
+    scores = (t.q @ t.k.transpose(1, 2) * d**-0.5).masked_fill(
+        torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf")
+    )
     att = torch.softmax(scores, -1)
     return {"scores": scores, "att": att}, {"out": att @ t.v}
 

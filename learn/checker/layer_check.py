@@ -15,6 +15,7 @@ the configurations up to the first that fails, that one in full: a table of ever
 points, and the mistake, named only when one known mistake fits the evidence of every configuration
 (naming.py), and central differences of the learner's own forward.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -55,14 +56,22 @@ class Call:
     ctx: SimpleNamespace  # everything, by name, for the mistakes' formulas
 
 
-def reference_call(spec: LayerSpec, params: dict[str, Tensor], inputs: dict[str, Tensor], g, call: int = 0,
-                   douts: dict[str, Tensor] | None = None) -> Call:
+def reference_call(
+    spec: LayerSpec,
+    params: dict[str, Tensor],
+    inputs: dict[str, Tensor],
+    g,
+    call: int = 0,
+    douts: dict[str, Tensor] | None = None,
+) -> Call:
     """The expected outputs and gradients of one forward/backward, from torch.autograd (its own leaves: nothing
     here depends on how a layer's tensors were made).  ``call``: which forward of one object this is (a layer
     that draws, dropout, draws anew at each); ``douts``: given, else drawn from ``g``."""
     with torch.enable_grad():
-        leaves = {n: t.detach().clone().requires_grad_(t.is_floating_point() and n not in spec.constants)
-                  for n, t in {**inputs, **params}.items()}
+        leaves = {
+            n: t.detach().clone().requires_grad_(t.is_floating_point() and n not in spec.constants)
+            for n, t in {**inputs, **params}.items()
+        }
         outputs = spec.reference(SimpleNamespace(**leaves, **spec.ctor, call=call))
         if spec.loss:
             douts, grad_outputs = {}, [torch.ones((), dtype=F64)]
@@ -76,8 +85,14 @@ def reference_call(spec: LayerSpec, params: dict[str, Tensor], inputs: dict[str,
     for n, d in zip(wrt, found):
         d = torch.zeros_like(leaves[n]) if d is None else d
         grads[f"{n}.grad" if n in params else f"d{n}"] = d.detach()
-    ctx = SimpleNamespace(**{n: t.detach() for n, t in leaves.items()}, **douts, **spec.ctor, call=call,
-                          **{o: t.detach() for o, t in outputs.items()}, expected=grads)
+    ctx = SimpleNamespace(
+        **{n: t.detach() for n, t in leaves.items()},
+        **douts,
+        **spec.ctor,
+        call=call,
+        **{o: t.detach() for o, t in outputs.items()},
+        expected=grads,
+    )
     if spec.context is not None:
         vars(ctx).update(spec.context(ctx))
     return Call(inputs, douts, {o: t.detach() for o, t in outputs.items()}, grads, ctx)
@@ -109,8 +124,10 @@ def check_layer(spec: LayerSpec, box, where: str | None) -> Report:
     """Check the layer in ``box`` (a Sandbox holding the learner's class) on every configuration of ``spec``."""
     configs = expand(spec)
     report = Report(f"Checking {box.cls_name} of exercise {spec.name} on {len(configs)} configurations")
-    report.right = (f"every tensor agrees with {spec.versus} on all {len(configs)} configurations, and with "
-                    f"central differences of your forward")
+    report.right = (
+        f"every tensor agrees with {spec.versus} on all {len(configs)} configurations, and with "
+        f"central differences of your forward"
+    )
     runs: list[_Run] = []
     for number, (label, cfg) in enumerate(configs):
         run = _Run(cfg, box, number, len(configs), report if number == 0 else None)
@@ -144,15 +161,23 @@ def _also(report: Report, runs: list, failing) -> None:
     wrong = [i.name for i in decided if i.passed is False]
     if runs[0] is failing and decided:
         right = [i.name for i in decided if i.passed]
-        report.say("  each item on its own, on the default configuration: " + (f"right: {'; '.join(right)}"
-                   if right else "none right") + (f".  Wrong: {'; '.join(wrong)}" if wrong else ""))
+        report.say(
+            "  each item on its own, on the default configuration: "
+            + (f"right: {'; '.join(right)}" if right else "none right")
+            + (f".  Wrong: {'; '.join(wrong)}" if wrong else "")
+        )
     others = [r for r in runs if r.number and r is not failing]
     if others:
         good = [str(r.number + 1) for r in others if r.ok]
         bad = [str(r.number + 1) for r in others if not r.ok]
-        report.say("  the other configurations: " + ", ".join(
-            part for part in ((f"{', '.join(good)} right" if good else ""), (f"{', '.join(bad)} wrong" if bad
-                                                                              else "")) if part))
+        report.say(
+            "  the other configurations: "
+            + ", ".join(
+                part
+                for part in ((f"{', '.join(good)} right" if good else ""), (f"{', '.join(bad)} wrong" if bad else ""))
+                if part
+            )
+        )
 
 
 def _unmarked(*args, **kwargs) -> None:
@@ -162,6 +187,7 @@ def _unmarked(*args, **kwargs) -> None:
 @dataclass
 class _Site:
     """A naming left for later, when every configuration's evidence is in: ``args`` of name_it, its place."""
+
     at: int
     name: str
     args: dict = field(default_factory=dict)
@@ -215,15 +241,18 @@ class _Run:
             name_it(self.spec, site.name, report=sub, evidence=evidence, **site.args)
             same_as = said.get(tuple(ln.replace(f"your {site.name} ", "your _ ") for ln in sub.lines))
             if sub.log and same_as is not None:  # the same mistake in another tensor: one line says both
-                same_as[0] = same_as[0].replace(" equals ", f" (and your {site.name}) equals ", 1) \
-                    if "(and your" not in same_as[0] else same_as[0].replace(") equals ", f", {site.name}) equals ", 1)
+                same_as[0] = (
+                    same_as[0].replace(" equals ", f" (and your {site.name}) equals ", 1)
+                    if "(and your" not in same_as[0]
+                    else same_as[0].replace(") equals ", f", {site.name}) equals ", 1)
+                )
                 sub.lines = []
             elif sub.log:
                 said[tuple(ln.replace(f"your {site.name} ", "your _ ") for ln in sub.lines)] = sub.lines
             subs.append(sub)
             keys += sub.log
         for site, sub in reversed(list(zip(self.sites, subs))):
-            self.scratch.lines[site.at:site.at] = sub.lines
+            self.scratch.lines[site.at : site.at] = sub.lines
         self.scratch.log[:0] = keys
         self.scratch.named = list(dict.fromkeys(self.scratch.log))
 
@@ -235,16 +264,19 @@ class _Run:
         inputs = [spec.inputs(g) for _ in range(CALLS)]
         self.calls = [reference_call(spec, self.params, inputs[k], g, call=k) for k in range(CALLS)]
         # the second backward after the last forward: a new dout (a loss has none: the same call again)
-        self.calls.append(self.calls[-1] if spec.loss else
-                          reference_call(spec, self.params, inputs[-1], g, call=CALLS - 1))
+        self.calls.append(
+            self.calls[-1] if spec.loss else reference_call(spec, self.params, inputs[-1], g, call=CALLS - 1)
+        )
         args = ", ".join(f"{k}={v!r}" for k, v in spec.ctor.items())
         shapes = "; ".join(f"{n} {tuple(t.shape)}" for n, t in self.calls[0].inputs.items())
-        self.scratch.say(f"  configuration {self.number + 1} of {self.total}, {self.label}: {box.cls_name}({args}) "
-                         f"on {shapes}")
+        self.scratch.say(
+            f"  configuration {self.number + 1} of {self.total}, {self.label}: {box.cls_name}({args}) on {shapes}"
+        )
         if self.main is not None:
             c = self.calls[0]
-            self.main.plan(*items(spec, c.outputs, _returns(spec, c) + tuple(f"{p}.grad" for p in self.params),
-                                  self.params))
+            self.main.plan(
+                *items(spec, c.outputs, _returns(spec, c) + tuple(f"{p}.grad" for p in self.params), self.params)
+            )
         try:
             self._walk()
         except LearnerFailed as e:
@@ -280,8 +312,10 @@ class _Run:
         if spec.numeric:
             self._numeric()
         if self.ok:
-            self.say("    right; the largest relative errors over two calls: "
-                     + ", ".join(f"{n} {e:.1e}" for n, e in self.errors.items()))
+            self.say(
+                "    right; the largest relative errors over two calls: "
+                + ", ".join(f"{n} {e:.1e}" for n, e in self.errors.items())
+            )
 
     def _layout(self) -> bool:
         """The learner's shards, one per rank, right after construction: each the expected block of its
@@ -292,17 +326,21 @@ class _Run:
             mine = got.get(path)
             if _parts_equal(mine, parts, RIGHT):
                 continue
-            self.fail(f"  layout is wrong: self.{path} should hold {len(parts)} shards, one per rank, of shapes "
-                      f"{_shapes(parts)}, each the block of the parameter that rank holds; yours: {_shapes(mine)}")
+            self.fail(
+                f"  layout is wrong: self.{path} should hold {len(parts)} shards, one per rank, of shapes "
+                f"{_shapes(parts)}, each the block of the parameter that rank holds; yours: {_shapes(mine)}"
+            )
             for m, alt in self.spec.layout_mistakes:
                 if _parts_equal(mine, alt(self.calls[0].ctx).get(path), SAME):
                     self.fail("  -> " + m.says(f"self.{path}", "is"), m.key)
                     self.mark(LAYOUT, False, [m.key])
                     return False
             if isinstance(mine, list) and [shape_of(t) for t in mine] == [shape_of(t) for t in parts]:
-                self.say("  -> the shapes are right, the values are not: is each shard a view of the parameter "
-                         "(shard() gives views)?  The checker sets the parameters after the constructor, and a "
-                         "copy never sees them")
+                self.say(
+                    "  -> the shapes are right, the values are not: is each shard a view of the parameter "
+                    "(shard() gives views)?  The checker sets the parameters after the constructor, and a "
+                    "copy never sees them"
+                )
             self.mark(LAYOUT, False)
             return False
         self.mark(LAYOUT, True)
@@ -317,8 +355,10 @@ class _Run:
                 return False
             for r, t in enumerate(parts[1:], 1):
                 if not same(t, parts[0], RIGHT):
-                    self.fail(f"  rank {r}'s {path} differs from rank 0's: after an all-reduce every rank holds "
-                              f"the same sum.  " + describe(f"{path}[{r}]", t, parts[0]))
+                    self.fail(
+                        f"  rank {r}'s {path} differs from rank 0's: after an all-reduce every rank holds "
+                        f"the same sum.  " + describe(f"{path}[{r}]", t, parts[0])
+                    )
                     self.mark(REPLICAS, False)
                     return False
         self.mark(REPLICAS, True)
@@ -379,10 +419,13 @@ class _Run:
             for pname, value in e.attempted.items():  # what the failing line tried to add into .grad
                 name = f"{pname}.grad"
                 if value.shape != c.grads[name].shape:
-                    self.say(f"  that line tried to put a tensor of shape {tuple(value.shape)} into {name} "
-                             f"{tuple(c.grads[name].shape)}")
-                self.name(name, actual=value, candidates=_candidates(spec, c, name), c=c, expected=c.grads[name],
-                          quiet=True)
+                    self.say(
+                        f"  that line tried to put a tensor of shape {tuple(value.shape)} into {name} "
+                        f"{tuple(c.grads[name].shape)}"
+                    )
+                self.name(
+                    name, actual=value, candidates=_candidates(spec, c, name), c=c, expected=c.grads[name], quiet=True
+                )
             self.settle_told()
             return None
         got = _as_dict(result, returns, f"{self.box.cls_name}.backward") if returns else {}
@@ -394,8 +437,14 @@ class _Run:
             rows.append((name, got[name], c.grads[name], lambda name=name: _candidates(spec, c, name)))
         for p in self.params:
             name = f"{p}.grad"
-            rows.append((name, pgrads[p], sum(self.calls[j].grads[name] for j in range(k + 1)),
-                         lambda name=name: param_candidates(spec, self.calls, k, name, _formulas(spec))))
+            rows.append(
+                (
+                    name,
+                    pgrads[p],
+                    sum(self.calls[j].grads[name] for j in range(k + 1)),
+                    lambda name=name: param_candidates(spec, self.calls, k, name, _formulas(spec)),
+                )
+            )
         wrong = []
         for name, actual, want, _ in rows:
             _plain(name, actual)
@@ -422,13 +471,17 @@ class _Run:
             return
         c = self.calls[k]
         when = "" if k == 0 else " after the second forward/backward (a .grad must hold the sum of both calls')"
-        self.fail(f"  backward is wrong{when}.  Each tensor (the relative error is the tensor's: its largest "
-                  f"difference over its largest entry):")
+        self.fail(
+            f"  backward is wrong{when}.  Each tensor (the relative error is the tensor's: its largest "
+            f"difference over its largest entry):"
+        )
         for name, actual, want, _ in rows:
             if name in wrong:
                 if actual is None and name.endswith(".grad"):
-                    self.say(f"    WRONG  {name} is None: your backward must add the gradient into self.{name} "
-                             f"(creating it when it is None)" + (_stray(self.box, want) if not self.told else ""))
+                    self.say(
+                        f"    WRONG  {name} is None: your backward must add the gradient into self.{name} "
+                        f"(creating it when it is None)" + (_stray(self.box, want) if not self.told else "")
+                    )
                 else:
                     self.say(f"    WRONG  {describe(name, actual, want)}")
             else:
@@ -449,8 +502,16 @@ class _Run:
                     num = None  # central differences at the worst entry, now: the object is this configuration's
                     if first and isinstance(actual, Tensor) and actual.shape == want.shape:
                         num = _central(self.box, c, name, worst(actual, want)[0])
-                    self.name(name, actual=actual, candidates=candidates, c=c, expected=want, quiet=not first, k=k,
-                              numeric=(lambda index, num=num: num) if first else None)
+                    self.name(
+                        name,
+                        actual=actual,
+                        candidates=candidates,
+                        c=c,
+                        expected=want,
+                        quiet=not first,
+                        k=k,
+                        numeric=(lambda index, num=num: num) if first else None,
+                    )
                 first = False
         self.settle_told()
 
@@ -467,9 +528,13 @@ class _Run:
             return
         theirs = self._fresh(self.calls[1])  # the learner's own gradients of the second call alone
         ok = theirs is not None and all(
-            isinstance(a, Tensor) and isinstance(first.get(n), Tensor) and isinstance(theirs.get(n), Tensor)
-            and first[n].shape == theirs[n].shape == a.shape and same(a, first[n] + theirs[n], RIGHT)
-            for n, a, _ in grad_rows)
+            isinstance(a, Tensor)
+            and isinstance(first.get(n), Tensor)
+            and isinstance(theirs.get(n), Tensor)
+            and first[n].shape == theirs[n].shape == a.shape
+            and same(a, first[n] + theirs[n], RIGHT)
+            for n, a, _ in grad_rows
+        )
         self.mark(ACCUMULATE, ok)
 
     def _fresh(self, c: Call, douts: dict | None = None) -> dict | None:
@@ -503,8 +568,10 @@ class _Run:
             result, given, pgrads, inputs_after = self.box.request("backward", c.douts)
         except LearnerFailed as e:
             said = [ln.strip() for ln in e.text.strip().splitlines() if ln.strip()] or ["an exception"]
-            self.say(f"    a second backward after one forward is refused ({said[2] if len(said) > 2 else said[0]}): "
-                     f"fine, torch refuses it too")
+            self.say(
+                f"    a second backward after one forward is refused ({said[2] if len(said) > 2 else said[0]}): "
+                f"fine, torch refuses it too"
+            )
             self.mark(AGAIN, True)
             return
         self._unchanged(given, c.douts, DOUT_IN_PLACE)
@@ -521,21 +588,31 @@ class _Run:
         for p in self.params:  # the .grad before it, plus this dout's; where the learner's backward assigns .grad
             n = f"{p}.grad"  # (ACCUMULATE failed on that), this dout's alone: one mistake, one item
             base = before.get(n) if isinstance(before.get(n), Tensor) else 0
-            if isinstance(before.get(n), Tensor) and same(before[n], last.grads[n], RIGHT) and not same(
-                    before[n], sum(self.calls[j].grads[n] for j in range(CALLS)), RIGHT):
+            if (
+                isinstance(before.get(n), Tensor)
+                and same(before[n], last.grads[n], RIGHT)
+                and not same(before[n], sum(self.calls[j].grads[n] for j in range(CALLS)), RIGHT)
+            ):
                 base = 0
             want[n] = base + c.grads[n]
         bad = [n for n in want if not (isinstance(mine.get(n), Tensor) and same(mine[n], want[n], RIGHT))]
         if not bad:
             self.mark(AGAIN, True)
             return
-        right_before = all(same(before.get(n), (last.grads[n] if not n.endswith(".grad") else
-                                                sum(self.calls[j].grads[n] for j in range(CALLS))), RIGHT)
-                           for n in want)
+        right_before = all(
+            same(
+                before.get(n),
+                (last.grads[n] if not n.endswith(".grad") else sum(self.calls[j].grads[n] for j in range(CALLS))),
+                RIGHT,
+            )
+            for n in want
+        )
         if right_before:  # the first backward after this forward was right, the second is not: the cache
             n = bad[0]
-            self.fail("  a second backward after the same forward is wrong (the first was right).  "
-                      + describe(n, mine.get(n), want[n]))
+            self.fail(
+                "  a second backward after the same forward is wrong (the first was right).  "
+                + describe(n, mine.get(n), want[n])
+            )
             self.fail("  -> " + CACHE_CHANGED.says("backward", "gives"), CACHE_CHANGED.key)
             self.mark(AGAIN, False, [CACHE_CHANGED.key])
             self.settle_told()
@@ -544,8 +621,10 @@ class _Run:
         # that dout, from a fresh object
         theirs = self._fresh(last, c.douts)
         if theirs is None:
-            self.fail("  a second backward after the same forward is wrong, and your layer raised when its gradients "
-                      "for that dout were taken from a fresh forward")
+            self.fail(
+                "  a second backward after the same forward is wrong, and your layer raised when its gradients "
+                "for that dout were taken from a fresh forward"
+            )
             self.mark(AGAIN, False)
             return
         ok = True
@@ -553,24 +632,38 @@ class _Run:
             mine_n, theirs_n = mine.get(n), (theirs or {}).get(n)
             if n.endswith(".grad"):
                 base = before.get(n)
-                ok = ok and all(isinstance(t, Tensor) for t in (mine_n, theirs_n, base)) and \
-                    mine_n.shape == base.shape == theirs_n.shape and same(mine_n, base + theirs_n, RIGHT)
+                ok = (
+                    ok
+                    and all(isinstance(t, Tensor) for t in (mine_n, theirs_n, base))
+                    and mine_n.shape == base.shape == theirs_n.shape
+                    and same(mine_n, base + theirs_n, RIGHT)
+                )
             else:
-                ok = ok and isinstance(mine_n, Tensor) and isinstance(theirs_n, Tensor) and \
-                    mine_n.shape == theirs_n.shape and same(mine_n, theirs_n, RIGHT)
+                ok = (
+                    ok
+                    and isinstance(mine_n, Tensor)
+                    and isinstance(theirs_n, Tensor)
+                    and mine_n.shape == theirs_n.shape
+                    and same(mine_n, theirs_n, RIGHT)
+                )
         self.mark(AGAIN, ok, [] if ok else [CACHE_CHANGED.key])
         if not ok:
-            self.fail("  a second backward after the same forward gives other gradients than your own backward "
-                      "gives that dout after a fresh forward: " + CACHE_CHANGED.why, CACHE_CHANGED.key)
+            self.fail(
+                "  a second backward after the same forward gives other gradients than your own backward "
+                "gives that dout after a fresh forward: " + CACHE_CHANGED.why,
+                CACHE_CHANGED.key,
+            )
 
     def _numeric(self) -> None:
         gap = _numeric_summary(self.box, self.calls[CALLS - 1])
         self.mark(NUMERIC, gap is None or gap <= NUMERIC_OK)
         if gap is not None and gap > NUMERIC_OK:
-            self.fail(f"  central differences of your forward (h = 1e-6) disagree with the gradients by {gap:.0e} "
-                      f"(a right layer agrees to about 1e-8): your forward does not compute the function whose "
-                      f"gradient your backward returns (does it depend on how often it is called, or keep a "
-                      f"result?)")
+            self.fail(
+                f"  central differences of your forward (h = 1e-6) disagree with the gradients by {gap:.0e} "
+                f"(a right layer agrees to about 1e-8): your forward does not compute the function whose "
+                f"gradient your backward returns (does it depend on how often it is called, or keep a "
+                f"result?)"
+            )
         elif gap is not None and self.ok:
             self.say(f"    central differences of your forward (h = 1e-6) agree with them to {gap:.0e}")
 
@@ -585,8 +678,13 @@ class _Run:
 
 def _overflowed(actual, want: Tensor, label: str) -> bool:
     """nan or inf where autograd's value is finite, on a configuration of large inputs: an exp overflowed."""
-    return isinstance(actual, Tensor) and actual.shape == want.shape and "large" in label and \
-        bool(torch.isfinite(want).all()) and not bool(torch.isfinite(actual.double()).all())
+    return (
+        isinstance(actual, Tensor)
+        and actual.shape == want.shape
+        and "large" in label
+        and bool(torch.isfinite(want).all())
+        and not bool(torch.isfinite(actual.double()).all())
+    )
 
 
 def _candidates(spec: LayerSpec, c: Call, name: str) -> list:
@@ -665,8 +763,14 @@ def _ruled_out(spec: LayerSpec, c: Call, names: list[str], wrong: list[str]) -> 
         except Exception:
             continue
         for name, value in replay.items():
-            if name in names and name not in wrong and name in c.grads and isinstance(value, Tensor) \
-                    and value.shape == c.grads[name].shape and rel_error(value, c.grads[name]) > 10 * RIGHT:
+            if (
+                name in names
+                and name not in wrong
+                and name in c.grads
+                and isinstance(value, Tensor)
+                and value.shape == c.grads[name].shape
+                and rel_error(value, c.grads[name]) > 10 * RIGHT
+            ):
                 out.add(i)
                 break
     return out
@@ -674,19 +778,25 @@ def _ruled_out(spec: LayerSpec, c: Call, names: list[str], wrong: list[str]) -> 
 
 def _localise(spec: LayerSpec, names: list[str], wrong: list[str], k: int = 0, got=(), calls=()) -> str:
     """Where the pattern of right and wrong tensors points."""
-    if k and wrong and all(n.endswith(".grad") for n in wrong) and got and all(
-            same(got[0].get(n), calls[0].grads[n], RIGHT) for n in wrong):
-        return (f"-> {', '.join(wrong)} {'was' if len(wrong) == 1 else 'were'} right after the first backward: "
-                f"{'its formula is' if len(wrong) == 1 else 'their formulas are'} right, the accumulation is not "
-                f"(the second backward's gradient must be added to the first's)")
+    if (
+        k
+        and wrong
+        and all(n.endswith(".grad") for n in wrong)
+        and got
+        and all(same(got[0].get(n), calls[0].grads[n], RIGHT) for n in wrong)
+    ):
+        return (
+            f"-> {', '.join(wrong)} {'was' if len(wrong) == 1 else 'were'} right after the first backward: "
+            f"{'its formula is' if len(wrong) == 1 else 'their formulas are'} right, the accumulation is not "
+            f"(the second backward's gradient must be added to the first's)"
+        )
     if len(names) < 2:
         return ""
     right = [n for n in names if n not in wrong]
     for group, where in spec.shared:
         members = [n for n in group if n in names]
         if members and all(n in wrong for n in members) and right:
-            return (f"-> {', '.join(right)} right, {', '.join(members)} wrong: they share {where}; look there "
-                    f"first")
+            return f"-> {', '.join(right)} right, {', '.join(members)} wrong: they share {where}; look there first"
     if not right:
         return "-> every tensor is wrong: look at what they all use first (what forward kept, and dout)"
     if len(wrong) == 1:

@@ -11,6 +11,7 @@ a worked solution) is not the learner's and is refused when loaded.
 
 ``serve`` is the forked child's entry, ``main`` the exec'd one's (sandbox.py starts either).
 """
+
 from __future__ import annotations
 
 import io
@@ -31,6 +32,7 @@ class NoAutograd(RuntimeError):
 
 
 # -- the exec'd child's entry ------------------------------------------------------------------------------------
+
 
 def main(argv: list[str]) -> None:
     """``python -I -c BOOT VIEW learn.checker.learner_side REQ_FD REP_FD``: the setup arrives as the first frame."""
@@ -58,8 +60,10 @@ def serve(channel: Channel, setup: dict) -> None:
             cls, where = _load(target, setup["exercise"])
         own = library_origin(cls)
         if own:
-            raise LoadError(f"{target.get('shown', 'it')} uses the library's own {own}, not yours: the class checked "
-                            f"is the one you write")
+            raise LoadError(
+                f"{target.get('shown', 'it')} uses the library's own {own}, not yours: the class checked "
+                f"is the one you write"
+            )
         _send(channel, "ok", encode((cls.__name__, where)))
     except LoadError as e:
         _send(channel, "loaderror", str(e))
@@ -79,16 +83,19 @@ def serve(channel: Channel, setup: dict) -> None:
         except LearnerFailed as e:
             _send(channel, "failed", encode((e.text, e.attempted, e.key)))
         except BaseException as e:  # what the guard lets through: exits, interrupts, memory
-            _fatal(channel, _why_stopped(e, op) or f"the checker failed in the learner's process: "
-                                                   f"{type(e).__name__}: {e}")
+            _fatal(
+                channel, _why_stopped(e, op) or f"the checker failed in the learner's process: {type(e).__name__}: {e}"
+            )
 
 
 def _load(target: dict, exercise: str):
     from pathlib import Path
+
     path, shown = Path(target["file"]), Path(target.get("shown") or target["file"])
     source = None
     if target.get("notebook"):
         from ..files import NotebookError, notebook_code
+
         try:
             source = notebook_code(path)
         except NotebookError as e:
@@ -113,8 +120,10 @@ _MEMORY = [2 << 30]  # the bytes of address space the child may add (the setup's
 
 def _why_stopped(e: BaseException, doing: str) -> str | None:
     if isinstance(e, SystemExit):
-        return f"your code called sys.exit({e.code if e.code is not None else ''}) while {doing}: a checked class " \
-               f"must return, not end the program"
+        return (
+            f"your code called sys.exit({e.code if e.code is not None else ''}) while {doing}: a checked class "
+            f"must return, not end the program"
+        )
     if isinstance(e, KeyboardInterrupt):
         return f"your code raised KeyboardInterrupt while {doing}: the check stopped"
     if isinstance(e, MemoryError) or "can't allocate memory" in str(e) or "not enough memory" in str(e):
@@ -124,11 +133,13 @@ def _why_stopped(e: BaseException, doing: str) -> str | None:
 
 # -- the fences --------------------------------------------------------------------------------------------------
 
+
 def prepare(setup: dict, channel: Channel) -> None:
     """Everything the learner's code will run inside, in an order that leaves it nothing to undo."""
     import torch
 
     from . import fence
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the checker's to answer
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
@@ -157,6 +168,7 @@ def _inert_checks() -> None:
     """Inside the check, a notebook's own check call (``check(...)`` from learn.cell, ``check_class``) does
     nothing: the verdict is the checker's, outside."""
     import types
+
     cell = types.ModuleType("learn.cell")
     cell.check = lambda *args, **kwargs: None
     sys.modules["learn.cell"] = cell
@@ -172,8 +184,15 @@ def watch_autograd() -> None:
     """Gradient recording off; capture, before any learner code runs, what ``_graph_mark`` needs (C functions
     and descriptors the learner's code cannot swap under it)."""
     import torch
-    _GRAPH.update(set=torch._C._set_grad_enabled, on=torch._C.is_grad_enabled, zeros=torch.zeros, mul=torch.mul,
-                  grad_fn=torch._C.TensorBase.__dict__["grad_fn"].__get__, f64=torch.float64)
+
+    _GRAPH.update(
+        set=torch._C._set_grad_enabled,
+        on=torch._C.is_grad_enabled,
+        zeros=torch.zeros,
+        mul=torch.mul,
+        grad_fn=torch._C.TensorBase.__dict__["grad_fn"].__get__,
+        f64=torch.float64,
+    )
     node = _GRAPH["grad_fn"](_probe_tensor())
     _GRAPH["seq"] = type(node)._sequence_nr
     torch.set_grad_enabled(False)
@@ -208,17 +227,29 @@ def _watched(op: str, run):
         _GRAPH["set"](False)
     built = _graph_mark() - before - 1
     if left_on or built > 0:
-        why = "turned gradient recording on and left it on" if left_on else \
-            f"built an autograd graph ({built} operation{'s' if built != 1 else ''} recorded)"
-        raise LearnerFailed(f"{_DOING.get(op, 'your code')} {why}: {NO_AUTOGRAD}, with plain tensor operations "
-                            f"(autograd is refused here however it is reached)", key="autograd-used")
+        why = (
+            "turned gradient recording on and left it on"
+            if left_on
+            else f"built an autograd graph ({built} operation{'s' if built != 1 else ''} recorded)"
+        )
+        raise LearnerFailed(
+            f"{_DOING.get(op, 'your code')} {why}: {NO_AUTOGRAD}, with plain tensor operations "
+            f"(autograd is refused here however it is reached)",
+            key="autograd-used",
+        )
     if failure is not None:
         raise failure
     return result
 
 
-_DOING = {"construct": "your constructor", "forward": "your forward", "backward": "your backward",
-          "numeric": "your forward", "value_run": "your Value", "adam_run": "your Adam"}
+_DOING = {
+    "construct": "your constructor",
+    "forward": "your forward",
+    "backward": "your backward",
+    "numeric": "your forward",
+    "value_run": "your Value",
+    "adam_run": "your Adam",
+}
 
 
 def refuse_autograd() -> None:
@@ -227,11 +258,13 @@ def refuse_autograd() -> None:
     import torch
     import torch.autograd.forward_ad
     import torch.autograd.graph
+
     torch.set_grad_enabled(False)
 
     def refuse(what):
         def stop(*args, **kwargs):
             raise NoAutograd(f"{NO_AUTOGRAD} ({what} is refused)")
+
         return stop
 
     setter = torch._C._set_grad_enabled
@@ -250,9 +283,10 @@ def refuse_autograd() -> None:
         setattr(torch.autograd.forward_ad, n, refuse(f"torch.autograd.forward_ad.{n}"))
     torch._C._enter_dual_level = refuse("forward-mode AD")
     torch._C._make_dual = refuse("forward-mode AD")
-    for mod, names in ((torch.autograd.functional, ("jacobian", "hessian", "vjp", "jvp", "vhp", "hvp")),
-                       (torch.func, ("grad", "grad_and_value", "vjp", "jvp", "jacrev", "jacfwd", "hessian",
-                                     "linearize"))):
+    for mod, names in (
+        (torch.autograd.functional, ("jacobian", "hessian", "vjp", "jvp", "vhp", "hvp")),
+        (torch.func, ("grad", "grad_and_value", "vjp", "jvp", "jacrev", "jacfwd", "hessian", "linearize")),
+    ):
         for n in names:
             if hasattr(mod, n):
                 setattr(mod, n, refuse(f"{mod.__name__}.{n}"))
@@ -263,21 +297,52 @@ def refuse_autograd() -> None:
 def _refuse_optim(name):
     def stop(*args, **kwargs):
         raise NoAutograd(f"no torch.optim here: write the update by hand (torch.optim.{name} is refused)")
+
     return stop
 
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-_PATH_EVENTS = {"os.remove", "os.rename", "os.replace", "os.mkdir", "os.rmdir", "os.chmod", "os.chown",
-                "os.symlink", "os.link", "os.truncate", "os.utime", "shutil.rmtree", "shutil.move",
-                "shutil.copyfile", "shutil.copytree", "os.setxattr", "os.removexattr", "sqlite3.connect"}
-_PROCESS_EVENTS = {"os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
-                   "subprocess.Popen", "os.kill", "os.killpg", "socket.connect", "socket.bind",
-                   "resource.setrlimit", "resource.prlimit"}
+_PATH_EVENTS = {
+    "os.remove",
+    "os.rename",
+    "os.replace",
+    "os.mkdir",
+    "os.rmdir",
+    "os.chmod",
+    "os.chown",
+    "os.symlink",
+    "os.link",
+    "os.truncate",
+    "os.utime",
+    "shutil.rmtree",
+    "shutil.move",
+    "shutil.copyfile",
+    "shutil.copytree",
+    "os.setxattr",
+    "os.removexattr",
+    "sqlite3.connect",
+}
+_PROCESS_EVENTS = {
+    "os.system",
+    "os.exec",
+    "os.posix_spawn",
+    "os.spawn",
+    "os.fork",
+    "os.forkpty",
+    "subprocess.Popen",
+    "os.kill",
+    "os.killpg",
+    "socket.connect",
+    "socket.bind",
+    "resource.setrlimit",
+    "resource.prlimit",
+}
 
 
 def _audit(channel: Channel, folder: str):
     """An audit hook (it cannot be removed): a file changed outside ``folder``, a new process, a signal, a socket
     or a limit raised ends the check with one line.  The kernel's fences hold beneath it; this names the cause."""
+
     def inside(path) -> bool:
         if isinstance(path, int):
             return True  # an open file descriptor: what it names was opened through this hook already
@@ -290,25 +355,37 @@ def _audit(channel: Channel, folder: str):
     def hook(event, args):
         if event == "open":
             path, mode, flags = args
-            writes = (mode is not None and any(c in str(mode) for c in "wax+")) or \
-                     (mode is None and isinstance(flags, int) and flags & _WRITE_FLAGS)
+            writes = (mode is not None and any(c in str(mode) for c in "wax+")) or (
+                mode is None and isinstance(flags, int) and flags & _WRITE_FLAGS
+            )
             if writes and path is not None and not inside(path):
-                _fatal(channel, f"your code tried to write {os.fsdecode(path)}, outside the check's temporary "
-                                f"folder: the checked code may not change files (the check stopped it)")
+                _fatal(
+                    channel,
+                    f"your code tried to write {os.fsdecode(path)}, outside the check's temporary "
+                    f"folder: the checked code may not change files (the check stopped it)",
+                )
         elif event in _PATH_EVENTS:
             paths = [a for a in args if isinstance(a, (str, bytes, os.PathLike))]
             if event == "sqlite3.connect" and paths and os.fsdecode(paths[0]) == ":memory:":
                 return
             if not all(inside(p) for p in paths):
-                _fatal(channel, f"your code tried to change {', '.join(map(os.fsdecode, paths))} ({event}), "
-                                f"outside the check's temporary folder: the checked code may not change files")
+                _fatal(
+                    channel,
+                    f"your code tried to change {', '.join(map(os.fsdecode, paths))} ({event}), "
+                    f"outside the check's temporary folder: the checked code may not change files",
+                )
         elif event in _PROCESS_EVENTS:
-            _fatal(channel, f"your code tried to start a process, signal one, open a connection or lift a limit "
-                            f"({event}): the checked code may not (the check stopped it)")
+            _fatal(
+                channel,
+                f"your code tried to start a process, signal one, open a connection or lift a limit "
+                f"({event}): the checked code may not (the check stopped it)",
+            )
+
     return hook
 
 
 # -- the requests ------------------------------------------------------------------------------------------------
+
 
 class State:
     """The learner's class and the object built from it for the current configuration."""
@@ -319,8 +396,10 @@ class State:
 
     def ids(self) -> dict[int, str]:
         import torch
-        return {id(getattr(self.obj, n)): n for n in self.params if isinstance(getattr(self.obj, n, None),
-                                                                               torch.Tensor)}
+
+        return {
+            id(getattr(self.obj, n)): n for n in self.params if isinstance(getattr(self.obj, n, None), torch.Tensor)
+        }
 
 
 def replay(obj, template, tensors: dict):
@@ -336,6 +415,7 @@ def replay(obj, template, tensors: dict):
             items = [build(v) for v in value]
             return tuple(items) if kind == "tuple" else items
         return value
+
     return getattr(obj, method)(*[build(a) for a in args], **{k: build(v) for k, v in kwargs.items()})
 
 
@@ -343,6 +423,7 @@ def construct(s: State, ctor: dict, params: dict) -> str | None:
     """Build the learner's layer with the constructor's arguments ``ctor`` and copy ``params`` into it; -> None,
     or why the parameters cannot be set."""
     import torch
+
     s.params = tuple(params)
     args = ", ".join(f"{k}={v!r}" for k, v in ctor.items())
     s.obj = call(f"{s.cls.__name__}({args})", lambda: s.cls(**ctor), where=s.where)
@@ -350,11 +431,15 @@ def construct(s: State, ctor: dict, params: dict) -> str | None:
         mine = getattr(s.obj, n, None)
         if not isinstance(mine, torch.Tensor):
             kind = "None" if mine is None else f"a {type(mine).__name__}, not a tensor"
-            return (f"your {s.cls.__name__} has no tensor attribute {n} (got {kind}); the checker reads the "
-                    f"parameters by PyTorch's names: {', '.join(params)}")
+            return (
+                f"your {s.cls.__name__} has no tensor attribute {n} (got {kind}); the checker reads the "
+                f"parameters by PyTorch's names: {', '.join(params)}"
+            )
         if mine.shape != value.shape or mine.dtype != torch.float64:
-            return (f"your {n} is {mine.dtype} of shape {tuple(mine.shape)}; expected float64 of shape "
-                    f"{tuple(value.shape)} (the constructor makes it)")
+            return (
+                f"your {n} is {mine.dtype} of shape {tuple(mine.shape)}; expected float64 of shape "
+                f"{tuple(value.shape)} (the constructor makes it)"
+            )
         mine.copy_(value)
         mine.grad = None
     return None
@@ -403,12 +488,14 @@ def numeric(s: State, template, inputs: dict, douts: dict, outputs: tuple, name:
 def stray(s: State, shape: tuple) -> dict:
     """The learner's object's tensor attributes of ``shape``: a gradient kept there instead of in .grad?"""
     import torch
+
     return {a: v for a, v in vars(s.obj).items() if isinstance(v, torch.Tensor) and tuple(v.shape) == shape}
 
 
 def saved(s: State) -> dict:
     """The intermediates the learner chose to record in ``self.saved`` (a dict of tensors), if any."""
     import torch
+
     rec = getattr(s.obj, "saved", None)
     return {str(k): v for k, v in rec.items() if isinstance(v, torch.Tensor)} if isinstance(rec, dict) else {}
 
@@ -427,6 +514,7 @@ def probe(s: State, paths: tuple) -> dict:
 
 def value_run(s: State, index: int):
     from .value_expressions import EXPRESSIONS, run
+
     return run(s.cls, EXPRESSIONS[index][1], s.where)
 
 
@@ -458,14 +546,17 @@ def split_construct(s: State, ctor: dict, params: dict):
     """Two objects of the learner's Linear (exercise linear_split): one split into B and W, one fused; -> None, or
     why the parameters cannot be set."""
     import torch
+
     args = ", ".join(f"{k}={v!r}" for k, v in ctor.items())
     objs = [call(f"{s.cls.__name__}({args})", lambda: s.cls(**ctor), where=s.where) for _ in range(2)]
     for obj in objs:
         for n, value in params.items():
             mine = getattr(obj, n, None)
             if not isinstance(mine, torch.Tensor) or mine.shape != value.shape or mine.dtype != torch.float64:
-                return (f"your {s.cls.__name__}.{n} is {mine.dtype if isinstance(mine, torch.Tensor) else mine!r} of "
-                        f"shape {tuple(getattr(mine, 'shape', ()))}; expected float64 of shape {tuple(value.shape)}")
+                return (
+                    f"your {s.cls.__name__}.{n} is {mine.dtype if isinstance(mine, torch.Tensor) else mine!r} of "
+                    f"shape {tuple(getattr(mine, 'shape', ()))}; expected float64 of shape {tuple(value.shape)}"
+                )
             mine.copy_(value)
             mine.grad = None
     s.obj, s.twin = objs
@@ -482,8 +573,7 @@ def split_forward(s: State, x):
 def split_b(s: State, dout):
     """B on the split object: -> (dx, dout as B left it, each .grad, the object's other attributes: what B kept)."""
     s.dout_given = dout.clone()  # the caller's buffer: overwritten before W (split_w)
-    dx = call(f"{s.cls.__name__}.backward_input", s.obj.backward_input, s.dout_given, where=s.where,
-              params=s.ids())
+    dx = call(f"{s.cls.__name__}.backward_input", s.obj.backward_input, s.dout_given, where=s.where, params=s.ids())
     kept = {k: v for k, v in vars(s.obj).items() if k not in ("weight", "bias", "x")}  # what B kept, by name
     return dx, s.dout_given.clone(), _grads(s.obj), kept
 
@@ -512,7 +602,20 @@ def split_w_again(s: State):
     return raised, _grads(s.obj)
 
 
-OPS = {"construct": construct, "forward": forward, "backward": backward, "numeric": numeric, "stray": stray,
-       "saved": saved, "probe": probe, "value_run": value_run, "adam_run": adam_run,
-       "split_construct": split_construct, "split_forward": split_forward, "split_b": split_b, "split_w": split_w,
-       "split_fused": split_fused, "split_w_again": split_w_again}
+OPS = {
+    "construct": construct,
+    "forward": forward,
+    "backward": backward,
+    "numeric": numeric,
+    "stray": stray,
+    "saved": saved,
+    "probe": probe,
+    "value_run": value_run,
+    "adam_run": adam_run,
+    "split_construct": split_construct,
+    "split_forward": split_forward,
+    "split_b": split_b,
+    "split_w": split_w,
+    "split_fused": split_fused,
+    "split_w_again": split_w_again,
+}

@@ -1,5 +1,6 @@
 """Loading the learner's file: one that cannot be used (missing, not Python, no such class, handgrad's own class
 instead of theirs) is a LoadError, exit 2."""
+
 from __future__ import annotations
 
 import ast
@@ -10,8 +11,21 @@ import types
 from pathlib import Path
 
 # handgrad's own packages and modules (boundary.PROJECT): a class from one of them is not the learner's
-OWN = ("learn", "layers", "models", "losses", "optimizers", "autodiff", "checking", "training", "monitoring",
-        "kernels", "gradcheck", "train", "sample")
+OWN = (
+    "learn",
+    "layers",
+    "models",
+    "losses",
+    "optimizers",
+    "autodiff",
+    "checking",
+    "training",
+    "monitoring",
+    "kernels",
+    "gradcheck",
+    "train",
+    "sample",
+)
 
 
 class LoadError(Exception):
@@ -52,15 +66,19 @@ def load_class(path: Path, cls_name: str, exercise: str, shown: Path | None = No
         at = f" at line {frames[-1].lineno}:\n    {frames[-1].line}" if frames else ""
         own = _own_import(e, frames[-1].line if frames else "")
         if own:
-            raise LoadError(f"{path} uses the library's own {own}, not yours{at}\n  the check holds none of "
-                            f"handgrad's code: the class checked is the one you write") from None
+            raise LoadError(
+                f"{path} uses the library's own {own}, not yours{at}\n  the check holds none of "
+                f"handgrad's code: the class checked is the one you write"
+            ) from None
         raise LoadError(f"{path} raised {type(e).__name__} while it was loaded{at}\n  {e}") from None
     cls = module.__dict__.get(cls_name)
     if not isinstance(cls, type):
         found = sorted(k for k, v in module.__dict__.items() if isinstance(v, type) and v.__module__ == module.__name__)
         has = f"; it defines {', '.join(found)}" if found else ""
-        raise LoadError(f"{path} has no class {cls_name}{has}.  The checker of {exercise} looks for class "
-                        f"{cls_name} (python -m learn start {exercise} writes a file to fill in)")
+        raise LoadError(
+            f"{path} has no class {cls_name}{has}.  The checker of {exercise} looks for class "
+            f"{cls_name} (python -m learn start {exercise} writes a file to fill in)"
+        )
     return cls
 
 

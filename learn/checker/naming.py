@@ -12,6 +12,7 @@ what the difference looks like (compare.diagnose).
 Besides the catalogue's mistakes, each exercise's families (families.py) are tried the same way: its right
 formulas replayed with one saved tensor in place of another of its shape, or with one sum over another axis.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ CLEARLY = 0.01  # the replay must be this much closer to the learner's answer th
 @dataclass
 class Evidence:
     """One configuration's first call: its context (for replays), the learner's tensors, autograd's."""
+
     ctx: SimpleNamespace
     mine: dict
     want: dict[str, Tensor]
@@ -78,8 +80,11 @@ def fits(m, tensor: str, evidence: list[Evidence]) -> bool:
                 if not _right(value, want):
                     return False  # the mistake would have made a right tensor wrong
             elif name == tensor:
-                if not torch.isfinite(actual.double()).all() and isinstance(value, Tensor) and \
-                        bool(torch.isfinite(value.double()).all()):
+                if (
+                    not torch.isfinite(actual.double()).all()
+                    and isinstance(value, Tensor)
+                    and bool(torch.isfinite(value.double()).all())
+                ):
                     continue  # nan or inf from the learner's arithmetic (an overflow): a replay cannot say
                 if not matches(actual, value, want):
                     return False
@@ -116,18 +121,31 @@ def param_candidates(spec, calls, k: int, name: str, formulas) -> list:
     return out
 
 
-def name_it(spec, name, actual, candidates, report, c, expected: Tensor, quiet=False, k: int = 0,
-            numeric=None, evidence: list[Evidence] | None = None) -> None:
+def name_it(
+    spec,
+    name,
+    actual,
+    candidates,
+    report,
+    c,
+    expected: Tensor,
+    quiet=False,
+    k: int = 0,
+    numeric=None,
+    evidence: list[Evidence] | None = None,
+) -> None:
     """Say which known mistake ``actual`` is; failing that (unless ``quiet``), what the difference looks like,
     and central differences of the learner's forward at the worst entry (``numeric(index)``).  ``evidence``:
     every configuration's, which a named mistake must fit."""
     from .families import family_mistakes
+
     formulas = [m for m in spec.mistakes if m.value is not None]
     for m, cand in zip(formulas, candidates):
         # a list: the formula's value at each call so far, accumulated (right) or overwritten by the last call
         options = [sum(cand), cand[-1]] if isinstance(cand, list) else [cand]
-        if any(o is not None and matches(actual, o, expected) for o in options) and \
-                (evidence is None or k > 0 or fits(m, name, evidence)):
+        if any(o is not None and matches(actual, o, expected) for o in options) and (
+            evidence is None or k > 0 or fits(m, name, evidence)
+        ):
             report.fail("  -> " + m.says(name), m.key)
             return
     if name.endswith(".grad") and isinstance(actual, Tensor):
@@ -148,8 +166,13 @@ def name_it(spec, name, actual, candidates, report, c, expected: Tensor, quiet=F
                 report.fail("  -> " + m.says(name), m.key)
                 return
     if quiet:
-        if isinstance(actual, Tensor) and name in c.grads and actual.shape == c.grads[name].shape \
-                and rel_error(actual, c.grads[name]) < RIGHT and rel_error(actual, expected) > RIGHT:
+        if (
+            isinstance(actual, Tensor)
+            and name in c.grads
+            and actual.shape == c.grads[name].shape
+            and rel_error(actual, c.grads[name]) < RIGHT
+            and rel_error(actual, expected) > RIGHT
+        ):
             report.say(f"  (that is the right gradient: the trouble is in how it is added into {name})")
         return
     for line in diagnose(name, actual, expected, {**c.grads, **c.outputs}, spec.nan_hint):
@@ -159,8 +182,9 @@ def name_it(spec, name, actual, candidates, report, c, expected: Tensor, quiet=F
         num = numeric(index)
         if num is not None:
             agrees = abs(num - e) <= 1e-5 * max(1.0, abs(e))
-            report.say(f"  central differences of your own forward there give {num:.8g}" +
-                       (" = the expected value: your forward is right, the backward differs from it" if agrees
-                        else ""))
+            report.say(
+                f"  central differences of your own forward there give {num:.8g}"
+                + (" = the expected value: your forward is right, the backward differs from it" if agrees else "")
+            )
     if name in spec.where:
         report.say(f"  look at: {spec.where[name]}")

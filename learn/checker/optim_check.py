@@ -7,6 +7,7 @@ gradients are tiny (about 1e-9): there an eps in the wrong place changes the ste
 exercise writes its update once (``replay``) with switches that make its known mistakes; a mistake is named only
 when its replay gives the learner's parameters at every step so far and the right update does not.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -25,10 +26,16 @@ STEPS = 6
 def problem():
     """The parameters and each step's gradients: from seed 0, or from a grader's per-student seed (configs.py)."""
     from .configs import current
+
     g = torch.Generator().manual_seed(current() or 0)
     params = [torch.randn(3, 5, generator=g, dtype=torch.float64), torch.randn(4, generator=g, dtype=torch.float64)]
-    grads = [[torch.randn(3, 5, generator=g, dtype=torch.float64) * (1 + s),
-              torch.randn(4, generator=g, dtype=torch.float64) * 1e-9] for s in range(STEPS)]
+    grads = [
+        [
+            torch.randn(3, 5, generator=g, dtype=torch.float64) * (1 + s),
+            torch.randn(4, generator=g, dtype=torch.float64) * 1e-9,
+        ]
+        for s in range(STEPS)
+    ]
     return params, grads
 
 
@@ -59,9 +66,11 @@ class OptimizerSpec:
         label, hyper = self.variants[0]
         shown = ", ".join(f"{k}={v}" for k, v in hyper.items())
         ref = self.torch_class.__name__
-        report = Report(f"Checking {box.cls_name}(params, {shown}) of exercise {self.name}: {STEPS} steps on "
-                        f"parameters (3, 5) and (4,), beside torch.optim.{ref}"
-                        + (f", then {len(self.variants) - 1} more setting(s)" if len(self.variants) > 1 else ""))
+        report = Report(
+            f"Checking {box.cls_name}(params, {shown}) of exercise {self.name}: {STEPS} steps on "
+            f"parameters (3, 5) and (4,), beside torch.optim.{ref}"
+            + (f", then {len(self.variants) - 1} more setting(s)" if len(self.variants) > 1 else "")
+        )
         report.right = f"every parameter agrees with torch.optim.{ref}'s after every step"
         report.plan(*self.planned())
         told = False
@@ -99,14 +108,17 @@ class OptimizerSpec:
                     continue
                 if mark:
                     mark(f"step {s + 1}", False)
-                report.fail(f"  step {s + 1}, parameter {j} {tuple(q.shape)} is wrong.  "
-                            + describe(f"params[{j}]", p, q.detach()))
+                report.fail(
+                    f"  step {s + 1}, parameter {j} {tuple(q.shape)} is wrong.  "
+                    + describe(f"params[{j}]", p, q.detach())
+                )
                 self._name(params, grads, hyper, mine_history, s, j, report)
                 return False
             if mark:
                 mark(f"step {s + 1}", True)
-        report.say(f"    every parameter equal to torch.optim.{self.torch_class.__name__}'s after each of {STEPS} "
-                   f"steps")
+        report.say(
+            f"    every parameter equal to torch.optim.{self.torch_class.__name__}'s after each of {STEPS} steps"
+        )
         return True
 
     def _name(self, params, grads, hyper, mine_history, s: int, j: int, report) -> None:
@@ -126,6 +138,7 @@ class OptimizerSpec:
                         return float("inf")
                     worst_gap = max(worst_gap, rel_error(p.masked_fill(bad, 0.0), q.masked_fill(bad, 0.0)))
             return worst_gap
+
         to_right = gap(mine_history, right)
         for m, switches in self.known:
             try:
@@ -137,8 +150,10 @@ class OptimizerSpec:
                 report.fail("  -> " + m.says("steps", "match"), m.key)
                 return
         if to_right < 1e-4:
-            report.say(f"  -> close but not right (relative error {to_right:.1e}): float32 somewhere; "
-                       f"torch.zeros(shape) makes float32 (use zeros_like(p), or dtype=torch.float64)")
+            report.say(
+                f"  -> close but not right (relative error {to_right:.1e}): float32 somewhere; "
+                f"torch.zeros(shape) makes float32 (use zeros_like(p), or dtype=torch.float64)"
+            )
         elif any(not torch.isfinite(p).all() for p in mine_history[-1]):
             report.say("  -> nan or inf: a division by zero, or a square root of a negative number")
         report.say("  -> no known mistake gives these numbers; compare your update with the right one:")
@@ -148,9 +163,13 @@ class OptimizerSpec:
         before = params[j] if s == 0 else right[s - 1][j]
         at = f"params[{j}][{', '.join(map(str, index))}]" if index else f"params[{j}]"
         quantities = trace.get((s, j), {})
-        report.say(f"     at step {s + 1}, {at}: " + ", ".join(
-            f"{name} = {value[index].item():.10g}" for name, value in quantities.items()))
+        report.say(
+            f"     at step {s + 1}, {at}: "
+            + ", ".join(f"{name} = {value[index].item():.10g}" for name, value in quantities.items())
+        )
         mine_before = params[j] if s == 0 else mine_history[s - 1][j]
         if mine.shape == want.shape and mine_before.shape == mine.shape:
-            report.say(f"     the right step moves it by {(want - before)[index].item():.10g}; yours by "
-                       f"{(mine - mine_before)[index].item():.10g} (print your quantities at that entry)")
+            report.say(
+                f"     the right step moves it by {(want - before)[index].item():.10g}; yours by "
+                f"{(mine - mine_before)[index].item():.10g} (print your quantities at that entry)"
+            )

@@ -1,6 +1,7 @@
 """A check's result: the lines to print, whether it passed, which known mistakes it named, and each checked
 item's outcome (``items``: the forward, each gradient, accumulation, inputs unchanged, each configuration), from
 which a grader's per-test results are made (learn/teach/gradescope.py)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -9,6 +10,7 @@ from dataclasses import dataclass, field
 @dataclass
 class Item:
     """One checked item: passed (True), failed (False), or not reached because an earlier one failed (None)."""
+
     name: str
     passed: bool | None = None
     named: list[str] = field(default_factory=list)  # the known mistakes named while it failed
@@ -61,7 +63,9 @@ class Report:
             failed[0].named.extend(k for k in dict.fromkeys(self.log[since:]) if k not in failed[0].named)
 
     def text(self) -> str:
-        verdict = (f"PASS: right: {self.right} to round-off (a right answer is within about 1e-15; the check "
-                   f"accepts 1e-9)." if self.passed else
-                   "FAIL: see above.  Fix it and run the same command again.")
+        verdict = (
+            f"PASS: right: {self.right} to round-off (a right answer is within about 1e-15; the check accepts 1e-9)."
+            if self.passed
+            else "FAIL: see above.  Fix it and run the same command again."
+        )
         return "\n".join([self.title, *self.lines, verdict]) + "\n"

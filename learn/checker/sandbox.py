@@ -20,6 +20,7 @@ Where and as whom an exec'd child runs is boundary.py's.
 
 This module is a leaf: it imports nothing of the checker above it (the child's code is handed in as a module).
 """
+
 from __future__ import annotations
 
 import json
@@ -36,8 +37,18 @@ from pathlib import Path
 
 import torch
 
-from .boundary import BOOT, VIEW_AT, Unavailable, bwrap_flags, bwrap_path, environment_binds, kill_user, \
-    system_binds, unprivileged, write_view
+from .boundary import (
+    BOOT,
+    VIEW_AT,
+    Unavailable,
+    bwrap_flags,
+    bwrap_path,
+    environment_binds,
+    kill_user,
+    system_binds,
+    unprivileged,
+    write_view,
+)
 from .guard import LearnerFailed
 from .load import LoadError
 from .wire import Channel, NotPlain, Unreadable, decode, dumps, encode, loads, printable
@@ -77,6 +88,7 @@ _checked_limit = time_limit  # Sandbox takes a ``time_limit`` argument, which hi
 
 # -- the parent's side ------------------------------------------------------------------------------------------
 
+
 class Sandbox:
     """One child running the learner's code: ``child`` is the module of the child's side (``serve(channel,
     setup)`` in a forked child, ``main(argv)`` in an exec'd one); ``target`` says what to load: {"file": path,
@@ -84,8 +96,16 @@ class Sandbox:
     {"object": the class, "where": its code's filename}.  ``request(op, *args)`` runs ``child.OPS[op]`` there
     and returns its answer; ``keys`` are the mistake keys the child may name (any other is dropped)."""
 
-    def __init__(self, child, exercise: str, target: dict, *, isolate: str = "fork", time_limit: float | None = None,
-                 keys: frozenset = frozenset()):
+    def __init__(
+        self,
+        child,
+        exercise: str,
+        target: dict,
+        *,
+        isolate: str = "fork",
+        time_limit: float | None = None,
+        keys: frozenset = frozenset(),
+    ):
         if isolate not in ("fork", "bwrap", "user"):
             raise ValueError(f"isolate must be fork, bwrap or user, not {isolate!r}")
         self.limit = _checked_limit(time_limit, "the time limit") if time_limit is not None else _checked_limit()
@@ -97,8 +117,13 @@ class Sandbox:
         self.channel = None
         self.deadline = time.monotonic() + START_LIMIT_S
         self.cls_name = self.where = ""
-        setup = {"exercise": exercise, "time_limit": self.limit, "memory": MEMORY_LIMIT, "output": OUTPUT_LIMIT,
-                 "seccomp": SECCOMP}
+        setup = {
+            "exercise": exercise,
+            "time_limit": self.limit,
+            "memory": MEMORY_LIMIT,
+            "output": OUTPUT_LIMIT,
+            "seccomp": SECCOMP,
+        }
         try:
             out = os.open(self.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
@@ -163,8 +188,13 @@ class Sandbox:
         suffix = src.suffix if src.suffix in (".py", ".ipynb") else ".py"
         plain = src.name.isprintable() and len(src.name) <= 100 and not src.name.startswith((".", "-"))
         name = src.name if plain and src.suffix == suffix else f"{self.exercise}{suffix}"  # its own name, if plain
-        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-               "TMPDIR": "/tmp"}
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            "TMPDIR": "/tmp",
+        }
         req_r, rep_w = self._pipes()
         fds = [req_r, rep_w]
         try:
@@ -178,11 +208,41 @@ class Sandbox:
                 info_r, info_w = os.pipe()
                 fds.append(info_w)
                 self.info = info_r
-                argv = [bwrap_path(), *flags, *system_binds(), "--proc", "/proc", "--dev", "/dev",
-                        "--tmpfs", "/tmp", *environment_binds(python),  # an environment in /tmp stays seen
-                        "--ro-bind", str(view), VIEW_AT, "--ro-bind", str(copy), "/submission", "--chdir", "/tmp",
-                        "--setenv", "HOME", "/tmp", "--info-fd", str(info_w), "--",
-                        python, "-I", "-B", "-c", BOOT, VIEW_AT, child.__name__, str(req_r), str(rep_w)]
+                argv = [
+                    bwrap_path(),
+                    *flags,
+                    *system_binds(),
+                    "--proc",
+                    "/proc",
+                    "--dev",
+                    "/dev",
+                    "--tmpfs",
+                    "/tmp",
+                    *environment_binds(python),  # an environment in /tmp stays seen
+                    "--ro-bind",
+                    str(view),
+                    VIEW_AT,
+                    "--ro-bind",
+                    str(copy),
+                    "/submission",
+                    "--chdir",
+                    "/tmp",
+                    "--setenv",
+                    "HOME",
+                    "/tmp",
+                    "--info-fd",
+                    str(info_w),
+                    "--",
+                    python,
+                    "-I",
+                    "-B",
+                    "-c",
+                    BOOT,
+                    VIEW_AT,
+                    child.__name__,
+                    str(req_r),
+                    str(rep_w),
+                ]
                 folder, file = "/tmp", f"/submission/{name}"
                 kwargs = {}
             else:  # "user": root, without bubblewrap
@@ -200,18 +260,38 @@ class Sandbox:
                 folder, file = str(work), str(work / name)
                 env["HOME"] = str(work)
                 kwargs = {"user": uid, "group": gid, "extra_groups": [], "cwd": str(work), "umask": 0o077}
-            self.proc = subprocess.Popen(argv, pass_fds=fds, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                         env=env, start_new_session=True, close_fds=True, **kwargs)
+            self.proc = subprocess.Popen(
+                argv,
+                pass_fds=fds,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+                **kwargs,
+            )
         except OSError as e:
             raise Unavailable(f"the check's process did not start: {e}") from None
         finally:
             for fd in fds:
                 os.close(fd)
         shown = target.get("shown", name)
-        self.channel.send(dumps({**setup, "folder": folder,
-                                 "target": {"file": file, "shown": shown, "cls": target["cls"],
-                                            "notebook": target.get("notebook", False)}}),
-                          time.monotonic() + START_LIMIT_S)
+        self.channel.send(
+            dumps(
+                {
+                    **setup,
+                    "folder": folder,
+                    "target": {
+                        "file": file,
+                        "shown": shown,
+                        "cls": target["cls"],
+                        "notebook": target.get("notebook", False),
+                    },
+                }
+            ),
+            time.monotonic() + START_LIMIT_S,
+        )
 
     # -- talking to it --------------------------------------------------------------------------------------------
 
@@ -228,8 +308,13 @@ class Sandbox:
             raise Unavailable("the check's process could not start" + (f": {said[-1]}" if said else ""))
 
     def request(self, op: str, *args):
-        self.doing = {"construct": "your constructor", "forward": "your forward", "backward": "your backward",
-                      "numeric": "your forward", "step": "your step"}.get(op, "your code")
+        self.doing = {
+            "construct": "your constructor",
+            "forward": "your forward",
+            "backward": "your backward",
+            "numeric": "your forward",
+            "step": "your step",
+        }.get(op, "your code")
         try:
             self.channel.send(dumps((op, encode(args))), self.deadline)
         except TimeoutError:
@@ -253,9 +338,11 @@ class Sandbox:
                 return decode(payload)
             if kind == "failed":
                 text, attempted, key = decode(payload)
-                failed = LearnerFailed(printable(str(text)), {printable(str(k)): v for k, v in attempted.items()
-                                                              if isinstance(v, torch.Tensor)},
-                                       key if isinstance(key, str) and key in self.keys else None)
+                failed = LearnerFailed(
+                    printable(str(text)),
+                    {printable(str(k)): v for k, v in attempted.items() if isinstance(v, torch.Tensor)},
+                    key if isinstance(key, str) and key in self.keys else None,
+                )
             elif kind not in ("loaderror", "fatal") or not isinstance(payload, str):
                 raise Unreadable(printable(str(kind))[:40])
         except Exception:  # anything the child made up: that student's check ends, never this process
@@ -269,13 +356,17 @@ class Sandbox:
 
     def _malformed(self) -> Escaped:
         self.close()
-        return Escaped(f"{self.doing}: the check's process sent something the checker does not read (a malformed "
-                       f"message): the check stopped it")
+        return Escaped(
+            f"{self.doing}: the check's process sent something the checker does not read (a malformed "
+            f"message): the check stopped it"
+        )
 
     def _timed_out(self) -> Escaped:
         self.close()
-        return Escaped(f"{self.doing} ran for more than {self.limit:g} s in all (an endless loop, or a long sleep?): "
-                       f"the check stopped it")
+        return Escaped(
+            f"{self.doing} ran for more than {self.limit:g} s in all (an endless loop, or a long sleep?): "
+            f"the check stopped it"
+        )
 
     def _exit_code(self, wait: float):
         if self.pid is not None:
@@ -301,14 +392,17 @@ class Sandbox:
         code = self._exit_code(2)
         self.close()
         if code == -signal.SIGXFSZ:
-            return Escaped(f"{self.doing} printed (or wrote) more than {OUTPUT_LIMIT >> 20} MB: the check stopped "
-                           f"it; print less")
+            return Escaped(
+                f"{self.doing} printed (or wrote) more than {OUTPUT_LIMIT >> 20} MB: the check stopped it; print less"
+            )
         if code in (-signal.SIGXCPU, -signal.SIGKILL) and time.monotonic() > self.deadline - 1:
             return self._timed_out()
         if code == -signal.SIGSYS:
-            return Escaped(f"your code tried to start a process or a thread, run a program, signal a process, or "
-                           f"make a device, FIFO or file attribute (in {self.doing}): the check forbids it and stopped "
-                           f"it")
+            return Escaped(
+                f"your code tried to start a process or a thread, run a program, signal a process, or "
+                f"make a device, FIFO or file attribute (in {self.doing}): the check forbids it and stopped "
+                f"it"
+            )
         if code == -signal.SIGXCPU:
             return Escaped(f"{self.doing} used more than {self.limit:g} s of processor time: the check stopped it")
         if code is not None and code < 0:
@@ -317,8 +411,10 @@ class Sandbox:
             except ValueError:
                 name = str(-code)
             return Escaped(f"{self.doing} was killed by signal {name} (a crash, or too much memory)")
-        return Escaped(f"{self.doing} ended the check's process (os._exit or a crash, exit code {code}): a checked "
-                       f"class must return, not end the program")
+        return Escaped(
+            f"{self.doing} ended the check's process (os._exit or a crash, exit code {code}): a checked "
+            f"class must return, not end the program"
+        )
 
     def printed(self, limit: int = 1500) -> str:
         """What the learner's code printed, cut to ``limit`` characters, control characters escaped."""

@@ -7,6 +7,7 @@ that require grad (and the constructor's arguments, by name): autograd gives eve
 ``d<input>`` (``dx``, ``dq``) for an input and
 ``<param>.grad`` for a parameter.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -68,8 +69,9 @@ class LayerSpec:
     # intermediate, and where that is: all of them wrong, the others right, points there
     layout: Callable[[SimpleNamespace], dict[str, list[Tensor]]] | None = None  # after construction, the learner's
     # object's lists of tensors at these attribute paths ("fc1.weights": one shard per rank) must hold these
-    layout_mistakes: list[tuple[Mistake, Callable[[SimpleNamespace], dict[str, list[Tensor]]]]] = \
-        field(default_factory=list)  # a known wrong layout, and the lists it would give
+    layout_mistakes: list[tuple[Mistake, Callable[[SimpleNamespace], dict[str, list[Tensor]]]]] = field(
+        default_factory=list
+    )  # a known wrong layout, and the lists it would give
     versus: str = "PyTorch's autograd"  # what the expected values are, in the report's verdict
     replicas: tuple[str, ...] = ()  # attribute paths of lists (one tensor per simulated rank) that must hold one
     # value on every rank after each backward

@@ -9,6 +9,7 @@ B and W with a new dout after the last forward (that dout's gradients, or a refu
 forward kept gives others); last, a W with no B before it must add nothing (or refuse).  Known mistakes are
 replayed from the same tensors and named only when true (naming.matches).
 """
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -35,27 +36,39 @@ BITS = "B then W equal the fused backward bit for bit"
 SHAPES = [("the default", 4, 5, 3), ("one example (N = 1)", 1, 5, 3), ("wide: N = 3, D = 2, H = 6", 3, 2, 6)]
 
 DW_IN_B = Mistake(
-    "split-dw-in-b", "dweight computed in B",
+    "split-dw-in-b",
+    "dweight computed in B",
     "B is on the pipeline's critical path: the stage before waits for dx and nothing else.  dout.T @ x is W's work: "
-    "B keeps dout (a copy) and x, and W computes dweight from them later, in what would have been a bubble")
+    "B keeps dout (a copy) and x, and W computes dweight from them later, in what would have been a bubble",
+)
 GRAD_IN_B = Mistake(
-    "split-grad-in-b", "changed by B",
+    "split-grad-in-b",
+    "changed by B",
     "B returns dx and leaves .grad alone: the weight gradients are added by W, later.  A .grad written in B is "
-    "either added twice (once more by W) or added before the schedule says")
+    "either added twice (once more by W) or added before the schedule says",
+)
 DOUT_NOT_KEPT = Mistake(
-    "split-dout-not-kept", "the gradient of the dout as it was when W ran, not as B received it",
+    "split-dout-not-kept",
+    "the gradient of the dout as it was when W ran, not as B received it",
     "B kept a reference to the caller's dout, and the caller overwrote it before W (a pipeline receives the next "
-    "micro-batch's gradient into the same buffer).  B must keep its own copy: self.pending = dout.clone()")
+    "micro-batch's gradient into the same buffer).  B must keep its own copy: self.pending = dout.clone()",
+)
 W_TWICE = Mistake(
-    "split-w-twice", "changed by a second W with no B before it",
+    "split-w-twice",
+    "changed by a second W with no B before it",
     "W must use up what B kept (self.pending = None once it is added): one W per B.  Run twice, yours added the same "
-    "gradient again, so a schedule that runs W once more (or a retry) doubles .grad")
+    "gradient again, so a schedule that runs W once more (or a retry) doubles .grad",
+)
 BIAS_FORGOTTEN = Mistake(
-    "split-bias-forgotten", "None after W",
-    "W adds both parameters' gradients: dweight = dout.T @ x into weight.grad and dbias = dout.sum(0) into bias.grad")
+    "split-bias-forgotten",
+    "None after W",
+    "W adds both parameters' gradients: dweight = dout.T @ x into weight.grad and dbias = dout.sum(0) into bias.grad",
+)
 MISTAKES = [DW_IN_B, GRAD_IN_B, DOUT_NOT_KEPT, W_TWICE, BIAS_FORGOTTEN]
-_FORMULAS = {"weight.grad": [m for m in LINEAR_MISTAKES if "weight" in m.key],
-             "bias.grad": [m for m in LINEAR_MISTAKES if "bias" in m.key]}
+_FORMULAS = {
+    "weight.grad": [m for m in LINEAR_MISTAKES if "weight" in m.key],
+    "bias.grad": [m for m in LINEAR_MISTAKES if "bias" in m.key],
+}
 
 
 def _configs() -> list[tuple[str, int, int, int, int]]:
@@ -82,22 +95,39 @@ class LinearSplitSpec:
 
     def planned(self) -> list[str]:
         configs = _configs()
-        return [FORWARD, DX, B_GRAD, W_GRAD.format("weight.grad"), W_GRAD.format("bias.grad"), ACCUMULATE, AGAIN,
-                UNCHANGED, ONE_W, BITS] + [CONFIG.format(k + 1, len(configs), c[0]) for k, c in enumerate(configs) if k]
+        return [
+            FORWARD,
+            DX,
+            B_GRAD,
+            W_GRAD.format("weight.grad"),
+            W_GRAD.format("bias.grad"),
+            ACCUMULATE,
+            AGAIN,
+            UNCHANGED,
+            ONE_W,
+            BITS,
+        ] + [CONFIG.format(k + 1, len(configs), c[0]) for k, c in enumerate(configs) if k]
 
     def check(self, box, where: str | None) -> Report:
         configs = _configs()
-        report = Report(f"Checking {box.cls_name} of exercise linear_split on {len(configs)} configurations: B then W, "
-                        f"beside autograd and your class's fused backward")
-        report.right = (f"B then W equal your fused backward bit for bit, and B's dx and W's gradients agree with "
-                        f"PyTorch's autograd on all {len(configs)} configurations")
+        report = Report(
+            f"Checking {box.cls_name} of exercise linear_split on {len(configs)} configurations: B then W, "
+            f"beside autograd and your class's fused backward"
+        )
+        report.right = (
+            f"B then W equal your fused backward bit for bit, and B's dx and W's gradients agree with "
+            f"PyTorch's autograd on all {len(configs)} configurations"
+        )
         report.plan(*self.planned())
 
         def run(number: int, mark) -> bool:
             label, n, d, h, seed = configs[number]
-            report.say(f"  configuration {number + 1} of {len(configs)}, {label}: {box.cls_name}(in_features={d}, "
-                       f"out_features={h}) on x ({n}, {d})")
+            report.say(
+                f"  configuration {number + 1} of {len(configs)}, {label}: {box.cls_name}(in_features={d}, "
+                f"out_features={h}) on x ({n}, {d})"
+            )
             return self._one(box, report, mark, n, d, h, seed)
+
         return each_configuration(report, [c[0] for c in configs], run)
 
     def _one(self, box, report: Report, mark, n: int, d: int, h: int, seed: int) -> bool:
@@ -134,15 +164,39 @@ class LinearSplitSpec:
             except LearnerFailed as e:  # name what the failing line tried to add, when a mistake gives it
                 report.fail(e.text, e.key)
                 for pname, value in e.attempted.items():
-                    self._name(f"{pname}.grad", value, want[f"{pname}.grad"], None, want[f"{pname}.grad"], xs[k],
-                               douts[k], overwrite[k], 0, report, quiet=True)
+                    self._name(
+                        f"{pname}.grad",
+                        value,
+                        want[f"{pname}.grad"],
+                        None,
+                        want[f"{pname}.grad"],
+                        xs[k],
+                        douts[k],
+                        overwrite[k],
+                        0,
+                        report,
+                        quiet=True,
+                    )
                 return False
             for name in total:
                 one = want[name]
                 expected = one if total[name] is None else total[name] + one
                 item = ACCUMULATE if k else W_GRAD.format(name)
-                if not self._grad(name, grads_w.get(name), expected, total[name], one, xs[k], douts[k], overwrite[k],
-                                  k, grads_w, report, mark, item):
+                if not self._grad(
+                    name,
+                    grads_w.get(name),
+                    expected,
+                    total[name],
+                    one,
+                    xs[k],
+                    douts[k],
+                    overwrite[k],
+                    k,
+                    grads_w,
+                    report,
+                    mark,
+                    item,
+                ):
                     return False
                 total[name] = expected
             dx_f, grads_f = box.request("split_fused", xs[k], douts[k])
@@ -153,8 +207,10 @@ class LinearSplitSpec:
         raised, grads_again = box.request("split_w_again")
         if not _grads_are(grads_again, total, W_TWICE, ONE_W, report, mark):
             return False
-        report.say("    right: B's dx and W's gradients agree with autograd over two calls, equal to the fused backward "
-                   "bit for bit" + (", and a W with no B refused" if raised else ", and a W with no B adds nothing"))
+        report.say(
+            "    right: B's dx and W's gradients agree with autograd over two calls, equal to the fused backward "
+            "bit for bit" + (", and a W with no B refused" if raised else ", and a W with no B adds nothing")
+        )
         return True
 
     def _again(self, box, report: Report, mark, params, x, dout, overwrite, total) -> bool:
@@ -170,14 +226,19 @@ class LinearSplitSpec:
         grads = box.request("split_w", overwrite)
         for name in total:
             total[name] = total[name] + want[name]
-        wrong = [n for n, a, w in [("dx", dx, want["dx"])] + [(n, grads.get(n), total[n]) for n in total]
-                 if not (isinstance(a, Tensor) and same(a, w, RIGHT))]
+        wrong = [
+            n
+            for n, a, w in [("dx", dx, want["dx"])] + [(n, grads.get(n), total[n]) for n in total]
+            if not (isinstance(a, Tensor) and same(a, w, RIGHT))
+        ]
         mark(AGAIN, not wrong)
         if wrong:
             n = wrong[0]
             mine = dx if n == "dx" else grads.get(n)
-            report.fail("  a second B and W after the same forward are wrong (the first were right).  "
-                        + describe(n, mine, want["dx"] if n == "dx" else total[n]))
+            report.fail(
+                "  a second B and W after the same forward are wrong (the first were right).  "
+                + describe(n, mine, want["dx"] if n == "dx" else total[n])
+            )
             report.fail("  -> " + CACHE_CHANGED.says("B and W", "give"), CACHE_CHANGED.key)
         return not wrong
 
@@ -190,8 +251,10 @@ class LinearSplitSpec:
         when = "" if k == 0 else " after the second B and W (a .grad must hold the sum of both calls')"
         if actual is None:
             other = "weight.grad" if name == "bias.grad" else "bias.grad"
-            report.fail(f"  W is wrong{when}: {name} is None: W must add the gradient into self.{name} (creating it "
-                        f"when it is None)")
+            report.fail(
+                f"  W is wrong{when}: {name} is None: W must add the gradient into self.{name} (creating it "
+                f"when it is None)"
+            )
             if name == "bias.grad" and grads.get(other) is not None:
                 report.fail("  -> " + BIAS_FORGOTTEN.says(name, "is"), BIAS_FORGOTTEN.key)
             return False
@@ -218,8 +281,11 @@ class LinearSplitSpec:
             return
         for line in diagnose(name, actual, expected, {}):
             report.say("  -> " + line)
-        report.say("  look at: W's dweight = dout.T @ x, from the dout B kept" if name == "weight.grad" else
-                   "  look at: W's dbias = dout.sum(0), from the dout B kept")
+        report.say(
+            "  look at: W's dweight = dout.T @ x, from the dout B kept"
+            if name == "weight.grad"
+            else "  look at: W's dbias = dout.sum(0), from the dout B kept"
+        )
 
 
 def _plus(base, t: Tensor):
@@ -278,15 +344,20 @@ def _fused(dx, dx_f, grads_w, grads_f, want, total, report: Report, mark) -> boo
     pairs = [("dx", dx, dx_f, want["dx"])] + [(n, grads_w[n], grads_f.get(n), total[n]) for n in total]
     for name, split, fused, expected in pairs:
         if not (isinstance(fused, Tensor) and same(fused, expected, RIGHT)):
-            report.fail("  your class's fused backward() (given) is wrong: " + describe(name, fused, expected)
-                        + ".  Restore it from python -m learn start linear_split --solution")
+            report.fail(
+                "  your class's fused backward() (given) is wrong: "
+                + describe(name, fused, expected)
+                + ".  Restore it from python -m learn start linear_split --solution"
+            )
             mark(BITS, False)
             return False
         if not torch.equal(split, fused):
             err = rel_error(split, fused)
-            report.fail(f"  B then W give {name} within {err:.1e} of the fused backward's, not bit for bit: the split "
-                        f"must run the fused backward's own operations on the same tensors (dout @ weight, dout.T @ x, "
-                        f"dout.sum(0)); a reordered or differently associated product changes the rounding")
+            report.fail(
+                f"  B then W give {name} within {err:.1e} of the fused backward's, not bit for bit: the split "
+                f"must run the fused backward's own operations on the same tensors (dout @ weight, dout.T @ x, "
+                f"dout.sum(0)); a reordered or differently associated product changes the rounding"
+            )
             mark(BITS, False)
             return False
     mark(BITS, True)

@@ -4,6 +4,7 @@ Each expression runs three times: on the learner's Value, on 0-d float64 torch t
 expected gradients), and on ``value_engine.RefValue`` under each known mistake's switches, to name it.  The
 leaves a = 0.8 and b = -1.7 keep every mistake visible (tanh'(a) != 1 - a**2, a != 1, ...).
 """
+
 from __future__ import annotations
 
 import torch
@@ -14,52 +15,120 @@ from .report import Report
 from .value_engine import Switches, engine
 from .value_expressions import A, B, EXPRESSIONS, deep, run as _run
 
-_WALK = ("the graph was walked out of topological order: a node's _backward ran before every node that uses it "
-         "had added its share to its .grad, so that share never reached the nodes before it.  Sort the nodes "
-         "topologically (each after everything in its _prev) and call _backward from the output back")
+_WALK = (
+    "the graph was walked out of topological order: a node's _backward ran before every node that uses it "
+    "had added its share to its .grad, so that share never reached the nodes before it.  Sort the nodes "
+    "topologically (each after everything in its _prev) and call _backward from the output back"
+)
 MISTAKES = [  # (the mistake, the switches of value_engine that make it)
-    (Mistake("value-walk-preorder", "a depth-first walk calling _backward as each node is first reached", _WALK),
-     Switches(walk="preorder")),
-    (Mistake("value-walk-preorder", "a depth-first walk calling _backward in the order the nodes are first reached",
-             _WALK), Switches(walk="preorder-lifo")),
-    (Mistake("value-walk-bfs", "a breadth-first walk from the output", _WALK + " (breadth first is not enough: a "
-             "node reached by a short path and a long one is visited before the long one arrives)"),
-     Switches(walk="bfs")),
-    (Mistake("value-walk-recursive", "a walk that calls a node's _backward once for every path to it (a recursion "
-             "into _prev with no order, or an order built with no 'seen' set)",
-             "a node used by two others is walked twice and passes its gradient on twice, once before it is "
-             "complete.  Build one topological order first, each node in it once, then call each node's _backward "
-             "once"),
-     Switches(walk="recursive")),
-    (Mistake("value-walk-not-reversed", "a walk that starts from the inputs",
-             "the chain rule runs from the output back: call _backward in *reversed* topological order, each node "
-             "after every node that uses it (a list of the nodes in the order they were first reached, reversed, "
-             "is not that order)"),
-     Switches(walk="not-reversed")),
-    (Mistake("value-grad-overwritten", "the gradients assigned (=) in _backward",
-             "a node used twice (a * a, or c feeding two nodes) must receive both shares: self.grad += ..., not ="),
-     Switches(overwrite=True)),
-    *[(Mistake("value-grad-overwritten", f"the gradients assigned (=) in {op}'s _backward",
-               "a node used twice (a * a, a + a, or c feeding two nodes) must receive both shares: self.grad += ..., "
-               "not ="), Switches(overwrite=op)) for op in ("add", "mul", "pow", "tanh", "exp")],
-    (Mistake("value-no-seed", "a backward that never sets the output's grad to 1",
-             "the walk starts from d out / d out = 1: set self.grad = 1.0 in backward() before the walk"),
-     Switches(seed=False)),
-    (Mistake("value-mul-own-data", "self.grad += self.data * out.grad in __mul__",
-             "d(a * b)/da is b: each factor's gradient is the *other* factor times out.grad"),
-     Switches(mul_own=True)),
-    (Mistake("value-tanh-of-input", "(1 - self.data**2) * out.grad in tanh",
-             "tanh's derivative is 1 - t**2 with t = tanh(x), the output, not the input x"),
-     Switches(tanh_input=True)),
-    (Mistake("value-pow-no-minus-one", "n * self.data**n * out.grad in __pow__",
-             "d(x**n)/dx = n * x**(n - 1): the exponent drops by one"),
-     Switches(pow_no_minus_one=True)),
-    (Mistake("value-pow-no-n", "self.data**(n - 1) * out.grad in __pow__",
-             "d(x**n)/dx = n * x**(n - 1): the factor n is missing"),
-     Switches(pow_no_n=True)),
+    (
+        Mistake("value-walk-preorder", "a depth-first walk calling _backward as each node is first reached", _WALK),
+        Switches(walk="preorder"),
+    ),
+    (
+        Mistake(
+            "value-walk-preorder",
+            "a depth-first walk calling _backward in the order the nodes are first reached",
+            _WALK,
+        ),
+        Switches(walk="preorder-lifo"),
+    ),
+    (
+        Mistake(
+            "value-walk-bfs",
+            "a breadth-first walk from the output",
+            _WALK + " (breadth first is not enough: a "
+            "node reached by a short path and a long one is visited before the long one arrives)",
+        ),
+        Switches(walk="bfs"),
+    ),
+    (
+        Mistake(
+            "value-walk-recursive",
+            "a walk that calls a node's _backward once for every path to it (a recursion "
+            "into _prev with no order, or an order built with no 'seen' set)",
+            "a node used by two others is walked twice and passes its gradient on twice, once before it is "
+            "complete.  Build one topological order first, each node in it once, then call each node's _backward "
+            "once",
+        ),
+        Switches(walk="recursive"),
+    ),
+    (
+        Mistake(
+            "value-walk-not-reversed",
+            "a walk that starts from the inputs",
+            "the chain rule runs from the output back: call _backward in *reversed* topological order, each node "
+            "after every node that uses it (a list of the nodes in the order they were first reached, reversed, "
+            "is not that order)",
+        ),
+        Switches(walk="not-reversed"),
+    ),
+    (
+        Mistake(
+            "value-grad-overwritten",
+            "the gradients assigned (=) in _backward",
+            "a node used twice (a * a, or c feeding two nodes) must receive both shares: self.grad += ..., not =",
+        ),
+        Switches(overwrite=True),
+    ),
+    *[
+        (
+            Mistake(
+                "value-grad-overwritten",
+                f"the gradients assigned (=) in {op}'s _backward",
+                "a node used twice (a * a, a + a, or c feeding two nodes) must receive both shares: self.grad += ..., "
+                "not =",
+            ),
+            Switches(overwrite=op),
+        )
+        for op in ("add", "mul", "pow", "tanh", "exp")
+    ],
+    (
+        Mistake(
+            "value-no-seed",
+            "a backward that never sets the output's grad to 1",
+            "the walk starts from d out / d out = 1: set self.grad = 1.0 in backward() before the walk",
+        ),
+        Switches(seed=False),
+    ),
+    (
+        Mistake(
+            "value-mul-own-data",
+            "self.grad += self.data * out.grad in __mul__",
+            "d(a * b)/da is b: each factor's gradient is the *other* factor times out.grad",
+        ),
+        Switches(mul_own=True),
+    ),
+    (
+        Mistake(
+            "value-tanh-of-input",
+            "(1 - self.data**2) * out.grad in tanh",
+            "tanh's derivative is 1 - t**2 with t = tanh(x), the output, not the input x",
+        ),
+        Switches(tanh_input=True),
+    ),
+    (
+        Mistake(
+            "value-pow-no-minus-one",
+            "n * self.data**n * out.grad in __pow__",
+            "d(x**n)/dx = n * x**(n - 1): the exponent drops by one",
+        ),
+        Switches(pow_no_minus_one=True),
+    ),
+    (
+        Mistake(
+            "value-pow-no-n",
+            "self.data**(n - 1) * out.grad in __pow__",
+            "d(x**n)/dx = n * x**(n - 1): the factor n is missing",
+        ),
+        Switches(pow_no_n=True),
+    ),
 ]
-RECURSION = Mistake("value-recursion", "a recursive walk of the graph",
-                    "Python stops near 1,000 nested calls; walk with an explicit stack instead")
+RECURSION = Mistake(
+    "value-recursion",
+    "a recursive walk of the graph",
+    "Python stops near 1,000 nested calls; walk with an explicit stack instead",
+)
 
 
 class ValueSpec:
@@ -71,15 +140,19 @@ class ValueSpec:
 
     def check(self, box, where: str | None) -> Report:
         """``box``: the Sandbox running the learner's Value class; each expression runs there."""
-        report = Report(f"Checking {box.cls_name} of exercise value on {len(EXPRESSIONS)} expressions, a = {A}, "
-                        f"b = {B}")
+        report = Report(
+            f"Checking {box.cls_name} of exercise value on {len(EXPRESSIONS)} expressions, a = {A}, b = {B}"
+        )
         report.right = "every value and gradient agrees with PyTorch's autograd"
         results = {}  # label -> the learner's (out.data, a.grad, b.grad), or the LearnerFailed it raised
         for k, (label, f, _) in enumerate(EXPRESSIONS):
             try:
                 got = box.request("value_run", k)
-                results[label] = tuple(got) if isinstance(got, (tuple, list)) and len(got) == 3 and all(
-                    isinstance(v, float) for v in got) else LearnerFailed("the expression's values are not numbers")
+                results[label] = (
+                    tuple(got)
+                    if isinstance(got, (tuple, list)) and len(got) == 3 and all(isinstance(v, float) for v in got)
+                    else LearnerFailed("the expression's values are not numbers")
+                )
             except LearnerFailed as e:
                 results[label] = e
         whole = _consistent(results)

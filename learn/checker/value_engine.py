@@ -4,6 +4,7 @@ The checker runs each test expression on ``RefValue`` under every mistake's swit
 with the learner's: the one that matches names the mistake.  The graph is built exactly as the exercise's given
 code builds it (``a - b`` is ``a + (b * -1)``, ``a / b`` is ``a * b ** -1``), so the walks visit the same nodes.
 """
+
 from __future__ import annotations
 
 import math
@@ -12,6 +13,7 @@ from collections import deque
 
 class Switches:
     """The mistakes to make; the defaults make none."""
+
     walk = "topo"  # "topo" | "preorder" | "preorder-lifo" | "bfs" | "recursive" | "not-reversed"
     overwrite = False  # grads assigned (=) instead of added (+=): in every _backward (True) or in one ("add", ...)
     seed = True  # backward() sets the output's grad to 1
@@ -46,6 +48,7 @@ def engine(switches: Switches) -> type:
             def _backward():
                 self._give(self, out.grad, "add")
                 self._give(other, out.grad, "add")
+
             out._backward = _backward
             return out
 
@@ -56,15 +59,17 @@ def engine(switches: Switches) -> type:
             def _backward():
                 self._give(self, (self.data if s.mul_own else other.data) * out.grad, "mul")
                 self._give(other, (other.data if s.mul_own else self.data) * out.grad, "mul")
+
             out._backward = _backward
             return out
 
         def __pow__(self, n):
-            out = RefValue(self.data ** n, (self,))
+            out = RefValue(self.data**n, (self,))
 
             def _backward():
                 local = n * self.data ** (n if s.pow_no_minus_one else n - 1)
                 self._give(self, (self.data ** (n - 1) if s.pow_no_n else local) * out.grad, "pow")
+
             out._backward = _backward
             return out
 
@@ -74,6 +79,7 @@ def engine(switches: Switches) -> type:
 
             def _backward():
                 self._give(self, (1 - (self.data if s.tanh_input else t) ** 2) * out.grad, "tanh")
+
             out._backward = _backward
             return out
 
@@ -83,6 +89,7 @@ def engine(switches: Switches) -> type:
 
             def _backward():
                 self._give(self, e * out.grad, "exp")
+
             out._backward = _backward
             return out
 
@@ -108,10 +115,10 @@ def engine(switches: Switches) -> type:
             return self * other
 
         def __truediv__(self, other):
-            return self * other ** -1
+            return self * other**-1
 
         def __rtruediv__(self, other):
-            return other * self ** -1
+            return other * self**-1
 
     return RefValue
 

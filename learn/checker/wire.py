@@ -8,6 +8,7 @@ run code nor exhaust the checker: it is ``Unreadable``.  A frame is an 8-byte le
 receives a whole frame by a deadline or not at all.  ``printable`` escapes what the child (or a file's name)
 says before anything prints it.
 """
+
 from __future__ import annotations
 
 import io
@@ -23,8 +24,22 @@ import torch
 
 FRAME_LIMIT = 64 << 20  # bytes of one message from the child
 DECODE_BUDGET = 1 << 20  # values one message may hold: a shared-reference bomb is refused, not walked
-_DTYPES = {str(d): d for d in (torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64,
-                                torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex128)}
+_DTYPES = {
+    str(d): d
+    for d in (
+        torch.float64,
+        torch.float32,
+        torch.float16,
+        torch.bfloat16,
+        torch.int64,
+        torch.int32,
+        torch.int16,
+        torch.int8,
+        torch.uint8,
+        torch.bool,
+        torch.complex128,
+    )
+}
 
 
 class Unreadable(Exception):
@@ -53,8 +68,14 @@ def encode(x):
     if isinstance(x, torch.Tensor):
         t = x.detach().cpu().contiguous()
         data = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.dtype in _DTYPES.values() else b""
-        return ("tensor", str(t.dtype), tuple(t.shape), data, type(x).__name__ if type(x) is not torch.Tensor
-                else None, x.grad_fn is not None or x.requires_grad)
+        return (
+            "tensor",
+            str(t.dtype),
+            tuple(t.shape),
+            data,
+            type(x).__name__ if type(x) is not torch.Tensor else None,
+            x.grad_fn is not None or x.requires_grad,
+        )
     if isinstance(x, (str, bytes, int, float, bool, type(None))):
         return x
     if isinstance(x, tuple):
@@ -89,15 +110,19 @@ def decode(x, budget: list | None = None):
     tag = x[0]
     if tag == "tensor" and len(x) == 6:
         _, dtype, shape, data, subclass, graph = x
-        if not (isinstance(shape, tuple) and all(isinstance(s, int) and s >= 0 for s in shape)
-                and isinstance(data, bytes)):
+        if not (
+            isinstance(shape, tuple) and all(isinstance(s, int) and s >= 0 for s in shape) and isinstance(data, bytes)
+        ):
             raise Unreadable("a tensor")
         if subclass is not None:
-            return NotPlain(f"a {printable(str(subclass))} (a subclass of torch.Tensor; return plain torch.Tensor "
-                            f"results)")
+            return NotPlain(
+                f"a {printable(str(subclass))} (a subclass of torch.Tensor; return plain torch.Tensor results)"
+            )
         if graph:
-            return NotPlain("a tensor made by autograd (it has a grad_fn or requires grad): no autograd here, write "
-                            "the gradient by hand")
+            return NotPlain(
+                "a tensor made by autograd (it has a grad_fn or requires grad): no autograd here, write "
+                "the gradient by hand"
+            )
         if dtype not in _DTYPES:
             return NotPlain(f"a tensor of dtype {printable(str(dtype))}")
         if math.prod(shape) * _DTYPES[dtype].itemsize != len(data):
@@ -134,6 +159,7 @@ def dumps(x) -> bytes:
 
 # -- frames over pipes -------------------------------------------------------------------------------------------
 
+
 class Channel:
     """Length-prefixed frames over two file descriptors.  ``recv``/``send`` with a ``deadline`` (time.monotonic)
     never block past it (the parent's side); without one they block (the child's)."""
@@ -147,7 +173,7 @@ class Channel:
             if deadline is not None:
                 self._wait(self.wfd, select.POLLOUT, deadline)
             try:
-                view = view[os.write(self.wfd, view[:1 << 20]):]
+                view = view[os.write(self.wfd, view[: 1 << 20]) :]
             except BlockingIOError:
                 continue  # the pipe took nothing this time: wait again, within the deadline
 

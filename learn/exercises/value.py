@@ -16,6 +16,7 @@ What to write: the _backward of +, *, ** (a number exponent), tanh and exp, and 
 (-, /, numbers on either side) is given, built from those.
 {check}
 """
+
 import math
 
 
@@ -39,6 +40,7 @@ class Value:
             self.grad += out.grad
             other.grad += out.grad
             ### END SOLUTION
+
         out._backward = _backward
         return out
 
@@ -52,19 +54,21 @@ class Value:
             self.grad += other.data * out.grad
             other.grad += self.data * out.grad
             ### END SOLUTION
+
         out._backward = _backward
         return out
 
     def __pow__(self, n):
         """self ** n for a plain number n."""
         assert isinstance(n, (int, float)), "only a number exponent"
-        out = Value(self.data ** n, (self,))
+        out = Value(self.data**n, (self,))
 
         def _backward():
             # TODO: d(x^n)/dx times out.grad into self.grad.
             ### BEGIN SOLUTION
             self.grad += n * self.data ** (n - 1) * out.grad
             ### END SOLUTION
+
         out._backward = _backward
         return out
 
@@ -75,8 +79,9 @@ class Value:
         def _backward():
             # TODO: d tanh(x)/dx, written with the output t, times out.grad into self.grad.
             ### BEGIN SOLUTION
-            self.grad += (1 - t ** 2) * out.grad
+            self.grad += (1 - t**2) * out.grad
             ### END SOLUTION
+
         out._backward = _backward
         return out
 
@@ -89,6 +94,7 @@ class Value:
             ### BEGIN SOLUTION
             self.grad += e * out.grad
             ### END SOLUTION
+
         out._backward = _backward
         return out
 
@@ -129,7 +135,7 @@ class Value:
         return self * other
 
     def __truediv__(self, other):
-        return self * other ** -1
+        return self * other**-1
 
     def __rtruediv__(self, other):
-        return other * self ** -1
+        return other * self**-1

@@ -11,6 +11,7 @@ The wheel is built from this checkout with ``pip wheel --no-deps --no-build-isol
 comes from this environment) in a temporary copy of the sources, so no build/ or egg-info is left here.  In that
 copy each exercise's file is its stub (``learn start``'s): the zip holds no worked solution.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -71,9 +72,24 @@ def build_wheel(dest: Path) -> Path:
         for ex in EXERCISES:  # the answers cut out: a student who reads the zip finds the stubs only
             if not is_custom(ex.name) and ex.source.is_file():
                 (src / "learn" / "exercises" / ex.source.name).write_text(stub_text(ex, f"{ex.name}.py"))
-        run = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                              "--no-index", "-q", "-w", str(dest), str(src)], capture_output=True, text=True,
-                             timeout=600)
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--no-deps",
+                "--no-build-isolation",
+                "--no-index",
+                "-q",
+                "-w",
+                str(dest),
+                str(src),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         if run.returncode != 0:
             raise RuntimeError("pip wheel failed: " + (run.stderr.strip().splitlines() or ["?"])[-1])
     wheels = sorted(dest.glob("handgrad-*.whl"))
@@ -93,8 +109,10 @@ def make_zip(names: list[str], out: Path) -> Path:
         wheel = build_wheel(Path(tmp))
         part = out.with_name(f".{out.name}.part")
         with zipfile.ZipFile(part, "w", zipfile.ZIP_DEFLATED) as z:
-            for arcname, text in (("setup.sh", SETUP_SH.replace("WHEEL", wheel.name)),
-                                  ("run_autograder", RUN_AUTOGRADER.replace("NAMES", args))):
+            for arcname, text in (
+                ("setup.sh", SETUP_SH.replace("WHEEL", wheel.name)),
+                ("run_autograder", RUN_AUTOGRADER.replace("NAMES", args)),
+            ):
                 info = zipfile.ZipInfo(arcname)
                 info.external_attr = 0o100755 << 16  # executable: Gradescope runs them as they are
                 info.compress_type = zipfile.ZIP_DEFLATED

@@ -19,6 +19,7 @@ derivation, ``learn why``), ``OUTPUTS`` (the names of what forward returns, when
 each output and its ``d<output>``, by name; it returns the tensor the wrong formula gives.  The checker runs
 the default shapes, one example (the first dimension 1), and a second draw, the learner's code in its sandbox.
 """
+
 from __future__ import annotations
 
 import types
@@ -63,10 +64,13 @@ def _shape(path: Path, what: str, shape) -> tuple[int, ...]:
 def layer_spec(name: str, m: types.ModuleType, path: Path):
     """The checker's LayerSpec from a spec module (the module docstring's fields)."""
     from ..checker.spec import LayerSpec, normal, wrong
+
     for field in ("CLASS", "INPUTS", "reference"):
         if not hasattr(m, field):
-            raise ExerciseError(f"{path} has no {field}; a spec needs CLASS, INPUTS and reference (see "
-                                f"docs/learn.md, A teacher's own exercise)")
+            raise ExerciseError(
+                f"{path} has no {field}; a spec needs CLASS, INPUTS and reference (see "
+                f"docs/learn.md, A teacher's own exercise)"
+            )
     if not callable(m.reference):
         raise ExerciseError(f"{path}: reference must be a function of the inputs, parameters and CTOR, by name")
     inputs = {n: _shape(path, f"INPUTS[{n!r}]", s) for n, s in dict(m.INPUTS).items()}
@@ -97,11 +101,18 @@ def layer_spec(name: str, m: types.ModuleType, path: Path):
         else:
             raise ExerciseError(f"{path}: MISTAKES[{k}] must be (key, tensor, formula, why, replay function)")
     return LayerSpec(
-        name=name, cls=m.CLASS, ctor=ctor,
+        name=name,
+        cls=m.CLASS,
+        ctor=ctor,
         params={n: (lambda s: lambda g: normal(g, *s, std=0.5, mean=0.1))(s) for n, s in params.items()},
-        inputs=draw(inputs), reference=reference, mistakes=mistakes, where=dict(getattr(m, "WHERE", {})),
-        configs=[{"label": "one example (the first dimension 1)", "inputs": draw(one)},
-                 {"label": "a second draw of the inputs", "inputs": draw(inputs)}],
+        inputs=draw(inputs),
+        reference=reference,
+        mistakes=mistakes,
+        where=dict(getattr(m, "WHERE", {})),
+        configs=[
+            {"label": "one example (the first dimension 1)", "inputs": draw(one)},
+            {"label": "a second draw of the inputs", "inputs": draw(inputs)},
+        ],
     )
 
 
@@ -110,9 +121,11 @@ def _hints(name: str, m, spec) -> list[str]:
     if given:
         return given
     shapes = "; ".join(f"{n} {tuple(s)}" for n, s in dict(m.INPUTS).items())
-    return [f"Write {m.CLASS}.forward, keeping on self what backward needs; then backward: each gradient is the "
-            f"gradient arriving from above times the local derivative (the chain rule).  The inputs: {shapes}; "
-            f"each gradient has the shape of its tensor, and a parameter's is added into its .grad."]
+    return [
+        f"Write {m.CLASS}.forward, keeping on self what backward needs; then backward: each gradient is the "
+        f"gradient arriving from above times the local derivative (the chain rule).  The inputs: {shapes}; "
+        f"each gradient has the shape of its tensor, and a parameter's is added into its .grad."
+    ]
 
 
 def register(folder) -> list[str]:
@@ -120,12 +133,13 @@ def register(folder) -> list[str]:
     from ..checker.specs import SPECS
     from ..derivations import DERIVATIONS, Derivation
     from ..hints import HINTS
+
     folder = Path(folder).expanduser().resolve()
     if not folder.is_dir():
         raise ExerciseError(f"--exercises {folder}: not a folder")
     names = []
     for path in sorted(folder.glob(f"*{SPEC_SUFFIX}")):
-        name = path.name[:-len(SPEC_SUFFIX)]
+        name = path.name[: -len(SPEC_SUFFIX)]
         if name in BY_NAME and not isinstance(BY_NAME[name], CustomExercise):
             raise ExerciseError(f"{path}: {name} is a built-in exercise's name; call yours something else")
         m = _load(path)
@@ -136,12 +150,18 @@ def register(folder) -> list[str]:
         EXERCISES.append(ex)
         BY_NAME[name], SPECS[name] = ex, spec
         HINTS[name] = _hints(name, m, spec)
-        DERIVATIONS[name] = Derivation(str(getattr(m, "WHY", "(the teacher wrote no derivation for this one)")),
-                                       None, f"{folder / (name + '.py')}: {m.CLASS} (the teacher's)", None)
+        DERIVATIONS[name] = Derivation(
+            str(getattr(m, "WHY", "(the teacher wrote no derivation for this one)")),
+            None,
+            f"{folder / (name + '.py')}: {m.CLASS} (the teacher's)",
+            None,
+        )
         names.append(name)
     if not names:
-        raise ExerciseError(f"--exercises {folder}: no NAME{SPEC_SUFFIX} files there (each exercise is NAME.py, "
-                            f"its solution, and NAME{SPEC_SUFFIX}, its spec)")
+        raise ExerciseError(
+            f"--exercises {folder}: no NAME{SPEC_SUFFIX} files there (each exercise is NAME.py, "
+            f"its solution, and NAME{SPEC_SUFFIX}, its spec)"
+        )
     return names
 
 
@@ -150,6 +170,7 @@ def unregister() -> None:
     from ..checker.specs import SPECS
     from ..derivations import DERIVATIONS
     from ..hints import HINTS
+
     for ex in [e for e in EXERCISES if isinstance(e, CustomExercise)]:
         EXERCISES.remove(ex)
         for table in (BY_NAME, SPECS, HINTS, DERIVATIONS):

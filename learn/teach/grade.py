@@ -18,6 +18,7 @@ a folder outside the submissions, and nowhere else:
 Names are written escaped (``wire.one_line``): a file named with a newline or a terminal escape cannot forge
 a line of the summary or a folder of ``out``.
 """
+
 from __future__ import annotations
 
 import csv
@@ -48,12 +49,17 @@ def _candidates(folder: Path, name: str) -> list[Path]:
     for root, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not os.path.islink(os.path.join(root, d)))
         depth = len(Path(root).relative_to(folder).parts)
-        hits += [(depth, suffix != ".py", Path(root) / f) for f in files for suffix in (".py", ".ipynb")
-                 if f == f"{name}{suffix}"]
+        hits += [
+            (depth, suffix != ".py", Path(root) / f)
+            for f in files
+            for suffix in (".py", ".ipynb")
+            if f == f"{name}{suffix}"
+        ]
     if hits:
         return [p for *_, p in sorted(hits)]
-    top = sorted(p for p in folder.iterdir() if p.suffix == ".py" and p.is_file()) or \
-        sorted(p for p in folder.iterdir() if p.suffix == ".ipynb" and p.is_file())
+    top = sorted(p for p in folder.iterdir() if p.suffix == ".py" and p.is_file()) or sorted(
+        p for p in folder.iterdir() if p.suffix == ".ipynb" and p.is_file()
+    )
     return top if len(top) == 1 else []
 
 
@@ -71,15 +77,18 @@ def submissions(name: str, folder: Path) -> list[tuple[str, Path | None, str]]:
         elif entry.is_dir():
             files = _candidates(entry, ex.name)
             found.setdefault(student, []).append(
-                (files[0], "") if files else
-                (None, f"{one_line(entry.name)}/ holds no {ex.name}.py or {ex.name}.ipynb (nor one .py file)"))
+                (files[0], "")
+                if files
+                else (None, f"{one_line(entry.name)}/ holds no {ex.name}.py or {ex.name}.ipynb (nor one .py file)")
+            )
         elif entry.suffix in (".py", ".ipynb") and entry.is_file():
             found.setdefault(student, []).append((entry, ""))
     out = []
     for student, entries in found.items():
         if len(entries) > 1:
-            out.append((student, None, f"two submissions ({', '.join(one_line(str(p or '?')) for p, _ in entries)}): "
-                                       f"keep one"))
+            out.append(
+                (student, None, f"two submissions ({', '.join(one_line(str(p or '?')) for p, _ in entries)}): keep one")
+            )
         else:
             out.append((student, *entries[0]))
     return out
@@ -89,8 +98,9 @@ def seed_of(name: str, student: str) -> int:
     return stable_seed(f"{name}:{student}")
 
 
-def check_one(name: str, student: str, path: Path | None, why: str, *, isolate: str = "bwrap",
-              time_limit: float | None = None) -> Outcome:
+def check_one(
+    name: str, student: str, path: Path | None, why: str, *, isolate: str = "bwrap", time_limit: float | None = None
+) -> Outcome:
     """One student's outcome; never raises for anything the submission does (an Unavailable sandbox aside)."""
     seed = seed_of(name, student)
     if path is None:
@@ -101,6 +111,7 @@ def check_one(name: str, student: str, path: Path | None, why: str, *, isolate: 
 def not_checked(name: str, seed: int | None, line: str) -> Outcome:
     from ..checker import planned
     from ..checker.configs import variant
+
     with variant(seed):
         items = [Item(n) for n in planned(name)]
     return Outcome(name, 2, line.rstrip("\n") + "\n", items, seed=seed)
@@ -121,12 +132,14 @@ def check_out(folder: Path, out: Path) -> Path:
     return out
 
 
-def grade(name: str, folder: Path, out: Path, say=print, *, isolate: str = "bwrap",
-          time_limit: float | None = None) -> list[tuple[str, Outcome]]:
+def grade(
+    name: str, folder: Path, out: Path, say=print, *, isolate: str = "bwrap", time_limit: float | None = None
+) -> list[tuple[str, Outcome]]:
     """Check every submission in ``folder``; write the grades, each student's results.json and the summary into
     ``out``.  Every student gets a row: one whose check failed for a reason of the grader's, or was not reached
     (Ctrl-C), says so; a KeyboardInterrupt is raised again once the grades are written."""
     from training.storage.files import atomic_write_text
+
     ex = get(name)
     out = check_out(folder, out)
     (out / "students").mkdir(parents=True, exist_ok=True)
@@ -143,16 +156,22 @@ def grade(name: str, folder: Path, out: Path, say=print, *, isolate: str = "bwra
             graded.append((student, not_checked(ex.name, seed_of(ex.name, student), f"not reached: {stopped}")))
             continue
         except Exception as e:  # the checker's own failure on this submission: the class goes on
-            o = not_checked(ex.name, seed_of(ex.name, student), f"not checked: the checker failed on this "
-                                                                f"submission ({type(e).__name__}: {e})")
+            o = not_checked(
+                ex.name,
+                seed_of(ex.name, student),
+                f"not checked: the checker failed on this submission ({type(e).__name__}: {e})",
+            )
         graded.append((student, o))
         res = results([o])
         res["extra_data"]["student"] = one_line(student)
         (out / "students" / folder_name(student)).mkdir(exist_ok=True)
         atomic_write_text(out / "students" / folder_name(student) / "results.json", json.dumps(res, indent=1) + "\n")
         score = sum(t["score"] for t in res["tests"])
-        say(f"{one_line(student)}: {o.verdict}, {score:g} of {len(res['tests'])}" +
-            (f" ({', '.join(o.named)})" if o.named else "") + (f": {first_line(o)}" if o.status == 2 else ""))
+        say(
+            f"{one_line(student)}: {o.verdict}, {score:g} of {len(res['tests'])}"
+            + (f" ({', '.join(o.named)})" if o.named else "")
+            + (f": {first_line(o)}" if o.status == 2 else "")
+        )
     atomic_write_text(out / "grades.csv", grades_csv(graded))
     atomic_write_text(out / "summary.txt", summary_text(ex.name, graded))
     try:
@@ -194,13 +213,19 @@ def mistake_counts(graded: list[tuple[str, Outcome]]) -> list[tuple[str, int]]:
 
 def _formulas(name: str) -> dict[str, str]:
     from ..checker.specs import catalogue
+
     return {m.key: m.formula for where, m in catalogue() if where in (name, "any layer")}
 
 
 def summary_text(name: str, graded: list[tuple[str, Outcome]]) -> str:
     verdicts = Counter(o.verdict for _, o in graded)
-    lines = [f"{name}: {len(graded)} submissions: {verdicts['right']} right, {verdicts['wrong']} wrong, "
-             f"{verdicts['not checked']} not checked", "", "The mistakes named, by how many students made each:", ""]
+    lines = [
+        f"{name}: {len(graded)} submissions: {verdicts['right']} right, {verdicts['wrong']} wrong, "
+        f"{verdicts['not checked']} not checked",
+        "",
+        "The mistakes named, by how many students made each:",
+        "",
+    ]
     formulas = _formulas(name)
     counts = mistake_counts(graded)
     width = max([len(k) for k, _ in counts] + [7])
@@ -222,9 +247,11 @@ def summary_text(name: str, graded: list[tuple[str, Outcome]]) -> str:
 def chart(name: str, graded: list[tuple[str, Outcome]], path: Path) -> None:
     """The mistakes' counts as a horizontal bar chart, most made on top, written atomically."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from training.storage.files import atomic_write
+
     counts = mistake_counts(graded)
     fig, ax = plt.subplots(figsize=(8, 1.2 + 0.45 * max(len(counts), 1)))
     labels = [k for k, _ in counts][::-1] or ["(no mistakes)"]

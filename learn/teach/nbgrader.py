@@ -9,6 +9,7 @@ notebook's own answer cells as saved, in a fresh sandboxed process (``check(NAME
 the kernel altogether.  The cells' metadata follow nbgrader's schema 3:
 https://nbgrader.readthedocs.io/en/stable/contributor_guide/metadata.html
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -25,8 +26,7 @@ def marked_text(ex: Exercise, file: str) -> str:
 
 
 def cell_metadata(grade_id: str, *, grade: bool, solution: bool, locked: bool, points: float | None = None) -> dict:
-    meta = {"grade": grade, "solution": solution, "locked": locked, "grade_id": grade_id,
-            "schema_version": SCHEMA}
+    meta = {"grade": grade, "solution": solution, "locked": locked, "grade_id": grade_id, "schema_version": SCHEMA}
     if grade:
         meta["points"] = points
     return meta
@@ -36,12 +36,15 @@ def nbgrader_notebook(ex: Exercise, file: str, points: float = 1):
     """The nbgrader source notebook of ``ex``: intro (locked), solution (marked), check (graded, ``points``)."""
     nb = notebook(ex, marked_text(ex, file))
     intro, answer, check = nb.cells
-    check.source = (f"{_register(ex)}from learn.cell import check\n\n"
-                    f"# this notebook's answer cells as saved (save it first), checked in a fresh sandboxed process:\n"
-                    f"# nothing defined or changed in this kernel counts\n"
-                    f"check({ex.name!r}, notebook={Path(file).with_suffix('.ipynb').name!r})")
+    check.source = (
+        f"{_register(ex)}from learn.cell import check\n\n"
+        f"# this notebook's answer cells as saved (save it first), checked in a fresh sandboxed process:\n"
+        f"# nothing defined or changed in this kernel counts\n"
+        f"check({ex.name!r}, notebook={Path(file).with_suffix('.ipynb').name!r})"
+    )
     intro.metadata["nbgrader"] = cell_metadata(f"{ex.name}-intro", grade=False, solution=False, locked=True)
     answer.metadata["nbgrader"] = cell_metadata(f"{ex.name}-answer", grade=False, solution=True, locked=False)
-    check.metadata["nbgrader"] = cell_metadata(f"{ex.name}-check", grade=True, solution=False, locked=True,
-                                               points=points)
+    check.metadata["nbgrader"] = cell_metadata(
+        f"{ex.name}-check", grade=True, solution=False, locked=True, points=points
+    )
     return nb

@@ -10,6 +10,7 @@ course's nbgrader_config.py:
     from learn.teach.nbgrader_autograde import autograde_preprocessors
     c.Autograde.autograde_preprocessors = autograde_preprocessors()
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -30,9 +31,13 @@ def exercise_of(cell) -> str | None:
     if isinstance(mine, dict) and isinstance(mine.get("check"), str):
         return mine["check"]
     grader = meta.get("nbgrader")
-    if isinstance(grader, dict) and grader.get("grade") and not grader.get("solution") and \
-            str(grader.get("grade_id", "")).endswith("-check"):
-        return str(grader["grade_id"])[:-len("-check")]
+    if (
+        isinstance(grader, dict)
+        and grader.get("grade")
+        and not grader.get("solution")
+        and str(grader.get("grade_id", "")).endswith("-check")
+    ):
+        return str(grader["grade_id"])[: -len("-check")]
     return None
 
 
@@ -41,11 +46,13 @@ class SandboxedChecks(Preprocessor):
     output carrying it when wrong, as the cell itself would raise)."""
 
     enabled = Bool(True).tag(config=True)  # nbconvert's preprocessors are off unless enabled
-    trust_submissions = Bool(False, help="where bubblewrap cannot run, check in a forked child instead of "
-                                         "refusing (your own notebooks only)").tag(config=True)
+    trust_submissions = Bool(
+        False, help="where bubblewrap cannot run, check in a forked child instead of refusing (your own notebooks only)"
+    ).tag(config=True)
 
     def preprocess(self, nb, resources):
         from ..checker.boundary import isolation
+
         isolate = isolation(self.trust_submissions)  # Unavailable: nbgrader reports it, nothing is scored
         with tempfile.TemporaryDirectory(prefix="handgrad-nbgrader-") as tmp:
             path = Path(tmp) / "submission.ipynb"
@@ -61,6 +68,7 @@ class SandboxedChecks(Preprocessor):
         from ..checker import check_path
         from ..checker.load import LoadError
         from ..checker.sandbox import Escaped
+
         try:
             report = check_path(name, path, isolate=isolate)
             text, right = report.text(), report.passed
@@ -77,6 +85,7 @@ def autograde_preprocessors() -> list:
     """nbgrader's autograde steps with SandboxedChecks right after Execute."""
     from nbgrader.converters.autograde import Autograde
     from nbgrader.preprocessors import Execute
+
     steps = list(Autograde.class_traits()["autograde_preprocessors"].default())
     at = steps.index(Execute) + 1 if Execute in steps else 0
     return steps[:at] + [SandboxedChecks] + steps[at:]

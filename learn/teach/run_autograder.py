@@ -14,6 +14,7 @@ once results.json is written: Gradescope reads the score from the file.
 
 ``try_zip`` (``learn autograder ... --try FILE``) runs a zip here, as Gradescope would, on a teacher's files.
 """
+
 from __future__ import annotations
 
 import json
@@ -51,8 +52,12 @@ def find(name: str, folder: Path, alone: bool) -> tuple[Path | None, str]:
     for top, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(top, d)))
         depth = len(Path(top).relative_to(folder).parts)
-        hits += [(depth, suffix != ".py", str(Path(top) / f)) for f in files for suffix in (".py", ".ipynb")
-                 if f == f"{name}{suffix}"]
+        hits += [
+            (depth, suffix != ".py", str(Path(top) / f))
+            for f in files
+            for suffix in (".py", ".ipynb")
+            if f == f"{name}{suffix}"
+        ]
     if hits:
         return Path(min(hits)[2]), ""
     if alone:
@@ -66,13 +71,20 @@ def choose_isolation() -> tuple[str, str]:
     """("bwrap" | "user" | "fork", a note for the log): bubblewrap where it runs; as root without it, an
     unprivileged user; else (a teacher trying the zip without either) a forked child, said plainly."""
     from ..checker.boundary import bwrap_flags
+
     if bwrap_flags() is not None:
         return "bwrap", ""
     if os.geteuid() == 0:
-        return "user", "(bubblewrap cannot run here: each submission runs as user nobody, whose processes are all " \
-                       "killed before the results are written)"
-    return "fork", "(bubblewrap cannot run here and this is not root: the submission ran unsandboxed; on Gradescope " \
-                   "the autograder runs as root)"
+        return (
+            "user",
+            "(bubblewrap cannot run here: each submission runs as user nobody, whose processes are all "
+            "killed before the results are written)",
+        )
+    return (
+        "fork",
+        "(bubblewrap cannot run here and this is not root: the submission ran unsandboxed; on Gradescope "
+        "the autograder runs as root)",
+    )
 
 
 def hide_from_unprivileged(base: Path) -> None:
@@ -81,6 +93,7 @@ def hide_from_unprivileged(base: Path) -> None:
     path (an editable install) is left alone: there the view's stand-ins stop its import, not its reading."""
     import importlib.util
     from ..checker.boundary import PROJECT
+
     places = [base / "source"]
     for name in PROJECT:
         try:
@@ -108,8 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     if "--exercises" in argv:  # the teacher's exercises' specs, shipped in the zip
         at = argv.index("--exercises")
         from .custom import register
+
         register(argv[at + 1])
-        del argv[at:at + 2]
+        del argv[at : at + 2]
     names = [get(n).name for n in argv]
     if not names:
         print("usage: python -m learn.teach.run_autograder NAME...", file=sys.stderr)
@@ -137,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         print(o.text, end="")  # the run's log, hidden from students (stdout_visibility)
     if isolate == "user":
         from ..checker.boundary import kill_user, unprivileged
+
         kill_user(*unprivileged())  # nothing of the submission is left to touch what is written next
     res = results(outcomes)
     if note:
@@ -166,12 +181,16 @@ def try_zip(zip_path: Path, files: list[Path]) -> int:
             shutil.copyfile(f, base / "submission" / Path(f).name)
         shutil.copy(base / "source" / "run_autograder", base / "run_autograder")
         env = {**os.environ, "AUTOGRADER_ROOT": str(base), "AUTOGRADER_PYTHON": sys.executable}
-        run = subprocess.run(["bash", str(base / "run_autograder")], env=env, cwd=base, timeout=3600,
-                             capture_output=True, text=True)
+        run = subprocess.run(
+            ["bash", str(base / "run_autograder")], env=env, cwd=base, timeout=3600, capture_output=True, text=True
+        )
         got = base / "results" / "results.json"
         if run.returncode != 0 or not got.is_file():
-            print(f"python -m learn autograder --try: run_autograder failed (exit {run.returncode}): "
-                  f"{(run.stderr.strip().splitlines() or ['no results.json'])[-1]}", file=sys.stderr)
+            print(
+                f"python -m learn autograder --try: run_autograder failed (exit {run.returncode}): "
+                f"{(run.stderr.strip().splitlines() or ['no results.json'])[-1]}",
+                file=sys.stderr,
+            )
             return 2
         res = json.loads(got.read_text())
         dest = zip_path.with_name(f"{zip_path.stem}.results.json")

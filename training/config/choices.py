@@ -1,4 +1,5 @@
 """The tables of choices the settings refer to, and how a setting is spelled on the command line."""
+
 from __future__ import annotations
 
 DATASETS = {"mnist": "MNIST", "fashion-mnist": "FashionMNIST"}  # name -> torchvision dataset class
@@ -16,7 +17,7 @@ HALF_DTYPES = ("bfloat16", "float16")
 SCHEDULES = ("constant", "cosine", "onecycle", "warmup-cosine")  # learning rate per step (torch.optim.lr_scheduler);
 # warmup-cosine is nanoGPT's: linear warm-up for --warmup-iters, cosine from --lr to --min-lr by --lr-decay-iters
 PIPELINE_SCHEDULES = ("gpipe", "1f1b", "zb-h1")  # training/parallel/pipeline_schedules.py
-SEEDS = (-2 ** 63, 2 ** 64 - 1)  # what torch.manual_seed takes; derived seeds wrap modulo 2**64 as torch's do
+SEEDS = (-(2**63), 2**64 - 1)  # what torch.manual_seed takes; derived seeds wrap modulo 2**64 as torch's do
 MAX_DIST_TIMEOUT = 1e7  # seconds (116 days): "no timeout" is a hang nobody is told about, so there is a bound
 
 
@@ -26,7 +27,7 @@ def flag(name: str) -> str:
 
 
 def family_of(model: str | None, dataset: str | None, data_file: object = None) -> str:
-    """"text" for the language models (or, with no --model, a text corpus), else "image"."""
+    """ "text" for the language models (or, with no --model, a text corpus), else "image"."""
     if model is not None:
         return "text" if model in TEXT_MODELS else "image"
     return "text" if data_file is not None or dataset in TEXT_DATASETS else "image"

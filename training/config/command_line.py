@@ -7,6 +7,7 @@ one place each default is written.  argparse rather than a library that derives 
 simple-parsing): those lay out --help their own way, and the command line's help, choices and one-line errors
 stay what they were.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,7 +20,7 @@ from .train_config import SETTINGS, TrainConfig
 GROUPS = {
     "text": "text runs (--model gpt, lstm, gru): nanoGPT's option names, its CPU configuration's defaults",
     "parallel": "model parallelism of the GPT under torchrun (docs/model-parallel.md): T x P ranks hold one copy of "
-                "the model, data parallelism over the rest of the world size",
+    "the model, data parallelism over the rest of the world size",
 }
 
 
@@ -36,11 +37,13 @@ def _path(text: str) -> Path:
 
 def _reader(parse):
     """A declared text -> value function as argparse's type: its ValueError's message becomes argparse's."""
+
     def read(text: str):
         try:
             return parse(text)
         except ValueError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
+
     return read
 
 
@@ -99,5 +102,6 @@ def config_from(args: argparse.Namespace) -> TrainConfig:
     settings = dict(given)
     if "resume" in given and "model" not in given:
         from ..storage.checkpoint import saved_model
+
         settings["model"] = saved_model(given["resume"])
     return TrainConfig(**settings, given=frozenset(given))

@@ -6,6 +6,7 @@ another value it is refused, naming both.  The settings of what is recorded (``k
 (--epochs, --max-iters), and a text run keeps its corpus file.  A model-parallel checkpoint resumes with the split
 and world size it was written with.  Every refusal is one line.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -56,8 +57,10 @@ def resumed(config: TrainConfig, ckpt: dict, world_size: int = 1) -> TrainConfig
         if key not in saved:
             continue
         if key in config.given and now[key] != saved[key]:
-            raise UsageError(f"--resume: the checkpoint was trained with {flag(key)} {saved[key]}, but {flag(key)} "
-                             f"{now[key]} was given; drop {flag(key)} to continue it")
+            raise UsageError(
+                f"--resume: the checkpoint was trained with {flag(key)} {saved[key]}, but {flag(key)} "
+                f"{now[key]} was given; drop {flag(key)} to continue it"
+            )
         changes[key] = saved[key]
     changes.update({k: saved[k] for k in RECORD_KEYS if k in saved and k not in config.given})
     if own.is_text:
@@ -75,11 +78,15 @@ def _epochs(config: TrainConfig, ckpt: dict, saved: dict) -> dict:
     if "epochs" not in config.given and "epochs" in saved:
         epochs = max(saved["epochs"], ckpt["epoch"])
     elif saved.get("schedule", "constant") != "constant" and epochs != saved.get("epochs"):
-        raise UsageError(f"--resume: the checkpoint's --schedule {saved['schedule']} was planned over --epochs "
-                         f"{saved['epochs']}, but --epochs {epochs} was given; drop --epochs to continue it")
+        raise UsageError(
+            f"--resume: the checkpoint's --schedule {saved['schedule']} was planned over --epochs "
+            f"{saved['epochs']}, but --epochs {epochs} was given; drop --epochs to continue it"
+        )
     if ckpt["epoch"] > epochs:
-        raise UsageError(f"--resume: the checkpoint already holds {ckpt['epoch']} epochs, more than --epochs "
-                         f"{epochs}; pass --epochs >= {ckpt['epoch']}")
+        raise UsageError(
+            f"--resume: the checkpoint already holds {ckpt['epoch']} epochs, more than --epochs "
+            f"{epochs}; pass --epochs >= {ckpt['epoch']}"
+        )
     return {"epochs": epochs}
 
 
@@ -92,12 +99,16 @@ def _text_length(config: TrainConfig, ckpt: dict, own: TrainConfig) -> dict:
     interval = own.run.eval_interval
     done = min(ckpt["epoch"] * interval, own.run.max_iters)  # the iterations the checkpoint holds
     if iters < done:
-        raise UsageError(f"--resume: the checkpoint already holds {done} iterations, more than --max-iters {iters}; "
-                         f"pass --max-iters >= {done}")
+        raise UsageError(
+            f"--resume: the checkpoint already holds {done} iterations, more than --max-iters {iters}; "
+            f"pass --max-iters >= {done}"
+        )
     if iters > done and done % interval:
-        raise UsageError(f"--resume: the checkpoint's last evaluation came after a short round (iteration {done}, "
-                         f"not a multiple of --eval-interval {interval}), so the run cannot be continued past "
-                         f"--max-iters {own.run.max_iters}")
+        raise UsageError(
+            f"--resume: the checkpoint's last evaluation came after a short round (iteration {done}, "
+            f"not a multiple of --eval-interval {interval}), so the run cannot be continued past "
+            f"--max-iters {own.run.max_iters}"
+        )
     return changes
 
 
@@ -105,9 +116,12 @@ def _check_parts(path: Path, config: TrainConfig, ckpt: dict) -> None:
     """The checkpoint holds every implementation's weights, optimizer and (where the run has them) scheduler and
     loss scaler."""
     impls = config.run.impls
-    parts = {"models": impls, "optimizers": impls,
-             "schedulers": impls if config.optim.schedule != "constant" else (),
-             "scalers": impls if config.run.dtype == "float16" else ()}
+    parts = {
+        "models": impls,
+        "optimizers": impls,
+        "schedulers": impls if config.optim.schedule != "constant" else (),
+        "scalers": impls if config.run.dtype == "float16" else (),
+    }
     for part, names in parts.items():
         for name in names:
             if name not in ckpt.get(part, {}):
@@ -126,16 +140,20 @@ def resume_split(config: TrainConfig, ckpt: dict, world_size: int, path: Path) -
     now = {**config.parallel.split(), "world_size": world_size}
     if saved is None:
         if config.model_parallel:
-            raise UsageError(f"--resume {path}: the checkpoint was written without model parallelism (world size "
-                             f"{ckpt.get('world_size', 1)}), this run has {_words(now)}; its optimizer state is not "
-                             f"cut into shards: resume it as it was trained")
+            raise UsageError(
+                f"--resume {path}: the checkpoint was written without model parallelism (world size "
+                f"{ckpt.get('world_size', 1)}), this run has {_words(now)}; its optimizer state is not "
+                f"cut into shards: resume it as it was trained"
+            )
         return config
     # the values given are compared before the others are adopted: a mix of the two could be refused for itself
     differs = [k for k in now if (k in config.given or k == "world_size") and saved.get(k) != now[k]]
     if differs:
         old, new = _words({k: saved.get(k) for k in differs}), _words({k: now[k] for k in differs})
-        raise UsageError(f"--resume {path}: the checkpoint was written with {old}, this run has {new}; a "
-                         f"model-parallel checkpoint resumes with the split and world size it was written with")
+        raise UsageError(
+            f"--resume {path}: the checkpoint was written with {old}, this run has {new}; a "
+            f"model-parallel checkpoint resumes with the split and world size it was written with"
+        )
     adopted = {k: v for k, v in saved.items() if k in now and k != "world_size" and k not in config.given}
     if adopted:
         # the checkpoint's split stays on the model-parallel path even where its settings are all defaults

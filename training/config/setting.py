@@ -5,6 +5,7 @@ checks its own values against them, and the resume and rank-agreement rules read
     batch_size: int | None = setting(per_model(image=128, text=12), "samples per step ... (default: {image} images,
                                      {text} windows of text)", type=int, low=1, keeps="math")
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,6 +23,7 @@ from .choices import GROUPS, flag
 class PerModel:
     """A default that depends on the run's model: the model's own value, else that of a group it is in
     (choices.GROUPS: "recurrent", its family "image" or "text"), else None (the setting is unused there)."""
+
     values: dict
 
     def of(self, model: str | None, family: str):
@@ -38,24 +40,24 @@ def per_model(**values) -> PerModel:
 
 @dataclass(frozen=True)
 class Setting:
-    help: str | Callable[[], str]    # a callable where the text reads this machine (--threads: its cores)
-    default: object = None           # the value, or a PerModel filled in once the model is known
-    type: type | tuple = str         # what a value must be
-    parse: Callable | None = None    # the command line's text -> value, ValueError naming the forms it takes
-    choices: tuple | None = None     # the values allowed
-    listed: bool = True              # the command line lists (and enforces) the choices
-    low: int | None = None           # an integer setting's smallest value
-    form: str = "value"              # "value"; "switch" (--x); "negated" (--no-x); "either" (--x, --no-x);
-    const: object = None             # "optional" (--x [VALUE]): the bare flag's value
+    help: str | Callable[[], str]  # a callable where the text reads this machine (--threads: its cores)
+    default: object = None  # the value, or a PerModel filled in once the model is known
+    type: type | tuple = str  # what a value must be
+    parse: Callable | None = None  # the command line's text -> value, ValueError naming the forms it takes
+    choices: tuple | None = None  # the values allowed
+    listed: bool = True  # the command line lists (and enforces) the choices
+    low: int | None = None  # an integer setting's smallest value
+    form: str = "value"  # "value"; "switch" (--x); "negated" (--no-x); "either" (--x, --no-x);
+    const: object = None  # "optional" (--x [VALUE]): the bare flag's value
     metavar: str | None = None
-    group: str | None = None         # the help's section: None, "text" or "parallel"
-    shares: str | None = None        # another setting whose flag also sets this one, when given one of its choices
-    keeps: str = ""                  # on --resume: "math" (the numbers depend on it: the checkpoint's is kept, a
+    group: str | None = None  # the help's section: None, "text" or "parallel"
+    shares: str | None = None  # another setting whose flag also sets this one, when given one of its choices
+    keeps: str = ""  # on --resume: "math" (the numbers depend on it: the checkpoint's is kept, a
     #                                  different one given refused); "record" (kept unless given again); "" (now)
-    local: bool = False              # may differ between the ranks of one run (paths, printing)
-    applies: tuple | None = None     # the models or families ("image", "text") it applies to; None: all
-    key: str = ""                    # the name outside its part (TrainConfig(key=...)); default: the field's name
-    field: str = ""                  # the field's name in its part
+    local: bool = False  # may differ between the ranks of one run (paths, printing)
+    applies: tuple | None = None  # the models or families ("image", "text") it applies to; None: all
+    key: str = ""  # the name outside its part (TrainConfig(key=...)); default: the field's name
+    field: str = ""  # the field's name in its part
 
     @property
     def flag(self) -> str:
@@ -92,8 +94,9 @@ class Setting:
             name = f"{self.key} ({self.flag})" if self.form == "negated" else self.flag
             raise UsageError(f"{name} must be True or False, got {value!r}")
         if self.choices is not None and value not in self.choices:
-            raise UsageError(f"{self.flag}: unknown {self.key} {value!r}; known: "
-                             f"{', '.join(str(c) for c in self.choices)}")
+            raise UsageError(
+                f"{self.flag}: unknown {self.key} {value!r}; known: {', '.join(str(c) for c in self.choices)}"
+            )
         if self.low is not None:
             if not is_a(value, int):
                 raise UsageError(f"{self.flag} must be an integer, got {value!r}")

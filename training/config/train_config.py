@@ -8,6 +8,7 @@ and the text runs' differ: nanoGPT's CPU configuration for Shakespeare on the te
 settings the user gave (a resumed run keeps the checkpoint's for the others).  Each part checks its own values;
 what spans parts is checked here: a setting of the other model family is refused, never ignored.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -41,14 +42,16 @@ class TrainConfig:
     optim: OptimConfig
     run: RunConfig
     parallel: ParallelConfig
-    given: frozenset = field(compare=False)   # the keys of the settings the user gave
+    given: frozenset = field(compare=False)  # the keys of the settings the user gave
 
     def __init__(self, *, given: Iterable[str] = frozenset(), **settings):
         given = frozenset(given)
         unknown = sorted((set(settings) | given) - set(SETTINGS))
         if unknown:
-            raise UsageError(f"unknown settings: {', '.join(unknown)} (train.py --help lists every setting as its "
-                             f"flag: batch_size is --batch-size)")
+            raise UsageError(
+                f"unknown settings: {', '.join(unknown)} (train.py --help lists every setting as its "
+                f"flag: batch_size is --batch-size)"
+            )
         family = family_of(settings.get("model"), settings.get("dataset"), settings.get("data_file"))
         model = settings.get("model") or declared("model").default.of(None, family)
         values = {}
@@ -71,7 +74,7 @@ class TrainConfig:
 
     @property
     def family(self) -> str:
-        """"image" or "text": which data, models, loop and defaults the run uses."""
+        """ "image" or "text": which data, models, loop and defaults the run uses."""
         return family_of(self.model.name, self.data.dataset, self.data.data_file)
 
     @property
@@ -106,14 +109,20 @@ class TrainConfig:
         fit the weights' dtype, the engine builds this model, the split fits the model."""
         model, family = self.model.name, self.family
         if family == "text" and self.data.dataset not in TEXT_DATASETS:
-            raise UsageError(f"--model {model} is a language model: it trains on text (--dataset "
-                             f"{', '.join(TEXT_DATASETS)}, or --data-file PATH), not --dataset {self.data.dataset}")
+            raise UsageError(
+                f"--model {model} is a language model: it trains on text (--dataset "
+                f"{', '.join(TEXT_DATASETS)}, or --data-file PATH), not --dataset {self.data.dataset}"
+            )
         if family == "image" and self.data.dataset in TEXT_DATASETS:
-            raise UsageError(f"--dataset {self.data.dataset} is text: train it with a language model (--model "
-                             f"{', '.join(TEXT_MODELS)}), not --model {model}")
+            raise UsageError(
+                f"--dataset {self.data.dataset} is text: train it with a language model (--model "
+                f"{', '.join(TEXT_MODELS)}), not --model {model}"
+            )
         if family == "image" and self.optim.schedule == "warmup-cosine":
-            raise UsageError("--schedule warmup-cosine is the text runs' (its --warmup-iters, --min-lr and "
-                             "--lr-decay-iters count iterations); the image runs take constant, cosine or onecycle")
+            raise UsageError(
+                "--schedule warmup-cosine is the text runs' (its --warmup-iters, --min-lr and "
+                "--lr-decay-iters count iterations); the image runs take constant, cosine or onecycle"
+            )
         values = self.settings()
         for key, (_, s) in SETTINGS.items():  # a setting of another model: refused where given or set, never ignored
             if not s.applies_to(model, family) and (key in self.given or values[key] != self.default_of(key)):
@@ -124,8 +133,10 @@ class TrainConfig:
             weights = str(self.run.torch_dtype).removeprefix("torch.")
             raise UsageError(f"{name} {value} is out of range (at most {largest:.3g}: the weights are {weights})")
         if model != "mlp" and "engine" in self.run.impls:
-            raise UsageError(f"--impl {self.run.impl}: the autodiff engine builds only the MLP, not --model {model}; "
-                             f"use --impl manual, torch or both")
+            raise UsageError(
+                f"--impl {self.run.impl}: the autodiff engine builds only the MLP, not --model {model}; "
+                f"use --impl manual, torch or both"
+            )
         if self.model_parallel:
             self.parallel.check_split(self.model, self.run, self.given)
 
@@ -140,14 +151,15 @@ def _not_for(s: Setting, model: str, family: str) -> str:
     if family not in kinds:  # a setting of the other family
         kind = kinds.pop()
         models = ", ".join(FAMILIES[kind])
-        return (f"{s.flag} applies to the {kind} models ({models}), not --model {model}"
-                + ("; a text run counts --max-iters and evaluates every --eval-interval" if kind == "image" else ""))
+        return f"{s.flag} applies to the {kind} models ({models}), not --model {model}" + (
+            "; a text run counts --max-iters and evaluates every --eval-interval" if kind == "image" else ""
+        )
     names = list(s.applies)
     listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
     return f"{s.flag} applies to --model {listed} only, not --model {model}"
 
 
-MATH_KEYS = keys(keeps="math")      # a resumed run keeps them: the numbers it produces depend on them
+MATH_KEYS = keys(keeps="math")  # a resumed run keeps them: the numbers it produces depend on them
 RECORD_KEYS = keys(keeps="record")  # a resumed run keeps them unless they are given again
-LOCAL_KEYS = keys(local=True)       # under torchrun the ranks may differ in these (where things are, printing)
+LOCAL_KEYS = keys(local=True)  # under torchrun the ranks may differ in these (where things are, printing)
 __all__ = ["TrainConfig", "SETTINGS", "MATH_KEYS", "RECORD_KEYS", "LOCAL_KEYS", "declared", "keys", "flag"]

@@ -12,6 +12,7 @@ cross-entropy of the half logits in float32, and for float16 scales the loss gra
 ``torch.amp.GradScaler`` for float16: PyTorch's own recipe, for comparison.  Gradients are clipped and monitored
 after unscaling, in float32.  float32/float64 runs take none of these paths.
 """
+
 from __future__ import annotations
 
 from typing import Protocol
@@ -32,10 +33,10 @@ from .twin import TorchImpl
 
 class Impl(Protocol):
     name: str
-    model: object               # has state_dict() / load_state_dict()
+    model: object  # has state_dict() / load_state_dict()
     opt: torch.optim.Optimizer
-    sched: object | None        # a torch.optim.lr_scheduler stepped after every step, or None
-    monitor: object | None      # a monitoring.GradientMonitor told of every step's gradients, or None
+    sched: object | None  # a torch.optim.lr_scheduler stepped after every step, or None
+    monitor: object | None  # a monitoring.GradientMonitor told of every step's gradients, or None
 
     def train_step(self, x: Tensor, y: Tensor, total: int, step: int = 0) -> tuple[Tensor, Tensor, Tensor | None]:
         """One optimizer step on this rank's part (x, y) of a global batch of ``total`` samples.
@@ -56,15 +57,25 @@ def check_mixed_precision(run: RunConfig, info: DistInfo) -> None:
     """Mixed precision runs in one process: the hand-written all-reduce buckets and the loss scaler's found-inf
     flag have not been made to work together across ranks yet."""
     if run.is_mixed and info.enabled:
-        raise UsageError(f"--dtype {run.dtype} under torchrun: mixed precision runs in a single process only "
-                         f"for now; use --dtype float32 (or float64) with torchrun")
+        raise UsageError(
+            f"--dtype {run.dtype} under torchrun: mixed precision runs in a single process only "
+            f"for now; use --dtype float32 (or float64) with torchrun"
+        )
 
 
 IMPL_CLASSES = {"manual": ManualImpl, "engine": EngineImpl, "torch": TorchImpl}
 
 
-def build_impls(models: dict, optim: OptimConfig, run: RunConfig, device: torch.device, info: DistInfo = SINGLE,
-                *, total_steps: int = 0, model: str = "mlp") -> dict[str, Impl]:
+def build_impls(
+    models: dict,
+    optim: OptimConfig,
+    run: RunConfig,
+    device: torch.device,
+    info: DistInfo = SINGLE,
+    *,
+    total_steps: int = 0,
+    model: str = "mlp",
+) -> dict[str, Impl]:
     """impl name -> Impl training each of ``models`` (impl name -> ``model``'s hand-written model or a copy of its
     weights: build_models, a task's), stepped by ``optim``'s optimizer, as ``run`` says (precision, the compiled
     or captured step).  With ``total_steps`` each gets the learning-rate scheduler ``optim.schedule`` asks for
@@ -120,6 +131,10 @@ def max_param_abs_diff(impls: dict[str, Impl]) -> float | None:
         return None
     first, *rest = impls.values()
     ref = weights_state(first)
-    diffs = [(ref[k].double() - v.double()).abs().max() for other in rest
-             for k, v in weights_state(other).items() if v.is_floating_point() and v.numel()]
+    diffs = [
+        (ref[k].double() - v.double()).abs().max()
+        for other in rest
+        for k, v in weights_state(other).items()
+        if v.is_floating_point() and v.numel()
+    ]
     return torch.stack(diffs).max().item()

@@ -1,4 +1,5 @@
 """engine: the MLP on handgrad's autodiff engine (gradients from per-operation closures), a handgrad optimizer."""
+
 from __future__ import annotations
 
 from autodiff import cross_entropy, no_grad
@@ -20,8 +21,9 @@ class EngineImpl:
         self.opt = get_optimizer(optim.optimizer, model.parameters(), **optimizer_kwargs(optim))
         self.clip = optim.clip_grad
         # The engine's graph has no per-layer hook: its gradients are all-reduced after the whole backward.
-        self.buckets = GradBuckets([p.data for p in model.parameters()], scale=1.0, flags=False) \
-            if info.enabled else None  # the flags are the engine Tensors', not their .data's
+        self.buckets = (
+            GradBuckets([p.data for p in model.parameters()], scale=1.0, flags=False) if info.enabled else None
+        )  # the flags are the engine Tensors', not their .data's
 
     def train_step(self, x, y, total, step=0):
         self.opt.zero_grad()

@@ -5,6 +5,7 @@ Mixed precision (``--dtype bfloat16`` or ``float16``): the model keeps float32 m
 parameters and statistics), takes cross-entropy of the half logits in float32, and for float16 scales the loss
 gradient with a hand-written ``DynamicLossScaler``; gradients are clipped and monitored after unscaling.
 """
+
 from __future__ import annotations
 
 import torch
@@ -33,8 +34,8 @@ class ManualImpl:
     name = "manual"
     sched = None
     monitor = None
-    master = None   # mixed precision: the float32 MasterWeights the optimizer steps
-    scaler = None   # float16: the DynamicLossScaler
+    master = None  # mixed precision: the float32 MasterWeights the optimizer steps
+    scaler = None  # float16: the DynamicLossScaler
     compiled = None  # --compile: the compiled step, timed (training/compiled.py)
 
     def __init__(self, model, optim: OptimConfig, run: RunConfig, info: DistInfo = SINGLE, cuda_graph: bool = False):
@@ -50,16 +51,22 @@ class ManualImpl:
         if run.is_mixed:
             self.compute_dtype = run.compute_dtype
             self.master = MasterWeights(model, cast_to=run.compute_dtype)  # copies first, then the cast
-            self.opt = get_optimizer(optim.optimizer, param_groups(self.master.named_parameters(), optim),
-                                     **optimizer_kwargs(optim))
+            self.opt = get_optimizer(
+                optim.optimizer, param_groups(self.master.named_parameters(), optim), **optimizer_kwargs(optim)
+            )
             if run.compute_dtype == torch.float16:
                 self.scaler = DynamicLossScaler(device=self.master.parameters()[0].device)
             return
         # --compile: the step as one graph (training/compiled.py); capturable like the captured step's optimizer, so
         # that a schedule's lr is a tensor the graph reads rather than a constant it would be compiled again for
-        self.opt = get_optimizer(optim.optimizer, param_groups(list(model.named_parameters()), optim), **{
-            **optimizer_kwargs(optim),
-            **(capturable_kwargs(optim, model.parameters()[0]) if cuda_graph or run.compile else {})})
+        self.opt = get_optimizer(
+            optim.optimizer,
+            param_groups(list(model.named_parameters()), optim),
+            **{
+                **optimizer_kwargs(optim),
+                **(capturable_kwargs(optim, model.parameters()[0]) if cuda_graph or run.compile else {}),
+            },
+        )
         if run.compile:
             step = compile_step(lambda xb, yb, total: self._step(xb, yb, total, 0), model, self.opt)
             if run.compile_fast:  # guards skipped at calls whose entry state they already passed
@@ -77,8 +84,9 @@ class ManualImpl:
             return self.compiled(x, y, total)
         if self.cuda_graph:  # one process, no monitor (build_impls checks): total is y's size, step unused
             if self.graph is None:
-                self.graph = CapturedStep(lambda xb, yb: self._step(xb, yb, yb.shape[0], 0), x, y,
-                                          fallback=self.capture_fallback)
+                self.graph = CapturedStep(
+                    lambda xb, yb: self._step(xb, yb, yb.shape[0], 0), x, y, fallback=self.capture_fallback
+                )
             return self.graph(x, y)  # eager for a batch of another shape (an epoch's last)
         return self._step(x, y, total, step)
 

@@ -3,6 +3,7 @@
 ``build_models(model, run, device, dtype)`` draws the hand-written model's weights once (seeded by ``run.seed``)
 and copies them into every other implementation the run trains (``run.impls``), so all of them start equal.
 """
+
 from __future__ import annotations
 
 import torch
@@ -29,13 +30,30 @@ def cnn(num_classes: int = 10, *, device=None, dtype=None) -> Sequential:
     """
     kw = {"device": device, "dtype": dtype}
     return Sequential(
-        Conv2d(1, 32, 3, padding=1, bias=False, **kw), BatchNorm2d(32, **kw), ReLU(), MaxPool2d(2),
-        Conv2d(32, 64, 3, padding=1, bias=False, **kw), BatchNorm2d(64, **kw), ReLU(), MaxPool2d(2),
-        Flatten(), Dropout(0.3), Linear(64 * 7 * 7, 128, **kw), ReLU(), Dropout(0.3), Linear(128, num_classes, **kw))
+        Conv2d(1, 32, 3, padding=1, bias=False, **kw),
+        BatchNorm2d(32, **kw),
+        ReLU(),
+        MaxPool2d(2),
+        Conv2d(32, 64, 3, padding=1, bias=False, **kw),
+        BatchNorm2d(64, **kw),
+        ReLU(),
+        MaxPool2d(2),
+        Flatten(),
+        Dropout(0.3),
+        Linear(64 * 7 * 7, 128, **kw),
+        ReLU(),
+        Dropout(0.3),
+        Linear(128, num_classes, **kw),
+    )
 
 
-def build_models(model: ModelConfig, run: RunConfig, device: torch.device, dtype: torch.dtype, sync_bn: bool = False,
-                 ) -> dict[str, object]:
+def build_models(
+    model: ModelConfig,
+    run: RunConfig,
+    device: torch.device,
+    dtype: torch.dtype,
+    sync_bn: bool = False,
+) -> dict[str, object]:
     """impl name -> image model, for every name in ``run.impls``, all with the same initial weights.
 
     ``sync_bn`` (under torchrun): batch norm becomes the hand-written SyncBatchNorm, and nn.SyncBatchNorm in the

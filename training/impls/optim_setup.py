@@ -1,5 +1,6 @@
 """What every implementation's step shares: its optimizer's arguments and parameter groups, clipping with the
 monitor told, and cross-entropy over rows (an image's logits (N, C), or a language model's (B, T, V) flattened)."""
+
 from __future__ import annotations
 
 import torch
@@ -24,8 +25,10 @@ def param_groups(named: list[tuple[str, Tensor]], optim: OptimConfig) -> list:
     params = [p for _, p in named]
     if not optim.matrices_only:
         return params
-    return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": optim.weight_decay},
-            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    return [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": optim.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
 
 
 def capturable_kwargs(optim: OptimConfig, param: torch.Tensor) -> dict:

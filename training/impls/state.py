@@ -2,6 +2,7 @@
 (``restore``): weights and buffers, optimizer states (an older format's Linear state transposed to today's layout),
 schedulers, loss scalers and random streams, each checked against the model before it is loaded; a missing or
 mis-shaped tensor, or more steps than the checkpoint's epochs hold, is refused naming it."""
+
 from __future__ import annotations
 
 import math
@@ -21,8 +22,9 @@ def impls_state(impls: dict) -> dict:
         "models": {name: weights_state(impl) for name, impl in impls.items()},
         "optimizers": {name: impl.opt.state_dict() for name, impl in impls.items()},
         "schedulers": {name: impl.sched.state_dict() for name, impl in impls.items() if impl.sched is not None},
-        "scalers": {name: impl.scaler.state_dict() for name, impl in impls.items()
-                    if getattr(impl, "scaler", None) is not None},
+        "scalers": {
+            name: impl.scaler.state_dict() for name, impl in impls.items() if getattr(impl, "scaler", None) is not None
+        },
     }
 
 
@@ -45,8 +47,15 @@ def set_capturable(opt: torch.optim.Optimizer, capturable: bool, tensor_lr: bool
                     state["step"] = state["step"].to(p.device if capturable else "cpu")
 
 
-def restore(impls: dict, ckpt: dict, batch_gen: torch.Generator, device: torch.device, steps_per_epoch: int,
-            path: Path, say: Callable = print) -> None:
+def restore(
+    impls: dict,
+    ckpt: dict,
+    batch_gen: torch.Generator,
+    device: torch.device,
+    steps_per_epoch: int,
+    path: Path,
+    say: Callable = print,
+) -> None:
     """Load weights, buffers, optimizer states and random streams from ``ckpt`` into a freshly built run, checking
     each against the model first: a missing or mis-shaped tensor, or more steps than the checkpoint's epochs
     hold, is refused naming it."""
@@ -58,8 +67,10 @@ def restore(impls: dict, ckpt: dict, batch_gen: torch.Generator, device: torch.d
         if name in TRANSPOSED_LINEAR_STATE.get(ckpt["format"], ()):
             opt_state, count = _untranspose_linear_state(impl, opt_state)
             if count:
-                say(f"note: {path} was written before handgrad kept Linear weights as (out, in); the optimizer "
-                    f"state of {count} Linear weight(s) of '{name}' was transposed to match")
+                say(
+                    f"note: {path} was written before handgrad kept Linear weights as (out, in); the optimizer "
+                    f"state of {count} Linear weight(s) of '{name}' was transposed to match"
+                )
         _load(path, f"optimizers.{name}", impl.opt.load_state_dict, opt_state)
         _check_optimizer(name, impl.opt, most, path)
         if name == "manual":  # a checkpoint of an eager run continued with --cuda-graph, or the reverse
@@ -67,8 +78,11 @@ def restore(impls: dict, ckpt: dict, batch_gen: torch.Generator, device: torch.d
         if impl.sched is not None:
             _load(path, f"schedulers.{name}", impl.sched.load_state_dict, ckpt["schedulers"][name])
             if not 0 <= impl.sched.last_epoch <= most:
-                _refuse(path, f"'schedulers.{name}' is at step {impl.sched.last_epoch}, outside the 0..{most} steps "
-                              f"of its {ckpt['epoch']} epochs")
+                _refuse(
+                    path,
+                    f"'schedulers.{name}' is at step {impl.sched.last_epoch}, outside the 0..{most} steps "
+                    f"of its {ckpt['epoch']} epochs",
+                )
         if getattr(impl, "scaler", None) is not None:
             _load(path, f"scalers.{name}", impl.scaler.load_state_dict, ckpt["scalers"][name])
     _load(path, "rng.torch", torch.set_rng_state, ckpt["rng"]["torch"])
@@ -104,6 +118,7 @@ def _linear_weights(model) -> set[int]:
     from autodiff import nn as engine_nn
     from layers import Linear
     from layers.layer import BaseLayer
+
     found, stack, seen = set(), [model], set()
     while stack:
         node = stack.pop()
@@ -138,8 +153,7 @@ def _check_weights(name: str, model: dict, saved: dict, path: Path) -> None:
         if key not in saved:
             _refuse(path, f"'models.{name}' has no '{key}'")
         if saved[key].shape != t.shape:
-            _refuse(path, f"'models.{name}.{key}' has shape {tuple(saved[key].shape)}, the model's is "
-                          f"{tuple(t.shape)}")
+            _refuse(path, f"'models.{name}.{key}' has shape {tuple(saved[key].shape)}, the model's is {tuple(t.shape)}")
     for key in saved.keys() - model.keys():
         _refuse(path, f"'models.{name}.{key}' is not in the model (its keys: {', '.join(list(model)[:4])}, ...)")
 
@@ -153,8 +167,14 @@ def _check_optimizer(name: str, opt: torch.optim.Optimizer, most: int, path: Pat
             if key == "step":
                 steps = float(value)
                 if not (math.isfinite(steps) and 0 <= steps <= most):
-                    _refuse(path, f"'optimizers.{name}' parameter {i} has taken {steps:g} steps, outside the 0..{most}"
-                                  f" steps of the checkpoint's epochs")
+                    _refuse(
+                        path,
+                        f"'optimizers.{name}' parameter {i} has taken {steps:g} steps, outside the 0..{most}"
+                        f" steps of the checkpoint's epochs",
+                    )
             elif isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape != p.shape:
-                _refuse(path, f"'optimizers.{name}' {key} of parameter {i} has shape {tuple(value.shape)}, the "
-                              f"parameter's is {tuple(p.shape)}")
+                _refuse(
+                    path,
+                    f"'optimizers.{name}' {key} of parameter {i} has shape {tuple(value.shape)}, the "
+                    f"parameter's is {tuple(p.shape)}",
+                )

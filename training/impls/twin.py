@@ -3,6 +3,7 @@
 Mixed precision: float32 weights, forward and loss under ``torch.autocast``, ``torch.amp.GradScaler`` for float16:
 PyTorch's own recipe, for comparison with the hand-written one.  Under torchrun: DistributedDataParallel.
 """
+
 from __future__ import annotations
 
 import torch
@@ -21,7 +22,7 @@ class TorchImpl:
     sched = None
     monitor = None
     autocast = None  # mixed precision: the half dtype torch.autocast runs forward and loss in
-    scaler = None    # float16: torch.amp.GradScaler
+    scaler = None  # float16: torch.amp.GradScaler
     compiled = None  # --compile: the step around the compiled model, timed (training/compiled.py)
 
     def __init__(self, model: torch.nn.Module, optim: OptimConfig, run: RunConfig, info: DistInfo = SINGLE):

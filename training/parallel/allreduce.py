@@ -16,6 +16,7 @@ hand-written backward's own hook (``Sequential.register_backward_hook``):
 Gloo has no ReduceOp.AVG (it is NCCL-only), so the average is a SUM then a multiply, as torch's own
 data-parallel tutorial writes it.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -34,7 +35,7 @@ class _Bucket:
         self.slots: dict[int, Tensor] = {}  # id(param) -> its view into the buffer, in the parameter's shape
         offset = 0
         for p in params:
-            flat = self.buffer[offset: offset + p.numel()]
+            flat = self.buffer[offset : offset + p.numel()]
             # The same strides as the parameter (a transposed block stays one), so .grad matches it.
             self.slots[id(p)] = flat.view(p.t().shape).t() if _is_transposed(p) else flat.view(p.shape)
             offset += p.numel()
@@ -55,21 +56,32 @@ class GradBuckets:
     reduced nor replaced.  ``flags=False`` for tensors that carry no such flag of their own (the autodiff engine's
     ``.data``, whose engine Tensor holds it): every one is reduced."""
 
-    def __init__(self, params: Iterable[Tensor], scale: float, bucket_cap_mb: float = 25.0,
-                 group: dist.ProcessGroup | None = None, pad_to: int = 1, *, flags: bool = True) -> None:
+    def __init__(
+        self,
+        params: Iterable[Tensor],
+        scale: float,
+        bucket_cap_mb: float = 25.0,
+        group: dist.ProcessGroup | None = None,
+        pad_to: int = 1,
+        *,
+        flags: bool = True,
+    ) -> None:
         params = [p for p in params]
         if not params:
             raise ValueError("GradBuckets: no parameters")
         if len({id(p) for p in params}) != len(params):
             raise ValueError("GradBuckets: a parameter appears twice")
         self.scale, self.group, self.flags = scale, group, flags
-        cap = max(1, int(bucket_cap_mb * 2 ** 20))
+        cap = max(1, int(bucket_cap_mb * 2**20))
         self.buckets: list[_Bucket] = []
         current: list[Tensor] = []
         size = 0
         for p in reversed(params):  # backward produces the last layer's gradients first
-            if current and (size + p.numel() * p.element_size() > cap or p.dtype != current[0].dtype
-                            or p.device != current[0].device):
+            if current and (
+                size + p.numel() * p.element_size() > cap
+                or p.dtype != current[0].dtype
+                or p.device != current[0].device
+            ):
                 self.buckets.append(_Bucket(current, pad_to))
                 current, size = [], 0
             current.append(p)
@@ -90,6 +102,7 @@ class GradBuckets:
     def attach(self, model) -> "GradBuckets":
         """Hook into every ``Sequential`` of a hand-written model: each leaf layer's backward ends with ``ready``."""
         from layers import Sequential
+
         stack = [model]
         while stack:
             node = stack.pop()
@@ -105,6 +118,7 @@ class GradBuckets:
 
     def _on_layer_done(self, layer) -> None:
         from layers import Sequential
+
         if not isinstance(layer, Sequential):  # a nested container's leaves were reported by its own hook
             self.ready(layer.parameters())
 

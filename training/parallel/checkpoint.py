@@ -26,6 +26,7 @@ A checkpoint resumes with the split it was written with: the settings a resumed 
 checkpoint's, and a different one given, or another world size, is refused naming both values
 (training/config/resume.py).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -38,10 +39,12 @@ from .distributed import DistInfo
 
 def _own_state(impl) -> dict:
     """This rank's parameters, optimizer and schedule state and random stream, as it holds them."""
-    return {"params": {name: p.detach().clone() for name, p in impl.part.named_parameters()},
-            "optimizer": (impl.zero if impl.zero is not None else impl.opt).state_dict(),
-            "scheduler": impl.sched.state_dict() if impl.sched is not None else None,
-            "rng": torch.get_rng_state()}
+    return {
+        "params": {name: p.detach().clone() for name, p in impl.part.named_parameters()},
+        "optimizer": (impl.zero if impl.zero is not None else impl.opt).state_dict(),
+        "scheduler": impl.sched.state_dict() if impl.sched is not None else None,
+        "rng": torch.get_rng_state(),
+    }
 
 
 def sharded_state(impl, split: dict, info: DistInfo) -> dict:
@@ -54,18 +57,23 @@ def sharded_state(impl, split: dict, info: DistInfo) -> dict:
     dist.gather_object(_own_state(impl), every, dst=0)
     if not info.is_main:
         return {}
-    return {"optimizers": {"manual": [s["optimizer"] for s in every]},
-            "schedulers": {"manual": [s["scheduler"] for s in every]} if impl.sched is not None else {},
-            "model_parallel": {"settings": {**split, "world_size": info.world_size},
-                               "params": [s["params"] for s in every], "rng": [s["rng"] for s in every]}}
+    return {
+        "optimizers": {"manual": [s["optimizer"] for s in every]},
+        "schedulers": {"manual": [s["scheduler"] for s in every]} if impl.sched is not None else {},
+        "model_parallel": {
+            "settings": {**split, "world_size": info.world_size},
+            "params": [s["params"] for s in every],
+            "rng": [s["rng"] for s in every],
+        },
+    }
 
 
-def restore_sharded(impl, ckpt: dict, batch_gen: torch.Generator, rank: int, steps_per_round: int,
-                    path: Path) -> None:
+def restore_sharded(impl, ckpt: dict, batch_gen: torch.Generator, rank: int, steps_per_round: int, path: Path) -> None:
     """Load a model-parallel checkpoint into this rank's freshly built run: the whole model, then the rank's own
     parameters, optimizer state, schedule and random streams, each checked against what the rank holds first."""
     from ..impls.state import _check_optimizer, _check_weights, _load
     from ..storage.checkpoint import _refuse
+
     mp = ckpt["model_parallel"]
     for part in ("params", "rng"):
         if not isinstance(mp.get(part), list) or len(mp[part]) <= rank:
@@ -85,8 +93,12 @@ def restore_sharded(impl, ckpt: dict, batch_gen: torch.Generator, rank: int, ste
     with torch.no_grad():
         for name, p in own.items():  # in place: ZeRO's flat copy and the pipeline's shared tensors stay the ones used
             p.copy_(saved[name])
-    _load(path, f"optimizers.manual[{rank}]", (impl.zero if impl.zero is not None else impl.opt).load_state_dict,
-          ckpt["optimizers"]["manual"][rank])
+    _load(
+        path,
+        f"optimizers.manual[{rank}]",
+        (impl.zero if impl.zero is not None else impl.opt).load_state_dict,
+        ckpt["optimizers"]["manual"][rank],
+    )
     _check_optimizer(f"manual[{rank}]", impl.opt, ckpt["epoch"] * steps_per_round, path)
     if impl.sched is not None:
         _load(path, f"schedulers.manual[{rank}]", impl.sched.load_state_dict, ckpt["schedulers"]["manual"][rank])

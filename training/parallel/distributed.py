@@ -13,6 +13,7 @@ made here, before the process group, so that a rank whose start-up fails (a peer
 and closed its connections while this one was still connecting) can read the record too.  A rank
 that died without a word (SIGKILL) or stopped answering is found by ``silent_ranks``.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -59,8 +60,9 @@ def torchrun_env() -> DistInfo | None:
         raise ValueError(f"torchrun environment: RANK/WORLD_SIZE/LOCAL_RANK must be integers ({e})") from None
 
 
-def init_from_env(device_type: str, timeout_s: float = 300.0, init_method: str | None = None,
-                  info: DistInfo | None = None) -> tuple[DistInfo, torch.device | None]:
+def init_from_env(
+    device_type: str, timeout_s: float = 300.0, init_method: str | None = None, info: DistInfo | None = None
+) -> tuple[DistInfo, torch.device | None]:
     """Join the process group: gloo on the CPU, NCCL on CUDA (device cuda:LOCAL_RANK).
 
     -> (info, the device this rank must use for CUDA, else None).  ``init_method`` defaults to torchrun's
@@ -79,9 +81,14 @@ def init_from_env(device_type: str, timeout_s: float = 300.0, init_method: str |
     # What init_process_group(init_method=...) does itself, with the store kept (see the module's note).
     _store, _, _ = next(dist.rendezvous(init_method or "env://", info.rank, info.world_size, timeout=timeout))
     _store.set_timeout(timeout)
-    dist.init_process_group(backend, store=dist.PrefixStore("default_pg", _store), rank=info.rank,
-                            world_size=info.world_size, timeout=timeout,
-                            **({"device_id": device} if device is not None else {}))
+    dist.init_process_group(
+        backend,
+        store=dist.PrefixStore("default_pg", _store),
+        rank=info.rank,
+        world_size=info.world_size,
+        timeout=timeout,
+        **({"device_id": device} if device is not None else {}),
+    )
     return info, device
 
 
@@ -117,7 +124,7 @@ def broadcast_(tensors: list[Tensor], src: int = 0) -> None:
     offset = 0
     with torch.no_grad():
         for t in tensors:
-            t.copy_(flat[offset: offset + t.numel()].view(t.shape).to(t.dtype))
+            t.copy_(flat[offset : offset + t.numel()].view(t.shape).to(t.dtype))
             offset += t.numel()
 
 

@@ -8,6 +8,7 @@ so a broken run ends within the process group's timeout with a message naming th
 A peer that died without a word (killed), stopped answering within ``--dist-timeout`` or never joined is named
 too: every rank's last word is one line (PeerFailed, exit 1), not a traceback of the collective that failed.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -16,8 +17,16 @@ import re
 import torch
 import torch.distributed as dist
 
-from .distributed import (SINGLE, DistInfo, failed_peer, init_from_env, report_failure, shutdown, silent_ranks,
-                          torchrun_env)
+from .distributed import (
+    SINGLE,
+    DistInfo,
+    failed_peer,
+    init_from_env,
+    report_failure,
+    shutdown,
+    silent_ranks,
+    torchrun_env,
+)
 from ..errors import RunFailed, UsageError
 
 # How gloo, NCCL and the stores word a peer that stopped answering, or went away.
@@ -30,16 +39,19 @@ class PeerFailed(RunFailed):
 
 
 @contextlib.contextmanager
-def under_torchrun(device: torch.device, timeout_s: float = 120.0, init_method: str | None = None,
-                   info: DistInfo | None = None):
+def under_torchrun(
+    device: torch.device, timeout_s: float = 120.0, init_method: str | None = None, info: DistInfo | None = None
+):
     """-> (DistInfo, the device this rank trains on)."""
     info = info or torchrun_env()
     if info is None:  # not launched by torchrun (torchrun with one process still gets a group of one)
         yield SINGLE, device
         return
     if device.type == "cuda" and torch.cuda.device_count() <= info.local_rank:
-        raise UsageError(f"rank {info.rank}: LOCAL_RANK {info.local_rank} needs cuda:{info.local_rank}, but there "
-                         f"are {torch.cuda.device_count()} CUDA devices here")
+        raise UsageError(
+            f"rank {info.rank}: LOCAL_RANK {info.local_rank} needs cuda:{info.local_rank}, but there "
+            f"are {torch.cuda.device_count()} CUDA devices here"
+        )
     try:
         try:
             info, cuda = init_from_env(device.type, timeout_s=timeout_s, init_method=init_method, info=info)
@@ -81,11 +93,15 @@ def _explain(info: DistInfo, e: BaseException, timeout_s: float, joining: bool =
     who = ("rank " if len(silent) == 1 else "ranks ") + ", ".join(map(str, silent))
     text = str(e).strip()
     if joining and _TIMED_OUT.search(text):
-        return (f"rank {info.rank} stopped: {who} did not join within --dist-timeout {timeout_s:g} s (never started, "
-                f"or cannot reach the rendezvous)")
+        return (
+            f"rank {info.rank} stopped: {who} did not join within --dist-timeout {timeout_s:g} s (never started, "
+            f"or cannot reach the rendezvous)"
+        )
     if _TIMED_OUT.search(text):
-        return (f"rank {info.rank} stopped: {who} did not answer within --dist-timeout {timeout_s:g} s (stopped, "
-                f"hung, or slower than the timeout allows)")
+        return (
+            f"rank {info.rank} stopped: {who} did not answer within --dist-timeout {timeout_s:g} s (stopped, "
+            f"hung, or slower than the timeout allows)"
+        )
     if _CLOSED.search(text):
         return f"rank {info.rank} stopped: {who} closed its connection without a word (killed, or crashed)"
     return f"rank {info.rank} stopped: {'joining the process group: ' if joining else ''}{_first_line(e)}"

@@ -13,6 +13,7 @@ A model's copy is the T x P ranks of one d.  With P = 1 this is T x D (rank = d 
 (rank = d * P + p).  Every rank must create every group, in the same order (torch.distributed's rule for
 ``new_group``).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -56,6 +57,7 @@ def parallel_layout(tensor_parallel: int, pipeline_parallel: int = 1) -> Paralle
     tp_groups = {(i, j): dist.new_group([at(i, j, k) for k in range(T)]) for i in range(D) for j in range(P)}
     pp_groups = {(i, k): dist.new_group([at(i, j, k) for j in range(P)]) for i in range(D) for k in range(T)}
     dp_groups = {(j, k): dist.new_group([at(i, j, k) for i in range(D)]) for j in range(P) for k in range(T)}
-    tie_groups = ({(i, k): dist.new_group([at(i, 0, k), at(i, P - 1, k)]) for i in range(D) for k in range(T)}
-                  if P > 1 else {})
+    tie_groups = (
+        {(i, k): dist.new_group([at(i, 0, k), at(i, P - 1, k)]) for i in range(D) for k in range(T)} if P > 1 else {}
+    )
     return ParallelLayout(T, D, t, d, tp_groups[d, p], dp_groups[p, t], P, p, pp_groups[d, t], tie_groups.get((d, t)))

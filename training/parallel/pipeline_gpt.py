@@ -12,6 +12,7 @@ A layer keeps one forward's cache until its backward, and a pipeline holds sever
 micro-batch runs on its own copy of the stage (``replicate``): new layer objects, the very same parameter tensors,
 so the W's of every micro-batch add into the same .grad.
 """
+
 from __future__ import annotations
 
 import copy
@@ -129,18 +130,23 @@ class GPTStage(PipelineStage):
 
     def __init__(self, gpt: GPT, stage: int, stages: int) -> None:
         if gpt.n_layer % stages:
-            raise ValueError(f"pipeline parallelism: n_layer {gpt.n_layer} does not divide by --pipeline-parallel "
-                             f"{stages}")
+            raise ValueError(
+                f"pipeline parallelism: n_layer {gpt.n_layer} does not divide by --pipeline-parallel {stages}"
+            )
         if gpt.dropout:
             raise ValueError(f"pipeline parallelism: dropout {gpt.dropout} is not supported (use --dropout 0)")
         per = gpt.n_layer // stages
         self.stage, self.stages, self.first, self.last = stage, stages, stage == 0, stage == stages - 1
         self.offset = stage * per  # the global index of this stage's first block
-        self.h = gpt.h[self.offset:self.offset + per]
+        self.h = gpt.h[self.offset : self.offset + per]
         self.wte, self.wpe = (gpt.wte, gpt.wpe) if self.first else (None, None)
         self.ln_f = gpt.ln_f if self.last else None
         # the output layer: the token table itself on a single stage, else the last stage's copy of it
-        self.head = None if not self.last or self.first else gpt.wte.weight.detach().clone().requires_grad_(gpt.wte.weight.requires_grad)
+        self.head = (
+            None
+            if not self.last or self.first
+            else gpt.wte.weight.detach().clone().requires_grad_(gpt.wte.weight.requires_grad)
+        )
         self.vocab_size, self.n_embd = gpt.vocab_size, gpt.n_embd
         self._head_w = self._x = None
 

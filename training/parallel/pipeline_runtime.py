@@ -9,6 +9,7 @@ stage waits exactly where the schedule says it depends on another.  Every stage 
 B's, so the gradients add into .grad in micro-batch order whatever the schedule.  Returns the micro-batches' losses
 (on the last stage; empty elsewhere) and the trace: (op, micro-batch, start, end) in seconds, for ``format_trace``.
 """
+
 from __future__ import annotations
 
 import time
@@ -21,8 +22,14 @@ from .pipeline_gpt import replicate
 from .pipeline_schedules import actions
 
 
-def run_schedule(stage, schedule: str, inputs: list[Tensor] | None, targets: list[Tensor] | None,
-                 act_shape: tuple[int, ...], group: dist.ProcessGroup | None = None) -> tuple[list[float], list]:
+def run_schedule(
+    stage,
+    schedule: str,
+    inputs: list[Tensor] | None,
+    targets: list[Tensor] | None,
+    act_shape: tuple[int, ...],
+    group: dist.ProcessGroup | None = None,
+) -> tuple[list[float], list]:
     """One step's forwards and backwards of ``stage`` (a ``GPTStage`` or a ``TensorParallelStage``) over M
     micro-batches, exchanging activations of ``act_shape`` with the neighbouring ranks of ``group``; see the
     module."""
@@ -38,8 +45,11 @@ def run_schedule(stage, schedule: str, inputs: list[Tensor] | None, targets: lis
             dist.recv(buf, src=peer(rank - 1 if op == "recv_act" else rank + 1), group=group)
             received[op, i] = buf
         elif op == "send_act" or op == "send_grad":
-            sends.append(dist.isend(outputs.pop((op, i)).contiguous(),
-                                    dst=peer(rank + 1 if op == "send_act" else rank - 1), group=group))
+            sends.append(
+                dist.isend(
+                    outputs.pop((op, i)).contiguous(), dst=peer(rank + 1 if op == "send_act" else rank - 1), group=group
+                )
+            )
         elif op == "F":
             copies[i] = replicate(stage)
             out = copies[i].forward(inputs[i] if stage.first else received.pop(("recv_act", i)))

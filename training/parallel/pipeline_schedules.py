@@ -19,6 +19,7 @@ zero-bubble paper's model) and every action waits for what it needs; the bubble 
 Formulas with those costs: GPipe and 1F1B (P-1) / (M+P-1); ZB-H1 (P-1) / (3M+P-1) for M >= P, a third of it or
 less.
 """
+
 from __future__ import annotations
 
 SCHEDULES = ("gpipe", "1f1b", "zb-h1")
@@ -62,8 +63,11 @@ def actions(schedule: str, stage: int, stages: int, micro_batches: int) -> list[
     fused = schedule != "zb-h1"  # GPipe and 1F1B run the whole backward, B and W, before sending dx
     for op, i in compute_order(schedule, stage, stages, micro_batches):
         if op == "F":
-            out += ([("recv_act", i)] if stage > 0 else []) + [("F", i)] \
+            out += (
+                ([("recv_act", i)] if stage > 0 else [])
+                + [("F", i)]
                 + ([("send_act", i)] if stage < stages - 1 else [])
+            )
         elif op == "B":
             out += ([("recv_grad", i)] if stage < stages - 1 else []) + [("B", i)]
         else:
@@ -88,8 +92,11 @@ def timeline(schedule: str, stages: int, micro_batches: int) -> list[list[tuple[
             if pos[s] == len(orders[s]):
                 continue
             op, i = orders[s][pos[s]]
-            need = {"F": (s - 1, "F", i) if s > 0 else None,
-                    "B": (s + 1, sent, i) if s < stages - 1 else (s, "F", i), "W": (s, "B", i)}[op]
+            need = {
+                "F": (s - 1, "F", i) if s > 0 else None,
+                "B": (s + 1, sent, i) if s < stages - 1 else (s, "F", i),
+                "W": (s, "B", i),
+            }[op]
             if need is not None and need not in done:
                 continue
             start = max(free[s], done[need] if need is not None else 0)
@@ -98,8 +105,9 @@ def timeline(schedule: str, stages: int, micro_batches: int) -> list[list[tuple[
             pos[s] += 1
             moved = True
         if not moved:
-            raise RuntimeError(f"schedule {schedule!r} deadlocks with {stages} stages and {micro_batches} "
-                               f"micro-batches")
+            raise RuntimeError(
+                f"schedule {schedule!r} deadlocks with {stages} stages and {micro_batches} micro-batches"
+            )
     return out
 
 
@@ -126,6 +134,8 @@ def render(schedule: str, stages: int, micro_batches: int) -> str:
             cells[t] = f"{op}{i}".ljust(3)
         rows.append(f"stage {s} |" + "".join(cells) + "|")
     measured = bubble(schedule, stages, micro_batches)
-    rows.append(f"{schedule}: {stages} stages, {micro_batches} micro-batches, F = B = W = 1 unit: bubble "
-                f"{measured:.3f} (formula {bubble_formula(schedule, stages, micro_batches):.3f})")
+    rows.append(
+        f"{schedule}: {stages} stages, {micro_batches} micro-batches, F = B = W = 1 unit: bubble "
+        f"{measured:.3f} (formula {bubble_formula(schedule, stages, micro_batches):.3f})"
+    )
     return "\n".join(rows)

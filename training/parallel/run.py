@@ -19,6 +19,7 @@ weights change it is gathered from the shards (collective: every rank evaluates 
 the summary and ``--check-parity`` read it.  With P > 1 the run's last step's timeline is written and printed at
 the end (``write_timeline``, pipeline_report.py).
 """
+
 from __future__ import annotations
 
 import torch
@@ -40,25 +41,35 @@ def check_world(split: ParallelConfig, batch_size: int, info: DistInfo) -> int:
     """Refuse, in one line naming the values, a world size or global batch that the split does not divide; -> D."""
     T, P, M = split.tensor_parallel, split.pipeline_parallel, split.micro_batches
     if not info.enabled:
-        raise UsageError(f"model parallelism ({_settings(split)}) runs under torchrun: torchrun --standalone "
-                         f"--nproc-per-node N train.py ...")
+        raise UsageError(
+            f"model parallelism ({_settings(split)}) runs under torchrun: torchrun --standalone "
+            f"--nproc-per-node N train.py ..."
+        )
     n = T * P
     if info.world_size % n:
-        raise UsageError(f"the world size {info.world_size} does not divide by --tensor-parallel {T} x "
-                         f"--pipeline-parallel {P} = {n} ranks a copy of the model")
+        raise UsageError(
+            f"the world size {info.world_size} does not divide by --tensor-parallel {T} x "
+            f"--pipeline-parallel {P} = {n} ranks a copy of the model"
+        )
     D = info.world_size // n
     if batch_size < D:
-        raise UsageError(f"--batch-size {batch_size} windows cannot be shared by {D} data-parallel ranks "
-                         f"(world size {info.world_size} / {n}); use --batch-size >= {D}")
+        raise UsageError(
+            f"--batch-size {batch_size} windows cannot be shared by {D} data-parallel ranks "
+            f"(world size {info.world_size} / {n}); use --batch-size >= {D}"
+        )
     if P > 1 and batch_size % (D * M):
-        raise UsageError(f"--batch-size {batch_size} does not divide by {D} data-parallel ranks x "
-                         f"--micro-batches {M} (a pipeline's micro-batches are equal)")
+        raise UsageError(
+            f"--batch-size {batch_size} does not divide by {D} data-parallel ranks x "
+            f"--micro-batches {M} (a pipeline's micro-batches are equal)"
+        )
     return D
 
 
 def _settings(split: ParallelConfig) -> str:
-    return (f"--tensor-parallel {split.tensor_parallel} --pipeline-parallel {split.pipeline_parallel} --zero "
-            f"{split.zero}" + " --check-parity" * split.check_parity)
+    return (
+        f"--tensor-parallel {split.tensor_parallel} --pipeline-parallel {split.pipeline_parallel} --zero "
+        f"{split.zero}" + " --check-parity" * split.check_parity
+    )
 
 
 class ParallelImpl:
@@ -83,12 +94,15 @@ class ParallelImpl:
         named = list(self.part.named_parameters())
         self.params = [p for _, p in named]
         # the clip's weight of each parameter's squares: the norm is of the one-process model's gradient
-        self.norm_weight = {id(p): (0.0 if name == "head" else 1.0 / T if T > 1 and p.numel() == full[name].numel()
-                                    else 1.0) for name, p in named}
+        self.norm_weight = {
+            id(p): (0.0 if name == "head" else 1.0 / T if T > 1 and p.numel() == full[name].numel() else 1.0)
+            for name, p in named
+        }
         groups, kw = param_groups(named, optim), optimizer_kwargs(optim)
         self.zero, self.buckets = None, None
         if split.zero:
             from .zero import ZeroOptimizer
+
             self.zero = ZeroOptimizer(OPTIMIZERS[optim.optimizer], groups, stage=split.zero, group=lay.dp_group, **kw)
             self.opt = self.zero.optimizer
         else:
@@ -122,11 +136,17 @@ class ParallelImpl:
         reports = lay.pp_rank == self.P - 1 and lay.tp_rank == 0
         if self.P > 1:
             from .pipeline_runtime import run_schedule
+
             stage, M = self.part, self.split.micro_batches
             b = x.shape[0] // M
-            losses, self.trace = run_schedule(stage, self.split.pipeline_schedule, list(x.split(b)),
-                                              list(y.split(b)), stage.activation_shape(b, x.shape[1]),
-                                              self.inner_group)
+            losses, self.trace = run_schedule(
+                stage,
+                self.split.pipeline_schedule,
+                list(x.split(b)),
+                list(y.split(b)),
+                stage.activation_shape(b, x.shape[1]),
+                self.inner_group,
+            )
             if self.T > 1:
                 stage.finish_gradients()
             stage.tie_gradients(self.tie_group)
@@ -160,8 +180,9 @@ class ParallelImpl:
     @torch.no_grad()
     def _clip(self) -> Tensor:
         """clip_grad_norm_'s rule, g *= min(1, max_norm / (total + 1e-6)), with the total over the whole model."""
-        squares = sum(self.norm_weight[id(p)] * p.grad.double().square().sum() for p in self.params
-                      if p.grad is not None)
+        squares = sum(
+            self.norm_weight[id(p)] * p.grad.double().square().sum() for p in self.params if p.grad is not None
+        )
         squares = torch.as_tensor(squares, dtype=torch.float64) / self.D  # every data-parallel rank holds them all
         dist.all_reduce(squares)
         total = squares.sqrt()
@@ -179,8 +200,7 @@ class ParallelImpl:
         if self.T > 1:
             mine = self.part.full_state_dict(grad=grad)  # this stage's, gathered over its tensor-parallel ranks
         else:
-            mine = {n: (p.grad if grad else p).detach().clone() for n, p in self.part.named_parameters()
-                    if n != "head"}
+            mine = {n: (p.grad if grad else p).detach().clone() for n, p in self.part.named_parameters() if n != "head"}
         if self.P == 1:
             return mine
         every = [None] * self.P
@@ -212,6 +232,7 @@ class ParallelImpl:
         if self.P == 1:
             return [], []
         from .verify.pipeline_report import gather_traces, write_timeline
+
         traces = gather_traces(getattr(self, "trace", []), self.inner_group)
         if not is_main:
             return [], []
@@ -231,21 +252,26 @@ def _split(gpt, split: ParallelConfig, lay):
     T, P, sp = split.tensor_parallel, split.pipeline_parallel, split.sequence_parallel
     if T > 1 and P > 1:
         from .tp_pipeline import TensorParallelStage
+
         return TensorParallelStage(gpt, lay.pp_rank, P, lay.tp_group, sequence_parallel=sp)
     if T > 1:
         from .tp_gpt import TensorParallelGPT
+
         return TensorParallelGPT(gpt, lay.tp_group, sequence_parallel=sp)
     if P > 1:
         from .pipeline_gpt import GPTStage
+
         return GPTStage(gpt, lay.pp_rank, P)
     return gpt
 
 
-def build_parallel_impls(models: dict, split: ParallelConfig, optim: OptimConfig, info: DistInfo, *,
-                         batch_size: int, total_steps: int) -> dict:
+def build_parallel_impls(
+    models: dict, split: ParallelConfig, optim: OptimConfig, info: DistInfo, *, batch_size: int, total_steps: int
+) -> dict:
     """{"manual": ParallelImpl} from the task's one-process GPT (built under the seed: the same on every rank), with
     the learning-rate schedule over ``total_steps`` on the optimizer that steps (ZeRO's on the shard)."""
     from ..schedule import make_scheduler
+
     impl = ParallelImpl(models["manual"], split, optim, batch_size, info)
     impl.sched = make_scheduler(impl.opt, optim, total_steps) if total_steps else None
     return {"manual": impl}

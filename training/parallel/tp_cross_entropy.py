@@ -13,6 +13,7 @@ Rank r holds logits z[:, r*Vl:(r+1)*Vl].  Per row, with three all-reduces of one
 
 A padded column (global index >= V) is -inf before the max: exp gives 0, so it is in no sum and its gradient is 0.
 """
+
 from __future__ import annotations
 
 import math
@@ -40,8 +41,10 @@ class VocabParallelCrossEntropy:
     def forward(self, logits: Tensor, target: Tensor) -> Tensor:
         n, vl = logits.shape
         if target.shape != (n,) or target.is_floating_point():
-            raise ValueError(f"VocabParallelCrossEntropy: target must be ({n},) integer classes, got "
-                             f"{target.dtype} of shape {tuple(target.shape)}")
+            raise ValueError(
+                f"VocabParallelCrossEntropy: target must be ({n},) integer classes, got "
+                f"{target.dtype} of shape {tuple(target.shape)}"
+            )
         cols = torch.arange(self.start, self.start + vl, device=logits.device)  # global column ids
         z = logits.masked_fill(cols >= self.vocab_size, -math.inf)  # (N, Vl) padded columns out
         m = z.amax(1)  # (N,)

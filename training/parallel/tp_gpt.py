@@ -21,6 +21,7 @@ have to be drawn for the whole model's heads and widths on every rank).  Paramet
 this rank's shards; ``full_state_dict()`` gathers them back into the GPT's layout.  A block's backward also runs in
 two, ``backward_input`` then ``backward_weight`` (a zero-bubble pipeline's B and W: tp_pipeline.py).
 """
+
 from __future__ import annotations
 
 import math
@@ -68,8 +69,9 @@ class ParallelSelfAttention(BaseLayer):
         B, T, _ = qkv.shape
         heads = lambda t: t.view(B, T, self.n_head, self.hs).transpose(1, 2)  # noqa: E731  (B, nh/P, T, hs)
         q, k, v = qkv.split(self.local, dim=2)  # (B, T, C/P) each
-        y = self.attention(heads(q), heads(k), heads(v), is_causal=True,
-                           scale=1.0 / math.sqrt(self.hs))  # (B, nh/P, T, hs)
+        y = self.attention(
+            heads(q), heads(k), heads(v), is_causal=True, scale=1.0 / math.sqrt(self.hs)
+        )  # (B, nh/P, T, hs)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, self.local))
 
     def backward(self, dy: Tensor) -> Tensor:
@@ -131,8 +133,14 @@ def sum_partial_grads(replicated: list[Tensor | None], blocks: list[ParallelBloc
     row-parallel biases."""
     partial = list(replicated)
     for block in blocks:
-        partial += [block.ln_1.weight, block.ln_1.bias, block.ln_2.weight, block.ln_2.bias,
-                    *block.attn.c_proj.partial_grads(), *block.mlp.c_proj.partial_grads()]
+        partial += [
+            block.ln_1.weight,
+            block.ln_1.bias,
+            block.ln_2.weight,
+            block.ln_2.bias,
+            *block.attn.c_proj.partial_grads(),
+            *block.mlp.c_proj.partial_grads(),
+        ]
     for p in partial:
         if p is not None and p.grad is not None:
             p.grad = all_reduce_(p.grad, group)
@@ -253,5 +261,6 @@ class TensorParallelGPT(BaseLayer):
                     out[prefix + name] = t.grad if grad else t
             for cname, child in layer.named_children():
                 walk(child, f"{prefix}{cname}.")
+
         walk(self, "")
         return out

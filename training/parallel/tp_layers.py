@@ -20,6 +20,7 @@ partial sum: ``partial_grads()`` names it, to be all-reduced over the group afte
 For a zero-bubble pipeline each layer's backward also runs in two: ``backward_input`` (B: dx, with f's or g's
 communication) and ``backward_weight`` (W: the shard's dW, later); B then W adds the same terms as ``backward``.
 """
+
 from __future__ import annotations
 
 import torch
@@ -28,8 +29,13 @@ from torch import Tensor
 from layers.embedding import Embedding
 from layers.layer import BaseLayer, _rng_untouched, accumulate_grad, no_graph
 from layers.linear import Linear
-from .tp_mappings import (CopyToTensorParallel, GatherFromSequenceParallel, ReduceFromTensorParallel,
-                          ReduceScatterToSequenceParallel, gather_rows)
+from .tp_mappings import (
+    CopyToTensorParallel,
+    GatherFromSequenceParallel,
+    ReduceFromTensorParallel,
+    ReduceScatterToSequenceParallel,
+    gather_rows,
+)
 
 
 def _local_linear(weight: Tensor, bias: Tensor | None) -> Linear:
@@ -40,11 +46,11 @@ def _local_linear(weight: Tensor, bias: Tensor | None) -> Linear:
     return lin
 
 
-
 def shard_of(param: Tensor, part: Tensor) -> Tensor:
     """A rank's own copy of ``part`` of ``param``, a parameter as ``param`` is: requiring a gradient where it does
     (frozen stays frozen; the layers give a gradient only to a parameter whose ``requires_grad`` is True)."""
     return part.clone().requires_grad_(param.requires_grad)
+
 
 class ColumnParallelLinear(BaseLayer):
     """f, then this rank's rows of the Linear: x (*, D) -> its slice of y (*, H/T).
@@ -54,8 +60,15 @@ class ColumnParallelLinear(BaseLayer):
 
     _param_names = ("weight", "bias")
 
-    def __init__(self, full: Linear, rank: int, size: int, group=None, rows: Tensor | None = None,
-                 sequence_parallel: bool = False) -> None:
+    def __init__(
+        self,
+        full: Linear,
+        rank: int,
+        size: int,
+        group=None,
+        rows: Tensor | None = None,
+        sequence_parallel: bool = False,
+    ) -> None:
         h = full.out_features
         if h % size:
             raise ValueError(f"ColumnParallelLinear: out_features {h} does not divide among {size} ranks")
@@ -105,7 +118,9 @@ class RowParallelLinear(BaseLayer):
         if d % size:
             raise ValueError(f"RowParallelLinear: in_features {d} does not divide among {size} ranks")
         self.group = group
-        self.weight = shard_of(full.weight, full.weight.detach()[:, rank * (d // size):(rank + 1) * (d // size)])  # (H, D/T)
+        self.weight = shard_of(
+            full.weight, full.weight.detach()[:, rank * (d // size) : (rank + 1) * (d // size)]
+        )  # (H, D/T)
         self.bias = None if full.bias is None else shard_of(full.bias, full.bias.detach())  # (H,) whole, on every rank
         self.g = ReduceScatterToSequenceParallel(group) if sequence_parallel else ReduceFromTensorParallel(group)
         self.sequence_parallel = sequence_parallel
@@ -162,7 +177,7 @@ class VocabParallelEmbedding(BaseLayer):
         self.start, self.end = rank * per, (rank + 1) * per  # this rank's ids
         table = torch.zeros(self.padded, c, dtype=full.weight.dtype, device=full.weight.device)
         table[:v] = full.weight.detach()
-        self.weight = shard_of(full.weight, table[self.start:self.end])  # (Vp/T, C)
+        self.weight = shard_of(full.weight, table[self.start : self.end])  # (Vp/T, C)
         with _rng_untouched(table.device):
             self._emb = Embedding(per, c, dtype=table.dtype, device=table.device)
         self._emb.weight = self.weight
@@ -190,4 +205,4 @@ class VocabParallelEmbedding(BaseLayer):
         self._emb.backward_weight()
 
     def gather(self, grad: bool = False) -> dict[str, Tensor]:
-        return {"weight": gather_rows(self.weight.grad if grad else self.weight, self.group)[:self.vocab_size]}
+        return {"weight": gather_rows(self.weight.grad if grad else self.weight, self.group)[: self.vocab_size]}

@@ -22,6 +22,7 @@ output is the sum of the ranks' partial products -- g's forward -- and each part
 output gradient -- g's backward is the identity.  Each is an object with ``forward`` and ``backward``, as a layer;
 the all-reduce writes into the tensor it is given (a fresh product of the layer before it), as Megatron's does.
 """
+
 from __future__ import annotations
 
 import torch
@@ -77,7 +78,7 @@ def shard_rows(t: Tensor, rank: int, size: int) -> Tensor:
     n = t.shape[0]
     if n % size:
         raise ValueError(f"tensor parallelism: {n} rows do not divide among {size} ranks")
-    return t[rank * (n // size):(rank + 1) * (n // size)].clone()
+    return t[rank * (n // size) : (rank + 1) * (n // size)].clone()
 
 
 def gather_rows(t: Tensor, group: dist.ProcessGroup | None) -> Tensor:
@@ -104,8 +105,9 @@ def reduce_scatter_sequence(x: Tensor, group: dist.ProcessGroup | None) -> Tenso
     """(B, T, C) on each rank -> (B, T/P, C): this rank's part of the sequence, summed over the ranks."""
     size = dist.get_world_size(group)
     if x.shape[1] % size:
-        raise ValueError(f"sequence parallelism: sequence length {x.shape[1]} does not divide by "
-                         f"--tensor-parallel {size}")
+        raise ValueError(
+            f"sequence parallelism: sequence length {x.shape[1]} does not divide by --tensor-parallel {size}"
+        )
     full = _seq_first(x)  # (T, B, C)
     out = full.new_empty(full.shape[0] // size, *full.shape[1:])
     dist.reduce_scatter_single(out, full, op=dist.ReduceOp.SUM, group=group)

@@ -15,6 +15,7 @@ B and W meet.  ``backward_input`` / ``backward_weight`` are the B and W of ``pip
 ``pipeline_gpt.GPTStage`` through ``pipeline_gpt.PipelineStage``; only the embedding's positions and f are this
 stage's own.
 """
+
 from __future__ import annotations
 
 import torch
@@ -37,7 +38,7 @@ def vocab_rows(table: Tensor, rank: int, size: int) -> tuple[int, Tensor]:
     start = rank * per
     rows = torch.zeros(per, c, dtype=table.dtype, device=table.device)
     n = max(0, min(v - start, per))
-    rows[:n] = table.detach()[start:start + n]
+    rows[:n] = table.detach()[start : start + n]
     return start, rows
 
 
@@ -52,9 +53,11 @@ class TensorParallelStage(PipelineStage):
 
     def __init__(self, gpt: GPT, stage: int, stages: int, group, sequence_parallel: bool = False) -> None:
         rank, size = tp_rank_and_size(group)
-        for what, n, parts, flag in (("n_head", gpt.n_head, size, "--tensor-parallel"),
-                                     ("n_embd", gpt.n_embd, size, "--tensor-parallel"),
-                                     ("n_layer", gpt.n_layer, stages, "--pipeline-parallel")):
+        for what, n, parts, flag in (
+            ("n_head", gpt.n_head, size, "--tensor-parallel"),
+            ("n_embd", gpt.n_embd, size, "--tensor-parallel"),
+            ("n_layer", gpt.n_layer, stages, "--pipeline-parallel"),
+        ):
             if n % parts:
                 raise ValueError(f"tensor x pipeline parallelism: {what} {n} does not divide by {flag} {parts}")
         if gpt.dropout:
@@ -63,7 +66,9 @@ class TensorParallelStage(PipelineStage):
         self.stage, self.stages, self.first, self.last = stage, stages, stage == 0, stage == stages - 1
         self.group, self.rank, self.size, self.sequence_parallel = group, rank, size, sequence_parallel
         self.vocab_size, self.n_embd, self.offset = gpt.vocab_size, gpt.n_embd, stage * per
-        self.h = [ParallelBlock(b, rank, size, group, sequence_parallel) for b in gpt.h[self.offset:self.offset + per]]
+        self.h = [
+            ParallelBlock(b, rank, size, group, sequence_parallel) for b in gpt.h[self.offset : self.offset + per]
+        ]
         self.wte = self.wpe = self.ln_f = self.f = self.head = None
         if self.first:
             self.wte = VocabParallelEmbedding(gpt.wte, rank, size, group, sequence_parallel=sequence_parallel)
@@ -110,8 +115,11 @@ class TensorParallelStage(PipelineStage):
         that saw only this rank's positions (this stage's layer norms, wpe, row-parallel biases); once, after the
         step's backwards.  Else nothing."""
         if self.sequence_parallel:
-            sum_partial_grads(([self.wpe.weight] if self.first else []) +
-                              ([self.ln_f.weight, self.ln_f.bias] if self.last else []), self.h, self.group)
+            sum_partial_grads(
+                ([self.wpe.weight] if self.first else []) + ([self.ln_f.weight, self.ln_f.bias] if self.last else []),
+                self.h,
+                self.group,
+            )
 
     def full_state_dict(self, grad: bool = False) -> dict[str, Tensor]:
         """This stage's parameters (or gradients) whole, under the GPT's names, the output layer's copy left out

@@ -20,6 +20,7 @@ shard's pieces step exactly as the whole tensors would.  ``state_dict()`` is thi
 state, with the layout it belongs to; ``load_state_dict`` refuses a shard of another rank, world size or bucket
 layout.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -49,8 +50,15 @@ class ZeroOptimizer:
     buckets through ``ready(params)`` after each layer, or all at once in ``step``), ``step()``.  The gradients are
     averaged (sum x 1/W), as data parallelism's are."""
 
-    def __init__(self, optimizer_class, params_or_groups, stage: int = 1, group: dist.ProcessGroup | None = None,
-                 bucket_cap_mb: float = 25.0, **defaults) -> None:
+    def __init__(
+        self,
+        optimizer_class,
+        params_or_groups,
+        stage: int = 1,
+        group: dist.ProcessGroup | None = None,
+        bucket_cap_mb: float = 25.0,
+        **defaults,
+    ) -> None:
         if stage not in (1, 2):
             raise ValueError(f"ZeroOptimizer: stage must be 1 or 2, got {stage!r}")
         groups = list(params_or_groups)
@@ -72,21 +80,23 @@ class ZeroOptimizer:
             b.params_flat = b.buffer.new_zeros(b.buffer.numel())  # the parameters, laid out as the gradients
             offset = 0
             for p in b.params:
-                flat = b.params_flat[offset:offset + p.numel()]
+                flat = b.params_flat[offset : offset + p.numel()]
                 view = flat.view(p.t().shape).t() if _is_transposed(p) else flat.view(p.shape)
                 view.copy_(p.detach())
                 p.data = view  # the model's parameter now lives in the flat copy (its identity kept)
                 a, c = max(offset, lo), min(offset + p.numel(), hi)
                 if a < c:  # the part of p in this rank's shard: a 1-D view, stepped in place
                     piece = b.params_flat[a:c]
-                    piece.grad = b.shard[a - lo:c - lo]
+                    piece.grad = b.shard[a - lo : c - lo]
                     pieces[group_of[id(p)]].append(piece)
                     self._owner.append((piece, p))
                 offset += p.numel()
         kept = [dict(g, params=ps) for g, ps in zip(groups, pieces) if ps]
         if not kept:
-            raise ValueError(f"ZeroOptimizer: rank {self.rank} of {self.world} holds no parameter: the model is too "
-                             f"small to shard over {self.world} ranks")
+            raise ValueError(
+                f"ZeroOptimizer: rank {self.rank} of {self.world} holds no parameter: the model is too "
+                f"small to shard over {self.world} ranks"
+            )
         self.optimizer = optimizer_class(kept, **defaults)
         self.params = params
         self._layout = [(len(b.params), b.buffer.numel(), b.lo, b.hi) for b in self.buckets.buckets]
@@ -106,8 +116,12 @@ class ZeroOptimizer:
                     b.shard, b.params_flat, b.lo, b.hi = shard, params_flat, lo, hi
 
     @torch.no_grad()
-    def step(self, max_norm: float | None = None, norm_weight: dict | None = None,
-             norm_group: dist.ProcessGroup | None = None) -> Tensor | None:
+    def step(
+        self,
+        max_norm: float | None = None,
+        norm_weight: dict | None = None,
+        norm_group: dist.ProcessGroup | None = None,
+    ) -> Tensor | None:
         """The step; with ``max_norm``, the averaged gradients are first clipped to that total 2-norm (the norm of
         all of them, from each rank's shard: its sum of squares all-reduced), and the norm before clipping returned.
 
@@ -117,8 +131,10 @@ class ZeroOptimizer:
         self.buckets.finish()  # 1. the reduce-scatters, x 1/W
         total = None
         if max_norm is not None and norm_weight is not None:
-            squares = sum((norm_weight[id(p)] * piece.grad.square().sum() for piece, p in self._owner),
-                          torch.zeros((), dtype=self._owner[0][0].dtype))
+            squares = sum(
+                (norm_weight[id(p)] * piece.grad.square().sum() for piece, p in self._owner),
+                torch.zeros((), dtype=self._owner[0][0].dtype),
+            )
             dist.all_reduce(squares, group=norm_group)
         elif max_norm is not None:
             squares = torch.stack([b.shard.square().sum() for b in self.buckets.buckets]).sum()
@@ -130,7 +146,7 @@ class ZeroOptimizer:
                 b.shard.mul_(coef)
         self.optimizer.step()  # 2. this rank's shard
         for b in self.buckets.buckets:  # 3. every rank's shard of the parameters, to every rank
-            dist.all_gather_single(b.params_flat, b.params_flat[b.lo:b.hi].clone(), group=self.group)
+            dist.all_gather_single(b.params_flat, b.params_flat[b.lo : b.hi].clone(), group=self.group)
         if self.stage == 2:  # only the gradient shard outlives the step
             for b in self.buckets.buckets:
                 for p in b.params:
@@ -140,14 +156,21 @@ class ZeroOptimizer:
 
     def state_dict(self) -> dict:
         """This rank's shard of the optimizer state and the layout it belongs to."""
-        return {"zero_stage": self.stage, "rank": self.rank, "world_size": self.world, "layout": self._layout,
-                "optimizer": self.optimizer.state_dict()}
+        return {
+            "zero_stage": self.stage,
+            "rank": self.rank,
+            "world_size": self.world,
+            "layout": self._layout,
+            "optimizer": self.optimizer.state_dict(),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         mine = {"rank": self.rank, "world_size": self.world, "layout": self._layout}
         for key, want in mine.items():
             got = state.get(key)
             if (list(map(tuple, got)) if key == "layout" and got is not None else got) != want:
-                raise ValueError(f"ZeroOptimizer.load_state_dict: the shard was saved with {key} {got!r}, this is "
-                                 f"{want!r}: resume each rank's own shard with the same world size and model")
+                raise ValueError(
+                    f"ZeroOptimizer.load_state_dict: the shard was saved with {key} {got!r}, this is "
+                    f"{want!r}: resume each rank's own shard with the same world size and model"
+                )
         self.optimizer.load_state_dict(state["optimizer"])

@@ -8,6 +8,7 @@ GradScaler.step does).  The fused kernels torch uses are called by default; ``*_
 write each one out with plain device ops, and the tests tie the two together.  training/precision/master.py shows
 where the scaler sits in a mixed-precision step.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
@@ -32,9 +33,17 @@ class DynamicLossScaler:
     ``enabled=False`` makes every method a no-op with S = 1 (bfloat16 or float32 training, same code).
     """
 
-    def __init__(self, init_scale: float = 2.0 ** 16, growth_factor: float = 2.0, backoff_factor: float = 0.5,
-                 growth_interval: int = 2000, *, enabled: bool = True, device: torch.device | str = "cpu",
-                 fused: bool = True):
+    def __init__(
+        self,
+        init_scale: float = 2.0**16,
+        growth_factor: float = 2.0,
+        backoff_factor: float = 0.5,
+        growth_interval: int = 2000,
+        *,
+        enabled: bool = True,
+        device: torch.device | str = "cpu",
+        fused: bool = True,
+    ):
         owner = "DynamicLossScaler"
         check_number(owner, "init_scale", init_scale, 0.0, lo_open=True)
         check_number(owner, "growth_factor", growth_factor, 1.0, lo_open=True)
@@ -50,8 +59,10 @@ class DynamicLossScaler:
         self._unscaled = False  # per step: unscale_and_check_ ran since the last update()
 
     def __repr__(self) -> str:
-        return (f"DynamicLossScaler(growth_factor={self.growth_factor}, backoff_factor={self.backoff_factor}, "
-                f"growth_interval={self.growth_interval}, enabled={self.enabled})")
+        return (
+            f"DynamicLossScaler(growth_factor={self.growth_factor}, backoff_factor={self.backoff_factor}, "
+            f"growth_interval={self.growth_interval}, enabled={self.enabled})"
+        )
 
     @property
     def scale(self) -> Tensor:
@@ -81,8 +92,10 @@ class DynamicLossScaler:
         grads = [p.grad for p in params if p.grad is not None]
         for g in grads:
             if g.dtype != torch.float32 and g.dtype != torch.float64:
-                raise ValueError(f"{self!r}: unscale a {g.dtype} gradient in float32: copy it into float32 master "
-                                 f"weights first (MasterWeights.grads_to_master), or 1/S may flush it to zero")
+                raise ValueError(
+                    f"{self!r}: unscale a {g.dtype} gradient in float32: copy it into float32 master "
+                    f"weights first (MasterWeights.grads_to_master), or 1/S may flush it to zero"
+                )
         # 1/S in float64 rounded to float32, as GradScaler computes it.
         self._inv_scale.copy_(self._scale.double().reciprocal())
         self.found_inf.zero_()
@@ -117,17 +130,34 @@ class DynamicLossScaler:
         if not self._unscaled:
             raise RuntimeError(f"{self!r}: update() called before unscale_and_check_ (or step) this step")
         if self.fused:
-            torch._amp_update_scale_(self._scale, self._growth_tracker, self.found_inf, self.growth_factor,
-                                     self.backoff_factor, self.growth_interval)
+            torch._amp_update_scale_(
+                self._scale,
+                self._growth_tracker,
+                self.found_inf,
+                self.growth_factor,
+                self.backoff_factor,
+                self.growth_interval,
+            )
         else:
-            update_scale_reference_(self._scale, self._growth_tracker, self.found_inf, self.growth_factor,
-                                    self.backoff_factor, self.growth_interval)
+            update_scale_reference_(
+                self._scale,
+                self._growth_tracker,
+                self.found_inf,
+                self.growth_factor,
+                self.backoff_factor,
+                self.growth_interval,
+            )
         self._unscaled = False
 
     def state_dict(self) -> dict:
         """GradScaler's keys, so a checkpoint can be read by either."""
-        return {"scale": self.get_scale(), "growth_factor": self.growth_factor, "backoff_factor": self.backoff_factor,
-                "growth_interval": self.growth_interval, "_growth_tracker": int(self._growth_tracker.item())}
+        return {
+            "scale": self.get_scale(),
+            "growth_factor": self.growth_factor,
+            "backoff_factor": self.backoff_factor,
+            "growth_interval": self.growth_interval,
+            "_growth_tracker": int(self._growth_tracker.item()),
+        }
 
     def load_state_dict(self, state: Mapping) -> None:
         missing = {"scale", "_growth_tracker"} - set(state)
@@ -147,8 +177,10 @@ def unscale_check_fused_(grads: list[Tensor], found_inf: Tensor, inv_scale: Tens
         by_device.setdefault(g.device, []).append(g)
     for device, gs in by_device.items():
         if device != found_inf.device:
-            raise ValueError(f"unscale: gradients on {device} but the scaler lives on {found_inf.device}; "
-                             f"build DynamicLossScaler(device={str(device)!r})")
+            raise ValueError(
+                f"unscale: gradients on {device} but the scaler lives on {found_inf.device}; "
+                f"build DynamicLossScaler(device={str(device)!r})"
+            )
         torch._amp_foreach_non_finite_check_and_unscale_(gs, found_inf, inv_scale)
 
 
@@ -160,15 +192,19 @@ def unscale_check_reference_(grads: list[Tensor], found_inf: Tensor, inv_scale: 
         g.mul_(inv_scale)
 
 
-def update_scale_reference_(scale: Tensor, tracker: Tensor, found_inf: Tensor, growth_factor: float,
-                            backoff_factor: float, growth_interval: int) -> None:
+def update_scale_reference_(
+    scale: Tensor, tracker: Tensor, found_inf: Tensor, growth_factor: float, backoff_factor: float, growth_interval: int
+) -> None:
     """``torch._amp_update_scale_`` written out with device ops (no branch on a device value)."""
     found = found_inf > 0  # (1,) bool
     successful = torch.where(found, torch.zeros_like(tracker), tracker + 1)  # clean steps in a row
     grow = successful >= growth_interval
     grown = scale.double() * growth_factor  # as the kernel: float * double, rounded to float once
     grown = grown.to(scale.dtype)
-    new_scale = torch.where(found, (scale.double() * backoff_factor).to(scale.dtype),
-                            torch.where(grow & torch.isfinite(grown), grown, scale))
+    new_scale = torch.where(
+        found,
+        (scale.double() * backoff_factor).to(scale.dtype),
+        torch.where(grow & torch.isfinite(grown), grown, scale),
+    )
     scale.copy_(new_scale)
     tracker.copy_(torch.where(grow, torch.zeros_like(successful), successful))

@@ -31,6 +31,7 @@ torch.amp.GradScaler.step does) to decide whether to call ``optimizer.step()``. 
 and found-inf flag live on the device; ``update`` is a handful of device ops.  ``get_scale`` syncs, so
 call it when logging only.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
@@ -91,8 +92,14 @@ class MasterWeights:
     allocated once and overwritten each step.
     """
 
-    def __init__(self, model, cast_to: torch.dtype | None = None, *, dtype: torch.dtype = torch.float32,
-                 keep_norm_float32: bool = True):
+    def __init__(
+        self,
+        model,
+        cast_to: torch.dtype | None = None,
+        *,
+        dtype: torch.dtype = torch.float32,
+        keep_norm_float32: bool = True,
+    ):
         """``model``: a hand-written model.  With ``cast_to`` (float16/bfloat16) the masters are copied from
         the model's float32 weights first -- exactly, so the run starts from the float32 initialisation --
         and then the model is cast with ``to_low_precision(model, cast_to, keep_norm_float32)``.  Without
@@ -109,8 +116,9 @@ class MasterWeights:
         self._names = [name for name, _ in named]
         self._model_params = [p for _, p in named]
         # copies first (the same shapes and strides) ...
-        copies = [torch.empty_strided(p.shape, p.stride(), dtype=dtype, device=p.device).copy_(p.detach())
-                  for _, p in named]  # plain tensors the optimizer steps (the model's require gradients)
+        copies = [
+            torch.empty_strided(p.shape, p.stride(), dtype=dtype, device=p.device).copy_(p.detach()) for _, p in named
+        ]  # plain tensors the optimizer steps (the model's require gradients)
         if cast_to is not None:  # ... then the cast, so the masters keep every bit of the float32 weights
             to_low_precision(model, cast_to, keep_norm_float32)
         # a parameter still in the master dtype is its own master (no copy, no second buffer)
@@ -185,8 +193,9 @@ class MasterWeights:
         views = {}
         for name, p, m in zip(self._names, self._model_params, self._masters):
             v = sd[name]
-            views[name] = m.as_strided(v.shape, v.stride(),
-                                       m.storage_offset() + v.storage_offset() - p.storage_offset())
+            views[name] = m.as_strided(
+                v.shape, v.stride(), m.storage_offset() + v.storage_offset() - p.storage_offset()
+            )
         return views
 
     def state_dict(self) -> dict[str, Tensor]:
@@ -202,8 +211,9 @@ class MasterWeights:
         for name, m in zip(self._names, self._masters):
             t = state[name]
             if t.shape != m.shape:
-                raise ValueError(f"MasterWeights.load_state_dict: {name!r} has shape {tuple(t.shape)}, "
-                                 f"expected {tuple(m.shape)}")
+                raise ValueError(
+                    f"MasterWeights.load_state_dict: {name!r} has shape {tuple(t.shape)}, expected {tuple(m.shape)}"
+                )
             with torch.no_grad():  # a master may be the model's own parameter
                 m.copy_(t)
         self.master_to_model()

@@ -13,6 +13,7 @@ A mixed-precision run (--dtype bfloat16/float16) stores float32 weights for ever
 run's master weights, not their half rounding) and, for float16, each loss scaler's state (scale and growth
 tracker, torch.amp.GradScaler's keys for both).
 """
+
 from __future__ import annotations
 
 import io
@@ -35,8 +36,12 @@ FORMAT = "handgrad-train-5"
 # state for those Linear weights is transposed on load.  Version 5 records the file's own size (SIZE_KEY).
 READABLE_FORMATS = ("handgrad-train-1", "handgrad-train-2", "handgrad-train-3", "handgrad-train-4", FORMAT)
 SEALED_FORMATS = ("handgrad-train-3", "handgrad-train-4", FORMAT)  # written with a checksum
-TRANSPOSED_LINEAR_STATE = {"handgrad-train-1": ("manual", "engine"), "handgrad-train-2": ("manual", "engine"),
-                           "handgrad-train-3": ("manual", "engine"), "handgrad-train-4": ("engine",)}
+TRANSPOSED_LINEAR_STATE = {
+    "handgrad-train-1": ("manual", "engine"),
+    "handgrad-train-2": ("manual", "engine"),
+    "handgrad-train-3": ("manual", "engine"),
+    "handgrad-train-4": ("engine",),
+}
 
 # The file's length in bytes, as the first entry of the state: torch.save writes the pickled state as the zip
 # archive's first record, so the number sits near the start of the file and survives when its end is cut off (a
@@ -70,14 +75,27 @@ def recorded_size(data: bytes) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def checkpoint_state(settings: dict, impls_state: dict, epoch: int, records: list, batch_gen: torch.Generator,
-                     data_fingerprint: dict | None = None) -> dict:
+def checkpoint_state(
+    settings: dict,
+    impls_state: dict,
+    epoch: int,
+    records: list,
+    batch_gen: torch.Generator,
+    data_fingerprint: dict | None = None,
+) -> dict:
     """A checkpoint's contents: the settings it resumes with, the implementations' states (``models``,
     ``optimizers``, ``schedulers``, ``scalers``: impls.state.impls_state), the random streams and the log so far."""
     return {
-        "format": FORMAT, "epoch": epoch, "data": data_fingerprint or {}, "config": settings, **impls_state,
-        "rng": {"torch": torch.get_rng_state(), "batches": batch_gen.get_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
+        "format": FORMAT,
+        "epoch": epoch,
+        "data": data_fingerprint or {},
+        "config": settings,
+        **impls_state,
+        "rng": {
+            "torch": torch.get_rng_state(),
+            "batches": batch_gen.get_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        },
         "records": records,  # every metrics.jsonl line so far
     }
 
@@ -94,8 +112,10 @@ def read_checkpoint(path: Path) -> dict:
     except OSError as e:
         raise UsageError(f"--resume {path}: cannot read it ({e.strerror})") from None
     if not data:
-        raise UsageError(f"--resume {path} is empty (0 bytes): a checkpoint whose writing never began; resume from "
-                         f"an intact copy or start again")
+        raise UsageError(
+            f"--resume {path} is empty (0 bytes): a checkpoint whose writing never began; resume from "
+            f"an intact copy or start again"
+        )
     try:
         sha256 = unseal(data)
     except ChecksumMismatch as e:
@@ -110,8 +130,10 @@ def read_checkpoint(path: Path) -> dict:
     if not isinstance(ckpt, dict) or ckpt.get("format") not in READABLE_FORMATS:
         raise UsageError(f"--resume {path} is not a handgrad train.py checkpoint")
     if sha256 is None and ckpt["format"] in SEALED_FORMATS:
-        raise UsageError(f"--resume {path} carries no checksum: it was rewritten by something other than "
-                         f"training.save_checkpoint, so its contents cannot be vouched for")
+        raise UsageError(
+            f"--resume {path} carries no checksum: it was rewritten by something other than "
+            f"training.save_checkpoint, so its contents cannot be vouched for"
+        )
     check_fields(ckpt, path)
     ckpt["sha256"] = sha256
     return ckpt
@@ -122,12 +144,16 @@ def _refuse_truncated(path: Path, data: bytes) -> None:
     with the size it recorded where it did (format 5 and later)."""
     expected = recorded_size(data)
     if expected is not None and len(data) < expected:
-        raise UsageError(f"--resume {path} is truncated: it has {len(data)} bytes, but it was written with "
-                         f"{expected} (the last {expected - len(data)} are missing: a copy or download cut short?); "
-                         f"resume from an intact copy or start again")
-    raise UsageError(f"--resume {path} is truncated: it begins as a checkpoint does (a zip archive) but its "
-                     f"{len(data)} bytes end before the archive does (a checkpoint written before format 5 does not record its "
-                     f"size, so how much is missing is unknown); resume from an intact copy or start again")
+        raise UsageError(
+            f"--resume {path} is truncated: it has {len(data)} bytes, but it was written with "
+            f"{expected} (the last {expected - len(data)} are missing: a copy or download cut short?); "
+            f"resume from an intact copy or start again"
+        )
+    raise UsageError(
+        f"--resume {path} is truncated: it begins as a checkpoint does (a zip archive) but its "
+        f"{len(data)} bytes end before the archive does (a checkpoint written before format 5 does not record its "
+        f"size, so how much is missing is unknown); resume from an intact copy or start again"
+    )
 
 
 def _refuse(path: Path, what: str):
@@ -136,8 +162,14 @@ def _refuse(path: Path, what: str):
 
 def check_fields(ckpt: dict, path: Path) -> None:
     """Every field a run needs is present, of its type, and possible; else UsageError naming the field."""
-    kinds = {"epoch": int, "config" if "config" in ckpt else "args": dict, "models": dict, "optimizers": dict,
-             "rng": dict, "records": list}
+    kinds = {
+        "epoch": int,
+        "config" if "config" in ckpt else "args": dict,
+        "models": dict,
+        "optimizers": dict,
+        "rng": dict,
+        "records": list,
+    }
     for key, kind in kinds.items():
         if key not in ckpt:
             _refuse(path, f"the checkpoint has no '{key}'")
@@ -178,5 +210,8 @@ def check_data(ckpt: dict, fingerprint: dict, path: Path, data_name: str) -> Non
         return
     differs = difference(saved, fingerprint)
     if differs is not None:
-        _refuse(path, f"the checkpoint was trained on other data than {data_name} holds "
-                      f"(checkpoint vs now: {differs}); resume with the data it was trained on")
+        _refuse(
+            path,
+            f"the checkpoint was trained on other data than {data_name} holds "
+            f"(checkpoint vs now: {differs}); resume with the data it was trained on",
+        )

@@ -6,16 +6,17 @@ is the length of an optional archive comment (0 in torch's archives).  ``seal`` 
 (``torch.load`` reads it as before, ``unzip -z`` prints the comment) and ``unseal`` finds the digest in the last
 bytes of the file, with no second file to keep in step with it.
 """
+
 from __future__ import annotations
 
 import hashlib
 import struct
 
 PREFIX = b"handgrad-sha256:"
-COMMENT = len(PREFIX) + 64                   # the comment: prefix and 64 hex digits
-_EOCD = b"PK\x05\x06"                        # the end-of-central-directory signature
-_TAIL = 2 + COMMENT                          # the comment-length field and the comment
-SEAL_BYTES = COMMENT                         # how many bytes ``seal`` adds to an archive
+COMMENT = len(PREFIX) + 64  # the comment: prefix and 64 hex digits
+_EOCD = b"PK\x05\x06"  # the end-of-central-directory signature
+_TAIL = 2 + COMMENT  # the comment-length field and the comment
+SEAL_BYTES = COMMENT  # how many bytes ``seal`` adds to an archive
 
 
 class ChecksumMismatch(ValueError):
@@ -34,7 +35,7 @@ def ends_whole(data: bytes) -> bool:
     """Whether ``data`` ends as a zip archive does: an end-of-central-directory record followed by exactly the
     comment its last field announces.  A file cut short (a copy or download stopped early) does not."""
     at = data.rfind(_EOCD, max(0, len(data) - 22 - 0xFFFF))
-    return at >= 0 and len(data) >= at + 22 and at + 22 + struct.unpack("<H", data[at + 20: at + 22])[0] == len(data)
+    return at >= 0 and len(data) >= at + 22 and at + 22 + struct.unpack("<H", data[at + 20 : at + 22])[0] == len(data)
 
 
 def digest(data: bytes) -> str | None:
@@ -66,4 +67,5 @@ def _differing(actual: str, expected: str) -> str:
 
     def cut(d: str) -> str:
         return d if n >= len(d) else d[:n] + "..."
+
     return f"{cut(actual)}, not the {cut(expected)} written with it (they first differ at hex digit {first + 1} of 64)"

@@ -1,4 +1,5 @@
 """Atomic writes: the one way training writes a file, so a crash, Ctrl-C or a full disk never leaves half of one."""
+
 from __future__ import annotations
 
 import errno

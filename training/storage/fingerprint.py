@@ -5,6 +5,7 @@ under the same dataset name) is refused; under torchrun the ranks compare theirs
 computed from whatever named tensors a dataset provides (MNIST's: the decompressed images and labels of each
 split, before any normalisation), so it does not depend on how they were stored (.gz or not) or found.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -17,8 +18,11 @@ def fingerprint(arrays: dict[str, torch.Tensor]) -> dict[str, dict]:
     out = {}
     for name, t in arrays.items():
         t = t.detach().cpu().contiguous()
-        out[name] = {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."),
-                     "sha256": hashlib.sha256(t.view(-1).view(torch.uint8).numpy()).hexdigest()}
+        out[name] = {
+            "shape": list(t.shape),
+            "dtype": str(t.dtype).removeprefix("torch."),
+            "sha256": hashlib.sha256(t.view(-1).view(torch.uint8).numpy()).hexdigest(),
+        }
     return out
 
 

@@ -6,6 +6,7 @@ quotes.  The file itself stays: removing it while another process waits on it wo
 "the" lock on two different files.  flock is advisory (it binds processes that ask for it) and local to one
 machine's view of the file system (network file systems may not honour it).
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -41,8 +42,10 @@ class FolderLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise FolderBusy(f"{self.what} {self.folder} is in use by another run ({_holder(path)}); wait for it to "
-                             f"end, or pick another folder") from None
+            raise FolderBusy(
+                f"{self.what} {self.folder} is in use by another run ({_holder(path)}); wait for it to "
+                f"end, or pick another folder"
+            ) from None
         except BaseException:
             os.close(fd)
             raise

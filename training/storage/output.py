@@ -9,6 +9,7 @@ missing data leaves no empty folder behind), takes the lock, removes the old run
 said so, and removes temporary files that a killed process's interrupted write left (files.atomic_write's
 ``.NAME.tmpPID``).  Rank 0 alone does any of this under torchrun.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -46,8 +47,10 @@ class OutputFolder:
         self.path, self.resume, self.overwrite = Path(path), resume, overwrite
         self.lock = FolderLock(self.path, "--out")
         if overwrite and resume is not None and self._continues_resume():
-            raise UsageError(f"--overwrite would delete the checkpoint that --resume {resume} continues; drop "
-                             f"--overwrite to continue it in {self.path}, or pass another --out")
+            raise UsageError(
+                f"--overwrite would delete the checkpoint that --resume {resume} continues; drop "
+                f"--overwrite to continue it in {self.path}, or pass another --out"
+            )
 
     def check(self) -> None:
         """Refuse now what can be refused before the data is read.  An existing folder is locked here already."""
@@ -96,8 +99,10 @@ class OutputFolder:
         if old and not self.overwrite and not self._continues_resume():
             ckpt = self.path / "checkpoint.pt"
             way = f"continue it with --resume {ckpt}, " if ckpt.exists() else ""
-            raise UsageError(f"--out {self.path} already holds a run ({', '.join(f.name for f in old)}); {way}replace "
-                             f"it with --overwrite, or pick another --out")
+            raise UsageError(
+                f"--out {self.path} already holds a run ({', '.join(f.name for f in old)}); {way}replace "
+                f"it with --overwrite, or pick another --out"
+            )
 
     def _run_files(self) -> list[Path]:
         return sorted({f for pattern in RUN_FILES for f in self.path.glob(pattern) if f.is_file()})

@@ -7,6 +7,7 @@ vocabulary is the sorted set of the corpus's characters (nanoGPT's shakespeare_c
 offsets, each target the window shifted by one character; an evaluation batch likewise, or with
 ``--eval-iters all`` every non-overlapping window of the split, a figure that does not depend on sampling.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -41,8 +42,10 @@ class TextData:
         index = {c: i for i, c in enumerate(self.vocab)}
         unknown = sorted({c for c in text if c not in index})
         if unknown:
-            raise UsageError(f"the text has characters outside the model's vocabulary of {len(self.vocab)}: "
-                             f"{', '.join(repr(c) for c in unknown[:10])}{' ...' if len(unknown) > 10 else ''}")
+            raise UsageError(
+                f"the text has characters outside the model's vocabulary of {len(self.vocab)}: "
+                f"{', '.join(repr(c) for c in unknown[:10])}{' ...' if len(unknown) > 10 else ''}"
+            )
         return [index[c] for c in text]
 
     def decode(self, ids) -> str:
@@ -77,8 +80,10 @@ def corpus_path(dataset: str, data_file: Path | None) -> Path:
     if data_file is not None:
         return Path(data_file)
     if dataset not in CORPORA:
-        raise UsageError(f"--dataset {dataset}: no text corpus of that name; known: {', '.join(CORPORA)} "
-                         f"(or --data-file PATH for any UTF-8 text)")
+        raise UsageError(
+            f"--dataset {dataset}: no text corpus of that name; known: {', '.join(CORPORA)} "
+            f"(or --data-file PATH for any UTF-8 text)"
+        )
     return CORPORA[dataset]
 
 
@@ -91,18 +96,27 @@ def load_text(path: Path, block_size: int, device: torch.device | str = "cpu") -
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise UsageError(f"--data-file {path}: not UTF-8 text (byte {e.start}: {raw[e.start:e.start + 1]!r}); "
-                         f"convert it to UTF-8 first") from None
+        raise UsageError(
+            f"--data-file {path}: not UTF-8 text (byte {e.start}: {raw[e.start : e.start + 1]!r}); "
+            f"convert it to UTF-8 first"
+        ) from None
     if not text:
         raise UsageError(f"--data-file {path}: the file is empty")
     vocab = sorted(set(text))
     n_train = int(len(text) * TRAIN_FRACTION)
     need = block_size + 1  # one window and its next character
     if n_train < need or len(text) - n_train < need:
-        raise UsageError(f"--data-file {path}: {len(text)} characters are too few for windows of --block-size "
-                         f"{block_size}: the training split ({n_train}) and the validation split "
-                         f"({len(text) - n_train}) each need at least {need}")
+        raise UsageError(
+            f"--data-file {path}: {len(text)} characters are too few for windows of --block-size "
+            f"{block_size}: the training split ({n_train}) and the validation split "
+            f"({len(text) - n_train}) each need at least {need}"
+        )
     index = {c: i for i, c in enumerate(vocab)}
     ids = torch.tensor([index[c] for c in text], dtype=torch.int64)
-    return TextData(source=str(path), vocab=vocab, train=ids[:n_train].to(device), val=ids[n_train:].to(device),
-                    fingerprint=fingerprint({"corpus": torch.frombuffer(bytearray(raw), dtype=torch.uint8)}))
+    return TextData(
+        source=str(path),
+        vocab=vocab,
+        train=ids[:n_train].to(device),
+        val=ids[n_train:].to(device),
+        fingerprint=fingerprint({"corpus": torch.frombuffer(bytearray(raw), dtype=torch.uint8)}),
+    )

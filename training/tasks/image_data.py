@@ -4,6 +4,7 @@ Search order for each split: the files already in torchvision's raw folder (deco
 Debian's ``dataset-fashion-mnist`` package, then torchvision's download.  Everything is loaded once; a
 training batch is an index into tensors that already live on the device.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -24,14 +25,18 @@ from ..storage.files import atomic_write_bytes
 from ..storage.fingerprint import fingerprint
 
 DEBIAN_FASHION = Path("/usr/share/datasets/fashion-mnist")
-SPLIT_FILES = {True: ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
-               False: ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
+SPLIT_FILES = {
+    True: ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+    False: ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+}
 # Debian's dataset-fashion-mnist (0.0~git20200523.55506a9-1) recompressed the official files: the contents are
 # the same, the .gz bytes (and so their MD5s) are not the ones torchvision lists.
-DEBIAN_MD5 = {"train-images-idx3-ubyte.gz": "cf8536b0aa1a6ac5fa3f23001093305c",
-              "train-labels-idx1-ubyte.gz": "10bea18fdb374794d4bb42e356e600c9",
-              "t10k-images-idx3-ubyte.gz": "f78720b4224f21cce2f2ccf2d7a94c9a",
-              "t10k-labels-idx1-ubyte.gz": "0d30e22e447f3c33dab9ed536400ac01"}
+DEBIAN_MD5 = {
+    "train-images-idx3-ubyte.gz": "cf8536b0aa1a6ac5fa3f23001093305c",
+    "train-labels-idx1-ubyte.gz": "10bea18fdb374794d4bb42e356e600c9",
+    "t10k-images-idx3-ubyte.gz": "f78720b4224f21cce2f2ccf2d7a94c9a",
+    "t10k-labels-idx1-ubyte.gz": "0d30e22e447f3c33dab9ed536400ac01",
+}
 
 
 @dataclass
@@ -49,6 +54,7 @@ class Data:
 def torchvision_class(dataset: str):
     """The torchvision dataset class for a name in DATASETS (MNIST or FashionMNIST)."""
     from torchvision import datasets
+
     return getattr(datasets, DATASETS[dataset])
 
 
@@ -65,8 +71,10 @@ def _missing_data_message(dataset: str, raw: Path, looked: list[Path], reason: s
     names = ", ".join(f for pair in SPLIT_FILES.values() for f in pair)
     lines = [f"error: no usable {dataset} data: {reason}", "looked in:"] + [f"  {p}" for p in looked]
     lines += [f"fix: put the four IDX files ({names}; .gz or decompressed) in {raw}/"]
-    lines += ["     or train on Fashion-MNIST: apt-get install -y dataset-fashion-mnist && "
-              "python train.py --dataset fashion-mnist"]
+    lines += [
+        "     or train on Fashion-MNIST: apt-get install -y dataset-fashion-mnist && "
+        "python train.py --dataset fashion-mnist"
+    ]
     return "\n".join(lines)
 
 
@@ -115,8 +123,10 @@ def prepare_raw(root: Path, dataset: str, train: bool, download: bool, say: Call
         looked.append(DEBIAN_FASHION)
         if all((DEBIAN_FASHION / f"{n}.gz").is_file() for n in names):
             written = sum(decompress(DEBIAN_FASHION / f"{n}.gz", raw / n) for n in names if not have(n))
-            say(f"decompressed Debian's Fashion-MNIST {'training' if train else 'test'} split from {DEBIAN_FASHION} "
-                f"into {raw} ({written / 1e6:.0f} MB; --data-dir chooses where)")
+            say(
+                f"decompressed Debian's Fashion-MNIST {'training' if train else 'test'} split from {DEBIAN_FASHION} "
+                f"into {raw} ({written / 1e6:.0f} MB; --data-dir chooses where)"
+            )
     if not all(have(n) for n in names) and download:
         try:
             with warnings.catch_warnings():
@@ -134,8 +144,11 @@ def prepare_raw(root: Path, dataset: str, train: bool, download: bool, say: Call
         if gz.is_file():
             md5 = hashlib.md5(gz.read_bytes()).hexdigest()
             if md5 not in known.get(gz.name, ()):
-                warnings.warn(f"{gz} has MD5 {md5}, not the official one (torchvision's or Debian's); using it anyway "
-                              f"(its contents are checked when read)", stacklevel=2)
+                warnings.warn(
+                    f"{gz} has MD5 {md5}, not the official one (torchvision's or Debian's); using it anyway "
+                    f"(its contents are checked when read)",
+                    stacklevel=2,
+                )
             if not (raw / n).is_file():
                 decompress(gz, raw / n)
     return raw
@@ -144,6 +157,7 @@ def prepare_raw(root: Path, dataset: str, train: bool, download: bool, say: Call
 def read_split(raw: Path, train: bool, dataset: str = "mnist") -> tuple[Tensor, Tensor]:
     """Read one split's images (N, 28, 28) uint8 and labels (N,) int64 with torchvision's IDX reader."""
     from torchvision.datasets.mnist import read_image_file, read_label_file
+
     img_name, lbl_name = SPLIT_FILES[train]
     out = []
     for name, reader in ((img_name, read_image_file), (lbl_name, read_label_file)):
@@ -151,20 +165,36 @@ def read_split(raw: Path, train: bool, dataset: str = "mnist") -> tuple[Tensor, 
         try:
             out.append(reader(str(path)))
         except (AssertionError, RuntimeError, ValueError, TypeError, IndexError, OSError) as e:
-            raise UsageError(_missing_data_message(dataset, raw, [raw], f"{path} is corrupt or truncated "
-                                                   f"({type(e).__name__}: {e or 'bad IDX header'})")) from None
+            raise UsageError(
+                _missing_data_message(
+                    dataset, raw, [raw], f"{path} is corrupt or truncated ({type(e).__name__}: {e or 'bad IDX header'})"
+                )
+            ) from None
     images, labels = out
     if images.shape[1:] != (28, 28) or images.shape[0] != labels.shape[0] or labels.numel() == 0:
-        raise UsageError(_missing_data_message(dataset, raw, [raw], f"{raw / img_name} holds images of shape "
-                                               f"{tuple(images.shape)} for {labels.shape[0]} labels; expected "
-                                               f"(N, 28, 28) with N matching"))
+        raise UsageError(
+            _missing_data_message(
+                dataset,
+                raw,
+                [raw],
+                f"{raw / img_name} holds images of shape "
+                f"{tuple(images.shape)} for {labels.shape[0]} labels; expected "
+                f"(N, 28, 28) with N matching",
+            )
+        )
     if labels.min() < 0 or labels.max() > 9:
         raise UsageError(_missing_data_message(dataset, raw, [raw], f"{raw / lbl_name} has labels outside 0..9"))
     return images, labels
 
 
-def load_data(settings: DataConfig, device: torch.device, dtype: torch.dtype, say: Callable = print,
-              sample_shape: tuple[int, ...] = (784,), seed: int = 0) -> Data:
+def load_data(
+    settings: DataConfig,
+    device: torch.device,
+    dtype: torch.dtype,
+    say: Callable = print,
+    sample_shape: tuple[int, ...] = (784,),
+    seed: int = 0,
+) -> Data:
     """The whole dataset, normalised, on the device, loaded once; the validation split is drawn from ``seed``.
 
     ``sample_shape`` is (784,) for an MLP, (1, 28, 28) for a CNN.
@@ -179,8 +209,9 @@ def load_data(settings: DataConfig, device: torch.device, dtype: torch.dtype, sa
     n = x.shape[0]
     n_val = settings.val_count(n)
     if n_val >= n:
-        raise UsageError(f"--val-split {settings.val_split} holds out {n_val} of the {n} training samples, leaving "
-                         f"none to train on")
+        raise UsageError(
+            f"--val-split {settings.val_split} holds out {n_val} of the {n} training samples, leaving none to train on"
+        )
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     val_idx, train_idx = order[:n_val], order[n_val:]
     train = x[train_idx].to(torch.float64) / 255
@@ -189,6 +220,13 @@ def load_data(settings: DataConfig, device: torch.device, dtype: torch.dtype, sa
     def prep(images: Tensor) -> Tensor:
         return ((images.reshape(images.shape[0], *sample_shape).to(torch.float64) / 255 - mean) / std).to(device, dtype)
 
-    return Data(train_x=prep(x[train_idx]), train_y=y[train_idx].to(device),
-                val_x=prep(x[val_idx]) if n_val else None, val_y=y[val_idx].to(device) if n_val else None,
-                test_x=prep(tx), test_y=ty.to(device), background=-mean / std, fingerprint=arrays)
+    return Data(
+        train_x=prep(x[train_idx]),
+        train_y=y[train_idx].to(device),
+        val_x=prep(x[val_idx]) if n_val else None,
+        val_y=y[val_idx].to(device) if n_val else None,
+        test_x=prep(tx),
+        test_y=ty.to(device),
+        background=-mean / std,
+        fingerprint=arrays,
+    )

@@ -5,6 +5,7 @@ corpus's vocabulary.  ``sample_text`` rebuilds the hand-written model (or its tw
 and draws ``max_new_tokens`` characters with the model's ``generate`` (nanoGPT's sampling: temperature, top-k,
 one ``torch.multinomial`` per character on a generator seeded by ``seed``), in eval mode.
 """
+
 from __future__ import annotations
 
 import math
@@ -30,9 +31,11 @@ def checkpoint_config(ckpt: dict, path: Path) -> TrainConfig:
     """The settings a checkpoint was trained with."""
     saved = saved_settings(ckpt)
     if saved["model"] not in TEXT_MODELS:
-        raise UsageError(f"--resume {path} is a checkpoint of --model {saved['model']} on {saved.get('dataset')}, "
-                         f"an image classifier: sample.py samples the language models (--model "
-                         f"{', '.join(TEXT_MODELS)})")
+        raise UsageError(
+            f"--resume {path} is a checkpoint of --model {saved['model']} on {saved.get('dataset')}, "
+            f"an image classifier: sample.py samples the language models (--model "
+            f"{', '.join(TEXT_MODELS)})"
+        )
     try:
         return TrainConfig(**{k: saved[k] for k in MATH_KEYS if k in saved})
     except (UsageError, TypeError) as e:
@@ -46,8 +49,16 @@ def build_model(model: ModelConfig, vocab_size: int, impl: str, device: torch.de
     return cls(**model_kwargs(model, vocab_size), device=device, dtype=dtype)
 
 
-def sample_text(path: Path, prompt: str, max_new_tokens: int = 300, temperature: float = 1.0,
-                top_k: int | None = None, seed: int = 0, impl: str = "manual", device: str = "auto") -> str:
+def sample_text(
+    path: Path,
+    prompt: str,
+    max_new_tokens: int = 300,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    seed: int = 0,
+    impl: str = "manual",
+    device: str = "auto",
+) -> str:
     """The prompt and ``max_new_tokens`` characters sampled after it by the checkpoint's ``impl`` model.
 
     Every way the request cannot be met (an unreadable or image checkpoint, an implementation it does not hold, a
@@ -62,13 +73,15 @@ def sample_text(path: Path, prompt: str, max_new_tokens: int = 300, temperature:
     if not (is_a(seed, int) and SEEDS[0] <= seed <= SEEDS[1]):
         raise UsageError(f"--seed {seed} is out of range (an integer from -2**63 to 2**64 - 1)")
     if not prompt:
-        raise UsageError("--prompt is empty: give at least one character to start from (nanoGPT starts from \"\\n\")")
+        raise UsageError('--prompt is empty: give at least one character to start from (nanoGPT starts from "\\n")')
     ckpt = read_checkpoint(path)
     config = checkpoint_config(ckpt, path)
     vocab = ckpt.get("vocab")
     if not (isinstance(vocab, list) and vocab and all(isinstance(c, str) for c in vocab)):
-        raise UsageError(f"--resume {path} holds no vocabulary (it was written before train.py saved one); train "
-                         f"the model again to sample from it")
+        raise UsageError(
+            f"--resume {path} holds no vocabulary (it was written before train.py saved one); train "
+            f"the model again to sample from it"
+        )
     if impl not in ckpt["models"]:
         raise UsageError(f"--impl {impl}: the checkpoint holds the weights of {', '.join(ckpt['models'])} only")
     text = TextData(source=str(path), vocab=vocab, train=torch.empty(0), val=torch.empty(0), fingerprint={})
@@ -92,6 +105,8 @@ def sample_text(path: Path, prompt: str, max_new_tokens: int = 300, temperature:
         if "probability tensor" not in str(e):
             raise
         dtype = str(config.run.torch_dtype).removeprefix("torch.")
-        raise UsageError(f"--temperature {temperature} is too small: the logits divided by it overflow {dtype}, so "
-                         f"their softmax is not finite; use a larger temperature") from None
+        raise UsageError(
+            f"--temperature {temperature} is too small: the logits divided by it overflow {dtype}, so "
+            f"their softmax is not finite; use a larger temperature"
+        ) from None
     return text.decode(out[0].tolist())

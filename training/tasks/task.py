@@ -13,6 +13,7 @@ the results and figures.  Two tasks implement it:
 Records (metrics.jsonl) and checkpoints call a round an "epoch" for both (the checkpoint's ``epoch`` is the number
 of complete rounds): the loop, the checkpoint's checks and the drift records do not need to know which task ran.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Protocol
@@ -25,16 +26,16 @@ from ..impls import Impl
 
 
 class Task(Protocol):
-    kind: str                 # "image" or "text"
-    fingerprint: dict         # of the data (training/storage/fingerprint.py): a resume on other data is refused
-    rounds: int               # rounds in the run: epochs, or evaluation intervals
-    steps_per_round: int      # training steps in a full round (the drift's probes)
-    total_steps: int          # training steps in the whole run (the learning-rate schedule's length)
-    round_ends: set[int]      # the global step numbers that end a round (the monitor records them)
+    kind: str  # "image" or "text"
+    fingerprint: dict  # of the data (training/storage/fingerprint.py): a resume on other data is refused
+    rounds: int  # rounds in the run: epochs, or evaluation intervals
+    steps_per_round: int  # training steps in a full round (the drift's probes)
+    total_steps: int  # training steps in the whole run (the learning-rate schedule's length)
+    round_ends: set[int]  # the global step numbers that end a round (the monitor records them)
 
-    watch_activations: bool   # --monitor records per-layer activation statistics (the models are Sequential trees)
-    data_seconds: float       # how long loading the data took
-    data_name: str            # where the data came from, as the user gave it (--data-dir, --data-file)
+    watch_activations: bool  # --monitor records per-layer activation statistics (the models are Sequential trees)
+    data_seconds: float  # how long loading the data took
+    data_name: str  # where the data came from, as the user gave it (--data-dir, --data-file)
 
     @staticmethod
     def check_source(data: DataConfig) -> None:
@@ -53,8 +54,9 @@ class Task(Protocol):
     def round_order(self, r: int, gen: torch.Generator):
         """Round ``r``'s batches, drawn once from ``gen`` (the checkpointed batch stream) for every implementation."""
 
-    def train_round(self, impl: Impl, order, r: int, log: Callable[[dict], None], info: DistInfo,
-                    after_step: Callable | None) -> dict:
+    def train_round(
+        self, impl: Impl, order, r: int, log: Callable[[dict], None], info: DistInfo, after_step: Callable | None
+    ) -> dict:
         """Train ``impl`` through round ``r``; -> the round record's metrics (at least train_loss, seconds)."""
 
     def evaluate_round(self, impl: Impl, r: int, info: DistInfo) -> dict:
@@ -90,12 +92,15 @@ def task_class(family: str) -> type:
     models)."""
     if family == "text":
         from .text import TextTask
+
         return TextTask
     from .image import ImageTask
+
     return ImageTask
 
 
-def make_task(family: str, model: ModelConfig, data: DataConfig, run: RunConfig, device: torch.device,
-              say: Callable) -> Task:
+def make_task(
+    family: str, model: ModelConfig, data: DataConfig, run: RunConfig, device: torch.device, say: Callable
+) -> Task:
     """The task of ``family`` for this model, data and run, its data loaded onto ``device``."""
     return task_class(family)(model, data, run, device, say)

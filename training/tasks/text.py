@@ -7,6 +7,7 @@ split, drawn once per round for every implementation.  After each round the trai
 resume), or on every non-overlapping window (``--eval-iters all``).  The loss is the mean cross-entropy per
 character, in nats.
 """
+
 from __future__ import annotations
 
 import sys
@@ -37,8 +38,9 @@ class TextTask:
         """Nothing to check before reading: the corpus is read (and refused if unusable) when the task is made,
         still before the output folder is created."""
 
-    def __init__(self, model: ModelConfig, data: DataConfig, run: RunConfig, device: torch.device,
-                 say: Callable) -> None:
+    def __init__(
+        self, model: ModelConfig, data: DataConfig, run: RunConfig, device: torch.device, say: Callable
+    ) -> None:
         self.model, self.batches, self.run, self.device = model, data, run, device
         t0 = time.perf_counter()
         self.text: TextData = load_text(corpus_path(data.dataset, data.data_file), model.block_size, device)
@@ -57,8 +59,10 @@ class TextTask:
     def describe(self, device: torch.device) -> str:
         t = self.text
         name = self.batches.data_file or self.batches.dataset
-        return (f"{name}: {t.train.shape[0]:,} train, {t.val.shape[0]:,} val characters, a vocabulary of "
-                f"{t.vocab_size}, on {device}")
+        return (
+            f"{name}: {t.train.shape[0]:,} train, {t.val.shape[0]:,} val characters, a vocabulary of "
+            f"{t.vocab_size}, on {device}"
+        )
 
     def check(self, info: DistInfo) -> None:
         """Under torchrun each rank trains on its contiguous share of every batch's windows: each needs one, and
@@ -67,12 +71,16 @@ class TextTask:
         if not info.enabled:
             return
         if self.batches.batch_size < info.world_size:
-            raise UsageError(f"--batch-size {self.batches.batch_size} windows cannot be shared by {info.world_size} "
-                             f"processes; use --batch-size >= {info.world_size}")
+            raise UsageError(
+                f"--batch-size {self.batches.batch_size} windows cannot be shared by {info.world_size} "
+                f"processes; use --batch-size >= {info.world_size}"
+            )
         if self.model.dropout:
-            raise UsageError(f"--dropout {self.model.dropout} under torchrun: the language models' dropout masks are "
-                             f"drawn for each process's share of the batch, not for the global batch, so the run "
-                             f"would not equal one process's; use --dropout 0 with torchrun, or one process")
+            raise UsageError(
+                f"--dropout {self.model.dropout} under torchrun: the language models' dropout masks are "
+                f"drawn for each process's share of the batch, not for the global batch, so the run "
+                f"would not equal one process's; use --dropout 0 with torchrun, or one process"
+            )
 
     def build_models(self, device: torch.device, dtype: torch.dtype, info: DistInfo) -> dict:
         return build_text_models(self.model, self.run, self.text.vocab_size, device, dtype)
@@ -87,6 +95,7 @@ class TextTask:
 
     def train_round(self, impl: Impl, order, r: int, log: Callable, info: DistInfo, after_step) -> dict:
         from tqdm import tqdm
+
         run, T, B = self.run, self.model.block_size, self.batches.batch_size
         first = (r - 1) * run.eval_interval  # iterations before this round
         steps = order.shape[0]
@@ -94,8 +103,13 @@ class TextTask:
         lo, hi = shard_bounds(B, data) if data.enabled else (0, B)
         sums = StepSums(run.log_interval, 1, order.device, info)  # per step: the summed loss
         loss_sum, seen = 0.0, 0
-        bar = tqdm(total=steps, desc=f"iter {first + 1}-{first + steps} {impl.name}", leave=False, file=sys.stdout,
-                   disable=run.quiet or not info.is_main or not sys.stdout.isatty())
+        bar = tqdm(
+            total=steps,
+            desc=f"iter {first + 1}-{first + steps} {impl.name}",
+            leave=False,
+            file=sys.stdout,
+            disable=run.quiet or not info.is_main or not sys.stdout.isatty(),
+        )
         set_training(impl.model, True)
         use_generator(impl.model, epoch_generator(run.seed, r, order.device))  # the round's dropout masks
         start, compiling = time.perf_counter(), compile_seconds(impl)
@@ -114,20 +128,28 @@ class TextTask:
                 values = [v[0] for v in sums.take(impl.name, lambda i: f"iteration {start_it + i}")]
                 loss_sum += sum(values)
                 seen += len(values) * tokens
-                log({"type": "step", "impl": impl.name, "epoch": r, "step": s + 1, "global_step": it,
-                     "loss": values[-1] / tokens, "train_loss": loss_sum / seen})
+                log(
+                    {
+                        "type": "step",
+                        "impl": impl.name,
+                        "epoch": r,
+                        "step": s + 1,
+                        "global_step": it,
+                        "loss": values[-1] / tokens,
+                        "train_loss": loss_sum / seen,
+                    }
+                )
                 bar.set_postfix(loss=f"{loss_sum / seen:.4f}")
             bar.update(1)
         seconds, compiling = round_seconds(impl, order.device, start, compiling)  # --compile: compiling apart
         bar.close()
-        return {"iter": first + steps, "steps_loss": loss_sum / seen, "seconds": seconds,
-                "compile_seconds": compiling}
+        return {"iter": first + steps, "steps_loss": loss_sum / seen, "seconds": seconds, "compile_seconds": compiling}
 
     def evaluate_round(self, impl: Impl, r: int, info: DistInfo) -> dict:
         """The mean loss per character on each split: ``--eval-iters`` batches at offsets drawn from a stream seeded
         by the seed and the round (every implementation sees the same), or every window.  Under torchrun every rank
         evaluates the whole of it (the same weights: the same numbers, and no collective)."""
-        gen = torch.Generator().manual_seed((self.run.seed * 1_000_003 + 7_919 * r + 1) % 2 ** 64)
+        gen = torch.Generator().manual_seed((self.run.seed * 1_000_003 + 7_919 * r + 1) % 2**64)
         out = {}
         was = set_training(impl.model, False)
         try:
@@ -143,7 +165,9 @@ class TextTask:
         count = 0
         if iters == "all":
             xs, ys = self.text.all_windows(split, T)
-            batches = ((xs[i:i + EVAL_WINDOWS], ys[i:i + EVAL_WINDOWS]) for i in range(0, xs.shape[0], EVAL_WINDOWS))
+            batches = (
+                (xs[i : i + EVAL_WINDOWS], ys[i : i + EVAL_WINDOWS]) for i in range(0, xs.shape[0], EVAL_WINDOWS)
+            )
         else:
             batches = (self.text.batch(split, self.batches.batch_size, T, gen) for _ in range(iters))
         for x, y in batches:
@@ -153,8 +177,10 @@ class TextTask:
         return total.item() / count
 
     def round_line(self, r: int, name: str, rec: dict) -> str:
-        return (f"iter {rec['iter']:>5} {name:<6} train loss {rec['train_loss']:.4f} | val loss {rec['val_loss']:.4f} "
-                f"| {rec['seconds']:.2f} s{compile_note(rec)}")
+        return (
+            f"iter {rec['iter']:>5} {name:<6} train loss {rec['train_loss']:.4f} | val loss {rec['val_loss']:.4f} "
+            f"| {rec['seconds']:.2f} s{compile_note(rec)}"
+        )
 
     def checkpoint_extra(self) -> dict:
         return {"vocab": self.text.vocab}
@@ -169,16 +195,23 @@ class TextTask:
         return f"--n-layer {c.n_layer} --hidden {c.hidden} --n-embd {c.n_embd}"
 
     def extent(self, records: list[dict]) -> dict:
-        return {"iters": max(r["iter"] for r in records if r["type"] == "epoch"), "vocab_size": self.text.vocab_size,
-                "corpus": self.text.source}
+        return {
+            "iters": max(r["iter"] for r in records if r["type"] == "epoch"),
+            "vocab_size": self.text.vocab_size,
+            "corpus": self.text.source,
+        }
 
     def extent_words(self, summary: dict) -> str:
         return f"{summary['iters']} iterations"
 
     def results(self, impl: Impl, rows: list[dict], info: DistInfo) -> dict:
         iters = rows[-1]["iter"]
-        return {"train_loss": rows[-1]["train_loss"], "val_loss": rows[-1]["val_loss"], "iters": iters,
-                "seconds_per_iter": sum(h["seconds"] for h in rows) / max(iters, 1)}
+        return {
+            "train_loss": rows[-1]["train_loss"],
+            "val_loss": rows[-1]["val_loss"],
+            "iters": iters,
+            "seconds_per_iter": sum(h["seconds"] for h in rows) / max(iters, 1),
+        }
 
     def results_table(self, results: dict) -> list[str]:
         lines = [f"\n{'impl':<8}{'val loss':>10}{'train loss':>12}{'ms/iter':>10}"]

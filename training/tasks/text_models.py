@@ -6,6 +6,7 @@ there is no state to carry between them).  Dropout in the twin draws the masks t
 (``SeededDropout``, the GPT twin's attention-dropout masks, ``SeededLSTM``/``SeededGRU``), once both are pointed at
 generators in the same state (``training.impls.models.use_generator``).
 """
+
 from __future__ import annotations
 
 import torch
@@ -37,10 +38,23 @@ class TorchCharRNN(TorchRecurrentLM):
 def model_kwargs(model: ModelConfig, vocab_size: int) -> dict:
     """The constructor arguments of ``model``'s language model: GPT's, or RecurrentLM's (and their twins')."""
     if model.name == "gpt":
-        return dict(vocab_size=vocab_size, block_size=model.block_size, n_layer=model.n_layer,
-                    n_head=model.n_head, n_embd=model.n_embd, dropout=model.dropout, bias=model.bias)
-    return dict(vocab_size=vocab_size, embedding_dim=model.n_embd, hidden_size=model.hidden,
-                num_layers=model.n_layer, cell=model.name, dropout=model.dropout)
+        return dict(
+            vocab_size=vocab_size,
+            block_size=model.block_size,
+            n_layer=model.n_layer,
+            n_head=model.n_head,
+            n_embd=model.n_embd,
+            dropout=model.dropout,
+            bias=model.bias,
+        )
+    return dict(
+        vocab_size=vocab_size,
+        embedding_dim=model.n_embd,
+        hidden_size=model.hidden,
+        num_layers=model.n_layer,
+        cell=model.name,
+        dropout=model.dropout,
+    )
 
 
 def build_text_models(model: ModelConfig, run: RunConfig, vocab_size: int, device, dtype) -> dict:

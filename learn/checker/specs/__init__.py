@@ -1,4 +1,5 @@
 """What the checker knows about each exercise (inputs, autograd reference, known mistakes), by exercise name."""
+
 from ...mistakes import GENERIC, Mistake
 from ..accumulate_check import SPEC as ACCUMULATE
 from ..split_check import LinearSplitSpec
@@ -19,9 +20,35 @@ from .norms import BATCHNORM, LAYERNORM
 from .optimizers import ADAM, RMSPROP, SGD
 from .tensor_parallel import SPEC as TENSOR_PARALLEL
 
-SPECS = {s.name: s for s in (LINEAR, RELU, SIGMOID, TANH, GELU, MSE, SOFTMAX_CROSS_ENTROPY, BROADCAST, ACCUMULATE,
-                             ValueSpec(), DROPOUT, BATCHNORM, LAYERNORM, EMBEDDING, CONV2D, MAXPOOL2D, LSTM_CELL,
-                             GRU_CELL, ATTENTION, SGD, RMSPROP, ADAM, LinearSplitSpec(), TENSOR_PARALLEL)}
+SPECS = {
+    s.name: s
+    for s in (
+        LINEAR,
+        RELU,
+        SIGMOID,
+        TANH,
+        GELU,
+        MSE,
+        SOFTMAX_CROSS_ENTROPY,
+        BROADCAST,
+        ACCUMULATE,
+        ValueSpec(),
+        DROPOUT,
+        BATCHNORM,
+        LAYERNORM,
+        EMBEDDING,
+        CONV2D,
+        MAXPOOL2D,
+        LSTM_CELL,
+        GRU_CELL,
+        ATTENTION,
+        SGD,
+        RMSPROP,
+        ADAM,
+        LinearSplitSpec(),
+        TENSOR_PARALLEL,
+    )
+}
 
 
 def catalogue() -> list[tuple[str, Mistake]]:

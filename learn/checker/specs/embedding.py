@@ -1,4 +1,5 @@
 """The checks of exercise embedding: Embedding(7, 3) on ids (2, 5) in which some ids repeat, and its known mistake."""
+
 import torch
 
 from ..spec import LayerSpec, normal, wrong
@@ -20,8 +21,13 @@ def _shaped(label, v, d, n, t, same=False):
     def inputs(g):
         idx = torch.full((n, t), 2) if same else torch.randint(0, v, (n, t), generator=g)
         return {"idx": idx}
-    return {"label": label, "ctor": {"num_embeddings": v, "embedding_dim": d},
-            "params": {"weight": lambda g: normal(g, v, d)}, "inputs": inputs}
+
+    return {
+        "label": label,
+        "ctor": {"num_embeddings": v, "embedding_dim": d},
+        "params": {"weight": lambda g: normal(g, v, d)},
+        "inputs": inputs,
+    }
 
 
 def _random(g):
@@ -30,18 +36,28 @@ def _random(g):
 
 
 SPEC = LayerSpec(
-    name="embedding", cls="Embedding", ctor={"num_embeddings": 7, "embedding_dim": 3},
-    params={"weight": lambda g: normal(g, 7, 3)}, inputs=_inputs, returns=(),
+    name="embedding",
+    cls="Embedding",
+    ctor={"num_embeddings": 7, "embedding_dim": 3},
+    params={"weight": lambda g: normal(g, 7, 3)},
+    inputs=_inputs,
+    returns=(),
     reference=lambda t: {"out": t.weight[t.idx]},
-    configs=[_shaped("one id (idx (1, 1)), D = 5", 4, 5, 1, 1),
-             _shaped("every id the same (idx (3, 4) all 2)", 5, 2, 3, 4, same=True)],
+    configs=[
+        _shaped("one id (idx (1, 1)), D = 5", 4, 5, 1, 1),
+        _shaped("every id the same (idx (3, 4) all 2)", 5, 2, 3, 4, same=True),
+    ],
     random=_random,
     mistakes=[
-        wrong("emb-repeats-lost", "weight.grad", "dweight[idx] += dout (or = dout)",
-              "an id that appears several times must receive the sum of their gradients, but indexed assignment "
-              "with repeated indices writes once per row (the last write wins).  Add them up with "
-              "dweight.index_add_(0, idx.reshape(-1), dout.reshape(-1, D)), or a loop over the positions",
-              _last_write_wins),
+        wrong(
+            "emb-repeats-lost",
+            "weight.grad",
+            "dweight[idx] += dout (or = dout)",
+            "an id that appears several times must receive the sum of their gradients, but indexed assignment "
+            "with repeated indices writes once per row (the last write wins).  Add them up with "
+            "dweight.index_add_(0, idx.reshape(-1), dout.reshape(-1, D)), or a loop over the positions",
+            _last_write_wins,
+        ),
     ],
     where={"weight.grad": "row v of dweight: the sum of dout[n, t] over the positions where idx[n, t] == v"},
 )

@@ -8,6 +8,7 @@ fingerprint and the checkpoint it resumes.  These are a few hundred bytes, so th
 (not a hash of them), and a disagreement stops every rank with the same line naming each field that differs
 and every rank's value of it.
 """
+
 from __future__ import annotations
 
 import torch
@@ -28,8 +29,9 @@ def run_identity(settings: dict, device: torch.device, data_fingerprint: dict, c
     values = dict(settings)
     values["the device type"] = device.type
     values["the data"] = data_fingerprint
-    values["the checkpoint resumed"] = None if ckpt is None else f"sha256 {str(ckpt.get('sha256'))[:16]}... " \
-                                                                  f"(epoch {ckpt['epoch']})"
+    values["the checkpoint resumed"] = (
+        None if ckpt is None else f"sha256 {str(ckpt.get('sha256'))[:16]}... (epoch {ckpt['epoch']})"
+    )
     return values
 
 
@@ -42,8 +44,11 @@ def check_ranks_agree(info: DistInfo, values: dict) -> None:
     dist.all_gather_object(every, values)
     differing = [name for name in values if any(other.get(name) != values[name] for other in every)]
     if differing:
-        raise RanksDisagree("the ranks disagree on " + "; ".join(_describe(name, every) for name in differing)
-                            + "; every rank must be started with the same settings and data")
+        raise RanksDisagree(
+            "the ranks disagree on "
+            + "; ".join(_describe(name, every) for name in differing)
+            + "; every rank must be started with the same settings and data"
+        )
 
 
 def _describe(name: str, every: list[dict]) -> str:

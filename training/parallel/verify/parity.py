@@ -20,6 +20,7 @@ rounding; past that, a difference no more than ``REORDER_FACTOR`` times the reor
 reordering alone produces (a different summation order, as sharding's), and anything more is a bug: no order of
 the same sums gives it.  The report names the first tensor past rounding; the exit status is 1 on a bug.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -45,10 +46,12 @@ def _record_outputs(blocks: list) -> tuple[list, Callable]:
     """Each block's output, appended as it runs; -> (the list, a function that removes the recording)."""
     seen: list[Tensor] = []
     for block in blocks:
+
         def forward(x, _f=block.forward):
             out = _f(x)
             seen.append(out.detach().clone())
             return out
+
         block.forward = forward  # an instance attribute: __call__ finds it before the class's
     return seen, lambda: [vars(b).pop("forward", None) for b in blocks]
 
@@ -101,7 +104,7 @@ def _sharded(impl, x: Tensor, y: Tensor) -> dict:
     if impl.logits is not None:
         logits = impl.logits.detach()
         if impl.T > 1:  # each rank holds its vocabulary columns (padded): gathered, the padding cut
-            logits = _gather(logits, -1, impl.inner_group)[..., :impl.model.vocab_size]
+            logits = _gather(logits, -1, impl.inner_group)[..., : impl.model.vocab_size]
         out["output logits"] = logits
     dist.all_reduce(loss)  # one rank of each copy reports its rows' summed loss
     out["loss"] = (loss / y.numel()).reshape(1)
@@ -128,6 +131,7 @@ def _pipeline_outputs(impl, x: Tensor) -> dict:
     step's own caches are untouched), each stage sending its activation on; gathered on every stage (a tensor-parallel
     stage's logits over its vocabulary columns, its sequence-parallel outputs along T)."""
     from ..pipeline_gpt import replicate
+
     stage, group, s = replicate(impl.part), impl.inner_group, impl.inner_rank
     seen, stop = _record_outputs(stage.h)
     try:
@@ -146,7 +150,7 @@ def _pipeline_outputs(impl, x: Tensor) -> dict:
         seen = [_gather(t, 1, tp) for t in seen]
     mine = {f"output transformer.h.{stage.offset + i}": t for i, t in enumerate(seen)}
     if stage.last:
-        mine["output logits"] = _gather(act, -1, tp)[..., :impl.model.vocab_size] if impl.T > 1 else act
+        mine["output logits"] = _gather(act, -1, tp)[..., : impl.model.vocab_size] if impl.T > 1 else act
     every = [None] * impl.P
     dist.all_gather_object(every, mine, group=group)
     return {k: v for part in every for k, v in part.items()}  # compare() reads them in the reference's order
@@ -170,7 +174,7 @@ def compare(sharded: dict, reference: dict, reordered: dict, eps: float) -> list
         diff = (got - ref).abs().max().item()
         reorder = (re - ref).abs().max().item()
         rounding = ROUNDING_ULPS * eps * scale
-        verdict = ("rounding" if diff <= rounding else "round-off" if diff <= REORDER_FACTOR * reorder else "bug")
+        verdict = "rounding" if diff <= rounding else "round-off" if diff <= REORDER_FACTOR * reorder else "bug"
         out.append({"tensor": name, "diff": diff, "reordered": reorder, "scale": scale, "verdict": verdict})
     return out
 
@@ -179,16 +183,21 @@ def check_parity(impl, task, optim: OptimConfig, run: RunConfig, device, info: D
     """Take the run's first step sharded (every rank) and in one process (rank 0); print the comparison on rank 0;
     -> EXIT_OK when every tensor is rounding or round-off, EXIT_FAILED when one is a bug (on every rank)."""
     from ...tasks.corpus import TextData
-    gen = torch.Generator().manual_seed((run.seed + 1) % 2 ** 64)  # the trainer's batch stream
+
+    gen = torch.Generator().manual_seed((run.seed + 1) % 2**64)  # the trainer's batch stream
     x, y = TextData.windows_at(task.text.train, task.round_order(1, gen)[0], task.model.block_size)
     sharded = _sharded(impl, x, y)
     bug = torch.zeros((), dtype=torch.int64)
     if info.is_main:
         pieces = max(2, impl.D * impl.split.micro_batches)
         mine = shard_bounds(x.shape[0], DistInfo(0, impl.D))[1]  # rank 0's rows: the outputs it recorded
-        refs = [{k: v[:mine] if k.startswith("output") else v for k, v in ref.items()}
-                for ref in (_reference(optim, run.torch_dtype, task, device, x, y, 1),
-                            _reference(optim, run.torch_dtype, task, device, x, y, min(pieces, x.shape[0])))]
+        refs = [
+            {k: v[:mine] if k.startswith("output") else v for k, v in ref.items()}
+            for ref in (
+                _reference(optim, run.torch_dtype, task, device, x, y, 1),
+                _reference(optim, run.torch_dtype, task, device, x, y, min(pieces, x.shape[0])),
+            )
+        ]
         rows_ = compare(sharded, *refs, torch.finfo(run.torch_dtype).eps)
         for line in report(rows_, impl.split, run.dtype):
             say(line)
@@ -199,23 +208,32 @@ def check_parity(impl, task, optim: OptimConfig, run: RunConfig, device, info: D
 
 def report(rows_: list[dict], split: ParallelConfig, dtype: str) -> list[str]:
     """The table, then the verdict line naming the first tensor past rounding."""
-    settings = (f"--tensor-parallel {split.tensor_parallel}{' --sequence-parallel' * split.sequence_parallel} "
-                f"--pipeline-parallel {split.pipeline_parallel} --zero {split.zero}")
-    lines = [f"parity of the first step, {settings} against one process ({dtype}): largest |difference| per "
-             f"tensor; 'reordered': a one-process sum in another order",
-             f"{'tensor':<48}{'|diff|':>10}{'reordered':>11}{'max|ref|':>10}  verdict"]
-    lines += [f"{r['tensor']:<48}{r['diff']:>10.1e}{r['reordered']:>11.1e}{r['scale']:>10.1e}  {r['verdict']}"
-              for r in rows_]
+    settings = (
+        f"--tensor-parallel {split.tensor_parallel}{' --sequence-parallel' * split.sequence_parallel} "
+        f"--pipeline-parallel {split.pipeline_parallel} --zero {split.zero}"
+    )
+    lines = [
+        f"parity of the first step, {settings} against one process ({dtype}): largest |difference| per "
+        f"tensor; 'reordered': a one-process sum in another order",
+        f"{'tensor':<48}{'|diff|':>10}{'reordered':>11}{'max|ref|':>10}  verdict",
+    ]
+    lines += [
+        f"{r['tensor']:<48}{r['diff']:>10.1e}{r['reordered']:>11.1e}{r['scale']:>10.1e}  {r['verdict']}" for r in rows_
+    ]
     first = next((r for r in rows_ if r["verdict"] != "rounding"), None)
     if first is None:
         lines.append(f"parity: all {len(rows_)} tensors within {dtype} rounding of one process")
     elif all(r["verdict"] != "bug" for r in rows_):
-        lines.append(f"parity: round-off. The first tensor past {dtype} rounding is {first['tensor']} "
-                     f"(|diff| {first['diff']:.1e}), and a reordered one-process sum differs as much "
-                     f"({first['reordered']:.1e}); no tensor differs more than reordering explains")
+        lines.append(
+            f"parity: round-off. The first tensor past {dtype} rounding is {first['tensor']} "
+            f"(|diff| {first['diff']:.1e}), and a reordered one-process sum differs as much "
+            f"({first['reordered']:.1e}); no tensor differs more than reordering explains"
+        )
     else:
         bug = next(r for r in rows_ if r["verdict"] == "bug")
-        lines.append(f"parity: BUG. The first tensor past {dtype} rounding is {first['tensor']} (|diff| "
-                     f"{first['diff']:.1e}, max|ref| {first['scale']:.1e}); the first no reordered sum explains is "
-                     f"{bug['tensor']} (|diff| {bug['diff']:.1e} against {bug['reordered']:.1e} from reordering)")
+        lines.append(
+            f"parity: BUG. The first tensor past {dtype} rounding is {first['tensor']} (|diff| "
+            f"{first['diff']:.1e}, max|ref| {first['scale']:.1e}); the first no reordered sum explains is "
+            f"{bug['tensor']} (|diff| {bug['diff']:.1e} against {bug['reordered']:.1e} from reordering)"
+        )
     return lines

@@ -1,4 +1,5 @@
 """A pipeline schedule's unit-cost timeline as a PNG: one row a stage, one box an action (F, B, W), gaps the bubble."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,6 +12,7 @@ COLOURS = {"F": "#4c72b0", "B": "#dd8452", "W": "#55a868"}
 def write_timeline_png(path: str | Path, schedule: str, stages: int, micro_batches: int) -> Path:
     """Draw ``timeline(schedule, stages, micro_batches)`` into ``path``; returns it."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -25,9 +27,12 @@ def write_timeline_png(path: str | Path, schedule: str, stages: int, micro_batch
     ax.set_ylim(stages - 0.5, -0.5)  # stage 0 on top
     ax.set_yticks(range(stages), [f"stage {s}" for s in range(stages)])
     ax.set_xlabel("time (F = B = W = 1 unit)")
-    ax.set_title(f"{schedule}: {stages} stages, {micro_batches} micro-batches, bubble "
-                 f"{bubble(schedule, stages, micro_batches):.3f} (formula "
-                 f"{bubble_formula(schedule, stages, micro_batches):.3f})", fontsize=9)
+    ax.set_title(
+        f"{schedule}: {stages} stages, {micro_batches} micro-batches, bubble "
+        f"{bubble(schedule, stages, micro_batches):.3f} (formula "
+        f"{bubble_formula(schedule, stages, micro_batches):.3f})",
+        fontsize=9,
+    )
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=100)

@@ -11,6 +11,7 @@ action's end: the share of the P ranks' time the step spent waiting or communica
 shared by the ranks (this machine's two cores, four processes) it is a figure of this run, not of the schedule.
 ``pipeline_timeline.png`` is the unit-cost timeline drawn by ``pipeline_plot``.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -44,19 +45,23 @@ def timeline_lines(schedule: str, micro_batches: int, traces: list[list]) -> lis
     lines += render(schedule, stages, micro_batches).splitlines()
     lines.append("the run's last step, as stage (rank in the pipeline): action micro-batch @ start + length, ms")
     lines += [format_trace(s, t) for s, t in enumerate(traces)]
-    lines.append(f"measured bubble of that step: {measured_bubble(traces):.3f} (idle share of the {stages} stages' "
-                 f"time, wall clock)")
+    lines.append(
+        f"measured bubble of that step: {measured_bubble(traces):.3f} (idle share of the {stages} stages' "
+        f"time, wall clock)"
+    )
     return lines
 
 
 def write_timeline(out: Path, schedule: str, micro_batches: int, traces: list[list], png: bool) -> tuple[list, list]:
     """Write the text (and with ``png`` the figure) into ``out``; -> (the files' names, the text's lines)."""
     from ...storage.files import atomic_write_text
+
     lines = timeline_lines(schedule, micro_batches, traces)
     atomic_write_text(Path(out) / TEXT, "\n".join(lines) + "\n")
     written = [TEXT]
     if png:
         from .pipeline_plot import write_timeline_png
+
         write_timeline_png(Path(out) / PNG, schedule, len(traces), micro_batches)
         written.append(PNG)
     return written, lines

@@ -7,6 +7,7 @@ Stage 0 holds wte, wpe and its blocks, the last stage its blocks, ln_f and a cop
 do.  torch's schedules split the batch into M micro-batches along its first axis and divide the gradients by M
 (``scale_grads``), so with a mean loss per micro-batch a step is the mean over the batch.
 """
+
 from __future__ import annotations
 
 import torch
@@ -27,7 +28,7 @@ class TwinStage(nn.Module):
         per = cfg["n_layer"] // stages
         t = model.transformer
         self.first, self.last = stage == 0, stage == stages - 1
-        self.h = nn.ModuleList(t.h[stage * per:(stage + 1) * per])
+        self.h = nn.ModuleList(t.h[stage * per : (stage + 1) * per])
         if self.first:
             self.wte, self.wpe = t.wte, t.wpe
         if self.last:

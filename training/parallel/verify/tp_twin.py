@@ -9,6 +9,7 @@ The embeddings, the layer norms and the tied output layer stay replicated in the
 vocabulary-parallel embedding and loss are checked against one process instead.  ``full_state_dict`` gathers the
 twin's weights (``DTensor.full_tensor``) back into the one-process layout.
 """
+
 from __future__ import annotations
 
 import math
@@ -51,8 +52,16 @@ def tensor_parallel_twin(model: torch.nn.Module, mesh: DeviceMesh) -> torch.nn.M
             attn.c_attn.weight.copy_(attn.c_attn.weight[order])
             if attn.c_attn.bias is not None:
                 attn.c_attn.bias.copy_(attn.c_attn.bias[order])
-        parallelize_module(block, mesh, {"attn.c_attn": ColwiseParallel(), "attn.c_proj": RowwiseParallel(),
-                                         "mlp.c_fc": ColwiseParallel(), "mlp.c_proj": RowwiseParallel()})
+        parallelize_module(
+            block,
+            mesh,
+            {
+                "attn.c_attn": ColwiseParallel(),
+                "attn.c_proj": RowwiseParallel(),
+                "mlp.c_fc": ColwiseParallel(),
+                "mlp.c_proj": RowwiseParallel(),
+            },
+        )
         attn.local_embd, attn.local_heads, attn.head_size = C // size, nh // size, C // nh
         attn.forward = types.MethodType(_local_attention_forward, attn)
     return model

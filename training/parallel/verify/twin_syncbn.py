@@ -7,6 +7,7 @@ of the gradients; torch.distributed.nn.functional.all_reduce, which did this, is
 model's own ``layers.SyncBatchNorm`` is what is checked; this is autograd's reference for it, as nn.SyncBatchNorm
 is on CUDA.
 """
+
 from __future__ import annotations
 
 import torch
@@ -48,12 +49,12 @@ class GlooSyncBatchNorm(nn.modules.batchnorm._BatchNorm):
             return super().forward(x)
         dims = [0, *range(2, x.dim())]
         shape = [1, -1] + [1] * (x.dim() - 2)
-        local = torch.cat([x.sum(dims), x.new_full((1,), x.numel() // x.shape[1])])     # (C + 1,)
-        total = all_reduce_sum(local)                                                    # sums over every rank
+        local = torch.cat([x.sum(dims), x.new_full((1,), x.numel() // x.shape[1])])  # (C + 1,)
+        total = all_reduce_sum(local)  # sums over every rank
         n = total[-1]
-        mean = total[:-1] / n                                                            # (C,)
+        mean = total[:-1] / n  # (C,)
         centred = x - mean.view(shape)
-        var = all_reduce_sum((centred * centred).sum(dims)) / n                          # (C,) biased
+        var = all_reduce_sum((centred * centred).sum(dims)) / n  # (C,) biased
         out = centred / torch.sqrt(var + self.eps).view(shape)
         if self.affine:
             out = out * self.weight.view(shape) + self.bias.view(shape)
@@ -62,7 +63,7 @@ class GlooSyncBatchNorm(nn.modules.batchnorm._BatchNorm):
                 self.num_batches_tracked += 1
                 m = 1.0 / self.num_batches_tracked.item() if self.momentum is None else self.momentum
                 self.running_mean.mul_(1 - m).add_(mean, alpha=m)
-                self.running_var.mul_(1 - m).add_(var * n / (n - 1), alpha=m)            # unbiased, as torch
+                self.running_var.mul_(1 - m).add_(var * n / (n - 1), alpha=m)  # unbiased, as torch
         return out
 
 
