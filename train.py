@@ -22,7 +22,8 @@ import sys
 
 try:  # importing torch takes seconds: Ctrl-C then is an interruption like any other, not a traceback
     from training import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, Interrupted, RunFailed, TrainConfig, UsageError, run
-    from training.config.command_line import build_parser as _settings_parser, config_from
+    from training.config.command_line import build_parser as _settings_parser
+    from training.config.command_line import config_from
 except KeyboardInterrupt:
     print("\ninterrupted", file=sys.stderr)
     sys.exit(130)

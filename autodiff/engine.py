@@ -137,7 +137,7 @@ class Tensor(TensorOps):
     def tolist(self):
         return self.data.tolist()
 
-    def detach(self) -> "Tensor":
+    def detach(self) -> Tensor:
         return Tensor(self.data)
 
     def zero_grad(self) -> None:
@@ -151,7 +151,7 @@ class Tensor(TensorOps):
         extra = f", op={self._op!r}" if self._op else (", requires_grad=True" if self.requires_grad else "")
         return f"Tensor({body}{extra})"
 
-    def _lift(self, x, op: str) -> "Tensor":
+    def _lift(self, x, op: str) -> Tensor:
         """The other operand of ``op`` as a Tensor.  A Python number becomes a 0-d tensor of *our* dtype (on the
         CPU, which torch combines with any device), so 0.1 stays the float64 0.1 in float64 math.
 
@@ -174,7 +174,7 @@ class Tensor(TensorOps):
         raise TypeError(f"{op}: cannot combine an autodiff Tensor with {type(x).__name__}")
 
     @classmethod
-    def _wrap(cls, data: torch.Tensor, requires_grad: bool, prev: tuple, op: str) -> "Tensor":
+    def _wrap(cls, data: torch.Tensor, requires_grad: bool, prev: tuple, op: str) -> Tensor:
         """Fast constructor for an op's result (a tensor no one else holds: no conversion, no detach)."""
         out = cls.__new__(cls)
         out.data, out.requires_grad, out._prev, out._op = data, requires_grad, prev, op
@@ -184,11 +184,11 @@ class Tensor(TensorOps):
     def _make(
         self,
         data: torch.Tensor,
-        parents: tuple["Tensor", ...],
+        parents: tuple[Tensor, ...],
         op: str,
         backward: Callable[[torch.Tensor], None],
         saved: tuple[tuple[str, torch.Tensor | None], ...] = (),
-    ) -> "Tensor":
+    ) -> Tensor:
         """Wrap an op's result; record the graph only if some parent needs a gradient.
 
         ``saved``: (name, tensor) for each tensor ``backward`` reads (None where not needed); their versions

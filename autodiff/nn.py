@@ -13,9 +13,9 @@ from collections.abc import Iterator, Mapping
 
 import torch
 
-from models.architecture import CLASSES, DEPTH, HIDDEN, IN_FEATURES, mlp_layers
 from layers.init import torch_default_params
 from layers.layer import zero_grad_
+from models.architecture import CLASSES, DEPTH, HIDDEN, IN_FEATURES, mlp_layers
 
 from .engine import Tensor
 
@@ -61,7 +61,7 @@ class Module:
             with torch.no_grad():
                 dst.copy_(state_dict[k])
 
-    def to(self, device=None, dtype=None) -> "Module":
+    def to(self, device=None, dtype=None) -> Module:
         """Move and/or convert every parameter in place: ``to(torch.float64)``, ``to("cuda")``,
         ``to(device=..., dtype=...)``.
 

@@ -21,15 +21,14 @@ from __future__ import annotations
 
 import sys
 
+import timing
 import torch
 import torch.nn.functional as F
+from memory import peak_mb  # sibling scripts: benchmarks/ is sys.path[0] when a script here runs
+from timing import interleaved
 
 import kernels
 from layers import MultiheadAttention, ScaledDotProductAttention, TransformerEncoderLayer
-
-from memory import peak_mb  # sibling scripts: benchmarks/ is sys.path[0] when a script here runs
-import timing
-from timing import interleaved
 
 PATHS = ("textbook", "blocked", "torch")
 
@@ -150,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             mem = f"{peaks[p]:>9.1f} {peaks[p] / peaks['textbook']:>11.2f}x" if peaks else f"{'-':>9} {'-':>12}"
             print(f"{names[p]:<44} {times[p] * 1e3:>8.2f} {times[p] / times['textbook']:>11.2f}x {mem}")
     if args.part in ("speed", "all"):
-        print(f"\nforward+backward vs torch.nn with autograd (speed vs torch = t_torch / t_handgrad)")
+        print("\nforward+backward vs torch.nn with autograd (speed vs torch = t_torch / t_handgrad)")
         print(f"{'what':<66} {'handgrad ms':>12} {'torch ms':>10} {'speed vs torch':>15}")
         for name, ours, theirs in speed_rows(args, device):
             print(f"{name:<66} {ours * 1e3:>12.2f} {theirs * 1e3:>10.2f} {theirs / ours:>14.2f}x")

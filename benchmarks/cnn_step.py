@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import sys
 
+import timing  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
 import torch
 import torch.nn.functional as F
+from timing import interleaved
 
-import optimizers
 import kernels
+import optimizers
 from layers import Conv2d
 from losses import CrossEntropyLoss
 from training.impls.models import cnn
-
-import timing  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
-from timing import interleaved
 
 
 def compiled_cnn_step(device: torch.device, x, y):

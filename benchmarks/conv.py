@@ -14,13 +14,12 @@ the layer's own backward run with ``kernels.disabled()``).
 
 from __future__ import annotations
 
+import timing  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
 import torch
+from timing import interleaved
 
 import kernels
 from layers import Conv2d
-
-import timing  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
-from timing import interleaved
 
 # (label, C_in, C_out, kernel, stride, padding, H = W, first layer of the network?)
 SHAPES = [

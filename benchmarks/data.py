@@ -14,12 +14,11 @@ from __future__ import annotations
 import sys
 import time
 
+import timing  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
 import torch
 from tqdm import tqdm
 
 import training
-
-import timing  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
 
 
 def main(argv=None) -> int:

@@ -18,17 +18,16 @@ import sys
 import tempfile
 import time
 
+import timing  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from models import Net
 from losses import CrossEntropyLoss
+from models import Net
 from optimizers import SGD
 from training.parallel.allreduce import GradBuckets
 from training.parallel.distributed import DistInfo, init_from_env, shard_bounds, shutdown
-
-import timing  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
 
 
 def threads(a, world: int) -> int:

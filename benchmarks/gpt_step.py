@@ -23,16 +23,15 @@ from __future__ import annotations
 
 import sys
 
+import timing
 import torch
 import torch.nn.functional as F
-
-from models import GPT
-from losses import CrossEntropyLoss
-from optimizers import AdamW, clip_grad_norm_
-
 from memory import peak_mb  # sibling scripts: benchmarks/ is sys.path[0] when a script here runs
-import timing
 from timing import interleaved
+
+from losses import CrossEntropyLoss
+from models import GPT
+from optimizers import AdamW, clip_grad_norm_
 
 PRESETS = {
     "default": dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch=12, vocab_size=65),
@@ -114,6 +113,7 @@ def breakdown(model, x, y, V: int) -> list[tuple[str, float]]:
     """Seconds per kind of work in one hand-written iteration: each layer kind's forward and backward, the
     loss, the optimizer (record_function ranges around the calls)."""
     from torch.profiler import ProfilerActivity, profile, record_function
+
     from models import gpt as gpt_module
 
     kinds = {

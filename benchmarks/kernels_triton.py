@@ -25,10 +25,9 @@ import os
 import sys
 from pathlib import Path
 
+import timing  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
 import torch
 import torch.nn.functional as F
-
-import timing  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
 from timing import interleaved
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # kernels/, where the project is not installed

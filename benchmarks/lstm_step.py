@@ -29,18 +29,16 @@ from __future__ import annotations
 import os
 import sys
 
+import timing  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
 import torch
 import torch.nn.functional as F
-
-import optimizers
-from layers import LSTM, Linear
-from kernels.recurrent import matmul
-from layers.template import Product
-from losses import CrossEntropyLoss
-
-import timing  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
 from timing import interleaved
 
+import optimizers
+from kernels.recurrent import matmul
+from layers import LSTM, Linear
+from layers.template import Product
+from losses import CrossEntropyLoss
 
 OTHER = (
     "handgrad step, products through "

@@ -18,16 +18,15 @@ from __future__ import annotations
 
 import sys
 
-import torch
-
-from layers import Sequential
-from models import Net
-from losses import CrossEntropyLoss
-from monitoring import GradientMonitor
-import optimizers
-
 import timing  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
+import torch
 from timing import interleaved
+
+import optimizers
+from layers import Sequential
+from losses import CrossEntropyLoss
+from models import Net
+from monitoring import GradientMonitor
 
 
 class _NoHookCheck(Net):

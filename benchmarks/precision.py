@@ -15,17 +15,16 @@ from __future__ import annotations
 
 import sys
 
+import timing  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
 import torch
 import torch.nn.functional as F
+from timing import interleaved
 
-from models import Net, PytorchNet
 from losses import CrossEntropyLoss
+from models import Net, PytorchNet
 from optimizers import SGD
 from training.precision.loss_scale import DynamicLossScaler
 from training.precision.master import MasterWeights
-
-import timing  # a sibling script: benchmarks/ is sys.path[0] when a script here runs
-from timing import interleaved
 
 
 def handgrad_step(net, dtype, lr):

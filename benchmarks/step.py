@@ -36,19 +36,18 @@ from __future__ import annotations
 
 import sys
 
-import torch
-import torch.nn.functional as F
-
-import optimizers
-from autodiff import EngineNet, cross_entropy
-from models import Net, PytorchNet
-from losses import CrossEntropyLoss
-from training.cuda_graph import CapturedStep
-
 import cnn_step  # sibling scripts: benchmarks/ is sys.path[0] when a script here runs
 import precision
 import timing
+import torch
+import torch.nn.functional as F
 from timing import interleaved
+
+import optimizers
+from autodiff import EngineNet, cross_entropy
+from losses import CrossEntropyLoss
+from models import Net, PytorchNet
+from training.cuda_graph import CapturedStep
 
 NETS = {  # name: (label, hidden, batch, CPU repeats by default)
     "small": ("small net 784-128x3-10, batch 64", 128, 64, 1000),

@@ -15,10 +15,11 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for tests/anchors
-from models import GPT  # noqa: E402
 from losses import CrossEntropyLoss  # noqa: E402
+from models import GPT  # noqa: E402
 from optimizers import AdamW  # noqa: E402
-from tests.anchors.nanogpt_model import GPT as NanoGPT, GPTConfig  # noqa: E402
+from tests.anchors.nanogpt_model import GPT as NanoGPT  # noqa: E402
+from tests.anchors.nanogpt_model import GPTConfig
 
 CFG = dict(vocab_size=65, block_size=64, n_layer=2, n_head=4, n_embd=64, dropout=0.0, bias=False)
 

@@ -52,22 +52,20 @@ from torch import Tensor
 LOG2E = 1.0 / math.log(2.0)  # log2(e): e^x = 2^(x log2 e)
 
 
-def forward(
-    q: Tensor, k: Tensor, v: Tensor, spec: "Spec", *, need_weights: bool
-) -> tuple[Tensor, Tensor, Tensor | None]:
+def forward(q: Tensor, k: Tensor, v: Tensor, spec: Spec, *, need_weights: bool) -> tuple[Tensor, Tensor, Tensor | None]:
     """q (B, L, E), k (B, S, E), v (B, S, Ev) -> (out (B, L, Ev), lse (B, L, 1) in base 2, weights (B, L, S) or
     None): one block where every key fits in one, else the key blocks with the online softmax."""
-    if spec.S <= spec.block:
+    if spec.block >= spec.S:
         return one_block_forward(q, k, v, spec, need_weights=need_weights)
     return blocked_forward(q, k, v, spec, need_weights=need_weights)
 
 
 def backward(
-    q: Tensor, k: Tensor, v: Tensor, do: Tensor, dw: Tensor | None, D: Tensor, lse: Tensor, spec: "Spec"
+    q: Tensor, k: Tensor, v: Tensor, do: Tensor, dw: Tensor | None, D: Tensor, lse: Tensor, spec: Spec
 ) -> tuple[Tensor, Tensor, Tensor]:
     """q, k, v, dout (B, L, Ev), dweights (B, L, S) or None, D = rowsum(dout * out) (B, L, 1) (+ rowsum(dweights *
     A)), lse (B, L, 1) in base 2 -> (dq, dk, dv) shaped as q, k, v."""
-    if spec.S <= spec.block:
+    if spec.block >= spec.S:
         return one_block_backward(q, k, v, do, dw, D, lse, spec)
     return blocked_backward(q, k, v, do, dw, D, lse, spec)
 

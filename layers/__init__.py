@@ -1,5 +1,6 @@
 """Hand-written layers, the building blocks: each computes its own backward pass (whole models are in ``models``)."""
 
+from .activations import GELU, LeakyReLU, LogSoftmax, ReLU, Sigmoid, SiLU, Softmax, Tanh
 from .attention import (
     MultiheadAttention,
     ScaledDotProductAttention,
@@ -7,7 +8,6 @@ from .attention import (
     TransformerEncoderLayer,
     attention_dropout_mask,
 )
-from .activations import GELU, LeakyReLU, LogSoftmax, ReLU, Sigmoid, SiLU, Softmax, Tanh
 from .batchnorm import BatchNorm1d, BatchNorm2d
 from .conv import Conv2d
 from .dropout import Dropout, SeededDropout

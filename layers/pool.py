@@ -115,7 +115,7 @@ class MaxPool2d(_Pool2d):
         idx: Tensor  # (N, C, H_out, W_out) each window's argmax, a flat index into its H*W plane
         batched: torch.Size  # (N, C, H, W): the input with its batch axis
         shape: torch.Size  # the input's own shape, given back to dx
-        fused: "MaxPool2d.Fused"
+        fused: MaxPool2d.Fused
 
     def __init__(
         self,

@@ -43,7 +43,7 @@ class BackwardShapeError(ValueError):
     """A layer's backward gave back a dx that is not shaped as its input (the message names the layer)."""
 
 
-def _with_place(e: Exception, seq: "Sequential", i: int, dout: object) -> Exception:
+def _with_place(e: Exception, seq: Sequential, i: int, dout: object) -> Exception:
     """``e``, raised inside layer i's backward, with the layer, the dout it was given and the output shape it
     expected in front of its message (the same exception type; raised once, not again by outer containers)."""
     if isinstance(e, BackwardShapeError) or getattr(e, "_handgrad_placed", False):

@@ -14,8 +14,8 @@ from torch import Tensor
 
 import kernels
 
-from .checks import Expects
 from .batchnorm import _BatchNorm
+from .checks import Expects
 from .layer import BaseLayer
 from .sequential import Sequential
 

@@ -67,6 +67,7 @@ def cmd_start(args) -> int:
     )
     if args.nbgrader:
         import nbformat
+
         from .teach.nbgrader import nbgrader_notebook
 
         text = nbformat.writes(nbgrader_notebook(ex, str(out.with_suffix(".py")), args.points))
@@ -170,6 +171,7 @@ def _check_structured(name: str, path: Path, fmt: str, trusted: bool) -> int:
     """learn check --format json|gradescope: a grader's check, inside bubblewrap (or forked, with
     --trust-submissions where it cannot run); the structured result on stdout, the exit status as the text's."""
     import json
+
     from .checker.boundary import Unavailable, isolation
     from .teach.gradescope import outcome, plain, results
 

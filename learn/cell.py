@@ -56,8 +56,8 @@ def _find(name: str, notebook: str) -> Path | None:
 
 def _check_saved(name: str, path: Path) -> None:
     from .checker import check_path
-    from .checker.load import LoadError
     from .checker.boundary import isolation
+    from .checker.load import LoadError
     from .checker.sandbox import Escaped, Unavailable
 
     isolate = isolation(trusted=True)

@@ -18,7 +18,7 @@ from losses import CrossEntropyLoss
 from .checker.guard import LearnerFailed, call
 from .data import small_task
 from .race import Race
-from .train_layers import BATCH, H, LR
+from .train_layers import BATCH, LR, H
 
 F64 = torch.float64
 

@@ -18,7 +18,7 @@ from .checker.guard import LearnerFailed, call
 from .data import small_task
 from .files import check_command
 from .race import Race
-from .train_layers import BATCH, F64, H, LR, build, sgd
+from .train_layers import BATCH, F64, LR, H, build, sgd
 
 RANKS = 4  # H = 24 divides by it
 

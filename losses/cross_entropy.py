@@ -7,6 +7,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+import kernels
+from kernels import softmax
 from layers.checks import (
     LOW_PRECISION,
     capturing,
@@ -16,8 +18,6 @@ from layers.checks import (
     check_probability,
     check_tensor,
 )
-import kernels
-from kernels import softmax
 
 from ._reduction import check_reduction
 from .loss import Loss

@@ -7,6 +7,7 @@ from typing import NamedTuple
 from torch import Tensor
 
 from layers.checks import check_floating, check_like, check_tensor
+
 from ._reduction import check_reduction
 from .loss import Loss
 

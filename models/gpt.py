@@ -35,13 +35,14 @@ from torch import Tensor
 from layers.activations import GELU
 from layers.attention import ScaledDotProductAttention
 from layers.checks import BEFORE_FORWARD, check_bool, check_int, check_number
+from layers.composite import Composite
 from layers.dropout import Dropout
 from layers.embedding import Embedding
 from layers.layer import BaseLayer, _rng_untouched, copy_requires_grad, wants_grad
 from layers.layernorm import LayerNorm
 from layers.linear import Linear
 from layers.template import add_product
-from layers.composite import Composite
+
 from .kv_cache import KVCache
 from .recompute import Recomputed
 from .sampling import check_sampling, next_token
@@ -437,7 +438,7 @@ class GPT(Composite):
         T = idx.shape[1]
         if T == 0:
             raise ValueError(f"GPT: idx has shape {tuple(idx.shape)}: a sequence needs at least one position (T >= 1)")
-        if T > self.block_size:
+        if self.block_size < T:
             raise ValueError(f"GPT: cannot forward a sequence of length {T}: block_size is only {self.block_size}")
 
     def check_dout(self, grads: tuple, meta, saved) -> None:

@@ -8,11 +8,12 @@ import torch
 from torch import Tensor
 
 from layers.activations import ReLU
-from .architecture import CLASSES, DEPTH, HIDDEN, IN_FEATURES, mlp_layers
 from layers.checks import BEFORE_FORWARD, check_tensor
 from layers.layer import Layer
 from layers.linear import Linear
 from layers.sequential import Sequential
+
+from .architecture import CLASSES, DEPTH, HIDDEN, IN_FEATURES, mlp_layers
 
 
 class Net(Sequential):
@@ -65,6 +66,7 @@ class Net(Sequential):
     def to_torch(self) -> torch.nn.Module:
         """The nn.Module twin (a PytorchNet over these layers' torch equivalents), holding copies of the weights."""
         from layers.sequential import _to_torch
+
         from .torch_net import PytorchNet
 
         shared: dict = {}

@@ -27,6 +27,7 @@ from layers.embedding import Embedding
 from layers.layer import BaseLayer
 from layers.linear import Linear
 from layers.recurrent import GRU, LSTM, RNN
+
 from .sampling import generate_recurrent
 
 CELLS = {"lstm": (LSTM, nn.LSTM), "gru": (GRU, nn.GRU), "rnn": (RNN, nn.RNN)}

@@ -15,11 +15,10 @@ into a SeededDropout): ``seeded_dropouts(layer.to_torch())`` is the twin the tra
 from __future__ import annotations
 
 import torch
-from torch import Tensor, _VF, nn
+from torch import _VF, Tensor, nn
 from torch.nn.utils.rnn import PackedSequence
 
-from layers.dropout import SeededDropout
-from layers.dropout import inter_layer_mask
+from layers.dropout import SeededDropout, inter_layer_mask
 
 
 class _SeededMixin:

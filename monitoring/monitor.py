@@ -160,7 +160,7 @@ class GradientMonitor:
         with torch.no_grad():
             self._pending_clip = (record, total_norm(grads))
 
-    def watch_activations(self, in_eval: bool = False) -> "GradientMonitor":
+    def watch_activations(self, in_eval: bool = False) -> GradientMonitor:
         """Gather per-layer output statistics in training-mode forwards from now on (eval-mode forwards too
         with ``in_eval=True``); a recorded ``update`` stores those of the latest forward.  Forward hooks:
         ``remove()`` undoes them.  Cost: a few reductions over each layer's output in a forward that gathers.

@@ -5,9 +5,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from kernels.optimizers import flat_views, tile_like
+
 from .base import HandOptimizer, as_real, compiling, number, scalar_step, step_dtype
 from .checks import betas_pair, check_impl_flags, learning_rate, non_negative
-from kernels.optimizers import flat_views, tile_like
 
 
 class Adam(HandOptimizer):

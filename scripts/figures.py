@@ -362,7 +362,7 @@ def sections(rows: dict[str, dict[str, str]]) -> dict[str, str]:
             "- **Speed** (one training step on one thread, handgrad's over the nn.Module twin's, > 1 is faster): "
             + ", ".join(f"{rows[k]['figure'].split(' (')[0].split(',')[0]} {v[k]}" for k, *_ in SPEED)
             + ".",
-            f"",
+            "",
             f"Measured on {on(*[k for k in rows if not k.startswith(('tests.', 'learn.'))])}; each figure's command, "
             f"machine and date: [docs/figures.md](docs/figures.md).",
         ]

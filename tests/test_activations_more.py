@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gradcheck import nontrivial, check_layer
+from gradcheck import check_layer, nontrivial
 from layers import (
     GELU,
     BatchNorm1d,

@@ -1,7 +1,6 @@
 """Bucketed, overlapped gradient all-reduce on 2 gloo processes (file:// rendezvous in a temp folder): the same
 gradients as one process, a frozen parameter's (``requires_grad=False``) left None as under torch's DDP."""
 
-import os
 import traceback
 
 import pytest

@@ -44,8 +44,8 @@ from layers import (
     TransformerEncoderLayer,
     as_module,
 )
-from models import GPT, Net, seeded_dropouts
 from layers.layer import BaseLayer
+from models import GPT, Net, seeded_dropouts
 from tests.conftest import rel
 
 F64 = torch.float64

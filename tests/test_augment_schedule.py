@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from training import TrainConfig
-from training.tasks.augment import flip_and_shift
-from training.schedule import make_scheduler
 from optimizers import SGD
+from training import TrainConfig
+from training.schedule import make_scheduler
+from training.tasks.augment import flip_and_shift
 
 
 def test_each_image_is_itself_maybe_mirrored_and_shifted():

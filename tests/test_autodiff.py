@@ -4,9 +4,9 @@ import pytest
 import torch
 
 import optimizers
-from autodiff import EngineNet, MLP, Tensor, cross_entropy, no_grad
-from models import Net, PytorchNet
+from autodiff import MLP, EngineNet, Tensor, cross_entropy, no_grad
 from losses import CrossEntropyLoss
+from models import Net, PytorchNet
 
 f64 = torch.float64
 

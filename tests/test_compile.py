@@ -18,9 +18,23 @@ import torch._dynamo
 from torch._dynamo.utils import counters
 
 import optimizers
-from layers import GRU, LSTM, RNN, BatchNorm2d, Conv2d, Dropout, Flatten, GRUCell, Linear, LSTMCell, MaxPool2d, ReLU
-from layers import RNNCell, Sequential
 from kernels.recurrent import graph as bptt_graph
+from layers import (
+    GRU,
+    LSTM,
+    RNN,
+    BatchNorm2d,
+    Conv2d,
+    Dropout,
+    Flatten,
+    GRUCell,
+    Linear,
+    LSTMCell,
+    MaxPool2d,
+    ReLU,
+    RNNCell,
+    Sequential,
+)
 from layers.saved import MESSAGE_IN_GRAPH
 from losses import CrossEntropyLoss
 from models import GPT, Net, RecurrentLM

@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from gradcheck import check_layer, distinct
-from layers import AvgPool2d, BatchNorm2d, Conv2d, Flatten, Linear, MaxPool2d, ReLU, Sequential, from_torch
 from kernels import convolution
+from layers import AvgPool2d, BatchNorm2d, Conv2d, Flatten, Linear, MaxPool2d, ReLU, Sequential, from_torch
 from tests.conftest import assert_all_pass, rel
 
 f64 = torch.float64

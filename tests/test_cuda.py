@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import optimizers as hg
-from models import Net, PytorchNet
 from losses import CrossEntropyLoss
+from models import Net, PytorchNet
 
 pytestmark = pytest.mark.cuda  # skipped without a CUDA device (tests/conftest.py)
 cuda = torch.device("cuda")

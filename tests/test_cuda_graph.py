@@ -6,9 +6,9 @@ import pytest
 import torch
 
 import layers as L
-from models import Net
 import optimizers as hg
 from losses import CrossEntropyLoss
+from models import Net
 from training.cuda_graph import CapturedStep
 
 

@@ -193,8 +193,9 @@ def test_the_maxpool2d_solution_and_the_layer_compute_the_same_gradients(kernel_
 
 def test_docs_layers_shows_linear_s_backward_and_the_solution_s_as_they_are():
     """docs/layers.md quotes Linear's backward_math and the exercise solution's backward: the quotes are the code."""
-    from pathlib import Path
     import re
+    from pathlib import Path
+
     from learn.exercises import linear as solution
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "layers.md").read_text()

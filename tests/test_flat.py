@@ -9,9 +9,9 @@ import copy
 import pytest
 import torch
 
+from kernels.optimizers import flat_views, tile_like
 from models import GPT
 from optimizers import Adam, AdamW, clip_grad_norm_
-from kernels.optimizers import flat_views, tile_like
 
 f64 = torch.float64
 

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 import optimizers
-from layers import LSTM, GRUCell, Sequential, Linear, ReLU, TransformerEncoderLayer, as_module, from_torch
+from layers import LSTM, GRUCell, Linear, ReLU, Sequential, TransformerEncoderLayer, as_module, from_torch
 from losses import CrossEntropyLoss
 from models import GPT, Net
 from tests.conftest import rel

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from gradcheck import check_layer
+from losses import CrossEntropyLoss
 from models import GPT, PytorchGPT
 from models.gpt import KVCache
-from losses import CrossEntropyLoss
 from optimizers import AdamW
 from tests.anchors.nanogpt_model import GPT as NanoGPT
 from tests.anchors.nanogpt_model import GPTConfig

@@ -12,17 +12,17 @@ GPT's recomputed inputs, a pool's output changed by a following in-place layer),
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import layers as L
-from models import GPT, Net
 import optimizers
 from losses import CrossEntropyLoss, MSELoss
+from models import GPT, Net
 
 f64 = torch.float64
 

@@ -1,7 +1,6 @@
 """The exercises: every worked solution passes the checker, every stub fails cleanly, and start/hint/list work."""
 
 import json
-
 from pathlib import Path
 
 import pytest

@@ -8,8 +8,8 @@ catalogue (learn.checker.specs.catalogue) has its wrong answer here.
 import pytest
 
 from learn.checker import check_path
-from learn.exercises import get
 from learn.checker.specs import catalogue
+from learn.exercises import get
 from learn.source import solution_text
 
 _GRAD_INIT = "            if p.grad is None:\n                p.grad = torch.zeros_like(p)\n"

@@ -16,8 +16,8 @@ import torch
 
 import tests.learn_attacks as attack
 from learn.__main__ import main
-from learn.checker.sandbox import Escaped
 from learn.checker import boundary, check_file, check_path, sandbox, wire
+from learn.checker.sandbox import Escaped
 from learn.checker.wire import Channel
 from tests.test_learn_cli import ROOT, run_learn
 

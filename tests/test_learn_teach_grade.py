@@ -124,6 +124,7 @@ def test_each_student_gets_configurations_of_their_own():
 
 def test_a_notebook_submission_is_graded_and_two_of_one_student_are_not_checked(tmp_path, capsys, bwrap):
     import nbformat
+
     from learn.__main__ import main
     from learn.source import notebook
 

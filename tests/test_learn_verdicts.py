@@ -13,8 +13,8 @@ import torch
 from learn.checker import check_path
 from learn.checker.compare import diagnose
 from learn.checker.configs import expand
-from learn.checker.specs import SPECS
 from learn.checker.spec import LayerSpec
+from learn.checker.specs import SPECS
 from tests.learn_wrong_answers import FRESH, WRONG_ANSWERS
 from tests.test_learn_mistakes import learner_file
 

@@ -7,7 +7,7 @@ from torch import nn
 from torch.nn.modules.module import _IncompatibleKeys
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 
-from layers import Linear, Sequential, from_torch
+from layers import Linear, from_torch
 from models import GPT, Net, PytorchGPT
 
 F64 = torch.float64

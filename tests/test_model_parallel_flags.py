@@ -9,8 +9,8 @@ import pytest
 
 import train
 from training import TrainConfig, UsageError
-from training.parallel.distributed import DistInfo
 from training.config.resume import resume_split as resume_settings
+from training.parallel.distributed import DistInfo
 from training.parallel.run import check_world
 
 GPT = ["--model", "gpt", "--n-layer", "4", "--n-head", "4", "--n-embd", "32"]

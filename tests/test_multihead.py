@@ -38,7 +38,7 @@ def mask_kinds(L, Sk):
     g = torch.Generator().manual_seed(3)
     kpm = torch.zeros(N, Sk, dtype=torch.bool)
     kpm[0, Sk // 2 :] = True  # batch 0: the second half of its keys is padding
-    causal = nn.Transformer.generate_square_subsequent_mask(L, dtype=F64)[:, :Sk] if L == Sk else None
+    causal = nn.Transformer.generate_square_subsequent_mask(L, dtype=F64)[:, :Sk] if Sk == L else None
     bool2d = torch.rand(L, Sk, generator=g) > 0.8
     bool2d[:, 0] = False
     return {

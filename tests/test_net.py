@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from layers import Linear, ReLU, Tanh
-from models import Net, PytorchNet
 from losses import CrossEntropyLoss
+from models import Net, PytorchNet
 from tests.conftest import rel, twin_pair
 
 SMALL = dict(hidden_size=32, num_classes=10, in_features=784, depth=3)

@@ -10,7 +10,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import kernels
-from gradcheck import nontrivial, check_layer
+from gradcheck import check_layer, nontrivial
 from layers import BatchNorm1d, BatchNorm2d, LayerNorm, from_torch
 from tests.conftest import assert_all_pass, rel
 

@@ -2,15 +2,14 @@
 
 import copy
 import itertools
-
 import warnings
 
 import pytest
 import torch
 
 import optimizers as hg
-from models import Net, PytorchNet
 from losses import CrossEntropyLoss
+from models import Net, PytorchNet
 from tests.conftest import rel
 
 f64 = torch.float64

@@ -6,7 +6,6 @@ torch.distributed.pipelining's ScheduleGPipe and Schedule1F1B."""
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from losses import CrossEntropyLoss
 from models.gpt import GPT

@@ -505,7 +505,7 @@ def _mlp() -> Sequential:
     return Sequential(Linear(16, 64), ReLU(), Linear(64, 64), ReLU(), Linear(64, 4))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _mlp_accuracy(dtype: torch.dtype) -> float:
     return _train(_mlp, (_blobs(1000, 0), _blobs(2000, 1)), dtype, epochs=6, lr=0.05)
 

@@ -7,8 +7,8 @@ import torch
 
 import optimizers
 from layers import from_torch
-from models import RecurrentLM, TorchRecurrentLM, seeded_dropouts, SeededLSTM
 from losses import CrossEntropyLoss
+from models import RecurrentLM, SeededLSTM, TorchRecurrentLM, seeded_dropouts
 from training.impls.models import use_generator
 
 f64 = torch.float64

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 import layers as L
-from models import Net
 import losses.cross_entropy as ce
 import optimizers as hg
 from losses import CrossEntropyLoss, MSELoss
+from models import Net
 from tests.conftest import HostTraffic
 from training.impls.models import cnn
 

@@ -66,6 +66,7 @@ def hand_written(rank, world, sequence_parallel=False):
 
 def twin(rank, world):
     from torch.distributed.device_mesh import init_device_mesh
+
     from training.parallel.verify.tp_twin import full_state_dict, tensor_parallel_twin
 
     torch.manual_seed(0)

@@ -5,8 +5,8 @@ import torch
 from torch import nn
 
 from layers import Sequential, from_torch
-from models import Net
 from losses import MSELoss
+from models import Net
 
 F64 = torch.float64
 
@@ -90,6 +90,7 @@ def test_learn_trace_refuses_an_impossible_network(capsys):
 def test_a_step_after_a_trace_equals_the_step_without_it_bit_for_bit(own_generator):
     """The trace's dropout masks are drawn from a random state put back afterwards (torch's, or the layer's own)."""
     import copy
+
     import optimizers
     from layers import Dropout, Linear, ReLU
 

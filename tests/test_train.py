@@ -3,7 +3,6 @@
 import errno
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ import train
 import training
 import training.tasks.image
 import training.trainer
-from tests.conftest import SHARED_MNIST, wait_for, write_split
+from tests.conftest import wait_for
 
 FAST = ["--hidden", "16", "--depth", "2", "--batch-size", "32", "--no-download", "--quiet", "--no-plots"]
 

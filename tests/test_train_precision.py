@@ -23,8 +23,8 @@ import training.impls.manual
 from tests.conftest import write_tiny_mnist
 from tests.test_train import _run_first_epoch_only
 from training import TrainConfig, UsageError, build_impls, build_models
-from training.parallel.distributed import DistInfo
 from training.impls import check_mixed_precision
+from training.parallel.distributed import DistInfo
 
 QUIET = ["--no-download", "--quiet", "--no-plots"]
 # SGD with momentum on the MLP: learns the tiny data to 100% in 2 epochs in every dtype.

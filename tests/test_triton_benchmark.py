@@ -18,6 +18,7 @@ def test_the_table_runs_at_toy_sizes(monkeypatch, capsys, guard):
     load("attention")
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     import kernels_triton
+
     from kernels import triton as tk
 
     a = argparse.Namespace(batch=1, T=16, C=32, heads=2, vocab=40, params=100, repeats=1, warmup=0, inner=1)

@@ -57,8 +57,8 @@ def one_process(name, clip=None):
 
 
 def _zero_run(rank, world, name, stage, steps, model=None, state=None, clip=None, norms=None):
-    from training.parallel.zero import ZeroOptimizer
     from optimizers import OPTIMIZERS as CLASSES
+    from training.parallel.zero import ZeroOptimizer
 
     if model is None:
         torch.manual_seed(0)

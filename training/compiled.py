@@ -23,8 +23,7 @@ reproduce is the compiler's, and is raised as it came.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
-from typing import Callable
+from collections.abc import Callable, Iterable
 
 import torch
 

@@ -28,7 +28,7 @@ module-level global -- is not changed by a training run; code that changes such 
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor

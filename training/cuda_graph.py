@@ -43,8 +43,8 @@ from layers.checks import check_int
 
 from .config.choices import TEXT_MODELS
 from .config.parts import RunConfig
-from .parallel.distributed import SINGLE, DistInfo
 from .errors import UsageError
+from .parallel.distributed import SINGLE, DistInfo
 
 
 class CapturedStep:

@@ -14,19 +14,19 @@ from __future__ import annotations
 import math
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
-from .tasks.augment import flip_and_shift
 from .compiled import compile_seconds, round_seconds
 from .config.parts import DataConfig, RunConfig
-from .tasks.image_data import Data
-from .parallel.distributed import SINGLE, DistInfo, all_reduce_sum_, shard_bounds
 from .errors import NonFiniteLoss
 from .impls import Impl
 from .impls.models import use_generator
+from .parallel.distributed import SINGLE, DistInfo, all_reduce_sum_, shard_bounds
+from .tasks.augment import flip_and_shift
+from .tasks.image_data import Data
 
 
 def set_training(model, mode: bool) -> bool:

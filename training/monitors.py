@@ -17,8 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from .config.parts import RunConfig
-from .parallel.distributed import DistInfo
 from .errors import UsageError
+from .parallel.distributed import DistInfo
 from .storage.files import atomic_write, atomic_write_text
 
 

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -20,9 +20,9 @@ from optimizers import Adam
 from .config import TrainConfig
 from .device import resolve_device
 from .errors import UsageError
-from .threads import use_threads
-from .tasks.image_data import load_data
 from .impls.models import SAMPLE_SHAPES, build_models, use_generator
+from .tasks.image_data import load_data
+from .threads import use_threads
 
 CLASSES = 10
 OVERFIT_SAMPLES, OVERFIT_STEPS = 20, 300

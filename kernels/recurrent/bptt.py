@@ -39,7 +39,8 @@ products read their weight once laid out for them, a copy per call at most).  Th
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 from torch import Tensor

@@ -20,7 +20,7 @@ there); the float64 tests, which hold the layers to 1e-10, use the addmm path.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor

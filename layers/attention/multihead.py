@@ -30,12 +30,12 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from .scaled_dot_product import ScaledDotProductAttention
 from ..checks import check_bool, check_int, check_probability
 from ..composite import Composite
 from ..layer import Product, learned
 from ..linear import Linear
 from .multihead_inputs import check_inputs, masks
+from .scaled_dot_product import ScaledDotProductAttention
 
 _OWNER = "MultiheadAttention"
 

@@ -42,10 +42,10 @@ from torch import Tensor
 import kernels
 from kernels import attention
 
-from .dropout import attention_dropout_mask, draw_seed
-from .scaled_dot_product_inputs import OWNER, check_mask, check_qkv, mask_parts
 from ..checks import LOW_PRECISION, check_int, check_number, check_probability, check_tensor
 from ..layer import BaseLayer
+from .dropout import attention_dropout_mask, draw_seed
+from .scaled_dot_product_inputs import OWNER, check_mask, check_qkv, mask_parts
 
 DEFAULT_BLOCK_SIZE = 128  # the kernel's keys per block: large enough for efficient products, small enough that a
 # causal pass skips most of what it need not compute (benchmarks/attention.py --block compares sizes)

@@ -32,8 +32,8 @@ from torch import Tensor
 
 from ..activations import GELU, ReLU
 from ..checks import Expects, check_bool, check_int
-from ..dropout import Dropout
 from ..composite import Composite
+from ..dropout import Dropout
 from ..layernorm import LayerNorm
 from ..linear import Linear
 from .multihead import MultiheadAttention

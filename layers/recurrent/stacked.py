@@ -42,6 +42,8 @@ import torch
 from torch import Tensor
 from torch.nn.utils.rnn import PackedSequence
 
+from kernels.recurrent.bptt import DirParams
+
 from ..checks import (
     BEFORE_FORWARD,
     Expects,
@@ -55,7 +57,6 @@ from ..checks import (
 from ..dropout import inter_layer_mask
 from ..init import torch_recurrent_init_
 from ..layer import BaseLayer, learned
-from kernels.recurrent.bptt import DirParams
 
 # a DirParams field -> the parameter's name in torch's scheme, before its _l{k}[_reverse] suffix
 PARAM_OF = {"w_ih": "weight_ih", "w_hh": "weight_hh", "b_ih": "bias_ih", "b_hh": "bias_hh", "w_hr": "weight_hr"}

@@ -65,10 +65,10 @@ from torch import Tensor, nn
 
 from ..dropout import Dropout
 from ..layer import BaseLayer, Layer, named_parameters_of
+from ..sequential import _takes_need_input_grad
 from ..template import Template
 from .binding import bind, read_parameters, rewired, run_pruning_hooks
 from .function import _HandgradFunction, _refuse_transforms, _refused_under
-from ..sequential import _takes_need_input_grad
 
 
 def _walk(layer: Layer, prefix: str = "") -> Iterator[tuple[str, Layer]]:

@@ -20,8 +20,8 @@ the module (``functional_call`` with buffers, an assignment) is refused, in one 
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor, nn

@@ -19,9 +19,9 @@ from torch import Tensor, nn
 from torch._C._functorch import TransformType
 from torch._functorch.eager_transforms import enable_inplace_requires_grad
 
-from .binding import _named, _plain, bind
 from ..layer import Layer
 from ..saved import versions
+from .binding import _named, _plain, bind
 
 _MISSING = object()
 
@@ -174,7 +174,7 @@ class _HandgradFunction(torch.autograd.Function):
     bound tensors handed to autograd."""
 
     @staticmethod
-    def forward(module: "HandgradModule", x: Tensor, *params: Tensor) -> Tensor:
+    def forward(module: HandgradModule, x: Tensor, *params: Tensor) -> Tensor:
         device = x.device if isinstance(x, Tensor) else torch.device("cpu")
         snapshot = module._snapshot(device)
         with bind(module, list(params), [False] * len(params)):

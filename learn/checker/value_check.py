@@ -13,7 +13,8 @@ from ..mistakes import Mistake
 from .guard import LearnerFailed
 from .report import Report
 from .value_engine import Switches, engine
-from .value_expressions import A, B, EXPRESSIONS, deep, run as _run
+from .value_expressions import EXPRESSIONS, A, B, deep
+from .value_expressions import run as _run
 
 _WALK = (
     "the graph was walked out of topological order: a node's _backward ran before every node that uses it "

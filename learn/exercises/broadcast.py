@@ -10,8 +10,6 @@ gradient sums over the batch, is the simplest case.
 {check}
 """
 
-import torch
-
 
 class ScaleShift:
     def parameters(self):

@@ -8,8 +8,6 @@ take the derivative as 0, as PyTorch does.)
 {check}
 """
 
-import torch
-
 
 class ReLU:
     def parameters(self):

@@ -10,8 +10,6 @@ With mu = 0: p = p - lr g, plain SGD.  Shapes: buf has its parameter's shape.
 {check}
 """
 
-import torch
-
 
 class SGD:
     def __init__(self, params, lr=1e-2, momentum=0.0, nesterov=False):

@@ -250,6 +250,7 @@ def chart(name: str, graded: list[tuple[str, Outcome]], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     from training.storage.files import atomic_write
 
     counts = mistake_counts(graded)

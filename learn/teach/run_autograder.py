@@ -92,6 +92,7 @@ def hide_from_unprivileged(base: Path) -> None:
     (the library's layers, the checker's reference engines) no longer readable by others.  A checkout on the
     path (an editable install) is left alone: there the view's stand-ins stop its import, not its reading."""
     import importlib.util
+
     from ..checker.boundary import PROJECT
 
     places = [base / "source"]

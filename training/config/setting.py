@@ -9,9 +9,9 @@ checks its own values against them, and the resume and rank-agreement rules read
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from layers.checks import is_a
 

@@ -11,8 +11,8 @@ what spans parts is checked here: a setting of the other model family is refused
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Iterable
 
 import torch
 
@@ -100,7 +100,7 @@ class TrainConfig:
         s = declared(key)
         return s.default.of(self.model.name, self.family) if s.varies else s.default
 
-    def replace(self, *, given: Iterable[str] | None = None, **changes) -> "TrainConfig":
+    def replace(self, *, given: Iterable[str] | None = None, **changes) -> TrainConfig:
         """A copy with ``changes`` (settings by key); ``given`` replaces the given keys."""
         return TrainConfig(**{**self.settings(), **changes}, given=self.given if given is None else given)
 

@@ -23,11 +23,11 @@ from torch import Tensor
 from ..compiled import check_compile
 from ..config.parts import OptimConfig, RunConfig
 from ..cuda_graph import use_cuda_graph
-from ..parallel.distributed import SINGLE, DistInfo, broadcast_
-from .engine import EngineImpl
 from ..errors import UsageError
-from .manual import ManualImpl
+from ..parallel.distributed import SINGLE, DistInfo, broadcast_
 from ..schedule import make_scheduler
+from .engine import EngineImpl
+from .manual import ManualImpl
 from .twin import TorchImpl
 
 

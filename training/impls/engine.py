@@ -5,8 +5,8 @@ from __future__ import annotations
 from autodiff import cross_entropy, no_grad
 from optimizers import clip_grad_norm_, get_optimizer
 
-from ..parallel.allreduce import GradBuckets
 from ..config.parts import OptimConfig, RunConfig
+from ..parallel.allreduce import GradBuckets
 from ..parallel.distributed import SINGLE, DistInfo
 from .optim_setup import clip_monitored, optimizer_kwargs
 

@@ -14,15 +14,15 @@ from torch import Tensor
 from losses import CrossEntropyLoss
 from optimizers import clip_grad_norm_, get_optimizer
 
-from ..parallel.allreduce import GradBuckets
-from ..config.parts import OptimConfig, RunConfig
 from ..compiled import CompileTimer, compile_step
 from ..compiled_fast import GuardFreeStep
+from ..config.parts import OptimConfig, RunConfig
 from ..cuda_graph import CapturedStep
+from ..parallel.allreduce import GradBuckets
 from ..parallel.distributed import SINGLE, DistInfo
 from ..precision.loss_scale import DynamicLossScaler
-from .optim_setup import capturable_kwargs, clip_monitored, optimizer_kwargs, param_groups, rows
 from ..precision.master import MasterWeights
+from .optim_setup import capturable_kwargs, clip_monitored, optimizer_kwargs, param_groups, rows
 
 
 def _half(x: Tensor, dtype: torch.dtype) -> Tensor:

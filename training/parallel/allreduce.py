@@ -99,7 +99,7 @@ class GradBuckets:
             b.done.clear()
             b.work = None
 
-    def attach(self, model) -> "GradBuckets":
+    def attach(self, model) -> GradBuckets:
         """Hook into every ``Sequential`` of a hand-written model: each leaf layer's backward ends with ``ready``."""
         from layers import Sequential
 

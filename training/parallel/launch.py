@@ -17,6 +17,7 @@ import re
 import torch
 import torch.distributed as dist
 
+from ..errors import RunFailed, UsageError
 from .distributed import (
     SINGLE,
     DistInfo,
@@ -27,7 +28,6 @@ from .distributed import (
     silent_ranks,
     torchrun_env,
 )
-from ..errors import RunFailed, UsageError
 
 # How gloo, NCCL and the stores word a peer that stopped answering, or went away.
 _TIMED_OUT = re.compile(r"timed out|timeout", re.IGNORECASE)

@@ -36,6 +36,7 @@ from layers.embedding import Embedding
 from layers.layer import BaseLayer, _rng_untouched, no_graph
 from layers.layernorm import LayerNorm
 from models.gpt import GPT
+
 from .tp_cross_entropy import VocabParallelCrossEntropy
 from .tp_layers import ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding, shard_of
 from .tp_mappings import CopyToTensorParallel, GatherFromSequenceParallel, all_reduce_, tp_rank_and_size

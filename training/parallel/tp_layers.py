@@ -29,6 +29,7 @@ from torch import Tensor
 from layers.embedding import Embedding
 from layers.layer import BaseLayer, _rng_untouched, accumulate_grad, no_graph
 from layers.linear import Linear
+
 from .tp_mappings import (
     CopyToTensorParallel,
     GatherFromSequenceParallel,

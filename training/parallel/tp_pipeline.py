@@ -24,6 +24,7 @@ from torch import Tensor
 from layers.embedding import Embedding
 from layers.layer import _rng_untouched
 from models.gpt import GPT
+
 from .pipeline_gpt import PipelineStage
 from .tp_cross_entropy import VocabParallelCrossEntropy
 from .tp_gpt import ParallelBlock, TensorParallelGPT, _copy_layernorm, sum_partial_grads

@@ -32,7 +32,7 @@ class FolderLock:
         self.folder, self.what = Path(folder), what
         self.fd: int | None = None
 
-    def acquire(self) -> "FolderLock":
+    def acquire(self) -> FolderLock:
         """Take the lock without waiting; FolderBusy names the folder and the process holding it."""
         if self.fd is not None:
             return self
@@ -59,7 +59,7 @@ class FolderLock:
             os.close(self.fd)  # closing the only descriptor releases the flock
             self.fd = None
 
-    def __enter__(self) -> "FolderLock":
+    def __enter__(self) -> FolderLock:
         return self.acquire()
 
     def __exit__(self, *exc) -> None:

@@ -17,8 +17,8 @@ import os
 import re
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ..errors import UsageError
 from .lock import FolderLock

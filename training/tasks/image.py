@@ -8,18 +8,18 @@ test split's loss and accuracy.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
 from ..compiled import compile_note
 from ..config.parts import DataConfig, ModelConfig, RunConfig
-from .image_data import check_data_dir, load_data
-from ..parallel.distributed import DistInfo
 from ..errors import UsageError
 from ..impls import Impl
-from ..loop import evaluate, train_epoch
 from ..impls.models import SAMPLE_SHAPES, build_models
+from ..loop import evaluate, train_epoch
+from ..parallel.distributed import DistInfo
+from .image_data import check_data_dir, load_data
 
 
 class ImageTask:

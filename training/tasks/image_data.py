@@ -11,9 +11,9 @@ import gzip
 import hashlib
 import warnings
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch import Tensor

@@ -21,8 +21,8 @@ from ..config.choices import SEEDS
 from ..config.parts import ModelConfig
 from ..config.resume import saved_settings
 from ..device import resolve_device
-from ..storage.checkpoint import read_checkpoint
 from ..errors import UsageError
+from ..storage.checkpoint import read_checkpoint
 from .corpus import TextData
 from .text_models import model_kwargs
 

@@ -16,13 +16,14 @@ of complete rounds): the loop, the checkpoint's checks and the drift records do 
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 import torch
 
 from ..config.parts import DataConfig, ModelConfig, RunConfig
-from ..parallel.distributed import DistInfo
 from ..impls import Impl
+from ..parallel.distributed import DistInfo
 
 
 class Task(Protocol):

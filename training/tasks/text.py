@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
 from ..compiled import compile_note, compile_seconds, round_seconds
 from ..config.parts import DataConfig, ModelConfig, RunConfig
-from ..parallel.distributed import DistInfo, shard_bounds
 from ..errors import UsageError
 from ..impls import Impl
-from ..loop import StepSums, epoch_generator, set_training
 from ..impls.models import use_generator
+from ..loop import StepSums, epoch_generator, set_training
+from ..parallel.distributed import DistInfo, shard_bounds
 from .corpus import TextData, corpus_path, load_text
 from .text_models import build_text_models
 

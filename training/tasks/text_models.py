@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from models import GPT, PytorchGPT, RecurrentLM, TorchRecurrentLM, seeded_dropouts
 from layers.layer import _rng_untouched
+from models import GPT, PytorchGPT, RecurrentLM, TorchRecurrentLM, seeded_dropouts
 
 from ..config.parts import ModelConfig, RunConfig
 

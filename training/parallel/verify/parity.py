@@ -23,7 +23,7 @@ the same sums gives it.  The report names the first tensor past rounding; the ex
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
