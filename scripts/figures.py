@@ -143,7 +143,7 @@ def training() -> list[tuple]:
         out, _, where = run(f"{command} --out {tmp}/main --no-download")
         summary = json.loads((Path(tmp) / "main" / "summary.json").read_text())
         res = summary["results"]
-        first = find(rf"first step's gradients agreed to {NUMBER}", out, command).group(1)
+        first = find(rf"the first step agreed, .*?its gradients to {NUMBER}", out, command).group(1)
         hand, twin = res["manual"], res["torch"]
         for key, figure, value in (
             ("main.hand", "test accuracy after 10 epochs, hand-written", f"{100 * hand['test_accuracy']:.2f}%"),

@@ -15,6 +15,9 @@ from optimizers import Adam, AdamW, clip_grad_norm_
 
 f64 = torch.float64
 
+# the fast path itself is under test, whatever HANDGRAD_KERNELS says
+pytestmark = pytest.mark.usefixtures("kernels_on")
+
 
 def _block(*shapes, transposed=()):
     """Views tiling one block, the i-th transposed when i is in ``transposed``."""

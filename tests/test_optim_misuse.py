@@ -98,6 +98,7 @@ def test_complex_and_real_parameters_in_one_group(name, kw):
     assert_same_state(ours, ref, ours_p, ref_p)
 
 
+@pytest.mark.usefixtures("kernels_on")  # the flat path is a kernel
 def test_complex_parameters_in_one_block_take_the_flat_path_and_equal_torch():
     """Complex parameters that tile one block (kernels/optimizers.py) are updated as one block, viewed as real."""
 

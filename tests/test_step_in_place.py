@@ -20,6 +20,9 @@ from training.impls.models import cnn
 
 f64 = torch.float64
 
+# the fast path itself is under test, whatever HANDGRAD_KERNELS says
+pytestmark = pytest.mark.usefixtures("kernels_on")
+
 
 def mlp(device=None, dtype=None):
     return Net(hidden_size=16, device=device, dtype=dtype)
