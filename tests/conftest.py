@@ -293,6 +293,14 @@ def kernels_on():
 
 
 @pytest.fixture
+def guard(monkeypatch):
+    """The checks Triton's interpreter does not make, while a kernel test runs (tests/triton_support.py)."""
+    from tests.triton_support import guarded
+
+    return guarded(monkeypatch)
+
+
+@pytest.fixture
 def tiny(tmp_path) -> Path:
     """The data root of a tiny MNIST (300 train, 80 test images) written for this test."""
     return write_tiny_mnist(tmp_path / "data")

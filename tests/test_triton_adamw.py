@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import optimizers
-from tests.triton_support import assert_close, assert_padding_kept, device, guard, load, padded  # noqa: F401
+from tests.triton_support import assert_close, assert_padding_kept, device, load
 
 pytestmark = pytest.mark.triton
 f64, f32 = torch.float64, torch.float32

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import kernels
 from layers import ScaledDotProductAttention
-from tests.triton_support import assert_close, assert_padding_kept, device, guard, load, padded  # noqa: F401
+from tests.triton_support import assert_close, assert_padding_kept, device, load, padded
 
 pytestmark = pytest.mark.triton
 f64, f32 = torch.float64, torch.float32

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 import kernels
 from losses import CrossEntropyLoss
-from tests.triton_support import assert_close, assert_padding_kept, device, guard, load, padded  # noqa: F401
+from tests.triton_support import assert_close, assert_padding_kept, device, load, padded
 
 pytestmark = pytest.mark.triton
 f64, f32 = torch.float64, torch.float32

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.triton_support import assert_close, assert_padding_kept, device, guard, load, padded  # noqa: F401
+from tests.triton_support import assert_close, assert_padding_kept, device, load, padded
 
 # exp(-2u) overflows to inf for very negative x, on purpose (s = 1 / (1 + inf) = 0): numpy says so in the interpreter
 pytestmark = [pytest.mark.triton, pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")]
