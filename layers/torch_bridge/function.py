@@ -13,6 +13,7 @@ backward that finds any of them replaced -- by an earlier backward or a later fo
 from __future__ import annotations
 
 import weakref
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
@@ -22,6 +23,9 @@ from torch._functorch.eager_transforms import enable_inplace_requires_grad
 from ..layer import Layer
 from ..saved import versions
 from .binding import _named, _plain, bind
+
+if TYPE_CHECKING:  # as_module.py imports this file: the name is for annotations only
+    from .as_module import HandgradModule
 
 _MISSING = object()
 
