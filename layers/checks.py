@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
@@ -85,13 +86,13 @@ def check_backward_dout(
 
 
 def check_grads_like(
-    layer: object, names: tuple[str, ...], grads, shapes, dtype: torch.dtype, device: torch.device
+    layer: object, names: tuple[str, ...], grads: Sequence, shapes, dtype: torch.dtype, device: torch.device
 ) -> None:
     """A backward's check of several upstream gradients (a recurrent layer's output and states), paired in order
-    with their ``names`` and the ``shapes`` of the forward's outputs they belong to: each None (zeros) or a tensor of
-    that shape, dtype and device.  One comparison each on the hot path; only a failing one pays for the layer's repr
+    with the first of ``names`` and the ``shapes`` of the forward's outputs they belong to: each None (zeros) or a
+    tensor of that shape, dtype and device.  One comparison each on the hot path; only a failing one pays for the layer's repr
     and the named error."""
-    for name, g, shape in zip(names, grads, shapes):
+    for name, g, shape in zip(names[: len(grads)], grads, shapes, strict=True):  # names: the family's, LSTM's at most
         if g is None or (isinstance(g, Tensor) and g.shape == shape and g.dtype == dtype and g.device == device):
             continue
         owner = repr(layer)

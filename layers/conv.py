@@ -184,7 +184,7 @@ class Conv2d(BaseLayer):
             x = F.pad(x, (0, self._extra[1], 0, self._extra[0]))  # (N, C_in, H + 1?, W + 1?)
         ho, wo = self._out_hw(x.shape[2], x.shape[3])
         if ho < 1 or wo < 1:
-            span = tuple(d * (k - 1) + 1 for k, d in zip(self.kernel_size, self.dilation))
+            span = tuple(d * (k - 1) + 1 for k, d in zip(self.kernel_size, self.dilation, strict=True))
             raise ValueError(
                 f"{self!r}: input of spatial size {hw} (padding {self._pad}) is smaller than the dilated kernel {span}"
             )

@@ -64,7 +64,7 @@ def check_versions(
     module docstring."""
     if recorded and recorded[0] is _TRACED or torch.compiler.is_compiling():
         return _check_compiled(layer, names() if callable(names) else names, tensors, recorded, before)
-    for t, then in zip(tensors, recorded):
+    for t, then in zip(tensors, recorded, strict=True):
         if t is not None and then != -1 and t._version != then:
             raise _changed(layer, names() if callable(names) else names, tensors, recorded, before)
 
@@ -73,7 +73,7 @@ def _changed(
     layer: object, names: tuple[str, ...], tensors: tuple[Tensor | None, ...], recorded: tuple[int, ...], before: str
 ) -> RuntimeError:
     """The error for the first kept tensor whose version moved."""
-    for name, t, then in zip(names, tensors, recorded):
+    for name, t, then in zip(names, tensors, recorded, strict=True):
         if t is not None and then != -1 and t._version != then:
             now = t._version
             break
@@ -120,7 +120,7 @@ def _check_compiled(
         _check_eagerly(layer, names, tensors, recorded, before)
         return
     kind = type(layer).__name__
-    for name, t, then in zip(names, tensors, recorded[1:]):
+    for name, t, then in zip(names, tensors, recorded[1:], strict=True):
         if t is not None and then is not None:
             message = (
                 f"{kind}: {name} was modified in place after the forward, before {before}, in the compiled "

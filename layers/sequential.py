@@ -126,7 +126,7 @@ class Sequential(BaseLayer):
     # -- the container ----------------------------------------------------------------------------------
 
     def named_children(self) -> Iterator[tuple[str, Layer]]:
-        return ((f"{self._key_prefix}{name}", layer) for name, layer in zip(self._names, self.layers))
+        return ((f"{self._key_prefix}{name}", layer) for name, layer in zip(self._names, self.layers, strict=True))
 
     def __len__(self) -> int:
         return len(self.layers)
@@ -139,7 +139,8 @@ class Sequential(BaseLayer):
 
     def __repr__(self) -> str:
         inner = "\n".join(
-            f"  ({name}): " + repr(layer).replace("\n", "\n  ") for name, layer in zip(self._names, self.layers)
+            f"  ({name}): " + repr(layer).replace("\n", "\n  ")
+            for name, layer in zip(self._names, self.layers, strict=True)
         )
         return f"{type(self).__name__}(\n{inner}\n)"
 
@@ -249,7 +250,7 @@ class Sequential(BaseLayer):
         used twice again; a tensor two layers share (a tied weight) becomes one torch Parameter in both."""
         shared = {} if _shared is None else _shared
         module = torch.nn.Sequential(
-            OrderedDict((name, _to_torch(layer, shared)) for name, layer in zip(self._names, self.layers))
+            OrderedDict((name, _to_torch(layer, shared)) for name, layer in zip(self._names, self.layers, strict=True))
         )
         module.training = self.training  # its own flag only: each child keeps its own mode (a BatchNorm in eval)
         return module

@@ -68,11 +68,11 @@ def build(name: str, cls: type, seed: int, where: str):
     torch.manual_seed(seed)
     twin = [_handgrad(kind, args) for kind, args in NETWORKS[name]]
     mine, pairs, parts = [], [], []
-    for (kind, args), t in zip(NETWORKS[name], twin):
+    for (kind, args), t in zip(NETWORKS[name], twin, strict=True):
         if kind != name:  # not the exercise's layer: handgrad's on both sides
             layer = _handgrad(kind, args)
             layer.load_state_dict(t.state_dict())
-            pairs += list(zip(layer.parameters(), t.parameters()))
+            pairs += list(zip(layer.parameters(), t.parameters(), strict=True))
             mine.append(layer)
             parts.append(repr(t))
             continue

@@ -2,6 +2,7 @@
 
 The two-moons set is made with torch (two interleaved half circles with noise, labels -1 and +1), as
 scikit-learn's ``make_moons`` makes it.  The MLP 2 -> 8 -> 8 -> 1 (tanh, tanh, a linear score) is built twice
+import itertools
 from the same weights: once of your Values, one scalar node per weight and per operation, and once as float64
 torch tensors whose gradients torch.autograd computes.  Both take the same SGD steps on the same batches of
 the loss mean((score - label)^2).  This graph is wider and deeper than the checker's expressions: every weight
@@ -36,7 +37,7 @@ def _weights(g: torch.Generator) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(W (out, in), b (out,)) per layer, uniform in [-1, 1) as micrograd draws them."""
     return [
         (torch.rand(o, i, generator=g, dtype=F64) * 2 - 1, torch.rand(o, generator=g, dtype=F64) * 2 - 1)
-        for i, o in zip(SIZES, SIZES[1:])
+        for i, o in itertools.pairwise(SIZES)
     ]
 
 
@@ -63,7 +64,9 @@ def value_race(ex, cls, file: str, seed: int) -> Race:
         for n in idx.tolist():
             act = [cls(v) for v in points[n].tolist()]
             for k, (W, b) in enumerate(mine):
-                act = [sum((w * a for w, a in zip(row, act)), bias) for row, bias in zip(W, b)]
+                act = [
+                    sum((w * a for w, a in zip(row, act, strict=True)), bias) for row, bias in zip(W, b, strict=True)
+                ]
                 if k < len(mine) - 1:
                     act = [a.tanh() for a in act]
             total = total + (act[0] - float(labels[n])) ** 2

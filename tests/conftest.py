@@ -349,7 +349,7 @@ def assert_same(a, b, what: str = "dx") -> None:
     """Equal bit for bit, through any nesting of tuples and lists (``(dx, (dh_0, dc_0))``), None where None."""
     if isinstance(a, (tuple, list)):
         assert isinstance(b, (tuple, list)) and len(a) == len(b), what
-        for i, (u, v) in enumerate(zip(a, b)):
+        for i, (u, v) in enumerate(zip(a, b, strict=True)):
             assert_same(u, v, f"{what}[{i}]")
         return
     assert (a is None) == (b is None), what

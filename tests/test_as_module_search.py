@@ -60,7 +60,7 @@ def _beside(make, shape, run) -> None:
     (o0, g0, p0, s0), (o1, g1, p1, s1) = results
     assert err(o0, o1) < 1e-12 and (g0 is None) == (g1 is None) and (g1 is None or err(g0, g1) < 1e-12)
     assert len(p0) == len(p1)
-    for a, b in zip(p0, p1):
+    for a, b in zip(p0, p1, strict=True):
         assert (a is None) == (b is None) and (b is None or err(a, b) < 1e-12)
     assert list(s0) == list(s1)
     for name in s0:

@@ -25,7 +25,7 @@ def _steps(layer, forward, douts, *, split, **bw):
         if split:
             before = [None if p.grad is None else p.grad.clone() for p in layer.parameters()]
             out = layer.backward_input(dout, **bw)
-            for (name, p), b in zip(layer.named_parameters(), before):
+            for (name, p), b in zip(layer.named_parameters(), before, strict=True):
                 assert (p.grad is None and b is None) or torch.equal(p.grad, b), f"backward_input wrote {name}.grad"
             layer.backward_weight()
         else:

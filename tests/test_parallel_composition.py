@@ -46,6 +46,6 @@ def test_two_tensor_parallel_pairs_times_two_data_parallel_ranks_equal_one_proce
     losses, weights, _ = one_process()
     assert sorted(r[0] for r in results.values()) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     for rank, (_, l, w) in results.items():
-        assert max(abs(a - b) / abs(b) for a, b in zip(l, losses)) < TOL, (rank, l, losses)
+        assert max(abs(a - b) / abs(b) for a, b in zip(l, losses, strict=True)) < TOL, (rank, l, losses)
         for name, ref in weights.items():
             assert ((w[name] - ref).abs().max() / ref.abs().max()).item() < TOL, (rank, name)

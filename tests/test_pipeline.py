@@ -153,7 +153,12 @@ def test_two_pipeline_stages_equal_one_process_under_every_schedule_hand_written
                 if rank == 1:
                     w["transformer.wte.weight (the last stage's copy)"] = w.pop("head")
             if rank == 1:
-                assert max(abs(a - b) / abs(b) for a, b in zip(l, losses)) < TOL, (side, schedule, l, losses)
+                assert max(abs(a - b) / abs(b) for a, b in zip(l, losses, strict=True)) < TOL, (
+                    side,
+                    schedule,
+                    l,
+                    losses,
+                )
             seen.update(w)
         for name, t in seen.items():
             ref = weights[name.split(" ")[0]]

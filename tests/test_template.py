@@ -99,7 +99,7 @@ def test_in_a_sequential_it_trains_as_its_torch_twin(frozen):
         topt.zero_grad()
         torch.nn.functional.mse_loss(theirs(x), y).backward()
         topt.step()
-    for (name, a), b in zip(ours.named_parameters(), theirs.parameters()):
+    for (name, a), b in zip(ours.named_parameters(), theirs.parameters(), strict=True):
         torch.testing.assert_close(a, b.detach(), rtol=1e-12, atol=1e-12, msg=name)
     assert (ours[1].beta.grad is None) == frozen
     if frozen:

@@ -71,7 +71,7 @@ def one_process(tmp_path_factory):
 def _assert_equal(out: Path, one_process) -> None:
     (summary, steps), (ref, ref_steps) = _results(out), one_process
     assert len(steps) == len(ref_steps) == TINY["max_iters"]
-    for a, b in zip(steps, ref_steps):
+    for a, b in zip(steps, ref_steps, strict=True):
         assert abs(a - b) / abs(b) < TOL, (steps, ref_steps)
     for key in ("train_loss", "val_loss"):
         assert abs(summary[key] - ref[key]) / abs(ref[key]) < TOL, (key, summary, ref)

@@ -78,7 +78,7 @@ def load(family: str):
 def element_addresses(t: torch.Tensor) -> np.ndarray:
     """The byte address of every element of ``t`` (any strides), as uint64."""
     offsets = np.zeros(1, dtype=np.int64)
-    for size, stride in zip(t.shape, t.stride()):
+    for size, stride in zip(t.shape, t.stride(), strict=True):
         offsets = (offsets[:, None] + np.arange(size, dtype=np.int64)[None, :] * stride).ravel()
     if t.numel() == 0:
         offsets = offsets[:0]

@@ -389,7 +389,7 @@ class MultiheadAttention(Composite):
         if self.in_proj_weight is not None:  # the packed weight's three row blocks, each from its own input
             grads["in_proj_weight"] = lambda: torch.cat([rows(d).t() @ rows(x) for d, x in pairs])  # (3E, E)
         else:
-            for name, (d, x) in zip(("q_proj_weight", "k_proj_weight", "v_proj_weight"), pairs):
+            for name, (d, x) in zip(("q_proj_weight", "k_proj_weight", "v_proj_weight"), pairs, strict=True):
                 grads[name] = Product(rows(d).t(), rows(x))  # (E, in)
         if b is not None:
             grads["in_proj_bias"] = lambda: torch.cat([rows(d).sum(0) for d, _ in pairs])  # (3E,)

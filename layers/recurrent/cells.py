@@ -165,7 +165,7 @@ def _backward(step_backward, dy: Tensor, dstate: list[Tensor], steps: Steps, dx:
     gradients, the weight gradients summed over the steps): the last step first, each step's dh = its output's
     gradient + dh_next (the step after it's dh_prev)."""
     T, grads, dxs = dy.shape[0], {}, [None] * dy.shape[0]
-    for t, cache in zip(reversed(steps.order), reversed(steps.caches)):
+    for t, cache in zip(reversed(steps.order), reversed(steps.caches), strict=True):
         dstate[0] = dy[t] + dstate[0]
         dxs[t], *dstate, g = step_backward(*dstate, cache)
         grads = {k: grads[k] + v for k, v in g.items()} if grads else g
@@ -351,7 +351,7 @@ class _Cell(BaseLayer):
         else:
             raise TypeError(f"{self!r}: the state must be the pair (h, c) of tensors, got {type(hx).__name__}")
         want = (N, self.hidden_size) if batched else (self.hidden_size,)
-        for name, part in zip(self._states, parts):
+        for name, part in zip(self._states, parts, strict=True):
             check_tensor(repr(self), name, part)
             if part.shape != want:
                 raise ValueError(

@@ -162,7 +162,7 @@ class _Recurrent(BaseLayer, ABC):
         self._param_names = tuple(names)  # torch's _flat_weights_names, in its order
         self._weight_names = tuple(n for n in names if n.startswith("weight"))  # each a field of saved_type's
         saved_type(self._weight_names)
-        for n, s in zip(names, shapes):
+        for n, s in zip(names, shapes, strict=True):
             setattr(self, n, torch.empty(s, device=device, dtype=dtype))
         torch_recurrent_init_([getattr(self, n) for n in names], hidden_size)
         learned(*(getattr(self, n) for n in names))
@@ -240,7 +240,7 @@ class _Recurrent(BaseLayer, ABC):
                 )
                 ys.append(y)
                 layer_dirs.append(cache)
-                for lst, f in zip(finals, fin):
+                for lst, f in zip(finals, fin, strict=True):
                     lst.append(f)
             dirs.append(layer_dirs)
             out = ys[0] if D == 1 else torch.cat(ys, 2)  # (T, N, D*H_out)
@@ -296,9 +296,9 @@ class _Recurrent(BaseLayer, ABC):
             parts = list(hx)
         else:
             raise TypeError(f"{self!r}: hx must be the pair (h_0, c_0) of tensors, got {type(hx).__name__}")
-        sizes = [self.h_out, self.hidden_size]
+        sizes = [self.h_out, self.hidden_size][: len(parts)]  # h's, then LSTM's c
         out = []
-        for name, part, size in zip(self._states, parts, sizes):
+        for name, part, size in zip(self._states, parts, sizes, strict=True):
             check_tensor(repr(self), name, part)
             want = (
                 (self.num_layers * self.num_directions, N, size)
@@ -354,7 +354,7 @@ class _Recurrent(BaseLayer, ABC):
                     need_dx=k > 0 or need_dx,
                     dx=dx,
                 )
-                for lst, g in zip(d0, g0):
+                for lst, g in zip(d0, g0, strict=True):
                     lst[j] = g
                 grads |= {PARAM_OF[f] + _suffix(k, dd): g for f, g in dir_grads.items()}
             d = None if dx is None else dx.view(T, N, -1)  # (T, N, in) the gradient of layer k's input

@@ -229,7 +229,7 @@ class HandgradModule(nn.Module):
                 f"deepcopy it before, or remove the parametrization / pruning first"
             )
         clone = HandgradModule(copy.deepcopy(self.layer, memo)).train(self.training)
-        for mine, theirs in zip(self._slots, clone._slots):
+        for mine, theirs in zip(self._slots, clone._slots, strict=True):
             theirs.param.requires_grad_(mine.param.requires_grad)
             if mine.param.grad is not None:
                 theirs.param.grad = mine.param.grad.clone()
@@ -259,7 +259,7 @@ class HandgradModule(nn.Module):
             s.tensor.data = fn(s.tensor)
             s.param.data = s.tensor
             s.ptr = s.tensor.data_ptr()
-        for s, g in zip(self._slots, grads):
+        for s, g in zip(self._slots, grads, strict=True):
             s.param.grad = g
         for _, _, t in self._buffers_of:
             t.data = fn(t)
@@ -357,9 +357,9 @@ class HandgradModule(nn.Module):
         """Set the generators' states, the buffers' values and the layers' modes."""
         for g, state in rng:
             g.set_state(state)
-        for (_, _, t), value in zip(self._buffers_of, buffers):
+        for (_, _, t), value in zip(self._buffers_of, buffers, strict=True):
             t.copy_(value)
-        for node, mode in zip(self._leaves, modes):
+        for node, mode in zip(self._leaves, modes, strict=True):
             if hasattr(node, "training"):
                 node.training = mode
 

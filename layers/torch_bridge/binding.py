@@ -137,7 +137,7 @@ def bind(module: nn.Module, tensors: list[Tensor], needs: tuple[bool, ...]) -> I
     the tensors the layer holds, whose ``.grad`` the layer's backward writes.  Its own tensors come back after."""
     held, undo = [], []
     try:
-        for s, t, need in zip(module._slots, tensors, needs):
+        for s, t, need in zip(module._slots, tensors, needs, strict=True):
             if not s.bindable:  # the layer's own tensor (read_parameters refused anything else): its .grad stashed
                 undo.append((s.tensor, "grad", s.tensor.grad))
                 s.tensor.grad = None

@@ -144,7 +144,10 @@ def _refused_under(layer: Layer, what: str) -> RuntimeError:
 def _changed(ctx, tensors: tuple[Tensor, ...]) -> str | None:
     """The name of the first of the forward's input and parameters changed in place since the forward, or None."""
     for name, t, then in zip(
-        ("its input x", *(f"parameter '{s.name}'" for s in ctx.module._slots)), (ctx.x, *tensors), ctx.versions
+        ("its input x", *(f"parameter '{s.name}'" for s in ctx.module._slots)),
+        (ctx.x, *tensors),
+        ctx.versions,
+        strict=True,
     ):
         if then != -1 and t._version != then:
             return name
@@ -278,11 +281,11 @@ def _backward(ctx, dout: Tensor) -> tuple:
         raise ValueError(
             f"as_module({_named(layer)}): its backward returned dx of {got}, but its input had shape {tuple(x.shape)}"
         )
-    for s, g in zip(slots, grads):
+    for s, g in zip(slots, grads, strict=True):
         if g is not None and g.shape != s.param.shape:
             raise ValueError(
                 f"as_module({_named(layer)}): its backward left a gradient of shape {tuple(g.shape)} in "
                 f"'{s.name}'.grad, but the parameter has shape {tuple(s.param.shape)}"
             )
-    grads = [g if need else None for g, need in zip(grads, needs)]
+    grads = [g if need else None for g, need in zip(grads, needs, strict=True)]
     return (None, dx if need_dx else None, *grads)

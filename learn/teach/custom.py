@@ -86,7 +86,7 @@ def layer_spec(name: str, m: types.ModuleType, path: Path):
         got = got if isinstance(got, (tuple, list)) else (got,)
         if len(got) != len(outputs):
             raise ExerciseError(f"{path}: reference returned {len(got)} tensors; OUTPUTS names {len(outputs)}")
-        return dict(zip(outputs, got))
+        return dict(zip(outputs, got, strict=True))
 
     def draw(shapes):
         return lambda g: {n: normal(g, *s) for n, s in shapes.items()}
