@@ -5,6 +5,8 @@ wrong forward parts them at step 1, a wrong gradient at step 2 (the first update
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 import layers
@@ -78,7 +80,7 @@ def build(name: str, cls: type, seed: int, where: str):
             continue
         kw = _KW.get(kind, {})
         shown = f"{cls.__name__}({', '.join([*map(repr, args), *(f'{k}={v!r}' for k, v in kw.items())])})"
-        layer = call(shown, lambda: cls(*args, **kw), where=where)
+        layer = call(shown, functools.partial(cls, *args, **kw), where=where)
         for pname, tp in t.named_parameters():
             p = getattr(layer, pname, None)
             if not isinstance(p, torch.Tensor) or p.shape != tp.shape or p.dtype != F64:

@@ -2,7 +2,6 @@
 
 The two-moons set is made with torch (two interleaved half circles with noise, labels -1 and +1), as
 scikit-learn's ``make_moons`` makes it.  The MLP 2 -> 8 -> 8 -> 1 (tanh, tanh, a linear score) is built twice
-import itertools
 from the same weights: once of your Values, one scalar node per weight and per operation, and once as float64
 torch tensors whose gradients torch.autograd computes.  Both take the same SGD steps on the same batches of
 the loss mean((score - label)^2).  This graph is wider and deeper than the checker's expressions: every weight
@@ -11,6 +10,7 @@ feeds every example of the batch, so each weight node is used many times.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch

@@ -121,11 +121,11 @@ def test_torch_func_grad_of_a_functional_call():
     grads = []
     for m in (module, twin):
         params = {n: p.detach() for n, p in m.named_parameters()}
-        grads.append(torch.func.grad(lambda ps: torch.func.functional_call(m, ps, (x,)).pow(2).sum())(params))
+        grads.append(torch.func.grad(lambda ps, m=m: torch.func.functional_call(m, ps, (x,)).pow(2).sum())(params))
     assert grads[0].keys() == grads[1].keys()
     for name in grads[0]:
         assert rel(grads[0][name], grads[1][name]) < 1e-12, name
-    dx = [torch.func.grad(lambda x: m(x).pow(2).sum())(x) for m in (module, twin)]
+    dx = [torch.func.grad(lambda x, m=m: m(x).pow(2).sum())(x) for m in (module, twin)]
     assert rel(dx[0], dx[1]) < 1e-12
 
 

@@ -14,6 +14,7 @@ a worked solution) is not the learner's and is refused when loaded.
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import pickle
@@ -78,7 +79,7 @@ def serve(channel: Channel, setup: dict) -> None:
         except (EOFError, OSError):
             os._exit(0)
         try:
-            result = _watched(op, lambda: OPS[op](state, *args))
+            result = _watched(op, functools.partial(OPS[op], state, *args))
             _send(channel, "ok", encode(result))
         except LearnerFailed as e:
             _send(channel, "failed", encode((e.text, e.attempted, e.key)))
