@@ -47,7 +47,10 @@ OTHER = (
 )
 
 
-def build(seq: int, batch: int, inp: int, hidden: int, layers: int, vocab: int, device=torch.device("cpu")):
+CPU = torch.device("cpu")
+
+
+def build(seq: int, batch: int, inp: int, hidden: int, layers: int, vocab: int, device=CPU):
     torch.manual_seed(0)
     lstm, head = LSTM(inp, hidden, layers), Linear(hidden, vocab)
     twin_lstm, twin_head = lstm.to_torch().to(device), head.to_torch().to(device)
@@ -95,7 +98,7 @@ def compiled_candidates(seq, batch, inp, hidden, layers, vocab) -> dict:
     }
 
 
-def candidates(seq, batch, inp, hidden, layers, vocab, device=torch.device("cpu")) -> dict:
+def candidates(seq, batch, inp, hidden, layers, vocab, device=CPU) -> dict:
     """The two steps and, on the CPU, the hand-written step's parts (the oneDNN products are the CPU's)."""
     lstm, head, twin_lstm, twin_head, x, y = build(seq, batch, inp, hidden, layers, vocab, device)
     params = lstm.parameters() + head.parameters()

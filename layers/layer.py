@@ -315,7 +315,8 @@ class BaseLayer(Template):
         placed = self._device_dtype() if _takes_dtype(type(self)) else {}
         kw = self._ctor_kwargs(self)
         if "bias" in kw and not _torch_takes(self.torch_class, "bias"):  # an older torch: a bias always
-            if not kw.pop("bias"):
+            bias = kw.pop("bias")
+            if not bias:
                 raise TypeError(
                     f"{self!r} has no twin in torch {torch.__version__}: its "
                     f"{self.torch_class.__name__} takes no bias argument (a bias is always there)"

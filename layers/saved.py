@@ -73,7 +73,7 @@ def _changed(
     layer: object, names: tuple[str, ...], tensors: tuple[Tensor | None, ...], recorded: tuple[int, ...], before: str
 ) -> RuntimeError:
     """The error for the first kept tensor whose version moved."""
-    for name, t, then in zip(names, tensors, recorded, strict=True):
+    for name, t, then in zip(names, tensors, recorded, strict=True):  # noqa: B007 (name is read after the break)
         if t is not None and then != -1 and t._version != then:
             now = t._version
             break

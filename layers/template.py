@@ -393,7 +393,4 @@ def _wrong_shape(layer, name: str, shape: tuple, p: Tensor) -> ValueError:
 def _any_requires_grad(args: tuple) -> bool:
     """Whether a layer without parameters is given a tensor that requires a gradient (else it has no graph to
     build, and grad mode need not be switched off around it)."""
-    for a in args:
-        if isinstance(a, Tensor) and a.requires_grad:
-            return True
-    return False
+    return any(isinstance(a, Tensor) and a.requires_grad for a in args)

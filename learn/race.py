@@ -59,7 +59,7 @@ def run(race: Race, ex, file: str, steps: int, plot: str | None) -> int:
         diff = max(abs(a - b) for b in bs) if math.isfinite(a) else float("inf")
         if parted is None and diff > TOL * max(1.0, *(abs(b) for b in bs)):
             parted = step
-        if steps <= 50 or step % 10 == 0 or step == parted or step == steps:
+        if steps <= 50 or step % 10 == 0 or step in (parted, steps):
             print(
                 f"{step:>6} {a:>14.8f} "
                 + " ".join(f"{b:>14.8f}" for b in bs)

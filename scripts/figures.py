@@ -16,6 +16,7 @@ the load average it started under.  tests/test_front_page.py checks that the REA
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -53,14 +54,12 @@ hand-written step's speed over its nn.Module twin's, the two interleaved in one 
 def cpu() -> str:
     """The CPU's model name as lscpu gives it, and the cores this process may use."""
     name = platform.processor() or platform.machine()
-    try:
+    with contextlib.suppress(OSError, StopIteration):
         name = next(
             line.split(":", 1)[1].strip()
             for line in Path("/proc/cpuinfo").read_text().splitlines()
             if line.startswith("model name")
         )
-    except (OSError, StopIteration):
-        pass
     return f"{name}, {len(os.sched_getaffinity(0))} cores"
 
 

@@ -164,7 +164,7 @@ def test_the_module_s_requires_grad_flag_decides_which_parameter_gets_a_gradient
 def _parametrized(how):
     def make_pair():
         module, twin = _pair(_mlp)
-        for m, sub in ((module, module.get_submodule("0")), (twin, twin[0])):
+        for _m, sub in ((module, module.get_submodule("0")), (twin, twin[0])):
             torch.manual_seed(3)  # spectral_norm draws its power-iteration vectors
             if how == "weight_norm":
                 weight_norm(sub)
@@ -193,7 +193,7 @@ def test_parametrizations_and_pruning_give_torch_s_training_steps(how):
     g = torch.Generator().manual_seed(1)
     for _ in range(3):
         x = torch.randn(5, 3, dtype=F64, generator=g)
-        for m, opt in zip((module, twin), opts, strict=True):
+        for _m, opt in zip((module, twin), opts, strict=True):
             opt.zero_grad()
         _same_step(module, twin, x, lambda m, x: m(x).pow(2).sum())
         for opt in opts:

@@ -205,7 +205,7 @@ def test_outside_a_process_group_it_is_batchnorm():
     torch.manual_seed(14)
     sync, plain = nontrivial(SyncBatchNorm(3, momentum=None, dtype=f64)), BatchNorm2d(3, momentum=None, dtype=f64)
     plain.load_state_dict(sync.state_dict())
-    for step in range(3):
+    for _step in range(3):
         x, d = torch.randn(4, 3, 2, 2, dtype=f64), torch.randn(4, 3, 2, 2, dtype=f64)
         assert torch.equal(sync(x), plain(x)) and torch.equal(sync.backward(d), plain.backward(d))
     for k, v in plain.state_dict().items():

@@ -129,7 +129,7 @@ def check_layer(spec: LayerSpec, box, where: str | None) -> Report:
         f"central differences of your forward"
     )
     runs: list[_Run] = []
-    for number, (label, cfg) in enumerate(configs):
+    for number, (_label, cfg) in enumerate(configs):
         run = _Run(cfg, box, number, len(configs), report if number == 0 else None)
         run.go()
         runs.append(run)
