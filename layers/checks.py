@@ -90,8 +90,8 @@ def check_grads_like(
 ) -> None:
     """A backward's check of several upstream gradients (a recurrent layer's output and states), paired in order
     with the first of ``names`` and the ``shapes`` of the forward's outputs they belong to: each None (zeros) or a
-    tensor of that shape, dtype and device.  One comparison each on the hot path; only a failing one pays for the layer's repr
-    and the named error."""
+    tensor of that shape, dtype and device.  One comparison each on the hot path; only a failing one pays for the
+    layer's repr and the named error."""
     for name, g, shape in zip(names[: len(grads)], grads, shapes, strict=True):  # names: the family's, LSTM's at most
         if g is None or (isinstance(g, Tensor) and g.shape == shape and g.dtype == dtype and g.device == device):
             continue

@@ -59,9 +59,9 @@ def check_versions(
     """Raise a RuntimeError if a tensor in ``tensors`` changed in place since ``recorded = versions(*tensors)``.
 
     ``names`` says what each tensor is, as the message shows it ("its input x"; a parameter by its attribute
-    name, "weight"), or is a function that returns those words, called only when they are needed; ``before`` is the step that was about to use them ("backward", "recompute()").  A None in
-    ``tensors`` is not checked (a tensor this backward does not read after all).  Under torch.compile see the
-    module docstring."""
+    name, "weight"), or is a function that returns those words, called only when they are needed; ``before`` is the step
+    that was about to use them ("backward", "recompute()").  A None in ``tensors`` is not checked (a tensor this
+    backward does not read after all).  Under torch.compile see the module docstring."""
     if recorded and recorded[0] is _TRACED or torch.compiler.is_compiling():
         return _check_compiled(layer, names() if callable(names) else names, tensors, recorded, before)
     for t, then in zip(tensors, recorded, strict=True):

@@ -90,7 +90,7 @@ def _leaves(model) -> list[tuple[str, Layer]]:
 
 
 class _TorchLoss:
-    """A torch.nn.functional loss with the handgrad loss protocol: ``loss(out, target)``, then ``backward()`` -> dout."""
+    """A torch.nn.functional loss with handgrad's loss protocol: ``loss(out, target)``, then ``backward()`` -> dout."""
 
     def __init__(self, fn) -> None:
         self.fn, self._out = fn, None

@@ -28,11 +28,11 @@ def check_class_target(owner: str, logits: Tensor, target: Tensor, ignore_index:
     ``ignore_index``, which may hold any value.  -> whether any target is ignored (None: not known, see below).
 
     The range check reads the smallest and largest class back to the host: one synchronisation per call
-    (a second, for whether any target is ignored, only where ``ignore_index`` lies between them).  While a CUDA graph is being captured that read is illegal, so the range
-    check is skipped (dtype, shape and device are still checked) and None returned: a graph replays on new
-    data without checking it, and an out-of-range class there gives a garbage loss (or a device-side
-    assert), never an error naming the class.  ``training.cuda_graph.CapturedStep`` runs the step eagerly,
-    checks included, first.  Under torch.compile the range check is an assertion in the graph
+    (a second, for whether any target is ignored, only where ``ignore_index`` lies between them).  While a CUDA graph is
+    being captured that read is illegal, so the range check is skipped (dtype, shape and device are still checked) and
+    None returned: a graph replays on new data without checking it, and an out-of-range class there gives a garbage loss
+    (or a device-side assert), never an error naming the class.  ``training.cuda_graph.CapturedStep`` runs the step
+    eagerly, checks included, first.  Under torch.compile the range check is an assertion in the graph
     (``torch._assert_async``): the compiled step raises where the eager one does, without naming the class.
     """
     n, c = logits.shape

@@ -308,8 +308,9 @@ def tiny(tmp_path) -> Path:
 
 class HostTraffic(torch.utils._python_dispatch.TorchDispatchMode):
     """Records every op that reads a number back to the host (.item(), bool(t), ...), copies to the host
-    (.tolist(), .cpu()), makes a CPU tensor or is handed one: run the work on the "meta" device (tensors without data) inside ``with HostTraffic()
-    as guard:`` and ``guard.found`` lists what would break CUDA-graph capture or stall a GPU's queue."""
+    (.tolist(), .cpu()), makes a CPU tensor or is handed one: run the work on the "meta" device (tensors without data)
+    inside ``with HostTraffic() as guard:`` and ``guard.found`` lists what would break CUDA-graph capture or stall a
+    GPU's queue."""
 
     def __init__(self):
         super().__init__()

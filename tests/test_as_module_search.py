@@ -2,10 +2,10 @@
 
 Activation checkpointing (reentrant and not), DDP on one process, hooks on the wrapper, the old hook forms of
 weight_norm and spectral_norm, ``.to()``/``.double()`` after parametrizing, pruning or assigning, a state_dict
-loaded with ``assign=True``, ``vector_to_parameters``, channels_last, expanded (stride-0) and transposed inputs, and forwards under
-``no_grad``/``inference_mode`` give torch's outputs, gradients and running statistics (float64, 1e-12 relative to
-max(|ref|, 1)).  A hook on one of the wrapper's submodules (which only hold parameters: nothing calls them), a
-deep copy of a parametrized wrapper, torch.jit.trace, torch.jit.script and torch.export are refused in one line.
+loaded with ``assign=True``, ``vector_to_parameters``, channels_last, expanded (stride-0) and transposed inputs, and
+forwards under ``no_grad``/``inference_mode`` give torch's outputs, gradients and running statistics (float64, 1e-12
+relative to max(|ref|, 1)).  A hook on one of the wrapper's submodules (which only hold parameters: nothing calls them),
+a deep copy of a parametrized wrapper, torch.jit.trace, torch.jit.script and torch.export are refused in one line.
 """
 
 from __future__ import annotations

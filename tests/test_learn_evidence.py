@@ -68,7 +68,8 @@ def test_a_backward_that_refuses_a_second_call_passes(tmp_path):
             [
                 (
                     "        dx = dout * self.mask\n",
-                    "        if self.mask is None:\n            raise RuntimeError('backward twice after one forward')\n"
+                    "        if self.mask is None:\n"
+                    "            raise RuntimeError('backward twice after one forward')\n"
                     "        dx = dout * self.mask\n        self.mask = None\n",
                 )
             ],

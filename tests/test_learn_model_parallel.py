@@ -25,7 +25,8 @@ def test_a_split_right_to_round_off_but_not_bit_for_bit_fails_and_says_why(tmp_p
             [
                 (
                     "dweight, dbias = dout.T @ self.x, dout.sum(0)",
-                    "dweight, dbias = sum(torch.outer(a, b) for a, b in zip(dout.flip(0), self.x.flip(0))), dout.sum(0)",
+                    "dweight, dbias = sum(torch.outer(a, b) for a, b in zip(dout.flip(0), self.x.flip(0))),"
+                    " dout.sum(0)",
                 )
             ],
         ),

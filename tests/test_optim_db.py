@@ -23,9 +23,10 @@ arguments on the same float64 parameters (on the CPU), takes 10 steps with the s
 torch refuses capturable=True on the CPU in a device check only; the check is lifted for torch (as in
 tests/test_capturable.py), its arithmetic untouched.  torch's capturable step counters follow the default dtype
 (float32 here), handgrad's the parameter's (float64: optimizers/base.py, step_dtype), so torch runs the
-capturable inputs under a float64 default, where its counters are float64 too.  torch's testing package imports ``expecttest``, a test-only
-dependency; where it is not installed a stand-in module (its TestCase is unittest's, all that the import needs)
-is registered before the import.  Without torch's testing package the module is skipped, saying so.
+capturable inputs under a float64 default, where its counters are float64 too.  torch's testing package imports
+``expecttest``, a test-only dependency; where it is not installed a stand-in module (its TestCase is unittest's, all
+that the import needs) is registered before the import.  Without torch's testing package the module is skipped, saying
+so.
 """
 
 import importlib

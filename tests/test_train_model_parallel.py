@@ -1,8 +1,8 @@
 """train.py's model parallelism on gloo processes equals one process in float64: tensor (with and without sequence
 parallelism), pipeline (1F1B and ZB-H1) and ZeRO-1/2 on 2 ranks, tensor x data and pipeline x data with ZeRO on 4,
 each run's step losses and summary.json's results to 1e-9 relative (the gradient clipped every step, so the whole
-model's norm is checked too); --check-parity reports parity on a correct run and, on a run whose tensor-parallel f forgets its
-all-reduce, names the first tensor a reordered sum does not explain and exits 1."""
+model's norm is checked too); --check-parity reports parity on a correct run and, on a run whose tensor-parallel f
+forgets its all-reduce, names the first tensor a reordered sum does not explain and exits 1."""
 
 import json
 from pathlib import Path

@@ -1,7 +1,7 @@
 """FlashAttention-2 in Triton (kernels/triton/attention.py): forward and backward against the textbook attention
-of the attention layer (the (L, S) matrices held, the kernels off) in float64 and float32, against F.scaled_dot_product_attention
-with autograd in every dtype, causal and not, L != S, E != Ev, ragged blocks, the GPT's transposed layout and
-inputs inside sentinels, and bad input.  Run with `pytest -m triton` (tests/triton_support.py)."""
+of the attention layer (the (L, S) matrices held, the kernels off) in float64 and float32, against
+F.scaled_dot_product_attention with autograd in every dtype, causal and not, L != S, E != Ev, ragged blocks, the GPT's
+transposed layout and inputs inside sentinels, and bad input.  Run with `pytest -m triton` (tests/triton_support.py)."""
 
 import math
 
