@@ -11,7 +11,7 @@ the backward -- are methods of their own (``_batch_stats``, ``_reduce_grad_sums`
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -100,7 +100,7 @@ class _BatchNorm(BaseLayer):
         if dtype is not None and not dtype.is_floating_point:
             raise ValueError(f"{owner}: dtype must be floating point, got {dtype}")
         self.affine, self.track_running_stats = affine, track_running_stats
-        kw = {"device": device, "dtype": dtype if dtype is not None else torch.get_default_dtype()}
+        kw: dict[str, Any] = {"device": device, "dtype": dtype if dtype is not None else torch.get_default_dtype()}
         # torch.nn's initial values: no random draws.
         self.weight = torch.ones(num_features, **kw) if affine else None  # (C,) gamma
         self.bias = torch.zeros(num_features, **kw) if affine and bias else None  # (C,) beta (torch 2.x: bias=False)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -80,7 +80,7 @@ class CausalSelfAttention(Composite):
     ) -> None:
         if n_embd % n_head:
             raise ValueError(f"GPT: n_embd {n_embd} is not divisible by n_head {n_head}")
-        kw = {"device": device, "dtype": dtype}
+        kw: dict[str, Any] = {"device": device, "dtype": dtype}
         self.c_attn = Linear(n_embd, 3 * n_embd, bias=bias, **kw)
         self.c_proj = Linear(n_embd, n_embd, bias=bias, **kw)
         self.resid_dropout = Dropout(dropout)
@@ -151,7 +151,7 @@ class MLP(Composite):
     def __init__(
         self, n_embd: int, dropout: float, bias: bool, *, norm: LayerNorm | None = None, device=None, dtype=None
     ) -> None:
-        kw = {"device": device, "dtype": dtype}
+        kw: dict[str, Any] = {"device": device, "dtype": dtype}
         self.c_fc = Linear(n_embd, 4 * n_embd, bias=bias, **kw)
         self.gelu = GELU()
         self.c_proj = Linear(4 * n_embd, n_embd, bias=bias, **kw)
@@ -192,7 +192,7 @@ class Block(Composite):
     tensors fewer held per block."""
 
     def __init__(self, n_embd: int, n_head: int, dropout: float, bias: bool, *, device=None, dtype=None) -> None:
-        kw = {"device": device, "dtype": dtype}
+        kw: dict[str, Any] = {"device": device, "dtype": dtype}
         self.ln_1 = LayerNorm(n_embd, bias=bias, **kw)
         self.attn = CausalSelfAttention(n_embd, n_head, dropout, bias, norm=self.ln_1, **kw)
         self.ln_2 = LayerNorm(n_embd, bias=bias, **kw)
@@ -265,7 +265,7 @@ class GPT(Composite):
         check_bool("GPT", "bias", bias)
         self.vocab_size, self.block_size, self.n_layer = vocab_size, block_size, n_layer
         self.n_head, self.n_embd, self.dropout, self.bias = n_head, n_embd, float(dropout), bias
-        kw = {"device": device, "dtype": dtype}
+        kw: dict[str, Any] = {"device": device, "dtype": dtype}
         # nanoGPT's construction order (wte, wpe, drop, h, ln_f, lm_head), drawing what torch.nn's constructors draw
         self.wte = Embedding(vocab_size, n_embd, **kw)
         self.wpe = Embedding(block_size, n_embd, **kw)

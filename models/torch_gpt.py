@@ -10,6 +10,7 @@ from ``generator`` as the hand-written attention draws them.  Without dropout (t
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -89,7 +90,7 @@ class PytorchGPT(nn.Module):
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
-        kw = {"device": device, "dtype": dtype}
+        kw: dict[str, Any] = {"device": device, "dtype": dtype}
         self._config = {
             "vocab_size": vocab_size,
             "block_size": block_size,

@@ -25,7 +25,7 @@ product with ``in_proj_weight``, and W for dW = d^T @ x -- and W keeps d in plac
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -136,7 +136,7 @@ class MultiheadAttention(Composite):
         self.batch_first, self.add_zero_attn = batch_first, add_zero_attn
         self.head_dim = embed_dim // num_heads
         self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
-        kw = {"device": device, "dtype": dtype}
+        kw: dict[str, Any] = {"device": device, "dtype": dtype}
         # torch's order of random draws: out_proj's Linear initialisation, then xavier for the input
         # projections, then bias_k and bias_v; the biases of the projections end as zeros.
         self.out_proj = Linear(embed_dim, embed_dim, bias=bias, **kw)

@@ -25,6 +25,7 @@ W is its own: LayerNorm computes its two (E,) sums in B, the attention concatena
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -71,7 +72,7 @@ class TransformerEncoderLayer(Composite):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        kw = {"device": device, "dtype": dtype}
+        kw: dict[str, Any] = {"device": device, "dtype": dtype}
         check_int("TransformerEncoderLayer", "dim_feedforward", dim_feedforward)
         check_bool("TransformerEncoderLayer", "norm_first", norm_first)
         self.activation_name = _activation_name(activation)

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import sys
 from types import ModuleType
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -294,7 +294,7 @@ class _Cell(BaseLayer):
         if dtype is not None and not dtype.is_floating_point:
             raise ValueError(f"{name}: dtype must be floating point, got {dtype}")
         gh = self._gates * hidden_size  # G*H
-        kw = {"device": device, "dtype": dtype}
+        kw: dict[str, Any] = {"device": device, "dtype": dtype}
         self.weight_ih = torch.empty(gh, input_size, **kw)  # (G*H, I)
         self.weight_hh = torch.empty(gh, hidden_size, **kw)  # (G*H, H)
         self.bias_ih = torch.empty(gh, **kw) if bias else None  # (G*H,)

@@ -13,7 +13,6 @@ backward that finds any of them replaced -- by an earlier backward or a later fo
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
@@ -23,9 +22,6 @@ from torch._functorch.eager_transforms import enable_inplace_requires_grad
 from ..layer import Layer
 from ..saved import versions
 from .binding import _named, _plain, bind
-
-if TYPE_CHECKING:  # as_module.py imports this file: the name is for annotations only
-    from .as_module import HandgradModule
 
 _MISSING = object()
 
@@ -181,7 +177,7 @@ class _HandgradFunction(torch.autograd.Function):
     bound tensors handed to autograd."""
 
     @staticmethod
-    def forward(module: HandgradModule, x: Tensor, *params: Tensor) -> Tensor:
+    def forward(module, x: Tensor, *params: Tensor) -> Tensor:  # module: as_module.py's HandgradModule
         device = x.device if isinstance(x, Tensor) else torch.device("cpu")
         snapshot = module._snapshot(device)
         with bind(module, list(params), [False] * len(params)):
