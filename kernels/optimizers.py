@@ -37,7 +37,7 @@ def _dense(t: Tensor) -> bool:
     return True
 
 
-def _span(params: list[Tensor]) -> tuple[int, int] | None:
+def _span(params: list[Tensor]) -> tuple[int | torch.SymInt, int | torch.SymInt] | None:
     """(start, end) offsets of the storage span the parameters tile, in any order, or None."""
     p0 = params[0]
     ptr = p0.data_ptr() - p0.storage_offset() * p0.element_size()  # the storage's first byte

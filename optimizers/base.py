@@ -173,10 +173,10 @@ class HandOptimizer(Optimizer):
             )
         return {**values, **checked}
 
-    def _check_params(self, owner: str, params: list) -> list[Tensor]:
+    def _check_params(self, owner: str, params: list) -> list[Tensor | tuple[str, Tensor]]:
         """The group's parameters as torch tensors ((name, tensor) pairs kept as pairs, as torch.optim takes them),
         each floating-point or complex."""
-        out = []
+        out: list[Tensor | tuple[str, Tensor]] = []
         for j, p in enumerate(params):
             named = isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str)
             t = p[1] if named else p
