@@ -50,7 +50,8 @@ class Composite(BaseLayer):
     def backward_input(self, dout: Tensor, *more, need_input_grad: bool = True, **kwargs):
         """B: the input gradient, every child's W (and the composite's own ``later``) queued for
         ``backward_weight()``; recording no graph, as ``backward``."""
-        self._queue = queue = []
+        queue: list[Callable[[], None]] = []
+        self._queue = queue
         try:
             dx = super().backward_input(dout, *more, need_input_grad=need_input_grad, **kwargs)
         finally:
@@ -63,7 +64,7 @@ class Composite(BaseLayer):
         """W: the queued weight gradients of the last ``backward_input``, in the order its B's ran, then the
         composite's own (the fused backward's order)."""
         grads = self._take_pending_w()  # one W per B, what Saved holds unchanged: checked before any .grad moves
-        steps, self._w_steps = self._w_steps, None
+        steps, self._w_steps = self._w_steps or [], None
         for step in steps:
             step()
         if grads:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, overload, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -54,6 +54,18 @@ class Layer(Protocol):
     def __call__(self, x: Tensor) -> Tensor: ...
 
 
+_T1 = TypeVar("_T1", bound="Tensor | None")
+_T2 = TypeVar("_T2", bound="Tensor | None")
+
+
+@overload
+def learned(a: _T1, /) -> tuple[_T1]: ...
+@overload
+def learned(a: _T1, b: _T2, /) -> tuple[_T1, _T2]: ...
+@overload
+def learned(*tensors: Tensor | None) -> tuple[Tensor | None, ...]: ...
+
+
 def learned(*tensors: Tensor | None) -> tuple[Tensor | None, ...]:
     """Mark freshly created tensors as parameters: ``requires_grad=True``, as ``nn.Parameter``'s default (None
     passes through).  The tensors keep their identity (a tied matrix stays one tensor)."""
@@ -67,7 +79,7 @@ def zero_grad_(params: Iterable[Tensor], set_to_none: bool = True) -> None:
         for p in params:
             p.grad = None
     elif params:
-        torch._foreach_zero_([p.grad for p in params])  # one kernel per device and dtype, not one per tensor
+        torch._foreach_zero_([p.grad for p in params if p.grad is not None])  # one kernel per device and dtype
 
 
 def named_parameters_of(layer: Layer) -> list[tuple[str, Tensor]]:
@@ -298,7 +310,7 @@ class BaseLayer(Template):
                 f"got {type(module).__name__}"
             )
         tensors = [*module.parameters(), *module.buffers()]
-        placed = (
+        placed: dict[str, Any] = (
             {"device": tensors[0].device, "dtype": next((t.dtype for t in tensors if t.is_floating_point()), None)}
             if tensors and _takes_dtype(cls)
             else {}
@@ -314,7 +326,7 @@ class BaseLayer(Template):
             raise TypeError(f"{type(self).__name__} has no torch.nn twin")
         placed = self._device_dtype() if _takes_dtype(type(self)) else {}
         kw = self._ctor_kwargs(self)
-        if "bias" in kw and not _torch_takes(self.torch_class, "bias"):  # an older torch: a bias always
+        if "bias" in kw and not _torch_takes(self.torch_class, "bias"):  # type: ignore[arg-type]  # (a class hashes)  # an older torch: a bias always
             bias = kw.pop("bias")
             if not bias:
                 raise TypeError(
@@ -366,7 +378,7 @@ def _takes_dtype(cls: type) -> bool:
     """Whether the layer's constructor (hence its torch twin's) takes device= and dtype= (layers with tensors)."""
     import inspect
 
-    return "dtype" in inspect.signature(cls.__init__).parameters
+    return "dtype" in inspect.signature(cls.__init__).parameters  # type: ignore[misc]  # the class's own __init__
 
 
 @functools.cache

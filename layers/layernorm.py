@@ -74,7 +74,7 @@ class LayerNorm(BaseLayer):
         try:
             shape = tuple(shape)
         except TypeError:
-            shape = None
+            shape = ()  # not a sequence: refused below
         if not shape or any(not is_a(s, int) or s < 1 for s in shape):
             raise ValueError(
                 f"LayerNorm: normalized_shape must be an int >= 1 or a non-empty sequence of them, "

@@ -62,7 +62,7 @@ class _Pool2d(BaseLayer):
     def extra_repr(self) -> str:
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
 
-    def _out_hw(self, x: Tensor) -> tuple[int, int]:
+    def _out_hw(self, x: Tensor) -> tuple[int, ...]:  # (H_out, W_out)
         return tuple(
             pool_out_size(
                 x.shape[2 + i], self._k[i], self._s[i], self._p[i], self._dilation[i], ceil_mode=self.ceil_mode

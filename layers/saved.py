@@ -29,6 +29,7 @@ recorded while compiling is marked as such and is not compared eagerly (a warnin
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -39,7 +40,7 @@ _warned = False
 MESSAGE_IN_GRAPH = torch.torch_version.TorchVersion(torch.__version__) >= "2.14"
 
 
-def versions(*tensors: Tensor | None) -> tuple[int, ...]:
+def versions(*tensors: Tensor | None) -> tuple:  # ints; under torch.compile _TRACED first
     """The version counter of each tensor a layer keeps (-1 for None, and for an inference-mode tensor)."""
     if torch.compiler.is_compiling():
         return (_TRACED, *[-1 if t is None else t._version for t in tensors])
@@ -51,9 +52,9 @@ def versions(*tensors: Tensor | None) -> tuple[int, ...]:
 
 def check_versions(
     layer: object,
-    names: tuple[str, ...],
+    names: tuple[str, ...] | Callable[[], tuple[str, ...]],
     tensors: tuple[Tensor | None, ...],
-    recorded: tuple[int, ...],
+    recorded: tuple,
     before: str = "backward",
 ) -> None:
     """Raise a RuntimeError if a tensor in ``tensors`` changed in place since ``recorded = versions(*tensors)``.
@@ -129,7 +130,7 @@ def _check_compiled(
             )
             # (a string: what torch.compile keeps for the graph; an older dynamo traces only a function without
             # closure, and its refusal then reads "Runtime assertion failed")
-            torch._check(t._version == then, message if MESSAGE_IN_GRAPH else lambda m=message: m)
+            torch._check(t._version == then, message if MESSAGE_IN_GRAPH else lambda m=message: m)  # type: ignore[misc]
 
 
 def _check_eagerly(layer, names, tensors, recorded, before) -> None:

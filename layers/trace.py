@@ -93,7 +93,8 @@ class _TorchLoss:
     """A torch.nn.functional loss with handgrad's loss protocol: ``loss(out, target)``, then ``backward()`` -> dout."""
 
     def __init__(self, fn) -> None:
-        self.fn, self._out = fn, None
+        self.fn = fn
+        self._out: Tensor | None = None
 
     def __call__(self, out: Tensor, target: Tensor) -> Tensor:
         self._out = out.detach().requires_grad_()
@@ -101,6 +102,8 @@ class _TorchLoss:
         return self._value.detach()
 
     def backward(self) -> Tensor:
+        if self._out is None:
+            raise RuntimeError(f"{self.fn}: backward before the loss was computed")
         (dout,) = torch.autograd.grad(self._value, self._out)
         return dout
 

@@ -49,7 +49,7 @@ class Net(Sequential):
 
     def forward(self, x: Tensor) -> Tensor:
         """x: (N, D) or (N, *) flattened to (N, D) -> logits (N, C)."""
-        check_tensor("Net", "x", x)
+        x = check_tensor("Net", "x", x)
         if x.dim() < 2:
             raise ValueError(f"Net: expected a batch of shape (N, D) or (N, 1, H, W), got {tuple(x.shape)}")
         self._in_shape = x.shape

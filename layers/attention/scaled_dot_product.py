@@ -252,7 +252,7 @@ class ScaledDotProductAttention(BaseLayer):
         if dweights is not None:
             if weights is None:
                 raise ValueError(f"{self!r}: dweights given, but the forward returned no weights (need_weights=False)")
-            check_tensor(repr(self), "dweights", dweights)
+            dweights = check_tensor(repr(self), "dweights", dweights)
             if dweights.shape != (*lead, L, S) or dweights.dtype != dtype:
                 raise ValueError(
                     f"{self!r}: dweights has shape {tuple(dweights.shape)} and dtype {dweights.dtype}, "

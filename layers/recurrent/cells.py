@@ -352,7 +352,7 @@ class _Cell(BaseLayer):
             raise TypeError(f"{self!r}: the state must be the pair (h, c) of tensors, got {type(hx).__name__}")
         want = (N, self.hidden_size) if batched else (self.hidden_size,)
         for name, part in zip(self._states, parts, strict=True):
-            check_tensor(repr(self), name, part)
+            part = check_tensor(repr(self), name, part)
             if part.shape != want:
                 raise ValueError(
                     f"{self!r}: {name} has shape {tuple(part.shape)}, expected {want} "

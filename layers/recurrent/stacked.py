@@ -94,7 +94,15 @@ class _Recurrent(BaseLayer, ABC):
 
     _gates: int = 1  # G
     _states: tuple[str, ...] = ("h_0",)  # the initial states: ("h_0", "c_0") for the LSTM
-    _ctor_args = ("input_size", "hidden_size", "num_layers", "bias", "batch_first", "dropout", "bidirectional")
+    _ctor_args: tuple[str, ...] = (
+        "input_size",
+        "hidden_size",
+        "num_layers",
+        "bias",
+        "batch_first",
+        "dropout",
+        "bidirectional",
+    )
     # The forward writes into preallocated buffers with out=, which autograd cannot record (and runs under no_grad:
     # no graph is built).  gradcheck's autograd oracle for these layers is autograd through the torch.nn twin's
     # own kernels on the same weights (checking.cases.rnn._TorchOracle), as the tests compare.
@@ -299,7 +307,7 @@ class _Recurrent(BaseLayer, ABC):
         sizes = [self.h_out, self.hidden_size][: len(parts)]  # h's, then LSTM's c
         out = []
         for name, part, size in zip(self._states, parts, sizes, strict=True):
-            check_tensor(repr(self), name, part)
+            part = check_tensor(repr(self), name, part)
             want = (
                 (self.num_layers * self.num_directions, N, size)
                 if batched

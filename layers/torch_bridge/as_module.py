@@ -59,6 +59,7 @@ import contextlib
 import copy
 import inspect
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -310,7 +311,7 @@ class HandgradModule(nn.Module):
     def _autocasting(self, x: object) -> bool:
         return isinstance(x, Tensor) and torch.is_autocast_enabled(x.device.type)
 
-    def _autocast_input(self, x: object) -> object:
+    def _autocast_input(self, x: Any) -> Any:
         """Under autocast the layer runs with autocast off and a floating input cast to its parameters' dtype, as
         torch.amp.custom_fwd(cast_inputs=...) runs a custom function: the output has the parameters' dtype."""
         if not self._autocasting(x) or not x.is_floating_point() or not self._slots:

@@ -13,6 +13,8 @@ backward that finds any of them replaced -- by an earlier backward or a later fo
 from __future__ import annotations
 
 import weakref
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -41,7 +43,7 @@ def _mark(value: object) -> object:
     return value
 
 
-def _same(value: object, mark: object) -> bool:
+def _same(value: Any, mark: object) -> bool:
     if isinstance(mark, weakref.ref):
         obj = mark()
         return obj is not None and value is obj
@@ -102,11 +104,11 @@ def _placed(e: Exception, where: str) -> Exception:
         placed = type(e)(where + str(e))
     except Exception:
         return e
-    placed._handgrad_placed = True
+    placed._handgrad_placed = True  # type: ignore[attr-defined]  # a mark of our own on the exception
     return placed
 
 
-def _second_derivative_refused(layer: Layer, grads: tuple, sources: tuple) -> tuple:
+def _second_derivative_refused(layer: Layer, grads: tuple, sources: Sequence[Tensor]) -> tuple:
     """``grads`` behind a node that raises if differentiated (torch's mechanism for a once-differentiable function,
     ``torch.autograd.function.once_differentiable``, with a message that names the layer): create_graph=True alone
     goes on, a backward through these gradients stops in one line.  The node also takes an empty slice of each of
@@ -124,7 +126,7 @@ def _second_derivative_refused(layer: Layer, grads: tuple, sources: tuple) -> tu
     def alias(g: Tensor | None) -> Tensor | None:
         return None if g is None else g.detach().requires_grad_()
 
-    out = err_fn(*map(alias, grads), *edges)
+    out = err_fn(*map(alias, grads), *edges)  # type: ignore[arg-type]  # (None: no gradient, as autograd takes it)
     out = out if isinstance(out, tuple) else (out,)
     return out[: len(grads)]
 
