@@ -45,6 +45,10 @@ from .template import Product, Template, accumulate_grad, no_graph, recording_gr
 
 @runtime_checkable
 class Layer(Protocol):
+    """What a layer is: forward(x) -> out, backward(dout) -> dx (its parameters' gradients into their .grad),
+    parameters() and calling it as forward.  Structural: a class of one's own with these methods is a Layer to
+    the type checker and to isinstance (which sees only that the methods are there), no base class needed."""
+
     def forward(self, x: Tensor) -> Tensor: ...
 
     def backward(self, dout: Tensor) -> Tensor: ...
