@@ -13,7 +13,7 @@ import math
 import numbers
 import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -113,7 +113,7 @@ class TensorOps:
         a = self
         ad = a.data
         if is_a(exponent, numbers.Number):
-            p = exponent
+            p: Any = exponent  # int, float or complex, as torch's pow takes them
 
             def backward(g):  # d(a^p)/da = p a^(p-1)
                 _accum(a, g * p * ad ** (p - 1))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Any, Literal, overload
 
 from torch import Tensor
 
@@ -31,7 +32,12 @@ class Composite(BaseLayer):
     _queue: list[Callable[[], None]] | None = None  # within backward_input: the W steps, in the order of the B's
     _w_steps: list[Callable[[], None]] | None = None  # from backward_input to backward_weight
 
-    def back(self, child: BaseLayer, dout: Tensor, **kwargs) -> Tensor | None:
+    @overload
+    def back(self, child: BaseLayer, dout: Tensor, *, need_input_grad: Literal[False], **kwargs: Any) -> None: ...
+    @overload
+    def back(self, child: BaseLayer, dout: Tensor, **kwargs: Any) -> Tensor: ...
+
+    def back(self, child: BaseLayer, dout: Tensor, **kwargs: Any) -> Tensor | None:
         """The child's backward now (a fused backward), or its B now and its W queued (under ``backward_input``)."""
         if self._queue is None:
             return child.backward(dout, **kwargs)

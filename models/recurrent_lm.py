@@ -154,7 +154,7 @@ class RecurrentLM(BaseLayer):
         self._had_state = state is not None
         return self.head(out), state_n  # (N, T, V)
 
-    def backward(self, dlogits: Tensor, dstate=None):
+    def backward(self, dlogits: Tensor, dstate=None):  # type: ignore[override]  # logits' and the final state's
         """dlogits (N, T, V), dstate (the final state's gradient, or None) -> None, or (None, dstate_0) when the
         forward was given a state; adds every parameter's gradient."""
         if self._had_state is None:

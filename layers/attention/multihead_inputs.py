@@ -86,7 +86,8 @@ def masks(
     F.scaled_dot_product_attention: boolean masks (True = may NOT attend here) become a boolean True = may attend,
     float ones are summed, and both kinds together become one float mask, -inf where blocked; the appended keys
     (bias_k, the zero key) are never masked (torch pads its masks with zeros)."""
-    blocked, bias = [], []
+    blocked: list[Tensor] = []
+    bias: list[Tensor] = []
     if attn_mask is not None:
         m = (
             attn_mask.view(1, 1, L, S)

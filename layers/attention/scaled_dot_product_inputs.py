@@ -3,6 +3,8 @@ failure one error naming the value, and the mask turned into what the math takes
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import Tensor
 
@@ -20,6 +22,7 @@ def check_qkv(q: object, k: object, v: object) -> tuple[tuple[int, ...], int, in
                 f"{OWNER}: {name} must be a floating-point tensor of shape (*, length, size), "
                 f"got {t.dtype} of shape {tuple(t.shape)}"
             )
+    q, k, v = cast(Tensor, q), cast(Tensor, k), cast(Tensor, v)  # each checked above
     if not (q.dtype == k.dtype == v.dtype and q.device == k.device == v.device):
         raise ValueError(
             f"{OWNER}: query, key and value must share dtype and device, got "

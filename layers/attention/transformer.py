@@ -243,7 +243,7 @@ class TransformerEncoder(Composite):
         return d
 
     @classmethod
-    def from_torch(cls, module: torch.nn.TransformerEncoder) -> TransformerEncoder:
+    def from_torch(cls, module: torch.nn.Module) -> TransformerEncoder:
         """The hand-written encoder holding copies of ``module``'s weights, in its mode."""
         if not isinstance(module, torch.nn.TransformerEncoder):
             raise TypeError(
@@ -258,7 +258,10 @@ class TransformerEncoder(Composite):
         """The torch.nn.TransformerEncoder holding copies of these weights, in the same mode."""
         norm = self.norm.to_torch() if self.norm is not None else None
         module = torch.nn.TransformerEncoder(
-            self.layers[0].to_torch(), self.num_layers, norm=norm, enable_nested_tensor=False
+            self.layers[0].to_torch(),  # type: ignore[arg-type]  # a torch.nn.TransformerEncoderLayer
+            self.num_layers,
+            norm=norm,
+            enable_nested_tensor=False,
         )
         module.load_state_dict(self.state_dict())
         return module.train(self.training)

@@ -34,8 +34,9 @@ accumulates.  ``backward_input`` takes and returns what ``backward`` does and le
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import torch
 from torch import Tensor
@@ -152,7 +153,8 @@ def _forward(step, x: Tensor, state: list[Tensor], reverse: bool, *args) -> tupl
     """x (T, N, I), the initial state [h (, c)] -> (every step's h (T, N, H_out), the last state, Steps)."""
     T = x.shape[0]
     order = range(T - 1, -1, -1) if reverse else range(T)
-    hs, caches = [None] * T, []
+    hs: list[Any] = [None] * T  # every step's h, each slot filled below
+    caches = []
     for t in order:
         *state, cache = step(x[t], *state, *args)  # h (, c), carried to the next step
         hs[t] = state[0]
@@ -164,7 +166,9 @@ def _backward(step_backward, dy: Tensor, dstate: list[Tensor], steps: Steps, dx:
     """dy (T, N, H_out), the last state's gradients [dh (, dc)] -> (dx (T*N, I) or None, the initial state's
     gradients, the weight gradients summed over the steps): the last step first, each step's dh = its output's
     gradient + dh_next (the step after it's dh_prev)."""
-    T, grads, dxs = dy.shape[0], {}, [None] * dy.shape[0]
+    T = dy.shape[0]
+    grads: dict[str, Tensor] = {}
+    dxs: list[Any] = [None] * T  # every step's dx, each slot filled below
     for t, cache in zip(reversed(steps.order), reversed(steps.caches), strict=True):
         dstate[0] = dy[t] + dstate[0]
         dxs[t], *dstate, g = step_backward(*dstate, cache)
@@ -254,7 +258,10 @@ class _Cell(BaseLayer):
     _gates: int = 1  # G
     _states: tuple[str, ...] = ("h",)
     _param_names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
-    _ctor_args = ("input_size", "hidden_size", "bias")
+    _ctor_args: tuple[str, ...] = ("input_size", "hidden_size", "bias")
+    # each cell's one step of bptt.py's forward and backward (RNNCell, LSTMCell, GRUCell define them)
+    _step: Callable[..., Any]
+    _step_backward: Callable[..., Any]
     autograd_opaque = True  # as rnn.py's: out= into buffers, run under no_grad; gradcheck uses the twin
     expects = Expects(
         dims=(1, 2),
@@ -312,8 +319,9 @@ class _Cell(BaseLayer):
         s = f"{self.input_size}, {self.hidden_size}"
         if not self.bias:
             s += ", bias=False"
-        if getattr(self, "nonlinearity", "tanh") != "tanh":
-            s += f", nonlinearity={self.nonlinearity!r}"
+        nonlinearity = getattr(self, "nonlinearity", "tanh")  # (RNNCell's alone)
+        if nonlinearity != "tanh":
+            s += f", nonlinearity={nonlinearity!r}"
         return s
 
     def __call__(self, x: Tensor, hx=None):
@@ -359,7 +367,7 @@ class _Cell(BaseLayer):
                     f"({'(batch, hidden_size)' if batched else '(hidden_size,) for an unbatched x'})"
                 )
             check_like(repr(self), name, part, self.weight_ih, "weight_ih")
-        return [part.reshape(N, self.hidden_size) for part in parts]
+        return [cast(Tensor, part).reshape(N, self.hidden_size) for part in parts]  # (each checked above)
 
     def backward_math(self, dh: Tensor | tuple | None, saved: Saved, dc: Tensor | None = None):
         """dh' (, dc') (None: zeros) -> (dx, or (dx, dstate) with dstate shaped as the forward's state; the
@@ -368,7 +376,7 @@ class _Cell(BaseLayer):
         N, H = saved.x.shape[0], self.hidden_size
         dh = dout[0]
         dy = (
-            torch.zeros(1, N, H, dtype=saved.dtype, device=saved.device) if dh is None else dh.reshape(1, N, H)
+            torch.zeros(1, N, H, dtype=saved.dtype, device=saved.device) if dh is None else dh.reshape(1, N, H)  # type: ignore[union-attr]  # (a tensor: the pair was split above)
         )  # (1, N, H)
         rest = [None if g is None else g.reshape(N, H) for g in dout[1:]]
         dx, d0, grads = self._step_backward(dy, rest, saved.step, need_d0=saved.had_hx)
