@@ -330,7 +330,8 @@ class BaseLayer(Template):
             raise TypeError(f"{type(self).__name__} has no torch.nn twin")
         placed = self._device_dtype() if _takes_dtype(type(self)) else {}
         kw = self._ctor_kwargs(self)
-        if "bias" in kw and not _torch_takes(self.torch_class, "bias"):  # type: ignore[arg-type]  # (a class hashes)  # an older torch: a bias always
+        # an older torch: a bias always (the ignore: mypy takes a class for unhashable)
+        if "bias" in kw and not _torch_takes(self.torch_class, "bias"):  # type: ignore[arg-type]
             bias = kw.pop("bias")
             if not bias:
                 raise TypeError(

@@ -171,7 +171,8 @@ class Sequential(BaseLayer):
         shapes.append(getattr(x, "shape", None))
         return x
 
-    def backward(self, dout: Tensor, need_input_grad: bool = False) -> Tensor | None:  # type: ignore[override]  # (no *more)
+    # (the ignore: a Sequential's backward takes no further upstream gradients, as the template's may)
+    def backward(self, dout: Tensor, need_input_grad: bool = False) -> Tensor | None:  # type: ignore[override]
         """dout: dL/d(output) -> dL/dx (None unless ``need_input_grad``); fills every parameter's .grad.
 
         While the kernels are on, a ReLU followed by a MaxPool2d (a CNN's usual pair) runs its backward inside the
@@ -194,7 +195,10 @@ class Sequential(BaseLayer):
                         i -= 2
                         continue
                 # need_input_grad only for a layer that takes it (_skips_dx); the Layer protocol does not ask for it
-                dout = layer.backward(dout, need_input_grad=True) if self._skips_dx[i] else layer.backward(dout)  # type: ignore[call-arg]
+                if self._skips_dx[i]:
+                    dout = layer.backward(dout, need_input_grad=True)  # type: ignore[call-arg]
+                else:
+                    dout = layer.backward(dout)
                 if not (isinstance(dout, Tensor) and dout.shape == shapes[i]):
                     self._wrong_dx(i, dout)
                 for hook in hooks:

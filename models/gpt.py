@@ -178,7 +178,9 @@ class MLP(Composite):
         d = self.dropout.backward(dy)
         if saved.recomputed:
             dh = self.back(self._gelu_c_proj, d)  # (B, T, 4C)
-            return self.back(self._norm_c_fc, dh) if self.norm is not None else self.back(self.c_fc, dh)  # type: ignore[arg-type]
+            if self.norm is not None:
+                return self.back(self._norm_c_fc, dh)  # type: ignore[arg-type]  # (set with the norm)
+            return self.back(self.c_fc, dh)
         dx = self.back(self.c_fc, self.gelu.backward(self.back(self.c_proj, d)))
         return dx if self.norm is None else self.back(self.norm, dx)
 

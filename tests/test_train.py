@@ -333,7 +333,10 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
             self.f.write(data[: len(data) // 2])
             raise OSError(errno.EIO, os.strerror(errno.EIO))
 
-    monkeypatch.setattr(training.storage.files, "open", lambda p, mode: HalfWritten(open(p, mode)), raising=False)  # noqa: SIM115 (the writer closes it)
+    def half_written(p, mode):
+        return HalfWritten(open(p, mode))  # noqa: SIM115 (the writer closes it)
+
+    monkeypatch.setattr(training.storage.files, "open", half_written, raising=False)
     with pytest.raises(
         training.WriteFailed,
         match=f"cannot write {path}: Input/output error; the previous checkpoint.pt there is intact",

@@ -269,7 +269,8 @@ class ScaledDotProductAttention(BaseLayer):
                 D.add_((dw * weights).sum(-1, keepdim=True))  # type: ignore[operator]  # (kept where dw is given)
             dq, dk, dv = attention.backward(q, k, v, do, dw, D, saved.lse, spec)
         else:
-            dq, dk, dv = attention_backward(do, dw, q, k, v, saved.P, saved.att, spec)  # type: ignore[arg-type]  # (kept)
+            # (the textbook's forward kept P and att)
+            dq, dk, dv = attention_backward(do, dw, q, k, v, saved.P, saved.att, spec)  # type: ignore[arg-type]
         return dq.view(saved.q_shape).to(dtype), dk.view(saved.k_shape).to(dtype), dv.view(saved.v_shape).to(dtype)
 
 

@@ -374,9 +374,9 @@ class _Cell(BaseLayer):
         parameter gradients): one step of bptt.py (T = 1)."""
         dout = _pair(dh, dc) if len(self._states) == 2 else (dh,)
         N, H = saved.x.shape[0], self.hidden_size
-        dh = dout[0]
+        dh = cast("Tensor | None", dout[0])  # (a tensor or None: the pair is split above)
         dy = (
-            torch.zeros(1, N, H, dtype=saved.dtype, device=saved.device) if dh is None else dh.reshape(1, N, H)  # type: ignore[union-attr]  # (a tensor: the pair was split above)
+            torch.zeros(1, N, H, dtype=saved.dtype, device=saved.device) if dh is None else dh.reshape(1, N, H)
         )  # (1, N, H)
         rest = [None if g is None else g.reshape(N, H) for g in dout[1:]]
         dx, d0, grads = self._step_backward(dy, rest, saved.step, need_d0=saved.had_hx)
