@@ -128,7 +128,11 @@ def draw_graph(
             Path(tmp).write_text(text)
         else:
             r = subprocess.run(
-                [shutil.which("dot"), f"-T{format}", "-o", tmp], input=text, text=True, capture_output=True, timeout=120
+                [shutil.which("dot") or "dot", f"-T{format}", "-o", tmp],
+                input=text,
+                text=True,
+                capture_output=True,
+                timeout=120,
             )
             if r.returncode != 0:
                 raise RuntimeError(f"draw_graph: `dot -T{format}` failed (exit {r.returncode}): {r.stderr.strip()}")

@@ -103,7 +103,7 @@ class Tensor(TensorOps):
         self._backward: Callable[[torch.Tensor], None] | None = None
         self._op = _op
         self._released = False
-        self._saved = ()
+        self._saved: tuple[tuple[str, torch.Tensor, int], ...] = ()
         self._owns_grad = False
 
     # -- plumbing -----------------------------------------------------------------------------------
@@ -184,7 +184,7 @@ class Tensor(TensorOps):
     def _make(
         self,
         data: torch.Tensor,
-        parents: tuple[Tensor, ...],
+        parents: tuple[TensorOps, ...],
         op: str,
         backward: Callable[[torch.Tensor], None],
         saved: tuple[tuple[str, torch.Tensor | None], ...] = (),
@@ -262,7 +262,7 @@ class Tensor(TensorOps):
                     node._backward, node._prev, node._released, node._saved = None, (), True, ()
 
 
-def _mixed_dtypes(op: str, parents: tuple[Tensor, ...], p: Tensor, out_dtype: torch.dtype) -> TypeError:
+def _mixed_dtypes(op: str, parents: tuple[TensorOps, ...], p: TensorOps, out_dtype: torch.dtype) -> TypeError:
     """The error for an op whose result's dtype differs from that of an operand that requires grad: its gradient
     would have the result's dtype, which torch refuses to store in that operand's .grad (in backward, far from
     here).  torch.autograd converts such gradients; this engine asks for one dtype instead."""

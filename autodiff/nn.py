@@ -9,6 +9,7 @@ and ``state_dict()`` pair with the nn.Module twin's by name and by position.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping
 
 import torch
@@ -142,7 +143,7 @@ class Sequential(Module):
 def MLP(sizes: list[int], activation: type[Module] = Tanh, **kw) -> Sequential:
     """MLP([2, 8, 1]): Linear(2, 8), activation, Linear(8, 1)."""
     layers: list[Module] = []
-    for i, (a, b) in enumerate(zip(sizes, sizes[1:])):
+    for i, (a, b) in enumerate(itertools.pairwise(sizes)):
         layers.append(Linear(a, b, **kw))
         if i < len(sizes) - 2:
             layers.append(activation())

@@ -13,10 +13,14 @@ import math
 import numbers
 import weakref
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from layers.checks import is_a
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing's own from Python 3.11
 
 
 class TensorOps:
@@ -24,9 +28,29 @@ class TensorOps:
 
     __slots__ = ()  # the node's fields are Tensor's (engine.py)
 
+    if TYPE_CHECKING:  # what the operations read of the node, defined in engine.py
+        data: torch.Tensor
+        requires_grad: bool
+        _op: str
+        _owns_grad: bool
+
+        @property
+        def shape(self) -> torch.Size: ...
+
+        def _lift(self, x: object, op: str) -> Self: ...
+
+        def _make(
+            self,
+            data: torch.Tensor,
+            parents: tuple[TensorOps, ...],
+            op: str,
+            backward: Callable[[torch.Tensor], None],
+            saved: tuple[tuple[str, torch.Tensor | None], ...] = (),
+        ) -> Self: ...
+
     # -- arithmetic (broadcasting) ---------------------------------------------------------------------
 
-    def __add__(self, other) -> TensorOps:
+    def __add__(self, other) -> Self:
         a, b = self, self._lift(other, "add")
 
         def backward(g):  # d(a+b)/da = d(a+b)/db = 1
@@ -37,7 +61,7 @@ class TensorOps:
 
         return self._make(a.data + b.data, (a, b), "add", backward)
 
-    def __mul__(self, other) -> TensorOps:
+    def __mul__(self, other) -> Self:
         a, b = self, self._lift(other, "mul")
         ad, bd = a.data, b.data
 
@@ -55,11 +79,11 @@ class TensorOps:
             (("its input a", ad if b.requires_grad else None), ("its input b", bd if a.requires_grad else None)),
         )
 
-    def __neg__(self) -> TensorOps:
+    def __neg__(self) -> Self:
         a = self
         return self._make(-a.data, (a,), "neg", lambda g: _accum(a, -g))
 
-    def __sub__(self, other) -> TensorOps:
+    def __sub__(self, other) -> Self:
         a, b = self, self._lift(other, "sub")
 
         def backward(g):  # d(a-b)/da = 1, d(a-b)/db = -1
@@ -70,7 +94,7 @@ class TensorOps:
 
         return self._make(a.data - b.data, (a, b), "sub", backward)
 
-    def __truediv__(self, other) -> TensorOps:
+    def __truediv__(self, other) -> Self:
         a, b = self, self._lift(other, "div")
 
         ad, bd = a.data, b.data
@@ -85,11 +109,11 @@ class TensorOps:
             ad / bd, (a, b), "div", backward, (("its input a", ad if b.requires_grad else None), ("its input b", bd))
         )
 
-    def __pow__(self, exponent) -> TensorOps:
+    def __pow__(self, exponent) -> Self:
         a = self
         ad = a.data
         if is_a(exponent, numbers.Number):
-            p = exponent
+            p: Any = exponent  # int, float or complex, as torch's pow takes them
 
             def backward(g):  # d(a^p)/da = p a^(p-1)
                 _accum(a, g * p * ad ** (p - 1))
@@ -117,24 +141,24 @@ class TensorOps:
             ),
         )
 
-    def __radd__(self, other) -> TensorOps:
+    def __radd__(self, other) -> Self:
         return self + other
 
-    def __rmul__(self, other) -> TensorOps:
+    def __rmul__(self, other) -> Self:
         return self * other
 
-    def __rsub__(self, other) -> TensorOps:
+    def __rsub__(self, other) -> Self:
         return self._lift(other, "sub") - self
 
-    def __rtruediv__(self, other) -> TensorOps:
+    def __rtruediv__(self, other) -> Self:
         return self._lift(other, "div") / self
 
-    def __rpow__(self, other) -> TensorOps:
+    def __rpow__(self, other) -> Self:
         return self._lift(other, "pow") ** self
 
     # -- matrix product ------------------------------------------------------------------------------
 
-    def __matmul__(self, other) -> TensorOps:
+    def __matmul__(self, other) -> Self:
         """As torch.matmul: 1-D operands are promoted (and the added dimension removed), batch dims broadcast."""
         a, b = self, self._lift(other, "matmul")
         if a.data.dim() == 0 or b.data.dim() == 0:
@@ -172,16 +196,16 @@ class TensorOps:
             (("its input a", ad if b.requires_grad else None), ("its input b", bd if a.requires_grad else None)),
         )
 
-    def __rmatmul__(self, other) -> TensorOps:
+    def __rmatmul__(self, other) -> Self:
         return self._lift(other, "matmul") @ self
 
     # -- element-wise functions ----------------------------------------------------------------------
 
-    def exp(self) -> TensorOps:
+    def exp(self) -> Self:
         a, out = self, torch.exp(self.data)
         return self._make(out, (a,), "exp", lambda g: _accum(a, g * out), (("its output", out),))  # d e^a = e^a
 
-    def log(self) -> TensorOps:
+    def log(self) -> Self:
         a, ad = self, self.data
         return self._make(
             torch.log(ad),
@@ -191,15 +215,15 @@ class TensorOps:
             (("its input a", ad),),
         )
 
-    def tanh(self) -> TensorOps:
+    def tanh(self) -> Self:
         a, out = self, torch.tanh(self.data)
         return self._make(out, (a,), "tanh", lambda g: _accum(a, g * (1 - out * out)), (("its output", out),))
 
-    def sigmoid(self) -> TensorOps:
+    def sigmoid(self) -> Self:
         a, out = self, torch.sigmoid(self.data)
         return self._make(out, (a,), "sigmoid", lambda g: _accum(a, g * out * (1 - out)), (("its output", out),))
 
-    def relu(self) -> TensorOps:
+    def relu(self) -> Self:
         a, out = self, torch.relu(self.data)
         return self._make(
             out,
@@ -211,7 +235,7 @@ class TensorOps:
 
     # -- reductions ----------------------------------------------------------------------------------
 
-    def sum(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> TensorOps:
+    def sum(self, dim: int | tuple[int, ...] | list[int] | None = None, keepdim: bool = False) -> Self:
         a = self
         out = a.data.sum() if dim is None else a.data.sum(dim, keepdim=keepdim)
 
@@ -224,11 +248,11 @@ class TensorOps:
 
         return self._make(out, (a,), "sum", backward)
 
-    def mean(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> TensorOps:
+    def mean(self, dim: int | tuple[int, ...] | list[int] | None = None, keepdim: bool = False) -> Self:
         count = self.data.numel() if dim is None else math.prod(self.shape[d] for d in _dims(dim, self.data.dim()))
         return self.sum(dim, keepdim) * (1.0 / count)
 
-    def max(self, dim: int | None = None, keepdim: bool = False) -> TensorOps:
+    def max(self, dim: int | None = None, keepdim: bool = False) -> Self:
         """Largest value (over ``dim``); the gradient goes to the arg-max (shared equally among ties when dim=None)."""
         a, ad = self, self.data
         if dim is None:
@@ -248,7 +272,7 @@ class TensorOps:
 
         return self._make(values if keepdim else values.squeeze(dim), (a,), "max", backward)
 
-    def log_softmax(self, dim: int = -1) -> TensorOps:
+    def log_softmax(self, dim: int = -1) -> Self:
         """log p = x - logsumexp(x, dim);  dx = g - softmax(x) * sum(g, dim)."""
         a, out = self, torch.log_softmax(self.data, dim)
 
@@ -259,25 +283,25 @@ class TensorOps:
 
     # -- shape -----------------------------------------------------------------------------------------
 
-    def reshape(self, *shape) -> TensorOps:
+    def reshape(self, *shape) -> Self:
         a = self
         shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)) else shape
         return self._view(a.data.reshape(shape), "reshape", lambda g: g.reshape(a.shape))
 
     view = reshape
 
-    def transpose(self, dim0: int, dim1: int) -> TensorOps:
+    def transpose(self, dim0: int, dim1: int) -> Self:
         a = self
         return self._view(a.data.transpose(dim0, dim1), "transpose", lambda g: g.transpose(dim0, dim1))
 
     @property
-    def T(self) -> TensorOps:
+    def T(self) -> Self:
         """Dimensions reversed (for a matrix: its transpose)."""
         a = self
         perm = tuple(reversed(range(a.data.dim())))
         return self._view(a.data.permute(perm), "T", lambda g: g.permute(perm))
 
-    def _view(self, data: torch.Tensor, op: str, back: Callable[[torch.Tensor], torch.Tensor]) -> TensorOps:
+    def _view(self, data: torch.Tensor, op: str, back: Callable[[torch.Tensor], torch.Tensor]) -> Self:
         """A view op (reshape, transpose, T): ``back`` lays its gradient out as its input's.  The gradient is
         handed on without a copy when it is this node's own (``_owns_grad``: no other node holds it), so
         ``(x @ W.T)`` gives W its gradient without copying it: W.grad then shares memory with W.T's .grad, as
@@ -291,7 +315,7 @@ class TensorOps:
         node = weakref.ref(out)  # not out itself: the closure would hold its own node, a cycle only gc frees
         return out
 
-    def __getitem__(self, index) -> TensorOps:
+    def __getitem__(self, index) -> Self:
         a = self
         index = _unwrap_index(index)
         ad = a.data
@@ -352,12 +376,12 @@ def _accum(node: TensorOps, g: torch.Tensor, fresh: bool = True) -> None:
         return
     if node.data.grad is None:
         if node._op:
-            node.data.grad, node._owns_grad = g, fresh
+            node.data.grad, node._owns_grad = g, fresh  # type: ignore[misc]  # a slot of engine.Tensor, the only node
         else:
             node.data.grad = g if fresh else g.clone()
     else:
         node.data.grad = node.data.grad + g  # out of place: never writes into a tensor another node holds
-        node._owns_grad = True
+        node._owns_grad = True  # type: ignore[misc]  # a slot of engine.Tensor, the only node
 
 
 def _dims(dim: int | Sequence[int], ndim: int) -> tuple[int, ...]:

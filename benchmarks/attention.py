@@ -65,51 +65,53 @@ def inputs(args, device):
 
 
 def speed_rows(args, device) -> list[tuple[str, float, float]]:
-    rows = []
-    for batch, T in ((12, 64), (12, 512)):
-        E, H = 128, 4
-        torch.manual_seed(0)
-        mha = MultiheadAttention(E, H, device=device)
-        mha_t = mha.to_torch()
-        layer = TransformerEncoderLayer(E, H, dim_feedforward=4 * E, dropout=0.0, norm_first=True, device=device)
-        layer_t = layer.to_torch()
-        x = torch.randn(T, batch, E, device=device)
-        dout = torch.randn(T, batch, E, device=device)
-        mask = torch.nn.Transformer.generate_square_subsequent_mask(T, device=device)
+    return [row for batch, T in ((12, 64), (12, 512)) for row in speed_case(args, device, batch, T)]
 
-        def ours_mha():
-            mha(x, x, x, need_weights=False, attn_mask=mask, is_causal=True)
-            mha.backward(dout, summed=True)
-            mha.zero_grad()
 
-        def torch_mha():
-            xt = x.clone().requires_grad_(True)
-            out, _ = mha_t(xt, xt, xt, need_weights=False, attn_mask=mask, is_causal=True)
-            out.backward(dout)
-            mha_t.zero_grad()
+def speed_case(args, device, batch: int, T: int) -> list[tuple[str, float, float]]:
+    """One shape's two rows: the closures timed below share this call's layers and tensors."""
+    E, H = 128, 4
+    torch.manual_seed(0)
+    mha = MultiheadAttention(E, H, device=device)
+    mha_t = mha.to_torch()
+    layer = TransformerEncoderLayer(E, H, dim_feedforward=4 * E, dropout=0.0, norm_first=True, device=device)
+    layer_t = layer.to_torch()
+    x = torch.randn(T, batch, E, device=device)
+    dout = torch.randn(T, batch, E, device=device)
+    mask = torch.nn.Transformer.generate_square_subsequent_mask(T, device=device)
 
-        def ours_layer():
-            layer(x, src_mask=mask, is_causal=True)
-            layer.backward(dout)
-            layer.zero_grad()
+    def ours_mha():
+        mha(x, x, x, need_weights=False, attn_mask=mask, is_causal=True)
+        mha.backward(dout, summed=True)
+        mha.zero_grad()
 
-        def torch_layer():
-            xt = x.clone().requires_grad_(True)
-            layer_t(xt, src_mask=mask, is_causal=True).backward(dout)
-            layer_t.zero_grad()
+    def torch_mha():
+        xt = x.clone().requires_grad_(True)
+        out, _ = mha_t(xt, xt, xt, need_weights=False, attn_mask=mask, is_causal=True)
+        out.backward(dout)
+        mha_t.zero_grad()
 
-        t = interleaved(
-            {"mha": ours_mha, "mha_t": torch_mha, "layer": ours_layer, "layer_t": torch_layer},
-            args.repeats,
-            3,
-            device,
-            clock=args.clock,
-        )
-        rows.append(
-            (f"MultiheadAttention, causal self-attention, B {batch}, T {T}, E {E}, {H} heads", t["mha"], t["mha_t"])
-        )
-        rows.append((f"TransformerEncoderLayer (pre-norm, FF {4 * E}), B {batch}, T {T}", t["layer"], t["layer_t"]))
-    return rows
+    def ours_layer():
+        layer(x, src_mask=mask, is_causal=True)
+        layer.backward(dout)
+        layer.zero_grad()
+
+    def torch_layer():
+        xt = x.clone().requires_grad_(True)
+        layer_t(xt, src_mask=mask, is_causal=True).backward(dout)
+        layer_t.zero_grad()
+
+    t = interleaved(
+        {"mha": ours_mha, "mha_t": torch_mha, "layer": ours_layer, "layer_t": torch_layer},
+        args.repeats,
+        3,
+        device,
+        clock=args.clock,
+    )
+    return [
+        (f"MultiheadAttention, causal self-attention, B {batch}, T {T}, E {E}, {H} heads", t["mha"], t["mha_t"]),
+        (f"TransformerEncoderLayer (pre-norm, FF {4 * E}), B {batch}, T {T}", t["layer"], t["layer_t"]),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

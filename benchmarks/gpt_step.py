@@ -51,10 +51,13 @@ def build(cfg: dict, device, dtype):
         dtype=dtype,
     )
     twin = model.to_torch()
-    groups = lambda named: [
-        {"params": [p for _, p in named if p.dim() >= 2], "weight_decay": 0.1},  # noqa: E731
-        {"params": [p for _, p in named if p.dim() < 2], "weight_decay": 0.0},
-    ]
+
+    def groups(named):  # decay the matrices, not the biases and norms' gains
+        return [
+            {"params": [p for _, p in named if p.dim() >= 2], "weight_decay": 0.1},
+            {"params": [p for _, p in named if p.dim() < 2], "weight_decay": 0.0},
+        ]
+
     opt = AdamW(groups(list(model.named_parameters())), lr=1e-3, betas=(0.9, 0.99))
     opt_t = torch.optim.AdamW(groups(list(twin.named_parameters())), lr=1e-3, betas=(0.9, 0.99))
     return model, twin, opt, opt_t

@@ -47,7 +47,10 @@ OTHER = (
 )
 
 
-def build(seq: int, batch: int, inp: int, hidden: int, layers: int, vocab: int, device=torch.device("cpu")):
+CPU = torch.device("cpu")
+
+
+def build(seq: int, batch: int, inp: int, hidden: int, layers: int, vocab: int, device=CPU):
     torch.manual_seed(0)
     lstm, head = LSTM(inp, hidden, layers), Linear(hidden, vocab)
     twin_lstm, twin_head = lstm.to_torch().to(device), head.to_torch().to(device)
@@ -95,7 +98,7 @@ def compiled_candidates(seq, batch, inp, hidden, layers, vocab) -> dict:
     }
 
 
-def candidates(seq, batch, inp, hidden, layers, vocab, device=torch.device("cpu")) -> dict:
+def candidates(seq, batch, inp, hidden, layers, vocab, device=CPU) -> dict:
     """The two steps and, on the CPU, the hand-written step's parts (the oneDNN products are the CPU's)."""
     lstm, head, twin_lstm, twin_head, x, y = build(seq, batch, inp, hidden, layers, vocab, device)
     params = lstm.parameters() + head.parameters()
@@ -160,7 +163,7 @@ def candidates(seq, batch, inp, hidden, layers, vocab, device=torch.device("cpu"
     dA, dy = torch.randn(T * N, 4 * H), torch.randn(T, N, H)
 
     def input_projections():
-        for (w_ih, _, b), xin in zip(ws, ins):
+        for (w_ih, _, b), xin in zip(ws, ins, strict=True):
             matmul.linear(xin, w_ih, b)
 
     def recurrent_forward():
@@ -177,7 +180,7 @@ def candidates(seq, batch, inp, hidden, layers, vocab, device=torch.device("cpu"
                 matmul.linear_add(dA3[t], w_t, dy[t])
 
     def weight_gradients():  # as the layer template computes them into a fresh .grad (zero_grad set it to None)
-        for (w_ih, _, _), xin in zip(ws, ins):
+        for (w_ih, _, _), xin in zip(ws, ins, strict=True):
             for g in (matmul.weight_grad(dA, xin), matmul.weight_grad(dA, h[:T].reshape(T * N, H))):  # dW_ih, dW_hh
                 g.a @ g.b if isinstance(g, Product) else g()
             dA.sum(0).clone()  # db_ih and db_hh: one sum, a copy of it for the second bias

@@ -1,4 +1,4 @@
-"""Median step time in float32 and in mixed precision: hand-written (float32 master weights) vs nn.Module under autocast.
+"""Median step time, float32 and mixed precision: hand-written (float32 master weights) vs nn.Module under autocast.
 
     python benchmarks/precision.py                          # default net 784-1024x3-10, batch 512, CPU
     python benchmarks/precision.py --device cuda --repeats 100 --dtypes bfloat16 float16

@@ -79,7 +79,7 @@ def _autograd(
             outs, douts = out if isinstance(out, tuple) else ([out], [dout])
             if not any(o.requires_grad for o in outs):
                 raise RuntimeError("the output does not depend on any input through operations autograd records")
-            outs, douts = zip(*[(o, d) for o, d in zip(outs, douts) if o.requires_grad])
+            outs, douts = zip(*[(o, d) for o, d in zip(outs, douts, strict=True) if o.requires_grad], strict=True)
             grads = torch.autograd.grad(outs, leaves, douts, allow_unused=True)
     except RuntimeError as e:
         raise RuntimeError(
@@ -87,9 +87,9 @@ def _autograd(
             f"whose forward autograd cannot trace must set autograd_opaque = True"
         ) from e
     finally:
-        for t, flag in zip(leaves, flags):
+        for t, flag in zip(leaves, flags, strict=True):
             t.requires_grad_(flag)
-    return [torch.zeros_like(t) if g is None else g for t, g in zip(leaves, grads)]
+    return [torch.zeros_like(t) if g is None else g for t, g in zip(leaves, grads, strict=True)]
 
 
 def _same_randomness(seed: int, device: torch.device):
@@ -175,7 +175,11 @@ def check_layer(
     args = x if multi else (x,)
     args = torch.utils._pytree.tree_map(lambda t: t.detach().clone() if _checked(t) else t, args)  # ours to perturb
     in_leaves, in_spec = torch.utils._pytree.tree_flatten(args)
-    in_names = [n for arg_name, arg in zip(_input_names(layer, len(args)), args) for n, _ in _leaf_names(arg_name, arg)]
+    in_names = [
+        n
+        for arg_name, arg in zip(_input_names(layer, len(args)), args, strict=True)
+        for n, _ in _leaf_names(arg_name, arg)
+    ]
     checked = [i for i, t in enumerate(in_leaves) if _checked(t)]
     params = named_parameters_of(layer)
     tensors = {**{in_names[i]: in_leaves[i] for i in checked}, **dict(params)}
@@ -212,7 +216,7 @@ def check_layer(
                 f"gradcheck {owner}: {type(layer).__name__}.backward failed, "
                 f"{_backward_shapes(douts, in_names, in_leaves, checked, params)}: ",
             ) from e
-        for i, (d, c) in enumerate(zip(douts, copies)):
+        for i, (d, c) in enumerate(zip(douts, copies, strict=True)):
             if d is not None and not torch.equal(d, c):
                 changed[f"dout[{i}]" if len(douts) > 1 else "dout"] = (c - d).abs().max().item()
         return grads
@@ -251,7 +255,7 @@ def check_layer(
                 f"{len(in_leaves)} inputs ({', '.join(in_names)}), in the inputs' structure"
             )
         hand = {}
-        for i, (n, g) in enumerate(zip(in_names, grad_leaves)):
+        for i, (n, g) in enumerate(zip(in_names, grad_leaves, strict=True)):
             if i in checked and not isinstance(g, Tensor):
                 raise TypeError(
                     f"gradcheck {owner}: backward returned {type(g).__name__} for input {n}, not its gradient"
@@ -290,16 +294,18 @@ def check_layer(
 
         def auto_fn() -> tuple[list[Tensor], list[Tensor]]:
             outs = outputs(forward(auto_leaves))
-            kept = [(o, d) for o, d in zip(outs, douts) if o is not None and d is not None]
+            kept = [(o, d) for o, d in zip(outs, douts, strict=True) if o is not None and d is not None]
             return [o for o, _ in kept], [d for _, d in kept]
 
         auto_list = _autograd(owner, auto_fn, auto_inputs + [p for _, p in params], None, opaque=opaque)
-        auto = dict.fromkeys(tensors) if auto_list is None else dict(zip(tensors, auto_list))
+        auto = dict.fromkeys(tensors) if auto_list is None else dict(zip(tensors, auto_list, strict=True))
 
         def f() -> float:
             with torch.no_grad():
                 outs = outputs(forward(in_leaves))
-                return sum((o * d).sum().item() for o, d in zip(outs, douts) if o is not None and d is not None)
+                return sum(
+                    (o * d).sum().item() for o, d in zip(outs, douts, strict=True) if o is not None and d is not None
+                )
 
         if fast:
             results = [
@@ -314,7 +320,7 @@ def check_layer(
             r.problem = problems.get(r.tensor)
         return results
     finally:
-        for (_, p), gsave, flag in zip(params, saved, flags):
+        for (_, p), gsave, flag in zip(params, saved, flags, strict=True):
             p.grad = gsave
             p.requires_grad_(flag)
         for b, value in buffers:

@@ -54,10 +54,12 @@ def main() -> int:
     print(f"loss     {rel(loss, ref_loss.detach()):.1e}")
     print(f"gradients (all {len(ours_grads)}, worst) {grad_err:.1e}")
 
-    groups = lambda named: [
-        {"params": [p for _, p in named if p.dim() >= 2], "weight_decay": 0.1},  # noqa: E731
-        {"params": [p for _, p in named if p.dim() < 2], "weight_decay": 0.0},
-    ]
+    def groups(named):  # decay the matrices, not the biases and norms' gains
+        return [
+            {"params": [p for _, p in named if p.dim() >= 2], "weight_decay": 0.1},
+            {"params": [p for _, p in named if p.dim() < 2], "weight_decay": 0.0},
+        ]
+
     opt = AdamW(groups(list(mine.named_parameters())), lr=1e-3, betas=(0.9, 0.99))
     opt_t = theirs.configure_optimizers(0.1, 1e-3, (0.9, 0.99), "cpu")
     worst = 0.0

@@ -48,7 +48,9 @@ def main(argv=None) -> int:
     for step in range(1, STEPS + 1):
         opt.zero_grad()
         preds = [model(Tensor(torch.tensor([x], dtype=torch.float64))) for x in xs]  # one (1, 1) Tensor per sample
-        loss = sum(((p - y) ** 2).sum() for p, y in zip(preds, ys)) * 0.25  # mean squared error, scalar Tensors
+        loss = (
+            sum(((p - y) ** 2).sum() for p, y in zip(preds, ys, strict=True)) * 0.25
+        )  # mean squared error, scalar Tensors
         last = loss.item() < 0.01 or step == STEPS
         loss.backward(retain_graph=last and fmt is not None)  # the drawing shows this backward's gradients
         if last and fmt is not None:
@@ -60,7 +62,7 @@ def main(argv=None) -> int:
         if loss.item() < 0.01:
             break
 
-    for x, y, p in zip(xs, ys, preds):
+    for x, y, p in zip(xs, ys, preds, strict=True):
         print(f"{x} -> {p.item():+.3f}  (target {y})")
     return 0 if loss.item() < 0.01 else 1
 

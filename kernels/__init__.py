@@ -13,8 +13,8 @@ compiled into one pass.  A layer's backward calls its family's kernel where one 
     ...
 
 Every kernel is tied by a test to the textbook it replaces (``tests/test_kernels.py`` and the layers' tests:
-float64 to 1e-12, each other dtype within its rounding).  On by default; ``HANDGRAD_KERNELS=off`` in the environment, or the context
-``kernels.disabled()``, runs every layer's textbook instead (slower, the same numbers to rounding), and
+float64 to 1e-12, each other dtype within its rounding).  On by default; ``HANDGRAD_KERNELS=off`` in the environment, or
+the context ``kernels.disabled()``, runs every layer's textbook instead (slower, the same numbers to rounding), and
 ``kernels.enabled()`` says which is on.  ``docs/kernels.md`` says how each kernel follows from its layer's formula
 and how to add one.
 

@@ -152,7 +152,9 @@ def blocked_forward(
         acc = torch.baddbmm(acc * corr, p, v[:, j0:j1])  # (B, Lr, Ev) acc * corr + p @ v_j
         m = m_new
     if done:
-        m, l, acc = (torch.cat([*parts, last], 1) for parts, last in zip(zip(*done), (m, l, acc)))
+        m, l, acc = (
+            torch.cat([*parts, last], 1) for parts, last in zip(zip(*done, strict=True), (m, l, acc), strict=True)
+        )
     empty = l == 0  # rows whose keys are all masked
     out = acc.div_(l.masked_fill(empty, 1.0))  # (B, L, Ev): zeros where every key was masked (acc's memory)
     lse = (m + l.log2()).masked_fill_(empty, math.inf)  # (B, L, 1); +inf makes 2^(s - lse) = 0 there

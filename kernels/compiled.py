@@ -117,9 +117,9 @@ def layer_norm_backward_math(
 def call(name: str, math_fn: Callable, *args):
     """``math_fn(*args)`` as its compiled kernel (compiled on first use; shapes are dynamic, so one kernel serves
     every batch size), or None where it failed to compile: the caller then runs its eager kernel."""
-    kernel = _compiled.get(name, False)
-    if kernel is False:
-        kernel = _compiled[name] = torch.compile(math_fn, dynamic=True, fullgraph=True)
+    if name not in _compiled:
+        _compiled[name] = torch.compile(math_fn, dynamic=True, fullgraph=True)
+    kernel = _compiled[name]
     if kernel is None:
         return None
     try:

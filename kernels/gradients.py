@@ -30,5 +30,5 @@ class IndexAdd(NamedTuple):
     scatter-add), left to the base: skipped for a frozen parameter, added with ``index_add_`` into ``.grad`` in
     place (zeros on first use): no temporary of the table's size."""
 
-    index: Tensor  # (P,) row of each source row
+    index: Tensor  # type: ignore[assignment]  # (P,) row of each source row (tuple's index() is not used)
     source: Tensor  # (P, D)

@@ -41,8 +41,8 @@ def layer_norm_backward(
             dout.reshape(-1, k), x.reshape(-1, k), mean.reshape(-1, 1), rstd.reshape(-1, 1), weight.reshape(k)
         )
         if grads is not None:
-            dx, dweight, dbias = grads
-            return dx.view(x.shape), dweight.view(weight.shape), None if bias is None else dbias.view(bias.shape)
+            cdx, cdw, cdb = grads
+            return cdx.view(x.shape), cdw.view(weight.shape), None if bias is None else cdb.view(bias.shape)
     if xhat is None:
         xhat = torch.sub(x, mean).mul_(rstd)  # (*, S) recomputed from the kept input
     d = dout.to(xhat.dtype)  # (*, S)

@@ -30,14 +30,14 @@ def _dense(t: Tensor) -> bool:
     if t.is_contiguous():
         return True
     expected = 1
-    for size, stride in sorted(zip(t.shape, t.stride()), key=lambda s: s[1]):
+    for size, stride in sorted(zip(t.shape, t.stride(), strict=True), key=lambda s: s[1]):
         if size != 1 and stride != expected:
             return False
         expected *= size
     return True
 
 
-def _span(params: list[Tensor]) -> tuple[int, int] | None:
+def _span(params: list[Tensor]) -> tuple[int | torch.SymInt, int | torch.SymInt] | None:
     """(start, end) offsets of the storage span the parameters tile, in any order, or None."""
     p0 = params[0]
     ptr = p0.data_ptr() - p0.storage_offset() * p0.element_size()  # the storage's first byte
@@ -70,7 +70,7 @@ def flat_views(params: list[Tensor], *others: list[Tensor]) -> list[Tensor] | No
         t0 = tensors[0]
         base = t0.storage_offset() - (params[0].storage_offset() - start)  # where its block starts
         ptr = t0.data_ptr() - t0.storage_offset() * t0.element_size()
-        for p, t in zip(params, tensors):
+        for p, t in zip(params, tensors, strict=True):
             if (
                 t.data_ptr() - t.storage_offset() * t.element_size() != ptr
                 or t.dtype != p.dtype
@@ -94,7 +94,7 @@ def tile_like(params: list[Tensor], tensors: list[Tensor]) -> list[Tensor] | Non
     start, end = span
     block = tensors[0].new_empty(end - start)
     out = []
-    for p, t in zip(params, tensors):
+    for p, t in zip(params, tensors, strict=True):
         view = block.as_strided(p.shape, p.stride(), p.storage_offset() - start)
         view.copy_(t)
         out.append(view)

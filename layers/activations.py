@@ -99,7 +99,7 @@ class _AlongDim(_Activation):
     expects = Expects(axis="dim")  # a floating-point tensor with an axis dim
     _dim_hint = ""  # added to the message that refuses a dim that is not an int
 
-    def __init__(self, dim: int) -> None:
+    def __init__(self, dim: int | None) -> None:  # None refused, with the hint
         super().__init__()
         self.dim = check_int(type(self).__name__, "dim", dim, lo=None, why=self._dim_hint)
 

@@ -11,7 +11,7 @@ the backward -- are methods of their own (``_batch_stats``, ``_reduce_grad_sums`
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -66,7 +66,7 @@ class _BatchNorm(BaseLayer):
     _buffer_names = ("running_mean", "running_var", "num_batches_tracked")
     _saved_labels = {"xc": "its input x"}  # x - mean, the layer's own copy of x centred: named as x
     _syncing = False  # whether this forward's statistics span processes (SyncBatchNorm; its backward's too)
-    _ctor_args = ("num_features", "eps", "momentum", "affine", "track_running_stats", "bias")
+    _ctor_args: tuple[str, ...] = ("num_features", "eps", "momentum", "affine", "track_running_stats", "bias")
 
     class Saved(NamedTuple):
         xc: Tensor | None  # (N, C, ...) x - mean, training (xhat = xc * rstd is never stored); None in eval
@@ -75,7 +75,8 @@ class _BatchNorm(BaseLayer):
         mean: Tensor  # (C,) the batch's, or a copy of running_mean
         rstd: Tensor  # (C,) 1 / sqrt(var + eps)
         scale: Tensor  # (C,) gamma * rstd
-        count: int | Tensor  # M, the values per channel (SyncBatchNorm: the global M_g, on the device)
+        # M, the values per channel (SyncBatchNorm: the global M_g, on the device); None in eval
+        count: int | Tensor | None  # type: ignore[assignment]  # (shadows tuple.count, which is not used)
         batch_stats: bool  # normalised by the batch's statistics (training, or no running ones)
         dtype: torch.dtype  # x's, given back to dx (the sums run in float32 for float16/bfloat16)
 
@@ -100,7 +101,7 @@ class _BatchNorm(BaseLayer):
         if dtype is not None and not dtype.is_floating_point:
             raise ValueError(f"{owner}: dtype must be floating point, got {dtype}")
         self.affine, self.track_running_stats = affine, track_running_stats
-        kw = {"device": device, "dtype": dtype if dtype is not None else torch.get_default_dtype()}
+        kw: dict[str, Any] = {"device": device, "dtype": dtype if dtype is not None else torch.get_default_dtype()}
         # torch.nn's initial values: no random draws.
         self.weight = torch.ones(num_features, **kw) if affine else None  # (C,) gamma
         self.bias = torch.zeros(num_features, **kw) if affine and bias else None  # (C,) beta (torch 2.x: bias=False)
@@ -110,7 +111,8 @@ class _BatchNorm(BaseLayer):
             self.running_var = torch.ones(num_features, **kw)  # (C,)
             self.num_batches_tracked = torch.zeros((), dtype=torch.long, device=device)
         else:
-            self.running_mean = self.running_var = self.num_batches_tracked = None
+            # (typed as tensors: every read of them is under track_running_stats, or a check of None)
+            self.running_mean = self.running_var = self.num_batches_tracked = None  # type: ignore[assignment]
 
     def extra_repr(self) -> str:
         return (
@@ -220,7 +222,8 @@ class _BatchNorm(BaseLayer):
                 reduce=self._reduce_grad_sums,
             )
             return _as(dx, saved.dtype), {"weight": _as_like(dweight, self.weight), "bias": _as_like(dbias, self.bias)}
-        x = saved.xc if saved.batch_stats else saved.x - saved.mean.view(_bshape(saved.x))  # x - mean
+        # x - mean: kept in training (xc), recomputed in eval (x)
+        x: Tensor = saved.xc if saved.batch_stats else saved.x - saved.mean.view(_bshape(saved.x))  # type: ignore
         xhat, dout, rstd = _rows(x) * saved.rstd, _rows(dout.to(x.dtype)), saved.rstd  # (M, C), (M, C), (C,)
         weight = rstd.new_ones(rstd.shape) if self.weight is None else self.weight.to(rstd.dtype)  # (C,)
         n = dout.shape[0]
@@ -257,13 +260,15 @@ def _as(t: Tensor | None, dtype: torch.dtype) -> Tensor | None:
     return t if t is None or t.dtype == dtype else t.to(dtype)
 
 
-def _as_like(t: Tensor, param: Tensor | None) -> Tensor | None:
-    """A parameter gradient in its parameter's dtype; None for an absent parameter."""
-    return None if param is None else _as(t, param.dtype)
+def _as_like(t: Tensor | None, param: Tensor | None) -> Tensor | None:
+    """A parameter gradient in its parameter's dtype; None for an absent parameter (whose gradient is None)."""
+    return None if param is None or t is None else _as(t, param.dtype)
 
 
 class BatchNorm1d(_BatchNorm):
-    __doc__ = "Batch norm over (N, C) or (N, C, L): statistics per channel over N (and L).\n\n" + _BatchNorm.__doc__
+    __doc__ = "Batch norm over (N, C) or (N, C, L): statistics per channel over N (and L).\n\n" + (
+        _BatchNorm.__doc__ or ""
+    )
     torch_class = torch.nn.BatchNorm1d
     expects = Expects(
         dims=(2, 3),
@@ -275,7 +280,7 @@ class BatchNorm1d(_BatchNorm):
 
 
 class BatchNorm2d(_BatchNorm):
-    __doc__ = "Batch norm over (N, C, H, W): statistics per channel over N, H and W.\n\n" + _BatchNorm.__doc__
+    __doc__ = "Batch norm over (N, C, H, W): statistics per channel over N, H and W.\n\n" + (_BatchNorm.__doc__ or "")
     torch_class = torch.nn.BatchNorm2d
     expects = Expects(
         dims=(4,),

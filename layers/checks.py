@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import NamedTuple
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple, TypeVar, cast
 
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs  # typing's own from Python 3.13
+
+K = TypeVar("K")
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)  # computed in float32 inside a layer, as torch's kernels accumulate
 
@@ -17,7 +23,7 @@ BEFORE_FORWARD = (
 )
 
 
-def is_a(value: object, kinds: type | tuple[type, ...]) -> bool:
+def is_a(value: object, kinds: type[K] | tuple[type[K], ...]) -> TypeIs[K]:
     """``isinstance(value, kinds)``, except that a bool is never an int or a number here (True == 1 in Python,
     but a flag passed where a size or a scale belongs is a mistake)."""
     return isinstance(value, kinds) and not isinstance(value, bool)
@@ -85,17 +91,17 @@ def check_backward_dout(
 
 
 def check_grads_like(
-    layer: object, names: tuple[str, ...], grads, shapes, dtype: torch.dtype, device: torch.device
+    layer: object, names: tuple[str, ...], grads: Sequence, shapes, dtype: torch.dtype, device: torch.device
 ) -> None:
     """A backward's check of several upstream gradients (a recurrent layer's output and states), paired in order
-    with their ``names`` and the ``shapes`` of the forward's outputs they belong to: each None (zeros) or a tensor of
-    that shape, dtype and device.  One comparison each on the hot path; only a failing one pays for the layer's repr
-    and the named error."""
-    for name, g, shape in zip(names, grads, shapes):
+    with the first of ``names`` and the ``shapes`` of the forward's outputs they belong to: each None (zeros) or a
+    tensor of that shape, dtype and device.  One comparison each on the hot path; only a failing one pays for the
+    layer's repr and the named error."""
+    for name, g, shape in zip(names[: len(grads)], grads, shapes, strict=True):  # names: the family's, LSTM's at most
         if g is None or (isinstance(g, Tensor) and g.shape == shape and g.dtype == dtype and g.device == device):
             continue
         owner = repr(layer)
-        check_tensor(owner, name, g)
+        g = check_tensor(owner, name, g)
         if g.shape != shape:
             raise ValueError(
                 f"{owner}: {name} has shape {tuple(g.shape)} but the forward's output had shape {tuple(shape)}"
@@ -162,24 +168,25 @@ def check_number(
 ) -> float:
     """Refuse anything but a finite real number in [lo, hi] (``lo_open``/``hi_open``: the bound excluded); a bool
     is not a number here.  Returns it as a float."""
+    x = cast(float, value)  # compared only where it is a real number (the `and` stops at the first test)
     ok = (
         is_a(value, numbers.Real)
-        and math.isfinite(value)
-        and (value > lo if lo_open else value >= lo)
-        and (value < hi if hi_open else value <= hi)
+        and math.isfinite(x)
+        and (x > lo if lo_open else x >= lo)
+        and (x < hi if hi_open else x <= hi)
     )
     if not ok:
         interval = f"{'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
         where = "a finite number" if (lo, hi) == (-math.inf, math.inf) else f"a finite number in {interval}"
         raise ValueError(f"{owner}: {name} must be {where}, got {value!r}")
-    return float(value)
+    return float(x)
 
 
 def check_probability(owner: str, name: str, value: object) -> float:
     """A probability in [0, 1] (dropout's p), as a float."""
-    if not is_a(value, numbers.Real) or not 0.0 <= value <= 1.0:
+    if not is_a(value, numbers.Real) or not 0.0 <= cast(float, value) <= 1.0:
         raise ValueError(f"{owner}: {name} must be a probability in [0, 1], got {value!r}")
-    return float(value)
+    return float(cast(float, value))
 
 
 class Expects(NamedTuple):
@@ -249,7 +256,7 @@ def check_expected(layer: object, x: object, expects: Expects) -> None:
                 )
         return
     owner = repr(layer)
-    check_tensor(owner, expects.name, x)
+    x = check_tensor(owner, expects.name, x)
     if expects.floating:
         check_floating(owner, expects.name, x)
     shape_ok = (

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Any, Literal, overload
 
 from torch import Tensor
 
@@ -31,7 +32,12 @@ class Composite(BaseLayer):
     _queue: list[Callable[[], None]] | None = None  # within backward_input: the W steps, in the order of the B's
     _w_steps: list[Callable[[], None]] | None = None  # from backward_input to backward_weight
 
-    def back(self, child: BaseLayer, dout: Tensor, **kwargs) -> Tensor | None:
+    @overload
+    def back(self, child: BaseLayer, dout: Tensor, *, need_input_grad: Literal[False], **kwargs: Any) -> None: ...
+    @overload
+    def back(self, child: BaseLayer, dout: Tensor, **kwargs: Any) -> Tensor: ...
+
+    def back(self, child: BaseLayer, dout: Tensor, **kwargs: Any) -> Tensor | None:
         """The child's backward now (a fused backward), or its B now and its W queued (under ``backward_input``)."""
         if self._queue is None:
             return child.backward(dout, **kwargs)
@@ -50,7 +56,8 @@ class Composite(BaseLayer):
     def backward_input(self, dout: Tensor, *more, need_input_grad: bool = True, **kwargs):
         """B: the input gradient, every child's W (and the composite's own ``later``) queued for
         ``backward_weight()``; recording no graph, as ``backward``."""
-        self._queue = queue = []
+        queue: list[Callable[[], None]] = []
+        self._queue = queue
         try:
             dx = super().backward_input(dout, *more, need_input_grad=need_input_grad, **kwargs)
         finally:
@@ -63,7 +70,7 @@ class Composite(BaseLayer):
         """W: the queued weight gradients of the last ``backward_input``, in the order its B's ran, then the
         composite's own (the fused backward's order)."""
         grads = self._take_pending_w()  # one W per B, what Saved holds unchanged: checked before any .grad moves
-        steps, self._w_steps = self._w_steps, None
+        steps, self._w_steps = self._w_steps or [], None
         for step in steps:
             step()
         if grads:

@@ -184,7 +184,7 @@ class Conv2d(BaseLayer):
             x = F.pad(x, (0, self._extra[1], 0, self._extra[0]))  # (N, C_in, H + 1?, W + 1?)
         ho, wo = self._out_hw(x.shape[2], x.shape[3])
         if ho < 1 or wo < 1:
-            span = tuple(d * (k - 1) + 1 for k, d in zip(self.kernel_size, self.dilation))
+            span = tuple(d * (k - 1) + 1 for k, d in zip(self.kernel_size, self.dilation, strict=True))
             raise ValueError(
                 f"{self!r}: input of spatial size {hw} (padding {self._pad}) is smaller than the dilated kernel {span}"
             )
@@ -239,14 +239,14 @@ def conv2d_backward(
     og = c_out // groups
     ho, wo = dout.shape[2:]
     cols = F.unfold(x, (kh, kw), dilation, padding, stride).view(n, c_in, kh, kw, ho, wo)  # im2col
-    dcols, dweight = [], []
+    dcols_of, dweight = [], []  # per group
     for g in range(groups):
         dcols_g, dweight_g = _offsets_backward(
             dout[:, g * og : (g + 1) * og], cols[:, g * cg : (g + 1) * cg], weight[g * og : (g + 1) * og]
         )
-        dcols.append(dcols_g)
+        dcols_of.append(dcols_g)
         dweight.append(dweight_g)
-    dcols = torch.cat(dcols, 1).view(n, c_in * kh * kw, ho * wo)  # (N, C_in kH kW, H_out W_out)
+    dcols = torch.cat(dcols_of, 1).view(n, c_in * kh * kw, ho * wo)  # (N, C_in kH kW, H_out W_out)
     dx = F.fold(dcols, (h, w), (kh, kw), dilation, padding, stride)  # col2im: overlapping windows add up
     dbias = dout.sum((0, 2, 3))  # (C_out,)
     return dx, torch.cat(dweight), dbias

@@ -6,7 +6,7 @@ idx = integer token ids of any shape (*), e.g. (B, T).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 import torch
 from torch import Tensor
@@ -144,8 +144,8 @@ class Embedding(BaseLayer):
                 f"(ids must be in [0, {self.num_embeddings - 1}])"
             )
 
-    def _reject_input(self, idx: object) -> None:
-        check_tensor(repr(self), "idx", idx)
+    def _reject_input(self, idx: object) -> NoReturn:
+        idx = check_tensor(repr(self), "idx", idx)
         if idx.dtype not in (torch.int64, torch.int32):
             raise ValueError(f"{self!r}: idx must hold integer token ids (int64 or int32), got dtype {idx.dtype}")
         raise ValueError(

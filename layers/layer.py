@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, overload, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -45,6 +45,10 @@ from .template import Product, Template, accumulate_grad, no_graph, recording_gr
 
 @runtime_checkable
 class Layer(Protocol):
+    """What a layer is: forward(x) -> out, backward(dout) -> dx (its parameters' gradients into their .grad),
+    parameters() and calling it as forward.  Structural: a class of one's own with these methods is a Layer to
+    the type checker and to isinstance (which sees only that the methods are there), no base class needed."""
+
     def forward(self, x: Tensor) -> Tensor: ...
 
     def backward(self, dout: Tensor) -> Tensor: ...
@@ -52,6 +56,18 @@ class Layer(Protocol):
     def parameters(self) -> list[Tensor]: ...
 
     def __call__(self, x: Tensor) -> Tensor: ...
+
+
+_T1 = TypeVar("_T1", bound="Tensor | None")
+_T2 = TypeVar("_T2", bound="Tensor | None")
+
+
+@overload
+def learned(a: _T1, /) -> tuple[_T1]: ...
+@overload
+def learned(a: _T1, b: _T2, /) -> tuple[_T1, _T2]: ...
+@overload
+def learned(*tensors: Tensor | None) -> tuple[Tensor | None, ...]: ...
 
 
 def learned(*tensors: Tensor | None) -> tuple[Tensor | None, ...]:
@@ -67,7 +83,7 @@ def zero_grad_(params: Iterable[Tensor], set_to_none: bool = True) -> None:
         for p in params:
             p.grad = None
     elif params:
-        torch._foreach_zero_([p.grad for p in params])  # one kernel per device and dtype, not one per tensor
+        torch._foreach_zero_([p.grad for p in params if p.grad is not None])  # one kernel per device and dtype
 
 
 def named_parameters_of(layer: Layer) -> list[tuple[str, Tensor]]:
@@ -298,7 +314,7 @@ class BaseLayer(Template):
                 f"got {type(module).__name__}"
             )
         tensors = [*module.parameters(), *module.buffers()]
-        placed = (
+        placed: dict[str, Any] = (
             {"device": tensors[0].device, "dtype": next((t.dtype for t in tensors if t.is_floating_point()), None)}
             if tensors and _takes_dtype(cls)
             else {}
@@ -314,8 +330,10 @@ class BaseLayer(Template):
             raise TypeError(f"{type(self).__name__} has no torch.nn twin")
         placed = self._device_dtype() if _takes_dtype(type(self)) else {}
         kw = self._ctor_kwargs(self)
-        if "bias" in kw and not _torch_takes(self.torch_class, "bias"):  # an older torch: a bias always
-            if not kw.pop("bias"):
+        # an older torch: a bias always (the ignore: mypy takes a class for unhashable)
+        if "bias" in kw and not _torch_takes(self.torch_class, "bias"):  # type: ignore[arg-type]
+            bias = kw.pop("bias")
+            if not bias:
                 raise TypeError(
                     f"{self!r} has no twin in torch {torch.__version__}: its "
                     f"{self.torch_class.__name__} takes no bias argument (a bias is always there)"
@@ -365,7 +383,7 @@ def _takes_dtype(cls: type) -> bool:
     """Whether the layer's constructor (hence its torch twin's) takes device= and dtype= (layers with tensors)."""
     import inspect
 
-    return "dtype" in inspect.signature(cls.__init__).parameters
+    return "dtype" in inspect.signature(cls.__init__).parameters  # type: ignore[misc]  # the class's own __init__
 
 
 @functools.cache

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -74,7 +74,7 @@ class LayerNorm(BaseLayer):
         try:
             shape = tuple(shape)
         except TypeError:
-            shape = None
+            shape = ()  # not a sequence: refused below
         if not shape or any(not is_a(s, int) or s < 1 for s in shape):
             raise ValueError(
                 f"LayerNorm: normalized_shape must be an int >= 1 or a non-empty sequence of them, "
@@ -87,7 +87,7 @@ class LayerNorm(BaseLayer):
         self.normalized_shape = shape
         self.eps = check_number("LayerNorm", "eps", eps, 0.0)
         self.elementwise_affine = elementwise_affine
-        kw = {"device": device, "dtype": dtype if dtype is not None else torch.get_default_dtype()}
+        kw: dict[str, Any] = {"device": device, "dtype": dtype if dtype is not None else torch.get_default_dtype()}
         self.weight = torch.ones(shape, **kw) if elementwise_affine else None  # S, gamma
         self.bias = torch.zeros(shape, **kw) if elementwise_affine and bias else None  # S, beta
         learned(self.weight, self.bias)

@@ -16,6 +16,7 @@ from kernels import linear
 from .checks import Expects, check_int
 from .init import torch_default_params
 from .layer import BaseLayer, learned
+from .template import Product
 
 
 class Linear(BaseLayer):
@@ -98,6 +99,7 @@ class Linear(BaseLayer):
         x, weight = saved.x, saved.weight  # (N, D), (H, D)
         if dout.dim() != 2:
             dout = dout.reshape(-1, self.out_features)  # (N, H): every leading position a row
+        dweight: Tensor | Product
         if kernels.enabled():  # dweight into .grad in place, dx only when asked for: kernels/linear.py
             dx, dweight, dbias = linear.linear_backward(dout, x, weight, needs_dx=self.needs_input_grad)
         else:

@@ -52,7 +52,7 @@ class _Pool2d(BaseLayer):
 
     def _check_padding(self) -> None:
         """torch's rule: padding at most half the (dilated) window, so every window sees an input element."""
-        for k, p, d in zip(self._k, self._p, self._dilation):
+        for k, p, d in zip(self._k, self._p, self._dilation, strict=True):
             if p > (d * (k - 1) + 1) // 2:
                 raise ValueError(
                     f"{type(self).__name__}: padding must be at most half of the (effective) kernel "
@@ -62,7 +62,7 @@ class _Pool2d(BaseLayer):
     def extra_repr(self) -> str:
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
 
-    def _out_hw(self, x: Tensor) -> tuple[int, int]:
+    def _out_hw(self, x: Tensor) -> tuple[int, ...]:  # (H_out, W_out)
         return tuple(
             pool_out_size(
                 x.shape[2 + i], self._k[i], self._s[i], self._p[i], self._dilation[i], ceil_mode=self.ceil_mode
@@ -236,7 +236,7 @@ class AvgPool2d(_Pool2d):
         if self.count_include_pad and not self.ceil_mode:  # every window fits inside the padded input
             return float(self._k[0] * self._k[1])
         counts = []
-        for size, n_out, k, s, p in zip(hw, out_hw, self._k, self._s, self._p):
+        for size, n_out, k, s, p in zip(hw, out_hw, self._k, self._s, self._p, strict=True):
             start = torch.arange(n_out, device=like.device, dtype=like.dtype) * s - p  # (n_out,)
             end = torch.clamp(start + k, max=size + p)
             counts.append(end - start if self.count_include_pad else end.clamp(max=size) - start.clamp(min=0))

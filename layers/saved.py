@@ -29,6 +29,7 @@ recorded while compiling is marked as such and is not compared eagerly (a warnin
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -39,7 +40,7 @@ _warned = False
 MESSAGE_IN_GRAPH = torch.torch_version.TorchVersion(torch.__version__) >= "2.14"
 
 
-def versions(*tensors: Tensor | None) -> tuple[int, ...]:
+def versions(*tensors: Tensor | None) -> tuple:  # ints; under torch.compile _TRACED first
     """The version counter of each tensor a layer keeps (-1 for None, and for an inference-mode tensor)."""
     if torch.compiler.is_compiling():
         return (_TRACED, *[-1 if t is None else t._version for t in tensors])
@@ -51,20 +52,20 @@ def versions(*tensors: Tensor | None) -> tuple[int, ...]:
 
 def check_versions(
     layer: object,
-    names: tuple[str, ...],
+    names: tuple[str, ...] | Callable[[], tuple[str, ...]],
     tensors: tuple[Tensor | None, ...],
-    recorded: tuple[int, ...],
+    recorded: tuple,
     before: str = "backward",
 ) -> None:
     """Raise a RuntimeError if a tensor in ``tensors`` changed in place since ``recorded = versions(*tensors)``.
 
     ``names`` says what each tensor is, as the message shows it ("its input x"; a parameter by its attribute
-    name, "weight"), or is a function that returns those words, called only when they are needed; ``before`` is the step that was about to use them ("backward", "recompute()").  A None in
-    ``tensors`` is not checked (a tensor this backward does not read after all).  Under torch.compile see the
-    module docstring."""
+    name, "weight"), or is a function that returns those words, called only when they are needed; ``before`` is the step
+    that was about to use them ("backward", "recompute()").  A None in ``tensors`` is not checked (a tensor this
+    backward does not read after all).  Under torch.compile see the module docstring."""
     if recorded and recorded[0] is _TRACED or torch.compiler.is_compiling():
         return _check_compiled(layer, names() if callable(names) else names, tensors, recorded, before)
-    for t, then in zip(tensors, recorded):
+    for t, then in zip(tensors, recorded, strict=True):
         if t is not None and then != -1 and t._version != then:
             raise _changed(layer, names() if callable(names) else names, tensors, recorded, before)
 
@@ -73,7 +74,7 @@ def _changed(
     layer: object, names: tuple[str, ...], tensors: tuple[Tensor | None, ...], recorded: tuple[int, ...], before: str
 ) -> RuntimeError:
     """The error for the first kept tensor whose version moved."""
-    for name, t, then in zip(names, tensors, recorded):
+    for name, t, then in zip(names, tensors, recorded, strict=True):  # noqa: B007 (name is read after the break)
         if t is not None and then != -1 and t._version != then:
             now = t._version
             break
@@ -120,7 +121,7 @@ def _check_compiled(
         _check_eagerly(layer, names, tensors, recorded, before)
         return
     kind = type(layer).__name__
-    for name, t, then in zip(names, tensors, recorded[1:]):
+    for name, t, then in zip(names, tensors, recorded[1:], strict=True):
         if t is not None and then is not None:
             message = (
                 f"{kind}: {name} was modified in place after the forward, before {before}, in the compiled "
@@ -129,7 +130,7 @@ def _check_compiled(
             )
             # (a string: what torch.compile keeps for the graph; an older dynamo traces only a function without
             # closure, and its refusal then reads "Runtime assertion failed")
-            torch._check(t._version == then, message if MESSAGE_IN_GRAPH else lambda m=message: m)
+            torch._check(t._version == then, message if MESSAGE_IN_GRAPH else lambda m=message: m)  # type: ignore[misc]
 
 
 def _check_eagerly(layer, names, tensors, recorded, before) -> None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import inspect
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -57,7 +58,7 @@ def _with_place(e: Exception, seq: Sequential, i: int, dout: object) -> Exceptio
         placed = type(e)(where + str(e))
     except Exception:  # an exception type whose constructor takes other arguments: keep it as it is
         return e
-    placed._handgrad_placed = True
+    placed._handgrad_placed = True  # type: ignore[attr-defined]  # a mark of our own on the exception
     return placed
 
 
@@ -86,13 +87,15 @@ class Sequential(BaseLayer):
 
     _key_prefix = ""  # Net names its children "layers.0", "layers.1", ... as its nn.Module twin does
 
-    def __init__(self, *layers: Layer) -> None:
+    def __init__(self, *layers: Layer | Mapping[str, Layer] | Sequence[Layer]) -> None:
+        """Sequential(a, b, c), Sequential([a, b, c]) or Sequential(OrderedDict(name=layer, ...))."""
         names = None
+        given: Any = layers
         if len(layers) == 1 and isinstance(layers[0], Mapping):
-            names, layers = list(layers[0].keys()), tuple(layers[0].values())
+            names, given = list(layers[0].keys()), tuple(layers[0].values())
         elif len(layers) == 1 and isinstance(layers[0], (list, tuple)):
-            layers = tuple(layers[0])
-        self._set_layers(list(layers), names)
+            given = tuple(layers[0])
+        self._set_layers(list(given), names)
 
     def _set_layers(self, layers: list[Layer], names: list[str] | None = None) -> None:
         owner = type(self).__name__
@@ -126,7 +129,7 @@ class Sequential(BaseLayer):
     # -- the container ----------------------------------------------------------------------------------
 
     def named_children(self) -> Iterator[tuple[str, Layer]]:
-        return ((f"{self._key_prefix}{name}", layer) for name, layer in zip(self._names, self.layers))
+        return ((f"{self._key_prefix}{name}", layer) for name, layer in zip(self._names, self.layers, strict=True))
 
     def __len__(self) -> int:
         return len(self.layers)
@@ -139,7 +142,8 @@ class Sequential(BaseLayer):
 
     def __repr__(self) -> str:
         inner = "\n".join(
-            f"  ({name}): " + repr(layer).replace("\n", "\n  ") for name, layer in zip(self._names, self.layers)
+            f"  ({name}): " + repr(layer).replace("\n", "\n  ")
+            for name, layer in zip(self._names, self.layers, strict=True)
         )
         return f"{type(self).__name__}(\n{inner}\n)"
 
@@ -167,7 +171,8 @@ class Sequential(BaseLayer):
         shapes.append(getattr(x, "shape", None))
         return x
 
-    def backward(self, dout: Tensor, need_input_grad: bool = False) -> Tensor | None:
+    # (the ignore: a Sequential's backward takes no further upstream gradients, as the template's may)
+    def backward(self, dout: Tensor, need_input_grad: bool = False) -> Tensor | None:  # type: ignore[override]
         """dout: dL/d(output) -> dL/dx (None unless ``need_input_grad``); fills every parameter's .grad.
 
         While the kernels are on, a ReLU followed by a MaxPool2d (a CNN's usual pair) runs its backward inside the
@@ -189,7 +194,11 @@ class Sequential(BaseLayer):
                                 hook(done)
                         i -= 2
                         continue
-                dout = layer.backward(dout, need_input_grad=True) if self._skips_dx[i] else layer.backward(dout)
+                # need_input_grad only for a layer that takes it (_skips_dx); the Layer protocol does not ask for it
+                if self._skips_dx[i]:
+                    dout = layer.backward(dout, need_input_grad=True)  # type: ignore[call-arg]
+                else:
+                    dout = layer.backward(dout)
                 if not (isinstance(dout, Tensor) and dout.shape == shapes[i]):
                     self._wrong_dx(i, dout)
                 for hook in hooks:
@@ -197,7 +206,7 @@ class Sequential(BaseLayer):
                 i -= 1
             first, given = layers[0], dout
             if self._skips_dx[0]:
-                dx = first.backward(dout, need_input_grad=need_input_grad)
+                dx = first.backward(dout, need_input_grad=need_input_grad)  # type: ignore[call-arg]  # (_skips_dx)
             else:
                 dx = first.backward(dout)
         except (RuntimeError, ValueError, TypeError, IndexError) as e:
@@ -249,7 +258,7 @@ class Sequential(BaseLayer):
         used twice again; a tensor two layers share (a tied weight) becomes one torch Parameter in both."""
         shared = {} if _shared is None else _shared
         module = torch.nn.Sequential(
-            OrderedDict((name, _to_torch(layer, shared)) for name, layer in zip(self._names, self.layers))
+            OrderedDict((name, _to_torch(layer, shared)) for name, layer in zip(self._names, self.layers, strict=True))
         )
         module.training = self.training  # its own flag only: each child keeps its own mode (a BatchNorm in eval)
         return module

@@ -16,7 +16,7 @@ import kernels
 
 from .batchnorm import _BatchNorm
 from .checks import Expects
-from .layer import BaseLayer
+from .layer import Layer
 from .sequential import Sequential
 
 
@@ -139,7 +139,7 @@ class SyncBatchNorm(_BatchNorm):
         return sync.train(bn.training)
 
 
-def convert_sync_batchnorm(model: BaseLayer, process_group: dist.ProcessGroup | None = None) -> BaseLayer:
+def convert_sync_batchnorm(model: Layer, process_group: dist.ProcessGroup | None = None) -> Layer:
     """Every BatchNorm1d/BatchNorm2d in ``model`` (a layer or a Sequential, nested allowed) replaced by a
     SyncBatchNorm over ``process_group`` that holds the same parameter and buffer tensors, as
     ``torch.nn.SyncBatchNorm.convert_sync_batchnorm`` does.  A Sequential is changed in place and

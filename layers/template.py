@@ -298,7 +298,7 @@ def _without_input_grad_only(layer, saved, tensors: tuple) -> tuple:
     """``tensors`` (``_tensors_of(saved)``) less the fields read only for dx (``_input_grad_only``), when dx is
     not asked for."""
     fields = type(saved)._fields
-    return tuple([None if f in layer._input_grad_only else t for f, t in zip(fields, tensors)])
+    return tuple([None if f in layer._input_grad_only else t for f, t in zip(fields, tensors, strict=True)])
 
 
 def _backward_math(layer, dout, more, need_input_grad, kwargs):
@@ -320,7 +320,7 @@ def _backward_math(layer, dout, more, need_input_grad, kwargs):
         # the common case, no kept tensor changed in place, in one pass; compiling, the check runs in full
         moved = torch.compiler.is_compiling() or (recorded and recorded[0] is _TRACED)
         if not moved:
-            for t, then in zip(saved, recorded):
+            for t, then in zip(saved, recorded, strict=True):
                 if then != -1 and t._version != then:
                     moved = True
                     break
@@ -393,7 +393,4 @@ def _wrong_shape(layer, name: str, shape: tuple, p: Tensor) -> ValueError:
 def _any_requires_grad(args: tuple) -> bool:
     """Whether a layer without parameters is given a tensor that requires a gradient (else it has no graph to
     build, and grad mode need not be switched off around it)."""
-    for a in args:
-        if isinstance(a, Tensor) and a.requires_grad:
-            return True
-    return False
+    return any(isinstance(a, Tensor) and a.requires_grad for a in args)

@@ -63,7 +63,7 @@ class Trace:
                 ]
             )
         widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
-        text = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in lines]
+        text = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in lines]
         text.insert(1, "  ".join("-" * w for w in widths))
         return "\n".join(text) + f"\nloss {self.loss:.6g}; the backward runs from the last row up"
 
@@ -90,10 +90,11 @@ def _leaves(model) -> list[tuple[str, Layer]]:
 
 
 class _TorchLoss:
-    """A torch.nn.functional loss with the handgrad loss protocol: ``loss(out, target)``, then ``backward()`` -> dout."""
+    """A torch.nn.functional loss with handgrad's loss protocol: ``loss(out, target)``, then ``backward()`` -> dout."""
 
     def __init__(self, fn) -> None:
-        self.fn, self._out = fn, None
+        self.fn = fn
+        self._out: Tensor | None = None
 
     def __call__(self, out: Tensor, target: Tensor) -> Tensor:
         self._out = out.detach().requires_grad_()
@@ -101,6 +102,8 @@ class _TorchLoss:
         return self._value.detach()
 
     def backward(self) -> Tensor:
+        if self._out is None:
+            raise RuntimeError(f"{self.fn}: backward before the loss was computed")
         (dout,) = torch.autograd.grad(self._value, self._out)
         return dout
 
@@ -112,7 +115,7 @@ def _generators_kept(generators: list[torch.Generator]):
     try:
         yield
     finally:
-        for g, state in zip(generators, states):
+        for g, state in zip(generators, states, strict=True):
             g.set_state(state)
 
 
@@ -166,7 +169,7 @@ def _trace(layers, x, target, loss, params, grads, buffers) -> Trace:
             x = out
         value = loss(x, target)
         dout = loss.backward()
-        for row, (_, layer) in zip(reversed(rows), reversed(layers)):
+        for row, (_, layer) in zip(reversed(rows), reversed(layers), strict=True):
             row.dout_norm = dout.norm().item()
             dout = layer.backward(dout)
             row.dx_norm = dout.norm().item() if isinstance(dout, Tensor) else None
@@ -174,7 +177,7 @@ def _trace(layers, x, target, loss, params, grads, buffers) -> Trace:
             row.grads = {n: (p.grad.norm().item(), p.norm().item()) for n, p in named if p.grad is not None}
         return Trace(rows, value.item())
     finally:
-        for p, g in zip(params, grads):
+        for p, g in zip(params, grads, strict=True):
             p.grad = g
         with torch.no_grad():
             for b, saved in buffers:

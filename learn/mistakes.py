@@ -55,7 +55,8 @@ DOUT_IN_PLACE = Mistake(
 INPUT_IN_PLACE = Mistake(
     "input-changed-in-place",
     "changed in place by your layer",
-    "it wrote into its input (x[x < 0] = 0, x.clamp_(...), x -= ..., in forward or in backward).  The caller still needs it (the "
+    "it wrote into its input (x[x < 0] = 0, x.clamp_(...), x -= ..., in forward or in backward).  "
+    "The caller still needs it (the "
     "layer before keeps it for its own backward): compute a new tensor instead",
 )
 CACHE_CHANGED = Mistake(

@@ -8,6 +8,7 @@ folder, then ``os.replace``), so an interrupted write never leaves half a file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -48,10 +49,8 @@ def record(name: str, file: str) -> None:
     path = Path(file).resolve()
     passed = load(path.parent)
     passed[name] = {"file": path.name, "passed": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    try:
+    with contextlib.suppress(OSError):  # a read-only folder: the pass stands, it is only not remembered
         save(path.parent, passed)
-    except OSError:  # a read-only folder: the pass stands, it is only not remembered
-        pass
 
 
 def next_steps(ex, file: str, passed: set[str]) -> str:

@@ -54,12 +54,12 @@ def run(race: Race, ex, file: str, steps: int, plot: str | None) -> int:
             return 1
         bs = [race.twins[n](step) for n in names]
         ours.append(a)
-        for n, b in zip(names, bs):
+        for n, b in zip(names, bs, strict=True):
             theirs[n].append(b)
         diff = max(abs(a - b) for b in bs) if math.isfinite(a) else float("inf")
         if parted is None and diff > TOL * max(1.0, *(abs(b) for b in bs)):
             parted = step
-        if steps <= 50 or step % 10 == 0 or step == parted or step == steps:
+        if steps <= 50 or step % 10 == 0 or step in (parted, steps):
             print(
                 f"{step:>6} {a:>14.8f} "
                 + " ".join(f"{b:>14.8f}" for b in bs)
@@ -72,7 +72,7 @@ def run(race: Race, ex, file: str, steps: int, plot: str | None) -> int:
     if plot:
         _plot(Path(plot), ours, theirs, parted, ex)
     if parted is None:
-        worst = max(abs(a - b) for n in names for a, b in zip(ours, theirs[n]))
+        worst = max(abs(a - b) for n in names for a, b in zip(ours, theirs[n], strict=True))
         print(
             f"AGREE: {len(ours)} steps, the losses never more than {worst:.1e} apart (tolerance {TOL:g} "
             f"relative): your {ex.cls} trains as {' and '.join(names)} {'do' if len(names) > 1 else 'does'}."
@@ -102,7 +102,7 @@ def _plot(path: Path, ours: list[float], theirs: dict[str, list[float]], parted:
         ax.plot(steps, curve, lw=3, alpha=0.5, label=name)
     ax.plot(steps, ours, lw=1.2, ls="--", label=f"yours ({ex.cls})")
     first = next(iter(theirs.values()))
-    low.semilogy(steps, [max(abs(a - b), 1e-18) for a, b in zip(ours, first)], lw=1.2, color="black")
+    low.semilogy(steps, [max(abs(a - b), 1e-18) for a, b in zip(ours, first, strict=True)], lw=1.2, color="black")
     low.axhline(TOL, color="gray", ls=":", lw=1, label=f"tolerance {TOL:g}")
     for a in (ax, low):
         if parted is not None:

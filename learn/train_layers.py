@@ -5,6 +5,8 @@ wrong forward parts them at step 1, a wrong gradient at step 2 (the first update
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 import layers
@@ -68,17 +70,17 @@ def build(name: str, cls: type, seed: int, where: str):
     torch.manual_seed(seed)
     twin = [_handgrad(kind, args) for kind, args in NETWORKS[name]]
     mine, pairs, parts = [], [], []
-    for (kind, args), t in zip(NETWORKS[name], twin):
+    for (kind, args), t in zip(NETWORKS[name], twin, strict=True):
         if kind != name:  # not the exercise's layer: handgrad's on both sides
             layer = _handgrad(kind, args)
             layer.load_state_dict(t.state_dict())
-            pairs += list(zip(layer.parameters(), t.parameters()))
+            pairs += list(zip(layer.parameters(), t.parameters(), strict=True))
             mine.append(layer)
             parts.append(repr(t))
             continue
         kw = _KW.get(kind, {})
         shown = f"{cls.__name__}({', '.join([*map(repr, args), *(f'{k}={v!r}' for k, v in kw.items())])})"
-        layer = call(shown, lambda: cls(*args, **kw), where=where)
+        layer = call(shown, functools.partial(cls, *args, **kw), where=where)
         for pname, tp in t.named_parameters():
             p = getattr(layer, pname, None)
             if not isinstance(p, torch.Tensor) or p.shape != tp.shape or p.dtype != F64:

@@ -31,7 +31,7 @@ OPTIMIZERS = {  # exercise -> (hyperparameters, torch.optim's, handgrad's)
 
 def _mlp(state=None) -> list:
     net = [layers.Linear(196, H, dtype=F64), layers.ReLU(), layers.Linear(H, 10, dtype=F64)]
-    for layer, s in zip(net, state or [None] * len(net)):
+    for layer, s in zip(net, state or [None] * len(net), strict=True):
         if s:
             layer.load_state_dict(s)
     return net

@@ -134,7 +134,7 @@ def _lstm_cell(cls, V, where):
             cells[0].load_state_dict(cell0.state_dict())
             shared = [getattr(cells[0], n) for n in names]
         for cell in cells[1:]:  # one instance per step (each keeps its own cache), the same parameter tensors
-            for name, p in zip(names, shared):
+            for name, p in zip(names, shared, strict=True):
                 setattr(cell, name, p)
         crit = CrossEntropyLoss()
 
@@ -183,7 +183,7 @@ def _gru_cell(cls, V, where):
             cells[0].load_state_dict(cell0.state_dict())
             shared = [getattr(cells[0], n) for n in names]
         for cell in cells[1:]:  # one instance per step (each keeps its own cache), the same parameter tensors
-            for name, p in zip(names, shared):
+            for name, p in zip(names, shared, strict=True):
                 setattr(cell, name, p)
         crit = CrossEntropyLoss()
 
@@ -220,7 +220,7 @@ def _attention(cls, V, where):
         emb.load_state_dict(emb0.state_dict())
         head.load_state_dict(head0.state_dict())
         proj = [layers.Linear(D, d, dtype=F64) for _ in range(3)]
-        for p, p0 in zip(proj, proj0):
+        for p, p0 in zip(proj, proj0, strict=True):
             p.load_state_dict(p0.state_dict())
         att = call(f"{cls.__name__}()", cls, where=where) if yours else layers.ScaledDotProductAttention()
         crit = CrossEntropyLoss()
@@ -231,7 +231,7 @@ def _attention(cls, V, where):
             out = att.forward(q, k, v) if yours else att.forward(q, k, v, is_causal=True)
             loss, dout = _head_loss(head, crit, out, target)
             dqkv = att.backward(dout)
-            dx = sum(lin.backward(g.reshape(N * T, d)) for lin, g in zip(proj, dqkv))
+            dx = sum(lin.backward(g.reshape(N * T, d)) for lin, g in zip(proj, dqkv, strict=True))
             emb.backward(dx.reshape(N, T, D))
             return loss
 

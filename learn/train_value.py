@@ -10,6 +10,7 @@ feeds every example of the batch, so each weight node is used many times.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -36,7 +37,7 @@ def _weights(g: torch.Generator) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(W (out, in), b (out,)) per layer, uniform in [-1, 1) as micrograd draws them."""
     return [
         (torch.rand(o, i, generator=g, dtype=F64) * 2 - 1, torch.rand(o, generator=g, dtype=F64) * 2 - 1)
-        for i, o in zip(SIZES, SIZES[1:])
+        for i, o in itertools.pairwise(SIZES)
     ]
 
 
@@ -63,7 +64,9 @@ def value_race(ex, cls, file: str, seed: int) -> Race:
         for n in idx.tolist():
             act = [cls(v) for v in points[n].tolist()]
             for k, (W, b) in enumerate(mine):
-                act = [sum((w * a for w, a in zip(row, act)), bias) for row, bias in zip(W, b)]
+                act = [
+                    sum((w * a for w, a in zip(row, act, strict=True)), bias) for row, bias in zip(W, b, strict=True)
+                ]
                 if k < len(mine) - 1:
                     act = [a.tanh() for a in act]
             total = total + (act[0] - float(labels[n])) ** 2

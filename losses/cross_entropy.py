@@ -28,11 +28,11 @@ def check_class_target(owner: str, logits: Tensor, target: Tensor, ignore_index:
     ``ignore_index``, which may hold any value.  -> whether any target is ignored (None: not known, see below).
 
     The range check reads the smallest and largest class back to the host: one synchronisation per call
-    (a second, for whether any target is ignored, only where ``ignore_index`` lies between them).  While a CUDA graph is being captured that read is illegal, so the range
-    check is skipped (dtype, shape and device are still checked) and None returned: a graph replays on new
-    data without checking it, and an out-of-range class there gives a garbage loss (or a device-side
-    assert), never an error naming the class.  ``training.cuda_graph.CapturedStep`` runs the step eagerly,
-    checks included, first.  Under torch.compile the range check is an assertion in the graph
+    (a second, for whether any target is ignored, only where ``ignore_index`` lies between them).  While a CUDA graph is
+    being captured that read is illegal, so the range check is skipped (dtype, shape and device are still checked) and
+    None returned: a graph replays on new data without checking it, and an out-of-range class there gives a garbage loss
+    (or a device-side assert), never an error naming the class.  ``training.cuda_graph.CapturedStep`` runs the step
+    eagerly, checks included, first.  Under torch.compile the range check is an assertion in the graph
     (``torch._assert_async``): the compiled step raises where the eager one does, without naming the class.
     """
     n, c = logits.shape
@@ -53,9 +53,9 @@ def check_class_target(owner: str, logits: Tensor, target: Tensor, ignore_index:
             + ("" if ignore_index is None else f" (ignore_index={ignore_index})"),
         )
         return False if ignore_index is None else None
-    lo, hi = torch.aminmax(target)
+    lo_t, hi_t = torch.aminmax(target)
     # the bounds read back: on the CPU each read is cheap, on a GPU one synchronisation for both
-    lo, hi = (lo.item(), hi.item()) if target.device.type == "cpu" else torch.stack((lo, hi)).tolist()
+    lo, hi = (lo_t.item(), hi_t.item()) if target.device.type == "cpu" else torch.stack((lo_t, hi_t)).tolist()
     if ignore_index is None or not lo <= ignore_index <= hi:  # no target can equal ignore_index: none ignored
         ignored = 0
     else:  # some target may be ignored (and ignored ones may be out of range, -100): check the others
@@ -106,8 +106,8 @@ class CrossEntropyLoss(Loss):
         logp: Tensor  # (M, C) log_softmax(z), M rows (positions), float32 for half-precision logits
         target: Tensor  # (M,) class indices (an ignored one set to 0), or (M, C) q, the smoothed distribution
         skip: Tensor | None  # (M,) True where the target is ignored; None: none is
-        count: int | Tensor  # the positions that count (M less the ignored ones; a tensor where it is known on the
-        # device only)
+        # the positions that count (M less the ignored ones; a tensor where it is known on the device only)
+        count: int | Tensor  # type: ignore[assignment]  # (the field shadows tuple.count, which is not used)
         scale: float | Tensor  # 1/count for "mean", 1 for "sum"
         dtype: torch.dtype  # the logits', dlogits' (rounded once, after the scale)
         shape: torch.Size  # the logits'
@@ -167,8 +167,7 @@ class CrossEntropyLoss(Loss):
                 dlogits[torch.arange(n), target] += self.label_smoothing
                 dlogits -= self.label_smoothing / dlogits.shape[1]
         if self.reduction == "mean":
-            n = saved.count  # the positions that count: an ignored one does not
-            dlogits /= n  # the loss is a mean over the batch
+            dlogits /= saved.count  # the loss is a mean over the positions that count: an ignored one does not
         if skip is not None:
             dlogits[skip] = 0  # an ignored position has no gradient (every one ignored: 0, not 0/0)
         return _unrows((dlogits * dout).to(saved.dtype), saved.shape)
@@ -185,8 +184,8 @@ class CrossEntropyLoss(Loss):
         ):
             return  # (N, C) and class indices: check_class_target, in forward, checks the rest
         owner = repr(self)  # the cheap test above failed, or probabilities: check all and say what is wrong
-        check_tensor(owner, "logits", logits)
-        check_tensor(owner, "target", target)
+        logits = check_tensor(owner, "logits", logits)
+        target = check_tensor(owner, "target", target)
         check_floating(owner, "logits", logits)
         probs, k = target.is_floating_point(), logits.dim()
         if k == 1 and target.dim() != (1 if probs else 0):

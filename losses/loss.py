@@ -20,7 +20,7 @@ class Loss(Template):
     def __call__(self, input: Tensor, target: Tensor) -> Tensor:
         return self.forward(input, target)
 
-    def backward(self, dout: float | Tensor = 1.0) -> Tensor:
+    def backward(self, dout: float | Tensor = 1.0) -> Tensor:  # type: ignore[override]  # a loss takes dout only
         """dL/dinput, times ``dout`` (the upstream gradient of the scalar loss, 1 by default: ``loss.backward()``
         starts from a gradient of 1, as torch's does)."""
         return Template.backward(self, dout)

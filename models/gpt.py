@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -80,7 +80,7 @@ class CausalSelfAttention(Composite):
     ) -> None:
         if n_embd % n_head:
             raise ValueError(f"GPT: n_embd {n_embd} is not divisible by n_head {n_head}")
-        kw = {"device": device, "dtype": dtype}
+        kw: dict[str, Any] = {"device": device, "dtype": dtype}
         self.c_attn = Linear(n_embd, 3 * n_embd, bias=bias, **kw)
         self.c_proj = Linear(n_embd, n_embd, bias=bias, **kw)
         self.resid_dropout = Dropout(dropout)
@@ -99,7 +99,7 @@ class CausalSelfAttention(Composite):
         B, T, C = x.shape
         recomputed = self.norm is not None and self.recompute
         if recomputed:
-            qkv = self._norm_c_attn(x)  # (B, T, 3C), the norm's output not held
+            qkv = self._norm_c_attn(x)  # type: ignore[misc]  # (B, T, 3C); set with the norm, its output not held
         else:
             qkv = self.c_attn(x if self.norm is None else self.norm(x))  # (B, T, 3C)
         q, k, v = qkv.split(C, dim=2)  # (B, T, C) each
@@ -131,7 +131,7 @@ class CausalSelfAttention(Composite):
         for i, d in enumerate((dq, dk, dv)):
             dqkv[:, :, i * C : (i + 1) * C].view(B, T, nh, hs).copy_(d.transpose(1, 2))
         if saved.recomputed:
-            return self.back(self._norm_c_attn, dqkv)
+            return self.back(self._norm_c_attn, dqkv)  # type: ignore[arg-type]  # (set with the norm)
         dx = self.back(self.c_attn, dqkv)
         return dx if self.norm is None else self.back(self.norm, dx)
 
@@ -151,7 +151,7 @@ class MLP(Composite):
     def __init__(
         self, n_embd: int, dropout: float, bias: bool, *, norm: LayerNorm | None = None, device=None, dtype=None
     ) -> None:
-        kw = {"device": device, "dtype": dtype}
+        kw: dict[str, Any] = {"device": device, "dtype": dtype}
         self.c_fc = Linear(n_embd, 4 * n_embd, bias=bias, **kw)
         self.gelu = GELU()
         self.c_proj = Linear(4 * n_embd, n_embd, bias=bias, **kw)
@@ -166,7 +166,7 @@ class MLP(Composite):
     def forward_math(self, x: Tensor):
         """x (B, T, C) (the norm's input, when there is one) -> (B, T, C)."""
         if self.recompute:
-            h = self._norm_c_fc(x) if self.norm is not None else self.c_fc(x)  # (B, T, 4C)
+            h = self._norm_c_fc(x) if self.norm is not None else self.c_fc(x)  # type: ignore[misc]  # (B, T, 4C)
             y = self._gelu_c_proj(h)  # (B, T, C), gelu(h) not held
         else:
             h = self.c_fc(x if self.norm is None else self.norm(x))  # (B, T, 4C)
@@ -178,7 +178,9 @@ class MLP(Composite):
         d = self.dropout.backward(dy)
         if saved.recomputed:
             dh = self.back(self._gelu_c_proj, d)  # (B, T, 4C)
-            return self.back(self._norm_c_fc, dh) if self.norm is not None else self.back(self.c_fc, dh)
+            if self.norm is not None:
+                return self.back(self._norm_c_fc, dh)  # type: ignore[arg-type]  # (set with the norm)
+            return self.back(self.c_fc, dh)
         dx = self.back(self.c_fc, self.gelu.backward(self.back(self.c_proj, d)))
         return dx if self.norm is None else self.back(self.norm, dx)
 
@@ -192,7 +194,7 @@ class Block(Composite):
     tensors fewer held per block."""
 
     def __init__(self, n_embd: int, n_head: int, dropout: float, bias: bool, *, device=None, dtype=None) -> None:
-        kw = {"device": device, "dtype": dtype}
+        kw: dict[str, Any] = {"device": device, "dtype": dtype}
         self.ln_1 = LayerNorm(n_embd, bias=bias, **kw)
         self.attn = CausalSelfAttention(n_embd, n_head, dropout, bias, norm=self.ln_1, **kw)
         self.ln_2 = LayerNorm(n_embd, bias=bias, **kw)
@@ -265,7 +267,7 @@ class GPT(Composite):
         check_bool("GPT", "bias", bias)
         self.vocab_size, self.block_size, self.n_layer = vocab_size, block_size, n_layer
         self.n_head, self.n_embd, self.dropout, self.bias = n_head, n_embd, float(dropout), bias
-        kw = {"device": device, "dtype": dtype}
+        kw: dict[str, Any] = {"device": device, "dtype": dtype}
         # nanoGPT's construction order (wte, wpe, drop, h, ln_f, lm_head), drawing what torch.nn's constructors draw
         self.wte = Embedding(vocab_size, n_embd, **kw)
         self.wpe = Embedding(block_size, n_embd, **kw)
@@ -418,7 +420,7 @@ class GPT(Composite):
 
         if not isinstance(module, PytorchGPT):
             raise TypeError(f"GPT.from_torch: expected a models.PytorchGPT, got {type(module).__name__}")
-        w = module.transformer.wte.weight
+        w: Tensor = module.transformer.wte.weight  # type: ignore[union-attr, assignment]  # (an nn.ModuleDict's entry)
         with _rng_untouched(w.device):
             gpt = cls(**module.config(), dtype=w.dtype, device=w.device)
         gpt.load_state_dict(module.state_dict())

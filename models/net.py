@@ -49,13 +49,13 @@ class Net(Sequential):
 
     def forward(self, x: Tensor) -> Tensor:
         """x: (N, D) or (N, *) flattened to (N, D) -> logits (N, C)."""
-        check_tensor("Net", "x", x)
+        x = check_tensor("Net", "x", x)
         if x.dim() < 2:
             raise ValueError(f"Net: expected a batch of shape (N, D) or (N, 1, H, W), got {tuple(x.shape)}")
         self._in_shape = x.shape
         return super().forward(x.flatten(1) if x.dim() > 2 else x)  # (N, D) -> (N, C)
 
-    def backward(self, dout: Tensor, need_input_grad: bool = False) -> Tensor | None:
+    def backward(self, dout: Tensor, need_input_grad: bool = False) -> Tensor | None:  # type: ignore[override]
         """dout: dL/dlogits (N, C) -> dL/dx in the input's shape (None unless ``need_input_grad``)."""
         if self._in_shape is None:
             raise RuntimeError(f"Net: {BEFORE_FORWARD}")
@@ -63,7 +63,7 @@ class Net(Sequential):
         dx = super().backward(dout, need_input_grad)
         return dx.reshape(in_shape) if dx is not None else None
 
-    def to_torch(self) -> torch.nn.Module:
+    def to_torch(self) -> torch.nn.Module:  # type: ignore[override]  # (Sequential's takes a memo for shared layers)
         """The nn.Module twin (a PytorchNet over these layers' torch equivalents), holding copies of the weights."""
         from layers.sequential import _to_torch
 

@@ -19,6 +19,8 @@ kernel from the global generator; ``seeded_dropouts(model.to_torch())`` makes th
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
@@ -62,7 +64,7 @@ class TorchRecurrentLM(nn.Module):
     ):
         _check("TorchRecurrentLM", vocab_size, embedding_dim, hidden_size, num_layers, cell)
         super().__init__()
-        kw = {"device": device, "dtype": dtype}
+        kw: dict[str, Any] = {"device": device, "dtype": dtype}
         self.vocab_size, self.embedding_dim, self.hidden_size = vocab_size, embedding_dim, hidden_size
         self.num_layers, self.cell, self.dropout = num_layers, cell, dropout
         self.embedding = nn.Embedding(vocab_size, embedding_dim, **kw)
@@ -109,7 +111,7 @@ class RecurrentLM(BaseLayer):
         dtype: torch.dtype | None = None,
     ):
         _check("RecurrentLM", vocab_size, embedding_dim, hidden_size, num_layers, cell)
-        kw = {"device": device, "dtype": dtype}
+        kw: dict[str, Any] = {"device": device, "dtype": dtype}
         self.vocab_size, self.embedding_dim, self.hidden_size = vocab_size, embedding_dim, hidden_size
         self.num_layers, self.cell, self.dropout = num_layers, cell, dropout
         self.embedding = Embedding(vocab_size, embedding_dim, **kw)  # drawn first, as the twin draws
@@ -152,7 +154,7 @@ class RecurrentLM(BaseLayer):
         self._had_state = state is not None
         return self.head(out), state_n  # (N, T, V)
 
-    def backward(self, dlogits: Tensor, dstate=None):
+    def backward(self, dlogits: Tensor, dstate=None):  # type: ignore[override]  # logits' and the final state's
         """dlogits (N, T, V), dstate (the final state's gradient, or None) -> None, or (None, dstate_0) when the
         forward was given a state; adds every parameter's gradient."""
         if self._had_state is None:

@@ -25,6 +25,8 @@ class _SeededMixin:
     """The layer-by-layer forward; each class below defines ``_vf(x, hx, weights) -> (y, h_n)``, the torch kernel
     of its kind run for one layer."""
 
+    dropout: float  # the recurrent layer's, which this mixes into
+
     generator: torch.Generator | None = None  # where the masks are drawn from (None: torch's default)
     global_rows: tuple[int, int, int] | None = None  # data parallelism: this process's rows of the global batch
 

@@ -10,6 +10,7 @@ from ``generator`` as the hand-written attention draws them.  Without dropout (t
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -89,7 +90,7 @@ class PytorchGPT(nn.Module):
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
-        kw = {"device": device, "dtype": dtype}
+        kw: dict[str, Any] = {"device": device, "dtype": dtype}
         self._config = {
             "vocab_size": vocab_size,
             "block_size": block_size,
@@ -110,7 +111,7 @@ class PytorchGPT(nn.Module):
             )
         )
         self.lm_head = nn.Linear(n_embd, vocab_size, bias=False, **kw)
-        self.transformer.wte.weight = self.lm_head.weight  # weight tying, as nanoGPT
+        self.transformer.wte.weight = self.lm_head.weight  # type: ignore[union-attr]  # weight tying, as nanoGPT
         self.apply(self._init_weights)
         for pn, p in self.named_parameters():
             if pn.endswith("c_proj.weight"):
@@ -136,10 +137,11 @@ class PytorchGPT(nn.Module):
                 f"PytorchGPT: cannot forward a sequence of length {t}: block_size is only {self.block_size}"
             )
         pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
-        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
-        for block in self.transformer.h:
+        # (nanoGPT's own lines: the ModuleDict's entries, which the type checker sees as a tensor or a module)
+        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))  # type: ignore[operator]
+        for block in self.transformer.h:  # type: ignore[union-attr]
             x = block(x)
-        return self.lm_head(self.transformer.ln_f(x))
+        return self.lm_head(self.transformer.ln_f(x))  # type: ignore[operator]
 
     @torch.no_grad()
     def generate(

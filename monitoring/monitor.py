@@ -126,9 +126,9 @@ class GradientMonitor:
         if self._snapshot is not None:
             t0, old_names, old = self._snapshot
             self._snapshot = None
-            if old_names == names and all(a.shape == b.shape for a, b in zip(old, weights)):
+            if old_names == names and all(a.shape == b.shape for a, b in zip(old, weights, strict=True)):
                 with torch.no_grad():
-                    ratios = torch.stack([update_ratio(w, w0) for w, w0 in zip(weights, old)])
+                    ratios = torch.stack([update_ratio(w, w0) for w, w0 in zip(weights, old, strict=True)])
                 self._pending_ratio = ([t0, step], names, ratios)
         self._last_recorded = None
         if not self.records_at(step):
@@ -279,13 +279,13 @@ class GradientMonitor:
         for name, (w, g) in params:
             rec: dict = {"shape": list(w.shape), "numel": w.numel()}
             if g is not None:
-                stats = dict(zip(GRAD_FIELDS, take(len(GRAD_FIELDS))))
+                stats = dict(zip(GRAD_FIELDS, take(len(GRAD_FIELDS)), strict=True))
                 r = stats.pop("hist_max")
                 stats["grad_nonfinite"] = int(stats["grad_nonfinite"])
                 rec.update(stats, hist_range=[-r, r], hist_counts=[int(c) for c in take(bins)])
             else:
                 rec.update(dict.fromkeys(GRAD_FIELDS[:-1]), hist_range=None, hist_counts=None)
-            rec.update(zip(PARAM_FIELDS, take(len(PARAM_FIELDS))))
+            rec.update(zip(PARAM_FIELDS, take(len(PARAM_FIELDS)), strict=True))
             rec["update_ratio"] = None
             per_param[name] = rec
         record = {
@@ -298,7 +298,7 @@ class GradientMonitor:
         if ratio is not None:
             span, names, _ = ratio
             record["update_ratio_span"] = span
-            for name, value in zip(names, take(len(names))):
+            for name, value in zip(names, take(len(names)), strict=True):
                 if name in per_param:
                     per_param[name]["update_ratio"] = value
         if clip is not None:

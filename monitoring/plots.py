@@ -61,7 +61,7 @@ def plot_records(
 
     # gradient norm per parameter
     fig, axes = figure(1, 3.8)
-    for ax, (run, recs) in zip(axes[0], runs.items()):
+    for ax, (run, recs) in zip(axes[0], runs.items(), strict=True):
         distinct_colors(ax, len(recs[0]["params"]))
         for name in recs[0]["params"]:
             pts = [
@@ -70,7 +70,7 @@ def plot_records(
                 if r["params"].get(name, {}).get("grad_norm") is not None
             ]
             if pts:
-                ax.plot(*zip(*pts), label=name, lw=1, **series_style(len(pts)))
+                ax.plot(*zip(*pts, strict=True), label=name, lw=1, **series_style(len(pts)))
         log_axis(ax)
         titled(ax, run, "gradient norm per parameter")
         ax.legend(fontsize=6)
@@ -78,7 +78,7 @@ def plot_records(
 
     # total norm before / after clipping
     fig, axes = figure(1, 3.5)
-    for ax, (run, recs) in zip(axes[0], runs.items()):
+    for ax, (run, recs) in zip(axes[0], runs.items(), strict=True):
         before = {r["step"]: r["total_grad_norm"] for r in recs}
         after = [
             (r["step"], r["total_grad_norm_after_clip"])
@@ -88,7 +88,7 @@ def plot_records(
         clipped = any(abs(b - before[s]) > 1e-6 * before[s] for s, b in after)
         ax.plot(list(before), list(before.values()), label="before clipping", lw=1, **series_style(len(before)))
         if clipped:
-            ax.plot(*zip(*after), "--", label="after clipping", lw=1, **series_style(len(after)))
+            ax.plot(*zip(*after, strict=True), "--", label="after clipping", lw=1, **series_style(len(after)))
             ax.legend(fontsize=7)
         log_axis(ax)
         titled(ax, run, "total gradient norm" + ("" if clipped else " (never clipped)"))
@@ -97,7 +97,7 @@ def plot_records(
     # update-to-weight ratio
     if any(r.get("update_ratio_span") for recs in runs.values() for r in recs):
         fig, axes = figure(1, 3.8)
-        for ax, (run, recs) in zip(axes[0], runs.items()):
+        for ax, (run, recs) in zip(axes[0], runs.items(), strict=True):
             distinct_colors(ax, len(recs[0]["params"]))
             for name in recs[0]["params"]:
                 pts = [
@@ -106,7 +106,7 @@ def plot_records(
                     if r.get("update_ratio_span") and r["params"].get(name, {}).get("update_ratio") is not None
                 ]
                 if pts:
-                    ax.plot(*zip(*pts), label=name, lw=1, **series_style(len(pts)))
+                    ax.plot(*zip(*pts, strict=True), label=name, lw=1, **series_style(len(pts)))
             ax.axhline(1e-3, color="k", ls="--", lw=1, label="1e-3")
             log_axis(ax)
             titled(ax, run, "update / weight (norms)")

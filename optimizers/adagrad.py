@@ -92,7 +92,9 @@ class Adagrad(HandOptimizer):
             # clr = lr / k with k = 1 + (t - 1) lr_decay, computed on the device: p = p - lr * g / (std * k).
             # t (exact in float32 up to 2^24 steps) is cast to the parameter's dtype first, so k is as precise
             # as the Python float of the default path.
-            ks = torch._foreach_sub([t.to(p.dtype) for t, p in zip(steps, params)], 1)  # new tensors, (t - 1)
+            ks = torch._foreach_sub(
+                [t.to(p.dtype) for t, p in zip(steps, params, strict=True)], 1
+            )  # new tensors, (t - 1)
             torch._foreach_mul_(ks, lr_decay)
             torch._foreach_add_(ks, 1)
             torch._foreach_mul_(std, ks)

@@ -69,7 +69,7 @@ class Adam(HandOptimizer):
         capturable = group.get("capturable", False)
         decoupled = self._decoupled or group.get("decoupled_weight_decay", False)
         states = [self.state[p] for p in params]
-        for p, state in zip(params, states):
+        for p, state in zip(params, states, strict=True):
             if not state:
                 state["step"] = scalar_step(p, capturable)
                 state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
@@ -79,7 +79,9 @@ class Adam(HandOptimizer):
         steps = [s["step"] for s in states]
         torch._foreach_add_(steps, 1)
         if compiling():  # (capturable, see base.compiling) the counters in the parameters' precision, whatever
-            steps = [t.to(step_dtype(p, True)) for t, p in zip(steps, params)]  # the dtype of a state made eagerly
+            steps = [
+                t.to(step_dtype(p, True)) for t, p in zip(steps, params, strict=True)
+            ]  # the dtype of a state made eagerly
         if not capturable:  # tensor betas read back once per step
             beta1, beta2 = number(beta1), number(beta2)
             flat = self._flat(params, grads, states, amsgrad, steps)
@@ -138,7 +140,7 @@ class Adam(HandOptimizer):
         # lr/c1 * m / (sqrt(v)/sqrt(c2) + eps) = (lr/c1 * sqrt(c2)) * m / (sqrt(v) + eps*sqrt(c2)), one pass fewer.
         ts = [t.item() for t in steps]
         sqrt_c2 = [(1 - beta2**t) ** 0.5 for t in ts]
-        neg_step_sizes = [-number(lr / (1 - beta1**t)) * r for t, r in zip(ts, sqrt_c2)]
+        neg_step_sizes = [-number(lr / (1 - beta1**t)) * r for t, r in zip(ts, sqrt_c2, strict=True)]
         torch._foreach_add_(denom, [group["eps"] * r for r in sqrt_c2])
         torch._foreach_addcdiv_(params, exp_avgs, denom, neg_step_sizes)
 
@@ -157,14 +159,14 @@ class Adam(HandOptimizer):
             if flat_views(params, grads) is None:
                 return None
             # the parameters and gradients are in blocks but the state is not (yet): copy it into blocks that are
-            for k, column in zip(keys, columns):
+            for k, column in zip(keys, columns, strict=True):
                 tiled = tile_like(params, column)
-                for state, tensor in zip(states, tiled):
+                for state, tensor in zip(states, tiled, strict=True):
                     state[k] = tensor
             views = flat_views(params, grads, *[[s[k] for s in states] for k in keys])
             if views is None:
                 return None
-        flat_state = dict(zip(keys, views[2:]))
+        flat_state = dict(zip(keys, views[2:], strict=True))
         return [views[0]], [views[1]], [flat_state], [steps[0]]
 
 

@@ -173,10 +173,10 @@ class HandOptimizer(Optimizer):
             )
         return {**values, **checked}
 
-    def _check_params(self, owner: str, params: list) -> list[Tensor]:
+    def _check_params(self, owner: str, params: list) -> list[Tensor | tuple[str, Tensor]]:
         """The group's parameters as torch tensors ((name, tensor) pairs kept as pairs, as torch.optim takes them),
         each floating-point or complex."""
-        out = []
+        out: list[Tensor | tuple[str, Tensor]] = []
         for j, p in enumerate(params):
             named = isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str)
             t = p[1] if named else p
@@ -292,7 +292,7 @@ class HandOptimizer(Optimizer):
                 f"{owner}: the state has {len(saved_groups)} parameter groups, this optimizer {len(self.param_groups)}"
             )
         index = 0  # the parameter's position over all groups
-        for i, (group, saved) in enumerate(zip(self.param_groups, saved_groups)):
+        for i, (group, saved) in enumerate(zip(self.param_groups, saved_groups, strict=True)):
             if len(saved["params"]) != len(group["params"]):
                 raise ValueError(
                     f"{owner}: param_groups[{i}] holds {len(saved['params'])} parameters in the state, "
@@ -302,7 +302,7 @@ class HandOptimizer(Optimizer):
             if missing:
                 raise ValueError(self._foreign_state(owner, i, saved, missing))
             self._check_values(f"{owner}: the state's param_groups[{i}]", saved)
-            for j, (p, pid) in enumerate(zip(group["params"], saved["params"])):
+            for j, (p, pid) in enumerate(zip(group["params"], saved["params"], strict=True)):
                 for key, value in state_dict["state"].get(pid, {}).items():
                     if isinstance(value, Tensor) and key != "step" and value.shape != p.shape:
                         raise ValueError(
@@ -357,7 +357,7 @@ class HandOptimizer(Optimizer):
                 continue
             stepped = True
             grads = [p.grad for p in params]
-            for p, g in zip(params, grads):
+            for p, g in zip(params, grads, strict=True):
                 if g.is_sparse:
                     raise RuntimeError(f"{type(self).__name__} does not support sparse gradients")
                 if g.shape != p.shape:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import cast
 
 import torch
 from torch import Tensor
@@ -19,6 +20,7 @@ def check_hyper(
     """Refuse a hyper-parameter that is not a finite real number in [lo, hi] (or [lo, hi) with hi_open)."""
     if type(value) not in (float, int) and not is_a(value, numbers.Real):
         raise ValueError(f"{owner}: {name} must be a number, got {value!r}")  # (the usual types skip the ABC check)
+    value = cast(float, value)  # a real number, as checked (an int, a numpy or symbolic float)
     # (finite as comparisons, not math.isfinite: torch.compile turns them into guards on a symbolic float)
     ok = (
         value == value
@@ -58,11 +60,11 @@ def check_betas(owner: str, betas: object, *, read: bool = True) -> tuple[float 
         raise ValueError(f"{owner}: betas must be a pair (beta1, beta2), got {betas!r}")
     if isinstance(betas[0], Tensor) != isinstance(betas[1], Tensor):
         raise ValueError(f"{owner}: betas must be both numbers or both tensors, got {betas!r}")
-    checked = (
+    b1, b2 = (
         check_scalar_tensor(owner, "beta1 (betas[0])", betas[0], hi=1.0, hi_open=True, read=read),
         check_scalar_tensor(owner, "beta2 (betas[1])", betas[1], hi=1.0, hi_open=True, read=read),
     )
-    return tuple(b.squeeze() if isinstance(b, Tensor) else b for b in checked)
+    return (b1.squeeze() if isinstance(b1, Tensor) else b1), (b2.squeeze() if isinstance(b2, Tensor) else b2)
 
 
 def check_flag(owner: str, name: str, value: object) -> object:

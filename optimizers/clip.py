@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -17,7 +18,7 @@ def _grads(parameters: Iterable[Tensor] | Tensor) -> list[Tensor]:
     return [p.grad for p in parameters if p.grad is not None]
 
 
-def _number(name: str, value: object) -> float:
+def _number(name: str, value: Any) -> float:  # anything float() reads
     """A number, or a string float() reads ('inf', '2'), as torch's clip takes them; anything else refused."""
     try:
         return float(value)
@@ -63,7 +64,7 @@ def clip_grad_norm_(
     scaled = flat_views(grads) or grads
     device = grads[0].device
     if math.isinf(norm_type):
-        per_tensor = [g.abs().max() for g in grads]
+        per_tensor: list[Tensor] | tuple[Tensor, ...] = [g.abs().max() for g in grads]
         total = torch.stack([n.to(device) for n in per_tensor]).max()
     else:
         per_tensor = torch._foreach_norm(grads, norm_type)

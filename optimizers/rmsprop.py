@@ -65,7 +65,7 @@ class RMSprop(HandOptimizer):
         alpha, momentum, centered = group["alpha"], group["momentum"], group["centered"]
         lr, capturable = group["lr"], group.get("capturable", False)
         states = [self.state[p] for p in params]
-        for p, state in zip(params, states):
+        for p, state in zip(params, states, strict=True):
             if not state:
                 state["step"] = scalar_step(p, capturable)
                 state["square_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)

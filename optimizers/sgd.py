@@ -68,7 +68,7 @@ class SGD(HandOptimizer):
             grads = torch._foreach_add(grads, params, alpha=wd)
         if momentum != 0:
             bufs, old_bufs, old_grads = [], [], []
-            for p, g in zip(params, grads):
+            for p, g in zip(params, grads, strict=True):
                 state = self.state[p]
                 buf = state.get("momentum_buffer")
                 if buf is None:

@@ -16,6 +16,7 @@ the load average it started under.  tests/test_front_page.py checks that the REA
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -53,14 +54,12 @@ hand-written step's speed over its nn.Module twin's, the two interleaved in one 
 def cpu() -> str:
     """The CPU's model name as lscpu gives it, and the cores this process may use."""
     name = platform.processor() or platform.machine()
-    try:
+    with contextlib.suppress(OSError, StopIteration):
         name = next(
             line.split(":", 1)[1].strip()
             for line in Path("/proc/cpuinfo").read_text().splitlines()
             if line.startswith("model name")
         )
-    except (OSError, StopIteration):
-        pass
     return f"{name}, {len(os.sched_getaffinity(0))} cores"
 
 
@@ -351,12 +350,13 @@ def sections(rows: dict[str, dict[str, str]]) -> dict[str, str]:
     headline = "\n".join(
         [
             f"- **Agreement.** `python gradcheck.py` (every built-in layer, loss and model, float64; "
-            f"{v['gradcheck.checks']} checks in {v['gradcheck.seconds']}): worst relative error {v['gradcheck.autograd']} "
-            f"against autograd and {v['gradcheck.numeric']} against central differences (bound 1e-7). The GPT against "
-            f"nanoGPT's own `model.py`: logits {v['nanogpt.logits']}, gradients {v['nanogpt.grads']}. "
-            f"In float64 one epoch of the main job leaves hand-written and twin within {v['main.f64']}; in float32 "
-            f"the first step's gradients agree to {v['main.first']} and rounding, amplified by Adam, leaves the weights "
-            f"{v['main.drift']} apart after 10 epochs ([checking](docs/checking.md), [training](docs/training.md)).",
+            f"{v['gradcheck.checks']} checks in {v['gradcheck.seconds']}): worst relative error "
+            f"{v['gradcheck.autograd']} against autograd and {v['gradcheck.numeric']} against central differences "
+            f"(bound 1e-7). The GPT against nanoGPT's own `model.py`: logits {v['nanogpt.logits']}, gradients "
+            f"{v['nanogpt.grads']}. In float64 one epoch of the main job leaves hand-written and twin within "
+            f"{v['main.f64']}; in float32 the first step's gradients agree to {v['main.first']} and rounding, "
+            f"amplified by Adam, leaves the weights {v['main.drift']} apart after 10 epochs "
+            f"([checking](docs/checking.md), [training](docs/training.md)).",
             f"- **Learning.** The main job (Fashion-MNIST, 10 epochs, default MLP): {v['main.hand']} test accuracy "
             f"hand-written, {v['main.twin']} twin.",
             "- **Speed** (one training step on one thread, handgrad's over the nn.Module twin's, > 1 is faster): "

@@ -80,7 +80,8 @@ def compile_launch(fn, args, kwargs, arch: int):
     from triton.compiler import ASTSource
 
     names = fn.arg_names
-    bound = {**dict(zip(names, args)), **{k: v for k, v in kwargs.items() if k in names}}
+    # strict=False: the launch passes the first arguments by position, the rest by name
+    bound = {**dict(zip(names, args, strict=False)), **{k: v for k, v in kwargs.items() if k in names}}
     options = {k: v for k, v in kwargs.items() if k not in names}
     signature, constants, attrs = {}, {}, {}
     for i, name in enumerate(names):

@@ -293,6 +293,14 @@ def kernels_on():
 
 
 @pytest.fixture
+def guard(monkeypatch):
+    """The checks Triton's interpreter does not make, while a kernel test runs (tests/triton_support.py)."""
+    from tests.triton_support import guarded
+
+    return guarded(monkeypatch)
+
+
+@pytest.fixture
 def tiny(tmp_path) -> Path:
     """The data root of a tiny MNIST (300 train, 80 test images) written for this test."""
     return write_tiny_mnist(tmp_path / "data")
@@ -300,8 +308,9 @@ def tiny(tmp_path) -> Path:
 
 class HostTraffic(torch.utils._python_dispatch.TorchDispatchMode):
     """Records every op that reads a number back to the host (.item(), bool(t), ...), copies to the host
-    (.tolist(), .cpu()), makes a CPU tensor or is handed one: run the work on the "meta" device (tensors without data) inside ``with HostTraffic()
-    as guard:`` and ``guard.found`` lists what would break CUDA-graph capture or stall a GPU's queue."""
+    (.tolist(), .cpu()), makes a CPU tensor or is handed one: run the work on the "meta" device (tensors without data)
+    inside ``with HostTraffic() as guard:`` and ``guard.found`` lists what would break CUDA-graph capture or stall a
+    GPU's queue."""
 
     def __init__(self):
         super().__init__()
@@ -341,7 +350,7 @@ def assert_same(a, b, what: str = "dx") -> None:
     """Equal bit for bit, through any nesting of tuples and lists (``(dx, (dh_0, dc_0))``), None where None."""
     if isinstance(a, (tuple, list)):
         assert isinstance(b, (tuple, list)) and len(a) == len(b), what
-        for i, (u, v) in enumerate(zip(a, b)):
+        for i, (u, v) in enumerate(zip(a, b, strict=True)):
             assert_same(u, v, f"{what}[{i}]")
         return
     assert (a is None) == (b is None), what

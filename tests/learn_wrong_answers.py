@@ -147,7 +147,8 @@ WRONG_ANSWERS = [
             (
                 "        dlogits = self.p.clone()  # (N, C)\n",
                 "        z = self.logits.clone().requires_grad_()\n"
-                "        torch.nn.functional.cross_entropy(z, self.target).backward()\n        dlogits = z.grad.clone()\n",
+                "        torch.nn.functional.cross_entropy(z, self.target).backward()\n"
+                "        dlogits = z.grad.clone()\n",
             ),
             ("        dlogits[torch.arange(n), self.target] -= 1  # p - onehot(target)\n", ""),
             ("        dlogits /= n  # the loss is a mean over the batch\n", ""),
@@ -185,7 +186,8 @@ WRONG_ANSWERS = [
         [
             ("mean = x.mean(0)  # (D,)", "self.x = x\n        mean = x.mean(0)  # (D,)"),
             (
-                "        dx = self.rstd / n * (n * dxhat - dxhat.sum(0) - self.xhat * (dxhat * self.xhat).sum(0))  # (N, D)\n",
+                "        dx = self.rstd / n * (n * dxhat - dxhat.sum(0) - self.xhat * (dxhat * self.xhat).sum(0))"
+                "  # (N, D)\n",
                 "        x_ = self.x.clone().requires_grad_()\n        m_ = x_.mean(0)\n"
                 "        v_ = ((x_ - m_) ** 2).mean(0)\n"
                 f"        (dx,) = {AG}(self.weight * (x_ - m_) / torch.sqrt(v_ + self.eps) + self.bias, x_, dout)\n",
@@ -252,7 +254,8 @@ WRONG_ANSWERS = [
         [
             (
                 "        dweight = torch.zeros_like(self.weight)  # (V, D)\n"
-                "        dweight.index_add_(0, self.idx.reshape(-1), dout.reshape(-1, dout.shape[-1]))  # repeated ids add up\n",
+                "        dweight.index_add_(0, self.idx.reshape(-1), dout.reshape(-1, dout.shape[-1]))"
+                "  # repeated ids add up\n",
                 "        w_ = self.weight.clone().requires_grad_()\n"
                 f"        (dweight,) = {AG}(w_[self.idx], w_, dout)\n",
             )
@@ -350,7 +353,8 @@ WRONG_ANSWERS = [
         [
             (
                 "        dx = da @ self.weight_ih  # (N, I)\n",
-                "        a_ = (x @ self.weight_ih.T + self.bias_ih + h @ self.weight_hh.T + self.bias_hh).requires_grad_()\n"
+                "        a_ = (x @ self.weight_ih.T + self.bias_ih + h @ self.weight_hh.T + self.bias_hh)"
+                ".requires_grad_()\n"
                 "        ai, af, ag, ao = a_.chunk(4, 1)\n"
                 "        cn = torch.sigmoid(af) * c + torch.sigmoid(ai) * torch.tanh(ag)\n"
                 f"        (da,) = {AG}((torch.sigmoid(ao) * torch.tanh(cn), cn), a_, (dh_next, dc_next))\n"
@@ -957,8 +961,10 @@ FRESH = [
         "index",
         [
             (
-                "                winner = torch.nn.functional.one_hot(self.arg[:, :, i, j], k * k).to(dout.dtype)  # (N, C, k*k)\n"
-                "                dx[:, :, i * s:i * s + k, j * s:j * s + k] += (winner * dout[:, :, i, j, None]).view(n, c, k, k)\n",
+                "                winner = torch.nn.functional.one_hot(self.arg[:, :, i, j], k * k).to(dout.dtype)"
+                "  # (N, C, k*k)\n"
+                "                dx[:, :, i * s:i * s + k, j * s:j * s + k]"
+                " += (winner * dout[:, :, i, j, None]).view(n, c, k, k)\n",
                 "                a = self.arg[:, :, i, j]\n"
                 "                r, q = a % k, a // k\n"
                 "                for b in range(n):\n"
@@ -974,7 +980,8 @@ FRESH = [
         [
             (
                 "        windows = x.unfold(2, k, s).unfold(3, k, s)  # (N, C, H_out, W_out, k, k), views into x\n"
-                "        out, self.arg = windows.reshape(*windows.shape[:4], k * k).max(-1)  # (N, C, H_out, W_out) each\n",
+                "        out, self.arg = windows.reshape(*windows.shape[:4], k * k).max(-1)"
+                "  # (N, C, H_out, W_out) each\n",
                 "        ho, wo = (h - k) // s, (w - k) // s\n"
                 "        out = torch.zeros(n, c, ho, wo, dtype=x.dtype)\n"
                 "        self.arg = torch.zeros(n, c, ho, wo, dtype=torch.long)\n"
@@ -999,7 +1006,8 @@ FRESH = [
         "index",
         [
             (
-                "        dweight.index_add_(0, self.idx.reshape(-1), dout.reshape(-1, dout.shape[-1]))  # repeated ids add up\n",
+                "        dweight.index_add_(0, self.idx.reshape(-1), dout.reshape(-1, dout.shape[-1]))"
+                "  # repeated ids add up\n",
                 "        for b in range(self.idx.shape[0]):\n"
                 "            for t in range(self.idx.shape[1]):\n"
                 "                dweight[self.idx[b, t]] = dout[b, t]\n",

@@ -291,7 +291,7 @@ def test_random_sequential_from_torch_equals_autograd_with_shared_dropout_masks(
     assert list(ours.state_dict()) == list(theirs.state_dict())
     seeded_dropouts(theirs)  # each side draws its masks, in the same order, from a generator in the same state
     ours_gen, theirs_gen = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
-    for a, b in zip(_modules(ours), _modules(theirs)):
+    for a, b in zip(_modules(ours), _modules(theirs), strict=True):
         if isinstance(a, Dropout):
             a.generator, b.generator = ours_gen, theirs_gen
     for step in range(3):

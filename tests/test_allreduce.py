@@ -88,14 +88,14 @@ def test_bucketed_overlapped_allreduce_equals_per_tensor_and_single_process(tmp_
     single = local_grads(make_model(), x, y, 9)
     assert results[0]["n_buckets"] > 2  # a tiny cap: several buckets, several overlapping all-reduces
     for r in range(WORLD):
-        for a, b, c, s in zip(results[r]["plain"], results[r]["bucketed"], results[r]["again"], single):
+        for a, b, c, s in zip(results[r]["plain"], results[r]["bucketed"], results[r]["again"], single, strict=True):
             assert torch.equal(a, b) and torch.equal(b, c)
             assert rel(b, s) < 1e-14
     single_frozen = local_grads(frozen_model(), x, y, 9)
     assert single_frozen[0] is None
     for r in range(WORLD):
         assert results[r]["frozen"][0] is None
-        for b, s in zip(results[r]["frozen"][1:], single_frozen[1:]):
+        for b, s in zip(results[r]["frozen"][1:], single_frozen[1:], strict=True):
             assert rel(b, s) < 1e-14
 
 

@@ -318,12 +318,12 @@ def test_gradients_equal_autograd_through_the_torch_twin(case):
         out.backward(dout)
         grads.append([xi.grad, *(p.grad for p in m.parameters())])
     names = ["x", *(n for n, _ in module.named_parameters())]
-    for name, g, ref in zip(names, *grads):
+    for name, g, ref in zip(names, *grads, strict=True):
         if g is None and ref is None and name == "x":  # an integer input has no gradient
             continue
         assert g.shape == ref.shape, name
         assert err(g, ref) < 1e-12, name
-    for (name, b), ref in zip(module.state_dict().items(), twin.state_dict().values()):
+    for (name, b), ref in zip(module.state_dict().items(), twin.state_dict().values(), strict=True):
         assert torch.equal(b, ref) if not b.is_floating_point() else rel(b, ref) < 1e-14, name
 
 
@@ -384,7 +384,7 @@ def test_mixed_model_trains_like_the_pure_nn_model():
     for step in range(8):
         x, y = torch.randn(10, 6, generator=g, dtype=F64), torch.randint(0, 3, (10,), generator=g)
         losses = []
-        for model, opt, opt2 in zip((mixed, pure), opts, opts2):
+        for model, opt, opt2 in zip((mixed, pure), opts, opts2, strict=True):
             model.train(step != 5)  # one eval-mode step: running statistics used, dropout off
             (opt if step < 4 else opt2).zero_grad()
             loss = nn.functional.cross_entropy(model(x), y)
@@ -393,7 +393,7 @@ def test_mixed_model_trains_like_the_pure_nn_model():
             losses.append(loss.item())
         assert abs(losses[0] - losses[1]) <= 1e-12 * abs(losses[1])
     assert mixed[1].layer.training and mixed[1].layer.num_batches_tracked.item() == 7
-    for (name, a), b in zip(mixed.state_dict().items(), pure.state_dict().values()):
+    for (name, a), b in zip(mixed.state_dict().items(), pure.state_dict().values(), strict=True):
         assert a.dtype == b.dtype and (torch.equal(a, b) if not a.is_floating_point() else rel(a, b) < 1e-10), name
 
 
@@ -417,9 +417,9 @@ def test_repeated_backward_updates_running_stats_once_and_gives_the_same_gradien
     out.backward(dout)
     assert torch.equal(drop.mask, mask)
     assert torch.equal(torch.get_rng_state(), rng)  # the re-runs drew nothing from the caller's point of view
-    for g, ref in zip([x.grad, *(p.grad for p in module.parameters())], first):
+    for g, ref in zip([x.grad, *(p.grad for p in module.parameters())], first, strict=True):
         assert rel(g, 3 * ref) < 1e-14
-    for b, ref in zip(module.buffers(), stats):
+    for b, ref in zip(module.buffers(), stats, strict=True):
         assert torch.equal(b, ref)
     assert net[1].num_batches_tracked.item() == 1
     with pytest.raises(RuntimeError, match="backward through the graph a second time"):
@@ -441,9 +441,9 @@ def test_one_module_used_twice_in_one_graph():
         m(m(xi) * 0.5).pow(2).sum().backward()
         grads.append([xi.grad, *(p.grad for p in m.parameters())])
         stats.append(list(m.state_dict().values()))
-    for g, ref in zip(*grads):
+    for g, ref in zip(*grads, strict=True):
         assert err(g, ref) < 1e-12
-    for a, b in zip(*stats):
+    for a, b in zip(*stats, strict=True):
         assert torch.equal(a, b) if not a.is_floating_point() else rel(a, b) < 1e-14
     assert seq[1].num_batches_tracked.item() == 2  # two forwards, as torch counts them
 
@@ -504,7 +504,7 @@ def test_float32():
     x = torch.randn(3, 5)
     module(x).pow(2).sum().backward()
     twin(x).pow(2).sum().backward()
-    for p, q in zip(module.parameters(), twin.parameters()):
+    for p, q in zip(module.parameters(), twin.parameters(), strict=True):
         assert p.grad.dtype == torch.float32 and err(p.grad, q.grad) < 1e-5
 
 
@@ -598,9 +598,9 @@ def test_deepcopy_keeps_parameters_and_layer_together():
     clone = copy.deepcopy(module)
     assert clone.layer is not module.layer
     assert clone.get_submodule("0").weight.data_ptr() == clone.layer[0].weight.data_ptr()
-    for (name, a), b in zip(clone.state_dict().items(), module.state_dict().values()):
+    for (name, a), b in zip(clone.state_dict().items(), module.state_dict().values(), strict=True):
         assert torch.equal(a, b) and a.data_ptr() != b.data_ptr(), name
-    for p, q in zip(clone.parameters(), module.parameters()):
+    for p, q in zip(clone.parameters(), module.parameters(), strict=True):
         assert torch.equal(p.grad, q.grad)
     with torch.no_grad():
         clone.layer[0].weight.add_(1.0)  # the copy's Parameters are its layer's tensors, not the original's

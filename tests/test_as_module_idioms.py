@@ -94,7 +94,7 @@ def _same_step(module, twin, x, run):
     (l0, g0, p0), (l1, g1, p1) = results
     assert rel(l0, l1) < 1e-12 and rel(g0, g1) < 1e-12
     assert len(p0) == len(p1)
-    for a, b in zip(p0, p1):
+    for a, b in zip(p0, p1, strict=True):
         assert (a is None) == (b is None) and (a is None or rel(a, b) < 1e-12)
 
 
@@ -109,7 +109,7 @@ def test_functional_call_with_fast_weights_as_maml_writes_it(call, make):
         params = dict(m.named_parameters())
         inner = (m(x) - y).pow(2).mean()
         grads = torch.autograd.grad(inner, list(params.values()))
-        fast = {n: p - 0.5 * g for (n, p), g in zip(params.items(), grads)}
+        fast = {n: p - 0.5 * g for (n, p), g in zip(params.items(), grads, strict=True)}
         return (functional_call(m, fast, (x,)) - y).pow(2).mean()
 
     _same_step(module, twin, x, run)
@@ -121,11 +121,11 @@ def test_torch_func_grad_of_a_functional_call():
     grads = []
     for m in (module, twin):
         params = {n: p.detach() for n, p in m.named_parameters()}
-        grads.append(torch.func.grad(lambda ps: torch.func.functional_call(m, ps, (x,)).pow(2).sum())(params))
+        grads.append(torch.func.grad(lambda ps, m=m: torch.func.functional_call(m, ps, (x,)).pow(2).sum())(params))
     assert grads[0].keys() == grads[1].keys()
     for name in grads[0]:
         assert rel(grads[0][name], grads[1][name]) < 1e-12, name
-    dx = [torch.func.grad(lambda x: m(x).pow(2).sum())(x) for m in (module, twin)]
+    dx = [torch.func.grad(lambda x, m=m: m(x).pow(2).sum())(x) for m in (module, twin)]
     assert rel(dx[0], dx[1]) < 1e-12
 
 
@@ -164,7 +164,7 @@ def test_the_module_s_requires_grad_flag_decides_which_parameter_gets_a_gradient
 def _parametrized(how):
     def make_pair():
         module, twin = _pair(_mlp)
-        for m, sub in ((module, module.get_submodule("0")), (twin, twin[0])):
+        for _m, sub in ((module, module.get_submodule("0")), (twin, twin[0])):
             torch.manual_seed(3)  # spectral_norm draws its power-iteration vectors
             if how == "weight_norm":
                 weight_norm(sub)
@@ -193,12 +193,12 @@ def test_parametrizations_and_pruning_give_torch_s_training_steps(how):
     g = torch.Generator().manual_seed(1)
     for _ in range(3):
         x = torch.randn(5, 3, dtype=F64, generator=g)
-        for m, opt in zip((module, twin), opts):
+        for _m, opt in zip((module, twin), opts, strict=True):
             opt.zero_grad()
         _same_step(module, twin, x, lambda m, x: m(x).pow(2).sum())
         for opt in opts:
             opt.step()
-    for (name, a), b in zip(module.state_dict().items(), twin.state_dict().values()):
+    for (name, a), b in zip(module.state_dict().items(), twin.state_dict().values(), strict=True):
         assert rel(a, b) < 1e-12, name
 
 
@@ -307,5 +307,5 @@ def test_autocast_runs_the_layer_as_custom_fwd_runs_a_custom_function():
     out.pow(2).sum().backward()
     ref.pow(2).sum().backward()
     assert xs[0].grad.dtype == torch.float32 and rel(xs[0].grad, xs[1].grad) < 1e-5
-    for p, q in zip(module.parameters(), twin.parameters()):
+    for p, q in zip(module.parameters(), twin.parameters(), strict=True):
         assert rel(p.grad, q.grad) < 1e-5

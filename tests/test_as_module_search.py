@@ -2,10 +2,10 @@
 
 Activation checkpointing (reentrant and not), DDP on one process, hooks on the wrapper, the old hook forms of
 weight_norm and spectral_norm, ``.to()``/``.double()`` after parametrizing, pruning or assigning, a state_dict
-loaded with ``assign=True``, ``vector_to_parameters``, channels_last, expanded (stride-0) and transposed inputs, and forwards under
-``no_grad``/``inference_mode`` give torch's outputs, gradients and running statistics (float64, 1e-12 relative to
-max(|ref|, 1)).  A hook on one of the wrapper's submodules (which only hold parameters: nothing calls them), a
-deep copy of a parametrized wrapper, torch.jit.trace, torch.jit.script and torch.export are refused in one line.
+loaded with ``assign=True``, ``vector_to_parameters``, channels_last, expanded (stride-0) and transposed inputs, and
+forwards under ``no_grad``/``inference_mode`` give torch's outputs, gradients and running statistics (float64, 1e-12
+relative to max(|ref|, 1)).  A hook on one of the wrapper's submodules (which only hold parameters: nothing calls them),
+a deep copy of a parametrized wrapper, torch.jit.trace, torch.jit.script and torch.export are refused in one line.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def _beside(make, shape, run) -> None:
     (o0, g0, p0, s0), (o1, g1, p1, s1) = results
     assert err(o0, o1) < 1e-12 and (g0 is None) == (g1 is None) and (g1 is None or err(g0, g1) < 1e-12)
     assert len(p0) == len(p1)
-    for a, b in zip(p0, p1):
+    for a, b in zip(p0, p1, strict=True):
         assert (a is None) == (b is None) and (b is None or err(a, b) < 1e-12)
     assert list(s0) == list(s1)
     for name in s0:

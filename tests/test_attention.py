@@ -75,7 +75,7 @@ def test_blocked_path_equals_torch_function_float64(L, S, mask_i):
         att = ScaledDotProductAttention(block_size=block)
         out = att(q, k, v, attn_mask=mask, is_causal=causal)
         close(out, ref.detach(), 1e-12)
-        for ours, theirs in zip(att.backward(dout), ref_grads):
+        for ours, theirs in zip(att.backward(dout), ref_grads, strict=True):
             close(ours, theirs, 1e-12)
 
 
@@ -103,13 +103,13 @@ def test_the_kernel_equals_the_textbook_and_the_textbook_autograd_through_its_fo
     dout, dweights = torch.randn_like(out), torch.randn_like(weights)
     fast = (out, weights, *att.backward(dout, dweights))
     slow = textbook(q, k, v, seed=123, dout=dout, dweights=dweights, **kw)
-    for a, b in zip(fast, slow):
+    for a, b in zip(fast, slow, strict=True):
         close(a, b, 1e-12)
     leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
     with kernels.disabled(), recording_graph():
         ref_out, ref_w = ScaledDotProductAttention(generator=torch.Generator().manual_seed(123))(*leaves, **kw)
     grads = torch.autograd.grad((ref_out, ref_w), leaves, (dout, dweights))
-    for ours, theirs in zip(slow[2:], grads):
+    for ours, theirs in zip(slow[2:], grads, strict=True):
         close(ours, theirs, 1e-12)
 
 
@@ -137,7 +137,7 @@ def test_one_block_path_equals_blocked_path_and_textbook(L, S, mask_i, p, need_w
     assert all(torch.equal(e, empties[0]) for e in empties)
     assert empties[0].any().item() == name.startswith(("bool with", "float with"))
     for other in results[1:]:
-        for a, b in zip(results[0], other):
+        for a, b in zip(results[0], other, strict=True):
             close(a, b, 1e-13)
     slow = textbook(
         q,
@@ -151,7 +151,7 @@ def test_one_block_path_equals_blocked_path_and_textbook(L, S, mask_i, p, need_w
         is_causal=causal,
         need_weights=need_weights,
     )
-    for a, b in zip(results[0], slow):
+    for a, b in zip(results[0], slow, strict=True):
         close(a, b, 1e-12)
 
 
@@ -164,7 +164,7 @@ def test_block_size_changes_nothing_but_rounding():
         out = att(q, k, v, attn_mask=mask, dropout_p=0.25)
         results.append((out, *att.backward(torch.ones_like(out))))
     for other in results[1:]:
-        for a, b in zip(results[0], other):
+        for a, b in zip(results[0], other, strict=True):
             close(a, b, 1e-13)
 
 

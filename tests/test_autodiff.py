@@ -25,7 +25,7 @@ def compare(fn, *shapes_or_tensors, tol=1e-9, seed=0, positive=False):
     out_ref.backward(upstream if out_ref.dim() else None)
     assert out.shape == out_ref.shape
     torch.testing.assert_close(out.data, out_ref.detach(), rtol=tol, atol=1e-12)
-    for i, (a, b) in enumerate(zip(ours, ref)):
+    for i, (a, b) in enumerate(zip(ours, ref, strict=True)):
         assert a.grad is not None and a.grad.shape == b.shape, f"input {i}"
         err = ((a.grad - b.grad).abs().max() / b.grad.abs().max().clamp_min(1e-30)).item()
         assert err < tol, f"input {i}: relative error {err:.2e}"
@@ -548,12 +548,12 @@ def test_engine_parameters_have_nn_linear_names_shapes_and_gradients(kw):
     twin.load_state_dict(eng.state_dict())
     assert [(n, p.shape) for n, p in eng.named_parameters()] == [(n, p.shape) for n, p in twin.named_parameters()]
     assert all(p.data.is_contiguous() for p in eng.parameters())  # the tensor itself, not a transposed view
-    for (n, p), (_, q) in zip(eng.named_parameters(), twin.named_parameters()):
+    for (n, p), (_, q) in zip(eng.named_parameters(), twin.named_parameters(), strict=True):
         assert p.data.data_ptr() == eng.state_dict()[n].data_ptr() and torch.equal(p.data, q.detach()), n
     x, y = torch.randn(8, kw["in_features"], dtype=f64), torch.randint(0, kw["num_classes"], (8,))
     cross_entropy(eng(x), y).backward()
     torch.nn.functional.cross_entropy(twin(x), y).backward()
-    for (n, p), (_, q) in zip(eng.named_parameters(), twin.named_parameters()):
+    for (n, p), (_, q) in zip(eng.named_parameters(), twin.named_parameters(), strict=True):
         assert p.grad.shape == q.grad.shape, n
         assert ((p.grad - q.grad).abs().max() / q.grad.abs().max()).item() < 1e-10, n
 
@@ -616,7 +616,7 @@ def test_to_keeps_the_parameter_tensors_so_an_optimizer_built_before_still_steps
     opt, ref_opt = optimizers.Adam(eng.parameters(), lr=1e-2), torch.optim.Adam(twin.parameters(), lr=1e-2)
     before = [p.data for p in eng.parameters()]
     assert eng.to(torch.float64) is eng and twin.to(torch.float64) is twin
-    assert all(p.data is t and t.dtype == f64 for p, t in zip(eng.parameters(), before))
+    assert all(p.data is t and t.dtype == f64 for p, t in zip(eng.parameters(), before, strict=True))
     x, y = torch.randn(4, 784, dtype=f64), torch.randint(0, 10, (4,))
     cross_entropy(eng(x), y).backward()
     torch.nn.functional.cross_entropy(twin(x), y).backward()

@@ -25,7 +25,7 @@ def _steps(layer, forward, douts, *, split, **bw):
         if split:
             before = [None if p.grad is None else p.grad.clone() for p in layer.parameters()]
             out = layer.backward_input(dout, **bw)
-            for (name, p), b in zip(layer.named_parameters(), before):
+            for (name, p), b in zip(layer.named_parameters(), before, strict=True):
                 assert (p.grad is None and b is None) or torch.equal(p.grad, b), f"backward_input wrote {name}.grad"
             layer.backward_weight()
         else:
@@ -109,6 +109,11 @@ def test_the_encoders_b_then_w_equals_its_backward_bit_for_bit(case):
     assert_grads_same(fused, split)
 
 
+def _recorded(child, name: str, ran: list[str]):
+    """child's own backward_weight, which first appends name to ran."""
+    return lambda: (ran.append(name), type(child).backward_weight(child))
+
+
 def test_the_encoder_layers_w_runs_its_sublayers_w_in_the_fused_backwards_order():
     for norm_first, order in (
         (False, ["norm2", "linear2", "linear1", "norm1", "self_attn"]),
@@ -118,7 +123,7 @@ def test_the_encoder_layers_w_runs_its_sublayers_w_in_the_fused_backwards_order(
         ran = []
         for name in order:
             child = getattr(layer, name)
-            child.backward_weight = (lambda c, n: lambda: (ran.append(n), type(c).backward_weight(c)))(child, name)
+            child.backward_weight = _recorded(child, name, ran)
         x = torch.randn(L, Nb, E, dtype=f64)
         layer(x)
         layer.backward_input(torch.randn(L, Nb, E, dtype=f64))
@@ -131,7 +136,7 @@ def test_the_encoders_w_runs_its_norm_then_its_layers_from_the_top():
     enc = ENCODER["encoder-2-layers-norm"]()
     ran = []
     for name, child in (("norm", enc.norm), ("layers.0", enc.layers[0]), ("layers.1", enc.layers[1])):
-        child.backward_weight = (lambda c, n: lambda: (ran.append(n), type(c).backward_weight(c)))(child, name)
+        child.backward_weight = _recorded(child, name, ran)
     enc(torch.randn(L, Nb, E, dtype=f64))
     enc.backward_input(torch.randn(L, Nb, E, dtype=f64))
     enc.backward_weight()

@@ -18,13 +18,13 @@ def _steps(layer, inputs, douts, *, split, **bw):
     """Forward and backward once per step (the .grad accumulating), each forward under the same seed in both runs
     (the dropout masks between layers); -> the last step's input gradients."""
     out = None
-    for i, (args, dout) in enumerate(zip(inputs, douts)):
+    for i, (args, dout) in enumerate(zip(inputs, douts, strict=True)):
         torch.manual_seed(100 + i)
         layer(*args)
         if split:
             before = [None if p.grad is None else p.grad.clone() for p in layer.parameters()]
             out = layer.backward_input(*dout, **bw)
-            for p, b in zip(layer.parameters(), before):  # B writes no gradient
+            for p, b in zip(layer.parameters(), before, strict=True):  # B writes no gradient
                 assert (p.grad is None and b is None) or torch.equal(p.grad, b), "backward_input wrote a .grad"
             layer.backward_weight()
         else:

@@ -66,7 +66,7 @@ def test_capturable_matches_torch_default_path(name, kw, float64_default):
 @pytest.mark.parametrize(
     "name,kw",
     [c for c in CAP_CASES if c[0] in TORCH_CAPTURABLE],
-    ids=[i for i, c in zip(IDS, CAP_CASES) if c[0] in TORCH_CAPTURABLE],
+    ids=[i for i, c in zip(IDS, CAP_CASES, strict=True) if c[0] in TORCH_CAPTURABLE],
 )
 @pytest.mark.parametrize("default_dtype", [torch.float32, torch.float64])
 def test_capturable_matches_torch_capturable_path(name, kw, default_dtype, monkeypatch):
@@ -88,7 +88,7 @@ def test_capturable_matches_torch_capturable_path(name, kw, default_dtype, monke
     finally:
         torch.set_default_dtype(old)
     assert_same(ours_p, ref_p, tol=1e-12)
-    for p_o, p_r in zip(ours_p, ref_p):
+    for p_o, p_r in zip(ours_p, ref_p, strict=True):
         s_o, s_r = ours.state[p_o], ref.state[p_r]
         assert set(s_o) == set(s_r)
         assert s_o["step"].dtype == s_r["step"].dtype == torch.float64
@@ -162,7 +162,7 @@ def test_zero_grad_is_torch_optims():
     set_grads(params, 0)
     grads = [p.grad for p in params]
     opt.zero_grad(set_to_none=False)  # zeros in place: the same storage
-    assert all(p.grad is g and not g.any() for p, g in zip(params, grads))
+    assert all(p.grad is g and not g.any() for p, g in zip(params, grads, strict=True))
     opt.zero_grad()
     assert all(p.grad is None for p in params)
 

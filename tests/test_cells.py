@@ -41,7 +41,7 @@ def as_list(t):
 @pytest.mark.parametrize("with_state", [True, False])
 def test_cell_matches_torch_autograd(kind, batch, with_state):
     ours, twin = pair(kind)
-    assert all(torch.equal(a, b) for a, b in zip(ours.parameters(), twin.parameters()))  # the same init
+    assert all(torch.equal(a, b) for a, b in zip(ours.parameters(), twin.parameters(), strict=True))  # the same init
     g = torch.Generator().manual_seed(1)
     lead = () if batch is None else (batch,)
     x = torch.randn(*lead, 4, generator=g, dtype=f64)
@@ -58,13 +58,15 @@ def test_cell_matches_torch_autograd(kind, batch, with_state):
     )
     oa = twin(xa, sa)
     douts = [torch.randn(o.shape, generator=g, dtype=f64) for o in as_list(out)]
-    sum((o * d).sum() for o, d in zip(as_list(oa), douts)).backward()
+    sum((o * d).sum() for o, d in zip(as_list(oa), douts, strict=True)).backward()
     grads = ours.backward(tuple(douts) if kind == "lstm" else douts[0])
-    errors = {f"out[{i}]": err(a, b.detach()) for i, (a, b) in enumerate(zip(as_list(out), as_list(oa)))}
+    errors = {f"out[{i}]": err(a, b.detach()) for i, (a, b) in enumerate(zip(as_list(out), as_list(oa), strict=True))}
     dx, dstate = grads if with_state else (grads, None)
     errors["dx"] = err(dx, xa.grad)
     if with_state:
-        errors.update({f"dstate[{i}]": err(a, b.grad) for i, (a, b) in enumerate(zip(as_list(dstate), as_list(sa)))})
+        errors.update(
+            {f"dstate[{i}]": err(a, b.grad) for i, (a, b) in enumerate(zip(as_list(dstate), as_list(sa), strict=True))}
+        )
     named = dict(twin.named_parameters())
     errors.update({n: err(p.grad, named[n].grad) for n, p in ours.named_parameters()})
     assert len(errors) == len(as_list(out)) + 1 + (len(as_list(out)) if with_state else 0) + len(named)
@@ -90,7 +92,7 @@ def test_the_cell_s_kernel_equals_its_textbook_step(kind):
                 dx, dstate = ours.backward(dh)
             results.append([*as_list(out), dx, *as_list(dstate), *(p.grad for p in ours.parameters())])
     assert len(results[0]) == len(results[1])
-    for a, b in zip(*results):
+    for a, b in zip(*results, strict=True):
         assert err(a, b) < TOL_REFERENCE
 
 
@@ -123,7 +125,7 @@ def test_a_loop_of_cells_is_bptt_and_equals_the_sequence_layer(cell_cls, seq_cls
     out, _ = seq(x, None)
     dx = seq.backward(dy)
     assert err(torch.stack(outs), out) < TOL_REFERENCE and err(torch.stack(dxs), dx) < TOL_REFERENCE
-    assert all(err(a, p.grad) < TOL_REFERENCE for a, p in zip(cell_grads, seq.parameters()))
+    assert all(err(a, p.grad) < TOL_REFERENCE for a, p in zip(cell_grads, seq.parameters(), strict=True))
 
 
 @pytest.mark.parametrize(

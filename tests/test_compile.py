@@ -119,7 +119,7 @@ def _run(name: str, opt_name: str, backend: str | None, steps: int = 10, eager_f
 
 
 def _assert_close(got: list, expected: list, tol: float = 1e-10) -> None:
-    for i, (a, b) in enumerate(zip(got, expected)):
+    for i, (a, b) in enumerate(zip(got, expected, strict=True)):
         err = ((a - b).abs().max() / b.abs().max().clamp_min(1.0)).item()
         assert err <= tol, f"parameter {i} (shape {tuple(b.shape)}): {err:.2e} from the eager step"
 
@@ -273,7 +273,7 @@ def test_bptt_graph_equals_bptt(make, monkeypatch):
         flat = [t for t in (grads if isinstance(grads, tuple) else (grads,)) if isinstance(t, torch.Tensor)]
         results.append([*outs, *flat, *(p.grad for p in layer.parameters())])
     assert len(results[0]) == len(results[1])
-    for a, b in zip(*results):
+    for a, b in zip(*results, strict=True):
         torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-13)
 
 

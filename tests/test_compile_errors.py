@@ -66,8 +66,12 @@ def test_a_compiled_steps_error_is_the_eager_steps_type_and_message(case):
     assert type(got) is type(eager) and str(got) == str(eager)
     assert "\n" not in str(got) and repr(got.__context__) == repr(eager.__context__)  # not the compiler's
     after = [*model.parameters(), *(p.grad for p in model.parameters())]
-    assert all(torch.equal(a, b) for a, b in zip(before, after))  # the eager run that found it left no trace
-    assert all(torch.equal(a, v) for a, v in zip(moments, [v for s in opt.state.values() for v in s.values()]))
+    assert all(
+        torch.equal(a, b) for a, b in zip(before, after, strict=True)
+    )  # the eager run that found it left no trace
+    assert all(
+        torch.equal(a, v) for a, v in zip(moments, [v for s in opt.state.values() for v in s.values()], strict=True)
+    )
 
 
 def test_the_eager_run_that_finds_the_error_leaves_weights_moments_and_random_state_alone():
@@ -95,7 +99,7 @@ def test_the_eager_run_that_finds_the_error_leaves_weights_moments_and_random_st
         *(p.grad for p in model.parameters()),
         *(v for s in opt.state.values() for v in s.values()),
     ]
-    assert all(torch.equal(a, b) for a, b in zip(before, after))
+    assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
     assert torch.equal(torch.random.get_rng_state(), rng)  # the dropout masks it drew are drawn again next step
     assert torch.equal(model[2].generator.get_state(), own)
 
@@ -111,5 +115,5 @@ def test_a_good_compiled_step_equals_the_eager_one():
         step_e(x, y)
         torch.manual_seed(10 + i)
         run(x, y)
-    for a, b in zip(model_e.parameters(), model_c.parameters()):
+    for a, b in zip(model_e.parameters(), model_c.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)

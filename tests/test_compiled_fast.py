@@ -73,7 +73,7 @@ def test_equal_to_eager_over_ten_steps(change):
     losses, params, _ = _run("eager", change)
     fast_losses, fast_params, runner = _run("fast", change)
     torch.testing.assert_close(fast_losses, losses, rtol=1e-10, atol=1e-12)
-    for a, b in zip(fast_params, params):
+    for a, b in zip(fast_params, params, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
     assert runner.skipped >= 4  # the guards were skipped where nothing had changed
 
@@ -81,7 +81,7 @@ def test_equal_to_eager_over_ten_steps(change):
 def test_skipping_every_guard_gives_a_wrong_answer_the_fingerprint_prevents():
     _, params, _ = _run("eager", "lr")
     _, unsafe, _ = _run("unsafe", "lr")
-    assert any((a - b).abs().max() > 1e-6 for a, b in zip(unsafe, params))  # the new lr was never used
+    assert any((a - b).abs().max() > 1e-6 for a, b in zip(unsafe, params, strict=True))  # the new lr was never used
 
 
 def test_warmup_must_be_a_positive_int():

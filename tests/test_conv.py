@@ -222,7 +222,7 @@ def torch_vs_ours(ours, theirs, x, need_input_grad=True):
         assert rel(out, out_t.detach()) < 1e-13
     if dx.numel():
         assert rel(dx, xr.grad) < 1e-13
-    for (name, p), (_, p_t) in zip(ours.named_parameters(), theirs.named_parameters()):
+    for (name, p), (_, p_t) in zip(ours.named_parameters(), theirs.named_parameters(), strict=True):
         assert p.grad.shape == p_t.grad.shape and torch.isfinite(p.grad).all(), name
         assert rel(p.grad, p_t.grad) < 1e-13 if p_t.grad.any() else torch.equal(p.grad, p_t.grad), name
 
@@ -257,7 +257,7 @@ def test_unbatched_cnn_from_torch_equals_autograd():
     out = ours(x)
     dx = ours.backward(dout, need_input_grad=True)
     assert out.shape == out_t.shape == (3, 1, 1) and rel(out, out_t.detach()) < 1e-13 and rel(dx, xr.grad) < 1e-13
-    for (name, p), (_, p_t) in zip(ours.named_parameters(), model.named_parameters()):
+    for (name, p), (_, p_t) in zip(ours.named_parameters(), model.named_parameters(), strict=True):
         assert rel(p.grad, p_t.grad) < 1e-13, name
 
 
@@ -366,7 +366,7 @@ def assert_grads_equal(ours, theirs, tol: float) -> None:
     """Every parameter gradient equals torch's, relative to the model's largest gradient entry: a conv bias
     before batch norm has a gradient that is exactly zero in exact arithmetic, rounding noise in both."""
     scale = max(p.grad.abs().max().item() for p in theirs.parameters())
-    for (name, p), (name_t, p_t) in zip(ours.named_parameters(), theirs.named_parameters()):
+    for (name, p), (name_t, p_t) in zip(ours.named_parameters(), theirs.named_parameters(), strict=True):
         g = p.grad  # torch's layout, as exposed: no view taken
         assert name == name_t and (g - p_t.grad).abs().max().item() <= tol * scale, name
 
@@ -396,7 +396,7 @@ def test_random_torch_cnn_converted_with_from_torch_equals_autograd(seed):
         dx = ours.backward(dout, need_input_grad=True)
         assert rel(out, out_t.detach()) < 1e-9 and rel(dx, xr.grad) < 1e-9, (mode, theirs)
         assert_grads_equal(ours, theirs, 1e-9)
-        for (name, b), (name_t, b_t) in zip(ours.named_buffers(), theirs.named_buffers()):
+        for (name, b), (name_t, b_t) in zip(ours.named_buffers(), theirs.named_buffers(), strict=True):
             assert name == name_t and torch.allclose(b.to(f64), b_t.to(f64), rtol=1e-12, atol=1e-15), (mode, name)
     back = ours.to_torch()
     assert repr(back) == repr(theirs)

@@ -50,12 +50,12 @@ def test_optimizers_match_torch_on_cuda(name, kw):
     ref = [b.clone().to(cuda) for b in base]
     o, r = getattr(hg, name)(ours, **kw), getattr(torch.optim, name)(ref, **kw)
     for t in range(100):
-        for a, b in zip(ours, ref):
+        for a, b in zip(ours, ref, strict=True):
             grad = torch.sin(3 * a) + 0.01 * t
             a.grad, b.grad = grad.clone(), grad.clone()
         o.step()
         r.step()
-    for a, b in zip(ours, ref):
+    for a, b in zip(ours, ref, strict=True):
         assert ((a - b).abs().max() / b.abs().max()).item() < 1e-10
 
 

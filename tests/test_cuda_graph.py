@@ -57,7 +57,7 @@ def test_on_cpu_it_is_a_plain_call():
     for x, y in data:
         assert torch.equal(step(x, y), plain(x, y))
     assert step.eager_calls == 6 and step.replays == 0 and step.captures == 0
-    for pa, pb in zip(a.parameters(), b.parameters()):
+    for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
         assert torch.equal(pa, pb)
     assert "disabled" in repr(step)
 
@@ -93,7 +93,7 @@ def test_100_captured_steps_equal_eager(opt_name):
         lb = eager(x, y)
         assert abs(la.item() - lb.item()) <= 1e-5 * abs(lb.item())
     assert step.captured and step.captures == 1 and step.replays == 101 - 3 - 1 and step.eager_calls == 4
-    for (name, pa), pb in zip(a.named_parameters(), b.parameters()):
+    for (name, pa), pb in zip(a.named_parameters(), b.parameters(), strict=True):
         err = ((pa - pb).abs().max() / pb.abs().max()).item()
         assert err < 1e-5, f"{name}: {err:.2e}"
     assert all(oa.state[p]["step"].device.type == "cuda" for p in a.parameters()) if opt_name == "Adam" else True
@@ -118,7 +118,7 @@ def test_captured_step_with_dropout_draws_fresh_masks_and_recapture():
     step.recapture()
     before = [p.clone() for p in net.parameters()]
     step(x, y)
-    assert step.captures == 2 and all(torch.equal(p, q) for p, q in zip(net.parameters(), before))
+    assert step.captures == 2 and all(torch.equal(p, q) for p, q in zip(net.parameters(), before, strict=True))
 
 
 @pytest.mark.cuda
@@ -134,12 +134,12 @@ def test_capturable_optimizers_equal_torch_capturable_on_cuda(name, kw):
     o = getattr(hg, name)(ours, capturable=True, **kw)
     r = getattr(torch.optim, name)(ref, capturable=True, **kw)
     for t in range(100):
-        for a, b in zip(ours, ref):
+        for a, b in zip(ours, ref, strict=True):
             grad = torch.sin(3 * a) + 0.01 * t
             a.grad, b.grad = grad.clone(), grad.clone()
         o.step()
         r.step()
-    for a, b in zip(ours, ref):
+    for a, b in zip(ours, ref, strict=True):
         assert ((a - b).abs().max() / b.abs().max()).item() < 1e-6  # float32; the same kernels give equality
     assert all(o.state[p]["step"].device.type == "cuda" for p in ours)
 
@@ -166,5 +166,5 @@ def test_capturable_optimizer_inside_a_graph_equals_torch_capturable():
         for t in range(50):
             cap(torch.full((1,), 0.01 * t, device=cuda), grad_src)
         results.append(params)
-    for a, b in zip(*results):
+    for a, b in zip(*results, strict=True):
         assert ((a - b).abs().max() / b.abs().max()).item() < 1e-6

@@ -105,7 +105,7 @@ def test_recurrent_float64_on_cuda_equals_cpu(cls, kw):
     out_g, hn_g = gpu(x.to(CUDA))
     assert out_g.device.type == "cuda" and err(out_g, out) < 1e-12
     flat = lambda h: list(h) if isinstance(h, tuple) else [h]  # noqa: E731
-    for a, b in zip(flat(hn_g), flat(hn)):
+    for a, b in zip(flat(hn_g), flat(hn), strict=True):
         assert err(a, b) < 1e-12
     dout = torch.randn(out.shape, generator=g, dtype=F64)
     dhn = tuple(torch.randn(h.shape, generator=g, dtype=F64) for h in flat(hn))
@@ -132,7 +132,7 @@ def test_multihead_attention_float64_on_cuda_equals_cpu():
     out_g, w_g = gpu(q.to(CUDA), k.to(CUDA), v.to(CUDA), key_padding_mask=mask.to(CUDA))
     assert err(out_g, out) < 1e-12 and err(w_g, w) < 1e-12
     dout = torch.randn(out.shape, generator=g, dtype=F64)
-    for a, b in zip(gpu.backward(dout.to(CUDA)), cpu.backward(dout)):
+    for a, b in zip(gpu.backward(dout.to(CUDA)), cpu.backward(dout), strict=True):
         assert err(a, b) < 1e-10
     grads = named_grads(cpu)
     for name, g_gpu in named_grads(gpu).items():
@@ -157,7 +157,7 @@ def test_compiled_whole_step_on_cuda_equals_eager_over_ten_steps(fast):
         x = torch.randn(16, 784, generator=g, dtype=F64).to(CUDA)
         y = torch.randint(0, 10, (16,), generator=g).to(CUDA)
         assert err(compiled(x, y), eager(x, y)) < 1e-10
-    for (name, a), (_, b) in zip(comp_net.named_parameters(), eager_net.named_parameters()):
+    for (name, a), (_, b) in zip(comp_net.named_parameters(), eager_net.named_parameters(), strict=True):
         assert err(a, b) < 1e-10, name
 
 

@@ -63,7 +63,7 @@ def test_tile_like_copies_into_a_block_laid_out_as_the_parameters():
     _, ps = _block((3, 4), (5,), (2, 3), transposed=(2,))
     states = [torch.randn_like(p) for p in ps]
     tiled = tile_like(ps, states)
-    assert all(torch.equal(a, b) for a, b in zip(tiled, states)) and flat_views(ps, tiled) is not None
+    assert all(torch.equal(a, b) for a, b in zip(tiled, states, strict=True)) and flat_views(ps, tiled) is not None
 
 
 def _gpt(seed=0):
@@ -102,12 +102,12 @@ def test_adam_on_the_block_equals_adam_per_tensor(opt_cls, kw):
     idx = torch.randint(0, 13, (3, 8), generator=torch.Generator().manual_seed(1))
     opts = [opt_cls(m.parameters(), lr=1e-2, **kw) for m in (flat, loose)]
     for _ in range(5):
-        for m, opt in zip((flat, loose), opts):
+        for m, opt in zip((flat, loose), opts, strict=True):
             opt.zero_grad(set_to_none=False)
             _loss_backward(m, idx)
             clip_grad_norm_(m.parameters(), 0.05)
             opt.step()
-    for (name, a), (_, b) in zip(flat.named_parameters(), loose.named_parameters()):
+    for (name, a), (_, b) in zip(flat.named_parameters(), loose.named_parameters(), strict=True):
         assert (a - b).abs().max() <= 1e-15 * max(1.0, b.abs().max().item()), name
     state = opts[0].state[flat.wte.weight]
     assert state["exp_avg"].untyped_storage().nbytes() > state["exp_avg"].numel() * 8  # the state is in a block
@@ -134,5 +134,5 @@ def test_a_loaded_optimizer_state_is_laid_out_again_and_gradients_set_to_none_fa
         o.step()
     ps = gpt.parameters()
     assert flat_views(ps, [opt2.state[p]["exp_avg"] for p in ps]) is not None  # tiled again after the load
-    for a, b in zip(gpt.parameters(), expect.parameters()):
+    for a, b in zip(gpt.parameters(), expect.parameters(), strict=True):
         assert (a - b).abs().max() <= 1e-15

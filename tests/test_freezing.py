@@ -118,7 +118,7 @@ def test_torch_idiom_freezes_every_kind_of_layer_as_torch(model):
         _assert_same(ours, theirs, what=f"{model} after backward {step}")
         opt.step(), opt_t.step()
         _assert_same(ours, theirs, what=f"{model} after step {step}")
-    assert all(torch.equal(p, b) for p, b in zip(mine, frozen_before))
+    assert all(torch.equal(p, b) for p, b in zip(mine, frozen_before, strict=True))
 
 
 def test_torch_idiom_freezes_an_lstm_layer_as_torch():
@@ -226,12 +226,12 @@ def test_an_optimizer_over_a_frozen_backbone_does_nothing_while_the_head_warms_u
         warnings.simplefilter("always")
         for step in range(4):
             x = data(g)
-            for o, o_t in zip(opts, opts_t):
+            for o, o_t in zip(opts, opts_t, strict=True):
                 o.zero_grad(), o_t.zero_grad()
             out, out_t = ours(x), theirs(x)
             ours.backward(out.detach())
             (out_t.pow(2).sum() / 2).backward()
-            for o, o_t in zip(opts, opts_t):
+            for o, o_t in zip(opts, opts_t, strict=True):
                 o.step(), o_t.step()
             _assert_same(ours, theirs, tol=1e-12, what=f"step {step}")
     assert len([w for w in said if "no parameter has a gradient" in str(w.message)]) == 1  # said once

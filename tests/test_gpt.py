@@ -101,10 +101,13 @@ def test_ten_adamw_steps_equal_nanogpt_and_torch_optim():
     theirs = nanogpt(seed=5)
     mine = GPT(**CFG, dtype=F64)
     mine.load_state_dict(theirs.state_dict())
-    groups = lambda params: [
-        {"params": [p for n, p in params if p.dim() >= 2], "weight_decay": 0.1},  # noqa: E731
-        {"params": [p for n, p in params if p.dim() < 2], "weight_decay": 0.0},
-    ]
+
+    def groups(params):
+        return [
+            {"params": [p for _, p in params if p.dim() >= 2], "weight_decay": 0.1},
+            {"params": [p for _, p in params if p.dim() < 2], "weight_decay": 0.0},
+        ]
+
     opt_m = AdamW(groups(list(mine.named_parameters())), lr=1e-2, betas=(0.9, 0.99))
     opt_t = theirs.configure_optimizers(0.1, 1e-2, (0.9, 0.99), "cpu")
     crit = CrossEntropyLoss(ignore_index=-1)

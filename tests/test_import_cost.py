@@ -28,7 +28,9 @@ def python(*args, cwd=ROOT, **env):
 
 def test_importing_the_packages_does_not_import_the_compiler():
     code = (
-        "import sys\nimport layers, losses, optimizers, models, learn, autodiff, checking, checking.cases, gradcheck, training, train\n"
+        "import sys\n"
+        "import layers, losses, optimizers, models, learn, autodiff, checking, checking.cases, gradcheck, training,"
+        " train\n"
         f"print([m for m in {COMPILER!r} if m in sys.modules])"
     )
     r = python("-c", code)

@@ -490,7 +490,7 @@ def test_a_pool_output_changed_by_a_following_in_place_layer_is_not_refused(foll
     xt = x.clone().requires_grad_()
     (twin(xt) * dout).sum().backward()
     torch.testing.assert_close(dx, xt.grad, rtol=1e-10, atol=1e-12)
-    for (name, p), (_, tp) in zip(model.named_parameters(), twin.named_parameters()):
+    for (name, p), (_, tp) in zip(model.named_parameters(), twin.named_parameters(), strict=True):
         torch.testing.assert_close(p.grad, tp.grad, rtol=1e-10, atol=1e-12, msg=name)
 
 

@@ -51,7 +51,7 @@ def assert_tied(run, dtype, tol=None):
     """The kernels' results equal the textbook's, tensor by tensor, within ``tol`` (the dtype's by default)."""
     fast, slow = on_and_off(run)
     assert len(fast) == len(slow)
-    for i, (a, b) in enumerate(zip(fast, slow)):
+    for i, (a, b) in enumerate(zip(fast, slow, strict=True)):
         assert (a is None) == (b is None), i
         if a is not None:
             assert a.shape == b.shape and a.dtype == b.dtype, (i, a.shape, b.shape)
@@ -125,7 +125,9 @@ def test_a_forward_under_one_setting_and_its_backward_under_the_other_agree():
             layer(*args)
         got = layer.backward(torch.ones_like(ref))
         for a, b in zip(
-            got if isinstance(got, tuple) else (got,), expected if isinstance(expected, tuple) else (expected,)
+            got if isinstance(got, tuple) else (got,),
+            expected if isinstance(expected, tuple) else (expected,),
+            strict=True,
         ):
             assert rel_err(a, b) < 1e-12
 
@@ -353,5 +355,5 @@ def test_the_optimizers_flat_path_equals_their_per_tensor_textbook(opt):
                 optimizers.clip_grad_norm_(model.parameters(), 0.5)
                 optim.step()
         results.append([p.detach().clone() for p in model.parameters()])
-    for a, b in zip(*results):
+    for a, b in zip(*results, strict=True):
         assert rel_err(a, b) < 1e-13

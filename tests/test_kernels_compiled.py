@@ -159,10 +159,10 @@ def test_the_gpt_steps_with_the_compiled_kernels_equal_the_steps_without():
     each gradient by its own running size, which turns a rounding difference in a near-zero gradient into one of
     the learning rate's size, and so would measure Adam, not the kernels.)"""
     (w_on, g_on), (w_off, g_off) = _gpt_run(True), _gpt_run(False)
-    for step_on, step_off in zip(g_on, g_off):
-        for a, b in zip(step_on, step_off):
+    for step_on, step_off in zip(g_on, g_off, strict=True):
+        for a, b in zip(step_on, step_off, strict=True):
             assert rel_err(a, b) < 1e-13
-    for a, b in zip(w_on, w_off):
+    for a, b in zip(w_on, w_off, strict=True):
         assert rel_err(a, b) < 1e-13
 
 

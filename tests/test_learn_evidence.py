@@ -31,7 +31,7 @@ def test_a_stable_formula_of_its_own_passes_where_an_overflowing_one_fails(tmp_p
 )
 def test_every_exercise_whose_forward_exponentiates_is_checked_past_709(name, tensor):
     spec, biggest = SPECS[name], 0.0
-    for label, cfg in expand(spec):
+    for _label, cfg in expand(spec):
         g = torch.Generator().manual_seed(cfg.seed)
         params = {n: make(g) for n, make in cfg.params.items()}
         ctx = reference_call(cfg, params, cfg.inputs(g), g).ctx
@@ -68,7 +68,8 @@ def test_a_backward_that_refuses_a_second_call_passes(tmp_path):
             [
                 (
                     "        dx = dout * self.mask\n",
-                    "        if self.mask is None:\n            raise RuntimeError('backward twice after one forward')\n"
+                    "        if self.mask is None:\n"
+                    "            raise RuntimeError('backward twice after one forward')\n"
                     "        dx = dout * self.mask\n        self.mask = None\n",
                 )
             ],

@@ -624,12 +624,14 @@ WRONG = [
         "broadcast",
         [
             (
-                "        while g.dim() > len(shape):\n            g = g.sum(0)  # an axis broadcasting added in front\n",
+                "        while g.dim() > len(shape):\n"
+                "            g = g.sum(0)  # an axis broadcasting added in front\n",
                 "        lead = g.dim() - len(shape)\n",
             ),
             (
                 "            if n == 1 and g.shape[axis] != 1:\n                g = g.sum(axis, keepdim=True)",
-                "            if n == 1 and g.shape[axis + lead] != 1:\n                g = g.sum(axis + lead, keepdim=True)",
+                "            if n == 1 and g.shape[axis + lead] != 1:\n"
+                "                g = g.sum(axis + lead, keepdim=True)",
             ),
         ],
         "broadcast-ones-only",

@@ -25,7 +25,8 @@ def test_a_split_right_to_round_off_but_not_bit_for_bit_fails_and_says_why(tmp_p
             [
                 (
                     "dweight, dbias = dout.T @ self.x, dout.sum(0)",
-                    "dweight, dbias = sum(torch.outer(a, b) for a, b in zip(dout.flip(0), self.x.flip(0))), dout.sum(0)",
+                    "dweight, dbias = sum(torch.outer(a, b) for a, b in zip(dout.flip(0), self.x.flip(0))),"
+                    " dout.sum(0)",
                 )
             ],
         ),
@@ -127,7 +128,7 @@ def test_the_replay_of_the_sharded_mlp_is_the_one_process_mlp():
 
     replay = _sharded(SimpleNamespace(**leaves, dout=dout, ranks=3))
     torch.testing.assert_close(replay["out"], out.detach(), rtol=1e-13, atol=1e-13)
-    for name, grad in zip(["dx", "weight1.grad", "bias1.grad", "weight2.grad", "bias2.grad"], grads):
+    for name, grad in zip(["dx", "weight1.grad", "bias1.grad", "weight2.grad", "bias2.grad"], grads, strict=True):
         torch.testing.assert_close(replay[name], grad, rtol=1e-13, atol=1e-13, msg=name)
 
 

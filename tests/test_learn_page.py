@@ -1,6 +1,7 @@
 """The step-through page: build_walk's numbers equal torch.autograd's, and the page, clicked through in headless
 Chromium, reveals them node by node, the backward's only once reached, ends with an SGD update that lowers the loss,
-names the mistake a wrong prediction matches, links each step to its exercise, and fits a 1280 x 800 window; the README's picture of it is the page as it is.
+names the mistake a wrong prediction matches, links each step to its exercise, and fits a 1280 x 800 window; the
+README's picture of it is the page as it is.
 
 The browser tests need Debian's Chromium and its driver (``apt-get install chromium chromium-driver``) and
 selenium.  Without Chromium they are skipped, saying what to install, except where ``$CI`` is set (CI installs

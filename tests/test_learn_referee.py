@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -182,9 +183,9 @@ def _children(pid: int) -> list[str]:
     """The forked children of ``pid`` (their command line is the parent's): the check's sandbox, not a helper
     program something runs while it imports."""
     try:
-        own = open(f"/proc/{pid}/cmdline", "rb").read()
-        kids = open(f"/proc/{pid}/task/{pid}/children").read().split()
-        return [k for k in kids if open(f"/proc/{k}/cmdline", "rb").read() == own]
+        own = Path(f"/proc/{pid}/cmdline").read_bytes()
+        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        return [k for k in kids if Path(f"/proc/{k}/cmdline").read_bytes() == own]
     except OSError:
         return []
 

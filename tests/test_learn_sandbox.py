@@ -37,7 +37,7 @@ def _processes_with(mark: str) -> list[str]:
     found = []
     for pid in os.listdir("/proc"):
         try:
-            if mark.encode() in open(f"/proc/{pid}/cmdline", "rb").read():
+            if mark.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
                 found.append(pid)
         except (OSError, ValueError):
             pass

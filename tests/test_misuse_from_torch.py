@@ -57,7 +57,7 @@ def test_tied_parameters_stay_one_tensor_and_step_as_torch(build, opt):
         ours.backward(dout)
         opt_o.step()
         torch.testing.assert_close(out_o, out_t, rtol=1e-12, atol=1e-12)
-    for (name, p_o), (_, p_t) in zip(ours.named_parameters(), theirs.named_parameters()):
+    for (name, p_o), (_, p_t) in zip(ours.named_parameters(), theirs.named_parameters(), strict=True):
         torch.testing.assert_close(p_o, p_t.detach(), rtol=1e-12, atol=1e-12, msg=name)
         torch.testing.assert_close(p_o.grad, p_t.grad, rtol=1e-12, atol=1e-12, msg=name)
 
@@ -156,7 +156,7 @@ def test_to_torch_keeps_a_tied_weight_tied(build):
     back = from_torch(theirs).to_torch()
     assert back[0].weight is back[2].weight
     assert [n for n, _ in back.named_parameters()] == [n for n, _ in theirs.named_parameters()]
-    assert all(torch.equal(a, b) for a, b in zip(back.state_dict().values(), theirs.state_dict().values()))
+    assert all(torch.equal(a, b) for a, b in zip(back.state_dict().values(), theirs.state_dict().values(), strict=True))
 
 
 def test_each_childs_mode_is_kept_both_ways():

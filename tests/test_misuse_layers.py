@@ -67,7 +67,7 @@ def test_a_module_used_twice_is_converted_as_torch_runs_it(make):
         xr = x.clone().requires_grad_()
         (theirs(xr) * dout).sum().backward()
         assert rel(dx, xr.grad) < 1e-12
-        for (name, p), (_, q) in zip(ours.named_parameters(), theirs.named_parameters()):
+        for (name, p), (_, q) in zip(ours.named_parameters(), theirs.named_parameters(), strict=True):
             assert rel(p.grad, q.grad) < 1e-12, (step, name)
         opt.step(), opt_t.step()
     back = ours.to_torch()  # the sharing comes back: one torch module used twice
@@ -84,7 +84,7 @@ def test_a_shared_layer_in_as_module_is_one_parameter_receiving_both_uses():
     x = torch.randn(5, 4, dtype=F64)
     module(x).pow(2).sum().backward()
     theirs(x).pow(2).sum().backward()
-    for (name, p), (_, q) in zip(module.named_parameters(), theirs.named_parameters()):
+    for (name, p), (_, q) in zip(module.named_parameters(), theirs.named_parameters(), strict=True):
         assert rel(p.grad, q.grad) < 1e-12, name
 
 
@@ -109,7 +109,7 @@ def test_a_frozen_parameter_gets_no_gradient_and_does_not_move():
         assert ours[0].weight.grad is None and theirs[0].weight.grad is None
         opt.step(), opt_t.step()
     assert torch.equal(ours[0].weight, frozen_before)
-    for (name, p), (_, q) in zip(ours.named_parameters(), theirs.named_parameters()):
+    for (name, p), (_, q) in zip(ours.named_parameters(), theirs.named_parameters(), strict=True):
         assert rel(p, q.detach()) < 1e-12, name
     assert [(n, p.requires_grad) for n, p in ours.to_torch().named_parameters()] == [
         (n, p.requires_grad) for n, p in theirs.named_parameters()

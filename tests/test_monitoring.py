@@ -585,4 +585,4 @@ def test_also_records_steps_off_the_interval_with_their_activations():
         mon.update(step)
     assert [r["step"] for r in mon.records] == [1, 15]
     assert all(r["activations"] for r in mon.records)
-    assert [s for s, g in zip(range(1, 16), gathered) if g] == [1, 15]  # only before the recorded steps
+    assert [s for s, g in zip(range(1, 16), gathered, strict=True) if g] == [1, 15]  # only before the recorded steps

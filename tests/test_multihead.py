@@ -301,7 +301,7 @@ def test_backward_input_without_the_input_gradient_makes_no_input_products(kw, i
     v = q if inputs == "self" else torch.randn(6, 3, kw.get("vdim", 8), generator=g, dtype=F64)
     dout = torch.randn(5, 3, 8, generator=g, dtype=F64)
     counts = []
-    for layer, need in zip(layers, (True, False)):
+    for layer, need in zip(layers, (True, False), strict=True):
         layer(q, k, v)
         CountMM.n = 0
         with CountMM():

@@ -106,7 +106,7 @@ def test_gradients_accumulate_over_micro_batches():
     for part in (slice(0, 3), slice(3, 8)):
         crit(net(x[part]), y[part])
         net.backward(crit.backward())
-    for g, p in zip(whole, net.parameters()):
+    for g, p in zip(whole, net.parameters(), strict=True):
         torch.testing.assert_close(p.grad, g, rtol=1e-12, atol=1e-13)
     net.zero_grad(set_to_none=False)
     assert all(torch.count_nonzero(p.grad) == 0 for p in net.parameters())
@@ -137,7 +137,7 @@ def test_to_keeps_parameter_identity():
     net = Net(**SMALL)
     params = net.parameters()
     net.to(dtype=torch.float64)
-    assert all(a is b for a, b in zip(params, net.parameters()))
+    assert all(a is b for a, b in zip(params, net.parameters(), strict=True))
     assert all(p.dtype == torch.float64 for p in net.parameters())
     assert net(torch.randn(2, 784, dtype=torch.float64)).dtype == torch.float64
 

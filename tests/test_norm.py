@@ -73,7 +73,7 @@ def test_batchnorm_equals_torch_over_steps_then_eval(cls, cls_t, shape, opts):
         out = ours(x)
         dx = ours.backward(dout)
         assert rel(out, out_t.detach()) < 1e-12 and rel(dx, xr.grad) < 1e-12, step
-        for (name, p), (name_t, p_t) in zip(ours.named_parameters(), theirs.named_parameters()):
+        for (name, p), (name_t, p_t) in zip(ours.named_parameters(), theirs.named_parameters(), strict=True):
             assert name == name_t and rel(p.grad, p_t.grad) < 1e-12, (step, name)  # accumulated over steps
         sd, sd_t = ours.state_dict(), theirs.state_dict()
         assert list(sd) == list(sd_t)
@@ -197,7 +197,7 @@ def test_gradients_accumulate_across_two_backwards():
     for x, d in ((x1, d1), (x2, d2)):
         bn(x)
         bn.backward(d)
-    for p, g1, g2 in zip(bn.parameters(), *grads):
+    for p, g1, g2 in zip(bn.parameters(), *grads, strict=True):
         assert rel(p.grad, g1 + g2) < 1e-14
 
 
@@ -310,7 +310,7 @@ def test_layernorm_gradcheck_and_equals_torch(ns, shape, opts):
         out_t = theirs(xr)
         out_t.backward(dout)
         assert rel(ours(x), out_t.detach()) < 1e-12 and rel(ours.backward(dout), xr.grad) < 1e-12
-        for (n, p), (_, p_t) in zip(ours.named_parameters(), theirs.named_parameters()):
+        for (n, p), (_, p_t) in zip(ours.named_parameters(), theirs.named_parameters(), strict=True):
             assert rel(p.grad, p_t.grad) < 1e-12, n
     ours.eval()
     x = torch.randn(*shape, dtype=f64)
@@ -366,7 +366,7 @@ def test_norm_layers_on_cuda_equal_cpu():
         x, d = torch.randn(*shape, dtype=f64), torch.randn(*shape, dtype=f64)
         assert rel(gpu(x.cuda()).cpu(), cpu(x)) < 1e-12
         assert rel(gpu.backward(d.cuda()).cpu(), cpu.backward(d)) < 1e-12
-        for (n, a), (_, b) in zip(cpu.state_dict().items(), gpu.state_dict().items()):
+        for (n, a), (_, b) in zip(cpu.state_dict().items(), gpu.state_dict().items(), strict=True):
             assert torch.allclose(a, b.cpu(), rtol=1e-12), n
 
 
@@ -400,7 +400,7 @@ def test_batchnorm_empty_batch_as_torch(cls, cls_t, shape, opts):
         assert out.shape == out_t.shape and dx.shape == xr.grad.shape == x.shape
         if x.numel():
             assert rel(out, out_t.detach()) < 1e-12 and rel(dx, xr.grad) < 1e-12
-        for (name, p), (_, p_t) in zip(ours.named_parameters(), theirs.named_parameters()):
+        for (name, p), (_, p_t) in zip(ours.named_parameters(), theirs.named_parameters(), strict=True):
             assert torch.isfinite(p.grad).all() and torch.allclose(p.grad, p_t.grad, rtol=1e-12, atol=0), name
         sd, sd_t = ours.state_dict(), theirs.state_dict()
         assert list(sd) == list(sd_t)
@@ -496,7 +496,7 @@ def test_batchnorm_without_input_grad_gives_the_same_grads_and_computes_no_dx(cl
     (dx, with_dx, ops_dx, reduced_dx), (none, without_dx, ops, reduced_none) = runs[True], runs[False]
     assert none is None and isinstance(dx, torch.Tensor) and dx.shape == x.shape
     assert len(with_dx) == len(without_dx) == (0 if opts.get("affine") is False else 2 - ("bias" in opts))
-    for g, h in zip(with_dx, without_dx):
+    for g, h in zip(with_dx, without_dx, strict=True):
         assert torch.equal(g, h)
     assert len(ops) < len(ops_dx), (ops, ops_dx)
     if opts.get("affine") is False:

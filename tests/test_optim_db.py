@@ -23,9 +23,10 @@ arguments on the same float64 parameters (on the CPU), takes 10 steps with the s
 torch refuses capturable=True on the CPU in a device check only; the check is lifted for torch (as in
 tests/test_capturable.py), its arithmetic untouched.  torch's capturable step counters follow the default dtype
 (float32 here), handgrad's the parameter's (float64: optimizers/base.py, step_dtype), so torch runs the
-capturable inputs under a float64 default, where its counters are float64 too.  torch's testing package imports ``expecttest``, a test-only
-dependency; where it is not installed a stand-in module (its TestCase is unittest's, all that the import needs)
-is registered before the import.  Without torch's testing package the module is skipped, saying so.
+capturable inputs under a float64 default, where its counters are float64 too.  torch's testing package imports
+``expecttest``, a test-only dependency; where it is not installed a stand-in module (its TestCase is unittest's, all
+that the import needs) is registered before the import.  Without torch's testing package the module is skipped, saying
+so.
 """
 
 import importlib
@@ -135,9 +136,9 @@ def test_optim_db_input_matches_torch_optim(name, desc, kwargs, monkeypatch):
 
     # torch's foreach implementation: the same to the bit, or within float64 rounding where Adam folds.
     tol = FOLDED_TOL if folded(name, kwargs) else 0.0
-    for i, (a, b) in enumerate(zip(ours_p, vec_p)):
+    for i, (a, b) in enumerate(zip(ours_p, vec_p, strict=True)):
         assert rel(a, b) <= tol, f"param {i} vs torch's foreach path: relative difference {rel(a, b):.3e} > {tol}"
-    for p_o, p_v in zip(ours_p, vec_p):
+    for p_o, p_v in zip(ours_p, vec_p, strict=True):
         s_o, s_v = ours.state[p_o], vec.state[p_v]
         assert set(s_o) == {k for k, v in s_v.items() if v is not None}, (set(s_o), set(s_v))
         for k in s_o:
@@ -146,8 +147,8 @@ def test_optim_db_input_matches_torch_optim(name, desc, kwargs, monkeypatch):
             assert rel(a, b) <= (0.0 if k == "step" else tol), k
 
     # The implementation the input selects: no further from it than torch's own foreach implementation is.
-    gap = max(rel(v, r) for v, r in zip(vec_p, ref_p))
-    for i, (a, b) in enumerate(zip(ours_p, ref_p)):
+    gap = max(rel(v, r) for v, r in zip(vec_p, ref_p, strict=True))
+    for i, (a, b) in enumerate(zip(ours_p, ref_p, strict=True)):
         assert rel(a, b) <= max(2 * gap, tol), f"param {i} vs torch as given: {rel(a, b):.3e} (torch's gap {gap:.3e})"
 
     # The same param_group keys as torch's (foreach, differentiable, fused, capturable, ... included), except

@@ -67,7 +67,7 @@ def run_complex(opt_cls, kw, params, steps=20):
 
 
 def assert_same_state(ours, ref, ours_p, ref_p, tol=1e-10):
-    for i, (a, b) in enumerate(zip(ours_p, ref_p)):
+    for i, (a, b) in enumerate(zip(ours_p, ref_p, strict=True)):
         assert rel(a, b) < tol, f"param {i}: relative difference {rel(a, b):.3e}"
         s_o, s_r = ours.state[a], ref.state[b]
         assert set(s_o) == {k for k, v in s_r.items() if v is not None}
@@ -85,7 +85,9 @@ def test_complex_parameters_are_updated_as_torch_optim_updates_them(name, kw):
 
 
 @pytest.mark.parametrize(
-    "name,kw", [c for c in COMPLEX_CASES if c[0] != "SGD"], ids=[i for i, c in zip(IDS, COMPLEX_CASES) if c[0] != "SGD"]
+    "name,kw",
+    [c for c in COMPLEX_CASES if c[0] != "SGD"],
+    ids=[i for i, c in zip(IDS, COMPLEX_CASES, strict=True) if c[0] != "SGD"],
 )
 def test_complex_and_real_parameters_in_one_group(name, kw):
     def mixed():
@@ -118,7 +120,7 @@ def test_complex_parameters_in_one_block_take_the_flat_path_and_equal_torch():
     for t in range(20):
         complex_grads(ref_p, t)
         at = 0
-        for p, r in zip(ours_p, ref_p):  # the same gradients, written into one block of gradients
+        for p, r in zip(ours_p, ref_p, strict=True):  # the same gradients, written into one block of gradients
             n = r.numel()
             grad_block[at : at + n].copy_(r.grad.reshape(-1))
             p.grad = grad_block[at : at + n].view(r.shape)
@@ -126,7 +128,7 @@ def test_complex_parameters_in_one_block_take_the_flat_path_and_equal_torch():
         ours.step()
         ref.step()
     assert flat_views(ours_p, [p.grad for p in ours_p]) is not None  # it was the block path
-    for i, (a, b) in enumerate(zip(ours_p, ref_p)):
+    for i, (a, b) in enumerate(zip(ours_p, ref_p, strict=True)):
         assert rel(a, b) < 1e-10, f"param {i}: {rel(a, b):.3e}"
 
 
@@ -148,7 +150,7 @@ def test_complex_state_round_trips_with_torch_optim(name, kw):
             complex_grads(params, t)
             opt.step()
     for params in (ours_p, a_p, b_p):
-        for x, y in zip(params, ref_p):
+        for x, y in zip(params, ref_p, strict=True):
             assert rel(x, y) < 1e-10
 
 
@@ -173,7 +175,7 @@ def test_capturable_adam_on_float64_parameters_equals_torch_under_a_float32_defa
     set_grads(ref_p, 0)
     ours.step()
     ref.step()
-    for a, b in zip(ours_p, ref_p):
+    for a, b in zip(ours_p, ref_p, strict=True):
         assert rel(a, b) < 1e-15  # it was 7e-9 (lr 0.01): the step 6.7e-7 off
     assert all(ours.state[p]["step"].dtype == torch.float64 for p in ours_p)
     for t in range(1, 100):
@@ -181,7 +183,7 @@ def test_capturable_adam_on_float64_parameters_equals_torch_under_a_float32_defa
         set_grads(ref_p, t)
         ours.step()
         ref.step()
-    for a, b in zip(ours_p, ref_p):
+    for a, b in zip(ours_p, ref_p, strict=True):
         assert rel(a, b) < 1e-13
 
 
@@ -212,7 +214,7 @@ def test_capturable_counters_stay_float64_through_load_and_a_switch_to_capturabl
             for t in range(10):
                 set_grads(ref_p, t)
                 ref.step()
-        for a, b in zip(ours_p, ref_p):
+        for a, b in zip(ours_p, ref_p, strict=True):
             assert rel(a, b) < 1e-14
 
 
@@ -329,7 +331,7 @@ def test_a_value_written_into_param_groups_is_refused_at_the_next_step_and_nothi
     before = [p.clone() for p in params]
     with pytest.raises(ValueError, match=match.replace(f"{name}: ", rf"{name}\.step\(\): ")):
         opt.step()
-    assert all(torch.equal(p, b) for p, b in zip(params, before))  # group 0 was not stepped either
+    assert all(torch.equal(p, b) for p, b in zip(params, before, strict=True))  # group 0 was not stepped either
     opt.param_groups[1].update({k: opt.defaults[k] for k in values})
     opt.step()
 

@@ -18,7 +18,7 @@ SHAPES = [(7, 5), (5,), (3, 4, 2)]
 
 def grid(**axes):
     keys = list(axes)
-    return [dict(zip(keys, vals)) for vals in itertools.product(*axes.values())]
+    return [dict(zip(keys, vals, strict=True)) for vals in itertools.product(*axes.values())]
 
 
 CASES = (
@@ -73,7 +73,7 @@ def set_grads(params, step, seed=1):
 
 
 def assert_same(ours, theirs, tol=1e-10, what="param"):
-    for i, (a, b) in enumerate(zip(ours, theirs)):
+    for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
         assert rel(a, b) < tol, f"{what} {i}: relative difference {rel(a, b):.3e}"
 
 
@@ -96,7 +96,7 @@ def test_matches_torch_optim_for_150_steps(name, kw):
     ours, ref, ours_p, ref_p = run_pair(name, kw)
     assert_same(ours_p, ref_p)
     # Interchangeable state: the same keys, and the same values.
-    for p_o, p_r in zip(ours_p, ref_p):
+    for p_o, p_r in zip(ours_p, ref_p, strict=True):
         s_o, s_r = ours.state[p_o], ref.state[p_r]
         assert set(s_o) == set(k for k, v in s_r.items() if v is not None), (set(s_o), set(s_r))
         for k in s_o:
@@ -113,7 +113,7 @@ def test_grads_are_not_modified_by_step():
     opt = hg.SGD(params, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.1, maximize=True)
     opt.step()
     opt.step()
-    for p, g in zip(params, before):
+    for p, g in zip(params, before, strict=True):
         assert torch.equal(p.grad, g)
 
 
@@ -230,7 +230,7 @@ def test_closure_is_called_and_its_loss_returned():
     before = [p.clone() for p in params]
     loss = opt.step(closure)
     assert loss.item() == pytest.approx(sum((b**2).sum().item() for b in before))
-    for p, b in zip(params, before):
+    for p, b in zip(params, before, strict=True):
         torch.testing.assert_close(p, 0.8 * b)
 
 
@@ -243,11 +243,11 @@ def test_parameters_without_grad_are_skipped_and_no_grad_at_all_does_nothing():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         opt.step()  # not said again
-    assert all(torch.equal(p, b) for p, b in zip(params, before)) and not opt.state
+    assert all(torch.equal(p, b) for p, b in zip(params, before, strict=True)) and not opt.state
     params[0].grad = torch.ones_like(params[0])
     frozen = [p.clone() for p in params[1:]]
     opt.step()
-    assert all(torch.equal(p, f) for p, f in zip(params[1:], frozen))
+    assert all(torch.equal(p, f) for p, f in zip(params[1:], frozen, strict=True))
     assert len(opt.state) == 1
 
 
@@ -303,7 +303,7 @@ def test_named_parameters():
     params = make_params()
     opt = hg.Adam([(f"p{i}", p) for i, p in enumerate(params)])
     assert opt.param_groups[0]["param_names"] == ["p0", "p1", "p2"]
-    assert all(a is b for a, b in zip(opt.param_groups[0]["params"], params))
+    assert all(a is b for a, b in zip(opt.param_groups[0]["params"], params, strict=True))
 
 
 @pytest.mark.parametrize("name", ["SGD", "RMSprop", "Adam", "AdamW", "Adagrad"])
@@ -324,7 +324,7 @@ def test_torch_s_implementation_switches_are_accepted_and_kept(name):
             opt.step()
         results.append(params)
     for params in results[1:]:
-        assert all(torch.equal(a, b) for a, b in zip(params, results[0]))
+        assert all(torch.equal(a, b) for a, b in zip(params, results[0], strict=True))
 
 
 def test_unknown_keyword_is_refused():
@@ -372,7 +372,7 @@ def test_clip_grad_value_matches_torch():
     set_grads(ref, 4)
     hg.clip_grad_value_(ours, 0.3)
     torch.nn.utils.clip_grad_value_(ref, 0.3)
-    for a, b in zip(ours, ref):
+    for a, b in zip(ours, ref, strict=True):
         assert torch.equal(a.grad, b.grad)
     with pytest.raises(ValueError, match="clip_value must be >= 0"):
         hg.clip_grad_value_(ours, -1)

@@ -45,7 +45,7 @@ def test_two_tensor_parallel_pairs_times_two_data_parallel_ranks_equal_one_proce
     results = spawn_ranks(composed, 4)
     losses, weights, _ = one_process()
     assert sorted(r[0] for r in results.values()) == [(0, 0), (0, 1), (1, 0), (1, 1)]
-    for rank, (_, l, w) in results.items():
-        assert max(abs(a - b) / abs(b) for a, b in zip(l, losses)) < TOL, (rank, l, losses)
+    for rank, (_, got, w) in results.items():
+        assert max(abs(a - b) / abs(b) for a, b in zip(got, losses, strict=True)) < TOL, (rank, got, losses)
         for name, ref in weights.items():
             assert ((w[name] - ref).abs().max() / ref.abs().max()).item() < TOL, (rank, name)

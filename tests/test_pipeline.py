@@ -147,13 +147,18 @@ def test_two_pipeline_stages_equal_one_process_under_every_schedule_hand_written
     for side, schedule in [("hand", s) for s in SCHEDULES] + [("twin", "gpipe"), ("twin", "1f1b")]:
         seen = {}
         for rank in (0, 1):
-            l, w, *trace = results[rank][side][schedule]
+            got, w, *trace = results[rank][side][schedule]
             if side == "hand":
                 assert trace[0].startswith(f"rank {rank}: ") and " W3@" in trace[0]
                 if rank == 1:
                     w["transformer.wte.weight (the last stage's copy)"] = w.pop("head")
             if rank == 1:
-                assert max(abs(a - b) / abs(b) for a, b in zip(l, losses)) < TOL, (side, schedule, l, losses)
+                assert max(abs(a - b) / abs(b) for a, b in zip(got, losses, strict=True)) < TOL, (
+                    side,
+                    schedule,
+                    got,
+                    losses,
+                )
             seen.update(w)
         for name, t in seen.items():
             ref = weights[name.split(" ")[0]]

@@ -73,7 +73,7 @@ def test_layer_low_precision_matches_torch_kernels(case, dtype):
     assert torch.equal(out, out_t)
     eps = torch.finfo(dtype).eps
     pairs = [("dx", dx, xt.grad, x64.grad)]
-    for (name, p), tp, p64 in zip(layer.named_parameters(), twin.parameters(), twin64.parameters()):
+    for (name, p), tp, p64 in zip(layer.named_parameters(), twin.parameters(), twin64.parameters(), strict=True):
         assert p.grad.dtype == dtype
         pairs.append((name, p.grad, tp.grad, p64.grad))
     for name, mine, theirs, exact in pairs:
@@ -327,7 +327,7 @@ def test_fused_and_reference_kernels_agree():
         unscale_check_fused_(a, fa, inv)
         unscale_check_reference_(b, fb, inv)
         assert torch.equal(fa, fb) and fa.item() == (1.0 if bad else 0.0)
-        assert all(torch.equal(x, y) for x, y in zip(a[:1], b[:1]))
+        assert all(torch.equal(x, y) for x, y in zip(a[:1], b[:1], strict=True))
         assert torch.allclose(a[1], b[1], equal_nan=True)
     for found in (0.0, 1.0):
         for tracker in (0, 1, 2):
@@ -349,9 +349,10 @@ def test_master_weights_update_equals_float32_reference():
     net = Sequential(Linear(6, 5), ReLU(), Linear(5, 3))
     ref = [p.detach().clone() for p in net.parameters()]
     master = MasterWeights(net, cast_to=torch.bfloat16)
-    assert all(torch.equal(m, r) for m, r in zip(master.parameters(), ref))
+    assert all(torch.equal(m, r) for m, r in zip(master.parameters(), ref, strict=True))
     assert all(
-        m.stride() == p.stride() and p.dtype == torch.bfloat16 for m, p in zip(master.parameters(), net.parameters())
+        m.stride() == p.stride() and p.dtype == torch.bfloat16
+        for m, p in zip(master.parameters(), net.parameters(), strict=True)
     )
     opt, opt_ref = Adam(master.parameters(), lr=0.01), torch.optim.Adam(ref, lr=0.01)
     crit = CrossEntropyLoss()
@@ -365,12 +366,12 @@ def test_master_weights_update_equals_float32_reference():
         ptrs = [t.grad.data_ptr() for t in master.parameters() + list(net.parameters())]
         assert buffers is None or ptrs == buffers  # gradient buffers allocated once, then written in place
         buffers = ptrs
-        for r, p in zip(ref, net.parameters()):
+        for r, p in zip(ref, net.parameters(), strict=True):
             r.grad = p.grad.float()
         opt.step()
         opt_ref.step()
         master.master_to_model()
-        for m, r, p in zip(master.parameters(), ref, net.parameters()):
+        for m, r, p in zip(master.parameters(), ref, net.parameters(), strict=True):
             assert torch.allclose(m, r, rtol=1e-6, atol=1e-7) and m.dtype == torch.float32
             assert torch.equal(p, m.to(torch.bfloat16))
 
@@ -436,8 +437,8 @@ def test_master_weights_state_dict_and_none_grads():
     state = master.state_dict()
     other = MasterWeights(Sequential(Linear(4, 3), ReLU(), BatchNorm1d(3), Linear(3, 2)), cast_to=torch.bfloat16)
     other.load_state_dict(state)
-    assert all(torch.equal(a, b) for a, b in zip(other.parameters(), master.parameters()))
-    assert all(torch.equal(a, b) for a, b in zip(other.model.parameters(), net.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(other.parameters(), master.parameters(), strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(other.model.parameters(), net.parameters(), strict=True))
     with pytest.raises(KeyError, match="missing"):
         other.load_state_dict({})
     master.grads_to_master()  # no gradients yet: every master grad stays None

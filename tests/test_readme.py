@@ -126,6 +126,15 @@ def test_ci_installs_and_tests_exactly_as_the_readme_says():
     )
 
 
+def test_ci_lints_and_type_checks_right_after_the_install():
+    """ruff and mypy are quick: CI runs them first, so a finding fails it before the long steps."""
+    blocks = [b.strip() for b in BASH_BLOCK.findall(README.read_text())]
+    plain = [b for b in blocks if b.startswith("python3 -m venv .venv")][-1]
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    after = [line for line in ci[ci.index(plain) + 1 :] if not line.startswith("#")]
+    assert after[:3] == [".venv/bin/ruff check .", ".venv/bin/ruff format --check .", ".venv/bin/mypy"], after[:3]
+
+
 def test_nothing_gitignore_names_is_tracked():
     """A tracked file that .gitignore names reaches every fresh clone (a tracked .venv link broke the set-up)."""
     if not (ROOT / ".git").exists():

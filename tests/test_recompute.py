@@ -50,7 +50,9 @@ def test_a_recomputed_pair_gives_the_two_layers_gradients_bit_for_bit(first, spl
         else:
             dx_pair = pair.backward(d)
         assert torch.equal(dx_pair, dx)
-        for p, q in zip([*a.parameters(), *lin.parameters()], [*pair.first.parameters(), *pair.linear.parameters()]):
+        for p, q in zip(
+            [*a.parameters(), *lin.parameters()], [*pair.first.parameters(), *pair.linear.parameters()], strict=True
+        ):
             assert torch.equal(p.grad, q.grad)
 
 
@@ -85,7 +87,7 @@ def test_attention_given_back_its_output_in_another_layout_gives_the_same_gradie
     assert torch.equal(lean(q, k, v, is_causal=True, scale=0.5, keep_out=False), out)
     side_by_side = out.transpose(1, 2).contiguous()  # (B, T, H, E): the caller's own copy
     do_strided = do.transpose(1, 2).contiguous().transpose(1, 2)
-    for a, b in zip(kept.backward(do), lean.backward(do_strided, out=side_by_side.transpose(1, 2))):
+    for a, b in zip(kept.backward(do), lean.backward(do_strided, out=side_by_side.transpose(1, 2)), strict=True):
         assert (a - b).abs().max() < 1e-15
     lean(q, k, v, is_causal=True, scale=0.5, keep_out=False)
     with pytest.raises(ValueError, match=r"did not keep its output \(keep_out=False\); pass it back"):

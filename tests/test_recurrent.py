@@ -77,16 +77,16 @@ def compare_with_autograd(ours, twin, x, hx, g):
     oa, hna = twin(xa, hxa)
     dout = torch.randn(out.shape, generator=g, dtype=f64)
     dhn = tuple(torch.randn(h.shape, generator=g, dtype=f64) for h in flat(hn))
-    (sum((o * d).sum() for o, d in zip([oa, *flat(hna)], [dout, *dhn]))).backward()
+    (sum((o * d).sum() for o, d in zip([oa, *flat(hna)], [dout, *dhn], strict=True))).backward()
     grads = ours.backward(dout, dhn if isinstance(hn, tuple) else dhn[0])
     errors = {"output": err(out, oa.detach())}
-    errors.update({f"h_n[{i}]": err(a, b.detach()) for i, (a, b) in enumerate(zip(flat(hn), flat(hna)))})
+    errors.update({f"h_n[{i}]": err(a, b.detach()) for i, (a, b) in enumerate(zip(flat(hn), flat(hna), strict=True))})
     if hx is None:
         errors["dx"] = err(grads, xa.grad)
     else:
         dx, dhx = grads
         errors["dx"] = err(dx, xa.grad)
-        errors.update({f"dhx[{i}]": err(a, b.grad) for i, (a, b) in enumerate(zip(flat(dhx), flat(hxa)))})
+        errors.update({f"dhx[{i}]": err(a, b.grad) for i, (a, b) in enumerate(zip(flat(dhx), flat(hxa), strict=True))})
     named = dict(twin.named_parameters())
     assert [n for n, _ in ours.named_parameters()] == list(named)
     errors.update({name: err(p.grad, named[name].grad) for name, p in ours.named_parameters()})
@@ -137,7 +137,7 @@ def test_no_state_returns_dx_alone_and_none_gradients_are_zeros(kind):
     ours(x, states_for(ours, 2, torch.Generator().manual_seed(0)))
     dstate = (torch.randn_like(hn[0]), None) if isinstance(hn, tuple) else torch.randn_like(hn)
     dx, dhx = ours.backward(None, dstate)
-    assert dx.shape == x.shape and all(d.shape == h.shape for d, h in zip(flat(dhx), flat(hn)))
+    assert dx.shape == x.shape and all(d.shape == h.shape for d, h in zip(flat(dhx), flat(hn), strict=True))
 
 
 def test_gradients_accumulate_and_no_graph_is_built():
@@ -150,7 +150,7 @@ def test_gradients_accumulate_and_no_graph_is_built():
     once = [p.grad.clone() for p in ours.parameters()]
     ours(x)
     ours.backward(dout)
-    assert all(torch.allclose(p.grad, 2 * g, rtol=1e-14, atol=0) for p, g in zip(ours.parameters(), once))
+    assert all(torch.allclose(p.grad, 2 * g, rtol=1e-14, atol=0) for p, g in zip(ours.parameters(), once, strict=True))
     assert all(p.requires_grad and p.grad.grad_fn is None for p in ours.parameters())  # as nn.Parameter's: no graph
 
 
@@ -239,8 +239,8 @@ def _run(kind, kernels_on, *, T, bidirectional, num_layers=1, dropout=0.0, hx=Tr
 
 def _against_textbook(kind, reverse, *, T, **kw):
     fast, slow = _run(kind, True, T=T, bidirectional=reverse, **kw), _run(kind, False, T=T, bidirectional=reverse, **kw)
-    for a, b in zip(fast[:4], slow[:4]):
-        for u, v in zip(flat(a) if a is not None else [], flat(b) if b is not None else []):
+    for a, b in zip(fast[:4], slow[:4], strict=True):
+        for u, v in zip(flat(a) if a is not None else [], flat(b) if b is not None else [], strict=True):
             assert err(u, v) < TOL_REFERENCE
     assert fast[4].keys() == slow[4].keys()
     for name in fast[4]:
@@ -503,7 +503,7 @@ def test_float32_onednn_path_matches_torch_and_the_addmm_path(kind, monkeypatch)
     out_t, _ = twin(xa)
     (out_t * dout).sum().backward()
     reference = [out_t.detach(), xa.grad, *(p.grad for p in twin.parameters())]
-    for a, b, r in zip(first, second, reference):
+    for a, b, r in zip(first, second, reference, strict=True):
         assert err(a, r) < 1e-5 and err(b, r) < 1e-5  # float32 round-off, different summation orders
 
 

@@ -174,7 +174,7 @@ def test_relu_then_max_pool_backward_runs_fused_and_equals_the_two_backwards():
         out = model(x)
         dout = torch.randn_like(out)
         calls = []
-        model.register_backward_hook(lambda layer: calls.append(type(layer).__name__))
+        model.register_backward_hook(lambda layer, calls=calls: calls.append(type(layer).__name__))
         dx = model.backward(dout, need_input_grad=True)
         assert calls == ["Flatten", "MaxPool2d", "ReLU", "BatchNorm2d", "Conv2d"]
         assert model[2].kept is None and model[3].kept is None  # both caches consumed

@@ -136,9 +136,9 @@ def test_grad_buffers_stay_put_with_set_to_none_false(model):
         if ptrs is not None:
             assert now == ptrs, "a .grad was reallocated under zero_grad(set_to_none=False)"
         ptrs = now
-        for i, (ga, gb) in enumerate(zip(*grads)):
+        for i, (ga, gb) in enumerate(zip(*grads, strict=True)):
             assert ga.stride() == gb.stride(), i
             err = ((ga - gb).abs().max() / gb.abs().max().clamp_min(1e-300)).item()
             assert err < 1e-13, f"step {step}, parameter {i}: {err:.2e}"
-    for pa, pb in zip(a.parameters(), b.parameters()):
+    for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
         assert ((pa - pb).abs().max() / pb.abs().max()).item() < 1e-13

@@ -167,7 +167,7 @@ def test_two_ranks_equal_one_batchnorm_on_the_whole_batch(two_ranks, case):
         if training:
             assert_close(torch.cat([r["dx"] for r in ranks]), ref["dx"], f"{name} step {step} dx")
             for r in ranks:
-                for g, g_ref in zip(r["grads"], ref["grads"]):
+                for g, g_ref in zip(r["grads"], ref["grads"], strict=True):
                     assert_close(g, g_ref, f"{name} step {step} param grad")
         for r in ranks:
             assert list(r["state"]) == list(ref["state"])
@@ -194,7 +194,7 @@ def test_converted_sequential_on_two_ranks_equals_one_process(two_ranks):
         assert_close(torch.cat([r["out"] for r in ranks]), ref["out"], f"mlp step {step} out")
         assert_close(torch.cat([r["dx"] for r in ranks]), ref["dx"], f"mlp step {step} dx")
         for r in ranks:
-            for i, (g, g_ref) in enumerate(zip(r["grads"], ref["grads"])):
+            for i, (g, g_ref) in enumerate(zip(r["grads"], ref["grads"], strict=True)):
                 assert_close(g, g_ref, f"mlp step {step} grad {i}")
             for k in ref["state"]:
                 assert_close(r["state"][k].double(), ref["state"][k].double(), f"mlp step {step} {k}")
@@ -205,7 +205,7 @@ def test_outside_a_process_group_it_is_batchnorm():
     torch.manual_seed(14)
     sync, plain = nontrivial(SyncBatchNorm(3, momentum=None, dtype=f64)), BatchNorm2d(3, momentum=None, dtype=f64)
     plain.load_state_dict(sync.state_dict())
-    for step in range(3):
+    for _step in range(3):
         x, d = torch.randn(4, 3, 2, 2, dtype=f64), torch.randn(4, 3, 2, 2, dtype=f64)
         assert torch.equal(sync(x), plain(x)) and torch.equal(sync.backward(d), plain.backward(d))
     for k, v in plain.state_dict().items():
@@ -267,7 +267,9 @@ def test_convert_keeps_tensors_and_torch_conversion():
     assert all(
         a is b
         for a, b in zip(
-            tensors, [sync.weight, sync.bias, sync.running_mean, sync.running_var, sync.num_batches_tracked]
+            tensors,
+            [sync.weight, sync.bias, sync.running_mean, sync.running_var, sync.num_batches_tracked],
+            strict=True,
         )
     )
     assert list(model.state_dict()) == keys and isinstance(model[3][1], SyncBatchNorm)

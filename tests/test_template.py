@@ -90,7 +90,7 @@ def test_in_a_sequential_it_trains_as_its_torch_twin(frozen):
     opt = optimizers.SGD(ours.parameters(), lr=0.1, momentum=0.9)
     topt = torch.optim.SGD(theirs.parameters(), lr=0.1, momentum=0.9)
     crit = MSELoss()
-    for step in range(4):
+    for _step in range(4):
         x, y = torch.randn(6, 3, dtype=f64), torch.randn(6, 2, dtype=f64)
         opt.zero_grad()
         crit(ours(x), y)
@@ -99,7 +99,7 @@ def test_in_a_sequential_it_trains_as_its_torch_twin(frozen):
         topt.zero_grad()
         torch.nn.functional.mse_loss(theirs(x), y).backward()
         topt.step()
-    for (name, a), b in zip(ours.named_parameters(), theirs.parameters()):
+    for (name, a), b in zip(ours.named_parameters(), theirs.parameters(), strict=True):
         torch.testing.assert_close(a, b.detach(), rtol=1e-12, atol=1e-12, msg=name)
     assert (ours[1].beta.grad is None) == frozen
     if frozen:

@@ -94,8 +94,8 @@ def test_two_tensor_parallel_ranks_equal_one_process_hand_written_and_twin():
     losses, weights, grads = one_process()
     for rank in (0, 1):
         for side in ("hand", "sequence", "twin"):
-            l, w, g, _ = results[rank][side]
-            assert max(abs(a - b) / abs(b) for a, b in zip(l, losses)) < TOL, (side, l, losses)
+            got, w, g, _ = results[rank][side]
+            assert max(abs(a - b) / abs(b) for a, b in zip(got, losses, strict=True)) < TOL, (side, got, losses)
             assert w.keys() == weights.keys()
             for name in weights:
                 assert w[name].shape == weights[name].shape and _rel(w[name], weights[name]) < TOL, (side, name)

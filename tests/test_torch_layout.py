@@ -126,7 +126,7 @@ def test_named_parameters_and_grads_are_torchs(model):
     assert [(n, tuple(p.shape)) for n, p in mine] == [(n, tuple(p.shape)) for n, p in torch_named]
     assert all(p.is_contiguous() for _, p in mine)  # torch's layout, not only its shape
     backward_both(ours, theirs, make_x(), seed=1)
-    for (name, p), (_, q) in zip(mine, torch_named):
+    for (name, p), (_, q) in zip(mine, torch_named, strict=True):
         assert p.grad.shape == q.grad.shape and rel(p.grad, q.grad) < TOL, name
 
 

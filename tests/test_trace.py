@@ -1,5 +1,7 @@
 """model.trace: the one-step table's numbers are autograd's, and tracing leaves the model as it was."""
 
+import itertools
+
 import pytest
 import torch
 from torch import nn
@@ -36,11 +38,11 @@ def test_trace_rows_are_autograds_numbers_and_the_model_is_left_alone():
     loss.backward()
     assert abs(t.loss - loss.item()) < 1e-12
     ins = [first] + outs[:-1]
-    for row, out, inp in zip(t.rows, outs, ins):
+    for row, out, inp in zip(t.rows, outs, ins, strict=True):
         assert row.out_shape == tuple(out.shape) and row.in_shape == tuple(inp.shape)
         assert abs(row.out_mean - out.mean().item()) < 1e-12
         assert abs(row.dout_norm - out.grad.norm().item()) < 1e-12 * out.grad.norm().item() + 1e-300
-    for row, inp in zip(t.rows[1:], ins[1:]):
+    for row, inp in zip(t.rows[1:], ins[1:], strict=True):
         assert abs(row.dx_norm - inp.grad.norm().item()) < 1e-12 * inp.grad.norm().item()
     grads = {name: p.grad for name, p in theirs.named_parameters()}
     g, w = t.rows[5].grads["weight"]
@@ -74,7 +76,9 @@ def test_learn_trace_shows_a_sigmoid_stack_losing_its_gradient_towards_the_input
     rows = [line.split() for line in capsys.readouterr().out.splitlines() if line[:1].isdigit()]
     # "0 Linear (16, 196) -> (16, 32) mean/std zeros |dout| |dx| ...": |dx| is the 11th field
     dx = [float(r[10]) for r in rows if r[1] == "Linear"]
-    assert len(dx) == 7 and all(a < b for a, b in zip(dx, dx[1:])), dx  # shrinking layer after layer to the input
+    assert len(dx) == 7 and all(a < b for a, b in itertools.pairwise(dx)), (
+        dx
+    )  # shrinking layer after layer to the input
     assert dx[-1] / dx[0] > 100, dx
 
 
@@ -110,5 +114,5 @@ def test_a_step_after_a_trace_equals_the_step_without_it_bit_for_bit(own_generat
         m.backward((torch.softmax(out, 1) - nn.functional.one_hot(y, 3)) / len(y))  # mean cross-entropy's dout
         opt.step()
         runs.append([p.clone() for p in m.parameters()] + [torch.rand(3)])  # and the RNG's next draw
-    for a, b in zip(*runs):
+    for a, b in zip(*runs, strict=True):
         assert torch.equal(a, b)

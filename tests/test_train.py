@@ -71,7 +71,7 @@ def test_end_to_end_both_impls_agree_and_write_outputs(tiny, tmp_path):
             assert r["total_grad_norm"] >= r["total_grad_norm_after_clip"] - 1e-12, name
         assert all(r["update_ratio_span"] is not None for r in recs_[1:]), name
         assert {a["layer"] for a in recs_[0]["activations"].values()} == {"Linear", "ReLU"}, name
-    for a, b in zip(*mons.values()):  # the twins' statistics agree (float64)
+    for a, b in zip(*mons.values(), strict=True):  # the twins' statistics agree (float64)
         assert a["total_grad_norm"] == pytest.approx(b["total_grad_norm"], rel=1e-9)
         for pname, stats in a["params"].items():
             assert stats["grad_norm"] == pytest.approx(b["params"][pname]["grad_norm"], rel=1e-9), pname
@@ -333,7 +333,10 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
             self.f.write(data[: len(data) // 2])
             raise OSError(errno.EIO, os.strerror(errno.EIO))
 
-    monkeypatch.setattr(training.storage.files, "open", lambda p, mode: HalfWritten(open(p, mode)), raising=False)
+    def half_written(p, mode):
+        return HalfWritten(open(p, mode))  # noqa: SIM115 (the writer closes it)
+
+    monkeypatch.setattr(training.storage.files, "open", half_written, raising=False)
     with pytest.raises(
         training.WriteFailed,
         match=f"cannot write {path}: Input/output error; the previous checkpoint.pt there is intact",
@@ -517,7 +520,7 @@ def test_cuda_graph_with_a_schedule_follows_it(tiny, tmp_path, optimizer, rtol):
         assert (graph["models"]["manual"][k] - v).abs().max() <= rtol * v.abs().max(), k
         assert torch.equal(half["models"]["manual"][k], graph["models"]["manual"][k]), k
     for g_graph, g_eager in zip(
-        graph["optimizers"]["manual"]["param_groups"], eager["optimizers"]["manual"]["param_groups"]
+        graph["optimizers"]["manual"]["param_groups"], eager["optimizers"]["manual"]["param_groups"], strict=True
     ):
         assert g_graph["capturable"] and isinstance(g_graph["lr"], torch.Tensor) and g_graph["lr"].dim() == 0
         assert isinstance(g_eager["lr"], float) and g_eager["lr"] < 0.01 / 10  # annealed: the schedule ran

@@ -57,7 +57,7 @@ def test_the_cnn_has_dropout_and_batch_norm_and_the_twin_draws_the_same_masks():
     models = build_models(config.model, config.run, torch.device("cpu"), torch.float64)
     manual, twin = models["manual"], models["torch"]
     layers = list(manual.layers)
-    assert any(isinstance(l, Dropout) for l in layers) and any(isinstance(l, BatchNorm2d) for l in layers)
+    assert any(isinstance(m, Dropout) for m in layers) and any(isinstance(m, BatchNorm2d) for m in layers)
     x = torch.randn(4, 1, 28, 28, dtype=torch.float64)
     for m in (manual, twin):
         use_generator(m, torch.Generator().manual_seed(3))

@@ -1,8 +1,8 @@
 """train.py's model parallelism on gloo processes equals one process in float64: tensor (with and without sequence
 parallelism), pipeline (1F1B and ZB-H1) and ZeRO-1/2 on 2 ranks, tensor x data and pipeline x data with ZeRO on 4,
 each run's step losses and summary.json's results to 1e-9 relative (the gradient clipped every step, so the whole
-model's norm is checked too); --check-parity reports parity on a correct run and, on a run whose tensor-parallel f forgets its
-all-reduce, names the first tensor a reordered sum does not explain and exits 1."""
+model's norm is checked too); --check-parity reports parity on a correct run and, on a run whose tensor-parallel f
+forgets its all-reduce, names the first tensor a reordered sum does not explain and exits 1."""
 
 import json
 from pathlib import Path
@@ -71,7 +71,7 @@ def one_process(tmp_path_factory):
 def _assert_equal(out: Path, one_process) -> None:
     (summary, steps), (ref, ref_steps) = _results(out), one_process
     assert len(steps) == len(ref_steps) == TINY["max_iters"]
-    for a, b in zip(steps, ref_steps):
+    for a, b in zip(steps, ref_steps, strict=True):
         assert abs(a - b) / abs(b) < TOL, (steps, ref_steps)
     for key in ("train_loss", "val_loss"):
         assert abs(summary[key] - ref[key]) / abs(ref[key]) < TOL, (key, summary, ref)

@@ -144,7 +144,7 @@ def test_manual_mlp_and_autocast_twin_stay_together(runs, dtype):
         for name in ("manual", "torch")
     }
     assert len(steps["manual"]) == len(steps["torch"]) > 0
-    for a, b in zip(steps["manual"], steps["torch"]):
+    for a, b in zip(steps["manual"], steps["torch"], strict=True):
         assert a == pytest.approx(b, rel=1e-5)
     first = next(r for r in ckpt["records"] if r["type"] == "drift")  # float32 master gradients vs the twin's
     assert first["step"] == 1 and first["max_grad_rel_diff"] < 1e-5, first  # measured 0.0 in both dtypes
@@ -224,7 +224,7 @@ def test_resume_of_a_mixed_run_equals_the_uninterrupted_run(runs, tmp_path, dtyp
         for n in ("manual", "torch")
     ]
     assert len(mons[0]) == len(mons[1]) == 7  # steps 1, 3, 6, ..., 18
-    for m, t in zip(*mons):
+    for m, t in zip(*mons, strict=True):
         assert m["total_grad_norm"] == pytest.approx(t["total_grad_norm"], rel=1e-2)
         assert m["total_grad_norm_after_clip"] <= 0.5 * (1 + 1e-5)
         assert set(m["params"]) == set(t["params"])

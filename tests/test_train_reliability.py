@@ -434,7 +434,7 @@ def test_a_full_disk_while_writing_a_checkpoint_is_one_line_and_keeps_the_last_o
     writes = []
 
     def fill_at_the_second_checkpoint(path, mode="r", *a, **k):
-        f = open(path, mode, *a, **k)
+        f = open(path, mode, *a, **k)  # noqa: SIM115 (returned to the writer, which closes it)
         if Path(path).name.startswith(".checkpoint.pt.tmp"):
             writes.append(path)
             if len(writes) == 2:

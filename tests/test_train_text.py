@@ -168,10 +168,13 @@ def test_a_resumed_text_run_equals_one_never_stopped(corpus, tmp_path):
         assert whole["results"][impl]["val_loss"] == half["results"][impl]["val_loss"]
         w, h = _weights(tmp_path / "whole" / "checkpoint.pt", impl), _weights(tmp_path / "half" / "checkpoint.pt", impl)
         assert all(torch.equal(w[k], h[k]) for k in w)
-    strip = lambda d: [
-        {k: v for k, v in json.loads(line).items() if k != "seconds"}
-        for line in (tmp_path / d / "metrics.jsonl").read_text().splitlines()
-    ]
+
+    def strip(d):
+        return [
+            {k: v for k, v in json.loads(line).items() if k != "seconds"}
+            for line in (tmp_path / d / "metrics.jsonl").read_text().splitlines()
+        ]
+
     assert strip("whole") == strip("half")
 
 

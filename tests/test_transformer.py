@@ -62,7 +62,7 @@ def test_encoder_layer_equals_torch_float64_T128(norm_first, batch_first, mask):
     ours = TransformerEncoderLayer(E, H, **kw)
     torch.manual_seed(0)
     theirs = nn.TransformerEncoderLayer(E, H, **kw)
-    assert all(torch.equal(a, b) for a, b in zip(ours.state_dict().values(), theirs.state_dict().values()))
+    assert all(torch.equal(a, b) for a, b in zip(ours.state_dict().values(), theirs.state_dict().values(), strict=True))
     x = torch.randn((N, T, E) if batch_first else (T, N, E), generator=torch.Generator().manual_seed(1), dtype=F64)
     run_both(ours, theirs, x, **masks()[mask])
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import optimizers
-from tests.triton_support import assert_close, assert_padding_kept, device, guard, load, padded  # noqa: F401
+from tests.triton_support import assert_close, assert_padding_kept, device, load
 
 pytestmark = pytest.mark.triton
 f64, f32 = torch.float64, torch.float32
@@ -55,7 +55,7 @@ def test_equals_torch_optim_over_many_steps(A, guard, hyper, dtype, tol):
     got = run(A, p0, grads, **hyper)
     for foreach in (False, True):
         want = reference(torch.optim.AdamW, p0, grads, foreach=foreach, **hyper)
-        for name, a, b in zip(("param", "exp_avg", "exp_avg_sq"), got, want):
+        for name, a, b in zip(("param", "exp_avg", "exp_avg_sq"), got, want, strict=True):
             assert_close(f"{name} (foreach={foreach})", a, b, tol)
     guard.expect(launches=STEPS)
 
@@ -64,7 +64,7 @@ def test_equals_the_libraries_hand_written_adamw(A, guard):
     p0, grads = problem(f64, seed=1)
     got = run(A, p0, grads, **HYPERS[0])
     want = reference(optimizers.AdamW, p0, grads, **HYPERS[0])
-    for name, a, b in zip(("param", "exp_avg", "exp_avg_sq"), got, want):
+    for name, a, b in zip(("param", "exp_avg", "exp_avg_sq"), got, want, strict=True):
         assert_close(name, a, b, 1e-13)
 
 
@@ -73,7 +73,7 @@ def test_float32_stays_near_float64(A, guard):
     p0, grads = problem(f64, seed=2)
     want = run(A, p0, grads, **HYPERS[0])
     got = run(A, p0.float(), [g.float() for g in grads], **HYPERS[0])
-    for name, a, b in zip(("param", "exp_avg", "exp_avg_sq"), got, want):
+    for name, a, b in zip(("param", "exp_avg", "exp_avg_sq"), got, want, strict=True):
         assert_close(name, a, b, 2e-6)
 
 
@@ -87,9 +87,9 @@ def test_strided_buffers_inside_sentinels(A, guard):
     for t, grad in enumerate(grads[:3], 1):
         g.copy_(grad)
         A.adamw_step(p, g, m, v, step=t, **HYPERS[0])
-    for name, a, b in zip(("param", "exp_avg", "exp_avg_sq"), (p, m, v), want):
+    for name, a, b in zip(("param", "exp_avg", "exp_avg_sq"), (p, m, v), want, strict=True):
         assert torch.equal(a, b), f"{name} through strided views differs from contiguous buffers'"
-    for name, b in zip(("param", "grad", "exp_avg", "exp_avg_sq"), bufs):
+    for name, b in zip(("param", "grad", "exp_avg", "exp_avg_sq"), bufs, strict=True):
         pad = torch.ones_like(b, dtype=torch.bool)
         pad[2:152:3] = False
         assert_padding_kept(f"{name}'s buffer", b, pad)

@@ -1,7 +1,7 @@
 """FlashAttention-2 in Triton (kernels/triton/attention.py): forward and backward against the textbook attention
-of the attention layer (the (L, S) matrices held, the kernels off) in float64 and float32, against F.scaled_dot_product_attention
-with autograd in every dtype, causal and not, L != S, E != Ev, ragged blocks, the GPT's transposed layout and
-inputs inside sentinels, and bad input.  Run with `pytest -m triton` (tests/triton_support.py)."""
+of the attention layer (the (L, S) matrices held, the kernels off) in float64 and float32, against
+F.scaled_dot_product_attention with autograd in every dtype, causal and not, L != S, E != Ev, ragged blocks, the GPT's
+transposed layout and inputs inside sentinels, and bad input.  Run with `pytest -m triton` (tests/triton_support.py)."""
 
 import math
 
@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import kernels
 from layers import ScaledDotProductAttention
-from tests.triton_support import assert_close, assert_padding_kept, device, guard, load, padded  # noqa: F401
+from tests.triton_support import assert_close, assert_padding_kept, device, load, padded
 
 pytestmark = pytest.mark.triton
 f64, f32 = torch.float64, torch.float32
@@ -60,7 +60,7 @@ def test_float64_equals_the_textbook(A, guard, shape, causal):
     """The interpreter computes in float64 here: kernel and textbook differ by rounding only (~1e-15)."""
     q, k, v, dout = inputs(*shape, f64)
     got = run(A, q, k, v, dout, causal, block_m=16, block_n=16)
-    for name, a, b in zip(NAMES, got, textbook(q, k, v, dout, causal)):
+    for name, a, b in zip(NAMES, got, textbook(q, k, v, dout, causal), strict=True):
         assert_close(name, a, b, 1e-12)
     guard.expect(launches=4)  # forward; delta, dK/dV, dQ
     assert guard.dots and all(min(a + b) >= 16 for a, b, _ in guard.dots)
@@ -71,7 +71,7 @@ def test_float32_equals_the_textbook_in_float64(A, guard, causal):
     """float32 inputs, float32 accumulation, IEEE products (the guard fails a TF32 one): rounding only."""
     q, k, v, dout = inputs(*SHAPES[0], f32, seed=1)
     got = run(A, q, k, v, dout, causal, block_m=16, block_n=32)
-    for name, a, b in zip(NAMES, got, textbook(*(t.double() for t in (q, k, v, dout)), causal)):
+    for name, a, b in zip(NAMES, got, textbook(*(t.double() for t in (q, k, v, dout)), causal), strict=True):
         assert_close(name, a, b, 2e-6)
     assert all(dtype == "fp32" for _, _, dtype in guard.dots)
 
@@ -88,7 +88,9 @@ def test_equals_torch_sdpa_autograd(A, guard, dtype, tol, causal):
     want = F.scaled_dot_product_attention(qr, kr, vr, is_causal=causal, scale=0.3)
     want.backward(dout.float() if low else dout)
     got = run(A, q, k, v, dout, causal, scale=0.3, block_m=16, block_n=16)
-    for name, a, b in zip(("out", "dq", "dk", "dv"), (got[0], *got[2:]), (want, qr.grad, kr.grad, vr.grad)):
+    for name, a, b in zip(
+        ("out", "dq", "dk", "dv"), (got[0], *got[2:]), (want, qr.grad, kr.grad, vr.grad), strict=True
+    ):
         assert a.dtype == dtype, f"{name} is {a.dtype}, expected {dtype}"
         assert_close(name, a, b, tol)
 
@@ -97,7 +99,7 @@ def test_block_sizes_change_nothing_but_rounding(A, guard):
     q, k, v, dout = inputs(40, 40, 16, 16, f64, seed=3)
     want = textbook(q, k, v, dout, True)
     for bm, bn in ((16, 32), (32, 16), (64, 64)):
-        for name, a, b in zip(NAMES, run(A, q, k, v, dout, True, block_m=bm, block_n=bn), want):
+        for name, a, b in zip(NAMES, run(A, q, k, v, dout, True, block_m=bm, block_n=bn), want, strict=True):
             assert_close(f"{name} (blocks {bm} x {bn})", a, b, 1e-12)
 
 
@@ -108,16 +110,16 @@ def test_strides_are_read_not_assumed(A, guard):
     want = run(A, q, k, v, dout, True, block_m=16, block_n=16)
     gpt = [t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v, dout)]
     assert not gpt[0].is_contiguous()
-    for name, a, b in zip(NAMES, run(A, *gpt, True, block_m=16, block_n=16), want):
+    for name, a, b in zip(NAMES, run(A, *gpt, True, block_m=16, block_n=16), want, strict=True):
         assert torch.equal(a, b), f"{name} from transposed inputs differs from contiguous inputs'"
     views = [padded(t) for t in (q, k, v, dout)]
     qp, kp, vp, dp = (w[0] for w in views)
     out, lse = A.flash_attention_forward(qp, kp, vp, causal=True, block_m=16, block_n=16)
     views.append(padded(out))  # the backward reads out too
     got = (out, lse, *A.flash_attention_backward(dp, qp, kp, vp, views[4][0], lse, causal=True, block_m=16, block_n=16))
-    for name, a, b in zip(NAMES, got, want):
+    for name, a, b in zip(NAMES, got, want, strict=True):
         assert torch.equal(a, b), f"{name} from padded inputs differs from contiguous inputs'"
-    for name, (_, buffer, padding) in zip(("q", "k", "v", "dout", "out"), views):
+    for name, (_, buffer, padding) in zip(("q", "k", "v", "dout", "out"), views, strict=True):
         assert_padding_kept(f"{name}'s buffer", buffer, padding)
 
 
@@ -134,7 +136,7 @@ def test_leading_axes_and_sizes_of_one(A, guard):
     for heads, L, S, causal in cases:
         q, k, v, dout = inputs(L, S, 16, 16, f64, heads=heads, seed=5)
         got = run(A, q, k, v, dout, causal, block_m=16, block_n=16)
-        for name, a, b in zip(NAMES, got, textbook(q, k, v, dout, causal)):
+        for name, a, b in zip(NAMES, got, textbook(q, k, v, dout, causal), strict=True):
             # floor 1: with one key the softmax is 1 and dq is exactly 0, met by the rounding of unit-sized inputs
             assert_close(f"{name} {tuple(q.shape)} causal={causal}", a, b, 1e-12, floor=1.0)
 
@@ -142,7 +144,7 @@ def test_leading_axes_and_sizes_of_one(A, guard):
 def test_head_width_128(A, guard):
     q, k, v, dout = inputs(17, 17, 128, 128, f32, heads=(1, 1), seed=6)
     got = run(A, q, k, v, dout, True, block_m=16, block_n=16)
-    for name, a, b in zip(NAMES, got, textbook(*(t.double() for t in (q, k, v, dout)), True)):
+    for name, a, b in zip(NAMES, got, textbook(*(t.double() for t in (q, k, v, dout)), True), strict=True):
         assert_close(name, a, b, 2e-6)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.triton_support import device, guard, load  # noqa: F401
+from tests.triton_support import device, load
 
 pytestmark = pytest.mark.triton
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"

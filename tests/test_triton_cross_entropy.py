@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 import kernels
 from losses import CrossEntropyLoss
-from tests.triton_support import assert_close, assert_padding_kept, device, guard, load, padded  # noqa: F401
+from tests.triton_support import assert_close, assert_padding_kept, device, load, padded
 
 pytestmark = pytest.mark.triton
 f64, f32 = torch.float64, torch.float32
@@ -107,7 +107,7 @@ def test_fused_forward_backward_equals_the_two_passes(CE, guard, reduction, eps)
     loss, lse = CE.cross_entropy_forward(z, y, reduction=reduction, label_smoothing=eps, block_c=32)
     dz = CE.cross_entropy_backward(dloss, z, y, lse, reduction=reduction, label_smoothing=eps, block_c=32)
     fused = CE.cross_entropy_forward_backward(z, y, dloss=dloss, reduction=reduction, label_smoothing=eps, block_c=32)
-    for name, a, b in zip(("loss", "lse", "dlogits"), fused, (loss, lse, dz)):
+    for name, a, b in zip(("loss", "lse", "dlogits"), fused, (loss, lse, dz), strict=True):
         assert torch.equal(a, b), f"fused {name} differs from the two passes'"
     guard.expect(launches=3)
 
@@ -134,7 +134,7 @@ def test_strides_are_read_not_assumed(CE, guard):
     yp = ybuf[::2]
     yp.copy_(y)
     got = CE.cross_entropy_forward_backward(zp, yp, block_c=16)
-    for name, a, b in zip(("loss", "lse", "dlogits"), got, expected):
+    for name, a, b in zip(("loss", "lse", "dlogits"), got, expected, strict=True):
         assert torch.equal(a, b), f"{name} from padded inputs differs from contiguous inputs'"
     assert_padding_kept("logits' buffer", zbuf, zpad)
     assert torch.equal(ybuf[1::2], torch.full((5,), 7777, dtype=y.dtype, device=device()))

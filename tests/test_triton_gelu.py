@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.triton_support import assert_close, assert_padding_kept, device, guard, load, padded  # noqa: F401
+from tests.triton_support import assert_close, assert_padding_kept, device, load, padded
 
 # exp(-2u) overflows to inf for very negative x, on purpose (s = 1 / (1 + inf) = 0): numpy says so in the interpreter
 pytestmark = [pytest.mark.triton, pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")]
@@ -75,7 +75,7 @@ def test_strides_are_read_not_assumed(G, guard, approximate):
     dp, dbuf, dpad = padded(dout)
     assert not xp.is_contiguous()
     got = G.gelu_forward(xp, approximate=approximate), G.gelu_backward(dp, xp, approximate=approximate)
-    for name, a, b in zip(("out", "dx"), got, expected):
+    for name, a, b in zip(("out", "dx"), got, expected, strict=True):
         assert torch.equal(a, b), f"{name} from padded inputs differs from contiguous inputs'"
     assert_padding_kept("x's buffer", xbuf, xpad)
     assert_padding_kept("dout's buffer", dbuf, dpad)

@@ -5,7 +5,7 @@ A guard that let these through would make every kernel test below it prove nothi
 import pytest
 import torch
 
-from tests.triton_support import guard, interpreting, load  # noqa: F401
+from tests.triton_support import interpreting, load
 
 pytestmark = [
     pytest.mark.triton,

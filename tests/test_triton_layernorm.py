@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.triton_support import assert_close, assert_padding_kept, device, guard, load, padded  # noqa: F401
+from tests.triton_support import assert_close, assert_padding_kept, device, load, padded
 
 pytestmark = pytest.mark.triton
 f64, f32 = torch.float64, torch.float32
@@ -48,7 +48,7 @@ def test_equals_the_formula(LN, guard, dtype, tol):
     dx, dw, db = LN.layer_norm_backward(dout, x, w, b, mean, rstd, rows_per_program=4)  # 33 rows: 9 programs
     expected = textbook(*(t.double() for t in (x, w, b, dout)), 1e-5)
     for name, got, ref in zip(
-        ("out", "mean", "rstd", "dx", "dweight", "dbias"), (out, mean, rstd, dx, dw, db), expected
+        ("out", "mean", "rstd", "dx", "dweight", "dbias"), (out, mean, rstd, dx, dw, db), expected, strict=True
     ):
         assert_close(name, got, ref, tol)
     guard.expect(launches=4)  # forward; backward rows, then the two column sums
@@ -123,9 +123,9 @@ def test_strides_are_read_not_assumed(LN, guard):
     xp, wp, bp, dp = (v[0] for v in views)
     out, mean, rstd = LN.layer_norm_forward(xp, wp, bp)
     got = (out, mean, rstd, *LN.layer_norm_backward(dp, xp, wp, bp, mean, rstd, rows_per_program=2))
-    for name, a, e in zip(("out", "mean", "rstd", "dx", "dweight", "dbias"), got, expected):
+    for name, a, e in zip(("out", "mean", "rstd", "dx", "dweight", "dbias"), got, expected, strict=True):
         assert torch.equal(a, e), f"{name} from padded inputs differs from contiguous inputs'"
-    for name, (_, buffer, padding) in zip(("x", "weight", "bias", "dout"), views):
+    for name, (_, buffer, padding) in zip(("x", "weight", "bias", "dout"), views, strict=True):
         assert_padding_kept(f"{name}'s buffer", buffer, padding)
     xt, dt = x.t().contiguous().t(), dout.t().contiguous().t()  # column-major
     out, mean, rstd = LN.layer_norm_forward(xt, w, b)
@@ -139,7 +139,9 @@ def test_sizes_of_one(LN, guard):
         x, w, b, dout = inputs(shape, f64, seed=5)
         out, mean, rstd = LN.layer_norm_forward(x, w, b)
         got = (out, mean, rstd, *LN.layer_norm_backward(dout, x, w, b, mean, rstd))
-        for name, a, e in zip(("out", "mean", "rstd", "dx", "dweight", "dbias"), got, textbook(x, w, b, dout, 1e-5)):
+        for name, a, e in zip(
+            ("out", "mean", "rstd", "dx", "dweight", "dbias"), got, textbook(x, w, b, dout, 1e-5), strict=True
+        ):
             assert_close(f"{name} {shape}", a, e, 1e-12)
     empty = torch.zeros(0, 4, dtype=f64, device=device())
     out, mean, rstd = LN.layer_norm_forward(empty, None, None)

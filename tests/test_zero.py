@@ -104,7 +104,7 @@ def hand_written(rank, world):
     resumed = [
         p.detach() for p in _zero_run(rank, world, "adamw", 2, batches()[2:], fresh, saved["zero"])[0].parameters()
     ]
-    out["resume_equal"] = all(torch.equal(a, b) for a, b in zip(go_on, resumed))
+    out["resume_equal"] = all(torch.equal(a, b) for a, b in zip(go_on, resumed, strict=True))
     other = dict(saved["zero"], rank=1 - rank)
     with pytest.raises(ValueError) as e:
         _zero_run(rank, world, "adamw", 2, [], None, other)
@@ -138,7 +138,7 @@ def both(rank, world):
 
 
 def _assert_equal_one_process(losses, weights, ref_losses, ref_weights, what):
-    assert max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses)) < TOL, (what, losses, ref_losses)
+    assert max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses, strict=True)) < TOL, (what, losses, ref_losses)
     names = {n.replace("lm_head.weight", "transformer.wte.weight") for n in weights}
     assert names == ref_weights.keys(), what
     for n, w in weights.items():
@@ -156,7 +156,7 @@ def test_zero_1_and_2_on_two_ranks_equal_one_process_with_every_optimizer_and_re
         for stage, name in RUNS:
             _assert_equal_one_process(*hand[stage, name], *refs[name], f"ZeRO-{stage} {name} rank {rank}")
         _assert_equal_one_process(*hand["clip"][:2], *clipped, f"ZeRO-2 clipped rank {rank}")
-        assert max(abs(a - b) / b for a, b in zip(hand["clip"][2], ref_norms)) < TOL
+        assert max(abs(a - b) / b for a, b in zip(hand["clip"][2], ref_norms, strict=True)) < TOL
         assert hand["resume_equal"]
         assert f"saved with rank {1 - rank!r}, this is {rank!r}" in hand["refused"]
         _assert_equal_one_process(*results[rank]["twin"], *refs["adamw"], f"ZeroRedundancyOptimizer rank {rank}")

@@ -8,8 +8,8 @@ the interpreter there too).  It must be set before Triton is first imported, not
 defined: Triton's own helpers (tl.zeros, tl.sum, tl.max) are kernels too, defined as Triton is imported, and a test
 module may import Triton as it is collected; ``load`` fails with that explanation if it was not.
 
-What the interpreter does not check, and ``guard`` (a fixture every kernel test uses) does while a kernel runs
-in it; on a GPU the compiler checks the first two itself:
+What the interpreter does not check, and ``guard`` (a fixture every kernel test uses, in tests/conftest.py) does
+while a kernel runs in it; on a GPU the compiler checks the first two itself:
   - a tl.dot dimension under 16, which the interpreter accepts and an NVIDIA GPU refuses;
   - a float32 tl.dot without input_precision="ieee", which a GPU computes in TF32 (10-bit mantissas) and the
     interpreter in full float32, so agreement here would prove nothing there;
@@ -78,7 +78,7 @@ def load(family: str):
 def element_addresses(t: torch.Tensor) -> np.ndarray:
     """The byte address of every element of ``t`` (any strides), as uint64."""
     offsets = np.zeros(1, dtype=np.int64)
-    for size, stride in zip(t.shape, t.stride()):
+    for size, stride in zip(t.shape, t.stride(), strict=True):
         offsets = (offsets[:, None] + np.arange(size, dtype=np.int64)[None, :] * stride).ravel()
     if t.numel() == 0:
         offsets = offsets[:0]
@@ -190,13 +190,13 @@ def _install(monkeypatch, guard: Guard) -> None:
     monkeypatch.setitem(interp.interpreter_builder.codegen_fns, "min_dot_size", lambda a, b: (16, 16, 16))
 
 
-@pytest.fixture
-def guard(monkeypatch):
-    """The interpreter's missing checks, while a test runs (nothing on a GPU, whose compiler makes its own)."""
+def guarded(monkeypatch) -> Guard:
+    """The interpreter's missing checks, installed for one test (nothing on a GPU, whose compiler makes its own):
+    tests/conftest.py's ``guard`` fixture."""
     g = Guard(HAVE_TRITON and interpreting())
     if g.active:
         _install(monkeypatch, g)
-    yield g
+    return g
 
 
 # -- sentinels around the data -----------------------------------------------------------------------------------

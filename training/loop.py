@@ -158,7 +158,7 @@ def train_epoch(
         sizes.append(total)
         if sums.due(step == steps):
             first = step - len(sizes) + 1
-            values = sums.take(impl.name, lambda i: f"epoch {epoch}, step {first + i}")
+            values = sums.take(impl.name, lambda i, first=first: f"epoch {epoch}, step {first + i}")
             for step_loss, step_correct in values:
                 loss_sum += step_loss
                 correct += int(step_correct)

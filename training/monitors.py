@@ -5,9 +5,9 @@ gradients were all-reduced, under torchrun) and ``update_after_clip()`` after cl
 every ``log_interval`` steps, at the run's first step and at each epoch's last (a run shorter than the interval
 is recorded too).  Activation statistics are gathered for the hand-written model and the
 nn.Module twin of the image runs (the engine's models have no forward hooks, and the hand-written language
-models are not ``layers.Sequential`` trees: their runs record gradients, weights and updates only).  Under torchrun rank 0 alone monitors: the
-gradients are the same on every rank after the all-reduce; the activation statistics are rank 0's slice
-of each batch.  In a mixed-precision run the manual implementation's monitor reads the float32 master weights
+models are not ``layers.Sequential`` trees: their runs record gradients, weights and updates only).  Under torchrun rank
+0 alone monitors: the gradients are the same on every rank after the all-reduce; the activation statistics are rank 0's
+slice of each batch.  In a mixed-precision run the manual implementation's monitor reads the float32 master weights
 and their unscaled gradients (the twin's: its float32 weights, unscaled by GradScaler before they are clipped).
 Records go into the checkpoint, so a resumed run's monitor files cover the whole run.
 """

@@ -165,7 +165,7 @@ def _train(
         metrics_path = out / "metrics.jsonl"
         # Rewrite the log from what the checkpoint vouches for, so a half-finished epoch leaves no stray lines.
         atomic_write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in records))
-        metrics_file = open(metrics_path, "a")
+        metrics_file = open(metrics_path, "a")  # noqa: SIM115 (held for the whole run, closed in its finally)
 
     def log(rec: dict) -> None:
         if metrics_file is not None:

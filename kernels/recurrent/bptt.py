@@ -139,7 +139,7 @@ def rnn_forward(
     T, N, _ = x.shape
     H = p.w_hh.shape[0]
     x2 = x.reshape(T * N, -1)  # (T*N, I)
-    bias = None if p.b_ih is None else p.b_ih + p.b_hh  # (H,)
+    bias = None if p.b_ih is None or p.b_hh is None else p.b_ih + p.b_hh  # (H,): both or neither
     A = linear(x2, p.w_ih, bias).view(T, N, H)  # (T, N, H) input terms, all steps in one GEMM
     hs = _hidden_buffer(x, T, N, H, h0, reverse=reverse)  # (T + 2, N, H)
     w_hh = prepack(p.w_hh, hs[0])  # (H, H), reused by every step
@@ -200,7 +200,7 @@ def lstm_forward(
     T, N, _ = x.shape
     H, Ho = p.w_hh.shape[0] // 4, p.w_hh.shape[1]
     x2 = x.reshape(T * N, -1)  # (T*N, I)
-    bias = None if p.b_ih is None else p.b_ih + p.b_hh  # (4H,)
+    bias = None if p.b_ih is None or p.b_hh is None else p.b_ih + p.b_hh  # (4H,): both or neither
     A = linear(x2, p.w_ih, bias).view(T, N, 4 * H)  # (T, N, 4H) input terms, all steps in one GEMM
     act = torch.empty_like(A)  # (T, N, 4H) gate values i, f, g, o
     gi, gf, gg, go = act.view(T, N, 4, H).unbind(2)  # (T, N, H) views, one per gate
@@ -222,7 +222,7 @@ def lstm_forward(
         c = torch.mul(f_[t], c_[t + off], out=c_[t + 1])  # (N, H) f * c_{t-1}
         c.addcmul_(i_[t], g_[t])  # (N, H) c_t = f * c_{t-1} + i * g
         _tanh(c, out=tc_[t])  # (N, H)
-        if rs is None:
+        if rs is None or w_hr is None:  # (both or neither)
             torch.mul(o_[t], tc_[t], out=h_[t + 1])  # (N, H) h_t = o * tanh(c_t)
         else:
             h_[t + 1].copy_(linear(torch.mul(o_[t], tc_[t], out=rs[t]), w_hr))  # (N, P) h_t = r_t W_hr^T
@@ -310,7 +310,7 @@ def lstm_backward(
             dh = dy_[t] if dh_n is None else dy_[t] + dh_n
         else:
             dh = linear_add(dA_[nxt], w_hh_t, dy_[t])  # (N, H_out) dy_t + da_{next} @ W_hh
-        if dhs is None:
+        if dhs is None or w_hr_t is None:  # (both or neither)
             dr = dh  # (N, H)
         else:
             dr = linear(dhs[t].copy_(dh), w_hr_t)  # (N, H) dh @ W_hr
@@ -322,7 +322,7 @@ def lstm_backward(
     dA2 = dA.view(T * N, 4 * H)
     # dW_ih (4H, I) = sum_t da_t^T x_t, dW_hh (4H, H_out) = sum_t da_t^T h_{t-1}, db = sum_t da_t: all rows at once
     grads = _grads(dA2, {"w_ih": x2, "w_hh": hs[off : off + T].reshape(T * N, Ho)}, ("b_ih", "b_hh"), p)
-    if rs is not None:
+    if rs is not None and dhs is not None:  # (both or neither)
         grads |= _grads(dhs.view(T * N, Ho), {"w_hr": rs.view(T * N, H)})  # (P, H) sum_t dh_t^T r_t
     dh0 = linear(dA[nxt], w_hh_t) if need_dh0 else None  # (N, H_out)
     return (_input_grad(dA2, p.w_ih, dx) if need_dx else None), dh0, dc, grads

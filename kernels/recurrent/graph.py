@@ -46,7 +46,7 @@ def _inputs(x: Tensor, w: Tensor, b_ih: Tensor | None, b_hh: Tensor | None) -> t
     """(x2 (T*N, I), A (T, N, G*H) = x W_ih^T + b_ih (+ b_hh)): the input projections of every step."""
     T, N = x.shape[:2]
     x2 = x.reshape(T * N, -1)
-    bias = b_ih if b_hh is None else b_ih + b_hh
+    bias = b_ih if b_ih is None or b_hh is None else b_ih + b_hh
     A = x2 @ w.t() if bias is None else torch.addmm(bias, x2, w.t())
     return x2, A.view(T, N, -1)
 
@@ -206,7 +206,9 @@ def gru_backward(
     Kn = (1 - z) * (1 - n * n)
     K = torch.cat([mn * Kn * r * (1 - r), (hp - n) * z * (1 - z), r * Kn, Kn], 2)  # (T, N, 4H)
     steps = list(_steps(dy.shape[0], reverse)[0])
-    dK, nxt, dh = {}, None, None
+    dK: dict[int, Tensor] = {}
+    nxt: int | None = None
+    dh: Tensor  # set by the first step (nxt None) before any read
     for t in reversed(steps):
         if nxt is None:
             dh = dy[t] if dh_n is None else dy[t] + dh_n

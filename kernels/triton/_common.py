@@ -67,6 +67,8 @@ def check_tensors(owner: str, kernel, dtypes=FLOATS, **tensors: Tensor | None) -
             f"set TRITON_INTERPRET=1 before the first import of kernels.triton to run it in Triton's "
             f"interpreter)"
         )
+    if device is None:
+        raise ValueError(f"{owner}: no tensor given")
     return device
 
 

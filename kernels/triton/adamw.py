@@ -123,15 +123,15 @@ def adamw_step(
     if not isinstance(block, int) or block < 16 or block & (block - 1):
         raise ValueError(f"{owner}: block must be a power of two >= 16, got {block!r}")
     bc1, bc2 = 1 - beta1**step, 1 - beta2**step  # torch's bias corrections, in Python's float64
-    hyper = [0.0] * 7
-    hyper[DECAY.value], hyper[W1.value], hyper[BETA2.value], hyper[W2.value] = (
+    values = [0.0] * 7
+    values[DECAY.value], values[W1.value], values[BETA2.value], values[W2.value] = (
         1 - lr * weight_decay,
         1 - beta1,
         beta2,
         1 - beta2,
     )
-    hyper[STEP_SIZE.value], hyper[BC2_SQRT.value], hyper[EPS.value] = lr / bc1, bc2**0.5, eps
-    hyper = torch.tensor(hyper, dtype=param.dtype, device=device)  # (7,) in the update's dtype
+    values[STEP_SIZE.value], values[BC2_SQRT.value], values[EPS.value] = lr / bc1, bc2**0.5, eps
+    hyper = torch.tensor(values, dtype=param.dtype, device=device)  # (7,) in the update's dtype
     n = param.numel()
     if n:
         _adamw_kernel[(triton.cdiv(n, block),)](

@@ -3,7 +3,8 @@ Triton's tutorial 06-fused-attention.py lays it out: the delta, then dK/dV, then
 
 Shape legend: B = batch, H = heads, L = queries, S = keys/values, E = query/key width, Ev = value width
 (E, Ev <= 128); Bm = queries a block, Bn = keys a block.  Attention is the only layer that mixes information
-across time.  The textbook (layers/attention/scaled_dot_product.py's attention_forward / attention_backward), per (batch, head):
+across time.  The textbook (layers/attention/scaled_dot_product.py's attention_forward / attention_backward), per
+(batch, head):
 
     scores = scale * q @ k^T          (L, S)      causal: -inf where key s > query l (top-left aligned, as torch)
     P      = softmax(scores) per row  (L, S)

@@ -292,7 +292,7 @@ def layer_norm_backward(
     dw_part = torch.empty((G if has_w else 1, K), dtype=acc, device=x.device)
     db_part = torch.empty_like(dw_part)
     dx2 = dx.view(R, K)
-    w = weight if has_w else x2
+    w = x2 if weight is None else weight
     _layer_norm_backward_kernel[(G,)](
         d2,
         x2,

@@ -25,7 +25,7 @@ product with ``in_proj_weight``, and W for dW = d^T @ x -- and W keeps d in plac
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -136,7 +136,7 @@ class MultiheadAttention(Composite):
         self.batch_first, self.add_zero_attn = batch_first, add_zero_attn
         self.head_dim = embed_dim // num_heads
         self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
-        kw = {"device": device, "dtype": dtype}
+        kw: dict[str, Any] = {"device": device, "dtype": dtype}
         # torch's order of random draws: out_proj's Linear initialisation, then xavier for the input
         # projections, then bias_k and bias_v; the biases of the projections end as zeros.
         self.out_proj = Linear(embed_dim, embed_dim, bias=bias, **kw)
@@ -150,7 +150,7 @@ class MultiheadAttention(Composite):
         self.in_proj_bias = torch.zeros(3 * embed_dim, **kw) if bias else None
         if bias:
             with torch.no_grad():
-                self.out_proj.bias.zero_()
+                self.out_proj.bias.zero_()  # type: ignore[union-attr]  # (bias=True: it has one)
         self.bias_k = self.bias_v = None
         if add_bias_kv:
             self.bias_k = torch.nn.init.xavier_normal_(torch.empty(1, 1, embed_dim, **kw))
@@ -192,7 +192,7 @@ class MultiheadAttention(Composite):
         attn_mask: Tensor | None = None,
         average_attn_weights: bool = True,
         is_causal: bool = False,
-    ) -> tuple[Tensor, Tensor | None]:
+    ) -> tuple[tuple[Tensor, Tensor | None], Saved]:
         """query (L, N, E), key (S, N, kdim), value (S, N, vdim) -> out (L, N, E), weights (N, L, S) averaged
         over heads, (N, H, L, S) with ``average_attn_weights=False``, or None; (N, ...) with batch_first;
         unbatched (L, E) -> (L, E), (L, S)."""
@@ -220,7 +220,7 @@ class MultiheadAttention(Composite):
         extra = 0  # keys appended below: bias_k/bias_v, then a zero key/value
         if self.bias_k is not None:
             k = torch.cat([k, self.bias_k.expand(1, N, E)])  # (S+1, N, E)
-            v = torch.cat([v, self.bias_v.expand(1, N, E)])
+            v = torch.cat([v, self.bias_v.expand(1, N, E)])  # type: ignore[union-attr]  # (with bias_k)
             extra += 1
         heads = lambda t: t.reshape(t.shape[0], N, H, hd).permute(1, 2, 0, 3)  # noqa: E731  (T, N, E) -> (N, H, T, hd)
         qh, kh, vh = heads(q), heads(k), heads(v)
@@ -238,7 +238,7 @@ class MultiheadAttention(Composite):
             empty = self.attention.masked_rows()  # (N, H, L, 1) rows with every key masked: torch's module gives nan
             if bool(empty.any()):
                 attn = attn.masked_fill(empty, math.nan)
-                weights = weights.masked_fill(empty, math.nan)
+                weights = weights.masked_fill(empty, math.nan)  # type: ignore[union-attr]  # (kept with need_weights)
         merged = attn.permute(2, 0, 1, 3).reshape(L * N, E)  # (L*N, E) the heads side by side
         out = self.out_proj(merged).view(L, N, E)
         saved = self.Saved(
@@ -304,7 +304,7 @@ class MultiheadAttention(Composite):
         """(Wq, Wk, Wv) in torch's (E, in) layout: views of in_proj_weight, or the separate weights."""
         if self.in_proj_weight is not None:
             return self.in_proj_weight.split(self.embed_dim)
-        return self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
+        return self.q_proj_weight, self.k_proj_weight, self.v_proj_weight  # type: ignore[return-value]  # (the three)
 
     # -- backward -----------------------------------------------------------------------------------------
 
@@ -381,7 +381,7 @@ class MultiheadAttention(Composite):
             if not self.needs_input_grad:
                 return ()
             if summed:
-                return (_input_grad(d, self.in_proj_weight),)
+                return (_input_grad(d, self.in_proj_weight),)  # type: ignore[arg-type]  # (summed: one packed weight)
             wq, wk, wv = self._weights()
             return _input_grad(dq, wq), _input_grad(dk, wk), _input_grad(dv, wv)
         wq, wk, wv = self._weights()
@@ -389,7 +389,7 @@ class MultiheadAttention(Composite):
         if self.in_proj_weight is not None:  # the packed weight's three row blocks, each from its own input
             grads["in_proj_weight"] = lambda: torch.cat([rows(d).t() @ rows(x) for d, x in pairs])  # (3E, E)
         else:
-            for name, (d, x) in zip(("q_proj_weight", "k_proj_weight", "v_proj_weight"), pairs):
+            for name, (d, x) in zip(("q_proj_weight", "k_proj_weight", "v_proj_weight"), pairs, strict=True):
                 grads[name] = Product(rows(d).t(), rows(x))  # (E, in)
         if b is not None:
             grads["in_proj_bias"] = lambda: torch.cat([rows(d).sum(0) for d, _ in pairs])  # (3E,)

@@ -15,7 +15,7 @@ def check_inputs(self, query, key, value, kpm, attn_mask) -> bool:
     """``self``: the MultiheadAttention.  torch's shape rules (``_mha_shape_check``), each failure one error naming
     the shapes; -> batched."""
     for name, t in (("query", query), ("key", key), ("value", value)):
-        check_tensor(repr(self), name, t)
+        t = check_tensor(repr(self), name, t)
         if not t.is_floating_point():
             raise ValueError(f"{self!r}: {name} must be floating point, got {t.dtype}")
     w = self.out_proj.weight
@@ -48,7 +48,7 @@ def check_inputs(self, query, key, value, kpm, attn_mask) -> bool:
         )
     L, S = query.shape[t_axis], key.shape[t_axis]
     if kpm is not None:
-        check_tensor(repr(self), "key_padding_mask", kpm)
+        kpm = check_tensor(repr(self), "key_padding_mask", kpm)
         want = (N, S) if batched else (S,)
         if tuple(kpm.shape) != want:
             raise ValueError(
@@ -57,7 +57,7 @@ def check_inputs(self, query, key, value, kpm, attn_mask) -> bool:
             )
         check_mask_dtype(self, "key_padding_mask", kpm, query.dtype)
     if attn_mask is not None:
-        check_tensor(repr(self), "attn_mask", attn_mask)
+        attn_mask = check_tensor(repr(self), "attn_mask", attn_mask)
         wants = [(L, S)] + ([(N * self.num_heads, L, S)] if batched else [(self.num_heads, L, S)])
         if tuple(attn_mask.shape) not in wants:
             raise ValueError(
@@ -86,7 +86,8 @@ def masks(
     F.scaled_dot_product_attention: boolean masks (True = may NOT attend here) become a boolean True = may attend,
     float ones are summed, and both kinds together become one float mask, -inf where blocked; the appended keys
     (bias_k, the zero key) are never masked (torch pads its masks with zeros)."""
-    blocked, bias = [], []
+    blocked: list[Tensor] = []
+    bias: list[Tensor] = []
     if attn_mask is not None:
         m = (
             attn_mask.view(1, 1, L, S)

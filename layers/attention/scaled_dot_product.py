@@ -200,7 +200,7 @@ class ScaledDotProductAttention(BaseLayer):
         out = out.view(*lead, L, Ev).to(dtype)
         if not need_weights:
             return out, saved
-        return (out, weights.view(*lead, L, S).to(dtype)), saved
+        return (out, weights.view(*lead, L, S).to(dtype)), saved  # type: ignore[union-attr]  # (need_weights)
 
     def masked_rows(self) -> Tensor:
         """After a forward: bool (*, L, 1), True for the query rows whose keys were all masked."""
@@ -252,7 +252,7 @@ class ScaledDotProductAttention(BaseLayer):
         if dweights is not None:
             if weights is None:
                 raise ValueError(f"{self!r}: dweights given, but the forward returned no weights (need_weights=False)")
-            check_tensor(repr(self), "dweights", dweights)
+            dweights = check_tensor(repr(self), "dweights", dweights)
             if dweights.shape != (*lead, L, S) or dweights.dtype != dtype:
                 raise ValueError(
                     f"{self!r}: dweights has shape {tuple(dweights.shape)} and dtype {dweights.dtype}, "
@@ -263,12 +263,14 @@ class ScaledDotProductAttention(BaseLayer):
         dw = None if dweights is None else dweights.reshape(B, L, S).to(q.dtype)  # (B, L, S)
         if saved.lse is not None:  # the kernel's forward ran: its backward (kernels/attention.py)
             out = kept if out is None else out.to(q.dtype).reshape(B, L, -1)  # (B, L, Ev)
-            D = attention.row_dot(do, out)  # (B, L, 1) rowsum(dout * out) = rowsum(dP * P)
+            D = attention.row_dot(do, out)  # type: ignore[arg-type]  # (B, L, 1) rowsum(dout * out) = rowsum(dP * P)
             if dw is not None:
-                D.add_((dw * weights).sum(-1, keepdim=True))  # the weights' own gradient joins dA: + rowsum(dW * A)
+                # the weights' own gradient joins dA: + rowsum(dW * A)
+                D.add_((dw * weights).sum(-1, keepdim=True))  # type: ignore[operator]  # (kept where dw is given)
             dq, dk, dv = attention.backward(q, k, v, do, dw, D, saved.lse, spec)
         else:
-            dq, dk, dv = attention_backward(do, dw, q, k, v, saved.P, saved.att, spec)
+            # (the textbook's forward kept P and att)
+            dq, dk, dv = attention_backward(do, dw, q, k, v, saved.P, saved.att, spec)  # type: ignore[arg-type]
         return dq.view(saved.q_shape).to(dtype), dk.view(saved.k_shape).to(dtype), dv.view(saved.v_shape).to(dtype)
 
 

@@ -3,6 +3,8 @@ failure one error naming the value, and the mask turned into what the math takes
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import Tensor
 
@@ -14,12 +16,13 @@ OWNER = "scaled_dot_product_attention"  # the errors name torch's function, whos
 def check_qkv(q: object, k: object, v: object) -> tuple[tuple[int, ...], int, int, int, int]:
     """-> (the leading axes *, L, S, E, Ev)."""
     for name, t in (("query", q), ("key", k), ("value", v)):
-        check_tensor(OWNER, name, t)
+        t = check_tensor(OWNER, name, t)
         if not t.is_floating_point() or t.dim() < 2:
             raise ValueError(
                 f"{OWNER}: {name} must be a floating-point tensor of shape (*, length, size), "
                 f"got {t.dtype} of shape {tuple(t.shape)}"
             )
+    q, k, v = cast(Tensor, q), cast(Tensor, k), cast(Tensor, v)  # each checked above
     if not (q.dtype == k.dtype == v.dtype and q.device == k.device == v.device):
         raise ValueError(
             f"{OWNER}: query, key and value must share dtype and device, got "
@@ -41,7 +44,7 @@ def check_mask(mask: object, q: Tensor, lead: tuple, L: int, S: int, *, is_causa
         return
     if is_causal:
         raise ValueError(f"{OWNER}: pass either attn_mask or is_causal=True, not both (as torch refuses)")
-    check_tensor(OWNER, "attn_mask", mask)
+    mask = check_tensor(OWNER, "attn_mask", mask)
     if mask.dtype != torch.bool and mask.dtype != q.dtype:
         raise ValueError(
             f"{OWNER}: attn_mask must be boolean (True = may attend) or of the query's dtype "

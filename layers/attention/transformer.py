@@ -25,6 +25,7 @@ W is its own: LayerNorm computes its two (E,) sums in B, the attention concatena
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -71,7 +72,7 @@ class TransformerEncoderLayer(Composite):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        kw = {"device": device, "dtype": dtype}
+        kw: dict[str, Any] = {"device": device, "dtype": dtype}
         check_int("TransformerEncoderLayer", "dim_feedforward", dim_feedforward)
         check_bool("TransformerEncoderLayer", "norm_first", norm_first)
         self.activation_name = _activation_name(activation)
@@ -242,7 +243,7 @@ class TransformerEncoder(Composite):
         return d
 
     @classmethod
-    def from_torch(cls, module: torch.nn.TransformerEncoder) -> TransformerEncoder:
+    def from_torch(cls, module: torch.nn.Module) -> TransformerEncoder:
         """The hand-written encoder holding copies of ``module``'s weights, in its mode."""
         if not isinstance(module, torch.nn.TransformerEncoder):
             raise TypeError(
@@ -257,7 +258,10 @@ class TransformerEncoder(Composite):
         """The torch.nn.TransformerEncoder holding copies of these weights, in the same mode."""
         norm = self.norm.to_torch() if self.norm is not None else None
         module = torch.nn.TransformerEncoder(
-            self.layers[0].to_torch(), self.num_layers, norm=norm, enable_nested_tensor=False
+            self.layers[0].to_torch(),  # type: ignore[arg-type]  # a torch.nn.TransformerEncoderLayer
+            self.num_layers,
+            norm=norm,
+            enable_nested_tensor=False,
         )
         module.load_state_dict(self.state_dict())
         return module.train(self.training)

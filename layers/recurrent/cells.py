@@ -34,8 +34,9 @@ accumulates.  ``backward_input`` takes and returns what ``backward`` does and le
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from types import ModuleType
-from typing import NamedTuple
+from typing import Any, NamedTuple, cast
 
 import torch
 from torch import Tensor
@@ -152,7 +153,8 @@ def _forward(step, x: Tensor, state: list[Tensor], reverse: bool, *args) -> tupl
     """x (T, N, I), the initial state [h (, c)] -> (every step's h (T, N, H_out), the last state, Steps)."""
     T = x.shape[0]
     order = range(T - 1, -1, -1) if reverse else range(T)
-    hs, caches = [None] * T, []
+    hs: list[Any] = [None] * T  # every step's h, each slot filled below
+    caches = []
     for t in order:
         *state, cache = step(x[t], *state, *args)  # h (, c), carried to the next step
         hs[t] = state[0]
@@ -164,8 +166,10 @@ def _backward(step_backward, dy: Tensor, dstate: list[Tensor], steps: Steps, dx:
     """dy (T, N, H_out), the last state's gradients [dh (, dc)] -> (dx (T*N, I) or None, the initial state's
     gradients, the weight gradients summed over the steps): the last step first, each step's dh = its output's
     gradient + dh_next (the step after it's dh_prev)."""
-    T, grads, dxs = dy.shape[0], {}, [None] * dy.shape[0]
-    for t, cache in zip(reversed(steps.order), reversed(steps.caches)):
+    T = dy.shape[0]
+    grads: dict[str, Tensor] = {}
+    dxs: list[Any] = [None] * T  # every step's dx, each slot filled below
+    for t, cache in zip(reversed(steps.order), reversed(steps.caches), strict=True):
         dstate[0] = dy[t] + dstate[0]
         dxs[t], *dstate, g = step_backward(*dstate, cache)
         grads = {k: grads[k] + v for k, v in g.items()} if grads else g
@@ -254,7 +258,10 @@ class _Cell(BaseLayer):
     _gates: int = 1  # G
     _states: tuple[str, ...] = ("h",)
     _param_names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
-    _ctor_args = ("input_size", "hidden_size", "bias")
+    _ctor_args: tuple[str, ...] = ("input_size", "hidden_size", "bias")
+    # each cell's one step of bptt.py's forward and backward (RNNCell, LSTMCell, GRUCell define them)
+    _step: Callable[..., Any]
+    _step_backward: Callable[..., Any]
     autograd_opaque = True  # as rnn.py's: out= into buffers, run under no_grad; gradcheck uses the twin
     expects = Expects(
         dims=(1, 2),
@@ -294,7 +301,7 @@ class _Cell(BaseLayer):
         if dtype is not None and not dtype.is_floating_point:
             raise ValueError(f"{name}: dtype must be floating point, got {dtype}")
         gh = self._gates * hidden_size  # G*H
-        kw = {"device": device, "dtype": dtype}
+        kw: dict[str, Any] = {"device": device, "dtype": dtype}
         self.weight_ih = torch.empty(gh, input_size, **kw)  # (G*H, I)
         self.weight_hh = torch.empty(gh, hidden_size, **kw)  # (G*H, H)
         self.bias_ih = torch.empty(gh, **kw) if bias else None  # (G*H,)
@@ -312,8 +319,9 @@ class _Cell(BaseLayer):
         s = f"{self.input_size}, {self.hidden_size}"
         if not self.bias:
             s += ", bias=False"
-        if getattr(self, "nonlinearity", "tanh") != "tanh":
-            s += f", nonlinearity={self.nonlinearity!r}"
+        nonlinearity = getattr(self, "nonlinearity", "tanh")  # (RNNCell's alone)
+        if nonlinearity != "tanh":
+            s += f", nonlinearity={nonlinearity!r}"
         return s
 
     def __call__(self, x: Tensor, hx=None):
@@ -351,22 +359,22 @@ class _Cell(BaseLayer):
         else:
             raise TypeError(f"{self!r}: the state must be the pair (h, c) of tensors, got {type(hx).__name__}")
         want = (N, self.hidden_size) if batched else (self.hidden_size,)
-        for name, part in zip(self._states, parts):
-            check_tensor(repr(self), name, part)
+        for name, part in zip(self._states, parts, strict=True):
+            part = check_tensor(repr(self), name, part)
             if part.shape != want:
                 raise ValueError(
                     f"{self!r}: {name} has shape {tuple(part.shape)}, expected {want} "
                     f"({'(batch, hidden_size)' if batched else '(hidden_size,) for an unbatched x'})"
                 )
             check_like(repr(self), name, part, self.weight_ih, "weight_ih")
-        return [part.reshape(N, self.hidden_size) for part in parts]
+        return [cast(Tensor, part).reshape(N, self.hidden_size) for part in parts]  # (each checked above)
 
     def backward_math(self, dh: Tensor | tuple | None, saved: Saved, dc: Tensor | None = None):
         """dh' (, dc') (None: zeros) -> (dx, or (dx, dstate) with dstate shaped as the forward's state; the
         parameter gradients): one step of bptt.py (T = 1)."""
         dout = _pair(dh, dc) if len(self._states) == 2 else (dh,)
         N, H = saved.x.shape[0], self.hidden_size
-        dh = dout[0]
+        dh = cast("Tensor | None", dout[0])  # (a tensor or None: the pair is split above)
         dy = (
             torch.zeros(1, N, H, dtype=saved.dtype, device=saved.device) if dh is None else dh.reshape(1, N, H)
         )  # (1, N, H)

@@ -37,6 +37,7 @@ from __future__ import annotations
 import warnings
 from abc import ABC, abstractmethod
 from collections import namedtuple
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -94,7 +95,15 @@ class _Recurrent(BaseLayer, ABC):
 
     _gates: int = 1  # G
     _states: tuple[str, ...] = ("h_0",)  # the initial states: ("h_0", "c_0") for the LSTM
-    _ctor_args = ("input_size", "hidden_size", "num_layers", "bias", "batch_first", "dropout", "bidirectional")
+    _ctor_args: tuple[str, ...] = (
+        "input_size",
+        "hidden_size",
+        "num_layers",
+        "bias",
+        "batch_first",
+        "dropout",
+        "bidirectional",
+    )
     # The forward writes into preallocated buffers with out=, which autograd cannot record (and runs under no_grad:
     # no graph is built).  gradcheck's autograd oracle for these layers is autograd through the torch.nn twin's
     # own kernels on the same weights (checking.cases.rnn._TorchOracle), as the tests compare.
@@ -146,12 +155,16 @@ class _Recurrent(BaseLayer, ABC):
         self.bias, self.batch_first, self.bidirectional = bias, batch_first, bidirectional
         self.h_out = proj_size or hidden_size  # H_out
         self.num_directions = 2 if bidirectional else 1  # D
-        names, shapes = [], []
+        names: list[str] = []
+        shapes: list[tuple[int, ...]] = []
         gh = self._gates * hidden_size  # G*H
         for k in range(num_layers):
             layer_in = input_size if k == 0 else self.h_out * self.num_directions
             for sfx in ("", "_reverse")[: self.num_directions]:
-                entries = [(f"weight_ih_l{k}{sfx}", (gh, layer_in)), (f"weight_hh_l{k}{sfx}", (gh, self.h_out))]
+                entries: list[tuple[str, tuple[int, ...]]] = [
+                    (f"weight_ih_l{k}{sfx}", (gh, layer_in)),
+                    (f"weight_hh_l{k}{sfx}", (gh, self.h_out)),
+                ]
                 if bias:
                     entries += [(f"bias_ih_l{k}{sfx}", (gh,)), (f"bias_hh_l{k}{sfx}", (gh,))]
                 if proj_size:
@@ -162,7 +175,7 @@ class _Recurrent(BaseLayer, ABC):
         self._param_names = tuple(names)  # torch's _flat_weights_names, in its order
         self._weight_names = tuple(n for n in names if n.startswith("weight"))  # each a field of saved_type's
         saved_type(self._weight_names)
-        for n, s in zip(names, shapes):
+        for n, s in zip(names, shapes, strict=True):
             setattr(self, n, torch.empty(s, device=device, dtype=dtype))
         torch_recurrent_init_([getattr(self, n) for n in names], hidden_size)
         learned(*(getattr(self, n) for n in names))
@@ -187,8 +200,9 @@ class _Recurrent(BaseLayer, ABC):
         s = f"{self.input_size}, {self.hidden_size}"
         if self.proj_size:
             s += f", proj_size={self.proj_size}"
-        if getattr(self, "nonlinearity", "tanh") != "tanh":
-            s += f", nonlinearity={self.nonlinearity!r}"
+        nonlinearity = getattr(self, "nonlinearity", "tanh")  # (RNN's alone)
+        if nonlinearity != "tanh":
+            s += f", nonlinearity={nonlinearity!r}"
         for name, default in (
             ("num_layers", 1),
             ("bias", True),
@@ -201,7 +215,9 @@ class _Recurrent(BaseLayer, ABC):
         return s
 
     def _params(self, k: int, d: int) -> DirParams:
-        get = lambda n: getattr(self, n + _suffix(k, d), None)  # noqa: E731
+        def get(n: str) -> Any:  # the weights always there; a bias or weight_hr may not be
+            return getattr(self, n + _suffix(k, d), None)
+
         return DirParams(get("weight_ih"), get("weight_hh"), get("bias_ih"), get("bias_hh"), get("weight_hr"))
 
     # -- the kind: one direction of one layer, forward and backward (cells.py's recurrence) --------------------
@@ -229,7 +245,8 @@ class _Recurrent(BaseLayer, ABC):
         state0 = self._initial_states(hx, N, batched=batched)  # [(L*D, N, .) or None] per state
         L, D = self.num_layers, self.num_directions
         finals: list[list[Tensor]] = [[] for _ in self._states]
-        dirs, masks = [], []
+        dirs: list[list[Any]] = []  # [layer][direction]: cells.Steps, or a kernel's cache
+        masks = []
         inp = xt
         for k in range(L):
             ys, layer_dirs = [], []
@@ -240,7 +257,7 @@ class _Recurrent(BaseLayer, ABC):
                 )
                 ys.append(y)
                 layer_dirs.append(cache)
-                for lst, f in zip(finals, fin):
+                for lst, f in zip(finals, fin, strict=True):
                     lst.append(f)
             dirs.append(layer_dirs)
             out = ys[0] if D == 1 else torch.cat(ys, 2)  # (T, N, D*H_out)
@@ -289,17 +306,17 @@ class _Recurrent(BaseLayer, ABC):
         """hx -> [h_0 (, c_0)] as (L*D, N, .), checked against the input's batch; Nones for no hx."""
         if hx is None:
             return [None] * len(self._states)
-        w = self.weight_ih_l0
+        w: Tensor = getattr(self, "weight_ih_l0")  # noqa: B009 (made by setattr in __init__, as its siblings)
         if len(self._states) == 1:
             parts = [hx]
         elif isinstance(hx, (tuple, list)) and len(hx) == 2:
             parts = list(hx)
         else:
             raise TypeError(f"{self!r}: hx must be the pair (h_0, c_0) of tensors, got {type(hx).__name__}")
-        sizes = [self.h_out, self.hidden_size]
-        out = []
-        for name, part, size in zip(self._states, parts, sizes):
-            check_tensor(repr(self), name, part)
+        sizes = [self.h_out, self.hidden_size][: len(parts)]  # h's, then LSTM's c
+        out: list[Tensor | None] = []
+        for name, part, size in zip(self._states, parts, sizes, strict=True):
+            part = check_tensor(repr(self), name, part)
             want = (
                 (self.num_layers * self.num_directions, N, size)
                 if batched
@@ -340,7 +357,7 @@ class _Recurrent(BaseLayer, ABC):
             )
         dstates = [g if g is None or batched else g.unsqueeze(1) for g in self._state_grads(dstate)]  # (L*D, N, .)
         d0: list[list] = [[None] * (L * D) for _ in self._states]
-        grads = {}
+        grads: dict[str, Tensor] = {}
         for k in reversed(range(L)):
             dx = None
             for dd in range(D):
@@ -354,10 +371,10 @@ class _Recurrent(BaseLayer, ABC):
                     need_dx=k > 0 or need_dx,
                     dx=dx,
                 )
-                for lst, g in zip(d0, g0):
+                for lst, g in zip(d0, g0, strict=True):
                     lst[j] = g
                 grads |= {PARAM_OF[f] + _suffix(k, dd): g for f, g in dir_grads.items()}
-            d = None if dx is None else dx.view(T, N, -1)  # (T, N, in) the gradient of layer k's input
+            d = None if dx is None else dx.view(T, N, -1)  # type: ignore[assignment]  # (T, N, in) layer k's input's
             if k > 0 and saved.masks[k - 1] is not None:
                 d.mul_(saved.masks[k - 1])  # through the dropout between layers k-1 and k
         if d is not None:
@@ -387,7 +404,7 @@ class _Recurrent(BaseLayer, ABC):
 
     def _state_grads(self, dstate: object) -> list[Tensor | None]:
         if len(self._states) == 1:
-            return [dstate]
+            return [cast("Tensor | None", dstate)]  # (checked where it is used)
         if dstate is None:
             return [None, None]
         if isinstance(dstate, (tuple, list)) and len(dstate) == 2:

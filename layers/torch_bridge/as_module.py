@@ -59,6 +59,7 @@ import contextlib
 import copy
 import inspect
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -229,7 +230,7 @@ class HandgradModule(nn.Module):
                 f"deepcopy it before, or remove the parametrization / pruning first"
             )
         clone = HandgradModule(copy.deepcopy(self.layer, memo)).train(self.training)
-        for mine, theirs in zip(self._slots, clone._slots):
+        for mine, theirs in zip(self._slots, clone._slots, strict=True):
             theirs.param.requires_grad_(mine.param.requires_grad)
             if mine.param.grad is not None:
                 theirs.param.grad = mine.param.grad.clone()
@@ -259,7 +260,7 @@ class HandgradModule(nn.Module):
             s.tensor.data = fn(s.tensor)
             s.param.data = s.tensor
             s.ptr = s.tensor.data_ptr()
-        for s, g in zip(self._slots, grads):
+        for s, g in zip(self._slots, grads, strict=True):
             s.param.grad = g
         for _, _, t in self._buffers_of:
             t.data = fn(t)
@@ -310,7 +311,7 @@ class HandgradModule(nn.Module):
     def _autocasting(self, x: object) -> bool:
         return isinstance(x, Tensor) and torch.is_autocast_enabled(x.device.type)
 
-    def _autocast_input(self, x: object) -> object:
+    def _autocast_input(self, x: Any) -> Any:
         """Under autocast the layer runs with autocast off and a floating input cast to its parameters' dtype, as
         torch.amp.custom_fwd(cast_inputs=...) runs a custom function: the output has the parameters' dtype."""
         if not self._autocasting(x) or not x.is_floating_point() or not self._slots:
@@ -357,9 +358,9 @@ class HandgradModule(nn.Module):
         """Set the generators' states, the buffers' values and the layers' modes."""
         for g, state in rng:
             g.set_state(state)
-        for (_, _, t), value in zip(self._buffers_of, buffers):
+        for (_, _, t), value in zip(self._buffers_of, buffers, strict=True):
             t.copy_(value)
-        for node, mode in zip(self._leaves, modes):
+        for node, mode in zip(self._leaves, modes, strict=True):
             if hasattr(node, "training"):
                 node.training = mode
 

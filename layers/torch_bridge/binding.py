@@ -20,8 +20,9 @@ the module (``functional_call`` with buffers, an assignment) is refused, in one 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -63,7 +64,7 @@ def _refuse_hook(module: nn.Module, sub: nn.Module, kind: str) -> None:
     )
 
 
-def read_parameters(module: nn.Module) -> list[Tensor]:
+def read_parameters(module: Any) -> list[Tensor]:  # module: as_module.py's HandgradModule
     """The tensor torch would use for each parameter now, in slot order: ``getattr(holder, name)``."""
     tensors = []
     for s in module._slots:
@@ -115,7 +116,7 @@ def _named(layer: object) -> str:
     return f"{type(layer).__name__}({inner})"
 
 
-def rewired(module: nn.Module) -> str | None:
+def rewired(module: Any) -> str | None:  # module: a HandgradModule
     """The first parameter the module no longer registers as it was built (parametrized, pruned, replaced), or None."""
     for s in module._slots:
         for sub, attr in s.holders:
@@ -132,12 +133,12 @@ def _plain(t: Tensor) -> Tensor:
 
 
 @contextmanager
-def bind(module: nn.Module, tensors: list[Tensor], needs: tuple[bool, ...]) -> Iterator[list[Tensor]]:
+def bind(module: Any, tensors: list[Tensor], needs: Sequence[bool]) -> Iterator[list[Tensor]]:  # a HandgradModule
     """The layer holds a detached alias of each tensor (``requires_grad`` = ``needs``) while the block runs; yields
     the tensors the layer holds, whose ``.grad`` the layer's backward writes.  Its own tensors come back after."""
     held, undo = [], []
     try:
-        for s, t, need in zip(module._slots, tensors, needs):
+        for s, t, need in zip(module._slots, tensors, needs, strict=True):
             if not s.bindable:  # the layer's own tensor (read_parameters refused anything else): its .grad stashed
                 undo.append((s.tensor, "grad", s.tensor.grad))
                 s.tensor.grad = None

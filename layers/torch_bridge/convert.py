@@ -19,8 +19,9 @@ def _supported() -> dict[type[nn.Module], type[BaseLayer]]:
     while stack:
         cls = stack.pop()
         stack.extend(cls.__subclasses__())
-        if cls.__dict__.get("torch_class") is not None and not cls.__name__.startswith("_"):
-            table.setdefault(cls.torch_class, cls)
+        torch_class = cls.__dict__.get("torch_class")
+        if torch_class is not None and not cls.__name__.startswith("_"):
+            table.setdefault(torch_class, cls)
     return table
 
 
@@ -57,7 +58,7 @@ def from_torch(module: nn.Module) -> BaseLayer:
 def _refuse_overlapping(module: nn.Module) -> None:
     """Refuse two different tensors over the same memory (``l2.weight = nn.Parameter(l1.weight.T)``, a tied
     transposed autoencoder): copied apart, they would drift apart at the first step where torch's stay one."""
-    seen: dict[tuple, list[tuple[int, int, str]]] = {}
+    seen: dict[tuple, list[tuple[int | torch.SymInt, int | torch.SymInt, str]]] = {}
     named = [*module.named_parameters(remove_duplicate=True), *module.named_buffers(remove_duplicate=True)]
     for name, t in named:
         if t.device.type == "meta" or t.numel() == 0:
@@ -180,7 +181,7 @@ def _convert(
         except KeyError as e:  # the module's state_dict has keys the torch class does not make
             raise TypeError(
                 f"from_torch: {_where(path, module)} does not convert: {e.args[0]} (its tensors must be "
-                f"a plain nn.{cls.torch_class.__name__}'s; one added would be dropped)"
+                f"a plain nn.{cls.torch_class.__name__}'s; one added would be dropped)"  # type: ignore[union-attr]
             ) from None
         _tie(module, path, layer, tensors)
     converted[id(module)] = layer

@@ -13,6 +13,8 @@ backward that finds any of them replaced -- by an earlier backward or a later fo
 from __future__ import annotations
 
 import weakref
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -41,7 +43,7 @@ def _mark(value: object) -> object:
     return value
 
 
-def _same(value: object, mark: object) -> bool:
+def _same(value: Any, mark: object) -> bool:
     if isinstance(mark, weakref.ref):
         obj = mark()
         return obj is not None and value is obj
@@ -102,11 +104,11 @@ def _placed(e: Exception, where: str) -> Exception:
         placed = type(e)(where + str(e))
     except Exception:
         return e
-    placed._handgrad_placed = True
+    placed._handgrad_placed = True  # type: ignore[attr-defined]  # a mark of our own on the exception
     return placed
 
 
-def _second_derivative_refused(layer: Layer, grads: tuple, sources: tuple) -> tuple:
+def _second_derivative_refused(layer: Layer, grads: tuple, sources: Sequence[Tensor]) -> tuple:
     """``grads`` behind a node that raises if differentiated (torch's mechanism for a once-differentiable function,
     ``torch.autograd.function.once_differentiable``, with a message that names the layer): create_graph=True alone
     goes on, a backward through these gradients stops in one line.  The node also takes an empty slice of each of
@@ -124,7 +126,7 @@ def _second_derivative_refused(layer: Layer, grads: tuple, sources: tuple) -> tu
     def alias(g: Tensor | None) -> Tensor | None:
         return None if g is None else g.detach().requires_grad_()
 
-    out = err_fn(*map(alias, grads), *edges)
+    out = err_fn(*map(alias, grads), *edges)  # type: ignore[arg-type]  # (None: no gradient, as autograd takes it)
     out = out if isinstance(out, tuple) else (out,)
     return out[: len(grads)]
 
@@ -140,7 +142,10 @@ def _refused_under(layer: Layer, what: str) -> RuntimeError:
 def _changed(ctx, tensors: tuple[Tensor, ...]) -> str | None:
     """The name of the first of the forward's input and parameters changed in place since the forward, or None."""
     for name, t, then in zip(
-        ("its input x", *(f"parameter '{s.name}'" for s in ctx.module._slots)), (ctx.x, *tensors), ctx.versions
+        ("its input x", *(f"parameter '{s.name}'" for s in ctx.module._slots)),
+        (ctx.x, *tensors),
+        ctx.versions,
+        strict=True,
     ):
         if then != -1 and t._version != then:
             return name
@@ -174,7 +179,7 @@ class _HandgradFunction(torch.autograd.Function):
     bound tensors handed to autograd."""
 
     @staticmethod
-    def forward(module: HandgradModule, x: Tensor, *params: Tensor) -> Tensor:
+    def forward(module, x: Tensor, *params: Tensor) -> Tensor:  # module: as_module.py's HandgradModule
         device = x.device if isinstance(x, Tensor) else torch.device("cpu")
         snapshot = module._snapshot(device)
         with bind(module, list(params), [False] * len(params)):
@@ -274,11 +279,11 @@ def _backward(ctx, dout: Tensor) -> tuple:
         raise ValueError(
             f"as_module({_named(layer)}): its backward returned dx of {got}, but its input had shape {tuple(x.shape)}"
         )
-    for s, g in zip(slots, grads):
+    for s, g in zip(slots, grads, strict=True):
         if g is not None and g.shape != s.param.shape:
             raise ValueError(
                 f"as_module({_named(layer)}): its backward left a gradient of shape {tuple(g.shape)} in "
                 f"'{s.name}'.grad, but the parameter has shape {tuple(s.param.shape)}"
             )
-    grads = [g if need else None for g, need in zip(grads, needs)]
+    grads = [g if need else None for g, need in zip(grads, needs, strict=True)]
     return (None, dx if need_dx else None, *grads)

@@ -9,6 +9,7 @@ in it hidden under an empty folder, a checkout on the path left out) and /usr; n
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -222,10 +223,8 @@ def kill_user(uid: int, gid: int, timeout: float = 10.0) -> None:
             )
         except (OSError, subprocess.SubprocessError):
             for pid in left:
-                try:
+                with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
         time.sleep(0.02)
 
 

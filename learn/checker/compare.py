@@ -128,5 +128,5 @@ def vjp(outputs: list[Tensor], inputs: list[Tensor], grad_outputs: list[Tensor])
     """The gradients of sum_k <outputs[k], grad_outputs[k]> w.r.t. ``inputs`` (None where unused): what
     ``torch.autograd.grad(outputs, inputs, grad_outputs)`` gives, written as one scalar so that torch does not import
     its symbolic-shape machinery (about 0.4 s of a check) to compare the shapes of ``grad_outputs``."""
-    total = sum((o * g).sum() for o, g in zip(outputs, grad_outputs))
+    total = sum((o * g).sum() for o, g in zip(outputs, grad_outputs, strict=True))
     return torch.autograd.grad(total, inputs, allow_unused=True)

@@ -29,7 +29,9 @@ def expected(trace, leaves: dict[str, Tensor], ctor: dict, douts: dict[str, Tens
         names = [n for n, v in inter.items() if v.requires_grad]
         found = vjp(list(outs.values()), [inter[n] for n in names], grad_outputs)
     out = {n: v.detach() for n, v in inter.items()}
-    out.update({f"d{n}": (torch.zeros_like(inter[n]) if g is None else g).detach() for n, g in zip(names, found)})
+    out.update(
+        {f"d{n}": (torch.zeros_like(inter[n]) if g is None else g).detach() for n, g in zip(names, found, strict=True)}
+    )
     return out
 
 

@@ -82,7 +82,7 @@ def reference_call(
         wrt = [n for n, t in leaves.items() if t.requires_grad]
         found = vjp(list(outputs.values()), [leaves[n] for n in wrt], grad_outputs) if wrt else ()
     grads = {}
-    for n, d in zip(wrt, found):
+    for n, d in zip(wrt, found, strict=True):
         d = torch.zeros_like(leaves[n]) if d is None else d
         grads[f"{n}.grad" if n in params else f"d{n}"] = d.detach()
     ctx = SimpleNamespace(
@@ -129,7 +129,7 @@ def check_layer(spec: LayerSpec, box, where: str | None) -> Report:
         f"central differences of your forward"
     )
     runs: list[_Run] = []
-    for number, (label, cfg) in enumerate(configs):
+    for number, (_label, cfg) in enumerate(configs):
         run = _Run(cfg, box, number, len(configs), report if number == 0 else None)
         run.go()
         runs.append(run)
@@ -251,7 +251,7 @@ class _Run:
                 said[tuple(ln.replace(f"your {site.name} ", "your _ ") for ln in sub.lines)] = sub.lines
             subs.append(sub)
             keys += sub.log
-        for site, sub in reversed(list(zip(self.sites, subs))):
+        for site, sub in reversed(list(zip(self.sites, subs, strict=True))):
             self.scratch.lines[site.at : site.at] = sub.lines
         self.scratch.log[:0] = keys
         self.scratch.named = list(dict.fromkeys(self.scratch.log))
@@ -698,7 +698,11 @@ def _candidates(spec: LayerSpec, c: Call, name: str) -> list:
 
 
 def _parts_equal(mine, want: list[Tensor], tol: float) -> bool:
-    return isinstance(mine, list) and len(mine) == len(want) and all(same(a, b, tol) for a, b in zip(mine, want))
+    return (
+        isinstance(mine, list)
+        and len(mine) == len(want)
+        and all(same(a, b, tol) for a, b in zip(mine, want, strict=True))
+    )
 
 
 def _shapes(parts) -> str:
@@ -711,7 +715,7 @@ def _as_dict(result, names: tuple[str, ...], what: str):
     if len(names) == 1:
         return {names[0]: result}
     if isinstance(result, (tuple, list)) and len(result) == len(names):
-        return dict(zip(names, result))
+        return dict(zip(names, result, strict=True))
     got = f"{len(result)} things" if isinstance(result, (tuple, list)) else shape_of(result)
     raise LearnerFailed(f"{what} returned {got}; it must return a tuple ({', '.join(names)})")
 

@@ -14,6 +14,7 @@ a worked solution) is not the learner's and is refused when loaded.
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import pickle
@@ -78,7 +79,7 @@ def serve(channel: Channel, setup: dict) -> None:
         except (EOFError, OSError):
             os._exit(0)
         try:
-            result = _watched(op, lambda: OPS[op](state, *args))
+            result = _watched(op, functools.partial(OPS[op], state, *args))
             _send(channel, "ok", encode(result))
         except LearnerFailed as e:
             _send(channel, "failed", encode((e.text, e.attempted, e.key)))
@@ -476,7 +477,7 @@ def numeric(s: State, template, inputs: dict, douts: dict, outputs: tuple, name:
         for step in (h, -h):
             t[index] = orig + step
             result = replay(s.obj, template, {n: v.clone() for n, v in inputs.items()})
-            outs = dict(zip(outputs, result if len(outputs) > 1 else (result,)))
+            outs = dict(zip(outputs, result if len(outputs) > 1 else (result,), strict=True))
             values.append(sum((outs[o] * douts[f"d{o}"]).sum().item() if douts else outs[o].item() for o in outputs))
     except Exception:
         return None
@@ -525,7 +526,7 @@ def adam_run(s: State, params: list, grads: list, hyper: dict):
     opt = call(f"{s.cls.__name__}(params, ...)", lambda: s.cls(mine, **hyper), where=s.where)
     history = []
     for gs in grads:
-        for p, g in zip(mine, gs):
+        for p, g in zip(mine, gs, strict=True):
             if p.grad is None:
                 p.grad = g.clone()
             else:  # written into the same .grad tensor, as a loop that zeroes .grad in place does: state that

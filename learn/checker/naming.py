@@ -140,7 +140,7 @@ def name_it(
     from .families import family_mistakes
 
     formulas = [m for m in spec.mistakes if m.value is not None]
-    for m, cand in zip(formulas, candidates):
+    for m, cand in zip(formulas, candidates, strict=True):
         # a list: the formula's value at each call so far, accumulated (right) or overwritten by the last call
         options = [sum(cand), cand[-1]] if isinstance(cand, list) else [cand]
         if any(o is not None and matches(actual, o, expected) for o in options) and (

@@ -97,13 +97,13 @@ class OptimizerSpec:
         ref = self.torch_class(theirs, **hyper)
         mine_history, failed = box.request("adam_run", params, grads, hyper)  # any optimizer: cls(params, **hyper)
         for s, gs in enumerate(grads):
-            for q, g in zip(theirs, gs):
+            for q, g in zip(theirs, gs, strict=True):
                 q.grad = g.clone()
             ref.step()
             if s == len(mine_history):
                 text, key = failed
                 raise LearnerFailed(text, key=key)
-            for j, (p, q) in enumerate(zip(mine_history[s], theirs)):
+            for j, (p, q) in enumerate(zip(mine_history[s], theirs, strict=True)):
                 if same(p, q.detach(), RIGHT):
                     continue
                 if mark:
@@ -131,8 +131,8 @@ class OptimizerSpec:
 
         def gap(xs, ys):  # a nan where the other has one too counts as equal (t = 0 gives nan at once)
             worst_gap = 0.0
-            for got, want in zip(xs, ys):
-                for p, q in zip(got, want):
+            for got, want in zip(xs, ys, strict=True):
+                for p, q in zip(got, want, strict=True):
                     bad = ~torch.isfinite(p)
                     if not torch.equal(bad, ~torch.isfinite(q)):
                         return float("inf")

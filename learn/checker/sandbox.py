@@ -23,6 +23,7 @@ This module is a leaf: it imports nothing of the checker above it (the child's c
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -154,10 +155,8 @@ class Sandbox:
     def _fork(self, child, setup: dict, target: dict, out: int) -> None:
         req_r, rep_w = self._pipes()
         for stream in (sys.stdout, sys.stderr):
-            try:
+            with contextlib.suppress(Exception):
                 stream.flush()  # what is buffered now must not be printed twice, by the child too
-            except Exception:
-                pass
         pid = os.fork()
         if pid == 0:  # the child: never returns
             try:
@@ -168,10 +167,8 @@ class Sandbox:
                 keep = {0, 1, 2, req_r, rep_w}
                 for fd in _open_fds():
                     if fd not in keep:
-                        try:
+                        with contextlib.suppress(OSError):
                             os.close(fd)
-                        except OSError:
-                            pass
                 child.serve(Channel(req_r, rep_w), {**setup, "target": target, "folder": str(self.folder)})
             finally:
                 os._exit(0)
@@ -429,20 +426,16 @@ class Sandbox:
     def close(self) -> None:
         """The child and every process it started gone (its PID namespace, or its user's processes)."""
         if self.pid is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(self.pid, signal.SIGKILL)
-            except OSError:
-                pass
             self._exit_code(10)
         if self.proc is not None:
             if self.isolate == "bwrap":
                 if self.inner is None:
                     self.inner = _child_pid(self.info)
                 if self.inner is not None and self.proc.poll() is None:
-                    try:  # the namespace's first process: the kernel kills all of them with it
+                    with contextlib.suppress(OSError):  # the namespace's first process: the kernel kills all with it
                         os.kill(self.inner, signal.SIGKILL)
-                    except OSError:
-                        pass
             if self.proc.poll() is None:
                 try:
                     self.proc.wait(5)

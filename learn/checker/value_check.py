@@ -146,7 +146,7 @@ class ValueSpec:
         )
         report.right = "every value and gradient agrees with PyTorch's autograd"
         results = {}  # label -> the learner's (out.data, a.grad, b.grad), or the LearnerFailed it raised
-        for k, (label, f, _) in enumerate(EXPRESSIONS):
+        for k, (label, _, _) in enumerate(EXPRESSIONS):
             try:
                 got = box.request("value_run", k)
                 results[label] = (
@@ -202,7 +202,7 @@ def _close(x: float, y: float, tol: float) -> bool:
 
 
 def _same(x: tuple, y: tuple, tol: float) -> bool:
-    return all(_close(a, b, tol) for a, b in zip(x, y))
+    return all(_close(a, b, tol) for a, b in zip(x, y, strict=True))
 
 
 def _one(label, f, look, got, whole, report: Report, errors: set[str]) -> bool:
@@ -221,7 +221,7 @@ def _one(label, f, look, got, whole, report: Report, errors: set[str]) -> bool:
         report.say(f"  right   {label}")
         return True
     report.fail(f"  WRONG   {label}")
-    for name, g, w in zip(("out.data", "a.grad", "b.grad"), got, want):
+    for name, g, w in zip(("out.data", "a.grad", "b.grad"), got, want, strict=True):
         if not _close(g, w, 1e-9):
             report.say(f"    {name}: expected {w:.10g}, yours {g:.10g}")
     if not _close(got[0], want[0], 1e-9):

@@ -11,6 +11,7 @@ says before anything prints it.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import os
@@ -207,7 +208,5 @@ class Channel:
 
     def close(self) -> None:
         for fd in (self.rfd, self.wfd):
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass

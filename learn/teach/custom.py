@@ -86,10 +86,13 @@ def layer_spec(name: str, m: types.ModuleType, path: Path):
         got = got if isinstance(got, (tuple, list)) else (got,)
         if len(got) != len(outputs):
             raise ExerciseError(f"{path}: reference returned {len(got)} tensors; OUTPUTS names {len(outputs)}")
-        return dict(zip(outputs, got))
+        return dict(zip(outputs, got, strict=True))
 
     def draw(shapes):
         return lambda g: {n: normal(g, *s) for n, s in shapes.items()}
+
+    def normal_of(shape):  # one parameter's draw, its shape bound here rather than read from a loop later
+        return lambda g: normal(g, *shape, std=0.5, mean=0.1)
 
     one = {n: (1, *s[1:]) for n, s in inputs.items()}
     mistakes = []
@@ -104,7 +107,7 @@ def layer_spec(name: str, m: types.ModuleType, path: Path):
         name=name,
         cls=m.CLASS,
         ctor=ctor,
-        params={n: (lambda s: lambda g: normal(g, *s, std=0.5, mean=0.1))(s) for n, s in params.items()},
+        params={n: normal_of(shape) for n, shape in params.items()},
         inputs=draw(inputs),
         reference=reference,
         mistakes=mistakes,

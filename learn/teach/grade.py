@@ -145,7 +145,7 @@ def grade(
     (out / "students").mkdir(parents=True, exist_ok=True)
     graded, todo = [], submissions(ex.name, folder)
     stopped = None
-    for k, (student, path, why) in enumerate(todo):
+    for _k, (student, path, why) in enumerate(todo):
         if stopped is not None:
             graded.append((student, not_checked(ex.name, seed_of(ex.name, student), f"not reached: {stopped}")))
             continue

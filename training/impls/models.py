@@ -6,6 +6,8 @@ and copies them into every other implementation the run trains (``run.impls``), 
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from autodiff import EngineNet
@@ -28,7 +30,7 @@ def cnn(num_classes: int = 10, *, device=None, dtype=None) -> Sequential:
     The convolutions feeding batch norm have no bias (batch norm's beta is the bias).  Its nn.Module twin is
     ``cnn().to_torch()``: the same torch.nn layers, the same weights.
     """
-    kw = {"device": device, "dtype": dtype}
+    kw: dict[str, Any] = {"device": device, "dtype": dtype}
     return Sequential(
         Conv2d(1, 32, 3, padding=1, bias=False, **kw),
         BatchNorm2d(32, **kw),

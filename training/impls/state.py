@@ -98,7 +98,7 @@ def _untranspose_linear_state(impl, opt_state: dict) -> tuple[dict, int]:
     model_params = [p for _, p in impl.named_parameters()]
     master = getattr(impl, "master", None)  # a mixed-precision run's optimizer steps the masters, in the same order
     optimized = [p for group in impl.opt.param_groups for p in group["params"]]
-    to_model = dict(zip(map(id, master.parameters()), model_params)) if master is not None else {}
+    to_model = dict(zip(map(id, master.parameters()), model_params, strict=True)) if master is not None else {}
     linear = _linear_weights(impl.model)
     state, count = dict(opt_state.get("state", {})), 0
     for i, p in enumerate(optimized):

@@ -4,10 +4,11 @@
 rank's stage, one action at a time: "F" runs a fresh copy of the stage (``pipeline_gpt.replicate``) on the
 micro-batch, the last stage computing the micro-batch's loss (``stage.loss()``); "B" runs that copy's
 ``backward_input`` on the gradient (on the last stage the loss's, times 1/M: the step's loss is the mean over the M
-equal micro-batches); "W" its ``backward_weight``; sends are ``isend`` (waited for at the end), receives are blocking ``recv``, so a
-stage waits exactly where the schedule says it depends on another.  Every stage runs its W's in the order of its
-B's, so the gradients add into .grad in micro-batch order whatever the schedule.  Returns the micro-batches' losses
-(on the last stage; empty elsewhere) and the trace: (op, micro-batch, start, end) in seconds, for ``format_trace``.
+equal micro-batches); "W" its ``backward_weight``; sends are ``isend`` (waited for at the end), receives are blocking
+``recv``, so a stage waits exactly where the schedule says it depends on another.  Every stage runs its W's in the order
+of its B's, so the gradients add into .grad in micro-batch order whatever the schedule.  Returns the micro-batches'
+losses (on the last stage; empty elsewhere) and the trace: (op, micro-batch, start, end) in seconds, for
+``format_trace``.
 """
 
 from __future__ import annotations

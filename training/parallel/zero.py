@@ -91,7 +91,7 @@ class ZeroOptimizer:
                     pieces[group_of[id(p)]].append(piece)
                     self._owner.append((piece, p))
                 offset += p.numel()
-        kept = [dict(g, params=ps) for g, ps in zip(groups, pieces) if ps]
+        kept = [dict(g, params=ps) for g, ps in zip(groups, pieces, strict=True) if ps]
         if not kept:
             raise ValueError(
                 f"ZeroOptimizer: rank {self.rank} of {self.world} holds no parameter: the model is too "

@@ -122,9 +122,9 @@ class MasterWeights:
         if cast_to is not None:  # ... then the cast, so the masters keep every bit of the float32 weights
             to_low_precision(model, cast_to, keep_norm_float32)
         # a parameter still in the master dtype is its own master (no copy, no second buffer)
-        self._masters = [p if p.dtype == dtype else m for p, m in zip(self._model_params, copies)]
+        self._masters = [p if p.dtype == dtype else m for p, m in zip(self._model_params, copies, strict=True)]
         # pairs that need copying, for the foreach copies
-        self._copy = [(p, m) for p, m in zip(self._model_params, self._masters) if p is not m]
+        self._copy = [(p, m) for p, m in zip(self._model_params, self._masters, strict=True) if p is not m]
 
     def __repr__(self) -> str:
         return f"MasterWeights({len(self._masters)} tensors, {len(self._copy)} copied to {self.dtype})"
@@ -134,7 +134,7 @@ class MasterWeights:
         return list(self._masters)
 
     def named_parameters(self) -> list[tuple[str, Tensor]]:
-        return list(zip(self._names, self._masters))
+        return list(zip(self._names, self._masters, strict=True))
 
     def grads_to_master(self, scaler: DynamicLossScaler | None = None) -> Tensor | None:
         """Copy every model gradient into its master's ``.grad`` (float32), then unscale and check.
@@ -191,7 +191,7 @@ class MasterWeights:
         """name -> each master viewed as the model's state_dict shows its parameter (a master has its parameter's
         shape and strides, so this is the master itself unless state_dict shows a view)."""
         views = {}
-        for name, p, m in zip(self._names, self._model_params, self._masters):
+        for name, p, m in zip(self._names, self._model_params, self._masters, strict=True):
             v = sd[name]
             views[name] = m.as_strided(
                 v.shape, v.stride(), m.storage_offset() + v.storage_offset() - p.storage_offset()
@@ -200,7 +200,7 @@ class MasterWeights:
 
     def state_dict(self) -> dict[str, Tensor]:
         """Parameter name -> master tensor (float32): save this, not the rounded model weights."""
-        return {name: m.detach().clone() for name, m in zip(self._names, self._masters)}
+        return {name: m.detach().clone() for name, m in zip(self._names, self._masters, strict=True)}
 
     def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
         """Load master weights saved by ``state_dict`` and round them into the model."""
@@ -208,7 +208,7 @@ class MasterWeights:
         unexpected = set(state) - set(self._names)
         if missing or unexpected:
             raise KeyError(f"MasterWeights.load_state_dict: missing {sorted(missing)}, unexpected {sorted(unexpected)}")
-        for name, m in zip(self._names, self._masters):
+        for name, m in zip(self._names, self._masters, strict=True):
             t = state[name]
             if t.shape != m.shape:
                 raise ValueError(

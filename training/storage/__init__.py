@@ -1,1 +1,1 @@
-"""A run's folder and its safety: atomic writes, the lock, checkpoints sealed with their checksum, the data's fingerprint."""
+"""A run's folder and its safety: atomic writes, the lock, checksum-sealed checkpoints, the data's fingerprint."""

@@ -62,7 +62,7 @@ def unseal(data: bytes) -> str | None:
 def _differing(actual: str, expected: str) -> str:
     """Both digests, cut 8 hex digits past the first that differs (at least 16 shown), and that digit's position:
     a digest edited past its 16th digit no longer shows as two equal prefixes."""
-    first = next(i for i, (a, b) in enumerate(zip(actual, expected)) if a != b)
+    first = next(i for i, (a, b) in enumerate(zip(actual, expected, strict=True)) if a != b)
     n = max(16, first + 9)
 
     def cut(d: str) -> str:

@@ -22,7 +22,7 @@ class WriteFailed(OSError):
         return f"cannot write {self.filename}: {self.strerror}{full}" + (f"; {self.after}" if self.after else "")
 
 
-def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
+def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
     """Call ``write(f)`` on a temporary file beside ``path``, fsync it, rename it over ``path``, fsync the folder.
 
     Readers see the old file or the new one, never a mix; the temporary file is removed on any error (a process

@@ -21,7 +21,7 @@ def fingerprint(arrays: dict[str, torch.Tensor]) -> dict[str, dict]:
         out[name] = {
             "shape": list(t.shape),
             "dtype": str(t.dtype).removeprefix("torch."),
-            "sha256": hashlib.sha256(t.view(-1).view(torch.uint8).numpy()).hexdigest(),
+            "sha256": hashlib.sha256(t.view(-1).view(torch.uint8).numpy()).hexdigest(),  # type: ignore[arg-type]
         }
     return out
 

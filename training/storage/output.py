@@ -12,7 +12,6 @@ said so, and removes temporary files that a killed process's interrupted write l
 
 from __future__ import annotations
 
-import itertools
 import os
 import re
 import tempfile
@@ -35,11 +34,13 @@ def default_out(root: Path = Path("runs")) -> Path:
     two processes, whose ids differ; a second run in the same process (a library caller) gets ``-2``, ``-3``, ...
     and a name whose folder exists already is passed over."""
     stem = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    for n in itertools.count(1):
+    n = 1
+    while True:
         path = root / (stem if n == 1 else f"{stem}-{n}")
         if path not in _given and not path.exists():
             _given.add(path)
             return path
+        n += 1
 
 
 class OutputFolder:

@@ -110,7 +110,9 @@ def prepare_raw(root: Path, dataset: str, train: bool, download: bool, say: Call
             with gzip.open(src, "rb") as f:
                 data = f.read()
         except (OSError, EOFError, zlib.error) as e:  # not gzip, truncated, bad CRC, damaged deflate data
-            raise UsageError(_missing_data_message(dataset, raw, looked, f"{src} is not a readable gzip file ({e})"))
+            raise UsageError(
+                _missing_data_message(dataset, raw, looked, f"{src} is not a readable gzip file ({e})")
+            ) from e
         try:
             raw.mkdir(parents=True, exist_ok=True)
             atomic_write_bytes(dst, data)

@@ -95,7 +95,9 @@ def sample_text(
     try:
         model.load_state_dict({k: v.to(dev) for k, v in state.items()})
     except (KeyError, RuntimeError, ValueError) as e:
-        raise UsageError(f"--resume {path}: 'models.{impl}' does not fit the model ({str(e).splitlines()[0][:160]})")
+        raise UsageError(
+            f"--resume {path}: 'models.{impl}' does not fit the model ({str(e).splitlines()[0][:160]})"
+        ) from e
     model.train(False)
     gen = torch.Generator(device=dev).manual_seed(seed)
     idx = torch.tensor([ids], dtype=torch.int64, device=dev)

@@ -125,7 +125,7 @@ class TextTask:
             sums.add(batch_loss.detach())
             if sums.due(s == steps - 1):
                 start_it = it - sums.kept + 1
-                values = [v[0] for v in sums.take(impl.name, lambda i: f"iteration {start_it + i}")]
+                values = [v[0] for v in sums.take(impl.name, lambda i, start_it=start_it: f"iteration {start_it + i}")]
                 loss_sum += sum(values)
                 seen += len(values) * tokens
                 log(

@@ -84,7 +84,7 @@ def _random(g):
     shapes = []
     for k in range(3):  # each input: some axes kept, some set to 1, the leading ones perhaps dropped
         keep = torch.rand(3, generator=g) < 0.5
-        s = [n if bool(k_) else 1 for n, k_ in zip(out, keep)]
+        s = [n if bool(k_) else 1 for n, k_ in zip(out, keep, strict=True)]
         drop = int(torch.randint(0, 3, (), generator=g)) if k else 0  # x keeps every axis: out's shape is x's
         shapes.append(tuple(s[drop:]) if k else tuple(out))
     x, scale, shift = shapes

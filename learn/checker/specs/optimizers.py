@@ -45,7 +45,7 @@ def _adam(
     history, count = [], 0
     for step, gs in enumerate(grads):
         t = 1 if t_fixed else step if t_from_zero else step + 1
-        for j, (p, g) in enumerate(zip(ps, gs)):
+        for j, (p, g) in enumerate(zip(ps, gs, strict=True)):
             if t_per_param:  # t += 1 inside the loop over parameters
                 count += 1
                 t = count
@@ -259,7 +259,7 @@ def _rmsprop(
     v = [torch.zeros_like(p) for p in ps]
     history = []
     for step, gs in enumerate(grads):
-        for j, (p, g) in enumerate(zip(ps, gs)):
+        for j, (p, g) in enumerate(zip(ps, gs, strict=True)):
             if state_reset:
                 v[j] = torch.zeros_like(p)
             sq = g if not_squared else g * g
@@ -384,7 +384,7 @@ def _sgd(
     buf = [None for _ in ps]
     history = []
     for step, gs in enumerate(grads):
-        for j, (p, g) in enumerate(zip(ps, gs)):
+        for j, (p, g) in enumerate(zip(ps, gs, strict=True)):
             d = g
             if mu:
                 if buf[j] is None or buffer_not_kept:

@@ -24,13 +24,13 @@ def _sharded(
     t = c.ranks
     x = c.x * t if f_forward_reduces else c.x  # an all-reduce of T copies of x
     w1s, b1s, w2s = c.weight1.chunk(t, 0), c.bias1.chunk(t, 0), c.weight2.chunk(t, 1)
-    hs = [torch.tanh(x @ w.T + b) for w, b in zip(w1s, b1s)]  # (N, H/T) each
-    partials = [h @ w.T + (c.bias2 if bias_every_rank else 0) for h, w in zip(hs, w2s)]  # (N, O) each
+    hs = [torch.tanh(x @ w.T + b) for w, b in zip(w1s, b1s, strict=True)]  # (N, H/T) each
+    partials = [h @ w.T + (c.bias2 if bias_every_rank else 0) for h, w in zip(hs, w2s, strict=True)]  # (N, O) each
     out = sum(partials) if g_forward_reduces else partials[0]
     out = out if bias_every_rank else out + c.bias2
     dout = c.dout * t if g_backward_reduces else c.dout  # an all-reduce of T copies of dout
-    das = [(dout @ w) * (1 - h**2) for h, w in zip(hs, w2s)]  # (N, H/T) each
-    partial_dx = [da @ w for da, w in zip(das, w1s)]
+    das = [(dout @ w) * (1 - h**2) for h, w in zip(hs, w2s, strict=True)]  # (N, H/T) each
+    partial_dx = [da @ w for da, w in zip(das, w1s, strict=True)]
     return {
         "out": out,
         "dx": sum(partial_dx) if f_backward_reduces else partial_dx[0],

@@ -115,7 +115,7 @@ def _sharded(impl, x: Tensor, y: Tensor) -> dict:
             dist.all_reduce(p.grad, group=impl.dp_group)
             p.grad.div_(impl.D)
     grads = impl.gathered(grad=True)
-    for p, g in zip(impl.params, kept):
+    for p, g in zip(impl.params, kept, strict=True):
         p.grad = g
     out.update((f"grad {name}", grads[name]) for name, _ in reversed(list(impl.model.named_parameters())))
     impl.reduce_and_step()
