@@ -78,6 +78,10 @@ CASES = {  # script: (toy arguments, text its table must contain)
         ],
         "bfloat16",
     ),
+    "kernels_cpp.py": (
+        ["--rows", "8", "--C", "16", "--vocab", "10", "--repeats", "1", "--warmup", "0", "--dtype", "float64"],
+        "textbook/cpp",
+    ),
     "gpu.py": (["--device", "cpu", "--quick", "--only", "lstm,precision"], "how it ended"),  # exit 0: each ok
     "data_parallel.py": (
         ["--world", "2", "--hidden", "16", "--depth", "1", "--batch-size", "8", "--steps", "1", "--warmup", "0"],
