@@ -108,7 +108,7 @@ def cases(name: str, rows: int, C: int, vocab: int, dtype: torch.dtype, g: torch
             return crit.backward()
 
         cands = {"cpp": cpp_step, "aten": aten_step, "textbook": lambda: _with(kernels.disabled(), layer_step)}
-        cands["eager"] = layer_step  # (the layer's kernels: softmax.py's gradient; no C++ one is called yet)
+        cands["eager"] = lambda: _with(cpp.disabled(), layer_step)  # (the layer calls the C++ backward alone)
         return cands, lambda: rel(cpp_step(), aten_step())
     # the optimizers: one step over GPT-2 small's block of weights, the same gradients every step
     shapes = ((C, 3 * C), (C, C), (C, 4 * C), (4 * C, C))

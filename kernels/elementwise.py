@@ -2,6 +2,8 @@
 
 Each is the formula of its layer's textbook backward (layers/activations.py) with the same numbers, written on as
 few buffers as possible: a chain of in-place operations on one new tensor instead of a temporary per operation.
+GELU's, for float32/float64 CPU tensors, is the C++ kernel of kernels/cpp/elementwise.cpp: the same formula in one
+pass.
 
     relu_backward(dout, out)               dx = dout * (out > 0)                 as sign(out) * dout
     gelu_backward(x, out, dout, approx)    dx = dout * (Phi(x) + x phi(x))       Phi read off the output, phi in exp2

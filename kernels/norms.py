@@ -8,7 +8,8 @@ layers/layernorm.py and layers/batchnorm.py write each backward as the one state
 on as few buffers as possible: LayerNorm's as a chain of in-place passes over dxhat's memory (or one compiled pass,
 kernels/compiled.py, where on); BatchNorm's as ``scale * dout + a + (x - mean) * b`` with per-channel scale =
 weight * rstd, a and b, written into the one buffer that held dout * (x - mean).  Neither keeps xhat from the
-forward: it is (x - mean) * rstd, made again where needed.
+forward: it is (x - mean) * rstd, made again where needed.  For float32/float64 CPU tensors LayerNorm's backward is
+the C++ kernel of kernels/cpp/norms.cpp: the same statement, a row in two passes while it is in cache.
 """
 
 from __future__ import annotations

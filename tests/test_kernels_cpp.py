@@ -20,6 +20,7 @@ import kernels
 import optimizers
 from kernels import cpp
 from layers import GELU, LayerNorm
+from losses import CrossEntropyLoss
 from tests.test_kernels import rel_err
 
 F64, F32 = torch.float64, torch.float32
@@ -192,6 +193,30 @@ def test_the_fused_step_leaves_what_it_does_not_handle_to_the_textbook(calls):
         p.grad = torch.ones(4, dtype=F64)
         opt.step()
     assert not calls
+
+
+# -- softmax with cross-entropy ---------------------------------------------------------------------------------------
+
+
+def loss_grads(logits, target, textbook: bool, **kw):
+    """The loss and dL/dlogits of CrossEntropyLoss(**kw), with the kernels on or (textbook) off."""
+    with kernels.disabled() if textbook else contextlib.nullcontext():
+        crit = CrossEntropyLoss(**kw)
+        loss = crit(logits, target)
+        return [loss, crit.backward()]
+
+
+@pytest.mark.parametrize("dtype", [F64, F32])
+@pytest.mark.parametrize("kw", [{}, {"label_smoothing": 0.1, "reduction": "sum"}, {"ignore_index": 2}])
+def test_cross_entropy_backward_equals_the_textbook_and_autograd(calls, dtype, kw):
+    g = torch.Generator().manual_seed(5)
+    z, y = torch.randn(6, 19, generator=g, dtype=dtype) * 5, torch.randint(0, 19, (6,), generator=g)
+    y[0] = 2  # an ignored position where ignore_index = 2: the eager kernel's case (the C++ one is not called)
+    fast = loss_grads(z, y, textbook=False, **kw)
+    assert calls.get("cross_entropy_backward", 0) == (0 if "ignore_index" in kw else 1)
+    assert_close(fast, loss_grads(z, y, textbook=True, **kw), dtype, "textbook")
+    want = autograd_reference(lambda z: F.cross_entropy(z, y, **kw), z, [], torch.ones((), dtype=dtype))
+    assert_close(fast, want, dtype, "autograd")
 
 
 # -- softmax with cross-entropy, batch norm: the operators alone ----------------------------------------------------

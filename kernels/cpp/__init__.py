@@ -8,10 +8,11 @@ Each ``.cpp`` file here is one family's kernels, its comment deriving each from 
     softmax.cpp      softmax with cross-entropy: log p and the loss in one pass a row; the gradient in one more
     optimizers.cpp   SGD with momentum, Adam and AdamW: each parameter read and written once per step
 
-Called by the layers (through kernels/norms.py, kernels/elementwise.py, optimizers/sgd.py and adam.py): LayerNorm's
-backward, GELU's backward, the SGD-with-momentum and Adam/AdamW steps.  LayerNorm's forward stays ATen's
-``native_layer_norm`` (already one fused pass, as fast as this one); the batch norm and cross-entropy operators are
-built and tested (tests/test_kernels_cpp.py) but no layer calls them yet.
+Called by the layers (through kernels/norms.py, kernels/elementwise.py, kernels/softmax.py, optimizers/sgd.py and
+adam.py): LayerNorm's backward, GELU's backward, cross-entropy's backward (class indices, no ignored position), the
+SGD-with-momentum and Adam/AdamW steps.  LayerNorm's forward stays ATen's ``native_layer_norm`` (already one fused
+pass, as fast as this one); the batch norm operators and the cross-entropy forward are built and tested
+(tests/test_kernels_cpp.py) but no layer calls them yet.
 
 They are ``torch.library`` operators in the ``handgrad`` namespace (``ops.cpp`` has their schemas): defined and
 implemented in C++ (``TORCH_LIBRARY``), each with a fake implementation registered here (``register_fake``), so
