@@ -37,7 +37,7 @@ def layer_norm_backward(
 ) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
     """dout, x (*, S), mean and rstd (*, 1...) per row, xhat (float32, kept for a half-precision x) or None,
     weight and bias (S,) or None, ``dims`` the row's axes -> (dx (*, S) or None, dweight (S,), dbias (S,))."""
-    k = math.prod(x.shape[d] for d in dims)  # the values of one row
+    k = math.prod([x.shape[d] for d in dims])  # the values of one row (a list: torch.compile traces no generator)
     if xhat is None and cpp.usable(dout, x, mean, rstd, *(() if weight is None else (weight,))):
         # the same statement, a row in two passes while in cache: kernels/cpp/norms.cpp
         dx, dweight, dbias = cpp.ops.layer_norm_backward(

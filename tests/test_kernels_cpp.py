@@ -291,11 +291,27 @@ def test_bad_input_is_named(built):
 
 
 @pytest.mark.slow
-def test_a_kernel_compiles_into_one_graph(built):
-    x = torch.randn(4, 8, dtype=F64)
-    out, d = F.gelu(x), torch.randn(4, 8, dtype=F64)
-    step = torch.compile(lambda x, out, d: torch.ops.handgrad.gelu_backward(x, out, d) * 2, fullgraph=True)
-    assert rel_err(step(x, out, d), 2 * built.gelu_backward(x, out, d)) == 0
+def test_the_kernels_compile_into_one_graph(built):
+    """The dispatch of kernels/ and the operators traced by torch.compile as one graph, the numbers the eager ones."""
+    from kernels import elementwise, norms
+
+    def step(x, w, b, dout):
+        out, mean, rstd = torch.native_layer_norm(x, (8,), w, b, 1e-5)
+        dx, dw, db = norms.layer_norm_backward(dout, x, mean, rstd, None, w, b, (1,), needs_dx=True)
+        return elementwise.gelu_backward(out, None, dx, "none") * 2, dw, db
+
+    g = torch.Generator().manual_seed(8)
+    args = [torch.randn(s, generator=g, dtype=F64) for s in ((4, 8), (8,), (8,), (4, 8))]
+    graphs = []
+
+    def inductor(gm, example_inputs):  # Inductor, having seen the graph
+        graphs.append(gm.code)
+        return torch._inductor.compile(gm, example_inputs)
+
+    got = torch.compile(step, fullgraph=True, backend=inductor)(*args)
+    assert len(graphs) == 1 and "handgrad.layer_norm_backward" in graphs[0] and "handgrad.gelu_backward" in graphs[0]
+    for a, b in zip(got, step(*args)):
+        assert rel_err(a, b) < 1e-15
 
 
 # -- where there is no build: the textbook, said once ----------------------------------------------------------------
