@@ -20,7 +20,7 @@ implemented in C++ (``TORCH_LIBRARY``), each with a fake implementation register
 them (tests/test_kernels_cpp.py).  Eager calls go through the dispatcher from C++, a few microseconds each.
 
 Built with ``torch.utils.cpp_extension.load`` the first time a kernel is asked for, into ``TORCH_EXTENSIONS_DIR``
-(default: the system's temporary folder), with the vector width torch itself uses on this CPU (``torch.backends.
+(default: torch's, ~/.cache/torch_extensions/<python>_<cuda>), with the vector width torch itself uses on this CPU (``torch.backends.
 cpu.get_cpu_capability()``, which names the build); later processes load the built library in about a second.  A
 build says so in one line on stderr, with about how long it takes.  Where there is no C++ compiler or ninja, or the
 build fails, one warning says so and every layer runs the eager kernels of kernels/ instead (the same numbers to
