@@ -2,6 +2,8 @@
 
 Each is the formula of its layer's textbook backward (layers/activations.py) with the same numbers, written on as
 few buffers as possible: a chain of in-place operations on one new tensor instead of a temporary per operation.
+GELU's, for float32/float64 CPU tensors, is the C++ kernel of kernels/cpp/elementwise.cpp: the same formula in one
+pass.
 
     relu_backward(dout, out)               dx = dout * (out > 0)                 as sign(out) * dout
     gelu_backward(x, out, dout, approx)    dx = dout * (Phi(x) + x phi(x))       Phi read off the output, phi in exp2
@@ -15,7 +17,7 @@ import math
 import torch
 from torch import Tensor
 
-from . import compiled
+from . import compiled, cpp
 
 LOG2E = 1.0 / math.log(2.0)  # e^y = 2^(y log2 e)
 LOG2_INV_SQRT_2PI = -0.5 * math.log2(2.0 * math.pi)  # 2^this = 1 / sqrt(2 pi)
@@ -40,6 +42,12 @@ def gelu_backward(x: Tensor, out: Tensor | None, dout: Tensor, approximate: str)
     differentiated in float32 from a float32 output (a half-precision output keeps too few digits to read Phi off)."""
     if x.dtype in (torch.float16, torch.bfloat16):
         return gelu_backward(x.float(), None, dout.float(), approximate).to(x.dtype)
+    if cpp.usable(x, dout) and dout.shape == x.shape:  # the same formulas in one pass: kernels/cpp/elementwise.cpp
+        if approximate == "tanh":
+            return cpp.ops.gelu_tanh_backward(x.contiguous(), dout.contiguous())
+        if out is None:
+            out = torch.nn.functional.gelu(x)
+        return cpp.ops.gelu_backward(x.contiguous(), out.contiguous(), dout.contiguous())
     if out is None:
         out = torch.nn.functional.gelu(x, approximate=approximate)
     if compiled.usable(x, dout):

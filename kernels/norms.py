@@ -8,17 +8,19 @@ layers/layernorm.py and layers/batchnorm.py write each backward as the one state
 on as few buffers as possible: LayerNorm's as a chain of in-place passes over dxhat's memory (or one compiled pass,
 kernels/compiled.py, where on); BatchNorm's as ``scale * dout + a + (x - mean) * b`` with per-channel scale =
 weight * rstd, a and b, written into the one buffer that held dout * (x - mean).  Neither keeps xhat from the
-forward: it is (x - mean) * rstd, made again where needed.
+forward: it is (x - mean) * rstd, made again where needed.  For float32/float64 CPU tensors LayerNorm's backward is
+the C++ kernel of kernels/cpp/norms.cpp: the same statement, a row in two passes while it is in cache.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
-from . import compiled
+from . import compiled, cpp
 
 
 def layer_norm_backward(
@@ -35,6 +37,21 @@ def layer_norm_backward(
 ) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
     """dout, x (*, S), mean and rstd (*, 1...) per row, xhat (float32, kept for a half-precision x) or None,
     weight and bias (S,) or None, ``dims`` the row's axes -> (dx (*, S) or None, dweight (S,), dbias (S,))."""
+    k = math.prod([x.shape[d] for d in dims])  # the values of one row (a list: torch.compile traces no generator)
+    if xhat is None and cpp.usable(dout, x, mean, rstd, *(() if weight is None else (weight,))):
+        # the same statement, a row in two passes while in cache: kernels/cpp/norms.cpp
+        dx, dweight, dbias = cpp.ops.layer_norm_backward(
+            dout.reshape(-1, k).contiguous(),
+            x.reshape(-1, k).contiguous(),
+            mean.reshape(-1).contiguous(),
+            rstd.reshape(-1).contiguous(),
+            None if weight is None else weight.reshape(k).contiguous(),
+        )
+        if weight is None:
+            dweight = dbias = None
+        else:
+            dweight, dbias = dweight.view(weight.shape), None if bias is None else dbias.view(bias.shape)
+        return (dx.view(x.shape) if needs_dx else None), dweight, dbias
     if xhat is None and weight is not None and needs_dx and compiled.usable(dout, x, weight):
         k = weight.numel()  # the textbook's formulas as one compiled pass (kernels/compiled.py), where on
         grads = compiled.layer_norm_backward(

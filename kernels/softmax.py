@@ -7,13 +7,16 @@ backward to the last bits:
 
     class_index_grad(logp, target, s, eps)   (p - (1 - eps) onehot - eps / C) * s        s = dout / N
     probability_grad(logp, q, s)             (p * sum(q) - q) * s
-    cross_entropy_backward                   either, an ignored position's row zero
+    cross_entropy_backward                   either, an ignored position's row zero; class indices with none
+                                             ignored and a number s: the C++ kernel (kernels/cpp/softmax.cpp)
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+from . import cpp
 
 
 def class_index_grad(logp: Tensor, target: Tensor, s: float | Tensor, eps: float = 0.0) -> Tensor:
@@ -39,6 +42,9 @@ def cross_entropy_backward(
     (M,) or None, the scale ``s`` (dout / count for a mean) and the label smoothing ``eps``."""
     if target.is_floating_point():
         return probability_grad(logp, target, s)
+    if skip is None and not isinstance(s, Tensor) and target.dtype == torch.long and cpp.usable(logp):
+        # the same statement in one pass a row: kernels/cpp/softmax.cpp
+        return cpp.ops.cross_entropy_backward(logp.contiguous(), target.contiguous(), float(s), float(eps))
     grad = class_index_grad(logp, target, s, eps)
     if skip is not None:
         grad.masked_fill_(skip.unsqueeze(1), 0)  # an ignored position has no gradient

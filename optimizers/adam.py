@@ -5,9 +5,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from kernels import cpp
 from kernels.optimizers import flat_views, tile_like
 
-from .base import HandOptimizer, as_real, compiling, number, scalar_step, step_dtype
+from .base import HandOptimizer, as_real, compiling, cpp_usable, number, scalar_step, step_dtype
 from .checks import betas_pair, check_impl_flags, learning_rate, non_negative
 
 
@@ -98,6 +99,12 @@ class Adam(HandOptimizer):
             params, grads, exp_avgs, exp_avg_sqs, max_sqs = map(
                 as_real, (params, grads, exp_avgs, exp_avg_sqs, max_sqs)
             )
+        if not capturable and not amsgrad and cpp_usable(params, grads, exp_avgs, exp_avg_sqs):
+            # every line below in one pass over each parameter: kernels/cpp/optimizers.cpp
+            neg_step_sizes, eps_hats = self._corrections(group, steps, beta1, beta2)
+            l2, decay = (0.0, number(1 - lr * wd)) if decoupled else (float(wd), 1.0)
+            cpp.ops.adam_step(params, grads, exp_avgs, exp_avg_sqs, neg_step_sizes, eps_hats, beta1, beta2, l2, decay)
+            return
         if wd != 0:
             if decoupled:
                 decay = 1 - lr * wd  # a tensor for a tensor lr (torch's expression)
@@ -138,11 +145,17 @@ class Adam(HandOptimizer):
         # read off the CPU counters; torch's step size lr / (1 - beta1^t) (evaluated as torch does, in the lr
         # tensor's dtype for a tensor lr), then folded with sqrt(1 - beta2^t):
         # lr/c1 * m / (sqrt(v)/sqrt(c2) + eps) = (lr/c1 * sqrt(c2)) * m / (sqrt(v) + eps*sqrt(c2)), one pass fewer.
-        ts = [t.item() for t in steps]
+        neg_step_sizes, eps_hats = self._corrections(group, steps, beta1, beta2)
+        torch._foreach_add_(denom, eps_hats)
+        torch._foreach_addcdiv_(params, exp_avgs, denom, neg_step_sizes)
+
+    @staticmethod
+    def _corrections(group, steps, beta1: float, beta2: float) -> tuple[list[float], list[float]]:
+        """Per parameter, -lr / (1 - beta1^t) * sqrt(1 - beta2^t) and eps * sqrt(1 - beta2^t), as numbers."""
+        lr, ts = group["lr"], [t.item() for t in steps]
         sqrt_c2 = [(1 - beta2**t) ** 0.5 for t in ts]
         neg_step_sizes = [-number(lr / (1 - beta1**t)) * r for t, r in zip(ts, sqrt_c2, strict=True)]
-        torch._foreach_add_(denom, [group["eps"] * r for r in sqrt_c2])
-        torch._foreach_addcdiv_(params, exp_avgs, denom, neg_step_sizes)
+        return neg_step_sizes, [group["eps"] * r for r in sqrt_c2]
 
     @staticmethod
     def _flat(params, grads, states, amsgrad, steps):

@@ -70,12 +70,23 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
+from kernels import cpp
+
 from .checks import check_flag, check_impl_flags
 
 
 def number(x: float | Tensor) -> float:
     """A hyper-parameter's value as a Python number (a tensor's read back: the non-capturable paths only)."""
     return x.item() if isinstance(x, Tensor) else x
+
+
+def cpp_usable(*lists: list[Tensor]) -> bool:
+    """Whether the C++ update (kernels/cpp/optimizers.cpp) may run on these lists (params, grads, state): the
+    kernels on and built, not traced, every tensor a dense CPU float32 or float64 one of a single dtype."""
+    if compiling() or not lists[0]:
+        return False
+    tensors = [t for ts in lists for t in ts]
+    return all(t.is_contiguous() for t in tensors) and cpp.usable(*tensors)
 
 
 def compiling() -> bool:

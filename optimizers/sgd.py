@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import HandOptimizer, number
+from kernels import cpp
+
+from .base import HandOptimizer, cpp_usable, number
 from .checks import check_impl_flags, learning_rate, non_negative
 
 
@@ -64,6 +66,12 @@ class SGD(HandOptimizer):
 
     def _update(self, group, params, grads):
         lr, momentum, wd = group["lr"], group["momentum"], group["weight_decay"]
+        if momentum != 0 and not (isinstance(lr, Tensor) and group.get("capturable", False)):
+            bufs = [self.state[p].get("momentum_buffer") for p in params]
+            if all(b is not None for b in bufs) and cpp_usable(params, grads, bufs):
+                # every line below in one pass over each parameter (after the first step): kernels/cpp/optimizers.cpp
+                cpp.ops.sgd_step(params, grads, bufs, number(lr), momentum, group["dampening"], wd, group["nesterov"])
+                return
         if wd != 0:
             grads = torch._foreach_add(grads, params, alpha=wd)
         if momentum != 0:

@@ -78,6 +78,10 @@ CASES = {  # script: (toy arguments, text its table must contain)
         ],
         "bfloat16",
     ),
+    "kernels_cpp.py": (
+        ["--rows", "8", "--C", "16", "--vocab", "10", "--repeats", "1", "--warmup", "0", "--dtype", "float64"],
+        "textbook/cpp",
+    ),
     "gpu.py": (["--device", "cpu", "--quick", "--only", "lstm,precision"], "how it ended"),  # exit 0: each ok
     "data_parallel.py": (
         ["--world", "2", "--hidden", "16", "--depth", "1", "--batch-size", "8", "--steps", "1", "--warmup", "0"],
@@ -108,7 +112,7 @@ def test_data_benchmark_runs(tiny):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
-@pytest.mark.parametrize("script", sorted(set(CASES) - {"data_parallel.py"} | {"data.py"}))
+@pytest.mark.parametrize("script", sorted(set(CASES) - {"data_parallel.py", "kernels_cpp.py"} | {"data.py"}))  # (CPU only)
 def test_a_missing_device_is_one_line(script):
     r = bench(script, "--device", "cuda")
     assert r.returncode == 2 and r.stderr.strip() == (

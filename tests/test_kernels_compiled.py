@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import kernels
-from kernels import compiled
+from kernels import compiled, cpp
 from layers import GELU, LayerNorm
 from layers.template import recording_graph
 from losses import CrossEntropyLoss
@@ -19,7 +19,14 @@ from models import GPT
 from optimizers import SGD
 from tests.test_kernels import BF16, F32, F64, TOL, away_from_defaults, rel_err
 
-pytestmark = pytest.mark.usefixtures("kernels_on")  # "on" is on, whatever HANDGRAD_KERNELS says
+pytestmark = pytest.mark.usefixtures("kernels_on", "no_cpp_kernels")  # "on" is on, whatever HANDGRAD_KERNELS says
+
+
+@pytest.fixture
+def no_cpp_kernels():
+    """The C++ kernels off: where built they run before the compiled ones, whose tests these are."""
+    with cpp.disabled():
+        yield
 
 
 def backward_compiled_eager_textbook(make, x, dout):

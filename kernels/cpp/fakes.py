@@ -1,0 +1,64 @@
+"""The shape-only ("fake") implementation of every ``handgrad::`` operator, for torch.compile's tracing and
+torch.library.opcheck: the outputs' shapes, dtypes and devices, nothing computed.  Imported once the library that
+defines the operators is loaded (kernels/cpp/__init__.py)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+_fake = torch.library.register_fake
+
+
+@_fake("handgrad::layer_norm_forward")
+def _(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float):
+    n = x.shape[0]
+    return torch.empty_like(x), x.new_empty(n), x.new_empty(n)
+
+
+@_fake("handgrad::layer_norm_backward")
+def _(dout: Tensor, x: Tensor, mean: Tensor, rstd: Tensor, weight: Tensor | None):
+    k = x.shape[1]
+    return torch.empty_like(x), x.new_empty(k), x.new_empty(k)
+
+
+@_fake("handgrad::batch_norm_forward")
+def _(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float):
+    c = x.shape[1]
+    return torch.empty_like(x), x.new_empty(c), x.new_empty(c), x.new_empty(c)
+
+
+@_fake("handgrad::batch_norm_backward")
+def _(dout: Tensor, x: Tensor, mean: Tensor, rstd: Tensor, weight: Tensor | None):
+    c = x.shape[1]
+    return torch.empty_like(x), x.new_empty(c), x.new_empty(c)
+
+
+@_fake("handgrad::gelu_backward")
+def _(x: Tensor, out: Tensor, dout: Tensor):
+    return torch.empty_like(x)
+
+
+@_fake("handgrad::gelu_tanh_backward")
+def _(x: Tensor, dout: Tensor):
+    return torch.empty_like(x)
+
+
+@_fake("handgrad::cross_entropy_forward")
+def _(logits: Tensor, target: Tensor, label_smoothing: float):
+    return torch.empty_like(logits), logits.new_empty(())
+
+
+@_fake("handgrad::cross_entropy_backward")
+def _(logp: Tensor, target: Tensor, scale: float, label_smoothing: float):
+    return torch.empty_like(logp)
+
+
+@_fake("handgrad::sgd_step")
+def _(params, grads, bufs, lr, momentum, dampening, weight_decay, nesterov) -> None:
+    return None
+
+
+@_fake("handgrad::adam_step")
+def _(params, grads, exp_avgs, exp_avg_sqs, neg_step_sizes, eps_hats, beta1, beta2, weight_decay, decay) -> None:
+    return None

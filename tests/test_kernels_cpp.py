@@ -1,0 +1,358 @@
+"""The C++ kernels (kernels/cpp/): each tied to its layer's textbook and to torch.autograd, each operator checked by
+torch.library.opcheck, one compiled into a fullgraph torch.compile, and the textbook path where no build is possible.
+
+The kernels are built once (the ``built`` fixture, shared by the session; the build folder is the suite's persistent
+TORCH_EXTENSIONS_DIR, so a later run loads them in about a second).  Each test that runs a layer also checks that its
+kernel was called (``calls``): a dispatch that silently took the eager path would otherwise pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kernels
+import optimizers
+from kernels import cpp
+from layers import GELU, LayerNorm
+from losses import CrossEntropyLoss
+from tests.test_kernels import rel_err
+
+F64, F32 = torch.float64, torch.float32
+TOL = {F64: 1e-12, F32: 2e-5}  # float64 agrees to rounding (1e-7 asked); float32 to a few of its units
+pytestmark = pytest.mark.usefixtures("kernels_on")
+
+
+@pytest.fixture(scope="session")
+def built():
+    """The library, built or loaded once for the session; no compiler or ninja here: skipped (a failed build fails)."""
+    if shutil.which("c++") is None:
+        pytest.skip("no C++ compiler here")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ok = cpp.available()
+    assert ok, [str(w.message) for w in caught]
+    return cpp.ops
+
+
+class _Spy:
+    """torch.ops.handgrad, counting each operator's calls by name."""
+
+    def __init__(self, ops):
+        self.ops, self.counts = ops, {}
+
+    def __getattr__(self, name):
+        op = getattr(self.ops, name)
+
+        def call(*args, **kwargs):
+            self.counts[name] = self.counts.get(name, 0) + 1
+            return op(*args, **kwargs)
+
+        return call
+
+
+@pytest.fixture
+def calls(built, monkeypatch):
+    """The count of each C++ operator's calls in this test, by name."""
+    spy = _Spy(built)
+    monkeypatch.setattr(cpp, "ops", spy)
+    return spy.counts
+
+
+def run_layer(make, x, dout, textbook: bool):
+    """out, dx and the parameter gradients of make()'s layer, with the kernels on or (textbook) off."""
+    with kernels.disabled() if textbook else contextlib.nullcontext():
+        layer = make()
+        out = layer(x)
+        dx = layer.backward(dout)
+        return [out, dx, *(p.grad for p in layer.parameters())]
+
+
+def autograd_reference(fn, x, params, dout):
+    """out, dx and the parameter gradients of fn(x, *params) by torch.autograd."""
+    leaves = [t.detach().clone().requires_grad_(True) for t in (x, *params)]
+    out = fn(*leaves)
+    grads = torch.autograd.grad(out, leaves, dout)
+    return [out.detach(), *grads]
+
+
+def assert_close(got, want, dtype, what):
+    assert len(got) == len(want), what
+    for i, (a, b) in enumerate(zip(got, want, strict=True)):
+        assert a.shape == b.shape and a.dtype == b.dtype, (what, i, a.shape, b.shape, a.dtype, b.dtype)
+        assert rel_err(a, b) < TOL[dtype], (what, i, rel_err(a, b))
+
+
+# -- layer norm ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [F64, F32])
+@pytest.mark.parametrize(
+    "shape, norm, affine, bias",
+    [((6, 24), (24,), True, True), ((3, 5, 7), (5, 7), True, False), ((2, 4, 33), (33,), False, False)],
+)
+def test_layer_norm_backward_equals_the_textbook_and_autograd(calls, dtype, shape, norm, affine, bias):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(shape, generator=g, dtype=dtype) * 3 + 1
+    dout = torch.randn(shape, generator=g, dtype=dtype)
+
+    def make():
+        ln = LayerNorm(norm, elementwise_affine=affine, bias=bias, dtype=dtype)
+        for p in ln.parameters():  # gamma away from 1, beta away from 0: defaults can hide a term
+            p.detach().copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(1), dtype=dtype))
+        return ln
+
+    fast = run_layer(make, x, dout, textbook=False)
+    assert calls.get("layer_norm_backward") == 1
+    assert_close(fast, run_layer(make, x, dout, textbook=True), dtype, "textbook")
+    want = autograd_reference(lambda x, *p: F.layer_norm(x, norm, *p, eps=1e-5), x, list(make().parameters()), dout)
+    assert_close(fast, want, dtype, "autograd")
+
+
+@pytest.mark.parametrize("dtype", [F64, F32])
+def test_layer_norm_forward_op_equals_aten(built, dtype):
+    g = torch.Generator().manual_seed(2)
+    x, w, b = (torch.randn(s, generator=g, dtype=dtype) for s in ((9, 37), (37,), (37,)))
+    out, mean, rstd = built.layer_norm_forward(x, w, b, 1e-5)
+    ref = torch.native_layer_norm(x, (37,), w, b, 1e-5)
+    for a, r in zip((out, mean, rstd), ref, strict=True):
+        assert rel_err(a, r.view(a.shape)) < TOL[dtype]
+
+
+# -- GELU -----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [F64, F32])
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_backward_equals_the_textbook_and_autograd(calls, dtype, approximate):
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(5, 67, generator=g, dtype=dtype) * 4  # 67: a tail shorter than a vector
+    x[0, :4] = torch.tensor([0.0, -0.0, torch.finfo(dtype).tiny / 4, -30.0])  # 0/0, a subnormal, Phi's underflow
+    dout = torch.randn(x.shape, generator=g, dtype=dtype)
+    fast = run_layer(lambda: GELU(approximate=approximate), x, dout, textbook=False)
+    assert calls.get("gelu_tanh_backward" if approximate == "tanh" else "gelu_backward") == 1
+    assert_close(fast, run_layer(lambda: GELU(approximate=approximate), x, dout, textbook=True), dtype, "textbook")
+    want = autograd_reference(lambda x: F.gelu(x, approximate=approximate), x, [], dout)
+    assert_close(fast, want, dtype, "autograd")
+
+
+def test_gelu_backward_keeps_a_nan(built):
+    x = torch.tensor([float("nan"), 0.0, 1.0], dtype=F64)
+    dx = built.gelu_backward(x, F.gelu(x), torch.ones_like(x))
+    assert dx[0].isnan() and dx[1] == 0.5 and not dx[2].isnan()
+
+
+# -- optimizers -----------------------------------------------------------------------------------------------------
+
+OPTIMIZERS = [
+    ("SGD", {"lr": 0.1, "momentum": 0.9}),
+    ("SGD", {"lr": 0.1, "momentum": 0.9, "weight_decay": 0.01, "dampening": 0.3}),
+    ("SGD", {"lr": 0.1, "momentum": 0.9, "nesterov": True, "weight_decay": 0.01}),
+    ("Adam", {"lr": 0.01}),
+    ("Adam", {"lr": 0.01, "weight_decay": 0.1, "betas": (0.3, 0.9)}),  # lerp's other form: 1 - beta1 >= 1/2
+    ("AdamW", {"lr": 0.01, "weight_decay": 0.1}),
+]
+
+
+def optimizer_steps(name, kw, dtype, mode, steps=4):
+    """The parameters after ``steps`` steps on seeded gradients: mode "cpp" (the kernels on), "textbook" (off),
+    "torch" (torch.optim's own, foreach=False)."""
+    g = torch.Generator().manual_seed(4)
+    params = [torch.randn(s, generator=g, dtype=dtype, requires_grad=True) for s in ((37,), (5, 3), (8, 16))]
+    if mode == "torch":
+        opt = getattr(torch.optim, name)(params, foreach=False, **kw)
+    else:
+        opt = getattr(optimizers, name)(params, **kw)
+    for _ in range(steps):
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=g, dtype=dtype)
+        with kernels.disabled() if mode == "textbook" else contextlib.nullcontext():
+            opt.step()
+    return [p.detach() for p in params]
+
+
+@pytest.mark.parametrize("dtype", [F64, F32])
+@pytest.mark.parametrize("name, kw", OPTIMIZERS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(OPTIMIZERS)])
+def test_the_fused_optimizer_step_equals_the_textbook_and_torch(calls, dtype, name, kw):
+    fast = optimizer_steps(name, kw, dtype, "cpp")
+    op = "sgd_step" if name == "SGD" else "adam_step"
+    assert calls.get(op) == (3 if name == "SGD" else 4)  # SGD's first step sets the buffer: the textbook's
+    for mode, tol in (("textbook", 1e-15 if dtype == F64 else 1e-6), ("torch", TOL[dtype])):
+        for a, b in zip(fast, optimizer_steps(name, kw, dtype, mode), strict=True):
+            assert rel_err(a, b) < tol, (mode, rel_err(a, b))
+
+
+def test_the_fused_step_leaves_what_it_does_not_handle_to_the_textbook(calls):
+    p = torch.zeros(4, dtype=F64, requires_grad=True)
+    for opt in (optimizers.Adam([p], amsgrad=True), optimizers.SGD([p], lr=0.1)):  # amsgrad; SGD without momentum
+        p.grad = torch.ones(4, dtype=F64)
+        opt.step()
+    assert not calls
+
+
+# -- softmax with cross-entropy ---------------------------------------------------------------------------------------
+
+
+def loss_grads(logits, target, textbook: bool, **kw):
+    """The loss and dL/dlogits of CrossEntropyLoss(**kw), with the kernels on or (textbook) off."""
+    with kernels.disabled() if textbook else contextlib.nullcontext():
+        crit = CrossEntropyLoss(**kw)
+        loss = crit(logits, target)
+        return [loss, crit.backward()]
+
+
+@pytest.mark.parametrize("dtype", [F64, F32])
+@pytest.mark.parametrize("kw", [{}, {"label_smoothing": 0.1, "reduction": "sum"}, {"ignore_index": 2}])
+def test_cross_entropy_backward_equals_the_textbook_and_autograd(calls, dtype, kw):
+    g = torch.Generator().manual_seed(5)
+    z, y = torch.randn(6, 19, generator=g, dtype=dtype) * 5, torch.randint(0, 19, (6,), generator=g)
+    y[0] = 2  # an ignored position where ignore_index = 2: the eager kernel's case (the C++ one is not called)
+    fast = loss_grads(z, y, textbook=False, **kw)
+    assert calls.get("cross_entropy_backward", 0) == (0 if "ignore_index" in kw else 1)
+    assert_close(fast, loss_grads(z, y, textbook=True, **kw), dtype, "textbook")
+    want = autograd_reference(lambda z: F.cross_entropy(z, y, **kw), z, [], torch.ones((), dtype=dtype))
+    assert_close(fast, want, dtype, "autograd")
+
+
+# -- softmax with cross-entropy, batch norm: the operators alone ----------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [F64, F32])
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_cross_entropy_ops_equal_autograd(built, dtype, eps):
+    g = torch.Generator().manual_seed(5)
+    z, y = torch.randn(7, 19, generator=g, dtype=dtype) * 5, torch.randint(0, 19, (7,), generator=g)
+    logp, total = built.cross_entropy_forward(z, y, eps)
+    zr = z.clone().requires_grad_(True)
+    loss = F.cross_entropy(zr, y, label_smoothing=eps, reduction="sum")
+    loss.backward()
+    assert rel_err(-total, loss.detach()) < TOL[dtype]
+    assert rel_err(logp, torch.log_softmax(z, 1)) < TOL[dtype]
+    assert rel_err(built.cross_entropy_backward(logp, y, 1.0, eps), zr.grad) < TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", [F64, F32])
+def test_batch_norm_ops_equal_autograd(built, dtype):
+    g = torch.Generator().manual_seed(6)
+    x, w, b = (torch.randn(s, generator=g, dtype=dtype) for s in ((4, 3, 10), (3,), (3,)))
+    dout = torch.randn(x.shape, generator=g, dtype=dtype)
+    out, mean, var, rstd = built.batch_norm_forward(x, w, b, 1e-5)
+    want = autograd_reference(lambda x, w, b: F.batch_norm(x, None, None, w, b, True, 0.1, 1e-5), x, [w, b], dout)
+    assert rel_err(out, want[0]) < TOL[dtype]
+    assert rel_err(var, x.var((0, 2), unbiased=False)) < TOL[dtype]
+    for a, r in zip(built.batch_norm_backward(dout, x, mean, rstd, w), want[1:], strict=True):
+        assert rel_err(a, r) < TOL[dtype]
+
+
+# -- the operators' registration -------------------------------------------------------------------------------------
+
+
+def _samples():
+    g = torch.Generator().manual_seed(7)
+    r = lambda *s: torch.randn(s, generator=g, dtype=F64)  # noqa: E731
+    x, w, b, d = r(5, 12), r(12), r(12), r(5, 12)
+    mean, rstd = x.mean(1), (x.var(1, unbiased=False) + 1e-5).rsqrt()
+    xb = r(4, 3, 6)
+    y = torch.randint(0, 12, (5,), generator=g)
+    ps = lambda: [r(7), r(2, 3)]  # noqa: E731
+    return {
+        "layer_norm_forward": (x, w, b, 1e-5),
+        "layer_norm_backward": (d, x, mean, rstd, w),
+        "batch_norm_forward": (xb, r(3), r(3), 1e-5),
+        "batch_norm_backward": (r(4, 3, 6), xb, xb.mean((0, 2)), xb.var((0, 2)).add(1e-5).rsqrt(), r(3)),
+        "gelu_backward": (x, F.gelu(x), d),
+        "gelu_tanh_backward": (x, d),
+        "cross_entropy_forward": (x, y, 0.1),
+        "cross_entropy_backward": (torch.log_softmax(x, 1), y, 0.2, 0.1),
+        "sgd_step": (ps(), ps(), ps(), 0.1, 0.9, 0.0, 0.01, True),
+        "adam_step": (ps(), ps(), ps(), [p.abs() for p in ps()], [-0.01, -0.02], [1e-8, 1e-8], 0.9, 0.999, 0.0, 0.99),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_samples()))
+def test_opcheck(built, name):
+    op = getattr(torch.ops.handgrad, name).default
+    torch.library.opcheck(op, _samples()[name])  # schema, fake, autograd registration, AOT dispatch
+
+
+def test_bad_input_is_named(built):
+    x = torch.randn(3, 4, dtype=F64)
+    with pytest.raises(RuntimeError, match="weight has 5 elements, expected 4"):
+        built.layer_norm_forward(x, torch.ones(5, dtype=F64), None, 1e-5)
+    with pytest.raises(RuntimeError, match="dout is Float but the input is Double"):
+        built.gelu_tanh_backward(x, x.float())
+    with pytest.raises(RuntimeError, match="class 9"):
+        built.cross_entropy_backward(x, torch.tensor([0, 1, 9]), 1.0, 0.0)
+
+
+@pytest.mark.slow
+def test_the_kernels_compile_into_one_graph(built):
+    """The dispatch of kernels/ and the operators traced by torch.compile as one graph, the numbers the eager ones."""
+    from kernels import elementwise, norms
+
+    def step(x, w, b, dout):
+        out, mean, rstd = torch.native_layer_norm(x, (8,), w, b, 1e-5)
+        dx, dw, db = norms.layer_norm_backward(dout, x, mean, rstd, None, w, b, (1,), needs_dx=True)
+        return elementwise.gelu_backward(out, None, dx, "none") * 2, dw, db
+
+    g = torch.Generator().manual_seed(8)
+    args = [torch.randn(s, generator=g, dtype=F64) for s in ((4, 8), (8,), (8,), (4, 8))]
+    graphs = []
+
+    def inductor(gm, example_inputs):  # Inductor, having seen the graph
+        graphs.append(gm.code)
+        return torch._inductor.compile(gm, example_inputs)
+
+    got = torch.compile(step, fullgraph=True, backend=inductor)(*args)
+    assert len(graphs) == 1 and "handgrad.layer_norm_backward" in graphs[0] and "handgrad.gelu_backward" in graphs[0]
+    for a, b in zip(got, step(*args), strict=True):
+        assert rel_err(a, b) < 1e-15
+
+
+# -- where there is no build: the textbook, said once ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("why", ["no compiler", "a failed build"])
+def test_without_a_build_the_textbook_runs_and_says_so_once(monkeypatch, tmp_path, why):
+    monkeypatch.setattr(cpp, "_loaded", None)  # as in a fresh process (restored after)
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    if why == "no compiler":
+        monkeypatch.setenv("CXX", "no-such-compiler-here")
+    else:
+        from torch.utils import cpp_extension
+
+        def fail(**kw):
+            raise RuntimeError("ninja: build stopped\nnorms.cpp:1:1: error: something the compiler said\nmore")
+
+        monkeypatch.setattr(cpp_extension, "load", fail)
+    x, dout = torch.randn(3, 8, dtype=F64), torch.randn(3, 8, dtype=F64)
+    with pytest.warns(RuntimeWarning, match="C\\+\\+ kernels are not available") as caught:
+        got = run_layer(lambda: LayerNorm(8, dtype=F64), x, dout, textbook=False)
+    assert len(caught) == 1
+    assert ("no-such-compiler-here" if why == "no compiler" else "error: something the compiler said") in str(
+        caught[0].message
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once: the second backward warns nothing
+        again = run_layer(lambda: LayerNorm(8, dtype=F64), x, dout, textbook=False)
+    assert not cpp.available()
+    want = run_layer(lambda: LayerNorm(8, dtype=F64), x, dout, textbook=True)
+    assert_close(got, want, F64, "fallback")
+    assert_close(again, want, F64, "fallback")
+
+
+def test_a_build_says_so_in_one_line(monkeypatch, tmp_path, capsys, built):
+    from torch.utils import cpp_extension
+
+    monkeypatch.setattr(cpp, "_loaded", None)
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))  # an empty cache: a build
+    monkeypatch.setattr(cpp_extension, "load", lambda **kw: None)  # (the operators are registered already)
+    assert cpp.available()
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("handgrad: building the C++ kernels") and "minute" in err[0], err
+    assert err[1].startswith("handgrad: built the C++ kernels in"), err
