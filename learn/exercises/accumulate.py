@@ -11,7 +11,6 @@ of the whole batch's L: each micro-batch's share of the mean is its squared erro
 batch's count, not by its own.
 {check}
 """
-
 import torch
 
 
@@ -19,7 +18,7 @@ class Linear:
     """Given: out = x @ weight^T + bias; backward adds into .grad, as the exercise linear does."""
 
     def __init__(self, in_features, out_features):
-        bound = in_features**-0.5
+        bound = in_features ** -0.5
         self.weight = (2 * torch.rand(out_features, in_features, dtype=torch.float64) - 1) * bound  # (H, D)
         self.bias = (2 * torch.rand(out_features, dtype=torch.float64) - 1) * bound  # (H,)
 
@@ -64,9 +63,9 @@ class Accumulate:
         count = target.numel()  # N * H: the whole batch's mean divides by it
         total = torch.zeros((), dtype=x.dtype)
         for start in range(0, len(x), self.micro_batch):
-            xb, tb = x[start : start + self.micro_batch], target[start : start + self.micro_batch]  # (m, D), (m, H)
+            xb, tb = x[start:start + self.micro_batch], target[start:start + self.micro_batch]  # (m, D), (m, H)
             diff = self.layer.forward(xb) - tb  # (m, H)
-            total = total + (diff**2).sum()
+            total = total + (diff ** 2).sum()
             self.layer.backward(2 * diff / count)  # this micro-batch's share of the batch's gradient, +=
         loss = total / count
         ### END SOLUTION

@@ -11,7 +11,6 @@ Shapes: m and v have their parameter's shape.  eps keeps the step finite where v
 after the square root.
 {check}
 """
-
 import torch
 
 
@@ -43,7 +42,7 @@ class Adam:
             g = p.grad
             m.mul_(beta1).add_((1 - beta1) * g)  # in place: m and v are this optimizer's state
             v.mul_(beta2).add_((1 - beta2) * g * g)
-            m_hat = m / (1 - beta1**self.t)
-            v_hat = v / (1 - beta2**self.t)
+            m_hat = m / (1 - beta1 ** self.t)
+            v_hat = v / (1 - beta2 ** self.t)
             p -= self.lr * m_hat / (v_hat.sqrt() + self.eps)
         ### END SOLUTION

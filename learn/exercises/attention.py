@@ -10,7 +10,6 @@ returns (dq, dk, dv).  Each probability of a row depends on every score of that 
 and the 1/sqrt(d) scale of the forward is part of the backward too.
 {check}
 """
-
 import torch
 
 
@@ -21,7 +20,7 @@ class CausalAttention:
         #       gives it 0; att = softmax over the keys (the last axis); out = att v.  Keep what backward needs.
         ### BEGIN SOLUTION
         t, d = q.shape[1], q.shape[2]
-        self.scale = d**-0.5
+        self.scale = d ** -0.5
         scores = q @ k.transpose(1, 2) * self.scale  # (N, T, T)
         future = torch.ones(t, t, dtype=torch.bool).triu(1)  # (T, T): True where key s > query t
         att = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)  # (N, T, T), 0 on the future

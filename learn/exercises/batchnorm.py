@@ -9,7 +9,6 @@ The catch: mean and var are computed from every x of the column, so each x[n, d]
 three ways (directly, through the mean, through the variance), and dx has three terms.
 {check}
 """
-
 import torch
 
 

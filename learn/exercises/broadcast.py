@@ -9,6 +9,7 @@ it added, and each axis where the input has size 1, keeping that axis).  A bias 
 gradient sums over the batch, is the simplest case.
 {check}
 """
+import torch
 
 
 class ScaleShift:

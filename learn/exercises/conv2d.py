@@ -9,17 +9,15 @@ position of every example (its gradient sums over all of them), and one input pi
 outputs, at different offsets (its gradient sums over those).
 {check}
 """
-
 import torch
 
 
 class Conv2d:
     def __init__(self, in_channels, out_channels, kernel_size, padding=0):
         self.kernel_size, self.padding = kernel_size, padding
-        bound = (in_channels * kernel_size**2) ** -0.5  # nn.Conv2d's initialisation
-        self.weight = (
-            2 * torch.rand(out_channels, in_channels, kernel_size, kernel_size, dtype=torch.float64) - 1
-        ) * bound  # (C_out, C_in, k, k)
+        bound = (in_channels * kernel_size ** 2) ** -0.5  # nn.Conv2d's initialisation
+        self.weight = (2 * torch.rand(out_channels, in_channels, kernel_size, kernel_size,
+                                      dtype=torch.float64) - 1) * bound  # (C_out, C_in, k, k)
         self.bias = (2 * torch.rand(out_channels, dtype=torch.float64) - 1) * bound  # (C_out,)
 
     def parameters(self):
@@ -34,7 +32,7 @@ class Conv2d:
         out = self.bias.view(1, -1, 1, 1).repeat(n, 1, ho, wo)  # (N, C_out, H_out, W_out)
         for i in range(k):
             for j in range(k):
-                patch = xp[:, :, i : i + ho, j : j + wo]  # (N, C_in, H_out, W_out): what each output sees at (i, j)
+                patch = xp[:, :, i:i + ho, j:j + wo]  # (N, C_in, H_out, W_out): what each output sees at (i, j)
                 out += torch.einsum("nchw,oc->nohw", patch, self.weight[:, :, i, j])
         self.xp = xp  # the padded input: dweight needs it
         return out
@@ -56,11 +54,11 @@ class Conv2d:
         dweight = torch.zeros_like(self.weight)  # (C_out, C_in, k, k)
         for i in range(k):
             for j in range(k):
-                patch = self.xp[:, :, i : i + ho, j : j + wo]  # (N, C_in, H_out, W_out)
+                patch = self.xp[:, :, i:i + ho, j:j + wo]  # (N, C_in, H_out, W_out)
                 dweight[:, :, i, j] = torch.einsum("nohw,nchw->oc", dout, patch)
-                dxp[:, :, i : i + ho, j : j + wo] += torch.einsum("nohw,oc->nchw", dout, self.weight[:, :, i, j])
+                dxp[:, :, i:i + ho, j:j + wo] += torch.einsum("nohw,oc->nchw", dout, self.weight[:, :, i, j])
         h, w = dxp.shape[2] - 2 * p, dxp.shape[3] - 2 * p
-        dx = dxp[:, :, p : p + h, p : p + w]  # (N, C_in, H, W): the padding is not an input
+        dx = dxp[:, :, p:p + h, p:p + w]  # (N, C_in, H, W): the padding is not an input
         dbias = dout.sum((0, 2, 3))  # (C_out,)
         for param, g in ((self.weight, dweight), (self.bias, dbias)):
             if param.grad is None:

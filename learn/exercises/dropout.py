@@ -8,7 +8,6 @@ at test time (eval) the layer is the identity.  The mask is random, so the backw
 forward drew.  The draws come from the layer's own generator (seeded): the check replays them.
 {check}
 """
-
 import torch
 
 

@@ -7,7 +7,6 @@ are integers, they have no gradient.  An id that appears several times in idx wa
 times, and its row receives the sum of their gradients.
 {check}
 """
-
 import torch
 
 

@@ -7,7 +7,6 @@ phi(x) = exp(-x^2 / 2) / sqrt(2 pi).  out is a product of x and Phi(x): its deri
 approximate="tanh": out = x/2 (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3): a chain through u.
 {check}
 """
-
 import math
 
 import torch
@@ -27,7 +26,7 @@ class GELU:
         ### BEGIN SOLUTION
         self.x = x
         if self.approximate == "tanh":
-            self.t = torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3))  # tanh(u)
+            self.t = torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3))  # tanh(u)
             out = 0.5 * x * (1 + self.t)
         else:
             out = 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))  # x Phi(x)
@@ -41,11 +40,11 @@ class GELU:
         ### BEGIN SOLUTION
         x = self.x
         if self.approximate == "tanh":
-            du = math.sqrt(2 / math.pi) * (1 + 3 * 0.044715 * x**2)
-            dx = dout * (0.5 * (1 + self.t) + 0.5 * x * (1 - self.t**2) * du)
+            du = math.sqrt(2 / math.pi) * (1 + 3 * 0.044715 * x ** 2)
+            dx = dout * (0.5 * (1 + self.t) + 0.5 * x * (1 - self.t ** 2) * du)
         else:
             cdf = 0.5 * (1 + torch.erf(x / math.sqrt(2)))  # Phi(x)
-            pdf = torch.exp(-0.5 * x**2) / math.sqrt(2 * math.pi)  # phi(x)
+            pdf = torch.exp(-0.5 * x ** 2) / math.sqrt(2 * math.pi)  # phi(x)
             dx = dout * (cdf + x * pdf)
         ### END SOLUTION
         return dx

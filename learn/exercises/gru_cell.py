@@ -10,17 +10,15 @@ weight_ih (3H, I), weight_hh (3H, H), bias_ih and bias_hh (3H,): the gates stack
 h reaches h_next three ways: directly (through z * h), through the gates, and through n.
 {check}
 """
-
 import torch
 
 
 class GRUCell:
     def __init__(self, input_size, hidden_size):
-        bound = hidden_size**-0.5  # nn.GRUCell's initialisation: uniform in [-bound, bound]
+        bound = hidden_size ** -0.5  # nn.GRUCell's initialisation: uniform in [-bound, bound]
 
         def uniform(*shape):
             return (2 * torch.rand(*shape, dtype=torch.float64) - 1) * bound
-
         self.weight_ih = uniform(3 * hidden_size, input_size)  # (3H, I)
         self.weight_hh = uniform(3 * hidden_size, hidden_size)  # (3H, H)
         self.bias_ih = uniform(3 * hidden_size)  # (3H,)
@@ -52,19 +50,15 @@ class GRUCell:
         ### BEGIN SOLUTION
         x, h, r, z, n, h_n = self.cache
         dn, dz = dh_next * (1 - z), dh_next * (h - n)  # (N, H) each
-        da_n = dn * (1 - n**2)  # the candidate's pre-activation
+        da_n = dn * (1 - n ** 2)  # the candidate's pre-activation
         dr, dh_n = da_n * h_n, da_n * r  # r multiplies h_n inside the tanh
         da_r, da_z = dr * r * (1 - r), dz * z * (1 - z)
         dgi = torch.cat([da_r, da_z, da_n], dim=1)  # (N, 3H)
         dgh = torch.cat([da_r, da_z, dh_n], dim=1)  # (N, 3H)
         dx = dgi @ self.weight_ih  # (N, I)
         dh = dh_next * z + dgh @ self.weight_hh  # (N, H): directly, and through the gates and n
-        grads = (
-            (self.weight_ih, dgi.T @ x),
-            (self.weight_hh, dgh.T @ h),  # (3H, I), (3H, H)
-            (self.bias_ih, dgi.sum(0)),
-            (self.bias_hh, dgh.sum(0)),
-        )  # (3H,) each
+        grads = ((self.weight_ih, dgi.T @ x), (self.weight_hh, dgh.T @ h),  # (3H, I), (3H, H)
+                 (self.bias_ih, dgi.sum(0)), (self.bias_hh, dgh.sum(0)))  # (3H,) each
         for p, gp in grads:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)

@@ -9,7 +9,6 @@ Batch norm's algebra turned sideways: the statistics are taken over a row, but w
 by every row, so their gradients still sum over the batch.
 {check}
 """
-
 import torch
 
 
@@ -46,11 +45,8 @@ class LayerNorm:
         dweight = (dout * self.xhat).sum(0)  # (D,): weight is shared by every row
         dbias = dout.sum(0)  # (D,)
         dxhat = dout * self.weight  # (N, D)
-        dx = (
-            self.rstd
-            / d
-            * (d * dxhat - dxhat.sum(1, keepdim=True) - self.xhat * (dxhat * self.xhat).sum(1, keepdim=True))
-        )  # (N, D)
+        dx = self.rstd / d * (d * dxhat - dxhat.sum(1, keepdim=True)
+                              - self.xhat * (dxhat * self.xhat).sum(1, keepdim=True))  # (N, D)
         for p, g in ((self.weight, dweight), (self.bias, dbias)):
             if p.grad is None:
                 p.grad = torch.zeros_like(p)

@@ -9,14 +9,13 @@ The chain rule on out[n, h] = sum_d x[n, d] weight[h, d] + bias[h]: each of x, w
 used by several outputs, and its gradient is the sum over them.
 {check}
 """
-
 import torch
 
 
 class Linear:
     def __init__(self, in_features, out_features):
         self.in_features, self.out_features = in_features, out_features
-        bound = in_features**-0.5  # nn.Linear's initialisation: uniform in [-bound, bound]
+        bound = in_features ** -0.5  # nn.Linear's initialisation: uniform in [-bound, bound]
         self.weight = (2 * torch.rand(out_features, in_features, dtype=torch.float64) - 1) * bound  # (H, D)
         self.bias = (2 * torch.rand(out_features, dtype=torch.float64) - 1) * bound  # (H,)
 

@@ -14,14 +14,13 @@ W uses up what B kept; a W with no B before it adds nothing.  B then W runs the 
 operations on the same tensors, so together they equal backward() bit for bit.
 {check}
 """
-
 import torch
 
 
 class Linear:
     def __init__(self, in_features, out_features):
         self.in_features, self.out_features = in_features, out_features
-        bound = in_features**-0.5  # nn.Linear's initialisation: uniform in [-bound, bound]
+        bound = in_features ** -0.5  # nn.Linear's initialisation: uniform in [-bound, bound]
         self.weight = (2 * torch.rand(out_features, in_features, dtype=torch.float64) - 1) * bound  # (H, D)
         self.bias = (2 * torch.rand(out_features, dtype=torch.float64) - 1) * bound  # (H,)
         self.pending = None  # what B kept for W: None when no W is due

@@ -11,17 +11,15 @@ x and of the state it was given.  c_next is used twice (it is returned, and it m
 gradient has two parts.
 {check}
 """
-
 import torch
 
 
 class LSTMCell:
     def __init__(self, input_size, hidden_size):
-        bound = hidden_size**-0.5  # nn.LSTMCell's initialisation: uniform in [-bound, bound]
+        bound = hidden_size ** -0.5  # nn.LSTMCell's initialisation: uniform in [-bound, bound]
 
         def uniform(*shape):
             return (2 * torch.rand(*shape, dtype=torch.float64) - 1) * bound
-
         self.weight_ih = uniform(4 * hidden_size, input_size)  # (4H, I)
         self.weight_hh = uniform(4 * hidden_size, hidden_size)  # (4H, H)
         self.bias_ih = uniform(4 * hidden_size)  # (4H,)
@@ -54,18 +52,14 @@ class LSTMCell:
         ### BEGIN SOLUTION
         x, h, c, i, f, g, o, tc = self.cache
         do = dh_next * tc  # (N, H)
-        dc_total = dc_next + dh_next * o * (1 - tc**2)  # (N, H): c_next is returned and makes h_next
+        dc_total = dc_next + dh_next * o * (1 - tc ** 2)  # (N, H): c_next is returned and makes h_next
         di, df, dg = dc_total * g, dc_total * c, dc_total * i  # (N, H) each
         dc = dc_total * f  # (N, H): through the forget gate
-        da = torch.cat([di * i * (1 - i), df * f * (1 - f), dg * (1 - g**2), do * o * (1 - o)], dim=1)  # (N, 4H)
+        da = torch.cat([di * i * (1 - i), df * f * (1 - f), dg * (1 - g ** 2), do * o * (1 - o)], dim=1)  # (N, 4H)
         dx = da @ self.weight_ih  # (N, I)
         dh = da @ self.weight_hh  # (N, H)
-        grads = (
-            (self.weight_ih, da.T @ x),
-            (self.weight_hh, da.T @ h),  # (4H, I), (4H, H)
-            (self.bias_ih, da.sum(0)),
-            (self.bias_hh, da.sum(0)),
-        )  # both biases are added to a
+        grads = ((self.weight_ih, da.T @ x), (self.weight_hh, da.T @ h),  # (4H, I), (4H, H)
+                 (self.bias_ih, da.sum(0)), (self.bias_hh, da.sum(0)))  # both biases are added to a
         for p, gp in grads:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)

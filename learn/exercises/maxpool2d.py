@@ -7,7 +7,6 @@ Only the input that won a window's max moved its output: the gradient goes back 
 s < k the windows overlap, and an input can win two of them.
 {check}
 """
-
 import torch
 
 
@@ -42,6 +41,6 @@ class MaxPool2d:
         for i in range(dout.shape[2]):
             for j in range(dout.shape[3]):
                 winner = torch.nn.functional.one_hot(self.arg[:, :, i, j], k * k).to(dout.dtype)  # (N, C, k*k)
-                dx[:, :, i * s : i * s + k, j * s : j * s + k] += (winner * dout[:, :, i, j, None]).view(n, c, k, k)
+                dx[:, :, i * s:i * s + k, j * s:j * s + k] += (winner * dout[:, :, i, j, None]).view(n, c, k, k)
         ### END SOLUTION
         return dx

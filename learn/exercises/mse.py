@@ -5,6 +5,7 @@ over every element, N * C of them.  backward() takes no argument -- the loss is 
 starts, dL/dloss = 1 -- and returns dL/dinput, the shape of input.
 {check}
 """
+import torch
 
 
 class MSELoss:
@@ -13,7 +14,7 @@ class MSELoss:
         # TODO: compute the loss, and keep what backward needs.
         ### BEGIN SOLUTION
         self.diff = input - target  # (N, C)
-        loss = (self.diff**2).mean()
+        loss = (self.diff ** 2).mean()
         ### END SOLUTION
         return loss
 

@@ -7,6 +7,7 @@ the gradient passes; where it was not, the output is a constant 0 and the gradie
 take the derivative as 0, as PyTorch does.)
 {check}
 """
+import torch
 
 
 class ReLU:

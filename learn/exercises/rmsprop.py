@@ -8,7 +8,6 @@ Shapes: v has its parameter's shape.  eps keeps the step finite where v is ~0: i
 root.  No bias correction (Adam adds one; RMSprop, as torch writes it, does not).
 {check}
 """
-
 import torch
 
 

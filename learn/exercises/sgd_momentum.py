@@ -9,6 +9,7 @@ With momentum mu > 0, each parameter keeps a buffer, made at its first step and 
 With mu = 0: p = p - lr g, plain SGD.  Shapes: buf has its parameter's shape.
 {check}
 """
+import torch
 
 
 class SGD:

@@ -6,7 +6,6 @@ The derivative of s = sigmoid(x) can be written with s alone: ds/dx = s (1 - s).
 not the input.
 {check}
 """
-
 import torch
 
 

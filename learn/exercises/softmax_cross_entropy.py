@@ -9,7 +9,6 @@ dL/dlogits (N, C).  Through the softmax each logit moves every probability of it
 the log, the gradient comes out short.
 {check}
 """
-
 import torch
 
 

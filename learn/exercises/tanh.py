@@ -5,7 +5,6 @@ Shapes: x (any shape) -> out (the same shape); backward: dout (that shape) -> dx
 As for the sigmoid, tanh's derivative is best written with its output t = tanh(x): dt/dx = 1 - t^2.
 {check}
 """
-
 import torch
 
 
@@ -26,6 +25,6 @@ class Tanh:
         """dout = dL/dout -> dx = dL/dx, the same shape."""
         # TODO: dx = dout times the local derivative dt/dx, written with the saved output t.
         ### BEGIN SOLUTION
-        dx = dout * (1 - self.out**2)
+        dx = dout * (1 - self.out ** 2)
         ### END SOLUTION
         return dx

@@ -17,7 +17,6 @@ The gradients go into the one-process parameters' .grad: rank r's shard gradient
 columns) of the full gradient, where gathering the ranks' shards would put it.
 {check}
 """
-
 import torch
 
 
@@ -98,9 +97,8 @@ class ColumnParallelLinear:
         for p in (self.weight, self.bias):
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-        for gw, gb, x, dy in zip(
-            shard(self.weight.grad, 0, self.ranks), shard(self.bias.grad, 0, self.ranks), self.xs, dys
-        ):
+        for gw, gb, x, dy in zip(shard(self.weight.grad, 0, self.ranks), shard(self.bias.grad, 0, self.ranks),
+                                 self.xs, dys):
             gw += dy.T @ x  # (H/T, D): rank r's rows of dweight
             gb += dy.sum(0)  # (H/T,)
         return self.f.backward([dy @ w for dy, w in zip(dys, self.weights)])  # partial (N, D) each, summed
@@ -150,8 +148,7 @@ class TensorParallelMLP:
 
     def __init__(self, in_features, hidden_features, out_features, ranks):
         def uniform(*shape, fan_in):  # nn.Linear's initialisation
-            return (2 * torch.rand(*shape, dtype=torch.float64) - 1) * fan_in**-0.5
-
+            return (2 * torch.rand(*shape, dtype=torch.float64) - 1) * fan_in ** -0.5
         self.ranks = ranks
         self.weight1 = uniform(hidden_features, in_features, fan_in=in_features)  # (H, D)
         self.bias1 = uniform(hidden_features, fan_in=in_features)  # (H,)
@@ -174,6 +171,6 @@ class TensorParallelMLP:
     def backward(self, dout):
         """dout (N, O) -> dx (N, D); the four parameters' gradients added into their .grad."""
         dhs = self.fc2.backward([dout for _ in range(self.ranks)])  # the loss, and dout, are the same everywhere
-        dhs = [dh * (1 - h**2) for dh, h in zip(dhs, self.hs)]  # tanh's backward, on each rank's slice
+        dhs = [dh * (1 - h ** 2) for dh, h in zip(dhs, self.hs)]  # tanh's backward, on each rank's slice
         self.dxs = self.fc1.backward(dhs)
         return self.dxs[0]  # every rank holds the same dx after f's backward (self.dxs)

@@ -16,7 +16,6 @@ What to write: the _backward of +, *, ** (a number exponent), tanh and exp, and 
 (-, /, numbers on either side) is given, built from those.
 {check}
 """
-
 import math
 
 
@@ -40,7 +39,6 @@ class Value:
             self.grad += out.grad
             other.grad += out.grad
             ### END SOLUTION
-
         out._backward = _backward
         return out
 
@@ -54,21 +52,19 @@ class Value:
             self.grad += other.data * out.grad
             other.grad += self.data * out.grad
             ### END SOLUTION
-
         out._backward = _backward
         return out
 
     def __pow__(self, n):
         """self ** n for a plain number n."""
         assert isinstance(n, (int, float)), "only a number exponent"
-        out = Value(self.data**n, (self,))
+        out = Value(self.data ** n, (self,))
 
         def _backward():
             # TODO: d(x^n)/dx times out.grad into self.grad.
             ### BEGIN SOLUTION
             self.grad += n * self.data ** (n - 1) * out.grad
             ### END SOLUTION
-
         out._backward = _backward
         return out
 
@@ -79,9 +75,8 @@ class Value:
         def _backward():
             # TODO: d tanh(x)/dx, written with the output t, times out.grad into self.grad.
             ### BEGIN SOLUTION
-            self.grad += (1 - t**2) * out.grad
+            self.grad += (1 - t ** 2) * out.grad
             ### END SOLUTION
-
         out._backward = _backward
         return out
 
@@ -94,7 +89,6 @@ class Value:
             ### BEGIN SOLUTION
             self.grad += e * out.grad
             ### END SOLUTION
-
         out._backward = _backward
         return out
 
@@ -135,7 +129,7 @@ class Value:
         return self * other
 
     def __truediv__(self, other):
-        return self * other**-1
+        return self * other ** -1
 
     def __rtruediv__(self, other):
-        return other * self**-1
+        return other * self ** -1
