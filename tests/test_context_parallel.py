@@ -32,8 +32,10 @@ def ring_alone(rank, world):
     ref = F.scaled_dot_product_attention(*whole, is_causal=True)
     ref.backward(dout)
     pos = zigzag_positions(16, rank, world)
-    ring = RingAttention(None)
+    ring = RingAttention(None, seq_len=16)
     out = ring(*(t[:, :, pos] for t in (q, k, v)), scale=0.5)  # scale 1/sqrt(4), as the reference's
+    with pytest.raises(ValueError, match=f"window of 32 over {world} ranks is {32 // world} positions, got q with"):
+        RingAttention(None, seq_len=32)(*(t[:, :, pos] for t in (q, k, v)))  # a shorter window than it was built for
     grads = ring.backward(dout[:, :, pos])
     err = max(_rel(a, b[:, :, pos]) for a, b in zip((out, *grads), (ref, *(t.grad for t in whole)), strict=True))
     alone = [dist.new_group([r]) for r in range(world)][rank]  # a ring of one rank: no passes, the whole sequence
@@ -57,6 +59,9 @@ def context_parallel_gpt(rank, world, tensor_parallel=1, sequence_parallel=False
     base = TensorParallelGPT(gpt, lay.tp_group, sequence_parallel) if tensor_parallel > 1 else gpt
     part = context_parallel(base, lay.cp_group, CFG["block_size"], c, C)
     crit = part.loss() if tensor_parallel > 1 else CrossEntropyLoss()
+    if C == 2 and tensor_parallel == 1:  # a window shorter than the one it was built for: its positions are wrong
+        with pytest.raises(ValueError, match="window of 8 over 2 ranks is 4 positions, got q with 2"):
+            part(zigzag_part(batches()[0][0][:, :4], c, C))
     opt, losses = AdamW(part.parameters(), lr=1e-2), []
     for x, y in batches():
         part.zero_grad()

@@ -48,7 +48,7 @@ def context_parallel(part, group, seq_len: int, rank: int, size: int):
     copy = replicate(part)
     copy.wpe = PositionsAt(part.wpe, zigzag_positions(seq_len, rank, size))
     for block in copy.h:
-        block.attn.attention = RingAttention(group)
+        block.attn.attention = RingAttention(group, seq_len)
     return copy
 
 

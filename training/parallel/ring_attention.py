@@ -168,7 +168,7 @@ class RingAttention(BaseLayer):
     and late chunk -> out (B, H, 2n, E); ``backward(dout, out=None)`` -> (dq, dk, dv), each the gradient of this
     rank's own q, k, v (the others' queries' shares of dk and dv brought home round the ring).  The call of
     ``ScaledDotProductAttention`` it stands in for (the GPT's, the tensor-parallel GPT's); masks and dropout are
-    not taken (refused by name)."""
+    not taken (refused by name).  With ``seq_len``, the window's length T, the queries' 2n = T / C is checked."""
 
     class Saved(NamedTuple):
         q: Tensor  # (B, H, 2n, E)
@@ -178,8 +178,8 @@ class RingAttention(BaseLayer):
         lse: Tensor  # (B, H, 2n, 1) each row's log-sum-exp over the whole sequence
         scale: float
 
-    def __init__(self, group: dist.ProcessGroup | None) -> None:
-        self.group = group
+    def __init__(self, group: dist.ProcessGroup | None, seq_len: int | None = None) -> None:
+        self.group, self.seq_len = group, seq_len  # seq_len: the whole window's length, checked against q's
         self.generator = None  # (the GPT's attention carries a dropout generator; dropout is refused here)
 
     def check_input(self, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=True, scale=None, *, keep_out=True):
@@ -192,6 +192,13 @@ class RingAttention(BaseLayer):
             raise ValueError(
                 f"RingAttention: q, k, v must be (B, H, 2n, E) alike (two chunks), got {tuple(q.shape)}, "
                 f"{tuple(k.shape)}, {tuple(v.shape)}"
+            )
+        if self.seq_len is not None and q.shape[-2] * dist.get_world_size(self.group) != self.seq_len:
+            ranks = dist.get_world_size(self.group)
+            raise ValueError(
+                f"RingAttention: this rank's part of a window of {self.seq_len} over {ranks} ranks is "
+                f"{self.seq_len // ranks} positions, got q with {q.shape[-2]} (its zigzag positions are those of "
+                f"the whole window)"
             )
 
     def forward_math(self, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=True, scale=None, *, keep_out=True):
