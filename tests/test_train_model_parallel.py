@@ -1,8 +1,9 @@
 """train.py's model parallelism on gloo processes equals one process in float64: tensor (with and without sequence
-parallelism), pipeline (1F1B and ZB-H1) and ZeRO-1/2 on 2 ranks, tensor x data and pipeline x data with ZeRO on 4,
-each run's step losses and summary.json's results to 1e-9 relative (the gradient clipped every step, so the whole
-model's norm is checked too); --check-parity reports parity on a correct run and, on a run whose tensor-parallel f forgets its
-all-reduce, names the first tensor a reordered sum does not explain and exits 1."""
+parallelism), context, pipeline (1F1B and ZB-H1) and ZeRO-1/2 on 2 ranks; tensor x data and pipeline x data with
+ZeRO, context x tensor (sequence parallel) and context x data with ZeRO on 4; each run's step losses
+and summary.json's results to 1e-9 relative (the gradient clipped every step, so the whole model's norm is checked
+too); --check-parity reports parity on a correct run and, on a run whose tensor-parallel f forgets its all-reduce,
+names the first tensor a reordered sum does not explain and exits 1."""
 
 import json
 from pathlib import Path
@@ -86,8 +87,9 @@ def _assert_equal(out: Path, one_process) -> None:
         dict(pipeline_parallel=2, micro_batches=4, pipeline_schedule="zb-h1"),
         dict(zero=1),
         dict(zero=2),
+        dict(context_parallel=2),
     ],
-    ids=["tp", "tp-sp", "pp-1f1b", "pp-zb-h1", "zero1", "zero2"],
+    ids=["tp", "tp-sp", "pp-1f1b", "pp-zb-h1", "zero1", "zero2", "cp"],
 )
 def test_two_ranks_equal_one_process(tmp_path, one_process, kw):
     results = spawn_ranks(_train, 2, str(tmp_path), kw, join=False)
@@ -97,8 +99,13 @@ def test_two_ranks_equal_one_process(tmp_path, one_process, kw):
 
 @pytest.mark.parametrize(
     "kw",
-    [dict(tensor_parallel=2, zero=1), dict(pipeline_parallel=2, micro_batches=2, pipeline_schedule="zb-h1", zero=2)],
-    ids=["tp-x-dp-zero1", "pp-x-dp-zero2"],
+    [
+        dict(tensor_parallel=2, zero=1),
+        dict(pipeline_parallel=2, micro_batches=2, pipeline_schedule="zb-h1", zero=2),
+        dict(context_parallel=2, tensor_parallel=2, sequence_parallel=True),
+        dict(context_parallel=2, zero=1),
+    ],
+    ids=["tp-x-dp-zero1", "pp-x-dp-zero2", "cp-x-tp-sp", "cp-x-dp-zero1"],
 )
 def test_model_x_data_parallel_with_zero_on_four_ranks_equals_one_process(tmp_path, one_process, kw):
     results = spawn_ranks(_train, 4, str(tmp_path), kw, join=False, timeout=180)
@@ -109,8 +116,13 @@ def test_model_x_data_parallel_with_zero_on_four_ranks_equals_one_process(tmp_pa
 
 @pytest.mark.parametrize(
     "kw",
-    [dict(tensor_parallel=2), dict(zero=2), dict(pipeline_parallel=2, micro_batches=2, pipeline_schedule="zb-h1")],
-    ids=["tp", "zero2", "pp-zb-h1"],
+    [
+        dict(tensor_parallel=2),
+        dict(zero=2),
+        dict(pipeline_parallel=2, micro_batches=2, pipeline_schedule="zb-h1"),
+        dict(context_parallel=2),
+    ],
+    ids=["tp", "zero2", "pp-zb-h1", "cp"],
 )
 def test_check_parity_reports_parity_on_a_correct_run(tmp_path, kw):
     results = spawn_ranks(_train, 2, str(tmp_path), dict(kw, check_parity=True), join=False)
