@@ -50,11 +50,21 @@ def _results(out: Path) -> tuple[dict, list]:
     return summary, steps
 
 
-def _train(rank, world, init_method, out, kw, broken=False):
-    if broken:  # the classic mistake: f's backward returns this rank's partial gradient, never all-reduced
+def _train(rank, world, init_method, out, kw, broken=None):
+    if broken == "f":  # the classic mistake: f's backward returns this rank's partial gradient, never all-reduced
         from training.parallel.tp_mappings import CopyToTensorParallel
 
         CopyToTensorParallel.backward = lambda self, dout: dout
+    if broken == "ring":  # ring attention's: the visiting block's dK, dV kept where computed, never carried home
+        from training.parallel import ring_attention
+
+        step = ring_attention.backward_step
+
+        def own_only(dq, dkv, *args):
+            rank, src = args[-4], args[-3]
+            step(dq, dkv if src == rank else dkv.clone(), *args)
+
+        ring_attention.backward_step = own_only
     lines = []
     rc = training.run(
         _cfg(Path(out), **kw), say=lines.append, info=DistInfo(rank, world, rank), init_method=init_method
@@ -139,7 +149,7 @@ def test_check_parity_reports_parity_on_a_correct_run(tmp_path, kw):
 
 
 def test_check_parity_names_the_tensor_a_wrong_all_reduce_breaks(tmp_path):
-    results = spawn_ranks(_train, 2, str(tmp_path), dict(tensor_parallel=2, check_parity=True), True, join=False)
+    results = spawn_ranks(_train, 2, str(tmp_path), dict(tensor_parallel=2, check_parity=True), "f", join=False)
     rc, lines = results[0]
     assert rc == 1 and results[1][0] == 1, lines
     verdict = lines[-1]
@@ -151,3 +161,17 @@ def test_check_parity_names_the_tensor_a_wrong_all_reduce_breaks(tmp_path):
     rows = {line.split()[0] + " " + line.split()[1]: line for line in lines if line.startswith(("output", "grad"))}
     assert rows["output logits"].endswith("rounding")  # the forward is right: only a backward all-reduce is gone
     assert rows["grad transformer.wte.weight"].endswith("bug")
+
+
+def test_check_parity_names_the_tensor_a_ring_that_drops_dk_dv_breaks(tmp_path):
+    results = spawn_ranks(_train, 2, str(tmp_path), dict(context_parallel=2, check_parity=True), "ring", join=False)
+    rc, lines = results[0]
+    assert rc == 1 and results[1][0] == 1, lines
+    # the last block's attention is the first ring the backward meets: its c_attn's gradient reads dk and dv
+    first = "grad transformer.h.1.attn.c_attn.weight"
+    assert lines[-1].startswith(f"parity: BUG. The first tensor past float64 rounding is {first}"), lines[-1]
+    rows = {line.split()[0] + " " + line.split()[1]: line for line in lines if line.startswith(("output", "grad"))}
+    assert rows["output logits"].endswith("rounding") and rows["grad transformer.h.1.attn.c_proj.weight"].endswith(
+        "rounding"
+    )
+    assert rows[first].endswith("bug")
