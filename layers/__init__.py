@@ -16,6 +16,7 @@ from .flatten import Flatten
 from .layer import BaseLayer, Layer
 from .layernorm import LayerNorm
 from .linear import Linear
+from .moe import MixtureOfExperts
 from .pool import AvgPool2d, MaxPool2d
 from .recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from .sequential import Sequential
@@ -26,6 +27,7 @@ __all__ = [
     "Layer",
     "BaseLayer",
     "Linear",
+    "MixtureOfExperts",
     "ReLU",
     "Tanh",
     "Sigmoid",

@@ -45,6 +45,7 @@ SLOW_FILES = {
     "test_parallel_composition.py",
     "test_zero.py",
     "test_tensor_parallel.py",
+    "test_context_parallel.py",
     "test_learn_teach_autograder.py",
     "test_train_model_parallel.py",
     "test_train_tensor_pipeline.py",

@@ -30,6 +30,7 @@ from layers import (
     Linear,
     LogSoftmax,
     MaxPool2d,
+    MixtureOfExperts,
     MultiheadAttention,
     ReLU,
     ScaledDotProductAttention,
@@ -198,6 +199,10 @@ CASES: dict[str, list[tuple[str, object, tuple[int, ...]]]] = {
     ],
     "TransformerEncoder": [
         ("encoder", lambda: TransformerEncoder(TransformerEncoderLayer(4, 2, 6, dropout=0.0, dtype=F64), 2), (3, 2, 4))
+    ],
+    # aux_coef 0: the module's output alone (the auxiliary loss's gradient is tests/test_moe.py's); tokens dropped
+    "MixtureOfExperts": [
+        ("moe", lambda: MixtureOfExperts(3, 4, 3, top_k=2, capacity_factor=0.75, aux_coef=0.0, dtype=F64), (8, 3))
     ],
 }
 # Layers whose forward takes several inputs (query, key, value): as_module wraps one-input layers and refuses these.

@@ -409,7 +409,7 @@ def test_the_case_families_are_public_documented_and_are_what_the_command_runs()
 
     page = (Path(__file__).resolve().parents[1] / "docs" / "checking.md").read_text()
     names = [f.__name__ for f in cases.FAMILIES]
-    assert names == ["mlp", "loss", "normalisation", "activations", "convolution", "attention", "recurrent"]
+    assert names == ["mlp", "loss", "normalisation", "activations", "convolution", "attention", "recurrent", "mixture"]
     assert [n for n in names if f"`cases.{n}`" not in page] == [], "a family docs/checking.md does not name"
     by_family = [set(f()) for f in cases.FAMILIES]
     assert list(gradcheck.builtin_cases()) == [k for f in cases.FAMILIES for k in f()]  # the command's order

@@ -87,6 +87,16 @@ def test_the_flags_land_on_the_config():
         ([*GPT, "--tensor-parallel", "0"], "--tensor-parallel 0 is out of range"),
         ([*GPT, "--zero", "3"], "--zero: invalid choice: 3"),
         ([*GPT, "--zero", "1", "--dtype", "bfloat16"], "--dtype bfloat16 with model parallelism is not supported"),
+        (
+            [*GPT, "--context-parallel", "2", "--pipeline-parallel", "2"],
+            "--context-parallel 2 with --pipeline-parallel 2 is not supported",
+        ),
+        ([*GPT, "--context-parallel", "3"], "--block-size 64 does not divide by 2 x --context-parallel 3"),
+        (
+            [*GPT, "--context-parallel", "2", "--tensor-parallel", "4", "--sequence-parallel", "--block-size", "12"],
+            "--block-size 12 / --context-parallel 2 = 6 positions a rank do not divide by --tensor-parallel 4",
+        ),
+        ([*GPT, "--context-parallel", "0"], "--context-parallel 0 is out of range"),
     ],
 )
 def test_what_does_not_compose_or_divide_is_refused_by_name(argv, message):
@@ -121,6 +131,11 @@ def _config(**kw):
             8,
             "--batch-size 8 does not divide by 2 data-parallel ranks x --micro-batches 3",
         ),
+        (
+            dict(tensor_parallel=2, context_parallel=2),
+            6,
+            "the world size 6 does not divide by --tensor-parallel 2 x --context-parallel 2 x --pipeline-parallel 1",
+        ),
     ],
 )
 def test_a_world_the_settings_do_not_divide_is_refused_by_name(kw, world, message):
@@ -135,6 +150,7 @@ def _check_world(config, info):
 def test_a_world_that_divides_gives_the_data_parallel_size():
     assert _check_world(_config(tensor_parallel=2), DistInfo(0, 4)) == 2
     assert _check_world(_config(tensor_parallel=2, pipeline_parallel=2), DistInfo(0, 8)) == 2
+    assert _check_world(_config(tensor_parallel=2, context_parallel=2), DistInfo(0, 8)) == 2
     assert (
         _check_world(_config(pipeline_parallel=2, micro_batches=4, given=frozenset({"micro_batches"})), DistInfo(0, 4))
         == 2
@@ -187,7 +203,7 @@ def _checkpoint(world: int = 2, **split) -> dict:
             dict(zero=1),
             2,
             "the checkpoint was written without model parallelism (world size 2), this run has "
-            "--tensor-parallel 1, --sequence-parallel False, --pipeline-parallel 1",
+            "--tensor-parallel 1, --sequence-parallel False, --context-parallel 1, --pipeline-parallel 1",
         ),
     ],
 )

@@ -1,8 +1,9 @@
 """train.py's model parallelism on gloo processes equals one process in float64: tensor (with and without sequence
-parallelism), pipeline (1F1B and ZB-H1) and ZeRO-1/2 on 2 ranks, tensor x data and pipeline x data with ZeRO on 4,
-each run's step losses and summary.json's results to 1e-9 relative (the gradient clipped every step, so the whole
-model's norm is checked too); --check-parity reports parity on a correct run and, on a run whose tensor-parallel f
-forgets its all-reduce, names the first tensor a reordered sum does not explain and exits 1."""
+parallelism), context, pipeline (1F1B and ZB-H1) and ZeRO-1/2 on 2 ranks; tensor x data and pipeline x data with
+ZeRO, context x tensor (sequence parallel) and context x data with ZeRO on 4; each run's step losses
+and summary.json's results to 1e-9 relative (the gradient clipped every step, so the whole model's norm is checked
+too); --check-parity reports parity on a correct run and, on a run whose tensor-parallel f forgets its all-reduce,
+names the first tensor a reordered sum does not explain and exits 1."""
 
 import json
 from pathlib import Path
@@ -49,11 +50,21 @@ def _results(out: Path) -> tuple[dict, list]:
     return summary, steps
 
 
-def _train(rank, world, init_method, out, kw, broken=False):
-    if broken:  # the classic mistake: f's backward returns this rank's partial gradient, never all-reduced
+def _train(rank, world, init_method, out, kw, broken=None):
+    if broken == "f":  # the classic mistake: f's backward returns this rank's partial gradient, never all-reduced
         from training.parallel.tp_mappings import CopyToTensorParallel
 
         CopyToTensorParallel.backward = lambda self, dout: dout
+    if broken == "ring":  # ring attention's: the visiting block's dK, dV kept where computed, never carried home
+        from training.parallel import ring_attention
+
+        step = ring_attention.backward_step
+
+        def own_only(dq, dkv, *args):
+            rank, src = args[-4], args[-3]
+            step(dq, dkv if src == rank else dkv.clone(), *args)
+
+        ring_attention.backward_step = own_only
     lines = []
     rc = training.run(
         _cfg(Path(out), **kw), say=lines.append, info=DistInfo(rank, world, rank), init_method=init_method
@@ -86,8 +97,9 @@ def _assert_equal(out: Path, one_process) -> None:
         dict(pipeline_parallel=2, micro_batches=4, pipeline_schedule="zb-h1"),
         dict(zero=1),
         dict(zero=2),
+        dict(context_parallel=2),
     ],
-    ids=["tp", "tp-sp", "pp-1f1b", "pp-zb-h1", "zero1", "zero2"],
+    ids=["tp", "tp-sp", "pp-1f1b", "pp-zb-h1", "zero1", "zero2", "cp"],
 )
 def test_two_ranks_equal_one_process(tmp_path, one_process, kw):
     results = spawn_ranks(_train, 2, str(tmp_path), kw, join=False)
@@ -97,8 +109,13 @@ def test_two_ranks_equal_one_process(tmp_path, one_process, kw):
 
 @pytest.mark.parametrize(
     "kw",
-    [dict(tensor_parallel=2, zero=1), dict(pipeline_parallel=2, micro_batches=2, pipeline_schedule="zb-h1", zero=2)],
-    ids=["tp-x-dp-zero1", "pp-x-dp-zero2"],
+    [
+        dict(tensor_parallel=2, zero=1),
+        dict(pipeline_parallel=2, micro_batches=2, pipeline_schedule="zb-h1", zero=2),
+        dict(context_parallel=2, tensor_parallel=2, sequence_parallel=True),
+        dict(context_parallel=2, zero=1),
+    ],
+    ids=["tp-x-dp-zero1", "pp-x-dp-zero2", "cp-x-tp-sp", "cp-x-dp-zero1"],
 )
 def test_model_x_data_parallel_with_zero_on_four_ranks_equals_one_process(tmp_path, one_process, kw):
     results = spawn_ranks(_train, 4, str(tmp_path), kw, join=False, timeout=180)
@@ -109,8 +126,13 @@ def test_model_x_data_parallel_with_zero_on_four_ranks_equals_one_process(tmp_pa
 
 @pytest.mark.parametrize(
     "kw",
-    [dict(tensor_parallel=2), dict(zero=2), dict(pipeline_parallel=2, micro_batches=2, pipeline_schedule="zb-h1")],
-    ids=["tp", "zero2", "pp-zb-h1"],
+    [
+        dict(tensor_parallel=2),
+        dict(zero=2),
+        dict(pipeline_parallel=2, micro_batches=2, pipeline_schedule="zb-h1"),
+        dict(context_parallel=2),
+    ],
+    ids=["tp", "zero2", "pp-zb-h1", "cp"],
 )
 def test_check_parity_reports_parity_on_a_correct_run(tmp_path, kw):
     results = spawn_ranks(_train, 2, str(tmp_path), dict(kw, check_parity=True), join=False)
@@ -127,7 +149,7 @@ def test_check_parity_reports_parity_on_a_correct_run(tmp_path, kw):
 
 
 def test_check_parity_names_the_tensor_a_wrong_all_reduce_breaks(tmp_path):
-    results = spawn_ranks(_train, 2, str(tmp_path), dict(tensor_parallel=2, check_parity=True), True, join=False)
+    results = spawn_ranks(_train, 2, str(tmp_path), dict(tensor_parallel=2, check_parity=True), "f", join=False)
     rc, lines = results[0]
     assert rc == 1 and results[1][0] == 1, lines
     verdict = lines[-1]
@@ -139,3 +161,17 @@ def test_check_parity_names_the_tensor_a_wrong_all_reduce_breaks(tmp_path):
     rows = {line.split()[0] + " " + line.split()[1]: line for line in lines if line.startswith(("output", "grad"))}
     assert rows["output logits"].endswith("rounding")  # the forward is right: only a backward all-reduce is gone
     assert rows["grad transformer.wte.weight"].endswith("bug")
+
+
+def test_check_parity_names_the_tensor_a_ring_that_drops_dk_dv_breaks(tmp_path):
+    results = spawn_ranks(_train, 2, str(tmp_path), dict(context_parallel=2, check_parity=True), "ring", join=False)
+    rc, lines = results[0]
+    assert rc == 1 and results[1][0] == 1, lines
+    # the last block's attention is the first ring the backward meets: its c_attn's gradient reads dk and dv
+    first = "grad transformer.h.1.attn.c_attn.weight"
+    assert lines[-1].startswith(f"parity: BUG. The first tensor past float64 rounding is {first}"), lines[-1]
+    rows = {line.split()[0] + " " + line.split()[1]: line for line in lines if line.startswith(("output", "grad"))}
+    assert rows["output logits"].endswith("rounding") and rows["grad transformer.h.1.attn.c_proj.weight"].endswith(
+        "rounding"
+    )
+    assert rows[first].endswith("bug")

@@ -88,12 +88,14 @@ def _tensors(tree, prefix=""):
             pipeline_schedule="1f1b",
             given=frozenset({"micro_batches", "pipeline_schedule"}),
         ),
+        dict(context_parallel=2, tensor_parallel=2),
     ],
-    ids=["zero1", "zero2", "tp2", "pp2-zb-h1", "tp2-pp2-1f1b"],
+    ids=["zero1", "zero2", "tp2", "pp2-zb-h1", "tp2-pp2-1f1b", "cp2-tp2"],
 )
 def test_a_run_stopped_half_way_and_resumed_equals_the_run_done_in_one_go(tmp_path, split):
     whole, half = tmp_path / "whole", tmp_path / "half"
-    world = max(2, split.get("tensor_parallel", 1) * split.get("pipeline_parallel", 1))  # ZeRO: 2 data ranks
+    copy = [split.get(k, 1) for k in ("tensor_parallel", "pipeline_parallel", "context_parallel")]
+    world = max(2, copy[0] * copy[1] * copy[2])  # ZeRO: 2 data ranks
     _spawn({**TINY, **split, "max_iters": 4, "out": whole}, world)
     _spawn({**TINY, **split, "max_iters": 2, "out": half}, world)
     stopped = torch.load(half / "checkpoint.pt", weights_only=True)

@@ -10,6 +10,7 @@ returning {command-line name: [cases]} (``python gradcheck.py --layer NAME`` pic
 - ``convolution``: Conv2d, MaxPool2d, AvgPool2d, Flatten and a small CNN
 - ``attention``: Embedding, attention (blocked and textbook), MultiheadAttention, the transformer layers, the GPT
 - ``recurrent``: RNN, LSTM, GRU, their cells and RecurrentLM, with torch's kernels as the autograd oracle
+- ``mixture``: the mixture of experts (top-2 with dropped tokens, normalised gates, top-1)
 
 The makers (``layer_case``, ``inputs_case``, ``rnd``, ``nontrivial``, ``distinct``, ...) build cases for a
 family of your own.
@@ -19,12 +20,13 @@ from collections.abc import Callable, Iterable
 
 from .dense import activations, convolution, loss, mlp, normalisation
 from .make import F64, Case, distinct, distinct_case, inputs_case, layer_case, loss_case, nontrivial, rnd
+from .mixture import mixture
 from .rnn import recurrent, recurrent_case
 from .sequence import TextbookAttention, attention, nontrivial_biases, unit_scale
 
 Family = Callable[[], dict[str, list[Case]]]
 
-FAMILIES: tuple[Family, ...] = (mlp, loss, normalisation, activations, convolution, attention, recurrent)
+FAMILIES: tuple[Family, ...] = (mlp, loss, normalisation, activations, convolution, attention, recurrent, mixture)
 
 
 def collect(families: Iterable[Family] = FAMILIES) -> dict[str, list[Case]]:
@@ -50,6 +52,7 @@ __all__ = [
     "convolution",
     "attention",
     "recurrent",
+    "mixture",
     "F64",
     "rnd",
     "layer_case",

@@ -502,6 +502,15 @@ class ParallelConfig:
         form="switch",
         group="parallel",
     )
+    context_parallel: int = setting(
+        1,
+        "split each window's positions over C ranks, two zigzag chunks a rank (one early, one late), the "
+        "attention a ring passing keys and values round (ring attention by hand)",
+        type=int,
+        low=1,
+        metavar="C",
+        group="parallel",
+    )
     pipeline_parallel: int = setting(
         1,
         "cut the blocks into P stages, run by --schedule gpipe, 1f1b or zb-h1",
@@ -542,7 +551,7 @@ class ParallelConfig:
     )
 
     def __post_init__(self):
-        for name in ("tensor_parallel", "pipeline_parallel", "micro_batches"):  # the value named, as given
+        for name in ("tensor_parallel", "context_parallel", "pipeline_parallel", "micro_batches"):  # as given
             value = getattr(self, name)
             if not is_a(value, int) or value < 1:
                 raise UsageError(f"{flag(name)} {value!r} is out of range (an integer, at least 1)")
@@ -567,6 +576,7 @@ class ParallelConfig:
         given (a checkpoint's split of all defaults too)."""
         return (
             self.tensor_parallel > 1
+            or self.context_parallel > 1
             or self.pipeline_parallel > 1
             or self.zero > 0
             or self.check_parity
@@ -580,8 +590,8 @@ class ParallelConfig:
         T, P = self.tensor_parallel, self.pipeline_parallel
         if model.name != "gpt":
             raise UsageError(
-                f"model parallelism (--tensor-parallel, --pipeline-parallel, --zero, --check-parity) "
-                f"splits the GPT only, not --model {model.name}"
+                f"model parallelism (--tensor-parallel, --context-parallel, --pipeline-parallel, --zero, "
+                f"--check-parity) splits the GPT only, not --model {model.name}"
             )
         if self.sequence_parallel and T == 1:
             raise UsageError(
@@ -599,6 +609,22 @@ class ParallelConfig:
             raise UsageError(
                 f"--block-size {model.block_size} does not divide by --tensor-parallel {T} (sequence "
                 f"parallelism gives each rank block_size / T positions)"
+            )
+        C = self.context_parallel
+        if C > 1 and P > 1:
+            raise UsageError(
+                f"--context-parallel {C} with --pipeline-parallel {P} is not supported: context parallelism "
+                f"composes with tensor and data parallelism"
+            )
+        if C > 1 and model.block_size % (2 * C):
+            raise UsageError(
+                f"--block-size {model.block_size} does not divide by 2 x --context-parallel {C} (each rank holds "
+                f"two chunks of every window)"
+            )
+        if C > 1 and self.sequence_parallel and (model.block_size // C) % T:
+            raise UsageError(
+                f"--block-size {model.block_size} / --context-parallel {C} = {model.block_size // C} positions a "
+                f"rank do not divide by --tensor-parallel {T} (--sequence-parallel splits them further)"
             )
         if model.dropout:
             raise UsageError(

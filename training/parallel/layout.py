@@ -1,17 +1,20 @@
-"""Where a rank sits when tensor, pipeline and data parallelism share the world: its coordinates and process groups.
+"""Where a rank sits when tensor, context, pipeline and data parallelism share the world: its coordinates and process
+groups.
 
-world = D x P x T ranks in Megatron's order, tensor-parallel ranks adjacent, then the pipeline stages, then the
-data-parallel copies (the group that talks at every layer is the closest, the one that talks once a step the
-farthest), so rank = (d * P + p) * T + t:
+world = D x P x C x T ranks in Megatron's order, tensor-parallel ranks adjacent, then the context-parallel ranks,
+then the pipeline stages, then the data-parallel copies (the group that talks at every layer is the closest, the
+one that talks once a step the farthest), so rank = ((d * P + p) * C + c) * T + t:
 
-    tensor-parallel group of rank r:  the T ranks with its (d, p)   (split each layer; same data, same stage)
-    pipeline group of rank r:         the P ranks with its (d, t)   (the stages; sends and receives between them)
-    data-parallel group of rank r:    the D ranks with its (p, t)   (the same shards; split the batch)
-    tied-table group of rank r:       stage 0 and stage P-1 with its (d, t)   (the token table's two copies)
+    tensor-parallel group of rank r:   the T ranks with its (d, p, c)   (split each layer; same data, same stage)
+    context-parallel group of rank r:  the C ranks with its (d, p, t)   (split the sequence; the attention's ring)
+    pipeline group of rank r:          the P ranks with its (d, c, t)   (the stages; sends and receives between them)
+    data-parallel group of rank r:     the D ranks with its (p, c, t)   (the same shards; split the batch)
+    gradient group of rank r:          the D x C ranks with its (p, t)  (the same weights: the gradients averaged)
+    tied-table group of rank r:        stage 0 and stage P-1 with its (d, c, t)   (the token table's two copies)
 
-A model's copy is the T x P ranks of one d.  With P = 1 this is T x D (rank = d * T + t), with T = 1 it is P x D
-(rank = d * P + p).  Every rank must create every group, in the same order (torch.distributed's rule for
-``new_group``).
+A model's copy is the T x C x P ranks of one d.  With C = 1 and P = 1 this is T x D (rank = d * T + t), with T = 1
+and C = 1 it is P x D (rank = d * P + p).  Every rank must create every group, in the same order
+(torch.distributed's rule for ``new_group``).
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ import torch.distributed as dist
 
 @dataclass(frozen=True)
 class ParallelLayout:
-    """This rank's coordinates (tensor-parallel rank t, pipeline stage p, data-parallel rank d) and its groups."""
+    """This rank's coordinates (tensor-parallel rank t, context-parallel rank c, pipeline stage p, data-parallel rank
+    d) and its groups."""
 
     tp: int
     dp: int
@@ -34,30 +38,65 @@ class ParallelLayout:
     pp: int = 1
     pp_rank: int = 0
     pp_group: dist.ProcessGroup | None = None
-    tie_group: dist.ProcessGroup | None = None  # stage 0 and stage P-1 of this (d, t); None when P = 1
+    tie_group: dist.ProcessGroup | None = None  # stage 0 and stage P-1 of this (d, c, t); None when P = 1
+    cp: int = 1
+    cp_rank: int = 0
+    cp_group: dist.ProcessGroup | None = None  # None when C = 1
+    grad_group: dist.ProcessGroup | None = None  # the D x C ranks of this (p, t); the data-parallel group when C = 1
 
 
-def rank_of(d: int, p: int, t: int, pipeline_parallel: int, tensor_parallel: int) -> int:
-    """The global rank of coordinates (d, p, t): (d * P + p) * T + t."""
-    return (d * pipeline_parallel + p) * tensor_parallel + t
+def rank_of(d: int, p: int, t: int, pipeline_parallel: int, tensor_parallel: int, c: int = 0, context: int = 1) -> int:
+    """The global rank of coordinates (d, p, c, t): ((d * P + p) * C + c) * T + t."""
+    return ((d * pipeline_parallel + p) * context + c) * tensor_parallel + t
 
 
-def parallel_layout(tensor_parallel: int, pipeline_parallel: int = 1) -> ParallelLayout:
-    """The groups of a world of D x P x T ranks (D = world / (T P)); refuses a T x P that does not divide the
+def parallel_layout(tensor_parallel: int, pipeline_parallel: int = 1, context_parallel: int = 1) -> ParallelLayout:
+    """The groups of a world of D x P x C x T ranks (D = world / (T C P)); refuses a split that does not divide the
     world."""
     world, rank = dist.get_world_size(), dist.get_rank()
-    T, P = tensor_parallel, pipeline_parallel
-    if T < 1 or P < 1 or world % (T * P):
-        what = f"--tensor-parallel {T}" + (f" x --pipeline-parallel {P} = {T * P}" if P != 1 else "")
+    T, P, C = tensor_parallel, pipeline_parallel, context_parallel
+    if min(T, P, C) < 1 or world % (T * P * C):
+        what = " x ".join(
+            f"--{name} {n}"
+            for name, n in (("tensor-parallel", T), ("context-parallel", C), ("pipeline-parallel", P))
+            if n != 1 or name == "tensor-parallel"
+        )
+        what += f" = {T * C * P}" if " x " in what else ""
         raise ValueError(f"{what} does not divide the world size {world}")
-    D = world // (T * P)
-    d, p, t = rank // (T * P), rank // T % P, rank % T
-    at = lambda d_, p_, t_: rank_of(d_, p_, t_, P, T)  # noqa: E731
-    # every rank creates every group, in one order: tensor, then pipeline, then data, then the tied table
-    tp_groups = {(i, j): dist.new_group([at(i, j, k) for k in range(T)]) for i in range(D) for j in range(P)}
-    pp_groups = {(i, k): dist.new_group([at(i, j, k) for j in range(P)]) for i in range(D) for k in range(T)}
-    dp_groups = {(j, k): dist.new_group([at(i, j, k) for i in range(D)]) for j in range(P) for k in range(T)}
+    D = world // (T * P * C)
+    d, p, c, t = rank // (T * C * P), rank // (T * C) % P, rank // T % C, rank % T
+    at = lambda d_, p_, c_, t_: rank_of(d_, p_, t_, P, T, c_, C)  # noqa: E731
+    every = [(i, j, m, k) for i in range(D) for j in range(P) for m in range(C) for k in range(T)]
+    # every rank creates every group, in one order: tensor, pipeline, data, tied table, then context and gradient
+    tp_groups = {(i, j, m): dist.new_group([at(i, j, m, k) for k in range(T)]) for i, j, m, _ in every if _ == 0}
+    pp_groups = {(i, m, k): dist.new_group([at(i, j, m, k) for j in range(P)]) for i, j, m, k in every if j == 0}
+    dp_groups = {(j, m, k): dist.new_group([at(i, j, m, k) for i in range(D)]) for i, j, m, k in every if i == 0}
     tie_groups = (
-        {(i, k): dist.new_group([at(i, 0, k), at(i, P - 1, k)]) for i in range(D) for k in range(T)} if P > 1 else {}
+        {(i, m, k): dist.new_group([at(i, 0, m, k), at(i, P - 1, m, k)]) for i, j, m, k in every if j == 0}
+        if P > 1
+        else {}
     )
-    return ParallelLayout(T, D, t, d, tp_groups[d, p], dp_groups[p, t], P, p, pp_groups[d, t], tie_groups.get((d, t)))
+    cp_groups, grad_groups = {}, {}
+    if C > 1:
+        cp_groups = {(i, j, k): dist.new_group([at(i, j, m, k) for m in range(C)]) for i, j, m, k in every if m == 0}
+        grad_groups = {
+            (j, k): dist.new_group([at(i, j, m, k) for i in range(D) for m in range(C)])
+            for i, j, m, k in every
+            if i == 0 and m == 0
+        }
+    return ParallelLayout(
+        T,
+        D,
+        t,
+        d,
+        tp_groups[d, p, c],
+        dp_groups[p, c, t],
+        P,
+        p,
+        pp_groups[d, c, t],
+        tie_groups.get((d, c, t)),
+        C,
+        c,
+        cp_groups.get((d, p, t)),
+        grad_groups.get((p, t), dp_groups[p, c, t]),
+    )

@@ -1,10 +1,13 @@
-"""train.py's model-parallel run: the GPT split T (tensor) x P (pipeline) ways, data parallelism over the rest of
-the world, ZeRO over the data-parallel ranks; one implementation behind the trainer's ``Impl`` protocol.
+"""train.py's model-parallel run: the GPT split T (tensor) x C (context) x P (pipeline) ways, data parallelism over
+the rest of the world, ZeRO over the data-parallel ranks; one implementation behind the trainer's ``Impl`` protocol.
 
-World = D x P x T ranks in Megatron's order (``layout.parallel_layout``): rank = (d * P + p) * T + t, t the rank's
-tensor-parallel rank, p its pipeline stage, d its data-parallel rank.  A step, on the rank's share of the global
-batch (the data-parallel rank's contiguous rows, ``shard_bounds``):
+World = D x P x C x T ranks in Megatron's order (``layout.parallel_layout``): rank = ((d * P + p) * C + c) * T + t,
+t the rank's tensor-parallel rank, c its context-parallel rank, p its pipeline stage, d its data-parallel rank.  A
+step, on the rank's share of the global batch (the data-parallel rank's contiguous rows, ``shard_bounds``):
 
+    C > 1   ``cp_gpt.context_parallel`` of the GPT (or of the tensor-parallel GPT): the rank's zigzag positions of
+            every window, ring attention over the context-parallel group; its gradients averaged with the
+            data-parallel ones, over the D x C ranks that hold the same weights (the gradient group)
     T > 1   ``TensorParallelGPT``: forward, the vocabulary-parallel loss, backward, ``finish_gradients``
     P > 1   ``GPTStage`` (T = 1) or ``TensorParallelStage`` (T > 1: each stage's blocks over its T ranks) run by
             ``run_schedule`` over M equal micro-batches, then ``finish_gradients`` (T > 1), then the tied table's
@@ -13,11 +16,11 @@ batch (the data-parallel rank's contiguous rows, ``shard_bounds``):
     clip    the total norm of the whole model's gradient: every rank's sum of squares, a parameter replicated over
             the tensor-parallel ranks counted 1/T, the pipeline's copy of the table not at all, all-reduced
 
-Each rank's loss gradient is its rows' share of the global mean, times D (the data-parallel reduction averages), so
-the update is the one-process step's up to the order of the sums.  ``model`` is the whole GPT: after each step's
-weights change it is gathered from the shards (collective: every rank evaluates the same batches), and evaluation,
-the summary and ``--check-parity`` read it.  With P > 1 the run's last step's timeline is written and printed at
-the end (``write_timeline``, pipeline_report.py).
+Each rank's loss gradient is its rows' (and positions') share of the global mean, times D x C (the reduction
+averages), so the update is the one-process step's up to the order of the sums.  ``model`` is the whole GPT: after
+each step's weights change it is gathered from the shards (collective: every rank evaluates the same batches), and
+evaluation, the summary and ``--check-parity`` read it.  With P > 1 the run's last step's timeline is written and
+printed at the end (``write_timeline``, pipeline_report.py).
 """
 
 from __future__ import annotations
@@ -39,16 +42,17 @@ from .layout import parallel_layout
 
 def check_world(split: ParallelConfig, batch_size: int, info: DistInfo) -> int:
     """Refuse, in one line naming the values, a world size or global batch that the split does not divide; -> D."""
-    T, P, M = split.tensor_parallel, split.pipeline_parallel, split.micro_batches
+    T, P, M, C = split.tensor_parallel, split.pipeline_parallel, split.micro_batches, split.context_parallel
     if not info.enabled:
         raise UsageError(
             f"model parallelism ({_settings(split)}) runs under torchrun: torchrun --standalone "
             f"--nproc-per-node N train.py ..."
         )
-    n = T * P
+    n = T * P * C
     if info.world_size % n:
+        context = f"--context-parallel {C} x " if C > 1 else ""
         raise UsageError(
-            f"the world size {info.world_size} does not divide by --tensor-parallel {T} x "
+            f"the world size {info.world_size} does not divide by --tensor-parallel {T} x {context}"
             f"--pipeline-parallel {P} = {n} ranks a copy of the model"
         )
     D = info.world_size // n
@@ -66,8 +70,9 @@ def check_world(split: ParallelConfig, batch_size: int, info: DistInfo) -> int:
 
 
 def _settings(split: ParallelConfig) -> str:
+    context = f" --context-parallel {split.context_parallel}" * (split.context_parallel > 1)
     return (
-        f"--tensor-parallel {split.tensor_parallel} --pipeline-parallel {split.pipeline_parallel} --zero "
+        f"--tensor-parallel {split.tensor_parallel}{context} --pipeline-parallel {split.pipeline_parallel} --zero "
         f"{split.zero}" + " --check-parity" * split.check_parity
     )
 
@@ -81,13 +86,16 @@ class ParallelImpl:
 
     def __init__(self, gpt, split: ParallelConfig, optim: OptimConfig, batch_size: int, info: DistInfo) -> None:
         self.split, self.model, self.clip = split, gpt, optim.clip_grad
-        T, P = split.tensor_parallel, split.pipeline_parallel
+        T, P, C = split.tensor_parallel, split.pipeline_parallel, split.context_parallel
         self.D = check_world(split, batch_size, info)
-        lay = parallel_layout(T, P)  # Megatron's order: tensor ranks adjacent, then the stages, then the copies
-        self.layout, self.T, self.P = lay, T, P
+        # Megatron's order: tensor ranks adjacent, then the context-parallel ranks, then the stages, then the copies
+        lay = parallel_layout(T, P, C)
+        self.layout, self.T, self.P, self.C = lay, T, P, C
+        self.R = self.D * C  # the ranks holding the same weights, over which the gradients are averaged
         # the group a stage's activations travel in (P > 1), else the tensor-parallel group: parity.py reads them
         self.inner_rank, self.inner_group = (lay.pp_rank, lay.pp_group) if P > 1 else (lay.tp_rank, lay.tp_group)
         self.dp_group = lay.dp_group
+        self.grad_group = lay.grad_group  # the data-parallel ranks and, with C > 1, the context-parallel ones
         self.data_info = DistInfo(lay.dp_rank, self.D)  # the rows of each global batch this rank's copy trains on
         full = dict(gpt.named_parameters())
         self.part, self.tie_group = _split(gpt, split, lay), lay.tie_group
@@ -103,12 +111,12 @@ class ParallelImpl:
         if split.zero:
             from .zero import ZeroOptimizer
 
-            self.zero = ZeroOptimizer(OPTIMIZERS[optim.optimizer], groups, stage=split.zero, group=lay.dp_group, **kw)
+            self.zero = ZeroOptimizer(OPTIMIZERS[optim.optimizer], groups, stage=split.zero, group=lay.grad_group, **kw)
             self.opt = self.zero.optimizer
         else:
             self.opt = get_optimizer(optim.optimizer, groups, **kw)
-            if self.D > 1:
-                self.buckets = GradBuckets(self.params, scale=1.0 / self.D, group=lay.dp_group)
+            if self.R > 1:
+                self.buckets = GradBuckets(self.params, scale=1.0 / self.R, group=lay.grad_group)
         self.eval_crit = CrossEntropyLoss(reduction="sum")
         self._stale = False  # whether the shards moved since the whole model was gathered
         self.logits = None  # the last step's logits where they are in one piece a copy (not pipelined)
@@ -131,8 +139,13 @@ class ParallelImpl:
     def forward_backward(self, x: Tensor, y: Tensor, total: int) -> Tensor:
         """This rank's gradients of its share of the global mean loss (x D); -> its summed loss as train_step's."""
         self.zero_grad()
-        share = y.numel() / total * self.D  # the data-parallel reduction averages over D
-        lay = self.layout  # one rank of each copy reports the loss: the last stage's first tensor rank
+        if self.C > 1:  # this rank's zigzag positions of every window (cp_gpt.py)
+            from .cp_gpt import zigzag_part
+
+            x, y = zigzag_part(x, self.layout.cp_rank, self.C), zigzag_part(y, self.layout.cp_rank, self.C)
+        share = y.numel() / total * self.R  # the gradient reduction averages over the R = D x C ranks
+        lay = self.layout  # who reports the loss: the last stage's first tensor rank (each context-parallel rank,
+        # its positions')
         reports = lay.pp_rank == self.P - 1 and lay.tp_rank == 0
         if self.P > 1:
             from .pipeline_runtime import run_schedule
@@ -160,10 +173,10 @@ class ParallelImpl:
             self.part.finish_gradients()
         else:
             crit = CrossEntropyLoss()
-            logits = self.model(x)
+            logits = self.part(x)
             mean = crit(*rows(logits, y))
             self.logits = logits
-            self.model.backward(crit.backward(share).view_as(logits))
+            self.part.backward(crit.backward(share).view_as(logits))
         self._stale = True
         return mean.detach().double() * y.numel() if reports else torch.zeros((), dtype=torch.float64)
 
@@ -183,7 +196,8 @@ class ParallelImpl:
         squares = sum(
             self.norm_weight[id(p)] * p.grad.double().square().sum() for p in self.params if p.grad is not None
         )
-        squares = torch.as_tensor(squares, dtype=torch.float64) / self.D  # every data-parallel rank holds them all
+        # every rank of the gradient group (D x C) holds them all
+        squares = torch.as_tensor(squares, dtype=torch.float64) / self.R
         dist.all_reduce(squares)
         total = squares.sqrt()
         coef = (self.clip / (total + 1e-6)).clamp(max=1.0)
@@ -242,14 +256,24 @@ class ParallelImpl:
         """The split, for the run's first line."""
         c = self.split
         tensor = f"tensor-parallel {self.T}{' with sequence parallelism' * c.sequence_parallel}"
+        context = f"context-parallel {self.C} (ring attention, zigzag chunks)"
         pipe = f"pipeline-parallel {self.P} ({c.pipeline_schedule}, {c.micro_batches} micro-batches)"
-        split = " x ".join([tensor] * (self.T > 1) + [pipe] * (self.P > 1)) or "the model whole on each rank"
+        split = (
+            " x ".join([tensor] * (self.T > 1) + [context] * (self.C > 1) + [pipe] * (self.P > 1))
+            or "the model whole on each rank"
+        )
         return f"{split} x data-parallel {self.D}{f', ZeRO-{c.zero}' if c.zero else ''}"
 
 
 def _split(gpt, split: ParallelConfig, lay):
     """This rank's part of the GPT: a tensor-parallel stage, a tensor-parallel GPT, a stage, or the GPT whole."""
     T, P, sp = split.tensor_parallel, split.pipeline_parallel, split.sequence_parallel
+    if split.context_parallel > 1:  # the GPT (or its tensor-parallel part) on this rank's zigzag positions
+        from .cp_gpt import context_parallel
+        from .tp_gpt import TensorParallelGPT
+
+        base = TensorParallelGPT(gpt, lay.tp_group, sequence_parallel=sp) if T > 1 else gpt
+        return context_parallel(base, lay.cp_group, gpt.block_size, lay.cp_rank, lay.cp)
     if T > 1 and P > 1:
         from .tp_pipeline import TensorParallelStage
 

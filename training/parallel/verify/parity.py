@@ -100,20 +100,20 @@ def _sharded(impl, x: Tensor, y: Tensor) -> dict:
         stop()
     sp = impl.T > 1 and impl.split.sequence_parallel
     for i, t in enumerate(seen):  # under sequence parallelism each rank holds its positions: gathered along T
-        out[f"output transformer.h.{i}"] = _gather(t, 1, impl.inner_group) if sp else t
+        out[f"output transformer.h.{i}"] = _whole_windows(impl, _gather(t, 1, impl.inner_group) if sp else t)
     if impl.logits is not None:
         logits = impl.logits.detach()
         if impl.T > 1:  # each rank holds its vocabulary columns (padded): gathered, the padding cut
             logits = _gather(logits, -1, impl.inner_group)[..., : impl.model.vocab_size]
-        out["output logits"] = logits
+        out["output logits"] = _whole_windows(impl, logits)
     dist.all_reduce(loss)  # one rank of each copy reports its rows' summed loss
     out["loss"] = (loss / y.numel()).reshape(1)
     kept = [p.grad for p in impl.params]
-    for p in impl.params:  # the gradient averaged over the data-parallel ranks, for the report only
+    for p in impl.params:  # the gradient averaged over the ranks that hold the same weights, for the report only
         p.grad = p.grad.clone()
-        if impl.D > 1:
-            dist.all_reduce(p.grad, group=impl.dp_group)
-            p.grad.div_(impl.D)
+        if impl.R > 1:  # (R = D x C: the context-parallel ranks hold their positions' share too)
+            dist.all_reduce(p.grad, group=impl.grad_group)
+            p.grad.div_(impl.R)
     grads = impl.gathered(grad=True)
     for p, g in zip(impl.params, kept, strict=True):
         p.grad = g
@@ -154,6 +154,17 @@ def _pipeline_outputs(impl, x: Tensor) -> dict:
     every = [None] * impl.P
     dist.all_gather_object(every, mine, group=group)
     return {k: v for part in every for k, v in part.items()}  # compare() reads them in the reference's order
+
+
+def _whole_windows(impl, t: Tensor) -> Tensor:
+    """Under context parallelism each rank holds its zigzag positions: the C ranks' gathered, in the window's order."""
+    if impl.C == 1:
+        return t
+    from ..cp_gpt import unzigzag
+
+    parts = [torch.empty_like(t) for _ in range(impl.C)]
+    dist.all_gather(parts, t.contiguous(), group=impl.layout.cp_group)
+    return unzigzag(parts, dim=1)
 
 
 def _gather(t: Tensor, dim: int, group) -> Tensor:
@@ -210,7 +221,8 @@ def report(rows_: list[dict], split: ParallelConfig, dtype: str) -> list[str]:
     """The table, then the verdict line naming the first tensor past rounding."""
     settings = (
         f"--tensor-parallel {split.tensor_parallel}{' --sequence-parallel' * split.sequence_parallel} "
-        f"--pipeline-parallel {split.pipeline_parallel} --zero {split.zero}"
+        + f"--context-parallel {split.context_parallel} " * (split.context_parallel > 1)
+        + f"--pipeline-parallel {split.pipeline_parallel} --zero {split.zero}"
     )
     lines = [
         f"parity of the first step, {settings} against one process ({dtype}): largest |difference| per "
