@@ -112,7 +112,8 @@ def test_data_benchmark_runs(tiny):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
-@pytest.mark.parametrize("script", sorted(set(CASES) - {"data_parallel.py", "kernels_cpp.py"} | {"data.py"}))  # (CPU only)
+# every script but the CPU-only ones
+@pytest.mark.parametrize("script", sorted(set(CASES) - {"data_parallel.py", "kernels_cpp.py"} | {"data.py"}))
 def test_a_missing_device_is_one_line(script):
     r = bench(script, "--device", "cuda")
     assert r.returncode == 2 and r.stderr.strip() == (
