@@ -16,7 +16,6 @@ from kernels import linear
 from .checks import Expects, check_int
 from .init import torch_default_params
 from .layer import BaseLayer, learned
-from .template import Product
 
 
 class Linear(BaseLayer):
@@ -99,13 +98,14 @@ class Linear(BaseLayer):
         x, weight = saved.x, saved.weight  # (N, D), (H, D)
         if dout.dim() != 2:
             dout = dout.reshape(-1, self.out_features)  # (N, H): every leading position a row
-        dweight: Tensor | Product
-        if kernels.enabled():  # dweight into .grad in place, dx only when asked for: kernels/linear.py
-            dx, dweight, dbias = linear.linear_backward(dout, x, weight, needs_dx=self.needs_input_grad)
-        else:
+        if not kernels.enabled():
             dx = dout @ weight  # (N, D): dx[n, d] = sum_h dout[n, h] weight[h, d]
             dweight = dout.T @ x  # (H, D): dweight[h, d] = sum_n dout[n, h] x[n, d], a sum over the batch
             dbias = dout.sum(0)  # (H,): the bias is added to every row, so its gradient sums over the batch
+        else:  # dweight into .grad in place (a Product the template adds), dx only when asked for: kernels/linear.py
+            dx, dweight, dbias = linear.linear_backward(  # type: ignore[assignment]
+                dout, x, weight, needs_dx=self.needs_input_grad
+            )
         if dx is not None and len(saved.lead) != 1:
             dx = dx.view(*saved.lead, self.in_features)  # (*, D)
         return dx, {"weight": dweight, "bias": dbias}

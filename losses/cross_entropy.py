@@ -167,7 +167,8 @@ class CrossEntropyLoss(Loss):
                 dlogits[torch.arange(n), target] += self.label_smoothing
                 dlogits -= self.label_smoothing / dlogits.shape[1]
         if self.reduction == "mean":
-            dlogits /= saved.count  # the loss is a mean over the positions that count: an ignored one does not
+            n = saved.count  # type: ignore[assignment]  # the positions that count (a tensor where known on the device)
+            dlogits /= n  # the loss is a mean over the batch
         if skip is not None:
             dlogits[skip] = 0  # an ignored position has no gradient (every one ignored: 0, not 0/0)
         return _unrows((dlogits * dout).to(saved.dtype), saved.shape)
