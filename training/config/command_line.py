@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any, cast
 
 from ..errors import UsageError
 from .setting import Setting
@@ -61,7 +62,7 @@ class _Shared(argparse.Action):
 
 def _option(s: Setting, sharers: list[Setting]) -> dict:
     """add_argument's keywords for setting ``s`` (and the settings that share its flag)."""
-    kw = {"dest": s.key, "default": argparse.SUPPRESS, "help": s.help_text()}
+    kw: dict[str, Any] = {"dest": s.key, "default": argparse.SUPPRESS, "help": s.help_text()}
     if s.form in ("switch", "negated"):
         return {**kw, "action": "store_true" if s.form == "switch" else "store_false"}
     if s.form == "either":
@@ -75,7 +76,7 @@ def _option(s: Setting, sharers: list[Setting]) -> dict:
     elif s.type in (int, float):
         kw["type"] = s.type
     if s.choices is not None and s.listed:
-        kw["choices"] = [*s.choices, *(c for o in sharers for c in o.choices)]
+        kw["choices"] = [*s.choices, *(c for o in sharers for c in cast(tuple, o.choices))]  # a sharer has choices
     if s.metavar is not None:
         kw["metavar"] = s.metavar
     if sharers:
@@ -87,7 +88,10 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     """The parser of every setting, in the parts' order; the text runs' and the model-parallel settings in sections
     of their own."""
     parser = _Parser(description=description)
-    sections = {None: parser, **{g: parser.add_argument_group(title) for g, title in GROUPS.items()}}
+    sections: dict[str | None, argparse._ActionsContainer] = {
+        None: parser,
+        **{g: parser.add_argument_group(title) for g, title in GROUPS.items()},
+    }
     for _, s in SETTINGS.values():
         sharers = [o for _, o in SETTINGS.values() if o.shares == s.key]
         sections[s.group].add_argument(s.flag, **_option(s, sharers))

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import cast
 
 import torch
 
@@ -74,7 +75,7 @@ def _check_fraction(name: str, value) -> None:
 class DataConfig:
     """What a run trains on, and how it is cut into batches and splits."""
 
-    dataset: str | None = setting(
+    dataset: str = setting(
         per_model(image="fashion-mnist", text="shakespeare"),
         "{image} (the default for the image models): from --data-dir, else Debian's dataset-fashion-mnist package "
         "(the README's install), else downloaded; mnist: from --data-dir, else downloaded; {text} (the default for "
@@ -96,7 +97,7 @@ class DataConfig:
     download: bool = setting(
         True, "never try the network for missing files", type=bool, form="negated", local=True, applies=("image",)
     )
-    batch_size: int | None = setting(
+    batch_size: int = setting(
         per_model(image=128, text=12),
         "samples per step, under torchrun the global batch (default: {image} images, {text} windows of text)",
         type=int,
@@ -161,7 +162,7 @@ class DataConfig:
 class ModelConfig:
     """The model: which one, and its size."""
 
-    name: str | None = setting(
+    name: str = setting(
         per_model(image="mlp", text="gpt"),
         "{image}: the default Net (the default with an image dataset); cnn: the CNN; {text}: a character-level GPT "
         "(the default with a text corpus); lstm, gru: character-level recurrent language models",
@@ -231,7 +232,7 @@ class OptimConfig:
     """The optimizer, its hyper-parameters and the learning rate's schedule."""
 
     lr: float = setting(1e-3, "learning rate (the peak, with --schedule onecycle)", type=float, keeps="math")
-    optimizer: str | None = setting(
+    optimizer: str = setting(
         per_model(image="adam", text="adamw"),
         "one of " + ", ".join(OPTIMIZERS) + " (default: {image} for images, {text} for text)",
         choices=tuple(OPTIMIZERS),
@@ -239,7 +240,7 @@ class OptimConfig:
         keeps="math",
     )
     momentum: float = setting(0.0, "for sgd and rmsprop", type=float, keeps="math")
-    weight_decay: float | None = setting(
+    weight_decay: float = setting(
         per_model(image=0.0, text=0.1),
         "the optimizer's weight_decay, adamw's "
         "decoupled; text runs decay the matrices and embeddings only, as nanoGPT "
@@ -247,13 +248,13 @@ class OptimConfig:
         type=float,
         keeps="math",
     )
-    beta2: float | None = setting(
+    beta2: float = setting(
         per_model(image=0.999, text=0.99),
         "adam/adamw's second-moment decay (default: {image} for images, {text} for text)",
         type=float,
         keeps="math",
     )
-    schedule: str | None = setting(
+    schedule: str = setting(
         per_model(image="constant", text="warmup-cosine"),
         "learning rate per step: {image} (the images' default); cosine (annealed to 0); onecycle (warm-up to --lr, "
         "then annealed); {text} (text's default, nanoGPT's: linear warm-up for --warmup-iters, then cosine to "
@@ -601,7 +602,8 @@ class ParallelConfig:
             what = "--micro-batches" if "micro_batches" in given else "--schedule " + self.pipeline_schedule
             raise UsageError(f"{what} applies to a pipeline: give --pipeline-parallel P > 1")
         # (n_embd is a multiple of n_head already)
-        for what, n, parts in (("--n-head", model.n_head, T), ("--n-layer", model.n_layer, P)):
+        n_layer = cast(int, model.n_layer)  # the GPT's per-model default, filled in by TrainConfig
+        for what, n, parts in (("--n-head", model.n_head, T), ("--n-layer", n_layer, P)):
             if n % parts:
                 split = "--tensor-parallel" if parts == T else "--pipeline-parallel"
                 raise UsageError(f"{what} {n} does not divide by {split} {parts}")

@@ -10,6 +10,7 @@ and world size it was written with.  Every refusal is one line.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, cast
 
 from ..errors import UsageError
 from .choices import family_of, flag
@@ -44,7 +45,7 @@ def resumed(config: TrainConfig, ckpt: dict, world_size: int = 1) -> TrainConfig
 
     A checkpoint that already holds every requested epoch is continued as is (the run then only completes its
     outputs).  Settings that fail TrainConfig's checks are refused."""
-    path = config.run.resume
+    path = cast(Path, config.run.resume)  # given: the caller read ``ckpt`` from it
     saved = saved_settings(ckpt)
     length = ("max_iters", "data_file", "epochs")  # how long the run is planned, and (text) on which file
     try:  # the checkpoint's settings on their own, before any flag is set against them
@@ -94,7 +95,7 @@ def _text_length(config: TrainConfig, ckpt: dict, own: TrainConfig) -> dict:
     """A text run's corpus file (unless given again: the data's fingerprint is checked once it is read) and its
     --max-iters (unless given); a longer run continues a checkpoint whose last round was a whole --eval-interval
     (a shorter last round cannot grow)."""
-    changes = {} if "data_file" in config.given else {"data_file": own.data.data_file}
+    changes: dict[str, Any] = {} if "data_file" in config.given else {"data_file": own.data.data_file}
     iters = changes["max_iters"] = config.run.max_iters if "max_iters" in config.given else own.run.max_iters
     interval = own.run.eval_interval
     done = min(ckpt["epoch"] * interval, own.run.max_iters)  # the iterations the checkpoint holds

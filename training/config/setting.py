@@ -2,8 +2,11 @@
 range in the field's metadata.  The command line (command_line.py) is built from these declarations, each part
 checks its own values against them, and the resume and rank-agreement rules read them.
 
-    batch_size: int | None = setting(per_model(image=128, text=12), "samples per step ... (default: {image} images,
-                                     {text} windows of text)", type=int, low=1, keeps="math")
+    batch_size: int = setting(per_model(image=128, text=12), "samples per step ... (default: {image} images,
+                              {text} windows of text)", type=int, low=1, keeps="math")
+
+A per-model setting's field is typed as TrainConfig makes it, the model known: ``int`` where every model has a
+value, ``int | None`` where some have none (--hidden: the GPT's).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar, overload
 
 from layers.checks import is_a
 
@@ -71,7 +75,7 @@ class Setting:
         """The help as --help prints it: the declared text, its per-model defaults filled in, and "(default: X)"
         after it where it does not state its default itself and there is one to state."""
         text = self.help() if callable(self.help) else self.help
-        if self.varies:
+        if isinstance(self.default, PerModel):  # self.varies, spelled so the type checker narrows it
             return text.format(**self.default.values)
         if self.default is None or self.default is False or self.form == "negated" or "(default" in text:
             return text
@@ -105,9 +109,17 @@ class Setting:
         return value
 
 
-def setting(default, help, **declared) -> dataclasses.Field:
+_T = TypeVar("_T")
+
+
+@overload
+def setting(default: PerModel, help: str | Callable[[], str], **declared: Any) -> Any: ...
+@overload
+def setting(default: _T, help: str | Callable[[], str], **declared: Any) -> _T: ...
+def setting(default: Any, help: str | Callable[[], str], **declared: Any) -> Any:
     """A part's field declared as a setting (see Setting); a per-model default leaves the field None until the
-    configuration knows the model."""
+    configuration knows the model.  Typed as dataclasses.field is, as the field's value: a plain default must be of
+    the field's type; a per-model one is taken for it (TrainConfig fills it in before it makes the part)."""
     s = Setting(help=help, default=default, **declared)
     return dataclasses.field(default=None if s.varies else default, metadata={"setting": s})
 

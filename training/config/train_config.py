@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 import torch
 
 from ..errors import UsageError
 from .choices import FAMILIES, TEXT_DATASETS, TEXT_MODELS, family_of, flag
 from .parts import DataConfig, ModelConfig, OptimConfig, ParallelConfig, RunConfig
-from .setting import Setting, settings_of
+from .setting import PerModel, Setting, settings_of
 
 PARTS = {"data": DataConfig, "model": ModelConfig, "optim": OptimConfig, "run": RunConfig, "parallel": ParallelConfig}
 # every setting by its key (its command-line name): the part that holds it, and its declaration
@@ -53,11 +54,11 @@ class TrainConfig:
                 f"flag: batch_size is --batch-size)"
             )
         family = family_of(settings.get("model"), settings.get("dataset"), settings.get("data_file"))
-        model = settings.get("model") or declared("model").default.of(None, family)
+        model = settings.get("model") or cast(PerModel, declared("model").default).of(None, family)
         values = {}
         for key, (_, s) in SETTINGS.items():
             value = settings.get(key, None if s.varies else s.default)
-            values[key] = s.default.of(model, family) if value is None and s.varies else value
+            values[key] = cast(PerModel, s.default).of(model, family) if value is None and s.varies else value
         values["model"] = model
         parallel = ParallelConfig(**_part_values(ParallelConfig, values))
         if parallel.requested(given) and "impl" not in given and values["impl"] == "both":
@@ -98,7 +99,7 @@ class TrainConfig:
     def default_of(self, key: str):
         """The default of setting ``key`` for this run's model and family."""
         s = declared(key)
-        return s.default.of(self.model.name, self.family) if s.varies else s.default
+        return cast(PerModel, s.default).of(self.model.name, self.family) if s.varies else s.default
 
     def replace(self, *, given: Iterable[str] | None = None, **changes) -> TrainConfig:
         """A copy with ``changes`` (settings by key); ``given`` replaces the given keys."""
@@ -147,14 +148,15 @@ def _part_values(cls, values: dict) -> dict:
 
 def _not_for(s: Setting, model: str, family: str) -> str:
     """Why setting ``s`` cannot be set for ``model``, in one line."""
-    kinds = {a if a in FAMILIES else family_of(a, None) for a in s.applies}
+    applies = cast(tuple, s.applies)  # not None: a setting that applies to every model is never refused
+    kinds = {a if a in FAMILIES else family_of(a, None) for a in applies}
     if family not in kinds:  # a setting of the other family
         kind = kinds.pop()
         models = ", ".join(FAMILIES[kind])
         return f"{s.flag} applies to the {kind} models ({models}), not --model {model}" + (
             "; a text run counts --max-iters and evaluates every --eval-interval" if kind == "image" else ""
         )
-    names = list(s.applies)
+    names = list(applies)
     listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
     return f"{s.flag} applies to --model {listed} only, not --model {model}"
 
