@@ -8,6 +8,8 @@ this process's (local) sizes, and M_g = the sum of M over the process group (the
 
 from __future__ import annotations
 
+from typing import overload
+
 import torch
 import torch.distributed as dist
 from torch import Tensor
@@ -139,7 +141,13 @@ class SyncBatchNorm(_BatchNorm):
         return sync.train(bn.training)
 
 
-def convert_sync_batchnorm(model: Layer, process_group: dist.ProcessGroup | None = None) -> Layer:
+@overload
+def convert_sync_batchnorm(model: Sequential, process_group: dist.ProcessGroup | None = None) -> Sequential: ...
+@overload
+def convert_sync_batchnorm(model: Layer, process_group: dist.ProcessGroup | None = None) -> Layer: ...
+def convert_sync_batchnorm(
+    model: Layer | Sequential, process_group: dist.ProcessGroup | None = None
+) -> Layer | Sequential:
     """Every BatchNorm1d/BatchNorm2d in ``model`` (a layer or a Sequential, nested allowed) replaced by a
     SyncBatchNorm over ``process_group`` that holds the same parameter and buffer tensors, as
     ``torch.nn.SyncBatchNorm.convert_sync_batchnorm`` does.  A Sequential is changed in place and

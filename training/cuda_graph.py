@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -125,8 +125,9 @@ class CapturedStep:
         if not self.enabled or _signature(x, y) != self._signature:
             self.eager_calls += 1
             return self.step_fn(x, y)  # on the current stream: correct for any shape
-        self._static_x.copy_(x)
-        self._static_y.copy_(y)
+        static_x, static_y = self._statics()
+        static_x.copy_(x)
+        static_y.copy_(y)
         if self._graph is None and self._warm < self.warmup:
             self._warm += 1
             self.eager_calls += 1
@@ -145,19 +146,24 @@ class CapturedStep:
                     stacklevel=2,
                 )
                 self.enabled = False
-                torch.cuda.synchronize(self._static_x.device)
+                torch.cuda.synchronize(static_x.device)
                 self.eager_calls += 1
                 return self.step_fn(x, y)
-        self._graph.replay()
+        cast(torch.cuda.CUDAGraph, self._graph).replay()  # captured above
         self.replays += 1
         return self._static_out
 
+    def _statics(self) -> tuple[Tensor, Tensor]:
+        """The captured step's input buffers: made in __init__ when it was enabled (the only callers' case)."""
+        return cast(Tensor, self._static_x), cast(Tensor, self._static_y)
+
     def _on_side_stream(self) -> Any:
         """An eager step on a side stream (capture requires warm-up there), the caller's stream waiting."""
-        side, main = torch.cuda.Stream(device=self._static_x.device), torch.cuda.current_stream(self._static_x.device)
+        static_x, static_y = self._statics()
+        side, main = torch.cuda.Stream(device=static_x.device), torch.cuda.current_stream(static_x.device)
         side.wait_stream(main)
         with torch.cuda.stream(side):
-            out = self.step_fn(self._static_x, self._static_y)
+            out = self.step_fn(static_x, static_y)
         main.wait_stream(side)
         return out
 
@@ -165,9 +171,10 @@ class CapturedStep:
         graph = torch.cuda.CUDAGraph()
         for gen in self.generators:
             graph.register_generator_state(gen)
-        torch.cuda.synchronize(self._static_x.device)
+        static_x, static_y = self._statics()
+        torch.cuda.synchronize(static_x.device)
         with torch.cuda.graph(graph):  # records the launches; nothing runs until replay()
-            self._static_out = self.step_fn(self._static_x, self._static_y)
+            self._static_out = self.step_fn(static_x, static_y)
         self._graph = graph
         self.captures += 1
 

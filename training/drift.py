@@ -17,6 +17,7 @@ they are.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 import torch
 from torch import Tensor
@@ -86,7 +87,7 @@ class Drift:
 
     def end_epoch(self, epoch: int) -> float:
         """Log and return the largest weight difference now, when every implementation has finished ``epoch``."""
-        diff = max_param_abs_diff(self.impls)
+        diff = cast(float, max_param_abs_diff(self.impls))  # a number: a Drift compares two implementations or more
         self.log({"type": "drift", "epoch": epoch, "step": self.step, "impls": self.names, "max_param_abs_diff": diff})
         return diff
 

@@ -15,6 +15,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -58,6 +59,13 @@ def evaluate(impl: Impl, x: Tensor, y: Tensor, batch: int = 2000, info: DistInfo
     return loss_sum / n, correct / n
 
 
+class Where(Protocol):
+    """``where(i)``: the place in the run of the i-th row taken ("epoch 2, step 17"), for StepSums.take's error
+    (a Protocol, not a Callable: the type checker then takes a lambda that binds loop variables as defaults)."""
+
+    def __call__(self, i: int, /) -> str: ...
+
+
 class StepSums:
     """Per-step sums (a step's summed loss, and a classifier's correct predictions) kept in a small device buffer
     and read back once every ``every`` steps: the training loop's one host synchronisation.  Under torchrun the
@@ -78,7 +86,7 @@ class StepSums:
         """Whether to read back now: the buffer is full, or the round's last step was added."""
         return self.kept == self.buf.shape[0] or last
 
-    def take(self, name: str, where: Callable[[int], str]) -> list[list[float]]:
+    def take(self, name: str, where: Where) -> list[list[float]]:
         """The rows so far, as numbers, emptied; a non-finite loss (column 0) stops the run naming the step where
         it first appeared, ``where(i)`` for row i ("epoch 2, step 17", "iteration 340")."""
         rows = self.buf[: self.kept]

@@ -24,8 +24,8 @@ def write_plots(out: Path, records: list, kind: str = "image") -> list[Path]:
     impls = list(dict.fromkeys(h["impl"] for h in history))
     text = kind == "text"
     panels = (1 if text else 2) + bool(drift)
-    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4), squeeze=False)
-    axes = list(axes[0])
+    fig, grid = plt.subplots(1, panels, figsize=(5.5 * panels, 4), squeeze=False)
+    axes = list(grid[0])
     ax_loss, ax_acc = axes[0], (None if text else axes[1])
     x_key = "iter" if text else "epoch"
     for i, name in enumerate(impls):

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 
+from layers import Sequential
 from losses import CrossEntropyLoss
 from optimizers import Adam
 
@@ -33,9 +35,9 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a - b).abs().max() / b.abs().max().clamp_min(1e-300)).item()
 
 
-def _manual(config: TrainConfig, device) -> object:
+def _manual(config: TrainConfig, device) -> Sequential:
     c = config.replace(impl="manual")
-    return build_models(c.model, c.run, device, c.run.torch_dtype)["manual"]
+    return cast(Sequential, build_models(c.model, c.run, device, c.run.torch_dtype)["manual"])  # a Net or the CNN
 
 
 def _initial_loss(config, device, x, y) -> tuple[float, bool, str]:
@@ -64,11 +66,11 @@ def _overfit(config, device, x, y) -> tuple[float, bool, str]:
     return float("inf"), False, f"100% of {OVERFIT_SAMPLES} in <= {OVERFIT_STEPS} steps"
 
 
-def _first_step(config, device, x, y) -> dict[str, torch.Tensor]:
+def _first_step(config, device, x, y) -> dict[str, float]:
     """One forward and backward of the hand-written model and its twin -> losses and gradients by name."""
     c = config.replace(impl="both")
     models = build_models(c.model, c.run, device, c.run.torch_dtype)
-    manual, twin = models["manual"], models["torch"]
+    manual, twin = cast(Sequential, models["manual"]), cast(torch.nn.Module, models["torch"])
     for m in (manual, twin):
         use_generator(m, torch.Generator(device=device).manual_seed(c.run.seed))  # the same dropout masks
     crit = CrossEntropyLoss()
@@ -79,7 +81,8 @@ def _first_step(config, device, x, y) -> dict[str, torch.Tensor]:
     twin_params = dict(twin.named_parameters())
     worst = 0.0
     for name, p in manual.named_parameters():  # the same names, shapes and layouts as the twin's
-        worst = max(worst, _rel(p.grad, twin_params[name].grad))
+        grad, twin_grad = cast(torch.Tensor, p.grad), cast(torch.Tensor, twin_params[name].grad)  # both backwards ran
+        worst = max(worst, _rel(grad, twin_grad))
     return {"loss_manual": loss_m.item(), "loss_torch": loss_t.item(), "worst_grad": worst}
 
 
@@ -124,8 +127,8 @@ def run_sanity(config: TrainConfig, say: Callable = print) -> int:
         f"{f' (--dtype {run.dtype}: checked on the float32 model and master weights)' if run.is_mixed else ''}"
     )
     say(f"{'check':<{width}}  {'measured':>14}  {'required':<26} result")
-    for name, value, want, ok in rows:
-        say(f"{name:<{width}}  {value:>14}  {want:<26} {'PASS' if ok else 'FAIL'}")
+    for name, measured, want, ok in rows:
+        say(f"{name:<{width}}  {measured:>14}  {want:<26} {'PASS' if ok else 'FAIL'}")
     passed = all(r[3] for r in rows)
     say("all checks passed" if passed else "some checks FAILED")
     return 0 if passed else 1

@@ -10,7 +10,9 @@ import torch
 from .config.parts import OptimConfig
 
 
-def make_scheduler(opt: torch.optim.Optimizer, optim: OptimConfig, total: int):
+def make_scheduler(
+    opt: torch.optim.Optimizer, optim: OptimConfig, total: int
+) -> torch.optim.lr_scheduler.LRScheduler | None:
     """-> an LRScheduler for ``optim.schedule`` over ``total`` steps, or None for a constant rate."""
     if optim.schedule == "cosine":
         return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total)

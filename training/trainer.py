@@ -15,6 +15,7 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import torch
 
@@ -131,7 +132,8 @@ def _train(
     folder: OutputFolder | None,
     threads: str,
 ) -> int:
-    run, resume = config.run, config.run.resume
+    run = config.run
+    resume = cast(Path, run.resume)  # read only where ckpt is not None: the checkpoint was read from it
     task = make_task(config.family, config.model, config.data, run, device, say)
     if ckpt is not None:
         check_data(ckpt, task.fingerprint, resume, task.data_name)
@@ -257,7 +259,7 @@ def _precision(run: RunConfig) -> str:
 def _mixed_summary(run: RunConfig, impls: dict) -> dict:
     """What summary.json says of a mixed-precision run: the compute dtype, what max_param_abs_diff compares, and
     (float16) each implementation's final loss scale."""
-    info = {
+    info: dict[str, object] = {
         "compute_dtype": run.dtype,
         "weights": "float32 (the manual run's master weights)",
         "max_param_abs_diff": "between float32 weights of runs that each round their products to "

@@ -15,7 +15,7 @@ after unscaling, in float32.  float32/float64 runs take none of these paths.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -33,9 +33,9 @@ from .twin import TorchImpl
 
 class Impl(Protocol):
     name: str
-    model: object  # has state_dict() / load_state_dict()
+    model: Any  # a hand-written Layer, an EngineNet or an nn.Module: each has state_dict() / load_state_dict()
     opt: torch.optim.Optimizer
-    sched: object | None  # a torch.optim.lr_scheduler stepped after every step, or None
+    sched: torch.optim.lr_scheduler.LRScheduler | None  # stepped after every step, or None
     monitor: object | None  # a monitoring.GradientMonitor told of every step's gradients, or None
 
     def train_step(self, x: Tensor, y: Tensor, total: int, step: int = 0) -> tuple[Tensor, Tensor, Tensor | None]:

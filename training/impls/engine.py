@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from autodiff import cross_entropy, no_grad
 from optimizers import clip_grad_norm_, get_optimizer
 
@@ -13,7 +15,7 @@ from .optim_setup import clip_monitored, optimizer_kwargs
 
 class EngineImpl:
     name = "engine"
-    sched = None
+    sched: torch.optim.lr_scheduler.LRScheduler | None = None
     monitor = None
 
     def __init__(self, model, optim: OptimConfig, run: RunConfig, info: DistInfo = SINGLE):

@@ -32,7 +32,7 @@ def _half(x: Tensor, dtype: torch.dtype) -> Tensor:
 
 class ManualImpl:
     name = "manual"
-    sched = None
+    sched: torch.optim.lr_scheduler.LRScheduler | None = None
     monitor = None
     master = None  # mixed precision: the float32 MasterWeights the optimizer steps
     scaler = None  # float16: the DynamicLossScaler

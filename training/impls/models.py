@@ -69,7 +69,7 @@ def build_models(
         if sync_bn:
             manual, twin = convert_sync_batchnorm(manual), sync_batchnorm_twin(twin, torch.device(device))
         return {name: {"manual": manual, "torch": twin}[name] for name in impls}
-    size = {"hidden_size": model.hidden, "depth": model.depth, "device": device, "dtype": dtype}
+    size: dict[str, Any] = {"hidden_size": model.hidden, "depth": model.depth, "device": device, "dtype": dtype}
     manual = Net(**size)
     models: dict[str, object] = {}
     if "manual" in impls:

@@ -3,6 +3,8 @@ monitor told, and cross-entropy over rows (an image's logits (N, C), or a langua
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -10,7 +12,7 @@ from ..config.parts import OptimConfig
 
 
 def optimizer_kwargs(optim: OptimConfig) -> dict:
-    kw = {"lr": optim.lr, "weight_decay": optim.weight_decay}
+    kw: dict[str, Any] = {"lr": optim.lr, "weight_decay": optim.weight_decay}
     if optim.optimizer in ("sgd", "rmsprop"):
         kw["momentum"] = optim.momentum
     if optim.optimizer in ("adam", "adamw"):
@@ -35,7 +37,7 @@ def capturable_kwargs(optim: OptimConfig, param: torch.Tensor) -> dict:
     """The captured step's optimizer: capturable (step counters on the device) and, with a --schedule, lr a 0-d
     tensor beside the parameters that the kernels read there, so that the schedule's changes (schedulers fill a
     tensor lr in place) reach a replayed graph.  A constant lr stays a number (one kernel fewer in SGD's step)."""
-    kw = {"capturable": True}
+    kw: dict[str, Any] = {"capturable": True}
     if optim.schedule != "constant":
         kw["lr"] = torch.tensor(optim.lr, dtype=param.dtype, device=param.device)
     return kw

@@ -6,6 +6,9 @@ PyTorch's own recipe, for comparison with the hand-written one.  Under torchrun:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -19,7 +22,7 @@ from .optim_setup import clip_monitored, optimizer_kwargs, param_groups, rows
 
 class TorchImpl:
     name = "torch"
-    sched = None
+    sched: torch.optim.lr_scheduler.LRScheduler | None = None
     monitor = None
     autocast = None  # mixed precision: the half dtype torch.autocast runs forward and loss in
     scaler = None  # float16: torch.amp.GradScaler
@@ -32,7 +35,7 @@ class TorchImpl:
         self.clip = optim.clip_grad
         self.world = info.world_size if info.enabled else None
         # Under torchrun the twin trains as PyTorch users train: DistributedDataParallel (it averages over ranks).
-        self.forward = torch.nn.parallel.DistributedDataParallel(model) if info.enabled else model
+        self.forward: Callable[..., Any] = torch.nn.parallel.DistributedDataParallel(model) if info.enabled else model
         if run.compile:  # as PyTorch users compile: the model (autograd's backward compiled with it)
             self.forward = torch.compile(model)
             self.compiled = CompileTimer(self._step, next(model.parameters()).device)

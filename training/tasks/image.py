@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import cast
 
 import torch
 
@@ -73,7 +74,7 @@ class ImageTask:
         d, run = self.data, self.run
         if d.val_x is None or not (r % run.val_interval == 0 or r == run.epochs):
             return {"val_loss": None, "val_acc": None}
-        val_loss, val_acc = evaluate(impl, d.val_x, d.val_y, info=info)
+        val_loss, val_acc = evaluate(impl, d.val_x, cast(torch.Tensor, d.val_y), info=info)  # held out with val_x
         return {"val_loss": val_loss, "val_acc": val_acc}
 
     def round_line(self, r: int, name: str, rec: dict) -> str:

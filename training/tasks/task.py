@@ -17,13 +17,17 @@ of complete rounds): the loop, the checkpoint's checks and the drift records do 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from ..config.parts import DataConfig, ModelConfig, RunConfig
 from ..impls import Impl
 from ..parallel.distributed import DistInfo
+
+if TYPE_CHECKING:  # imported on demand at run time (task_class)
+    from .image import ImageTask
+    from .text import TextTask
 
 
 class Task(Protocol):
@@ -88,7 +92,7 @@ class Task(Protocol):
         """The final table the run prints."""
 
 
-def task_class(family: str) -> type:
+def task_class(family: str) -> type[ImageTask] | type[TextTask]:
     """The task of a model ``family``, "image" or "text" (imported on demand: each pulls in its own data and
     models)."""
     if family == "text":

@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from typing import cast
 
 import torch
 
@@ -169,7 +170,8 @@ class TextTask:
                 (xs[i : i + EVAL_WINDOWS], ys[i : i + EVAL_WINDOWS]) for i in range(0, xs.shape[0], EVAL_WINDOWS)
             )
         else:
-            batches = (self.text.batch(split, self.batches.batch_size, T, gen) for _ in range(iters))
+            n = cast(int, iters)  # not "all": a count
+            batches = (self.text.batch(split, self.batches.batch_size, T, gen) for _ in range(n))
         for x, y in batches:
             loss, _ = impl.eval_batch(x, y)
             total += loss.double()
