@@ -20,6 +20,7 @@ data-parallel tutorial writes it.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import cast
 
 import torch
 import torch.distributed as dist
@@ -40,7 +41,7 @@ class _Bucket:
             self.slots[id(p)] = flat.view(p.t().shape).t() if _is_transposed(p) else flat.view(p.shape)
             offset += p.numel()
         self.done: set[int] = set()  # ids of the parameters reported this step
-        self.work = None
+        self.work: dist.Work | None = None  # the bucket's collective, once launched
 
 
 def _is_transposed(p: Tensor) -> bool:
@@ -158,7 +159,7 @@ class GradBuckets:
             if b.work is None:
                 self.ready(b.params)
         for b in self.buckets:
-            b.work.wait()
+            cast(dist.Work, b.work).wait()  # launched: by the loop above if not before
             if self.scale != 1.0:
                 self._reduced(b).mul_(self.scale)
         self._start_step()

@@ -30,6 +30,7 @@ checkpoint's, and a different one given, or another world size, is refused namin
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -53,17 +54,18 @@ def sharded_state(impl, split: dict, info: DistInfo) -> dict:
     the settings of the split, ParallelConfig.split()).  The whole model is gathered from the shards first, so
     ``models.manual`` is this step's."""
     impl._sync_model()
-    every = [None] * info.world_size if info.is_main else None
+    every: list[Any] | None = [None] * info.world_size if info.is_main else None
     dist.gather_object(_own_state(impl), every, dst=0)
     if not info.is_main:
         return {}
+    states = cast(list[dict], every)  # rank 0's list, each rank's state gathered into it
     return {
-        "optimizers": {"manual": [s["optimizer"] for s in every]},
-        "schedulers": {"manual": [s["scheduler"] for s in every]} if impl.sched is not None else {},
+        "optimizers": {"manual": [s["optimizer"] for s in states]},
+        "schedulers": {"manual": [s["scheduler"] for s in states]} if impl.sched is not None else {},
         "model_parallel": {
             "settings": {**split, "world_size": info.world_size},
-            "params": [s["params"] for s in every],
-            "rng": [s["rng"] for s in every],
+            "params": [s["params"] for s in states],
+            "rng": [s["rng"] for s in states],
         },
     }
 

@@ -20,6 +20,7 @@ import datetime
 import os
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -81,13 +82,14 @@ def init_from_env(
     # What init_process_group(init_method=...) does itself, with the store kept (see the module's note).
     _store, _, _ = next(dist.rendezvous(init_method or "env://", info.rank, info.world_size, timeout=timeout))
     _store.set_timeout(timeout)
+    device_id: dict[str, Any] = {"device_id": device} if device is not None else {}
     dist.init_process_group(
         backend,
         store=dist.PrefixStore("default_pg", _store),
         rank=info.rank,
         world_size=info.world_size,
         timeout=timeout,
-        **({"device_id": device} if device is not None else {}),
+        **device_id,
     )
     return info, device
 
@@ -135,13 +137,15 @@ def all_reduce_sum_(t: Tensor) -> Tensor:
     return t
 
 
-def _rendezvous_store(timeout_s: float) -> dist.Store | None:
-    """The rendezvous store with a short timeout (it may live in a process that is gone), or None."""
+def _rendezvous_store(timeout_s: float) -> dist.Store:
+    """The rendezvous store with a short timeout (it may live in a process that is gone); RuntimeError when there is
+    none (each caller treats any failure to reach the store alike)."""
     store = _store
     if store is None and dist.is_initialized():
         store = dist.distributed_c10d._get_default_store()
-    if store is not None:
-        store.set_timeout(datetime.timedelta(seconds=timeout_s))
+    if store is None:
+        raise RuntimeError("no rendezvous store: the process group was never joined")
+    store.set_timeout(datetime.timedelta(seconds=timeout_s))
     return store
 
 

@@ -20,6 +20,7 @@ and C = 1 it is P x D (rank = d * P + p).  Every rank must create every group, i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch.distributed as dist
 
@@ -50,6 +51,12 @@ def rank_of(d: int, p: int, t: int, pipeline_parallel: int, tensor_parallel: int
     return ((d * pipeline_parallel + p) * context + c) * tensor_parallel + t
 
 
+def _new_group(ranks: list[int]) -> dist.ProcessGroup:
+    """dist.new_group, typed as the groups a rank keeps are: a ProcessGroup (a rank outside ``ranks`` gets
+    GroupMember.NON_GROUP_MEMBER, an int, for a group it never looks up)."""
+    return cast(dist.ProcessGroup, dist.new_group(ranks))
+
+
 def parallel_layout(tensor_parallel: int, pipeline_parallel: int = 1, context_parallel: int = 1) -> ParallelLayout:
     """The groups of a world of D x P x C x T ranks (D = world / (T C P)); refuses a split that does not divide the
     world."""
@@ -68,19 +75,19 @@ def parallel_layout(tensor_parallel: int, pipeline_parallel: int = 1, context_pa
     at = lambda d_, p_, c_, t_: rank_of(d_, p_, t_, P, T, c_, C)  # noqa: E731
     every = [(i, j, m, k) for i in range(D) for j in range(P) for m in range(C) for k in range(T)]
     # every rank creates every group, in one order: tensor, pipeline, data, tied table, then context and gradient
-    tp_groups = {(i, j, m): dist.new_group([at(i, j, m, k) for k in range(T)]) for i, j, m, _ in every if _ == 0}
-    pp_groups = {(i, m, k): dist.new_group([at(i, j, m, k) for j in range(P)]) for i, j, m, k in every if j == 0}
-    dp_groups = {(j, m, k): dist.new_group([at(i, j, m, k) for i in range(D)]) for i, j, m, k in every if i == 0}
+    tp_groups = {(i, j, m): _new_group([at(i, j, m, k) for k in range(T)]) for i, j, m, _ in every if _ == 0}
+    pp_groups = {(i, m, k): _new_group([at(i, j, m, k) for j in range(P)]) for i, j, m, k in every if j == 0}
+    dp_groups = {(j, m, k): _new_group([at(i, j, m, k) for i in range(D)]) for i, j, m, k in every if i == 0}
     tie_groups = (
-        {(i, m, k): dist.new_group([at(i, 0, m, k), at(i, P - 1, m, k)]) for i, j, m, k in every if j == 0}
+        {(i, m, k): _new_group([at(i, 0, m, k), at(i, P - 1, m, k)]) for i, j, m, k in every if j == 0}
         if P > 1
         else {}
     )
     cp_groups, grad_groups = {}, {}
     if C > 1:
-        cp_groups = {(i, j, k): dist.new_group([at(i, j, m, k) for m in range(C)]) for i, j, m, k in every if m == 0}
+        cp_groups = {(i, j, k): _new_group([at(i, j, m, k) for m in range(C)]) for i, j, m, k in every if m == 0}
         grad_groups = {
-            (j, k): dist.new_group([at(i, j, m, k) for i in range(D) for m in range(C)])
+            (j, k): _new_group([at(i, j, m, k) for i in range(D) for m in range(C)])
             for i, j, m, k in every
             if i == 0 and m == 0
         }

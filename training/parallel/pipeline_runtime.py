@@ -14,6 +14,7 @@ losses (on the last stage; empty elsewhere) and the trace: (op, micro-batch, sta
 from __future__ import annotations
 
 import time
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -36,9 +37,11 @@ def run_schedule(
     module."""
     rank, size = dist.get_rank(group), dist.get_world_size(group)
     peer = (lambda r: r) if group is None else (lambda r: dist.get_global_rank(group, r))  # noqa: E731
-    m = len(inputs) if stage.first else len(targets)
+    xs, ys = cast(list[Tensor], inputs), cast(list[Tensor], targets)  # given to the stage that reads them
+    m = len(xs) if stage.first else len(ys)
     dtype = stage.parameters()[0].dtype
-    copies, received, outputs, crits, losses, sends, trace = {}, {}, {}, {}, {}, [], []
+    copies, received, crits, losses, sends, trace = {}, {}, {}, {}, [], []
+    outputs: dict[tuple[str, int], Any] = {}  # what a send takes (a tensor), the last stage's logits' shape
     for op, i in actions(schedule, rank, size, m):
         start = time.perf_counter()
         if op == "recv_act" or op == "recv_grad":
@@ -53,10 +56,10 @@ def run_schedule(
             )
         elif op == "F":
             copies[i] = replicate(stage)
-            out = copies[i].forward(inputs[i] if stage.first else received.pop(("recv_act", i)))
+            out = copies[i].forward(xs[i] if stage.first else received.pop(("recv_act", i)))
             if stage.last:
                 crits[i] = stage.loss()  # the stage's criterion (vocabulary-parallel on a tensor-parallel stage)
-                losses[i] = float(crits[i](out.reshape(-1, out.shape[-1]), targets[i].reshape(-1)))
+                losses[i] = float(crits[i](out.reshape(-1, out.shape[-1]), ys[i].reshape(-1)))
                 outputs["logits", i] = out.shape
             else:
                 outputs["send_act", i] = out
@@ -74,7 +77,7 @@ def run_schedule(
             raise ValueError(f"pipeline runtime: unknown action {op!r}")
         trace.append((op, i, start, time.perf_counter()))
     for work in sends:
-        work.wait()
+        cast(dist.Work, work).wait()  # a send within the group: never None
     return [losses[i] for i in sorted(losses)], trace
 
 

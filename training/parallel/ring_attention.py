@@ -33,7 +33,7 @@ it carries that computation's result.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -95,7 +95,7 @@ def attend_block_backward(
     return scale * (ds @ k), scale * (ds.transpose(-2, -1) @ q), dv
 
 
-def meetings(rank: int, src: int, ranks: int):
+def meetings(rank: int, src: int, ranks: int) -> list[tuple[int, int, bool]]:
     """(query chunk slot, key chunk slot, causal) of each pair that meets when rank ``rank`` holds the key/value
     block of rank ``src``: key chunk b before query chunk a fully, b = a on the diagonal, none after."""
     mine, theirs = zigzag_chunks(rank, ranks), zigzag_chunks(src, ranks)
@@ -108,13 +108,23 @@ def halves(t: Tensor) -> tuple[Tensor, Tensor]:
     return t[..., :n, :], t[..., n:, :]
 
 
-def forward_step(state: list, q: Tensor, k: Tensor, v: Tensor, rank: int, src: int, ranks: int, scale: float) -> None:
+def forward_step(
+    state: list[tuple[Tensor, Tensor] | None],
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    rank: int,
+    src: int,
+    ranks: int,
+    scale: float,
+) -> None:
     """Step of the ring: rank's queries meet the key/value block of rank ``src``; ``state`` [(o, lse) or None per
     query chunk] merged in place."""
     qs, ks, vs = halves(q), halves(k), halves(v)
     for i, j, causal in meetings(rank, src, ranks):
         o, lse = attend_block(qs[i], ks[j], vs[j], scale, causal)
-        state[i] = (o, lse) if state[i] is None else merge(*state[i], o, lse)
+        merged = state[i]
+        state[i] = (o, lse) if merged is None else merge(*merged, o, lse)
 
 
 def backward_step(
@@ -245,7 +255,7 @@ def simulate(q: Tensor, k: Tensor, v: Tensor, dout: Tensor, ranks: int, scale: f
     pos = [zigzag_positions(q.shape[-2], r, ranks, q.device) for r in range(ranks)]
     part = lambda t, r: t[..., pos[r], :]  # noqa: E731  (rank r's two chunks)
     qs, ks, vs, dos = ([part(t, r) for r in range(ranks)] for t in (q, k, v, dout))
-    states = [[None, None] for _ in range(ranks)]
+    states: list[list[Any]] = [[None, None] for _ in range(ranks)]  # (o, lse) per chunk, once forward_step ran
     for step in range(ranks):
         for r in range(ranks):
             src = (r - step) % ranks

@@ -25,6 +25,8 @@ printed at the end (``write_timeline``, pipeline_report.py).
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import torch
 import torch.distributed as dist
 from torch import Tensor
@@ -81,7 +83,7 @@ class ParallelImpl:
     """The hand-written GPT's step split as ``split`` says, stepped by ``optim``'s optimizer; see the module."""
 
     name = "manual"
-    sched = None
+    sched: torch.optim.lr_scheduler.LRScheduler | None = None
     monitor = None
 
     def __init__(self, gpt, split: ParallelConfig, optim: OptimConfig, batch_size: int, info: DistInfo) -> None:
@@ -200,7 +202,7 @@ class ParallelImpl:
         squares = torch.as_tensor(squares, dtype=torch.float64) / self.R
         dist.all_reduce(squares)
         total = squares.sqrt()
-        coef = (self.clip / (total + 1e-6)).clamp(max=1.0)
+        coef = (cast(float, self.clip) / (total + 1e-6)).clamp(max=1.0)  # called when the run clips
         for p in self.params:
             if p.grad is not None:
                 p.grad.mul_(coef.to(p.grad.dtype))
@@ -217,7 +219,7 @@ class ParallelImpl:
             mine = {n: (p.grad if grad else p).detach().clone() for n, p in self.part.named_parameters() if n != "head"}
         if self.P == 1:
             return mine
-        every = [None] * self.P
+        every: list[Any] = [None] * self.P  # each stage's dict, once gathered
         dist.all_gather_object(every, mine, group=self.inner_group)
         return {n: t for part in every for n, t in part.items()}
 
@@ -247,7 +249,7 @@ class ParallelImpl:
             return [], []
         from .verify.pipeline_report import gather_traces, write_timeline
 
-        traces = gather_traces(getattr(self, "trace", []), self.inner_group)
+        traces = gather_traces(getattr(self, "trace", []), cast(dist.ProcessGroup, self.inner_group))  # P > 1: set
         if not is_main:
             return [], []
         return write_timeline(out, self.split.pipeline_schedule, self.split.micro_batches, traces, png=png)
