@@ -28,6 +28,13 @@ from torch import Tensor
 
 
 class _Bucket:
+    # ZeroOptimizer's (zero.py), set there: this rank's slice [lo, hi) of the buffer, its reduced gradient (shard)
+    # and the parameters' values laid out as the buffer (params_flat)
+    lo: int
+    hi: int
+    shard: Tensor
+    params_flat: Tensor
+
     def __init__(self, params: list[Tensor], pad_to: int = 1) -> None:
         self.params = params
         self.numel = sum(p.numel() for p in params)

@@ -79,9 +79,7 @@ def parallel_layout(tensor_parallel: int, pipeline_parallel: int = 1, context_pa
     pp_groups = {(i, m, k): _new_group([at(i, j, m, k) for j in range(P)]) for i, j, m, k in every if j == 0}
     dp_groups = {(j, m, k): _new_group([at(i, j, m, k) for i in range(D)]) for i, j, m, k in every if i == 0}
     tie_groups = (
-        {(i, m, k): _new_group([at(i, 0, m, k), at(i, P - 1, m, k)]) for i, j, m, k in every if j == 0}
-        if P > 1
-        else {}
+        {(i, m, k): _new_group([at(i, 0, m, k), at(i, P - 1, m, k)]) for i, j, m, k in every if j == 0} if P > 1 else {}
     )
     cp_groups, grad_groups = {}, {}
     if C > 1:

@@ -16,7 +16,8 @@ so the W's of every micro-batch add into the same .grad.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -46,6 +47,22 @@ class PipelineStage(BaseLayer):
     layer."""
 
     _param_names = ("head",)
+
+    # Set by the subclass (above).  The layers are the GPT's or their tensor-parallel versions, and None on a stage
+    # that does not hold them: typed Any, each read under the flag (first, last) that says the stage holds it.
+    first: bool
+    last: bool
+    stages: int
+    offset: int
+    n_embd: int
+    h: list[Any]
+    wte: Any
+    wpe: Any
+    ln_f: Any
+    head: Tensor | None
+    _embed: Callable[[Tensor], Tensor]
+    _x: Tensor | None  # the last stage's output-layer input, from forward to B
+    _head_w: tuple[Tensor, Tensor] | None  # (the logits' gradient, that input), from B to W
 
     def named_children(self) -> Iterator[tuple[str, BaseLayer]]:
         if self.first:
@@ -83,7 +100,8 @@ class PipelineStage(BaseLayer):
         if self.last:
             w = self._out_weight()  # (V, C), or this rank's vocabulary rows
             d2 = dout.reshape(-1, w.shape[0])  # (B*T, V)
-            self._head_w, self._x = (d2, self._x.reshape(-1, self.n_embd)), None  # the output layer's dW, for W
+            x = cast(Tensor, self._x)  # this micro-batch's forward kept it
+            self._head_w, self._x = (d2, x.reshape(-1, self.n_embd)), None  # the output layer's dW, for W
             dx = self.ln_f.backward_input(self._head_input_backward((d2 @ w).view(*dout.shape[:-1], self.n_embd)))
         for block in reversed(self.h):
             dx = block.backward_input(dx)
@@ -96,7 +114,7 @@ class PipelineStage(BaseLayer):
     @torch.no_grad()
     def backward_weight(self) -> None:
         if self.last:  # the output layer's share of the tied matrix first, as the GPT's backward
-            (d2, x), self._head_w = self._head_w, None
+            (d2, x), self._head_w = cast(tuple[Tensor, Tensor], self._head_w), None  # B kept it
             w = self._out_weight()
             if w.grad is None:
                 w.grad = d2.t() @ x
@@ -115,7 +133,7 @@ class PipelineStage(BaseLayer):
         first and the last stage, in ``group`` (the two of them), after the step's backwards."""
         if self.stages == 1 or not (self.first or self.last):
             return
-        w = self.wte.weight if self.first else self.head
+        w = self.wte.weight if self.first else cast(Tensor, self.head)  # the last of two or more stages holds it
         if w.grad is None:
             w.grad = torch.zeros_like(w)
         dist.all_reduce(w.grad, group=group)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from typing import cast
 
 import torch
 from torch import Tensor
@@ -43,7 +44,7 @@ from .tp_mappings import CopyToTensorParallel, GatherFromSequenceParallel, all_r
 
 
 def _copy_layernorm(ln: LayerNorm) -> LayerNorm:
-    w = ln.weight
+    w = cast(Tensor, ln.weight)  # the GPT's layer norms are affine
     out = LayerNorm(ln.normalized_shape, eps=ln.eps, bias=ln.bias is not None, dtype=w.dtype, device=w.device)
     out.load_state_dict(ln.state_dict())
     return out
@@ -75,7 +76,7 @@ class ParallelSelfAttention(BaseLayer):
         )  # (B, nh/P, T, hs)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, self.local))
 
-    def backward(self, dy: Tensor) -> Tensor:
+    def backward(self, dy: Tensor) -> Tensor:  # type: ignore[override]  # its own, without Template's need_input_grad
         return self._back(dy, "backward")
 
     @no_graph
@@ -111,7 +112,7 @@ class ParallelMLP(BaseLayer):
     def forward(self, x: Tensor) -> Tensor:
         return self.c_proj(self.gelu(self.c_fc(x)))
 
-    def backward(self, dy: Tensor) -> Tensor:
+    def backward(self, dy: Tensor) -> Tensor:  # type: ignore[override]  # its own, without Template's need_input_grad
         return self._back(dy, "backward")
 
     @no_graph
@@ -162,7 +163,7 @@ class ParallelBlock(BaseLayer):
         x = x + self.attn(self.ln_1(x))
         return x + self.mlp(self.ln_2(x))
 
-    def backward(self, dy: Tensor) -> Tensor:
+    def backward(self, dy: Tensor) -> Tensor:  # type: ignore[override]  # its own, without Template's need_input_grad
         return self._back(dy, "backward")
 
     @no_graph
@@ -204,7 +205,7 @@ class TensorParallelGPT(BaseLayer):
         self.h = [ParallelBlock(b, rank, size, group, sp) for b in gpt.h]
         self.ln_f = _copy_layernorm(gpt.ln_f)
         self.f = GatherFromSequenceParallel(group) if sp else CopyToTensorParallel(group)
-        self._cache: tuple | None = None
+        self._cache: Tensor | None = None  # the output layer's input, from forward to backward
 
     def named_children(self) -> Iterator[tuple[str, BaseLayer]]:
         yield "transformer.wte", self.wte
@@ -227,8 +228,8 @@ class TensorParallelGPT(BaseLayer):
         self._cache = x
         return x @ self.wte.weight.t()  # (B, T, Vp/P) this rank's columns of the tied output layer
 
-    def backward(self, dlogits: Tensor) -> None:
-        x, self._cache = self._cache, None
+    def backward(self, dlogits: Tensor) -> None:  # type: ignore[override]  # its own, without Template's need_input_grad
+        x, self._cache = cast(Tensor, self._cache), None  # the forward's
         w = self.wte.weight
         d2 = dlogits.reshape(-1, w.shape[0])  # (B*T, Vp/P)
         if w.grad is None:  # the output layer's share of the tied matrix first, as the GPT's backward

@@ -23,6 +23,8 @@ communication) and ``backward_weight`` (W: the shard's dW, later); B then W adds
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import Tensor
 
@@ -83,7 +85,7 @@ class ColumnParallelLinear(BaseLayer):
     def forward(self, x: Tensor) -> Tensor:
         return self._lin.forward(self.f(x))
 
-    def backward(self, dout: Tensor) -> Tensor:
+    def backward(self, dout: Tensor) -> Tensor:  # type: ignore[override]  # its own, without Template's need_input_grad
         return self.f.backward(self._lin.backward(dout))  # the ranks' partial dx summed
 
     @no_graph
@@ -100,7 +102,7 @@ class ColumnParallelLinear(BaseLayer):
         out = {}
         for name, t in (("weight", self.weight), ("bias", self.bias)):
             if t is not None:
-                src = t.grad if grad else t
+                src = cast(Tensor, t.grad) if grad else t  # gathered after a backward: the gradient is there
                 whole = gather_rows(src, self.group)
                 order = gather_rows(self.rows, self.group)
                 full = torch.empty_like(whole)
@@ -132,7 +134,7 @@ class RowParallelLinear(BaseLayer):
         y = self.g(self._lin.forward(x))  # (*, H) the partial products summed
         return y if self.bias is None else y.add_(self.bias)
 
-    def backward(self, dout: Tensor) -> Tensor:
+    def backward(self, dout: Tensor) -> Tensor:  # type: ignore[override]  # its own, without Template's need_input_grad
         if self.bias is not None:
             accumulate_grad(self.bias, dout.reshape(-1, dout.shape[-1]).sum(0))  # (H,) this rank's positions' part
         return self._lin.backward(self.g.backward(dout))
@@ -146,18 +148,18 @@ class RowParallelLinear(BaseLayer):
     @no_graph
     def backward_weight(self) -> None:
         dout, self._dbias = self._dbias, None
-        if dout is not None:
-            accumulate_grad(self.bias, dout.reshape(-1, dout.shape[-1]).sum(0))
+        if dout is not None:  # kept only with a bias
+            accumulate_grad(cast(Tensor, self.bias), dout.reshape(-1, dout.shape[-1]).sum(0))
         self._lin.backward_weight()
 
     def partial_grads(self) -> list[Tensor]:
         return [self.bias] if self.sequence_parallel and self.bias is not None else []
 
     def gather(self, grad: bool = False) -> dict[str, Tensor]:
-        w = self.weight.grad if grad else self.weight
+        w = cast(Tensor, self.weight.grad) if grad else self.weight  # gathered after a backward: it is there
         out = {"weight": gather_rows(w.t(), self.group).t()}  # the columns, in rank order
         if self.bias is not None:
-            out["bias"] = self.bias.grad if grad else self.bias
+            out["bias"] = cast(Tensor, self.bias.grad) if grad else self.bias
         return out
 
 
@@ -191,14 +193,14 @@ class VocabParallelEmbedding(BaseLayer):
         self._outside = outside
         return self.g(out.masked_fill_(outside.unsqueeze(-1), 0.0))
 
-    def backward(self, dout: Tensor) -> None:
-        outside, self._outside = self._outside, None
+    def backward(self, dout: Tensor) -> None:  # type: ignore[override]  # its own, without Template's need_input_grad
+        outside, self._outside = cast(Tensor, self._outside), None  # the forward's
         self._emb.backward(self.g.backward(dout).masked_fill(outside.unsqueeze(-1), 0.0))  # only the rows held here
 
     @no_graph
     def backward_input(self, dout: Tensor) -> None:
         """B: the lookup has no input gradient; the rows' gradients wait for ``backward_weight``."""
-        outside, self._outside = self._outside, None
+        outside, self._outside = cast(Tensor, self._outside), None  # the forward's
         self._emb.backward_input(self.g.backward(dout).masked_fill(outside.unsqueeze(-1), 0.0))
 
     @no_graph
@@ -206,4 +208,5 @@ class VocabParallelEmbedding(BaseLayer):
         self._emb.backward_weight()
 
     def gather(self, grad: bool = False) -> dict[str, Tensor]:
-        return {"weight": gather_rows(self.weight.grad if grad else self.weight, self.group)[: self.vocab_size]}
+        w = cast(Tensor, self.weight.grad) if grad else self.weight  # gathered after a backward: it is there
+        return {"weight": gather_rows(w, self.group)[: self.vocab_size]}

@@ -18,6 +18,8 @@ stage's own.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -51,6 +53,8 @@ class TensorParallelStage(PipelineStage):
     stage this rank's vocabulary columns of the logits (b, T, Vp/Tp).  ``backward_input(dout)`` -> the input's
     gradient (None on the first stage); ``backward_weight()`` adds the weight gradients of the last
     ``backward_input``; ``loss()`` the last stage's vocabulary-parallel criterion."""
+
+    f: Any  # f after ln_f on the last stage, None on the others (as PipelineStage's layers)
 
     def __init__(self, gpt: GPT, stage: int, stages: int, group, sequence_parallel: bool = False) -> None:
         rank, size = tp_rank_and_size(group)
@@ -125,6 +129,7 @@ class TensorParallelStage(PipelineStage):
     def full_state_dict(self, grad: bool = False) -> dict[str, Tensor]:
         """This stage's parameters (or gradients) whole, under the GPT's names, the output layer's copy left out
         (collective over the tensor-parallel group)."""
-        out = TensorParallelGPT.full_state_dict(self, grad)
+        # TensorParallelGPT's walk over the layers, which reads only what a stage has too (named_children)
+        out = TensorParallelGPT.full_state_dict(self, grad)  # type: ignore[arg-type]
         out.pop("head", None)
         return out

@@ -24,6 +24,7 @@ layout.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import cast
 
 import torch
 import torch.distributed as dist
@@ -132,7 +133,8 @@ class ZeroOptimizer:
         total = None
         if max_norm is not None and norm_weight is not None:
             squares = sum(
-                (norm_weight[id(p)] * piece.grad.square().sum() for piece, p in self._owner),
+                # a piece's gradient is its view of the bucket's shard, set in __init__
+                (norm_weight[id(p)] * cast(Tensor, piece.grad).square().sum() for piece, p in self._owner),
                 torch.zeros((), dtype=self._owner[0][0].dtype),
             )
             dist.all_reduce(squares, group=norm_group)
@@ -151,7 +153,7 @@ class ZeroOptimizer:
             for b in self.buckets.buckets:
                 for p in b.params:
                     p.grad = None
-                b.buffer, b.slots = None, {}
+                b.buffer, b.slots = None, {}  # type: ignore[assignment]  # remade by zero_grad before any use
         return total
 
     def state_dict(self) -> dict:
