@@ -11,6 +11,8 @@ and every rank's value of it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.distributed as dist
 
@@ -40,7 +42,7 @@ def check_ranks_agree(info: DistInfo, values: dict) -> None:
     any differ.  Nothing to do in a single process."""
     if not info.enabled:
         return
-    every = [None] * info.world_size
+    every: list[Any] = [None] * info.world_size  # each rank's values, once gathered
     dist.all_gather_object(every, values)
     differing = [name for name in values if any(other.get(name) != values[name] for other in every)]
     if differing:

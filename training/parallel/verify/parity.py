@@ -24,6 +24,7 @@ the same sums gives it.  The report names the first tensor past rounding; the ex
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -66,7 +67,7 @@ def _reference(optim: OptimConfig, dtype: torch.dtype, task, device, x: Tensor, 
     crit, total = CrossEntropyLoss(reduction="sum"), y.numel()
     out: dict = {}
     bounds = [shard_bounds(x.shape[0], DistInfo(i, pieces)) for i in range(pieces)]
-    loss = 0.0
+    loss: float | Tensor = 0.0  # a tensor once a piece is added
     for lo, hi in reversed(bounds):
         if lo == hi:
             continue
@@ -151,7 +152,7 @@ def _pipeline_outputs(impl, x: Tensor) -> dict:
     mine = {f"output transformer.h.{stage.offset + i}": t for i, t in enumerate(seen)}
     if stage.last:
         mine["output logits"] = _gather(act, -1, tp)[..., : impl.model.vocab_size] if impl.T > 1 else act
-    every = [None] * impl.P
+    every: list[Any] = [None] * impl.P  # each stage's outputs, once gathered
     dist.all_gather_object(every, mine, group=group)
     return {k: v for part in every for k, v in part.items()}  # compare() reads them in the reference's order
 
@@ -209,7 +210,7 @@ def check_parity(impl, task, optim: OptimConfig, run: RunConfig, device, info: D
                 _reference(optim, run.torch_dtype, task, device, x, y, min(pieces, x.shape[0])),
             )
         ]
-        rows_ = compare(sharded, *refs, torch.finfo(run.torch_dtype).eps)
+        rows_ = compare(sharded, refs[0], refs[1], torch.finfo(run.torch_dtype).eps)
         for line in report(rows_, impl.split, run.dtype):
             say(line)
         bug += any(r["verdict"] == "bug" for r in rows_)

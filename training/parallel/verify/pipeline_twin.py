@@ -10,6 +10,8 @@ do.  torch's schedules split the batch into M micro-batches along its first axis
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -24,9 +26,10 @@ class TwinStage(nn.Module):
 
     def __init__(self, model: nn.Module, stage: int, stages: int) -> None:
         super().__init__()
-        cfg = model.config()
+        gpt: Any = model  # nanoGPT's PytorchGPT: its config() and its ModuleDict's entries, read by attribute
+        cfg = gpt.config()
         per = cfg["n_layer"] // stages
-        t = model.transformer
+        t = gpt.transformer
         self.first, self.last = stage == 0, stage == stages - 1
         self.h = nn.ModuleList(t.h[stage * per : (stage + 1) * per])
         if self.first:

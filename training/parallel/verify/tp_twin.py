@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import types
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -41,12 +42,13 @@ def _local_attention_forward(self, x: Tensor) -> Tensor:
 def tensor_parallel_twin(model: torch.nn.Module, mesh: DeviceMesh) -> torch.nn.Module:
     """Split a ``models.PytorchGPT`` (dropout 0) over the 1-D ``mesh`` in place; returns it."""
     size = mesh.size()
-    cfg = model.config()
+    gpt: Any = model  # nanoGPT's PytorchGPT: its config() and its ModuleDict's entries, read by attribute
+    cfg = gpt.config()
     C, nh = cfg["n_embd"], cfg["n_head"]
     if cfg["dropout"]:
         raise ValueError("tensor parallelism: the twin runs with dropout 0")
     order = _rank_major(C, size)
-    for block in model.transformer.h:
+    for block in gpt.transformer.h:
         attn = block.attn
         with torch.no_grad():
             attn.c_attn.weight.copy_(attn.c_attn.weight[order])
@@ -69,10 +71,11 @@ def tensor_parallel_twin(model: torch.nn.Module, mesh: DeviceMesh) -> torch.nn.M
 
 def full_state_dict(model: torch.nn.Module, size: int) -> dict[str, Tensor]:
     """The twin's parameters whole, in the one-process layout (collective: every rank calls it)."""
-    C = model.config()["n_embd"]
+    gpt: Any = model  # nanoGPT's PytorchGPT (its config())
+    C = gpt.config()["n_embd"]
     inverse = torch.argsort(_rank_major(C, size))
     out = {}
     for name, p in model.named_parameters():
-        t = p.detach().full_tensor() if isinstance(p, DTensor) else p.detach()
+        t = cast(DTensor, p.detach()).full_tensor() if isinstance(p, DTensor) else p.detach()  # detach keeps a DTensor
         out[name] = t[inverse] if name.endswith("attn.c_attn.weight") or name.endswith("attn.c_attn.bias") else t
     return out

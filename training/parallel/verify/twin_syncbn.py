@@ -10,6 +10,8 @@ is on CUDA.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
@@ -58,12 +60,14 @@ class GlooSyncBatchNorm(nn.modules.batchnorm._BatchNorm):
         out = centred / torch.sqrt(var + self.eps).view(shape)
         if self.affine:
             out = out * self.weight.view(shape) + self.bias.view(shape)
-        if self.track_running_stats:
+        if self.track_running_stats:  # then torch's _BatchNorm made the three buffers
+            count = cast(Tensor, self.num_batches_tracked)
+            running_mean, running_var = cast(Tensor, self.running_mean), cast(Tensor, self.running_var)
             with torch.no_grad():
-                self.num_batches_tracked += 1
-                m = 1.0 / self.num_batches_tracked.item() if self.momentum is None else self.momentum
-                self.running_mean.mul_(1 - m).add_(mean, alpha=m)
-                self.running_var.mul_(1 - m).add_(var * n / (n - 1), alpha=m)  # unbiased, as torch
+                count += 1  # in place: the buffer itself
+                m = 1.0 / count.item() if self.momentum is None else self.momentum
+                running_mean.mul_(1 - m).add_(mean, alpha=m)
+                running_var.mul_(1 - m).add_(var * n / (n - 1), alpha=m)  # unbiased, as torch
         return out
 
 
