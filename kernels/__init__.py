@@ -36,41 +36,23 @@ and how to add one.
 from __future__ import annotations
 
 import contextlib
-import os
-from collections.abc import Iterator
 
-_VALUES = {"on": True, "1": True, "off": False, "0": False}
+from .switch import Switch
 
-
-def _from_environment() -> bool:
-    value = os.environ.get("HANDGRAD_KERNELS", "on").strip().lower()
-    if value not in _VALUES:
-        raise ValueError(f"HANDGRAD_KERNELS must be 'on' or 'off' (or 1 / 0), got {os.environ['HANDGRAD_KERNELS']!r}")
-    return _VALUES[value]
-
-
-_on = _from_environment()
+_switch = Switch("kernels", "HANDGRAD_KERNELS")
+_from_environment = _switch.from_environment
 
 
 def enabled() -> bool:
     """Whether the layers call the kernels (True, the default) or run their textbook backwards."""
-    return _on
+    return _switch.enabled()
 
 
 def enable(on: bool = True) -> None:
     """Turn the kernels on (or, with False, off) for this process, whatever HANDGRAD_KERNELS said."""
-    global _on
-    if not isinstance(on, bool):
-        raise TypeError(f"kernels.enable: on must be a bool, got {on!r}")
-    _on = on
+    _switch.enable(on)
 
 
-@contextlib.contextmanager
-def disabled() -> Iterator[None]:
+def disabled() -> contextlib.AbstractContextManager[None]:
     """Within: every layer runs its textbook backward (and forward); as before after."""
-    global _on
-    before, _on = _on, False
-    try:
-        yield
-    finally:
-        _on = before
+    return _switch.disabled()

@@ -42,13 +42,13 @@ import shutil
 import sys
 import time
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
 from .. import enabled as kernels_on
+from ..switch import Switch
 
 HERE = Path(__file__).resolve().parent
 SOURCES = (
@@ -60,55 +60,35 @@ SOURCES = (
 )
 HEADERS = ("common.h",)
 _DTYPES = (torch.float32, torch.float64)
-_VALUES = {"on": True, "1": True, "off": False, "0": False}
-
 # torch's own vector width on this CPU -> the compiler flags that select it in ATen's vector headers
 _CAPABILITY_FLAGS = {
     "AVX512": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma"],
     "AVX2": ["-mavx2", "-mfma", "-mf16c"],
 }
 
-
-def _from_environment() -> bool:
-    value = os.environ.get("HANDGRAD_CPP_KERNELS", "on").strip().lower()
-    if value not in _VALUES:
-        raise ValueError(
-            f"HANDGRAD_CPP_KERNELS must be 'on' or 'off' (or 1 / 0), got {os.environ['HANDGRAD_CPP_KERNELS']!r}"
-        )
-    return _VALUES[value]
-
-
-_on = _from_environment()
+_switch = Switch("kernels.cpp", "HANDGRAD_CPP_KERNELS")
+_from_environment = _switch.from_environment
 _loaded: bool | None = None  # None: not tried yet; True: the operators are registered; False: no build here
 
 
 def enabled() -> bool:
     """Whether the kernels of kernels/ call the C++ kernels where they apply (True, the default)."""
-    return _on
+    return _switch.enabled()
 
 
 def enable(on: bool = True) -> None:
     """Turn the C++ kernels on (or, with False, off) for this process; the rest of kernels/ is unaffected."""
-    global _on
-    if not isinstance(on, bool):
-        raise TypeError(f"kernels.cpp.enable: on must be a bool, got {on!r}")
-    _on = on
+    _switch.enable(on)
 
 
-@contextlib.contextmanager
-def disabled() -> Iterator[None]:
+def disabled() -> contextlib.AbstractContextManager[None]:
     """Within: the eager kernels of kernels/ run where a C++ one would; as before after."""
-    global _on
-    before, _on = _on, False
-    try:
-        yield
-    finally:
-        _on = before
+    return _switch.disabled()
 
 
 def usable(*tensors: Tensor) -> bool:
     """Whether a C++ kernel may run on ``tensors`` (the module docstring's rule); builds the kernels on first use."""
-    if not (_on and kernels_on()):
+    if not (_switch.enabled() and kernels_on()):
         return False
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):  # autograd would record this
         return False
