@@ -42,6 +42,13 @@ def _default(name: str) -> Path | None:
         return None
 
 
+def _holds(path: Path, text: str) -> bool:
+    try:
+        return path.read_text() == text
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def cmd_start(args) -> int:
     from .source import notebook, solution_text, stub_text
 
@@ -55,12 +62,6 @@ def cmd_start(args) -> int:
     suffix = ".ipynb" if args.notebook else ".py"
     out = Path(args.out) if args.out else _default(f"{ex.name}{'_solution' if args.solution else ''}{suffix}")
     if out is None:
-        return 2
-    if out.exists() and not args.force:
-        print(
-            f"{out} exists already; not overwriting it (add --force to replace it, or --out OTHER_FILE)",
-            file=sys.stderr,
-        )
         return 2
     code = (solution_text if args.solution else stub_text)(
         ex, str(out.with_suffix(".py")) if args.notebook else str(out)
@@ -77,6 +78,15 @@ def cmd_start(args) -> int:
         text = nbformat.writes(notebook(ex, code))
     else:
         text = code
+    if out.exists() and not args.force:
+        if _holds(out, text):  # started before and not touched since: running start again is harmless
+            print(f"{out} is already there, unchanged since start wrote it")
+            return 0
+        print(
+            f"{out} exists already; not overwriting it (add --force to replace it, or --out OTHER_FILE)",
+            file=sys.stderr,
+        )
+        return 2
     try:
         if args.nbgrader:  # nbgrader's course layout: source/ASSIGNMENT/, made here if need be
             out.parent.mkdir(parents=True, exist_ok=True)

@@ -76,6 +76,8 @@ def test_start_writes_the_stub_and_refuses_to_overwrite(tmp_path, monkeypatch, c
     assert main(["start", "linear"]) == 0
     assert (tmp_path / "linear.py").read_text() == stub_text(BY_NAME["linear"], str(tmp_path / "linear.py"))
     assert "python -m learn check linear\n" in capsys.readouterr().out  # the default file: check finds it
+    assert main(["start", "linear"]) == 0  # the stub untouched: starting again is harmless
+    assert "unchanged" in capsys.readouterr().out
     (tmp_path / "linear.py").write_text("my work")
     assert main(["start", "linear"]) == 2
     assert "--force" in capsys.readouterr().err and (tmp_path / "linear.py").read_text() == "my work"
