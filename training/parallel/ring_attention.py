@@ -215,7 +215,7 @@ class RingAttention(BaseLayer):
         ring = Ring(self.group)
         scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
         kv = torch.stack((k, v))  # (2, B, H, 2n, E) the block that travels
-        state: list = [None, None]  # (o, lse) of the early and the late query chunk
+        state = [None, None]  # (o, lse) of the early and the late query chunk
         for step in range(ring.size):
             pending = ring.start(kv) if step < ring.size - 1 else None  # the next block on its way meanwhile
             forward_step(state, q, kv[0], kv[1], ring.rank, (ring.rank - step) % ring.size, ring.size, scale)
