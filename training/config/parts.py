@@ -219,12 +219,56 @@ class ModelConfig:
         keeps="math",
         applies=("gpt",),
     )
+    n_experts: int = setting(
+        0,
+        "each block's MLP a mixture of K experts (C -> 4C -> C each) behind a softmax router; 0: the dense MLP",
+        type=int,
+        low=0,
+        metavar="K",
+        group="text",
+        keeps="math",
+        applies=("gpt",),
+    )
+    top_k: int = setting(
+        2,
+        "with --n-experts: the experts each token is sent to",
+        type=int,
+        low=1,
+        group="text",
+        keeps="math",
+        applies=("gpt",),
+    )
+    capacity_factor: float = setting(
+        1.25,
+        "with --n-experts: an expert takes at most ceil(F top_k N / K) of a batch's N tokens, the rest dropped "
+        "(passed on by the residual)",
+        type=float,
+        metavar="F",
+        group="text",
+        keeps="math",
+        applies=("gpt",),
+    )
+    aux_coef: float = setting(
+        0.01,
+        "with --n-experts: the weight of the load-balancing loss K sum_e f_e P_e (Switch's, Mixtral's) added to "
+        "the loss",
+        type=float,
+        group="text",
+        keeps="math",
+        applies=("gpt",),
+    )
 
     def __post_init__(self):
         check_part(self)
         _check_fraction("dropout", self.dropout)
         if self.name == "gpt" and self.n_embd % self.n_head:
             raise UsageError(f"--n-embd {self.n_embd} is not divisible by --n-head {self.n_head}")
+        if self.n_experts and self.top_k > self.n_experts:
+            raise UsageError(f"--top-k {self.top_k} is more than --n-experts {self.n_experts}")
+        if self.n_experts and not (self.capacity_factor > 0 and math.isfinite(self.capacity_factor)):
+            raise UsageError(f"--capacity-factor {self.capacity_factor} is out of range (a positive number)")
+        if self.n_experts and not (self.aux_coef >= 0 and math.isfinite(self.aux_coef)):
+            raise UsageError(f"--aux-coef {self.aux_coef} is out of range (a number >= 0)")
 
 
 @dataclass(frozen=True)
