@@ -13,11 +13,11 @@ import torch
 from torch import Tensor
 
 from layers.attention import ScaledDotProductAttention
+from layers.moe import MixtureOfExperts
 
 if TYPE_CHECKING:
     from layers.layernorm import LayerNorm
     from layers.linear import Linear
-from layers.moe import MixtureOfExperts
 
 
 class KVCache:
