@@ -247,14 +247,14 @@ class Block(Composite):
         # Each sum is added into the branch's output (a fresh tensor no layer keeps), not into x: ln_1 and ln_2
         # keep their inputs for backward.  One (B, T, C) allocation per residual fewer.
         x = self.attn(x).add_(x)  # x + attn(ln_1(x))
-        if isinstance(self.mlp, MixtureOfExperts):
+        if not isinstance(self.mlp, MLP):  # a mixture of experts (or its expert-parallel part): given ln_2(x)
             return self.mlp(self.ln_2(x)).add_(x), None  # x + moe(ln_2(x))
         return self.mlp(x).add_(x), None  # x + mlp(ln_2(x)); the children keep what their backwards read
 
     def backward_math(self, dy: Tensor, saved: None) -> Tensor:
         # y = x + f(x) sends dy both ways: dx = dy + f'(x)^T dy.  Added into the branch's dx (fresh); dy itself
         # may be a layer's cached tensor, so never written.
-        if isinstance(self.mlp, MixtureOfExperts):
+        if not isinstance(self.mlp, MLP):
             dy = self.back(self.ln_2, self.back(self.mlp, dy)).add_(dy)
         else:
             dy = self.back(self.mlp, dy).add_(dy)
