@@ -5,16 +5,22 @@ steps, its losses and final weights."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 import torch.distributed as dist
 
+import training
 from layers.moe import MixtureOfExperts
 from losses import CrossEntropyLoss
 from models import GPT
 from optimizers import AdamW
 from tests.conftest import rel
 from tests.spawn_ranks import spawn_ranks
+from training.errors import UsageError
+from training.parallel.distributed import DistInfo
 from training.parallel.ep_moe import ExpertParallelMoE, expert_parallel, is_expert_param
 
 f64 = torch.float64
@@ -127,3 +133,68 @@ def test_expert_parallel_ranks_equal_one_process():
         assert w.keys() == weights.keys()
         for name in weights:
             assert rel(w[name], weights[name]) < 1e-9, (rank, name, rel(w[name], weights[name]))
+
+
+TRAIN = dict(
+    model="gpt",
+    impl="manual",
+    dtype="float64",
+    n_layer=2,
+    n_head=2,
+    n_embd=16,
+    block_size=8,
+    batch_size=4,
+    max_iters=3,
+    eval_interval=3,
+    eval_iters=1,
+    log_interval=1,
+    lr=0.05,
+    clip_grad=0.05,
+    plots=False,
+    quiet=True,
+    threads=1,
+    dist_timeout=60,
+    n_experts=4,
+    top_k=2,
+    capacity_factor=1.0,
+    aux_coef=0.1,
+)
+
+
+def _results(out):
+    summary = json.loads((out / "summary.json").read_text())["results"]["manual"]
+    records = map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
+    return summary, [r["loss"] for r in records if r["type"] == "step"]
+
+
+def _train(rank, world, init_method, out):
+    cfg = training.TrainConfig(**TRAIN, expert_parallel=world, out=Path(out))
+    return training.run(cfg, say=lambda line: None, info=DistInfo(rank, world, rank), init_method=init_method)
+
+
+@pytest.mark.slow
+def test_train_py_expert_parallel_equals_one_process(tmp_path):
+    one = tmp_path / "one"
+    assert training.run(training.TrainConfig(**TRAIN, out=one)) == 0
+    results = spawn_ranks(_train, 2, str(tmp_path / "ep"), join=False, timeout=240)
+    assert list(results.values()) == [0, 0]
+    (summary, steps), (ref, ref_steps) = _results(tmp_path / "ep"), _results(one)
+    assert len(steps) == len(ref_steps) == TRAIN["max_iters"]
+    for a, b in zip(steps, ref_steps, strict=True):
+        assert abs(a - b) / abs(b) < 1e-9, (steps, ref_steps)
+    for key in ("train_loss", "val_loss"):
+        assert abs(summary[key] - ref[key]) / abs(ref[key]) < 1e-9, (key, summary, ref)
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(expert_parallel=2), "--expert-parallel 2 splits a mixture of experts: give --n-experts K"),
+        (dict(expert_parallel=3, n_experts=4), "--n-experts 4 does not divide by --expert-parallel 3"),
+        (dict(n_experts=4, tensor_parallel=2), "--n-experts 4 with --tensor-parallel 2"),
+        (dict(n_experts=4, expert_parallel=2, check_parity=True), "--check-parity with --expert-parallel 2"),
+    ],
+)
+def test_expert_parallel_refuses_what_it_cannot_do_in_one_line(tmp_path, kw, message):
+    with pytest.raises(UsageError, match=message.replace("(", r"\(")):
+        training.TrainConfig(**{**TRAIN, "n_experts": 0, **kw}, out=tmp_path)

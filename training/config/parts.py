@@ -556,6 +556,15 @@ class ParallelConfig:
         metavar="C",
         group="parallel",
     )
+    expert_parallel: int = setting(
+        1,
+        "with --n-experts: split each block's experts over E ranks, each rank's tokens sent to their experts' "
+        "ranks and back (all-to-all by hand); the world size is E, data parallelism over the same ranks",
+        type=int,
+        low=1,
+        metavar="E",
+        group="parallel",
+    )
     pipeline_parallel: int = setting(
         1,
         "cut the blocks into P stages, run by --schedule gpipe, 1f1b or zb-h1",
@@ -596,7 +605,7 @@ class ParallelConfig:
     )
 
     def __post_init__(self):
-        for name in ("tensor_parallel", "context_parallel", "pipeline_parallel", "micro_batches"):  # as given
+        for name in ("tensor_parallel", "context_parallel", "expert_parallel", "pipeline_parallel", "micro_batches"):
             value = getattr(self, name)
             if not is_a(value, int) or value < 1:
                 raise UsageError(f"{flag(name)} {value!r} is out of range (an integer, at least 1)")
@@ -622,6 +631,7 @@ class ParallelConfig:
         return (
             self.tensor_parallel > 1
             or self.context_parallel > 1
+            or self.expert_parallel > 1
             or self.pipeline_parallel > 1
             or self.zero > 0
             or self.check_parity
@@ -671,6 +681,23 @@ class ParallelConfig:
             raise UsageError(
                 f"--block-size {model.block_size} / --context-parallel {C} = {model.block_size // C} positions a "
                 f"rank do not divide by --tensor-parallel {T} (--sequence-parallel splits them further)"
+            )
+        E = self.expert_parallel
+        if E > 1 and not model.n_experts:
+            raise UsageError(
+                f"--expert-parallel {E} splits a mixture of experts: give --n-experts K (a multiple of {E})"
+            )
+        if E > 1 and model.n_experts % E:
+            raise UsageError(f"--n-experts {model.n_experts} does not divide by --expert-parallel {E}")
+        if model.n_experts and (T > 1 or C > 1 or P > 1 or self.zero):
+            raise UsageError(
+                f"--n-experts {model.n_experts} with --tensor-parallel {T} --context-parallel {C} "
+                f"--pipeline-parallel {P} --zero {self.zero} is not supported: a mixture of experts splits with "
+                f"--expert-parallel E alone (data parallelism over the same ranks)"
+            )
+        if E > 1 and self.check_parity:
+            raise UsageError(
+                f"--check-parity with --expert-parallel {E} is not supported (tests/test_expert_parallel.py)"
             )
         if model.dropout:
             raise UsageError(
