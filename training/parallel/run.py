@@ -243,9 +243,9 @@ class ParallelImpl:
         else:
             mine = {n: (p.grad if grad else p).detach().clone() for n, p in self.part.named_parameters() if n != "head"}
         for name in self.experts:  # each rank's experts, in rank order: the whole tensor
-            every = [torch.empty_like(mine[name]) for _ in range(self.E)]
-            dist.all_gather(every, mine[name].contiguous(), group=self.dp_group)
-            mine[name] = torch.cat(every)
+            shards = [torch.empty_like(mine[name]) for _ in range(self.E)]
+            dist.all_gather(shards, mine[name].contiguous(), group=self.dp_group)
+            mine[name] = torch.cat(shards)
         if self.P == 1:
             return mine
         every: list[Any] = [None] * self.P  # each stage's dict, once gathered
