@@ -7,6 +7,7 @@ V = vocab_size, nh = n_head, hs = C / nh (one head's size), L = n_layer.
     for each of the L blocks (pre-norm residual blocks):
         x = x + attn(ln_1(x))                              causal self-attention, the only layer that mixes
         x = x + mlp(ln_2(x))                               information across time; mlp = c_proj(gelu(c_fc(.)))
+                                                           (or, n_experts > 0, a mixture of experts: layers/moe.py)
     logits = ln_f(x) @ wte^T                               (B, T, V)  the output matrix IS the token table
 
 Backward runs the same list in reverse; each residual connection y = x + f(x) sends dy both ways.  The

@@ -93,17 +93,15 @@ class ExpertParallelMoE(BaseLayer):
     def extra_repr(self) -> str:
         return f"n_experts={self.n_experts}, experts {self.rank * self.local_experts}.. on rank {self.rank}/{self.size}"
 
-    def kept(self, experts: Tensor) -> tuple[Tensor, Tensor, int]:
-        """experts (N_r, k) -> (kept (N_r, k) bool, counts (K,) over the batch, N): one process's capacity."""
-        N_r, k, K = experts.shape[0], self.top_k, self.n_experts
+    def kept(self, experts: Tensor) -> tuple[Tensor, Tensor, int, int]:
+        """experts (N_r, k) -> (kept (N_r, k) bool, counts (K,) over the batch, N, the batch's dropped count): one
+        process's capacity, from one all-gather of every rank's (k, K) counts."""
+        k, K = self.top_k, self.n_experts
         mine = F.one_hot(experts.t(), K).sum(1)  # (k, K) this rank's assignments by choice and expert
-        sizes = torch.tensor([N_r], device=experts.device)
         every = [torch.empty_like(mine) for _ in range(self.size)]
-        all_sizes = [torch.empty_like(sizes) for _ in range(self.size)]
         dist.all_gather(every, mine.contiguous(), group=self.group)
-        dist.all_gather(all_sizes, sizes, group=self.group)
         counts = torch.stack(every)  # (E, k, K)
-        N = int(sum(int(s) for s in all_sizes))
+        N = int(counts[:, 0].sum())  # every token has one first choice
         capacity = math.ceil(self.capacity_factor * k * N / K)
         # the places before this rank's choice-j assignments to e: every rank's earlier choices, then the earlier
         # ranks' choice j
@@ -111,7 +109,8 @@ class ExpertParallelMoE(BaseLayer):
         order = experts.t()  # (k, N_r)
         queue = F.one_hot(order, K).cumsum(1)  # (k, N_r, K) the running count within this rank's choice j
         place = queue.gather(2, order[..., None]).squeeze(2) - 1 + earlier.gather(1, order)  # (k, N_r)
-        return (place < capacity).t(), counts.sum((0, 1)).to(torch.float64), N
+        per_expert = counts.sum((0, 1))  # (K,) an expert keeps the first ``capacity`` of its queue
+        return (place < capacity).t(), per_expert, N, int((per_expert - capacity).clamp(min=0).sum())
 
     def forward_math(self, x: Tensor):
         lead, xf = x.shape[:-1], x.reshape(-1, self.n_embd)  # (N_r, C)
@@ -119,7 +118,7 @@ class ExpertParallelMoE(BaseLayer):
         probs = torch.softmax(xf @ self.router.t(), dim=-1)  # (N_r, K)
         top_p, experts = probs.topk(self.top_k, dim=-1)  # (N_r, k)
         gates = top_p / top_p.sum(-1, keepdim=True) if self.normalize else top_p
-        kept, counts, N = self.kept(experts)
+        kept, counts, N, self.dropped = self.kept(experts)
         # dispatch: the kept assignments in the order of their experts, then of their tokens
         tokens, slots = kept.nonzero(as_tuple=True)  # (S,) each, in token order
         chosen = experts[tokens, slots]  # (S,)
@@ -142,9 +141,6 @@ class ExpertParallelMoE(BaseLayer):
         y = torch.zeros_like(xf).index_add_(0, tokens, gates[tokens, slots, None] * ys)
         f = counts.to(xf.dtype) / N  # (K,)
         self.aux_loss = K * (f * probs.sum(0) / N).sum()  # this rank's share of K sum_e f_e P_e
-        dropped = torch.tensor([int((~kept).sum())], device=x.device)
-        dist.all_reduce(dropped, group=self.group)
-        self.dropped = int(dropped)
         saved = self.Saved(xf, probs, experts, gates, tokens, slots, ys, send_l, recv_l, local, xr, h, counts, N, lead)
         return y.view(*lead, self.n_embd), saved
 
