@@ -198,3 +198,12 @@ def test_train_py_expert_parallel_equals_one_process(tmp_path):
 def test_expert_parallel_refuses_what_it_cannot_do_in_one_line(tmp_path, kw, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(")):
         training.TrainConfig(**{**TRAIN, "n_experts": 0, **kw}, out=tmp_path)
+
+
+def test_expert_parallel_refuses_another_world_size_in_one_line():
+    from training.config.parts import ParallelConfig
+    from training.parallel.run import check_world
+
+    with pytest.raises(UsageError, match="--expert-parallel 2 runs on 2 processes .*not a world size of 4"):
+        check_world(ParallelConfig(expert_parallel=2), 4, DistInfo(0, 4))
+    assert check_world(ParallelConfig(expert_parallel=2), 4, DistInfo(1, 2)) == 2
