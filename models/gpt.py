@@ -7,6 +7,7 @@ V = vocab_size, nh = n_head, hs = C / nh (one head's size), L = n_layer.
     for each of the L blocks (pre-norm residual blocks):
         x = x + attn(ln_1(x))                              causal self-attention, the only layer that mixes
         x = x + mlp(ln_2(x))                               information across time; mlp = c_proj(gelu(c_fc(.)))
+                                                           (or, n_experts > 0, a mixture of experts: layers/moe.py)
     logits = ln_f(x) @ wte^T                               (B, T, V)  the output matrix IS the token table
 
 Backward runs the same list in reverse; each residual connection y = x + f(x) sends dy both ways.  The
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import torch
 from torch import Tensor
@@ -41,11 +42,30 @@ from layers.embedding import Embedding
 from layers.layer import BaseLayer, _rng_untouched, copy_requires_grad, wants_grad
 from layers.layernorm import LayerNorm
 from layers.linear import Linear
+from layers.moe import MixtureOfExperts
 from layers.template import add_product
 
 from .kv_cache import KVCache
 from .recompute import Recomputed
 from .sampling import check_sampling, next_token
+
+
+def check_moe(who: str, n_experts: int, top_k: int, capacity_factor: float, aux_coef: float) -> dict | None:
+    """The mixture of experts' settings (None for n_experts 0, the dense MLP), refused in one line naming them."""
+    check_int(who, "n_experts", n_experts, lo=0)
+    if n_experts == 0:
+        return None
+    check_int(who, "top_k", top_k)
+    if top_k > n_experts:
+        raise ValueError(f"{who}: top_k {top_k} is more than n_experts {n_experts} (each token goes to top_k of them)")
+    check_number(who, "capacity_factor", capacity_factor, 0.0, math.inf, lo_open=True)
+    check_number(who, "aux_coef", aux_coef, 0.0, math.inf)
+    return {
+        "n_experts": n_experts,
+        "top_k": top_k,
+        "capacity_factor": float(capacity_factor),
+        "aux_coef": float(aux_coef),
+    }
 
 
 class CausalSelfAttention(Composite):
@@ -191,23 +211,35 @@ class Block(Composite):
     ``ln_1`` and ``ln_2``), so that with ``recompute`` (``GPT.recompute``, the default) the LayerNorms' outputs are
     not held from forward to backward: each LayerNorm's input is held anyway, and backward computes its output
     again, bit for bit, for the next Linear's weight gradient.  One (B, T, C) pass more per LayerNorm; two (B, T, C)
-    tensors fewer held per block."""
+    tensors fewer held per block.
 
-    def __init__(self, n_embd: int, n_head: int, dropout: float, bias: bool, *, device=None, dtype=None) -> None:
+    ``moe`` (MixtureOfExperts' settings: n_experts, top_k, capacity_factor, aux_coef): the MLP is a mixture of
+    experts of the same shape (C -> 4C -> C each, layers/moe.py) instead, applied to ln_2(x), which it then holds;
+    its backward adds the auxiliary loss's gradient (aux_coef times it), and it has no dropout of its own."""
+
+    def __init__(
+        self, n_embd: int, n_head: int, dropout: float, bias: bool, *, moe: dict | None = None, device=None, dtype=None
+    ) -> None:
         kw: dict[str, Any] = {"device": device, "dtype": dtype}
         self.ln_1 = LayerNorm(n_embd, bias=bias, **kw)
         self.attn = CausalSelfAttention(n_embd, n_head, dropout, bias, norm=self.ln_1, **kw)
         self.ln_2 = LayerNorm(n_embd, bias=bias, **kw)
-        self.mlp = MLP(n_embd, dropout, bias, norm=self.ln_2, **kw)
+        self.mlp: MLP | MixtureOfExperts = (
+            MLP(n_embd, dropout, bias, norm=self.ln_2, **kw)
+            if moe is None
+            else MixtureOfExperts(n_embd, 4 * n_embd, **moe, **kw)
+        )
 
     @property
     def recompute(self) -> bool:
         """Whether the LayerNorms' and GELU's outputs are computed again in backward instead of held."""
-        return self.attn.recompute and self.mlp.recompute
+        return self.attn.recompute and getattr(self.mlp, "recompute", True)
 
     @recompute.setter
     def recompute(self, value: bool) -> None:
-        self.attn.recompute = self.mlp.recompute = value
+        self.attn.recompute = value
+        if isinstance(self.mlp, MLP):
+            self.mlp.recompute = value
 
     def named_children(self) -> Iterator[tuple[str, BaseLayer]]:
         return iter((("ln_1", self.ln_1), ("attn", self.attn), ("ln_2", self.ln_2), ("mlp", self.mlp)))
@@ -216,12 +248,17 @@ class Block(Composite):
         # Each sum is added into the branch's output (a fresh tensor no layer keeps), not into x: ln_1 and ln_2
         # keep their inputs for backward.  One (B, T, C) allocation per residual fewer.
         x = self.attn(x).add_(x)  # x + attn(ln_1(x))
+        if not isinstance(self.mlp, MLP):  # a mixture of experts (or its expert-parallel part): given ln_2(x)
+            return self.mlp(self.ln_2(x)).add_(x), None  # x + moe(ln_2(x))
         return self.mlp(x).add_(x), None  # x + mlp(ln_2(x)); the children keep what their backwards read
 
     def backward_math(self, dy: Tensor, saved: None) -> Tensor:
         # y = x + f(x) sends dy both ways: dx = dy + f'(x)^T dy.  Added into the branch's dx (fresh); dy itself
         # may be a layer's cached tensor, so never written.
-        dy = self.back(self.mlp, dy).add_(dy)
+        if not isinstance(self.mlp, MLP):
+            dy = self.back(self.ln_2, self.back(self.mlp, dy)).add_(dy)
+        else:
+            dy = self.back(self.mlp, dy).add_(dy)
         return self.back(self.attn, dy).add_(dy)
 
 
@@ -235,6 +272,11 @@ class GPT(Composite):
     generator=None)`` samples as nanoGPT's ``generate`` does, with a key/value cache.
     ``named_parameters()`` yields the tied matrix once, as ``transformer.wte.weight``; ``state_dict()`` also has
     ``lm_head.weight`` (the same tensor), as nanoGPT's.
+
+    ``n_experts`` K > 0: every block's MLP is a mixture of K experts (layers/moe.py), each token sent to ``top_k`` of
+    them, each expert taking at most ceil(``capacity_factor`` top_k N / K) of a forward's N tokens; the auxiliary
+    load-balancing loss (Switch's, Mixtral's) enters the gradient with weight ``aux_coef``, and ``aux_loss()`` after a
+    forward is that weight times the blocks' sum, the term a trainer adds to its loss.  K = 0: nanoGPT's dense MLP.
     """
 
     _saved_labels = {"x": "ln_f's output", "weight": "transformer.wte.weight"}
@@ -254,6 +296,10 @@ class GPT(Composite):
         bias: bool = True,
         dtype: torch.dtype | None = None,
         device: torch.device | str | None = None,
+        n_experts: int = 0,
+        top_k: int = 2,
+        capacity_factor: float = 1.25,
+        aux_coef: float = 0.01,
     ) -> None:
         for name, v in (
             ("vocab_size", vocab_size),
@@ -265,6 +311,7 @@ class GPT(Composite):
             check_int("GPT", name, v)
         check_number("GPT", "dropout", dropout, 0.0, 1.0, hi_open=True)
         check_bool("GPT", "bias", bias)
+        self.moe = check_moe("GPT", n_experts, top_k, capacity_factor, aux_coef)
         self.vocab_size, self.block_size, self.n_layer = vocab_size, block_size, n_layer
         self.n_head, self.n_embd, self.dropout, self.bias = n_head, n_embd, float(dropout), bias
         kw: dict[str, Any] = {"device": device, "dtype": dtype}
@@ -272,7 +319,7 @@ class GPT(Composite):
         self.wte = Embedding(vocab_size, n_embd, **kw)
         self.wpe = Embedding(block_size, n_embd, **kw)
         self.drop = Dropout(dropout)
-        self.h = [Block(n_embd, n_head, dropout, bias, **kw) for _ in range(n_layer)]
+        self.h = [Block(n_embd, n_head, dropout, bias, moe=self.moe, **kw) for _ in range(n_layer)]
         self.ln_f = LayerNorm(n_embd, bias=bias, **kw)
         lm_head = Linear(n_embd, vocab_size, bias=False, **kw)  # drawn and then tied: its draw sets wte's values
         self.wte.weight = lm_head.weight  # (V, C) one tensor for the embedding and the output
@@ -285,15 +332,26 @@ class GPT(Composite):
         with torch.no_grad():
             torch.nn.init.normal_(self.wte.weight, std=0.02)
             torch.nn.init.normal_(self.wpe.weight, std=0.02)
+            residual = 0.02 / math.sqrt(2 * self.n_layer)
             for block in self.h:
-                for lin in (block.attn.c_attn, block.attn.c_proj, block.mlp.c_fc, block.mlp.c_proj):
+                mlp = block.mlp
+                linears = (block.attn.c_attn, block.attn.c_proj) + (
+                    (mlp.c_fc, mlp.c_proj) if isinstance(mlp, MLP) else ()
+                )
+                for lin in linears:
                     torch.nn.init.normal_(lin.weight, std=0.02)
                     if lin.bias is not None:
                         lin.bias.zero_()
+                if isinstance(mlp, MixtureOfExperts):  # as the dense MLP's: the router and c_fc's, c_proj's
+                    for w in (mlp.router, mlp.w1, mlp.w2):
+                        torch.nn.init.normal_(w, std=0.02)
+                    mlp.b1.zero_()
+                    mlp.b2.zero_()
             torch.nn.init.normal_(self.wte.weight, std=0.02)  # as lm_head
             for block in self.h:  # named_parameters order: attn.c_proj.weight, then mlp.c_proj.weight
-                for lin in (block.attn.c_proj, block.mlp.c_proj):
-                    torch.nn.init.normal_(lin.weight, std=0.02 / math.sqrt(2 * self.n_layer))
+                mlp = block.mlp
+                for w in (block.attn.c_proj.weight, mlp.c_proj.weight if isinstance(mlp, MLP) else mlp.w2):
+                    torch.nn.init.normal_(w, std=residual)
 
     def _lay_out_flat(self) -> None:
         """llm.c's ``params_memory`` and ``grads_memory``: every parameter becomes a view into one block -- the
@@ -358,6 +416,7 @@ class GPT(Composite):
         return (
             f"vocab_size={self.vocab_size}, block_size={self.block_size}, n_layer={self.n_layer}, "
             f"n_head={self.n_head}, n_embd={self.n_embd}, dropout={self.dropout}, bias={self.bias}"
+            + "".join(f", {k}={v}" for k, v in (self.moe or {}).items())
         )
 
     def named_children(self) -> Iterator[tuple[str, BaseLayer]]:
@@ -401,7 +460,16 @@ class GPT(Composite):
             "n_embd": self.n_embd,
             "dropout": self.dropout,
             "bias": self.bias,
+            **(self.moe or {}),
         }
+
+    def aux_loss(self) -> Tensor | None:
+        """After a forward: aux_coef times the blocks' auxiliary load-balancing losses summed, the term the gradient
+        includes (None for the dense GPT)."""
+        if self.moe is None:
+            return None
+        terms = [cast(MixtureOfExperts, block.mlp).aux_loss for block in self.h]
+        return self.moe["aux_coef"] * cast(Tensor, sum(cast(list[Tensor], terms)))
 
     def to_torch(self) -> torch.nn.Module:
         """The nn.Module twin (``models.PytorchGPT``) holding a copy of these weights, in the same mode."""

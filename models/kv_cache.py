@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from layers.attention import ScaledDotProductAttention
+from layers.moe import MixtureOfExperts
 
 if TYPE_CHECKING:
     from layers.layernorm import LayerNorm
@@ -71,7 +72,9 @@ class KVCache:
         return _linear(a.c_proj, y.transpose(1, 2).reshape(B, T, C))
 
     @staticmethod
-    def _mlp(mlp, x: Tensor) -> Tensor:  # mlp: a Block's MLP
+    def _mlp(mlp, x: Tensor) -> Tensor:  # mlp: a Block's MLP, or its mixture of experts
+        if isinstance(mlp, MixtureOfExperts):  # routed and capped among the positions of this call
+            return mlp.forward_math(x)[0]
         return _linear(mlp.c_proj, torch.nn.functional.gelu(_linear(mlp.c_fc, x), approximate=mlp.gelu.approximate))
 
 

@@ -18,6 +18,9 @@ from torch import Tensor, nn
 
 from layers.attention.dropout import attention_dropout_mask, draw_seed
 from layers.dropout import SeededDropout
+from layers.moe_twin import PytorchMoE
+
+from .gpt import check_moe
 
 
 class _CausalSelfAttention(nn.Module):
@@ -60,12 +63,12 @@ class _MLP(nn.Module):
 
 
 class _Block(nn.Module):
-    def __init__(self, n_embd: int, n_head: int, dropout: float, bias: bool, **kw) -> None:
+    def __init__(self, n_embd: int, n_head: int, dropout: float, bias: bool, moe: dict | None = None, **kw) -> None:
         super().__init__()
         self.ln_1 = nn.LayerNorm(n_embd, bias=bias, **kw)
         self.attn = _CausalSelfAttention(n_embd, n_head, dropout, bias, **kw)
         self.ln_2 = nn.LayerNorm(n_embd, bias=bias, **kw)
-        self.mlp = _MLP(n_embd, dropout, bias, **kw)
+        self.mlp = _MLP(n_embd, dropout, bias, **kw) if moe is None else PytorchMoE(n_embd, 4 * n_embd, **moe, **kw)
 
     def forward(self, x: Tensor) -> Tensor:
         x = x + self.attn(self.ln_1(x))
@@ -74,8 +77,10 @@ class _Block(nn.Module):
 
 class PytorchGPT(nn.Module):
     """``PytorchGPT(vocab_size, block_size, n_layer, n_head, n_embd, dropout=0.0, bias=True, dtype=None,
-    device=None)``: ``forward(idx) -> logits`` (B, T, V) for every position; ``generate`` is nanoGPT's (the
-    whole window recomputed for every token)."""
+    device=None, n_experts=0, top_k=2, capacity_factor=1.25, aux_coef=0.01)``: ``forward(idx) -> logits`` (B, T, V)
+    for every position; ``generate`` is nanoGPT's (the whole window recomputed for every token).  With
+    ``n_experts`` > 0 each block's MLP is the mixture of experts' twin (layers/moe_twin.py) and ``aux_loss()`` is
+    ``models.GPT``'s: the term to add to the loss."""
 
     def __init__(
         self,
@@ -88,8 +93,13 @@ class PytorchGPT(nn.Module):
         bias: bool = True,
         dtype: torch.dtype | None = None,
         device: torch.device | str | None = None,
+        n_experts: int = 0,
+        top_k: int = 2,
+        capacity_factor: float = 1.25,
+        aux_coef: float = 0.01,
     ) -> None:
         super().__init__()
+        moe = check_moe("PytorchGPT", n_experts, top_k, capacity_factor, aux_coef)
         kw: dict[str, Any] = {"device": device, "dtype": dtype}
         self._config = {
             "vocab_size": vocab_size,
@@ -99,14 +109,16 @@ class PytorchGPT(nn.Module):
             "n_embd": n_embd,
             "dropout": float(dropout),
             "bias": bias,
+            **(moe or {}),
         }
+        self.aux_coef = aux_coef
         self.block_size = block_size
         self.transformer = nn.ModuleDict(
             dict(
                 wte=nn.Embedding(vocab_size, n_embd, **kw),
                 wpe=nn.Embedding(block_size, n_embd, **kw),
                 drop=SeededDropout(dropout),
-                h=nn.ModuleList([_Block(n_embd, n_head, dropout, bias, **kw) for _ in range(n_layer)]),
+                h=nn.ModuleList([_Block(n_embd, n_head, dropout, bias, moe, **kw) for _ in range(n_layer)]),
                 ln_f=nn.LayerNorm(n_embd, bias=bias, **kw),
             )
         )
@@ -120,6 +132,11 @@ class PytorchGPT(nn.Module):
     def config(self) -> dict:
         """The constructor arguments (nanoGPT's GPTConfig fields)."""
         return dict(self._config)
+
+    def aux_loss(self) -> Tensor | None:
+        """After a forward: aux_coef times the blocks' auxiliary losses summed (None for the dense GPT)."""
+        moes = [m for m in self.modules() if isinstance(m, PytorchMoE)]
+        return self.aux_coef * sum(m.aux_loss for m in moes) if moes else None  # type: ignore[misc]
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:

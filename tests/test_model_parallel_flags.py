@@ -203,7 +203,8 @@ def _checkpoint(world: int = 2, **split) -> dict:
             dict(zero=1),
             2,
             "the checkpoint was written without model parallelism (world size 2), this run has "
-            "--tensor-parallel 1, --sequence-parallel False, --context-parallel 1, --pipeline-parallel 1",
+            "--tensor-parallel 1, --sequence-parallel False, --context-parallel 1, --expert-parallel 1, "
+            "--pipeline-parallel 1",
         ),
     ],
 )

@@ -219,12 +219,56 @@ class ModelConfig:
         keeps="math",
         applies=("gpt",),
     )
+    n_experts: int = setting(
+        0,
+        "each block's MLP a mixture of K experts (C -> 4C -> C each) behind a softmax router; 0: the dense MLP",
+        type=int,
+        low=0,
+        metavar="K",
+        group="text",
+        keeps="math",
+        applies=("gpt",),
+    )
+    top_k: int = setting(
+        2,
+        "with --n-experts: the experts each token is sent to",
+        type=int,
+        low=1,
+        group="text",
+        keeps="math",
+        applies=("gpt",),
+    )
+    capacity_factor: float = setting(
+        1.25,
+        "with --n-experts: an expert takes at most ceil(F top_k N / K) of a batch's N tokens, the rest dropped "
+        "(passed on by the residual)",
+        type=float,
+        metavar="F",
+        group="text",
+        keeps="math",
+        applies=("gpt",),
+    )
+    aux_coef: float = setting(
+        0.01,
+        "with --n-experts: the weight of the load-balancing loss K sum_e f_e P_e (Switch's, Mixtral's) added to "
+        "the loss",
+        type=float,
+        group="text",
+        keeps="math",
+        applies=("gpt",),
+    )
 
     def __post_init__(self):
         check_part(self)
         _check_fraction("dropout", self.dropout)
         if self.name == "gpt" and self.n_embd % self.n_head:
             raise UsageError(f"--n-embd {self.n_embd} is not divisible by --n-head {self.n_head}")
+        if self.n_experts and self.top_k > self.n_experts:
+            raise UsageError(f"--top-k {self.top_k} is more than --n-experts {self.n_experts}")
+        if self.n_experts and not (self.capacity_factor > 0 and math.isfinite(self.capacity_factor)):
+            raise UsageError(f"--capacity-factor {self.capacity_factor} is out of range (a positive number)")
+        if self.n_experts and not (self.aux_coef >= 0 and math.isfinite(self.aux_coef)):
+            raise UsageError(f"--aux-coef {self.aux_coef} is out of range (a number >= 0)")
 
 
 @dataclass(frozen=True)
@@ -512,6 +556,15 @@ class ParallelConfig:
         metavar="C",
         group="parallel",
     )
+    expert_parallel: int = setting(
+        1,
+        "with --n-experts: split each block's experts over E ranks, each rank's tokens sent to their experts' "
+        "ranks and back (all-to-all by hand); the world size is E, data parallelism over the same ranks",
+        type=int,
+        low=1,
+        metavar="E",
+        group="parallel",
+    )
     pipeline_parallel: int = setting(
         1,
         "cut the blocks into P stages, run by --schedule gpipe, 1f1b or zb-h1",
@@ -552,7 +605,7 @@ class ParallelConfig:
     )
 
     def __post_init__(self):
-        for name in ("tensor_parallel", "context_parallel", "pipeline_parallel", "micro_batches"):  # as given
+        for name in ("tensor_parallel", "context_parallel", "expert_parallel", "pipeline_parallel", "micro_batches"):
             value = getattr(self, name)
             if not is_a(value, int) or value < 1:
                 raise UsageError(f"{flag(name)} {value!r} is out of range (an integer, at least 1)")
@@ -578,6 +631,7 @@ class ParallelConfig:
         return (
             self.tensor_parallel > 1
             or self.context_parallel > 1
+            or self.expert_parallel > 1
             or self.pipeline_parallel > 1
             or self.zero > 0
             or self.check_parity
@@ -627,6 +681,23 @@ class ParallelConfig:
             raise UsageError(
                 f"--block-size {model.block_size} / --context-parallel {C} = {model.block_size // C} positions a "
                 f"rank do not divide by --tensor-parallel {T} (--sequence-parallel splits them further)"
+            )
+        E = self.expert_parallel
+        if E > 1 and not model.n_experts:
+            raise UsageError(
+                f"--expert-parallel {E} splits a mixture of experts: give --n-experts K (a multiple of {E})"
+            )
+        if E > 1 and model.n_experts % E:
+            raise UsageError(f"--n-experts {model.n_experts} does not divide by --expert-parallel {E}")
+        if model.n_experts and (T > 1 or C > 1 or P > 1 or self.zero):
+            raise UsageError(
+                f"--n-experts {model.n_experts} with --tensor-parallel {T} --context-parallel {C} "
+                f"--pipeline-parallel {P} --zero {self.zero} is not supported: a mixture of experts splits with "
+                f"--expert-parallel E alone (data parallelism over the same ranks)"
+            )
+        if E > 1 and self.check_parity:
+            raise UsageError(
+                f"--check-parity with --expert-parallel {E} is not supported (tests/test_expert_parallel.py)"
             )
         if model.dropout:
             raise UsageError(

@@ -138,6 +138,14 @@ class TrainConfig:
                 f"--impl {self.run.impl}: the autodiff engine builds only the MLP, not --model {model}; "
                 f"use --impl manual, torch or both"
             )
+        for key in ("top_k", "capacity_factor", "aux_coef"):  # the mixture of experts' settings, without one
+            if key in self.given and not self.model.n_experts:
+                raise UsageError(f"{flag(key)} applies to a mixture of experts: give --n-experts K > 0")
+        if self.model.n_experts and self.run.is_mixed:
+            raise UsageError(
+                f"--n-experts {self.model.n_experts} with --dtype {self.run.dtype} is not supported (the "
+                f"load-balancing loss's gradient is not loss-scaled): use float32 or float64"
+            )
         if self.model_parallel:
             self.parallel.check_split(self.model, self.run, self.given)
 

@@ -22,7 +22,7 @@ from ..parallel.allreduce import GradBuckets
 from ..parallel.distributed import SINGLE, DistInfo
 from ..precision.loss_scale import DynamicLossScaler
 from ..precision.master import MasterWeights
-from .optim_setup import capturable_kwargs, clip_monitored, optimizer_kwargs, param_groups, rows
+from .optim_setup import aux_loss, capturable_kwargs, clip_monitored, optimizer_kwargs, param_groups, rows
 
 
 def _half(x: Tensor, dtype: torch.dtype) -> Tensor:
@@ -94,12 +94,14 @@ class ManualImpl:
         self.opt.zero_grad(set_to_none=False)  # .grad buffers stay put: zeroed in place, written in place
         logits = self.model(x)
         loss = self.crit(*rows(logits, y))
+        aux = aux_loss(self.model)  # a mixture of experts' load-balancing term: its backward adds its gradient
         if self.buckets is None:
             self.model.backward(self.crit.backward().view_as(logits))  # containers skip the first layer's dx
-            loss = loss * y.numel()
+            loss = (loss if aux is None else loss + aux) * y.numel()
         else:
             self.model.backward(self.crit.backward(1.0 / total).view_as(logits))  # buckets launch as layers finish
             self.buckets.finish()
+            loss = loss if aux is None else loss + aux * total  # (this rank's share of aux, where it has one)
         norm = clip_monitored(self, step, clip_grad_norm_)
         if torch.compiler.is_compiling():  # past an lr scheduler's wrapper of opt.step, which torch.compile skips
             type(self.opt).step(self.opt)

@@ -60,3 +60,10 @@ def rows(logits: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
     if logits.dim() == 2:
         return logits, y
     return logits.reshape(-1, logits.shape[-1]), y.reshape(-1)
+
+
+def aux_loss(model) -> Tensor | None:
+    """After a forward: the auxiliary loss a model adds to its loss (a mixture of experts' load-balancing term,
+    already weighted), or None."""
+    term = getattr(model, "aux_loss", None)
+    return term() if callable(term) else None

@@ -17,7 +17,7 @@ from optimizers import OPTIMIZERS
 from ..compiled import CompileTimer
 from ..config.parts import OptimConfig, RunConfig
 from ..parallel.distributed import SINGLE, DistInfo
-from .optim_setup import clip_monitored, optimizer_kwargs, param_groups, rows
+from .optim_setup import aux_loss, clip_monitored, optimizer_kwargs, param_groups, rows
 
 
 class TorchImpl:
@@ -57,6 +57,8 @@ class TorchImpl:
         logits = self.forward(x)
         if self.world is None:
             loss = F.cross_entropy(*rows(logits, y))
+            aux = aux_loss(self.model)  # a mixture of experts' load-balancing term
+            loss = loss if aux is None else loss + aux
             loss.backward()
             loss_sum = loss.detach() * y.numel()
         else:

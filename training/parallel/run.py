@@ -9,6 +9,9 @@ step, on the rank's share of the global batch (the data-parallel rank's contiguo
             every window, ring attention over the context-parallel group; its gradients averaged with the
             data-parallel ones, over the D x C ranks that hold the same weights (the gradient group)
     T > 1   ``TensorParallelGPT``: forward, the vocabulary-parallel loss, backward, ``finish_gradients``
+    E > 1   ``ep_moe.expert_parallel`` of the GPT (T = C = P = 1, D = E): each block's experts split over the
+            data-parallel ranks, tokens sent to their experts' ranks and back; the replicated weights' gradients
+            averaged, each expert's whole on its rank
     P > 1   ``GPTStage`` (T = 1) or ``TensorParallelStage`` (T > 1: each stage's blocks over its T ranks) run by
             ``run_schedule`` over M equal micro-batches, then ``finish_gradients`` (T > 1), then the tied table's
             two copies summed between the first and the last stage of each tensor rank
@@ -36,9 +39,10 @@ from optimizers import OPTIMIZERS, get_optimizer
 
 from ..config.parts import OptimConfig, ParallelConfig
 from ..errors import UsageError
-from ..impls.optim_setup import optimizer_kwargs, param_groups, rows
+from ..impls.optim_setup import aux_loss, optimizer_kwargs, param_groups, rows
 from .allreduce import GradBuckets
 from .distributed import DistInfo
+from .ep_moe import expert_parallel, is_expert_param
 from .layout import parallel_layout
 
 
@@ -50,7 +54,12 @@ def check_world(split: ParallelConfig, batch_size: int, info: DistInfo) -> int:
             f"model parallelism ({_settings(split)}) runs under torchrun: torchrun --standalone "
             f"--nproc-per-node N train.py ..."
         )
-    n = T * P * C
+    n, E = T * P * C, split.expert_parallel
+    if E > 1 and info.world_size != E:
+        raise UsageError(
+            f"--expert-parallel {E} runs on {E} processes (data parallelism over the same ranks), not a world "
+            f"size of {info.world_size}"
+        )
     if info.world_size % n:
         context = f"--context-parallel {C} x " if C > 1 else ""
         raise UsageError(
@@ -100,12 +109,24 @@ class ParallelImpl:
         self.grad_group = lay.grad_group  # the data-parallel ranks and, with C > 1, the context-parallel ones
         self.data_info = DistInfo(lay.dp_rank, self.D)  # the rows of each global batch this rank's copy trains on
         full = dict(gpt.named_parameters())
-        self.part, self.tie_group = _split(gpt, split, lay), lay.tie_group
+        self.E = split.expert_parallel
+        self.part, self.tie_group = _split(gpt, split, lay, self.R), lay.tie_group
         named = list(self.part.named_parameters())
         self.params = [p for _, p in named]
-        # the clip's weight of each parameter's squares: the norm is of the one-process model's gradient
+        # each rank's own experts, not averaged; a list, in the model's order, every rank gathering them alike
+        self.experts = [n for n, _ in named if self.E > 1 and is_expert_param(n)]
+        # the clip's weight of each parameter's squares: the norm is of the one-process model's gradient (an
+        # expert's, on one rank only, counted R times: the sum below divides by R)
         self.norm_weight = {
-            id(p): (0.0 if name == "head" else 1.0 / T if T > 1 and p.numel() == full[name].numel() else 1.0)
+            id(p): (
+                0.0
+                if name == "head"
+                else 1.0 / T
+                if T > 1 and p.numel() == full[name].numel()
+                else float(self.R)
+                if name in self.experts
+                else 1.0
+            )
             for name, p in named
         }
         groups, kw = param_groups(named, optim), optimizer_kwargs(optim)
@@ -118,7 +139,8 @@ class ParallelImpl:
         else:
             self.opt = get_optimizer(optim.optimizer, groups, **kw)
             if self.R > 1:
-                self.buckets = GradBuckets(self.params, scale=1.0 / self.R, group=lay.grad_group)
+                replicated = [p for n, p in named if n not in self.experts]
+                self.buckets = GradBuckets(replicated, scale=1.0 / self.R, group=lay.grad_group)
         self.eval_crit = CrossEntropyLoss(reduction="sum")
         self._stale = False  # whether the shards moved since the whole model was gathered
         self.logits = None  # the last step's logits where they are in one piece a copy (not pipelined)
@@ -179,6 +201,9 @@ class ParallelImpl:
             mean = crit(*rows(logits, y))
             self.logits = logits
             self.part.backward(crit.backward(share).view_as(logits))
+            aux = aux_loss(self.part)  # a mixture of experts' load-balancing term: this rank's share of it
+            if aux is not None:  # (each rank reports: T = P = 1)
+                mean = mean + aux * total / y.numel()
         self._stale = True
         return mean.detach().double() * y.numel() if reports else torch.zeros((), dtype=torch.float64)
 
@@ -217,6 +242,10 @@ class ParallelImpl:
             mine = self.part.full_state_dict(grad=grad)  # this stage's, gathered over its tensor-parallel ranks
         else:
             mine = {n: (p.grad if grad else p).detach().clone() for n, p in self.part.named_parameters() if n != "head"}
+        for name in self.experts:  # each rank's experts, in rank order: the whole tensor
+            shards = [torch.empty_like(mine[name]) for _ in range(self.E)]
+            dist.all_gather(shards, mine[name].contiguous(), group=self.dp_group)
+            mine[name] = torch.cat(shards)
         if self.P == 1:
             return mine
         every: list[Any] = [None] * self.P  # each stage's dict, once gathered
@@ -259,6 +288,8 @@ class ParallelImpl:
         c = self.split
         tensor = f"tensor-parallel {self.T}{' with sequence parallelism' * c.sequence_parallel}"
         context = f"context-parallel {self.C} (ring attention, zigzag chunks)"
+        if self.E > 1:
+            return f"expert-parallel {self.E} (all-to-all dispatch and combine) x data-parallel {self.D}"
         pipe = f"pipeline-parallel {self.P} ({c.pipeline_schedule}, {c.micro_batches} micro-batches)"
         split = (
             " x ".join([tensor] * (self.T > 1) + [context] * (self.C > 1) + [pipe] * (self.P > 1))
@@ -267,9 +298,12 @@ class ParallelImpl:
         return f"{split} x data-parallel {self.D}{f', ZeRO-{c.zero}' if c.zero else ''}"
 
 
-def _split(gpt, split: ParallelConfig, lay):
-    """This rank's part of the GPT: a tensor-parallel stage, a tensor-parallel GPT, a stage, or the GPT whole."""
+def _split(gpt, split: ParallelConfig, lay, R: int):
+    """This rank's part of the GPT: a tensor-parallel stage, a tensor-parallel GPT, a stage, its experts, or the
+    GPT whole.  ``R``: the ranks the gradients are averaged over."""
     T, P, sp = split.tensor_parallel, split.pipeline_parallel, split.sequence_parallel
+    if split.expert_parallel > 1:
+        return expert_parallel(gpt, lay.dp_group, lay.dp_rank, split.expert_parallel, grad_scale=float(R))
     if split.context_parallel > 1:  # the GPT (or its tensor-parallel part) on this rank's zigzag positions
         from .cp_gpt import context_parallel
         from .tp_gpt import TensorParallelGPT

@@ -76,6 +76,11 @@ class TextTask:
                 f"--batch-size {self.batches.batch_size} windows cannot be shared by {info.world_size} "
                 f"processes; use --batch-size >= {info.world_size}"
             )
+        if self.model.n_experts:
+            raise UsageError(
+                f"--n-experts {self.model.n_experts} under torchrun without --expert-parallel: each process "
+                f"would route and cap its own share of the batch, not the global batch as one process does"
+            )
         if self.model.dropout:
             raise UsageError(
                 f"--dropout {self.model.dropout} under torchrun: the language models' dropout masks are "

@@ -46,6 +46,16 @@ def model_kwargs(model: ModelConfig, vocab_size: int) -> dict:
             n_embd=model.n_embd,
             dropout=model.dropout,
             bias=model.bias,
+            **(
+                dict(
+                    n_experts=model.n_experts,
+                    top_k=model.top_k,
+                    capacity_factor=model.capacity_factor,
+                    aux_coef=model.aux_coef,
+                )
+                if model.n_experts
+                else {}
+            ),
         )
     return dict(
         vocab_size=vocab_size,
