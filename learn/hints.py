@@ -278,9 +278,10 @@ HINTS = {
         "slots] = (dout[tokens] * y_e).sum(-1); dy_e = gates[tokens, slots, None] * dout[tokens] (M, O); dW_e = "
         "dy_e^T x[tokens] (O, C); dx gets dy_e @ W_e added into its rows tokens (index_add_: a token's k experts "
         "add up).  Keep y_e, tokens and slots from the forward.",
-        "forward: kept = keep(experts, K, capacity); for e: tokens, slots = ((experts == e) & kept).nonzero("
-        "as_tuple=True)\n    y = x[tokens] @ self.weight[e].T;  out.index_add_(0, tokens, gates[tokens, slots, "
-        "None] * y)\nbackward, for e: dgates[tokens, slots] = (dout[tokens] * y).sum(-1)\n"
+        "forward: kept = keep(experts, K, capacity); then for each expert e:\n"
+        "    tokens, slots = ((experts == e) & kept).nonzero(as_tuple=True)\n"
+        "    y = x[tokens] @ self.weight[e].T;  out.index_add_(0, tokens, gates[tokens, slots, None] * y)\n"
+        "backward, for each expert e: dgates[tokens, slots] = (dout[tokens] * y).sum(-1)\n"
         "    dy = gates[tokens, slots, None] * dout[tokens];  dweight[e] = dy.T @ x[tokens]\n"
         "    dx.index_add_(0, tokens, dy @ self.weight[e])\nthen weight.grad += dweight (created as zeros when None)",
     ],

@@ -5,13 +5,15 @@ Shapes (N = batch size, T = sequence length, d = head size, R = ranks, n = T / R
     q, k, v (N, T, d) -> out (N, T, d) = softmax(q k^T / sqrt(d)) v, every query over every key (no mask)
 The ring is simulated in one process: rank r holds block r of q, k and v (positions r n .. (r + 1) n); at step
 s = 0 .. R-1 it holds the key/value block b = (r - s) mod R, which has travelled round the ring to it.  Query block
-a meeting key/value block b gives a partial softmax, and partials merge exactly, in any order:
-    S = q_a k_b^T / sqrt(d) (N, n, n)   lse_b = logsumexp(S) over the keys (N, n, 1)   o_b = exp(S - lse_b) v_b
-    new = logaddexp(lse, lse_b)   o = exp(lse - new) o + exp(lse_b - new) o_b   lse = new   (from o = 0, lse = -inf)
-No rank ever holds a whole row of scores.  The backward (FlashAttention's) keeps out and each row's merged lse,
-(N, T, 1), and recomputes each block's probabilities P = exp(S - lse): the final softmax's entries, not the
-block's own.  With D = rowsum(dout * out) (N, T, 1), query block a meeting block b adds
-    dv_b += P^T dout_a    dS = P * (dout_a v_b^T - D_a)    dq_a += dS k_b / sqrt(d)    dk_b += dS^T q_a / sqrt(d)
+a meeting key/value block b gives a partial softmax, over the block's keys only:
+    S = q_a k_b^T / sqrt(d) (N, n, n)    lse_b = logsumexp(S) over the keys (N, n, 1)    o_b = exp(S - lse_b) v_b
+Partials merge exactly, in any order, into a running (o, lse), from o = 0 and lse = -inf: the merged lse is the
+log of the summed exponentials, torch.logaddexp(lse, lse_b), and o is a weighted mean of the two parts (each
+weighted by its share of the merged sum).  No rank ever holds a whole row of scores.
+The backward (FlashAttention's) keeps out and each row's merged lse (N, T, 1) and recomputes each block's scores:
+its probabilities are those of the softmax out was computed with, over the whole row.  Softmax's backward needs a
+sum over the whole row, D = rowsum(dP * P), which no block sees; it equals rowsum(dout * out) (N, T, 1), known
+before any block arrives.  Then each meeting adds its share to dq_a, dk_b and dv_b as attention's backward does:
 dq_a stays on rank a; dk_b and dv_b travel round the ring with their block, each rank adding its queries' share.
 (The causal ring of training/parallel/ring_attention.py skips the blocks in a query's future and masks the
 diagonal one; the merging and the backward are the same.)
