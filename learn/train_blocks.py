@@ -24,7 +24,7 @@ from .checker.guard import LearnerFailed, call
 from .data import small_task
 from .race import Race
 from .train_layers import BATCH, F64, LR, sgd
-from .train_parallel import _batches
+from .train_parallel import flat_batches
 
 ROWS, HEAD, RANKS = 14, 8, 2  # an image's rows as a sequence; 14 rows in 2 blocks of 7
 WIDTH, EXPERTS, TOP_K, CAPACITY = 16, 4, 2, 14
@@ -60,7 +60,7 @@ def ring_race(ex, cls, file: str, seed: int) -> Race:
     twin = _ring_net(seed)
     mine = copy.deepcopy(twin)
     layer = call(f"{cls.__name__}(ranks={RANKS})", lambda: cls(RANKS), where=file)
-    batch = _batches(x, y, seed)
+    batch = flat_batches(x, y, seed)
 
     def qkv(net, xb):
         seq = xb.reshape(-1, ROWS, ROWS)  # (B, 14, 14): 14 positions of 14 features
@@ -127,7 +127,7 @@ def moe_race(ex, cls, file: str, seed: int) -> Race:
         raise LearnerFailed(f"your {shown} has no float64 weight of shape {tuple(mine.experts.shape)}")
     layer.weight = mine.experts.detach().clone()  # the twin's initial experts; yours is a plain tensor
     mine.experts.requires_grad_(False)
-    batch = _batches(x, y, seed)
+    batch = flat_batches(x, y, seed)
 
     def step_mine(step):
         xb, yb = batch(step)
