@@ -24,7 +24,8 @@ RANKS = 4  # H = 24 divides by it
 
 
 def flat_batches(x, y, seed: int):
-    """step -> (images flattened to (BATCH, 196), labels), drawn once from ``seed``: both sides of a race get the same."""
+    """step -> (images flattened to (BATCH, 196), labels), drawn once from ``seed``: both sides of a race see the
+    same."""
     g = torch.Generator().manual_seed(seed)
     drawn = {}
 
