@@ -402,4 +402,42 @@ rank is added T times.  Every shard's gradient is the slice of the one-process g
         "training/parallel/tp_mappings.py)",
         None,
     ),
+    "ring_attention": Derivation(
+        """\
+Row t of the output over all keys j, split into blocks b:  out_t = sum_j P_tj v_j,  P_tj = exp(S_tj - lse_t),
+lse_t = log sum_j exp(S_tj) = log sum_b exp(lse_tb)       S (N, T, T), lse (N, T, 1), one block (N, n, n)
+since sum over block b of exp(S_tj) = exp(lse_tb).  So the softmax over the union is a weighted mean of the
+blocks' softmaxes:  out_t = sum_b exp(lse_tb - lse_t) o_tb,  each o_tb = the block's own softmax times v_b.
+Merging one block at a time keeps this exact: new = logaddexp(lse, lse_b); o = exp(lse - new) o + exp(lse_b -
+new) o_b.  The old o was divided by exp(lse); re-weighting by exp(lse - new) divides it by exp(new) instead
+(the online softmax's rescaling by the new max).  The weights then sum to 1: max(lse, lse_b) would not.
+Backward, with the merged lse kept:  P = exp(S - lse) is the final softmax's block -- the block's own lse
+would give probabilities that sum to 1 over its keys alone.  Softmax's Jacobian needs a sum over the row,
+  dS_tj = P_tj (dP_tj - D_t),   D_t = sum_j P_tj dP_tj = sum_j P_tj (dout_t . v_j) = dout_t . out_t   (N, T, 1)
+and that last form is known before any block arrives.  Then, per block, as in attention:
+  dv_b += P^T dout_a (n, d)    dq_a += dS k_b scale (n, d)    dk_b += dS^T q_a scale (n, d)
+A key block meets every rank's queries, so dk_b and dv_b are sums over the ring: they travel with the block
+(the causal ring skips blocks in the future; its diagonal block is masked; the sums are the same).""",
+        "attend_block_backward merge",
+        "training/parallel/ring_attention.py: RingAttention",
+        None,
+    ),
+    "moe_dispatch": Derivation(
+        """\
+out[n] = sum_j kept[n,j] g[n,j] y_e[n],  y_e = x_e W_e^T,  e = experts[n,j]   x (N, C), g (N, k), W (K, O, C)
+The combine is a sum of products: each factor's gradient is dout times the other factor.
+  dg[n,j] = dout[n] . y_e[n]           (N, k)     the router's signal: how much expert e helped token n
+  dy_e[m] = g[n,j] dout[n]             (M, O)     the expert's output receives dout scaled by its gate
+  dW_e = dy_e^T x_e                    (O, C)     over expert e's M kept tokens
+The dispatch x_e = x[tokens_e] is a gather; the backward of a gather is a scatter-add:
+  dx[n] = sum over n's kept assignments j of dy_e[m] W_e    (N, C)   a token read by k experts gets k shares
+An assignment past the expert's capacity appears in no term of out, so it gets nothing: dg = 0 and no share
+of dx or dW.  experts and kept are chosen by comparisons (top-k, a queue): piecewise constant, no gradient.
+In the full layer dg continues through top-k (scattered to the chosen p, 0 elsewhere), the softmax and the
+router's Linear; expert parallelism sends x_e to the expert's rank and y_e back, and the backward reverses
+both (dy_e out, dx_e back): the same sums, moved by all-to-all.""",
+        "route gelu_grad",
+        "layers/moe.py: MixtureOfExperts",
+        None,
+    ),
 }

@@ -250,4 +250,39 @@ HINTS = {
         "    backward: self.bias.grad += douts[0].sum(0); douts = self.g.backward(douts);\n"
         "              shard(self.weight.grad, 1, ranks)[r] += dout_r.T @ x_r; return [dout_r @ w_r for each rank]",
     ],
+    "ring_attention": [
+        "Write one query block's softmax over all the keys as a combination of its softmaxes over each key block: "
+        "exp(S_j - lse) = exp(S_j - lse_b) exp(lse_b - lse), with lse the log of the sum of exp over every key.  "
+        "What must a running (o, lse) do when the next block arrives?  Then in the backward: which lse makes P the "
+        "probabilities the output was really computed with?",
+        "Merge: new = torch.logaddexp(lse, lse_b); o = exp(lse - new) * o + exp(lse_b - new) * o_b; lse = new, "
+        "starting from o = 0 and lse = -inf.  Keep out and the merged lse (N, T, 1).  Backward: D = (dout * "
+        "out).sum(-1, keepdim=True), once for the whole row; for every pair (query block a, key/value block b), "
+        "P = exp(S - lse_a) with the merged lse, dS = P * (dout_a v_b^T - D_a), and each gradient adds (+=) "
+        "its share: a key block meets every query block.",
+        "forward, for r in range(R), o = 0, lse = -inf; for s in range(R): b = (r - s) % R\n"
+        "    scores = qs[r] @ ks[b].transpose(1, 2) * scale;  lse_b = torch.logsumexp(scores, -1, keepdim=True)\n"
+        "    o_b = torch.exp(scores - lse_b) @ vs[b];  new = torch.logaddexp(lse, lse_b)\n"
+        "    o = torch.exp(lse - new) * o + torch.exp(lse_b - new) * o_b;  lse = new\n"
+        "backward, for each (r, b):\n"
+        "    p = torch.exp(qs[r] @ ks[b].transpose(1, 2) * scale - lses[r])\n"
+        "    dvs[b] += p.transpose(1, 2) @ douts[r];  ds = p * (douts[r] @ vs[b].transpose(1, 2) - deltas[r])\n"
+        "    dqs[r] += ds @ ks[b] * scale;  dks[b] += ds.transpose(1, 2) @ qs[r] * scale\n"
+        "then dq, dk, dv = torch.cat(..., 1) of the blocks",
+    ],
+    "moe_dispatch": [
+        "Write one entry: out[n] = sum over token n's kept assignments j of gates[n, j] * (x[n] @ W_e^T), e = "
+        "experts[n, j].  Each factor of a product gets the other one times dout; x[n] is read by each of its "
+        "kept experts, so its gradient is a sum; a dropped assignment appears nowhere in out.",
+        "Per expert e, its kept (tokens, slots) = ((experts == e) & kept).nonzero(as_tuple=True).  dgates[tokens, "
+        "slots] = (dout[tokens] * y_e).sum(-1); dy_e = gates[tokens, slots, None] * dout[tokens] (M, O); dW_e = "
+        "dy_e^T x[tokens] (O, C); dx gets dy_e @ W_e added into its rows tokens (index_add_: a token's k experts "
+        "add up).  Keep y_e, tokens and slots from the forward.",
+        "forward: kept = keep(experts, K, capacity); then for each expert e:\n"
+        "    tokens, slots = ((experts == e) & kept).nonzero(as_tuple=True)\n"
+        "    y = x[tokens] @ self.weight[e].T;  out.index_add_(0, tokens, gates[tokens, slots, None] * y)\n"
+        "backward, for each expert e: dgates[tokens, slots] = (dout[tokens] * y).sum(-1)\n"
+        "    dy = gates[tokens, slots, None] * dout[tokens];  dweight[e] = dy.T @ x[tokens]\n"
+        "    dx.index_add_(0, tokens, dy @ self.weight[e])\nthen weight.grad += dweight (created as zeros when None)",
+    ],
 }

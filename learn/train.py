@@ -3,7 +3,8 @@
 The layer and loss exercises (NETWORKS) train a small image network (``learn/train_layers.py``);
 ``learn/train_text.py`` trains a character model on Shakespeare for embedding, lstm_cell and attention,
 ``learn/train_optim.py`` an MLP with your Adam, ``learn/train_value.py`` micrograd's two-moons MLP of your Values,
-``learn/train_parallel.py`` the model-parallel exercises.  Everything is float64: with a right answer the losses
+``learn/train_parallel.py`` linear_split and tensor_parallel, ``learn/train_blocks.py`` ring_attention and
+moe_dispatch (inside a small torch model).  Everything is float64: with a right answer the losses
 agree to round-off at every step; a wrong forward parts them at step 1, a wrong gradient at step 2 (the first
 update differs).  Exit 0 when they agree to ``race.TOL`` at every step, 1 when they part (or your code raises), 2
 when the file cannot be used.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .train_accumulate import accumulate_race
+from .train_blocks import moe_race, ring_race
 from .train_broadcast import broadcast_race
 from .train_optim import adam_race
 from .train_parallel import parallel_race, split_race
@@ -22,4 +23,6 @@ RACES = {
     "accumulate": accumulate_race,
     "linear_split": split_race,
     "tensor_parallel": parallel_race,
+    "ring_attention": ring_race,
+    "moe_dispatch": moe_race,
 }

@@ -23,7 +23,9 @@ from .train_layers import BATCH, F64, LR, H, build, sgd
 RANKS = 4  # H = 24 divides by it
 
 
-def _batches(x, y, seed: int):
+def flat_batches(x, y, seed: int):
+    """step -> (images flattened to (BATCH, 196), labels), drawn once from ``seed``: both sides of a race see the
+    same."""
     g = torch.Generator().manual_seed(seed)
     drawn = {}
 
@@ -69,7 +71,7 @@ def split_race(ex, cls, file: str, seed: int) -> Race:
     x, y, data = small_task(seed=seed)
     mine, twin, crit_mine, crit_twin, pairs, what = build("linear", cls, seed, file)
     mine_params, twin_params = [p for p, _ in pairs], [tp for _, tp in pairs]
-    batch = _batches(x, y, seed)
+    batch = flat_batches(x, y, seed)
 
     def step_mine(step):
         loss = call(
@@ -118,7 +120,7 @@ def parallel_race(ex, cls, file: str, seed: int) -> Race:
             p.copy_(tp)  # in place: the shards are views of it
         pairs.append((p, tp))
     crit_mine, crit_twin = CrossEntropyLoss(), CrossEntropyLoss()
-    batch = _batches(x, y, seed)
+    batch = flat_batches(x, y, seed)
 
     def one(xb, yb):
         loss = crit_mine.forward(mlp.forward(xb), yb)

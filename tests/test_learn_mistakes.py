@@ -418,6 +418,77 @@ WRONG = [
         [("shard(weight, 1, ranks)  # columns", "shard(weight, 0, ranks)  # columns")],
         "tp-wrong-axis",
     ),
+    # -- ring_attention
+    (
+        "ring_attention",
+        [("o = torch.exp(lse - new) * o + torch.exp(lse_b - new) * o_b", "o = o + torch.exp(lse_b - new) * o_b")],
+        "ring-no-rescale",
+    ),
+    ("ring_attention", [("new = torch.logaddexp(lse, lse_b)", "new = torch.maximum(lse, lse_b)")], "ring-lse-max"),
+    (
+        "ring_attention",
+        [
+            (
+                "p = torch.exp(qs[r] @ ks[b].transpose(1, 2) * self.scale - lses[r])",
+                "p = torch.softmax(qs[r] @ ks[b].transpose(1, 2) * self.scale, -1)",
+            ),
+        ],
+        "ring-block-lse",
+    ),
+    (
+        "ring_attention",
+        [
+            (
+                "dscores = p * (douts[r] @ vs[b].transpose(1, 2) - deltas[r])",
+                "dscores = p * (douts[r] @ vs[b].transpose(1, 2))",
+            )
+        ],
+        "ring-no-delta",
+    ),
+    (
+        "ring_attention",
+        [
+            ("dvs[b] = dvs[b] + p.transpose(1, 2)", "dvs[b] = p.transpose(1, 2)"),
+            ("dks[b] = dks[b] + dscores", "dks[b] = dscores"),
+        ],
+        "ring-dkv-overwritten",
+    ),
+    ("ring_attention", [("dqs[r] = dqs[r] + dscores", "dqs[r] = dscores")], "ring-dq-overwritten"),
+    # -- moe_dispatch
+    (
+        "moe_dispatch",
+        [("& kept).nonzero(as_tuple=True)  # (M,) each", ").nonzero(as_tuple=True)  #")],
+        "moe-capacity-ignored",
+    ),
+    (
+        "moe_dispatch",
+        [("out.index_add_(0, tokens, gates[tokens, slots, None] * y)", "out.index_add_(0, tokens, y)")],
+        "moe-gates-not-applied",
+    ),
+    ("moe_dispatch", [("dgates[tokens, slots] = (dout[tokens] * y).sum(-1)", "pass")], "moe-no-gate-grad"),
+    (
+        "moe_dispatch",
+        [
+            (
+                "for e, (tokens, slots, y) in enumerate(self.routes):",
+                "for e in range(self.n_experts):\n"
+                "            tokens, slots = (self.experts == e).nonzero(as_tuple=True)\n"
+                "            y = self.x[tokens] @ self.weight[e].T",
+            ),
+            ("self.x, self.gates = x, gates", "self.x, self.gates, self.experts = x, gates, experts"),
+        ],
+        "moe-dropped-get-gradient",
+    ),
+    (
+        "moe_dispatch",
+        [("dy = self.gates[tokens, slots, None] * dout[tokens]", "dy = dout[tokens]")],
+        "moe-gate-forgotten-in-backward",
+    ),
+    (
+        "moe_dispatch",
+        [("dx.index_add_(0, tokens, dy @ self.weight[e])", "dx[tokens] = dy @ self.weight[e]")],
+        "moe-topk-not-summed",
+    ),
     # -- linear_split
     ("linear_split", [("self.pending = dout.clone()", "self.pending = dout.T @ self.x")], "split-dw-in-b"),
     (

@@ -517,3 +517,4 @@ def test_every_step_but_the_start_names_its_exercise():
     assert steps[0]["exercise"] is None
     assert all(s["exercise"] in BY_NAME for s in steps[1:])
     assert [s["exercise"] for s in steps[1:6]] == ["linear", "tanh", "linear", "sigmoid", "mse"]
+    assert steps[-1]["phase"] == "update" and steps[-1]["exercise"] == "sgd_momentum"  # an SGD step: SGD's exercise

@@ -1,4 +1,4 @@
-"""python -m learn train for adam, value, embedding, lstm_cell, attention, linear_split and tensor_parallel (and every
+"""python -m learn train for adam, value, embedding, lstm_cell, attention, the model-parallel exercises (and every
 exercise has a race): a right answer trains exactly as its twin does (torch.optim.Adam and handgrad's Adam;
 torch.autograd; handgrad's layers in a character model; handgrad's fused layers in one process), a wrong
 one parts at the first step its mistake can show, and a wrong answer whose loss still falls is told that a falling
@@ -28,6 +28,8 @@ MORE = [
     "attention",
     "linear_split",
     "tensor_parallel",
+    "ring_attention",
+    "moe_dispatch",
 ]
 
 
@@ -84,6 +86,16 @@ def test_a_right_answer_trains_as_its_twin_does(tmp_path, capsys, name):
         ("broadcast", [("dshift = self.sum_to(dout, shift_shape)", "dshift = self.sum_to(dout, shift_shape) / 2")]),
         ("accumulate", [("self.layer.backward(2 * diff / count)", "self.layer.backward(2 * diff / diff.numel())")]),
         ("gru_cell", [("dr, dh_n = da_n * h_n, da_n * r", "dr, dh_n = da_n * h_n, da_n")]),
+        (
+            "ring_attention",
+            [
+                (
+                    "torch.exp(qs[r] @ ks[b].transpose(1, 2) * self.scale - lses[r])",
+                    "torch.softmax(qs[r] @ ks[b].transpose(1, 2) * self.scale, -1)",
+                )
+            ],
+        ),  # the block's lse
+        ("moe_dispatch", [("dx.index_add_(0, tokens, dy @ self.weight[e])", "dx[tokens] = dy @ self.weight[e]")]),
     ],
 )
 def test_a_wrong_gradient_or_update_parts_at_step_2(tmp_path, capsys, name, changes):

@@ -53,6 +53,10 @@ EXERCISES = [
              "bit for bit the fused one"),
     Exercise("tensor_parallel", "TensorParallelMLP", "an MLP split over ranks, Megatron's f and g: which pass "
              "all-reduces, and the bias added once"),
+    Exercise("ring_attention", "RingAttention", "attention in blocks round a ring: partial softmaxes merged by "
+             "their log-sum-exps, the backward from the merged one"),
+    Exercise("moe_dispatch", "MoEDispatchCombine", "a mixture of experts' dispatch and combine: the gate's "
+             "gradient, a token's k shares added, dropped tokens get none"),
 ]
 BY_NAME = {e.name: e for e in EXERCISES}
 

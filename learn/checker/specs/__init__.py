@@ -16,8 +16,10 @@ from .linear import SPEC as LINEAR
 from .losses import MSE, SOFTMAX_CROSS_ENTROPY
 from .lstm_cell import SPEC as LSTM_CELL
 from .maxpool2d import SPEC as MAXPOOL2D
+from .moe_dispatch import SPEC as MOE_DISPATCH
 from .norms import BATCHNORM, LAYERNORM
 from .optimizers import ADAM, RMSPROP, SGD
+from .ring_attention import SPEC as RING_ATTENTION
 from .tensor_parallel import SPEC as TENSOR_PARALLEL
 
 SPECS = {
@@ -47,6 +49,8 @@ SPECS = {
         ADAM,
         LinearSplitSpec(),
         TENSOR_PARALLEL,
+        RING_ATTENTION,
+        MOE_DISPATCH,
     )
 }
 
