@@ -51,7 +51,7 @@ def frozen_model():
 
 def worker(rank, tmp, results):
     try:
-        init_from_env("cpu", timeout_s=30, init_method=f"file://{tmp}/rendezvous", info=DistInfo(rank, WORLD, rank))
+        init_from_env("cpu", timeout_s=120, init_method=f"file://{tmp}/rendezvous", info=DistInfo(rank, WORLD, rank))
         x, y = data()
         idx = shard(torch.arange(9), DistInfo(rank, WORLD, rank))  # 5 and 4 samples: uneven on purpose
         plain_model, bucket_model = make_model(), make_model()

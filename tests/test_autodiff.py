@@ -399,7 +399,7 @@ def test_xor_example_learns_xor(tmp_path):
     root = Path(__file__).resolve().parents[1]
     out = tmp_path / ("xor.svg" if shutil.which("dot") else "xor.dot")
     r = subprocess.run(
-        [sys.executable, "examples/xor.py", "--draw", str(out)], cwd=root, capture_output=True, text=True, timeout=120
+        [sys.executable, "examples/xor.py", "--draw", str(out)], cwd=root, capture_output=True, text=True, timeout=300
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "loss" in r.stdout and "(target 1.0)" in r.stdout and f"written to {out}" in r.stdout
@@ -422,7 +422,7 @@ def test_xor_example_without_graphviz_says_the_command_line_fix(tmp_path):
         cwd=root,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
         env={**os.environ, "PATH": str(tmp_path)},
     )
     assert r.returncode == 2 and "step" not in r.stdout
