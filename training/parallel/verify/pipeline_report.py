@@ -47,7 +47,7 @@ def timeline_lines(schedule: str, micro_batches: int, traces: list[list], virtua
     lines.append("the run's last step, by rank in the pipeline: action micro-batch [s stage] @ start + length, ms")
     lines += [format_trace(s, t) for s, t in enumerate(traces)]
     lines.append(
-        f"measured bubble of that step: {measured_bubble(traces):.3f} (idle share of the {stages} stages' "
+        f"measured bubble of that step: {measured_bubble(traces):.3f} (idle share of the {stages} ranks' "
         f"time, wall clock)"
     )
     return lines
