@@ -28,9 +28,10 @@ Each stage's W's run in the order of its B's (micro-batch order), so the gradien
 order under every schedule.  ``timeline`` runs the lists on a clock where F, B and W each take one unit (the
 zero-bubble paper's model; one unit is a chunk's pass, so with V chunks a rank's step is 3 V M units) and every
 action waits for what it needs; the bubble is the idle share of the time.  Formulas with those costs: GPipe and
-1F1B (P-1) / (M+P-1); ZB-H1 (P-1) / (3M+P-1) for M >= P, a third of it or less; interleaved 1F1B with M a
-multiple of P (P-1) / (V M + P-1), 1F1B's divided by about V; ZB-V (P-1) / (6M + P-1) for M >= 2P, half of
-ZB-H1's: the only idle time is the warm-up's first forwards, each half a stage long.
+1F1B (P-1) / (M+P-1); ZB-H1 (P-1) / (3M+P-1) for M >= P, a third of it or less; interleaved 1F1B (P-1) /
+(V M + P-1) for M >= P: 1F1B's 3 (P-1) idle units, each 1/V of a stage's pass; ZB-V (P-1) / (6M + P-1) for
+M >= 2P-1: rank r idles r units before its first forward and P-1-r after its last pass, each half a stage's,
+half ZB-H1's bubble.
 """
 
 from __future__ import annotations
