@@ -56,6 +56,15 @@ def test_the_flags_land_on_the_config():
     assert not plain.model_parallel and plain.optim.schedule == "warmup-cosine" and plain.run.impl == "both"
 
 
+def test_the_pipeline_schedules_of_several_stages_a_rank_land_on_the_config():
+    argv = [*GPT, "--pipeline-parallel", "2", "--micro-batches", "4"]
+    c = train.parse_config([*argv, "--schedule", "interleaved-1f1b", "--virtual-stages", "2"]).parallel
+    assert (c.pipeline_schedule, c.virtual_stages, c.stages_a_rank) == ("interleaved-1f1b", 2, 2)
+    c = train.parse_config([*argv, "--schedule", "zb-v"]).parallel
+    assert (c.pipeline_schedule, c.virtual_stages, c.stages_a_rank) == ("zb-v", 1, 2)  # ZB-V's V: two, untold
+    assert "virtual_stages" in c.split()  # a resume keeps it
+
+
 @pytest.mark.parametrize(
     "argv,message",
     [
@@ -97,6 +106,30 @@ def test_the_flags_land_on_the_config():
             "--block-size 12 / --context-parallel 2 = 6 positions a rank do not divide by --tensor-parallel 4",
         ),
         ([*GPT, "--context-parallel", "0"], "--context-parallel 0 is out of range"),
+        ([*GPT, "--virtual-stages", "2"], "--virtual-stages applies to a pipeline: give --pipeline-parallel P > 1"),
+        (
+            [*GPT, "--pipeline-parallel", "2", "--schedule", "interleaved-1f1b"],
+            "--schedule interleaved-1f1b needs --virtual-stages V >= 2 chunks a rank, not 1",
+        ),
+        (
+            [*GPT, "--pipeline-parallel", "2", "--schedule", "interleaved-1f1b", "--virtual-stages", "4"],
+            "--n-layer 4 does not divide by --pipeline-parallel 2 x 4 stages a rank (--schedule interleaved-1f1b) "
+            "= 8 stages",
+        ),
+        (
+            [*GPT, "--n-layer", "6", "--pipeline-parallel", "2", "--schedule", "zb-v"],
+            "--n-layer 6 does not divide by --pipeline-parallel 2 x 2 stages a rank (--schedule zb-v) = 4 stages",
+        ),
+        (
+            [*GPT, "--pipeline-parallel", "4", "--schedule", "interleaved-1f1b", "--virtual-stages", "2"]
+            + ["--n-layer", "8", "--micro-batches", "9"],
+            "--micro-batches 9 does not divide into 2 equal rounds of micro-batches (M // P with P = 4)",
+        ),
+        (
+            [*GPT, "--pipeline-parallel", "2", "--schedule", "zb-v", "--virtual-stages", "3"],
+            "--virtual-stages 3 applies to --schedule interleaved-1f1b; zb-v runs 2 chunk(s) a rank",
+        ),
+        ([*GPT, "--pipeline-parallel", "2", "--virtual-stages", "0"], "--virtual-stages 0 is out of range"),
     ],
 )
 def test_what_does_not_compose_or_divide_is_refused_by_name(argv, message):

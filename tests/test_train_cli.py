@@ -269,7 +269,7 @@ def test_help_keeps_every_flag_default_and_help_text_of_the_hand_written_parser(
     parser = train.build_parser()
     parser.prog = "train.py"
     now = _help_entries(parser.format_help())
-    assert len(before[1]) == 65
+    assert len(before[1]) == 66
     assert now[0] == before[0]
     for flag in before[1].keys() | now[1].keys():
         assert now[1].get(flag) == before[1].get(flag), flag

@@ -1,9 +1,9 @@
 """train.py's model parallelism on gloo processes equals one process in float64: tensor (with and without sequence
-parallelism), context, pipeline (1F1B and ZB-H1) and ZeRO-1/2 on 2 ranks; tensor x data and pipeline x data with
-ZeRO, context x tensor (sequence parallel) and context x data with ZeRO on 4; each run's step losses
-and summary.json's results to 1e-9 relative (the gradient clipped every step, so the whole model's norm is checked
-too); --check-parity reports parity on a correct run and, on a run whose tensor-parallel f forgets its all-reduce,
-names the first tensor a reordered sum does not explain and exits 1."""
+parallelism), context, pipeline (1F1B, ZB-H1, and two stages a rank under interleaved 1F1B and ZB-V) and ZeRO-1/2
+on 2 ranks; tensor x data and pipeline x data with ZeRO, context x tensor (sequence parallel) and context x data
+with ZeRO on 4; each run's step losses and summary.json's results to 1e-9 relative (the gradient clipped every step,
+so the whole model's norm is checked too); --check-parity reports parity on a correct run and, on a run whose
+tensor-parallel f forgets its all-reduce, names the first tensor a reordered sum does not explain and exits 1."""
 
 import json
 from pathlib import Path
@@ -38,7 +38,7 @@ TINY = dict(
 
 
 def _cfg(out, **kw):
-    given = frozenset(k for k in kw if k in ("micro_batches", "pipeline_schedule"))
+    given = frozenset(k for k in kw if k in ("micro_batches", "pipeline_schedule", "virtual_stages"))
     return training.TrainConfig(**{**TINY, **kw}, out=out, given=given)
 
 
@@ -107,6 +107,33 @@ def test_two_ranks_equal_one_process(tmp_path, one_process, kw):
     _assert_equal(tmp_path, one_process)
 
 
+@pytest.fixture(scope="module")
+def one_process_4_layers(tmp_path_factory):
+    out = tmp_path_factory.mktemp("one4")
+    assert training.run(_cfg(out, n_layer=4)) == 0
+    return _results(out)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(pipeline_schedule="interleaved-1f1b", virtual_stages=2),
+        dict(pipeline_schedule="zb-v"),
+    ],
+    ids=["pp-interleaved-v2", "pp-zb-v"],
+)
+def test_two_ranks_of_two_stages_each_equal_one_process(tmp_path, one_process_4_layers, kw):
+    """Four stages of one block on two ranks: interleaved (rank 0 stages 0 and 2) and ZB-V (rank 0 stages 0 and 3,
+    so the loss and both copies of the tied table are rank 0's)."""
+    kw = dict(kw, n_layer=4, pipeline_parallel=2, micro_batches=4)
+    results = spawn_ranks(_train, 2, str(tmp_path), kw, join=False)
+    assert [rc for rc, _ in results.values()] == [0, 0]
+    _assert_equal(tmp_path, one_process_4_layers)
+    timeline = (tmp_path / "pipeline_timeline.txt").read_text()
+    assert f"pipeline schedule {kw['pipeline_schedule']}, 2 ranks, 4 micro-batches" in timeline
+    assert "rank 0: " in timeline and "F3s" in timeline and "measured bubble of that step" in timeline
+
+
 @pytest.mark.parametrize(
     "kw",
     [
@@ -131,8 +158,10 @@ def test_model_x_data_parallel_with_zero_on_four_ranks_equals_one_process(tmp_pa
         dict(zero=2),
         dict(pipeline_parallel=2, micro_batches=2, pipeline_schedule="zb-h1"),
         dict(context_parallel=2),
+        dict(pipeline_parallel=2, micro_batches=2, pipeline_schedule="interleaved-1f1b", virtual_stages=2, n_layer=4),
+        dict(pipeline_parallel=2, micro_batches=2, pipeline_schedule="zb-v", n_layer=4),
     ],
-    ids=["tp", "zero2", "pp-zb-h1", "cp"],
+    ids=["tp", "zero2", "pp-zb-h1", "cp", "pp-interleaved-v2", "pp-zb-v"],
 )
 def test_check_parity_reports_parity_on_a_correct_run(tmp_path, kw):
     results = spawn_ranks(_train, 2, str(tmp_path), dict(kw, check_parity=True), join=False)

@@ -1,10 +1,11 @@
 """train.py's tensor x pipeline parallelism equals one process in float64: on 4 gloo processes, T=2 x P=2 (each
 stage's blocks over two tensor ranks, the vocabulary-parallel table and loss on the first and last stage) under
-1F1B and ZB-H1, and with sequence parallelism under GPipe, each run's step losses and summary.json's results to 1e-9
-relative and its final weights to 1e-9 of the largest (the gradient clipped every step, so the whole model's norm,
-each parameter counted once, is checked too); so does T=2 x P=2 x D=2 with ZeRO-2 on 8 processes; --check-parity
-finds every tensor within rounding; a pipelined run writes its timeline into its folder (text, and a PNG with
---plots) and rank 0 prints it with the measured bubble, once."""
+1F1B and ZB-H1, with sequence parallelism under GPipe, and with two stages a rank (ZB-V with sequence parallelism,
+interleaved 1F1B), each run's step losses and summary.json's results to 1e-9 relative and its final weights to
+1e-9 of the largest (the gradient clipped every step, so the whole model's norm, each parameter counted once, is
+checked too); so does T=2 x P=2 x D=2 with ZeRO-2 on 8 processes; --check-parity finds every tensor within
+rounding; a pipelined run writes its timeline into its folder (text, and a PNG with --plots) and rank 0 prints it
+with the measured bubble, once."""
 
 import json
 from pathlib import Path
@@ -33,16 +34,19 @@ def _train(rank, world, init_method, out, kw):
     return rc, lines, weights
 
 
-@pytest.fixture(scope="module")
-def one_process(tmp_path_factory):
-    out = tmp_path_factory.mktemp("one")
-    assert training.run(_cfg(out)) == 0
+def _one_process(out, **kw):
+    assert training.run(_cfg(out, **kw)) == 0
     weights = torch.load(out / "checkpoint.pt", weights_only=False)["models"]["manual"]
     summary = json.loads((out / "summary.json").read_text())["results"]["manual"]
     steps = [
         r["loss"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if r["type"] == "step"
     ]
     return (summary, steps), weights
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    return _one_process(tmp_path_factory.mktemp("one"))
 
 
 @pytest.mark.parametrize(
@@ -69,12 +73,32 @@ def test_tensor_x_pipeline_on_four_ranks_equals_one_process(tmp_path, one_proces
     text = (tmp_path / "pipeline_timeline.txt").read_text().splitlines()
     lines = results[0][1]
     assert [line for line in lines if line in text] == text
-    assert text[0].startswith(f"pipeline schedule {kw['pipeline_schedule']}, 2 stages, 2 micro-batches")
-    assert text[1].startswith("stage 0 |") and text[2].startswith("stage 1 |")
+    assert text[0].startswith(f"pipeline schedule {kw['pipeline_schedule']}, 2 ranks, 2 micro-batches")
+    assert text[1].startswith("rank 0 |") and text[2].startswith("rank 1 |")
     assert text[-3].startswith("rank 0: ") and text[-2].startswith("rank 1: ") and " W1@" in text[-2]
     assert text[-1].startswith("measured bubble of that step: 0.")
     assert not any("measured bubble" in line for r in (1, 2, 3) for line in results[r][1])
     assert (tmp_path / "pipeline_timeline.png").exists() == bool(kw.get("plots"))
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(pipeline_schedule="zb-v", sequence_parallel=True),
+        dict(pipeline_schedule="interleaved-1f1b", virtual_stages=2),
+    ],
+    ids=["zb-v-sp", "interleaved-v2"],
+)
+def test_tensor_x_pipeline_of_two_stages_a_rank_equals_one_process(tmp_path_factory, tmp_path, kw):
+    """Four stages of one block, two a pipeline rank, each over two tensor ranks (``StageChunks`` of
+    ``TensorParallelStage``s)."""
+    kw = dict(tensor_parallel=2, pipeline_parallel=2, micro_batches=2, n_layer=4, **kw)
+    results = spawn_ranks(_train, 4, str(tmp_path), kw, join=False, timeout=240)
+    assert [r[0] for r in results.values()] == [0] * 4, results[0][1]
+    ref, ref_weights = _one_process(tmp_path_factory.mktemp("one4"), n_layer=4)
+    _assert_equal(tmp_path, ref)
+    for name, w in results[0][2].items():
+        assert (w - ref_weights[name]).abs().max() <= TOL * ref_weights[name].abs().max(), name
 
 
 def test_tensor_x_pipeline_x_data_with_zero_on_eight_ranks_equals_one_process(tmp_path, one_process):

@@ -16,7 +16,7 @@ DTYPES = ("float32", "float64", "bfloat16", "float16")
 HALF_DTYPES = ("bfloat16", "float16")
 SCHEDULES = ("constant", "cosine", "onecycle", "warmup-cosine")  # learning rate per step (torch.optim.lr_scheduler);
 # warmup-cosine is nanoGPT's: linear warm-up for --warmup-iters, cosine from --lr to --min-lr by --lr-decay-iters
-PIPELINE_SCHEDULES = ("gpipe", "1f1b", "zb-h1")  # training/parallel/pipeline_schedules.py
+PIPELINE_SCHEDULES = ("gpipe", "1f1b", "zb-h1", "interleaved-1f1b", "zb-v")  # training/parallel/pipeline_schedules.py
 SEEDS = (-(2**63), 2**64 - 1)  # what torch.manual_seed takes; derived seeds wrap modulo 2**64 as torch's do
 MAX_DIST_TIMEOUT = 1e7  # seconds (116 days): "no timeout" is a hang nobody is told about, so there is a bound
 

@@ -303,7 +303,8 @@ class OptimConfig:
         "learning rate per step: {image} (the images' default); cosine (annealed to 0); onecycle (warm-up to --lr, "
         "then annealed); {text} (text's default, nanoGPT's: linear warm-up for --warmup-iters, then cosine to "
         "--min-lr at --lr-decay-iters); or, with --pipeline-parallel, the pipeline's schedule: gpipe, 1f1b (its "
-        "default) or zb-h1 (zero bubble: weight gradients fill the bubbles); give it twice for both",
+        "default), zb-h1 (zero bubble: weight gradients fill the bubbles), interleaved-1f1b (--virtual-stages V "
+        "stages a rank) or zb-v (two stages a rank in a V, zero bubble); give it twice for both",
         choices=SCHEDULES,
         keeps="math",
     )
@@ -567,7 +568,8 @@ class ParallelConfig:
     )
     pipeline_parallel: int = setting(
         1,
-        "cut the blocks into P stages, run by --schedule gpipe, 1f1b or zb-h1",
+        "cut the blocks into P stages (P x V with several stages a rank), run by --schedule gpipe, 1f1b, zb-h1, "
+        "interleaved-1f1b or zb-v",
         type=int,
         low=1,
         metavar="P",
@@ -575,9 +577,18 @@ class ParallelConfig:
     )
     pipeline_schedule: str = setting(
         "1f1b",
-        "the same as --schedule gpipe|1f1b|zb-h1",
+        "the same as --schedule gpipe|1f1b|zb-h1|interleaved-1f1b|zb-v",
         choices=PIPELINE_SCHEDULES,
         shares="schedule",
+        group="parallel",
+    )
+    virtual_stages: int = setting(
+        1,
+        "--schedule interleaved-1f1b: the stages each rank holds (V >= 2; rank r runs stages r, r + P, ...), "
+        "the bubble about V times smaller for V times the messages",
+        type=int,
+        low=1,
+        metavar="V",
         group="parallel",
     )
     micro_batches: int = setting(
@@ -605,7 +616,14 @@ class ParallelConfig:
     )
 
     def __post_init__(self):
-        for name in ("tensor_parallel", "context_parallel", "expert_parallel", "pipeline_parallel", "micro_batches"):
+        for name in (
+            "tensor_parallel",
+            "context_parallel",
+            "expert_parallel",
+            "pipeline_parallel",
+            "virtual_stages",
+            "micro_batches",
+        ):
             value = getattr(self, name)
             if not is_a(value, int) or value < 1:
                 raise UsageError(f"{flag(name)} {value!r} is out of range (an integer, at least 1)")
@@ -620,6 +638,13 @@ class ParallelConfig:
                 f"{', '.join(PIPELINE_SCHEDULES)}"
             )
         check_part(self)
+
+    @property
+    def stages_a_rank(self) -> int:
+        """V: the pipeline stages a rank holds (--virtual-stages under interleaved 1F1B, two under ZB-V, else one)."""
+        from ..parallel.pipeline_schedules import chunks_per_rank
+
+        return chunks_per_rank(self.pipeline_schedule, self.virtual_stages)
 
     def split(self) -> dict:
         """The settings that decide each rank's state and the order of every sum: a resume must keep them all."""
@@ -652,15 +677,31 @@ class ParallelConfig:
             raise UsageError(
                 "--sequence-parallel splits the sequence over the tensor-parallel ranks: give --tensor-parallel T > 1"
             )
-        if P == 1 and ("micro_batches" in given or "pipeline_schedule" in given):
-            what = "--micro-batches" if "micro_batches" in given else "--schedule " + self.pipeline_schedule
+        given_pipe = [k for k in ("micro_batches", "pipeline_schedule", "virtual_stages") if k in given]
+        if P == 1 and given_pipe:
+            what = (
+                "--schedule " + self.pipeline_schedule if given_pipe[0] == "pipeline_schedule" else flag(given_pipe[0])
+            )
             raise UsageError(f"{what} applies to a pipeline: give --pipeline-parallel P > 1")
+        if P > 1:  # the counts the schedule needs (pipeline_schedules.check_schedule names them)
+            from ..parallel.pipeline_schedules import check_schedule
+
+            try:
+                check_schedule(self.pipeline_schedule, P, self.micro_batches, self.virtual_stages)
+            except ValueError as e:
+                raise UsageError(str(e)) from None
         # (n_embd is a multiple of n_head already)
         n_layer = cast(int, model.n_layer)  # the GPT's per-model default, filled in by TrainConfig
         for what, n, parts in (("--n-head", model.n_head, T), ("--n-layer", n_layer, P)):
             if n % parts:
                 split = "--tensor-parallel" if parts == T else "--pipeline-parallel"
                 raise UsageError(f"{what} {n} does not divide by {split} {parts}")
+        V = self.stages_a_rank
+        if n_layer % (P * V):
+            raise UsageError(
+                f"--n-layer {n_layer} does not divide by --pipeline-parallel {P} x {V} stages a rank "
+                f"(--schedule {self.pipeline_schedule}) = {P * V} stages"
+            )
         if self.sequence_parallel and model.block_size % T:
             raise UsageError(
                 f"--block-size {model.block_size} does not divide by --tensor-parallel {T} (sequence "

@@ -6,10 +6,10 @@ gathered from the shards after the round's evaluation, so sample.py reads it as 
 world, exactly what that rank steps:
 
     model_parallel.settings       --tensor-parallel, --sequence-parallel, --pipeline-parallel, --schedule,
-                                  --micro-batches, --zero and the world size it was written with
+                                  --virtual-stages, --micro-batches, --zero and the world size it was written with
     model_parallel.params[r]      rank r's parameters as it holds them: its tensor-parallel shards, its pipeline
-                                  stage (the last stage's copy of the tied table, ``head``, too), the copies of the
-                                  replicated ones it stepped itself
+                                  stage or stages (the last stage's copy of the tied table, ``head``, too), the
+                                  copies of the replicated ones it stepped itself
     optimizers.manual[r]          rank r's optimizer state: its shard under ZeRO (with the bucket layout
                                   ``ZeroOptimizer.load_state_dict`` checks), else the state of its parameters
     schedulers.manual[r]          rank r's learning-rate schedule (under ZeRO its groups are the shard's)

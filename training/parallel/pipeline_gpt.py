@@ -149,7 +149,8 @@ class GPTStage(PipelineStage):
     def __init__(self, gpt: GPT, stage: int, stages: int) -> None:
         if gpt.n_layer % stages:
             raise ValueError(
-                f"pipeline parallelism: n_layer {gpt.n_layer} does not divide by --pipeline-parallel {stages}"
+                f"pipeline parallelism: n_layer {gpt.n_layer} does not divide by {stages} stages "
+                f"(--pipeline-parallel x the stages a rank holds)"
             )
         if gpt.dropout:
             raise ValueError(f"pipeline parallelism: dropout {gpt.dropout} is not supported (use --dropout 0)")

@@ -12,7 +12,8 @@ step, on the rank's share of the global batch (the data-parallel rank's contiguo
     E > 1   ``ep_moe.expert_parallel`` of the GPT (T = C = P = 1, D = E): each block's experts split over the
             data-parallel ranks, tokens sent to their experts' ranks and back; the replicated weights' gradients
             averaged, each expert's whole on its rank
-    P > 1   ``GPTStage`` (T = 1) or ``TensorParallelStage`` (T > 1: each stage's blocks over its T ranks) run by
+    P > 1   ``GPTStage`` (T = 1) or ``TensorParallelStage`` (T > 1: each stage's blocks over its T ranks), or with
+            several stages a rank (interleaved 1F1B, ZB-V) a ``StageChunks`` of them, run by
             ``run_schedule`` over M equal micro-batches, then ``finish_gradients`` (T > 1), then the tied table's
             two copies summed between the first and the last stage of each tensor rank
     D       the gradients averaged over the data-parallel group: ``GradBuckets`` (--zero 0) or ``ZeroOptimizer``
@@ -169,8 +170,8 @@ class ParallelImpl:
             x, y = zigzag_part(x, self.layout.cp_rank, self.C), zigzag_part(y, self.layout.cp_rank, self.C)
         share = y.numel() / total * self.R  # the gradient reduction averages over the R = D x C ranks
         lay = self.layout  # who reports the loss: the last stage's first tensor rank (each context-parallel rank,
-        # its positions')
-        reports = lay.pp_rank == self.P - 1 and lay.tp_rank == 0
+        # its positions'); the last stage is on pipeline rank P-1, or on rank 0 under ZB-V
+        reports = (self.part.last if self.P > 1 else True) and lay.tp_rank == 0
         if self.P > 1:
             from .pipeline_runtime import run_schedule
 
@@ -281,7 +282,10 @@ class ParallelImpl:
         traces = gather_traces(getattr(self, "trace", []), cast(dist.ProcessGroup, self.inner_group))  # P > 1: set
         if not is_main:
             return [], []
-        return write_timeline(out, self.split.pipeline_schedule, self.split.micro_batches, traces, png=png)
+        c = self.split
+        return write_timeline(
+            out, c.pipeline_schedule, c.micro_batches, traces, png=png, virtual_stages=c.virtual_stages
+        )
 
     def describe(self) -> str:
         """The split, for the run's first line."""
@@ -290,7 +294,8 @@ class ParallelImpl:
         context = f"context-parallel {self.C} (ring attention, zigzag chunks)"
         if self.E > 1:
             return f"expert-parallel {self.E} (all-to-all dispatch and combine) x data-parallel {self.D}"
-        pipe = f"pipeline-parallel {self.P} ({c.pipeline_schedule}, {c.micro_batches} micro-batches)"
+        chunks = f", {c.stages_a_rank} stages a rank" * (c.stages_a_rank > 1)
+        pipe = f"pipeline-parallel {self.P} ({c.pipeline_schedule}{chunks}, {c.micro_batches} micro-batches)"
         split = (
             " x ".join([tensor] * (self.T > 1) + [context] * (self.C > 1) + [pipe] * (self.P > 1))
             or "the model whole on each rank"
@@ -310,18 +315,25 @@ def _split(gpt, split: ParallelConfig, lay, R: int):
 
         base = TensorParallelGPT(gpt, lay.tp_group, sequence_parallel=sp) if T > 1 else gpt
         return context_parallel(base, lay.cp_group, gpt.block_size, lay.cp_rank, lay.cp)
-    if T > 1 and P > 1:
+    if P > 1:
+        from .pipeline_chunks import StageChunks
+        from .pipeline_gpt import GPTStage
         from .tp_pipeline import TensorParallelStage
 
-        return TensorParallelStage(gpt, lay.pp_rank, P, lay.tp_group, sequence_parallel=sp)
+        def stage(s: int, stages: int):  # stage s of the pipeline's stages: tensor-parallel over T > 1 ranks
+            return (
+                TensorParallelStage(gpt, s, stages, lay.tp_group, sequence_parallel=sp)
+                if T > 1
+                else GPTStage(gpt, s, stages)
+            )
+
+        if split.stages_a_rank == 1:
+            return stage(lay.pp_rank, P)
+        return StageChunks(stage, split.pipeline_schedule, lay.pp_rank, P, split.virtual_stages)
     if T > 1:
         from .tp_gpt import TensorParallelGPT
 
         return TensorParallelGPT(gpt, lay.tp_group, sequence_parallel=sp)
-    if P > 1:
-        from .pipeline_gpt import GPTStage
-
-        return GPTStage(gpt, lay.pp_rank, P)
     return gpt
 
 

@@ -128,31 +128,42 @@ def _sharded(impl, x: Tensor, y: Tensor) -> dict:
 
 @torch.no_grad()
 def _pipeline_outputs(impl, x: Tensor) -> dict:
-    """A pipeline's block outputs and logits: the rows ``x`` forwarded once through the stages (a copy of each, so the
-    step's own caches are untouched), each stage sending its activation on; gathered on every stage (a tensor-parallel
+    """A pipeline's block outputs and logits: the rows ``x`` forwarded once through the stages in order (a copy of
+    each, so the step's own caches are untouched), each stage handing its activation to the next, across ranks or,
+    where the next stage is on the same rank (ZB-V's bottom), in memory; gathered on every rank (a tensor-parallel
     stage's logits over its vocabulary columns, its sequence-parallel outputs along T)."""
     from ..pipeline_gpt import replicate
+    from ..pipeline_schedules import rank_of
 
-    stage, group, s = replicate(impl.part), impl.inner_group, impl.inner_rank
-    seen, stop = _record_outputs(stage.h)
-    try:
-        if stage.first:
-            inp = x
-        else:
-            inp = torch.empty(stage.activation_shape(*x.shape), dtype=impl.params[0].dtype)
-            dist.recv(inp, src=dist.get_global_rank(group, s - 1), group=group)
-        act = stage.forward(inp)
-        if not stage.last:
-            dist.send(act.contiguous(), dst=dist.get_global_rank(group, s + 1), group=group)
-    finally:
-        stop()
+    group, r, schedule = impl.inner_group, impl.inner_rank, impl.split.pipeline_schedule
+    where = lambda stage: rank_of(schedule, stage, impl.P)  # noqa: E731
     tp = impl.layout.tp_group
-    if impl.T > 1 and impl.split.sequence_parallel:
-        seen = [_gather(t, 1, tp) for t in seen]
-    mine = {f"output transformer.h.{stage.offset + i}": t for i, t in enumerate(seen)}
-    if stage.last:
-        mine["output logits"] = _gather(act, -1, tp)[..., : impl.model.vocab_size] if impl.T > 1 else act
-    every: list[Any] = [None] * impl.P  # each stage's outputs, once gathered
+    mine: dict[str, Tensor] = {}
+    sends: list[Any] = []
+    act = x  # each stage's output, read by the next where it is this rank's
+    for chunk in sorted(getattr(impl.part, "chunks", [impl.part]), key=lambda c: c.stage):
+        stage = replicate(chunk)
+        seen, stop = _record_outputs(stage.h)
+        try:
+            if stage.first or where(stage.stage - 1) == r:
+                inp = act  # the rows, or the previous stage's output: this rank's, run just before
+            else:
+                inp = torch.empty(stage.activation_shape(*x.shape), dtype=impl.params[0].dtype)
+                dist.recv(inp, src=dist.get_global_rank(group, where(stage.stage - 1)), group=group, tag=stage.stage)
+            act = stage.forward(inp)
+            if not stage.last and where(stage.stage + 1) != r:
+                dst = dist.get_global_rank(group, where(stage.stage + 1))
+                sends.append(dist.isend(act.contiguous(), dst=dst, group=group, tag=stage.stage + 1))
+        finally:
+            stop()
+        if impl.T > 1 and impl.split.sequence_parallel:
+            seen = [_gather(t, 1, tp) for t in seen]
+        mine.update({f"output transformer.h.{stage.offset + i}": t for i, t in enumerate(seen)})
+        if stage.last:
+            mine["output logits"] = _gather(act, -1, tp)[..., : impl.model.vocab_size] if impl.T > 1 else act
+    for work in sends:
+        work.wait()
+    every: list[Any] = [None] * impl.P  # each rank's outputs, once gathered
     dist.all_gather_object(every, mine, group=group)
     return {k: v for part in every for k, v in part.items()}  # compare() reads them in the reference's order
 

@@ -32,36 +32,39 @@ def gather_traces(trace: list, group: dist.ProcessGroup) -> list[list]:
 
 
 def measured_bubble(traces: list[list]) -> float:
-    """The idle share of the stages' time in one step (see the module); each trace (op, micro-batch, start, end)."""
-    spans = [t[-1][3] - t[0][2] for t in traces if t]
-    busy = sum(end - start for t in traces for op, _, start, end in t if op in COMPUTE)
+    """The idle share of the ranks' time in one step (see the module); each trace (op, micro-batch, stage, start,
+    end)."""
+    spans = [t[-1][4] - t[0][3] for t in traces if t]
+    busy = sum(end - start for t in traces for op, _, _, start, end in t if op in COMPUTE)
     return 1.0 - busy / (len(traces) * max(spans)) if spans and max(spans) > 0 else 0.0
 
 
-def timeline_lines(schedule: str, micro_batches: int, traces: list[list]) -> list[str]:
+def timeline_lines(schedule: str, micro_batches: int, traces: list[list], virtual_stages: int = 1) -> list[str]:
     """The text of ``pipeline_timeline.txt`` (and of what the run prints), one line a list item."""
-    stages = len(traces)
-    lines = [f"pipeline schedule {schedule}, {stages} stages, {micro_batches} micro-batches, on the unit-cost clock:"]
-    lines += render(schedule, stages, micro_batches).splitlines()
-    lines.append("the run's last step, as stage (rank in the pipeline): action micro-batch @ start + length, ms")
+    stages = len(traces)  # the pipeline's ranks
+    lines = [f"pipeline schedule {schedule}, {stages} ranks, {micro_batches} micro-batches, on the unit-cost clock:"]
+    lines += render(schedule, stages, micro_batches, virtual_stages).splitlines()
+    lines.append("the run's last step, by rank in the pipeline: action micro-batch [s stage] @ start + length, ms")
     lines += [format_trace(s, t) for s, t in enumerate(traces)]
     lines.append(
-        f"measured bubble of that step: {measured_bubble(traces):.3f} (idle share of the {stages} stages' "
+        f"measured bubble of that step: {measured_bubble(traces):.3f} (idle share of the {stages} ranks' "
         f"time, wall clock)"
     )
     return lines
 
 
-def write_timeline(out: Path, schedule: str, micro_batches: int, traces: list[list], png: bool) -> tuple[list, list]:
+def write_timeline(
+    out: Path, schedule: str, micro_batches: int, traces: list[list], png: bool, virtual_stages: int = 1
+) -> tuple[list, list]:
     """Write the text (and with ``png`` the figure) into ``out``; -> (the files' names, the text's lines)."""
     from ...storage.files import atomic_write_text
 
-    lines = timeline_lines(schedule, micro_batches, traces)
+    lines = timeline_lines(schedule, micro_batches, traces, virtual_stages)
     atomic_write_text(Path(out) / TEXT, "\n".join(lines) + "\n")
     written = [TEXT]
     if png:
         from .pipeline_plot import write_timeline_png
 
-        write_timeline_png(Path(out) / PNG, schedule, len(traces), micro_batches)
+        write_timeline_png(Path(out) / PNG, schedule, len(traces), micro_batches, virtual_stages)
         written.append(PNG)
     return written, lines
