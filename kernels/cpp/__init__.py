@@ -7,6 +7,8 @@ Each ``.cpp`` file here is one family's kernels, its comment deriving each from 
     elementwise.cpp  GELU's backward, "none" (Phi read off the output, phi in exp2) and "tanh"
     softmax.cpp      softmax with cross-entropy: log p and the loss in one pass a row; the gradient in one more
     optimizers.cpp   SGD with momentum, Adam and AdamW: each parameter read and written once per step
+    recurrent.cpp    the LSTM's and the GRU's gates, one time step forward and backward, in one pass each
+    pool.cpp         max pooling's backward: each plane's gradient scattered to its argmaxes while in cache
 
 Called by the layers (through kernels/norms.py, kernels/elementwise.py, kernels/softmax.py, optimizers/sgd.py and
 adam.py): LayerNorm's backward, GELU's backward, cross-entropy's backward (class indices, no ignored position), the
@@ -57,6 +59,8 @@ SOURCES = (
     "elementwise.cpp",
     "softmax.cpp",
     "optimizers.cpp",
+    "recurrent.cpp",
+    "pool.cpp",
 )
 HEADERS = ("common.h",)
 _DTYPES = (torch.float32, torch.float64)

@@ -62,3 +62,28 @@ def _(params, grads, bufs, lr, momentum, dampening, weight_decay, nesterov) -> N
 @_fake("handgrad::adam_step")
 def _(params, grads, exp_avgs, exp_avg_sqs, neg_step_sizes, eps_hats, beta1, beta2, weight_decay, decay) -> None:
     return None
+
+
+@_fake("handgrad::lstm_gates_forward")
+def _(a, c_prev, act, c, tanh_c, r) -> None:
+    return None
+
+
+@_fake("handgrad::lstm_gates_backward")
+def _(dr, act, c_prev, tanh_c, dc, da) -> None:
+    return None
+
+
+@_fake("handgrad::gru_gates_forward")
+def _(act, m, h_prev, m_n, h) -> None:
+    return None
+
+
+@_fake("handgrad::gru_gates_backward")
+def _(d, act, m_n, h_prev, carry, dk) -> None:
+    return None
+
+
+@_fake("handgrad::max_pool2d_backward")
+def _(dout: Tensor, idx: Tensor, hw: int):
+    return dout.new_empty(dout.shape[0], dout.shape[1], hw)
