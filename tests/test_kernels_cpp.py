@@ -360,7 +360,7 @@ def _samples():
         "lstm_gates_forward": (r(3, 8), r(3, 2), r(3, 8), r(3, 2), r(3, 2), r(3, 2)),
         "lstm_gates_backward": (r(3, 2), r(3, 8).sigmoid(), r(3, 2), r(3, 2).tanh(), r(3, 2), r(3, 8)),
         "gru_gates_forward": (r(3, 6), r(3, 6), r(3, 2), r(3, 2), r(3, 2)),
-        "gru_gates_backward": (r(3, 2), r(3, 6).sigmoid(), r(3, 2), r(3, 2), r(3, 2), r(3, 8)),
+        "gru_gates_backward": (r(3, 2), r(3, 6).sigmoid(), r(3, 2), r(3, 2), r(3, 2), r(3, 6), r(3, 2)),
         "max_pool2d_backward": (r(2, 3, 2, 2), torch.randint(0, 16, (2, 3, 2, 2), generator=g), 16),
     }
 

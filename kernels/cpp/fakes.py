@@ -80,7 +80,7 @@ def _(act, m, h_prev, m_n, h) -> None:
 
 
 @_fake("handgrad::gru_gates_backward")
-def _(d, act, m_n, h_prev, carry, dk) -> None:
+def _(d, act, m_n, h_prev, carry, dm, da_n) -> None:
     return None
 
 

@@ -30,8 +30,8 @@ TORCH_LIBRARY(handgrad, m) {
   m.def("lstm_gates_backward(Tensor dr, Tensor act, Tensor c_prev, Tensor tanh_c, Tensor(a!) dc, Tensor(b!) da)"
         " -> ()");
   m.def("gru_gates_forward(Tensor(a!) act, Tensor m, Tensor h_prev, Tensor(b!) m_n, Tensor(c!) h) -> ()");
-  m.def("gru_gates_backward(Tensor d, Tensor act, Tensor m_n, Tensor h_prev, Tensor(a!) carry, Tensor(b!) dk)"
-        " -> ()");
+  m.def("gru_gates_backward(Tensor d, Tensor act, Tensor m_n, Tensor h_prev, Tensor(a!) carry, Tensor(b!) dm,"
+        " Tensor(c!) da_n) -> ()");
   // pool.cpp
   m.def("max_pool2d_backward(Tensor dout, Tensor idx, int hw) -> Tensor");
 }

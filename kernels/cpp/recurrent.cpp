@@ -94,12 +94,12 @@ void gru_forward_kernel(T* act, const T* mm, const T* h_prev, T* mn, T* h, int64
 }
 
 template <typename T>
-void gru_backward_kernel(const T* d, const T* act, const T* mn, const T* h_prev, T* carry, T* dk, int64_t N,
-                         int64_t H) {
+void gru_backward_kernel(const T* d, const T* act, const T* mn, const T* h_prev, T* carry, T* dm, T* dan,
+                         int64_t N, int64_t H) {
   const Vec<T> one(T(1));
   for_units<T>(N, H, 4 * H, [&](int64_t n, int64_t j, int64_t m) {
     const T* gn = act + n * 3 * H + j;
-    T* dn = dk + n * 4 * H + j;  // da_r, da_z, dm_n, da_n
+    T* dn = dm + n * 3 * H + j;  // da_r, da_z, dm_n: the hidden side's gradient
     const int64_t k = n * H + j;
     const Vec<T> r = Vec<T>::loadu(gn, m), z = Vec<T>::loadu(gn + H, m), nn = Vec<T>::loadu(gn + 2 * H, m);
     const Vec<T> dh = Vec<T>::loadu(d + k, m) + Vec<T>::loadu(carry + k, m);
@@ -107,7 +107,7 @@ void gru_backward_kernel(const T* d, const T* act, const T* mn, const T* h_prev,
     (da_n * Vec<T>::loadu(mn + k, m) * (r * (one - r))).store(dn, m);            // da_r
     (dh * (Vec<T>::loadu(h_prev + k, m) - nn) * (z * (one - z))).store(dn + H, m);  // da_z
     (da_n * r).store(dn + 2 * H, m);                                              // dm_n
-    da_n.store(dn + 3 * H, m);
+    da_n.store(dan + k, m);
     (dh * z).store(carry + k, m);  // reaches h_{t-1} directly
   });
 }
@@ -160,17 +160,18 @@ void gru_gates_forward(const Tensor& act, const Tensor& m, const Tensor& h_prev,
 }
 
 void gru_gates_backward(const Tensor& d, const Tensor& act, const Tensor& mn, const Tensor& h_prev,
-                        const Tensor& carry, const Tensor& dk) {
+                        const Tensor& carry, const Tensor& dm, const Tensor& da_n) {
   const char* op = "gru_gates_backward";
   check_input(act, op, "act");
   TORCH_CHECK(act.dim() == 2 && act.size(1) % 3 == 0, "handgrad::", op, ": act must be (N, 3H), got ", act.sizes());
   const int64_t N = act.size(0), H = act.size(1) / 3;
   check_rows(d, act, N, H, op, "d"), check_rows(mn, act, N, H, op, "m_n"), check_rows(h_prev, act, N, H, op, "h_prev");
-  check_rows(carry, act, N, H, op, "carry"), check_rows(dk, act, N, 4 * H, op, "dk");
+  check_rows(carry, act, N, H, op, "carry"), check_rows(dm, act, N, 3 * H, op, "dm");
+  check_rows(da_n, act, N, H, op, "da_n");
   AT_DISPATCH_FLOATING_TYPES(act.scalar_type(), "gru_gates_backward", [&] {
     gru_backward_kernel<scalar_t>(d.data_ptr<scalar_t>(), act.data_ptr<scalar_t>(), mn.data_ptr<scalar_t>(),
-                                  h_prev.data_ptr<scalar_t>(), carry.data_ptr<scalar_t>(), dk.data_ptr<scalar_t>(), N,
-                                  H);
+                                  h_prev.data_ptr<scalar_t>(), carry.data_ptr<scalar_t>(), dm.data_ptr<scalar_t>(),
+                                  da_n.data_ptr<scalar_t>(), N, H);
   });
 }
 

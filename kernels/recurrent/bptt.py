@@ -462,7 +462,9 @@ def gru_backward(
         torch.mul(K[t], dh.unsqueeze(1), out=dK[t])  # (N, 4, H)
         nxt = t
     dK2 = dK.view(T * N, 4 * H)
-    dm2 = dK2[:, : 3 * H]  # (T*N, 3H)
+    dm2 = dK2[
+        :, : 3 * H
+    ].contiguous()  # (T*N, 3H); contiguous: oneDNN's weight-gradient product is slow on a strided one
     da2 = torch.cat((dK2[:, : 2 * H], dK2[:, 3 * H :]), 1)  # (T*N, 3H) [da_r, da_z, da_n]
     grads = _grads(da2, {"w_ih": x2}, ("b_ih",), p)  # (3H, I) and b_ih from the input side
     grads |= _grads(dm2, {"w_hh": h_prev.reshape(T * N, H)}, ("b_hh",), p)  # (3H, H), b_hh: the hidden side
@@ -481,19 +483,19 @@ def _gru_backward_fused(
     steps, off = _steps(T, reverse)
     h_prev = hs[off : off + T]  # (T, N, H)
     dy = dy.contiguous()  # (a direction's slice of a bidirectional layer's gradient is strided)
-    dK = dy.new_empty(T, N, 4 * H)  # (T, N, 4H): [da_r, da_z, dm_n, da_n] per step
-    dm = dK[:, :, : 3 * H]  # (T, N, 3H) the hidden side's gradient (strided view)
+    dm = dy.new_empty(T, N, 3 * H)  # (T, N, 3H): [da_r, da_z, dm_n] per step, the hidden side's gradient
+    da_n = dy.new_empty(T, N, H)  # (T, N, H): with da_r, da_z the input side's
     carry = dy.new_zeros(N, H) if dh_n is None else dh_n.clone(memory_format=torch.contiguous_format)  # (N, H)
     w_hh_t = prepack(p.w_hh.t(), carry)  # (H, 3H) W_hh^T: linear(d, W_hh^T) = d @ W_hh
-    dy_, dK_, act_, mn_, hp_ = dy.unbind(0), dK.unbind(0), act.unbind(0), mn.unbind(0), h_prev.unbind(0)
+    dy_, dm_, dan_, act_, mn_ = dy.unbind(0), dm.unbind(0), da_n.unbind(0), act.unbind(0), mn.unbind(0)
+    hp_ = h_prev.unbind(0)
     nxt = None
     for t in reversed(steps):
         d = dy_[t] if nxt is None else linear_add(dm[nxt], w_hh_t, dy_[t])  # (N, H) dy_t + dm_next @ W_hh
-        cpp.ops.gru_gates_backward(d.contiguous(), act_[t], mn_[t], hp_[t], carry, dK_[t])
+        cpp.ops.gru_gates_backward(d.contiguous(), act_[t], mn_[t], hp_[t], carry, dm_[t], dan_[t])
         nxt = t
-    dK2 = dK.view(T * N, 4 * H)
-    dm2 = dK2[:, : 3 * H]  # (T*N, 3H)
-    da2 = torch.cat((dK2[:, : 2 * H], dK2[:, 3 * H :]), 1)  # (T*N, 3H) [da_r, da_z, da_n]
+    dm2 = dm.view(T * N, 3 * H)  # (T*N, 3H) contiguous: oneDNN's weight-gradient product is slow on a strided one
+    da2 = torch.cat((dm2[:, : 2 * H], da_n.view(T * N, H)), 1)  # (T*N, 3H) [da_r, da_z, da_n]
     grads = _grads(da2, {"w_ih": x2}, ("b_ih",), p)  # (3H, I) and b_ih from the input side
     grads |= _grads(dm2, {"w_hh": h_prev.reshape(T * N, H)}, ("b_hh",), p)  # (3H, H), b_hh: the hidden side
     dh0 = linear_add(dm[nxt], w_hh_t, carry) if need_dh0 else None  # (N, H)
