@@ -9,6 +9,7 @@ kernel was called (``calls``): a dispatch that silently took the eager path woul
 from __future__ import annotations
 
 import contextlib
+import math
 import shutil
 import warnings
 
@@ -19,7 +20,7 @@ import torch.nn.functional as F
 import kernels
 import optimizers
 from kernels import cpp
-from layers import GELU, GRU, LSTM, LayerNorm, MaxPool2d
+from layers import GELU, GRU, LSTM, LayerNorm, MaxPool2d, ScaledDotProductAttention
 from losses import CrossEntropyLoss
 from tests.test_kernels import rel_err
 
@@ -335,7 +336,58 @@ def test_max_pool_backward_equals_the_textbook_and_autograd(calls, dtype, kw):
     assert_close(fast, autograd_reference(lambda x: F.max_pool2d(x, **kw), x, [], dout), dtype, "autograd")
 
 
+# -- attention ---------------------------------------------------------------------------------------------------
+
+
+def attention_run(q, k, v, dout, textbook: bool, **kw):
+    """out, dq, dk, dv of ScaledDotProductAttention(block_size)(q, k, v, **kw), the kernels on or (textbook) off."""
+    block = kw.pop("block_size")
+    with kernels.disabled() if textbook else contextlib.nullcontext():
+        att = ScaledDotProductAttention(block_size=block)
+        out = att(q, k, v, **kw)
+        return [out, *att.backward(dout)]
+
+
+@pytest.mark.parametrize("dtype", [F64, F32])
+@pytest.mark.parametrize("L, S", [(12, 12), (7, 13), (13, 7)])  # causal is top-left aligned where L != S
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("block", [1, 5, 128])
+def test_attention_equals_the_textbook_and_autograd(calls, dtype, L, S, causal, block):
+    g = torch.Generator().manual_seed(12)
+    q, k = torch.randn(2, 3, L, 19, generator=g, dtype=dtype) * 2, torch.randn(2, 3, S, 19, generator=g, dtype=dtype)
+    v = torch.randn(2, 3, S, 11, generator=g, dtype=dtype)  # E 19, Ev 11: tails shorter than a vector
+    dout = torch.randn(2, 3, L, 11, generator=g, dtype=dtype)
+    fast = attention_run(q, k, v, dout, textbook=False, is_causal=causal, block_size=block)
+    assert calls.get("attention_forward") == 1 and calls.get("attention_backward") == 1, calls
+    assert_close(
+        fast, attention_run(q, k, v, dout, textbook=True, is_causal=causal, block_size=block), dtype, "textbook"
+    )
+    want = autograd_reference(
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal), q, [k, v], dout
+    )
+    assert_close(fast, want, dtype, "autograd")
+
+
+def test_attention_with_a_mask_or_dropout_is_left_to_the_eager_kernel(calls):
+    q = torch.randn(2, 5, 8, dtype=F64)
+    mask = torch.rand(5, 5, generator=torch.Generator().manual_seed(13)) > 0.3
+    att = ScaledDotProductAttention()
+    att(q, q, q, attn_mask=mask)
+    att.backward(torch.ones(2, 5, 8, dtype=F64))
+    att(q, q, q, dropout_p=0.5)
+    att.backward(torch.ones(2, 5, 8, dtype=F64))
+    assert not calls
+
+
 # -- the operators' registration -------------------------------------------------------------------------------------
+
+
+def _attention_sample(r):
+    q, k, v, dout = r(2, 5, 4), r(2, 7, 4), r(2, 7, 3), r(2, 5, 3)
+    s = 0.5 * q @ k.transpose(1, 2)  # (B, L, S) the scores
+    out = torch.softmax(s, -1) @ v
+    lse = torch.logsumexp(s, -1, keepdim=True) / math.log(2)  # base 2, as the kernels keep it
+    return q, k, v, dout, (dout * out).sum(-1, keepdim=True), lse
 
 
 def _samples():
@@ -361,6 +413,8 @@ def _samples():
         "lstm_gates_backward": (r(3, 2), r(3, 8).sigmoid(), r(3, 2), r(3, 2).tanh(), r(3, 2), r(3, 8)),
         "gru_gates_forward": (r(3, 6), r(3, 6), r(3, 2), r(3, 2), r(3, 2)),
         "gru_gates_backward": (r(3, 2), r(3, 6).sigmoid(), r(3, 2), r(3, 2), r(3, 2), r(3, 6), r(3, 2)),
+        "attention_forward": (r(2, 5, 4), r(2, 7, 4), r(2, 7, 3), 0.5, True, 3),
+        "attention_backward": (*_attention_sample(r), 0.5, False, 3),
         "max_pool2d_backward": (r(2, 3, 2, 2), torch.randint(0, 16, (2, 3, 2, 2), generator=g), 16),
     }
 

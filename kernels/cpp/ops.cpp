@@ -32,6 +32,10 @@ TORCH_LIBRARY(handgrad, m) {
   m.def("gru_gates_forward(Tensor(a!) act, Tensor m, Tensor h_prev, Tensor(b!) m_n, Tensor(c!) h) -> ()");
   m.def("gru_gates_backward(Tensor d, Tensor act, Tensor m_n, Tensor h_prev, Tensor(a!) carry, Tensor(b!) dm,"
         " Tensor(c!) da_n) -> ()");
+  // attention.cpp
+  m.def("attention_forward(Tensor q, Tensor k, Tensor v, float scale, bool causal, int block) -> (Tensor, Tensor)");
+  m.def("attention_backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor D, Tensor lse, float scale,"
+        " bool causal, int block) -> (Tensor, Tensor, Tensor)");
   // pool.cpp
   m.def("max_pool2d_backward(Tensor dout, Tensor idx, int hw) -> Tensor");
 }
