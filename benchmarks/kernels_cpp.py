@@ -12,7 +12,9 @@ kernels.disabled()), each as a ratio t_other / t_cpp (> 1: the C++ kernel is fas
 (C x 3C, C x C, C x 4C, 4C x C: 7.1M values at C = 768), one LSTM or GRU layer over the character LSTM's
 sequence (T 64, batch 32, input 64, hidden 256: the layer's forward and backward, the gates one C++ pass a step,
 against nn.LSTM / nn.GRU forward and backward by autograd, oneDNN's fused recurrent kernel on the CPU), max
-pooling's backward at (rows / 32, C / 12, 32, 32), 2 x 2 windows (ATen: max_pool2d_with_indices_backward).
+pooling's backward at (rows / 32, C / 12, 32, 32), 2 x 2 windows (ATen: max_pool2d_with_indices_backward),
+causal attention forward and backward over rows / 256 sequences of 256 tokens, C / 64 heads of 64 (ATen:
+F.scaled_dot_product_attention by autograd, its flash attention kernel on the CPU).
 Candidates run interleaved (benchmarks/timing.py).
 Before timing, each kernel's result is compared with ATen's and the run stops where they differ beyond the dtype's
 rounding: a fast wrong kernel is not a result.
@@ -33,7 +35,7 @@ sys.path.append(str(Path(__file__).resolve().parents[1]))  # the project, where 
 import kernels  # noqa: E402
 import optimizers  # noqa: E402
 from kernels import cpp  # noqa: E402
-from layers import GELU, GRU, LSTM, LayerNorm, MaxPool2d  # noqa: E402
+from layers import GELU, GRU, LSTM, LayerNorm, MaxPool2d, ScaledDotProductAttention  # noqa: E402
 from losses import CrossEntropyLoss  # noqa: E402
 
 KERNELS = (
@@ -48,6 +50,7 @@ KERNELS = (
     "lstm",
     "gru",
     "maxpool_bwd",
+    "attention",
 )
 SEQ, BATCH, INPUT, HIDDEN = 64, 32, 64, 256  # the recurrent rows: the character LSTM's (benchmarks/lstm_step.py)
 TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-10}
@@ -161,6 +164,24 @@ def cases(name: str, rows: int, C: int, vocab: int, dtype: torch.dtype, g: torch
             "textbook": lambda: _with(kernels.disabled(), run),
         }
         return cands, lambda: rel(run(), cands["aten"]())
+    if name == "attention":  # causal, forward and backward
+        T, heads = 256, max(C // 64, 1)
+        q, k, v, dout = (r(max(rows // T, 1), heads, T, 64) for _ in range(4))
+        att = ScaledDotProductAttention()
+
+        def layer_step():
+            att(q, k, v, is_causal=True)
+            return att.backward(dout)[0]
+
+        def aten_step():
+            leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+            out = F.scaled_dot_product_attention(*leaves, is_causal=True)
+            return torch.autograd.grad(out, leaves, dout)[0]
+
+        cands = {"cpp": layer_step, "aten": aten_step}
+        cands["eager"] = lambda: _with(cpp.disabled(), layer_step)
+        cands["textbook"] = lambda: _with(kernels.disabled(), layer_step)
+        return cands, lambda: rel(layer_step(), aten_step())
     # the optimizers: one step over GPT-2 small's block of weights, the same gradients every step
     shapes = ((C, 3 * C), (C, C), (C, 4 * C), (4 * C, C))
     start = [r(*s) for s in shapes]
