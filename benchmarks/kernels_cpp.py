@@ -9,7 +9,13 @@ their backward), of the eager kernels of kernels/ that ran before the C++ ones (
 kernels.cpp.disabled(); "-" where they are the textbook) and of the layer's textbook ("textbook":
 kernels.disabled()), each as a ratio t_other / t_cpp (> 1: the C++ kernel is faster).  Shapes: layer norm on
 (rows, C), GELU on (rows, 4C), cross-entropy on (rows, vocab), the optimizers over GPT-2 small's block of weights
-(C x 3C, C x C, C x 4C, 4C x C: 7.1M values at C = 768).  Candidates run interleaved (benchmarks/timing.py).
+(C x 3C, C x C, C x 4C, 4C x C: 7.1M values at C = 768), one LSTM or GRU layer over the character LSTM's
+sequence (T 64, batch 32, input 64, hidden 256: the layer's forward and backward, the gates one C++ pass a step,
+against nn.LSTM / nn.GRU forward and backward by autograd, oneDNN's fused recurrent kernel on the CPU), max
+pooling's backward at (rows / 32, C / 12, 32, 32), 2 x 2 windows (ATen: max_pool2d_with_indices_backward),
+causal attention forward and backward over rows / 256 sequences of 256 tokens, C / 64 heads of 64 (ATen:
+F.scaled_dot_product_attention by autograd, its flash attention kernel on the CPU).
+Candidates run interleaved (benchmarks/timing.py).
 Before timing, each kernel's result is compared with ATen's and the run stops where they differ beyond the dtype's
 rounding: a fast wrong kernel is not a result.
 """
@@ -29,10 +35,24 @@ sys.path.append(str(Path(__file__).resolve().parents[1]))  # the project, where 
 import kernels  # noqa: E402
 import optimizers  # noqa: E402
 from kernels import cpp  # noqa: E402
-from layers import GELU, LayerNorm  # noqa: E402
+from layers import GELU, GRU, LSTM, LayerNorm, MaxPool2d, ScaledDotProductAttention  # noqa: E402
 from losses import CrossEntropyLoss  # noqa: E402
 
-KERNELS = ("layernorm_fwd", "layernorm_bwd", "gelu_bwd", "gelu_tanh_bwd", "cross_entropy", "sgd", "adam", "adamw")
+KERNELS = (
+    "layernorm_fwd",
+    "layernorm_bwd",
+    "gelu_bwd",
+    "gelu_tanh_bwd",
+    "cross_entropy",
+    "sgd",
+    "adam",
+    "adamw",
+    "lstm",
+    "gru",
+    "maxpool_bwd",
+    "attention",
+)
+SEQ, BATCH, INPUT, HIDDEN = 64, 32, 64, 256  # the recurrent rows: the character LSTM's (benchmarks/lstm_step.py)
 TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-10}
 
 
@@ -110,6 +130,58 @@ def cases(name: str, rows: int, C: int, vocab: int, dtype: torch.dtype, g: torch
         cands = {"cpp": cpp_step, "aten": aten_step, "textbook": lambda: _with(kernels.disabled(), layer_step)}
         cands["eager"] = lambda: _with(cpp.disabled(), layer_step)  # (the layer calls the C++ backward alone)
         return cands, lambda: rel(cpp_step(), aten_step())
+    if name in ("lstm", "gru"):  # one layer's forward and backward over a sequence
+        cls = LSTM if name == "lstm" else GRU
+        x, dout = r(SEQ, BATCH, INPUT), r(SEQ, BATCH, HIDDEN)
+        layer = cls(INPUT, HIDDEN, dtype=dtype)
+        twin = layer.to_torch()
+
+        def layer_step():
+            layer(x)
+            return layer.backward(dout)
+
+        def aten_step():
+            xr = x.clone().requires_grad_(True)
+            out, _ = twin(xr)
+            return torch.autograd.grad(out, [xr, *twin.parameters()], dout)[0]
+
+        cands = {"cpp": layer_step, "aten": aten_step}
+        cands["eager"] = lambda: _with(cpp.disabled(), layer_step)
+        cands["textbook"] = lambda: _with(kernels.disabled(), layer_step)
+        return cands, lambda: rel(layer_step(), aten_step())
+    if name == "maxpool_bwd":
+        x = r(max(rows // 32, 1), max(C // 12, 1), 32, 32)
+        pool = MaxPool2d(2)
+        out, idx = F.max_pool2d(x, 2, return_indices=True)
+        dout = r(*out.shape)
+        run = layer_backward(pool, x, dout)
+        cands = {
+            "cpp": run,
+            "aten": lambda: torch.ops.aten.max_pool2d_with_indices_backward(
+                dout, x, [2, 2], [2, 2], [0, 0], [1, 1], False, idx
+            ),
+            "eager": lambda: _with(cpp.disabled(), run),
+            "textbook": lambda: _with(kernels.disabled(), run),
+        }
+        return cands, lambda: rel(run(), cands["aten"]())
+    if name == "attention":  # causal, forward and backward
+        T, heads = 256, max(C // 64, 1)
+        q, k, v, dout = (r(max(rows // T, 1), heads, T, 64) for _ in range(4))
+        att = ScaledDotProductAttention()
+
+        def layer_step():
+            att(q, k, v, is_causal=True)
+            return att.backward(dout)[0]
+
+        def aten_step():
+            leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+            out = F.scaled_dot_product_attention(*leaves, is_causal=True)
+            return torch.autograd.grad(out, leaves, dout)[0]
+
+        cands = {"cpp": layer_step, "aten": aten_step}
+        cands["eager"] = lambda: _with(cpp.disabled(), layer_step)
+        cands["textbook"] = lambda: _with(kernels.disabled(), layer_step)
+        return cands, lambda: rel(layer_step(), aten_step())
     # the optimizers: one step over GPT-2 small's block of weights, the same gradients every step
     shapes = ((C, 3 * C), (C, C), (C, 4 * C), (4 * C, C))
     start = [r(*s) for s in shapes]

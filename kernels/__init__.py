@@ -27,8 +27,9 @@ and how to add one.
     attention     FlashAttention: keys in blocks, an online softmax, no (L, S) matrix kept
     recurrent     backpropagation through time with prepacked weights, out= buffers and factor blocks
     optimizers    parameters that tile one block of memory updated as one
-    cpp           C++ kernels, built on first use: LayerNorm's, GELU's and cross-entropy's backwards and the
-                  SGD/Adam/AdamW steps in one pass each (``HANDGRAD_CPP_KERNELS=off``: these alone off)
+    cpp           C++ kernels, built on first use: LayerNorm's, GELU's and cross-entropy's backwards, the LSTM's
+                  and GRU's gates, max pooling's backward, attention, and the SGD/Adam/AdamW steps in one pass
+                  each (``HANDGRAD_CPP_KERNELS=off``: these alone off)
     compiled      the norms' and GELU's backward compiled by Inductor into one loop (opt-in: ``compiled.enable()``)
     gradients     the forms a kernel gives a parameter gradient in (``Product``, ``IndexAdd``), for the template
 """

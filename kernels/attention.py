@@ -49,12 +49,18 @@ import math
 import torch
 from torch import Tensor
 
+from . import cpp
+
 LOG2E = 1.0 / math.log(2.0)  # log2(e): e^x = 2^(x log2 e)
 
 
 def forward(q: Tensor, k: Tensor, v: Tensor, spec: Spec, *, need_weights: bool) -> tuple[Tensor, Tensor, Tensor | None]:
     """q (B, L, E), k (B, S, E), v (B, S, Ev) -> (out (B, L, Ev), lse (B, L, 1) in base 2, weights (B, L, S) or
-    None): one block where every key fits in one, else the key blocks with the online softmax."""
+    None): one block where every key fits in one, else the key blocks with the online softmax; in C++ where no
+    mask, bias, dropout or weights are asked for (kernels/cpp/attention.cpp: the same blocks a query row at a time)."""
+    if not need_weights and _plain(spec) and cpp.usable(q, k, v):
+        out, lse = cpp.ops.attention_forward(q.contiguous(), k.contiguous(), v.contiguous(), *_cpp_args(spec))
+        return out, lse, None
     if spec.block >= spec.S:
         return one_block_forward(q, k, v, spec, need_weights=need_weights)
     return blocked_forward(q, k, v, spec, need_weights=need_weights)
@@ -65,9 +71,22 @@ def backward(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """q, k, v, dout (B, L, Ev), dweights (B, L, S) or None, D = rowsum(dout * out) (B, L, 1) (+ rowsum(dweights *
     A)), lse (B, L, 1) in base 2 -> (dq, dk, dv) shaped as q, k, v."""
+    if dw is None and _plain(spec) and cpp.usable(q, k, v, do, D, lse):
+        args = (t.contiguous() for t in (q, k, v, do, D, lse))
+        return cpp.ops.attention_backward(*args, *_cpp_args(spec))
     if spec.block >= spec.S:
         return one_block_backward(q, k, v, do, dw, D, lse, spec)
     return blocked_backward(q, k, v, do, dw, D, lse, spec)
+
+
+def _plain(spec: Spec) -> bool:
+    """No mask, bias or dropout (causal or not): what the C++ kernel computes."""
+    return spec.blocked is None and spec.bias is None and spec.drop is None
+
+
+def _cpp_args(spec: Spec) -> tuple[float, bool, int]:
+    """(scale, causal, keys per block) for the C++ operators: a block no wider than the keys, at least one."""
+    return spec.scale, spec.causal, max(1, min(spec.block, spec.S))
 
 
 def row_dot(do: Tensor, out: Tensor) -> Tensor:

@@ -34,6 +34,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from . import cpp
+
 FEW_CHANNELS = 8  # input channels per group below which dw is an im2col product (benchmarks/conv.py)
 CHANNELS_LAST_FROM = 8  # channels from which max pooling on the CPU goes through the channels-last kernel
 
@@ -170,6 +172,18 @@ def max_pool2d(x: Tensor, kernel_size, stride, padding, dilation, ceil_mode: boo
     xp = x.contiguous(memory_format=torch.channels_last)
     out, idx = F.max_pool2d(xp, kernel_size, stride, padding, dilation, ceil_mode, return_indices=True)
     return out.contiguous(), idx.contiguous()
+
+
+def max_pool2d_backward(dout: Tensor, idx: Tensor, hw: int) -> Tensor:
+    """MaxPool2d's backward, dout (N, C, H_out, W_out) and its windows' flat argmaxes idx (the same shape) ->
+    dx (N, C, H*W), dout added at each argmax: the C++ kernel on a CPU (one plane's zeroing and scatter while it is
+    in cache, kernels/cpp/pool.cpp), the textbook's zeros and scatter_add_ elsewhere."""
+    n, c = idx.shape[:2]
+    d = dout.reshape(idx.shape)  # (unbatched: without the N axis)
+    if cpp.usable(d):
+        return cpp.ops.max_pool2d_backward(d.contiguous(), idx.contiguous(), hw)
+    flat = idx.flatten(2)  # (N, C, H_out*W_out)
+    return dout.new_zeros(n, c, hw).scatter_add_(2, flat, d.reshape(flat.shape))  # overlapping windows add up
 
 
 def relu_max_pool_backward(pool, relu, dout: Tensor) -> Tensor | None:

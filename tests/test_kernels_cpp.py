@@ -9,6 +9,7 @@ kernel was called (``calls``): a dispatch that silently took the eager path woul
 from __future__ import annotations
 
 import contextlib
+import math
 import shutil
 import warnings
 
@@ -19,7 +20,7 @@ import torch.nn.functional as F
 import kernels
 import optimizers
 from kernels import cpp
-from layers import GELU, LayerNorm
+from layers import GELU, GRU, LSTM, LayerNorm, MaxPool2d, ScaledDotProductAttention
 from losses import CrossEntropyLoss
 from tests.test_kernels import rel_err
 
@@ -249,7 +250,144 @@ def test_batch_norm_ops_equal_autograd(built, dtype):
         assert rel_err(a, r) < TOL[dtype]
 
 
+# -- the recurrent layers' gates ---------------------------------------------------------------------------------
+
+
+def recurrent_inputs(cls, kw, dtype):
+    """x (T, N, I), the initial state, dout and the final state's gradients, seeded."""
+    g = torch.Generator().manual_seed(10)
+    T, N, H, P = 7, 3, 6, kw.get("proj_size") or 6
+    D, L = 2 if kw.get("bidirectional") else 1, kw.get("num_layers", 1)
+    r = lambda *shape: torch.randn(shape, generator=g, dtype=dtype)  # noqa: E731
+    state = (r(D * L, N, P), r(D * L, N, H)) if cls is LSTM else (r(D * L, N, H),)
+    dstate = (r(D * L, N, P), r(D * L, N, H)) if cls is LSTM else (r(D * L, N, H),)
+    return r(T, N, 4), state, r(T, N, D * P), dstate
+
+
+def recurrent_run(cls, kw, dtype, textbook: bool):
+    """output, h_n (and c_n), dx, the state's gradients and the parameter gradients of one forward and backward of
+    cls(**kw), the kernels on or (textbook) off."""
+    x, state, dout, dstate = recurrent_inputs(cls, kw, dtype)
+    with kernels.disabled() if textbook else contextlib.nullcontext():
+        torch.manual_seed(9)
+        layer = cls(4, 6, dtype=dtype, **kw)
+        for p in layer.parameters():  # away from torch's uniform initialisation, so every term is sizeable
+            p.detach().mul_(3)
+        out, hn = layer(x, state if cls is LSTM else state[0])
+        dx, dh0 = layer.backward(dout, dstate if cls is LSTM else dstate[0])
+        return [
+            out,
+            *(hn if cls is LSTM else (hn,)),
+            dx,
+            *(dh0 if cls is LSTM else (dh0,)),
+            *(p.grad for p in layer.parameters()),
+        ]
+
+
+RECURRENT = [
+    (LSTM, {}),
+    (LSTM, {"bidirectional": True, "num_layers": 2}),
+    (LSTM, {"proj_size": 3}),
+    (GRU, {}),
+    (GRU, {"bidirectional": True, "num_layers": 2}),
+]
+
+
+@pytest.mark.parametrize("dtype", [F64, F32])
+@pytest.mark.parametrize("cls, kw", RECURRENT, ids=[f"{c.__name__}-{i}" for i, (c, _) in enumerate(RECURRENT)])
+def test_the_fused_gates_equal_the_textbook_and_autograd(calls, dtype, cls, kw):
+    """The layer with the C++ gates against its textbook loop over the cells' equations (the kernels off), the eager
+    kernels (the C++ ones off), and torch.nn's twin through autograd."""
+    fast = recurrent_run(cls, kw, dtype, textbook=False)
+    name = cls.__name__.lower()
+    steps = 7 * (2 if kw.get("bidirectional") else 1) * kw.get("num_layers", 1)
+    assert calls.get(f"{name}_gates_forward") == steps and calls.get(f"{name}_gates_backward") == steps, calls
+    assert_close(fast, recurrent_run(cls, kw, dtype, textbook=True), dtype, "textbook")
+    with cpp.disabled():
+        assert_close(fast, recurrent_run(cls, kw, dtype, textbook=False), dtype, "eager kernels")
+    torch.manual_seed(9)
+    twin = cls(4, 6, dtype=dtype, **kw)
+    for p in twin.parameters():
+        p.detach().mul_(3)
+    twin = twin.to_torch()
+    x, state, dout, dstate = recurrent_inputs(cls, kw, dtype)
+    leaves = [t.clone().requires_grad_(True) for t in (x, *state)]
+    out, hn = twin(leaves[0], tuple(leaves[1:]) if cls is LSTM else leaves[1])
+    hn = hn if isinstance(hn, tuple) else (hn,)
+    grads = torch.autograd.grad([out, *hn], [*leaves, *twin.parameters()], [dout, *dstate])
+    assert_close(fast, [out.detach(), *(h.detach() for h in hn), *grads], dtype, "autograd")
+
+
+# -- max pooling's backward ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [F64, F32])
+@pytest.mark.parametrize("kw", [{"kernel_size": 2}, {"kernel_size": 3, "stride": 1, "padding": 1}])
+def test_max_pool_backward_equals_the_textbook_and_autograd(calls, dtype, kw):
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(2, 9, 6, 7, generator=g, dtype=dtype)
+    x[0, 0, :2, :2] = 1.0  # a tie: the first maximum takes the gradient, as torch's kernel picks it
+    make = lambda: MaxPool2d(**kw)  # noqa: E731
+    out = MaxPool2d(**kw)(x)
+    dout = torch.randn(out.shape, generator=g, dtype=dtype)
+    fast = run_layer(make, x, dout, textbook=False)
+    assert calls.get("max_pool2d_backward") == 1
+    assert_close(fast, run_layer(make, x, dout, textbook=True), dtype, "textbook")
+    assert_close(fast, autograd_reference(lambda x: F.max_pool2d(x, **kw), x, [], dout), dtype, "autograd")
+
+
+# -- attention ---------------------------------------------------------------------------------------------------
+
+
+def attention_run(q, k, v, dout, textbook: bool, **kw):
+    """out, dq, dk, dv of ScaledDotProductAttention(block_size)(q, k, v, **kw), the kernels on or (textbook) off."""
+    block = kw.pop("block_size")
+    with kernels.disabled() if textbook else contextlib.nullcontext():
+        att = ScaledDotProductAttention(block_size=block)
+        out = att(q, k, v, **kw)
+        return [out, *att.backward(dout)]
+
+
+@pytest.mark.parametrize("dtype", [F64, F32])
+@pytest.mark.parametrize("L, S", [(12, 12), (7, 13), (13, 7)])  # causal is top-left aligned where L != S
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("block", [1, 5, 128])
+def test_attention_equals_the_textbook_and_autograd(calls, dtype, L, S, causal, block):
+    g = torch.Generator().manual_seed(12)
+    q, k = torch.randn(2, 3, L, 19, generator=g, dtype=dtype) * 2, torch.randn(2, 3, S, 19, generator=g, dtype=dtype)
+    v = torch.randn(2, 3, S, 11, generator=g, dtype=dtype)  # E 19, Ev 11: tails shorter than a vector
+    dout = torch.randn(2, 3, L, 11, generator=g, dtype=dtype)
+    fast = attention_run(q, k, v, dout, textbook=False, is_causal=causal, block_size=block)
+    assert calls.get("attention_forward") == 1 and calls.get("attention_backward") == 1, calls
+    assert_close(
+        fast, attention_run(q, k, v, dout, textbook=True, is_causal=causal, block_size=block), dtype, "textbook"
+    )
+    want = autograd_reference(
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal), q, [k, v], dout
+    )
+    assert_close(fast, want, dtype, "autograd")
+
+
+def test_attention_with_a_mask_or_dropout_is_left_to_the_eager_kernel(calls):
+    q = torch.randn(2, 5, 8, dtype=F64)
+    mask = torch.rand(5, 5, generator=torch.Generator().manual_seed(13)) > 0.3
+    att = ScaledDotProductAttention()
+    att(q, q, q, attn_mask=mask)
+    att.backward(torch.ones(2, 5, 8, dtype=F64))
+    att(q, q, q, dropout_p=0.5)
+    att.backward(torch.ones(2, 5, 8, dtype=F64))
+    assert not calls
+
+
 # -- the operators' registration -------------------------------------------------------------------------------------
+
+
+def _attention_sample(r):
+    q, k, v, dout = r(2, 5, 4), r(2, 7, 4), r(2, 7, 3), r(2, 5, 3)
+    s = 0.5 * q @ k.transpose(1, 2)  # (B, L, S) the scores
+    out = torch.softmax(s, -1) @ v
+    lse = torch.logsumexp(s, -1, keepdim=True) / math.log(2)  # base 2, as the kernels keep it
+    return q, k, v, dout, (dout * out).sum(-1, keepdim=True), lse
 
 
 def _samples():
@@ -271,6 +409,13 @@ def _samples():
         "cross_entropy_backward": (torch.log_softmax(x, 1), y, 0.2, 0.1),
         "sgd_step": (ps(), ps(), ps(), 0.1, 0.9, 0.0, 0.01, True),
         "adam_step": (ps(), ps(), ps(), [p.abs() for p in ps()], [-0.01, -0.02], [1e-8, 1e-8], 0.9, 0.999, 0.0, 0.99),
+        "lstm_gates_forward": (r(3, 8), r(3, 2), r(3, 8), r(3, 2), r(3, 2), r(3, 2)),
+        "lstm_gates_backward": (r(3, 2), r(3, 8).sigmoid(), r(3, 2), r(3, 2).tanh(), r(3, 2), r(3, 8)),
+        "gru_gates_forward": (r(3, 6), r(3, 6), r(3, 2), r(3, 2), r(3, 2)),
+        "gru_gates_backward": (r(3, 2), r(3, 6).sigmoid(), r(3, 2), r(3, 2), r(3, 2), r(3, 6), r(3, 2)),
+        "attention_forward": (r(2, 5, 4), r(2, 7, 4), r(2, 7, 3), 0.5, True, 3),
+        "attention_backward": (*_attention_sample(r), 0.5, False, 3),
+        "max_pool2d_backward": (r(2, 3, 2, 2), torch.randint(0, 16, (2, 3, 2, 2), generator=g), 16),
     }
 
 

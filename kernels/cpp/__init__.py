@@ -7,9 +7,14 @@ Each ``.cpp`` file here is one family's kernels, its comment deriving each from 
     elementwise.cpp  GELU's backward, "none" (Phi read off the output, phi in exp2) and "tanh"
     softmax.cpp      softmax with cross-entropy: log p and the loss in one pass a row; the gradient in one more
     optimizers.cpp   SGD with momentum, Adam and AdamW: each parameter read and written once per step
+    recurrent.cpp    the LSTM's and the GRU's gates, one time step forward and backward, in one pass each
+    pool.cpp         max pooling's backward: each plane's gradient scattered to its argmaxes while in cache
+    attention.cpp    attention without masks or dropout (causal or not): FlashAttention's blocks, a row at a time
 
-Called by the layers (through kernels/norms.py, kernels/elementwise.py, kernels/softmax.py, optimizers/sgd.py and
-adam.py): LayerNorm's backward, GELU's backward, cross-entropy's backward (class indices, no ignored position), the
+Called by the layers (through kernels/norms.py, kernels/elementwise.py, kernels/softmax.py, kernels/recurrent/bptt.py,
+kernels/convolution.py, kernels/attention.py, optimizers/sgd.py and adam.py): LayerNorm's backward, GELU's backward,
+cross-entropy's backward (class indices, no ignored position), the LSTM's and GRU's gates in each step forward and
+backward, max pooling's backward, attention's forward and backward (no mask, bias or dropout), the
 SGD-with-momentum and Adam/AdamW steps.  LayerNorm's forward stays ATen's ``native_layer_norm`` (already one fused
 pass, as fast as this one); the batch norm operators and the cross-entropy forward are built and tested
 (tests/test_kernels_cpp.py) but no layer calls them yet.
@@ -57,6 +62,9 @@ SOURCES = (
     "elementwise.cpp",
     "softmax.cpp",
     "optimizers.cpp",
+    "recurrent.cpp",
+    "pool.cpp",
+    "attention.cpp",
 )
 HEADERS = ("common.h",)
 _DTYPES = (torch.float32, torch.float64)

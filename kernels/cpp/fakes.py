@@ -62,3 +62,39 @@ def _(params, grads, bufs, lr, momentum, dampening, weight_decay, nesterov) -> N
 @_fake("handgrad::adam_step")
 def _(params, grads, exp_avgs, exp_avg_sqs, neg_step_sizes, eps_hats, beta1, beta2, weight_decay, decay) -> None:
     return None
+
+
+@_fake("handgrad::lstm_gates_forward")
+def _(a, c_prev, act, c, tanh_c, r) -> None:
+    return None
+
+
+@_fake("handgrad::lstm_gates_backward")
+def _(dr, act, c_prev, tanh_c, dc, da) -> None:
+    return None
+
+
+@_fake("handgrad::gru_gates_forward")
+def _(act, m, h_prev, m_n, h) -> None:
+    return None
+
+
+@_fake("handgrad::gru_gates_backward")
+def _(d, act, m_n, h_prev, carry, dm, da_n) -> None:
+    return None
+
+
+@_fake("handgrad::max_pool2d_backward")
+def _(dout: Tensor, idx: Tensor, hw: int):
+    return dout.new_empty(dout.shape[0], dout.shape[1], hw)
+
+
+@_fake("handgrad::attention_forward")
+def _(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool, block: int):
+    B, L = q.shape[:2]
+    return q.new_empty(B, L, v.shape[2]), q.new_empty(B, L, 1)
+
+
+@_fake("handgrad::attention_backward")
+def _(q, k, v, dout, D, lse, scale, causal, block):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)

@@ -24,4 +24,18 @@ TORCH_LIBRARY(handgrad, m) {
   m.def("adam_step(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs,"
         " float[] neg_step_sizes, float[] eps_hats, float beta1, float beta2, float weight_decay, float decay)"
         " -> ()");
+  // recurrent.cpp: one time step's gates, writing into the step's slices of the sequence's buffers
+  m.def("lstm_gates_forward(Tensor a, Tensor c_prev, Tensor(a!) act, Tensor(b!) c, Tensor(c!) tanh_c, Tensor(d!) r)"
+        " -> ()");
+  m.def("lstm_gates_backward(Tensor dr, Tensor act, Tensor c_prev, Tensor tanh_c, Tensor(a!) dc, Tensor(b!) da)"
+        " -> ()");
+  m.def("gru_gates_forward(Tensor(a!) act, Tensor m, Tensor h_prev, Tensor(b!) m_n, Tensor(c!) h) -> ()");
+  m.def("gru_gates_backward(Tensor d, Tensor act, Tensor m_n, Tensor h_prev, Tensor(a!) carry, Tensor(b!) dm,"
+        " Tensor(c!) da_n) -> ()");
+  // attention.cpp
+  m.def("attention_forward(Tensor q, Tensor k, Tensor v, float scale, bool causal, int block) -> (Tensor, Tensor)");
+  m.def("attention_backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor D, Tensor lse, float scale,"
+        " bool causal, int block) -> (Tensor, Tensor, Tensor)");
+  // pool.cpp
+  m.def("max_pool2d_backward(Tensor dout, Tensor idx, int hw) -> Tensor");
 }

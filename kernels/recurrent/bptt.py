@@ -45,6 +45,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from .. import cpp
 from ..gradients import Product
 from .matmul import AMD, linear, linear_add, linear_add_, prepack, weight_grad
 
@@ -215,8 +216,15 @@ def lstm_forward(
     a_, act_, h_, c_, tc_ = A.unbind(0), act.unbind(0), hs.unbind(0), cs.unbind(0), tc.unbind(0)
     i_, f_, g_, o_ = gi.unbind(0), gf.unbind(0), gg.unbind(0), go.unbind(0)
     ag_ = A[:, :, 2 * H : 3 * H].unbind(0)  # (N, H) g's pre-activation: where linear_add_ leaves it
+    r_ = (rs if rs is not None else hs[1:]).unbind(0)  # (N, H) r_t = o * tanh(c_t): h_t itself when P = 0
+    fused = cpp.usable(A, hs, cs)  # the gates in one C++ pass a step (kernels/cpp/recurrent.cpp)
     for t in steps:
         a = linear_add_(h_[t + off], w_hh, a_[t])  # (N, 4H) pre-activations, into A[t]: A[t] + h_{t-1} W_hh^T
+        if fused:
+            cpp.ops.lstm_gates_forward(a.contiguous(), c_[t + off], act_[t], c_[t + 1], tc_[t], r_[t])
+            if w_hr is not None:
+                h_[t + 1].copy_(linear(r_[t], w_hr))  # (N, P) h_t = r_t W_hr^T
+            continue
         torch.sigmoid(a, out=act_[t])  # (N, 4H): i, f, o (and g's slot, overwritten next)
         _tanh(ag_[t] if a is a_[t] else a[:, 2 * H : 3 * H], out=g_[t])  # (N, H) g
         c = torch.mul(f_[t], c_[t + off], out=c_[t + 1])  # (N, H) f * c_{t-1}
@@ -286,6 +294,8 @@ def lstm_backward(
     H = act.shape[2] // 4
     gf = act.view(T, N, 4, H)[:, :, 1]  # (T, N, H) f
     steps, off = _steps(T, reverse)
+    if cpp.usable(dy, act, cs):
+        return _lstm_backward_fused(dy, dh_n, dc_n, cache, need_dh0=need_dh0, need_dx=need_dx, dx=dx)
     # The factors, before the loop; K reuses the forward's input-projection buffer.
     Kc = dy.new_empty(T, N, H)  # (T, N, H) o (1 - tanh(c)^2)
     c_prev = cs[off : off + T]  # (T, N, H) c_{t-1}
@@ -328,6 +338,49 @@ def lstm_backward(
     return (_input_grad(dA2, p.w_ih, dx) if need_dx else None), dh0, dc, grads
 
 
+def _lstm_backward_fused(
+    dy: Tensor,
+    dh_n: Tensor | None,
+    dc_n: Tensor | None,
+    cache: Cache,
+    *,
+    need_dh0: bool,
+    need_dx: bool,
+    dx: Tensor | None,
+) -> tuple[Tensor | None, Tensor | None, Tensor, Grads]:
+    """``lstm_backward`` with each step's gate derivatives in one C++ pass (``lstm_gates_backward``: the same
+    formulas, read from the forward's gates and tanh(c_t) as they are needed, so no factors before the loop)."""
+    x2, p, reverse, hs, act, (cs, tc, rs, dA) = cache
+    T, N, Ho = dy.shape
+    H = act.shape[2] // 4
+    steps, off = _steps(T, reverse)
+    dy = dy.contiguous()  # (a direction's slice of a bidirectional layer's gradient is strided)
+    dc = dy.new_zeros(N, H) if dc_n is None else dc_n.clone(memory_format=torch.contiguous_format)  # (N, H)
+    dhs = dy.new_empty(T, N, Ho) if rs is not None else None  # (T, N, P) dh per step, for dW_hr
+    w_hh_t = prepack(p.w_hh.t(), dA[0])  # (H_out, 4H) W_hh^T: linear(d, W_hh^T) = d @ W_hh
+    w_hr_t = None if p.w_hr is None else prepack(p.w_hr.t(), dc)  # (H, P)
+    dy_, dA_, act_, c_, tc_ = dy.unbind(0), dA.unbind(0), act.unbind(0), cs.unbind(0), tc.unbind(0)
+    nxt = None
+    for t in reversed(steps):
+        if nxt is None:  # the last step the forward ran: dh = dy + dh_n
+            dh = dy_[t] if dh_n is None else dy_[t] + dh_n
+        else:
+            dh = linear_add(dA_[nxt], w_hh_t, dy_[t])  # (N, H_out) dy_t + da_{next} @ W_hh
+        if dhs is None or w_hr_t is None:  # (both or neither)
+            dr = dh  # (N, H)
+        else:
+            dr = linear(dhs[t].copy_(dh), w_hr_t)  # (N, H) dh @ W_hr
+        # da_t (N, 4H) into dA[t] (the forward's scratch); dc becomes what reaches c_{t-1}
+        cpp.ops.lstm_gates_backward(dr.contiguous(), act_[t], c_[t + off], tc_[t], dc, dA_[t])
+        nxt = t
+    dA2 = dA.view(T * N, 4 * H)
+    grads = _grads(dA2, {"w_ih": x2, "w_hh": hs[off : off + T].reshape(T * N, Ho)}, ("b_ih", "b_hh"), p)
+    if rs is not None and dhs is not None:  # (both or neither)
+        grads |= _grads(dhs.view(T * N, Ho), {"w_hr": rs.view(T * N, H)})  # (P, H) sum_t dh_t^T r_t
+    dh0 = linear(dA[nxt], w_hh_t) if need_dh0 else None  # (N, H_out)
+    return (_input_grad(dA2, p.w_ih, dx) if need_dx else None), dh0, dc, grads
+
+
 # -- GRU --------------------------------------------------------------------------------------------------
 
 
@@ -348,10 +401,14 @@ def gru_forward(x: Tensor, p: DirParams, h0: Tensor | None, *, reverse: bool) ->
     hs = _hidden_buffer(x, T, N, H, h0, reverse=reverse)  # (T + 2, N, H)
     w_hh = prepack(p.w_hh, hs[0])  # (3H, H), reused by every step
     steps, off = _steps(T, reverse)
+    fused = cpp.usable(act, hs)  # the gates in one C++ pass a step (kernels/cpp/recurrent.cpp)
     for t in steps:
         h_prev = hs[t + off]  # (N, H)
         m = linear(h_prev, w_hh, p.b_hh)  # (N, 3H) hidden terms
         a = act[t]
+        if fused:  # a becomes r, z, n; m_n kept; h_t written
+            cpp.ops.gru_gates_forward(a, m.contiguous(), h_prev, mn[t], hs[t + 1])
+            continue
         rz = a[:, : 2 * H].add_(m[:, : 2 * H]).sigmoid_()  # (N, 2H) r, z
         n = a[:, 2 * H :].addcmul_(rz[:, :H], mn[t].copy_(m[:, 2 * H :]))  # (N, H) a_n + r * m_n
         _tanh(n, out=n)  # (N, H) n
@@ -383,6 +440,8 @@ def gru_backward(
     r, z, n = act.view(T, N, 3, H).unbind(2)  # (T, N, H) views
     steps, off = _steps(T, reverse)
     h_prev = hs[off : off + T]  # (T, N, H)
+    if cpp.usable(dy, act, hs):
+        return _gru_backward_fused(dy, dh_n, cache, need_dh0=need_dh0, need_dx=need_dx, dx=dx)
     K = dy.new_empty(T, N, 4, H)  # the factors, for all steps at once
     Kr, Kz, Km, Kn = K.unbind(2)  # (T, N, H) views
     torch.addcmul(1 - z, (1 - z) * n, n, value=-1, out=Kn)  # (1 - z)(1 - n^2)
@@ -403,9 +462,41 @@ def gru_backward(
         torch.mul(K[t], dh.unsqueeze(1), out=dK[t])  # (N, 4, H)
         nxt = t
     dK2 = dK.view(T * N, 4 * H)
-    dm2 = dK2[:, : 3 * H]  # (T*N, 3H)
+    dm2 = dK2[
+        :, : 3 * H
+    ].contiguous()  # (T*N, 3H); contiguous: oneDNN's weight-gradient product is slow on a strided one
     da2 = torch.cat((dK2[:, : 2 * H], dK2[:, 3 * H :]), 1)  # (T*N, 3H) [da_r, da_z, da_n]
     grads = _grads(da2, {"w_ih": x2}, ("b_ih",), p)  # (3H, I) and b_ih from the input side
     grads |= _grads(dm2, {"w_hh": h_prev.reshape(T * N, H)}, ("b_hh",), p)  # (3H, H), b_hh: the hidden side
     dh0 = linear_add(dm[nxt], w_hh_t, dhs[nxt] * z[nxt]) if need_dh0 else None  # (N, H)
+    return (_input_grad(da2, p.w_ih, dx) if need_dx else None), dh0, grads
+
+
+def _gru_backward_fused(
+    dy: Tensor, dh_n: Tensor | None, cache: Cache, *, need_dh0: bool, need_dx: bool, dx: Tensor | None
+) -> tuple[Tensor | None, Tensor | None, Grads]:
+    """``gru_backward`` with each step's gate derivatives in one C++ pass (``gru_gates_backward``: the same formulas,
+    read from the forward's gates and m_n as they are needed, so no factors before the loop).  ``carry`` is
+    dh_{t+1} z_{t+1}, the part of dh_t that reaches it directly rather than through the product by W_hh."""
+    x2, p, reverse, hs, act, (mn,) = cache
+    T, N, H = dy.shape
+    steps, off = _steps(T, reverse)
+    h_prev = hs[off : off + T]  # (T, N, H)
+    dy = dy.contiguous()  # (a direction's slice of a bidirectional layer's gradient is strided)
+    dm = dy.new_empty(T, N, 3 * H)  # (T, N, 3H): [da_r, da_z, dm_n] per step, the hidden side's gradient
+    da_n = dy.new_empty(T, N, H)  # (T, N, H): with da_r, da_z the input side's
+    carry = dy.new_zeros(N, H) if dh_n is None else dh_n.clone(memory_format=torch.contiguous_format)  # (N, H)
+    w_hh_t = prepack(p.w_hh.t(), carry)  # (H, 3H) W_hh^T: linear(d, W_hh^T) = d @ W_hh
+    dy_, dm_, dan_, act_, mn_ = dy.unbind(0), dm.unbind(0), da_n.unbind(0), act.unbind(0), mn.unbind(0)
+    hp_ = h_prev.unbind(0)
+    nxt = None
+    for t in reversed(steps):
+        d = dy_[t] if nxt is None else linear_add(dm[nxt], w_hh_t, dy_[t])  # (N, H) dy_t + dm_next @ W_hh
+        cpp.ops.gru_gates_backward(d.contiguous(), act_[t], mn_[t], hp_[t], carry, dm_[t], dan_[t])
+        nxt = t
+    dm2 = dm.view(T * N, 3 * H)  # (T*N, 3H) contiguous: oneDNN's weight-gradient product is slow on a strided one
+    da2 = torch.cat((dm2[:, : 2 * H], da_n.view(T * N, H)), 1)  # (T*N, 3H) [da_r, da_z, da_n]
+    grads = _grads(da2, {"w_ih": x2}, ("b_ih",), p)  # (3H, I) and b_ih from the input side
+    grads |= _grads(dm2, {"w_hh": h_prev.reshape(T * N, H)}, ("b_hh",), p)  # (3H, H), b_hh: the hidden side
+    dh0 = linear_add(dm[nxt], w_hh_t, carry) if need_dh0 else None  # (N, H)
     return (_input_grad(da2, p.w_ih, dx) if need_dx else None), dh0, grads
