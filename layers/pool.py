@@ -157,12 +157,13 @@ class MaxPool2d(_Pool2d):
         """dout: (N, C, H_out, W_out) -> dx: (N, C, H, W), dout scattered to each window's argmax (unbatched:
         without the N axis)."""
         n, c, h, w = saved.batched
-        if kernels.enabled():  # the scatter one plane at a time while in cache: kernels/convolution.py
-            return convolution.max_pool2d_backward(dout, saved.idx, h * w).view(saved.shape)
-        dx = dout.new_zeros(n, c, h * w)  # (N, C, H*W)
-        idx = saved.idx.flatten(2)  # (N, C, H_out*W_out) (sizes spelled out, not -1: N may be 0)
-        dx.scatter_add_(2, idx, dout.reshape(idx.shape))  # overlapping windows add up
-        return dx.view(saved.shape)
+        if not kernels.enabled():
+            dx = dout.new_zeros(n, c, h * w)  # (N, C, H*W)
+            idx = saved.idx.flatten(2)  # (N, C, H_out*W_out) (sizes spelled out, not -1: N may be 0)
+            dx.scatter_add_(2, idx, dout.reshape(idx.shape))  # overlapping windows add up
+            return dx.view(saved.shape)
+        # the same scatter, one plane at a time while it is in cache: kernels/convolution.py
+        return convolution.max_pool2d_backward(dout, saved.idx, h * w).view(saved.shape)
 
 
 def _max_pool2d(x: Tensor, kernel_size, stride, padding, dilation, ceil_mode: bool) -> tuple[Tensor, Tensor]:

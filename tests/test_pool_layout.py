@@ -20,7 +20,7 @@ CONFIGS = [
 @pytest.mark.parametrize("channels", [9, 5], ids=["through channels-last", "plane kernel (few channels)"])
 @pytest.mark.parametrize("kw", CONFIGS, ids=str)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
-def test_max_pool_equals_the_plane_kernel_on_ties_and_nans(kw, dtype, channels, monkeypatch):
+def test_max_pool_equals_the_plane_kernel_on_ties_and_nans(kw, dtype, channels, monkeypatch, kernels_on):
     seen = []  # the layout each pool's input had
     real = F.max_pool2d
     monkeypatch.setattr(F, "max_pool2d", lambda x, *a, **k: seen.append(x.is_contiguous()) or real(x, *a, **k))
