@@ -39,9 +39,27 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from .checks import check_int
+from .checks import check_int, check_number
 from .layer import BaseLayer, learned
 from .moe_twin import PytorchMoE
+
+
+def check_moe(who: str, n_experts: int, top_k: int, capacity_factor: float, aux_coef: float) -> dict | None:
+    """The mixture of experts' settings (None for n_experts 0, the dense MLP), refused in one line naming them."""
+    check_int(who, "n_experts", n_experts, lo=0)
+    if n_experts == 0:
+        return None
+    check_int(who, "top_k", top_k)
+    if top_k > n_experts:
+        raise ValueError(f"{who}: top_k {top_k} is more than n_experts {n_experts} (each token goes to top_k of them)")
+    check_number(who, "capacity_factor", capacity_factor, 0.0, math.inf, lo_open=True)
+    check_number(who, "aux_coef", aux_coef, 0.0, math.inf)
+    return {
+        "n_experts": n_experts,
+        "top_k": top_k,
+        "capacity_factor": float(capacity_factor),
+        "aux_coef": float(aux_coef),
+    }
 
 
 def gelu_grad(h: Tensor) -> Tensor:

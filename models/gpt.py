@@ -42,30 +42,12 @@ from layers.embedding import Embedding
 from layers.layer import BaseLayer, _rng_untouched, copy_requires_grad, wants_grad
 from layers.layernorm import LayerNorm
 from layers.linear import Linear
-from layers.moe import MixtureOfExperts
+from layers.moe import MixtureOfExperts, check_moe
 from layers.template import add_product
 
 from .kv_cache import KVCache
 from .recompute import Recomputed
 from .sampling import check_sampling, next_token
-
-
-def check_moe(who: str, n_experts: int, top_k: int, capacity_factor: float, aux_coef: float) -> dict | None:
-    """The mixture of experts' settings (None for n_experts 0, the dense MLP), refused in one line naming them."""
-    check_int(who, "n_experts", n_experts, lo=0)
-    if n_experts == 0:
-        return None
-    check_int(who, "top_k", top_k)
-    if top_k > n_experts:
-        raise ValueError(f"{who}: top_k {top_k} is more than n_experts {n_experts} (each token goes to top_k of them)")
-    check_number(who, "capacity_factor", capacity_factor, 0.0, math.inf, lo_open=True)
-    check_number(who, "aux_coef", aux_coef, 0.0, math.inf)
-    return {
-        "n_experts": n_experts,
-        "top_k": top_k,
-        "capacity_factor": float(capacity_factor),
-        "aux_coef": float(aux_coef),
-    }
 
 
 class CausalSelfAttention(Composite):

@@ -18,9 +18,8 @@ from torch import Tensor, nn
 
 from layers.attention.dropout import attention_dropout_mask, draw_seed
 from layers.dropout import SeededDropout
+from layers.moe import check_moe
 from layers.moe_twin import PytorchMoE
-
-from .gpt import check_moe
 
 
 class _CausalSelfAttention(nn.Module):
