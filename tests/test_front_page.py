@@ -2,6 +2,7 @@
 and date, written by scripts/figures.py from the commands' own output), its counts are the code's and the suite's."""
 
 import importlib.util
+import os
 import re
 import subprocess
 import sys
@@ -77,6 +78,8 @@ def test_the_counts_on_the_front_page_are_the_codes():
 
 @pytest.mark.slow  # collects the whole suite in another process
 def test_the_readmes_test_counts_are_the_suites():
+    if os.environ.get("HANDGRAD_COUNTING_TESTS"):
+        pytest.skip("scripts/figures.py is measuring the counts this test compares")
     r = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
         cwd=ROOT,
