@@ -172,6 +172,55 @@ def _train(rank, world, init_method, out):
     return training.run(cfg, say=lambda line: None, info=DistInfo(rank, world, rank), init_method=init_method)
 
 
+def _check_parity(rank, world, init_method, out, broken=False):
+    if broken:  # an expert's w2 gradient doubled on its rank: the forward, the router and every replicated weight
+        # are untouched, only the experts' own gradient is wrong
+        backward = ExpertParallelMoE.backward_math
+
+        def doubled(self, dy, saved):
+            dx, grads = backward(self, dy, saved)
+            return dx, {**grads, "w2": 2 * grads["w2"]}
+
+        ExpertParallelMoE.backward_math = doubled
+    lines: list[str] = []
+    cfg = training.TrainConfig(**TRAIN, expert_parallel=world, check_parity=True, out=Path(out))
+    rc = training.run(cfg, say=lines.append, info=DistInfo(rank, world, rank), init_method=init_method)
+    return rc, lines
+
+
+def _rows(lines):
+    return {" ".join(line.split()[:2]): line for line in lines if line.startswith(("output", "grad", "weight"))}
+
+
+@pytest.mark.slow
+def test_check_parity_reports_parity_under_expert_parallelism(tmp_path):
+    results = spawn_ranks(_check_parity, 2, str(tmp_path), join=False, timeout=240)
+    rc, lines = results[0]
+    assert rc == 0 and results[1][0] == 0, lines
+    assert "--expert-parallel 2" in lines[0], lines[0]
+    assert lines[-1].startswith("parity: all ") and "within float64 rounding" in lines[-1], lines
+    rows = _rows(lines)
+    loss = next(line for line in lines if line.startswith("loss"))
+    for name in ("grad transformer.h.1.mlp.w2", "weight transformer.h.0.mlp.w1", "grad transformer.h.0.mlp.router"):
+        assert name in rows, sorted(rows)
+    assert "output logits" in rows and "output transformer.h.1" in rows
+    assert all(r.endswith("rounding") for r in [*rows.values(), loss]), lines
+    assert not (tmp_path / "summary.json").exists()  # a check trains nothing and writes nothing
+
+
+@pytest.mark.slow
+def test_check_parity_names_a_wrong_expert_gradient_a_bug(tmp_path):
+    results = spawn_ranks(_check_parity, 2, str(tmp_path), True, join=False, timeout=240)
+    rc, lines = results[0]
+    assert rc == 1 and results[1][0] == 1, lines
+    # backward meets the last block first: its experts' w2 is the first tensor past rounding
+    first = "grad transformer.h.1.mlp.w2"
+    assert lines[-1].startswith(f"parity: BUG. The first tensor past float64 rounding is {first}"), lines[-1]
+    rows = _rows(lines)
+    assert rows["output logits"].endswith("rounding") and rows[first].endswith("bug")
+    assert rows["grad transformer.h.1.mlp.router"].endswith("rounding")  # the router's gradient does not read dW2
+
+
 @pytest.mark.slow
 def test_train_py_expert_parallel_equals_one_process(tmp_path):
     one = tmp_path / "one"
@@ -192,7 +241,6 @@ def test_train_py_expert_parallel_equals_one_process(tmp_path):
         (dict(expert_parallel=2), "--expert-parallel 2 splits a mixture of experts: give --n-experts K"),
         (dict(expert_parallel=3, n_experts=4), "--n-experts 4 does not divide by --expert-parallel 3"),
         (dict(n_experts=4, tensor_parallel=2), "--n-experts 4 with --tensor-parallel 2"),
-        (dict(n_experts=4, expert_parallel=2, check_parity=True), "--check-parity with --expert-parallel 2"),
     ],
 )
 def test_expert_parallel_refuses_what_it_cannot_do_in_one_line(tmp_path, kw, message):

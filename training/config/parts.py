@@ -736,10 +736,6 @@ class ParallelConfig:
                 f"--pipeline-parallel {P} --zero {self.zero} is not supported: a mixture of experts splits with "
                 f"--expert-parallel E alone (data parallelism over the same ranks)"
             )
-        if E > 1 and self.check_parity:
-            raise UsageError(
-                f"--check-parity with --expert-parallel {E} is not supported (tests/test_expert_parallel.py)"
-            )
         if model.dropout:
             raise UsageError(
                 f"--dropout {model.dropout}: model parallelism runs without dropout (its masks would "

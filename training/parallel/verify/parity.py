@@ -19,6 +19,11 @@ reference's largest |value|.  A difference within ``ROUNDING_ULPS`` ulps of the 
 rounding; past that, a difference no more than ``REORDER_FACTOR`` times the reordered sum's is round-off that
 reordering alone produces (a different summation order, as sharding's), and anything more is a bug: no order of
 the same sums gives it.  The report names the first tensor past rounding; the exit status is 1 on a bug.
+
+Expert parallelism (--expert-parallel E): the reference is the one-process mixture of experts, its loss including
+the weighted load-balancing term; each expert's gradient and weight is gathered from the one rank that holds it
+(``ParallelImpl.gathered``), not averaged.  Its capacity and load-balancing term are the whole batch's, so the
+batch is not cut: there is no reordered sum, and any difference past rounding is a bug.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from optimizers import clip_grad_norm_, get_optimizer
 
 from ...config.parts import OptimConfig, ParallelConfig, RunConfig
 from ...errors import EXIT_FAILED, EXIT_OK
-from ...impls.optim_setup import optimizer_kwargs, param_groups, rows
+from ...impls.optim_setup import aux_loss, optimizer_kwargs, param_groups, rows
 from ...schedule import make_scheduler
 from ..distributed import DistInfo, shard_bounds
 
@@ -75,6 +80,9 @@ def _reference(optim: OptimConfig, dtype: torch.dtype, task, device, x: Tensor, 
         logits = model(x[lo:hi])
         stop()
         loss = loss + crit(*rows(logits, y[lo:hi])) / total
+        aux = aux_loss(model)  # a mixture of experts' load-balancing term, weighted: its backward adds its gradient
+        if aux is not None:
+            loss = loss + aux
         model.backward(crit.backward(1.0 / total).view_as(logits))
         if pieces == 1:
             out.update((f"output transformer.h.{i}", t) for i, t in enumerate(seen))
@@ -110,9 +118,10 @@ def _sharded(impl, x: Tensor, y: Tensor) -> dict:
     dist.all_reduce(loss)  # one rank of each copy reports its rows' summed loss
     out["loss"] = (loss / y.numel()).reshape(1)
     kept = [p.grad for p in impl.params]
-    for p in impl.params:  # the gradient averaged over the ranks that hold the same weights, for the report only
-        p.grad = p.grad.clone()
-        if impl.R > 1:  # (R = D x C: the context-parallel ranks hold their positions' share too)
+    for name, p in impl.part.named_parameters():  # the gradient averaged over the ranks that hold the same
+        p.grad = p.grad.clone()  # weights, for the report only; an expert's is whole on its one rank
+        if impl.R > 1 and name not in impl.experts:  # (R = D x C: the context-parallel ranks hold their
+            # positions' share too)
             dist.all_reduce(p.grad, group=impl.grad_group)
             p.grad.div_(impl.R)
     grads = impl.gathered(grad=True)
@@ -212,15 +221,13 @@ def check_parity(impl, task, optim: OptimConfig, run: RunConfig, device, info: D
     sharded = _sharded(impl, x, y)
     bug = torch.zeros((), dtype=torch.int64)
     if info.is_main:
-        pieces = max(2, impl.D * impl.split.micro_batches)
+        # a mixture of experts' capacity and load-balancing term are the whole batch's: it is not cut, and its
+        # reordered sum is the reference (past rounding is a bug)
+        pieces = 1 if task.model.n_experts else max(2, impl.D * impl.split.micro_batches)
         mine = shard_bounds(x.shape[0], DistInfo(0, impl.D))[1]  # rank 0's rows: the outputs it recorded
-        refs = [
-            {k: v[:mine] if k.startswith("output") else v for k, v in ref.items()}
-            for ref in (
-                _reference(optim, run.torch_dtype, task, device, x, y, 1),
-                _reference(optim, run.torch_dtype, task, device, x, y, min(pieces, x.shape[0])),
-            )
-        ]
+        whole = _reference(optim, run.torch_dtype, task, device, x, y, 1)
+        cut = _reference(optim, run.torch_dtype, task, device, x, y, min(pieces, x.shape[0])) if pieces > 1 else whole
+        refs = [{k: v[:mine] if k.startswith("output") else v for k, v in ref.items()} for ref in (whole, cut)]
         rows_ = compare(sharded, refs[0], refs[1], torch.finfo(run.torch_dtype).eps)
         for line in report(rows_, impl.split, run.dtype):
             say(line)
@@ -235,6 +242,7 @@ def report(rows_: list[dict], split: ParallelConfig, dtype: str) -> list[str]:
         f"--tensor-parallel {split.tensor_parallel}{' --sequence-parallel' * split.sequence_parallel} "
         + f"--context-parallel {split.context_parallel} " * (split.context_parallel > 1)
         + f"--pipeline-parallel {split.pipeline_parallel} --zero {split.zero}"
+        + f" --expert-parallel {split.expert_parallel}" * (split.expert_parallel > 1)
     )
     lines = [
         f"parity of the first step, {settings} against one process ({dtype}): largest |difference| per "
