@@ -118,10 +118,11 @@ def _sharded(impl, x: Tensor, y: Tensor) -> dict:
     dist.all_reduce(loss)  # one rank of each copy reports its rows' summed loss
     out["loss"] = (loss / y.numel()).reshape(1)
     kept = [p.grad for p in impl.params]
-    for name, p in impl.part.named_parameters():  # the gradient averaged over the ranks that hold the same
-        p.grad = p.grad.clone()  # weights, for the report only; an expert's is whole on its one rank
-        if impl.R > 1 and name not in impl.experts:  # (R = D x C: the context-parallel ranks hold their
-            # positions' share too)
+    # the gradient averaged over the ranks that hold the same weights (R = D x C: the context-parallel ranks hold
+    # their positions' share too), for the report only; an expert's gradient is whole on its one rank
+    for name, p in impl.part.named_parameters():
+        p.grad = p.grad.clone()
+        if impl.R > 1 and name not in impl.experts:
             dist.all_reduce(p.grad, group=impl.grad_group)
             p.grad.div_(impl.R)
     grads = impl.gathered(grad=True)
