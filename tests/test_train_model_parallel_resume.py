@@ -1,9 +1,9 @@
 """A model-parallel train.py run stopped half-way and resumed from its checkpoint equals the run done in one go, bit
-for bit in float64 (ZeRO, tensor, pipeline -- ZB-H1, interleaved 1F1B, ZB-V --, and tensor x pipeline on 4
-processes): every metrics.jsonl record (step losses, evaluations), summary.json's results, the whole model in
-checkpoint.pt, and each rank's own parameters and optimizer state (ZeRO-1's and ZeRO-2's shards, the
-tensor-parallel shards, the pipeline stages).  The resumed run is given only --resume and the new length: the split
-comes from the checkpoint."""
+for bit in float64 (ZeRO, tensor, pipeline -- ZB-H1, interleaved 1F1B, ZB-V --, tensor x pipeline on 4 processes,
+and expert parallelism of a mixture-of-experts GPT): every metrics.jsonl record (step losses, evaluations),
+summary.json's results, the whole model in checkpoint.pt, and each rank's own parameters and optimizer state
+(ZeRO-1's and ZeRO-2's shards, the tensor-parallel shards, the pipeline stages, the experts).  The resumed run is
+given only --resume and the new length: the split comes from the checkpoint."""
 
 import json
 from pathlib import Path
@@ -105,8 +105,9 @@ def _tensors(tree, prefix=""):
             n_layer=4,
             given=frozenset({"micro_batches", "pipeline_schedule"}),
         ),
+        dict(n_experts=4, top_k=2, expert_parallel=2, given=frozenset({"n_experts", "top_k"})),
     ],
-    ids=["zero1", "zero2", "tp2", "pp2-zb-h1", "tp2-pp2-1f1b", "cp2-tp2", "pp2-interleaved-v2", "pp2-zb-v"],
+    ids=["zero1", "zero2", "tp2", "pp2-zb-h1", "tp2-pp2-1f1b", "cp2-tp2", "pp2-interleaved-v2", "pp2-zb-v", "ep2-moe"],
 )
 def test_a_run_stopped_half_way_and_resumed_equals_the_run_done_in_one_go(tmp_path, split):
     whole, half = tmp_path / "whole", tmp_path / "half"
