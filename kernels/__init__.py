@@ -20,7 +20,7 @@ and how to add one.
 
     elementwise   ReLU's mask as sign(out), GELU's backward in exp2 on as few buffers as possible
     linear        the Linear's weight gradient added into .grad in place, dx skipped when not asked for
-    norms         LayerNorm's and BatchNorm's backward in place, in one buffer
+    norms         LayerNorm's and BatchNorm's backward in place, in one buffer; BatchNorm's forward in C++
     softmax       cross-entropy's gradient rounded as autograd rounds it
     convolution   the convolution's input gradient as a transposed convolution, its weight gradient in three
                   forms by shape; max pooling through the channels-last kernel, ReLU -> MaxPool2d's backward as one

@@ -9,7 +9,10 @@ on as few buffers as possible: LayerNorm's as a chain of in-place passes over dx
 kernels/compiled.py, where on); BatchNorm's as ``scale * dout + a + (x - mean) * b`` with per-channel scale =
 weight * rstd, a and b, written into the one buffer that held dout * (x - mean).  Neither keeps xhat from the
 forward: it is (x - mean) * rstd, made again where needed.  For float32/float64 CPU tensors LayerNorm's backward is
-the C++ kernel of kernels/cpp/norms.cpp: the same statement, a row in two passes while it is in cache.
+the C++ kernel of kernels/cpp/norms.cpp: the same statement, a row in two passes while it is in cache; and so are
+BatchNorm's forward with the batch's statistics (``batch_norm_forward``: mean, variance and output, a channel in
+three passes while it is in cache) and its backward (the two sums and dx, a channel in two passes), for a
+contiguous (N, C, ...) input whose statistics this process alone computes.
 """
 
 from __future__ import annotations
@@ -82,6 +85,22 @@ def layer_norm_backward(
     return dx.to(x.dtype), dweight, dbias
 
 
+def batch_norm_forward(
+    x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float
+) -> tuple[Tensor, Tensor, Tensor, Tensor] | None:
+    """BatchNorm's forward with the batch's statistics, x (N, C, ...) with more than one value per channel ->
+    (out (N, C, ...), mean, biased var, rstd (C,)) by the C++ kernel (kernels/cpp/norms.cpp: the layer's two-pass
+    statistics and its out = (x - mean) * (weight * rstd) + bias, a channel while it is in cache); None where it
+    does not apply (not a contiguous CPU float32/float64 x with at least one axis after the channels, its
+    parameters of x's dtype): the layer's own forward then runs.  Nothing of x - mean is stored: the backward
+    reads x and mean again."""
+    params = tuple(t for t in (weight, bias) if t is not None)
+    if x.dim() < 3 or not x.is_contiguous() or x.numel() <= x.shape[1] or not cpp.usable(x, *params):
+        return None
+    out, mean, var, rstd = cpp.ops.batch_norm_forward(x.view(x.shape[0], x.shape[1], -1), weight, bias, eps)
+    return out.view(x.shape), mean, var, rstd
+
+
 def batch_norm_backward(
     dout: Tensor,
     saved,
@@ -89,11 +108,15 @@ def batch_norm_backward(
     needs_dx: bool,
     affine: bool,
     reduce: Callable[[Tensor, Tensor, int | Tensor], tuple[Tensor, Tensor]],
+    local: bool = False,
 ) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
     """dout (N, C, ...) and what BatchNorm's forward kept (``saved``: ``xc`` = x - mean in training, else ``x`` and
-    ``mean``; ``rstd``, ``scale`` = weight * rstd (C,), ``count`` M values per channel, ``batch_stats``) -> (dx in the
-    statistics dtype or None, dweight (C,), dbias (C,)).  ``affine`` False: no parameters (with no dx asked for,
-    nothing to compute).  ``reduce``: the two sums over the whole batch (SyncBatchNorm all-reduces them).
+    ``mean`` -- in eval, and in training after the C++ forward, which keeps no x - mean; ``rstd``, ``scale`` =
+    weight * rstd (C,), ``count`` M values per channel, ``batch_stats``) -> (dx in the statistics dtype or None,
+    dweight (C,), dbias (C,)).  ``affine`` False: no parameters (with no dx asked for,
+    nothing to compute).  ``reduce``: the two sums over the whole batch (SyncBatchNorm all-reduces them); ``local``:
+    they are this process's own (``reduce`` returns them as they are), so the C++ kernel may compute them and dx
+    in one call.
 
         dx = scale * dout + [-scale * sum(dout) / M] + xc * [-scale * rstd * sum(dout * xhat) / M]
 
@@ -103,6 +126,14 @@ def batch_norm_backward(
         return None, None, None
     t = saved.x if saved.xc is None else saved.xc  # the statistics dtype
     dout = dout if dout.dtype == t.dtype else dout.to(t.dtype)
+    if local and saved.batch_stats and saved.xc is None and t.dim() >= 3:  # kept x: the C++ forward ran
+        w = saved.weight  # (of x's dtype, as that forward asked)
+        if t.is_contiguous() and cpp.usable(dout, t, saved.mean, saved.rstd, *(() if w is None else (w,))):
+            N, C = t.shape[:2]  # the sums and dx, a channel in two passes while in cache: kernels/cpp/norms.cpp
+            dx, dweight, dbias = cpp.ops.batch_norm_backward(
+                dout.contiguous().view(N, C, -1), t.view(N, C, -1), saved.mean, saved.rstd, w, needs_dx
+            )
+            return (dx.view(t.shape) if needs_dx else None), dweight, dbias
     dims = (0, *range(2, t.dim()))
     bshape = (1, t.shape[1]) + (1,) * (t.dim() - 2)
     xc = t if saved.xc is not None else t - saved.mean.view(bshape)  # (N, C, ...) x - mean

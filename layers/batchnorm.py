@@ -57,8 +57,10 @@ class _BatchNorm(BaseLayer):
     the output and dx are returned in the input's dtype.
 
     Kept from forward to backward: x - mean (training: the layer's own) or, in eval mode, x itself and a copy of
-    running_mean; and gamma * rstd, computed from the weight.  A change of x or of the weight in place in
-    between (an optimizer step before backward) is refused, as torch.autograd refuses it (layers/saved.py).
+    running_mean; and gamma * rstd, computed from the weight.  A change of x or of the weight in place in between
+    (an optimizer step before backward) is refused, as torch.autograd refuses it (layers/saved.py).  The C++
+    kernel's forward (kernels/norms.py) keeps x and the batch's mean in training too: its backward makes x - mean
+    again in the pass that reads x.
     Written in the template (layers/template.py): the base checks, keeps, versions and accumulates.
     """
 
@@ -69,8 +71,8 @@ class _BatchNorm(BaseLayer):
     _ctor_args: tuple[str, ...] = ("num_features", "eps", "momentum", "affine", "track_running_stats", "bias")
 
     class Saved(NamedTuple):
-        xc: Tensor | None  # (N, C, ...) x - mean, training (xhat = xc * rstd is never stored); None in eval
-        x: Tensor | None  # (N, C, ...) x itself, eval (x - mean recomputed in backward); None in training
+        xc: Tensor | None  # (N, C, ...) x - mean, training (xhat = xc * rstd is never stored); else None
+        x: Tensor | None  # (N, C, ...) x itself, eval or the C++ forward (x - mean made again); else None
         weight: Tensor | None  # (C,) gamma, read into scale: its change in place is refused
         mean: Tensor  # (C,) the batch's, or a copy of running_mean
         rstd: Tensor  # (C,) 1 / sqrt(var + eps)
@@ -146,6 +148,14 @@ class _BatchNorm(BaseLayer):
         """Whether this forward's batch statistics span processes (here: never)."""
         return False
 
+    def _local(self) -> bool:
+        """Whether the statistics and the backward's two sums are this process's own, as the two hooks above
+        compute them -- not synchronised, neither hook replaced --, so that the C++ kernel may compute each with
+        the pass that uses it, in one call."""
+        hooks = (self._batch_stats, self._reduce_grad_sums)
+        base = (_BatchNorm._batch_stats, _BatchNorm._reduce_grad_sums)
+        return not self._syncing and all(getattr(h, "__func__", None) is b for h, b in zip(hooks, base, strict=True))
+
     def _reduce_grad_sums(self, sum_dout: Tensor, sum_dout_xhat: Tensor, count: int | Tensor) -> tuple[Tensor, Tensor]:
         """The per-channel sums dx needs, over the whole batch (here: this process's batch is the batch)."""
         return sum_dout, sum_dout_xhat
@@ -176,6 +186,11 @@ class _BatchNorm(BaseLayer):
                 )
             if self.training:
                 self._check_batch(x, x.numel() // x.shape[1])
+            # the same statistics and output in one C++ call (kernels/norms.py), or None: the lines below
+            local = kernels.enabled() and self._local()
+            fused = norms.batch_norm_forward(xs, self.weight, self.bias, self.eps) if local else None
+            if fused is not None:
+                return self._fused_forward(x, xs, *fused)
             # The squares for the variance first, then the output, in one buffer: one allocation fewer (not while
             # autograd traces the forward, gradcheck's comparison: out= arguments are not differentiable).
             out = None if xs.requires_grad else torch.empty_like(xs)
@@ -199,6 +214,16 @@ class _BatchNorm(BaseLayer):
             xc, xs if xc is None else None, self.weight, mean, rstd, scale, count, batch_stats, x.dtype
         )
 
+    def _fused_forward(self, x: Tensor, xs: Tensor, out: Tensor, mean: Tensor, var: Tensor, rstd: Tensor):
+        """What forward_math returns after the C++ kernel's forward: the running statistics updated as below, and
+        x itself kept with mean (no x - mean: the kernel's backward reads x and mean again)."""
+        count = xs.numel() // xs.shape[1]
+        if self.training and self.running_mean is not None:
+            self._update_running(mean, var, count)
+        scale = rstd if self.weight is None else self.weight * rstd  # (C,) gamma * rstd
+        out = out if out.dtype == x.dtype else out.to(x.dtype)
+        return out, self.Saved(None, xs, self.weight, mean, rstd, scale, count, True, x.dtype)
+
     def _update_running(self, mean: Tensor, var: Tensor, count: int | Tensor) -> None:
         """running = (1 - f) * running + f * statistic, f = momentum or 1 / num_batches_tracked (momentum=None);
         the variance in the running estimate is unbiased (var * M / (M - 1)), as torch keeps it."""
@@ -220,10 +245,11 @@ class _BatchNorm(BaseLayer):
                 needs_dx=self.needs_input_grad,
                 affine=self.weight is not None,
                 reduce=self._reduce_grad_sums,
+                local=self._local(),
             )
             return _as(dx, saved.dtype), {"weight": _as_like(dweight, self.weight), "bias": _as_like(dbias, self.bias)}
-        # x - mean: kept in training (xc), recomputed in eval (x)
-        x: Tensor = saved.xc if saved.batch_stats else saved.x - saved.mean.view(_bshape(saved.x))  # type: ignore
+        # x - mean: kept in training (xc), recomputed where x was kept (eval; the C++ forward's training)
+        x: Tensor = saved.xc if saved.xc is not None else saved.x - saved.mean.view(_bshape(saved.x))  # type: ignore
         xhat, dout, rstd = _rows(x) * saved.rstd, _rows(dout.to(x.dtype)), saved.rstd  # (M, C), (M, C), (C,)
         weight = rstd.new_ones(rstd.shape) if self.weight is None else self.weight.to(rstd.dtype)  # (C,)
         n = dout.shape[0]

@@ -83,6 +83,10 @@ class SyncBatchNorm(_BatchNorm):
         to rank, 0 too).  The forward's answer holds for its backward (``_syncing``)."""
         return self.training and self._world_size() > 1
 
+    def _local(self) -> bool:
+        """Not synchronising, the two hooks below are the base class's: the C++ kernel may run."""
+        return not self._syncing
+
     def _check_batch(self, x: Tensor, count: int) -> None:
         if not self._syncing:
             super()._check_batch(x, count)

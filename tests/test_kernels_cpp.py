@@ -20,7 +20,7 @@ import torch.nn.functional as F
 import kernels
 import optimizers
 from kernels import cpp
-from layers import GELU, GRU, LSTM, LayerNorm, MaxPool2d, ScaledDotProductAttention
+from layers import GELU, GRU, LSTM, BatchNorm1d, BatchNorm2d, LayerNorm, MaxPool2d, ScaledDotProductAttention
 from losses import CrossEntropyLoss
 from tests.test_kernels import rel_err
 
@@ -238,6 +238,92 @@ def test_cross_entropy_ops_equal_autograd(built, dtype, eps):
 
 
 @pytest.mark.parametrize("dtype", [F64, F32])
+@pytest.mark.parametrize(
+    "cls, shape, opts",
+    [
+        (BatchNorm2d, (4, 3, 5, 7), {}),  # S = 35: a tail shorter than a vector
+        (BatchNorm2d, (2, 5, 4, 4), {"bias": False}),
+        (BatchNorm2d, (3, 2, 3, 3), {"affine": False}),
+        (BatchNorm1d, (6, 4, 9), {"track_running_stats": False}),
+    ],
+    ids=["2d", "2d-no-bias", "2d-no-affine", "1d-no-running-stats"],
+)
+def test_batch_norm_equals_the_textbook_and_autograd(calls, dtype, cls, shape, opts):
+    """Training mode: the C++ forward (statistics, output, the running estimates it updates) and backward."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(shape, generator=g, dtype=dtype) * 3 + 1
+    dout = torch.randn(shape, generator=g, dtype=dtype)
+    layers = []
+
+    def make():
+        bn = cls(shape[1], dtype=dtype, **opts)
+        for p in bn.parameters():  # gamma away from 1, beta away from 0: defaults can hide a term
+            p.detach().copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(1), dtype=dtype))
+        layers.append(bn)
+        return bn
+
+    fast = run_layer(make, x, dout, textbook=False)
+    assert calls.get("batch_norm_forward") == 1 and calls.get("batch_norm_backward") == 1
+    assert_close(fast, run_layer(make, x, dout, textbook=True), dtype, "textbook")
+    if opts.get("track_running_stats", True):
+        assert_close(
+            [layers[0].running_mean, layers[0].running_var],
+            [layers[1].running_mean, layers[1].running_var],
+            dtype,
+            "running statistics",
+        )
+    params = list(make().parameters())
+    ref = lambda x, w=None, b=None: F.batch_norm(x, None, None, w, b, True, 0.1, 1e-5)  # noqa: E731
+    want = autograd_reference(ref, x, params, dout)
+    assert_close(fast, want, dtype, "autograd")
+
+
+def test_batch_norm_without_input_grad_runs_no_dx_pass(calls):
+    """A network's first normalisation: the kernel's sums alone, the same bits as with dx."""
+    g = torch.Generator().manual_seed(7)
+    x, dout = torch.randn(4, 3, 6, 6, generator=g, dtype=F64), torch.randn(4, 3, 6, 6, generator=g, dtype=F64)
+    grads = {}
+    for need in (True, False):
+        bn = BatchNorm2d(3, dtype=F64)
+        bn(x)
+        dx = bn.backward(dout, need_input_grad=need)
+        assert (dx is None) is not need
+        grads[need] = [p.grad for p in bn.parameters()]
+    assert calls.get("batch_norm_backward") == 2
+    assert all(torch.equal(a, b) for a, b in zip(grads[True], grads[False], strict=True))
+
+
+@pytest.mark.parametrize(
+    "why, x",
+    [
+        ("channels last", torch.randn(4, 3, 5, 5).to(memory_format=torch.channels_last)),
+        ("(N, C): no axis after the channels", torch.randn(8, 3)),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_batch_norm_takes_the_layers_path_where_the_kernel_does_not_apply(calls, why, x):
+    """Not a contiguous (N, C, ...) x: the layer's own forward, its eager backward, the same numbers as the
+    textbook."""
+    dout = torch.randn(x.shape)
+    fast = run_layer(lambda: BatchNorm1d(3) if x.dim() == 2 else BatchNorm2d(3), x, dout, textbook=False)
+    assert "batch_norm_forward" not in calls and "batch_norm_backward" not in calls, why
+    want = run_layer(lambda: BatchNorm1d(3) if x.dim() == 2 else BatchNorm2d(3), x, dout, textbook=True)
+    assert_close(fast, want, F32, why)
+
+
+def test_batch_norm_of_a_bfloat16_input_runs_the_kernel_in_float32(calls):
+    """The statistics dtype is float32 (the layer's rule), so the kernel runs on the float32 copy of x: the
+    textbook's float32 numbers, rounded once to bfloat16."""
+    g = torch.Generator().manual_seed(8)
+    x, dout = (torch.randn(4, 3, 5, 5, generator=g).bfloat16() for _ in range(2))
+    fast = run_layer(lambda: BatchNorm2d(3), x, dout, textbook=False)
+    assert calls.get("batch_norm_forward") == 1 and calls.get("batch_norm_backward") == 1
+    want = run_layer(lambda: BatchNorm2d(3), x, dout, textbook=True)
+    for a, b in zip(fast, want, strict=True):  # a float32 difference at most flips a last bfloat16 bit
+        assert a.dtype == b.dtype and (a.float() - b.float()).abs().max() <= 2**-7 * b.float().abs().max()
+
+
+@pytest.mark.parametrize("dtype", [F64, F32])
 def test_batch_norm_ops_equal_autograd(built, dtype):
     g = torch.Generator().manual_seed(6)
     x, w, b = (torch.randn(s, generator=g, dtype=dtype) for s in ((4, 3, 10), (3,), (3,)))
@@ -246,8 +332,11 @@ def test_batch_norm_ops_equal_autograd(built, dtype):
     want = autograd_reference(lambda x, w, b: F.batch_norm(x, None, None, w, b, True, 0.1, 1e-5), x, [w, b], dout)
     assert rel_err(out, want[0]) < TOL[dtype]
     assert rel_err(var, x.var((0, 2), unbiased=False)) < TOL[dtype]
-    for a, r in zip(built.batch_norm_backward(dout, x, mean, rstd, w), want[1:], strict=True):
+    dx, dw, db = built.batch_norm_backward(dout, x, mean, rstd, w, True)
+    for a, r in zip((dx, dw, db), want[1:], strict=True):
         assert rel_err(a, r) < TOL[dtype]
+    none, dw2, db2 = built.batch_norm_backward(dout, x, mean, rstd, w, False)  # the parameters' gradients only
+    assert none.numel() == 0 and torch.equal(dw2, dw) and torch.equal(db2, db)
 
 
 # -- the recurrent layers' gates ---------------------------------------------------------------------------------
@@ -402,7 +491,7 @@ def _samples():
         "layer_norm_forward": (x, w, b, 1e-5),
         "layer_norm_backward": (d, x, mean, rstd, w),
         "batch_norm_forward": (xb, r(3), r(3), 1e-5),
-        "batch_norm_backward": (r(4, 3, 6), xb, xb.mean((0, 2)), xb.var((0, 2)).add(1e-5).rsqrt(), r(3)),
+        "batch_norm_backward": (r(4, 3, 6), xb, xb.mean((0, 2)), xb.var((0, 2)).add(1e-5).rsqrt(), r(3), True),
         "gelu_backward": (x, F.gelu(x), d),
         "gelu_tanh_backward": (x, d),
         "cross_entropy_forward": (x, y, 0.1),

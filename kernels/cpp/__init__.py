@@ -12,12 +12,13 @@ Each ``.cpp`` file here is one family's kernels, its comment deriving each from 
     attention.cpp    attention without masks or dropout (causal or not): FlashAttention's blocks, a row at a time
 
 Called by the layers (through kernels/norms.py, kernels/elementwise.py, kernels/softmax.py, kernels/recurrent/bptt.py,
-kernels/convolution.py, kernels/attention.py, optimizers/sgd.py and adam.py): LayerNorm's backward, GELU's backward,
+kernels/convolution.py, kernels/attention.py, optimizers/sgd.py and adam.py): LayerNorm's backward, BatchNorm's
+forward and backward in training (its statistics this process's own), GELU's backward,
 cross-entropy's backward (class indices, no ignored position), the LSTM's and GRU's gates in each step forward and
 backward, max pooling's backward, attention's forward and backward (no mask, bias or dropout), the
 SGD-with-momentum and Adam/AdamW steps.  LayerNorm's forward stays ATen's ``native_layer_norm`` (already one fused
-pass, as fast as this one); the batch norm operators and the cross-entropy forward are built and tested
-(tests/test_kernels_cpp.py) but no layer calls them yet.
+pass, as fast as this one); it and the cross-entropy forward are built and tested (tests/test_kernels_cpp.py)
+but no layer calls them.
 
 They are ``torch.library`` operators in the ``handgrad`` namespace (``ops.cpp`` has their schemas): defined and
 implemented in C++ (``TORCH_LIBRARY``), each with a fake implementation registered here (``register_fake``), so

@@ -29,9 +29,9 @@ def _(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float):
 
 
 @_fake("handgrad::batch_norm_backward")
-def _(dout: Tensor, x: Tensor, mean: Tensor, rstd: Tensor, weight: Tensor | None):
+def _(dout: Tensor, x: Tensor, mean: Tensor, rstd: Tensor, weight: Tensor | None, need_dx: bool):
     c = x.shape[1]
-    return torch.empty_like(x), x.new_empty(c), x.new_empty(c)
+    return torch.empty_like(x) if need_dx else x.new_empty(0), x.new_empty(c), x.new_empty(c)
 
 
 @_fake("handgrad::gelu_backward")

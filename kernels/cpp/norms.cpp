@@ -222,6 +222,7 @@ void batch_norm_backward_channels(const T* dout, const T* x, const T* mean, cons
       const T rs = rstd[c], sum_dout = lanes_sum(s1), sum_dout_xhat = lanes_sum(s2) * rs;
       db[c] = sum_dout;       // dbias = sum(dout)
       dw[c] = sum_dout_xhat;  // dweight = sum(dout * xhat)
+      if (dx == nullptr) continue;  // the parameters' gradients only (a network's first layer)
       // pass 2: dx = rstd / M * (M dxhat - sum(dxhat) - xhat sum(dxhat xhat)), dxhat = w dout, as
       //   dx = k dout + a + (x - mean) b,  k = w rstd,  a = -k sum(dout) / M,  b = -k rstd sum(dout xhat) / M
       const T k = (w ? w[c] : T(1)) * rs;
@@ -264,8 +265,10 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> batch_norm_forward(const Tensor& x, c
   return {out, mean, var, rstd};
 }
 
+// dx is an empty (0,) tensor where need_dx is false: its pass is skipped
 std::tuple<Tensor, Tensor, Tensor> batch_norm_backward(const Tensor& dout, const Tensor& x, const Tensor& mean,
-                                                       const Tensor& rstd, const std::optional<Tensor>& weight) {
+                                                       const Tensor& rstd, const std::optional<Tensor>& weight,
+                                                       bool need_dx) {
   check_input(x, "batch_norm_backward", "x");
   TORCH_CHECK(x.dim() == 3, "handgrad::batch_norm_backward: x must be (N, C, S), got ", x.sizes());
   check_same(dout, x, "batch_norm_backward", "dout");
@@ -274,12 +277,14 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm_backward(const Tensor& dout, const
   check_channels(x, rstd, "batch_norm_backward", "rstd");
   check_channels(x, weight, "batch_norm_backward", "weight");
   const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
-  Tensor dx = at::empty_like(x), dw = at::empty({C}, x.options()), db = at::empty({C}, x.options());
+  Tensor dx = need_dx ? at::empty_like(x) : at::empty({0}, x.options()), dw = at::empty({C}, x.options()),
+         db = at::empty({C}, x.options());
   const bool has_w = weight.has_value() && weight->defined();
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "batch_norm_backward", [&] {
     batch_norm_backward_channels<scalar_t>(dout.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(),
                                            mean.data_ptr<scalar_t>(), rstd.data_ptr<scalar_t>(),
-                                           has_w ? weight->data_ptr<scalar_t>() : nullptr, dx.data_ptr<scalar_t>(),
+                                           has_w ? weight->data_ptr<scalar_t>() : nullptr,
+                                           need_dx ? dx.data_ptr<scalar_t>() : nullptr,
                                            dw.data_ptr<scalar_t>(), db.data_ptr<scalar_t>(), N, C, S);
   });
   return {dx, dw, db};

@@ -10,7 +10,7 @@ TORCH_LIBRARY(handgrad, m) {
   m.def("layer_norm_backward(Tensor dout, Tensor x, Tensor mean, Tensor rstd, Tensor? weight)"
         " -> (Tensor, Tensor, Tensor)");
   m.def("batch_norm_forward(Tensor x, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor, Tensor, Tensor)");
-  m.def("batch_norm_backward(Tensor dout, Tensor x, Tensor mean, Tensor rstd, Tensor? weight)"
+  m.def("batch_norm_backward(Tensor dout, Tensor x, Tensor mean, Tensor rstd, Tensor? weight, bool need_dx)"
         " -> (Tensor, Tensor, Tensor)");
   // elementwise.cpp
   m.def("gelu_backward(Tensor x, Tensor out, Tensor dout) -> Tensor");
