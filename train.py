@@ -30,7 +30,7 @@ except KeyboardInterrupt:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """train.py's flags: one for each setting, as training/config/parts.py declares it, and --sanity."""
+    """train.py's flags: one for each setting, as its part in training/config/ declares it, and --sanity."""
     p = _settings_parser(__doc__.split("\n\n")[0])
     p.add_argument(
         "--sanity",

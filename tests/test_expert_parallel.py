@@ -249,7 +249,7 @@ def test_expert_parallel_refuses_what_it_cannot_do_in_one_line(tmp_path, kw, mes
 
 
 def test_expert_parallel_refuses_another_world_size_in_one_line():
-    from training.config.parts import ParallelConfig
+    from training.config.parallel import ParallelConfig
     from training.parallel.run import check_world
 
     with pytest.raises(UsageError, match="--expert-parallel 2 runs on 2 processes .*not a world size of 4"):

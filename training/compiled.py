@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from .config.parts import RunConfig
+from .config.run import RunConfig
 from .cuda_graph import whole_step_blockers
 from .errors import UsageError
 from .parallel.distributed import SINGLE, DistInfo

@@ -42,7 +42,7 @@ from torch import Tensor
 from layers.checks import check_int
 
 from .config.choices import TEXT_MODELS
-from .config.parts import RunConfig
+from .config.run import RunConfig
 from .errors import UsageError
 from .parallel.distributed import SINGLE, DistInfo
 

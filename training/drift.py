@@ -22,7 +22,7 @@ from typing import cast
 import torch
 from torch import Tensor
 
-from .config.parts import RunConfig
+from .config.run import RunConfig
 from .impls import Impl, grads_state, max_param_abs_diff, weights_state
 
 _GROWTH = 4  # steps 1, 4, 16, 64, ... of the first epoch: the drift grows roughly exponentially

@@ -21,7 +21,8 @@ import torch
 from torch import Tensor
 
 from .compiled import compile_seconds, round_seconds
-from .config.parts import DataConfig, RunConfig
+from .config.data import DataConfig
+from .config.run import RunConfig
 from .errors import NonFiniteLoss
 from .impls import Impl
 from .impls.models import use_generator

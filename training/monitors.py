@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .config.parts import RunConfig
+from .config.run import RunConfig
 from .errors import UsageError
 from .parallel.distributed import DistInfo
 from .storage.files import atomic_write, atomic_write_text

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from .config.parts import OptimConfig
+from .config.optim import OptimConfig
 
 
 def make_scheduler(

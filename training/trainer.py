@@ -21,8 +21,8 @@ import torch
 
 from .allocator import retain_freed_memory
 from .config import TrainConfig
-from .config.parts import RunConfig
 from .config.resume import resumed, settings_to_save
+from .config.run import RunConfig
 from .device import resolve_device
 from .drift import MIXED_DRIFT, Drift, agreement, drift_note
 from .errors import EXIT_FAILED, EXIT_OK, Interrupted, NonFiniteLoss, RunFailed, UsageError

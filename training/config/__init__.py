@@ -1,6 +1,13 @@
-"""A training run's configuration: five typed parts (parts.py), each setting declared once (setting.py), put
+"""A training run's configuration: five typed parts, a file each -- what the run trains on (data.py), the model
+(model.py), the optimizer and its schedule (optim.py), the run itself: its length, output, resume, precision and
+device (run.py), and the model-parallel layout (parallel.py) -- each setting declared once (setting.py), put
 together and checked across parts by TrainConfig (train_config.py); train.py's command line derived from the
-declarations (command_line.py); a resumed run's settings (resume.py); the tables of choices (choices.py)."""
+declarations (command_line.py); a resumed run's settings (resume.py); the tables of choices (choices.py).
+
+Each part checks its own values when it is made; what spans parts (a setting of the other model family, a float
+too large for the weights' dtype, a split the model does not divide into) is TrainConfig's to check.  A subsystem
+takes the part it reads: the optimizer's set-up an OptimConfig, the models' builders a ModelConfig.
+"""
 
 from .choices import (
     DATASETS,
@@ -17,7 +24,11 @@ from .choices import (
     family_of,
     flag,
 )
-from .parts import DataConfig, ModelConfig, OptimConfig, ParallelConfig, RunConfig, parse_val_split
+from .data import DataConfig, parse_val_split
+from .model import ModelConfig
+from .optim import OptimConfig
+from .parallel import ParallelConfig
+from .run import RunConfig
 from .train_config import LOCAL_KEYS, MATH_KEYS, RECORD_KEYS, SETTINGS, TrainConfig
 
 __all__ = [

@@ -138,3 +138,8 @@ def check_part(part) -> None:
     """Every setting of a (frozen) part checked on its own; paths become Paths."""
     for s in settings_of(part):
         object.__setattr__(part, s.field, s.check(getattr(part, s.field)))
+
+
+def check_fraction(name: str, value) -> None:
+    if not is_a(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise UsageError(f"{flag(name)} {value} is out of range (need a number in [0, 1))")

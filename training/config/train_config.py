@@ -3,10 +3,11 @@
     config = TrainConfig(model="gpt", n_embd=64, max_iters=500)      # every setting by its command-line name
     config.model.n_embd, config.optim.lr, config.run.max_iters, config.parallel.zero, config.data.batch_size
 
-A setting left out takes its declared default (parts.py), which for some depends on the model (the image runs'
-and the text runs' differ: nanoGPT's CPU configuration for Shakespeare on the text side).  ``given`` names the
-settings the user gave (a resumed run keeps the checkpoint's for the others).  Each part checks its own values;
-what spans parts is checked here: a setting of the other model family is refused, never ignored.
+A setting left out takes its declared default (in its part's file: data.py, model.py, ...), which for some depends
+on the model (the image runs' and the text runs' differ: nanoGPT's CPU configuration for Shakespeare on the text
+side).  ``given`` names the settings the user gave (a resumed run keeps the checkpoint's for the others).  Each part
+checks its own values; what spans parts is checked here: a setting of the other model family is refused, never
+ignored.
 """
 
 from __future__ import annotations
@@ -19,7 +20,11 @@ import torch
 
 from ..errors import UsageError
 from .choices import FAMILIES, TEXT_DATASETS, TEXT_MODELS, family_of, flag
-from .parts import DataConfig, ModelConfig, OptimConfig, ParallelConfig, RunConfig
+from .data import DataConfig
+from .model import ModelConfig
+from .optim import OptimConfig
+from .parallel import ParallelConfig
+from .run import RunConfig
 from .setting import PerModel, Setting, settings_of
 
 PARTS = {"data": DataConfig, "model": ModelConfig, "optim": OptimConfig, "run": RunConfig, "parallel": ParallelConfig}

@@ -21,7 +21,8 @@ import torch
 from torch import Tensor
 
 from ..compiled import check_compile
-from ..config.parts import OptimConfig, RunConfig
+from ..config.optim import OptimConfig
+from ..config.run import RunConfig
 from ..cuda_graph import use_cuda_graph
 from ..errors import UsageError
 from ..parallel.distributed import SINGLE, DistInfo, broadcast_

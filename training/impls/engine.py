@@ -7,7 +7,8 @@ import torch
 from autodiff import cross_entropy, no_grad
 from optimizers import clip_grad_norm_, get_optimizer
 
-from ..config.parts import OptimConfig, RunConfig
+from ..config.optim import OptimConfig
+from ..config.run import RunConfig
 from ..parallel.allreduce import GradBuckets
 from ..parallel.distributed import SINGLE, DistInfo
 from .optim_setup import clip_monitored, optimizer_kwargs

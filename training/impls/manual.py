@@ -16,7 +16,8 @@ from optimizers import clip_grad_norm_, get_optimizer
 
 from ..compiled import CompileTimer, compile_step
 from ..compiled_fast import GuardFreeStep
-from ..config.parts import OptimConfig, RunConfig
+from ..config.optim import OptimConfig
+from ..config.run import RunConfig
 from ..cuda_graph import CapturedStep
 from ..parallel.allreduce import GradBuckets
 from ..parallel.distributed import SINGLE, DistInfo

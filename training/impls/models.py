@@ -14,7 +14,8 @@ from autodiff import EngineNet
 from layers import BatchNorm2d, Conv2d, Dropout, Flatten, Linear, MaxPool2d, ReLU, Sequential, convert_sync_batchnorm
 from models import Net, PytorchNet, seeded_dropouts
 
-from ..config.parts import ModelConfig, RunConfig
+from ..config.model import ModelConfig
+from ..config.run import RunConfig
 from ..parallel.verify.twin_syncbn import sync_batchnorm_twin
 
 SAMPLE_SHAPES = {"mlp": (784,), "cnn": (1, 28, 28)}  # the shape of one input sample each model takes

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..config.parts import OptimConfig
+from ..config.optim import OptimConfig
 
 
 def optimizer_kwargs(optim: OptimConfig) -> dict:

@@ -15,7 +15,8 @@ import torch.nn.functional as F
 from optimizers import OPTIMIZERS
 
 from ..compiled import CompileTimer
-from ..config.parts import OptimConfig, RunConfig
+from ..config.optim import OptimConfig
+from ..config.run import RunConfig
 from ..parallel.distributed import SINGLE, DistInfo
 from .optim_setup import aux_loss, clip_monitored, optimizer_kwargs, param_groups, rows
 

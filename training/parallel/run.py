@@ -38,7 +38,8 @@ from torch import Tensor
 from losses import CrossEntropyLoss
 from optimizers import OPTIMIZERS, get_optimizer
 
-from ..config.parts import OptimConfig, ParallelConfig
+from ..config.optim import OptimConfig
+from ..config.parallel import ParallelConfig
 from ..errors import UsageError
 from ..impls.optim_setup import aux_loss, optimizer_kwargs, param_groups, rows
 from .allreduce import GradBuckets

@@ -14,7 +14,9 @@ from typing import cast
 import torch
 
 from ..compiled import compile_note
-from ..config.parts import DataConfig, ModelConfig, RunConfig
+from ..config.data import DataConfig
+from ..config.model import ModelConfig
+from ..config.run import RunConfig
 from ..errors import UsageError
 from ..impls import Impl
 from ..impls.models import SAMPLE_SHAPES, build_models

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from ..config.choices import DATASETS
-from ..config.parts import DataConfig
+from ..config.data import DataConfig
 from ..errors import UsageError
 from ..storage.files import atomic_write_bytes
 from ..storage.fingerprint import fingerprint

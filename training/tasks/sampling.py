@@ -18,7 +18,7 @@ from models import GPT, PytorchGPT, RecurrentLM, TorchRecurrentLM
 
 from ..config import MATH_KEYS, TEXT_MODELS, TrainConfig
 from ..config.choices import SEEDS
-from ..config.parts import ModelConfig
+from ..config.model import ModelConfig
 from ..config.resume import saved_settings
 from ..device import resolve_device
 from ..errors import UsageError

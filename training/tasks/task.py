@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from ..config.parts import DataConfig, ModelConfig, RunConfig
+from ..config.data import DataConfig
+from ..config.model import ModelConfig
+from ..config.run import RunConfig
 from ..impls import Impl
 from ..parallel.distributed import DistInfo
 

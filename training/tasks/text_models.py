@@ -14,7 +14,8 @@ import torch
 from layers.layer import _rng_untouched
 from models import GPT, PytorchGPT, RecurrentLM, TorchRecurrentLM, seeded_dropouts
 
-from ..config.parts import ModelConfig, RunConfig
+from ..config.model import ModelConfig
+from ..config.run import RunConfig
 
 
 class CharRNN(RecurrentLM):

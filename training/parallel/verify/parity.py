@@ -38,7 +38,9 @@ from torch import Tensor
 from losses import CrossEntropyLoss
 from optimizers import clip_grad_norm_, get_optimizer
 
-from ...config.parts import OptimConfig, ParallelConfig, RunConfig
+from ...config.optim import OptimConfig
+from ...config.parallel import ParallelConfig
+from ...config.run import RunConfig
 from ...errors import EXIT_FAILED, EXIT_OK
 from ...impls.optim_setup import aux_loss, optimizer_kwargs, param_groups, rows
 from ...schedule import make_scheduler
