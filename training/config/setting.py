@@ -141,5 +141,6 @@ def check_part(part) -> None:
 
 
 def check_fraction(name: str, value) -> None:
+    """A setting that must lie in [0, 1) (dropout, beta2): a number there, or a UsageError naming it."""
     if not is_a(value, (int, float)) or not 0.0 <= value < 1.0:
         raise UsageError(f"{flag(name)} {value} is out of range (need a number in [0, 1))")
