@@ -4,16 +4,17 @@
     python benchmarks/kernels_cpp.py --threads 1 --rows 64 --repeats 5 --dtype float64
 
 One table: for each kernel the median time of the C++ kernel ("cpp"), of ATen's fused kernel ("aten": F.layer_norm
-forward, native_layer_norm_backward, gelu_backward, torch.optim's fused=True step, log_softmax + nll_loss and
-their backward), of the eager kernels of kernels/ that ran before the C++ ones ("eager": the same layer with
+forward, native_layer_norm_backward, gelu_backward, torch.optim's fused=True step, log_softmax + nll_loss and their
+backward), of the eager kernels of kernels/ that ran before the C++ ones ("eager": the same layer with
 kernels.cpp.disabled(); "-" where they are the textbook) and of the layer's textbook ("textbook":
-kernels.disabled()), each as a ratio t_other / t_cpp (> 1: the C++ kernel is faster).  Shapes: layer norm on
-(rows, C), GELU on (rows, 4C), cross-entropy on (rows, vocab), the optimizers over GPT-2 small's block of weights
-(C x 3C, C x C, C x 4C, 4C x C: 7.1M values at C = 768), one LSTM or GRU layer over the character LSTM's
+kernels.disabled()), each as a ratio t_other / t_cpp (> 1: the C++ kernel is faster).  Shapes: layer norm on (rows,
+C), batch norm in training on (rows / 8, C / 24, 28, 28) (the CNN's first, at the defaults; ATen: native_batch_norm
+and its backward), GELU on (rows, 4C), cross-entropy on (rows, vocab), the optimizers over GPT-2 small's block of
+weights (C x 3C, C x C, C x 4C, 4C x C: 7.1M values at C = 768), one LSTM or GRU layer over the character LSTM's
 sequence (T 64, batch 32, input 64, hidden 256: the layer's forward and backward, the gates one C++ pass a step,
 against nn.LSTM / nn.GRU forward and backward by autograd, oneDNN's fused recurrent kernel on the CPU), max
-pooling's backward at (rows / 32, C / 12, 32, 32), 2 x 2 windows (ATen: max_pool2d_with_indices_backward),
-causal attention forward and backward over rows / 256 sequences of 256 tokens, C / 64 heads of 64 (ATen:
+pooling's backward at (rows / 32, C / 12, 32, 32), 2 x 2 windows (ATen: max_pool2d_with_indices_backward), causal
+attention forward and backward over rows / 256 sequences of 256 tokens, C / 64 heads of 64 (ATen:
 F.scaled_dot_product_attention by autograd, its flash attention kernel on the CPU).
 Candidates run interleaved (benchmarks/timing.py).
 Before timing, each kernel's result is compared with ATen's and the run stops where they differ beyond the dtype's
@@ -22,6 +23,7 @@ rounding: a fast wrong kernel is not a result.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -35,12 +37,14 @@ sys.path.append(str(Path(__file__).resolve().parents[1]))  # the project, where 
 import kernels  # noqa: E402
 import optimizers  # noqa: E402
 from kernels import cpp  # noqa: E402
-from layers import GELU, GRU, LSTM, LayerNorm, MaxPool2d, ScaledDotProductAttention  # noqa: E402
+from layers import GELU, GRU, LSTM, BatchNorm2d, LayerNorm, MaxPool2d, ScaledDotProductAttention  # noqa: E402
 from losses import CrossEntropyLoss  # noqa: E402
 
 KERNELS = (
     "layernorm_fwd",
     "layernorm_bwd",
+    "batchnorm_fwd",
+    "batchnorm_bwd",
     "gelu_bwd",
     "gelu_tanh_bwd",
     "cross_entropy",
@@ -97,6 +101,32 @@ def cases(name: str, rows: int, C: int, vocab: int, dtype: torch.dtype, g: torch
             "textbook": lambda: _with(kernels.disabled(), run),
         }
         return cands, lambda: rel(run()[0], cands["aten"]()[0])
+    if name in ("batchnorm_fwd", "batchnorm_bwd"):  # training: the batch's statistics
+        x, dout = r(rows // 8, C // 24, 28, 28), r(rows // 8, C // 24, 28, 28)
+        bn = BatchNorm2d(C // 24, dtype=dtype)
+        bn.weight.detach().copy_(r(C // 24)), bn.bias.detach().copy_(r(C // 24))
+        w, b = bn.weight.detach(), bn.bias.detach()
+        if name == "batchnorm_fwd":
+            run = lambda: _with(torch.no_grad(), lambda: bn.forward_math(x)[0])  # noqa: E731
+            cands = {
+                "cpp": run,
+                "aten": lambda: torch.native_batch_norm(x, w, b, None, None, True, 0.1, 1e-5)[0],
+                "textbook": lambda: _with(kernels.disabled(), run),
+            }
+            return cands, lambda: rel(run(), cands["aten"]())
+        # each path's backward on what its own forward kept (the C++ forward keeps x, the others x - mean)
+        with torch.no_grad():  # (as the layer's own forward runs forward_math)
+            runs = {k: _with(c(), lambda: layer_backward(bn, x, dout)) for k, c in PATHS.items()}
+        _, mean, rstd = torch.native_batch_norm(x, w, b, None, None, True, 0.1, 1e-5)
+        cands = {
+            "cpp": runs["cpp"],
+            "aten": lambda: torch.ops.aten.native_batch_norm_backward(
+                dout, x, w, None, None, mean, rstd, True, 1e-5, [True, True, True]
+            ),
+            "eager": lambda: _with(cpp.disabled(), runs["eager"]),
+            "textbook": lambda: _with(kernels.disabled(), runs["textbook"]),
+        }
+        return cands, lambda: rel(runs["cpp"]()[0], cands["aten"]()[0])
     if name in ("gelu_bwd", "gelu_tanh_bwd"):
         approximate = "tanh" if name == "gelu_tanh_bwd" else "none"
         x, dout = r(rows, 4 * C), r(rows, 4 * C)
@@ -215,6 +245,9 @@ def cases(name: str, rows: int, C: int, vocab: int, dtype: torch.dtype, g: torch
         "textbook": lambda: _with(kernels.disabled(), made["textbook"][1].step),
     }
     return cands, check
+
+
+PATHS = {"cpp": contextlib.nullcontext, "eager": cpp.disabled, "textbook": kernels.disabled}  # their switches
 
 
 def _with(context, fn):
