@@ -368,6 +368,21 @@ def test_attention_equals_the_textbook_and_autograd(calls, dtype, L, S, causal, 
     assert_close(fast, want, dtype, "autograd")
 
 
+@pytest.mark.parametrize("dtype", [F64, F32])
+@pytest.mark.parametrize("E", [16, 32, 64, 128])
+@pytest.mark.parametrize("L, S", [(70, 70), (45, 100), (100, 45), (200, 130)])  # several blocks of query rows
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_in_blocks_of_rows_and_keys_equals_the_textbook(calls, dtype, E, L, S, causal):
+    # rows in blocks of 32 (64 from L = 192), keys in blocks of 24: neither divides L or S, nor the other block,
+    # so a causal block cuts the diagonal at every offset; head widths as the models use them
+    g = torch.Generator().manual_seed(14)
+    q, k = torch.randn(3, L, E, generator=g, dtype=dtype) * 2, torch.randn(3, S, E, generator=g, dtype=dtype)
+    v, dout = torch.randn(3, S, E, generator=g, dtype=dtype), torch.randn(3, L, E, generator=g, dtype=dtype)
+    fast = attention_run(q, k, v, dout, textbook=False, is_causal=causal, block_size=24)
+    assert calls.get("attention_forward") == 1 and calls.get("attention_backward") == 1, calls
+    assert_close(fast, attention_run(q, k, v, dout, textbook=True, is_causal=causal, block_size=24), dtype, "textbook")
+
+
 def test_attention_with_a_mask_or_dropout_is_left_to_the_eager_kernel(calls):
     q = torch.randn(2, 5, 8, dtype=F64)
     mask = torch.rand(5, 5, generator=torch.Generator().manual_seed(13)) > 0.3
