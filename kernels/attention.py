@@ -57,7 +57,8 @@ LOG2E = 1.0 / math.log(2.0)  # log2(e): e^x = 2^(x log2 e)
 def forward(q: Tensor, k: Tensor, v: Tensor, spec: Spec, *, need_weights: bool) -> tuple[Tensor, Tensor, Tensor | None]:
     """q (B, L, E), k (B, S, E), v (B, S, Ev) -> (out (B, L, Ev), lse (B, L, 1) in base 2, weights (B, L, S) or
     None): one block where every key fits in one, else the key blocks with the online softmax; in C++ where no
-    mask, bias, dropout or weights are asked for (kernels/cpp/attention.cpp: the same blocks a query row at a time)."""
+    mask, bias, dropout or weights are asked for (kernels/cpp/attention.cpp: the same key blocks against blocks of
+    query rows)."""
     if not need_weights and _plain(spec) and cpp.usable(q, k, v):
         out, lse = cpp.ops.attention_forward(q.contiguous(), k.contiguous(), v.contiguous(), *_cpp_args(spec))
         return out, lse, None
