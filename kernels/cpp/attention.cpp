@@ -24,6 +24,10 @@
 // skipped, the block's keys after its last row are left out of the products, and inside the block p = 0 where the
 // key comes after the row.  The forward runs (batch, block of Br rows) tasks on at::parallel_for, the backward one
 // task per batch entry (dk_j and dv_j gather from every query block of their batch entry).
+//
+// q, k, v and dout may have any batch and row strides as long as each row is contiguous (a head's (B, L, E) view of
+// a wider projection, say): BLAS reads a block's rows through their stride, so no copy is made.  The outputs are
+// contiguous.
 #include "common.h"
 
 #include <ATen/ops/addmm.h>
@@ -118,8 +122,27 @@ inline int64_t seen(bool causal, int64_t i, int64_t j0, int64_t bc) {
   return causal ? std::clamp<int64_t>(i + 1 - j0, 0, bc) : bc;
 }
 
+// A (B, rows, cols) input with any batch and row strides, its rows contiguous: a view of q, k or v split into heads.
 template <typename T>
-void forward_kernel(const T* q, const T* k, const T* v, T* out, T* lse, int64_t B, int64_t L, int64_t S, int64_t E,
+struct Rows {
+  const T* data;
+  int64_t batch, row;  // strides, in elements
+  const T* at(int64_t b, int64_t i) const { return data + b * batch + i * row; }
+};
+
+template <typename T>
+Rows<T> rows_of(const Tensor& t) {
+  return {t.data_ptr<T>(), t.stride(0), t.stride(1)};
+}
+
+// t itself where BLAS can read its rows through their stride (apart, not overlapping), else a contiguous copy (rows
+// broadcast with stride 0, say).
+Tensor readable(const Tensor& t) {
+  return t.size(1) <= 1 || t.stride(1) >= t.size(2) ? t : t.contiguous();
+}
+
+template <typename T>
+void forward_kernel(Rows<T> q, Rows<T> k, Rows<T> v, T* out, T* lse, int64_t B, int64_t L, int64_t S, int64_t E,
                     int64_t Ev, T scale2, bool causal, int64_t Bc) {
   const int64_t V = Vec<T>::size();
   const int64_t Br = rows_per_block(L), row_blocks = (L + Br - 1) / Br;
@@ -128,9 +151,7 @@ void forward_kernel(const T* q, const T* k, const T* v, T* out, T* lse, int64_t 
     std::vector<T> s(Br * Bc), m(Br), l(Br);
     for (int64_t task = t0; task < t1; ++task) {
       const int64_t b = task / row_blocks, r0 = (task % row_blocks) * Br, br = std::min(L, r0 + Br) - r0;
-      const T* qi = q + (b * L + r0) * E;  // (br, E)
-      const T* kb = k + b * S * E;
-      const T* vb = v + b * S * Ev;
+      const T* qi = q.at(b, r0);  // (br, E)
       T* acc = out + (b * L + r0) * Ev;  // (br, Ev) the output rows accumulate in place
       std::fill(acc, acc + br * Ev, T(0));
       std::fill(m.begin(), m.end(), -inf);
@@ -139,7 +160,7 @@ void forward_kernel(const T* q, const T* k, const T* v, T* out, T* lse, int64_t 
         if (causal && j0 >= r0 + br) break;  // no row of this block sees these keys, nor any after them
         // the block's keys, less (causal) those after the block's last row
         const int64_t bc = causal ? std::min({S, j0 + Bc, r0 + br}) - j0 : std::min(S, j0 + Bc) - j0;
-        mm_nt(br, bc, E, scale2, qi, E, kb + j0 * E, E, T(0), s.data(), bc);  // (br, bc) s = scale2 q_i k_j^T
+        mm_nt(br, bc, E, scale2, qi, q.row, k.at(b, j0), k.row, T(0), s.data(), bc);  // (br, bc) scale2 q_i k_j^T
         for (int64_t r = 0; r < br; ++r) {
           T* sr = s.data() + r * bc;
           const int64_t n = seen(causal, r0 + r, j0, bc);
@@ -163,7 +184,7 @@ void forward_kernel(const T* q, const T* k, const T* v, T* out, T* lse, int64_t 
           if (corr != T(1)) scale_row(acc + r * Ev, Ev, corr);
           m[r] = m_new;
         }
-        mm_nn(br, Ev, bc, T(1), s.data(), bc, vb + j0 * Ev, Ev, T(1), acc, Ev);  // (br, Ev) acc += p v_j
+        mm_nn(br, Ev, bc, T(1), s.data(), bc, v.at(b, j0), v.row, T(1), acc, Ev);  // (br, Ev) acc += p v_j
       }
       for (int64_t r = 0; r < br; ++r) {
         if (l[r] == T(0)) {  // a row that saw no key (no keys at all): zeros, and 2^(s - inf) = 0 in backward
@@ -178,8 +199,8 @@ void forward_kernel(const T* q, const T* k, const T* v, T* out, T* lse, int64_t 
 }
 
 template <typename T>
-void backward_kernel(const T* q, const T* k, const T* v, const T* dout, const T* D, const T* lse, T* dq, T* dk,
-                     T* dv, int64_t B, int64_t L, int64_t S, int64_t E, int64_t Ev, T scale, bool causal,
+void backward_kernel(Rows<T> q, Rows<T> k, Rows<T> v, Rows<T> dout, const T* D, const T* lse, T* dq, T* dk, T* dv,
+                     int64_t B, int64_t L, int64_t S, int64_t E, int64_t Ev, T scale, bool causal,
                      int64_t Bc) {
   const int64_t V = Vec<T>::size();
   const int64_t Br = rows_per_block(L);
@@ -187,19 +208,18 @@ void backward_kernel(const T* q, const T* k, const T* v, const T* dout, const T*
   at::parallel_for(0, B, 1, [&](int64_t b0, int64_t b1) {
     std::vector<T> p(Br * Bc), ds(Br * Bc);
     for (int64_t b = b0; b < b1; ++b) {
-      const T *qb = q + b * L * E, *kb = k + b * S * E, *vb = v + b * S * Ev, *gb = dout + b * L * Ev;
       T *dqb = dq + b * L * E, *dkb = dk + b * S * E, *dvb = dv + b * S * Ev;
       std::fill(dqb, dqb + L * E, T(0));
       std::fill(dkb, dkb + S * E, T(0));  // (a key no query row sees keeps zeros)
       std::fill(dvb, dvb + S * Ev, T(0));
       for (int64_t r0 = 0; r0 < L; r0 += Br) {
         const int64_t br = std::min(L, r0 + Br) - r0;
-        const T *qi = qb + r0 * E, *gi = gb + r0 * Ev, *lse_i = lse + b * L + r0, *D_i = D + b * L + r0;
+        const T *qi = q.at(b, r0), *gi = dout.at(b, r0), *lse_i = lse + b * L + r0, *D_i = D + b * L + r0;
         for (int64_t j0 = 0; j0 < S; j0 += Bc) {
           if (causal && j0 >= r0 + br) break;
           const int64_t bc = causal ? std::min({S, j0 + Bc, r0 + br}) - j0 : std::min(S, j0 + Bc) - j0;
-          mm_nt(br, bc, E, scale2, qi, E, kb + j0 * E, E, T(0), p.data(), bc);          // scale2 q_i k_j^T
-          mm_nt(br, bc, Ev, T(1), gi, Ev, vb + j0 * Ev, Ev, T(0), ds.data(), bc);        // dp = dout_i v_j^T
+          mm_nt(br, bc, E, scale2, qi, q.row, k.at(b, j0), k.row, T(0), p.data(), bc);      // scale2 q_i k_j^T
+          mm_nt(br, bc, Ev, T(1), gi, dout.row, v.at(b, j0), v.row, T(0), ds.data(), bc);  // dp = dout_i v_j^T
           for (int64_t r = 0; r < br; ++r) {
             T *pr = p.data() + r * bc, *dsr = ds.data() + r * bc;
             // a row that saw no key (lse = inf) has no gradient
@@ -215,19 +235,30 @@ void backward_kernel(const T* q, const T* k, const T* v, const T* dout, const T*
             std::fill(pr + n, pr + bc, T(0));  // the keys after the row
             std::fill(dsr + n, dsr + bc, T(0));
           }
-          mm_tn(bc, Ev, br, T(1), p.data(), bc, gi, Ev, T(1), dvb + j0 * Ev, Ev);     // dv_j += p^T dout_i
-          mm_nn(br, E, bc, scale, ds.data(), bc, kb + j0 * E, E, T(1), dqb + r0 * E, E);  // dq_i += scale ds k_j
-          mm_tn(bc, E, br, scale, ds.data(), bc, qi, E, T(1), dkb + j0 * E, E);       // dk_j += scale ds^T q_i
+          mm_tn(bc, Ev, br, T(1), p.data(), bc, gi, dout.row, T(1), dvb + j0 * Ev, Ev);  // dv_j += p^T dout_i
+          mm_nn(br, E, bc, scale, ds.data(), bc, k.at(b, j0), k.row, T(1), dqb + r0 * E, E);  // dq_i += scale ds k_j
+          mm_tn(bc, E, br, scale, ds.data(), bc, qi, q.row, T(1), dkb + j0 * E, E);  // dk_j += scale ds^T q_i
         }
       }
     }
   });
 }
 
+// t (B, rows, cols) in any layout whose rows are contiguous (a head's view of a wider projection, say): the kernels
+// read it through its strides, no copy.
+void check_rows(const Tensor& t, const Tensor& like, const char* op, const char* name) {
+  TORCH_CHECK(t.device().is_cpu(), "handgrad::", op, ": ", name, " must be a CPU tensor, got ", t.device());
+  TORCH_CHECK(t.scalar_type() == like.scalar_type() &&
+                  (t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble),
+              "handgrad::", op, ": ", name, " must be float32 or float64 as q, got ", t.scalar_type());
+  TORCH_CHECK(t.dim() == 3 && (t.stride(2) == 1 || t.size(2) <= 1), "handgrad::", op, ": ", name,
+              " must be 3-D with contiguous rows (last stride 1), got sizes ", t.sizes(), " strides ", t.strides());
+}
+
 void check_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const char* op) {
-  check_input(q, op, "q");
-  check_same(k, q, op, "k");
-  check_same(v, q, op, "v");
+  check_rows(q, q, op, "q");
+  check_rows(k, q, op, "k");
+  check_rows(v, q, op, "v");
   TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3 && k.size(0) == q.size(0) && v.size(0) == q.size(0) &&
                   k.size(2) == q.size(2) && v.size(1) == k.size(1),
               "handgrad::", op, ": expected q (B, L, E), k (B, S, E), v (B, S, Ev), got ", q.sizes(), ", ",
@@ -241,9 +272,9 @@ std::tuple<Tensor, Tensor> attention_forward(const Tensor& q, const Tensor& k, c
   const int64_t B = q.size(0), L = q.size(1), S = k.size(1), E = q.size(2), Ev = v.size(2);
   Tensor out = at::empty({B, L, Ev}, q.options()), lse = at::empty({B, L, 1}, q.options());
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "attention_forward", [&] {
-    forward_kernel<scalar_t>(q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
-                             out.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(), B, L, S, E, Ev,
-                             static_cast<scalar_t>(scale * 1.4426950408889634), causal, block);
+    forward_kernel<scalar_t>(rows_of<scalar_t>(readable(q)), rows_of<scalar_t>(readable(k)),
+                             rows_of<scalar_t>(readable(v)), out.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(), B, L,
+                             S, E, Ev, static_cast<scalar_t>(scale * 1.4426950408889634), causal, block);
   });
   return {out, lse};
 }
@@ -254,18 +285,20 @@ std::tuple<Tensor, Tensor, Tensor> attention_backward(const Tensor& q, const Ten
   check_qkv(q, k, v, "attention_backward");
   TORCH_CHECK(block >= 1, "handgrad::attention_backward: block must be >= 1, got ", block);
   const int64_t B = q.size(0), L = q.size(1), S = k.size(1), E = q.size(2), Ev = v.size(2);
-  check_same(dout, q, "attention_backward", "dout");
+  check_rows(dout, q, "attention_backward", "dout");
   TORCH_CHECK(dout.dim() == 3 && dout.size(0) == B && dout.size(1) == L && dout.size(2) == Ev,
               "handgrad::attention_backward: dout must be (B, L, Ev) = ", at::IntArrayRef({B, L, Ev}), ", got ",
               dout.sizes());
   check_same(D, q, "attention_backward", "D"), check_numel(D, B * L, "attention_backward", "D");
   check_same(lse, q, "attention_backward", "lse"), check_numel(lse, B * L, "attention_backward", "lse");
-  Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
+  Tensor dq = at::empty(q.sizes(), q.options()), dk = at::empty(k.sizes(), k.options()),
+         dv = at::empty(v.sizes(), v.options());  // contiguous, whatever the inputs' layout
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "attention_backward", [&] {
-    backward_kernel<scalar_t>(q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
-                              dout.data_ptr<scalar_t>(), D.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(),
-                              dq.data_ptr<scalar_t>(), dk.data_ptr<scalar_t>(), dv.data_ptr<scalar_t>(), B, L, S, E,
-                              Ev, static_cast<scalar_t>(scale), causal, block);
+    backward_kernel<scalar_t>(rows_of<scalar_t>(readable(q)), rows_of<scalar_t>(readable(k)),
+                              rows_of<scalar_t>(readable(v)), rows_of<scalar_t>(readable(dout)),
+                              D.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(), dq.data_ptr<scalar_t>(),
+                              dk.data_ptr<scalar_t>(), dv.data_ptr<scalar_t>(), B, L, S, E, Ev,
+                              static_cast<scalar_t>(scale), causal, block);
   });
   return {dq, dk, dv};
 }
