@@ -57,9 +57,12 @@ LOG2E = 1.0 / math.log(2.0)  # log2(e): e^x = 2^(x log2 e)
 def forward(q: Tensor, k: Tensor, v: Tensor, spec: Spec, *, need_weights: bool) -> tuple[Tensor, Tensor, Tensor | None]:
     """q (B, L, E), k (B, S, E), v (B, S, Ev) -> (out (B, L, Ev), lse (B, L, 1) in base 2, weights (B, L, S) or
     None): one block where every key fits in one, else the key blocks with the online softmax; in C++ where no
-    mask, bias, dropout or weights are asked for (kernels/cpp/attention.cpp: the same blocks a query row at a time)."""
+    mask, bias, dropout or weights are asked for (kernels/cpp/attention.cpp: the same key blocks against blocks of
+    query rows)."""
     if not need_weights and _plain(spec) and cpp.usable(q, k, v):
-        out, lse = cpp.ops.attention_forward(q.contiguous(), k.contiguous(), v.contiguous(), *_cpp_args(spec))
+        # (q, k, v as they come: the kernel reads any layout whose rows are contiguous, a head's view of a wider
+        # projection included)
+        out, lse = cpp.ops.attention_forward(_rows(q), _rows(k), _rows(v), *_cpp_args(spec))
         return out, lse, None
     if spec.block >= spec.S:
         return one_block_forward(q, k, v, spec, need_weights=need_weights)
@@ -72,8 +75,8 @@ def backward(
     """q, k, v, dout (B, L, Ev), dweights (B, L, S) or None, D = rowsum(dout * out) (B, L, 1) (+ rowsum(dweights *
     A)), lse (B, L, 1) in base 2 -> (dq, dk, dv) shaped as q, k, v."""
     if dw is None and _plain(spec) and cpp.usable(q, k, v, do, D, lse):
-        args = (t.contiguous() for t in (q, k, v, do, D, lse))
-        return cpp.ops.attention_backward(*args, *_cpp_args(spec))
+        qkv = (_rows(q), _rows(k), _rows(v), _rows(do))
+        return cpp.ops.attention_backward(*qkv, D.contiguous(), lse.contiguous(), *_cpp_args(spec))
     if spec.block >= spec.S:
         return one_block_backward(q, k, v, do, dw, D, lse, spec)
     return blocked_backward(q, k, v, do, dw, D, lse, spec)
@@ -82,6 +85,11 @@ def backward(
 def _plain(spec: Spec) -> bool:
     """No mask, bias or dropout (causal or not): what the C++ kernel computes."""
     return spec.blocked is None and spec.bias is None and spec.drop is None
+
+
+def _rows(t: Tensor) -> Tensor:
+    """t (B, rows, cols) itself where its rows are contiguous (all the C++ kernel needs), else a contiguous copy."""
+    return t if t.stride(-1) == 1 or t.shape[-1] <= 1 else t.contiguous()
 
 
 def _cpp_args(spec: Spec) -> tuple[float, bool, int]:

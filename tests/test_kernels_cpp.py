@@ -457,6 +457,63 @@ def test_attention_equals_the_textbook_and_autograd(calls, dtype, L, S, causal, 
     assert_close(fast, want, dtype, "autograd")
 
 
+@pytest.mark.parametrize("dtype", [F64, F32])
+@pytest.mark.parametrize("E", [16, 32, 64, 128])
+@pytest.mark.parametrize("L, S", [(70, 70), (45, 100), (100, 45), (200, 130)])  # several blocks of query rows
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_in_blocks_of_rows_and_keys_equals_the_textbook(calls, dtype, E, L, S, causal):
+    # rows in blocks of 32 (64 from L = 192), keys in blocks of 24: neither divides L or S, nor the other block,
+    # so a causal block cuts the diagonal at every offset; head widths as the models use them
+    g = torch.Generator().manual_seed(14)
+    q, k = torch.randn(3, L, E, generator=g, dtype=dtype) * 2, torch.randn(3, S, E, generator=g, dtype=dtype)
+    v, dout = torch.randn(3, S, E, generator=g, dtype=dtype), torch.randn(3, L, E, generator=g, dtype=dtype)
+    fast = attention_run(q, k, v, dout, textbook=False, is_causal=causal, block_size=24)
+    assert calls.get("attention_forward") == 1 and calls.get("attention_backward") == 1, calls
+    assert_close(fast, attention_run(q, k, v, dout, textbook=True, is_causal=causal, block_size=24), dtype, "textbook")
+
+
+def _strided_attention_inputs(dtype, g):
+    """q, k, v, dout (6, L, 16) as views whose rows are contiguous and nothing else is: the heads of torch's (L, N, E)
+    layout, every other row of a wider buffer, one batch entry broadcast to all (batch stride 0), one row broadcast
+    to all (row stride 0)."""
+    B, L, S, hd = 6, 45, 70, 16
+    r = lambda *s: torch.randn(s, generator=g, dtype=dtype)  # noqa: E731
+    q = r(L, B, 2 * hd)[..., :hd].transpose(0, 1)  # (B, L, hd) strides (2 hd, 2 B hd, 1)
+    k = r(B, 2 * S, hd)[:, ::2]  # (B, S, hd) row stride 2 hd
+    v = r(1, S, hd + 3)[..., 3:].expand(B, S, hd)  # (B, S, hd) batch stride 0, offset 3
+    dout = r(B, 1, hd).expand(B, L, hd)  # (B, L, hd) row stride 0
+    return q, k, v, dout
+
+
+@pytest.mark.parametrize("dtype", [F64, F32])
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_operators_read_strided_rows(built, dtype, causal):
+    q, k, v, dout = _strided_attention_inputs(dtype, torch.Generator().manual_seed(15))
+    assert not any(t.is_contiguous() for t in (q, k, v, dout))
+    scale = 0.25
+
+    def run(q, k, v, dout):
+        out, lse = built.attention_forward(q, k, v, scale, causal, 24)
+        D = (dout * out).sum(-1, keepdim=True)
+        return [out, lse, *built.attention_backward(q, k, v, dout, D, lse, scale, causal, 24)]
+
+    got = run(q, k, v, dout)
+    assert all(t.is_contiguous() for t in got)
+    assert_close(got, run(*(t.contiguous() for t in (q, k, v, dout))), dtype, "contiguous copies")
+    want = autograd_reference(
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale), q, [k, v], dout
+    )
+    assert_close([got[0], *got[2:]], want, dtype, "autograd")
+
+
+def test_opcheck_attention_on_strided_views(built):
+    q, k, v, dout = _strided_attention_inputs(F64, torch.Generator().manual_seed(16))
+    torch.library.opcheck(torch.ops.handgrad.attention_forward.default, (q, k, v, 0.25, True, 24))
+    out, lse = built.attention_forward(q, k, v, 0.25, True, 24)
+    D = (dout * out).sum(-1, keepdim=True)
+    torch.library.opcheck(torch.ops.handgrad.attention_backward.default, (q, k, v, dout, D, lse, 0.25, True, 24))
+
+
 def test_attention_with_a_mask_or_dropout_is_left_to_the_eager_kernel(calls):
     q = torch.randn(2, 5, 8, dtype=F64)
     mask = torch.rand(5, 5, generator=torch.Generator().manual_seed(13)) > 0.3

@@ -9,7 +9,7 @@ Each ``.cpp`` file here is one family's kernels, its comment deriving each from 
     optimizers.cpp   SGD with momentum, Adam and AdamW: each parameter read and written once per step
     recurrent.cpp    the LSTM's and the GRU's gates, one time step forward and backward, in one pass each
     pool.cpp         max pooling's backward: each plane's gradient scattered to its argmaxes while in cache
-    attention.cpp    attention without masks or dropout (causal or not): FlashAttention's blocks, a row at a time
+    attention.cpp    attention without masks or dropout (causal or not): FlashAttention-2's blocks, one gemm each
 
 Called by the layers (through kernels/norms.py, kernels/elementwise.py, kernels/softmax.py, kernels/recurrent/bptt.py,
 kernels/convolution.py, kernels/attention.py, optimizers/sgd.py and adam.py): LayerNorm's backward, BatchNorm's

@@ -1,120 +1,110 @@
-// Attention, FlashAttention's way (Dao et al. 2022; layers/attention/scaled_dot_product.py is the textbook):
-// q (B, L, E), k (B, S, E), v (B, S, Ev); the keys in blocks of Bc; never an (L, S) matrix.
+// Attention, FlashAttention-2's way (Dao 2023; layers/attention/scaled_dot_product.py is the textbook):
+// q (B, L, E), k (B, S, E), v (B, S, Ev); the query rows in blocks of Br, the keys in blocks of Bc; never an (L, S)
+// matrix, only one (Br, Bc) block of scores at a time, each block's products one matrix product (BLAS, through
+// at::cpublas::gemm, as ATen's own FlashAttentionKernel.cpp).
 //
 // The textbook holds the scores and the softmax, s = scale q k^T, P = softmax(s), out = P v, and backpropagates
 // dv = P^T dout, dP = dout v^T, ds = P * (dP - rowsum(dP * P)), dq = scale ds k, dk = scale ds^T q.
 //
-// forward, for each query row i and each key block j, with a running row maximum m, row sum l and output
-// accumulator acc (the online softmax: whatever was summed against the old maximum is rescaled to the new one):
-//   s    = scale log2(e) q_i . k_j                       (Bc)   base-2 scores: exp(x) = 2^(x log2 e)
-//   m'   = max(m, max(s));  p = 2^(s - m')
-//   l    = l 2^(m - m') + sum(p);   acc = acc 2^(m - m') + p v_j
-// then out_i = acc / l, and only out and lse_i = m + log2(l) are kept for the backward.
+// forward, for each block i of query rows and each key block j, with a running row maximum m (Br), row sum l (Br)
+// and output accumulator acc (Br, Ev) (the online softmax: whatever was summed against the old maximum is
+// rescaled to the new one):
+//   s    = scale log2(e) q_i k_j^T                      (Br, Bc)  one product; base 2: exp(x) = 2^(x log2 e)
+//   m'   = max(m, rowmax(s));  p = 2^(s - m')           (Br, Bc)  row by row, in s's memory
+//   l    = l 2^(m - m') + rowsum(p);   acc = acc 2^(m - m') + p v_j      one product, added into acc
+// then out_i = acc / l, and only out and lse = m + log2(l) are kept for the backward.
 //
-// backward, for each key block j (its dk_j and dv_j summed over the query rows that see it) and each row i,
-// P recomputed from lse rather than stored, and rowsum(dP * P) replaced by D_i = rowsum(dout_i * out_i), the same
-// number (sum_s dP_s P_s = sum_s (dout . v_s) P_s = dout . out):
-//   p = 2^(scale log2(e) q_i . k_j - lse_i);   dp = dout_i . v_j;   ds = p * (dp - D_i)
-//   dv_j += p dout_i;   dk_j += scale ds q_i;   dq_i += scale ds k_j
+// backward, for each block i of query rows and each key block j, P recomputed from lse rather than stored, and
+// rowsum(dP * P) replaced by D = rowsum(dout * out), the same number (sum_s dP_s P_s = sum_s (dout . v_s) P_s =
+// dout . out):
+//   p = 2^(scale log2(e) q_i k_j^T - lse_i);   dp = dout_i v_j^T;   ds = p * (dp - D_i)      (Br, Bc)
+//   dv_j += p^T dout_i;   dq_i += scale ds k_j;   dk_j += scale ds^T q_i                     three products
 //
-// is_causal: row i sees keys 0..i (top-left aligned, as torch), so a key block after the row is skipped and the
-// block on the diagonal is cut at key i.  The forward runs (batch, block of Bc rows) tasks on at::parallel_for,
-// the backward one task per batch entry (dq_i gathers from every key block of its batch entry).
+// is_causal: row i sees keys 0..i (top-left aligned, as torch), so a key block after a query block's last row is
+// skipped, the block's keys after its last row are left out of the products, and inside the block p = 0 where the
+// key comes after the row.  The forward runs (batch, block of Br rows) tasks on at::parallel_for, the backward one
+// task per batch entry (dk_j and dv_j gather from every query block of their batch entry).
+//
+// q, k, v and dout may have any batch and row strides as long as each row is contiguous (a head's (B, L, E) view of
+// a wider projection, say): BLAS reads a block's rows through their stride, so no copy is made.  The outputs are
+// contiguous.
 #include "common.h"
 
+#include <ATen/ops/addmm.h>
+#include <ATen/ops/from_blob.h>
+
 #include <vector>
+
+// BLAS's gemm (column major), which libtorch_cpu exports where torch is built with a BLAS (MKL on x86; ATen's
+// at::cpublas::gemm, which calls it, is not exported).  Weak: where it is absent the products go through at::addmm.
+extern "C" {
+void sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const float* alpha,
+            const float* a, const int* lda, const float* b, const int* ldb, const float* beta, float* c,
+            const int* ldc) __attribute__((weak));
+void dgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const double* alpha,
+            const double* a, const int* lda, const double* b, const int* ldb, const double* beta, double* c,
+            const int* ldc) __attribute__((weak));
+}
 
 namespace handgrad {
 namespace {
 
-// s[0..n) = sum_e a[e] bt[e * ld + 0..n): a row times a block of columns stored transposed (E rows of ld values).
+// c (m, n) = alpha op(a) op(b) + beta c, row major: op(a) (m, k) is a, or a (k, m) transposed (ta); op(b) (k, n)
+// is b, or b (n, k) transposed (tb); lda, ldb, ldc the rows' strides.  A row-major matrix is its transpose in
+// column-major order, so BLAS computes c^T = op(b)^T op(a)^T, the operands swapped.  beta = 0 ignores c's values.
 template <typename T>
-inline void row_times(const T* a, const T* bt, int64_t E, int64_t ld, int64_t n, T* s) {
-  const int64_t V = Vec<T>::size();
-  int64_t j = 0;
-  for (; j + 4 * V <= n; j += 4 * V) {  // four independent sums: the products' latency overlapped
-    Vec<T> c0(T(0)), c1(T(0)), c2(T(0)), c3(T(0));
-    for (int64_t e = 0; e < E; ++e) {
-      const Vec<T> ae(a[e]);
-      const T* b = bt + e * ld + j;
-      c0 = at::vec::fmadd(ae, Vec<T>::loadu(b), c0);
-      c1 = at::vec::fmadd(ae, Vec<T>::loadu(b + V), c1);
-      c2 = at::vec::fmadd(ae, Vec<T>::loadu(b + 2 * V), c2);
-      c3 = at::vec::fmadd(ae, Vec<T>::loadu(b + 3 * V), c3);
-    }
-    c0.store(s + j), c1.store(s + j + V), c2.store(s + j + 2 * V), c3.store(s + j + 3 * V);
-  }
-  for (; j < n; j += V) {
-    const int64_t m = std::min<int64_t>(V, n - j);
-    Vec<T> c(T(0));
-    for (int64_t e = 0; e < E; ++e) c = at::vec::fmadd(Vec<T>(a[e]), Vec<T>::loadu(bt + e * ld + j, m), c);
-    c.store(s + j, m);
-  }
-}
-
-// acc[0..E) += sum_j p[j] rows[j E + 0..E): a weighted sum of n rows of E values.
-template <typename T>
-inline void add_rows(const T* p, const T* rows, int64_t n, int64_t E, T* acc) {
-  const int64_t V = Vec<T>::size();
-  for (int64_t c = 0; c < E; c += 2 * V) {  // two vectors of the row, even and odd rows apart: four sums
-    const int64_t m0 = std::min<int64_t>(V, E - c), m1 = std::clamp<int64_t>(E - c - V, 0, V);
-    Vec<T> a0 = Vec<T>::loadu(acc + c, m0), a1 = Vec<T>::loadu(acc + c + V, m1), b0(T(0)), b1(T(0));
-    int64_t j = 0;
-    for (; j + 2 <= n; j += 2) {
-      const T* r = rows + j * E + c;
-      const Vec<T> p0(p[j]), p1(p[j + 1]);
-      a0 = at::vec::fmadd(p0, Vec<T>::loadu(r, m0), a0);
-      a1 = at::vec::fmadd(p0, Vec<T>::loadu(r + V, m1), a1);
-      b0 = at::vec::fmadd(p1, Vec<T>::loadu(r + E, m0), b0);
-      b1 = at::vec::fmadd(p1, Vec<T>::loadu(r + E + V, m1), b1);
-    }
-    if (j < n) {
-      const T* r = rows + j * E + c;
-      a0 = at::vec::fmadd(Vec<T>(p[j]), Vec<T>::loadu(r, m0), a0);
-      a1 = at::vec::fmadd(Vec<T>(p[j]), Vec<T>::loadu(r + V, m1), a1);
-    }
-    (a0 + b0).store(acc + c, m0);
-    (a1 + b1).store(acc + c + V, m1);
-  }
-}
-
-// rows[j E + 0..E) += coef[j] row[0..E) for j < n: the outer product of a column with a row, added.
-template <typename T>
-inline void add_outer(const T* coef, const T* row, int64_t n, int64_t E, T* rows) {
-  const int64_t V = Vec<T>::size();
-  if (E <= 4 * V) {  // the row in registers, read once
-    Vec<T> r[4];
-    int64_t m[4];
-    for (int k = 0; k < 4; ++k) {
-      m[k] = std::clamp<int64_t>(E - k * V, 0, V);
-      r[k] = Vec<T>::loadu(row + k * V, m[k]);
-    }
-    const int chunks = int((E + V - 1) / V);
-    for (int64_t j = 0; j < n; ++j) {
-      const Vec<T> c(coef[j]);
-      T* out = rows + j * E;
-      for (int k = 0; k < chunks; ++k) {
-        at::vec::fmadd(c, r[k], Vec<T>::loadu(out + k * V, m[k])).store(out + k * V, m[k]);
-      }
+void mm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
+        int64_t ldb, T beta, T* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  constexpr bool is_float = std::is_same_v<T, float>;
+  const bool blas = is_float ? sgemm_ != nullptr : dgemm_ != nullptr;
+  if (blas && std::max({m, n, k, lda, ldb, ldc}) < std::numeric_limits<int>::max()) {
+    const char opb = tb ? 'T' : 'N', opa = ta ? 'T' : 'N';
+    // BLAS wants each stride at least the rows it spans (k = 0: nothing is read)
+    const int M = int(n), N = int(m), K = int(k), LDB = int(std::max<int64_t>(ldb, tb ? k : n)),
+              LDA = int(std::max<int64_t>(lda, ta ? m : k)), LDC = int(std::max<int64_t>(ldc, n));
+    const int ldb1 = std::max(LDB, 1), lda1 = std::max(LDA, 1), ldc1 = std::max(LDC, 1);
+    if constexpr (is_float) {
+      sgemm_(&opb, &opa, &M, &N, &K, &alpha, b, &ldb1, a, &lda1, &beta, c, &ldc1);
+    } else {
+      dgemm_(&opb, &opa, &M, &N, &K, &alpha, b, &ldb1, a, &lda1, &beta, c, &ldc1);
     }
     return;
   }
-  for (int64_t j = 0; j < n; ++j) {
-    const Vec<T> c(coef[j]);
-    T* out = rows + j * E;
-    for (int64_t e = 0; e < E; e += V) {
-      const int64_t m = std::min<int64_t>(V, E - e);
-      at::vec::fmadd(c, Vec<T>::loadu(row + e, m), Vec<T>::loadu(out + e, m)).store(out + e, m);
-    }
-  }
+  const auto opts = at::TensorOptions().dtype(c10::CppTypeToScalarType<T>::value);
+  auto view = [&](const T* p, int64_t rows, int64_t cols, int64_t ld, bool t) {  // (rows, cols) of op(p)
+    return t ? at::from_blob(const_cast<T*>(p), {rows, cols}, {1, ld}, opts)
+             : at::from_blob(const_cast<T*>(p), {rows, cols}, {ld, 1}, opts);
+  };
+  Tensor C = view(c, m, n, ldc, false);
+  at::addmm_out(C, C, view(a, m, k, lda, ta), view(b, k, n, ldb, tb), beta, alpha);
 }
 
-// dst (E, n) = src (n, E) transposed: a block of n rows laid out so that row_times reads it by columns.
+// Query rows per block: enough rows that a product is worth a BLAS call, few enough that a causal pass skips most
+// of what it need not compute and that short sequences still give every thread tasks.
+inline int64_t rows_per_block(int64_t L) {
+  return L >= 768 ? 128 : L >= 192 ? 64 : 32;
+}
+
+// c (m, n) = alpha a (m, k) b (n, k)^T + beta c
 template <typename T>
-inline void transpose(const T* src, int64_t n, int64_t E, T* dst) {
-  for (int64_t j = 0; j < n; ++j) {
-    for (int64_t e = 0; e < E; ++e) dst[e * n + j] = src[j * E + e];
-  }
+inline void mm_nt(int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b, int64_t ldb, T beta,
+                  T* c, int64_t ldc) {
+  mm(false, true, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// c (m, n) = alpha a (m, k) b (k, n) + beta c
+template <typename T>
+inline void mm_nn(int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b, int64_t ldb, T beta,
+                  T* c, int64_t ldc) {
+  mm(false, false, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// c (m, n) = alpha a (k, m)^T b (k, n) + beta c
+template <typename T>
+inline void mm_tn(int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b, int64_t ldb, T beta,
+                  T* c, int64_t ldc) {
+  mm(true, false, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 // x[0..n) *= a
@@ -127,118 +117,148 @@ inline void scale_row(T* x, int64_t n, T a) {
   }
 }
 
+// The keys of block j0.. (bc of them) that query row i sees: all of them, or (causal) those up to key i.
+inline int64_t seen(bool causal, int64_t i, int64_t j0, int64_t bc) {
+  return causal ? std::clamp<int64_t>(i + 1 - j0, 0, bc) : bc;
+}
+
+// A (B, rows, cols) input with any batch and row strides, its rows contiguous: a view of q, k or v split into heads.
 template <typename T>
-void forward_kernel(const T* q, const T* k, const T* v, T* out, T* lse, int64_t B, int64_t L, int64_t S, int64_t E,
+struct Rows {
+  const T* data;
+  int64_t batch, row;  // strides, in elements
+  const T* at(int64_t b, int64_t i) const { return data + b * batch + i * row; }
+};
+
+template <typename T>
+Rows<T> rows_of(const Tensor& t) {
+  return {t.data_ptr<T>(), t.stride(0), t.stride(1)};
+}
+
+// t itself where BLAS can read its rows through their stride (apart, not overlapping), else a contiguous copy (rows
+// broadcast with stride 0, say).
+Tensor readable(const Tensor& t) {
+  return t.size(1) <= 1 || t.stride(1) >= t.size(2) ? t : t.contiguous();
+}
+
+template <typename T>
+void forward_kernel(Rows<T> q, Rows<T> k, Rows<T> v, T* out, T* lse, int64_t B, int64_t L, int64_t S, int64_t E,
                     int64_t Ev, T scale2, bool causal, int64_t Bc) {
   const int64_t V = Vec<T>::size();
-  const int64_t row_blocks = (L + Bc - 1) / Bc;
+  const int64_t Br = rows_per_block(L), row_blocks = (L + Br - 1) / Br;
   const T inf = std::numeric_limits<T>::infinity();
   at::parallel_for(0, B * row_blocks, 1, [&](int64_t t0, int64_t t1) {
-    std::vector<T> kT(E * Bc), s(Bc), m(Bc), l(Bc), acc(Bc * Ev);
+    std::vector<T> s(Br * Bc), m(Br), l(Br);
     for (int64_t task = t0; task < t1; ++task) {
-      const int64_t b = task / row_blocks, r0 = (task % row_blocks) * Bc, r1 = std::min(L, r0 + Bc);
-      const T* qb = q + b * L * E;
-      const T* kb = k + b * S * E;
-      const T* vb = v + b * S * Ev;
+      const int64_t b = task / row_blocks, r0 = (task % row_blocks) * Br, br = std::min(L, r0 + Br) - r0;
+      const T* qi = q.at(b, r0);  // (br, E)
+      T* acc = out + (b * L + r0) * Ev;  // (br, Ev) the output rows accumulate in place
+      std::fill(acc, acc + br * Ev, T(0));
       std::fill(m.begin(), m.end(), -inf);
       std::fill(l.begin(), l.end(), T(0));
-      std::fill(acc.begin(), acc.end(), T(0));
       for (int64_t j0 = 0; j0 < S; j0 += Bc) {
-        if (causal && j0 > r1 - 1) break;  // no row of this task sees these keys, nor any after them
-        const int64_t j1 = std::min(S, j0 + Bc), bc = j1 - j0;
-        transpose(kb + j0 * E, bc, E, kT.data());
-        for (int64_t i = r0; i < r1; ++i) {
-          if (causal && j0 > i) continue;
-          const int64_t n = causal ? std::min(j1, i + 1) - j0 : bc;  // the keys of the block row i sees
-          row_times(qb + i * E, kT.data(), E, bc, n, s.data());      // q_i . k_j
+        if (causal && j0 >= r0 + br) break;  // no row of this block sees these keys, nor any after them
+        // the block's keys, less (causal) those after the block's last row
+        const int64_t bc = causal ? std::min({S, j0 + Bc, r0 + br}) - j0 : std::min(S, j0 + Bc) - j0;
+        mm_nt(br, bc, E, scale2, qi, q.row, k.at(b, j0), k.row, T(0), s.data(), bc);  // (br, bc) scale2 q_i k_j^T
+        for (int64_t r = 0; r < br; ++r) {
+          T* sr = s.data() + r * bc;
+          const int64_t n = seen(causal, r0 + r, j0, bc);
+          std::fill(sr + n, sr + bc, T(0));  // the keys after the row: p = 0
+          if (n == 0) continue;
           Vec<T> vmax(-inf);
-          for (int64_t j = 0; j < n; j += V) {  // s = scale log2(e) q_i . k_j, and its maximum
-            const int64_t c = std::min<int64_t>(V, n - j);
-            const Vec<T> x = Vec<T>::loadu(s.data() + j, c) * Vec<T>(scale2);
-            x.store(s.data() + j, c);
-            vmax = at::vec::maximum(vmax, Vec<T>::set(Vec<T>(-inf), x, c));
+          for (int64_t j = 0; j < n; j += V) {
+            vmax = at::vec::maximum(vmax, Vec<T>::set(Vec<T>(-inf), Vec<T>::loadu(sr + j, std::min(V, n - j)),
+                                                      std::min(V, n - j)));
           }
-          const int64_t r = i - r0;
           const T m_new = std::max(m[r], lanes_max(vmax));
           Vec<T> sum(T(0));
           for (int64_t j = 0; j < n; j += V) {  // p = 2^(s - m'), in s's memory
             const int64_t c = std::min<int64_t>(V, n - j);
-            const Vec<T> p = (Vec<T>::loadu(s.data() + j, c) - Vec<T>(m_new)).exp2();
-            p.store(s.data() + j, c);
+            const Vec<T> p = (Vec<T>::loadu(sr + j, c) - Vec<T>(m_new)).exp2();
+            p.store(sr + j, c);
             sum += first(p, c);
           }
           const T corr = std::exp2(m[r] - m_new);  // rescales what was summed against the old maximum (0 at first)
           l[r] = l[r] * corr + lanes_sum(sum);
-          T* a = acc.data() + r * Ev;
-          if (corr != T(1)) scale_row(a, Ev, corr);
-          add_rows(s.data(), vb + j0 * Ev, n, Ev, a);  // acc += p v_j
+          if (corr != T(1)) scale_row(acc + r * Ev, Ev, corr);
           m[r] = m_new;
         }
+        mm_nn(br, Ev, bc, T(1), s.data(), bc, v.at(b, j0), v.row, T(1), acc, Ev);  // (br, Ev) acc += p v_j
       }
-      for (int64_t i = r0; i < r1; ++i) {
-        const int64_t r = i - r0;
-        T* o = out + (b * L + i) * Ev;
+      for (int64_t r = 0; r < br; ++r) {
         if (l[r] == T(0)) {  // a row that saw no key (no keys at all): zeros, and 2^(s - inf) = 0 in backward
-          std::fill(o, o + Ev, T(0));
-          lse[b * L + i] = inf;
+          lse[b * L + r0 + r] = inf;
           continue;
         }
-        std::copy(acc.data() + r * Ev, acc.data() + (r + 1) * Ev, o);
-        scale_row(o, Ev, T(1) / l[r]);
-        lse[b * L + i] = m[r] + std::log2(l[r]);
+        scale_row(acc + r * Ev, Ev, T(1) / l[r]);
+        lse[b * L + r0 + r] = m[r] + std::log2(l[r]);
       }
     }
   });
 }
 
 template <typename T>
-void backward_kernel(const T* q, const T* k, const T* v, const T* dout, const T* D, const T* lse, T* dq, T* dk,
-                     T* dv, int64_t B, int64_t L, int64_t S, int64_t E, int64_t Ev, T scale, bool causal,
+void backward_kernel(Rows<T> q, Rows<T> k, Rows<T> v, Rows<T> dout, const T* D, const T* lse, T* dq, T* dk, T* dv,
+                     int64_t B, int64_t L, int64_t S, int64_t E, int64_t Ev, T scale, bool causal,
                      int64_t Bc) {
   const int64_t V = Vec<T>::size();
+  const int64_t Br = rows_per_block(L);
   const T scale2 = scale * T(1.4426950408889634);  // scale log2(e)
   at::parallel_for(0, B, 1, [&](int64_t b0, int64_t b1) {
-    std::vector<T> kT(E * Bc), vT(Ev * Bc), p(Bc), ds(Bc), dk_acc(Bc * E), dv_acc(Bc * Ev);
+    std::vector<T> p(Br * Bc), ds(Br * Bc);
     for (int64_t b = b0; b < b1; ++b) {
-      const T *qb = q + b * L * E, *kb = k + b * S * E, *vb = v + b * S * Ev, *gb = dout + b * L * Ev;
-      T* dqb = dq + b * L * E;
+      T *dqb = dq + b * L * E, *dkb = dk + b * S * E, *dvb = dv + b * S * Ev;
       std::fill(dqb, dqb + L * E, T(0));
-      for (int64_t j0 = 0; j0 < S; j0 += Bc) {
-        const int64_t j1 = std::min(S, j0 + Bc), bc = j1 - j0;
-        transpose(kb + j0 * E, bc, E, kT.data());
-        transpose(vb + j0 * Ev, bc, Ev, vT.data());
-        std::fill(dk_acc.begin(), dk_acc.begin() + bc * E, T(0));
-        std::fill(dv_acc.begin(), dv_acc.begin() + bc * Ev, T(0));
-        for (int64_t i = causal ? j0 : 0; i < L; ++i) {
-          const T lse_i = lse[b * L + i], D_i = D[b * L + i];
-          if (std::isinf(lse_i)) continue;  // a row that saw no key: no gradient
-          const int64_t n = causal ? std::min(j1, i + 1) - j0 : bc;
-          row_times(qb + i * E, kT.data(), E, bc, n, p.data());       // q_i . k_j
-          row_times(gb + i * Ev, vT.data(), Ev, bc, n, ds.data());    // dp = dout_i . v_j
-          for (int64_t j = 0; j < n; j += V) {
-            const int64_t c = std::min<int64_t>(V, n - j);
-            // p = 2^(scale log2(e) q_i . k_j - lse_i), recomputed; ds = p (dp - D_i)
-            const Vec<T> pj = (Vec<T>::loadu(p.data() + j, c) * Vec<T>(scale2) - Vec<T>(lse_i)).exp2();
-            pj.store(p.data() + j, c);
-            (pj * (Vec<T>::loadu(ds.data() + j, c) - Vec<T>(D_i))).store(ds.data() + j, c);
+      std::fill(dkb, dkb + S * E, T(0));  // (a key no query row sees keeps zeros)
+      std::fill(dvb, dvb + S * Ev, T(0));
+      for (int64_t r0 = 0; r0 < L; r0 += Br) {
+        const int64_t br = std::min(L, r0 + Br) - r0;
+        const T *qi = q.at(b, r0), *gi = dout.at(b, r0), *lse_i = lse + b * L + r0, *D_i = D + b * L + r0;
+        for (int64_t j0 = 0; j0 < S; j0 += Bc) {
+          if (causal && j0 >= r0 + br) break;
+          const int64_t bc = causal ? std::min({S, j0 + Bc, r0 + br}) - j0 : std::min(S, j0 + Bc) - j0;
+          mm_nt(br, bc, E, scale2, qi, q.row, k.at(b, j0), k.row, T(0), p.data(), bc);      // scale2 q_i k_j^T
+          mm_nt(br, bc, Ev, T(1), gi, dout.row, v.at(b, j0), v.row, T(0), ds.data(), bc);  // dp = dout_i v_j^T
+          for (int64_t r = 0; r < br; ++r) {
+            T *pr = p.data() + r * bc, *dsr = ds.data() + r * bc;
+            // a row that saw no key (lse = inf) has no gradient
+            const int64_t n = std::isinf(lse_i[r]) ? 0 : seen(causal, r0 + r, j0, bc);
+            const Vec<T> lse_r(lse_i[r]), D_r(D_i[r]);
+            for (int64_t j = 0; j < n; j += V) {
+              const int64_t c = std::min<int64_t>(V, n - j);
+              // p = 2^(scale log2(e) q_i . k_j - lse_i), recomputed; ds = p (dp - D_i)
+              const Vec<T> pj = (Vec<T>::loadu(pr + j, c) - lse_r).exp2();
+              pj.store(pr + j, c);
+              (pj * (Vec<T>::loadu(dsr + j, c) - D_r)).store(dsr + j, c);
+            }
+            std::fill(pr + n, pr + bc, T(0));  // the keys after the row
+            std::fill(dsr + n, dsr + bc, T(0));
           }
-          add_outer(p.data(), gb + i * Ev, n, Ev, dv_acc.data());  // dv_j += p dout_i
-          add_outer(ds.data(), qb + i * E, n, E, dk_acc.data());   // dk_j += ds q_i (scaled once, below)
-          scale_row(ds.data(), n, scale);
-          add_rows(ds.data(), kb + j0 * E, n, E, dqb + i * E);     // dq_i += scale ds k_j
+          mm_tn(bc, Ev, br, T(1), p.data(), bc, gi, dout.row, T(1), dvb + j0 * Ev, Ev);  // dv_j += p^T dout_i
+          mm_nn(br, E, bc, scale, ds.data(), bc, k.at(b, j0), k.row, T(1), dqb + r0 * E, E);  // dq_i += scale ds k_j
+          mm_tn(bc, E, br, scale, ds.data(), bc, qi, q.row, T(1), dkb + j0 * E, E);  // dk_j += scale ds^T q_i
         }
-        T* dkj = dk + (b * S + j0) * E;
-        for (int64_t x = 0; x < bc * E; ++x) dkj[x] = scale * dk_acc[x];
-        std::copy(dv_acc.begin(), dv_acc.begin() + bc * Ev, dv + (b * S + j0) * Ev);
       }
     }
   });
 }
 
+// t (B, rows, cols) in any layout whose rows are contiguous (a head's view of a wider projection, say): the kernels
+// read it through its strides, no copy.
+void check_rows(const Tensor& t, const Tensor& like, const char* op, const char* name) {
+  TORCH_CHECK(t.device().is_cpu(), "handgrad::", op, ": ", name, " must be a CPU tensor, got ", t.device());
+  TORCH_CHECK(t.scalar_type() == like.scalar_type() &&
+                  (t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble),
+              "handgrad::", op, ": ", name, " must be float32 or float64 as q, got ", t.scalar_type());
+  TORCH_CHECK(t.dim() == 3 && (t.stride(2) == 1 || t.size(2) <= 1), "handgrad::", op, ": ", name,
+              " must be 3-D with contiguous rows (last stride 1), got sizes ", t.sizes(), " strides ", t.strides());
+}
+
 void check_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const char* op) {
-  check_input(q, op, "q");
-  check_same(k, q, op, "k");
-  check_same(v, q, op, "v");
+  check_rows(q, q, op, "q");
+  check_rows(k, q, op, "k");
+  check_rows(v, q, op, "v");
   TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3 && k.size(0) == q.size(0) && v.size(0) == q.size(0) &&
                   k.size(2) == q.size(2) && v.size(1) == k.size(1),
               "handgrad::", op, ": expected q (B, L, E), k (B, S, E), v (B, S, Ev), got ", q.sizes(), ", ",
@@ -252,9 +272,9 @@ std::tuple<Tensor, Tensor> attention_forward(const Tensor& q, const Tensor& k, c
   const int64_t B = q.size(0), L = q.size(1), S = k.size(1), E = q.size(2), Ev = v.size(2);
   Tensor out = at::empty({B, L, Ev}, q.options()), lse = at::empty({B, L, 1}, q.options());
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "attention_forward", [&] {
-    forward_kernel<scalar_t>(q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
-                             out.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(), B, L, S, E, Ev,
-                             static_cast<scalar_t>(scale * 1.4426950408889634), causal, block);
+    forward_kernel<scalar_t>(rows_of<scalar_t>(readable(q)), rows_of<scalar_t>(readable(k)),
+                             rows_of<scalar_t>(readable(v)), out.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(), B, L,
+                             S, E, Ev, static_cast<scalar_t>(scale * 1.4426950408889634), causal, block);
   });
   return {out, lse};
 }
@@ -265,18 +285,20 @@ std::tuple<Tensor, Tensor, Tensor> attention_backward(const Tensor& q, const Ten
   check_qkv(q, k, v, "attention_backward");
   TORCH_CHECK(block >= 1, "handgrad::attention_backward: block must be >= 1, got ", block);
   const int64_t B = q.size(0), L = q.size(1), S = k.size(1), E = q.size(2), Ev = v.size(2);
-  check_same(dout, q, "attention_backward", "dout");
+  check_rows(dout, q, "attention_backward", "dout");
   TORCH_CHECK(dout.dim() == 3 && dout.size(0) == B && dout.size(1) == L && dout.size(2) == Ev,
               "handgrad::attention_backward: dout must be (B, L, Ev) = ", at::IntArrayRef({B, L, Ev}), ", got ",
               dout.sizes());
   check_same(D, q, "attention_backward", "D"), check_numel(D, B * L, "attention_backward", "D");
   check_same(lse, q, "attention_backward", "lse"), check_numel(lse, B * L, "attention_backward", "lse");
-  Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
+  Tensor dq = at::empty(q.sizes(), q.options()), dk = at::empty(k.sizes(), k.options()),
+         dv = at::empty(v.sizes(), v.options());  // contiguous, whatever the inputs' layout
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "attention_backward", [&] {
-    backward_kernel<scalar_t>(q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
-                              dout.data_ptr<scalar_t>(), D.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(),
-                              dq.data_ptr<scalar_t>(), dk.data_ptr<scalar_t>(), dv.data_ptr<scalar_t>(), B, L, S, E,
-                              Ev, static_cast<scalar_t>(scale), causal, block);
+    backward_kernel<scalar_t>(rows_of<scalar_t>(readable(q)), rows_of<scalar_t>(readable(k)),
+                              rows_of<scalar_t>(readable(v)), rows_of<scalar_t>(readable(dout)),
+                              D.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(), dq.data_ptr<scalar_t>(),
+                              dk.data_ptr<scalar_t>(), dv.data_ptr<scalar_t>(), B, L, S, E, Ev,
+                              static_cast<scalar_t>(scale), causal, block);
   });
   return {dq, dk, dv};
 }

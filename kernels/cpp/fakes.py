@@ -97,4 +97,4 @@ def _(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool, block: int):
 
 @_fake("handgrad::attention_backward")
 def _(q, k, v, dout, D, lse, scale, causal, block):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)  # contiguous, as q, k, v may not be
