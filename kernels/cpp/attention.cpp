@@ -1,7 +1,7 @@
 // Attention, FlashAttention-2's way (Dao 2023; layers/attention/scaled_dot_product.py is the textbook):
 // q (B, L, E), k (B, S, E), v (B, S, Ev); the query rows in blocks of Br, the keys in blocks of Bc; never an (L, S)
-// matrix, only one (Br, Bc) block of scores at a time, each block's products one matrix product (BLAS, through
-// at::cpublas::gemm, as ATen's own FlashAttentionKernel.cpp).
+// matrix, only one (Br, Bc) block of scores at a time, each block's products one matrix product (BLAS's gemm, as
+// ATen's own FlashAttentionKernel.cpp calls it through at::cpublas::gemm).
 //
 // The textbook holds the scores and the softmax, s = scale q k^T, P = softmax(s), out = P v, and backpropagates
 // dv = P^T dout, dP = dout v^T, ds = P * (dP - rowsum(dP * P)), dq = scale ds k, dk = scale ds^T q.
