@@ -117,7 +117,8 @@ class CausalSelfAttention(Composite):
             keep_out=False,
         )  # (B, nh, T, hs)
         # (B, T, C) the heads side by side: c_proj's input, and the attention's output for its backward (which
-        # therefore does not keep its own copy in the (B, nh, T, hs) layout)
+        # therefore does not keep its own copy in the (B, nh, T, hs) layout).  A view where the C++ kernel ran (it
+        # reads the heads' strided views of qkv and writes its output in this layout), else a copy.
         y = y.transpose(1, 2).reshape(B, T, C)
         return self.resid_dropout(self.c_proj(y)), self.Saved(y, recomputed)
 
@@ -129,7 +130,9 @@ class CausalSelfAttention(Composite):
         dq, dk, dv = self.attention.backward(
             dy.view(B, T, nh, hs).transpose(1, 2), out=saved.y.view(B, T, nh, hs).transpose(1, 2)
         )  # (B, nh, T, hs) each
-        dqkv = dy.new_empty(B, T, 3 * C)  # the three written into c_attn's output gradient, no concatenation
+        # the three written into c_attn's output gradient, no concatenation: one copy each, from whatever layout (the
+        # C++ kernel's are the heads side by side already, (B, T, nh, hs) in memory, so a copy of dense rows)
+        dqkv = dy.new_empty(B, T, 3 * C)
         for i, d in enumerate((dq, dk, dv)):
             dqkv[:, :, i * C : (i + 1) * C].view(B, T, nh, hs).copy_(d.transpose(1, 2))
         if saved.recomputed:

@@ -89,12 +89,19 @@ def _(dout: Tensor, idx: Tensor, hw: int):
     return dout.new_empty(dout.shape[0], dout.shape[1], hw)
 
 
+def _side_by_side(like: Tensor, rows: int, cols: int) -> Tensor:
+    """attention.cpp's outputs: (B, rows, cols) contiguous, or (B, H, rows, cols) laid out (B, rows, H, cols)."""
+    if like.dim() == 3:
+        return like.new_empty(like.shape[0], rows, cols)
+    return like.new_empty(like.shape[0], rows, like.shape[1], cols).transpose(1, 2)
+
+
 @_fake("handgrad::attention_forward")
 def _(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool, block: int):
-    B, L = q.shape[:2]
-    return q.new_empty(B, L, v.shape[2]), q.new_empty(B, L, 1)
+    return _side_by_side(q, q.shape[-2], v.shape[-1]), q.new_empty(*q.shape[:-1], 1)
 
 
 @_fake("handgrad::attention_backward")
 def _(q, k, v, dout, D, lse, scale, causal, block):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)  # contiguous, as q, k, v may not be
+    L, S, E, Ev = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
+    return _side_by_side(q, L, E), _side_by_side(q, S, E), _side_by_side(q, S, Ev)  # whatever q, k, v's layout
