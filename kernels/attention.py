@@ -75,14 +75,29 @@ def forward(q: Tensor, k: Tensor, v: Tensor, spec: Spec, *, need_weights: bool) 
 
 
 def backward(
-    q: Tensor, k: Tensor, v: Tensor, do: Tensor, dw: Tensor | None, D: Tensor, lse: Tensor, spec: Spec
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    do: Tensor,
+    dw: Tensor | None,
+    D: Tensor,
+    lse: Tensor,
+    spec: Spec,
+    into: tuple[Tensor, Tensor, Tensor] | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """q, k, v, dout (B, L, Ev), dweights (B, L, S) or None, D = rowsum(dout * out) (B, L, 1) (+ rowsum(dweights *
     A)), lse (B, L, 1) in base 2 -> (dq, dk, dv) shaped as q, k, v (with (B, H, L, E) inputs, (B, H, L, 1) D and
-    lse, and no dweights: from C++ the heads side by side in memory, as the forward's out)."""
-    if dw is None and _plain(spec) and cpp.usable(q, k, v, do, D, lse):
+    lse, and no dweights: from C++ the heads side by side in memory, as the forward's out).  ``into``: three
+    tensors shaped as q, k, v, of their dtype: where the C++ kernel runs and their rows are contiguous and apart (the
+    GPT's views of c_attn's output gradient), it writes the gradients into them and returns ``into`` itself; else
+    the gradients come back as new tensors, for the caller to copy."""
+    if dw is None and _plain(spec) and cpp.usable(q, k, v, do, D, lse, *(into or ())):
         qkv = (_rows(q), _rows(k), _rows(v), _rows(do))
-        return cpp.ops.attention_backward(*qkv, D.contiguous(), lse.contiguous(), *_cpp_args(spec))
+        args = (D.contiguous(), lse.contiguous(), *_cpp_args(spec))
+        if into is not None and all(t.stride(-1) == 1 and t.stride(-2) >= t.shape[-1] for t in into):
+            cpp.ops.attention_backward_into(*qkv, *args, *into)
+            return into
+        return cpp.ops.attention_backward(*qkv, *args)
     if q.dim() == 4:  # the eager kernels take the (batch, head) pairs as one axis
         dq, dk, dv = backward(_flat(q), _flat(k), _flat(v), _flat(do), dw, _flat(D), _flat(lse), spec)
         return dq.view(q.shape), dk.view(k.shape), dv.view(v.shape)

@@ -127,14 +127,15 @@ class CausalSelfAttention(Composite):
         B, T, C = saved.y.shape
         nh, hs = self.n_head, C // self.n_head
         dy = self.back(self.c_proj, self.resid_dropout.backward(dy))  # (B, T, C)
-        dq, dk, dv = self.attention.backward(
-            dy.view(B, T, nh, hs).transpose(1, 2), out=saved.y.view(B, T, nh, hs).transpose(1, 2)
-        )  # (B, nh, T, hs) each
-        # the three written into c_attn's output gradient, no concatenation: one copy each, from whatever layout (the
-        # C++ kernel's are the heads side by side already, (B, T, nh, hs) in memory, so a copy of dense rows)
+        # dq, dk, dv written into c_attn's output gradient, each as the (B, nh, T, hs) view of its third that the
+        # forward's heads were: the C++ kernel writes them there, any other path copies them in; no concatenation
         dqkv = dy.new_empty(B, T, 3 * C)
-        for i, d in enumerate((dq, dk, dv)):
-            dqkv[:, :, i * C : (i + 1) * C].view(B, T, nh, hs).copy_(d.transpose(1, 2))
+        heads = lambda i: dqkv[:, :, i * C : (i + 1) * C].view(B, T, nh, hs).transpose(1, 2)  # noqa: E731
+        self.attention.backward(
+            dy.view(B, T, nh, hs).transpose(1, 2),
+            out=saved.y.view(B, T, nh, hs).transpose(1, 2),
+            into=(heads(0), heads(1), heads(2)),
+        )
         if saved.recomputed:
             return self.back(self._norm_c_attn, dqkv)  # type: ignore[arg-type]  # (set with the norm)
         dx = self.back(self.c_attn, dqkv)

@@ -564,6 +564,10 @@ def test_opcheck_attention_on_the_gpts_heads(built):
     out, lse = built.attention_forward(q, k, v, 0.25, True, 24)
     D = (dout * out).sum(-1, keepdim=True).contiguous()
     torch.library.opcheck(torch.ops.handgrad.attention_backward.default, (q, k, v, dout, D, lse, 0.25, True, 24))
+    B, nh, T, hs = q.shape
+    into = tuple(t.view(B, T, nh, hs).transpose(1, 2) for t in torch.zeros(B, T, 3 * nh * hs, dtype=F64).chunk(3, 2))
+    op = torch.ops.handgrad.attention_backward_into.default
+    torch.library.opcheck(op, (q, k, v, dout, D, lse, 0.25, True, 24, *into))
     k, v = _gpt_heads(F64, torch.Generator().manual_seed(19), S=70)[1:3]
     torch.library.opcheck(torch.ops.handgrad.attention_forward.default, (q, k, v, 0.5, False, 16))
 
@@ -590,6 +594,20 @@ def test_attention_layer_hands_the_gpts_heads_to_the_kernel(calls, dtype, causal
         eager = [out, *att.backward(dout)]
     assert calls.get("attention_backward") == 1, calls
     assert_close(eager, got, dtype, "eager backward")
+    # into=: the gradients written into the heads' views of one (B, T, 3C) buffer, as the GPT asks, by the kernel
+    # or (C++ off) copied there
+    for off in (False, True):
+        att(q, k, v, is_causal=causal)
+        B, nh, T, hs = q.shape
+        dqkv = torch.full((B, T, 3 * nh * hs), math.nan, dtype=dtype)
+        into = tuple(t.view(B, T, nh, hs).transpose(1, 2) for t in dqkv.split(nh * hs, dim=2))
+        with cpp.disabled() if off else contextlib.nullcontext():
+            assert att.backward(dout, into=into) is into
+        assert calls.get("attention_backward_into") == 1 and calls.get("attention_backward") == 1, calls
+        assert_close([out, *into], got, dtype, f"into=, C++ {'off' if off else 'on'}")
+    with pytest.raises(ValueError, match="into= must be three tensors"):
+        att(q, k, v, is_causal=causal)
+        att.backward(dout, into=into[:2])
 
 
 def test_attention_with_a_mask_or_dropout_is_left_to_the_eager_kernel(calls):
@@ -639,6 +657,7 @@ def _samples():
         "gru_gates_backward": (r(3, 2), r(3, 6).sigmoid(), r(3, 2), r(3, 2), r(3, 2), r(3, 6), r(3, 2)),
         "attention_forward": (r(2, 5, 4), r(2, 7, 4), r(2, 7, 3), 0.5, True, 3),
         "attention_backward": (*_attention_sample(r), 0.5, False, 3),
+        "attention_backward_into": (*_attention_sample(r), 0.5, True, 3, r(2, 5, 4), r(2, 7, 4), r(2, 7, 3)),
         "max_pool2d_backward": (r(2, 3, 2, 2), torch.randint(0, 16, (2, 3, 2, 2), generator=g), 16),
     }
 

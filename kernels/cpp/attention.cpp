@@ -311,20 +311,26 @@ std::tuple<Tensor, Tensor> attention_forward(const Tensor& q, const Tensor& k, c
   return {out, lse};
 }
 
-std::tuple<Tensor, Tensor, Tensor> attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                                      const Tensor& dout, const Tensor& D, const Tensor& lse,
-                                                      double scale, bool causal, int64_t block) {
-  const auto [BH, L, S, E, Ev] = check_qkv(q, k, v, "attention_backward");
-  TORCH_CHECK(block >= 1, "handgrad::attention_backward: block must be >= 1, got ", block);
-  check_rows(dout, q, "attention_backward", "dout");
+// The backward's checks, then its kernel writing dq, dk, dv (shaped as q, k, v, rows contiguous and apart).
+void backward_into(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& D,
+                   const Tensor& lse, double scale, bool causal, int64_t block, const Tensor& dq, const Tensor& dk,
+                   const Tensor& dv, const char* op) {
+  const auto [BH, L, S, E, Ev] = check_qkv(q, k, v, op);
+  TORCH_CHECK(block >= 1, "handgrad::", op, ": block must be >= 1, got ", block);
+  check_rows(dout, q, op, "dout");
   std::vector<int64_t> dout_shape(q.sizes().begin(), q.sizes().end());
   dout_shape.back() = Ev;
-  TORCH_CHECK(dout.sizes() == at::IntArrayRef(dout_shape), "handgrad::attention_backward: dout must be ",
+  TORCH_CHECK(dout.sizes() == at::IntArrayRef(dout_shape), "handgrad::", op, ": dout must be ",
               at::IntArrayRef(dout_shape), " (q's with Ev last), got ", dout.sizes());
-  check_same(D, q, "attention_backward", "D"), check_numel(D, BH * L, "attention_backward", "D");
-  check_same(lse, q, "attention_backward", "lse"), check_numel(lse, BH * L, "attention_backward", "lse");
-  // the heads side by side in memory (contiguous for a 3-D input), whatever the inputs' layout
-  Tensor dq = side_by_side(q, L, E), dk = side_by_side(q, S, E), dv = side_by_side(q, S, Ev);
+  check_same(D, q, op, "D"), check_numel(D, BH * L, op, "D");
+  check_same(lse, q, op, "lse"), check_numel(lse, BH * L, op, "lse");
+  for (const auto& [g, like, name] : {std::tuple<const Tensor&, const Tensor&, const char*>{dq, q, "dq"},
+                                      {dk, k, "dk"}, {dv, v, "dv"}}) {
+    check_rows(g, q, op, name);
+    TORCH_CHECK(g.sizes() == like.sizes() && (g.size(-2) <= 1 || g.stride(-2) >= g.size(-1)), "handgrad::", op,
+                ": ", name, " must be shaped as its input, ", like.sizes(), ", its rows apart, got sizes ",
+                g.sizes(), " strides ", g.strides());
+  }
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "attention_backward", [&] {
     backward_kernel<scalar_t>(rows_of<scalar_t>(readable(q)), rows_of<scalar_t>(readable(k)),
                               rows_of<scalar_t>(readable(v)), rows_of<scalar_t>(readable(dout)),
@@ -332,7 +338,25 @@ std::tuple<Tensor, Tensor, Tensor> attention_backward(const Tensor& q, const Ten
                               rows_of<scalar_t>(dk), rows_of<scalar_t>(dv), BH, L, S, E, Ev,
                               static_cast<scalar_t>(scale), causal, block);
   });
+}
+
+std::tuple<Tensor, Tensor, Tensor> attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                      const Tensor& dout, const Tensor& D, const Tensor& lse,
+                                                      double scale, bool causal, int64_t block) {
+  check_qkv(q, k, v, "attention_backward");
+  // the heads side by side in memory (contiguous for a 3-D input), whatever the inputs' layout
+  const int64_t L = q.size(-2), S = k.size(-2), E = q.size(-1), Ev = v.size(-1);
+  Tensor dq = side_by_side(q, L, E), dk = side_by_side(q, S, E), dv = side_by_side(q, S, Ev);
+  backward_into(q, k, v, dout, D, lse, scale, causal, block, dq, dk, dv, "attention_backward");
   return {dq, dk, dv};
+}
+
+// The same, written into dq, dk, dv given, any layout whose rows are contiguous: the GPT's (B, nh, T, hs) views of
+// c_attn's (B, T, 3C) output gradient, so that no copy assembles it.
+void attention_backward_into(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& D,
+                             const Tensor& lse, double scale, bool causal, int64_t block, const Tensor& dq,
+                             const Tensor& dk, const Tensor& dv) {
+  backward_into(q, k, v, dout, D, lse, scale, causal, block, dq, dk, dv, "attention_backward_into");
 }
 
 }  // namespace
@@ -340,6 +364,7 @@ std::tuple<Tensor, Tensor, Tensor> attention_backward(const Tensor& q, const Ten
 TORCH_LIBRARY_IMPL(handgrad, CPU, m) {
   m.impl("attention_forward", &attention_forward);
   m.impl("attention_backward", &attention_backward);
+  m.impl("attention_backward_into", &attention_backward_into);
 }
 
 }  // namespace handgrad

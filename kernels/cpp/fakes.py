@@ -105,3 +105,8 @@ def _(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool, block: int):
 def _(q, k, v, dout, D, lse, scale, causal, block):
     L, S, E, Ev = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
     return _side_by_side(q, L, E), _side_by_side(q, S, E), _side_by_side(q, S, Ev)  # whatever q, k, v's layout
+
+
+@_fake("handgrad::attention_backward_into")
+def _(q, k, v, dout, D, lse, scale, causal, block, dq, dk, dv) -> None:
+    return None

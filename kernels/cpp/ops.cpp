@@ -37,6 +37,8 @@ TORCH_LIBRARY(handgrad, m) {
   m.def("attention_forward(Tensor q, Tensor k, Tensor v, float scale, bool causal, int block) -> (Tensor, Tensor)");
   m.def("attention_backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor D, Tensor lse, float scale,"
         " bool causal, int block) -> (Tensor, Tensor, Tensor)");
+  m.def("attention_backward_into(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor D, Tensor lse, float scale,"
+        " bool causal, int block, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv) -> ()");
   // pool.cpp
   m.def("max_pool2d_backward(Tensor dout, Tensor idx, int hw) -> Tensor");
 }

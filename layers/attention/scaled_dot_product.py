@@ -227,11 +227,18 @@ class ScaledDotProductAttention(BaseLayer):
         super().check_dout(grads[:1], meta, saved)
 
     def backward_math(
-        self, dout: Tensor, saved: Saved, dweights: Tensor | None = None, out: Tensor | None = None
+        self,
+        dout: Tensor,
+        saved: Saved,
+        dweights: Tensor | None = None,
+        out: Tensor | None = None,
+        into: tuple[Tensor, Tensor, Tensor] | None = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """dout (*, L, Ev) [, dweights (*, L, S)] -> (dquery (*, L, E), dkey (*, S, E), dvalue (*, S, Ev)): the
         module docstring's backward.  ``out``: the forward's output, given back when the forward did not keep it
-        (``keep_out=False``)."""
+        (``keep_out=False``).  ``into``: three tensors shaped and typed as query, key and value that the gradients
+        are written into and returned as (the C++ kernel writes them there; any other path copies them in): the
+        GPT's views of c_attn's output gradient, assembled with no copy."""
         spec, q, k, v, kept, weights, dtype = (
             saved.spec,
             saved.q,
@@ -257,6 +264,20 @@ class ScaledDotProductAttention(BaseLayer):
                 f"{self!r}: out= must be the forward's output, of shape {tuple(out_shape)} and dtype "
                 f"{dtype}; got {tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__}"
             )
+        if into is not None:
+            shapes = (saved.q_shape, saved.k_shape, saved.v_shape)
+            if not (
+                isinstance(into, tuple)
+                and len(into) == 3
+                and all(
+                    isinstance(t, Tensor) and t.shape == s and t.dtype == dtype
+                    for t, s in zip(into, shapes, strict=True)
+                )
+            ):
+                raise ValueError(
+                    f"{self!r}: into= must be three tensors shaped as query, key and value, "
+                    f"{[tuple(s) for s in shapes]}, of dtype {dtype}"
+                )
         if dweights is not None:
             if weights is None:
                 raise ValueError(f"{self!r}: dweights given, but the forward returned no weights (need_weights=False)")
@@ -276,11 +297,20 @@ class ScaledDotProductAttention(BaseLayer):
             if dw is not None:
                 # the weights' own gradient joins dA: + rowsum(dW * A)
                 D.add_((dw * weights).sum(-1, keepdim=True))  # type: ignore[operator]  # (kept where dw is given)
-            dq, dk, dv = attention.backward(q, k, v, do, dw, D, saved.lse, spec)
+            written = into if into is not None and q.dtype == dtype else None  # (the kernel writes its own dtype)
+            grads = attention.backward(q, k, v, do, dw, D, saved.lse, spec, into=written)
+            if written is not None and grads is written:
+                return written  # the C++ kernel wrote them there
+            dq, dk, dv = grads
         else:
             # (the textbook's forward kept P and att)
             dq, dk, dv = attention_backward(do, dw, q, k, v, saved.P, saved.att, spec)  # type: ignore[arg-type]
-        return dq.view(saved.q_shape).to(dtype), dk.view(saved.k_shape).to(dtype), dv.view(saved.v_shape).to(dtype)
+        dq, dk, dv = dq.view(saved.q_shape), dk.view(saved.k_shape), dv.view(saved.v_shape)
+        if into is not None:
+            for buffer, d in zip(into, (dq, dk, dv), strict=True):
+                buffer.copy_(d)  # (and cast)
+            return into
+        return dq.to(dtype), dk.to(dtype), dv.to(dtype)
 
 
 def attention_forward(q: Tensor, k: Tensor, v: Tensor, spec: attention.Spec) -> tuple[Tensor, Tensor, Tensor]:
