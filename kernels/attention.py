@@ -60,7 +60,7 @@ def forward(q: Tensor, k: Tensor, v: Tensor, spec: Spec, *, need_weights: bool) 
     None): one block where every key fits in one, else the key blocks with the online softmax; in C++ where no
     mask, bias, dropout or weights are asked for (kernels/cpp/attention.cpp: the same key blocks against blocks of
     query rows).  q, k, v may also be (B, H, L, E), ... (the heads apart, as ``runs_cpp`` allows them): out and lse
-    are then (B, H, L, Ev) and (B, H, L, 1), out the C++ kernel's, the heads side by side in memory."""
+    are then (B, H, L, Ev) and (B, H, L, 1), out the C++ kernel's (the heads side by side in memory where q's are)."""
     if runs_cpp(spec, q, k, v, need_weights=need_weights):
         # (q, k, v as they come: the kernel reads any layout whose rows are contiguous, a head's view of a wider
         # projection included)
@@ -87,7 +87,7 @@ def backward(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """q, k, v, dout (B, L, Ev), dweights (B, L, S) or None, D = rowsum(dout * out) (B, L, 1) (+ rowsum(dweights *
     A)), lse (B, L, 1) in base 2 -> (dq, dk, dv) shaped as q, k, v (with (B, H, L, E) inputs, (B, H, L, 1) D and
-    lse, and no dweights: from C++ the heads side by side in memory, as the forward's out).  ``into``: three
+    lse, and no dweights: from C++ laid out as the forward's out).  ``into``: three
     tensors shaped as q, k, v, of their dtype: where the C++ kernel runs and their rows are contiguous and apart (the
     GPT's views of c_attn's output gradient), it writes the gradients into them and returns ``into`` itself; else
     the gradients come back as new tensors, for the caller to copy."""

@@ -28,11 +28,12 @@
 // q, k, v and dout are (B, L, E) or, heads apart, (B, H, L, E), with any batch, head and row strides as long as each
 // row is contiguous (a head's view of a wider projection, say: the GPT's q = qkv[..., :C].view(B, T, nh, hs)
 // .transpose(1, 2)): BLAS reads a block's rows through their stride, so no copy is made.  A 3-D input is one head
-// (H = 1).  The (batch, head) pairs are the forward's and backward's independent problems.  The outputs of a 4-D
-// input are written heads side by side, (B, L, H, E) in memory and returned as its (B, H, L, E) view, so that
-// out.transpose(1, 2).reshape(B, L, H E) -- the GPT's heads side by side -- and the same of dq, dk, dv are views,
-// not copies; a 3-D input's outputs are contiguous (the same layout with H = 1).  lse is contiguous,
-// (B, L, 1) or (B, H, L, 1), as D must be.
+// (H = 1).  The (batch, head) pairs are the forward's and backward's independent problems.  Where q's heads lie side
+// by side in memory (its head stride below its row stride), out, dq, dk and dv are written so too, (B, L, H, E) in
+// memory and returned as its (B, H, L, E) view, so that out.transpose(1, 2).reshape(B, L, H E) -- the GPT's heads
+// side by side -- is a view, not a copy; otherwise they are contiguous (writing a contiguous input's outputs side by
+// side measured slower: rows H E apart).  attention_backward_into writes dq, dk, dv into tensors it is given (the
+// GPT's views of c_attn's output gradient).  lse is contiguous, (B, L, 1) or (B, H, L, 1), as D must be.
 #include "common.h"
 
 #include <ATen/ops/addmm.h>
@@ -151,10 +152,16 @@ Tensor readable(const Tensor& t) {
   return rows <= 1 || t.stride(-2) >= cols ? t : t.contiguous();
 }
 
-// A new (B, rows, cols) tensor, or (B, H, rows, cols) laid out (B, rows, H, cols) in memory: the heads side by side.
-Tensor side_by_side(const Tensor& like, int64_t rows, int64_t cols) {
-  if (like.dim() == 3) return at::empty({like.size(0), rows, cols}, like.options());
-  return at::empty({like.size(0), rows, like.size(1), cols}, like.options()).transpose(1, 2);
+// A new output of q's (batch, head) pairs, (B, [H,] rows, cols): for a 4-D q whose heads lie side by side in memory
+// (its head stride below its row stride: views of one projection, as the GPT's), laid out (B, rows, H, cols) and
+// returned as its (B, H, rows, cols) view, the heads side by side too; else contiguous.
+Tensor output_like(const Tensor& q, int64_t rows, int64_t cols) {
+  if (q.dim() == 4 && q.stride(1) < q.stride(2)) {
+    return at::empty({q.size(0), rows, q.size(1), cols}, q.options()).transpose(1, 2);
+  }
+  std::vector<int64_t> shape(q.sizes().begin(), q.sizes().end());
+  shape[shape.size() - 2] = rows, shape.back() = cols;
+  return at::empty(shape, q.options());
 }
 
 // rows i0..i1 of the (batch, head) pair bh's slice of t set to zero.
@@ -299,7 +306,7 @@ std::tuple<Tensor, Tensor> attention_forward(const Tensor& q, const Tensor& k, c
                                              bool causal, int64_t block) {
   const auto [BH, L, S, E, Ev] = check_qkv(q, k, v, "attention_forward");
   TORCH_CHECK(block >= 1, "handgrad::attention_forward: block must be >= 1, got ", block);
-  Tensor out = side_by_side(q, L, Ev);  // (B, [H,] L, Ev), the heads side by side in memory
+  Tensor out = output_like(q, L, Ev);  // (B, [H,] L, Ev), the heads side by side in memory where q's are
   std::vector<int64_t> lse_shape(q.sizes().begin(), q.sizes().end());
   lse_shape.back() = 1;
   Tensor lse = at::empty(lse_shape, q.options());  // (B, [H,] L, 1)
@@ -344,9 +351,9 @@ std::tuple<Tensor, Tensor, Tensor> attention_backward(const Tensor& q, const Ten
                                                       const Tensor& dout, const Tensor& D, const Tensor& lse,
                                                       double scale, bool causal, int64_t block) {
   check_qkv(q, k, v, "attention_backward");
-  // the heads side by side in memory (contiguous for a 3-D input), whatever the inputs' layout
+  // the heads side by side in memory where q's are, else contiguous, whatever k's and v's layout
   const int64_t L = q.size(-2), S = k.size(-2), E = q.size(-1), Ev = v.size(-1);
-  Tensor dq = side_by_side(q, L, E), dk = side_by_side(q, S, E), dv = side_by_side(q, S, Ev);
+  Tensor dq = output_like(q, L, E), dk = output_like(q, S, E), dv = output_like(q, S, Ev);
   backward_into(q, k, v, dout, D, lse, scale, causal, block, dq, dk, dv, "attention_backward");
   return {dq, dk, dv};
 }

@@ -89,22 +89,23 @@ def _(dout: Tensor, idx: Tensor, hw: int):
     return dout.new_empty(dout.shape[0], dout.shape[1], hw)
 
 
-def _side_by_side(like: Tensor, rows: int, cols: int) -> Tensor:
-    """attention.cpp's outputs: (B, rows, cols) contiguous, or (B, H, rows, cols) laid out (B, rows, H, cols)."""
-    if like.dim() == 3:
-        return like.new_empty(like.shape[0], rows, cols)
-    return like.new_empty(like.shape[0], rows, like.shape[1], cols).transpose(1, 2)
+def _output_like(q: Tensor, rows: int, cols: int) -> Tensor:
+    """attention.cpp's outputs, (B, [H,] rows, cols): laid out (B, rows, H, cols) where q's heads lie side by side in
+    memory (its head stride below its row stride), else contiguous."""
+    if q.dim() == 4 and q.stride(1) < q.stride(2):
+        return q.new_empty(q.shape[0], rows, q.shape[1], cols).transpose(1, 2)
+    return q.new_empty(*q.shape[:-2], rows, cols)
 
 
 @_fake("handgrad::attention_forward")
 def _(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool, block: int):
-    return _side_by_side(q, q.shape[-2], v.shape[-1]), q.new_empty(*q.shape[:-1], 1)
+    return _output_like(q, q.shape[-2], v.shape[-1]), q.new_empty(*q.shape[:-1], 1)
 
 
 @_fake("handgrad::attention_backward")
 def _(q, k, v, dout, D, lse, scale, causal, block):
     L, S, E, Ev = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
-    return _side_by_side(q, L, E), _side_by_side(q, S, E), _side_by_side(q, S, Ev)  # whatever q, k, v's layout
+    return _output_like(q, L, E), _output_like(q, S, E), _output_like(q, S, Ev)  # as q's, whatever k's and v's
 
 
 @_fake("handgrad::attention_backward_into")

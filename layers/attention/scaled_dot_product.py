@@ -175,8 +175,8 @@ class ScaledDotProductAttention(BaseLayer):
         cpp_heads = len(lead) == 2 and kernels.enabled()
         if cpp_heads and attention.runs_cpp(spec, query, key, value, need_weights=need_weights):
             # (B, H, L, E) as they come: the C++ kernel reads the heads' strided views (the GPT's, of one (B, T, 3C)
-            # projection) where flattening (B, H) into one axis would copy them, and writes its output heads side by
-            # side, (B, L, H, Ev) in memory
+            # projection) where flattening (B, H) into one axis would copy them, and writes its output with the
+            # heads side by side, (B, L, H, Ev) in memory, where theirs are so
             q, k, v = query, key, value
         else:
             q = query.reshape(B, L, E).to(cdt)  # (B, L, E): views when contiguous and not half
