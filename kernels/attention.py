@@ -1,7 +1,8 @@
 """Attention FlashAttention's way: keys in blocks, an online softmax, no (L, S) matrix kept.
 
-Shape legend (torch's F.scaled_dot_product_attention): B = the leading batch/head axes flattened, L = query
-length, S = key/value length, E = query/key size, Ev = value size, Bc = keys per block (``Spec.block``).
+Shape legend (torch's F.scaled_dot_product_attention): B = the leading batch/head axes flattened (the C++ kernel
+also takes them as two, B and H = heads: ``forward``), L = query length, S = key/value length, E = query/key size,
+Ev = value size, Bc = keys per block (``Spec.block``).
 
 layers/attention/scaled_dot_product.py writes attention's textbook: the (L, S) scores and probabilities kept,
 their backward through the softmax's Jacobian, ``dS = P * (dP - rowsum(dP * P))``.  Here the same numbers while
@@ -58,28 +59,57 @@ def forward(q: Tensor, k: Tensor, v: Tensor, spec: Spec, *, need_weights: bool) 
     """q (B, L, E), k (B, S, E), v (B, S, Ev) -> (out (B, L, Ev), lse (B, L, 1) in base 2, weights (B, L, S) or
     None): one block where every key fits in one, else the key blocks with the online softmax; in C++ where no
     mask, bias, dropout or weights are asked for (kernels/cpp/attention.cpp: the same key blocks against blocks of
-    query rows)."""
-    if not need_weights and _plain(spec) and cpp.usable(q, k, v):
+    query rows).  q, k, v may also be (B, H, L, E), ... (the heads apart, as ``runs_cpp`` allows them): out and lse
+    are then (B, H, L, Ev) and (B, H, L, 1), out the C++ kernel's (the heads side by side in memory where q's are)."""
+    if runs_cpp(spec, q, k, v, need_weights=need_weights):
         # (q, k, v as they come: the kernel reads any layout whose rows are contiguous, a head's view of a wider
         # projection included)
         out, lse = cpp.ops.attention_forward(_rows(q), _rows(k), _rows(v), *_cpp_args(spec))
         return out, lse, None
+    if q.dim() == 4:  # the eager kernels take the (batch, head) pairs as one axis
+        out, lse, weights = forward(_flat(q), _flat(k), _flat(v), spec, need_weights=need_weights)
+        return out.view(*q.shape[:-1], -1), lse.view(*q.shape[:-1], 1), weights
     if spec.block >= spec.S:
         return one_block_forward(q, k, v, spec, need_weights=need_weights)
     return blocked_forward(q, k, v, spec, need_weights=need_weights)
 
 
 def backward(
-    q: Tensor, k: Tensor, v: Tensor, do: Tensor, dw: Tensor | None, D: Tensor, lse: Tensor, spec: Spec
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    do: Tensor,
+    dw: Tensor | None,
+    D: Tensor,
+    lse: Tensor,
+    spec: Spec,
+    into: tuple[Tensor, Tensor, Tensor] | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """q, k, v, dout (B, L, Ev), dweights (B, L, S) or None, D = rowsum(dout * out) (B, L, 1) (+ rowsum(dweights *
-    A)), lse (B, L, 1) in base 2 -> (dq, dk, dv) shaped as q, k, v."""
-    if dw is None and _plain(spec) and cpp.usable(q, k, v, do, D, lse):
+    A)), lse (B, L, 1) in base 2 -> (dq, dk, dv) shaped as q, k, v (with (B, H, L, E) inputs, (B, H, L, 1) D and
+    lse, and no dweights: from C++ laid out as the forward's out).  ``into``: three
+    tensors shaped as q, k, v, of their dtype: where the C++ kernel runs and their rows are contiguous and apart (the
+    GPT's views of c_attn's output gradient), it writes the gradients into them and returns ``into`` itself; else
+    the gradients come back as new tensors, for the caller to copy."""
+    if dw is None and _plain(spec) and cpp.usable(q, k, v, do, D, lse, *(into or ())):
         qkv = (_rows(q), _rows(k), _rows(v), _rows(do))
-        return cpp.ops.attention_backward(*qkv, D.contiguous(), lse.contiguous(), *_cpp_args(spec))
+        args = (D.contiguous(), lse.contiguous(), *_cpp_args(spec))
+        if into is not None and all(t.stride(-1) == 1 and t.stride(-2) >= t.shape[-1] for t in into):
+            cpp.ops.attention_backward_into(*qkv, *args, *into)
+            return into
+        return cpp.ops.attention_backward(*qkv, *args)
+    if q.dim() == 4:  # the eager kernels take the (batch, head) pairs as one axis
+        dq, dk, dv = backward(_flat(q), _flat(k), _flat(v), _flat(do), dw, _flat(D), _flat(lse), spec)
+        return dq.view(q.shape), dk.view(k.shape), dv.view(v.shape)
     if spec.block >= spec.S:
         return one_block_backward(q, k, v, do, dw, D, lse, spec)
     return blocked_backward(q, k, v, do, dw, D, lse, spec)
+
+
+def runs_cpp(spec: Spec, q: Tensor, k: Tensor, v: Tensor, *, need_weights: bool) -> bool:
+    """Whether ``forward`` runs the C++ kernel on q, k, v: no weights asked for, no mask, bias or dropout, and the
+    C++ kernels usable on them (kernels/cpp/__init__.py) -- then q, k, v may keep their heads apart, (B, H, L, E)."""
+    return not need_weights and _plain(spec) and cpp.usable(q, k, v)
 
 
 def _plain(spec: Spec) -> bool:
@@ -88,8 +118,14 @@ def _plain(spec: Spec) -> bool:
 
 
 def _rows(t: Tensor) -> Tensor:
-    """t (B, rows, cols) itself where its rows are contiguous (all the C++ kernel needs), else a contiguous copy."""
+    """t (B, [H,] rows, cols) itself where its rows are contiguous (all the C++ kernel needs), else a contiguous
+    copy."""
     return t if t.stride(-1) == 1 or t.shape[-1] <= 1 else t.contiguous()
+
+
+def _flat(t: Tensor) -> Tensor:
+    """t (B, H, rows, cols) -> (B H, rows, cols): a view where its layout allows, else a copy."""
+    return t.reshape(-1, *t.shape[-2:])
 
 
 def _cpp_args(spec: Spec) -> tuple[float, bool, int]:
@@ -98,10 +134,20 @@ def _cpp_args(spec: Spec) -> tuple[float, bool, int]:
 
 
 def row_dot(do: Tensor, out: Tensor) -> Tensor:
-    """D = rowsum(dout * out) (B, L, 1) for dout and out (B, L, Ev): one dot product per row, no (B, L, Ev)
-    temporary."""
-    B, L, Ev = do.shape
-    return torch.bmm(do.reshape(B * L, 1, Ev), out.reshape(B * L, Ev, 1)).view(B, L, 1)
+    """D = rowsum(dout * out) (B, [H,] L, 1) for dout and out (B, [H,] L, Ev): one dot product per row, no
+    (B, L, Ev) temporary.  (B, H, L, Ev) dout and out that are not contiguous but hold their heads side by side in
+    memory ((B, L, H, Ev) contiguous: the GPT's, and the C++ forward's out) are read in that order, no copy."""
+    if do.dim() == 4 and not (do.is_contiguous() and out.is_contiguous()):
+        dt, ot = do.transpose(1, 2), out.transpose(1, 2)  # (B, L, H, Ev)
+        if dt.is_contiguous() and ot.is_contiguous():
+            return _row_dot(dt, ot).transpose(1, 2).contiguous()  # (B, H, L, 1), as the C++ backward takes D
+    return _row_dot(do, out)
+
+
+def _row_dot(do: Tensor, out: Tensor) -> Tensor:
+    """rowsum(dout * out) (*, 1) for dout and out (*, Ev), as one batched product of (1, Ev) and (Ev, 1)."""
+    Ev = do.shape[-1]
+    return torch.bmm(do.reshape(-1, 1, Ev), out.reshape(-1, Ev, 1)).view(*do.shape[:-1], 1)
 
 
 class Spec:

@@ -117,7 +117,8 @@ class CausalSelfAttention(Composite):
             keep_out=False,
         )  # (B, nh, T, hs)
         # (B, T, C) the heads side by side: c_proj's input, and the attention's output for its backward (which
-        # therefore does not keep its own copy in the (B, nh, T, hs) layout)
+        # therefore does not keep its own copy in the (B, nh, T, hs) layout).  A view where the C++ kernel ran (it
+        # reads the heads' strided views of qkv and writes its output in this layout), else a copy.
         y = y.transpose(1, 2).reshape(B, T, C)
         return self.resid_dropout(self.c_proj(y)), self.Saved(y, recomputed)
 
@@ -126,12 +127,15 @@ class CausalSelfAttention(Composite):
         B, T, C = saved.y.shape
         nh, hs = self.n_head, C // self.n_head
         dy = self.back(self.c_proj, self.resid_dropout.backward(dy))  # (B, T, C)
-        dq, dk, dv = self.attention.backward(
-            dy.view(B, T, nh, hs).transpose(1, 2), out=saved.y.view(B, T, nh, hs).transpose(1, 2)
-        )  # (B, nh, T, hs) each
-        dqkv = dy.new_empty(B, T, 3 * C)  # the three written into c_attn's output gradient, no concatenation
-        for i, d in enumerate((dq, dk, dv)):
-            dqkv[:, :, i * C : (i + 1) * C].view(B, T, nh, hs).copy_(d.transpose(1, 2))
+        # dq, dk, dv written into c_attn's output gradient, each as the (B, nh, T, hs) view of its third that the
+        # forward's heads were: the C++ kernel writes them there, any other path copies them in; no concatenation
+        dqkv = dy.new_empty(B, T, 3 * C)
+        heads = lambda i: dqkv[:, :, i * C : (i + 1) * C].view(B, T, nh, hs).transpose(1, 2)  # noqa: E731
+        self.attention.backward(
+            dy.view(B, T, nh, hs).transpose(1, 2),
+            out=saved.y.view(B, T, nh, hs).transpose(1, 2),
+            into=(heads(0), heads(1), heads(2)),
+        )
         if saved.recomputed:
             return self.back(self._norm_c_attn, dqkv)  # type: ignore[arg-type]  # (set with the norm)
         dx = self.back(self.c_attn, dqkv)

@@ -514,6 +514,104 @@ def test_opcheck_attention_on_strided_views(built):
     torch.library.opcheck(torch.ops.handgrad.attention_backward.default, (q, k, v, dout, D, lse, 0.25, True, 24))
 
 
+def _gpt_heads(dtype, g, S=None):
+    """q, k, v, dout (B, nh, T, hs) as the GPT makes them: the heads' views of one (B, T, 3C) projection (strides
+    (T 3C, hs, 3C, 1)) and of a (B, T, C) gradient; ``S``: k and v from a (B, S, 2C) projection of their own."""
+    B, T, nh, hs = 2, 45, 3, 16
+    C = nh * hs
+    r = lambda *s: torch.randn(s, generator=g, dtype=dtype)  # noqa: E731
+    heads = lambda t, n: t.view(B, n, nh, hs).transpose(1, 2)  # noqa: E731
+    q, k, v = (heads(t, T) for t in r(B, T, 3 * C).split(C, dim=2))
+    if S is not None:
+        k, v = (heads(t, S) for t in r(B, S, 2 * C).split(C, dim=2))
+    return q, k, v, heads(r(B, T, C), T)
+
+
+def _heads_side_by_side(t):
+    """Whether t (B, H, L, E) is laid out (B, L, H, E) in memory, as the C++ kernels write a 4-D input's outputs."""
+    return t.transpose(1, 2).is_contiguous()
+
+
+@pytest.mark.parametrize("dtype", [F64, F32])
+@pytest.mark.parametrize("S", [None, 70])  # None: self-attention, k and v from q's projection (S = L)
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_operators_take_the_gpts_heads_as_they_are(built, dtype, S, causal):
+    q, k, v, dout = _gpt_heads(dtype, torch.Generator().manual_seed(17), S)
+    assert not any(t.is_contiguous() for t in (q, k, v, dout)) and all(t.stride(-1) == 1 for t in (q, k, v))
+    scale = 0.25
+
+    def run(q, k, v, dout):
+        out, lse = built.attention_forward(q, k, v, scale, causal, 24)
+        D = (dout * out).sum(-1, keepdim=True)
+        return [out, lse, *built.attention_backward(q, k, v, dout, D, lse, scale, causal, 24)]
+
+    got = run(q, k, v, dout)
+    out, lse, dq, dk, dv = got
+    assert all(_heads_side_by_side(t) for t in (out, dq, dk, dv)) and lse.is_contiguous(), [t.stride() for t in got]
+    assert out.shape == q.shape and lse.shape == (*q.shape[:-1], 1)
+    dense = run(*(t.contiguous() for t in (q, k, v, dout)))
+    assert all(t.is_contiguous() for t in dense)  # (the heads apart in q: the outputs contiguous too)
+    assert_close(got, dense, dtype, "contiguous copies")
+    flat = [t.reshape(-1, *t.shape[2:]) for t in (q, k, v, dout)]  # the 3-D operators on (B nh, T, hs)
+    assert_close(got, [t.view(g.shape) for t, g in zip(run(*flat), got, strict=True)], dtype, "3-D")
+    want = autograd_reference(
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale), q, [k, v], dout
+    )
+    assert_close([got[0], *got[2:]], want, dtype, "autograd")
+
+
+def test_opcheck_attention_on_the_gpts_heads(built):
+    q, k, v, dout = _gpt_heads(F64, torch.Generator().manual_seed(18))
+    torch.library.opcheck(torch.ops.handgrad.attention_forward.default, (q, k, v, 0.25, True, 24))
+    out, lse = built.attention_forward(q, k, v, 0.25, True, 24)
+    D = (dout * out).sum(-1, keepdim=True).contiguous()
+    torch.library.opcheck(torch.ops.handgrad.attention_backward.default, (q, k, v, dout, D, lse, 0.25, True, 24))
+    B, nh, T, hs = q.shape
+    into = tuple(t.view(B, T, nh, hs).transpose(1, 2) for t in torch.zeros(B, T, 3 * nh * hs, dtype=F64).chunk(3, 2))
+    op = torch.ops.handgrad.attention_backward_into.default
+    torch.library.opcheck(op, (q, k, v, dout, D, lse, 0.25, True, 24, *into))
+    k, v = _gpt_heads(F64, torch.Generator().manual_seed(19), S=70)[1:3]
+    torch.library.opcheck(torch.ops.handgrad.attention_forward.default, (q, k, v, 0.5, False, 16))
+
+
+@pytest.mark.parametrize("dtype", [F64, F32])
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_layer_hands_the_gpts_heads_to_the_kernel(calls, dtype, causal):
+    q, k, v, dout = _gpt_heads(dtype, torch.Generator().manual_seed(20))
+    att = ScaledDotProductAttention(block_size=24)
+    out = att(q, k, v, is_causal=causal)
+    # the heads' views went in as they are: the output is the kernel's own, heads side by side (no copy made)
+    assert _heads_side_by_side(out) and att.kept.q.data_ptr() == q.data_ptr() and att.kept.q.stride() == q.stride()
+    got = [out, *att.backward(dout)]
+    assert calls.get("attention_forward") == 1 and calls.get("attention_backward") == 1, calls
+    assert all(_heads_side_by_side(t) for t in got[1:])
+    assert_close(got, attention_run(q, k, v, dout, textbook=True, is_causal=causal, block_size=24), dtype, "textbook")
+    want = autograd_reference(
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal), q, [k, v], dout
+    )
+    assert_close(got, want, dtype, "autograd")
+    # a forward on the heads, its backward without the C++ kernels: the eager kernel on the (batch, head) pairs
+    att(q, k, v, is_causal=causal)
+    with cpp.disabled():
+        eager = [out, *att.backward(dout)]
+    assert calls.get("attention_backward") == 1, calls
+    assert_close(eager, got, dtype, "eager backward")
+    # into=: the gradients written into the heads' views of one (B, T, 3C) buffer, as the GPT asks, by the kernel
+    # or (C++ off) copied there
+    for off in (False, True):
+        att(q, k, v, is_causal=causal)
+        B, nh, T, hs = q.shape
+        dqkv = torch.full((B, T, 3 * nh * hs), math.nan, dtype=dtype)
+        into = tuple(t.view(B, T, nh, hs).transpose(1, 2) for t in dqkv.split(nh * hs, dim=2))
+        with cpp.disabled() if off else contextlib.nullcontext():
+            assert att.backward(dout, into=into) is into
+        assert calls.get("attention_backward_into") == 1 and calls.get("attention_backward") == 1, calls
+        assert_close([out, *into], got, dtype, f"into=, C++ {'off' if off else 'on'}")
+    with pytest.raises(ValueError, match="into= must be three tensors"):
+        att(q, k, v, is_causal=causal)
+        att.backward(dout, into=into[:2])
+
+
 def test_attention_with_a_mask_or_dropout_is_left_to_the_eager_kernel(calls):
     q = torch.randn(2, 5, 8, dtype=F64)
     mask = torch.rand(5, 5, generator=torch.Generator().manual_seed(13)) > 0.3
@@ -561,6 +659,7 @@ def _samples():
         "gru_gates_backward": (r(3, 2), r(3, 6).sigmoid(), r(3, 2), r(3, 2), r(3, 2), r(3, 6), r(3, 2)),
         "attention_forward": (r(2, 5, 4), r(2, 7, 4), r(2, 7, 3), 0.5, True, 3),
         "attention_backward": (*_attention_sample(r), 0.5, False, 3),
+        "attention_backward_into": (*_attention_sample(r), 0.5, True, 3, r(2, 5, 4), r(2, 7, 4), r(2, 7, 3)),
         "max_pool2d_backward": (r(2, 3, 2, 2), torch.randint(0, 16, (2, 3, 2, 2), generator=g), 16),
     }
 

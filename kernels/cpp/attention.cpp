@@ -22,12 +22,18 @@
 //
 // is_causal: row i sees keys 0..i (top-left aligned, as torch), so a key block after a query block's last row is
 // skipped, the block's keys after its last row are left out of the products, and inside the block p = 0 where the
-// key comes after the row.  The forward runs (batch, block of Br rows) tasks on at::parallel_for, the backward one
-// task per batch entry (dk_j and dv_j gather from every query block of their batch entry).
+// key comes after the row.  The forward runs (batch and head, block of Br rows) tasks on at::parallel_for, the
+// backward one task per (batch, head) pair (dk_j and dv_j gather from every query block of their pair).
 //
-// q, k, v and dout may have any batch and row strides as long as each row is contiguous (a head's (B, L, E) view of
-// a wider projection, say): BLAS reads a block's rows through their stride, so no copy is made.  The outputs are
-// contiguous.
+// q, k, v and dout are (B, L, E) or, heads apart, (B, H, L, E), with any batch, head and row strides as long as each
+// row is contiguous (a head's view of a wider projection, say: the GPT's q = qkv[..., :C].view(B, T, nh, hs)
+// .transpose(1, 2)): BLAS reads a block's rows through their stride, so no copy is made.  A 3-D input is one head
+// (H = 1).  The (batch, head) pairs are the forward's and backward's independent problems.  Where q's heads lie side
+// by side in memory (its head stride below its row stride), out, dq, dk and dv are written so too, (B, L, H, E) in
+// memory and returned as its (B, H, L, E) view, so that out.transpose(1, 2).reshape(B, L, H E) -- the GPT's heads
+// side by side -- is a view, not a copy; otherwise they are contiguous (writing a contiguous input's outputs side by
+// side measured slower: rows H E apart).  attention_backward_into writes dq, dk, dv into tensors it is given (the
+// GPT's views of c_attn's output gradient).  lse is contiguous, (B, L, 1) or (B, H, L, 1), as D must be.
 #include "common.h"
 
 #include <ATen/ops/addmm.h>
@@ -122,38 +128,63 @@ inline int64_t seen(bool causal, int64_t i, int64_t j0, int64_t bc) {
   return causal ? std::clamp<int64_t>(i + 1 - j0, 0, bc) : bc;
 }
 
-// A (B, rows, cols) input with any batch and row strides, its rows contiguous: a view of q, k or v split into heads.
+// A (B, H, rows, cols) tensor with any batch, head and row strides, its rows contiguous: a view of q, k or v split
+// into heads, or an output written heads side by side.  Indexed by the (batch, head) pair bh = b H + h.
 template <typename T>
 struct Rows {
-  const T* data;
-  int64_t batch, row;  // strides, in elements
-  const T* at(int64_t b, int64_t i) const { return data + b * batch + i * row; }
+  T* data;
+  int64_t H, batch, head, row;  // heads; strides, in elements
+  T* at(int64_t bh, int64_t i) const { return data + (bh / H) * batch + (bh % H) * head + i * row; }
 };
 
+// t (B, rows, cols) or (B, H, rows, cols) as Rows (a 3-D t: one head).
 template <typename T>
 Rows<T> rows_of(const Tensor& t) {
-  return {t.data_ptr<T>(), t.stride(0), t.stride(1)};
+  T* p = const_cast<T*>(t.data_ptr<T>());
+  if (t.dim() == 3) return {p, 1, t.stride(0), 0, t.stride(1)};
+  return {p, t.size(1), t.stride(0), t.stride(1), t.stride(2)};
 }
 
 // t itself where BLAS can read its rows through their stride (apart, not overlapping), else a contiguous copy (rows
 // broadcast with stride 0, say).
 Tensor readable(const Tensor& t) {
-  return t.size(1) <= 1 || t.stride(1) >= t.size(2) ? t : t.contiguous();
+  const int64_t rows = t.size(-2), cols = t.size(-1);
+  return rows <= 1 || t.stride(-2) >= cols ? t : t.contiguous();
+}
+
+// A new output of q's (batch, head) pairs, (B, [H,] rows, cols): for a 4-D q whose heads lie side by side in memory
+// (its head stride below its row stride: views of one projection, as the GPT's), laid out (B, rows, H, cols) and
+// returned as its (B, H, rows, cols) view, the heads side by side too; else contiguous.
+Tensor output_like(const Tensor& q, int64_t rows, int64_t cols) {
+  if (q.dim() == 4 && q.stride(1) < q.stride(2)) {
+    return at::empty({q.size(0), rows, q.size(1), cols}, q.options()).transpose(1, 2);
+  }
+  std::vector<int64_t> shape(q.sizes().begin(), q.sizes().end());
+  shape[shape.size() - 2] = rows, shape.back() = cols;
+  return at::empty(shape, q.options());
+}
+
+// rows i0..i1 of the (batch, head) pair bh's slice of t set to zero.
+template <typename T>
+void zero_rows(const Rows<T>& t, int64_t bh, int64_t i0, int64_t i1, int64_t cols) {
+  for (int64_t i = i0; i < i1; ++i) std::fill(t.at(bh, i), t.at(bh, i) + cols, T(0));
 }
 
 template <typename T>
-void forward_kernel(Rows<T> q, Rows<T> k, Rows<T> v, T* out, T* lse, int64_t B, int64_t L, int64_t S, int64_t E,
-                    int64_t Ev, T scale2, bool causal, int64_t Bc) {
+void forward_kernel(Rows<T> q, Rows<T> k, Rows<T> v, Rows<T> out, T* lse, int64_t BH, int64_t L, int64_t S,
+                    int64_t E, int64_t Ev, T scale2, bool causal, int64_t Bc) {
   const int64_t V = Vec<T>::size();
   const int64_t Br = rows_per_block(L), row_blocks = (L + Br - 1) / Br;
   const T inf = std::numeric_limits<T>::infinity();
-  at::parallel_for(0, B * row_blocks, 1, [&](int64_t t0, int64_t t1) {
+  at::parallel_for(0, BH * row_blocks, 1, [&](int64_t t0, int64_t t1) {
     std::vector<T> s(Br * Bc), m(Br), l(Br);
     for (int64_t task = t0; task < t1; ++task) {
+      // b: the (batch, head) pair
       const int64_t b = task / row_blocks, r0 = (task % row_blocks) * Br, br = std::min(L, r0 + Br) - r0;
       const T* qi = q.at(b, r0);  // (br, E)
-      T* acc = out + (b * L + r0) * Ev;  // (br, Ev) the output rows accumulate in place
-      std::fill(acc, acc + br * Ev, T(0));
+      T* acc = out.at(b, r0);  // (br, Ev) the output rows accumulate in place, their stride ld
+      const int64_t ld = out.row;
+      zero_rows(out, b, r0, r0 + br, Ev);
       std::fill(m.begin(), m.end(), -inf);
       std::fill(l.begin(), l.end(), T(0));
       for (int64_t j0 = 0; j0 < S; j0 += Bc) {
@@ -181,17 +212,17 @@ void forward_kernel(Rows<T> q, Rows<T> k, Rows<T> v, T* out, T* lse, int64_t B, 
           }
           const T corr = std::exp2(m[r] - m_new);  // rescales what was summed against the old maximum (0 at first)
           l[r] = l[r] * corr + lanes_sum(sum);
-          if (corr != T(1)) scale_row(acc + r * Ev, Ev, corr);
+          if (corr != T(1)) scale_row(acc + r * ld, Ev, corr);
           m[r] = m_new;
         }
-        mm_nn(br, Ev, bc, T(1), s.data(), bc, v.at(b, j0), v.row, T(1), acc, Ev);  // (br, Ev) acc += p v_j
+        mm_nn(br, Ev, bc, T(1), s.data(), bc, v.at(b, j0), v.row, T(1), acc, ld);  // (br, Ev) acc += p v_j
       }
       for (int64_t r = 0; r < br; ++r) {
         if (l[r] == T(0)) {  // a row that saw no key (no keys at all): zeros, and 2^(s - inf) = 0 in backward
           lse[b * L + r0 + r] = inf;
           continue;
         }
-        scale_row(acc + r * Ev, Ev, T(1) / l[r]);
+        scale_row(acc + r * ld, Ev, T(1) / l[r]);
         lse[b * L + r0 + r] = m[r] + std::log2(l[r]);
       }
     }
@@ -199,19 +230,18 @@ void forward_kernel(Rows<T> q, Rows<T> k, Rows<T> v, T* out, T* lse, int64_t B, 
 }
 
 template <typename T>
-void backward_kernel(Rows<T> q, Rows<T> k, Rows<T> v, Rows<T> dout, const T* D, const T* lse, T* dq, T* dk, T* dv,
-                     int64_t B, int64_t L, int64_t S, int64_t E, int64_t Ev, T scale, bool causal,
-                     int64_t Bc) {
+void backward_kernel(Rows<T> q, Rows<T> k, Rows<T> v, Rows<T> dout, const T* D, const T* lse, Rows<T> dq,
+                     Rows<T> dk, Rows<T> dv, int64_t BH, int64_t L, int64_t S, int64_t E, int64_t Ev, T scale,
+                     bool causal, int64_t Bc) {
   const int64_t V = Vec<T>::size();
   const int64_t Br = rows_per_block(L);
   const T scale2 = scale * T(1.4426950408889634);  // scale log2(e)
-  at::parallel_for(0, B, 1, [&](int64_t b0, int64_t b1) {
+  at::parallel_for(0, BH, 1, [&](int64_t b0, int64_t b1) {
     std::vector<T> p(Br * Bc), ds(Br * Bc);
-    for (int64_t b = b0; b < b1; ++b) {
-      T *dqb = dq + b * L * E, *dkb = dk + b * S * E, *dvb = dv + b * S * Ev;
-      std::fill(dqb, dqb + L * E, T(0));
-      std::fill(dkb, dkb + S * E, T(0));  // (a key no query row sees keeps zeros)
-      std::fill(dvb, dvb + S * Ev, T(0));
+    for (int64_t b = b0; b < b1; ++b) {  // b: the (batch, head) pair
+      zero_rows(dq, b, 0, L, E);
+      zero_rows(dk, b, 0, S, E);  // (a key no query row sees keeps zeros)
+      zero_rows(dv, b, 0, S, Ev);
       for (int64_t r0 = 0; r0 < L; r0 += Br) {
         const int64_t br = std::min(L, r0 + Br) - r0;
         const T *qi = q.at(b, r0), *gi = dout.at(b, r0), *lse_i = lse + b * L + r0, *D_i = D + b * L + r0;
@@ -235,72 +265,105 @@ void backward_kernel(Rows<T> q, Rows<T> k, Rows<T> v, Rows<T> dout, const T* D, 
             std::fill(pr + n, pr + bc, T(0));  // the keys after the row
             std::fill(dsr + n, dsr + bc, T(0));
           }
-          mm_tn(bc, Ev, br, T(1), p.data(), bc, gi, dout.row, T(1), dvb + j0 * Ev, Ev);  // dv_j += p^T dout_i
-          mm_nn(br, E, bc, scale, ds.data(), bc, k.at(b, j0), k.row, T(1), dqb + r0 * E, E);  // dq_i += scale ds k_j
-          mm_tn(bc, E, br, scale, ds.data(), bc, qi, q.row, T(1), dkb + j0 * E, E);  // dk_j += scale ds^T q_i
+          mm_tn(bc, Ev, br, T(1), p.data(), bc, gi, dout.row, T(1), dv.at(b, j0), dv.row);  // dv_j += p^T dout_i
+          // dq_i += scale ds k_j
+          mm_nn(br, E, bc, scale, ds.data(), bc, k.at(b, j0), k.row, T(1), dq.at(b, r0), dq.row);
+          mm_tn(bc, E, br, scale, ds.data(), bc, qi, q.row, T(1), dk.at(b, j0), dk.row);  // dk_j += scale ds^T q_i
         }
       }
     }
   });
 }
 
-// t (B, rows, cols) in any layout whose rows are contiguous (a head's view of a wider projection, say): the kernels
-// read it through its strides, no copy.
+// t (B, rows, cols) or (B, H, rows, cols) in any layout whose rows are contiguous (a head's view of a wider
+// projection, say): the kernels read it through its strides, no copy.
 void check_rows(const Tensor& t, const Tensor& like, const char* op, const char* name) {
   TORCH_CHECK(t.device().is_cpu(), "handgrad::", op, ": ", name, " must be a CPU tensor, got ", t.device());
   TORCH_CHECK(t.scalar_type() == like.scalar_type() &&
                   (t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble),
               "handgrad::", op, ": ", name, " must be float32 or float64 as q, got ", t.scalar_type());
-  TORCH_CHECK(t.dim() == 3 && (t.stride(2) == 1 || t.size(2) <= 1), "handgrad::", op, ": ", name,
-              " must be 3-D with contiguous rows (last stride 1), got sizes ", t.sizes(), " strides ", t.strides());
+  TORCH_CHECK(t.dim() == like.dim() && (t.dim() == 3 || t.dim() == 4) && (t.stride(-1) == 1 || t.size(-1) <= 1),
+              "handgrad::", op, ": ", name, " must be 3-D (B, rows, cols) or 4-D (B, H, rows, cols) as q, with ",
+              "contiguous rows (last stride 1), got sizes ", t.sizes(), " strides ", t.strides());
 }
 
-void check_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const char* op) {
+// (B H, L, S, E, Ev): the (batch, head) pairs and the sizes, q (B, [H,] L, E), k (B, [H,] S, E), v (B, [H,] S, Ev).
+std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t> check_qkv(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                                  const char* op) {
   check_rows(q, q, op, "q");
   check_rows(k, q, op, "k");
   check_rows(v, q, op, "v");
-  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3 && k.size(0) == q.size(0) && v.size(0) == q.size(0) &&
-                  k.size(2) == q.size(2) && v.size(1) == k.size(1),
-              "handgrad::", op, ": expected q (B, L, E), k (B, S, E), v (B, S, Ev), got ", q.sizes(), ", ",
-              k.sizes(), ", ", v.sizes());
+  const int64_t n = q.dim();
+  bool ok = k.size(-1) == q.size(-1) && v.size(-2) == k.size(-2);
+  for (int64_t d = 0; d < n - 2; ++d) ok = ok && k.size(d) == q.size(d) && v.size(d) == q.size(d);
+  TORCH_CHECK(ok, "handgrad::", op, ": expected q (B, [H,] L, E), k (B, [H,] S, E), v (B, [H,] S, Ev), got ",
+              q.sizes(), ", ", k.sizes(), ", ", v.sizes());
+  const int64_t BH = n == 3 ? q.size(0) : q.size(0) * q.size(1);
+  return {BH, q.size(-2), k.size(-2), q.size(-1), v.size(-1)};
 }
 
 std::tuple<Tensor, Tensor> attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
                                              bool causal, int64_t block) {
-  check_qkv(q, k, v, "attention_forward");
+  const auto [BH, L, S, E, Ev] = check_qkv(q, k, v, "attention_forward");
   TORCH_CHECK(block >= 1, "handgrad::attention_forward: block must be >= 1, got ", block);
-  const int64_t B = q.size(0), L = q.size(1), S = k.size(1), E = q.size(2), Ev = v.size(2);
-  Tensor out = at::empty({B, L, Ev}, q.options()), lse = at::empty({B, L, 1}, q.options());
+  Tensor out = output_like(q, L, Ev);  // (B, [H,] L, Ev), the heads side by side in memory where q's are
+  std::vector<int64_t> lse_shape(q.sizes().begin(), q.sizes().end());
+  lse_shape.back() = 1;
+  Tensor lse = at::empty(lse_shape, q.options());  // (B, [H,] L, 1)
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "attention_forward", [&] {
     forward_kernel<scalar_t>(rows_of<scalar_t>(readable(q)), rows_of<scalar_t>(readable(k)),
-                             rows_of<scalar_t>(readable(v)), out.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(), B, L,
-                             S, E, Ev, static_cast<scalar_t>(scale * 1.4426950408889634), causal, block);
+                             rows_of<scalar_t>(readable(v)), rows_of<scalar_t>(out), lse.data_ptr<scalar_t>(), BH,
+                             L, S, E, Ev, static_cast<scalar_t>(scale * 1.4426950408889634), causal, block);
   });
   return {out, lse};
+}
+
+// The backward's checks, then its kernel writing dq, dk, dv (shaped as q, k, v, rows contiguous and apart).
+void backward_into(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& D,
+                   const Tensor& lse, double scale, bool causal, int64_t block, const Tensor& dq, const Tensor& dk,
+                   const Tensor& dv, const char* op) {
+  const auto [BH, L, S, E, Ev] = check_qkv(q, k, v, op);
+  TORCH_CHECK(block >= 1, "handgrad::", op, ": block must be >= 1, got ", block);
+  check_rows(dout, q, op, "dout");
+  std::vector<int64_t> dout_shape(q.sizes().begin(), q.sizes().end());
+  dout_shape.back() = Ev;
+  TORCH_CHECK(dout.sizes() == at::IntArrayRef(dout_shape), "handgrad::", op, ": dout must be ",
+              at::IntArrayRef(dout_shape), " (q's with Ev last), got ", dout.sizes());
+  check_same(D, q, op, "D"), check_numel(D, BH * L, op, "D");
+  check_same(lse, q, op, "lse"), check_numel(lse, BH * L, op, "lse");
+  for (const auto& [g, like, name] : {std::tuple<const Tensor&, const Tensor&, const char*>{dq, q, "dq"},
+                                      {dk, k, "dk"}, {dv, v, "dv"}}) {
+    check_rows(g, q, op, name);
+    TORCH_CHECK(g.sizes() == like.sizes() && (g.size(-2) <= 1 || g.stride(-2) >= g.size(-1)), "handgrad::", op,
+                ": ", name, " must be shaped as its input, ", like.sizes(), ", its rows apart, got sizes ",
+                g.sizes(), " strides ", g.strides());
+  }
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "attention_backward", [&] {
+    backward_kernel<scalar_t>(rows_of<scalar_t>(readable(q)), rows_of<scalar_t>(readable(k)),
+                              rows_of<scalar_t>(readable(v)), rows_of<scalar_t>(readable(dout)),
+                              D.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(), rows_of<scalar_t>(dq),
+                              rows_of<scalar_t>(dk), rows_of<scalar_t>(dv), BH, L, S, E, Ev,
+                              static_cast<scalar_t>(scale), causal, block);
+  });
 }
 
 std::tuple<Tensor, Tensor, Tensor> attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                                                       const Tensor& dout, const Tensor& D, const Tensor& lse,
                                                       double scale, bool causal, int64_t block) {
   check_qkv(q, k, v, "attention_backward");
-  TORCH_CHECK(block >= 1, "handgrad::attention_backward: block must be >= 1, got ", block);
-  const int64_t B = q.size(0), L = q.size(1), S = k.size(1), E = q.size(2), Ev = v.size(2);
-  check_rows(dout, q, "attention_backward", "dout");
-  TORCH_CHECK(dout.dim() == 3 && dout.size(0) == B && dout.size(1) == L && dout.size(2) == Ev,
-              "handgrad::attention_backward: dout must be (B, L, Ev) = ", at::IntArrayRef({B, L, Ev}), ", got ",
-              dout.sizes());
-  check_same(D, q, "attention_backward", "D"), check_numel(D, B * L, "attention_backward", "D");
-  check_same(lse, q, "attention_backward", "lse"), check_numel(lse, B * L, "attention_backward", "lse");
-  Tensor dq = at::empty(q.sizes(), q.options()), dk = at::empty(k.sizes(), k.options()),
-         dv = at::empty(v.sizes(), v.options());  // contiguous, whatever the inputs' layout
-  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "attention_backward", [&] {
-    backward_kernel<scalar_t>(rows_of<scalar_t>(readable(q)), rows_of<scalar_t>(readable(k)),
-                              rows_of<scalar_t>(readable(v)), rows_of<scalar_t>(readable(dout)),
-                              D.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(), dq.data_ptr<scalar_t>(),
-                              dk.data_ptr<scalar_t>(), dv.data_ptr<scalar_t>(), B, L, S, E, Ev,
-                              static_cast<scalar_t>(scale), causal, block);
-  });
+  // the heads side by side in memory where q's are, else contiguous, whatever k's and v's layout
+  const int64_t L = q.size(-2), S = k.size(-2), E = q.size(-1), Ev = v.size(-1);
+  Tensor dq = output_like(q, L, E), dk = output_like(q, S, E), dv = output_like(q, S, Ev);
+  backward_into(q, k, v, dout, D, lse, scale, causal, block, dq, dk, dv, "attention_backward");
   return {dq, dk, dv};
+}
+
+// The same, written into dq, dk, dv given, any layout whose rows are contiguous: the GPT's (B, nh, T, hs) views of
+// c_attn's (B, T, 3C) output gradient, so that no copy assembles it.
+void attention_backward_into(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& D,
+                             const Tensor& lse, double scale, bool causal, int64_t block, const Tensor& dq,
+                             const Tensor& dk, const Tensor& dv) {
+  backward_into(q, k, v, dout, D, lse, scale, causal, block, dq, dk, dv, "attention_backward_into");
 }
 
 }  // namespace
@@ -308,6 +371,7 @@ std::tuple<Tensor, Tensor, Tensor> attention_backward(const Tensor& q, const Ten
 TORCH_LIBRARY_IMPL(handgrad, CPU, m) {
   m.impl("attention_forward", &attention_forward);
   m.impl("attention_backward", &attention_backward);
+  m.impl("attention_backward_into", &attention_backward_into);
 }
 
 }  // namespace handgrad

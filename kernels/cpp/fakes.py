@@ -89,12 +89,25 @@ def _(dout: Tensor, idx: Tensor, hw: int):
     return dout.new_empty(dout.shape[0], dout.shape[1], hw)
 
 
+def _output_like(q: Tensor, rows: int, cols: int) -> Tensor:
+    """attention.cpp's outputs, (B, [H,] rows, cols): laid out (B, rows, H, cols) where q's heads lie side by side in
+    memory (its head stride below its row stride), else contiguous."""
+    if q.dim() == 4 and q.stride(1) < q.stride(2):
+        return q.new_empty(q.shape[0], rows, q.shape[1], cols).transpose(1, 2)
+    return q.new_empty(*q.shape[:-2], rows, cols)
+
+
 @_fake("handgrad::attention_forward")
 def _(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool, block: int):
-    B, L = q.shape[:2]
-    return q.new_empty(B, L, v.shape[2]), q.new_empty(B, L, 1)
+    return _output_like(q, q.shape[-2], v.shape[-1]), q.new_empty(*q.shape[:-1], 1)
 
 
 @_fake("handgrad::attention_backward")
 def _(q, k, v, dout, D, lse, scale, causal, block):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)  # contiguous, as q, k, v may not be
+    L, S, E, Ev = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
+    return _output_like(q, L, E), _output_like(q, S, E), _output_like(q, S, Ev)  # as q's, whatever k's and v's
+
+
+@_fake("handgrad::attention_backward_into")
+def _(q, k, v, dout, D, lse, scale, causal, block, dq, dk, dv) -> None:
+    return None

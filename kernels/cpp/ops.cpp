@@ -32,10 +32,13 @@ TORCH_LIBRARY(handgrad, m) {
   m.def("gru_gates_forward(Tensor(a!) act, Tensor m, Tensor h_prev, Tensor(b!) m_n, Tensor(c!) h) -> ()");
   m.def("gru_gates_backward(Tensor d, Tensor act, Tensor m_n, Tensor h_prev, Tensor(a!) carry, Tensor(b!) dm,"
         " Tensor(c!) da_n) -> ()");
-  // attention.cpp
+  // attention.cpp: q, k, v, dout (B, L, E) or, heads apart, (B, H, L, E), rows contiguous; a 4-D input's out, dq, dk
+  // and dv come back laid out (B, L, H, E), the heads side by side
   m.def("attention_forward(Tensor q, Tensor k, Tensor v, float scale, bool causal, int block) -> (Tensor, Tensor)");
   m.def("attention_backward(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor D, Tensor lse, float scale,"
         " bool causal, int block) -> (Tensor, Tensor, Tensor)");
+  m.def("attention_backward_into(Tensor q, Tensor k, Tensor v, Tensor dout, Tensor D, Tensor lse, float scale,"
+        " bool causal, int block, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv) -> ()");
   // pool.cpp
   m.def("max_pool2d_backward(Tensor dout, Tensor idx, int hw) -> Tensor");
 }

@@ -78,13 +78,14 @@ class ScaledDotProductAttention(BaseLayer):
 
     class Saved(NamedTuple):
         spec: attention.Spec  # sizes, scale, masks, causality, dropout, the kernel's block size
-        q: Tensor  # (B, L, E) in the compute dtype
-        k: Tensor  # (B, S, E)
-        v: Tensor  # (B, S, Ev)
-        out: Tensor | None  # (B, L, Ev); None with keep_out=False (the caller gives it back)
+        q: Tensor  # (B, L, E) in the compute dtype, or the query itself (B, H, L, E) where the C++ kernel ran on it
+        k: Tensor  # (B, S, E) (or (B, H, S, E), as q)
+        v: Tensor  # (B, S, Ev) (or (B, H, S, Ev))
+        out: Tensor | None  # (B, L, Ev) (or (B, H, L, Ev)); None with keep_out=False (the caller gives it back)
         P: Tensor | None  # (B, L, S) the softmax (the textbook's; None from the kernel)
         att: Tensor | None  # (B, L, S) P after dropout (the textbook's)
-        lse: Tensor | None  # (B, L, 1) each row's base-2 log-sum-exp (the kernel's; None from the textbook)
+        lse: Tensor | None  # (B, L, 1) (or (B, H, L, 1)) each row's base-2 log-sum-exp (the kernel's; None from the
+        # textbook)
         weights: Tensor | None  # (B, L, S) the weights returned with need_weights, else None
         blocked: Tensor | None  # spec's boolean mask (True: may NOT attend), kept here to be version-checked
         bias: Tensor | None  # spec's float mask, likewise
@@ -157,9 +158,6 @@ class ScaledDotProductAttention(BaseLayer):
         B = math.prod(lead)
         dtype = query.dtype
         cdt = torch.float32 if dtype in LOW_PRECISION else dtype  # compute dtype
-        q = query.reshape(B, L, E).to(cdt)  # (B, L, E): views when contiguous and not half
-        k = key.reshape(B, S, E).to(cdt)  # (B, S, E)
-        v = value.reshape(B, S, Ev).to(cdt)  # (B, S, Ev)
         drop = None
         if dropout_p > 0.0:  # a block of the (B, L, S) mask from its coordinates alone (layers/attention/dropout.py)
             drop = functools.partial(_dropout_block, draw_seed(self.generator), float(dropout_p), B, L, S)
@@ -174,6 +172,16 @@ class ScaledDotProductAttention(BaseLayer):
             drop=drop,
             block=self.block_size,
         )
+        cpp_heads = len(lead) == 2 and kernels.enabled()
+        if cpp_heads and attention.runs_cpp(spec, query, key, value, need_weights=need_weights):
+            # (B, H, L, E) as they come: the C++ kernel reads the heads' strided views (the GPT's, of one (B, T, 3C)
+            # projection) where flattening (B, H) into one axis would copy them, and writes its output with the
+            # heads side by side, (B, L, H, Ev) in memory, where theirs are so
+            q, k, v = query, key, value
+        else:
+            q = query.reshape(B, L, E).to(cdt)  # (B, L, E): views when contiguous and not half
+            k = key.reshape(B, S, E).to(cdt)  # (B, S, E)
+            v = value.reshape(B, S, Ev).to(cdt)  # (B, S, Ev)
         if kernels.enabled():  # keys in blocks, an online softmax, no (L, S) matrix kept: kernels/attention.py
             out, lse, weights = attention.forward(q, k, v, spec, need_weights=need_weights)
             P = att = None
@@ -215,15 +223,22 @@ class ScaledDotProductAttention(BaseLayer):
     def check_dout(self, grads: tuple, meta, saved) -> None:
         """dout, the output's gradient (and dweights, the returned weights', checked by the math)."""
         if meta is True:  # the forward returned (out, weights): dout is the output's
-            meta = (torch.Size((*saved.spec.lead, saved.spec.L, saved.v.shape[2])), saved.dtype, saved.q.device)
+            meta = (torch.Size((*saved.spec.lead, saved.spec.L, saved.v.shape[-1])), saved.dtype, saved.q.device)
         super().check_dout(grads[:1], meta, saved)
 
     def backward_math(
-        self, dout: Tensor, saved: Saved, dweights: Tensor | None = None, out: Tensor | None = None
+        self,
+        dout: Tensor,
+        saved: Saved,
+        dweights: Tensor | None = None,
+        out: Tensor | None = None,
+        into: tuple[Tensor, Tensor, Tensor] | None = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """dout (*, L, Ev) [, dweights (*, L, S)] -> (dquery (*, L, E), dkey (*, S, E), dvalue (*, S, Ev)): the
         module docstring's backward.  ``out``: the forward's output, given back when the forward did not keep it
-        (``keep_out=False``)."""
+        (``keep_out=False``).  ``into``: three tensors shaped and typed as query, key and value that the gradients
+        are written into and returned as (the C++ kernel writes them there; any other path copies them in): the
+        GPT's views of c_attn's output gradient, assembled with no copy."""
         spec, q, k, v, kept, weights, dtype = (
             saved.spec,
             saved.q,
@@ -249,6 +264,20 @@ class ScaledDotProductAttention(BaseLayer):
                 f"{self!r}: out= must be the forward's output, of shape {tuple(out_shape)} and dtype "
                 f"{dtype}; got {tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__}"
             )
+        if into is not None:
+            shapes = (saved.q_shape, saved.k_shape, saved.v_shape)
+            if not (
+                isinstance(into, tuple)
+                and len(into) == 3
+                and all(
+                    isinstance(t, Tensor) and t.shape == s and t.dtype == dtype
+                    for t, s in zip(into, shapes, strict=True)
+                )
+            ):
+                raise ValueError(
+                    f"{self!r}: into= must be three tensors shaped as query, key and value, "
+                    f"{[tuple(s) for s in shapes]}, of dtype {dtype}"
+                )
         if dweights is not None:
             if weights is None:
                 raise ValueError(f"{self!r}: dweights given, but the forward returned no weights (need_weights=False)")
@@ -258,20 +287,30 @@ class ScaledDotProductAttention(BaseLayer):
                     f"{self!r}: dweights has shape {tuple(dweights.shape)} and dtype {dweights.dtype}, "
                     f"expected {(*lead, L, S)} and {dtype} (the weights' own)"
                 )
-        B = q.shape[0]
-        do = dout.reshape(B, L, v.shape[2]).to(q.dtype)  # (B, L, Ev)
+        B, Ev = q.shape[0], v.shape[-1]
+        rows = (*q.shape[:-2], L)  # (B, L) or, the C++ kernel's forward on (B, H, L, E), (B, H, L)
+        do = dout.reshape(*rows, Ev).to(q.dtype)  # (B, L, Ev) (a view where dout is (B, H, L, Ev) itself)
         dw = None if dweights is None else dweights.reshape(B, L, S).to(q.dtype)  # (B, L, S)
         if saved.lse is not None:  # the kernel's forward ran: its backward (kernels/attention.py)
-            out = kept if out is None else out.to(q.dtype).reshape(B, L, -1)  # (B, L, Ev)
+            out = kept if out is None else out.to(q.dtype).reshape(*rows, Ev)  # (B, L, Ev)
             D = attention.row_dot(do, out)  # type: ignore[arg-type]  # (B, L, 1) rowsum(dout * out) = rowsum(dP * P)
             if dw is not None:
                 # the weights' own gradient joins dA: + rowsum(dW * A)
                 D.add_((dw * weights).sum(-1, keepdim=True))  # type: ignore[operator]  # (kept where dw is given)
-            dq, dk, dv = attention.backward(q, k, v, do, dw, D, saved.lse, spec)
+            written = into if into is not None and q.dtype == dtype else None  # (the kernel writes its own dtype)
+            grads = attention.backward(q, k, v, do, dw, D, saved.lse, spec, into=written)
+            if written is not None and grads is written:
+                return written  # the C++ kernel wrote them there
+            dq, dk, dv = grads
         else:
             # (the textbook's forward kept P and att)
             dq, dk, dv = attention_backward(do, dw, q, k, v, saved.P, saved.att, spec)  # type: ignore[arg-type]
-        return dq.view(saved.q_shape).to(dtype), dk.view(saved.k_shape).to(dtype), dv.view(saved.v_shape).to(dtype)
+        dq, dk, dv = dq.view(saved.q_shape), dk.view(saved.k_shape), dv.view(saved.v_shape)
+        if into is not None:
+            for buffer, d in zip(into, (dq, dk, dv), strict=True):
+                buffer.copy_(d)  # (and cast)
+            return into
+        return dq.to(dtype), dk.to(dtype), dv.to(dtype)
 
 
 def attention_forward(q: Tensor, k: Tensor, v: Tensor, spec: attention.Spec) -> tuple[Tensor, Tensor, Tensor]:
