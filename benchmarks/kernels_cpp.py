@@ -102,9 +102,10 @@ def cases(name: str, rows: int, C: int, vocab: int, dtype: torch.dtype, g: torch
         }
         return cands, lambda: rel(run()[0], cands["aten"]()[0])
     if name in ("batchnorm_fwd", "batchnorm_bwd"):  # training: the batch's statistics
-        x, dout = r(rows // 8, C // 24, 28, 28), r(rows // 8, C // 24, 28, 28)
-        bn = BatchNorm2d(C // 24, dtype=dtype)
-        bn.weight.detach().copy_(r(C // 24)), bn.bias.detach().copy_(r(C // 24))
+        N, ch = max(rows // 8, 2), max(C // 24, 1)  # (at least two samples of one channel: small --rows, --C)
+        x, dout = r(N, ch, 28, 28), r(N, ch, 28, 28)
+        bn = BatchNorm2d(ch, dtype=dtype)
+        bn.weight.detach().copy_(r(ch)), bn.bias.detach().copy_(r(ch))
         w, b = bn.weight.detach(), bn.bias.detach()
         if name == "batchnorm_fwd":
             run = lambda: _with(torch.no_grad(), lambda: bn.forward_math(x)[0])  # noqa: E731

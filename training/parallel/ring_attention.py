@@ -225,7 +225,16 @@ class RingAttention(BaseLayer):
         lse = torch.cat([state[0][1], state[1][1]], dim=-2)  # (B, H, 2n, 1)
         return out, self.Saved(q, k, v, out if keep_out else None, lse, scale)
 
-    def backward_math(self, dout: Tensor, saved: Saved, out: Tensor | None = None):
+    def backward_math(
+        self, dout: Tensor, saved: Saved, out: Tensor | None = None, into: tuple[Tensor, Tensor, Tensor] | None = None
+    ):
+        """dout (B, H, 2n, E) -> (dq, dk, dv); ``out`` and ``into`` as ScaledDotProductAttention's backward takes
+        them (the forward's output, when not kept; three buffers the gradients are copied into and returned as)."""
+        if into is not None:
+            grads = self.backward_math(dout, saved, out)
+            for buffer, d in zip(into, grads, strict=True):
+                buffer.copy_(d)
+            return into
         out = saved.out if out is None else out
         if out is None:
             raise ValueError("RingAttention.backward: the forward kept no output (keep_out=False): pass out=")
