@@ -113,10 +113,9 @@ def batch_norm_backward(
     """dout (N, C, ...) and what BatchNorm's forward kept (``saved``: ``xc`` = x - mean in training, else ``x`` and
     ``mean`` -- in eval, and in training after the C++ forward, which keeps no x - mean; ``rstd``, ``scale`` =
     weight * rstd (C,), ``count`` M values per channel, ``batch_stats``) -> (dx in the statistics dtype or None,
-    dweight (C,), dbias (C,)).  ``affine`` False: no parameters (with no dx asked for,
-    nothing to compute).  ``reduce``: the two sums over the whole batch (SyncBatchNorm all-reduces them); ``local``:
-    they are this process's own (``reduce`` returns them as they are), so the C++ kernel may compute them and dx
-    in one call.
+    dweight (C,), dbias (C,)).  ``affine`` False: no parameters (with no dx asked for, nothing to compute).
+    ``reduce``: the two sums over the whole batch (SyncBatchNorm all-reduces them); ``local``: they are this
+    process's own (``reduce`` returns them as they are), so the C++ kernel may compute them and dx in one call.
 
         dx = scale * dout + [-scale * sum(dout) / M] + xc * [-scale * rstd * sum(dout * xhat) / M]
 
